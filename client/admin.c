@@ -1,0 +1,147 @@
+/* Calls for admin tools: the buffer list and daemon statistics. */
+#include "config.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int copy_info(gpushm_buffer_info_t *dst, const Gpushm__BufferInfo *src)
+{
+  memset(dst, 0, sizeof *dst);
+  dst->id = src->id;
+  snprintf(dst->name, sizeof dst->name, "%s", src->name ? src->name : "");
+  dst->size = src->size;
+  dst->allocated = src->allocated;
+  dst->backend = (uint32_t)src->backend;
+  dst->device = src->device;
+  dst->owner_uid = src->owner_uid;
+  dst->owner_gid = src->owner_gid;
+  dst->mode = src->mode;
+  dst->lifetime = (uint32_t)src->lifetime;
+  dst->linked = src->linked;
+  dst->refs = src->refs;
+  dst->my_refs = src->my_refs;
+  dst->creator_pid = src->creator_pid;
+  dst->created_unix_ms = src->created_unix_ms;
+  dst->holders_total = src->holders_total;
+  if (src->n_holders) {
+    if (!(dst->holders = calloc(src->n_holders, sizeof *dst->holders)))
+      return GPUSHM_E_NOMEM;
+    for (size_t i = 0; i < src->n_holders; i++) {
+      dst->holders[i].client_id = src->holders[i]->client_id;
+      dst->holders[i].pid = src->holders[i]->pid;
+      dst->holders[i].uid = src->holders[i]->uid;
+      dst->holders[i].refs = src->holders[i]->refs;
+    }
+    dst->n_holders = src->n_holders;
+  }
+  return 0;
+}
+
+void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count)
+{
+  if (!infos)
+    return;
+  for (size_t i = 0; i < count; i++)
+    free(infos[i].holders);
+  free(infos);
+}
+
+int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
+{
+  gpushm_buffer_info_t *infos = NULL;
+  size_t n = 0, cap = 0;
+  uint64_t after_id = 0;
+  bool more = true;
+
+  client_clear_error();
+  if (!conn || !out || !count)
+    return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
+  while (more) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
+    Gpushm__Reply *reply;
+    const Gpushm__ListReply *page;
+    int r;
+
+    body.after_id = after_id;
+    req.body_case = GPUSHM__REQUEST__BODY_LIST;
+    req.list = &body;
+    if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+      goto fail_r;
+    if (reply->body_case != GPUSHM__REPLY__BODY_LIST) {
+      gpushm__reply__free_unpacked(reply, NULL);
+      r = client_error(GPUSHM_E_PROTO, "malformed list reply");
+      goto fail_r;
+    }
+    page = reply->list;
+    if (n + page->n_buffers > cap) {
+      size_t new_cap = (n + page->n_buffers) * 2;
+      gpushm_buffer_info_t *grown = realloc(infos, new_cap * sizeof *grown);
+      if (!grown) {
+        gpushm__reply__free_unpacked(reply, NULL);
+        r = client_error(GPUSHM_E_NOMEM, "out of memory");
+        goto fail_r;
+      }
+      infos = grown;
+      cap = new_cap;
+    }
+    for (size_t i = 0; i < page->n_buffers; i++) {
+      if (copy_info(&infos[n], page->buffers[i]) < 0) {
+        gpushm__reply__free_unpacked(reply, NULL);
+        r = client_error(GPUSHM_E_NOMEM, "out of memory");
+        goto fail_r;
+      }
+      after_id = infos[n++].id;
+    }
+    /* An empty page ends the walk even if the daemon says more: no progress. */
+    more = page->more && page->n_buffers > 0;
+    gpushm__reply__free_unpacked(reply, NULL);
+    continue;
+  fail_r:
+    gpushm_buffer_info_free(infos, n);
+    return r;
+  }
+  *out = infos;
+  *count = n;
+  return 0;
+}
+
+int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__StatsRequest body = GPUSHM__STATS_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  const Gpushm__StatsReply *s;
+  int r;
+
+  client_clear_error();
+  if (!conn || !out)
+    return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
+  req.body_case = GPUSHM__REQUEST__BODY_STATS;
+  req.stats = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_STATS) {
+    gpushm__reply__free_unpacked(reply, NULL);
+    return client_error(GPUSHM_E_PROTO, "malformed stats reply");
+  }
+  s = reply->stats;
+  memset(out, 0, sizeof *out);
+  snprintf(out->daemon_version, sizeof out->daemon_version, "%s",
+           s->daemon_version ? s->daemon_version : "");
+  out->instance_id = s->instance_id;
+  out->uptime_ms = s->uptime_ms;
+  out->clients = s->clients;
+  out->buffers = s->buffers;
+  out->buffers_linked = s->buffers_linked;
+  out->bytes_allocated = s->bytes_allocated;
+  out->requests = s->requests;
+  out->request_errors = s->request_errors;
+  out->protocol_errors = s->protocol_errors;
+  out->clients_dropped = s->clients_dropped;
+  out->open_fds = s->open_fds;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
+}

@@ -1,0 +1,429 @@
+/* Buffers and the process-wide open cache.
+ *
+ * A buffer is mapped once per process and access mode, whichever connection opened
+ * it, and holds one daemon reference.  Later opens only count up; the last close
+ * unmaps first and then releases the daemon's reference, so the daemon never frees
+ * memory this process still maps. */
+#include "config.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CACHE_BUCKETS 256u
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpushm_buffer *by_id[CACHE_BUCKETS];
+static struct gpushm_buffer *by_name[CACHE_BUCKETS];
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void cache_prefork(void)
+{
+  pthread_mutex_lock(&cache_lock);
+}
+
+static void cache_postfork_parent(void)
+{
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* The child shares its parent's sockets, which it must not talk on: it starts with
+ * an empty cache (its inherited mappings stay, unaccounted, until it exits). */
+static void cache_postfork_child(void)
+{
+  memset(by_id, 0, sizeof by_id);
+  memset(by_name, 0, sizeof by_name);
+  pthread_mutex_unlock(&cache_lock);
+}
+
+static void register_atfork(void)
+{
+  pthread_atfork(cache_prefork, cache_postfork_parent, cache_postfork_child);
+}
+
+static unsigned id_bucket(uint64_t instance_id, uint64_t id)
+{
+  return (unsigned)((id ^ instance_id) * 0x9e3779b97f4a7c15ull >> 56) % CACHE_BUCKETS;
+}
+
+static unsigned name_bucket(const char *name)
+{
+  uint32_t h = 2166136261u;
+  for (; *name; name++)
+    h = (h ^ (unsigned char)*name) * 16777619u;
+  return h % CACHE_BUCKETS;
+}
+
+static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only)
+{
+  for (struct gpushm_buffer *b = by_id[id_bucket(instance_id, id)]; b; b = b->next_by_id)
+    if (b->id == id && b->instance_id == instance_id && b->read_only == read_only)
+      return b;
+  return NULL;
+}
+
+static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only)
+{
+  uint64_t generation = client_unlink_generation(conn);
+  for (struct gpushm_buffer *b = by_name[name_bucket(name)]; b; b = b->next_by_name)
+    if (b->instance_id == conn->instance_id && b->read_only == read_only &&
+        b->name_generation == generation && strcmp(b->name, name) == 0)
+      return b;
+  return NULL;
+}
+
+static void cache_insert(struct gpushm_buffer *buf)
+{
+  unsigned i = id_bucket(buf->instance_id, buf->id);
+  buf->next_by_id = by_id[i];
+  by_id[i] = buf;
+  i = name_bucket(buf->name);
+  buf->next_by_name = by_name[i];
+  by_name[i] = buf;
+}
+
+static void cache_remove(struct gpushm_buffer *buf)
+{
+  struct gpushm_buffer **p = &by_id[id_bucket(buf->instance_id, buf->id)];
+  while (*p != buf)
+    p = &(*p)->next_by_id;
+  *p = buf->next_by_id;
+  p = &by_name[name_bucket(buf->name)];
+  while (*p != buf)
+    p = &(*p)->next_by_name;
+  *p = buf->next_by_name;
+}
+
+static int release_on_daemon(gpushm_t *conn, uint64_t id)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int r;
+
+  body.id = id;
+  req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
+  req.close = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
+}
+
+static int map_host(struct gpushm_buffer *buf, int fd)
+{
+  struct stat st;
+  void *p;
+
+  /* A short object would SIGBUS on access: check instead of trusting. */
+  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < buf->size)
+    return client_error(GPUSHM_E_PROTO, "shared memory object is smaller than the buffer");
+  p = mmap(NULL, buf->size, PROT_READ | (buf->read_only ? 0 : PROT_WRITE), MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return client_error(errno == ENOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_IO, "mmap %s: %s",
+                        buf->name, strerror(errno));
+  buf->ptr = p;
+  buf->map_len = buf->size;
+  return 0;
+}
+
+static int map_buffer(struct gpushm_buffer *buf, int fd)
+{
+  switch (buf->backend) {
+  case GPUSHM_BACKEND_HOST:
+    if (fd < 0)
+      return client_error(GPUSHM_E_PROTO, "daemon sent no fd for host buffer %s", buf->name);
+    return map_host(buf, fd);
+  default:
+    return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
+                        (int)buf->backend);
+  }
+}
+
+static void unmap_buffer(struct gpushm_buffer *buf)
+{
+  if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
+    munmap(buf->ptr, buf->map_len);
+  buf->ptr = NULL;
+}
+
+/* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
+ * entry another thread or connection made meanwhile and gives back the extra daemon
+ * reference. */
+static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
+                       uint64_t generation, gpushm_buffer_t **out)
+{
+  const Gpushm__BufferInfo *info = open->info;
+  struct gpushm_buffer *buf, *existing;
+  int r;
+
+  if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN) {
+    if (fd >= 0)
+      close(fd);
+    release_on_daemon(conn, info ? info->id : 0);
+    return client_error(GPUSHM_E_PROTO, "malformed open reply");
+  }
+  if (!(buf = calloc(1, sizeof *buf))) {
+    if (fd >= 0)
+      close(fd);
+    release_on_daemon(conn, info->id);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
+  buf->instance_id = conn->instance_id;
+  buf->id = info->id;
+  buf->read_only = open->read_only;
+  memcpy(buf->name, info->name, strlen(info->name) + 1);
+  buf->name_generation = generation;
+  buf->refs = 1;
+  buf->conn = conn;
+  buf->backend = (gpushm_backend_t)info->backend;
+  buf->device = info->device;
+  buf->size = info->size;
+
+  pthread_mutex_lock(&cache_lock);
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only);
+  if (existing) {
+    existing->refs++;
+    if (existing->name_generation < generation)
+      existing->name_generation = generation; /* the daemon just confirmed the name */
+    pthread_mutex_unlock(&cache_lock);
+    if (fd >= 0)
+      close(fd);
+    free(buf);
+    release_on_daemon(conn, info->id);
+    *out = existing;
+    return 0;
+  }
+  pthread_mutex_unlock(&cache_lock);
+
+  /* Map outside the lock: mapping device memory can take a while. */
+  r = map_buffer(buf, fd);
+  if (fd >= 0)
+    close(fd);
+  if (r < 0) {
+    release_on_daemon(conn, buf->id);
+    free(buf);
+    return r;
+  }
+
+  pthread_mutex_lock(&cache_lock);
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only);
+  if (existing) {
+    existing->refs++;
+    pthread_mutex_unlock(&cache_lock);
+    unmap_buffer(buf);
+    release_on_daemon(conn, buf->id);
+    free(buf);
+    *out = existing;
+    return 0;
+  }
+  client_conn_ref(conn);
+  cache_insert(buf);
+  pthread_mutex_unlock(&cache_lock);
+  *out = buf;
+  return 0;
+}
+
+static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, gpushm_buffer_t **out)
+{
+  /* Read before asking: a name cached with this generation is at worst re-checked. */
+  uint64_t generation = client_unlink_generation(conn);
+  Gpushm__Reply *reply;
+  int fd, r;
+
+  if ((r = client_call(conn, req, &reply, &fd)) < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN) {
+    if (fd >= 0)
+      close(fd);
+    gpushm__reply__free_unpacked(reply, NULL);
+    return client_error(GPUSHM_E_PROTO, "malformed open reply");
+  }
+  r = adopt_reply(conn, reply->open, fd, generation, out);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r;
+}
+
+void gpushm_create_opts_init(gpushm_create_opts_t *opts)
+{
+  memset(opts, 0, sizeof *opts);
+  opts->backend = GPUSHM_BACKEND_DEFAULT;
+  opts->lifetime = GPUSHM_LIFETIME_PERSISTENT;
+}
+
+int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
+                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
+  gpushm_create_opts_t defaults;
+
+  client_clear_error();
+  pthread_once(&atfork_once, register_atfork);
+  if (!conn || !out)
+    return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
+  *out = NULL;
+  if (!wire_name_valid(name))
+    return client_error(GPUSHM_E_NAME, "invalid buffer name: use 1-%u characters of "
+                        "[A-Za-z0-9._-], not starting with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
+  if (!opts) {
+    gpushm_create_opts_init(&defaults);
+    opts = &defaults;
+  }
+  if (opts->flags & ~GPUSHM_CREATE_OPEN_EXISTING)
+    return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts->flags);
+  for (size_t i = 0; i < sizeof opts->reserved_ / sizeof opts->reserved_[0]; i++)
+    if (opts->reserved_[i])
+      return client_error(GPUSHM_E_INVAL, "reserved option fields must be zero");
+  body.name = (char *)name;
+  body.size = size;
+  body.backend = (Gpushm__Backend)opts->backend;
+  body.device = opts->device;
+  body.mode = opts->mode;
+  body.lifetime = (Gpushm__Lifetime)opts->lifetime;
+  body.open_existing = (opts->flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
+  req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+  req.create = &body;
+  return open_round_trip(conn, &req, out);
+}
+
+static int open_common(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
+                       gpushm_buffer_t **out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+  bool read_only = (flags & GPUSHM_OPEN_READONLY) != 0;
+  struct gpushm_buffer *hit;
+
+  client_clear_error();
+  pthread_once(&atfork_once, register_atfork);
+  if (!conn || !out)
+    return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
+  *out = NULL;
+  if (flags & ~GPUSHM_OPEN_READONLY)
+    return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
+  if (name && !wire_name_valid(name))
+    return client_error(GPUSHM_E_NAME, "invalid buffer name");
+
+  pthread_mutex_lock(&cache_lock);
+  hit = name ? cache_find_name(conn, name, read_only)
+             : cache_find_id(conn->instance_id, id, read_only);
+  if (hit)
+    hit->refs++;
+  pthread_mutex_unlock(&cache_lock);
+  if (hit) {
+    *out = hit;
+    return 0;
+  }
+
+  if (name) {
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = (char *)name;
+  } else {
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    body.id = id;
+  }
+  body.read_only = read_only;
+  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+  req.open = &body;
+  return open_round_trip(conn, &req, out);
+}
+
+int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_buffer_t **out)
+{
+  if (!name) {
+    client_clear_error();
+    return client_error(GPUSHM_E_NAME, "name is NULL");
+  }
+  return open_common(conn, name, 0, flags, out);
+}
+
+int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags, gpushm_buffer_t **out)
+{
+  return open_common(conn, NULL, id, flags, out);
+}
+
+int gpushm_buffer_close(gpushm_buffer_t *buf)
+{
+  gpushm_t *conn;
+  bool last;
+  int r;
+
+  client_clear_error();
+  if (!buf)
+    return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  pthread_mutex_lock(&cache_lock);
+  last = --buf->refs == 0;
+  if (last)
+    cache_remove(buf);
+  pthread_mutex_unlock(&cache_lock);
+  if (!last)
+    return 0;
+
+  unmap_buffer(buf);
+  conn = buf->conn;
+  r = release_on_daemon(conn, buf->id);
+  client_conn_unref(conn);
+  free(buf);
+  return r;
+}
+
+int gpushm_unlink(gpushm_t *conn, const char *name)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int r;
+
+  client_clear_error();
+  if (!conn)
+    return client_error(GPUSHM_E_INVAL, "conn is NULL");
+  if (!wire_name_valid(name))
+    return client_error(GPUSHM_E_NAME, "invalid buffer name");
+  body.name = (char *)name;
+  req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
+  req.unlink = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
+}
+
+void *gpushm_buffer_ptr(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->ptr : NULL;
+}
+
+uint64_t gpushm_buffer_size(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->size : 0;
+}
+
+uint64_t gpushm_buffer_id(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->id : 0;
+}
+
+const char *gpushm_buffer_name(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->name : NULL;
+}
+
+int gpushm_buffer_device(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->device : -1;
+}
+
+gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->backend : GPUSHM_BACKEND_DEFAULT;
+}
+
+int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->read_only : 0;
+}

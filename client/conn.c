@@ -1,0 +1,225 @@
+/* Connection to gpushmd: connect + hello, synchronous request/reply. */
+#include "config.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int map_status_page(gpushm_t *conn, int fd)
+{
+  struct stat st;
+  void *p;
+
+  if (fstat(fd, &st) < 0 || st.st_size < (off_t)STATUS_PAGE_SIZE)
+    return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page");
+  p = mmap(NULL, STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return client_error(GPUSHM_E_IO, "mapping the status page: %s", strerror(errno));
+  if (((const struct status_page *)p)->magic != STATUS_PAGE_MAGIC) {
+    munmap(p, STATUS_PAGE_SIZE);
+    return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page");
+  }
+  conn->status = p;
+  return 0;
+}
+
+uint64_t client_unlink_generation(const gpushm_t *conn)
+{
+  return __atomic_load_n(&conn->status->unlink_generation, __ATOMIC_ACQUIRE);
+}
+
+static int hello(gpushm_t *conn, const char *client_name)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__Hello body = GPUSHM__HELLO__INIT;
+  Gpushm__Reply *reply;
+  int fd = -1, r;
+
+  body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  body.client_name = (char *)(client_name ? client_name : "");
+  req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+  req.hello = &body;
+  r = client_call(conn, &req, &reply, &fd);
+  if (r < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_HELLO || fd < 0) {
+    r = client_error(GPUSHM_E_PROTO, "malformed hello reply");
+  } else {
+    conn->instance_id = reply->hello->instance_id;
+    conn->client_id = reply->hello->client_id;
+    r = map_status_page(conn, fd);
+  }
+  if (fd >= 0)
+    close(fd);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r;
+}
+
+int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  gpushm_t *conn;
+  int r;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  if (!socket_path || !*socket_path)
+    socket_path = getenv("GPUSHM_SOCKET");
+  if (!socket_path || !*socket_path)
+    socket_path = GPUSHM_DEFAULT_SOCKET;
+  if (strlen(socket_path) >= sizeof addr.sun_path)
+    return client_error(GPUSHM_E_INVAL, "socket path too long: %s", socket_path);
+  if (client_name && strlen(client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
+    return client_error(GPUSHM_E_INVAL, "client name longer than %u bytes",
+                        GPUSHM_LIMIT_CLIENT_NAME_LEN);
+  memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
+
+  if (!(conn = calloc(1, sizeof *conn)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  pthread_mutex_init(&conn->lock, NULL);
+  conn->refs = 1;
+  conn->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (conn->fd < 0) {
+    r = client_error(GPUSHM_E_IO, "socket: %s", strerror(errno));
+    goto fail;
+  }
+  if (connect(conn->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+    r = client_error(GPUSHM_E_CONNECT, "cannot connect to gpushmd at %s: %s", socket_path,
+                     strerror(errno));
+    goto fail;
+  }
+  if ((r = hello(conn, client_name)) < 0)
+    goto fail;
+  *out = conn;
+  return 0;
+
+fail:
+  client_conn_unref(conn);
+  return r;
+}
+
+void client_conn_ref(gpushm_t *conn)
+{
+  __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+}
+
+void client_conn_unref(gpushm_t *conn)
+{
+  if (__atomic_sub_fetch(&conn->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  if (conn->fd >= 0)
+    close(conn->fd);
+  if (conn->status)
+    munmap((void *)conn->status, STATUS_PAGE_SIZE);
+  pthread_mutex_destroy(&conn->lock);
+  free(conn);
+}
+
+void gpushm_disconnect(gpushm_t *conn)
+{
+  if (conn)
+    client_conn_unref(conn);
+}
+
+uint64_t gpushm_instance_id(const gpushm_t *conn)
+{
+  return conn ? conn->instance_id : 0;
+}
+
+static int wire_error(gpushm_t *conn, int r, const char *why)
+{
+  conn->broken = true;
+  if (r == -ECONNRESET || r == -EPIPE)
+    return client_error(GPUSHM_E_DISCONNECTED, "gpushmd closed the connection");
+  if (r == -EPROTO)
+    return client_error(GPUSHM_E_PROTO, "bad frame from gpushmd: %s", why);
+  return client_error(GPUSHM_E_IO, "socket: %s", strerror(-r));
+}
+
+static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out, int *fd_out)
+{
+  struct wire_frame frame;
+  Gpushm__Reply *reply;
+  const char *why = NULL;
+  long len;
+  int r;
+
+  if (conn->broken)
+    return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
+  req->request_id = ++conn->next_request_id;
+  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
+  if (len < 0)
+    return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
+  r = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  if (r < 0)
+    return wire_error(conn, r, NULL);
+
+  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, 0, &frame, &why);
+  if (r < 0)
+    return wire_error(conn, r, why);
+  reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
+  if (!reply) {
+    wire_close_fds(&frame);
+    return wire_error(conn, -EPROTO, "malformed reply body");
+  }
+  if (reply->request_id != req->request_id) {
+    /* Request id 0: the daemon is ending this connection and says why. */
+    int status = reply->request_id == 0 && reply->status > 0 ? -reply->status : GPUSHM_E_PROTO;
+    r = client_error(status, "gpushmd: %s",
+                     reply->request_id == 0 ? reply->message : "reply to another request");
+    conn->broken = true;
+    wire_close_fds(&frame);
+    gpushm__reply__free_unpacked(reply, NULL);
+    return r;
+  }
+  if (reply->status != 0) {
+    r = client_error(-reply->status, "%s", reply->message);
+    wire_close_fds(&frame);
+    gpushm__reply__free_unpacked(reply, NULL);
+    return r;
+  }
+  if (fd_out)
+    *fd_out = frame.n_fds ? frame.fds[0] : -1;
+  for (unsigned i = fd_out ? 1 : 0; i < frame.n_fds; i++)
+    close(frame.fds[i]);
+  *out = reply;
+  return 0;
+}
+
+int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out, int *fd_out)
+{
+  int r;
+
+  if (fd_out)
+    *fd_out = -1;
+  pthread_mutex_lock(&conn->lock);
+  r = call_locked(conn, req, out, fd_out);
+  pthread_mutex_unlock(&conn->lock);
+  return r;
+}
+
+int gpushm_ping(gpushm_t *conn)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PingRequest body = GPUSHM__PING_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int r;
+
+  client_clear_error();
+  if (!conn)
+    return client_error(GPUSHM_E_INVAL, "conn is NULL");
+  req.body_case = GPUSHM__REQUEST__BODY_PING;
+  req.ping = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
+}

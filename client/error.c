@@ -1,0 +1,51 @@
+#include "config.h"
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static __thread char last_error[256];
+
+int client_error(int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+void client_clear_error(void)
+{
+  last_error[0] = '\0';
+}
+
+const char *gpushm_last_error_message(void)
+{
+  return last_error;
+}
+
+const char *gpushm_strerror(int err)
+{
+  switch (err) {
+  case GPUSHM_OK:
+    return "success";
+#define GPUSHM_STRERROR_CASE_(name, num, text) \
+  case GPUSHM_E_##name:                        \
+    return text;
+    GPUSHM_ERRNO_MAP(GPUSHM_STRERROR_CASE_)
+#undef GPUSHM_STRERROR_CASE_
+  default:
+    return "unknown error";
+  }
+}
+
+unsigned gpushm_version(void)
+{
+  return GPUSHM_VERSION_HEX;
+}
+
+const char *gpushm_version_string(void)
+{
+  return PACKAGE_VERSION;
+}

@@ -1,0 +1,86 @@
+/* Host backend: a sealed memfd per buffer.  Clients mmap the fd they are sent. */
+#include "config.h"
+#include "backend.h"
+#include "gpushm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int host_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                      struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t rounded = (size + page - 1) / page * page;
+  int fd, r;
+
+  fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+  }
+  if (ftruncate(fd, (off_t)rounded) < 0) {
+    snprintf(err, errlen, "ftruncate %llu: %s", (unsigned long long)rounded, strerror(errno));
+    close(fd);
+    return GPUSHM_E_NOMEM;
+  }
+  /* Commit the pages now, as cuMemAlloc would: out-of-memory is a clean error at
+   * create time, not a SIGBUS in some client later. */
+  r = posix_fallocate(fd, 0, (off_t)rounded);
+  if (r != 0) {
+    snprintf(err, errlen, "cannot reserve %llu bytes of shared memory: %s",
+             (unsigned long long)rounded, strerror(r));
+    close(fd);
+    return r == ENOSPC || r == ENOMEM || r == EFBIG ? GPUSHM_E_NOMEM : GPUSHM_E_IO;
+  }
+  /* Clients may neither resize the object nor lift the seals. */
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+    snprintf(err, errlen, "sealing memfd: %s", strerror(errno));
+    close(fd);
+    return GPUSHM_E_IO;
+  }
+  mem->fd = fd;
+  mem->priv = NULL;
+  *allocated = rounded;
+  return 0;
+}
+
+static int host_export_fd(const struct backend *be, const struct backend_mem *mem,
+                          bool read_only, int *fd_out, char *err, size_t errlen)
+{
+  int fd;
+
+  if (read_only) {
+    /* A fresh open file description that is O_RDONLY: a PROT_WRITE shared mapping
+     * of it fails with EACCES in the client. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", mem->fd);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+  } else {
+    fd = fcntl(mem->fd, F_DUPFD_CLOEXEC, 0);
+  }
+  if (fd < 0) {
+    snprintf(err, errlen, "exporting memfd: %s", strerror(errno));
+    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+static void host_release(const struct backend *be, struct backend_mem *mem)
+{
+  if (mem->fd >= 0)
+    close(mem->fd);
+  mem->fd = -1;
+}
+
+const struct backend backend_host = {
+  .name = "host",
+  .kind = GPUSHM_BACKEND_HOST,
+  .alloc = host_alloc,
+  .export_fd = host_export_fd,
+  .release = host_release,
+};

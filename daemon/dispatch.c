@@ -1,0 +1,373 @@
+/* Request handling: one table entry per request type; each handler turns a decoded
+ * request into registry calls and fills the reply. */
+#include "config.h"
+#include "dispatch.h"
+#include "conn.h"
+#include "gpushm.h"
+#include "gpushm.pb-c.h"
+#include "log.h"
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct reply_ctx {
+  Gpushm__Reply reply;
+  int fd; /* sent with the reply on success */
+  char msg[256];
+  union {
+    Gpushm__HelloReply hello;
+    Gpushm__OpenReply open;
+    Gpushm__ListReply list;
+    Gpushm__StatsReply stats;
+    Gpushm__PingReply ping;
+  } body;
+  /* Storage the reply points into; owned[] is freed after the reply is sent. */
+  Gpushm__BufferInfo info;
+  Gpushm__Backend backends[4];
+  void *owned[2 * GPUSHM_LIMIT_LIST_PAGE + 2];
+  size_t n_owned;
+};
+
+typedef int handler_fn(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx);
+
+static int fail(struct reply_ctx *ctx, int status, const char *why)
+{
+  snprintf(ctx->msg, sizeof ctx->msg, "%s", why);
+  return status;
+}
+
+static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  const Gpushm__Hello *hello = req->hello;
+  struct server *srv = c->srv;
+  size_t n_backends = 0;
+  int r;
+
+  if (c->hello_done)
+    return fail(ctx, GPUSHM_E_INVAL, "hello was already exchanged");
+  if (hello->protocol_version != GPUSHM_PROTOCOL_VERSION) {
+    snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u, daemon %u",
+             hello->protocol_version, GPUSHM_PROTOCOL_VERSION);
+    return GPUSHM_E_VERSION;
+  }
+  if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
+    return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
+  r = status_page_export(&srv->status, &ctx->fd, ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  snprintf(c->name, sizeof c->name, "%s", hello->client_name);
+  c->hello_done = true;
+
+  for (int kind = 1; kind < 4; kind++)
+    if (srv->reg.backends[kind])
+      ctx->backends[n_backends++] = (Gpushm__Backend)kind;
+  gpushm__hello_reply__init(&ctx->body.hello);
+  ctx->body.hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  ctx->body.hello.daemon_version = PACKAGE_VERSION;
+  ctx->body.hello.instance_id = srv->instance_id;
+  ctx->body.hello.n_backends = n_backends;
+  ctx->body.hello.backends = ctx->backends;
+  ctx->body.hello.client_id = c->client.id;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;
+  ctx->reply.hello = &ctx->body.hello;
+  return 0;
+}
+
+/* Fills info for one buffer as seen by asker; the holder arrays it allocates are
+ * added to ctx->owned. */
+static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
+                     const struct reg_client *asker, struct reply_ctx *ctx)
+{
+  size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
+  Gpushm__Holder *holders = NULL;
+  Gpushm__Holder **ptrs = NULL;
+  size_t i = 0;
+
+  gpushm__buffer_info__init(info);
+  if (n) {
+    holders = calloc(n, sizeof *holders);
+    ptrs = calloc(n, sizeof *ptrs);
+    if (!holders || !ptrs) {
+      free(holders);
+      free(ptrs);
+      return GPUSHM_E_NOMEM;
+    }
+    ctx->owned[ctx->n_owned++] = holders;
+    ctx->owned[ctx->n_owned++] = ptrs;
+    for (const struct list *l = b->holdings.next; l != &b->holdings && i < n; l = l->next, i++) {
+      const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
+      gpushm__holder__init(&holders[i]);
+      holders[i].client_id = h->client->id;
+      holders[i].pid = (uint32_t)h->client->pid;
+      holders[i].uid = (uint32_t)h->client->uid;
+      holders[i].refs = h->refs;
+      ptrs[i] = &holders[i];
+    }
+  }
+  info->id = b->id;
+  info->name = (char *)b->name;
+  info->size = b->size;
+  info->allocated = b->allocated;
+  info->backend = (Gpushm__Backend)b->backend->kind;
+  info->device = b->device;
+  info->owner_uid = (uint32_t)b->owner_uid;
+  info->owner_gid = (uint32_t)b->owner_gid;
+  info->mode = b->mode;
+  info->lifetime = (Gpushm__Lifetime)b->lifetime;
+  info->linked = b->linked;
+  info->refs = b->refs;
+  info->my_refs = registry_client_refs(b, asker);
+  info->created_unix_ms = b->created_unix_ms;
+  info->creator_pid = (uint32_t)b->creator_pid;
+  info->holders_total = b->n_holders;
+  info->n_holders = i;
+  info->holders = ptrs;
+  return 0;
+}
+
+/* Replies with the buffer's info and an fd for it; on failure gives back the
+ * reference the create or open took (and the name, if the create made it). */
+static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool read_only,
+                      struct reply_ctx *ctx)
+{
+  struct registry *reg = &c->srv->reg;
+  uint64_t id = b->id;
+  char name[sizeof b->name];
+  char ignored[64];
+  int r;
+
+  r = b->backend->export_fd(b->backend, &b->mem, read_only, &ctx->fd, ctx->msg, sizeof ctx->msg);
+  if (r == 0)
+    r = fill_info(&ctx->info, b, &c->client, ctx);
+  if (r < 0) {
+    if (r == GPUSHM_E_NOMEM)
+      snprintf(ctx->msg, sizeof ctx->msg, "daemon out of memory");
+    snprintf(name, sizeof name, "%s", b->name);
+    if (created)
+      registry_unlink(reg, &c->client, name, ignored, sizeof ignored);
+    registry_close(reg, &c->client, id, ignored, sizeof ignored);
+    return r;
+  }
+  gpushm__open_reply__init(&ctx->body.open);
+  ctx->body.open.info = &ctx->info;
+  ctx->body.open.created = created;
+  ctx->body.open.read_only = read_only;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
+  ctx->reply.open = &ctx->body.open;
+  return 0;
+}
+
+static int handle_create(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  const Gpushm__CreateRequest *cr = req->create;
+  struct reg_create_args args = {
+    .name = cr->name,
+    .size = cr->size,
+    .backend = cr->backend,
+    .device = cr->device,
+    .mode = cr->mode,
+    .lifetime = cr->lifetime,
+    .open_existing = cr->open_existing,
+  };
+  struct reg_buffer *b;
+  bool created;
+  int r = registry_create(&c->srv->reg, &c->client, &args, &b, &created, ctx->msg, sizeof ctx->msg);
+
+  if (r < 0)
+    return r;
+  if (created)
+    log_debug("client %u created '%s' (id %llu, %llu bytes)", c->client.id, b->name,
+              (unsigned long long)b->id, (unsigned long long)b->size);
+  return reply_open(c, b, created, false, ctx);
+}
+
+static int handle_open(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  const Gpushm__OpenRequest *o = req->open;
+  const char *name = NULL;
+  uint64_t id = 0;
+  struct reg_buffer *b;
+  int r;
+
+  if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_NAME)
+    name = o->name;
+  else if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_ID)
+    id = o->id;
+  else
+    return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
+  r = registry_open(&c->srv->reg, &c->client, name, id, !o->read_only, &b, ctx->msg,
+                    sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  return reply_open(c, b, false, o->read_only, ctx);
+}
+
+static int handle_close(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  return registry_close(&c->srv->reg, &c->client, req->close->id, ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_unlink(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  return registry_unlink(&c->srv->reg, &c->client, req->unlink->name, ctx->msg, sizeof ctx->msg);
+}
+
+static bool visible_to(const struct reg_buffer *b, const struct reg_client *client)
+{
+  return client->uid == 0 || client->uid == b->owner_uid ||
+         registry_may_access(client, b, false) || registry_client_refs(b, client) > 0;
+}
+
+static size_t varint_size(size_t v)
+{
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static int handle_list(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  const struct registry *reg = &c->srv->reg;
+  /* Room for the envelope around the entries: request id, status, body tag and
+   * length, and the "more" flag. */
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
+  uint32_t max = req->list->max_entries;
+  Gpushm__BufferInfo *infos, **ptrs;
+  size_t used = 0, n = 0, i;
+
+  if (max == 0 || max > GPUSHM_LIMIT_LIST_PAGE)
+    max = GPUSHM_LIMIT_LIST_PAGE;
+  infos = calloc(max, sizeof *infos);
+  ptrs = calloc(max, sizeof *ptrs);
+  if (infos)
+    ctx->owned[ctx->n_owned++] = infos;
+  if (ptrs)
+    ctx->owned[ctx->n_owned++] = ptrs;
+  if (!infos || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+
+  gpushm__list_reply__init(&ctx->body.list);
+  for (i = registry_index_after(reg, req->list->after_id); i < reg->n_buffers && n < max; i++) {
+    const struct reg_buffer *b = reg->by_id[i];
+    size_t owned_before = ctx->n_owned, size;
+
+    if (!visible_to(b, &c->client))
+      continue;
+    if (fill_info(&infos[n], b, &c->client, ctx) < 0)
+      return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    size = gpushm__buffer_info__get_packed_size(&infos[n]);
+    size += 1 + varint_size(size);
+    if (used + size > budget) {
+      while (ctx->n_owned > owned_before)
+        free(ctx->owned[--ctx->n_owned]);
+      break;
+    }
+    used += size;
+    ptrs[n] = &infos[n];
+    n++;
+  }
+  ctx->body.list.n_buffers = n;
+  ctx->body.list.buffers = ptrs;
+  ctx->body.list.more = i < reg->n_buffers;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
+  ctx->reply.list = &ctx->body.list;
+  return 0;
+}
+
+static int handle_stats(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  struct server *srv = c->srv;
+  Gpushm__StatsReply *s = &ctx->body.stats;
+
+  gpushm__stats_reply__init(s);
+  s->daemon_version = PACKAGE_VERSION;
+  s->instance_id = srv->instance_id;
+  s->uptime_ms = uv_now(srv->loop) - srv->started_ms;
+  s->clients = srv->n_clients;
+  s->buffers = (uint32_t)srv->reg.n_buffers;
+  s->buffers_linked = srv->reg.n_linked;
+  s->bytes_allocated = srv->reg.bytes_allocated;
+  s->requests = srv->counters.requests;
+  s->request_errors = srv->counters.request_errors;
+  s->protocol_errors = srv->counters.protocol_errors;
+  s->clients_dropped = srv->counters.clients_dropped;
+  s->open_fds = server_count_open_fds();
+  s->next_buffer_id = srv->reg.next_id;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
+  ctx->reply.stats = s;
+  return 0;
+}
+
+static int handle_ping(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  gpushm__ping_reply__init(&ctx->body.ping);
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_PING;
+  ctx->reply.ping = &ctx->body.ping;
+  return 0;
+}
+
+static const struct {
+  const char *name;
+  handler_fn *fn;
+} handlers[] = {
+  [GPUSHM__REQUEST__BODY_HELLO] = { "hello", handle_hello },
+  [GPUSHM__REQUEST__BODY_CREATE] = { "create", handle_create },
+  [GPUSHM__REQUEST__BODY_OPEN] = { "open", handle_open },
+  [GPUSHM__REQUEST__BODY_CLOSE] = { "close", handle_close },
+  [GPUSHM__REQUEST__BODY_UNLINK] = { "unlink", handle_unlink },
+  [GPUSHM__REQUEST__BODY_LIST] = { "list", handle_list },
+  [GPUSHM__REQUEST__BODY_STATS] = { "stats", handle_stats },
+  [GPUSHM__REQUEST__BODY_PING] = { "ping", handle_ping },
+};
+
+static void free_ctx(struct reply_ctx *ctx)
+{
+  while (ctx->n_owned)
+    free(ctx->owned[--ctx->n_owned]);
+}
+
+void dispatch_request(struct conn *c, const Gpushm__Request *req)
+{
+  struct reply_ctx ctx = { .fd = -1 };
+  unsigned body = (unsigned)req->body_case;
+  int status;
+
+  c->srv->counters.requests++;
+  if (req->request_id == 0) {
+    conn_fail(c, GPUSHM_E_PROTO, "request id 0 is reserved");
+    return;
+  }
+  if (!c->hello_done && req->body_case != GPUSHM__REQUEST__BODY_HELLO) {
+    conn_fail(c, GPUSHM_E_PROTO, "the first request must be hello");
+    return;
+  }
+  gpushm__reply__init(&ctx.reply);
+  ctx.reply.request_id = req->request_id;
+  if (body < sizeof handlers / sizeof handlers[0] && handlers[body].fn) {
+    status = handlers[body].fn(c, req, &ctx);
+  } else {
+    /* A newer client may know requests this daemon does not: answer, don't hang up. */
+    snprintf(ctx.msg, sizeof ctx.msg, "unknown request type %u", body);
+    status = GPUSHM_E_UNSUPPORTED;
+  }
+  if (status < 0) {
+    c->srv->counters.request_errors++;
+    log_debug("client %u: %s failed: %s", c->client.id,
+              body < sizeof handlers / sizeof handlers[0] && handlers[body].name
+                ? handlers[body].name : "request", ctx.msg);
+    if (ctx.fd >= 0)
+      close(ctx.fd);
+    ctx.fd = -1;
+    ctx.reply.status = -status;
+    ctx.reply.message = ctx.msg;
+    ctx.reply.body_case = GPUSHM__REPLY__BODY__NOT_SET;
+  }
+  conn_send_reply(c, &ctx.reply.base, ctx.fd);
+  free_ctx(&ctx);
+}

@@ -1,0 +1,509 @@
+#include "config.h"
+#include "registry.h"
+#include "gpushm.h"
+#include "wire.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct reg_uid_usage {
+  uid_t uid;
+  uint32_t buffers;
+  uint64_t bytes;
+  struct reg_uid_usage *next;
+};
+
+static uint64_t now_unix_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* FNV-1a: names are short and the table is private, so no need for a keyed hash. */
+static size_t name_hash(const char *name)
+{
+  uint64_t h = 1469598103934665603ull;
+  for (; *name; name++)
+    h = (h ^ (unsigned char)*name) * 1099511628211ull;
+  return (size_t)h;
+}
+
+static struct reg_buffer **name_slot(const struct registry *reg, const char *name)
+{
+  struct reg_buffer **slot = &reg->names[name_hash(name) % reg->n_name_buckets];
+  while (*slot && strcmp((*slot)->name, name) != 0)
+    slot = &(*slot)->name_next;
+  return slot;
+}
+
+static int names_grow(struct registry *reg)
+{
+  size_t n = reg->n_name_buckets * 2;
+  struct reg_buffer **table = calloc(n, sizeof *table);
+  if (!table)
+    return -1;
+  for (size_t i = 0; i < reg->n_name_buckets; i++) {
+    struct reg_buffer *b = reg->names[i], *next;
+    for (; b; b = next) {
+      size_t h = name_hash(b->name) % n;
+      next = b->name_next;
+      b->name_next = table[h];
+      table[h] = b;
+    }
+  }
+  free(reg->names);
+  reg->names = table;
+  reg->n_name_buckets = n;
+  return 0;
+}
+
+int registry_init(struct registry *reg, const struct reg_limits *limits)
+{
+  memset(reg, 0, sizeof *reg);
+  reg->n_name_buckets = 64;
+  reg->names = calloc(reg->n_name_buckets, sizeof *reg->names);
+  if (!reg->names)
+    return -1;
+  reg->next_id = 1;
+  reg->limits = *limits;
+  if (!reg->limits.default_mode)
+    reg->limits.default_mode = 0600;
+  reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
+  return 0;
+}
+
+void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid_t uid, gid_t gid)
+{
+  memset(client, 0, sizeof *client);
+  client->id = id;
+  client->pid = pid;
+  client->uid = uid;
+  client->gid = gid;
+  list_init(&client->holdings);
+}
+
+static struct reg_uid_usage *usage_for(struct registry *reg, uid_t uid, bool create)
+{
+  struct reg_uid_usage *u;
+  for (u = reg->usage; u; u = u->next)
+    if (u->uid == uid)
+      return u;
+  if (!create || !(u = calloc(1, sizeof *u)))
+    return NULL;
+  u->uid = uid;
+  u->next = reg->usage;
+  reg->usage = u;
+  return u;
+}
+
+static void usage_release(struct registry *reg, uid_t uid, uint64_t bytes)
+{
+  struct reg_uid_usage **p, *u;
+  for (p = &reg->usage; (u = *p); p = &u->next) {
+    if (u->uid != uid)
+      continue;
+    u->buffers--;
+    u->bytes -= bytes;
+    if (u->buffers == 0) {
+      *p = u->next;
+      free(u);
+    }
+    return;
+  }
+}
+
+static bool in_group(const struct reg_client *client, gid_t gid)
+{
+  if (client->gid == gid)
+    return true;
+  for (unsigned i = 0; i < client->n_groups; i++)
+    if (client->groups[i] == gid)
+      return true;
+  return false;
+}
+
+bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
+                         bool write)
+{
+  uint32_t need = write ? 06 : 04, granted;
+
+  if (client->uid == 0)
+    return true;
+  if (client->uid == buffer->owner_uid)
+    granted = (buffer->mode >> 6) & 07;
+  else if (in_group(client, buffer->owner_gid))
+    granted = (buffer->mode >> 3) & 07;
+  else
+    granted = buffer->mode & 07;
+  return (granted & need) == need;
+}
+
+struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id)
+{
+  size_t i = registry_index_after(reg, id - 1);
+  return i < reg->n_buffers && reg->by_id[i]->id == id ? reg->by_id[i] : NULL;
+}
+
+size_t registry_index_after(const struct registry *reg, uint64_t after_id)
+{
+  size_t lo = 0, hi = reg->n_buffers;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (reg->by_id[mid]->id <= after_id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static struct reg_holding *find_holding(const struct reg_buffer *buffer,
+                                        const struct reg_client *client)
+{
+  /* Walk the shorter side: a client usually holds few buffers, a hot buffer may
+   * have many holders. */
+  for (struct list *l = client->holdings.next; l != &client->holdings; l = l->next) {
+    struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
+    if (h->buffer == buffer)
+      return h;
+  }
+  return NULL;
+}
+
+uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client)
+{
+  struct reg_holding *h = find_holding(buffer, client);
+  return h ? h->refs : 0;
+}
+
+static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
+{
+  size_t i = registry_index_after(reg, buffer->id - 1);
+
+  memmove(&reg->by_id[i], &reg->by_id[i + 1], (reg->n_buffers - i - 1) * sizeof *reg->by_id);
+  reg->n_buffers--;
+  reg->bytes_allocated -= buffer->allocated;
+  usage_release(reg, buffer->owner_uid, buffer->allocated);
+  buffer->backend->release(buffer->backend, &buffer->mem);
+  free(buffer);
+}
+
+static void unlink_buffer(struct registry *reg, struct reg_buffer *buffer)
+{
+  struct reg_buffer **slot = name_slot(reg, buffer->name);
+
+  *slot = buffer->name_next;
+  buffer->name_next = NULL;
+  buffer->linked = false;
+  reg->n_linked--;
+  if (reg->on_unlink)
+    reg->on_unlink(reg->on_unlink_ctx, buffer);
+  if (buffer->refs == 0)
+    free_buffer(reg, buffer);
+}
+
+static int add_ref(struct reg_buffer *buffer, struct reg_client *client, char *err, size_t errlen)
+{
+  struct reg_holding *h = find_holding(buffer, client);
+
+  if (h && h->refs >= GPUSHM_LIMIT_REFS_PER_HOLDING) {
+    snprintf(err, errlen, "connection holds %u references to '%s' (limit)", h->refs, buffer->name);
+    return GPUSHM_E_LIMIT;
+  }
+  if (!h) {
+    if (!(h = calloc(1, sizeof *h))) {
+      snprintf(err, errlen, "out of memory");
+      return GPUSHM_E_NOMEM;
+    }
+    h->buffer = buffer;
+    h->client = client;
+    list_add_tail(&client->holdings, &h->client_link);
+    list_add_tail(&buffer->holdings, &h->buffer_link);
+    buffer->n_holders++;
+  }
+  h->refs++;
+  buffer->refs++;
+  return 0;
+}
+
+/* Drops count references of one holding; frees the buffer when it was the last
+ * reference to an unlinked buffer. */
+static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t count)
+{
+  struct reg_buffer *buffer = h->buffer;
+
+  h->refs -= count;
+  buffer->refs -= count;
+  if (h->refs == 0) {
+    list_del(&h->client_link);
+    list_del(&h->buffer_link);
+    buffer->n_holders--;
+    free(h);
+  }
+  if (buffer->refs == 0 && !buffer->linked)
+    free_buffer(reg, buffer);
+}
+
+static int check_quota(struct registry *reg, uid_t uid, uint64_t bytes, char *err, size_t errlen)
+{
+  struct reg_uid_usage *u = usage_for(reg, uid, false);
+  uint32_t buffers = u ? u->buffers : 0;
+  uint64_t used = u ? u->bytes : 0;
+
+  if (buffers >= reg->limits.max_buffers_per_uid) {
+    snprintf(err, errlen, "uid %u already has %u buffers (limit %u)", (unsigned)uid, buffers,
+             reg->limits.max_buffers_per_uid);
+    return GPUSHM_E_LIMIT;
+  }
+  if (reg->limits.max_bytes_per_uid && bytes > reg->limits.max_bytes_per_uid - used) {
+    snprintf(err, errlen, "uid %u would hold %llu bytes (limit %llu)", (unsigned)uid,
+             (unsigned long long)(used + bytes), (unsigned long long)reg->limits.max_bytes_per_uid);
+    return GPUSHM_E_LIMIT;
+  }
+  return 0;
+}
+
+int registry_create(struct registry *reg, struct reg_client *client,
+                    const struct reg_create_args *args, struct reg_buffer **out, bool *created,
+                    char *err, size_t errlen)
+{
+  int kind = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
+  const struct backend *be;
+  struct reg_buffer *buffer, **slot;
+  struct reg_uid_usage *usage;
+  int r;
+
+  *created = false;
+  if (!wire_name_valid(args->name)) {
+    snprintf(err, errlen, "invalid name: use 1-%u characters of [A-Za-z0-9._-], not starting "
+             "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
+    return GPUSHM_E_NAME;
+  }
+  if (args->size == 0 || args->size > GPUSHM_LIMIT_BUFFER_SIZE) {
+    snprintf(err, errlen, "size must be 1..%llu bytes",
+             (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
+    return GPUSHM_E_INVAL;
+  }
+  if (args->mode & ~0777u) {
+    snprintf(err, errlen, "mode %o has bits outside 0777", args->mode);
+    return GPUSHM_E_INVAL;
+  }
+  if (args->lifetime != GPUSHM_LIFETIME_PERSISTENT && args->lifetime != GPUSHM_LIFETIME_SESSION) {
+    snprintf(err, errlen, "unknown lifetime %d", args->lifetime);
+    return GPUSHM_E_INVAL;
+  }
+  if (kind < 0 || kind >= (int)(sizeof reg->backends / sizeof reg->backends[0])) {
+    snprintf(err, errlen, "unknown backend %d", kind);
+    return GPUSHM_E_INVAL;
+  }
+  if (!(be = reg->backends[kind])) {
+    snprintf(err, errlen, "backend %d is not available on this daemon", kind);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+
+  slot = name_slot(reg, args->name);
+  if (*slot) {
+    if (!args->open_existing) {
+      snprintf(err, errlen, "'%s' already exists", args->name);
+      return GPUSHM_E_EXIST;
+    }
+    return registry_open(reg, client, args->name, 0, true, out, err, errlen);
+  }
+
+  r = check_quota(reg, client->uid, args->size, err, errlen);
+  if (r < 0)
+    return r;
+  if (reg->n_buffers == reg->cap_buffers) {
+    size_t cap = reg->cap_buffers ? reg->cap_buffers * 2 : 64;
+    struct reg_buffer **grown = realloc(reg->by_id, cap * sizeof *grown);
+    if (!grown)
+      goto oom;
+    reg->by_id = grown;
+    reg->cap_buffers = cap;
+  }
+  if (reg->n_linked + 1 > reg->n_name_buckets && names_grow(reg) < 0)
+    goto oom;
+  if (!(buffer = calloc(1, sizeof *buffer)))
+    goto oom;
+  r = be->alloc(be, args->size, args->device, args->name, &buffer->mem, &buffer->allocated,
+                err, errlen);
+  if (r < 0) {
+    free(buffer);
+    return r;
+  }
+  /* Again with the rounded size: the backend's granule may push it over the quota. */
+  r = check_quota(reg, client->uid, buffer->allocated, err, errlen);
+  if (r < 0 || !(usage = usage_for(reg, client->uid, true))) {
+    be->release(be, &buffer->mem);
+    free(buffer);
+    if (r < 0)
+      return r;
+    goto oom;
+  }
+
+  buffer->id = reg->next_id++;
+  snprintf(buffer->name, sizeof buffer->name, "%s", args->name);
+  buffer->linked = true;
+  buffer->size = args->size;
+  buffer->backend = be;
+  buffer->device = kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  buffer->owner_uid = client->uid;
+  buffer->owner_gid = client->gid;
+  buffer->mode = args->mode ? args->mode : reg->limits.default_mode;
+  buffer->lifetime = args->lifetime;
+  buffer->creator = args->lifetime == GPUSHM_LIFETIME_SESSION ? client : NULL;
+  buffer->creator_pid = client->pid;
+  buffer->created_unix_ms = now_unix_ms();
+  list_init(&buffer->holdings);
+
+  usage->buffers++;
+  usage->bytes += buffer->allocated;
+  reg->bytes_allocated += buffer->allocated;
+  reg->by_id[reg->n_buffers++] = buffer;
+  slot = name_slot(reg, args->name); /* names_grow() may have moved the table */
+  *slot = buffer;
+  reg->n_linked++;
+
+  r = add_ref(buffer, client, err, errlen);
+  if (r < 0) {
+    unlink_buffer(reg, buffer);
+    return r;
+  }
+  *out = buffer;
+  *created = true;
+  return 0;
+
+oom:
+  snprintf(err, errlen, "daemon out of memory");
+  return GPUSHM_E_NOMEM;
+}
+
+int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
+                  bool write, struct reg_buffer **out, char *err, size_t errlen)
+{
+  struct reg_buffer *buffer;
+  int r;
+
+  if (name) {
+    if (!wire_name_valid(name)) {
+      snprintf(err, errlen, "invalid name");
+      return GPUSHM_E_NAME;
+    }
+    buffer = *name_slot(reg, name);
+    if (!buffer) {
+      snprintf(err, errlen, "no buffer named '%s'", name);
+      return GPUSHM_E_NOENT;
+    }
+  } else {
+    buffer = registry_find_id(reg, id);
+    /* An unlinked buffer takes no new holders, by id no more than by name. */
+    if (!buffer || !buffer->linked) {
+      snprintf(err, errlen, "no buffer with id %llu", (unsigned long long)id);
+      return GPUSHM_E_NOENT;
+    }
+  }
+  if (!registry_may_access(client, buffer, write)) {
+    snprintf(err, errlen, "'%s' (mode %03o, owner %u:%u) denies %s access to uid %u",
+             buffer->name, buffer->mode, (unsigned)buffer->owner_uid, (unsigned)buffer->owner_gid,
+             write ? "read-write" : "read", (unsigned)client->uid);
+    return GPUSHM_E_PERM;
+  }
+  r = add_ref(buffer, client, err, errlen);
+  if (r < 0)
+    return r;
+  *out = buffer;
+  return 0;
+}
+
+int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
+                   char *err, size_t errlen)
+{
+  struct reg_buffer *buffer = registry_find_id(reg, id);
+  struct reg_holding *h = buffer ? find_holding(buffer, client) : NULL;
+
+  if (!h) {
+    snprintf(err, errlen, "this connection holds no reference to buffer %llu",
+             (unsigned long long)id);
+    return GPUSHM_E_NOENT;
+  }
+  drop_refs(reg, h, 1);
+  return 0;
+}
+
+int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
+                    char *err, size_t errlen)
+{
+  struct reg_buffer *buffer;
+
+  if (!wire_name_valid(name)) {
+    snprintf(err, errlen, "invalid name");
+    return GPUSHM_E_NAME;
+  }
+  buffer = *name_slot(reg, name);
+  if (!buffer) {
+    snprintf(err, errlen, "no buffer named '%s'", name);
+    return GPUSHM_E_NOENT;
+  }
+  /* As in a sticky /dev/shm: only the owner (or root) removes a name. */
+  if (client->uid != 0 && client->uid != buffer->owner_uid) {
+    snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)buffer->owner_uid);
+    return GPUSHM_E_PERM;
+  }
+  unlink_buffer(reg, buffer);
+  return 0;
+}
+
+void registry_client_gone(struct registry *reg, struct reg_client *client)
+{
+  /* Unlink session buffers first, so that dropping the last reference below frees
+   * them; collect them before, since dropping references can free buffers. */
+  for (size_t i = 0; i < reg->n_buffers;) {
+    struct reg_buffer *b = reg->by_id[i];
+    if (b->linked && b->creator == client) {
+      size_t before = reg->n_buffers;
+      unlink_buffer(reg, b);
+      if (reg->n_buffers < before)
+        continue; /* freed: the same index now holds the next buffer */
+    }
+    if (b->creator == client)
+      b->creator = NULL;
+    i++;
+  }
+  while (client->holdings.next != &client->holdings) {
+    struct reg_holding *h = list_entry(client->holdings.next, struct reg_holding, client_link);
+    drop_refs(reg, h, h->refs);
+  }
+  free(client->groups);
+  client->groups = NULL;
+  client->n_groups = 0;
+}
+
+void registry_destroy(struct registry *reg)
+{
+  while (reg->n_buffers) {
+    struct reg_buffer *b = reg->by_id[reg->n_buffers - 1];
+    while (b->holdings.next != &b->holdings) {
+      struct reg_holding *h = list_entry(b->holdings.next, struct reg_holding, buffer_link);
+      list_del(&h->client_link);
+      list_del(&h->buffer_link);
+      free(h);
+    }
+    b->refs = 0;
+    if (b->linked)
+      unlink_buffer(reg, b); /* frees it */
+    else
+      free_buffer(reg, b);
+  }
+  free(reg->by_id);
+  free(reg->names);
+  while (reg->usage) {
+    struct reg_uid_usage *u = reg->usage;
+    reg->usage = u->next;
+    free(u);
+  }
+  memset(reg, 0, sizeof *reg);
+}

@@ -1,0 +1,116 @@
+/* The daemon's registry: buffers by id and name, references per client, per-uid
+ * quotas, lifetimes.  Knows nothing of sockets; a client is a credential set with a
+ * list of holdings. */
+#ifndef GPUSHMD_REGISTRY_H
+#define GPUSHMD_REGISTRY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "list.h"
+#include "gpushm_limits.h"
+
+struct reg_client {
+  uint32_t id;
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+  gid_t *groups; /* supplementary groups, from SO_PEERGROUPS */
+  unsigned n_groups;
+  struct list holdings; /* reg_holding.client_link */
+};
+
+struct reg_buffer {
+  uint64_t id;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  bool linked;
+  uint64_t size;
+  uint64_t allocated;
+  const struct backend *backend;
+  int device;
+  uid_t owner_uid;
+  gid_t owner_gid;
+  uint32_t mode;
+  int lifetime;                     /* gpushm_lifetime_t */
+  const struct reg_client *creator; /* session lifetime: until it disconnects */
+  pid_t creator_pid;
+  uint64_t created_unix_ms;
+  uint32_t refs;
+  uint32_t n_holders;
+  struct list holdings; /* reg_holding.buffer_link */
+  struct backend_mem mem;
+  struct reg_buffer *name_next; /* hash chain, while linked */
+};
+
+struct reg_holding {
+  struct reg_buffer *buffer;
+  struct reg_client *client;
+  uint32_t refs;
+  struct list client_link;
+  struct list buffer_link;
+};
+
+struct reg_limits {
+  uint32_t max_buffers_per_uid;
+  uint64_t max_bytes_per_uid; /* 0: none */
+  uint32_t default_mode;
+};
+
+struct reg_create_args {
+  const char *name;
+  uint64_t size;
+  int backend; /* gpushm_backend_t; 0 = host */
+  int device;
+  uint32_t mode; /* 0 = default */
+  int lifetime;
+  bool open_existing;
+};
+
+struct reg_uid_usage;
+
+struct registry {
+  struct reg_buffer **by_id; /* ascending id: ids only grow, so appending keeps order */
+  size_t n_buffers, cap_buffers;
+  struct reg_buffer **names; /* hash table of linked names */
+  size_t n_name_buckets;
+  uint32_t n_linked;
+  uint64_t next_id;
+  uint64_t bytes_allocated;
+  struct reg_uid_usage *usage;
+  struct reg_limits limits;
+  const struct backend *backends[4]; /* by gpushm_backend_t; NULL = unsupported */
+  /* Told whenever a name goes away, before the request that caused it is answered. */
+  void (*on_unlink)(void *ctx, const struct reg_buffer *buffer);
+  void *on_unlink_ctx;
+};
+
+int registry_init(struct registry *reg, const struct reg_limits *limits);
+/* Frees every buffer, whoever holds it; for shutdown. */
+void registry_destroy(struct registry *reg);
+
+void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid_t uid, gid_t gid);
+/* Releases all the client's references and unlinks the session buffers it created. */
+void registry_client_gone(struct registry *reg, struct reg_client *client);
+
+/* All return 0 or a negative GPUSHM_E_* code with err filled in.  Create and open add
+ * one reference for the client. */
+int registry_create(struct registry *reg, struct reg_client *client,
+                    const struct reg_create_args *args, struct reg_buffer **out, bool *created,
+                    char *err, size_t errlen);
+int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
+                  bool write, struct reg_buffer **out, char *err, size_t errlen);
+int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
+                   char *err, size_t errlen);
+int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
+                    char *err, size_t errlen);
+
+struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id);
+/* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
+size_t registry_index_after(const struct registry *reg, uint64_t after_id);
+uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client);
+bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
+                         bool write);
+
+#endif

@@ -1,0 +1,58 @@
+/* The daemon's state: listening socket, connected clients, registry, counters. */
+#ifndef GPUSHMD_SERVER_H
+#define GPUSHMD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "status.h"
+#include "list.h"
+#include "registry.h"
+#include "wire.h"
+
+struct server_config {
+  const char *socket_path;
+  uint32_t socket_mode;
+  uint32_t max_clients;
+  uint32_t max_queued_frames;
+  uint32_t max_queued_bytes;
+};
+
+struct server_counters {
+  uint64_t requests;
+  uint64_t request_errors;
+  uint64_t protocol_errors;
+  uint64_t clients_dropped;
+};
+
+struct server {
+  uv_loop_t *loop;
+  struct server_config cfg;
+  struct registry reg;
+  struct status_page_owner status;
+  int listen_fd;
+  bool listening;
+  uv_poll_t listen_poll;
+  uv_timer_t accept_backoff;
+  struct list conns; /* conn.link */
+  uint32_t n_clients;
+  uint32_t next_client_id;
+  uint64_t instance_id;
+  uint64_t started_ms; /* uv_now() at start */
+  struct server_counters counters;
+  /* One of each is enough: the loop is single-threaded and a frame is handled whole. */
+  uint8_t rx[WIRE_RECV_BUF];
+  uint8_t tx[WIRE_FRAME_MAX];
+};
+
+/* Binds cfg.socket_path: creates its directory, refuses a path a live daemon serves,
+ * replaces a stale socket.  Returns 0 or -1 with err set. */
+int server_listen(struct server *srv, char *err, size_t errlen);
+int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen);
+/* Closes every client (releasing its references) and the listening socket. */
+void server_shutdown(struct server *srv);
+/* Number of fds the process has open, for stats and leak tests. */
+uint32_t server_count_open_fds(void);
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * gpushm — share GPU (and host) memory between cooperating processes through
+ * the gpushmd daemon, which owns every buffer and frees it only when no process
+ * holds it any more.
+ *
+ * Conventions:
+ *  - Every function that can fail returns 0 or a negative GPUSHM_E_* code;
+ *    gpushm_strerror() names a code and gpushm_last_error_message() gives the
+ *    detail (often the daemon's own words) of this thread's last failure.
+ *  - Handles are opaque.  All functions are thread-safe.
+ *  - Users need neither cuda.h nor libcuda: device pointers cross this API as
+ *    void * and CUDA streams as void * (a CUstream / cudaStream_t).
+ *  - After fork(), a child must not use handles its parent had; it connects anew.
+ */
+#ifndef GPUSHM_H
+#define GPUSHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define GPUSHM_API __attribute__((visibility("default")))
+#else
+#define GPUSHM_API
+#endif
+
+#define GPUSHM_VERSION_MAJOR 0
+#define GPUSHM_VERSION_MINOR 1
+#define GPUSHM_VERSION_PATCH 0
+#define GPUSHM_VERSION_HEX \
+  ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
+
+/* Socket the library and tools use unless told otherwise ($GPUSHM_SOCKET wins). */
+#define GPUSHM_DEFAULT_SOCKET "/run/gpushm/gpushmd.sock"
+
+/* One map generates the error enum, gpushm_strerror() and the wire status codes. */
+#define GPUSHM_ERRNO_MAP(XX)                                              \
+  XX(INVAL, 1, "invalid argument")                                        \
+  XX(NOENT, 2, "no such buffer")                                          \
+  XX(EXIST, 3, "buffer already exists")                                   \
+  XX(PERM, 4, "permission denied")                                        \
+  XX(NOMEM, 5, "out of memory")                                           \
+  XX(LIMIT, 6, "limit or quota exceeded")                                 \
+  XX(PROTO, 7, "protocol error")                                          \
+  XX(VERSION, 8, "protocol version mismatch")                             \
+  XX(CONNECT, 9, "cannot connect to gpushmd")                             \
+  XX(DISCONNECTED, 10, "connection to gpushmd lost")                      \
+  XX(UNSUPPORTED, 11, "operation not supported")                          \
+  XX(IO, 12, "system call failed")                                        \
+  XX(CUDA, 13, "CUDA driver error")                                       \
+  XX(NAME, 14, "invalid buffer name")
+
+typedef enum gpushm_error {
+  GPUSHM_OK = 0,
+#define GPUSHM_ERRNO_ENUM_(name, num, text) GPUSHM_E_##name = -(num),
+  GPUSHM_ERRNO_MAP(GPUSHM_ERRNO_ENUM_)
+#undef GPUSHM_ERRNO_ENUM_
+} gpushm_error_t;
+
+typedef enum gpushm_backend {
+  GPUSHM_BACKEND_DEFAULT = 0,  /* host */
+  GPUSHM_BACKEND_HOST = 1,     /* shared host memory (memfd), for CPU producers */
+  GPUSHM_BACKEND_CUDA_IPC = 2, /* device memory, legacy CUDA IPC (one trust domain) */
+  GPUSHM_BACKEND_CUDA_FD = 3   /* device memory, POSIX-fd capabilities */
+} gpushm_backend_t;
+
+typedef enum gpushm_lifetime {
+  GPUSHM_LIFETIME_PERSISTENT = 0, /* lives until unlinked (and no longer held) */
+  GPUSHM_LIFETIME_SESSION = 1     /* unlinked when the creating connection closes */
+} gpushm_lifetime_t;
+
+/* gpushm_create_opts.flags */
+#define GPUSHM_CREATE_OPEN_EXISTING 0x1u /* like O_CREAT without O_EXCL */
+/* gpushm_buffer_open() flags */
+#define GPUSHM_OPEN_READONLY 0x1u
+
+typedef struct gpushm gpushm_t;               /* a connection to gpushmd */
+typedef struct gpushm_buffer gpushm_buffer_t; /* an open buffer, shared process-wide */
+
+typedef struct gpushm_create_opts {
+  uint32_t backend;   /* gpushm_backend_t */
+  int32_t device;     /* device ordinal for CUDA backends; ignored for host */
+  uint32_t mode;      /* permission bits as for a file; 0 means 0600 */
+  uint32_t lifetime;  /* gpushm_lifetime_t */
+  uint32_t flags;     /* GPUSHM_CREATE_* */
+  uint32_t reserved_[7];
+} gpushm_create_opts_t;
+
+typedef struct gpushm_holder {
+  uint32_t client_id;
+  uint32_t pid;
+  uint32_t uid;
+  uint32_t refs;
+} gpushm_holder_t;
+
+typedef struct gpushm_buffer_info {
+  uint64_t id;
+  char name[128];
+  uint64_t size;
+  uint64_t allocated;       /* bytes reserved (size rounded up to the backend's granule) */
+  uint32_t backend;         /* gpushm_backend_t */
+  int32_t device;
+  uint32_t owner_uid;
+  uint32_t owner_gid;
+  uint32_t mode;
+  uint32_t lifetime;        /* gpushm_lifetime_t */
+  int linked;               /* 0: unlinked but still held */
+  uint32_t refs;            /* references held by all connections */
+  uint32_t my_refs;         /* references held by the asking connection */
+  uint32_t creator_pid;
+  uint64_t created_unix_ms;
+  uint32_t holders_total;
+  size_t n_holders;         /* holders[] may list fewer than holders_total */
+  gpushm_holder_t *holders;
+} gpushm_buffer_info_t;
+
+typedef struct gpushm_stats {
+  char daemon_version[32];
+  uint64_t instance_id;
+  uint64_t uptime_ms;
+  uint32_t clients;
+  uint32_t buffers;
+  uint32_t buffers_linked;
+  uint64_t bytes_allocated;
+  uint64_t requests;
+  uint64_t request_errors;
+  uint64_t protocol_errors;
+  uint64_t clients_dropped;
+  uint32_t open_fds;
+} gpushm_stats_t;
+
+/* Library version at run time, as GPUSHM_VERSION_HEX. */
+GPUSHM_API unsigned gpushm_version(void);
+GPUSHM_API const char *gpushm_version_string(void);
+GPUSHM_API const char *gpushm_strerror(int err);
+/* Detail of the calling thread's last failure ("" if none); valid until its next call. */
+GPUSHM_API const char *gpushm_last_error_message(void);
+
+/* socket_path NULL: $GPUSHM_SOCKET, else GPUSHM_DEFAULT_SOCKET.  client_name (may be
+ * NULL) is shown by admin tools. */
+GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out);
+/* Drops the caller's handle.  The socket stays open while buffers opened through it
+ * are still open; their references are released as they are closed. */
+GPUSHM_API void gpushm_disconnect(gpushm_t *conn);
+GPUSHM_API uint64_t gpushm_instance_id(const gpushm_t *conn);
+GPUSHM_API int gpushm_ping(gpushm_t *conn);
+
+GPUSHM_API void gpushm_create_opts_init(gpushm_create_opts_t *opts);
+/* Creates a buffer named `name` and opens it read-write.  opts NULL: defaults.
+ * Fails with GPUSHM_E_EXIST if the name exists, unless GPUSHM_CREATE_OPEN_EXISTING. */
+GPUSHM_API int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
+                                    const gpushm_create_opts_t *opts, gpushm_buffer_t **out);
+/* Opens a buffer by name or id.  Opening one this process already has open (same
+ * access) returns the same handle without a round trip to the daemon. */
+GPUSHM_API int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags,
+                                  gpushm_buffer_t **out);
+GPUSHM_API int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags,
+                                     gpushm_buffer_t **out);
+/* Drops one open.  The last close in the process unmaps, then releases the daemon's
+ * reference.  Returns the release's status (the mapping is gone either way). */
+GPUSHM_API int gpushm_buffer_close(gpushm_buffer_t *buf);
+/* Removes a name; the memory lives on until its last holder closes. */
+GPUSHM_API int gpushm_unlink(gpushm_t *conn, const char *name);
+
+/* Host address (host backend) or device pointer (CUDA backends). */
+GPUSHM_API void *gpushm_buffer_ptr(const gpushm_buffer_t *buf);
+GPUSHM_API uint64_t gpushm_buffer_size(const gpushm_buffer_t *buf);
+GPUSHM_API uint64_t gpushm_buffer_id(const gpushm_buffer_t *buf);
+GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
+GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
+GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
+GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
+
+/* All buffers the daemon shows this connection, in id order.  Free with
+ * gpushm_buffer_info_free(). */
+GPUSHM_API int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count);
+GPUSHM_API void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count);
+GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUSHM_H */

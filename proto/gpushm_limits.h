@@ -1,0 +1,42 @@
+/* Every limit gpushm enforces, named in one place.  Each has a test that crosses it. */
+#ifndef GPUSHM_LIMITS_H
+#define GPUSHM_LIMITS_H
+
+/* Wire. A frame is one SOCK_SEQPACKET datagram: header + protobuf body.  The receive
+ * buffer has this fixed size, so an oversized frame is detected (MSG_TRUNC) without
+ * ever allocating for it. */
+#define GPUSHM_LIMIT_FRAME_BODY        (64u * 1024u)
+/* The protocol never needs more than one fd per message; a little headroom lets a
+ * peer that sends too many be told so instead of having its fds silently dropped. */
+#define GPUSHM_LIMIT_FDS_PER_FRAME     4u
+
+/* Names: 1..127 bytes of [A-Za-z0-9._-], not starting with '.' or '-'. */
+#define GPUSHM_LIMIT_NAME_LEN          127u
+/* Free-form client name sent in Hello (shown by admin tools). */
+#define GPUSHM_LIMIT_CLIENT_NAME_LEN   64u
+
+/* One list reply carries at most this many buffers (and fewer when their packed size
+ * would pass GPUSHM_LIMIT_FRAME_BODY); clients page with after_id. */
+#define GPUSHM_LIMIT_LIST_PAGE         256u
+/* Holders shown per buffer in list/show replies; the total count is always given. */
+#define GPUSHM_LIMIT_HOLDERS_LISTED    128u
+
+/* References one connection may hold on one buffer (guards the counter). */
+#define GPUSHM_LIMIT_REFS_PER_HOLDING  (1u << 20)
+
+/* Daemon defaults; each can be changed with a gpushmd flag of the same meaning. */
+#define GPUSHM_DEFAULT_MAX_CLIENTS         1024u
+#define GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID 4096u
+#define GPUSHM_DEFAULT_MAX_BYTES_PER_UID   0ull    /* 0: no byte quota */
+/* A client whose unsent replies pass either bound has stopped reading: it is dropped. */
+#define GPUSHM_DEFAULT_MAX_QUEUED_FRAMES   64u
+#define GPUSHM_DEFAULT_MAX_QUEUED_BYTES    (1024u * 1024u)
+/* Frames handled for one client per loop wakeup, so one busy client cannot starve others. */
+#define GPUSHM_LIMIT_FRAMES_PER_WAKEUP     32u
+/* Pause before accepting again after EMFILE/ENFILE, instead of spinning on the listen fd. */
+#define GPUSHM_ACCEPT_BACKOFF_MS           100u
+
+/* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
+#define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
+
+#endif

@@ -1,0 +1,63 @@
+/* Framing shared by gpushmd and libgpushm: one frame per SOCK_SEQPACKET datagram,
+ * a fixed header, a packed protobuf body, and fds by SCM_RIGHTS on the same datagram. */
+#ifndef GPUSHM_WIRE_H
+#define GPUSHM_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <protobuf-c/protobuf-c.h>
+#include "gpushm_limits.h"
+
+#define WIRE_MAGIC 0x4d485347u /* "GSHM" in little-endian memory order */
+#define WIRE_TYPE_REQUEST 1u
+#define WIRE_TYPE_REPLY 2u
+
+/* Host byte order: the socket never leaves the host. */
+struct wire_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint32_t body_len;
+  uint32_t n_fds;
+};
+#define WIRE_HEADER_SIZE ((size_t)sizeof(struct wire_header))
+#define WIRE_FRAME_MAX (WIRE_HEADER_SIZE + GPUSHM_LIMIT_FRAME_BODY)
+/* Receive buffers are one byte larger so that a datagram of exactly the limit is
+ * told apart from a longer one even where MSG_TRUNC is not reported. */
+#define WIRE_RECV_BUF (WIRE_FRAME_MAX + 1)
+
+struct wire_frame {
+  struct wire_header header;
+  const uint8_t *body; /* points into the caller's receive buffer */
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds;
+};
+
+/* Checks a received datagram.  msg_flags are recvmsg()'s, n_fds_received the number
+ * of fds that arrived with it.  Returns 0, or -EPROTO with *why set to a static
+ * explanation fit to send back to the peer. */
+int wire_check_frame(const uint8_t *buf, size_t len, int msg_flags, unsigned n_fds_received,
+                     uint16_t expected_type, struct wire_header *out, const char **why);
+
+/* Packs header + message into buf (WIRE_FRAME_MAX bytes).  Returns the frame length
+ * or -EMSGSIZE when the body would pass the frame limit. */
+long wire_encode(uint8_t *buf, uint16_t type, const ProtobufCMessage *msg, unsigned n_fds);
+
+/* Sends one encoded frame with fds.  Returns 0 or -errno (-EAGAIN on a full
+ * non-blocking socket). */
+int wire_send_frame(int sock, const uint8_t *frame, size_t len, const int *fds, unsigned n_fds,
+                    int send_flags);
+
+/* Receives one frame into buf (WIRE_RECV_BUF bytes).  Returns 0; -EAGAIN; -ECONNRESET
+ * at end of stream; -EPROTO with *why set (received fds already closed); or -errno.
+ * On success the caller owns frame->fds. */
+int wire_recv_frame(int sock, uint8_t *buf, uint16_t expected_type, int recv_flags,
+                    struct wire_frame *frame, const char **why);
+
+void wire_close_fds(struct wire_frame *frame);
+
+/* Buffer names: 1..GPUSHM_LIMIT_NAME_LEN bytes of [A-Za-z0-9._-], not starting with
+ * '.' or '-' (no hidden-file or option look-alikes). */
+int wire_name_valid(const char *name);
+
+#endif

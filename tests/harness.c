@@ -1,0 +1,153 @@
+#include "config.h"
+#include "harness.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void test_log(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "# ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static void sleep_ms(unsigned ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+void daemon_start(struct test_daemon *d, ...)
+{
+  const char *daemon = getenv("GPUSHMD");
+  const char *argv[64];
+  int argc = 0;
+  va_list ap;
+
+  CHECK(daemon != NULL);
+  snprintf(d->dir, sizeof d->dir, "/tmp/gpushm-test.XXXXXX");
+  CHECK(mkdtemp(d->dir) != NULL);
+  /* Other uids (the permission test's child) must reach the socket. */
+  CHECK(chmod(d->dir, 0755) == 0);
+  snprintf(d->socket, sizeof d->socket, "%s/gpushmd.sock", d->dir);
+
+  if (getenv("GPUSHM_TEST_VALGRIND")) {
+    argv[argc++] = "valgrind";
+    argv[argc++] = "-q";
+    argv[argc++] = "--error-exitcode=99";
+    argv[argc++] = "--leak-check=full";
+    argv[argc++] = "--errors-for-leak-kinds=definite";
+  }
+  argv[argc++] = daemon;
+  argv[argc++] = "--socket";
+  argv[argc++] = d->socket;
+  argv[argc++] = "--log-level";
+  argv[argc++] = getenv("GPUSHM_TEST_LOG_LEVEL") ? getenv("GPUSHM_TEST_LOG_LEVEL") : "warn";
+  va_start(ap, d);
+  for (const char *a; (a = va_arg(ap, const char *)) && argc < 62;)
+    argv[argc++] = a;
+  va_end(ap);
+  argv[argc] = NULL;
+
+  d->pid = fork();
+  CHECK(d->pid >= 0);
+  if (d->pid == 0) {
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  for (int i = 0; i < 3000; i++) {
+    gpushm_t *conn;
+    int status;
+    if (gpushm_connect(d->socket, "harness", &conn) == 0) {
+      gpushm_disconnect(conn);
+      return;
+    }
+    if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+      fprintf(stderr, "gpushmd exited during start-up (status 0x%x)\n", status);
+      exit(1);
+    }
+    sleep_ms(10);
+  }
+  fprintf(stderr, "gpushmd did not answer on %s\n", d->socket);
+  kill(d->pid, SIGKILL);
+  exit(1);
+}
+
+void daemon_stop(struct test_daemon *d)
+{
+  int status;
+  struct stat st;
+
+  CHECK(kill(d->pid, SIGTERM) == 0);
+  CHECK(waitpid(d->pid, &status, 0) == d->pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "gpushmd ended with status 0x%x\n", status);
+    exit(1);
+  }
+  CHECK(lstat(d->socket, &st) < 0 && errno == ENOENT);
+  CHECK(rmdir(d->dir) == 0);
+}
+
+gpushm_t *daemon_connect(const struct test_daemon *d)
+{
+  gpushm_t *conn = NULL;
+  CHECK_OK(gpushm_connect(d->socket, "test", &conn));
+  return conn;
+}
+
+void daemon_stats(const struct test_daemon *d, gpushm_stats_t *out)
+{
+  gpushm_t *conn = daemon_connect(d);
+  CHECK_OK(gpushm_stats(conn, out));
+  gpushm_disconnect(conn);
+}
+
+int find_buffer(gpushm_t *conn, const char *name, gpushm_buffer_info_t *out)
+{
+  gpushm_buffer_info_t *infos;
+  size_t n;
+  int found = -1;
+
+  CHECK_OK(gpushm_list(conn, &infos, &n));
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(infos[i].name, name) == 0) {
+      *out = infos[i];
+      out->holders = NULL;
+      out->n_holders = 0;
+      found = 0;
+    }
+  }
+  gpushm_buffer_info_free(infos, n);
+  return found;
+}
+
+int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
+               void *arg)
+{
+  for (int i = 0; i < 1000; i++) {
+    if (pred(d, arg))
+      return 1;
+    sleep_ms(10);
+  }
+  return 0;
+}
+
+void check_child(pid_t pid)
+{
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "child %d ended with status 0x%x\n", (int)pid, status);
+    exit(1);
+  }
+}

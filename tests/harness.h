@@ -1,0 +1,68 @@
+/* Test helpers: assertions that say where and why, and a real gpushmd on a
+ * temporary socket. */
+#ifndef GPUSHM_TEST_HARNESS_H
+#define GPUSHM_TEST_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "gpushm.h"
+
+#define TEST_SKIP 77
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+/* expr must return 0 (or a non-negative value). */
+#define CHECK_OK(expr)                                                           \
+  do {                                                                           \
+    int check_r_ = (expr);                                                       \
+    if (check_r_ < 0) {                                                          \
+      fprintf(stderr, "%s:%d: %s = %d (%s: %s)\n", __FILE__, __LINE__, #expr,    \
+              check_r_, gpushm_strerror(check_r_), gpushm_last_error_message()); \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+/* expr must fail with exactly err. */
+#define CHECK_ERR(expr, err)                                                     \
+  do {                                                                           \
+    int check_r_ = (expr);                                                       \
+    if (check_r_ != (err)) {                                                     \
+      fprintf(stderr, "%s:%d: %s = %d (%s), expected %d (%s)\n", __FILE__,       \
+              __LINE__, #expr, check_r_, gpushm_strerror(check_r_), (int)(err),  \
+              gpushm_strerror(err));                                             \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+struct test_daemon {
+  pid_t pid;
+  char dir[256];
+  char socket[300];
+};
+
+/* Starts $GPUSHMD on a socket in a fresh temporary directory, with extra arguments
+ * (NULL-terminated), and waits until it answers. */
+void daemon_start(struct test_daemon *d, ...);
+/* SIGTERM, then checks it exited 0 and removed its socket. */
+void daemon_stop(struct test_daemon *d);
+gpushm_t *daemon_connect(const struct test_daemon *d);
+void daemon_stats(const struct test_daemon *d, gpushm_stats_t *out);
+/* Looks a buffer up by name in the list the connection sees; returns 0 or -1. */
+int find_buffer(gpushm_t *conn, const char *name, gpushm_buffer_info_t *out);
+/* Polls until pred(d) is true, up to about 10 s; false if it never was. */
+int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
+               void *arg);
+/* Waits for a child and checks it exited 0. */
+void check_child(pid_t pid);
+void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
