@@ -1,1 +1,298 @@
-int main(void){return 1;}
+/* Registry semantics without sockets: references, unlink while open, lifetimes,
+ * quotas, permissions, id uniqueness. */
+#include "config.h"
+#include "harness.h"
+#include "registry.h"
+
+#include <string.h>
+
+static struct registry reg;
+static char err[256];
+static unsigned unlink_events;
+
+static void count_unlink(void *ctx, const struct reg_buffer *b)
+{
+  (void)ctx;
+  (void)b;
+  unlink_events++;
+}
+
+static void setup(uint32_t max_buffers, uint64_t max_bytes)
+{
+  struct reg_limits limits = { .max_buffers_per_uid = max_buffers, .max_bytes_per_uid = max_bytes };
+  CHECK(registry_init(&reg, &limits) == 0);
+  reg.on_unlink = count_unlink;
+  unlink_events = 0;
+}
+
+static struct reg_buffer *create(struct reg_client *c, const char *name, uint64_t size,
+                                 uint32_t mode, int lifetime)
+{
+  struct reg_create_args args = { .name = name, .size = size, .mode = mode, .lifetime = lifetime };
+  struct reg_buffer *b = NULL;
+  bool created;
+  int r = registry_create(&reg, c, &args, &b, &created, err, sizeof err);
+  if (r < 0) {
+    fprintf(stderr, "create %s: %d %s\n", name, r, err);
+    exit(1);
+  }
+  CHECK(created);
+  return b;
+}
+
+static void test_refcounts_and_unlink_while_open(void)
+{
+  struct reg_client a, b;
+  struct reg_buffer *buf, *opened;
+  uint64_t id;
+
+  setup(16, 0);
+  registry_client_init(&a, 1, 100, 1000, 1000);
+  registry_client_init(&b, 2, 200, 1000, 1000);
+  buf = create(&a, "frames", 5000, 0600, GPUSHM_LIFETIME_PERSISTENT);
+  id = buf->id;
+  CHECK(buf->refs == 1 && buf->allocated >= 5000 && buf->allocated % 4096 == 0);
+  CHECK(reg.bytes_allocated == buf->allocated);
+
+  CHECK(registry_open(&reg, &b, "frames", 0, true, &opened, err, sizeof err) == 0);
+  CHECK(opened == buf);
+  CHECK(registry_open(&reg, &b, NULL, id, false, &opened, err, sizeof err) == 0);
+  CHECK(buf->refs == 3 && buf->n_holders == 2);
+  CHECK(registry_client_refs(buf, &a) == 1 && registry_client_refs(buf, &b) == 2);
+
+  /* unlink: the name goes at once, the memory stays while anyone holds it */
+  CHECK(registry_unlink(&reg, &a, "frames", err, sizeof err) == 0);
+  CHECK(unlink_events == 1);
+  CHECK(registry_open(&reg, &b, "frames", 0, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(registry_open(&reg, &b, NULL, id, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(registry_find_id(&reg, id) == buf && !buf->linked);
+  CHECK(reg.n_buffers == 1 && reg.n_linked == 0);
+
+  /* a new buffer may take the name; it gets a new id */
+  struct reg_buffer *again = create(&a, "frames", 100, 0600, GPUSHM_LIFETIME_PERSISTENT);
+  CHECK(again->id > id);
+
+  CHECK(registry_close(&reg, &a, id, err, sizeof err) == 0);
+  CHECK(registry_close(&reg, &a, id, err, sizeof err) == GPUSHM_E_NOENT); /* none left */
+  CHECK(registry_close(&reg, &b, id, err, sizeof err) == 0);
+  CHECK(registry_find_id(&reg, id) == buf);
+  CHECK(registry_close(&reg, &b, id, err, sizeof err) == 0); /* the last reference */
+  CHECK(registry_find_id(&reg, id) == NULL);
+  CHECK(reg.n_buffers == 1 && reg.bytes_allocated == again->allocated);
+
+  /* persistent: stays with no references until unlinked */
+  CHECK(registry_close(&reg, &a, again->id, err, sizeof err) == 0);
+  CHECK(reg.n_buffers == 1 && again->refs == 0);
+  CHECK(registry_unlink(&reg, &a, "frames", err, sizeof err) == 0);
+  CHECK(reg.n_buffers == 0 && reg.bytes_allocated == 0);
+  registry_client_gone(&reg, &a);
+  registry_client_gone(&reg, &b);
+  registry_destroy(&reg);
+}
+
+static void test_exclusive_and_open_existing(void)
+{
+  struct reg_client a;
+  struct reg_create_args args = { .name = "x", .size = 10 };
+  struct reg_buffer *b1, *b2;
+  bool created;
+
+  setup(16, 0);
+  registry_client_init(&a, 1, 100, 1000, 1000);
+  b1 = create(&a, "x", 10, 0, GPUSHM_LIFETIME_PERSISTENT);
+  CHECK(b1->mode == 0600); /* the default */
+  CHECK(registry_create(&reg, &a, &args, &b2, &created, err, sizeof err) == GPUSHM_E_EXIST);
+  args.open_existing = true;
+  CHECK(registry_create(&reg, &a, &args, &b2, &created, err, sizeof err) == 0);
+  CHECK(b2 == b1 && !created && b1->refs == 2);
+  registry_client_gone(&reg, &a);
+  CHECK(b1->refs == 0 && reg.n_buffers == 1);
+  registry_destroy(&reg);
+}
+
+static void test_session_lifetime(void)
+{
+  struct reg_client creator, other;
+  struct reg_buffer *s, *p, *held;
+  uint64_t held_id;
+
+  setup(16, 0);
+  registry_client_init(&creator, 1, 100, 1000, 1000);
+  registry_client_init(&other, 2, 200, 1000, 1000);
+  s = create(&creator, "session", 10, 0600, GPUSHM_LIFETIME_SESSION);
+  (void)s;
+  p = create(&creator, "persistent", 10, 0600, GPUSHM_LIFETIME_PERSISTENT);
+  held = create(&creator, "held", 10, 0600, GPUSHM_LIFETIME_SESSION);
+  held_id = held->id;
+  CHECK(registry_open(&reg, &other, "held", 0, false, &held, err, sizeof err) == 0);
+
+  registry_client_gone(&reg, &creator);
+  /* session buffers lose their names; one still held keeps its memory */
+  CHECK(reg.n_buffers == 2 && reg.n_linked == 1);
+  CHECK(registry_find_id(&reg, p->id) == p && p->linked && p->refs == 0);
+  CHECK(registry_find_id(&reg, held_id) == held && !held->linked && held->creator == NULL);
+  registry_client_gone(&reg, &other);
+  CHECK(reg.n_buffers == 1);
+  registry_destroy(&reg);
+}
+
+static void test_quotas(void)
+{
+  struct reg_client a, b;
+  struct reg_create_args args = { .name = "q3", .size = 4096 };
+  struct reg_buffer *buf;
+  bool created;
+
+  setup(2, 3 * 4096);
+  registry_client_init(&a, 1, 100, 1000, 1000);
+  registry_client_init(&b, 2, 200, 2000, 2000);
+  create(&a, "q1", 4096, 0, 0);
+  create(&a, "q2", 4096, 0, 0);
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_LIMIT);
+  CHECK(strstr(err, "buffers") != NULL);
+  /* quotas are per uid */
+  create(&b, "q3", 2 * 4096, 0, 0);
+  args.name = "q4";
+  args.size = 4096 + 1; /* rounds up to two pages: over b's byte quota */
+  CHECK(registry_create(&reg, &b, &args, &buf, &created, err, sizeof err) == GPUSHM_E_LIMIT);
+  CHECK(strstr(err, "bytes") != NULL);
+  args.size = 4096;
+  CHECK(registry_create(&reg, &b, &args, &buf, &created, err, sizeof err) == 0);
+  /* freeing gives quota back */
+  registry_client_gone(&reg, &a);
+  CHECK(registry_unlink(&reg, &a, "q1", err, sizeof err) == 0);
+  args.name = "q5";
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == 0);
+  registry_client_gone(&reg, &a);
+  registry_client_gone(&reg, &b);
+  registry_destroy(&reg);
+}
+
+static void test_bad_arguments(void)
+{
+  struct reg_client a;
+  struct reg_create_args args = { .name = "ok", .size = 1 };
+  struct reg_buffer *buf;
+  bool created;
+
+  setup(16, 0);
+  registry_client_init(&a, 1, 100, 1000, 1000);
+  args.name = "bad/name";
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_NAME);
+  args.name = "ok";
+  args.size = 0;
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_INVAL);
+  args.size = GPUSHM_LIMIT_BUFFER_SIZE + 1;
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_INVAL);
+  args.size = 1;
+  args.mode = 01777;
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_INVAL);
+  args.mode = 0;
+  args.lifetime = 7;
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_INVAL);
+  args.lifetime = 0;
+  args.backend = GPUSHM_BACKEND_CUDA_IPC; /* not registered in this registry */
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_UNSUPPORTED);
+  args.backend = 9;
+  CHECK(registry_create(&reg, &a, &args, &buf, &created, err, sizeof err) == GPUSHM_E_INVAL);
+  CHECK(reg.n_buffers == 0);
+  registry_destroy(&reg);
+}
+
+static void test_permissions(void)
+{
+  struct reg_client owner, group_member, other, root, supplementary;
+  struct reg_buffer *buf, *opened;
+  gid_t groups[] = { 4242 };
+
+  setup(16, 0);
+  registry_client_init(&owner, 1, 1, 1000, 4242);
+  registry_client_init(&group_member, 2, 2, 1001, 4242);
+  registry_client_init(&other, 3, 3, 1002, 1002);
+  registry_client_init(&root, 4, 4, 0, 0);
+  registry_client_init(&supplementary, 5, 5, 1003, 1003);
+  supplementary.groups = malloc(sizeof groups);
+  memcpy(supplementary.groups, groups, sizeof groups);
+  supplementary.n_groups = 1;
+
+  buf = create(&owner, "perm", 10, 0640, 0);
+  CHECK(registry_may_access(&owner, buf, true));
+  CHECK(registry_may_access(&group_member, buf, false));
+  CHECK(!registry_may_access(&group_member, buf, true));
+  CHECK(registry_may_access(&supplementary, buf, false));
+  CHECK(!registry_may_access(&other, buf, false));
+  CHECK(registry_may_access(&root, buf, true));
+  CHECK(registry_open(&reg, &other, "perm", 0, false, &opened, err, sizeof err) == GPUSHM_E_PERM);
+  CHECK(registry_open(&reg, &group_member, "perm", 0, true, &opened, err, sizeof err) == GPUSHM_E_PERM);
+  CHECK(registry_open(&reg, &group_member, "perm", 0, false, &opened, err, sizeof err) == 0);
+  /* write-only bits do not grant a read-write open */
+  buf->mode = 0620;
+  CHECK(!registry_may_access(&group_member, buf, true));
+  /* only the owner or root unlinks */
+  CHECK(registry_unlink(&reg, &group_member, "perm", err, sizeof err) == GPUSHM_E_PERM);
+  CHECK(registry_unlink(&reg, &root, "perm", err, sizeof err) == 0);
+  registry_client_gone(&reg, &owner);
+  registry_client_gone(&reg, &group_member);
+  registry_client_gone(&reg, &supplementary);
+  CHECK(reg.n_buffers == 0);
+  registry_destroy(&reg);
+}
+
+static void test_many_buffers_ids_and_names(void)
+{
+  struct reg_client a;
+  char name[32];
+  uint64_t last = 0;
+
+  setup(5000, 0);
+  registry_client_init(&a, 1, 1, 1000, 1000);
+  /* enough to grow the name table and the id index several times */
+  for (int i = 0; i < 3000; i++) {
+    snprintf(name, sizeof name, "b%d", i);
+    struct reg_buffer *b = create(&a, name, 1, 0, 0);
+    CHECK(b->id > last);
+    last = b->id;
+  }
+  for (int i = 0; i < 3000; i += 2) {
+    snprintf(name, sizeof name, "b%d", i);
+    CHECK(registry_unlink(&reg, &a, name, err, sizeof err) == 0);
+  }
+  registry_client_gone(&reg, &a); /* drops every reference: the unlinked half is freed */
+  CHECK(reg.n_buffers == 1500 && reg.n_linked == 1500);
+  for (size_t i = 1; i < reg.n_buffers; i++)
+    CHECK(reg.by_id[i - 1]->id < reg.by_id[i]->id);
+  CHECK(registry_index_after(&reg, 0) == 0);
+  CHECK(registry_index_after(&reg, last) == reg.n_buffers);
+  registry_destroy(&reg);
+}
+
+static void test_refs_per_holding_limit(void)
+{
+  struct reg_client a;
+  struct reg_buffer *buf, *opened;
+
+  setup(16, 0);
+  registry_client_init(&a, 1, 1, 1000, 1000);
+  buf = create(&a, "counted", 1, 0, 0);
+  for (uint32_t i = 1; i < GPUSHM_LIMIT_REFS_PER_HOLDING; i++)
+    CHECK(registry_open(&reg, &a, NULL, buf->id, true, &opened, err, sizeof err) == 0);
+  CHECK(buf->refs == GPUSHM_LIMIT_REFS_PER_HOLDING);
+  CHECK(registry_open(&reg, &a, NULL, buf->id, true, &opened, err, sizeof err) == GPUSHM_E_LIMIT);
+  CHECK(buf->refs == GPUSHM_LIMIT_REFS_PER_HOLDING);
+  registry_client_gone(&reg, &a);
+  CHECK(buf->refs == 0);
+  registry_destroy(&reg);
+}
+
+int main(void)
+{
+  test_refs_per_holding_limit();
+  test_refcounts_and_unlink_while_open();
+  test_exclusive_and_open_existing();
+  test_session_lifetime();
+  test_quotas();
+  test_bad_arguments();
+  test_permissions();
+  test_many_buffers_ids_and_names();
+  return 0;
+}
