@@ -159,12 +159,12 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   if (len < 0)
     return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
   r = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  /* A daemon that hung up (too many clients, say) may have left its reason queued:
+   * read it rather than report a bare disconnect. */
+  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, r < 0 ? MSG_DONTWAIT : 0, &frame,
+                      &why);
   if (r < 0)
-    return wire_error(conn, r, NULL);
-
-  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, 0, &frame, &why);
-  if (r < 0)
-    return wire_error(conn, r, why);
+    return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
   reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
   if (!reply) {
     wire_close_fds(&frame);

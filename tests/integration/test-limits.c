@@ -1,1 +1,223 @@
-int main(void){return 1;}
+/* Each named limit, crossed against a real daemon: name length, buffers and bytes
+ * per uid, clients, list paging, holders listed. */
+#include "config.h"
+#include "harness.h"
+#include "gpushm_limits.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static void test_name_length(void)
+{
+  struct test_daemon d;
+  char name[GPUSHM_LIMIT_NAME_LEN + 2];
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  memset(name, 'n', sizeof name);
+  name[GPUSHM_LIMIT_NAME_LEN] = '\0';
+  CHECK_OK(gpushm_buffer_create(conn, name, 1, NULL, &b));
+  CHECK(strcmp(gpushm_buffer_name(b), name) == 0);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, name));
+  name[GPUSHM_LIMIT_NAME_LEN] = 'n';
+  name[GPUSHM_LIMIT_NAME_LEN + 1] = '\0';
+  CHECK_ERR(gpushm_buffer_create(conn, name, 1, NULL, &b), GPUSHM_E_NAME);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static void test_quotas(void)
+{
+  struct test_daemon d;
+  gpushm_buffer_t *b[4];
+  gpushm_t *conn;
+
+  daemon_start(&d, "--max-buffers-per-uid", "3", "--max-bytes-per-uid", "1M", NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "q0", 512 * 1024, NULL, &b[0]));
+  CHECK_OK(gpushm_buffer_create(conn, "q1", 256 * 1024, NULL, &b[1]));
+  /* bytes: 768 KiB used, 256 KiB + 1 does not fit, 256 KiB does */
+  CHECK_ERR(gpushm_buffer_create(conn, "q2", 256 * 1024 + 1, NULL, &b[2]), GPUSHM_E_LIMIT);
+  CHECK(strstr(gpushm_last_error_message(), "bytes") != NULL);
+  CHECK_OK(gpushm_buffer_create(conn, "q2", 256 * 1024, NULL, &b[2]));
+  /* count: a fourth buffer, however small, is refused */
+  CHECK_ERR(gpushm_buffer_create(conn, "q3", 1, NULL, &b[3]), GPUSHM_E_LIMIT);
+  CHECK(strstr(gpushm_last_error_message(), "buffers") != NULL);
+  /* freeing one (unlink + last close) gives its share back */
+  CHECK_OK(gpushm_unlink(conn, "q1"));
+  CHECK_ERR(gpushm_buffer_create(conn, "q3", 1, NULL, &b[3]), GPUSHM_E_LIMIT); /* still held */
+  CHECK_OK(gpushm_buffer_close(b[1]));
+  CHECK_OK(gpushm_buffer_create(conn, "q3", 4096, NULL, &b[3]));
+  for (int i = 0; i < 4; i++)
+    if (i != 1)
+      CHECK_OK(gpushm_buffer_close(b[i]));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static int clients_are(const struct test_daemon *d, void *conn)
+{
+  gpushm_stats_t s;
+  (void)d;
+  CHECK_OK(gpushm_stats(conn, &s));
+  return s.clients == 1;
+}
+
+static void test_max_clients(void)
+{
+  struct test_daemon d;
+  gpushm_t *c1 = NULL, *c2, *c3;
+
+  daemon_start(&d, "--max-clients", "2", NULL);
+  /* the harness's start-up probe may still hold a slot for a moment */
+  for (int i = 0; i < 500 && gpushm_connect(d.socket, "first", &c1) < 0; i++)
+    usleep(10000);
+  CHECK(c1 != NULL);
+  CHECK(wait_until(clients_are, &d, c1));
+  c2 = daemon_connect(&d);
+  CHECK_ERR(gpushm_connect(d.socket, "third", &c3), GPUSHM_E_LIMIT);
+  CHECK(strstr(gpushm_last_error_message(), "too many clients") != NULL);
+  CHECK_OK(gpushm_ping(c2)); /* the others are unaffected */
+  gpushm_disconnect(c2);
+  CHECK(wait_until(clients_are, &d, c1)); /* the slot frees once the hang-up is seen */
+  c3 = daemon_connect(&d);
+  CHECK_OK(gpushm_ping(c3));
+  gpushm_disconnect(c1);
+  gpushm_disconnect(c3);
+  daemon_stop(&d);
+}
+
+/* More buffers than one page holds, with names and holders big enough (~300 bytes an
+ * entry) that the byte budget, not only the entry count, has to cut pages: by count
+ * 700 entries take 3 pages, by bytes at least 4. */
+static void test_list_paging(void)
+{
+  enum { N = 700, HOLDING = 13 };
+  struct test_daemon d;
+  gpushm_t *conns[HOLDING], *lister;
+  gpushm_buffer_t **bufs = calloc(N, sizeof *bufs);
+  gpushm_buffer_info_t *infos;
+  gpushm_stats_t s1, s2;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  size_t n;
+  int ready[2], done[2];
+  pid_t holders[HOLDING];
+
+  daemon_start(&d, NULL);
+  memset(name, 'x', GPUSHM_LIMIT_NAME_LEN);
+  name[GPUSHM_LIMIT_NAME_LEN] = '\0';
+  conns[0] = daemon_connect(&d);
+  for (int i = 0; i < N; i++) {
+    snprintf(name, 8, "%05d", i);
+    name[5] = 'x';
+    CHECK_OK(gpushm_buffer_create(conns[0], name, 1, NULL, &bufs[i]));
+  }
+  /* other processes hold every buffer too (one process maps each buffer once) */
+  CHECK(pipe(ready) == 0 && pipe(done) == 0);
+  for (int h = 1; h < HOLDING; h++) {
+    holders[h] = fork();
+    CHECK(holders[h] >= 0);
+    if (holders[h] == 0) {
+      gpushm_t *mine = daemon_connect(&d);
+      gpushm_buffer_t *b;
+      char c;
+      close(done[1]);
+      for (int i = 0; i < N; i++) {
+        snprintf(name, 8, "%05d", i);
+        name[5] = 'x';
+        CHECK_OK(gpushm_buffer_open(mine, name, 0, &b));
+      }
+      CHECK(write(ready[1], "r", 1) == 1);
+      CHECK(read(done[0], &c, 1) == 0);
+      _exit(0);
+    }
+  }
+  for (int h = 1; h < HOLDING; h++) {
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+  }
+
+  lister = daemon_connect(&d);
+  CHECK_OK(gpushm_stats(lister, &s1));
+  CHECK_OK(gpushm_list(lister, &infos, &n));
+  CHECK_OK(gpushm_stats(lister, &s2));
+  CHECK(n == N);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(infos[i].id == gpushm_buffer_id(bufs[i]));
+    CHECK(strlen(infos[i].name) == GPUSHM_LIMIT_NAME_LEN);
+    CHECK(infos[i].n_holders == HOLDING && infos[i].refs == HOLDING);
+  }
+  test_log("listing %d buffers took %llu list requests", N,
+           (unsigned long long)(s2.requests - s1.requests - 1));
+  CHECK(s2.requests - s1.requests - 1 >= 4);
+  gpushm_buffer_info_free(infos, n);
+
+  close(done[1]);
+  for (int h = 1; h < HOLDING; h++)
+    check_child(holders[h]);
+  for (int i = 0; i < N; i++)
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+  free(bufs);
+  gpushm_disconnect(lister);
+  gpushm_disconnect(conns[0]);
+  daemon_stop(&d);
+}
+
+/* A buffer with more holders than a list entry shows: the total is still exact. */
+static void test_holders_listed(void)
+{
+  enum { HOLDERS = GPUSHM_LIMIT_HOLDERS_LISTED + 2 };
+  struct test_daemon d;
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_buffer_info_t *infos;
+  size_t n;
+  int ready[2], done[2];
+  pid_t pids[HOLDERS];
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "popular", 1, NULL, &b));
+  CHECK(pipe(ready) == 0 && pipe(done) == 0);
+  for (int i = 1; i < HOLDERS; i++) {
+    pids[i] = fork();
+    CHECK(pids[i] >= 0);
+    if (pids[i] == 0) {
+      gpushm_t *mine = daemon_connect(&d);
+      gpushm_buffer_t *mb;
+      char c;
+      close(done[1]);
+      CHECK_OK(gpushm_buffer_open(mine, "popular", 0, &mb));
+      CHECK(write(ready[1], "r", 1) == 1);
+      CHECK(read(done[0], &c, 1) == 0);
+      _exit(0);
+    }
+  }
+  for (int i = 1; i < HOLDERS; i++) {
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+  }
+  CHECK_OK(gpushm_list(conn, &infos, &n));
+  CHECK(n == 1 && infos[0].holders_total == HOLDERS && infos[0].refs == HOLDERS);
+  CHECK(infos[0].n_holders == GPUSHM_LIMIT_HOLDERS_LISTED);
+  gpushm_buffer_info_free(infos, n);
+  close(done[1]);
+  for (int i = 1; i < HOLDERS; i++)
+    check_child(pids[i]);
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+int main(void)
+{
+  test_name_length();
+  test_quotas();
+  test_max_clients();
+  test_list_paging();
+  test_holders_listed();
+  return 0;
+}
