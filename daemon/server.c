@@ -154,14 +154,21 @@ static void on_listen_readable(uv_poll_t *handle, int status, int events)
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* The pending connection stays queued and the fd stays readable: stop
          * watching it for a while instead of spinning. */
-        log_warn("accept: %s; pausing accepts for %u ms", strerror(errno),
-                 GPUSHM_ACCEPT_BACKOFF_MS);
+        /* once per episode: this repeats every back-off period until fds free up */
+        log_msg(srv->accept_starved ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARN,
+                "accept: %s; pausing accepts for %u ms at a time", strerror(errno),
+                GPUSHM_ACCEPT_BACKOFF_MS);
+        srv->accept_starved = true;
         uv_poll_stop(&srv->listen_poll);
         uv_timer_start(&srv->accept_backoff, on_accept_backoff, GPUSHM_ACCEPT_BACKOFF_MS, 0);
       } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         log_warn("accept: %s", strerror(errno));
       }
       return;
+    }
+    if (srv->accept_starved) {
+      log_info("accepting clients again");
+      srv->accept_starved = false;
     }
     if (srv->n_clients >= srv->cfg.max_clients) {
       log_warn("refusing a client: %u clients connected (limit)", srv->n_clients);

@@ -33,6 +33,7 @@ struct server {
   struct status_page_owner status;
   int listen_fd;
   bool listening;
+  bool accept_starved; /* in an EMFILE/ENFILE episode */
   uv_poll_t listen_poll;
   uv_timer_t accept_backoff;
   struct list conns; /* conn.link */

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,20 +27,14 @@ static void sleep_ms(unsigned ms)
   nanosleep(&ts, NULL);
 }
 
-void daemon_start(struct test_daemon *d, ...)
+/* argv for the daemon: optionally under valgrind, then the extra arguments. */
+static int daemon_argv(const char **argv, int max, const char *socket, va_list ap)
 {
   const char *daemon = getenv("GPUSHMD");
-  const char *argv[64];
+  const char *level = getenv("GPUSHM_TEST_LOG_LEVEL");
   int argc = 0;
-  va_list ap;
 
   CHECK(daemon != NULL);
-  snprintf(d->dir, sizeof d->dir, "/tmp/gpushm-test.XXXXXX");
-  CHECK(mkdtemp(d->dir) != NULL);
-  /* Other uids (the permission test's child) must reach the socket. */
-  CHECK(chmod(d->dir, 0755) == 0);
-  snprintf(d->socket, sizeof d->socket, "%s/gpushmd.sock", d->dir);
-
   if (getenv("GPUSHM_TEST_VALGRIND")) {
     argv[argc++] = "valgrind";
     argv[argc++] = "-q";
@@ -48,19 +43,30 @@ void daemon_start(struct test_daemon *d, ...)
     argv[argc++] = "--errors-for-leak-kinds=definite";
   }
   argv[argc++] = daemon;
-  argv[argc++] = "--socket";
-  argv[argc++] = d->socket;
-  argv[argc++] = "--log-level";
-  argv[argc++] = getenv("GPUSHM_TEST_LOG_LEVEL") ? getenv("GPUSHM_TEST_LOG_LEVEL") : "warn";
-  va_start(ap, d);
-  for (const char *a; (a = va_arg(ap, const char *)) && argc < 62;)
+  if (socket) {
+    argv[argc++] = "--socket";
+    argv[argc++] = socket;
+    argv[argc++] = "--log-level";
+    argv[argc++] = level ? level : "warn";
+  }
+  for (const char *a; (a = va_arg(ap, const char *)) && argc < max - 1;)
     argv[argc++] = a;
-  va_end(ap);
   argv[argc] = NULL;
+  return argc;
+}
 
+static void spawn(struct test_daemon *d, va_list ap)
+{
+  const char *argv[64];
+
+  daemon_argv(argv, 64, d->socket, ap);
   d->pid = fork();
   CHECK(d->pid >= 0);
   if (d->pid == 0) {
+    if (d->nofile) {
+      struct rlimit rl = { d->nofile, d->nofile };
+      CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    }
     execvp(argv[0], (char *const *)argv);
     fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -81,6 +87,54 @@ void daemon_start(struct test_daemon *d, ...)
   fprintf(stderr, "gpushmd did not answer on %s\n", d->socket);
   kill(d->pid, SIGKILL);
   exit(1);
+}
+
+void daemon_start(struct test_daemon *d, ...)
+{
+  va_list ap;
+
+  snprintf(d->dir, sizeof d->dir, "/tmp/gpushm-test.XXXXXX");
+  CHECK(mkdtemp(d->dir) != NULL);
+  /* Other uids (the permission test's child) must reach the socket. */
+  CHECK(chmod(d->dir, 0755) == 0);
+  snprintf(d->socket, sizeof d->socket, "%s/gpushmd.sock", d->dir);
+  va_start(ap, d);
+  spawn(d, ap);
+  va_end(ap);
+}
+
+void daemon_respawn(struct test_daemon *d, ...)
+{
+  va_list ap;
+  va_start(ap, d);
+  spawn(d, ap);
+  va_end(ap);
+}
+
+int daemon_run(const char *out_file, ...)
+{
+  const char *argv[64];
+  va_list ap;
+  int status;
+  pid_t pid;
+
+  va_start(ap, out_file);
+  daemon_argv(argv, 64, NULL, ap);
+  va_end(ap);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    if (out_file) {
+      FILE *f = freopen(out_file, "w", stdout);
+      CHECK(f != NULL);
+      CHECK(dup2(fileno(stdout), 2) == 2);
+    }
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  return WEXITSTATUS(status);
 }
 
 void daemon_stop(struct test_daemon *d)

@@ -45,6 +45,7 @@
 
 struct test_daemon {
   pid_t pid;
+  unsigned nofile; /* if set, the daemon's RLIMIT_NOFILE (soft and hard) */
   char dir[256];
   char socket[300];
 };
@@ -52,6 +53,11 @@ struct test_daemon {
 /* Starts $GPUSHMD on a socket in a fresh temporary directory, with extra arguments
  * (NULL-terminated), and waits until it answers. */
 void daemon_start(struct test_daemon *d, ...);
+/* Starts another daemon on d's existing socket path and waits until it answers. */
+void daemon_respawn(struct test_daemon *d, ...);
+/* Runs $GPUSHMD with arguments (NULL-terminated) to completion, output to out_file
+ * (may be NULL); returns its exit status. */
+int daemon_run(const char *out_file, ...);
 /* SIGTERM, then checks it exited 0 and removed its socket. */
 void daemon_stop(struct test_daemon *d);
 gpushm_t *daemon_connect(const struct test_daemon *d);

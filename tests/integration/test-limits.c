@@ -9,7 +9,7 @@
 
 static void test_name_length(void)
 {
-  struct test_daemon d;
+  struct test_daemon d = { 0 };
   char name[GPUSHM_LIMIT_NAME_LEN + 2];
   gpushm_buffer_t *b;
   gpushm_t *conn;
@@ -31,7 +31,7 @@ static void test_name_length(void)
 
 static void test_quotas(void)
 {
-  struct test_daemon d;
+  struct test_daemon d = { 0 };
   gpushm_buffer_t *b[4];
   gpushm_t *conn;
 
@@ -68,7 +68,7 @@ static int clients_are(const struct test_daemon *d, void *conn)
 
 static void test_max_clients(void)
 {
-  struct test_daemon d;
+  struct test_daemon d = { 0 };
   gpushm_t *c1 = NULL, *c2, *c3;
 
   daemon_start(&d, "--max-clients", "2", NULL);
@@ -96,7 +96,7 @@ static void test_max_clients(void)
 static void test_list_paging(void)
 {
   enum { N = 700, HOLDING = 13 };
-  struct test_daemon d;
+  struct test_daemon d = { 0 };
   gpushm_t *conns[HOLDING], *lister;
   gpushm_buffer_t **bufs = calloc(N, sizeof *bufs);
   gpushm_buffer_info_t *infos;
@@ -170,7 +170,7 @@ static void test_list_paging(void)
 static void test_holders_listed(void)
 {
   enum { HOLDERS = GPUSHM_LIMIT_HOLDERS_LISTED + 2 };
-  struct test_daemon d;
+  struct test_daemon d = { 0 };
   gpushm_t *conn;
   gpushm_buffer_t *b;
   gpushm_buffer_info_t *infos;
