@@ -19,6 +19,8 @@
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gpushm_buffer *by_id[CACHE_BUCKETS];
 static struct gpushm_buffer *by_name[CACHE_BUCKETS];
+/* A forked child's view of its parent's cache: kept reachable, never used. */
+static struct gpushm_buffer *inherited[CACHE_BUCKETS];
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void cache_prefork(void)
@@ -32,9 +34,18 @@ static void cache_postfork_parent(void)
 }
 
 /* The child shares its parent's sockets, which it must not talk on: it starts with
- * an empty cache (its inherited mappings stay, unaccounted, until it exits). */
+ * an empty cache.  Its inherited mappings stay until it exits; the entries are parked
+ * where they stay reachable rather than leaked. */
 static void cache_postfork_child(void)
 {
+  for (unsigned i = 0; i < CACHE_BUCKETS; i++) {
+    struct gpushm_buffer *b = by_id[i], *next;
+    for (; b; b = next) {
+      next = b->next_by_id;
+      b->next_by_id = inherited[i];
+      inherited[i] = b;
+    }
+  }
   memset(by_id, 0, sizeof by_id);
   memset(by_name, 0, sizeof by_name);
   pthread_mutex_unlock(&cache_lock);

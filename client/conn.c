@@ -163,6 +163,10 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
    * read it rather than report a bare disconnect. */
   r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, r < 0 ? MSG_DONTWAIT : 0, &frame,
                       &why);
+  /* A peer that closed with our request unread makes the kernel report a reset,
+   * possibly before the reply it queued first: look once more. */
+  if (r == -ECONNRESET)
+    r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, MSG_DONTWAIT, &frame, &why);
   if (r < 0)
     return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
   reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);

@@ -206,9 +206,16 @@ int main(int argc, char **argv)
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  uv_loop_init(&loop);
-  if (server_listen(&srv, err, sizeof err) < 0 || server_start(&srv, &loop, err, sizeof err) < 0) {
+  if (server_listen(&srv, err, sizeof err) < 0) {
     log_error("%s", err);
+    registry_destroy(&srv.reg);
+    return 1;
+  }
+  uv_loop_init(&loop);
+  if (server_start(&srv, &loop, err, sizeof err) < 0) {
+    log_error("%s", err);
+    registry_destroy(&srv.reg);
+    uv_loop_close(&loop);
     return 1;
   }
   for (size_t i = 0; i < 2; i++) {

@@ -186,16 +186,27 @@ static void on_status_unlink(void *ctx, const struct reg_buffer *buffer)
   log_debug("'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
 }
 
+static void close_listener(struct server *srv)
+{
+  close(srv->listen_fd);
+  srv->listen_fd = -1;
+  if (unlink(srv->cfg.socket_path) < 0 && errno != ENOENT)
+    log_warn("removing %s: %s", srv->cfg.socket_path, strerror(errno));
+}
+
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
 {
   srv->loop = loop;
   list_init(&srv->conns);
   if (getrandom(&srv->instance_id, sizeof srv->instance_id, 0) != sizeof srv->instance_id) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
+    close_listener(srv);
     return -1;
   }
-  if (status_page_create(&srv->status, err, errlen) < 0)
+  if (status_page_create(&srv->status, err, errlen) < 0) {
+    close_listener(srv);
     return -1;
+  }
   srv->reg.on_unlink = on_status_unlink;
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
@@ -216,10 +227,7 @@ void server_shutdown(struct server *srv)
   uv_poll_stop(&srv->listen_poll);
   uv_close((uv_handle_t *)&srv->listen_poll, NULL);
   uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
-  close(srv->listen_fd);
-  srv->listen_fd = -1;
-  if (unlink(srv->cfg.socket_path) < 0 && errno != ENOENT)
-    log_warn("removing %s: %s", srv->cfg.socket_path, strerror(errno));
+  close_listener(srv);
   while (!list_empty(&srv->conns))
     conn_close(list_entry(srv->conns.next, struct conn, link));
 }

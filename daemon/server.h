@@ -50,6 +50,7 @@ struct server {
 /* Binds cfg.socket_path: creates its directory, refuses a path a live daemon serves,
  * replaces a stale socket.  Returns 0 or -1 with err set. */
 int server_listen(struct server *srv, char *err, size_t errlen);
+/* Starts serving on the loop; on failure the listening socket is closed and removed. */
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen);
 /* Closes every client (releasing its references) and the listening socket. */
 void server_shutdown(struct server *srv);

@@ -11,6 +11,8 @@
  *  - Users need neither cuda.h nor libcuda: device pointers cross this API as
  *    void * and CUDA streams as void * (a CUstream / cudaStream_t).
  *  - After fork(), a child must not use handles its parent had; it connects anew.
+ *    It may gpushm_disconnect() inherited connections to free their memory, which
+ *    closes only its own copy of the socket.
  */
 #ifndef GPUSHM_H
 #define GPUSHM_H

@@ -21,7 +21,7 @@ static void expect_totals(uint32_t buffers, uint32_t linked, uint64_t bytes)
 }
 
 /* A child that creates buffers and exits without closing anything. */
-static pid_t creator_child(int ready_fd, int hold_fd, int hold_write_end)
+static pid_t creator_child(int ready_fd, int hold_fd, int hold_write_end, gpushm_t **inherited)
 {
   pid_t pid = fork();
   CHECK(pid >= 0);
@@ -31,6 +31,8 @@ static pid_t creator_child(int ready_fd, int hold_fd, int hold_write_end)
     gpushm_buffer_t *b;
     char c;
     close(hold_write_end); /* so the parent's close reaches us as end of file */
+    gpushm_disconnect(inherited[0]);
+    gpushm_disconnect(inherited[1]);
     gpushm_create_opts_init(&opts);
     opts.mode = 0644;
     opts.lifetime = GPUSHM_LIFETIME_SESSION;
@@ -86,7 +88,7 @@ int main(void)
     char c;
     pid_t pid;
     CHECK(pipe(ready) == 0 && pipe(hold) == 0);
-    pid = creator_child(ready[1], hold[0], hold[1]);
+    pid = creator_child(ready[1], hold[0], hold[1], (gpushm_t *[]){ conn, other });
     CHECK(read(ready[0], &c, 1) == 1);
     CHECK_OK(gpushm_buffer_open(conn, "session", GPUSHM_OPEN_READONLY, &buf));
     CHECK(find_buffer(conn, "session", &info) == 0 && info.lifetime == GPUSHM_LIFETIME_SESSION);

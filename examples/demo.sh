@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs gpushmd on a private socket, a producer that creates and fills a 64 MiB
+# buffer, and a consumer in another process that verifies it and answers; the
+# producer verifies the answer.  Usage: examples/demo.sh [BUILD_DIR]
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top/_build}
+dir=$(mktemp -d /tmp/gpushm-demo.XXXXXX)
+export GPUSHM_SOCKET="$dir/gpushmd.sock"
+"$build/daemon/gpushmd" --log-level info &
+daemon=$!
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$dir"' EXIT
+i=0
+until [ -S "$GPUSHM_SOCKET" ]; do
+  i=$((i + 1)); [ $i -lt 500 ] || { echo "demo: gpushmd did not start"; exit 1; }
+  sleep 0.01
+done
+"$build/examples/gpushm-producer" demo 64 &
+producer=$!
+"$build/examples/gpushm-consumer" demo
+wait $producer
+kill -TERM $daemon
+wait $daemon
+trap 'rm -rf "$dir"' EXIT
+echo "demo: OK (gpushmd stopped cleanly)"
