@@ -48,6 +48,50 @@ void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count)
   free(infos);
 }
 
+/* Appends one page of the listing to *infos; *after_id moves past it. */
+static int fetch_page(gpushm_t *conn, uint64_t *after_id, gpushm_buffer_info_t **infos,
+                      size_t *n, size_t *cap, bool *more)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  const Gpushm__ListReply *page;
+  int r;
+
+  body.after_id = *after_id;
+  req.body_case = GPUSHM__REQUEST__BODY_LIST;
+  req.list = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_LIST) {
+    r = client_error(GPUSHM_E_PROTO, "malformed list reply");
+    goto out;
+  }
+  page = reply->list;
+  if (*n + page->n_buffers > *cap) {
+    size_t new_cap = (*n + page->n_buffers) * 2;
+    gpushm_buffer_info_t *grown = realloc(*infos, new_cap * sizeof *grown);
+    if (!grown) {
+      r = client_error(GPUSHM_E_NOMEM, "out of memory");
+      goto out;
+    }
+    *infos = grown;
+    *cap = new_cap;
+  }
+  for (size_t i = 0; i < page->n_buffers; i++) {
+    if (copy_info(&(*infos)[*n], page->buffers[i]) < 0) {
+      r = client_error(GPUSHM_E_NOMEM, "out of memory");
+      goto out;
+    }
+    *after_id = (*infos)[(*n)++].id;
+  }
+  /* An empty page ends the walk even if the daemon says more: no progress. */
+  *more = page->more && page->n_buffers > 0;
+out:
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r;
+}
+
 int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
 {
   gpushm_buffer_info_t *infos = NULL;
@@ -59,49 +103,11 @@ int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
   if (!conn || !out || !count)
     return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
   while (more) {
-    Gpushm__Request req = GPUSHM__REQUEST__INIT;
-    Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
-    Gpushm__Reply *reply;
-    const Gpushm__ListReply *page;
-    int r;
-
-    body.after_id = after_id;
-    req.body_case = GPUSHM__REQUEST__BODY_LIST;
-    req.list = &body;
-    if ((r = client_call(conn, &req, &reply, NULL)) < 0)
-      goto fail_r;
-    if (reply->body_case != GPUSHM__REPLY__BODY_LIST) {
-      gpushm__reply__free_unpacked(reply, NULL);
-      r = client_error(GPUSHM_E_PROTO, "malformed list reply");
-      goto fail_r;
+    int r = fetch_page(conn, &after_id, &infos, &n, &cap, &more);
+    if (r < 0) {
+      gpushm_buffer_info_free(infos, n);
+      return r;
     }
-    page = reply->list;
-    if (n + page->n_buffers > cap) {
-      size_t new_cap = (n + page->n_buffers) * 2;
-      gpushm_buffer_info_t *grown = realloc(infos, new_cap * sizeof *grown);
-      if (!grown) {
-        gpushm__reply__free_unpacked(reply, NULL);
-        r = client_error(GPUSHM_E_NOMEM, "out of memory");
-        goto fail_r;
-      }
-      infos = grown;
-      cap = new_cap;
-    }
-    for (size_t i = 0; i < page->n_buffers; i++) {
-      if (copy_info(&infos[n], page->buffers[i]) < 0) {
-        gpushm__reply__free_unpacked(reply, NULL);
-        r = client_error(GPUSHM_E_NOMEM, "out of memory");
-        goto fail_r;
-      }
-      after_id = infos[n++].id;
-    }
-    /* An empty page ends the walk even if the daemon says more: no progress. */
-    more = page->more && page->n_buffers > 0;
-    gpushm__reply__free_unpacked(reply, NULL);
-    continue;
-  fail_r:
-    gpushm_buffer_info_free(infos, n);
-    return r;
   }
   *out = infos;
   *count = n;
