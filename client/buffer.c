@@ -142,24 +142,34 @@ static int map_host(struct gpushm_buffer *buf, int fd)
   return 0;
 }
 
-static int map_buffer(struct gpushm_buffer *buf, int fd)
+static int map_buffer(struct gpushm_buffer *buf, int fd, const Gpushm__OpenReply *open)
 {
   switch (buf->backend) {
   case GPUSHM_BACKEND_HOST:
     if (fd < 0)
       return client_error(GPUSHM_E_PROTO, "daemon sent no fd for host buffer %s", buf->name);
     return map_host(buf, fd);
+  case GPUSHM_BACKEND_CUDA_IPC:
+    return client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
+                                  open->info->device_uuid.data, open->info->device_uuid.len,
+                                  open->info->device, &buf->ptr, &buf->device);
   default:
     return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
                         (int)buf->backend);
   }
 }
 
-static void unmap_buffer(struct gpushm_buffer *buf)
+/* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
+static int unmap_buffer(struct gpushm_buffer *buf)
 {
+  int r = 0;
+
   if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
     munmap(buf->ptr, buf->map_len);
+  else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
+    r = client_cuda_close_ipc(buf->ptr, buf->device);
   buf->ptr = NULL;
+  return r;
 }
 
 /* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
@@ -212,7 +222,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
   pthread_mutex_unlock(&cache_lock);
 
   /* Map outside the lock: mapping device memory can take a while. */
-  r = map_buffer(buf, fd);
+  r = map_buffer(buf, fd, open);
   if (fd >= 0)
     close(fd);
   if (r < 0) {
@@ -362,7 +372,7 @@ int gpushm_buffer_close(gpushm_buffer_t *buf)
 {
   gpushm_t *conn;
   bool last;
-  int r;
+  int r, unmapped;
 
   client_clear_error();
   if (!buf)
@@ -375,12 +385,13 @@ int gpushm_buffer_close(gpushm_buffer_t *buf)
   if (!last)
     return 0;
 
-  unmap_buffer(buf);
+  /* unmap before release, always: the daemon may free the memory at once */
+  unmapped = unmap_buffer(buf);
   conn = buf->conn;
   r = release_on_daemon(conn, buf->id);
   client_conn_unref(conn);
   free(buf);
-  return r;
+  return r < 0 ? r : unmapped;
 }
 
 int gpushm_unlink(gpushm_t *conn, const char *name)

@@ -36,7 +36,7 @@ struct gpushm_buffer {
   unsigned refs; /* opens in this process; under the cache lock */
   gpushm_t *conn; /* holds the daemon's reference */
   gpushm_backend_t backend;
-  int device;
+  int device; /* this process's ordinal for CUDA backends */
   uint64_t size;
   void *ptr;
   size_t map_len;
@@ -52,5 +52,11 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply, int
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);
+
+/* CUDA IPC (client/cuda.c): maps a daemon-exported handle on the device with that
+ * UUID (or ordinal, when no UUID is given) and unmaps it. */
+int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                           size_t uuid_len, int ordinal, void **ptr, int *local_device);
+int client_cuda_close_ipc(void *ptr, int local_device);
 
 #endif

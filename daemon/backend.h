@@ -8,8 +8,16 @@
 #include <stdint.h>
 
 struct backend_mem {
-  int fd;       /* host: the sealed memfd */
-  void *priv;
+  int fd;       /* host: the sealed memfd; -1 otherwise */
+  void *priv;   /* backend's own per-buffer state */
+};
+
+/* What a client gets to reach the memory: an fd it owns after the reply, or handle
+ * bytes, or both. */
+struct backend_export {
+  int fd;
+  uint8_t handle[64];
+  size_t handle_len;
 };
 
 struct backend {
@@ -18,13 +26,21 @@ struct backend {
   /* Reserves at least size bytes.  Returns 0 or a negative GPUSHM_E_* with err set. */
   int (*alloc)(const struct backend *be, uint64_t size, int device, const char *label,
                struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
-  /* A new fd the caller owns and sends to a client: read-only access where asked,
-   * enforced by the kernel, not by trust. */
-  int (*export_fd)(const struct backend *be, const struct backend_mem *mem, bool read_only,
-                   int *fd_out, char *err, size_t errlen);
+  /* What the client is sent to map the memory: fds are new and owned by the caller;
+   * read-only access is enforced where the backend can.  Returns 0 or GPUSHM_E_*. */
+  int (*export)(const struct backend *be, struct backend_mem *mem, bool read_only,
+                struct backend_export *out, char *err, size_t errlen);
   void (*release)(const struct backend *be, struct backend_mem *mem);
+  /* NULL when usable, else why not (shown to clients that ask for it). */
+  const char *(*unavailable)(const struct backend *be);
 };
 
 extern const struct backend backend_host;
+/* A host-memory fd for a client (the status page uses it too). */
+int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *fd_out,
+                           char *err, size_t errlen);
+#ifdef HAVE_CUDA
+extern const struct backend backend_cuda_ipc;
+#endif
 
 #endif

@@ -48,8 +48,8 @@ static int host_alloc(const struct backend *be, uint64_t size, int device, const
   return 0;
 }
 
-static int host_export_fd(const struct backend *be, const struct backend_mem *mem,
-                          bool read_only, int *fd_out, char *err, size_t errlen)
+int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *fd_out,
+                           char *err, size_t errlen)
 {
   int fd;
 
@@ -70,6 +70,13 @@ static int host_export_fd(const struct backend *be, const struct backend_mem *me
   return 0;
 }
 
+static int host_export(const struct backend *be, struct backend_mem *mem, bool read_only,
+                       struct backend_export *out, char *err, size_t errlen)
+{
+  out->handle_len = 0;
+  return backend_host_export_fd(mem, read_only, &out->fd, err, errlen);
+}
+
 static void host_release(const struct backend *be, struct backend_mem *mem)
 {
   if (mem->fd >= 0)
@@ -81,6 +88,6 @@ const struct backend backend_host = {
   .name = "host",
   .kind = GPUSHM_BACKEND_HOST,
   .alloc = host_alloc,
-  .export_fd = host_export_fd,
+  .export = host_export,
   .release = host_release,
 };

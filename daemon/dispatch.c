@@ -7,6 +7,9 @@
 #include "gpushm.pb-c.h"
 #include "log.h"
 #include "server.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,8 @@ struct reply_ctx {
   /* Storage the reply points into; owned[] is freed after the reply is sent. */
   Gpushm__BufferInfo info;
   Gpushm__Backend backends[4];
-  void *owned[2 * GPUSHM_LIMIT_LIST_PAGE + 2];
+  struct backend_export export;
+  void *owned[3 * GPUSHM_LIMIT_LIST_PAGE + 4];
   size_t n_owned;
 };
 
@@ -37,6 +41,49 @@ static int fail(struct reply_ctx *ctx, int status, const char *why)
 {
   snprintf(ctx->msg, sizeof ctx->msg, "%s", why);
   return status;
+}
+
+/* The devices the CUDA backends can use; free memory only where the daemon holds a
+ * context (asking elsewhere would create one). */
+static int fill_devices(struct reply_ctx *ctx, Gpushm__Device ***out, size_t *n_out)
+{
+  *out = NULL;
+  *n_out = 0;
+#ifdef HAVE_CUDA
+  int n = backend_cuda_device_count();
+  Gpushm__Device *devs, **ptrs;
+  struct cuda_device_info *infos;
+
+  if (n == 0)
+    return 0;
+  devs = calloc((size_t)n, sizeof *devs);
+  ptrs = calloc((size_t)n, sizeof *ptrs);
+  infos = calloc((size_t)n, sizeof *infos);
+  if (devs)
+    ctx->owned[ctx->n_owned++] = devs;
+  if (ptrs)
+    ctx->owned[ctx->n_owned++] = ptrs;
+  if (infos)
+    ctx->owned[ctx->n_owned++] = infos;
+  if (!devs || !ptrs || !infos)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (int i = 0; i < n; i++) {
+    backend_cuda_device_info(i, &infos[i]);
+    gpushm__device__init(&devs[i]);
+    devs[i].ordinal = infos[i].ordinal;
+    devs[i].name = infos[i].name;
+    devs[i].uuid.data = infos[i].uuid;
+    devs[i].uuid.len = sizeof infos[i].uuid;
+    devs[i].total_memory = infos[i].total_memory;
+    devs[i].free_memory = infos[i].free_memory;
+    ptrs[i] = &devs[i];
+  }
+  *out = ptrs;
+  *n_out = (size_t)n;
+#else
+  (void)ctx;
+#endif
+  return 0;
 }
 
 static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
@@ -61,9 +108,11 @@ static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply
   snprintf(c->name, sizeof c->name, "%s", hello->client_name);
   c->hello_done = true;
 
-  for (int kind = 1; kind < 4; kind++)
-    if (srv->reg.backends[kind])
+  for (int kind = 1; kind < 4; kind++) {
+    const struct backend *be = srv->reg.backends[kind];
+    if (be && !(be->unavailable && be->unavailable(be)))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
+  }
   gpushm__hello_reply__init(&ctx->body.hello);
   ctx->body.hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
   ctx->body.hello.daemon_version = PACKAGE_VERSION;
@@ -71,6 +120,8 @@ static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply
   ctx->body.hello.n_backends = n_backends;
   ctx->body.hello.backends = ctx->backends;
   ctx->body.hello.client_id = c->client.id;
+  if ((r = fill_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
+    return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;
   ctx->reply.hello = &ctx->body.hello;
   return 0;
@@ -111,6 +162,20 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
   info->name = (char *)b->name;
   info->size = b->size;
   info->allocated = b->allocated;
+#ifdef HAVE_CUDA
+  if (b->device >= 0) {
+    struct cuda_device_info dev;
+    uint8_t *uuid = malloc(sizeof dev.uuid);
+    if (!uuid)
+      return GPUSHM_E_NOMEM;
+    ctx->owned[ctx->n_owned++] = uuid;
+    if (backend_cuda_device_info(b->device, &dev) == 0) {
+      memcpy(uuid, dev.uuid, sizeof dev.uuid);
+      info->device_uuid.data = uuid;
+      info->device_uuid.len = sizeof dev.uuid;
+    }
+  }
+#endif
   info->backend = (Gpushm__Backend)b->backend->kind;
   info->device = b->device;
   info->owner_uid = (uint32_t)b->owner_uid;
@@ -139,7 +204,9 @@ static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool r
   char ignored[64];
   int r;
 
-  r = b->backend->export_fd(b->backend, &b->mem, read_only, &ctx->fd, ctx->msg, sizeof ctx->msg);
+  ctx->export.fd = -1;
+  r = b->backend->export(b->backend, &b->mem, read_only, &ctx->export, ctx->msg, sizeof ctx->msg);
+  ctx->fd = ctx->export.fd;
   if (r == 0)
     r = fill_info(&ctx->info, b, &c->client, ctx);
   if (r < 0) {
@@ -155,6 +222,8 @@ static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool r
   ctx->body.open.info = &ctx->info;
   ctx->body.open.created = created;
   ctx->body.open.read_only = read_only;
+  ctx->body.open.ipc_handle.data = ctx->export.handle;
+  ctx->body.open.ipc_handle.len = ctx->export.handle_len;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;
@@ -284,6 +353,7 @@ static int handle_stats(struct conn *c, const Gpushm__Request *req, struct reply
 {
   struct server *srv = c->srv;
   Gpushm__StatsReply *s = &ctx->body.stats;
+  int r;
 
   gpushm__stats_reply__init(s);
   s->daemon_version = PACKAGE_VERSION;
@@ -299,6 +369,8 @@ static int handle_stats(struct conn *c, const Gpushm__Request *req, struct reply
   s->clients_dropped = srv->counters.clients_dropped;
   s->open_fds = server_count_open_fds();
   s->next_buffer_id = srv->reg.next_id;
+  if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0)
+    return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
   ctx->reply.stats = s;
   return 0;

@@ -3,6 +3,9 @@
 #include "gpushm.h"
 #include "log.h"
 #include "server.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -167,16 +170,42 @@ static void raise_fd_limit(void)
 }
 
 static uv_signal_t stop_signals[2];
+static uv_timer_t fatal_timer;
+/* EX_SOFTWARE: the service manager restarts a daemon that exits with it. */
+static int exit_status;
 
-static void on_signal(uv_signal_t *handle, int signum)
+static void stop_daemon(struct server *srv)
 {
-  struct server *srv = handle->data;
-  log_info("signal %d: shutting down", signum);
   server_shutdown(srv);
   /* With every handle closed the loop runs dry and main() cleans up. */
   for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
     if (!uv_is_closing((uv_handle_t *)&stop_signals[i]))
       uv_close((uv_handle_t *)&stop_signals[i], NULL);
+  if (!uv_is_closing((uv_handle_t *)&fatal_timer))
+    uv_close((uv_handle_t *)&fatal_timer, NULL);
+}
+
+static void on_signal(uv_signal_t *handle, int signum)
+{
+  log_info("signal %d: shutting down", signum);
+  stop_daemon(handle->data);
+}
+
+static void on_fatal_timer(uv_timer_t *timer)
+{
+  stop_daemon(timer->data);
+}
+
+/* A sticky device error poisons the context for good: answer the request in hand,
+ * then stop, so that the service manager starts a fresh daemon. */
+static void on_fatal(void *ctx, const char *why)
+{
+  (void)ctx;
+  if (exit_status)
+    return;
+  exit_status = 70;
+  log_error("stopping: %s", why);
+  uv_timer_start(&fatal_timer, on_fatal_timer, 0, 0);
 }
 
 int main(int argc, char **argv)
@@ -212,9 +241,22 @@ int main(int argc, char **argv)
     return 1;
   }
   uv_loop_init(&loop);
+  uv_timer_init(&loop, &fatal_timer);
+  fatal_timer.data = &srv;
+#ifdef HAVE_CUDA
+  /* CUDA does not survive fork() without exec(): initialise it in the process that
+   * serves, never before any forking. */
+  backend_cuda_set_fatal_hook(on_fatal, &srv);
+  backend_cuda_init();
+#endif
   if (server_start(&srv, &loop, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);
+#ifdef HAVE_CUDA
+    backend_cuda_shutdown();
+#endif
+    uv_close((uv_handle_t *)&fatal_timer, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return 1;
   }
@@ -229,8 +271,11 @@ int main(int argc, char **argv)
   uv_run(&loop, UV_RUN_DEFAULT);
 
   registry_destroy(&srv.reg);
+#ifdef HAVE_CUDA
+  backend_cuda_shutdown();
+#endif
   status_page_destroy(&srv.status);
   uv_loop_close(&loop);
   log_info("stopped");
-  return 0;
+  return exit_status;
 }

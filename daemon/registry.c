@@ -73,6 +73,9 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   if (!reg->limits.default_mode)
     reg->limits.default_mode = 0600;
   reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
+#ifdef HAVE_CUDA
+  reg->backends[GPUSHM_BACKEND_CUDA_IPC] = &backend_cuda_ipc;
+#endif
   return 0;
 }
 
@@ -273,6 +276,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
 {
   int kind = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
   const struct backend *be;
+  const char *why;
   struct reg_buffer *buffer, **slot;
   struct reg_uid_usage *usage;
   int r;
@@ -301,7 +305,11 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return GPUSHM_E_INVAL;
   }
   if (!(be = reg->backends[kind])) {
-    snprintf(err, errlen, "backend %d is not available on this daemon", kind);
+    snprintf(err, errlen, "backend %d is not built into this daemon", kind);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (be->unavailable && (why = be->unavailable(be))) {
+    snprintf(err, errlen, "unsupported: %s backend unavailable: %s", be->name, why);
     return GPUSHM_E_UNSUPPORTED;
   }
 

@@ -36,7 +36,7 @@ void status_page_destroy(struct status_page_owner *sp)
 
 int status_page_export(const struct status_page_owner *sp, int *fd_out, char *err, size_t errlen)
 {
-  return backend_host.export_fd(&backend_host, &sp->mem, true, fd_out, err, errlen);
+  return backend_host_export_fd(&sp->mem, true, fd_out, err, errlen);
 }
 
 void status_page_bump_unlink(struct status_page_owner *sp)

@@ -1,0 +1,160 @@
+/* The library's CUDA side: the driver, loaded on first need; devices matched by UUID
+ * (ordinals differ between processes under CUDA_VISIBLE_DEVICES); IPC handles opened
+ * in the device's primary context, leaving the caller's current context as it was. */
+#include "config.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef HAVE_CUDA
+#include "driver.h"
+
+#define CLIENT_MAX_DEVICES 64
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  int status; /* 0 or the GPUSHM_E_* every CUDA call fails with */
+  char why[256];
+  struct cuda_driver drv;
+  int n_devices;
+  struct {
+    CUdevice dev;
+    CUcontext ctx; /* retained on first use, kept for the process's lifetime */
+    uint8_t uuid[16];
+  } devices[CLIENT_MAX_DEVICES];
+} cl;
+
+static void load(void)
+{
+  char text[160];
+  CUresult r;
+  int count = 0;
+
+  if (cuda_driver_load(&cl.drv, cl.why, sizeof cl.why) < 0) {
+    cl.status = GPUSHM_E_UNSUPPORTED;
+    return;
+  }
+  if ((r = CU_CALL(&cl.drv, cuInit, 0)) != CUDA_SUCCESS ||
+      (r = CU_CALL(&cl.drv, cuDeviceGetCount, &count)) != CUDA_SUCCESS) {
+    snprintf(cl.why, sizeof cl.why, "CUDA driver failed to initialise: %s",
+             cuda_error_text(&cl.drv, r, text, sizeof text));
+    cl.status = GPUSHM_E_UNSUPPORTED;
+    return;
+  }
+  if (count > CLIENT_MAX_DEVICES)
+    count = CLIENT_MAX_DEVICES;
+  for (int i = 0; i < count; i++) {
+    CUuuid uuid;
+    if (CU_CALL(&cl.drv, cuDeviceGet, &cl.devices[i].dev, i) != CUDA_SUCCESS ||
+        CU_CALL(&cl.drv, cuDeviceGetUuid, &uuid, cl.devices[i].dev) != CUDA_SUCCESS)
+      break;
+    memcpy(cl.devices[i].uuid, uuid.bytes, sizeof cl.devices[i].uuid);
+    cl.n_devices = i + 1;
+  }
+}
+
+static int cuda_error(CUresult r, const char *what)
+{
+  char text[160];
+  return client_error(r == CUDA_ERROR_OUT_OF_MEMORY ? GPUSHM_E_NOMEM : GPUSHM_E_CUDA, "%s: %s",
+                      what, cuda_error_text(&cl.drv, r, text, sizeof text));
+}
+
+static int find_device(const uint8_t *uuid, size_t uuid_len, int ordinal)
+{
+  if (uuid_len == 16) {
+    for (int i = 0; i < cl.n_devices; i++)
+      if (memcmp(cl.devices[i].uuid, uuid, 16) == 0)
+        return i;
+    return client_error(GPUSHM_E_UNSUPPORTED, "the buffer's GPU is not visible to this process "
+                        "(check CUDA_VISIBLE_DEVICES)");
+  }
+  if (ordinal >= 0 && ordinal < cl.n_devices)
+    return ordinal;
+  return client_error(GPUSHM_E_UNSUPPORTED, "no CUDA device %d in this process", ordinal);
+}
+
+/* Makes device i's primary context current; *prev receives the one to restore. */
+static int enter_device(int i, CUcontext *prev)
+{
+  CUresult r;
+
+  pthread_mutex_lock(&ctx_lock);
+  if (!cl.devices[i].ctx) {
+    r = CU_CALL(&cl.drv, cuDevicePrimaryCtxRetain, &cl.devices[i].ctx, cl.devices[i].dev);
+    if (r != CUDA_SUCCESS) {
+      cl.devices[i].ctx = NULL;
+      pthread_mutex_unlock(&ctx_lock);
+      return cuda_error(r, "cuDevicePrimaryCtxRetain");
+    }
+  }
+  pthread_mutex_unlock(&ctx_lock);
+  if ((r = CU_CALL(&cl.drv, cuCtxGetCurrent, prev)) != CUDA_SUCCESS)
+    return cuda_error(r, "cuCtxGetCurrent");
+  if ((r = CU_CALL(&cl.drv, cuCtxSetCurrent, cl.devices[i].ctx)) != CUDA_SUCCESS)
+    return cuda_error(r, "cuCtxSetCurrent");
+  return 0;
+}
+
+static void leave_device(CUcontext prev)
+{
+  CU_CALL(&cl.drv, cuCtxSetCurrent, prev);
+}
+
+int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                           size_t uuid_len, int ordinal, void **ptr, int *local_device)
+{
+  CUipcMemHandle h;
+  CUdeviceptr dptr;
+  CUcontext prev;
+  CUresult r;
+  int dev, ret;
+
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "unsupported: %s", cl.why);
+  if (handle_len != sizeof h.reserved)
+    return client_error(GPUSHM_E_PROTO, "daemon sent an IPC handle of %zu bytes", handle_len);
+  if ((dev = find_device(uuid, uuid_len, ordinal)) < 0)
+    return dev;
+  if ((ret = enter_device(dev, &prev)) < 0)
+    return ret;
+  memcpy(h.reserved, handle, sizeof h.reserved);
+  r = CU_CALL(&cl.drv, cuIpcOpenMemHandle, &dptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  leave_device(prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuIpcOpenMemHandle");
+  *ptr = (void *)(uintptr_t)dptr;
+  *local_device = dev;
+  return 0;
+}
+
+int client_cuda_close_ipc(void *ptr, int local_device)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(local_device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuIpcCloseMemHandle, (CUdeviceptr)(uintptr_t)ptr);
+  leave_device(prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuIpcCloseMemHandle");
+}
+
+#else /* !HAVE_CUDA */
+
+int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                           size_t uuid_len, int ordinal, void **ptr, int *local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_close_ipc(void *ptr, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+#endif

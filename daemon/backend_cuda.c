@@ -1,0 +1,264 @@
+/* CUDA legacy IPC backend: cuMemAlloc in the device's primary context, exported with
+ * cuIpcGetMemHandle when first handed to a client, freed with cuMemFree when the
+ * registry drops the last reference. */
+#include "config.h"
+#include "backend.h"
+#include "backend_cuda.h"
+#include "driver.h"
+#include "gpushm.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whole 2 MiB blocks: two buffers never share an exported allocation, so one
+ * client's handle never reaches another buffer's memory. */
+#define CUDA_IPC_GRANULE (2ull << 20)
+#define CUDA_MAX_DEVICES 64
+
+struct cuda_device {
+  CUdevice dev;
+  CUcontext ctx; /* retained primary context, NULL until first use */
+  char name[256];
+  uint8_t uuid[16];
+  size_t total;
+};
+
+struct cuda_mem {
+  CUdeviceptr ptr;
+  int device;
+  bool exported;
+  CUipcMemHandle handle;
+};
+
+static struct {
+  bool loaded;
+  struct cuda_driver drv;
+  char unavailable[320];
+  int n_devices;
+  struct cuda_device devices[CUDA_MAX_DEVICES];
+  void (*fatal_hook)(void *ctx, const char *why);
+  void *fatal_ctx;
+} cuda = { .unavailable = "CUDA support not initialised" };
+
+void backend_cuda_set_fatal_hook(void (*hook)(void *ctx, const char *why), void *ctx)
+{
+  cuda.fatal_hook = hook;
+  cuda.fatal_ctx = ctx;
+}
+
+static int cuda_failure(CUresult r, const char *what, char *err, size_t errlen)
+{
+  char text[160];
+
+  cuda_error_text(&cuda.drv, r, text, sizeof text);
+  snprintf(err, errlen, "%s: %s", what, text);
+  if (cuda_error_is_sticky(r)) {
+    log_error("sticky CUDA error, the daemon cannot go on: %s", err);
+    if (cuda.fatal_hook)
+      cuda.fatal_hook(cuda.fatal_ctx, err);
+  }
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUSHM_E_NOMEM : GPUSHM_E_CUDA;
+}
+
+void backend_cuda_init(void)
+{
+  char err[256];
+  CUresult r;
+  int count = 0;
+
+  if (cuda_driver_load(&cuda.drv, err, sizeof err) < 0) {
+    snprintf(cuda.unavailable, sizeof cuda.unavailable, "%s", err);
+    log_info("CUDA backends unavailable: %s", err);
+    return;
+  }
+  cuda.loaded = true;
+  if ((r = CU_CALL(&cuda.drv, cuInit, 0)) != CUDA_SUCCESS ||
+      (r = CU_CALL(&cuda.drv, cuDeviceGetCount, &count)) != CUDA_SUCCESS) {
+    char text[160];
+    snprintf(cuda.unavailable, sizeof cuda.unavailable, "CUDA driver failed to initialise: %s",
+             cuda_error_text(&cuda.drv, r, text, sizeof text));
+    log_warn("CUDA backends unavailable: %s", cuda.unavailable);
+    return;
+  }
+  if (count == 0) {
+    snprintf(cuda.unavailable, sizeof cuda.unavailable, "no CUDA device on this host");
+    log_info("CUDA backends unavailable: %s", cuda.unavailable);
+    return;
+  }
+  if (count > CUDA_MAX_DEVICES)
+    count = CUDA_MAX_DEVICES;
+  for (int i = 0; i < count; i++) {
+    struct cuda_device *d = &cuda.devices[i];
+    CUuuid uuid;
+    if ((r = CU_CALL(&cuda.drv, cuDeviceGet, &d->dev, i)) != CUDA_SUCCESS ||
+        (r = CU_CALL(&cuda.drv, cuDeviceGetName, d->name, (int)sizeof d->name, d->dev)) != CUDA_SUCCESS ||
+        (r = CU_CALL(&cuda.drv, cuDeviceGetUuid, &uuid, d->dev)) != CUDA_SUCCESS ||
+        (r = CU_CALL(&cuda.drv, cuDeviceTotalMem, &d->total, d->dev)) != CUDA_SUCCESS) {
+      char text[160];
+      snprintf(cuda.unavailable, sizeof cuda.unavailable, "querying CUDA device %d: %s", i,
+               cuda_error_text(&cuda.drv, r, text, sizeof text));
+      log_warn("CUDA backends unavailable: %s", cuda.unavailable);
+      return;
+    }
+    memcpy(d->uuid, uuid.bytes, sizeof d->uuid);
+    log_info("CUDA device %d: %s, %zu MiB", i, d->name, d->total >> 20);
+  }
+  cuda.n_devices = count;
+  cuda.unavailable[0] = '\0';
+}
+
+void backend_cuda_shutdown(void)
+{
+  for (int i = 0; i < cuda.n_devices; i++)
+    if (cuda.devices[i].ctx)
+      CU_CALL(&cuda.drv, cuDevicePrimaryCtxRelease, cuda.devices[i].dev);
+  if (cuda.loaded)
+    cuda_driver_unload(&cuda.drv);
+  memset(&cuda.devices, 0, sizeof cuda.devices);
+  cuda.n_devices = 0;
+  cuda.loaded = false;
+}
+
+const char *backend_cuda_unavailable_reason(void)
+{
+  return cuda.unavailable[0] ? cuda.unavailable : NULL;
+}
+
+int backend_cuda_device_count(void)
+{
+  return cuda.n_devices;
+}
+
+/* Makes device i's primary context current, retaining it the first time. */
+static int use_device(int i, char *err, size_t errlen)
+{
+  struct cuda_device *d = &cuda.devices[i];
+  CUresult r;
+
+  if (!d->ctx) {
+    r = CU_CALL(&cuda.drv, cuDevicePrimaryCtxRetain, &d->ctx, d->dev);
+    if (r != CUDA_SUCCESS) {
+      d->ctx = NULL;
+      return cuda_failure(r, "cuDevicePrimaryCtxRetain", err, errlen);
+    }
+  }
+  r = CU_CALL(&cuda.drv, cuCtxSetCurrent, d->ctx);
+  return r == CUDA_SUCCESS ? 0 : cuda_failure(r, "cuCtxSetCurrent", err, errlen);
+}
+
+int backend_cuda_device_info(int i, struct cuda_device_info *info)
+{
+  const struct cuda_device *d;
+  char err[64];
+
+  if (i < 0 || i >= cuda.n_devices)
+    return -1;
+  d = &cuda.devices[i];
+  memset(info, 0, sizeof *info);
+  info->ordinal = i;
+  memcpy(info->name, d->name, sizeof info->name);
+  memcpy(info->uuid, d->uuid, sizeof info->uuid);
+  info->total_memory = d->total;
+  info->in_use = d->ctx != NULL;
+  if (d->ctx && use_device(i, err, sizeof err) == 0) {
+    size_t free_bytes = 0, total = 0;
+    if (CU_CALL(&cuda.drv, cuMemGetInfo, &free_bytes, &total) == CUDA_SUCCESS)
+      info->free_memory = free_bytes;
+  }
+  return 0;
+}
+
+static const char *ipc_unavailable(const struct backend *be)
+{
+  return backend_cuda_unavailable_reason();
+}
+
+static int ipc_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                     struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  uint64_t rounded = (size + CUDA_IPC_GRANULE - 1) / CUDA_IPC_GRANULE * CUDA_IPC_GRANULE;
+  struct cuda_mem *cm;
+  char what[96];
+  CUresult r;
+  int ret;
+
+  if (device < 0 || device >= cuda.n_devices) {
+    snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
+    return GPUSHM_E_INVAL;
+  }
+  if ((ret = use_device(device, err, errlen)) < 0)
+    return ret;
+  if (!(cm = calloc(1, sizeof *cm))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  r = CU_CALL(&cuda.drv, cuMemAlloc, &cm->ptr, rounded);
+  if (r != CUDA_SUCCESS) {
+    free(cm);
+    snprintf(what, sizeof what, "cuMemAlloc of %llu bytes on device %d",
+             (unsigned long long)rounded, device);
+    return cuda_failure(r, what, err, errlen);
+  }
+  cm->device = device;
+  mem->fd = -1;
+  mem->priv = cm;
+  *allocated = rounded;
+  log_debug("'%s': %llu bytes at 0x%llx on device %d", label, (unsigned long long)rounded,
+            (unsigned long long)cm->ptr, device);
+  return 0;
+}
+
+/* Legacy handles are bearer tokens: exported only once somebody authorised opens
+ * the buffer, and never shown by list or stats.  Read-only cannot be enforced on
+ * them (the cuda-fd backend can); the registry's mode check is the only gate. */
+static int ipc_export(const struct backend *be, struct backend_mem *mem, bool read_only,
+                      struct backend_export *out, char *err, size_t errlen)
+{
+  struct cuda_mem *cm = mem->priv;
+  int ret;
+
+  if (!cm->exported) {
+    CUresult r;
+    if ((ret = use_device(cm->device, err, errlen)) < 0)
+      return ret;
+    r = CU_CALL(&cuda.drv, cuIpcGetMemHandle, &cm->handle, cm->ptr);
+    if (r != CUDA_SUCCESS)
+      return cuda_failure(r, "cuIpcGetMemHandle", err, errlen);
+    cm->exported = true;
+  }
+  out->fd = -1;
+  memcpy(out->handle, cm->handle.reserved, sizeof cm->handle.reserved);
+  out->handle_len = sizeof cm->handle.reserved;
+  return 0;
+}
+
+static void ipc_release(const struct backend *be, struct backend_mem *mem)
+{
+  struct cuda_mem *cm = mem->priv;
+  char err[256];
+
+  if (!cm)
+    return;
+  if (use_device(cm->device, err, sizeof err) == 0) {
+    CUresult r = CU_CALL(&cuda.drv, cuMemFree, cm->ptr);
+    if (r != CUDA_SUCCESS) {
+      cuda_failure(r, "cuMemFree", err, sizeof err);
+      log_error("%s", err);
+    }
+  } else {
+    log_error("freeing device memory: %s", err);
+  }
+  free(cm);
+  mem->priv = NULL;
+}
+
+const struct backend backend_cuda_ipc = {
+  .name = "cuda-ipc",
+  .kind = GPUSHM_BACKEND_CUDA_IPC,
+  .alloc = ipc_alloc,
+  .export = ipc_export,
+  .release = ipc_release,
+  .unavailable = ipc_unavailable,
+};

@@ -1,0 +1,29 @@
+/* The daemon's CUDA side: driver, devices, retained primary contexts. */
+#ifndef GPUSHMD_BACKEND_CUDA_H
+#define GPUSHMD_BACKEND_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cuda_device_info {
+  int ordinal;
+  char name[256];
+  uint8_t uuid[16];
+  uint64_t total_memory;
+  uint64_t free_memory; /* 0 unless the daemon holds a context on it */
+  bool in_use;
+};
+
+/* Loads the driver and enumerates devices.  Never fails the daemon: without a driver
+ * or a device the CUDA backends report why they are unavailable. */
+void backend_cuda_init(void);
+void backend_cuda_shutdown(void);
+/* Called on a sticky CUDA error: the process must not go on serving. */
+void backend_cuda_set_fatal_hook(void (*hook)(void *ctx, const char *why), void *ctx);
+int backend_cuda_device_count(void);
+/* Fills info for device i, querying free memory where a context is held. */
+int backend_cuda_device_info(int i, struct cuda_device_info *info);
+const char *backend_cuda_unavailable_reason(void);
+
+#endif
