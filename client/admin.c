@@ -148,6 +148,16 @@ int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out)
   out->protocol_errors = s->protocol_errors;
   out->clients_dropped = s->clients_dropped;
   out->open_fds = s->open_fds;
+  for (size_t i = 0; i < s->n_devices && i < GPUSHM_STATS_MAX_DEVICES; i++) {
+    const Gpushm__Device *d = s->devices[i];
+    gpushm_device_stats_t *o = &out->devices[out->n_devices++];
+    o->ordinal = d->ordinal;
+    snprintf(o->name, sizeof o->name, "%s", d->name ? d->name : "");
+    if (d->uuid.len == sizeof o->uuid)
+      memcpy(o->uuid, d->uuid.data, sizeof o->uuid);
+    o->total_memory = d->total_memory;
+    o->free_memory = d->free_memory;
+  }
   gpushm__reply__free_unpacked(reply, NULL);
   return 0;
 }

@@ -120,6 +120,16 @@ typedef struct gpushm_buffer_info {
   gpushm_holder_t *holders;
 } gpushm_buffer_info_t;
 
+#define GPUSHM_STATS_MAX_DEVICES 16
+
+typedef struct gpushm_device_stats {
+  int32_t ordinal;        /* the daemon's ordinal */
+  char name[64];
+  uint8_t uuid[16];
+  uint64_t total_memory;
+  uint64_t free_memory;   /* 0 unless the daemon has a context on the device */
+} gpushm_device_stats_t;
+
 typedef struct gpushm_stats {
   char daemon_version[32];
   uint64_t instance_id;
@@ -133,6 +143,8 @@ typedef struct gpushm_stats {
   uint64_t protocol_errors;
   uint64_t clients_dropped;
   uint32_t open_fds;
+  uint32_t n_devices;
+  gpushm_device_stats_t devices[GPUSHM_STATS_MAX_DEVICES];
 } gpushm_stats_t;
 
 /* Library version at run time, as GPUSHM_VERSION_HEX. */

@@ -137,6 +137,25 @@ int daemon_run(const char *out_file, ...)
   return WEXITSTATUS(status);
 }
 
+int daemon_wait_exit(struct test_daemon *d)
+{
+  int status;
+  for (int i = 0; i < 2000; i++) {
+    pid_t r = waitpid(d->pid, &status, WNOHANG);
+    CHECK(r >= 0);
+    if (r == d->pid) {
+      CHECK(WIFEXITED(status));
+      unlink(d->socket);
+      rmdir(d->dir);
+      return WEXITSTATUS(status);
+    }
+    sleep_ms(10);
+  }
+  fprintf(stderr, "gpushmd did not exit\n");
+  kill(d->pid, SIGKILL);
+  exit(1);
+}
+
 void daemon_stop(struct test_daemon *d)
 {
   int status;

@@ -58,6 +58,8 @@ void daemon_respawn(struct test_daemon *d, ...);
 /* Runs $GPUSHMD with arguments (NULL-terminated) to completion, output to out_file
  * (may be NULL); returns its exit status. */
 int daemon_run(const char *out_file, ...);
+/* Waits (up to ~20 s) for the daemon to exit on its own; returns its exit status. */
+int daemon_wait_exit(struct test_daemon *d);
 /* SIGTERM, then checks it exited 0 and removed its socket. */
 void daemon_stop(struct test_daemon *d);
 gpushm_t *daemon_connect(const struct test_daemon *d);

@@ -1,0 +1,363 @@
+/* A stand-in for libcuda.so.1 on machines without a GPU (CI), loaded through
+ * GPUSHM_CUDA_LIBRARY.  It implements the entry points gpushm resolves, with
+ * "device memory" that really is shared between processes: each allocation is a
+ * memfd mapping, and an IPC handle names the exporter's pid and fd, which the
+ * importer opens through /proc (same uid or root, as in CI).  Memory accounting is
+ * per process, like cuMemGetInfo's view from the daemon.
+ *
+ * GPUSHM_FAKE_CUDA_DEVICES (default 1) and GPUSHM_FAKE_CUDA_MEMORY (bytes, default
+ * 4 GiB) shape the fake devices. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define FAKE_API __attribute__((visibility("default")))
+#define HANDLE_MAGIC 0x6b61666563756461ull
+
+struct fake_alloc {
+  struct fake_alloc *next;
+  uintptr_t base;
+  size_t size;
+  int fd;        /* exporter's memfd; -1 for imports */
+  int device;
+};
+
+struct fake_handle {
+  uint64_t magic;
+  int32_t pid;
+  int32_t fd;
+  uint64_t size;
+  int32_t device;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_alloc *allocs;
+static int initialized;
+static size_t used[16];
+static __thread CUcontext current;
+
+static int device_count(void)
+{
+  const char *s = getenv("GPUSHM_FAKE_CUDA_DEVICES");
+  int n = s ? atoi(s) : 1;
+  return n < 0 ? 0 : n > 16 ? 16 : n;
+}
+
+static size_t device_memory(void)
+{
+  const char *s = getenv("GPUSHM_FAKE_CUDA_MEMORY");
+  return s ? strtoull(s, NULL, 10) : (4ull << 30);
+}
+
+static int current_device(void)
+{
+  return current ? (int)((uintptr_t)current - 0x1000) : -1;
+}
+
+static CUresult fake_cuInit(unsigned flags)
+{
+  (void)flags;
+  initialized = 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDriverGetVersion(int *v)
+{
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceGetCount(int *n)
+{
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  *n = device_count();
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceGet(CUdevice *d, int ordinal)
+{
+  if (ordinal < 0 || ordinal >= device_count())
+    return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
+{
+  snprintf(name, (size_t)len, "gpushm fake GPU %d", d);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceGetUuid(CUuuid *uuid, CUdevice d)
+{
+  memset(uuid->bytes, 0xfa, sizeof uuid->bytes);
+  uuid->bytes[15] = (char)d;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
+{
+  (void)d;
+  *bytes = device_memory();
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+  (void)a;
+  (void)d;
+  *v = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d)
+{
+  *ctx = (CUcontext)(uintptr_t)(0x1000 + d);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d)
+{
+  (void)d;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxSetCurrent(CUcontext ctx)
+{
+  current = ctx;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxGetCurrent(CUcontext *ctx)
+{
+  *ctx = current;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxSynchronize(void)
+{
+  return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t size)
+{
+  int dev = current_device();
+  struct fake_alloc *a;
+  void *base;
+  int fd;
+
+  if (dev < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  if (size > device_memory() - used[dev]) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
+      (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+      !(a = calloc(1, sizeof *a))) {
+    if (fd >= 0)
+      close(fd);
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *a = (struct fake_alloc){ allocs, (uintptr_t)base, size, fd, dev };
+  allocs = a;
+  used[dev] += size;
+  pthread_mutex_unlock(&lock);
+  *p = (CUdeviceptr)(uintptr_t)base;
+  return CUDA_SUCCESS;
+}
+
+static struct fake_alloc **find(uintptr_t base, int imported)
+{
+  for (struct fake_alloc **a = &allocs; *a; a = &(*a)->next)
+    if ((*a)->base == base && ((*a)->fd < 0) == imported)
+      return a;
+  return NULL;
+}
+
+static CUresult release(CUdeviceptr p, int imported)
+{
+  struct fake_alloc **slot, *a;
+
+  pthread_mutex_lock(&lock);
+  slot = find((uintptr_t)p, imported);
+  if (!slot) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  a = *slot;
+  *slot = a->next;
+  if (!imported) {
+    used[a->device] -= a->size;
+    close(a->fd);
+  }
+  pthread_mutex_unlock(&lock);
+  munmap((void *)a->base, a->size);
+  free(a);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemFree(CUdeviceptr p)
+{
+  return release(p, 0);
+}
+
+static CUresult fake_cuMemGetInfo(size_t *free_bytes, size_t *total)
+{
+  int dev = current_device();
+  if (dev < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  *total = device_memory();
+  *free_bytes = *total - used[dev];
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+  memcpy(dst, (const void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemsetD32(CUdeviceptr dst, unsigned v, size_t n)
+{
+  unsigned *p = (unsigned *)(uintptr_t)dst;
+  for (size_t i = 0; i < n; i++)
+    p[i] = v;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+  struct fake_alloc **slot;
+  struct fake_handle fh;
+
+  pthread_mutex_lock(&lock);
+  slot = find((uintptr_t)p, 0);
+  if (!slot) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fh = (struct fake_handle){ HANDLE_MAGIC, (int32_t)getpid(), (*slot)->fd, (*slot)->size,
+                             (*slot)->device };
+  pthread_mutex_unlock(&lock);
+  memset(h, 0, sizeof *h);
+  memcpy(h->reserved, &fh, sizeof fh);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+  struct fake_handle fh;
+  struct fake_alloc *a;
+  char path[64];
+  void *base;
+  int fd;
+
+  (void)flags;
+  memcpy(&fh, h.reserved, sizeof fh);
+  if (fh.magic != HANDLE_MAGIC)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (fh.pid == getpid())
+    return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
+  if (current_device() != fh.device)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", fh.pid, fh.fd);
+  if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+    return CUDA_ERROR_INVALID_HANDLE;
+  base = mmap(NULL, fh.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED || !(a = calloc(1, sizeof *a)))
+    return CUDA_ERROR_MAP_FAILED;
+  pthread_mutex_lock(&lock);
+  *a = (struct fake_alloc){ allocs, (uintptr_t)base, fh.size, -1, fh.device };
+  allocs = a;
+  pthread_mutex_unlock(&lock);
+  *p = (CUdeviceptr)(uintptr_t)base;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuIpcCloseMemHandle(CUdeviceptr p)
+{
+  return release(p, 1);
+}
+
+static CUresult fake_cuGetErrorName(CUresult r, const char **s)
+{
+  switch (r) {
+  case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+  case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+  case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+  case CUDA_ERROR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
+  case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+  case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+  default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuGetErrorString(CUresult r, const char **s)
+{
+  *s = r == CUDA_SUCCESS ? "no error" : "fake driver error";
+  return CUDA_SUCCESS;
+}
+
+static const struct {
+  const char *name;
+  void *fn;
+} table[] = {
+#define FAKE_ENTRY(name) { #name, (void *)fake_##name }
+  FAKE_ENTRY(cuInit), FAKE_ENTRY(cuDriverGetVersion), FAKE_ENTRY(cuDeviceGetCount),
+  FAKE_ENTRY(cuDeviceGet), FAKE_ENTRY(cuDeviceGetName), FAKE_ENTRY(cuDeviceGetUuid),
+  FAKE_ENTRY(cuDeviceTotalMem), FAKE_ENTRY(cuDeviceGetAttribute),
+  FAKE_ENTRY(cuDevicePrimaryCtxRetain), FAKE_ENTRY(cuDevicePrimaryCtxRelease),
+  FAKE_ENTRY(cuCtxSetCurrent), FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxSynchronize),
+  FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemGetInfo),
+  FAKE_ENTRY(cuMemcpyDtoH), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoD),
+  FAKE_ENTRY(cuMemsetD32), FAKE_ENTRY(cuIpcGetMemHandle), FAKE_ENTRY(cuIpcOpenMemHandle),
+  FAKE_ENTRY(cuIpcCloseMemHandle), FAKE_ENTRY(cuGetErrorName), FAKE_ENTRY(cuGetErrorString),
+#undef FAKE_ENTRY
+};
+
+FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                      cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+  (void)version;
+  (void)flags;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    if (strcmp(table[i].name, symbol) == 0) {
+      *pfn = table[i].fn;
+      if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pfn = NULL;
+  if (status)
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}

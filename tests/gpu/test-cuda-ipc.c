@@ -1,0 +1,389 @@
+/* Device buffers over legacy CUDA IPC through a real gpushmd.  Every consumer is a
+ * separate process started with exec (CUDA does not survive fork() alone).  Skips
+ * (77) where there is no CUDA driver or device; GPUSHM_CUDA_LIBRARY points it (and
+ * the daemon) at the fake driver for CI, with smaller sizes. */
+#include "config.h"
+#include "driver.h"
+#include "harness.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+#define CHUNK (16 * MiB)
+
+static struct cuda_driver drv;
+static CUcontext ctx;
+static struct test_daemon d;
+static const char *self;
+static int fake;
+
+#define CU_CHECK(call)                                                             \
+  do {                                                                             \
+    CUresult cu_r_ = (call);                                                       \
+    if (cu_r_ != CUDA_SUCCESS) {                                                   \
+      char cu_text_[160];                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
+              cuda_error_text(&drv, cu_r_, cu_text_, sizeof cu_text_));            \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+static void cuda_setup(int skip_without_gpu)
+{
+  char err[256];
+  CUdevice dev;
+  int count = 0;
+
+  if (cuda_driver_load(&drv, err, sizeof err) < 0) {
+    test_log("%s", err);
+    exit(skip_without_gpu ? TEST_SKIP : 1);
+  }
+  if (CU_CALL(&drv, cuInit, 0) != CUDA_SUCCESS ||
+      CU_CALL(&drv, cuDeviceGetCount, &count) != CUDA_SUCCESS || count == 0) {
+    test_log("no usable CUDA device");
+    exit(skip_without_gpu ? TEST_SKIP : 1);
+  }
+  CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, 0));
+  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
+}
+
+static uint32_t word(uint64_t i, uint32_t seed)
+{
+  return (uint32_t)(i * 2654435761u) ^ seed ^ (uint32_t)(i >> 32);
+}
+
+static void fill(CUdeviceptr p, uint64_t bytes, uint32_t seed)
+{
+  static uint32_t host[CHUNK / 4];
+  for (uint64_t off = 0; off < bytes; off += CHUNK) {
+    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+    for (uint64_t i = 0; i < n / 4; i++)
+      host[i] = word(off / 4 + i, seed);
+    CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, p + off, host, n));
+  }
+  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+}
+
+/* Copies the device words back and compares every one. */
+static int verify(CUdeviceptr p, uint64_t bytes, uint32_t seed)
+{
+  static uint32_t host[CHUNK / 4];
+  for (uint64_t off = 0; off < bytes; off += CHUNK) {
+    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, host, p + off, n));
+    for (uint64_t i = 0; i < n / 4; i++) {
+      if (host[i] != word(off / 4 + i, seed)) {
+        fprintf(stderr, "word %llu is %08x, expected %08x\n", (unsigned long long)(off / 4 + i),
+                host[i], word(off / 4 + i, seed));
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+static CUdeviceptr dptr(gpushm_buffer_t *b)
+{
+  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
+}
+
+/* --- roles run in child processes (exec'ed) ------------------------------------ */
+
+static int role_consumer(char **argv)
+{
+  const char *name = argv[2];
+  uint32_t seed = (uint32_t)strtoul(argv[3], NULL, 0);
+  uint32_t answer = (uint32_t)strtoul(argv[4], NULL, 0);
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+
+  cuda_setup(0);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC && gpushm_buffer_device(b) == 0);
+  CHECK(verify(dptr(b), gpushm_buffer_size(b), seed));
+  if (answer)
+    fill(dptr(b), gpushm_buffer_size(b), answer);
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* Opens a buffer, says so on fd argv[3], and waits to be killed while mapped. */
+static int role_holder(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  int fd = atoi(argv[3]);
+
+  cuda_setup(0);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 0x5a5a5a5a, 1));
+  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+  CHECK(write(fd, "r", 1) == 1);
+  for (;;)
+    pause();
+}
+
+/* With the library's driver made to fail cuIpcOpenMemHandle: the open fails and the
+ * daemon's reference is given back. */
+static int role_open_fails(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_buffer_info_t info;
+
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_open(conn, argv[2], 0, &b), GPUSHM_E_CUDA);
+  CHECK(strstr(gpushm_last_error_message(), "cuIpcOpenMemHandle") != NULL);
+  CHECK(find_buffer(conn, argv[2], &info) == 0 && info.my_refs == 0);
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+static pid_t spawn(const char *role, const char *a, const char *b, const char *c,
+                   const char *fault_env)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("GPUSHM_SOCKET", d.socket, 1);
+    if (fault_env)
+      setenv("GPUSHM_CUDA_FAULTS", fault_env, 1);
+    execl(self, self, role, a, b, c, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* --- tests ------------------------------------------------------------------------- */
+
+static gpushm_buffer_t *create_cuda(gpushm_t *conn, const char *name, uint64_t size)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.device = 0;
+  opts.mode = 0600;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC && gpushm_buffer_ptr(b) != NULL);
+  return b;
+}
+
+static void test_producer_consumer(gpushm_t *conn)
+{
+  uint64_t size = 64 * MiB;
+  gpushm_buffer_t *b = create_cuda(conn, "frames", size);
+  gpushm_buffer_info_t info;
+
+  fill(dptr(b), size, 0x1111);
+  check_child(spawn("consumer", "frames", "0x1111", "0x2222", NULL));
+  CHECK(verify(dptr(b), size, 0x2222)); /* the consumer's answer, seen by the producer */
+  CHECK(find_buffer(conn, "frames", &info) == 0 && info.allocated == size && info.device == 0);
+  CHECK_OK(gpushm_unlink(conn, "frames"));
+  CHECK_OK(gpushm_buffer_close(b));
+  test_log("64 MiB producer -> consumer -> producer round trip verified");
+}
+
+static void test_eight_consumers(gpushm_t *conn)
+{
+  uint64_t size = 64 * MiB;
+  gpushm_buffer_t *b = create_cuda(conn, "fanout", size);
+  pid_t pids[8];
+
+  fill(dptr(b), size, 0xabcd);
+  for (int i = 0; i < 8; i++)
+    pids[i] = spawn("consumer", "fanout", "0xabcd", "0", NULL);
+  for (int i = 0; i < 8; i++)
+    check_child(pids[i]);
+  CHECK_OK(gpushm_unlink(conn, "fanout"));
+  CHECK_OK(gpushm_buffer_close(b));
+  test_log("8 concurrent consumers verified");
+}
+
+static void test_same_process_twice(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_cuda(conn, "twice", 2 * MiB), *again;
+  gpushm_t *other = daemon_connect(&d);
+  gpushm_buffer_info_t info;
+
+  CHECK_OK(gpushm_buffer_open(other, "twice", 0, &again));
+  CHECK(again == b && gpushm_buffer_ptr(again) == gpushm_buffer_ptr(b));
+  CHECK(find_buffer(conn, "twice", &info) == 0 && info.refs == 1 && info.my_refs == 1);
+  CHECK_OK(gpushm_buffer_close(again));
+  CHECK_OK(gpushm_unlink(conn, "twice"));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(other);
+}
+
+static uint64_t daemon_free_memory(void)
+{
+  gpushm_stats_t s;
+  daemon_stats(&d, &s);
+  CHECK(s.n_devices >= 1);
+  return s.devices[0].free_memory;
+}
+
+static int free_is(const struct test_daemon *daemon, void *expected)
+{
+  gpushm_stats_t s;
+  daemon_stats(daemon, &s);
+  return s.n_devices >= 1 && s.devices[0].free_memory == *(uint64_t *)expected &&
+         s.bytes_allocated == 0;
+}
+
+static void test_freed_after_last_release(gpushm_t *conn)
+{
+  uint64_t size = 256 * MiB, baseline, during;
+  gpushm_buffer_t *b;
+  int ready[2];
+  char c, fd_text[16];
+  pid_t holder;
+  int status;
+
+  /* The daemon holds a context from the earlier tests: its free memory is known. */
+  baseline = daemon_free_memory();
+  CHECK(baseline > 0);
+
+  /* unlink + last close */
+  b = create_cuda(conn, "transient", size);
+  during = daemon_free_memory();
+  CHECK(during <= baseline - size);
+  CHECK_OK(gpushm_unlink(conn, "transient"));
+  CHECK(daemon_free_memory() == during); /* still held by us */
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(wait_until(free_is, &d, &baseline));
+
+  /* a consumer SIGKILLed while it maps the buffer */
+  b = create_cuda(conn, "killed", size);
+  CHECK(pipe(ready) == 0);
+  snprintf(fd_text, sizeof fd_text, "%d", ready[1]);
+  holder = spawn("holder", "killed", fd_text, NULL, NULL);
+  CHECK(read(ready[0], &c, 1) == 1);
+  CHECK_OK(gpushm_unlink(conn, "killed"));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(daemon_free_memory() <= baseline - size); /* the holder keeps it */
+  CHECK(kill(holder, SIGKILL) == 0);
+  CHECK(waitpid(holder, &status, 0) == holder && WIFSIGNALED(status));
+  CHECK(wait_until(free_is, &d, &baseline));
+  close(ready[0]);
+  close(ready[1]);
+  test_log("device memory back to baseline (%llu MiB free) after release and after SIGKILL",
+           (unsigned long long)(baseline >> 20));
+}
+
+static void test_big_buffer(gpushm_t *conn)
+{
+  uint64_t size = fake ? 512 * MiB : 8192 * MiB;
+  gpushm_buffer_t *b = create_cuda(conn, "big", size);
+
+  fill(dptr(b), size, 0xb16);
+  check_child(spawn("consumer", "big", "0xb16", "0xb17", NULL));
+  CHECK(verify(dptr(b), size, 0xb17));
+  CHECK_OK(gpushm_unlink(conn, "big"));
+  CHECK_OK(gpushm_buffer_close(b));
+  test_log("%llu MiB buffer round trip verified", (unsigned long long)(size >> 20));
+}
+
+static void test_too_big(gpushm_t *conn)
+{
+  gpushm_stats_t s;
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  daemon_stats(&d, &s);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  CHECK_ERR(gpushm_buffer_create(conn, "huge", s.devices[0].total_memory + 1024 * MiB, &opts, &b),
+            GPUSHM_E_NOMEM);
+  CHECK(strstr(gpushm_last_error_message(), "OUT_OF_MEMORY") != NULL);
+  CHECK_OK(gpushm_ping(conn));
+  /* and a normal allocation still works */
+  b = create_cuda(conn, "after-oom", 2 * MiB);
+  CHECK_OK(gpushm_unlink(conn, "after-oom"));
+  CHECK_OK(gpushm_buffer_close(b));
+  opts.device = 7777;
+  CHECK_ERR(gpushm_buffer_create(conn, "nodev", 1, &opts, &b), GPUSHM_E_INVAL);
+}
+
+static void test_open_after_free(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_cuda(conn, "gone", 2 * MiB), *again;
+  uint64_t id = gpushm_buffer_id(b);
+  CHECK_OK(gpushm_unlink(conn, "gone"));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_ERR(gpushm_buffer_open(conn, "gone", 0, &again), GPUSHM_E_NOENT);
+  CHECK_ERR(gpushm_buffer_open_id(conn, id, 0, &again), GPUSHM_E_NOENT);
+}
+
+static void test_client_import_failure(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_cuda(conn, "unopenable", 2 * MiB);
+  check_child(spawn("open-fails", "unopenable", NULL, NULL,
+                    "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_HANDLE"));
+  CHECK_OK(gpushm_unlink(conn, "unopenable"));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
+int main(int argc, char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *warm;
+  gpushm_stats_t s;
+
+  self = "/proc/self/exe";
+  if (argc > 1) {
+    /* a child role: the daemon's socket comes through GPUSHM_SOCKET */
+    snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
+    if (strcmp(argv[1], "consumer") == 0)
+      return role_consumer(argv);
+    if (strcmp(argv[1], "holder") == 0)
+      return role_holder(argv);
+    if (strcmp(argv[1], "open-fails") == 0)
+      return role_open_fails(argv);
+    return 2;
+  }
+  {
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    CHECK(n > 0);
+    path[n] = '\0';
+    self = path;
+  }
+  fake = getenv("GPUSHM_CUDA_LIBRARY") && strstr(getenv("GPUSHM_CUDA_LIBRARY"), "fake");
+  cuda_setup(1);
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  daemon_stats(&d, &s);
+  CHECK(s.n_devices >= 1 && s.devices[0].total_memory > 0);
+  test_log("device 0: %s, %llu MiB", s.devices[0].name,
+           (unsigned long long)(s.devices[0].total_memory >> 20));
+  /* the daemon retains its context on first use */
+  warm = create_cuda(conn, "warm-up", 2 * MiB);
+  CHECK_OK(gpushm_unlink(conn, "warm-up"));
+  CHECK_OK(gpushm_buffer_close(warm));
+
+  test_producer_consumer(conn);
+  test_eight_consumers(conn);
+  test_same_process_twice(conn);
+  test_freed_after_last_release(conn);
+  test_big_buffer(conn);
+  test_too_big(conn);
+  test_open_after_free(conn);
+  test_client_import_failure(conn);
+
+  daemon_stats(&d, &s);
+  CHECK(s.buffers == 0 && s.bytes_allocated == 0);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  CU_CALL(&drv, cuDevicePrimaryCtxRelease, 0);
+  cuda_driver_unload(&drv);
+  return 0;
+}

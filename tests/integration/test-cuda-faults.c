@@ -1,0 +1,147 @@
+/* The daemon's CUDA error handling, without a GPU: the fake driver (or none) plus
+ * injected faults.  No driver or no device: a clear "unsupported"; out of memory: a
+ * clean error and a healthy daemon; a failed export: nothing left behind; a sticky
+ * error: the daemon exits with status 70 for the service manager to restart it. */
+#include "config.h"
+#include "harness.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static const char *fake_lib;
+
+static void with_env(const char *name, const char *value)
+{
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+}
+
+static int create_cuda(gpushm_t *conn, const char *name, uint64_t size, gpushm_buffer_t **b)
+{
+  gpushm_create_opts_t opts;
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  return gpushm_buffer_create(conn, name, size, &opts, b);
+}
+
+/* Starts a daemon with the given driver library and fault spec in its environment
+ * only. */
+static void start(struct test_daemon *d, const char *library, const char *faults,
+                  const char *devices)
+{
+  with_env("GPUSHM_CUDA_LIBRARY", library);
+  with_env("GPUSHM_CUDA_FAULTS", faults);
+  with_env("GPUSHM_FAKE_CUDA_DEVICES", devices);
+  daemon_start(d, NULL);
+  setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1); /* this process imports with the fake */
+  unsetenv("GPUSHM_CUDA_FAULTS");
+  unsetenv("GPUSHM_FAKE_CUDA_DEVICES");
+}
+
+static void test_unavailable(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+
+  start(&d, "/nonexistent/libcuda.so.1", NULL, NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(create_cuda(conn, "x", 1, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "no CUDA driver") != NULL);
+  CHECK_OK(gpushm_buffer_create(conn, "host-still-works", 1, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  start(&d, fake_lib, NULL, "0");
+  conn = daemon_connect(&d);
+  CHECK_ERR(create_cuda(conn, "x", 1, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "no CUDA device") != NULL);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  /* a malformed fault spec is refused, not half-applied */
+  start(&d, fake_lib, "cuMemAlloc=NOT_AN_ERROR", NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(create_cuda(conn, "x", 1, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "GPUSHM_CUDA_FAULTS") != NULL);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static void test_out_of_memory(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_stats_t s;
+
+  /* the second allocation (and every later one) fails */
+  start(&d, fake_lib, "cuMemAlloc=CUDA_ERROR_OUT_OF_MEMORY@2", NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(create_cuda(conn, "first", 1, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_ERR(create_cuda(conn, "second", 1, &b), GPUSHM_E_NOMEM);
+  CHECK(strstr(gpushm_last_error_message(), "cuMemAlloc") != NULL);
+  CHECK_OK(gpushm_ping(conn));
+  daemon_stats(&d, &s);
+  CHECK(s.buffers == 1 && s.bytes_allocated == 2u << 20); /* "first" only */
+  /* the failed create charged no quota and left no name */
+  CHECK_OK(gpushm_buffer_create(conn, "second", 1, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static void test_export_failure(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_stats_t s;
+
+  start(&d, fake_lib, "cuIpcGetMemHandle=CUDA_ERROR_INVALID_VALUE", NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(create_cuda(conn, "unexportable", 1, &b), GPUSHM_E_CUDA);
+  CHECK(strstr(gpushm_last_error_message(), "cuIpcGetMemHandle") != NULL);
+  daemon_stats(&d, &s);
+  CHECK(s.buffers == 0 && s.bytes_allocated == 0); /* allocated, then given back */
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static void test_sticky_error(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn, *bystander;
+  gpushm_buffer_t *b;
+
+  start(&d, fake_lib, "cuMemFree=CUDA_ERROR_ILLEGAL_ADDRESS", NULL);
+  conn = daemon_connect(&d);
+  bystander = daemon_connect(&d);
+  CHECK_OK(create_cuda(conn, "poisoned", 1, &b));
+  CHECK_OK(gpushm_unlink(conn, "poisoned"));
+  /* the release is answered, then the daemon stops */
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(daemon_wait_exit(&d) == 70);
+  CHECK_ERR(gpushm_ping(bystander), GPUSHM_E_DISCONNECTED);
+  gpushm_disconnect(conn);
+  gpushm_disconnect(bystander);
+}
+
+int main(void)
+{
+  fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
+  if (!fake_lib || access(fake_lib, R_OK) != 0) {
+    test_log("built without CUDA headers: no fake driver to test against");
+    return TEST_SKIP;
+  }
+  test_unavailable();
+  test_out_of_memory();
+  test_export_failure();
+  test_sticky_error();
+  return 0;
+}
