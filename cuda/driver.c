@@ -48,7 +48,8 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   memset(drv, 0, sizeof *drv);
   if (!path || !*path)
     path = "libcuda.so.1";
-  drv->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  /* Never unmapped: libcuda keeps threads and exit handlers that outlive dlclose. */
+  drv->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!drv->lib) {
     snprintf(err, errlen, "no CUDA driver (%s)", dlerror());
     return -1;

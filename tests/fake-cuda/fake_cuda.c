@@ -262,8 +262,12 @@ static CUresult fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  fh = (struct fake_handle){ HANDLE_MAGIC, (int32_t)getpid(), (*slot)->fd, (*slot)->size,
-                             (*slot)->device };
+  memset(&fh, 0, sizeof fh); /* padding travels in the handle too */
+  fh.magic = HANDLE_MAGIC;
+  fh.pid = (int32_t)getpid();
+  fh.fd = (*slot)->fd;
+  fh.size = (*slot)->size;
+  fh.device = (*slot)->device;
   pthread_mutex_unlock(&lock);
   memset(h, 0, sizeof *h);
   memcpy(h->reserved, &fh, sizeof fh);
