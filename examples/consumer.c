@@ -3,47 +3,60 @@
 #include "gpushm.h"
 #include "pattern.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
-#include <unistd.h>
+
+static void die(const char *what, int r)
+{
+  fprintf(stderr, "consumer: %s: %s: %s\n", what, gpushm_strerror(r), gpushm_last_error_message());
+  exit(1);
+}
 
 int main(int argc, char **argv)
 {
   const char *name = argc > 1 ? argv[1] : "demo";
   struct timespec pause = { 0, 10000000 };
+  char state_name[160];
   gpushm_t *conn;
-  gpushm_buffer_t *buf = NULL;
+  gpushm_buffer_t *buf = NULL, *state = NULL;
   struct demo_header *h;
-  uint64_t *payload, bad;
+  int64_t bad;
   int r;
 
-  if ((r = gpushm_connect(NULL, "gpushm-consumer", &conn)) < 0) {
-    fprintf(stderr, "consumer: %s: %s\n", gpushm_strerror(r), gpushm_last_error_message());
-    return 1;
-  }
-  /* The producer may not have created it yet. */
-  for (int i = 0; i < 3000 && (r = gpushm_buffer_open(conn, name, 0, &buf)) == GPUSHM_E_NOENT; i++)
+  if (strlen(name) > 100)
+    return 2;
+  if ((r = gpushm_connect(NULL, "gpushm-consumer", &conn)) < 0)
+    die("connect", r);
+  snprintf(state_name, sizeof state_name, "%s.state", name);
+  /* The producer may not have created them yet. */
+  for (int i = 0; i < 3000 && (r = gpushm_buffer_open(conn, state_name, 0, &state)) == GPUSHM_E_NOENT; i++)
     nanosleep(&pause, NULL);
-  if (r < 0) {
-    fprintf(stderr, "consumer: open %s: %s: %s\n", name, gpushm_strerror(r),
-            gpushm_last_error_message());
-    return 1;
-  }
-  h = gpushm_buffer_ptr(buf);
-  payload = (uint64_t *)(h + 1);
+  if (r < 0)
+    die("open hand-shake buffer", r);
+  h = gpushm_buffer_ptr(state);
   if (demo_wait_state(h, DEMO_PRODUCED, 60) < 0) {
     fprintf(stderr, "consumer: producer never finished writing\n");
     return 1;
   }
-  bad = demo_verify(payload, h->words, 1);
-  if (bad != h->words) {
-    fprintf(stderr, "consumer: wrong data at word %llu\n", (unsigned long long)bad);
+  if ((r = gpushm_buffer_open(conn, name, 0, &buf)) < 0)
+    die("open", r);
+  if (devmem_attach(buf) < 0) {
+    fprintf(stderr, "consumer: cannot reach the buffer's device\n");
     return 1;
   }
-  printf("consumer: '%s': %llu words verified, answering\n", name,
-         (unsigned long long)h->words);
-  demo_fill(payload, h->words, 2);
+  bad = demo_verify(buf, h->words, 1);
+  if (bad != (int64_t)h->words) {
+    fprintf(stderr, "consumer: wrong data at word %lld\n", (long long)bad);
+    return 1;
+  }
+  printf("consumer: '%s': %llu words of %s verified, answering\n", name,
+         (unsigned long long)h->words, devmem_where(buf));
+  if (demo_fill(buf, h->words, 2) < 0)
+    return 1;
   __atomic_store_n(&h->state, DEMO_CONSUMED, __ATOMIC_RELEASE);
   gpushm_buffer_close(buf);
+  gpushm_buffer_close(state);
   gpushm_disconnect(conn);
   return 0;
 }

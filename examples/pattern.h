@@ -1,11 +1,13 @@
-/* Shared by the demo producer and consumer: a small header in front of the payload
- * carries the hand-shake, the payload carries a pattern each side checks. */
+/* Shared by the demo producer and consumer.  The payload (GPU or host memory) carries
+ * a pattern each side checks; a small host buffer NAME.state carries the hand-shake. */
 #ifndef GPUSHM_EXAMPLE_PATTERN_H
 #define GPUSHM_EXAMPLE_PATTERN_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
+
+#include "devmem.h"
 
 enum demo_state { DEMO_EMPTY = 0, DEMO_PRODUCED = 1, DEMO_CONSUMED = 2 };
 
@@ -15,6 +17,8 @@ struct demo_header {
   uint64_t words;
 };
 
+#define DEMO_CHUNK_WORDS (1u << 20)
+
 static inline uint64_t demo_word(uint64_t seed, uint64_t i)
 {
   uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
@@ -22,19 +26,33 @@ static inline uint64_t demo_word(uint64_t seed, uint64_t i)
   return x * 0xbf58476d1ce4e5b9ull;
 }
 
-static inline void demo_fill(uint64_t *w, uint64_t n, uint64_t seed)
+/* Writes the pattern through a host staging chunk. */
+static inline int demo_fill(gpushm_buffer_t *buf, uint64_t words, uint64_t seed)
 {
-  for (uint64_t i = 0; i < n; i++)
-    w[i] = demo_word(seed, i);
+  static uint64_t chunk[DEMO_CHUNK_WORDS];
+  for (uint64_t at = 0; at < words; at += DEMO_CHUNK_WORDS) {
+    uint64_t n = words - at < DEMO_CHUNK_WORDS ? words - at : DEMO_CHUNK_WORDS;
+    for (uint64_t i = 0; i < n; i++)
+      chunk[i] = demo_word(seed, at + i);
+    if (devmem_write(buf, at * 8, chunk, n * 8) < 0)
+      return -1;
+  }
+  return 0;
 }
 
-/* Returns the index of the first wrong word, or n if all are right. */
-static inline uint64_t demo_verify(const uint64_t *w, uint64_t n, uint64_t seed)
+/* Returns the index of the first wrong word, words if all are right, -1 on error. */
+static inline int64_t demo_verify(gpushm_buffer_t *buf, uint64_t words, uint64_t seed)
 {
-  for (uint64_t i = 0; i < n; i++)
-    if (w[i] != demo_word(seed, i))
-      return i;
-  return n;
+  static uint64_t chunk[DEMO_CHUNK_WORDS];
+  for (uint64_t at = 0; at < words; at += DEMO_CHUNK_WORDS) {
+    uint64_t n = words - at < DEMO_CHUNK_WORDS ? words - at : DEMO_CHUNK_WORDS;
+    if (devmem_read(buf, at * 8, chunk, n * 8) < 0)
+      return -1;
+    for (uint64_t i = 0; i < n; i++)
+      if (chunk[i] != demo_word(seed, at + i))
+        return (int64_t)(at + i);
+  }
+  return (int64_t)words;
 }
 
 static inline int demo_wait_state(struct demo_header *h, uint32_t state, int timeout_s)

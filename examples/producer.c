@@ -1,60 +1,80 @@
-/* Demo producer: creates a shared buffer, fills it, waits for the consumer's answer
- * and checks it.  Usage: gpushm-producer [NAME [SIZE_MIB]] */
+/* Demo producer: creates a shared buffer — in GPU memory over CUDA IPC when gpushmd
+ * offers it, else in host memory — fills it, waits for the consumer's answer and
+ * checks it.  Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda]]] */
 #include "gpushm.h"
 #include "pattern.h"
 
 #include <stdlib.h>
-#include <unistd.h>
+#include <string.h>
+
+static void die(const char *what, int r)
+{
+  fprintf(stderr, "producer: %s: %s: %s\n", what, gpushm_strerror(r), gpushm_last_error_message());
+  exit(1);
+}
 
 int main(int argc, char **argv)
 {
   const char *name = argc > 1 ? argv[1] : "demo";
   uint64_t size = (argc > 2 ? strtoull(argv[2], NULL, 10) : 64) << 20;
+  const char *backend = argc > 3 ? argv[3] : "auto";
+  char state_name[160];
   gpushm_t *conn;
-  gpushm_buffer_t *buf;
+  gpushm_buffer_t *buf, *state;
+  gpushm_create_opts_t opts;
   struct demo_header *h;
-  uint64_t *payload, words, bad;
+  uint64_t words = size / 8;
+  int64_t bad;
   int r;
 
-  if (size <= sizeof *h) {
-    fprintf(stderr, "producer: size must be at least 1 MiB\n");
+  if (size == 0 || strlen(name) > 100) {
+    fprintf(stderr, "producer: need a size of at least 1 MiB and a name of at most 100 bytes\n");
     return 2;
   }
-  if ((r = gpushm_connect(NULL, "gpushm-producer", &conn)) < 0) {
-    fprintf(stderr, "producer: %s: %s\n", gpushm_strerror(r), gpushm_last_error_message());
-    return 1;
-  }
-  /* Session lifetime: if the producer dies, the name goes with it. */
-  gpushm_create_opts_t opts;
+  if ((r = gpushm_connect(NULL, "gpushm-producer", &conn)) < 0)
+    die("connect", r);
+  /* Session lifetime: if the producer dies, the names go with it. */
   gpushm_create_opts_init(&opts);
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
   opts.mode = 0644;
-  if ((r = gpushm_buffer_create(conn, name, size, &opts, &buf)) < 0) {
-    fprintf(stderr, "producer: create %s: %s: %s\n", name, gpushm_strerror(r),
-            gpushm_last_error_message());
+  snprintf(state_name, sizeof state_name, "%s.state", name);
+  if ((r = gpushm_buffer_create(conn, state_name, sizeof *h, &opts, &state)) < 0)
+    die("create hand-shake buffer", r);
+  h = gpushm_buffer_ptr(state);
+
+  opts.backend = strcmp(backend, "host") == 0 ? GPUSHM_BACKEND_HOST : GPUSHM_BACKEND_CUDA_IPC;
+  r = gpushm_buffer_create(conn, name, size, &opts, &buf);
+  if (r == GPUSHM_E_UNSUPPORTED && strcmp(backend, "auto") == 0) {
+    printf("producer: no GPU through gpushmd (%s); using host memory\n",
+           gpushm_last_error_message());
+    opts.backend = GPUSHM_BACKEND_HOST;
+    r = gpushm_buffer_create(conn, name, size, &opts, &buf);
+  }
+  if (r < 0)
+    die("create", r);
+  if (devmem_attach(buf) < 0 || demo_fill(buf, words, 1) < 0) {
+    fprintf(stderr, "producer: cannot write the buffer\n");
     return 1;
   }
-  h = gpushm_buffer_ptr(buf);
-  payload = (uint64_t *)(h + 1);
-  words = (size - sizeof *h) / sizeof *payload;
   h->words = words;
-  demo_fill(payload, words, 1);
   __atomic_store_n(&h->state, DEMO_PRODUCED, __ATOMIC_RELEASE);
-  printf("producer: '%s' (id %llu): %llu MiB written, waiting for the consumer\n", name,
-         (unsigned long long)gpushm_buffer_id(buf), (unsigned long long)(size >> 20));
+  printf("producer: '%s' (id %llu): %llu MiB of %s written, waiting for the consumer\n", name,
+         (unsigned long long)gpushm_buffer_id(buf), (unsigned long long)(size >> 20),
+         devmem_where(buf));
   fflush(stdout);
 
   if (demo_wait_state(h, DEMO_CONSUMED, 60) < 0) {
     fprintf(stderr, "producer: no consumer within 60 s\n");
     return 1;
   }
-  bad = demo_verify(payload, words, 2);
-  if (bad != words) {
-    fprintf(stderr, "producer: consumer's data wrong at word %llu\n", (unsigned long long)bad);
+  bad = demo_verify(buf, words, 2);
+  if (bad != (int64_t)words) {
+    fprintf(stderr, "producer: consumer's data wrong at word %lld\n", (long long)bad);
     return 1;
   }
   printf("producer: consumer's answer verified (%llu words)\n", (unsigned long long)words);
   gpushm_buffer_close(buf);
+  gpushm_buffer_close(state);
   gpushm_disconnect(conn);
   return 0;
 }
