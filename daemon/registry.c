@@ -390,6 +390,20 @@ oom:
   return GPUSHM_E_NOMEM;
 }
 
+static int lookup_name(const struct registry *reg, const char *name, struct reg_buffer **out,
+                       char *err, size_t errlen)
+{
+  if (!wire_name_valid(name)) {
+    snprintf(err, errlen, "invalid name");
+    return GPUSHM_E_NAME;
+  }
+  if (!(*out = *name_slot(reg, name))) {
+    snprintf(err, errlen, "no buffer named '%s'", name);
+    return GPUSHM_E_NOENT;
+  }
+  return 0;
+}
+
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
                   bool write, struct reg_buffer **out, char *err, size_t errlen)
 {
@@ -397,15 +411,8 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   int r;
 
   if (name) {
-    if (!wire_name_valid(name)) {
-      snprintf(err, errlen, "invalid name");
-      return GPUSHM_E_NAME;
-    }
-    buffer = *name_slot(reg, name);
-    if (!buffer) {
-      snprintf(err, errlen, "no buffer named '%s'", name);
-      return GPUSHM_E_NOENT;
-    }
+    if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
+      return r;
   } else {
     buffer = registry_find_id(reg, id);
     /* An unlinked buffer takes no new holders, by id no more than by name. */
@@ -446,16 +453,10 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
                     char *err, size_t errlen)
 {
   struct reg_buffer *buffer;
+  int r;
 
-  if (!wire_name_valid(name)) {
-    snprintf(err, errlen, "invalid name");
-    return GPUSHM_E_NAME;
-  }
-  buffer = *name_slot(reg, name);
-  if (!buffer) {
-    snprintf(err, errlen, "no buffer named '%s'", name);
-    return GPUSHM_E_NOENT;
-  }
+  if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
+    return r;
   /* As in a sticky /dev/shm: only the owner (or root) removes a name. */
   if (client->uid != 0 && client->uid != buffer->owner_uid) {
     snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)buffer->owner_uid);
