@@ -20,6 +20,7 @@ static int copy_info(gpushm_buffer_info_t *dst, const Gpushm__BufferInfo *src)
   dst->mode = src->mode;
   dst->lifetime = (uint32_t)src->lifetime;
   dst->linked = src->linked;
+  dst->sync = src->sync;
   dst->refs = src->refs;
   dst->my_refs = src->my_refs;
   dst->creator_pid = src->creator_pid;

@@ -6,8 +6,10 @@
  * memory this process still maps. */
 #include "config.h"
 #include "internal.h"
+#include "status_page.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -69,20 +71,30 @@ static unsigned name_bucket(const char *name)
   return h % CACHE_BUCKETS;
 }
 
-static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only)
+static bool is_event(const struct gpushm_buffer *b)
+{
+  return b->backend == GPUSHM_BACKEND_CUDA_EVENT;
+}
+
+/* A cached entry serves an open only for the same access and the same kind: a
+ * buffer's id or name never yields an event, nor the other way round. */
+static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only,
+                                           bool event)
 {
   for (struct gpushm_buffer *b = by_id[id_bucket(instance_id, id)]; b; b = b->next_by_id)
-    if (b->id == id && b->instance_id == instance_id && b->read_only == read_only)
+    if (b->id == id && b->instance_id == instance_id && b->read_only == read_only &&
+        is_event(b) == event)
       return b;
   return NULL;
 }
 
-static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only)
+static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only,
+                                             bool event)
 {
   uint64_t generation = client_unlink_generation(conn);
   for (struct gpushm_buffer *b = by_name[name_bucket(name)]; b; b = b->next_by_name)
     if (b->instance_id == conn->instance_id && b->read_only == read_only &&
-        b->name_generation == generation && strcmp(b->name, name) == 0)
+        is_event(b) == event && b->name_generation == generation && strcmp(b->name, name) == 0)
       return b;
   return NULL;
 }
@@ -142,40 +154,97 @@ static int map_host(struct gpushm_buffer *buf, int fd)
   return 0;
 }
 
-static int map_buffer(struct gpushm_buffer *buf, int fd, const Gpushm__OpenReply *open)
+static int map_control(struct gpushm_buffer *buf, int fd)
 {
+  struct stat st;
+  void *p;
+
+  if (fstat(fd, &st) < 0 || st.st_size < (off_t)SYNC_CONTROL_SIZE)
+    return client_error(GPUSHM_E_PROTO, "invalid control block for %s", buf->name);
+  p = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return client_error(GPUSHM_E_IO, "mapping the control block of %s: %s", buf->name,
+                        strerror(errno));
+  if (((struct sync_control *)p)->magic != SYNC_CONTROL_MAGIC) {
+    munmap(p, SYNC_CONTROL_SIZE);
+    return client_error(GPUSHM_E_PROTO, "invalid control block for %s", buf->name);
+  }
+  buf->control = p;
+  return 0;
+}
+
+static int unmap_buffer(struct gpushm_buffer *buf);
+
+/* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
+ * control block (the last fd) and the buffer's event. */
+static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
+                      const Gpushm__OpenReply *open)
+{
+  const Gpushm__BufferInfo *info = open->info;
+  unsigned memory_fds = buf->backend == GPUSHM_BACKEND_HOST ? 1 : 0;
+  int r;
+
+  if (fds->n != memory_fds + (open->has_control ? 1 : 0))
+    return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for %s", fds->n, buf->name);
   switch (buf->backend) {
   case GPUSHM_BACKEND_HOST:
-    if (fd < 0)
-      return client_error(GPUSHM_E_PROTO, "daemon sent no fd for host buffer %s", buf->name);
-    return map_host(buf, fd);
+    r = map_host(buf, fds->fd[0]);
+    break;
   case GPUSHM_BACKEND_CUDA_IPC:
-    return client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
-                                  open->info->device_uuid.data, open->info->device_uuid.len,
-                                  open->info->device, &buf->ptr, &buf->device);
+    r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
+                               info->device_uuid.data, info->device_uuid.len, info->device,
+                               &buf->ptr, &buf->device);
+    break;
+  case GPUSHM_BACKEND_CUDA_EVENT:
+    r = client_cuda_import_event(open->ipc_handle.data, open->ipc_handle.len,
+                                 info->device_uuid.data, info->device_uuid.len, info->device,
+                                 &buf->ptr, &buf->device);
+    break;
   default:
     return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
                         (int)buf->backend);
   }
+  if (r < 0 || !open->has_control)
+    return r;
+  if ((r = map_control(buf, fds->fd[fds->n - 1])) == 0 && open->sync_event_handle.len)
+    r = client_cuda_import_event(open->sync_event_handle.data, open->sync_event_handle.len,
+                                 info->device_uuid.data, info->device_uuid.len, info->device,
+                                 &buf->sync_event, &buf->device);
+  if (r < 0) {
+    int saved = r;
+    char why[256];
+    snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+    unmap_buffer(buf);
+    client_error(saved, "%s", why);
+  }
+  return r;
 }
 
 /* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
 static int unmap_buffer(struct gpushm_buffer *buf)
 {
-  int r = 0;
+  int r = 0, r2 = 0;
 
   if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
     munmap(buf->ptr, buf->map_len);
   else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
     r = client_cuda_close_ipc(buf->ptr, buf->device);
+  else if (buf->backend == GPUSHM_BACKEND_CUDA_EVENT && buf->ptr)
+    r = client_cuda_destroy_event(buf->ptr, buf->device);
   buf->ptr = NULL;
-  return r;
+  if (buf->sync_event)
+    r2 = client_cuda_destroy_event(buf->sync_event, buf->device);
+  buf->sync_event = NULL;
+  if (buf->control)
+    munmap(buf->control, SYNC_CONTROL_SIZE);
+  buf->control = NULL;
+  return r < 0 ? r : r2;
 }
 
 /* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
  * entry another thread or connection made meanwhile and gives back the extra daemon
  * reference. */
-static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
+static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct client_fds *fds,
                        uint64_t generation, gpushm_buffer_t **out)
 {
   const Gpushm__BufferInfo *info = open->info;
@@ -183,14 +252,12 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
   int r;
 
   if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN) {
-    if (fd >= 0)
-      close(fd);
+    client_close_fds(fds);
     release_on_daemon(conn, info ? info->id : 0);
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   }
   if (!(buf = calloc(1, sizeof *buf))) {
-    if (fd >= 0)
-      close(fd);
+    client_close_fds(fds);
     release_on_daemon(conn, info->id);
     return client_error(GPUSHM_E_NOMEM, "out of memory");
   }
@@ -206,14 +273,13 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
   buf->size = info->size;
 
   pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only);
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf));
   if (existing) {
     existing->refs++;
     if (existing->name_generation < generation)
       existing->name_generation = generation; /* the daemon just confirmed the name */
     pthread_mutex_unlock(&cache_lock);
-    if (fd >= 0)
-      close(fd);
+    client_close_fds(fds);
     free(buf);
     release_on_daemon(conn, info->id);
     *out = existing;
@@ -222,9 +288,8 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
   pthread_mutex_unlock(&cache_lock);
 
   /* Map outside the lock: mapping device memory can take a while. */
-  r = map_buffer(buf, fd, open);
-  if (fd >= 0)
-    close(fd);
+  r = map_buffer(buf, fds, open);
+  client_close_fds(fds);
   if (r < 0) {
     release_on_daemon(conn, buf->id);
     free(buf);
@@ -232,7 +297,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, int fd,
   }
 
   pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only);
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf));
   if (existing) {
     existing->refs++;
     pthread_mutex_unlock(&cache_lock);
@@ -254,17 +319,17 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, gpushm_buffer_t
   /* Read before asking: a name cached with this generation is at worst re-checked. */
   uint64_t generation = client_unlink_generation(conn);
   Gpushm__Reply *reply;
-  int fd, r;
+  struct client_fds fds;
+  int r;
 
-  if ((r = client_call(conn, req, &reply, &fd)) < 0)
+  if ((r = client_call(conn, req, &reply, &fds)) < 0)
     return r;
   if (reply->body_case != GPUSHM__REPLY__BODY_OPEN) {
-    if (fd >= 0)
-      close(fd);
+    client_close_fds(&fds);
     gpushm__reply__free_unpacked(reply, NULL);
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   }
-  r = adopt_reply(conn, reply->open, fd, generation, out);
+  r = adopt_reply(conn, reply->open, &fds, generation, out);
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
@@ -278,6 +343,16 @@ void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 
 int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
                          const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
+{
+  if (opts && opts->backend == GPUSHM_BACKEND_CUDA_EVENT) {
+    client_clear_error();
+    return client_error(GPUSHM_E_INVAL, "events are made with gpushm_event_create()");
+  }
+  return client_create(conn, name, size, opts, false, out);
+}
+
+int client_create(gpushm_t *conn, const char *name, uint64_t size,
+                  const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
@@ -295,25 +370,26 @@ int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
     gpushm_create_opts_init(&defaults);
     opts = &defaults;
   }
-  if (opts->flags & ~GPUSHM_CREATE_OPEN_EXISTING)
+  if (opts->flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts->flags);
   for (size_t i = 0; i < sizeof opts->reserved_ / sizeof opts->reserved_[0]; i++)
     if (opts->reserved_[i])
       return client_error(GPUSHM_E_INVAL, "reserved option fields must be zero");
   body.name = (char *)name;
   body.size = size;
-  body.backend = (Gpushm__Backend)opts->backend;
+  body.backend = event ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT : (Gpushm__Backend)opts->backend;
   body.device = opts->device;
   body.mode = opts->mode;
   body.lifetime = (Gpushm__Lifetime)opts->lifetime;
   body.open_existing = (opts->flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
+  body.sync = (opts->flags & GPUSHM_CREATE_SYNC) != 0;
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
   return open_round_trip(conn, &req, out);
 }
 
-static int open_common(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
-                       gpushm_buffer_t **out)
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
+                gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
@@ -331,8 +407,8 @@ static int open_common(gpushm_t *conn, const char *name, uint64_t id, unsigned f
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
   pthread_mutex_lock(&cache_lock);
-  hit = name ? cache_find_name(conn, name, read_only)
-             : cache_find_id(conn->instance_id, id, read_only);
+  hit = name ? cache_find_name(conn, name, read_only, event)
+             : cache_find_id(conn->instance_id, id, read_only, event);
   if (hit)
     hit->refs++;
   pthread_mutex_unlock(&cache_lock);
@@ -349,6 +425,7 @@ static int open_common(gpushm_t *conn, const char *name, uint64_t id, unsigned f
     body.id = id;
   }
   body.read_only = read_only;
+  body.event = event;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
   return open_round_trip(conn, &req, out);
@@ -360,12 +437,12 @@ int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_
     client_clear_error();
     return client_error(GPUSHM_E_NAME, "name is NULL");
   }
-  return open_common(conn, name, 0, flags, out);
+  return client_open(conn, name, 0, flags, false, out);
 }
 
 int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags, gpushm_buffer_t **out)
 {
-  return open_common(conn, NULL, id, flags, out);
+  return client_open(conn, NULL, id, flags, false, out);
 }
 
 int gpushm_buffer_close(gpushm_buffer_t *buf)

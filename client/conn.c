@@ -39,24 +39,24 @@ static int hello(gpushm_t *conn, const char *client_name)
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__Hello body = GPUSHM__HELLO__INIT;
   Gpushm__Reply *reply;
-  int fd = -1, r;
+  struct client_fds fds;
+  int r;
 
   body.protocol_version = GPUSHM_PROTOCOL_VERSION;
   body.client_name = (char *)(client_name ? client_name : "");
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;
-  r = client_call(conn, &req, &reply, &fd);
+  r = client_call(conn, &req, &reply, &fds);
   if (r < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_HELLO || fd < 0) {
+  if (reply->body_case != GPUSHM__REPLY__BODY_HELLO || fds.n != 1) {
     r = client_error(GPUSHM_E_PROTO, "malformed hello reply");
   } else {
     conn->instance_id = reply->hello->instance_id;
     conn->client_id = reply->hello->client_id;
-    r = map_status_page(conn, fd);
+    r = map_status_page(conn, fds.fd[0]);
   }
-  if (fd >= 0)
-    close(fd);
+  client_close_fds(&fds);
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
@@ -144,7 +144,14 @@ static int wire_error(gpushm_t *conn, int r, const char *why)
   return client_error(GPUSHM_E_IO, "socket: %s", strerror(-r));
 }
 
-static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out, int *fd_out)
+void client_close_fds(struct client_fds *fds)
+{
+  while (fds->n)
+    close(fds->fd[--fds->n]);
+}
+
+static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                       struct client_fds *fds)
 {
   struct wire_frame frame;
   Gpushm__Reply *reply;
@@ -190,22 +197,25 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
     gpushm__reply__free_unpacked(reply, NULL);
     return r;
   }
-  if (fd_out)
-    *fd_out = frame.n_fds ? frame.fds[0] : -1;
-  for (unsigned i = fd_out ? 1 : 0; i < frame.n_fds; i++)
-    close(frame.fds[i]);
+  if (fds) {
+    memcpy(fds->fd, frame.fds, sizeof(int) * frame.n_fds);
+    fds->n = frame.n_fds;
+  } else {
+    wire_close_fds(&frame);
+  }
   *out = reply;
   return 0;
 }
 
-int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out, int *fd_out)
+int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                struct client_fds *fds)
 {
   int r;
 
-  if (fd_out)
-    *fd_out = -1;
+  if (fds)
+    fds->n = 0;
   pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, fd_out);
+  r = call_locked(conn, req, out, fds);
   pthread_mutex_unlock(&conn->lock);
   return r;
 }

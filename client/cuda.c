@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef HAVE_CUDA
 #include "driver.h"
@@ -144,6 +145,83 @@ int client_cuda_close_ipc(void *ptr, int local_device)
   return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuIpcCloseMemHandle");
 }
 
+/* Inter-process events: opened in the device's primary context; record and wait
+ * run with that context current, the caller's restored after. */
+int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                             size_t uuid_len, int ordinal, void **event, int *local_device)
+{
+  CUipcEventHandle h;
+  CUevent ev;
+  CUcontext prev;
+  CUresult r;
+  int dev, ret;
+
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "unsupported: %s", cl.why);
+  if (handle_len != sizeof h.reserved)
+    return client_error(GPUSHM_E_PROTO, "daemon sent an event handle of %zu bytes", handle_len);
+  if ((dev = find_device(uuid, uuid_len, ordinal)) < 0)
+    return dev;
+  if ((ret = enter_device(dev, &prev)) < 0)
+    return ret;
+  memcpy(h.reserved, handle, sizeof h.reserved);
+  r = CU_CALL(&cl.drv, cuIpcOpenEventHandle, &ev, h);
+  leave_device(prev);
+  if (r != CUDA_SUCCESS) {
+    /* Legacy IPC events live in a /dev/shm file of mode 0600 owned by the exporting
+     * process: another uid cannot open them. */
+    ret = cuda_error(r, "cuIpcOpenEventHandle");
+    if (geteuid() != 0)
+      client_error(ret == GPUSHM_E_CUDA ? GPUSHM_E_PERM : ret,
+                   "%s; CUDA IPC events can only be opened by the uid that runs gpushmd "
+                   "(or root): run a per-user gpushmd for this user", gpushm_last_error_message());
+    return ret == GPUSHM_E_CUDA && geteuid() != 0 ? GPUSHM_E_PERM : ret;
+  }
+  *event = ev;
+  *local_device = dev;
+  return 0;
+}
+
+int client_cuda_destroy_event(void *event, int local_device)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(local_device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event);
+  leave_device(prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuEventDestroy");
+}
+
+int client_cuda_record(void *event, int local_device, void *stream)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(local_device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)stream);
+  leave_device(prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuEventRecord");
+}
+
+int client_cuda_wait(void *event, int local_device, void *stream)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(local_device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0);
+  leave_device(prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuStreamWaitEvent");
+}
+
 #else /* !HAVE_CUDA */
 
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
@@ -153,6 +231,27 @@ int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8
 }
 
 int client_cuda_close_ipc(void *ptr, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                             size_t uuid_len, int ordinal, void **event, int *local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_destroy_event(void *event, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_record(void *event, int local_device, void *stream)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_wait(void *event, int local_device, void *stream)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

@@ -35,8 +35,11 @@ struct gpushm_buffer {
   uint64_t name_generation;
   unsigned refs; /* opens in this process; under the cache lock */
   gpushm_t *conn; /* holds the daemon's reference */
-  gpushm_backend_t backend;
+  gpushm_backend_t backend; /* GPUSHM_BACKEND_CUDA_EVENT: this is a gpushm_event_t */
   int device; /* this process's ordinal for CUDA backends */
+  /* sync buffers */
+  struct sync_control *control;
+  void *sync_event; /* CUevent for device buffers */
   uint64_t size;
   void *ptr;
   size_t map_len;
@@ -46,17 +49,37 @@ struct gpushm_buffer {
 int client_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void client_clear_error(void);
 
+/* fds that came with a reply; the receiver owns them */
+struct client_fds {
+  int fd[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n;
+};
+void client_close_fds(struct client_fds *fds);
+
 /* One request/reply exchange.  On success *reply is the daemon's reply (free with
- * gpushm__reply__free_unpacked) and *fd_out, when given, the fd it carried (or -1). */
-int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply, int *fd_out);
+ * gpushm__reply__free_unpacked) and *fds, when given, the fds it carried; without
+ * fds, any that came are closed. */
+int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
+                struct client_fds *fds);
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);
+
+/* Create and open as buffers or (event true) events, through the process cache. */
+int client_create(gpushm_t *conn, const char *name, uint64_t size,
+                  const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out);
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
+                gpushm_buffer_t **out);
 
 /* CUDA IPC (client/cuda.c): maps a daemon-exported handle on the device with that
  * UUID (or ordinal, when no UUID is given) and unmaps it. */
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                            size_t uuid_len, int ordinal, void **ptr, int *local_device);
 int client_cuda_close_ipc(void *ptr, int local_device);
+int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                             size_t uuid_len, int ordinal, void **event, int *local_device);
+int client_cuda_destroy_event(void *event, int local_device);
+int client_cuda_record(void *event, int local_device, void *stream);
+int client_cuda_wait(void *event, int local_device, void *stream);
 
 #endif

@@ -40,6 +40,21 @@
   X(cuIpcGetMemHandle, 4010)            \
   X(cuIpcOpenMemHandle, 11000)          \
   X(cuIpcCloseMemHandle, 4010)          \
+  X(cuEventCreate, 2000)                \
+  X(cuEventDestroy, 4000)               \
+  X(cuEventRecord, 2000)                \
+  X(cuEventQuery, 2000)                 \
+  X(cuEventSynchronize, 2000)           \
+  X(cuStreamWaitEvent, 3020)            \
+  X(cuIpcGetEventHandle, 4010)          \
+  X(cuIpcOpenEventHandle, 4010)         \
+  X(cuStreamCreate, 2000)               \
+  X(cuStreamDestroy, 4000)              \
+  X(cuStreamSynchronize, 2000)          \
+  X(cuModuleLoadData, 2000)             \
+  X(cuModuleGetFunction, 2000)          \
+  X(cuModuleUnload, 2000)               \
+  X(cuLaunchKernel, 4000)               \
   X(cuGetErrorName, 6000)               \
   X(cuGetErrorString, 6000)
 

@@ -23,6 +23,7 @@ struct backend_export {
 struct backend {
   const char *name;
   int kind; /* gpushm_backend_t */
+  bool sizeless; /* an event, not memory: size must be 0 */
   /* Reserves at least size bytes.  Returns 0 or a negative GPUSHM_E_* with err set. */
   int (*alloc)(const struct backend *be, uint64_t size, int device, const char *label,
                struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
@@ -41,6 +42,7 @@ int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *f
                            char *err, size_t errlen);
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
+extern const struct backend backend_cuda_event;
 #endif
 
 #endif

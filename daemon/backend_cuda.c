@@ -262,3 +262,93 @@ const struct backend backend_cuda_ipc = {
   .release = ipc_release,
   .unavailable = ipc_unavailable,
 };
+
+/* Inter-process events: created in the device's primary context with timing off (as
+ * CUDA requires for CU_EVENT_INTERPROCESS), exported like memory, lazily. */
+struct cuda_event {
+  CUevent event;
+  int device;
+  bool exported;
+  CUipcEventHandle handle;
+};
+
+static int event_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                       struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  struct cuda_event *ce;
+  CUresult r;
+  int ret;
+
+  if (device < 0 || device >= cuda.n_devices) {
+    snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
+    return GPUSHM_E_INVAL;
+  }
+  if ((ret = use_device(device, err, errlen)) < 0)
+    return ret;
+  if (!(ce = calloc(1, sizeof *ce))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  r = CU_CALL(&cuda.drv, cuEventCreate, &ce->event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    free(ce);
+    return cuda_failure(r, "cuEventCreate", err, errlen);
+  }
+  ce->device = device;
+  mem->fd = -1;
+  mem->priv = ce;
+  *allocated = 0;
+  log_debug("'%s': inter-process event on device %d", label, device);
+  return 0;
+}
+
+static int event_export(const struct backend *be, struct backend_mem *mem, bool read_only,
+                        struct backend_export *out, char *err, size_t errlen)
+{
+  struct cuda_event *ce = mem->priv;
+  int ret;
+
+  if (!ce->exported) {
+    CUresult r;
+    if ((ret = use_device(ce->device, err, errlen)) < 0)
+      return ret;
+    r = CU_CALL(&cuda.drv, cuIpcGetEventHandle, &ce->handle, ce->event);
+    if (r != CUDA_SUCCESS)
+      return cuda_failure(r, "cuIpcGetEventHandle", err, errlen);
+    ce->exported = true;
+  }
+  out->fd = -1;
+  memcpy(out->handle, ce->handle.reserved, sizeof ce->handle.reserved);
+  out->handle_len = sizeof ce->handle.reserved;
+  return 0;
+}
+
+static void event_release(const struct backend *be, struct backend_mem *mem)
+{
+  struct cuda_event *ce = mem->priv;
+  char err[256];
+
+  if (!ce)
+    return;
+  if (use_device(ce->device, err, sizeof err) == 0) {
+    CUresult r = CU_CALL(&cuda.drv, cuEventDestroy, ce->event);
+    if (r != CUDA_SUCCESS) {
+      cuda_failure(r, "cuEventDestroy", err, sizeof err);
+      log_error("%s", err);
+    }
+  } else {
+    log_error("destroying an event: %s", err);
+  }
+  free(ce);
+  mem->priv = NULL;
+}
+
+const struct backend backend_cuda_event = {
+  .name = "cuda-event",
+  .kind = GPUSHM_BACKEND_CUDA_EVENT,
+  .sizeless = true,
+  .alloc = event_alloc,
+  .export = event_export,
+  .release = event_release,
+  .unavailable = ipc_unavailable,
+};

@@ -15,10 +15,17 @@
 
 struct out_frame {
   struct out_frame *next;
-  int fd; /* sent with the frame, then closed; -1 if none */
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the frame, then closed */
+  unsigned n_fds;
   size_t len;
   uint8_t data[];
 };
+
+static void close_fds(const int *fds, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++)
+    close(fds[i]);
+}
 
 static void on_poll(uv_poll_t *handle, int status, int events);
 
@@ -33,8 +40,7 @@ static void free_out_frames(struct conn *c)
   while (c->out_head) {
     struct out_frame *f = c->out_head;
     c->out_head = f->next;
-    if (f->fd >= 0)
-      close(f->fd);
+    close_fds(f->fds, f->n_fds);
     free(f);
   }
   c->out_tail = &c->out_head;
@@ -77,7 +83,7 @@ static void flush(struct conn *c)
 {
   while (c->out_head) {
     struct out_frame *f = c->out_head;
-    int r = wire_send_frame(c->fd, f->data, f->len, &f->fd, f->fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+    int r = wire_send_frame(c->fd, f->data, f->len, f->fds, f->n_fds, MSG_DONTWAIT);
     if (r == -EAGAIN)
       break;
     if (r < 0) {
@@ -88,8 +94,7 @@ static void flush(struct conn *c)
     c->out_head = f->next;
     c->out_frames--;
     c->out_bytes -= f->len;
-    if (f->fd >= 0)
-      close(f->fd);
+    close_fds(f->fds, f->n_fds);
     free(f);
   }
   if (!c->out_head)
@@ -97,16 +102,16 @@ static void flush(struct conn *c)
   update_poll(c);
 }
 
-static void send_frame(struct conn *c, const uint8_t *data, size_t len, int fd)
+static void send_frame(struct conn *c, const uint8_t *data, size_t len, const int *fds,
+                       unsigned n_fds)
 {
   struct out_frame *f;
   int r = -EAGAIN;
 
   if (!c->out_head)
-    r = wire_send_frame(c->fd, data, len, &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+    r = wire_send_frame(c->fd, data, len, fds, n_fds, MSG_DONTWAIT);
   if (r == 0 || r != -EAGAIN) {
-    if (fd >= 0)
-      close(fd);
+    close_fds(fds, n_fds);
     if (r < 0) {
       log_debug("client %u: send failed: %s", c->client.id, strerror(-r));
       conn_close(c);
@@ -115,13 +120,13 @@ static void send_frame(struct conn *c, const uint8_t *data, size_t len, int fd)
   }
   if (c->out_frames + 1 > c->srv->cfg.max_queued_frames ||
       c->out_bytes + len > c->srv->cfg.max_queued_bytes || !(f = malloc(sizeof *f + len))) {
-    if (fd >= 0)
-      close(fd);
+    close_fds(fds, n_fds);
     drop_slow_reader(c);
     return;
   }
   f->next = NULL;
-  f->fd = fd;
+  memcpy(f->fds, fds, sizeof(int) * n_fds);
+  f->n_fds = n_fds;
   f->len = len;
   memcpy(f->data, data, len);
   *c->out_tail = f;
@@ -131,16 +136,15 @@ static void send_frame(struct conn *c, const uint8_t *data, size_t len, int fd)
   update_poll(c);
 }
 
-void conn_send_reply(struct conn *c, const void *reply_msg, int fd_to_send)
+void conn_send_reply(struct conn *c, const void *reply_msg, const int *fds, unsigned n_fds)
 {
   long len;
 
   if (c->closing) {
-    if (fd_to_send >= 0)
-      close(fd_to_send);
+    close_fds(fds, n_fds);
     return;
   }
-  len = wire_encode(c->srv->tx, WIRE_TYPE_REPLY, reply_msg, fd_to_send >= 0 ? 1 : 0);
+  len = wire_encode(c->srv->tx, WIRE_TYPE_REPLY, reply_msg, n_fds);
   if (len < 0) {
     /* Replies are sized to fit by construction (list pages are packed to the limit),
      * so this is a daemon bug; the client still gets an answer. */
@@ -151,12 +155,11 @@ void conn_send_reply(struct conn *c, const void *reply_msg, int fd_to_send)
     error.request_id = orig->request_id;
     error.status = -GPUSHM_E_LIMIT;
     error.message = "reply would exceed the frame size limit";
-    if (fd_to_send >= 0)
-      close(fd_to_send);
-    fd_to_send = -1;
+    close_fds(fds, n_fds);
+    n_fds = 0;
     len = wire_encode(c->srv->tx, WIRE_TYPE_REPLY, &error.base, 0);
   }
-  send_frame(c, c->srv->tx, (size_t)len, fd_to_send);
+  send_frame(c, c->srv->tx, (size_t)len, fds, n_fds);
 }
 
 void conn_fail(struct conn *c, int status, const char *why)

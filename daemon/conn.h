@@ -29,8 +29,8 @@ struct conn {
 
 /* Takes ownership of fd (an accepted, non-blocking socket). */
 int conn_start(struct server *srv, int fd);
-/* Sends (or queues) a reply; fd_to_send, if >= 0, is consumed either way. */
-void conn_send_reply(struct conn *c, const void *reply_msg, int fd_to_send);
+/* Sends (or queues) a reply with n_fds fds, which are consumed either way. */
+void conn_send_reply(struct conn *c, const void *reply_msg, const int *fds, unsigned n_fds);
 /* Sends a connection-level error (request id 0) and closes the client. */
 void conn_fail(struct conn *c, int status, const char *why);
 void conn_close(struct conn *c);

@@ -18,7 +18,8 @@
 
 struct reply_ctx {
   Gpushm__Reply reply;
-  int fd; /* sent with the reply on success */
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
+  unsigned n_fds;
   char msg[256];
   union {
     Gpushm__HelloReply hello;
@@ -29,8 +30,8 @@ struct reply_ctx {
   } body;
   /* Storage the reply points into; owned[] is freed after the reply is sent. */
   Gpushm__BufferInfo info;
-  Gpushm__Backend backends[4];
-  struct backend_export export;
+  Gpushm__Backend backends[5];
+  struct backend_export export, sync_export;
   void *owned[3 * GPUSHM_LIMIT_LIST_PAGE + 4];
   size_t n_owned;
 };
@@ -102,13 +103,14 @@ static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply
   }
   if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
     return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
-  r = status_page_export(&srv->status, &ctx->fd, ctx->msg, sizeof ctx->msg);
+  r = status_page_export(&srv->status, &ctx->fds[0], ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
+  ctx->n_fds = 1;
   snprintf(c->name, sizeof c->name, "%s", hello->client_name);
   c->hello_done = true;
 
-  for (int kind = 1; kind < 4; kind++) {
+  for (int kind = 1; kind < 5; kind++) {
     const struct backend *be = srv->reg.backends[kind];
     if (be && !(be->unavailable && be->unavailable(be)))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
@@ -183,6 +185,7 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
   info->mode = b->mode;
   info->lifetime = (Gpushm__Lifetime)b->lifetime;
   info->linked = b->linked;
+  info->sync = b->sync;
   info->refs = b->refs;
   info->my_refs = registry_client_refs(b, asker);
   info->created_unix_ms = b->created_unix_ms;
@@ -193,7 +196,40 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
   return 0;
 }
 
-/* Replies with the buffer's info and an fd for it; on failure gives back the
+static void close_ctx_fds(struct reply_ctx *ctx)
+{
+  while (ctx->n_fds)
+    close(ctx->fds[--ctx->n_fds]);
+}
+
+/* What a client needs to map the buffer: the backend's fd or handle and, for sync
+ * buffers, the control block's fd (always last) and the event's handle. */
+static int export_buffer(struct reg_buffer *b, bool read_only, struct reply_ctx *ctx)
+{
+  int r, fd;
+
+  ctx->export.fd = -1;
+  r = b->backend->export(b->backend, &b->mem, read_only, &ctx->export, ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  if (ctx->export.fd >= 0)
+    ctx->fds[ctx->n_fds++] = ctx->export.fd;
+  if (!b->sync)
+    return 0;
+  /* Consumers release too (handing the buffer back), so the control block is
+   * writable for every holder. */
+  if ((r = backend_host_export_fd(&b->control, false, &fd, ctx->msg, sizeof ctx->msg)) < 0)
+    return r;
+  ctx->fds[ctx->n_fds++] = fd;
+  if (b->sync_event_backend) {
+    ctx->sync_export.fd = -1;
+    r = b->sync_event_backend->export(b->sync_event_backend, &b->sync_event, false,
+                                      &ctx->sync_export, ctx->msg, sizeof ctx->msg);
+  }
+  return r;
+}
+
+/* Replies with the buffer's info and what maps it; on failure gives back the
  * reference the create or open took (and the name, if the create made it). */
 static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool read_only,
                       struct reply_ctx *ctx)
@@ -204,12 +240,11 @@ static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool r
   char ignored[64];
   int r;
 
-  ctx->export.fd = -1;
-  r = b->backend->export(b->backend, &b->mem, read_only, &ctx->export, ctx->msg, sizeof ctx->msg);
-  ctx->fd = ctx->export.fd;
+  r = export_buffer(b, read_only, ctx);
   if (r == 0)
     r = fill_info(&ctx->info, b, &c->client, ctx);
   if (r < 0) {
+    close_ctx_fds(ctx);
     if (r == GPUSHM_E_NOMEM)
       snprintf(ctx->msg, sizeof ctx->msg, "daemon out of memory");
     snprintf(name, sizeof name, "%s", b->name);
@@ -224,6 +259,9 @@ static int reply_open(struct conn *c, struct reg_buffer *b, bool created, bool r
   ctx->body.open.read_only = read_only;
   ctx->body.open.ipc_handle.data = ctx->export.handle;
   ctx->body.open.ipc_handle.len = ctx->export.handle_len;
+  ctx->body.open.sync_event_handle.data = ctx->sync_export.handle;
+  ctx->body.open.sync_event_handle.len = ctx->sync_export.handle_len;
+  ctx->body.open.has_control = b->sync;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;
@@ -240,6 +278,7 @@ static int handle_create(struct conn *c, const Gpushm__Request *req, struct repl
     .mode = cr->mode,
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
+    .sync = cr->sync,
   };
   struct reg_buffer *b;
   bool created;
@@ -267,6 +306,14 @@ static int handle_open(struct conn *c, const Gpushm__Request *req, struct reply_
     id = o->id;
   else
     return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
+  /* Buffers and events share one namespace; opening one as the other is an error,
+   * found before any reference is taken. */
+  b = registry_peek(&c->srv->reg, name, id);
+  if (b && b->backend->sizeless != o->event) {
+    snprintf(ctx->msg, sizeof ctx->msg, "'%s' is %s", b->name, o->event ? "a buffer, not an event"
+                                                                  : "an event, not a buffer");
+    return GPUSHM_E_INVAL;
+  }
   r = registry_open(&c->srv->reg, &c->client, name, id, !o->read_only, &b, ctx->msg,
                     sizeof ctx->msg);
   if (r < 0)
@@ -406,7 +453,7 @@ static void free_ctx(struct reply_ctx *ctx)
 
 void dispatch_request(struct conn *c, const Gpushm__Request *req)
 {
-  struct reply_ctx ctx = { .fd = -1 };
+  struct reply_ctx ctx = { .n_fds = 0 };
   unsigned body = (unsigned)req->body_case;
   int status;
 
@@ -433,13 +480,11 @@ void dispatch_request(struct conn *c, const Gpushm__Request *req)
     log_debug("client %u: %s failed: %s", c->client.id,
               body < sizeof handlers / sizeof handlers[0] && handlers[body].name
                 ? handlers[body].name : "request", ctx.msg);
-    if (ctx.fd >= 0)
-      close(ctx.fd);
-    ctx.fd = -1;
+    close_ctx_fds(&ctx);
     ctx.reply.status = -status;
     ctx.reply.message = ctx.msg;
     ctx.reply.body_case = GPUSHM__REPLY__BODY__NOT_SET;
   }
-  conn_send_reply(c, &ctx.reply.base, ctx.fd);
+  conn_send_reply(c, &ctx.reply.base, ctx.fds, ctx.n_fds);
   free_ctx(&ctx);
 }

@@ -3,11 +3,15 @@
 #include "gpushm.h"
 #include "wire.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+
+#include "status_page.h"
 
 struct reg_uid_usage {
   uid_t uid;
@@ -75,6 +79,7 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
 #ifdef HAVE_CUDA
   reg->backends[GPUSHM_BACKEND_CUDA_IPC] = &backend_cuda_ipc;
+  reg->backends[GPUSHM_BACKEND_CUDA_EVENT] = &backend_cuda_event;
 #endif
   return 0;
 }
@@ -145,6 +150,13 @@ bool registry_may_access(const struct reg_client *client, const struct reg_buffe
   return (granted & need) == need;
 }
 
+struct reg_buffer *registry_peek(const struct registry *reg, const char *name, uint64_t id)
+{
+  if (name)
+    return wire_name_valid(name) ? *name_slot(reg, name) : NULL;
+  return registry_find_id(reg, id);
+}
+
 struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id)
 {
   size_t i = registry_index_after(reg, id - 1);
@@ -183,6 +195,57 @@ uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_
   return h ? h->refs : 0;
 }
 
+static void release_sync(struct reg_buffer *buffer)
+{
+  if (buffer->sync_event_backend)
+    buffer->sync_event_backend->release(buffer->sync_event_backend, &buffer->sync_event);
+  if (buffer->sync)
+    backend_host.release(&backend_host, &buffer->control);
+  buffer->sync_event_backend = NULL;
+  buffer->sync = false;
+}
+
+/* A sync buffer's release sequence (host memory, so CPU and GPU holders alike can
+ * publish and read it) and, for device memory, its inter-process event. */
+static int alloc_sync(struct registry *reg, struct reg_buffer *buffer, const char *name,
+                      char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+  uint64_t allocated;
+  int r;
+
+  buffer->control.fd = buffer->sync_event.fd = -1;
+  r = backend_host.alloc(&backend_host, SYNC_CONTROL_SIZE, -1, name, &buffer->control, &allocated,
+                         err, errlen);
+  if (r < 0)
+    return r;
+  buffer->sync = true;
+  ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, buffer->control.fd, 0);
+  if (ctl == MAP_FAILED) {
+    snprintf(err, errlen, "mapping a control block: %s", strerror(errno));
+    release_sync(buffer);
+    return GPUSHM_E_IO;
+  }
+  ctl->magic = SYNC_CONTROL_MAGIC;
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  if (buffer->backend->kind == GPUSHM_BACKEND_HOST)
+    return 0;
+  if (!reg->backends[GPUSHM_BACKEND_CUDA_EVENT]) {
+    snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
+    release_sync(buffer);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  r = reg->backends[GPUSHM_BACKEND_CUDA_EVENT]->alloc(reg->backends[GPUSHM_BACKEND_CUDA_EVENT], 0,
+                                                      buffer->device, name, &buffer->sync_event,
+                                                      &allocated, err, errlen);
+  if (r < 0) {
+    release_sync(buffer);
+    return r;
+  }
+  buffer->sync_event_backend = reg->backends[GPUSHM_BACKEND_CUDA_EVENT];
+  return 0;
+}
+
 static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
 {
   size_t i = registry_index_after(reg, buffer->id - 1);
@@ -192,6 +255,7 @@ static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
   reg->bytes_allocated -= buffer->allocated;
   usage_release(reg, buffer->owner_uid, buffer->allocated);
   buffer->backend->release(buffer->backend, &buffer->mem);
+  release_sync(buffer);
   free(buffer);
 }
 
@@ -287,7 +351,13 @@ int registry_create(struct registry *reg, struct reg_client *client,
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
     return GPUSHM_E_NAME;
   }
-  if (args->size == 0 || args->size > GPUSHM_LIMIT_BUFFER_SIZE) {
+  if (kind >= 0 && kind < (int)(sizeof reg->backends / sizeof reg->backends[0]) &&
+      reg->backends[kind] && reg->backends[kind]->sizeless) {
+    if (args->size != 0 || args->sync) {
+      snprintf(err, errlen, "an event has no size and no sync of its own");
+      return GPUSHM_E_INVAL;
+    }
+  } else if (args->size == 0 || args->size > GPUSHM_LIMIT_BUFFER_SIZE) {
     snprintf(err, errlen, "size must be 1..%llu bytes",
              (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
     return GPUSHM_E_INVAL;
@@ -319,6 +389,11 @@ int registry_create(struct registry *reg, struct reg_client *client,
       snprintf(err, errlen, "'%s' already exists", args->name);
       return GPUSHM_E_EXIST;
     }
+    if ((*slot)->backend != be || (*slot)->sync != args->sync) {
+      snprintf(err, errlen, "'%s' already exists as a %s%s", args->name, (*slot)->backend->name,
+               (*slot)->sync ? " sync buffer" : (*slot)->backend->sizeless ? " event" : " buffer");
+      return GPUSHM_E_EXIST;
+    }
     return registry_open(reg, client, args->name, 0, true, out, err, errlen);
   }
 
@@ -343,10 +418,18 @@ int registry_create(struct registry *reg, struct reg_client *client,
     free(buffer);
     return r;
   }
+  buffer->backend = be;
+  buffer->device = kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  if (args->sync && (r = alloc_sync(reg, buffer, args->name, err, errlen)) < 0) {
+    be->release(be, &buffer->mem);
+    free(buffer);
+    return r;
+  }
   /* Again with the rounded size: the backend's granule may push it over the quota. */
   r = check_quota(reg, client->uid, buffer->allocated, err, errlen);
   if (r < 0 || !(usage = usage_for(reg, client->uid, true))) {
     be->release(be, &buffer->mem);
+    release_sync(buffer);
     free(buffer);
     if (r < 0)
       return r;
@@ -357,8 +440,6 @@ int registry_create(struct registry *reg, struct reg_client *client,
   snprintf(buffer->name, sizeof buffer->name, "%s", args->name);
   buffer->linked = true;
   buffer->size = args->size;
-  buffer->backend = be;
-  buffer->device = kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
   buffer->owner_uid = client->uid;
   buffer->owner_gid = client->gid;
   buffer->mode = args->mode ? args->mode : reg->limits.default_mode;

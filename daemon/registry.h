@@ -41,6 +41,12 @@ struct reg_buffer {
   uint32_t n_holders;
   struct list holdings; /* reg_holding.buffer_link */
   struct backend_mem mem;
+  /* sync buffers: the release sequence lives in control (host memory); device
+   * buffers also own an inter-process event */
+  bool sync;
+  struct backend_mem control;
+  const struct backend *sync_event_backend; /* NULL: no event */
+  struct backend_mem sync_event;
   struct reg_buffer *name_next; /* hash chain, while linked */
 };
 
@@ -66,6 +72,7 @@ struct reg_create_args {
   uint32_t mode; /* 0 = default */
   int lifetime;
   bool open_existing;
+  bool sync;
 };
 
 struct reg_uid_usage;
@@ -80,7 +87,7 @@ struct registry {
   uint64_t bytes_allocated;
   struct reg_uid_usage *usage;
   struct reg_limits limits;
-  const struct backend *backends[4]; /* by gpushm_backend_t; NULL = unsupported */
+  const struct backend *backends[5]; /* by gpushm_backend_t; NULL = unsupported */
   /* Told whenever a name goes away, before the request that caused it is answered. */
   void (*on_unlink)(void *ctx, const struct reg_buffer *buffer);
   void *on_unlink_ctx;
@@ -107,6 +114,8 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
                     char *err, size_t errlen);
 
 struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id);
+/* The buffer a name or id (name NULL) designates now, or NULL; takes no reference. */
+struct reg_buffer *registry_peek(const struct registry *reg, const char *name, uint64_t id);
 /* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
 size_t registry_index_after(const struct registry *reg, uint64_t after_id);
 uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client);

@@ -54,7 +54,8 @@ extern "C" {
   XX(UNSUPPORTED, 11, "operation not supported")                          \
   XX(IO, 12, "system call failed")                                        \
   XX(CUDA, 13, "CUDA driver error")                                       \
-  XX(NAME, 14, "invalid buffer name")
+  XX(NAME, 14, "invalid buffer name")                                     \
+  XX(TIMEOUT, 15, "timed out")
 
 typedef enum gpushm_error {
   GPUSHM_OK = 0,
@@ -67,7 +68,8 @@ typedef enum gpushm_backend {
   GPUSHM_BACKEND_DEFAULT = 0,  /* host */
   GPUSHM_BACKEND_HOST = 1,     /* shared host memory (memfd), for CPU producers */
   GPUSHM_BACKEND_CUDA_IPC = 2, /* device memory, legacy CUDA IPC (one trust domain) */
-  GPUSHM_BACKEND_CUDA_FD = 3   /* device memory, POSIX-fd capabilities */
+  GPUSHM_BACKEND_CUDA_FD = 3,  /* device memory, POSIX-fd capabilities */
+  GPUSHM_BACKEND_CUDA_EVENT = 4 /* not memory: what a gpushm_event_t is */
 } gpushm_backend_t;
 
 typedef enum gpushm_lifetime {
@@ -77,11 +79,13 @@ typedef enum gpushm_lifetime {
 
 /* gpushm_create_opts.flags */
 #define GPUSHM_CREATE_OPEN_EXISTING 0x1u /* like O_CREAT without O_EXCL */
+#define GPUSHM_CREATE_SYNC 0x2u          /* give the buffer acquire/release ordering */
 /* gpushm_buffer_open() flags */
 #define GPUSHM_OPEN_READONLY 0x1u
 
 typedef struct gpushm gpushm_t;               /* a connection to gpushmd */
 typedef struct gpushm_buffer gpushm_buffer_t; /* an open buffer, shared process-wide */
+typedef struct gpushm_event gpushm_event_t;   /* an open inter-process CUDA event */
 
 typedef struct gpushm_create_opts {
   uint32_t backend;   /* gpushm_backend_t */
@@ -111,6 +115,7 @@ typedef struct gpushm_buffer_info {
   uint32_t mode;
   uint32_t lifetime;        /* gpushm_lifetime_t */
   int linked;               /* 0: unlinked but still held */
+  int sync;                 /* created with GPUSHM_CREATE_SYNC */
   uint32_t refs;            /* references held by all connections */
   uint32_t my_refs;         /* references held by the asking connection */
   uint32_t creator_pid;
@@ -188,6 +193,47 @@ GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
 GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
+
+/* Named inter-process events (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) owned
+ * by the daemon on device opts->device (opts NULL: device 0, mode 0600, persistent;
+ * opts->backend is ignored).  Like buffers, they are opened once per process and
+ * kept while anyone holds them.  Streams are CUstream values (NULL: the legacy
+ * default stream). */
+GPUSHM_API int gpushm_event_create(gpushm_t *conn, const char *name,
+                                   const gpushm_create_opts_t *opts, gpushm_event_t **out);
+GPUSHM_API int gpushm_event_open(gpushm_t *conn, const char *name, gpushm_event_t **out);
+GPUSHM_API int gpushm_event_close(gpushm_event_t *event);
+/* Records the event on stream (cuEventRecord). */
+GPUSHM_API int gpushm_event_record(gpushm_event_t *event, void *stream);
+/* Makes stream wait for the event's most recent record, by any process
+ * (cuStreamWaitEvent); an event never recorded does not hold the stream. */
+GPUSHM_API int gpushm_event_wait(gpushm_event_t *event, void *stream);
+GPUSHM_API uint64_t gpushm_event_id(const gpushm_event_t *event);
+GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
+
+/* Acquire/release on buffers created with GPUSHM_CREATE_SYNC, modelled on
+ * cuGraphicsMapResources/UnmapResources, stream-ordered without a CPU round trip to
+ * the daemon.  Each release is numbered 1, 2, 3, ... per buffer, across processes.
+ *
+ * gpushm_buffer_release() records the buffer's event on stream after the work
+ * already queued there, then publishes the next number, returned in *seq (may be
+ * NULL).  gpushm_buffer_acquire(buf, stream, seq, timeout_ms) waits in this thread
+ * until release number seq has been published (not until the GPU has done it), then
+ * makes stream wait for the event's latest record, which is that release or a later
+ * one.  seq 0 means "the latest release, if any": nothing released yet means nothing
+ * to wait for.  timeout_ms < 0 waits for ever; GPUSHM_E_TIMEOUT if seq is not
+ * published in time.  Host buffers: stream must be NULL, release publishes with
+ * release ordering and acquire waits with acquire ordering (a CPU fence).
+ *
+ * One releaser at a time: a release by another process between your acquire's
+ * check and its wait is waited for too (harmless), but two producers releasing
+ * concurrently leave only the later record in the event, so serialise producers (an
+ * acquire before each write does). */
+GPUSHM_API int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq);
+GPUSHM_API int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq,
+                                     int timeout_ms);
+/* The number of the latest published release (0: none yet, or not a sync buffer). */
+GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
 
 /* All buffers the daemon shows this connection, in id order.  Free with
  * gpushm_buffer_info_free(). */

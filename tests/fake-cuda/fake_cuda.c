@@ -310,6 +310,125 @@ static CUresult fake_cuIpcCloseMemHandle(CUdeviceptr p)
   return release(p, 1);
 }
 
+/* Events: this driver runs no device work, so every event is always complete; IPC
+ * handles only need to round-trip. */
+struct fake_event {
+  uint64_t magic;
+};
+#define EVENT_MAGIC 0x6576656e74ull
+
+static CUresult fake_cuEventCreate(CUevent *ev, unsigned flags)
+{
+  struct fake_event *e;
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+    return CUDA_ERROR_INVALID_VALUE; /* as the real driver */
+  if (!(e = calloc(1, sizeof *e)))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  e->magic = EVENT_MAGIC;
+  *ev = (CUevent)e;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuEventDestroy(CUevent ev)
+{
+  free(ev);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuEventRecord(CUevent ev, CUstream s)
+{
+  (void)s;
+  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_cuEventQuery(CUevent ev)
+{
+  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_cuEventSynchronize(CUevent ev)
+{
+  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_cuStreamWaitEvent(CUstream s, CUevent ev, unsigned flags)
+{
+  (void)s;
+  (void)flags;
+  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_cuIpcGetEventHandle(CUipcEventHandle *h, CUevent ev)
+{
+  uint64_t magic = EVENT_MAGIC;
+  int32_t pid = (int32_t)getpid();
+  memset(h, 0, sizeof *h);
+  memcpy(h->reserved, &magic, sizeof magic);
+  memcpy(h->reserved + 8, &pid, sizeof pid);
+  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_cuIpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
+{
+  uint64_t magic;
+  memcpy(&magic, h.reserved, sizeof magic);
+  if (magic != EVENT_MAGIC)
+    return CUDA_ERROR_INVALID_HANDLE;
+  return fake_cuEventCreate(ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+}
+
+static CUresult fake_cuStreamCreate(CUstream *s, unsigned flags)
+{
+  (void)flags;
+  *s = (CUstream)(uintptr_t)0x5000;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuStreamDestroy(CUstream s)
+{
+  (void)s;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuStreamSynchronize(CUstream s)
+{
+  (void)s;
+  return CUDA_SUCCESS;
+}
+
+/* No device code runs here: tests that launch kernels need a real GPU. */
+static CUresult fake_cuModuleLoadData(CUmodule *m, const void *image)
+{
+  (void)m;
+  (void)image;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult fake_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+  (void)f;
+  (void)m;
+  (void)name;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult fake_cuModuleUnload(CUmodule m)
+{
+  (void)m;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                    CUstream s, void **params, void **extra)
+{
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem;
+  (void)s; (void)params; (void)extra;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 static CUresult fake_cuGetErrorName(CUresult r, const char **s)
 {
   switch (r) {
@@ -319,6 +438,7 @@ static CUresult fake_cuGetErrorName(CUresult r, const char **s)
   case CUDA_ERROR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
   case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+  case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -344,6 +464,11 @@ static const struct {
   FAKE_ENTRY(cuMemcpyDtoH), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoD),
   FAKE_ENTRY(cuMemsetD32), FAKE_ENTRY(cuIpcGetMemHandle), FAKE_ENTRY(cuIpcOpenMemHandle),
   FAKE_ENTRY(cuIpcCloseMemHandle), FAKE_ENTRY(cuGetErrorName), FAKE_ENTRY(cuGetErrorString),
+  FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventDestroy), FAKE_ENTRY(cuEventRecord),
+  FAKE_ENTRY(cuEventQuery), FAKE_ENTRY(cuEventSynchronize), FAKE_ENTRY(cuStreamWaitEvent),
+  FAKE_ENTRY(cuIpcGetEventHandle), FAKE_ENTRY(cuIpcOpenEventHandle), FAKE_ENTRY(cuStreamCreate),
+  FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuModuleLoadData),
+  FAKE_ENTRY(cuModuleGetFunction), FAKE_ENTRY(cuModuleUnload), FAKE_ENTRY(cuLaunchKernel),
 #undef FAKE_ENTRY
 };
 

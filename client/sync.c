@@ -1,0 +1,151 @@
+/* Named events and acquire/release ordering on sync buffers. */
+#include "config.h"
+#include "internal.h"
+
+#include <time.h>
+
+/* A gpushm_event_t is a cache entry whose backend is GPUSHM_BACKEND_CUDA_EVENT. */
+#define EVENT_ENTRY(ev) ((struct gpushm_buffer *)(ev))
+
+int gpushm_event_create(gpushm_t *conn, const char *name, const gpushm_create_opts_t *opts,
+                        gpushm_event_t **out)
+{
+  gpushm_create_opts_t defaults;
+
+  if (!opts) {
+    gpushm_create_opts_init(&defaults);
+    opts = &defaults;
+  }
+  if (opts->flags & GPUSHM_CREATE_SYNC) {
+    client_clear_error();
+    return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
+  }
+  return client_create(conn, name, 0, opts, true, (gpushm_buffer_t **)out);
+}
+
+int gpushm_event_open(gpushm_t *conn, const char *name, gpushm_event_t **out)
+{
+  if (!name) {
+    client_clear_error();
+    return client_error(GPUSHM_E_NAME, "name is NULL");
+  }
+  return client_open(conn, name, 0, 0, true, (gpushm_buffer_t **)out);
+}
+
+int gpushm_event_close(gpushm_event_t *event)
+{
+  return gpushm_buffer_close((gpushm_buffer_t *)event);
+}
+
+int gpushm_event_record(gpushm_event_t *event, void *stream)
+{
+  client_clear_error();
+  if (!event)
+    return client_error(GPUSHM_E_INVAL, "event is NULL");
+  return client_cuda_record(EVENT_ENTRY(event)->ptr, EVENT_ENTRY(event)->device, stream);
+}
+
+int gpushm_event_wait(gpushm_event_t *event, void *stream)
+{
+  client_clear_error();
+  if (!event)
+    return client_error(GPUSHM_E_INVAL, "event is NULL");
+  return client_cuda_wait(EVENT_ENTRY(event)->ptr, EVENT_ENTRY(event)->device, stream);
+}
+
+uint64_t gpushm_event_id(const gpushm_event_t *event)
+{
+  return event ? EVENT_ENTRY(event)->id : 0;
+}
+
+const char *gpushm_event_name(const gpushm_event_t *event)
+{
+  return event ? EVENT_ENTRY(event)->name : NULL;
+}
+
+static int check_sync(const struct gpushm_buffer *buf, const void *stream)
+{
+  if (!buf)
+    return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  if (!buf->control)
+    return client_error(GPUSHM_E_INVAL, "'%s' was not created with GPUSHM_CREATE_SYNC", buf->name);
+  if (!buf->sync_event && stream)
+    return client_error(GPUSHM_E_INVAL, "'%s' is host memory: pass no stream", buf->name);
+  return 0;
+}
+
+int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
+{
+  uint64_t n;
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(buf, stream)) < 0)
+    return r;
+  /* Record first, publish after: whoever sees number n published finds the event
+   * recorded for n, or for a later release. */
+  if (buf->sync_event && (r = client_cuda_record(buf->sync_event, buf->device, stream)) < 0)
+    return r;
+  n = __atomic_add_fetch(&buf->control->release_seq, 1, __ATOMIC_ACQ_REL);
+  if (seq)
+    *seq = n;
+  return 0;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static void pause_for(long ns)
+{
+  struct timespec ts = { 0, ns };
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)
+{
+  uint64_t deadline = 0;
+  long backoff = 1000;
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(buf, stream)) < 0)
+    return r;
+  if (seq == 0 && __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) == 0)
+    return 0; /* nothing released yet: nothing to wait for */
+  if (timeout_ms >= 0)
+    deadline = now_ms() + (uint64_t)timeout_ms;
+  /* The producer publishes as soon as it has queued its release, so the wait is
+   * short when both sides keep pace: spin a little, then back off to 1 ms naps. */
+  for (unsigned spins = 0; __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) < seq;
+       spins++) {
+    if (timeout_ms >= 0 && now_ms() >= deadline)
+      return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' not published within %d ms",
+                          (unsigned long long)seq, buf->name, timeout_ms);
+    if (spins < 1000) {
+      cpu_relax();
+      continue;
+    }
+    pause_for(backoff);
+    if (backoff < 1000000)
+      backoff *= 2;
+  }
+  return buf->sync_event ? client_cuda_wait(buf->sync_event, buf->device, stream) : 0;
+}
+
+uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf)
+{
+  return buf && buf->control ? __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) : 0;
+}
