@@ -1,0 +1,479 @@
+/* Stream-ordered producer -> consumer synchronisation on a real GPU, across
+ * processes (consumers are exec'ed), through sync buffers and named events.
+ *  - ordering: a producer kernel that writes only after 500 ms, released with no
+ *    host synchronisation; the consumer acquires on its own stream and verifies on
+ *    the GPU.  A control run without the acquire must see stale data, which proves
+ *    the check can fail.
+ *  - a ring of 4 buffers, 1000 frames, both processes asynchronous, every frame
+ *    verified on the GPU; frames per second for 1 MiB and 64 MiB frames.
+ *  - the cost of opening an inter-process event.
+ *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
+ * Skips (77) only where there is no CUDA driver or device. */
+#include "config.h"
+#include "driver.h"
+#include "harness.h"
+
+#include <pwd.h>
+#include <grp.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const char test_kernels_ptx[];
+
+#define MiB (1ull << 20)
+
+static struct cuda_driver drv;
+static CUfunction fill_fn, verify_fn;
+static struct test_daemon d;
+static char self[4096];
+
+#define CU_CHECK(call)                                                             \
+  do {                                                                             \
+    CUresult cu_r_ = (call);                                                       \
+    if (cu_r_ != CUDA_SUCCESS) {                                                   \
+      char cu_text_[160];                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
+              cuda_error_text(&drv, cu_r_, cu_text_, sizeof cu_text_));            \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void cuda_setup(int skip_without_gpu)
+{
+  char err[256];
+  CUcontext ctx;
+  CUdevice dev;
+  CUmodule mod;
+  CUresult r;
+  int count = 0;
+
+  if (cuda_driver_load(&drv, err, sizeof err) < 0 || CU_CALL(&drv, cuInit, 0) != CUDA_SUCCESS ||
+      CU_CALL(&drv, cuDeviceGetCount, &count) != CUDA_SUCCESS || count == 0) {
+    test_log("no usable CUDA device");
+    exit(skip_without_gpu ? TEST_SKIP : 1);
+  }
+  CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, 0));
+  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
+  r = CU_CALL(&drv, cuModuleLoadData, &mod, test_kernels_ptx);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) {
+    test_log("this driver runs no kernels (the fake one?)");
+    exit(skip_without_gpu ? TEST_SKIP : 1);
+  }
+  CU_CHECK(r);
+  CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &fill_fn, mod, "slow_fill"));
+  CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &verify_fn, mod, "verify"));
+}
+
+static CUstream new_stream(void)
+{
+  CUstream s;
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  return s;
+}
+
+static unsigned blocks_for(unsigned long long words)
+{
+  unsigned long long b = (words + 255) / 256;
+  return b == 0 ? 1 : b > 2048 ? 2048 : (unsigned)b;
+}
+
+static void launch_fill(CUstream s, CUdeviceptr p, unsigned long long words, unsigned seed,
+                        unsigned long long delay_ns)
+{
+  void *args[] = { &p, &words, &seed, &delay_ns };
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, fill_fn, blocks_for(words), 1, 1, 256, 1, 1, 0, s, args,
+                   NULL));
+}
+
+static void launch_verify(CUstream s, CUdeviceptr p, unsigned long long words, unsigned seed,
+                          CUdeviceptr errors)
+{
+  void *args[] = { &p, &words, &seed, &errors };
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, verify_fn, blocks_for(words), 1, 1, 256, 1, 1, 0, s,
+                   args, NULL));
+}
+
+static CUdeviceptr dptr(gpushm_buffer_t *b)
+{
+  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
+}
+
+static pid_t spawn(const char *role, const char *a, const char *b, const char *c, const char *e)
+{
+  pid_t pid;
+  fflush(stdout);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("GPUSHM_SOCKET", d.socket, 1);
+    execl(self, self, role, a, b, c, e, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int child_status(pid_t pid)
+{
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* --- consumer roles ------------------------------------------------------------- */
+
+/* argv: buffer seq seed mode(acquire|no-acquire).  Exit 0: saw the pattern whole;
+ * 3: saw wrong words. */
+static int role_check(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  CUstream s;
+  CUdeviceptr errors;
+  unsigned bad = 0;
+  uint64_t seq = strtoull(argv[3], NULL, 10);
+  unsigned seed = (unsigned)strtoul(argv[4], NULL, 10);
+  int acquire = strcmp(argv[5], "acquire") == 0;
+
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, sizeof bad));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, 1));
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  if (acquire) {
+    CHECK_OK(gpushm_buffer_acquire(b, s, seq, 30000));
+  } else {
+    /* the control: the release is published, but the stream does not wait for it */
+    while (gpushm_buffer_release_seq(b) < seq)
+      usleep(100);
+  }
+  launch_verify(s, dptr(b), gpushm_buffer_size(b) / 4, seed, errors);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &bad, errors, sizeof bad));
+  test_log("consumer (%s): %u of %llu words not yet written", argv[5], bad,
+           (unsigned long long)(gpushm_buffer_size(b) / 4));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return bad ? 3 : 0;
+}
+
+/* argv: ring_size frames frame_bytes.  Verifies every frame on the GPU. */
+static int role_ring(char **argv)
+{
+  unsigned ring = (unsigned)atoi(argv[2]), frames = (unsigned)atoi(argv[3]);
+  uint64_t bytes = strtoull(argv[4], NULL, 10);
+  gpushm_buffer_t *bufs[16];
+  unsigned *bad = calloc(frames, sizeof *bad);
+  unsigned long long total_bad = 0;
+  CUdeviceptr errors;
+  gpushm_t *conn;
+  CUstream s;
+  double t0, t;
+
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, frames * sizeof *bad));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, frames));
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < ring; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ring-%u", i);
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &bufs[i]));
+  }
+  t0 = now_s();
+  for (unsigned k = 0; k < frames; k++) {
+    gpushm_buffer_t *b = bufs[k % ring];
+    uint64_t use = k / ring, seq;
+    CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000)); /* the producer's frame k */
+    launch_verify(s, dptr(b), bytes / 4, k + 1, errors + k * sizeof *bad);
+    CHECK_OK(gpushm_buffer_release(b, s, &seq));                /* hand it back */
+    CHECK(seq == 2 * use + 2);
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  t = now_s() - t0;
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
+  for (unsigned k = 0; k < frames; k++)
+    total_bad += bad[k];
+  printf("ring of %u x %llu MiB: %u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), "
+         "%llu bad words\n", ring, (unsigned long long)(bytes >> 20), frames, t, frames / t,
+         frames * (double)bytes / t / 1e9, total_bad);
+  fflush(stdout);
+  for (unsigned i = 0; i < ring; i++)
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+  gpushm_disconnect(conn);
+  free(bad);
+  return total_bad ? 3 : 0;
+}
+
+/* argv: count.  Opens events ev-0..ev-(count-1), each once (uncached). */
+static int role_event_open(char **argv)
+{
+  int n = atoi(argv[2]);
+  double *cost = calloc((size_t)n, sizeof *cost), first;
+  gpushm_event_t **evs = calloc((size_t)n, sizeof *evs);
+  gpushm_t *conn;
+  CUstream s;
+
+  cuda_setup(0);
+  s = new_stream();
+  conn = daemon_connect(&d);
+  for (int i = 0; i < n; i++) {
+    char name[32];
+    double t = now_s();
+    snprintf(name, sizeof name, "ev-%d", i);
+    CHECK_OK(gpushm_event_open(conn, name, &evs[i]));
+    cost[i] = (now_s() - t) * 1e6;
+  }
+  first = cost[0];
+  /* the named event works: the producer recorded ev-0 after its work */
+  CHECK_OK(gpushm_event_wait(evs[0], s));
+  CHECK_OK(gpushm_event_record(evs[1], s));
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 1 && cost[j] < cost[j - 1]; j--) {
+      double tmp = cost[j];
+      cost[j] = cost[j - 1];
+      cost[j - 1] = tmp;
+    }
+  printf("event open (round trip + cuIpcOpenEventHandle): first %.0f us, median of %d more %.0f us\n",
+         first, n - 1, cost[1 + (n - 1) / 2]);
+  fflush(stdout);
+  for (int i = 0; i < n; i++)
+    CHECK_OK(gpushm_event_close(evs[i]));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* As nobody: which objects of a root daemon can another uid use?  Reports, and checks
+ * that whatever fails, fails cleanly with an explanation. */
+static int role_other_uid(char **argv)
+{
+  struct passwd *nobody = getpwnam("nobody");
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_event_t *ev;
+  int r;
+
+  CHECK(nobody && setgroups(0, NULL) == 0 && setgid(nobody->pw_gid) == 0 &&
+        setuid(nobody->pw_uid) == 0);
+  cuda_setup(0);
+  conn = daemon_connect(&d);
+  r = gpushm_buffer_open(conn, "shared-memory", 0, &b);
+  printf("uid %u: plain device buffer: %s%s%s\n", (unsigned)getuid(), r ? gpushm_strerror(r) : "opened",
+         r ? ": " : "", r ? gpushm_last_error_message() : "");
+  if (r == 0) {
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 7, 1));
+    CHECK_OK(gpushm_buffer_close(b));
+  } else {
+    CHECK(r == GPUSHM_E_CUDA || r == GPUSHM_E_PERM);
+  }
+  r = gpushm_event_open(conn, "shared-event", &ev);
+  printf("uid %u: named event: %s%s%s\n", (unsigned)getuid(), r ? gpushm_strerror(r) : "opened",
+         r ? ": " : "", r ? gpushm_last_error_message() : "");
+  if (r == 0)
+    CHECK_OK(gpushm_event_close(ev));
+  else
+    CHECK(r == GPUSHM_E_PERM && strstr(gpushm_last_error_message(), "per-user gpushmd"));
+  r = gpushm_buffer_open(conn, "shared-sync", 0, &b);
+  printf("uid %u: sync device buffer: %s%s%s\n", (unsigned)getuid(), r ? gpushm_strerror(r) : "opened",
+         r ? ": " : "", r ? gpushm_last_error_message() : "");
+  if (r == 0)
+    CHECK_OK(gpushm_buffer_close(b));
+  else
+    CHECK(r == GPUSHM_E_PERM);
+  {
+    gpushm_buffer_info_t info;
+    CHECK(find_buffer(conn, "shared-sync", &info) == 0 && info.my_refs == 0); /* nothing kept */
+  }
+  fflush(stdout);
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* --- the producer side ------------------------------------------------------------ */
+
+static gpushm_buffer_t *create_sync(gpushm_t *conn, const char *name, uint64_t bytes, uint32_t mode)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.mode = mode;
+  CHECK_OK(gpushm_buffer_create(conn, name, bytes, &opts, &b));
+  return b;
+}
+
+static void test_ordering(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_sync(conn, "ordered", 64 * MiB, 0644);
+  CUstream s = new_stream();
+  const char *modes[] = { "acquire", "no-acquire" };
+
+  for (unsigned round = 0; round < 2; round++) {
+    char seq_text[16], seed_text[16];
+    uint64_t seq;
+    pid_t consumer;
+    int status;
+
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 0, 16 * MiB));
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+    snprintf(seq_text, sizeof seq_text, "%llu", (unsigned long long)gpushm_buffer_release_seq(b) + 1);
+    snprintf(seed_text, sizeof seed_text, "%u", round + 1);
+    consumer = spawn("check", "ordered", seq_text, seed_text, modes[round]);
+    /* give the consumer time to be waiting, then produce: 500 ms of kernel, and
+     * the release right behind it, no host synchronisation in between */
+    usleep(300000);
+    launch_fill(s, dptr(b), 16 * MiB, round + 1, 500000000ull);
+    CHECK_OK(gpushm_buffer_release(b, s, &seq));
+    status = child_status(consumer);
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+    if (round == 0) {
+      CHECK(status == 0); /* acquire waited for the slow kernel */
+    } else {
+      /* without the acquire the consumer must have seen unwritten words: otherwise
+       * this test could not tell ordering from luck */
+      CHECK(status == 3);
+    }
+  }
+  CHECK_OK(gpushm_unlink(conn, "ordered"));
+  CHECK_OK(gpushm_buffer_close(b));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+  test_log("acquire waited for a 500 ms producer kernel; without it the consumer saw stale data");
+}
+
+static void test_ring(gpushm_t *conn, uint64_t bytes)
+{
+  enum { RING = 4, FRAMES = 1000 };
+  gpushm_buffer_t *bufs[RING];
+  char ring_text[8], frames_text[16], bytes_text[32];
+  CUstream s = new_stream();
+  pid_t consumer;
+
+  for (unsigned i = 0; i < RING; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ring-%u", i);
+    bufs[i] = create_sync(conn, name, bytes, 0600);
+  }
+  snprintf(ring_text, sizeof ring_text, "%d", RING);
+  snprintf(frames_text, sizeof frames_text, "%d", FRAMES);
+  snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
+  consumer = spawn("ring", ring_text, frames_text, bytes_text, NULL);
+  for (unsigned k = 0; k < FRAMES; k++) {
+    gpushm_buffer_t *b = bufs[k % RING];
+    uint64_t use = k / RING, seq;
+    if (use > 0)
+      CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* the consumer is done with it */
+    /* every 50th frame is slow: the consumer must wait for it, not race it */
+    launch_fill(s, dptr(b), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
+    CHECK_OK(gpushm_buffer_release(b, s, &seq));
+    CHECK(seq == 2 * use + 1);
+  }
+  CHECK(child_status(consumer) == 0);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  for (unsigned i = 0; i < RING; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ring-%u", i);
+    CHECK_OK(gpushm_unlink(conn, name));
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+}
+
+static void test_event_open_cost(gpushm_t *conn)
+{
+  enum { N = 40 };
+  gpushm_event_t *evs[N];
+  CUstream s = new_stream();
+  char n_text[8];
+
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ev-%d", i);
+    CHECK_OK(gpushm_event_create(conn, name, NULL, &evs[i]));
+  }
+  launch_fill(s, 0, 0, 0, 1000000ull);
+  CHECK_OK(gpushm_event_record(evs[0], s));
+  snprintf(n_text, sizeof n_text, "%d", N);
+  CHECK(child_status(spawn("event-open", n_text, NULL, NULL, NULL)) == 0);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ev-%d", i);
+    CHECK_OK(gpushm_unlink(conn, name));
+    CHECK_OK(gpushm_event_close(evs[i]));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+}
+
+static void test_other_uid(gpushm_t *conn)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *mem, *sync;
+  gpushm_event_t *ev;
+
+  if (geteuid() != 0 || !getpwnam("nobody")) {
+    test_log("not root: cross-uid behaviour not examined");
+    return;
+  }
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.mode = 0666;
+  CHECK_OK(gpushm_buffer_create(conn, "shared-memory", 2 * MiB, &opts, &mem));
+  opts.backend = 0;
+  CHECK_OK(gpushm_event_create(conn, "shared-event", &opts, &ev));
+  sync = create_sync(conn, "shared-sync", 2 * MiB, 0666);
+  CHECK(child_status(spawn("other-uid", NULL, NULL, NULL, NULL)) == 0);
+  CHECK_OK(gpushm_unlink(conn, "shared-memory"));
+  CHECK_OK(gpushm_unlink(conn, "shared-event"));
+  CHECK_OK(gpushm_unlink(conn, "shared-sync"));
+  CHECK_OK(gpushm_buffer_close(mem));
+  CHECK_OK(gpushm_event_close(ev));
+  CHECK_OK(gpushm_buffer_close(sync));
+}
+
+int main(int argc, char **argv)
+{
+  gpushm_t *conn;
+  gpushm_stats_t st;
+
+  if (argc > 1) {
+    snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
+    if (strcmp(argv[1], "check") == 0 && argc == 6)
+      return role_check(argv);
+    if (strcmp(argv[1], "ring") == 0)
+      return role_ring(argv);
+    if (strcmp(argv[1], "event-open") == 0)
+      return role_event_open(argv);
+    if (strcmp(argv[1], "other-uid") == 0)
+      return role_other_uid(argv);
+    return 2;
+  }
+  CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  cuda_setup(1);
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+
+  test_ordering(conn);
+  test_ring(conn, 1 * MiB);
+  test_ring(conn, 64 * MiB);
+  test_event_open_cost(conn);
+  test_other_uid(conn);
+
+  daemon_stats(&d, &st);
+  CHECK(st.buffers == 0 && st.bytes_allocated == 0);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
