@@ -172,11 +172,13 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
     /* Legacy IPC events live in a /dev/shm file of mode 0600 owned by the exporting
      * process: another uid cannot open them. */
     ret = cuda_error(r, "cuIpcOpenEventHandle");
-    if (geteuid() != 0)
-      client_error(ret == GPUSHM_E_CUDA ? GPUSHM_E_PERM : ret,
-                   "%s; CUDA IPC events can only be opened by the uid that runs gpushmd "
-                   "(or root): run a per-user gpushmd for this user", gpushm_last_error_message());
-    return ret == GPUSHM_E_CUDA && geteuid() != 0 ? GPUSHM_E_PERM : ret;
+    if (ret == GPUSHM_E_CUDA && geteuid() != 0) {
+      char why[200];
+      snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+      ret = client_error(GPUSHM_E_PERM, "%s; CUDA IPC events can only be opened by the uid that "
+                         "runs gpushmd (or root): run a per-user gpushmd for this user", why);
+    }
+    return ret;
   }
   *event = ev;
   *local_device = dev;

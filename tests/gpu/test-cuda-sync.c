@@ -28,6 +28,9 @@ static struct cuda_driver drv;
 static CUfunction fill_fn, verify_fn;
 static struct test_daemon d;
 static char self[4096];
+/* Under compute-sanitizer the GPU is serialised and slow: the timing control cannot
+ * show stale data and the ring is shortened. */
+static int sanitizer;
 
 #define CU_CHECK(call)                                                             \
   do {                                                                             \
@@ -341,10 +344,13 @@ static void test_ordering(gpushm_t *conn)
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
     if (round == 0) {
       CHECK(status == 0); /* acquire waited for the slow kernel */
-    } else {
+    } else if (!sanitizer) {
       /* without the acquire the consumer must have seen unwritten words: otherwise
        * this test could not tell ordering from luck */
       CHECK(status == 3);
+    } else {
+      test_log("control run under a sanitizer (kernels serialised): %s",
+               status == 3 ? "stale data seen" : "no stale data, as expected there");
     }
   }
   CHECK_OK(gpushm_unlink(conn, "ordered"));
@@ -355,7 +361,8 @@ static void test_ordering(gpushm_t *conn)
 
 static void test_ring(gpushm_t *conn, uint64_t bytes)
 {
-  enum { RING = 4, FRAMES = 1000 };
+  enum { RING = 4 };
+  const unsigned FRAMES = sanitizer ? 40 : 1000;
   gpushm_buffer_t *bufs[RING];
   char ring_text[8], frames_text[16], bytes_text[32];
   CUstream s = new_stream();
@@ -367,7 +374,7 @@ static void test_ring(gpushm_t *conn, uint64_t bytes)
     bufs[i] = create_sync(conn, name, bytes, 0600);
   }
   snprintf(ring_text, sizeof ring_text, "%d", RING);
-  snprintf(frames_text, sizeof frames_text, "%d", FRAMES);
+  snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
   snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
   consumer = spawn("ring", ring_text, frames_text, bytes_text, NULL);
   for (unsigned k = 0; k < FRAMES; k++) {
@@ -461,6 +468,7 @@ int main(int argc, char **argv)
     return 2;
   }
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  sanitizer = getenv("GPUSHM_TEST_SANITIZER") != NULL;
   cuda_setup(1);
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
