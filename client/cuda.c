@@ -132,17 +132,24 @@ int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8
   return 0;
 }
 
+/* Runs one driver call with device's primary context current, the caller's context
+ * restored after; evaluates to 0 or a GPUSHM_E_* with the driver's reason. */
+#define ON_DEVICE(device, what, call)                                  \
+  ({                                                                   \
+    CUcontext prev_;                                                   \
+    int ret_ = enter_device((device), &prev_);                         \
+    if (ret_ == 0) {                                                   \
+      CUresult r_ = (call);                                            \
+      leave_device(prev_);                                             \
+      ret_ = r_ == CUDA_SUCCESS ? 0 : cuda_error(r_, (what));          \
+    }                                                                  \
+    ret_;                                                              \
+  })
+
 int client_cuda_close_ipc(void *ptr, int local_device)
 {
-  CUcontext prev;
-  CUresult r;
-  int ret;
-
-  if ((ret = enter_device(local_device, &prev)) < 0)
-    return ret;
-  r = CU_CALL(&cl.drv, cuIpcCloseMemHandle, (CUdeviceptr)(uintptr_t)ptr);
-  leave_device(prev);
-  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuIpcCloseMemHandle");
+  return ON_DEVICE(local_device, "cuIpcCloseMemHandle",
+                   CU_CALL(&cl.drv, cuIpcCloseMemHandle, (CUdeviceptr)(uintptr_t)ptr));
 }
 
 /* Inter-process events: opened in the device's primary context; record and wait
@@ -187,41 +194,19 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
 
 int client_cuda_destroy_event(void *event, int local_device)
 {
-  CUcontext prev;
-  CUresult r;
-  int ret;
-
-  if ((ret = enter_device(local_device, &prev)) < 0)
-    return ret;
-  r = CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event);
-  leave_device(prev);
-  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuEventDestroy");
+  return ON_DEVICE(local_device, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event));
 }
 
 int client_cuda_record(void *event, int local_device, void *stream)
 {
-  CUcontext prev;
-  CUresult r;
-  int ret;
-
-  if ((ret = enter_device(local_device, &prev)) < 0)
-    return ret;
-  r = CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)stream);
-  leave_device(prev);
-  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuEventRecord");
+  return ON_DEVICE(local_device, "cuEventRecord",
+                   CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)stream));
 }
 
 int client_cuda_wait(void *event, int local_device, void *stream)
 {
-  CUcontext prev;
-  CUresult r;
-  int ret;
-
-  if ((ret = enter_device(local_device, &prev)) < 0)
-    return ret;
-  r = CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0);
-  leave_device(prev);
-  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuStreamWaitEvent");
+  return ON_DEVICE(local_device, "cuStreamWaitEvent",
+                   CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0));
 }
 
 #else /* !HAVE_CUDA */

@@ -170,6 +170,33 @@ int backend_cuda_device_info(int i, struct cuda_device_info *info)
   return 0;
 }
 
+/* A device ordinal from a client, checked, with its context made current. */
+static int enter_client_device(int device, char *err, size_t errlen)
+{
+  if (device < 0 || device >= cuda.n_devices) {
+    snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
+    return GPUSHM_E_INVAL;
+  }
+  return use_device(device, err, errlen);
+}
+
+/* Runs a release-time driver call on device; a failure is logged (and a sticky one
+ * stops the daemon), since nobody is left to tell. */
+static void release_on_device(int device, CUresult (*call)(void *), void *arg, const char *what)
+{
+  char err[256];
+  CUresult r;
+
+  if (use_device(device, err, sizeof err) < 0) {
+    log_error("%s: %s", what, err);
+    return;
+  }
+  if ((r = call(arg)) != CUDA_SUCCESS) {
+    cuda_failure(r, what, err, sizeof err);
+    log_error("%s", err);
+  }
+}
+
 static const char *ipc_unavailable(const struct backend *be)
 {
   return backend_cuda_unavailable_reason();
@@ -184,11 +211,7 @@ static int ipc_alloc(const struct backend *be, uint64_t size, int device, const 
   CUresult r;
   int ret;
 
-  if (device < 0 || device >= cuda.n_devices) {
-    snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
-    return GPUSHM_E_INVAL;
-  }
-  if ((ret = use_device(device, err, errlen)) < 0)
+  if ((ret = enter_client_device(device, err, errlen)) < 0)
     return ret;
   if (!(cm = calloc(1, sizeof *cm))) {
     snprintf(err, errlen, "daemon out of memory");
@@ -234,22 +257,18 @@ static int ipc_export(const struct backend *be, struct backend_mem *mem, bool re
   return 0;
 }
 
+static CUresult free_memory(void *arg)
+{
+  return CU_CALL(&cuda.drv, cuMemFree, ((struct cuda_mem *)arg)->ptr);
+}
+
 static void ipc_release(const struct backend *be, struct backend_mem *mem)
 {
   struct cuda_mem *cm = mem->priv;
-  char err[256];
 
   if (!cm)
     return;
-  if (use_device(cm->device, err, sizeof err) == 0) {
-    CUresult r = CU_CALL(&cuda.drv, cuMemFree, cm->ptr);
-    if (r != CUDA_SUCCESS) {
-      cuda_failure(r, "cuMemFree", err, sizeof err);
-      log_error("%s", err);
-    }
-  } else {
-    log_error("freeing device memory: %s", err);
-  }
+  release_on_device(cm->device, free_memory, cm, "cuMemFree");
   free(cm);
   mem->priv = NULL;
 }
@@ -279,11 +298,7 @@ static int event_alloc(const struct backend *be, uint64_t size, int device, cons
   CUresult r;
   int ret;
 
-  if (device < 0 || device >= cuda.n_devices) {
-    snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
-    return GPUSHM_E_INVAL;
-  }
-  if ((ret = use_device(device, err, errlen)) < 0)
+  if ((ret = enter_client_device(device, err, errlen)) < 0)
     return ret;
   if (!(ce = calloc(1, sizeof *ce))) {
     snprintf(err, errlen, "daemon out of memory");
@@ -323,22 +338,18 @@ static int event_export(const struct backend *be, struct backend_mem *mem, bool 
   return 0;
 }
 
+static CUresult destroy_event(void *arg)
+{
+  return CU_CALL(&cuda.drv, cuEventDestroy, ((struct cuda_event *)arg)->event);
+}
+
 static void event_release(const struct backend *be, struct backend_mem *mem)
 {
   struct cuda_event *ce = mem->priv;
-  char err[256];
 
   if (!ce)
     return;
-  if (use_device(ce->device, err, sizeof err) == 0) {
-    CUresult r = CU_CALL(&cuda.drv, cuEventDestroy, ce->event);
-    if (r != CUDA_SUCCESS) {
-      cuda_failure(r, "cuEventDestroy", err, sizeof err);
-      log_error("%s", err);
-    }
-  } else {
-    log_error("destroying an event: %s", err);
-  }
+  release_on_device(ce->device, destroy_event, ce, "cuEventDestroy");
   free(ce);
   mem->priv = NULL;
 }

@@ -5,8 +5,7 @@
  *   copy out of an import     vs  the same copy between local buffers
  * Not part of `make check` (no timing assertions there); run by gpu-host-test. */
 #include "config.h"
-#include "driver.h"
-#include "harness.h"
+#include "cuda-test.h"
 
 #include <string.h>
 #include <time.h>
@@ -15,18 +14,8 @@
 #define ROUNDS 200
 #define COPY_BYTES (1ull << 30)
 
-static struct cuda_driver drv;
 static struct test_daemon d;
 
-#define CU_CHECK(call)                                                        \
-  do {                                                                        \
-    CUresult cu_r_ = (call);                                                  \
-    if (cu_r_ != CUDA_SUCCESS) {                                              \
-      char t_[160];                                                           \
-      fprintf(stderr, "%s: %s\n", #call, cuda_error_text(&drv, cu_r_, t_, 160)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
 
 static double now_us(void)
 {
@@ -47,19 +36,6 @@ static double median(double *v, int n)
   return v[n / 2];
 }
 
-static void cuda_setup(void)
-{
-  char err[256];
-  CUcontext ctx;
-  int count = 0;
-  if (cuda_driver_load(&drv, err, sizeof err) < 0 || CU_CALL(&drv, cuInit, 0) != CUDA_SUCCESS ||
-      CU_CALL(&drv, cuDeviceGetCount, &count) != CUDA_SUCCESS || count == 0) {
-    printf("bench: no CUDA device, nothing to measure\n");
-    exit(TEST_SKIP);
-  }
-  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, 0));
-  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
-}
 
 /* Child: everything measured from a consumer's side. argv: self child NAME HANDLE_HEX */
 static int child(char **argv)
@@ -71,7 +47,7 @@ static int child(char **argv)
   gpushm_buffer_t *b, *again;
   gpushm_t *conn;
 
-  cuda_setup();
+  cuda_test_setup(1);
   snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
   conn = daemon_connect(&d);
   for (int i = 0; i < 64; i++)
@@ -154,7 +130,7 @@ int main(int argc, char **argv)
 
   if (argc > 1)
     return child(argv);
-  cuda_setup();
+  cuda_test_setup(1);
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
 
   /* the floor's handle: exported by this process, opened raw by the child */

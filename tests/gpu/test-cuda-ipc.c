@@ -3,8 +3,7 @@
  * (77) where there is no CUDA driver or device; GPUSHM_CUDA_LIBRARY points it (and
  * the daemon) at the fake driver for CI, with smaller sizes. */
 #include "config.h"
-#include "driver.h"
-#include "harness.h"
+#include "cuda-test.h"
 
 #include <signal.h>
 #include <string.h>
@@ -14,42 +13,11 @@
 #define MiB (1ull << 20)
 #define CHUNK (16 * MiB)
 
-static struct cuda_driver drv;
-static CUcontext ctx;
 static struct test_daemon d;
 static const char *self;
 static int fake;
 
-#define CU_CHECK(call)                                                             \
-  do {                                                                             \
-    CUresult cu_r_ = (call);                                                       \
-    if (cu_r_ != CUDA_SUCCESS) {                                                   \
-      char cu_text_[160];                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
-              cuda_error_text(&drv, cu_r_, cu_text_, sizeof cu_text_));            \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
 
-static void cuda_setup(int skip_without_gpu)
-{
-  char err[256];
-  CUdevice dev;
-  int count = 0;
-
-  if (cuda_driver_load(&drv, err, sizeof err) < 0) {
-    test_log("%s", err);
-    exit(skip_without_gpu ? TEST_SKIP : 1);
-  }
-  if (CU_CALL(&drv, cuInit, 0) != CUDA_SUCCESS ||
-      CU_CALL(&drv, cuDeviceGetCount, &count) != CUDA_SUCCESS || count == 0) {
-    test_log("no usable CUDA device");
-    exit(skip_without_gpu ? TEST_SKIP : 1);
-  }
-  CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, 0));
-  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
-  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
-}
 
 static uint32_t word(uint64_t i, uint32_t seed)
 {
@@ -101,7 +69,7 @@ static int role_consumer(char **argv)
   gpushm_t *conn;
   gpushm_buffer_t *b;
 
-  cuda_setup(0);
+  cuda_test_setup(0);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
   CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC && gpushm_buffer_device(b) == 0);
@@ -120,7 +88,7 @@ static int role_holder(char **argv)
   gpushm_buffer_t *b;
   int fd = atoi(argv[3]);
 
-  cuda_setup(0);
+  cuda_test_setup(0);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
   CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 0x5a5a5a5a, 1));
@@ -357,7 +325,7 @@ int main(int argc, char **argv)
     self = path;
   }
   fake = getenv("GPUSHM_CUDA_LIBRARY") && strstr(getenv("GPUSHM_CUDA_LIBRARY"), "fake");
-  cuda_setup(1);
+  cuda_test_setup(1);
 
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
@@ -384,6 +352,5 @@ int main(int argc, char **argv)
   gpushm_disconnect(conn);
   daemon_stop(&d);
   CU_CALL(&drv, cuDevicePrimaryCtxRelease, 0);
-  cuda_driver_unload(&drv);
   return 0;
 }

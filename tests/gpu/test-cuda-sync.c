@@ -10,8 +10,7 @@
  *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
  * Skips (77) only where there is no CUDA driver or device. */
 #include "config.h"
-#include "driver.h"
-#include "harness.h"
+#include "cuda-test.h"
 
 #include <pwd.h>
 #include <grp.h>
@@ -24,7 +23,6 @@ extern const char test_kernels_ptx[];
 
 #define MiB (1ull << 20)
 
-static struct cuda_driver drv;
 static CUfunction fill_fn, verify_fn;
 static struct test_daemon d;
 static char self[4096];
@@ -32,16 +30,6 @@ static char self[4096];
  * show stale data and the ring is shortened. */
 static int sanitizer;
 
-#define CU_CHECK(call)                                                             \
-  do {                                                                             \
-    CUresult cu_r_ = (call);                                                       \
-    if (cu_r_ != CUDA_SUCCESS) {                                                   \
-      char cu_text_[160];                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
-              cuda_error_text(&drv, cu_r_, cu_text_, sizeof cu_text_));            \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
 
 static double now_s(void)
 {
@@ -50,23 +38,13 @@ static double now_s(void)
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The device, plus the test kernels loaded into its context. */
 static void cuda_setup(int skip_without_gpu)
 {
-  char err[256];
-  CUcontext ctx;
-  CUdevice dev;
   CUmodule mod;
   CUresult r;
-  int count = 0;
 
-  if (cuda_driver_load(&drv, err, sizeof err) < 0 || CU_CALL(&drv, cuInit, 0) != CUDA_SUCCESS ||
-      CU_CALL(&drv, cuDeviceGetCount, &count) != CUDA_SUCCESS || count == 0) {
-    test_log("no usable CUDA device");
-    exit(skip_without_gpu ? TEST_SKIP : 1);
-  }
-  CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, 0));
-  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
-  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
+  cuda_test_setup(skip_without_gpu);
   r = CU_CALL(&drv, cuModuleLoadData, &mod, test_kernels_ptx);
   if (r == CUDA_ERROR_NOT_SUPPORTED) {
     test_log("this driver runs no kernels (the fake one?)");

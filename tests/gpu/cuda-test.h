@@ -1,0 +1,26 @@
+/* What the GPU tests and the benchmark share: the driver table, a checked call, and
+ * a current context on device 0. */
+#ifndef GPUSHM_CUDA_TEST_H
+#define GPUSHM_CUDA_TEST_H
+
+#include "driver.h"
+#include "harness.h"
+
+extern struct cuda_driver drv;
+
+#define CU_CHECK(call)                                                             \
+  do {                                                                             \
+    CUresult cu_r_ = (call);                                                       \
+    if (cu_r_ != CUDA_SUCCESS) {                                                   \
+      char cu_text_[160];                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
+              cuda_error_text(&drv, cu_r_, cu_text_, sizeof cu_text_));            \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+/* Loads the driver and makes device 0's primary context current.  Without a driver
+ * or device: exits 77 (skip) if skip_without_gpu, else 1. */
+void cuda_test_setup(int skip_without_gpu);
+
+#endif
