@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(GPUSHM_STATS_MAX_DEVICES == GPUSHM_LIMIT_DEVICES,
+               "gpushm_stats_t must hold every device the daemon reports");
+
 static int copy_info(gpushm_buffer_info_t *dst, const Gpushm__BufferInfo *src)
 {
   memset(dst, 0, sizeof *dst);

@@ -11,7 +11,6 @@
 #ifdef HAVE_CUDA
 #include "driver.h"
 
-#define CLIENT_MAX_DEVICES 64
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -24,7 +23,7 @@ static struct {
     CUdevice dev;
     CUcontext ctx; /* retained on first use, kept for the process's lifetime */
     uint8_t uuid[16];
-  } devices[CLIENT_MAX_DEVICES];
+  } devices[GPUSHM_LIMIT_DEVICES];
 } cl;
 
 static void load(void)
@@ -44,8 +43,8 @@ static void load(void)
     cl.status = GPUSHM_E_UNSUPPORTED;
     return;
   }
-  if (count > CLIENT_MAX_DEVICES)
-    count = CLIENT_MAX_DEVICES;
+  if (count > (int)GPUSHM_LIMIT_DEVICES)
+    count = GPUSHM_LIMIT_DEVICES;
   for (int i = 0; i < count; i++) {
     CUuuid uuid;
     if (CU_CALL(&cl.drv, cuDeviceGet, &cl.devices[i].dev, i) != CUDA_SUCCESS ||

@@ -6,6 +6,7 @@
 #include "backend_cuda.h"
 #include "driver.h"
 #include "gpushm.h"
+#include "gpushm_limits.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -15,7 +16,6 @@
 /* Whole 2 MiB blocks: two buffers never share an exported allocation, so one
  * client's handle never reaches another buffer's memory. */
 #define CUDA_IPC_GRANULE (2ull << 20)
-#define CUDA_MAX_DEVICES 64
 
 struct cuda_device {
   CUdevice dev;
@@ -37,7 +37,7 @@ static struct {
   struct cuda_driver drv;
   char unavailable[320];
   int n_devices;
-  struct cuda_device devices[CUDA_MAX_DEVICES];
+  struct cuda_device devices[GPUSHM_LIMIT_DEVICES];
   void (*fatal_hook)(void *ctx, const char *why);
   void *fatal_ctx;
 } cuda = { .unavailable = "CUDA support not initialised" };
@@ -87,8 +87,11 @@ void backend_cuda_init(void)
     log_info("CUDA backends unavailable: %s", cuda.unavailable);
     return;
   }
-  if (count > CUDA_MAX_DEVICES)
-    count = CUDA_MAX_DEVICES;
+  if (count > (int)GPUSHM_LIMIT_DEVICES) {
+    log_warn("this host has %d CUDA devices; gpushmd uses the first %u", count,
+             GPUSHM_LIMIT_DEVICES);
+    count = GPUSHM_LIMIT_DEVICES;
+  }
   for (int i = 0; i < count; i++) {
     struct cuda_device *d = &cuda.devices[i];
     CUuuid uuid;

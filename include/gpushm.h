@@ -125,7 +125,7 @@ typedef struct gpushm_buffer_info {
   gpushm_holder_t *holders;
 } gpushm_buffer_info_t;
 
-#define GPUSHM_STATS_MAX_DEVICES 16
+#define GPUSHM_STATS_MAX_DEVICES 32
 
 typedef struct gpushm_device_stats {
   int32_t ordinal;        /* the daemon's ordinal */

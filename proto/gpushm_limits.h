@@ -21,6 +21,10 @@
 /* Holders shown per buffer in list/show replies; the total count is always given. */
 #define GPUSHM_LIMIT_HOLDERS_LISTED    128u
 
+/* GPUs one daemon (and one client process) uses; more are ignored with a warning.
+ * gpushm_stats_t in the public header has room for exactly this many. */
+#define GPUSHM_LIMIT_DEVICES           32u
+
 /* References one connection may hold on one buffer (guards the counter). */
 #define GPUSHM_LIMIT_REFS_PER_HOLDING  (1u << 20)
 

@@ -40,14 +40,14 @@ struct fake_handle {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc *allocs;
 static int initialized;
-static size_t used[16];
+static size_t used[64];
 static __thread CUcontext current;
 
 static int device_count(void)
 {
   const char *s = getenv("GPUSHM_FAKE_CUDA_DEVICES");
   int n = s ? atoi(s) : 1;
-  return n < 0 ? 0 : n > 16 ? 16 : n;
+  return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
 static size_t device_memory(void)

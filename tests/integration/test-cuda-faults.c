@@ -132,6 +132,37 @@ static void test_sticky_error(void)
   gpushm_disconnect(bystander);
 }
 
+/* More GPUs than GPUSHM_LIMIT_DEVICES: the daemon uses (and reports) the first 32. */
+static void test_device_limit(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_create_opts_t opts;
+  gpushm_stats_t s;
+
+  start(&d, fake_lib, NULL, "40");
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_stats(conn, &s));
+  CHECK(s.n_devices == GPUSHM_STATS_MAX_DEVICES && s.devices[31].ordinal == 31);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  /* The daemon allocates on its device 31; this process's driver shows one GPU, so
+   * the UUID match fails cleanly and the reference goes back. */
+  opts.device = 31;
+  CHECK_ERR(gpushm_buffer_create(conn, "last-device", 1, &opts, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "not visible to this process") != NULL);
+  {
+    gpushm_buffer_info_t info;
+    CHECK(find_buffer(conn, "last-device", &info) == 0 && info.device == 31 && info.refs == 0);
+  }
+  opts.device = 32;
+  CHECK_ERR(gpushm_buffer_create(conn, "beyond", 1, &opts, &b), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "has 32") != NULL);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -143,5 +174,6 @@ int main(void)
   test_out_of_memory();
   test_export_failure();
   test_sticky_error();
+  test_device_limit();
   return 0;
 }
