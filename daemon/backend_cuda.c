@@ -151,6 +151,11 @@ static int use_device(int i, char *err, size_t errlen)
   return r == CUDA_SUCCESS ? 0 : cuda_failure(r, "cuCtxSetCurrent", err, errlen);
 }
 
+const uint8_t *backend_cuda_device_uuid(int i)
+{
+  return i >= 0 && i < cuda.n_devices ? cuda.devices[i].uuid : NULL;
+}
+
 int backend_cuda_device_info(int i, struct cuda_device_info *info)
 {
   const struct cuda_device *d;

@@ -25,5 +25,7 @@ int backend_cuda_device_count(void);
 /* Fills info for device i, querying free memory where a context is held. */
 int backend_cuda_device_info(int i, struct cuda_device_info *info);
 const char *backend_cuda_unavailable_reason(void);
+/* Device i's UUID (16 bytes), or NULL; no driver call. */
+const uint8_t *backend_cuda_device_uuid(int i);
 
 #endif

@@ -32,7 +32,7 @@ struct reply_ctx {
   Gpushm__BufferInfo info;
   Gpushm__Backend backends[5];
   struct backend_export export, sync_export;
-  void *owned[3 * GPUSHM_LIMIT_LIST_PAGE + 4];
+  void *owned[2 * GPUSHM_LIMIT_LIST_PAGE + 4];
   size_t n_owned;
 };
 
@@ -165,18 +165,9 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
   info->size = b->size;
   info->allocated = b->allocated;
 #ifdef HAVE_CUDA
-  if (b->device >= 0) {
-    struct cuda_device_info dev;
-    uint8_t *uuid = malloc(sizeof dev.uuid);
-    if (!uuid)
-      return GPUSHM_E_NOMEM;
-    ctx->owned[ctx->n_owned++] = uuid;
-    if (backend_cuda_device_info(b->device, &dev) == 0) {
-      memcpy(uuid, dev.uuid, sizeof dev.uuid);
-      info->device_uuid.data = uuid;
-      info->device_uuid.len = sizeof dev.uuid;
-    }
-  }
+  /* points into the backend's device table, which outlives the reply */
+  if (b->device >= 0 && (info->device_uuid.data = (uint8_t *)backend_cuda_device_uuid(b->device)))
+    info->device_uuid.len = 16;
 #endif
   info->backend = (Gpushm__Backend)b->backend->kind;
   info->device = b->device;
