@@ -282,6 +282,8 @@ int conn_start(struct server *srv, int fd)
   c->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
   registry_client_init(&c->client, ++srv->next_client_id, cred.pid, cred.uid, cred.gid);
   read_peer_groups(c);
+  c->client.admin = cred.uid == 0 || (srv->cfg.has_admin_group &&
+                                      registry_client_in_group(&c->client, srv->cfg.admin_gid));
   if (uv_poll_init(srv->loop, &c->poll, fd) < 0) {
     free(c->client.groups);
     free(c);

@@ -27,6 +27,7 @@ struct reply_ctx {
     Gpushm__ListReply list;
     Gpushm__StatsReply stats;
     Gpushm__PingReply ping;
+    Gpushm__ClientsReply clients;
   } body;
   /* Storage the reply points into; owned[] is freed after the reply is sent. */
   Gpushm__BufferInfo info;
@@ -322,9 +323,9 @@ static int handle_unlink(struct conn *c, const Gpushm__Request *req, struct repl
   return registry_unlink(&c->srv->reg, &c->client, req->unlink->name, ctx->msg, sizeof ctx->msg);
 }
 
-static bool visible_to(const struct reg_buffer *b, const struct reg_client *client)
+static bool visible_to(const struct reg_buffer *b, const struct reg_client *client, bool all)
 {
-  return client->uid == 0 || client->uid == b->owner_uid ||
+  return all || client->uid == 0 || client->uid == b->owner_uid ||
          registry_may_access(client, b, false) || registry_client_refs(b, client) > 0;
 }
 
@@ -348,6 +349,8 @@ static int handle_list(struct conn *c, const Gpushm__Request *req, struct reply_
   Gpushm__BufferInfo *infos, **ptrs;
   size_t used = 0, n = 0, i;
 
+  if (req->list->all && !c->client.admin)
+    return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
   if (max == 0 || max > GPUSHM_LIMIT_LIST_PAGE)
     max = GPUSHM_LIMIT_LIST_PAGE;
   infos = calloc(max, sizeof *infos);
@@ -364,7 +367,7 @@ static int handle_list(struct conn *c, const Gpushm__Request *req, struct reply_
     const struct reg_buffer *b = reg->by_id[i];
     size_t owned_before = ctx->n_owned, size;
 
-    if (!visible_to(b, &c->client))
+    if (!visible_to(b, &c->client, req->list->all))
       continue;
     if (fill_info(&infos[n], b, &c->client, ctx) < 0)
       return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
@@ -384,6 +387,126 @@ static int handle_list(struct conn *c, const Gpushm__Request *req, struct reply_
   ctx->body.list.more = i < reg->n_buffers;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
   ctx->reply.list = &ctx->body.list;
+  return 0;
+}
+
+static const char *request_name(unsigned body);
+
+static int fill_request_counts(const struct server *srv, struct reply_ctx *ctx,
+                               Gpushm__StatsReply *s)
+{
+  Gpushm__RequestCount *counts = calloc(SERVER_REQUEST_TYPES, sizeof *counts);
+  Gpushm__RequestCount **ptrs = calloc(SERVER_REQUEST_TYPES, sizeof *ptrs);
+  size_t n = 0;
+
+  if (counts)
+    ctx->owned[ctx->n_owned++] = counts;
+  if (ptrs)
+    ctx->owned[ctx->n_owned++] = ptrs;
+  if (!counts || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (unsigned t = 0; t < SERVER_REQUEST_TYPES; t++) {
+    if (!srv->counters.by_type[t])
+      continue;
+    gpushm__request_count__init(&counts[n]);
+    counts[n].type = (char *)request_name(t);
+    counts[n].count = srv->counters.by_type[t];
+    counts[n].errors = srv->counters.errors_by_type[t];
+    ptrs[n] = &counts[n];
+    n++;
+  }
+  s->requests_by_type = ptrs;
+  s->n_requests_by_type = n;
+  return 0;
+}
+
+/* Buffers and bytes by (backend, device), for capacity dashboards. */
+static int fill_usage(const struct registry *reg, struct reply_ctx *ctx, Gpushm__StatsReply *s)
+{
+  const size_t max = 5 * (GPUSHM_LIMIT_DEVICES + 1);
+  Gpushm__Usage *usage = calloc(max, sizeof *usage);
+  Gpushm__Usage **ptrs = calloc(max, sizeof *ptrs);
+  size_t n = 0;
+
+  if (usage)
+    ctx->owned[ctx->n_owned++] = usage;
+  if (ptrs)
+    ctx->owned[ctx->n_owned++] = ptrs;
+  if (!usage || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (size_t i = 0; i < reg->n_buffers; i++) {
+    const struct reg_buffer *b = reg->by_id[i];
+    size_t u = 0;
+    while (u < n && !((int)usage[u].backend == b->backend->kind && usage[u].device == b->device))
+      u++;
+    if (u == n) {
+      if (n == max)
+        continue;
+      gpushm__usage__init(&usage[n]);
+      usage[n].backend = (Gpushm__Backend)b->backend->kind;
+      usage[n].device = b->device;
+      ptrs[n] = &usage[n];
+      n++;
+    }
+    usage[u].buffers++;
+    usage[u].bytes += b->allocated;
+  }
+  s->usage = ptrs;
+  s->n_usage = n;
+  return 0;
+}
+
+/* Connected clients; admins see all, others those of their own uid. */
+static int handle_clients(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
+  struct server *srv = c->srv;
+  Gpushm__ClientInfo *infos = calloc(srv->n_clients, sizeof *infos);
+  Gpushm__ClientInfo **ptrs = calloc(srv->n_clients, sizeof *ptrs);
+  size_t n = 0, used = 0;
+  const struct list *l;
+
+  if (infos)
+    ctx->owned[ctx->n_owned++] = infos;
+  if (ptrs)
+    ctx->owned[ctx->n_owned++] = ptrs;
+  if (!infos || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  gpushm__clients_reply__init(&ctx->body.clients);
+  for (l = srv->conns.next; l != &srv->conns; l = l->next) {
+    const struct conn *other = list_entry(l, struct conn, link);
+    Gpushm__ClientInfo *ci = &infos[n];
+    size_t size;
+
+    if (other->client.id <= req->clients->after_id ||
+        (!c->client.admin && other->client.uid != c->client.uid))
+      continue;
+    gpushm__client_info__init(ci);
+    ci->client_id = other->client.id;
+    ci->pid = (uint32_t)other->client.pid;
+    ci->uid = (uint32_t)other->client.uid;
+    ci->gid = (uint32_t)other->client.gid;
+    ci->name = (char *)other->name;
+    ci->connected_unix_ms = other->connected_unix_ms;
+    ci->admin = other->client.admin;
+    for (const struct list *h = other->client.holdings.next; h != &other->client.holdings;
+         h = h->next) {
+      const struct reg_holding *hold = list_entry(h, struct reg_holding, client_link);
+      ci->buffers_held++;
+      ci->bytes_held += hold->buffer->allocated;
+    }
+    size = gpushm__client_info__get_packed_size(ci);
+    size += 1 + varint_size(size);
+    if (used + size > budget)
+      break;
+    used += size;
+    ptrs[n++] = ci;
+  }
+  ctx->body.clients.n_clients = n;
+  ctx->body.clients.clients = ptrs;
+  ctx->body.clients.more = l != &srv->conns;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_CLIENTS;
+  ctx->reply.clients = &ctx->body.clients;
   return 0;
 }
 
@@ -407,7 +530,8 @@ static int handle_stats(struct conn *c, const Gpushm__Request *req, struct reply
   s->clients_dropped = srv->counters.clients_dropped;
   s->open_fds = server_count_open_fds();
   s->next_buffer_id = srv->reg.next_id;
-  if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0)
+  if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
+      (r = fill_request_counts(srv, ctx, s)) < 0 || (r = fill_usage(&srv->reg, ctx, s)) < 0)
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
   ctx->reply.stats = s;
@@ -434,7 +558,14 @@ static const struct {
   [GPUSHM__REQUEST__BODY_LIST] = { "list", handle_list },
   [GPUSHM__REQUEST__BODY_STATS] = { "stats", handle_stats },
   [GPUSHM__REQUEST__BODY_PING] = { "ping", handle_ping },
+  [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", handle_clients },
 };
+
+static const char *request_name(unsigned body)
+{
+  return body < sizeof handlers / sizeof handlers[0] && handlers[body].name ? handlers[body].name
+                                                                             : "unknown";
+}
 
 static void free_ctx(struct reply_ctx *ctx)
 {
@@ -449,6 +580,7 @@ void dispatch_request(struct conn *c, const Gpushm__Request *req)
   int status;
 
   c->srv->counters.requests++;
+  c->srv->counters.by_type[body < SERVER_REQUEST_TYPES ? body : 0]++;
   if (req->request_id == 0) {
     conn_fail(c, GPUSHM_E_PROTO, "request id 0 is reserved");
     return;
@@ -468,9 +600,8 @@ void dispatch_request(struct conn *c, const Gpushm__Request *req)
   }
   if (status < 0) {
     c->srv->counters.request_errors++;
-    log_debug("client %u: %s failed: %s", c->client.id,
-              body < sizeof handlers / sizeof handlers[0] && handlers[body].name
-                ? handlers[body].name : "request", ctx.msg);
+    c->srv->counters.errors_by_type[body < SERVER_REQUEST_TYPES ? body : 0]++;
+    log_debug("client %u: %s failed: %s", c->client.id, request_name(body), ctx.msg);
     close_ctx_fds(&ctx);
     ctx.reply.status = -status;
     ctx.reply.message = ctx.msg;

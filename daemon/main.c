@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static void usage(FILE *out)
     "      --max-buffers-per-uid=N   buffers one uid may own (default %u)\n"
     "      --max-bytes-per-uid=SIZE  bytes one uid may own, K/M/G/T suffixes, 0 = no limit\n"
     "      --max-queued-replies=N    drop a client with more unsent replies (default %u)\n"
+    "      --admin-group=GROUP       members may list and destroy every user's buffers\n"
     "  -l, --log-level=LEVEL         error, warn, info (default) or debug\n"
     "  -h, --help                    show this help\n"
     "  -V, --version                 show the version\n",
@@ -72,6 +74,7 @@ enum {
   OPT_MAX_BUFFERS,
   OPT_MAX_BYTES,
   OPT_MAX_QUEUED,
+  OPT_ADMIN_GROUP,
 };
 
 static const struct option long_options[] = {
@@ -82,6 +85,7 @@ static const struct option long_options[] = {
   { "max-buffers-per-uid", required_argument, NULL, OPT_MAX_BUFFERS },
   { "max-bytes-per-uid", required_argument, NULL, OPT_MAX_BYTES },
   { "max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED },
+  { "admin-group", required_argument, NULL, OPT_ADMIN_GROUP },
   { "log-level", required_argument, NULL, 'l' },
   { "help", no_argument, NULL, 'h' },
   { "version", no_argument, NULL, 'V' },
@@ -131,6 +135,16 @@ static int parse_args(int argc, char **argv, struct server *srv)
         what = "--max-queued-replies";
       cfg->max_queued_frames = (uint32_t)v;
       break;
+    case OPT_ADMIN_GROUP: {
+      struct group *g = getgrnam(optarg);
+      if (!g) {
+        fprintf(stderr, "gpushmd: no group '%s' for --admin-group\n", optarg);
+        return -1;
+      }
+      cfg->has_admin_group = true;
+      cfg->admin_gid = g->gr_gid;
+      break;
+    }
     case 'l':
       if ((level = log_parse_level(optarg)) < 0)
         what = "--log-level";

@@ -124,7 +124,7 @@ static void usage_release(struct registry *reg, uid_t uid, uint64_t bytes)
   }
 }
 
-static bool in_group(const struct reg_client *client, gid_t gid)
+bool registry_client_in_group(const struct reg_client *client, gid_t gid)
 {
   if (client->gid == gid)
     return true;
@@ -143,7 +143,7 @@ bool registry_may_access(const struct reg_client *client, const struct reg_buffe
     return true;
   if (client->uid == buffer->owner_uid)
     granted = (buffer->mode >> 6) & 07;
-  else if (in_group(client, buffer->owner_gid))
+  else if (registry_client_in_group(client, buffer->owner_gid))
     granted = (buffer->mode >> 3) & 07;
   else
     granted = buffer->mode & 07;
@@ -538,8 +538,8 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
 
   if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
     return r;
-  /* As in a sticky /dev/shm: only the owner (or root) removes a name. */
-  if (client->uid != 0 && client->uid != buffer->owner_uid) {
+  /* As in a sticky /dev/shm: only the owner (or an admin) removes a name. */
+  if (!client->admin && client->uid != 0 && client->uid != buffer->owner_uid) {
     snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)buffer->owner_uid);
     return GPUSHM_E_PERM;
   }

@@ -19,6 +19,7 @@ struct reg_client {
   gid_t gid;
   gid_t *groups; /* supplementary groups, from SO_PEERGROUPS */
   unsigned n_groups;
+  bool admin;    /* root or the admin group: may list and unlink every user's buffers */
   struct list holdings; /* reg_holding.client_link */
 };
 
@@ -119,6 +120,7 @@ struct reg_buffer *registry_peek(const struct registry *reg, const char *name, u
 /* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
 size_t registry_index_after(const struct registry *reg, uint64_t after_id);
 uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client);
+bool registry_client_in_group(const struct reg_client *client, gid_t gid);
 bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
                          bool write);
 

@@ -17,11 +17,18 @@ struct server_config {
   uint32_t max_clients;
   uint32_t max_queued_frames;
   uint32_t max_queued_bytes;
+  bool has_admin_group;
+  gid_t admin_gid; /* members may list and unlink every user's buffers */
 };
+
+/* Request counters are kept by the request's body case (a small protocol number). */
+#define SERVER_REQUEST_TYPES 32
 
 struct server_counters {
   uint64_t requests;
   uint64_t request_errors;
+  uint64_t by_type[SERVER_REQUEST_TYPES];
+  uint64_t errors_by_type[SERVER_REQUEST_TYPES];
   uint64_t protocol_errors;
   uint64_t clients_dropped;
 };
