@@ -53,7 +53,7 @@ void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count)
 }
 
 /* Appends one page of the listing to *infos; *after_id moves past it. */
-static int fetch_page(gpushm_t *conn, uint64_t *after_id, gpushm_buffer_info_t **infos,
+static int fetch_page(gpushm_t *conn, bool all, uint64_t *after_id, gpushm_buffer_info_t **infos,
                       size_t *n, size_t *cap, bool *more)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -63,6 +63,7 @@ static int fetch_page(gpushm_t *conn, uint64_t *after_id, gpushm_buffer_info_t *
   int r;
 
   body.after_id = *after_id;
+  body.all = all;
   req.body_case = GPUSHM__REQUEST__BODY_LIST;
   req.list = &body;
   if ((r = client_call(conn, &req, &reply, NULL)) < 0)
@@ -98,6 +99,11 @@ out:
 
 int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
 {
+  return gpushm_list_ex(conn, 0, out, count);
+}
+
+int gpushm_list_ex(gpushm_t *conn, unsigned flags, gpushm_buffer_info_t **out, size_t *count)
+{
   gpushm_buffer_info_t *infos = NULL;
   size_t n = 0, cap = 0;
   uint64_t after_id = 0;
@@ -106,8 +112,10 @@ int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
   client_clear_error();
   if (!conn || !out || !count)
     return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
+  if (flags & ~GPUSHM_LIST_ALL)
+    return client_error(GPUSHM_E_INVAL, "unknown list flags 0x%x", flags);
   while (more) {
-    int r = fetch_page(conn, &after_id, &infos, &n, &cap, &more);
+    int r = fetch_page(conn, flags & GPUSHM_LIST_ALL, &after_id, &infos, &n, &cap, &more);
     if (r < 0) {
       gpushm_buffer_info_free(infos, n);
       return r;
@@ -162,6 +170,86 @@ int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out)
     o->total_memory = d->total_memory;
     o->free_memory = d->free_memory;
   }
+  for (size_t i = 0; i < s->n_requests_by_type && i < GPUSHM_STATS_MAX_REQUEST_TYPES; i++) {
+    gpushm_request_count_t *o = &out->requests_by_type[out->n_request_types++];
+    snprintf(o->type, sizeof o->type, "%s", s->requests_by_type[i]->type);
+    o->count = s->requests_by_type[i]->count;
+    o->errors = s->requests_by_type[i]->errors;
+  }
+  for (size_t i = 0; i < s->n_usage && i < GPUSHM_STATS_MAX_USAGE; i++) {
+    gpushm_usage_t *o = &out->usage[out->n_usage++];
+    o->backend = (uint32_t)s->usage[i]->backend;
+    o->device = s->usage[i]->device;
+    o->buffers = s->usage[i]->buffers;
+    o->bytes = s->usage[i]->bytes;
+  }
   gpushm__reply__free_unpacked(reply, NULL);
   return 0;
+}
+
+int gpushm_clients(gpushm_t *conn, gpushm_client_info_t **out, size_t *count)
+{
+  gpushm_client_info_t *infos = NULL;
+  size_t n = 0, cap = 0;
+  uint32_t after_id = 0;
+  bool more = true;
+  int r = 0;
+
+  client_clear_error();
+  if (!conn || !out || !count)
+    return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
+  while (more && r == 0) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__ClientsRequest body = GPUSHM__CLIENTS_REQUEST__INIT;
+    Gpushm__Reply *reply;
+    const Gpushm__ClientsReply *page;
+
+    body.after_id = after_id;
+    req.body_case = GPUSHM__REQUEST__BODY_CLIENTS;
+    req.clients = &body;
+    if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+      break;
+    if (reply->body_case != GPUSHM__REPLY__BODY_CLIENTS) {
+      r = client_error(GPUSHM_E_PROTO, "malformed clients reply");
+    } else {
+      page = reply->clients;
+      if (n + page->n_clients > cap) {
+        gpushm_client_info_t *grown;
+        cap = (n + page->n_clients) * 2 + 1;
+        if (!(grown = realloc(infos, cap * sizeof *grown)))
+          r = client_error(GPUSHM_E_NOMEM, "out of memory");
+        else
+          infos = grown;
+      }
+      for (size_t i = 0; r == 0 && i < page->n_clients; i++) {
+        const Gpushm__ClientInfo *ci = page->clients[i];
+        gpushm_client_info_t *o = &infos[n++];
+        memset(o, 0, sizeof *o);
+        o->client_id = ci->client_id;
+        o->pid = ci->pid;
+        o->uid = ci->uid;
+        o->gid = ci->gid;
+        snprintf(o->name, sizeof o->name, "%s", ci->name ? ci->name : "");
+        o->connected_unix_ms = ci->connected_unix_ms;
+        o->buffers_held = ci->buffers_held;
+        o->bytes_held = ci->bytes_held;
+        o->admin = ci->admin;
+        after_id = ci->client_id;
+      }
+      more = page->more && page->n_clients > 0;
+    }
+    gpushm__reply__free_unpacked(reply, NULL);
+  }
+  if (r < 0) {
+    free(infos);
+    return r;
+  }
+  *out = infos;
+  *count = n;
+  return 0;
+}
+
+void gpushm_client_info_free(gpushm_client_info_t *infos)
+{
+  free(infos);
 }

@@ -135,6 +135,34 @@ typedef struct gpushm_device_stats {
   uint64_t free_memory;   /* 0 unless the daemon has a context on the device */
 } gpushm_device_stats_t;
 
+#define GPUSHM_STATS_MAX_REQUEST_TYPES 32
+#define GPUSHM_STATS_MAX_USAGE (5 * (GPUSHM_STATS_MAX_DEVICES + 1))
+
+typedef struct gpushm_request_count {
+  char type[16];          /* "create", "open", ... */
+  uint64_t count;
+  uint64_t errors;
+} gpushm_request_count_t;
+
+typedef struct gpushm_usage {
+  uint32_t backend;       /* gpushm_backend_t */
+  int32_t device;         /* -1 for host memory */
+  uint32_t buffers;
+  uint64_t bytes;
+} gpushm_usage_t;
+
+typedef struct gpushm_client_info {
+  uint32_t client_id;
+  uint32_t pid;
+  uint32_t uid;
+  uint32_t gid;
+  char name[72];          /* what the client gave gpushm_connect() */
+  uint64_t connected_unix_ms;
+  uint32_t buffers_held;
+  uint64_t bytes_held;
+  int admin;
+} gpushm_client_info_t;
+
 typedef struct gpushm_stats {
   char daemon_version[32];
   uint64_t instance_id;
@@ -150,6 +178,10 @@ typedef struct gpushm_stats {
   uint32_t open_fds;
   uint32_t n_devices;
   gpushm_device_stats_t devices[GPUSHM_STATS_MAX_DEVICES];
+  uint32_t n_request_types;
+  gpushm_request_count_t requests_by_type[GPUSHM_STATS_MAX_REQUEST_TYPES];
+  uint32_t n_usage;
+  gpushm_usage_t usage[GPUSHM_STATS_MAX_USAGE];
 } gpushm_stats_t;
 
 /* Library version at run time, as GPUSHM_VERSION_HEX. */
@@ -239,6 +271,15 @@ GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
  * gpushm_buffer_info_free(). */
 GPUSHM_API int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count);
 GPUSHM_API void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count);
+/* gpushm_list() with flags: GPUSHM_LIST_ALL lists every user's buffers (root or the
+ * daemon's admin group only; GPUSHM_E_PERM otherwise). */
+#define GPUSHM_LIST_ALL 0x1u
+GPUSHM_API int gpushm_list_ex(gpushm_t *conn, unsigned flags, gpushm_buffer_info_t **out,
+                              size_t *count);
+/* Connected clients (admins see all, others those of their own uid).  Free with
+ * gpushm_client_info_free(). */
+GPUSHM_API int gpushm_clients(gpushm_t *conn, gpushm_client_info_t **out, size_t *count);
+GPUSHM_API void gpushm_client_info_free(gpushm_client_info_t *infos);
 GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out);
 
 #ifdef __cplusplus
