@@ -1,0 +1,755 @@
+/* gpushmctl: the admin CLI for gpushmd, built on the public libgpushm API only.
+ * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
+#include "config.h"
+#include "gpushm.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+struct ctl {
+  const char *socket;
+  bool json, bytes, all, prometheus, session, sync;
+  int device;
+  uint32_t mode;
+  uint32_t backend;
+  gpushm_t *conn;
+};
+
+struct cmd_entry {
+  const char *name;
+  const char *args;    /* shown in usage */
+  const char *summary;
+  const char *options; /* long options it accepts, "," separated, for --help */
+  int min_args, max_args;
+  int (*run)(struct ctl *ctl, int argc, char **argv);
+};
+
+/* ---- output helpers ------------------------------------------------------------ */
+
+static int fail(const char *what, int r)
+{
+  const char *detail = gpushm_last_error_message();
+  fprintf(stderr, "gpushmctl: %s: %s%s%s\n", what, gpushm_strerror(r), *detail ? ": " : "", detail);
+  return EXIT_FAILED;
+}
+
+static const char *human_size(uint64_t bytes, bool exact, char *buf, size_t len)
+{
+  static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+  double v = (double)bytes;
+  unsigned u = 0;
+
+  if (exact) {
+    snprintf(buf, len, "%" PRIu64, bytes);
+    return buf;
+  }
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+  else
+    snprintf(buf, len, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+static const char *human_age(uint64_t ms, char *buf, size_t len)
+{
+  uint64_t s = ms / 1000;
+  if (s < 60)
+    snprintf(buf, len, "%" PRIu64 "s", s);
+  else if (s < 3600)
+    snprintf(buf, len, "%" PRIu64 "m", s / 60);
+  else if (s < 86400)
+    snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
+  else
+    snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
+  return buf;
+}
+
+static uint64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t age_ms(uint64_t since_unix_ms)
+{
+  uint64_t now = now_ms();
+  return now > since_unix_ms ? now - since_unix_ms : 0;
+}
+
+static const char *user_name(uint32_t uid, char *buf, size_t len)
+{
+  struct passwd *pw = getpwuid(uid);
+  if (pw)
+    snprintf(buf, len, "%s", pw->pw_name);
+  else
+    snprintf(buf, len, "%u", uid);
+  return buf;
+}
+
+/* The process's short name from /proc (same host as the daemon), or "?". */
+static const char *process_name(uint32_t pid, char *buf, size_t len)
+{
+  char path[64];
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%u/comm", pid);
+  snprintf(buf, len, "?");
+  if ((f = fopen(path, "r"))) {
+    if (fgets(buf, (int)len, f))
+      buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+  }
+  return buf;
+}
+
+static const char *backend_name(uint32_t backend)
+{
+  switch (backend) {
+  case GPUSHM_BACKEND_HOST: return "host";
+  case GPUSHM_BACKEND_CUDA_IPC: return "cuda-ipc";
+  case GPUSHM_BACKEND_CUDA_FD: return "cuda-fd";
+  case GPUSHM_BACKEND_CUDA_EVENT: return "cuda-event";
+  default: return "unknown";
+  }
+}
+
+static void json_string(const char *s)
+{
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
+/* A table: cells are collected, then printed with aligned columns; the last column
+ * is cut to fit the terminal when stdout is one. */
+#define TABLE_MAX_COLS 14
+struct table {
+  size_t rows, cap, cols;
+  char **cells;
+};
+
+static void table_add(struct table *t, ...)
+{
+  va_list ap;
+  if (t->rows == t->cap) {
+    t->cap = t->cap ? t->cap * 2 : 16;
+    t->cells = realloc(t->cells, t->cap * t->cols * sizeof *t->cells);
+    if (!t->cells) {
+      perror("gpushmctl");
+      exit(EXIT_FAILED);
+    }
+  }
+  va_start(ap, t);
+  for (size_t c = 0; c < t->cols; c++) {
+    const char *v = va_arg(ap, const char *);
+    t->cells[t->rows * t->cols + c] = strdup(v ? v : "");
+  }
+  va_end(ap);
+  t->rows++;
+}
+
+static void table_print(struct table *t)
+{
+  size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0;
+  struct winsize ws;
+
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    term = ws.ws_col;
+  for (size_t r = 0; r < t->rows; r++)
+    for (size_t c = 0; c < t->cols; c++) {
+      size_t l = strlen(t->cells[r * t->cols + c]);
+      if (l > width[c])
+        width[c] = l;
+    }
+  for (size_t c = 0; c + 1 < t->cols; c++)
+    used += width[c] + 2;
+  for (size_t r = 0; r < t->rows; r++) {
+    for (size_t c = 0; c < t->cols; c++) {
+      const char *cell = t->cells[r * t->cols + c];
+      if (c + 1 < t->cols) {
+        printf("%-*s  ", (int)width[c], cell);
+      } else if (term && used + strlen(cell) > term && term > used + 3) {
+        printf("%.*s...", (int)(term - used - 3), cell);
+      } else {
+        printf("%s", cell);
+      }
+      free(t->cells[r * t->cols + c]);
+    }
+    putchar('\n');
+  }
+  free(t->cells);
+}
+
+/* ---- commands ------------------------------------------------------------------- */
+
+static int by_name(const void *a, const void *b)
+{
+  const gpushm_buffer_info_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+static void holders_text(const gpushm_buffer_info_t *b, char *out, size_t len)
+{
+  size_t at = 0;
+  out[0] = '\0';
+  for (size_t h = 0; h < b->n_holders && at + 1 < len; h++) {
+    char comm[32];
+    int n = snprintf(out + at, len - at, "%s%u(%s)", h ? "," : "", b->holders[h].pid,
+                     process_name(b->holders[h].pid, comm, sizeof comm));
+    at += n > 0 ? (size_t)n : 0;
+  }
+  if (b->holders_total > b->n_holders && at + 1 < len)
+    snprintf(out + at, len - at, ",+%zu more", (size_t)(b->holders_total - b->n_holders));
+}
+
+static void json_buffer(const gpushm_buffer_info_t *b)
+{
+  char user[64];
+  printf("{\"name\":");
+  json_string(b->name);
+  printf(",\"id\":%" PRIu64 ",\"backend\":\"%s\",\"device\":%d,\"size\":%" PRIu64
+         ",\"allocated\":%" PRIu64 ",\"owner_uid\":%u,\"owner\":",
+         b->id, backend_name(b->backend), b->device, b->size, b->allocated, b->owner_uid);
+  json_string(user_name(b->owner_uid, user, sizeof user));
+  printf(",\"owner_gid\":%u,\"mode\":\"%04o\",\"refs\":%u,\"lifetime\":\"%s\",\"linked\":%s,"
+         "\"sync\":%s,\"created_unix_ms\":%" PRIu64 ",\"age_s\":%" PRIu64
+         ",\"holders_total\":%u,\"holders\":[",
+         b->owner_gid, b->mode, b->refs,
+         b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent",
+         b->linked ? "true" : "false", b->sync ? "true" : "false", b->created_unix_ms,
+         age_ms(b->created_unix_ms) / 1000, b->holders_total);
+  for (size_t h = 0; h < b->n_holders; h++) {
+    char comm[32];
+    printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"refs\":%u,\"process\":", h ? "," : "",
+           b->holders[h].client_id, b->holders[h].pid, b->holders[h].uid, b->holders[h].refs);
+    json_string(process_name(b->holders[h].pid, comm, sizeof comm));
+    putchar('}');
+  }
+  printf("]}");
+}
+
+static int print_buffers(struct ctl *ctl, gpushm_buffer_info_t *infos, size_t n, bool events_only)
+{
+  struct table t = { .cols = 12 };
+  bool first = true;
+
+  qsort(infos, n, sizeof *infos, by_name);
+  if (ctl->json)
+    putchar('[');
+  else
+    table_add(&t, "NAME", "ID", "BACKEND", "DEV", "SIZE", "OWNER", "MODE", "REFS", "LIFETIME",
+              "STATE", "AGE", "HOLDERS");
+  for (size_t i = 0; i < n; i++) {
+    const gpushm_buffer_info_t *b = &infos[i];
+    char id[24], dev[16], size[32], user[64], mode[8], refs[16], age[32], holders[512];
+    if (events_only != (b->backend == GPUSHM_BACKEND_CUDA_EVENT))
+      continue;
+    if (ctl->json) {
+      if (!first)
+        putchar(',');
+      json_buffer(b);
+      first = false;
+      continue;
+    }
+    snprintf(id, sizeof id, "%" PRIu64, b->id);
+    snprintf(dev, sizeof dev, b->device < 0 ? "-" : "%d", b->device);
+    snprintf(mode, sizeof mode, "%04o", b->mode);
+    snprintf(refs, sizeof refs, "%u", b->refs);
+    holders_text(b, holders, sizeof holders);
+    table_add(&t, b->name, id, backend_name(b->backend), dev,
+              b->backend == GPUSHM_BACKEND_CUDA_EVENT ? "-" : human_size(b->size, ctl->bytes, size, sizeof size),
+              user_name(b->owner_uid, user, sizeof user), mode, refs,
+              b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent",
+              b->linked ? (b->sync ? "linked,sync" : "linked") : "unlinked-held",
+              human_age(age_ms(b->created_unix_ms), age, sizeof age), holders);
+  }
+  if (ctl->json)
+    printf("]\n");
+  else
+    table_print(&t);
+  return 0;
+}
+
+static int list_buffers(struct ctl *ctl, bool events_only)
+{
+  gpushm_buffer_info_t *infos;
+  size_t n;
+  int r = gpushm_list_ex(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &infos, &n);
+
+  if (r < 0)
+    return fail(events_only ? "events" : "list", r);
+  print_buffers(ctl, infos, n, events_only);
+  gpushm_buffer_info_free(infos, n);
+  return 0;
+}
+
+static int cmd_list(struct ctl *ctl, int argc, char **argv)
+{
+  return list_buffers(ctl, false);
+}
+
+static int cmd_events(struct ctl *ctl, int argc, char **argv)
+{
+  return list_buffers(ctl, true);
+}
+
+static int cmd_show(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_buffer_info_t *infos, *b = NULL;
+  char *end;
+  uint64_t id = strtoull(argv[0], &end, 10);
+  bool by_id = *argv[0] && !*end;
+  size_t n;
+  int r = gpushm_list_ex(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &infos, &n);
+
+  if (r < 0)
+    return fail("show", r);
+  /* a linked name wins over an unlinked one of the same name */
+  for (size_t i = 0; i < n; i++)
+    if ((by_id && infos[i].id == id) ||
+        (!by_id && strcmp(infos[i].name, argv[0]) == 0 && (!b || infos[i].linked)))
+      b = &infos[i];
+  if (!b) {
+    fprintf(stderr, "gpushmctl: show: no buffer or event '%s' visible to you\n", argv[0]);
+    gpushm_buffer_info_free(infos, n);
+    return EXIT_FAILED;
+  }
+  if (ctl->json) {
+    json_buffer(b);
+    putchar('\n');
+  } else {
+    char size[32], alloc[32], user[64], age[32];
+    printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %d\n", b->name,
+           b->id, backend_name(b->backend), b->device);
+    printf("size:       %s (%s allocated)\n", human_size(b->size, ctl->bytes, size, sizeof size),
+           human_size(b->allocated, ctl->bytes, alloc, sizeof alloc));
+    printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
+           user_name(b->owner_uid, user, sizeof user), b->owner_uid, b->owner_gid, b->mode,
+           b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent");
+    printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
+           b->linked ? "linked" : "unlinked, still held", b->sync ? ", sync" : "",
+           b->creator_pid, human_age(age_ms(b->created_unix_ms), age, sizeof age), b->refs,
+           b->holders_total);
+    for (size_t h = 0; h < b->n_holders; h++) {
+      char comm[32], who[64];
+      printf("  pid %-8u %-16s uid %-6u (%s)  refs %u  client %u\n", b->holders[h].pid,
+             process_name(b->holders[h].pid, comm, sizeof comm), b->holders[h].uid,
+             user_name(b->holders[h].uid, who, sizeof who), b->holders[h].refs,
+             b->holders[h].client_id);
+    }
+  }
+  gpushm_buffer_info_free(infos, n);
+  return 0;
+}
+
+static int cmd_clients(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_client_info_t *clients;
+  size_t n;
+  int r = gpushm_clients(ctl->conn, &clients, &n);
+
+  if (r < 0)
+    return fail("clients", r);
+  if (ctl->json) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) {
+      char comm[32], user[64];
+      printf("%s{\"client_id\":%u,\"pid\":%u,\"process\":", i ? "," : "", clients[i].client_id,
+             clients[i].pid);
+      json_string(process_name(clients[i].pid, comm, sizeof comm));
+      printf(",\"uid\":%u,\"user\":", clients[i].uid);
+      json_string(user_name(clients[i].uid, user, sizeof user));
+      printf(",\"gid\":%u,\"name\":", clients[i].gid);
+      json_string(clients[i].name);
+      printf(",\"buffers_held\":%u,\"bytes_held\":%" PRIu64 ",\"connected_unix_ms\":%" PRIu64
+             ",\"admin\":%s}", clients[i].buffers_held, clients[i].bytes_held,
+             clients[i].connected_unix_ms, clients[i].admin ? "true" : "false");
+    }
+    printf("]\n");
+  } else {
+    struct table t = { .cols = 8 };
+    table_add(&t, "ID", "PID", "PROCESS", "USER", "CLIENT", "BUFFERS", "BYTES", "CONNECTED");
+    for (size_t i = 0; i < n; i++) {
+      char id[16], pid[16], comm[32], user[64], held[16], bytes[32], age[32];
+      snprintf(id, sizeof id, "%u", clients[i].client_id);
+      snprintf(pid, sizeof pid, "%u", clients[i].pid);
+      snprintf(held, sizeof held, "%u", clients[i].buffers_held);
+      table_add(&t, id, pid, process_name(clients[i].pid, comm, sizeof comm),
+                user_name(clients[i].uid, user, sizeof user), clients[i].name, held,
+                human_size(clients[i].bytes_held, ctl->bytes, bytes, sizeof bytes),
+                human_age(age_ms(clients[i].connected_unix_ms), age, sizeof age));
+    }
+    table_print(&t);
+  }
+  gpushm_client_info_free(clients);
+  return 0;
+}
+
+static void prometheus_stats(const gpushm_stats_t *s)
+{
+  printf("# HELP gpushm_uptime_seconds Time since gpushmd started.\n# TYPE gpushm_uptime_seconds gauge\n");
+  printf("gpushm_uptime_seconds %.3f\n", s->uptime_ms / 1000.0);
+  printf("# HELP gpushm_clients Connected clients.\n# TYPE gpushm_clients gauge\n");
+  printf("gpushm_clients %u\n", s->clients);
+  printf("# HELP gpushm_buffers Buffers and events, by name state.\n# TYPE gpushm_buffers gauge\n");
+  printf("gpushm_buffers{state=\"linked\"} %u\n", s->buffers_linked);
+  printf("gpushm_buffers{state=\"unlinked\"} %u\n", s->buffers - s->buffers_linked);
+  printf("# HELP gpushm_allocated_bytes Memory held for buffers.\n# TYPE gpushm_allocated_bytes gauge\n");
+  for (uint32_t i = 0; i < s->n_usage; i++)
+    printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
+           backend_name(s->usage[i].backend), s->usage[i].device, s->usage[i].bytes);
+  printf("# HELP gpushm_requests_total Requests handled, by type.\n# TYPE gpushm_requests_total counter\n");
+  for (uint32_t i = 0; i < s->n_request_types; i++)
+    printf("gpushm_requests_total{type=\"%s\"} %" PRIu64 "\n", s->requests_by_type[i].type,
+           s->requests_by_type[i].count);
+  printf("# HELP gpushm_request_errors_total Requests answered with an error, by type.\n"
+         "# TYPE gpushm_request_errors_total counter\n");
+  for (uint32_t i = 0; i < s->n_request_types; i++)
+    printf("gpushm_request_errors_total{type=\"%s\"} %" PRIu64 "\n", s->requests_by_type[i].type,
+           s->requests_by_type[i].errors);
+  printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
+         "# TYPE gpushm_protocol_errors_total counter\n");
+  printf("gpushm_protocol_errors_total %" PRIu64 "\n", s->protocol_errors);
+  printf("# HELP gpushm_clients_dropped_total Clients refused or dropped (limits, not reading).\n"
+         "# TYPE gpushm_clients_dropped_total counter\n");
+  printf("gpushm_clients_dropped_total %" PRIu64 "\n", s->clients_dropped);
+  if (s->n_devices) {
+    printf("# HELP gpushm_device_memory_bytes Device memory (free only where gpushmd holds a context).\n"
+           "# TYPE gpushm_device_memory_bytes gauge\n");
+    for (uint32_t i = 0; i < s->n_devices; i++) {
+      printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"total\"} %" PRIu64 "\n",
+             s->devices[i].ordinal, s->devices[i].total_memory);
+      printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"free\"} %" PRIu64 "\n",
+             s->devices[i].ordinal, s->devices[i].free_memory);
+    }
+  }
+}
+
+static int cmd_stats(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_stats_t s;
+  char a[32], b[32], age[32];
+  int r = gpushm_stats(ctl->conn, &s);
+
+  if (r < 0)
+    return fail("stats", r);
+  if (ctl->prometheus) {
+    prometheus_stats(&s);
+  } else if (ctl->json) {
+    printf("{\"daemon_version\":");
+    json_string(s.daemon_version);
+    printf(",\"instance_id\":\"%016" PRIx64 "\",\"uptime_ms\":%" PRIu64 ",\"clients\":%u,"
+           "\"buffers\":%u,\"buffers_linked\":%u,\"bytes_allocated\":%" PRIu64 ",\"requests\":%" PRIu64
+           ",\"request_errors\":%" PRIu64 ",\"protocol_errors\":%" PRIu64 ",\"clients_dropped\":%" PRIu64
+           ",\"open_fds\":%u,\"requests_by_type\":{",
+           s.instance_id, s.uptime_ms, s.clients, s.buffers, s.buffers_linked, s.bytes_allocated,
+           s.requests, s.request_errors, s.protocol_errors, s.clients_dropped, s.open_fds);
+    for (uint32_t i = 0; i < s.n_request_types; i++)
+      printf("%s\"%s\":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", i ? "," : "",
+             s.requests_by_type[i].type, s.requests_by_type[i].count, s.requests_by_type[i].errors);
+    printf("},\"usage\":[");
+    for (uint32_t i = 0; i < s.n_usage; i++)
+      printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}", i ? "," : "",
+             backend_name(s.usage[i].backend), s.usage[i].device, s.usage[i].buffers, s.usage[i].bytes);
+    printf("],\"devices\":[");
+    for (uint32_t i = 0; i < s.n_devices; i++) {
+      printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", s.devices[i].ordinal);
+      json_string(s.devices[i].name);
+      printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":%" PRIu64 "}", s.devices[i].total_memory,
+             s.devices[i].free_memory);
+    }
+    printf("]}\n");
+  } else {
+    printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n", s.daemon_version, s.instance_id,
+           human_age(s.uptime_ms, age, sizeof age));
+    printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", s.clients, s.clients_dropped);
+    printf("buffers:        %u (%u linked, %u unlinked but held)\n", s.buffers, s.buffers_linked,
+           s.buffers - s.buffers_linked);
+    printf("allocated:      %s\n", human_size(s.bytes_allocated, ctl->bytes, a, sizeof a));
+    for (uint32_t i = 0; i < s.n_usage; i++) {
+      char where[32];
+      snprintf(where, sizeof where, s.usage[i].device < 0 ? "%s" : "%s, device %d",
+               backend_name(s.usage[i].backend), s.usage[i].device);
+      printf("  %-20s %u buffers, %s\n", where, s.usage[i].buffers,
+             human_size(s.usage[i].bytes, ctl->bytes, a, sizeof a));
+    }
+    printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
+           s.requests, s.request_errors, s.protocol_errors);
+    for (uint32_t i = 0; i < s.n_request_types; i++)
+      printf("  %-20s %" PRIu64 " (%" PRIu64 " errors)\n", s.requests_by_type[i].type,
+             s.requests_by_type[i].count, s.requests_by_type[i].errors);
+    for (uint32_t i = 0; i < s.n_devices; i++)
+      printf("device %d:       %s, %s total, %s\n", s.devices[i].ordinal, s.devices[i].name,
+             human_size(s.devices[i].total_memory, ctl->bytes, a, sizeof a),
+             s.devices[i].free_memory ? human_size(s.devices[i].free_memory, ctl->bytes, b, sizeof b)
+                                      : "free unknown (not in use)");
+    printf("open fds:       %u\n", s.open_fds);
+  }
+  return 0;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+  char *end;
+  unsigned long long v;
+  unsigned shift = 0;
+
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno || end == s || *s == '-')
+    return -1;
+  if (*end) {
+    const char *units = "KMGT", *u = strchr(units, *end);
+    if (!u || (end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0))
+      return -1;
+    shift = 10u * (unsigned)(u - units + 1);
+    if (v > (UINT64_MAX >> shift))
+      return -1;
+  }
+  *out = v << shift;
+  return 0;
+}
+
+static int cmd_create(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  uint64_t size;
+  int r;
+
+  if (parse_size(argv[1], &size) < 0 || size == 0) {
+    fprintf(stderr, "gpushmctl: create: bad size '%s' (bytes, or with K, M, G, T)\n", argv[1]);
+    return EXIT_USAGE;
+  }
+  gpushm_create_opts_init(&opts);
+  opts.backend = ctl->backend;
+  opts.device = ctl->device;
+  opts.mode = ctl->mode;
+  opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
+  opts.flags = ctl->sync ? GPUSHM_CREATE_SYNC : 0;
+  if ((r = gpushm_buffer_create(ctl->conn, argv[0], size, &opts, &b)) < 0)
+    return fail("create", r);
+  printf("%s %" PRIu64 "\n", gpushm_buffer_name(b), gpushm_buffer_id(b));
+  gpushm_buffer_close(b);
+  return 0;
+}
+
+static int cmd_destroy(struct ctl *ctl, int argc, char **argv)
+{
+  int r = gpushm_unlink(ctl->conn, argv[0]);
+  return r < 0 ? fail("destroy", r) : 0;
+}
+
+static int cmd_ping(struct ctl *ctl, int argc, char **argv)
+{
+  struct timespec a, b;
+  int r;
+
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  r = gpushm_ping(ctl->conn);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  if (r < 0)
+    return fail("ping", r);
+  printf("gpushmd answered in %.1f us\n", (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3);
+  return 0;
+}
+
+static int cmd_version(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_stats_t s;
+  int r;
+  printf("gpushmctl %s (libgpushm %s)\n", PACKAGE_VERSION, gpushm_version_string());
+  if ((r = gpushm_stats(ctl->conn, &s)) < 0)
+    return fail("version", r);
+  printf("gpushmd %s\n", s.daemon_version);
+  return 0;
+}
+
+static const struct cmd_entry commands[] = {
+  { "list", "", "list buffers: name, id, backend, size, owner, mode, references, holders",
+    "all,json,bytes", 0, 0, cmd_list },
+  { "show", "NAME|ID", "everything known about one buffer or event", "all,json,bytes", 1, 1,
+    cmd_show },
+  { "clients", "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients },
+  { "stats", "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
+    cmd_stats },
+  { "create", "NAME SIZE", "create a buffer (it stays until destroyed)",
+    "device,mode,session,backend,sync", 2, 2, cmd_create },
+  { "destroy", "NAME", "unlink a buffer or event; memory goes when its last holder does", "", 1,
+    1, cmd_destroy },
+  { "events", "", "list inter-process events", "all,json", 0, 0, cmd_events },
+  { "ping", "", "check that gpushmd answers", "", 0, 0, cmd_ping },
+  { "version", "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version },
+};
+
+static const struct option long_options[] = {
+  { "socket", required_argument, NULL, 's' },
+  { "json", no_argument, NULL, 'j' },
+  { "bytes", no_argument, NULL, 'b' },
+  { "all", no_argument, NULL, 'a' },
+  { "prometheus", no_argument, NULL, 'p' },
+  { "device", required_argument, NULL, 'd' },
+  { "mode", required_argument, NULL, 'm' },
+  { "session", no_argument, NULL, 'S' },
+  { "backend", required_argument, NULL, 'B' },
+  { "sync", no_argument, NULL, 'y' },
+  { "help", no_argument, NULL, 'h' },
+  { NULL, 0, NULL, 0 },
+};
+
+static void usage(FILE *out)
+{
+  fprintf(out, "Usage: gpushmctl [--socket PATH] COMMAND [OPTION]... [ARG]...\n"
+               "Inspect and manage the buffers gpushmd shares.\n\nCommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-8s %-9s %s\n", commands[i].name, commands[i].args, commands[i].summary);
+  fprintf(out, "\n'gpushmctl COMMAND --help' lists a command's options.  The socket is\n"
+               "$GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ".\n"
+               "Exit status: 0 ok, 1 the operation failed, 2 usage error.\n");
+}
+
+static void command_usage(const struct cmd_entry *cmd, FILE *out)
+{
+  static const struct { const char *name, *text; } help[] = {
+    { "all", "--all          every user's buffers (root or the daemon's admin group)" },
+    { "json", "--json         machine-readable output (stable field names)" },
+    { "bytes", "--bytes        exact byte counts instead of KiB/MiB/GiB" },
+    { "prometheus", "--prometheus   Prometheus text exposition format" },
+    { "device", "--device N     CUDA device (daemon's ordinal), default 0" },
+    { "mode", "--mode MODE    permission bits, octal, default 0600" },
+    { "session", "--session      unlinked when gpushmctl disconnects (for tests)" },
+    { "backend", "--backend B    host (default) or cuda-ipc" },
+    { "sync", "--sync         with acquire/release ordering" },
+  };
+  fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
+          cmd->args, cmd->summary);
+  for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
+    if (strstr(cmd->options, help[i].name))
+      fprintf(out, "  %s\n", help[i].text);
+}
+
+static bool accepts(const struct cmd_entry *cmd, const char *option)
+{
+  return strstr(cmd->options, option) != NULL;
+}
+
+int main(int argc, char **argv)
+{
+  struct ctl ctl = { .mode = 0 };
+  const struct cmd_entry *cmd = NULL;
+  int opt, r;
+
+  /* global options come before the command, the command's after it */
+  while ((opt = getopt_long(argc, argv, "+s:h", long_options, NULL)) != -1) {
+    if (opt == 's') {
+      ctl.socket = optarg;
+    } else if (opt == 'h') {
+      usage(stdout);
+      return 0;
+    } else {
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(argv[optind], commands[i].name) == 0)
+      cmd = &commands[i];
+  if (!cmd) {
+    fprintf(stderr, "gpushmctl: unknown command '%s'\n", argv[optind]);
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  argc -= optind;
+  argv += optind;
+  optind = 0; /* 0, not 1: GNU getopt then forgets the first scan's state */
+  while ((opt = getopt_long(argc, argv, "s:h", long_options, NULL)) != -1) {
+    const char *name = NULL;
+    char *end;
+    switch (opt) {
+    case 'h':
+      command_usage(cmd, stdout);
+      return 0;
+    case 's': ctl.socket = optarg; continue;
+    case 'j': name = "json"; ctl.json = true; break;
+    case 'b': name = "bytes"; ctl.bytes = true; break;
+    case 'a': name = "all"; ctl.all = true; break;
+    case 'p': name = "prometheus"; ctl.prometheus = true; break;
+    case 'S': name = "session"; ctl.session = true; break;
+    case 'y': name = "sync"; ctl.sync = true; break;
+    case 'd':
+      name = "device";
+      ctl.device = (int)strtol(optarg, &end, 10);
+      if (*end || ctl.device < 0) {
+        fprintf(stderr, "gpushmctl: bad device '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'm':
+      name = "mode";
+      ctl.mode = (uint32_t)strtoul(optarg, &end, 8);
+      if (*end || !*optarg || ctl.mode > 0777) {
+        fprintf(stderr, "gpushmctl: bad mode '%s' (octal, at most 0777)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'B':
+      name = "backend";
+      if (strcmp(optarg, "host") == 0)
+        ctl.backend = GPUSHM_BACKEND_HOST;
+      else if (strcmp(optarg, "cuda-ipc") == 0)
+        ctl.backend = GPUSHM_BACKEND_CUDA_IPC;
+      else {
+        fprintf(stderr, "gpushmctl: unknown backend '%s' (host or cuda-ipc)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    default:
+      command_usage(cmd, stderr);
+      return EXIT_USAGE;
+    }
+    if (!accepts(cmd, name)) {
+      fprintf(stderr, "gpushmctl: %s takes no --%s\n", cmd->name, name);
+      return EXIT_USAGE;
+    }
+  }
+  if (argc - optind < cmd->min_args || argc - optind > cmd->max_args) {
+    command_usage(cmd, stderr);
+    return EXIT_USAGE;
+  }
+  if ((r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
+    return fail("connect", r);
+  r = cmd->run(&ctl, argc - optind, argv + optind);
+  gpushm_disconnect(ctl.conn);
+  return r;
+}
