@@ -35,6 +35,9 @@ struct cmd_entry {
   const char *options; /* long options it accepts, "," separated, for --help */
   int min_args, max_args;
   int (*run)(struct ctl *ctl, int argc, char **argv);
+  /* Optional: checks the arguments before connecting (usage errors exit 2 even with
+   * no daemon running). */
+  int (*check)(int argc, char **argv);
 };
 
 /* ---- output helpers ------------------------------------------------------------ */
@@ -537,17 +540,24 @@ static int parse_size(const char *s, uint64_t *out)
   return 0;
 }
 
-static int cmd_create(struct ctl *ctl, int argc, char **argv)
+static int check_create(int argc, char **argv)
 {
-  gpushm_create_opts_t opts;
-  gpushm_buffer_t *b;
   uint64_t size;
-  int r;
-
   if (parse_size(argv[1], &size) < 0 || size == 0) {
     fprintf(stderr, "gpushmctl: create: bad size '%s' (bytes, or with K, M, G, T)\n", argv[1]);
     return EXIT_USAGE;
   }
+  return 0;
+}
+
+static int cmd_create(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  uint64_t size = 0;
+  int r;
+
+  parse_size(argv[1], &size); /* checked by check_create */
   gpushm_create_opts_init(&opts);
   opts.backend = ctl->backend;
   opts.device = ctl->device;
@@ -594,19 +604,19 @@ static int cmd_version(struct ctl *ctl, int argc, char **argv)
 
 static const struct cmd_entry commands[] = {
   { "list", "", "list buffers: name, id, backend, size, owner, mode, references, holders",
-    "all,json,bytes", 0, 0, cmd_list },
+    "all,json,bytes", 0, 0, cmd_list, NULL },
   { "show", "NAME|ID", "everything known about one buffer or event", "all,json,bytes", 1, 1,
-    cmd_show },
-  { "clients", "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients },
+    cmd_show, NULL },
+  { "clients", "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients, NULL },
   { "stats", "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
-    cmd_stats },
+    cmd_stats, NULL },
   { "create", "NAME SIZE", "create a buffer (it stays until destroyed)",
-    "device,mode,session,backend,sync", 2, 2, cmd_create },
+    "device,mode,session,backend,sync", 2, 2, cmd_create, check_create },
   { "destroy", "NAME", "unlink a buffer or event; memory goes when its last holder does", "", 1,
-    1, cmd_destroy },
-  { "events", "", "list inter-process events", "all,json", 0, 0, cmd_events },
-  { "ping", "", "check that gpushmd answers", "", 0, 0, cmd_ping },
-  { "version", "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version },
+    1, cmd_destroy, NULL },
+  { "events", "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL },
+  { "ping", "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL },
+  { "version", "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version, NULL },
 };
 
 static const struct option long_options[] = {
@@ -747,6 +757,8 @@ int main(int argc, char **argv)
     command_usage(cmd, stderr);
     return EXIT_USAGE;
   }
+  if (cmd->check && (r = cmd->check(argc - optind, argv + optind)) != 0)
+    return r;
   if ((r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
     return fail("connect", r);
   r = cmd->run(&ctl, argc - optind, argv + optind);
