@@ -69,6 +69,14 @@ echo "$out" | sed -n 2p | grep -Eq "^frames +[0-9]+ +host +- +64 MiB +[a-z0-9]+ 
   fail "frames row: $out"
 echo "$out" | sed -n 3p | grep -Eq "^small +[0-9]+ +host +- +100 B .* 0600 +1 " || fail "small row: $out"
 expect 0 "$ctl" list --bytes; contains "67108864"
+# golden table output of show, with run-specific values masked
+user=$(id -un); uid=$(id -u); gid=$(id -g)
+"$ctl" show frames | sed -E -e "s/^id: +[0-9]+\$/id:         ID/" \
+  -e "s/^created by: pid [0-9]+, [0-9a-z]+ ago/created by: pid PID, AGE ago/" \
+  -e "s/pid $h1 +/pid PID1 /; s/pid $h2 +/pid PID2 /" -e "s/\b$user\b/USER/g" \
+  -e "s/uid $uid +\(/uid UID (/; s/\(uid $uid, gid $gid\)/(uid UID, gid GID)/" \
+  -e "s/client [0-9]+\$/client CLIENT/" > "$dir/show.txt"
+diff -u "$src/tests/golden/show.txt" "$dir/show.txt" || fail "show differs from the golden file"
 expect 0 "$ctl" show frames; contains "references: 2"; contains "pid $h1"; contains "mode:       0644"
 id=$("$ctl" show frames --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 expect 0 "$ctl" show "$id"; contains "name:       frames"
