@@ -120,6 +120,12 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
   cp "$b/ctl/.libs/gpushmctl" "$dir/gpushmctl" 2>/dev/null || cp "$b/ctl/gpushmctl" "$dir/gpushmctl"
   cp -P "$b"/client/.libs/libgpushm.so* "$dir/"
   chmod 755 "$dir"/gpushmctl
+  # and every library it needs from outside the system directories (an offline GPU
+  # host has protobuf-c in a private prefix nobody cannot read)
+  LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$dir/gpushmctl" |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3}' | grep -Ev "^(/(usr/)?lib(64)?/|$dir/)" |
+    while read -r lib; do cp -L "$lib" "$dir/"; done
+  chmod 644 "$dir"/lib*.so*
   as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env LD_LIBRARY_PATH="$dir" "$dir/gpushmctl" "$@"; }
   expect 0 "$ctl" create public 1 --mode 0644
   expect 1 as_nobody list --all; contains "needs root or the admin group"
