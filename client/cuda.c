@@ -103,6 +103,24 @@ static void leave_device(CUcontext prev)
   CU_CALL(&cl.drv, cuCtxSetCurrent, prev);
 }
 
+/* What both imports need first: the driver, a handle of the right size, the device
+ * with that UUID, its context made current (*prev to restore). */
+static int begin_import(size_t handle_len, size_t expected_len, const char *what,
+                        const uint8_t *uuid, size_t uuid_len, int ordinal, int *dev,
+                        CUcontext *prev)
+{
+  int ret;
+
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "unsupported: %s", cl.why);
+  if (handle_len != expected_len)
+    return client_error(GPUSHM_E_PROTO, "daemon sent %s of %zu bytes", what, handle_len);
+  if ((*dev = find_device(uuid, uuid_len, ordinal)) < 0)
+    return *dev;
+  return (ret = enter_device(*dev, prev)) < 0 ? ret : 0;
+}
+
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                            size_t uuid_len, int ordinal, void **ptr, int *local_device)
 {
@@ -112,14 +130,8 @@ int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8
   CUresult r;
   int dev, ret;
 
-  pthread_once(&load_once, load);
-  if (cl.status)
-    return client_error(cl.status, "unsupported: %s", cl.why);
-  if (handle_len != sizeof h.reserved)
-    return client_error(GPUSHM_E_PROTO, "daemon sent an IPC handle of %zu bytes", handle_len);
-  if ((dev = find_device(uuid, uuid_len, ordinal)) < 0)
-    return dev;
-  if ((ret = enter_device(dev, &prev)) < 0)
+  if ((ret = begin_import(handle_len, sizeof h.reserved, "an IPC handle", uuid, uuid_len,
+                          ordinal, &dev, &prev)) < 0)
     return ret;
   memcpy(h.reserved, handle, sizeof h.reserved);
   r = CU_CALL(&cl.drv, cuIpcOpenMemHandle, &dptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -162,14 +174,8 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
   CUresult r;
   int dev, ret;
 
-  pthread_once(&load_once, load);
-  if (cl.status)
-    return client_error(cl.status, "unsupported: %s", cl.why);
-  if (handle_len != sizeof h.reserved)
-    return client_error(GPUSHM_E_PROTO, "daemon sent an event handle of %zu bytes", handle_len);
-  if ((dev = find_device(uuid, uuid_len, ordinal)) < 0)
-    return dev;
-  if ((ret = enter_device(dev, &prev)) < 0)
+  if ((ret = begin_import(handle_len, sizeof h.reserved, "an event handle", uuid, uuid_len,
+                          ordinal, &dev, &prev)) < 0)
     return ret;
   memcpy(h.reserved, handle, sizeof h.reserved);
   r = CU_CALL(&cl.drv, cuIpcOpenEventHandle, &ev, h);

@@ -45,6 +45,15 @@ static int fail(struct reply_ctx *ctx, int status, const char *why)
   return status;
 }
 
+/* calloc whose memory lives until the reply is sent; NULL when out of memory. */
+static void *reply_calloc(struct reply_ctx *ctx, size_t n, size_t size)
+{
+  void *p = calloc(n ? n : 1, size);
+  if (p)
+    ctx->owned[ctx->n_owned++] = p;
+  return p;
+}
+
 /* The devices the CUDA backends can use; free memory only where the daemon holds a
  * context (asking elsewhere would create one). */
 static int fill_devices(struct reply_ctx *ctx, Gpushm__Device ***out, size_t *n_out)
@@ -58,15 +67,9 @@ static int fill_devices(struct reply_ctx *ctx, Gpushm__Device ***out, size_t *n_
 
   if (n == 0)
     return 0;
-  devs = calloc((size_t)n, sizeof *devs);
-  ptrs = calloc((size_t)n, sizeof *ptrs);
-  infos = calloc((size_t)n, sizeof *infos);
-  if (devs)
-    ctx->owned[ctx->n_owned++] = devs;
-  if (ptrs)
-    ctx->owned[ctx->n_owned++] = ptrs;
-  if (infos)
-    ctx->owned[ctx->n_owned++] = infos;
+  devs = reply_calloc(ctx, (size_t)n, sizeof *devs);
+  ptrs = reply_calloc(ctx, (size_t)n, sizeof *ptrs);
+  infos = reply_calloc(ctx, (size_t)n, sizeof *infos);
   if (!devs || !ptrs || !infos)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (int i = 0; i < n; i++) {
@@ -142,15 +145,10 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
 
   gpushm__buffer_info__init(info);
   if (n) {
-    holders = calloc(n, sizeof *holders);
-    ptrs = calloc(n, sizeof *ptrs);
-    if (!holders || !ptrs) {
-      free(holders);
-      free(ptrs);
+    holders = reply_calloc(ctx, n, sizeof *holders);
+    ptrs = reply_calloc(ctx, n, sizeof *ptrs);
+    if (!holders || !ptrs)
       return GPUSHM_E_NOMEM;
-    }
-    ctx->owned[ctx->n_owned++] = holders;
-    ctx->owned[ctx->n_owned++] = ptrs;
     for (const struct list *l = b->holdings.next; l != &b->holdings && i < n; l = l->next, i++) {
       const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
       gpushm__holder__init(&holders[i]);
@@ -353,12 +351,8 @@ static int handle_list(struct conn *c, const Gpushm__Request *req, struct reply_
     return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
   if (max == 0 || max > GPUSHM_LIMIT_LIST_PAGE)
     max = GPUSHM_LIMIT_LIST_PAGE;
-  infos = calloc(max, sizeof *infos);
-  ptrs = calloc(max, sizeof *ptrs);
-  if (infos)
-    ctx->owned[ctx->n_owned++] = infos;
-  if (ptrs)
-    ctx->owned[ctx->n_owned++] = ptrs;
+  infos = reply_calloc(ctx, max, sizeof *infos);
+  ptrs = reply_calloc(ctx, max, sizeof *ptrs);
   if (!infos || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
 
@@ -395,14 +389,10 @@ static const char *request_name(unsigned body);
 static int fill_request_counts(const struct server *srv, struct reply_ctx *ctx,
                                Gpushm__StatsReply *s)
 {
-  Gpushm__RequestCount *counts = calloc(SERVER_REQUEST_TYPES, sizeof *counts);
-  Gpushm__RequestCount **ptrs = calloc(SERVER_REQUEST_TYPES, sizeof *ptrs);
+  Gpushm__RequestCount *counts = reply_calloc(ctx, SERVER_REQUEST_TYPES, sizeof *counts);
+  Gpushm__RequestCount **ptrs = reply_calloc(ctx, SERVER_REQUEST_TYPES, sizeof *ptrs);
   size_t n = 0;
 
-  if (counts)
-    ctx->owned[ctx->n_owned++] = counts;
-  if (ptrs)
-    ctx->owned[ctx->n_owned++] = ptrs;
   if (!counts || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (unsigned t = 0; t < SERVER_REQUEST_TYPES; t++) {
@@ -424,14 +414,10 @@ static int fill_request_counts(const struct server *srv, struct reply_ctx *ctx,
 static int fill_usage(const struct registry *reg, struct reply_ctx *ctx, Gpushm__StatsReply *s)
 {
   const size_t max = 5 * (GPUSHM_LIMIT_DEVICES + 1);
-  Gpushm__Usage *usage = calloc(max, sizeof *usage);
-  Gpushm__Usage **ptrs = calloc(max, sizeof *ptrs);
+  Gpushm__Usage *usage = reply_calloc(ctx, max, sizeof *usage);
+  Gpushm__Usage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
   size_t n = 0;
 
-  if (usage)
-    ctx->owned[ctx->n_owned++] = usage;
-  if (ptrs)
-    ctx->owned[ctx->n_owned++] = ptrs;
   if (!usage || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (size_t i = 0; i < reg->n_buffers; i++) {
@@ -461,15 +447,11 @@ static int handle_clients(struct conn *c, const Gpushm__Request *req, struct rep
 {
   const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
   struct server *srv = c->srv;
-  Gpushm__ClientInfo *infos = calloc(srv->n_clients, sizeof *infos);
-  Gpushm__ClientInfo **ptrs = calloc(srv->n_clients, sizeof *ptrs);
+  Gpushm__ClientInfo *infos = reply_calloc(ctx, srv->n_clients, sizeof *infos);
+  Gpushm__ClientInfo **ptrs = reply_calloc(ctx, srv->n_clients, sizeof *ptrs);
   size_t n = 0, used = 0;
   const struct list *l;
 
-  if (infos)
-    ctx->owned[ctx->n_owned++] = infos;
-  if (ptrs)
-    ctx->owned[ctx->n_owned++] = ptrs;
   if (!infos || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   gpushm__clients_reply__init(&ctx->body.clients);
