@@ -2,6 +2,7 @@
 #include "config.h"
 #include "gpushm.h"
 #include "log.h"
+#include "options.h"
 #include "server.h"
 #ifdef HAVE_CUDA
 #include "backend_cuda.h"
@@ -9,7 +10,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +23,8 @@ static void usage(FILE *out)
     "Usage: gpushmd [OPTION]...\n"
     "Share GPU and host memory between processes: gpushmd owns each buffer and frees it\n"
     "only when no process holds it.\n\n"
+    "  -c, --config=FILE             settings file (default " GPUSHMD_DEFAULT_CONFIG " if it\n"
+    "                                exists); each option below is also a key there\n"
     "  -s, --socket=PATH             listen on PATH (default $GPUSHM_SOCKET, else %s)\n"
     "      --socket-mode=MODE        permission bits of the socket file (default 0666)\n"
     "      --default-mode=MODE       buffer mode when a client gives none (default 0600)\n"
@@ -38,137 +40,81 @@ static void usage(FILE *out)
     GPUSHM_DEFAULT_MAX_QUEUED_FRAMES);
 }
 
-/* Whole-string unsigned parse with an optional binary-unit suffix. */
-static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, uint64_t *out)
-{
-  char *end;
-  unsigned long long v;
-  unsigned shift = 0;
-
-  if (!s[0] || s[0] == '-')
-    return -1;
-  errno = 0;
-  v = strtoull(s, &end, base);
-  if (errno || end == s)
-    return -1;
-  if (allow_suffix && *end) {
-    const char *units = "KMGT";
-    const char *u = strchr(units, *end);
-    if (!u || end[1])
-      return -1;
-    shift = 10u * (unsigned)(u - units + 1);
-    end++;
-    if (v > (UINT64_MAX >> shift))
-      return -1;
-  }
-  if (*end || (v << shift) > max)
-    return -1;
-  *out = v << shift;
-  return 0;
-}
-
-enum {
-  OPT_SOCKET_MODE = 256,
-  OPT_DEFAULT_MODE,
-  OPT_MAX_CLIENTS,
-  OPT_MAX_BUFFERS,
-  OPT_MAX_BYTES,
-  OPT_MAX_QUEUED,
-  OPT_ADMIN_GROUP,
-};
-
 static const struct option long_options[] = {
+  { "config", required_argument, NULL, 'c' },
   { "socket", required_argument, NULL, 's' },
-  { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
-  { "default-mode", required_argument, NULL, OPT_DEFAULT_MODE },
-  { "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
-  { "max-buffers-per-uid", required_argument, NULL, OPT_MAX_BUFFERS },
-  { "max-bytes-per-uid", required_argument, NULL, OPT_MAX_BYTES },
-  { "max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED },
-  { "admin-group", required_argument, NULL, OPT_ADMIN_GROUP },
+  { "socket-mode", required_argument, NULL, 0 },
+  { "default-mode", required_argument, NULL, 0 },
+  { "max-clients", required_argument, NULL, 0 },
+  { "max-buffers-per-uid", required_argument, NULL, 0 },
+  { "max-bytes-per-uid", required_argument, NULL, 0 },
+  { "max-queued-replies", required_argument, NULL, 0 },
+  { "admin-group", required_argument, NULL, 0 },
   { "log-level", required_argument, NULL, 'l' },
   { "help", no_argument, NULL, 'h' },
   { "version", no_argument, NULL, 'V' },
   { NULL, 0, NULL, 0 },
 };
 
+static int option_index(const char *name)
+{
+  int i = 0;
+  while (strcmp(long_options[i].name, name) != 0)
+    i++;
+  return i;
+}
+
+/* The config file first, then the command line over it. */
 static int parse_args(int argc, char **argv, struct server *srv)
 {
-  struct server_config *cfg = &srv->cfg;
-  struct reg_limits *limits = &srv->reg.limits;
-  uint64_t v;
-  int opt, level;
+  struct { const char *name, *value; } given[64];
+  const char *config = NULL;
+  size_t n = 0;
+  char err[512];
+  int opt, index;
 
-  while ((opt = getopt_long(argc, argv, "s:l:hV", long_options, NULL)) != -1) {
-    const char *what = NULL;
+  while ((opt = getopt_long(argc, argv, "c:s:l:hV", long_options, &index)) != -1) {
     switch (opt) {
-    case 's':
-      cfg->socket_path = optarg;
-      break;
-    case OPT_SOCKET_MODE:
-      if (parse_u64(optarg, 8, false, 0777, &v) < 0)
-        what = "--socket-mode";
-      cfg->socket_mode = (uint32_t)v;
-      break;
-    case OPT_DEFAULT_MODE:
-      if (parse_u64(optarg, 8, false, 0777, &v) < 0 || v == 0)
-        what = "--default-mode";
-      limits->default_mode = (uint32_t)v;
-      break;
-    case OPT_MAX_CLIENTS:
-      if (parse_u64(optarg, 10, false, UINT32_MAX, &v) < 0 || v == 0)
-        what = "--max-clients";
-      cfg->max_clients = (uint32_t)v;
-      break;
-    case OPT_MAX_BUFFERS:
-      if (parse_u64(optarg, 10, false, UINT32_MAX, &v) < 0)
-        what = "--max-buffers-per-uid";
-      limits->max_buffers_per_uid = (uint32_t)v;
-      break;
-    case OPT_MAX_BYTES:
-      if (parse_u64(optarg, 10, true, UINT64_MAX, &v) < 0)
-        what = "--max-bytes-per-uid";
-      limits->max_bytes_per_uid = v;
-      break;
-    case OPT_MAX_QUEUED:
-      if (parse_u64(optarg, 10, false, 1u << 20, &v) < 0 || v == 0)
-        what = "--max-queued-replies";
-      cfg->max_queued_frames = (uint32_t)v;
-      break;
-    case OPT_ADMIN_GROUP: {
-      struct group *g = getgrnam(optarg);
-      if (!g) {
-        fprintf(stderr, "gpushmd: no group '%s' for --admin-group\n", optarg);
-        return -1;
-      }
-      cfg->has_admin_group = true;
-      cfg->admin_gid = g->gr_gid;
-      break;
-    }
-    case 'l':
-      if ((level = log_parse_level(optarg)) < 0)
-        what = "--log-level";
-      else
-        log_set_level((enum log_level)level);
-      break;
+    case 'c':
+      config = optarg;
+      continue;
     case 'h':
       usage(stdout);
       exit(0);
     case 'V':
       printf("gpushmd %s (protocol %u)\n", PACKAGE_VERSION, GPUSHM_PROTOCOL_VERSION);
       exit(0);
+    case 's':
+    case 'l':
+      index = option_index(opt == 's' ? "socket" : "log-level");
+      break;
+    case 0:
+      break;
     default:
       usage(stderr);
       return -1;
     }
-    if (what) {
-      fprintf(stderr, "gpushmd: invalid value '%s' for %s\n", optarg, what);
+    if (n == sizeof given / sizeof given[0]) {
+      fprintf(stderr, "gpushmd: too many options\n");
       return -1;
     }
+    given[n].name = long_options[index].name;
+    given[n++].value = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, "gpushmd: unexpected argument '%s'\n", argv[optind]);
     return -1;
+  }
+  if (config_load(srv, config ? config : GPUSHMD_DEFAULT_CONFIG, config != NULL, err,
+                  sizeof err) < 0) {
+    fprintf(stderr, "gpushmd: %s\n", err);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (option_apply(srv, given[i].name, given[i].value, err, sizeof err) < 0) {
+      fprintf(stderr, "gpushmd: --%s: %s\n", given[i].name, err);
+      return -1;
+    }
   }
   return 0;
 }

@@ -89,9 +89,56 @@ static void test_socket_ownership(const char *out)
     memset(path, 'p', sizeof path - 1);
     path[0] = '/';
     path[sizeof path - 1] = '\0';
-    CHECK(daemon_run(out, "--socket", path, NULL) == 1 && file_contains(out, "longer than"));
+    CHECK(daemon_run(out, "--socket", path, NULL) == 2 && file_contains(out, "at most 107 bytes"));
   }
   CHECK(rmdir(d.dir) == 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* The config file: every option is a key; errors name the line; flags win. */
+static void test_config(const char *out)
+{
+  struct test_daemon d = { 0 };
+  char conf[] = "/tmp/gpushm-test-conf.XXXXXX", arg[64];
+  gpushm_t *c1, *c2, *c3;
+  gpushm_buffer_t *b;
+  gpushm_buffer_info_t info;
+  int fd = mkstemp(conf);
+
+  CHECK(fd >= 0);
+  close(fd);
+  write_file(conf, "# limits for this host\n\nmax-clients = 5\n  default-mode=0640  \n"
+                   "log-level = warn\nmax-bytes-per-uid = 1M\n");
+  snprintf(arg, sizeof arg, "--config=%s", conf);
+  daemon_start(&d, arg, "--max-clients", "2", NULL); /* the flag beats the file's 5 */
+  c1 = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(c1, "moded", 1, NULL, &b));
+  CHECK(find_buffer(c1, "moded", &info) == 0 && info.mode == 0640); /* from the file */
+  CHECK_ERR(gpushm_buffer_create(c1, "too-big", 2u << 20, NULL, &b), GPUSHM_E_LIMIT);
+  c2 = NULL;
+  for (int i = 0; i < 500 && gpushm_connect(d.socket, "second", &c2) < 0; i++)
+    usleep(10000);
+  CHECK(c2 != NULL);
+  CHECK_ERR(gpushm_connect(d.socket, "third", &c3), GPUSHM_E_LIMIT);
+  gpushm_disconnect(c1);
+  gpushm_disconnect(c2);
+  daemon_stop(&d);
+
+  write_file(conf, "max-clients = 4\nsocket-mode = 0999\n");
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: socket-mode: invalid value"));
+  write_file(conf, "max-clients = 4\nmystery-knob = 1\n");
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: mystery-knob: unknown setting"));
+  write_file(conf, "max-clients 4\n");
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":1: expected 'key = value'"));
+  unlink(conf);
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, "No such file"));
 }
 
 static unsigned long cpu_ticks(pid_t pid)
@@ -159,6 +206,7 @@ int main(void)
   close(fd);
   test_options(out);
   test_socket_ownership(out);
+  test_config(out);
   test_emfile_backoff();
   unlink(out);
   return 0;
