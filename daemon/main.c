@@ -3,6 +3,7 @@
 #include "gpushm.h"
 #include "log.h"
 #include "options.h"
+#include "sd.h"
 #include "server.h"
 #ifdef HAVE_CUDA
 #include "backend_cuda.h"
@@ -131,18 +132,33 @@ static void raise_fd_limit(void)
 
 static uv_signal_t stop_signals[2];
 static uv_timer_t fatal_timer;
+static uv_timer_t watchdog_timer;
 /* EX_SOFTWARE: the service manager restarts a daemon that exits with it. */
 static int exit_status;
 
 static void stop_daemon(struct server *srv)
 {
+  sd_notify_stopping();
   server_shutdown(srv);
+  if (!uv_is_closing((uv_handle_t *)&watchdog_timer))
+    uv_close((uv_handle_t *)&watchdog_timer, NULL);
   /* With every handle closed the loop runs dry and main() cleans up. */
   for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
     if (!uv_is_closing((uv_handle_t *)&stop_signals[i]))
       uv_close((uv_handle_t *)&stop_signals[i], NULL);
   if (!uv_is_closing((uv_handle_t *)&fatal_timer))
     uv_close((uv_handle_t *)&fatal_timer, NULL);
+}
+
+/* Fed from the loop itself: a wedged loop stops the pings and systemd restarts us. */
+static void on_watchdog(uv_timer_t *timer)
+{
+  struct server *srv = timer->data;
+  char status[128];
+  snprintf(status, sizeof status, "%u clients, %u buffers, %llu bytes", srv->n_clients,
+           (unsigned)srv->reg.n_buffers, (unsigned long long)srv->reg.bytes_allocated);
+  sd_notify_status(status);
+  sd_notify_watchdog();
 }
 
 static void on_signal(uv_signal_t *handle, int signum)
@@ -173,6 +189,8 @@ int main(int argc, char **argv)
   static struct server srv; /* large receive buffers: keep them off the stack */
   uv_loop_t loop;
   char err[256];
+  uint64_t watchdog_usec;
+  int fd;
   const char *env_socket = getenv("GPUSHM_SOCKET");
 
   srv.cfg = (struct server_config){
@@ -195,7 +213,16 @@ int main(int argc, char **argv)
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  if (server_listen(&srv, err, sizeof err) < 0) {
+  fd = sd_inherited_socket(err, sizeof err);
+  if (fd == -2) {
+    log_error("%s", err);
+    registry_destroy(&srv.reg);
+    return 1;
+  }
+  if (fd >= 0) {
+    server_adopt_socket(&srv, fd);
+    log_info("serving on the socket from systemd");
+  } else if (server_listen(&srv, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);
     return 1;
@@ -203,6 +230,8 @@ int main(int argc, char **argv)
   uv_loop_init(&loop);
   uv_timer_init(&loop, &fatal_timer);
   fatal_timer.data = &srv;
+  uv_timer_init(&loop, &watchdog_timer);
+  watchdog_timer.data = &srv;
 #ifdef HAVE_CUDA
   /* CUDA does not survive fork() without exec(): initialise it in the process that
    * serves, never before any forking. */
@@ -216,6 +245,7 @@ int main(int argc, char **argv)
     backend_cuda_shutdown();
 #endif
     uv_close((uv_handle_t *)&fatal_timer, NULL);
+    uv_close((uv_handle_t *)&watchdog_timer, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return 1;
@@ -226,7 +256,13 @@ int main(int argc, char **argv)
     uv_signal_start(&stop_signals[i], on_signal, i == 0 ? SIGTERM : SIGINT);
   }
   log_info("gpushmd %s listening on %s (instance %016" PRIx64 ")", PACKAGE_VERSION,
-           srv.cfg.socket_path, srv.instance_id);
+           srv.socket_inherited ? "the socket from systemd" : srv.cfg.socket_path, srv.instance_id);
+  /* Ready only now: listening, devices probed. */
+  sd_notify_ready("serving");
+  if ((watchdog_usec = sd_watchdog_usec()) > 0) {
+    uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
+    uv_timer_start(&watchdog_timer, on_watchdog, 0, every_ms);
+  }
 
   uv_run(&loop, UV_RUN_DEFAULT);
 

@@ -104,6 +104,12 @@ int server_listen(struct server *srv, char *err, size_t errlen)
   return 0;
 }
 
+void server_adopt_socket(struct server *srv, int fd)
+{
+  srv->listen_fd = fd;
+  srv->socket_inherited = true;
+}
+
 uint32_t server_count_open_fds(void)
 {
   DIR *d = opendir("/proc/self/fd");
@@ -190,7 +196,7 @@ static void close_listener(struct server *srv)
 {
   close(srv->listen_fd);
   srv->listen_fd = -1;
-  if (unlink(srv->cfg.socket_path) < 0 && errno != ENOENT)
+  if (!srv->socket_inherited && unlink(srv->cfg.socket_path) < 0 && errno != ENOENT)
     log_warn("removing %s: %s", srv->cfg.socket_path, strerror(errno));
 }
 

@@ -40,6 +40,7 @@ struct server {
   struct status_page_owner status;
   int listen_fd;
   bool listening;
+  bool socket_inherited; /* from systemd: the path is not ours to remove */
   bool accept_starved; /* in an EMFILE/ENFILE episode */
   uv_poll_t listen_poll;
   uv_timer_t accept_backoff;
@@ -54,6 +55,8 @@ struct server {
   uint8_t tx[WIRE_FRAME_MAX];
 };
 
+/* Serves on a listening socket someone else made (systemd socket activation). */
+void server_adopt_socket(struct server *srv, int fd);
 /* Binds cfg.socket_path: creates its directory, refuses a path a live daemon serves,
  * replaces a stale socket.  Returns 0 or -1 with err set. */
 int server_listen(struct server *srv, char *err, size_t errlen);

@@ -1,0 +1,141 @@
+#!/bin/sh
+# gpushmd under systemd's protocols, without needing systemd as PID 1:
+# - the generated units pass systemd-analyze verify with no complaint at all;
+# - socket activation (systemd-socket-activate --seqpacket): served on the inherited
+#   socket, which the daemon leaves in place; a wrong socket type is refused;
+# - readiness and watchdog on a NOTIFY_SOCKET: READY=1 only once connecting works,
+#   WATCHDOG=1 keeps coming at half the interval, STOPPING=1 on SIGTERM.
+set -eu
+b=${GPUSHM_TEST_BUILDDIR:?}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+daemon=$b/daemon/gpushmd
+dir=$(mktemp -d /tmp/gpushm-sd.XXXXXX)
+trap 'pkill -f "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+command -v systemd-analyze >/dev/null || fail "systemd-analyze missing (install systemd)"
+command -v systemd-socket-activate >/dev/null || fail "systemd-socket-activate missing"
+
+# --- units: verified as installed, with ExecStart pointing at the built daemon
+mkdir -p "$dir/units"
+sed "s|^ExecStart=[^ ]*/gpushmd|ExecStart=$daemon|" "$b/systemd/gpushmd.service" > "$dir/units/gpushmd.service"
+cp "$src/systemd/gpushmd.socket" "$dir/units/"
+mkdir -p "$dir/user"
+sed "s|^ExecStart=[^ ]*/gpushmd|ExecStart=$daemon|" "$b/systemd/user/gpushmd.service" > "$dir/user/gpushmd.service"
+cp "$src/systemd/user/gpushmd.socket" "$dir/user/"
+for unit in units/gpushmd.socket units/gpushmd.service user/gpushmd.socket user/gpushmd.service; do
+  out=$(cd "$dir" && systemd-analyze verify --man=no "./$unit" 2>&1) || fail "verify $unit: $out"
+  [ -z "$out" ] || fail "verify $unit complained: $out"
+done
+grep -q '^Type=notify$' "$dir/units/gpushmd.service" || fail "service is not Type=notify"
+grep -q '^DevicePolicy=closed$' "$dir/units/gpushmd.service" || fail "no closed device policy"
+grep -q '^PrivateDevices' "$dir/units/gpushmd.service" && fail "PrivateDevices would hide the GPU"
+
+# --- socket activation
+sock=$dir/activated.sock
+systemd-socket-activate --seqpacket -l "$sock" "$daemon" --log-level info --config=/dev/null \
+  > "$dir/activated.log" 2>&1 &
+i=0; until [ -S "$sock" ]; do i=$((i + 1)); [ $i -lt 500 ] || fail "no socket"; sleep 0.02; done
+GPUSHM_SOCKET=$sock "$b/ctl/gpushmctl" ping >/dev/null || fail "no answer on the activated socket"
+pid=$(pgrep -f "$daemon --log-level info --config=/dev/null")
+kill "$pid"
+i=0; while kill -0 "$pid" 2>/dev/null; do i=$((i + 1)); [ $i -lt 500 ] || fail "did not stop"; sleep 0.02; done
+grep -q "serving on the socket from systemd" "$dir/activated.log" || fail "did not use the inherited socket: $(cat "$dir/activated.log")"
+[ -S "$sock" ] || fail "the daemon removed a socket that systemd owns"
+
+# --- inherited sockets of the wrong kind, and the notify protocol
+python3 - "$daemon" "$dir" <<'PY'
+import os, signal, socket, subprocess, sys, time
+
+daemon, work = sys.argv[1], sys.argv[2]
+signal.alarm(60)  # never hang the suite
+
+def fail(why):
+    print("FAIL:", why)
+    sys.exit(1)
+
+# A stream socket passed as if by systemd: refused with a reason, exit 1.
+stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+stream.bind(os.path.join(work, "stream.sock"))
+stream.listen()
+pid = os.fork()
+if pid == 0:
+    os.set_inheritable(stream.fileno(), True)
+    if stream.fileno() != 3:
+        os.dup2(stream.fileno(), 3)
+    os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+    err = os.open(os.path.join(work, "stream.log"), os.O_WRONLY | os.O_CREAT)
+    os.dup2(err, 2)
+    os.execv(daemon, [daemon, "--config=/dev/null"])
+_, status = os.waitpid(pid, 0)
+log = open(os.path.join(work, "stream.log")).read()
+if os.WEXITSTATUS(status) != 1 or "SOCK_SEQPACKET" not in log:
+    fail("a stream socket was not refused: status %d, %s" % (status, log))
+
+# LISTEN_FDS naming an fd that is not open: an error, not a silent fallback.
+pid = os.fork()
+if pid == 0:
+    try:
+        os.close(3)
+    except OSError:
+        pass
+    os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+    err = os.open(os.path.join(work, "nofd.log"), os.O_WRONLY | os.O_CREAT)
+    os.dup2(err, 2)
+    os.execv(daemon, [daemon, "--config=/dev/null"])
+_, status = os.waitpid(pid, 0)
+log = open(os.path.join(work, "nofd.log")).read()
+if os.WEXITSTATUS(status) != 1 or "unusable" not in log:
+    fail("a missing inherited fd was not reported: status %d, %s" % (status, log))
+
+# Readiness and watchdog.
+notify_path = os.path.join(work, "notify")
+notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+notify.bind(notify_path)
+notify.settimeout(10)
+sock = os.path.join(work, "notified.sock")
+env = dict(os.environ, NOTIFY_SOCKET=notify_path, WATCHDOG_USEC="200000")
+proc = subprocess.Popen([daemon, "--socket", sock, "--config=/dev/null", "--log-level", "warn"],
+                        env=env)
+messages = []
+ready_at = None
+while ready_at is None:
+    msg = notify.recv(4096).decode()
+    messages.append(msg)
+    if "READY=1" in msg.split("\n"):
+        ready_at = time.monotonic()
+        # ready means ready: a client can connect at this very moment
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            c.connect(sock)
+        except OSError as e:
+            fail("READY=1 before the daemon could serve: %s" % e)
+        c.close()
+pings = 0
+deadline = time.monotonic() + 1.0
+notify.settimeout(0.3)
+while time.monotonic() < deadline:
+    try:
+        msg = notify.recv(4096).decode()
+    except socket.timeout:
+        break
+    messages.append(msg)
+    pings += "WATCHDOG=1" in msg.split("\n")
+if pings < 4:
+    fail("only %d watchdog pings in 1 s with WatchdogSec=0.2s: %r" % (pings, messages))
+if not any(m.startswith("STATUS=") or "\nSTATUS=" in m for m in messages):
+    fail("no STATUS= line: %r" % messages)
+proc.send_signal(signal.SIGTERM)
+notify.settimeout(5)
+stopping = False
+while not stopping:
+    try:
+        stopping = "STOPPING=1" in notify.recv(4096).decode().split("\n")
+    except socket.timeout:
+        break
+if not stopping:
+    fail("no STOPPING=1")
+if proc.wait(10) != 0:
+    fail("exit status %d" % proc.returncode)
+print("# READY=1 when serving, %d watchdog pings in 1 s, STOPPING=1 on SIGTERM" % pings)
+PY
+echo "systemd integration tests passed"
