@@ -253,3 +253,22 @@ void gpushm_client_info_free(gpushm_client_info_t *infos)
 {
   free(infos);
 }
+
+int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__DisconnectRequest body = GPUSHM__DISCONNECT_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int r;
+
+  client_clear_error();
+  if (!conn)
+    return client_error(GPUSHM_E_INVAL, "conn is NULL");
+  body.client_id = client_id;
+  req.body_case = GPUSHM__REQUEST__BODY_DISCONNECT;
+  req.disconnect = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
+}

@@ -161,7 +161,9 @@ static int map_control(struct gpushm_buffer *buf, int fd)
 
   if (fstat(fd, &st) < 0 || st.st_size < (off_t)SYNC_CONTROL_SIZE)
     return client_error(GPUSHM_E_PROTO, "invalid control block for %s", buf->name);
-  p = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  /* Read-only openers get a read-only control block: they acquire, never release. */
+  p = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | (buf->read_only ? 0 : PROT_WRITE), MAP_SHARED,
+           fd, 0);
   if (p == MAP_FAILED)
     return client_error(GPUSHM_E_IO, "mapping the control block of %s: %s", buf->name,
                         strerror(errno));
@@ -269,6 +271,8 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct cli
   buf->refs = 1;
   buf->conn = conn;
   buf->backend = (gpushm_backend_t)info->backend;
+  buf->owner_uid = info->owner_uid;
+  buf->owner_gid = info->owner_gid;
   buf->device = info->device;
   buf->size = info->size;
 
@@ -525,4 +529,16 @@ gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf)
 int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf)
 {
   return buf ? buf->read_only : 0;
+}
+
+int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid)
+{
+  client_clear_error();
+  if (!buf)
+    return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  if (uid)
+    *uid = buf->owner_uid;
+  if (gid)
+    *gid = buf->owner_gid;
+  return 0;
 }

@@ -3,11 +3,14 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -61,6 +64,70 @@ static int hello(gpushm_t *conn, const char *client_name)
   return r;
 }
 
+/* An impostor could sit on the socket path (a directory another user controls, a
+ * daemon started by someone else): a client only talks to a daemon run by root, by its
+ * own uid, or by the uid $GPUSHM_DAEMON_UID names. */
+static int check_daemon_identity(gpushm_t *conn, const char *path)
+{
+  const char *configured = getenv("GPUSHM_DAEMON_UID");
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  char *end;
+
+  if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+    return client_error(GPUSHM_E_IO, "SO_PEERCRED on %s: %s", path, strerror(errno));
+  if (cred.uid == 0 || cred.uid == geteuid())
+    return 0;
+  if (configured && *configured) {
+    unsigned long uid = strtoul(configured, &end, 10);
+    struct passwd *pw;
+    if (*end) {
+      pw = getpwnam(configured);
+      uid = pw ? (unsigned long)pw->pw_uid : ULONG_MAX;
+    }
+    if (uid == cred.uid)
+      return 0;
+  }
+  return client_error(GPUSHM_E_PERM, "refusing the server at %s: it runs as uid %u (pid %d), "
+                      "which is neither root, you (uid %u), nor $GPUSHM_DAEMON_UID",
+                      path, (unsigned)cred.uid, (int)cred.pid, (unsigned)geteuid());
+}
+
+static int env_timeout_ms(void)
+{
+  const char *v = getenv("GPUSHM_TIMEOUT_MS");
+  char *end;
+  long ms;
+
+  if (!v || !*v)
+    return GPUSHM_DEFAULT_TIMEOUT_MS;
+  ms = strtol(v, &end, 10);
+  return *end || ms < 0 || ms > INT_MAX ? GPUSHM_DEFAULT_TIMEOUT_MS : (int)ms;
+}
+
+static int apply_timeout(int fd, int ms)
+{
+  struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+  return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
+         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ? -1 : 0;
+}
+
+int gpushm_set_timeout(gpushm_t *conn, int timeout_ms)
+{
+  int r = 0;
+
+  client_clear_error();
+  if (!conn || timeout_ms < 0)
+    return client_error(GPUSHM_E_INVAL, "conn must not be NULL and timeout_ms not negative");
+  pthread_mutex_lock(&conn->lock);
+  if (apply_timeout(conn->fd, timeout_ms) < 0)
+    r = client_error(GPUSHM_E_IO, "setting the timeout: %s", strerror(errno));
+  else
+    conn->timeout_ms = timeout_ms;
+  pthread_mutex_unlock(&conn->lock);
+  return r;
+}
+
 int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -80,6 +147,9 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
   if (client_name && strlen(client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
     return client_error(GPUSHM_E_INVAL, "client name longer than %u bytes",
                         GPUSHM_LIMIT_CLIENT_NAME_LEN);
+  if (client_name && !wire_text_valid(client_name, GPUSHM_LIMIT_CLIENT_NAME_LEN))
+    return client_error(GPUSHM_E_INVAL, "client name must be printable UTF-8 (no control "
+                        "characters)");
   memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
 
   if (!(conn = calloc(1, sizeof *conn)))
@@ -91,12 +161,24 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
     r = client_error(GPUSHM_E_IO, "socket: %s", strerror(errno));
     goto fail;
   }
-  if (connect(conn->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
-    r = client_error(GPUSHM_E_CONNECT, "cannot connect to gpushmd at %s: %s", socket_path,
-                     strerror(errno));
+  /* SO_SNDTIMEO also bounds connect(): a stopped daemon's full listen queue would
+   * otherwise block it for ever. */
+  conn->timeout_ms = env_timeout_ms();
+  if (apply_timeout(conn->fd, conn->timeout_ms) < 0) {
+    r = client_error(GPUSHM_E_IO, "setting the timeout: %s", strerror(errno));
     goto fail;
   }
-  if ((r = hello(conn, client_name)) < 0)
+  if (connect(conn->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+    if (errno == EAGAIN)
+      r = client_error(GPUSHM_E_TIMEOUT, "gpushmd at %s did not accept the connection within "
+                       "%d ms (its listen queue is full: stopped or overloaded)", socket_path,
+                       conn->timeout_ms);
+    else
+      r = client_error(GPUSHM_E_CONNECT, "cannot connect to gpushmd at %s: %s", socket_path,
+                       strerror(errno));
+    goto fail;
+  }
+  if ((r = check_daemon_identity(conn, socket_path)) < 0 || (r = hello(conn, client_name)) < 0)
     goto fail;
   *out = conn;
   return 0;
@@ -157,7 +239,7 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   Gpushm__Reply *reply;
   const char *why = NULL;
   long len;
-  int r;
+  int r, sent;
 
   if (conn->broken)
     return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
@@ -165,15 +247,23 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
   if (len < 0)
     return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
-  r = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
   /* A daemon that hung up (too many clients, say) may have left its reason queued:
    * read it rather than report a bare disconnect. */
-  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, r < 0 ? MSG_DONTWAIT : 0, &frame,
+  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, sent < 0 ? MSG_DONTWAIT : 0, &frame,
                       &why);
   /* A peer that closed with our request unread makes the kernel report a reset,
    * possibly before the reply it queued first: look once more. */
   if (r == -ECONNRESET)
     r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, MSG_DONTWAIT, &frame, &why);
+  if (r == -EAGAIN && (sent == 0 || sent == -EAGAIN)) {
+    /* Nothing came in time.  A late reply would answer the wrong request, so this
+     * connection is done; the daemon releases what it holds when it is closed. */
+    conn->broken = true;
+    return client_error(GPUSHM_E_TIMEOUT, "no %s from gpushmd within %d ms (stopped, or "
+                        "overloaded?)", sent == 0 ? "reply" : "room to send the request",
+                        conn->timeout_ms);
+  }
   if (r < 0)
     return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
   reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);

@@ -16,6 +16,7 @@ struct gpushm {
   int fd;
   unsigned refs;        /* the user's handle + one per open buffer; atomic */
   bool broken;          /* the daemon hung up or misbehaved: every call fails */
+  int timeout_ms;       /* per request (send and reply); 0: wait for ever */
   uint64_t instance_id;
   uint32_t client_id;
   uint64_t next_request_id;
@@ -36,6 +37,7 @@ struct gpushm_buffer {
   unsigned refs; /* opens in this process; under the cache lock */
   gpushm_t *conn; /* holds the daemon's reference */
   gpushm_backend_t backend; /* GPUSHM_BACKEND_CUDA_EVENT: this is a gpushm_event_t */
+  uint32_t owner_uid, owner_gid;
   int device; /* this process's ordinal for CUDA backends */
   /* sync buffers */
   struct sync_control *control;

@@ -82,6 +82,9 @@ int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
   client_clear_error();
   if ((r = check_sync(buf, stream)) < 0)
     return r;
+  if (buf->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: releasing publishes a write, "
+                        "open it read-write to hand it back", buf->name);
   /* Record first, publish after: whoever sees number n published finds the event
    * recorded for n, or for a later release. */
   if (buf->sync_event && (r = client_cuda_record(buf->sync_event, buf->device, stream)) < 0)

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -40,12 +43,234 @@ struct cmd_entry {
   int (*check)(int argc, char **argv);
 };
 
+/* ---- escaping ------------------------------------------------------------------- */
+/* Every string gpushmctl did not write itself -- client names, /proc/PID/comm (any
+ * process may set its own to any bytes but NUL), NSS user names, buffer names, the
+ * daemon's version, request types, device names and error messages -- goes out through
+ * text() or the table (terminal), json_string() (--json) or prom_label() (--prometheus).
+ * Names are not trusted to be what the daemon validates: the socket may be anyone's. */
+
+static bool utf8_locale; /* LC_CTYPE's charset is UTF-8: see text_escape() */
+
+static void *xalloc(void *p)
+{
+  if (!p) {
+    perror("gpushmctl");
+    exit(EXIT_FAILED);
+  }
+  return p;
+}
+
+/* The well-formed UTF-8 sequence at s (Unicode table 3-7: no overlongs, surrogates or
+ * code points past U+10FFFF): returns its length and sets *cp.  Otherwise returns 0 and
+ * sets *bad to the length of its maximal ill-formed subpart, at least 1: the unit
+ * Unicode recommends replacing with one U+FFFD, as WHATWG decoders and Python's
+ * errors="replace" do, so json_string() agrees with them.  A NUL ends any sequence,
+ * so this never reads past the string. */
+static size_t utf8_next(const unsigned char *s, uint32_t *cp, size_t *bad)
+{
+  unsigned char lo = 0x80, hi = 0xbf;
+  uint32_t v;
+  size_t n;
+
+  if (s[0] < 0x80) {
+    *cp = s[0];
+    return 1;
+  } else if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+    n = 2, v = s[0] & 0x1fu;
+  } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+    n = 3, v = s[0] & 0x0fu;
+    if (s[0] == 0xe0)
+      lo = 0xa0; /* overlong below */
+    else if (s[0] == 0xed)
+      hi = 0x9f; /* surrogates above */
+  } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+    n = 4, v = s[0] & 0x07u;
+    if (s[0] == 0xf0)
+      lo = 0x90;
+    else if (s[0] == 0xf4)
+      hi = 0x8f; /* past U+10FFFF above */
+  } else {
+    *bad = 1;
+    return 0;
+  }
+  for (size_t i = 1; i < n; i++, lo = 0x80, hi = 0xbf) {
+    if (s[i] < lo || s[i] > hi) {
+      *bad = i;
+      return 0;
+    }
+    v = v << 6 | (s[i] & 0x3fu);
+  }
+  *cp = v;
+  return n;
+}
+
+/* Valid, printable by most definitions, and still escaped everywhere:
+ * - C1 controls: terminals that honour them read U+009B as CSI, U+009D as OSC;
+ * - bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and the
+ *   marks U+200E, U+200F, U+061C: they reorder the text around them, so a row (a pid,
+ *   the next column) can read as something it is not;
+ * - invisible characters with no place in a name, which hide text or make one name look
+ *   like another: soft hyphen, U+180E, zero width space, U+2060-U+2064 and the
+ *   deprecated format controls U+206A-U+206F, U+FEFF, the interlinear annotation
+ *   controls U+FFF9-U+FFFB, and the tag characters U+E0000-U+E007F (invisible
+ *   ASCII look-alikes used to smuggle text);
+ * - the line and paragraph separators U+2028, U+2029, line breaks to some viewers.
+ * ZWNJ and ZWJ (U+200C, U+200D) pass: Persian and the Indic scripts need them in
+ * ordinary words and emoji sequences use them; look-alike names in general
+ * (homoglyphs) are beyond what escaping can fix. */
+static bool hostile_code_point(uint32_t cp)
+{
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0xad || cp == 0x61c || cp == 0x180e ||
+         cp == 0x200b || cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
+         (cp >= 0x2060 && cp <= 0x206f) || cp == 0xfeff || (cp >= 0xfff9 && cp <= 0xfffb) ||
+         (cp >= 0xe0000 && cp <= 0xe007f);
+}
+
+/* s made safe for a terminal, then padded with spaces to pad columns; malloc'd.
+ * Printable ASCII passes, backslash becomes \\, and every byte of a control character,
+ * a hostile_code_point(), a code point the locale cannot print, or ill-formed UTF-8
+ * becomes \xNN, so the original bytes can be read back exactly.  Other UTF-8 passes
+ * only in a UTF-8 locale: anywhere else the terminal may not be UTF-8, where bytes
+ * 0x80-0x9f inside valid sequences (U+011B is C4 9B) act as C1 controls, and wcwidth()
+ * could not measure the columns, so there all non-ASCII is escaped. */
+static char *text_escape(const char *s, size_t pad)
+{
+  const unsigned char *p = (const unsigned char *)s;
+  char *out = xalloc(malloc(4 * strlen(s) + pad + 1)), *o = out;
+  size_t cols = 0;
+
+  while (*p) {
+    uint32_t cp;
+    size_t bad, n = utf8_next(p, &cp, &bad);
+    if (n == 1 && cp >= 0x20 && cp < 0x7f) {
+      if (cp == '\\')
+        *o++ = '\\', cols++;
+      *o++ = (char)cp, cols++;
+    } else if (n > 1 && utf8_locale && !hostile_code_point(cp) && wcwidth((wchar_t)cp) >= 0) {
+      memcpy(o, p, n);
+      o += n;
+      cols += (size_t)wcwidth((wchar_t)cp);
+    } else {
+      n = n ? n : bad;
+      for (size_t i = 0; i < n; i++, cols += 4)
+        o += sprintf(o, "\\x%02x", p[i]);
+    }
+    p += n;
+  }
+  for (; cols < pad; cols++)
+    *o++ = ' ';
+  *o = '\0';
+  return out;
+}
+
+/* The bytes of the longest prefix of text_escape()'s output e that fits in max columns,
+ * never splitting an escape or a character; *cols gets its width. */
+static size_t text_span(const char *e, size_t max, size_t *cols)
+{
+  size_t at = 0, w = 0;
+
+  while (e[at]) {
+    size_t n = 1, cw = 1, bad;
+    uint32_t cp;
+    if (e[at] == '\\') {
+      n = e[at + 1] == 'x' ? 4 : 2;
+      cw = n;
+    } else if ((unsigned char)e[at] >= 0x80) {
+      int x;
+      n = utf8_next((const unsigned char *)e + at, &cp, &bad);
+      x = n ? wcwidth((wchar_t)cp) : -1;
+      n = n ? n : 1; /* text_escape() let through only what wcwidth() measures */
+      cw = x > 0 ? (size_t)x : 0;
+    }
+    if (w + cw > max)
+      break;
+    w += cw;
+    at += n;
+  }
+  *cols = w;
+  return at;
+}
+
+/* text_escape()d s for printf's %s.  It lives until eight more calls, plenty for a printf. */
+static const char *text(const char *s, size_t pad)
+{
+  static char *ring[8];
+  static unsigned next;
+
+  free(ring[next]);
+  ring[next] = text_escape(s, pad);
+  s = ring[next];
+  next = (next + 1) % 8;
+  return s;
+}
+
+/* s as a JSON string.  JSON is UTF-8 (RFC 8259), so each maximal ill-formed subpart
+ * becomes U+FFFD: the same string Go's encoding/json, jq or Python's
+ * bytes.decode("utf-8", "replace") make of those bytes, so consumers can match it.
+ * U+DC80+byte (Python's surrogateescape) would be reversible, but lone surrogates are
+ * rejected by strict parsers; Latin-1 (\u00NN) would pass off bytes as characters that
+ * were never there.  Control characters and hostile_code_point()s are \u-escaped, which
+ * a parser reads back unchanged, so --json in a terminal is as safe as the tables. */
+static void json_string(const char *s)
+{
+  const unsigned char *p = (const unsigned char *)s;
+
+  putchar('"');
+  while (*p) {
+    uint32_t cp;
+    size_t bad, n = utf8_next(p, &cp, &bad);
+    if (!n) {
+      fputs("\\ufffd", stdout);
+      n = bad;
+    } else if (cp == '"' || cp == '\\') {
+      printf("\\%c", (char)cp);
+    } else if (cp < 0x20 || cp == 0x7f || hostile_code_point(cp)) {
+      if (cp < 0x10000)
+        printf("\\u%04" PRIx32, cp);
+      else /* as a surrogate pair */
+        printf("\\u%04" PRIx32 "\\u%04" PRIx32, 0xd800 + ((cp - 0x10000) >> 10),
+               0xdc00 + ((cp - 0x10000) & 0x3ff));
+    } else {
+      fwrite(p, 1, n, stdout);
+    }
+    p += n;
+  }
+  putchar('"');
+}
+
+/* s as a Prometheus label value, between its quotes.  The text format escapes only \\,
+ * \" and \n and must be UTF-8; it has no escape for other controls, so those,
+ * hostile_code_point()s and ill-formed UTF-8 become U+FFFD, as in json_string(). */
+static void prom_label(const char *s)
+{
+  const unsigned char *p = (const unsigned char *)s;
+
+  while (*p) {
+    uint32_t cp;
+    size_t bad, n = utf8_next(p, &cp, &bad);
+    bool valid = n > 0;
+    if (!valid)
+      n = bad;
+    if (valid && (cp == '\\' || cp == '"'))
+      printf("\\%c", (char)cp);
+    else if (valid && cp == '\n')
+      fputs("\\n", stdout);
+    else if (!valid || cp < 0x20 || cp == 0x7f || hostile_code_point(cp))
+      fputs("\xef\xbf\xbd", stdout);
+    else
+      fwrite(p, 1, n, stdout);
+    p += n;
+  }
+}
+
 /* ---- output helpers ------------------------------------------------------------ */
 
 static int fail(const char *what, int r)
 {
-  const char *detail = gpushm_last_error_message();
-  fprintf(stderr, "gpushmctl: %s: %s%s%s\n", what, gpushm_strerror(r), *detail ? ": " : "", detail);
+  const char *detail = gpushm_last_error_message(); /* the daemon's words, often */
+  fprintf(stderr, "gpushmctl: %s: %s%s%s\n", what, gpushm_strerror(r), *detail ? ": " : "",
+          text(detail, 0));
   return EXIT_FAILED;
 }
 
@@ -116,8 +341,12 @@ static const char *process_name(uint32_t pid, char *buf, size_t len)
   snprintf(path, sizeof path, "/proc/%u/comm", pid);
   snprintf(buf, len, "?");
   if ((f = fopen(path, "r"))) {
-    if (fgets(buf, (int)len, f))
-      buf[strcspn(buf, "\n")] = '\0';
+    size_t n = fread(buf, 1, len - 1, f);
+    /* The kernel adds one newline; the name before it may hold newlines of its own. */
+    if (n > 0) {
+      n -= buf[n - 1] == '\n';
+      buf[n] = '\0';
+    }
     fclose(f);
   }
   return buf;
@@ -134,23 +363,8 @@ static const char *backend_name(uint32_t backend)
   }
 }
 
-static void json_string(const char *s)
-{
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
-
-/* A table: cells are collected, then printed with aligned columns; the last column
- * is cut to fit the terminal when stdout is one. */
+/* A table: cells are collected (escaped: any may come from outside), then printed with
+ * aligned columns; the last column is cut to fit the terminal when stdout is one. */
 #define TABLE_MAX_COLS 14
 struct table {
   size_t rows, cap, cols;
@@ -162,16 +376,12 @@ static void table_add(struct table *t, ...)
   va_list ap;
   if (t->rows == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 16;
-    t->cells = realloc(t->cells, t->cap * t->cols * sizeof *t->cells);
-    if (!t->cells) {
-      perror("gpushmctl");
-      exit(EXIT_FAILED);
-    }
+    t->cells = xalloc(realloc(t->cells, t->cap * t->cols * sizeof *t->cells));
   }
   va_start(ap, t);
   for (size_t c = 0; c < t->cols; c++) {
     const char *v = va_arg(ap, const char *);
-    t->cells[t->rows * t->cols + c] = strdup(v ? v : "");
+    t->cells[t->rows * t->cols + c] = text_escape(v ? v : "", 0);
   }
   va_end(ap);
   t->rows++;
@@ -179,28 +389,30 @@ static void table_add(struct table *t, ...)
 
 static void table_print(struct table *t)
 {
-  size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0;
+  size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0, w;
   struct winsize ws;
 
   if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
     term = ws.ws_col;
   for (size_t r = 0; r < t->rows; r++)
     for (size_t c = 0; c < t->cols; c++) {
-      size_t l = strlen(t->cells[r * t->cols + c]);
-      if (l > width[c])
-        width[c] = l;
+      text_span(t->cells[r * t->cols + c], SIZE_MAX, &w);
+      if (w > width[c])
+        width[c] = w;
     }
   for (size_t c = 0; c + 1 < t->cols; c++)
     used += width[c] + 2;
   for (size_t r = 0; r < t->rows; r++) {
     for (size_t c = 0; c < t->cols; c++) {
       const char *cell = t->cells[r * t->cols + c];
+      size_t len = text_span(cell, SIZE_MAX, &w);
       if (c + 1 < t->cols) {
-        printf("%-*s  ", (int)width[c], cell);
-      } else if (term && used + strlen(cell) > term && term > used + 3) {
-        printf("%.*s...", (int)(term - used - 3), cell);
+        printf("%s%*s", cell, (int)(width[c] - w + 2), "");
+      } else if (term && used + w > term && term > used + 3) {
+        len = text_span(cell, term - used - 3, &w);
+        printf("%.*s...", (int)len, cell);
       } else {
-        printf("%s", cell);
+        printf("%.*s", (int)len, cell);
       }
       free(t->cells[r * t->cols + c]);
     }
@@ -218,18 +430,22 @@ static int by_name(const void *a, const void *b)
   return c ? c : (x->id < y->id ? -1 : x->id > y->id);
 }
 
+/* Whole entries only, so no name is cut inside a character; the rest are counted. */
 static void holders_text(const gpushm_buffer_info_t *b, char *out, size_t len)
 {
-  size_t at = 0;
+  size_t at = 0, h;
   out[0] = '\0';
-  for (size_t h = 0; h < b->n_holders && at + 1 < len; h++) {
-    char comm[32];
-    int n = snprintf(out + at, len - at, "%s%u(%s)", h ? "," : "", b->holders[h].pid,
+  for (h = 0; h < b->n_holders; h++) {
+    char comm[32], entry[64];
+    int n = snprintf(entry, sizeof entry, "%s%u(%s)", h ? "," : "", b->holders[h].pid,
                      process_name(b->holders[h].pid, comm, sizeof comm));
-    at += n > 0 ? (size_t)n : 0;
+    if (n < 0 || at + (size_t)n + sizeof ",+4294967295 more" > len)
+      break;
+    memcpy(out + at, entry, (size_t)n + 1);
+    at += (size_t)n;
   }
-  if (b->holders_total > b->n_holders && at + 1 < len)
-    snprintf(out + at, len - at, ",+%zu more", (size_t)(b->holders_total - b->n_holders));
+  if (b->holders_total > h)
+    snprintf(out + at, len - at, "%s+%zu more", h ? "," : "", (size_t)(b->holders_total - h));
 }
 
 static void json_buffer(const gpushm_buffer_info_t *b)
@@ -349,12 +565,12 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     putchar('\n');
   } else {
     char size[32], alloc[32], user[64], age[32];
-    printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %d\n", b->name,
-           b->id, backend_name(b->backend), b->device);
+    printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %d\n",
+           text(b->name, 0), b->id, backend_name(b->backend), b->device);
     printf("size:       %s (%s allocated)\n", human_size(b->size, ctl->bytes, size, sizeof size),
            human_size(b->allocated, ctl->bytes, alloc, sizeof alloc));
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
-           user_name(b->owner_uid, user, sizeof user), b->owner_uid, b->owner_gid, b->mode,
+           text(user_name(b->owner_uid, user, sizeof user), 0), b->owner_uid, b->owner_gid, b->mode,
            b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent");
     printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
            b->linked ? "linked" : "unlinked, still held", b->sync ? ", sync" : "",
@@ -362,9 +578,9 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
            b->holders_total);
     for (size_t h = 0; h < b->n_holders; h++) {
       char comm[32], who[64];
-      printf("  pid %-8u %-16s uid %-6u (%s)  refs %u  client %u\n", b->holders[h].pid,
-             process_name(b->holders[h].pid, comm, sizeof comm), b->holders[h].uid,
-             user_name(b->holders[h].uid, who, sizeof who), b->holders[h].refs,
+      printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", b->holders[h].pid,
+             text(process_name(b->holders[h].pid, comm, sizeof comm), 16), b->holders[h].uid,
+             text(user_name(b->holders[h].uid, who, sizeof who), 0), b->holders[h].refs,
              b->holders[h].client_id);
     }
   }
@@ -429,14 +645,18 @@ static void prometheus_stats(const gpushm_stats_t *s)
     printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
            backend_name(s->usage[i].backend), s->usage[i].device, s->usage[i].bytes);
   printf("# HELP gpushm_requests_total Requests handled, by type.\n# TYPE gpushm_requests_total counter\n");
-  for (uint32_t i = 0; i < s->n_request_types; i++)
-    printf("gpushm_requests_total{type=\"%s\"} %" PRIu64 "\n", s->requests_by_type[i].type,
-           s->requests_by_type[i].count);
+  for (uint32_t i = 0; i < s->n_request_types; i++) {
+    printf("gpushm_requests_total{type=\"");
+    prom_label(s->requests_by_type[i].type);
+    printf("\"} %" PRIu64 "\n", s->requests_by_type[i].count);
+  }
   printf("# HELP gpushm_request_errors_total Requests answered with an error, by type.\n"
          "# TYPE gpushm_request_errors_total counter\n");
-  for (uint32_t i = 0; i < s->n_request_types; i++)
-    printf("gpushm_request_errors_total{type=\"%s\"} %" PRIu64 "\n", s->requests_by_type[i].type,
-           s->requests_by_type[i].errors);
+  for (uint32_t i = 0; i < s->n_request_types; i++) {
+    printf("gpushm_request_errors_total{type=\"");
+    prom_label(s->requests_by_type[i].type);
+    printf("\"} %" PRIu64 "\n", s->requests_by_type[i].errors);
+  }
   printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
          "# TYPE gpushm_protocol_errors_total counter\n");
   printf("gpushm_protocol_errors_total %" PRIu64 "\n", s->protocol_errors);
@@ -474,9 +694,12 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
            ",\"open_fds\":%u,\"requests_by_type\":{",
            s.instance_id, s.uptime_ms, s.clients, s.buffers, s.buffers_linked, s.bytes_allocated,
            s.requests, s.request_errors, s.protocol_errors, s.clients_dropped, s.open_fds);
-    for (uint32_t i = 0; i < s.n_request_types; i++)
-      printf("%s\"%s\":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", i ? "," : "",
-             s.requests_by_type[i].type, s.requests_by_type[i].count, s.requests_by_type[i].errors);
+    for (uint32_t i = 0; i < s.n_request_types; i++) {
+      printf("%s", i ? "," : "");
+      json_string(s.requests_by_type[i].type);
+      printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", s.requests_by_type[i].count,
+             s.requests_by_type[i].errors);
+    }
     printf("},\"usage\":[");
     for (uint32_t i = 0; i < s.n_usage; i++)
       printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}", i ? "," : "",
@@ -490,8 +713,8 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
     }
     printf("]}\n");
   } else {
-    printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n", s.daemon_version, s.instance_id,
-           human_age(s.uptime_ms, age, sizeof age));
+    printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n", text(s.daemon_version, 0),
+           s.instance_id, human_age(s.uptime_ms, age, sizeof age));
     printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", s.clients, s.clients_dropped);
     printf("buffers:        %u (%u linked, %u unlinked but held)\n", s.buffers, s.buffers_linked,
            s.buffers - s.buffers_linked);
@@ -506,10 +729,11 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
     printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
            s.requests, s.request_errors, s.protocol_errors);
     for (uint32_t i = 0; i < s.n_request_types; i++)
-      printf("  %-20s %" PRIu64 " (%" PRIu64 " errors)\n", s.requests_by_type[i].type,
+      printf("  %s %" PRIu64 " (%" PRIu64 " errors)\n", text(s.requests_by_type[i].type, 20),
              s.requests_by_type[i].count, s.requests_by_type[i].errors);
     for (uint32_t i = 0; i < s.n_devices; i++)
-      printf("device %d:       %s, %s total, %s\n", s.devices[i].ordinal, s.devices[i].name,
+      printf("device %d:       %s, %s total, %s\n", s.devices[i].ordinal,
+             text(s.devices[i].name, 0),
              human_size(s.devices[i].total_memory, ctl->bytes, a, sizeof a),
              s.devices[i].free_memory ? human_size(s.devices[i].free_memory, ctl->bytes, b, sizeof b)
                                       : "free unknown (not in use)");
@@ -566,7 +790,7 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   opts.flags = ctl->sync ? GPUSHM_CREATE_SYNC : 0;
   if ((r = gpushm_buffer_create(ctl->conn, argv[0], size, &opts, &b)) < 0)
     return fail("create", r);
-  printf("%s %" PRIu64 "\n", gpushm_buffer_name(b), gpushm_buffer_id(b));
+  printf("%s %" PRIu64 "\n", text(gpushm_buffer_name(b), 0), gpushm_buffer_id(b));
   gpushm_buffer_close(b);
   return 0;
 }
@@ -575,6 +799,44 @@ static int cmd_destroy(struct ctl *ctl, int argc, char **argv)
 {
   int r = gpushm_unlink(ctl->conn, argv[0]);
   return r < 0 ? fail("destroy", r) : 0;
+}
+
+static int parse_client_id(const char *arg, uint32_t *id)
+{
+  char *end;
+  unsigned long v;
+
+  errno = 0;
+  v = strtoul(arg, &end, 10);
+  if (!*arg || *end || errno || v == 0 || v > UINT32_MAX)
+    return -1;
+  *id = (uint32_t)v;
+  return 0;
+}
+
+static int check_disconnect(int argc, char **argv)
+{
+  uint32_t id;
+  (void)argc;
+  if (parse_client_id(argv[0], &id) == 0)
+    return 0;
+  fprintf(stderr, "gpushmctl: disconnect: '%s' is not a client id (see gpushmctl clients)\n",
+          argv[0]);
+  return 2;
+}
+
+static int cmd_disconnect(struct ctl *ctl, int argc, char **argv)
+{
+  uint32_t id;
+  int r;
+
+  (void)argc;
+  parse_client_id(argv[0], &id);
+  if ((r = gpushm_client_disconnect(ctl->conn, id)) < 0)
+    return fail("disconnect", r);
+  printf("client %u disconnected: its references are released; memory it has mapped stays "
+         "mapped in that process\n", id);
+  return 0;
 }
 
 static int cmd_ping(struct ctl *ctl, int argc, char **argv)
@@ -598,7 +860,7 @@ static int cmd_version(struct ctl *ctl, int argc, char **argv)
   printf("gpushmctl %s (libgpushm %s)\n", PACKAGE_VERSION, gpushm_version_string());
   if ((r = gpushm_stats(ctl->conn, &s)) < 0)
     return fail("version", r);
-  printf("gpushmd %s\n", s.daemon_version);
+  printf("gpushmd %s\n", text(s.daemon_version, 0));
   return 0;
 }
 
@@ -614,6 +876,8 @@ static const struct cmd_entry commands[] = {
     "device,mode,session,backend,sync", 2, 2, cmd_create, check_create },
   { "destroy", "NAME", "unlink a buffer or event; memory goes when its last holder does", "", 1,
     1, cmd_destroy, NULL },
+  { "disconnect", "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
+    cmd_disconnect, check_disconnect },
   { "events", "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL },
   { "ping", "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL },
   { "version", "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version, NULL },
@@ -676,6 +940,10 @@ int main(int argc, char **argv)
   const struct cmd_entry *cmd = NULL;
   int opt, r;
 
+  /* LC_CTYPE only: it says whether the terminal takes UTF-8 and how wide characters are;
+   * numbers and messages stay in the C locale. */
+  setlocale(LC_CTYPE, "");
+  utf8_locale = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
   /* global options come before the command, the command's after it */
   while ((opt = getopt_long(argc, argv, "+s:h", long_options, NULL)) != -1) {
     if (opt == 's') {

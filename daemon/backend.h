@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* gpushm_backend_t values are below this. */
+#define GPUSHM_BACKEND_COUNT 5
+
 struct backend_mem {
   int fd;       /* host: the sealed memfd; -1 otherwise */
   void *priv;   /* backend's own per-buffer state */
@@ -40,6 +43,10 @@ extern const struct backend backend_host;
 /* A host-memory fd for a client (the status page uses it too). */
 int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *fd_out,
                            char *err, size_t errlen);
+/* Takes over a memfd a previous daemon made (from systemd's fd store) as the memory of a
+ * host buffer of size bytes, after checking it is one. */
+int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t *allocated,
+                       char *err, size_t errlen);
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
 extern const struct backend backend_cuda_event;

@@ -2,12 +2,14 @@
 #include "config.h"
 #include "backend.h"
 #include "gpushm.h"
+#include "gpushm_limits.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int host_alloc(const struct backend *be, uint64_t size, int device, const char *label,
@@ -39,6 +41,14 @@ static int host_alloc(const struct backend *be, uint64_t size, int device, const
   /* Clients may neither resize the object nor lift the seals. */
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
     snprintf(err, errlen, "sealing memfd: %s", strerror(errno));
+    close(fd);
+    return GPUSHM_E_IO;
+  }
+  /* memfds are born mode 0777: anyone handed a read-only fd could reopen it read-write
+   * through /proc/self/fd/N.  Owner-read-only leaves that path to the daemon alone
+   * (it reopens read-only to export read-only descriptions). */
+  if (fchmod(fd, 0400) < 0) {
+    snprintf(err, errlen, "fchmod memfd: %s", strerror(errno));
     close(fd);
     return GPUSHM_E_IO;
   }
@@ -91,3 +101,32 @@ const struct backend backend_host = {
   .export = host_export,
   .release = host_release,
 };
+
+int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t *allocated,
+                       char *err, size_t errlen)
+{
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t rounded = (size + page - 1) / page * page;
+  const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  struct stat st;
+  int have;
+
+  /* Only what host_alloc made: a sealed memfd of exactly the rounded size, so that no
+   * client mapping it can be cut short. */
+  if (size == 0 || size > GPUSHM_LIMIT_BUFFER_SIZE || fstat(fd, &st) < 0 ||
+      !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rounded ||
+      (have = fcntl(fd, F_GET_SEALS)) < 0 || (have & seals) != seals) {
+    snprintf(err, errlen, "not a sealed shared-memory object of %llu bytes",
+             (unsigned long long)rounded);
+    return GPUSHM_E_INVAL;
+  }
+  if ((st.st_mode & 07777) != 0400 && fchmod(fd, 0400) < 0) {
+    snprintf(err, errlen, "fchmod: %s", strerror(errno));
+    return GPUSHM_E_IO;
+  }
+  mem->fd = fd;
+  mem->priv = NULL;
+  if (allocated)
+    *allocated = rounded;
+  return 0;
+}

@@ -67,6 +67,7 @@ void conn_close(struct conn *c)
   registry_client_gone(&srv->reg, &c->client);
   list_del(&c->link);
   srv->n_clients--;
+  server_uid_conns(srv, c->client.uid, -1);
   uv_poll_stop(&c->poll);
   uv_close((uv_handle_t *)&c->poll, on_closed);
 }
@@ -213,6 +214,11 @@ static void read_requests(struct conn *c)
       conn_fail(c, GPUSHM_E_PROTO, "requests carry no file descriptors");
       return;
     }
+    if (wire_check_strings(&gpushm__request__descriptor, frame.body, frame.header.body_len,
+                           &why) < 0) {
+      conn_fail(c, GPUSHM_E_PROTO, why);
+      return;
+    }
     req = gpushm__request__unpack(NULL, frame.header.body_len, frame.body);
     if (!req) {
       conn_fail(c, GPUSHM_E_PROTO, "malformed request body");
@@ -259,7 +265,7 @@ static void read_peer_groups(struct conn *c)
 #endif
 }
 
-int conn_start(struct server *srv, int fd)
+struct conn *conn_start(struct server *srv, int fd)
 {
   struct ucred cred;
   socklen_t len = sizeof cred;
@@ -269,17 +275,18 @@ int conn_start(struct server *srv, int fd)
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
     log_warn("SO_PEERCRED: %s; refusing client", strerror(errno));
     close(fd);
-    return -1;
+    return NULL;
   }
   if (!(c = calloc(1, sizeof *c))) {
     close(fd);
-    return -1;
+    return NULL;
   }
   c->srv = srv;
   c->fd = fd;
   c->out_tail = &c->out_head;
   clock_gettime(CLOCK_REALTIME, &now);
   c->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+  c->accepted_loop_ms = uv_now(srv->loop);
   registry_client_init(&c->client, ++srv->next_client_id, cred.pid, cred.uid, cred.gid);
   read_peer_groups(c);
   c->client.admin = cred.uid == 0 || (srv->cfg.has_admin_group &&
@@ -288,13 +295,14 @@ int conn_start(struct server *srv, int fd)
     free(c->client.groups);
     free(c);
     close(fd);
-    return -1;
+    return NULL;
   }
   c->poll.data = c;
   list_add_tail(&srv->conns, &c->link);
   srv->n_clients++;
+  server_uid_conns(srv, cred.uid, +1);
   update_poll(c);
   log_debug("client %u connected: pid %d uid %u gid %u", c->client.id, (int)cred.pid,
             (unsigned)cred.uid, (unsigned)cred.gid);
-  return 0;
+  return c;
 }

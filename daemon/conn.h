@@ -22,13 +22,15 @@ struct conn {
   bool closing;
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   uint64_t connected_unix_ms;
+  uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */
   struct out_frame *out_head, **out_tail;
   uint32_t out_frames;
   size_t out_bytes;
 };
 
-/* Takes ownership of fd (an accepted, non-blocking socket). */
-int conn_start(struct server *srv, int fd);
+/* Takes ownership of fd (an accepted, non-blocking socket); NULL if it could not be
+ * set up (fd closed). */
+struct conn *conn_start(struct server *srv, int fd);
 /* Sends (or queues) a reply with n_fds fds, which are consumed either way. */
 void conn_send_reply(struct conn *c, const void *reply_msg, const int *fds, unsigned n_fds);
 /* Sends a connection-level error (request id 0) and closes the client. */

@@ -31,7 +31,7 @@ struct reply_ctx {
   } body;
   /* Storage the reply points into; owned[] is freed after the reply is sent. */
   Gpushm__BufferInfo info;
-  Gpushm__Backend backends[5];
+  Gpushm__Backend backends[GPUSHM_BACKEND_COUNT];
   struct backend_export export, sync_export;
   void *owned[2 * GPUSHM_LIMIT_LIST_PAGE + 4];
   size_t n_owned;
@@ -107,6 +107,10 @@ static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply
   }
   if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
     return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
+  /* Admin tools print it: no escape sequences, no invalid UTF-8. */
+  if (!wire_text_valid(hello->client_name, GPUSHM_LIMIT_CLIENT_NAME_LEN))
+    return fail(ctx, GPUSHM_E_INVAL, "client name must be printable UTF-8 (no control "
+                "characters)");
   r = status_page_export(&srv->status, &ctx->fds[0], ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
@@ -114,7 +118,7 @@ static int handle_hello(struct conn *c, const Gpushm__Request *req, struct reply
   snprintf(c->name, sizeof c->name, "%s", hello->client_name);
   c->hello_done = true;
 
-  for (int kind = 1; kind < 5; kind++) {
+  for (int kind = 1; kind < GPUSHM_BACKEND_COUNT; kind++) {
     const struct backend *be = srv->reg.backends[kind];
     if (be && !(be->unavailable && be->unavailable(be)))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
@@ -206,9 +210,9 @@ static int export_buffer(struct reg_buffer *b, bool read_only, struct reply_ctx 
     ctx->fds[ctx->n_fds++] = ctx->export.fd;
   if (!b->sync)
     return 0;
-  /* Consumers release too (handing the buffer back), so the control block is
-   * writable for every holder. */
-  if ((r = backend_host_export_fd(&b->control, false, &fd, ctx->msg, sizeof ctx->msg)) < 0)
+  /* Whoever may write the buffer may publish releases of it; a read-only opener gets
+   * a read-only description, so it can neither forge nor rewind the sequence. */
+  if ((r = backend_host_export_fd(&b->control, read_only, &fd, ctx->msg, sizeof ctx->msg)) < 0)
     return r;
   ctx->fds[ctx->n_fds++] = fd;
   if (b->sync_event_backend) {
@@ -296,15 +300,7 @@ static int handle_open(struct conn *c, const Gpushm__Request *req, struct reply_
     id = o->id;
   else
     return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
-  /* Buffers and events share one namespace; opening one as the other is an error,
-   * found before any reference is taken. */
-  b = registry_peek(&c->srv->reg, name, id);
-  if (b && b->backend->sizeless != o->event) {
-    snprintf(ctx->msg, sizeof ctx->msg, "'%s' is %s", b->name, o->event ? "a buffer, not an event"
-                                                                  : "an event, not a buffer");
-    return GPUSHM_E_INVAL;
-  }
-  r = registry_open(&c->srv->reg, &c->client, name, id, !o->read_only, &b, ctx->msg,
+  r = registry_open(&c->srv->reg, &c->client, name, id, !o->read_only, o->event, &b, ctx->msg,
                     sizeof ctx->msg);
   if (r < 0)
     return r;
@@ -323,8 +319,7 @@ static int handle_unlink(struct conn *c, const Gpushm__Request *req, struct repl
 
 static bool visible_to(const struct reg_buffer *b, const struct reg_client *client, bool all)
 {
-  return all || client->uid == 0 || client->uid == b->owner_uid ||
-         registry_may_access(client, b, false) || registry_client_refs(b, client) > 0;
+  return all || registry_may_see(client, b);
 }
 
 static size_t varint_size(size_t v)
@@ -413,7 +408,7 @@ static int fill_request_counts(const struct server *srv, struct reply_ctx *ctx,
 /* Buffers and bytes by (backend, device), for capacity dashboards. */
 static int fill_usage(const struct registry *reg, struct reply_ctx *ctx, Gpushm__StatsReply *s)
 {
-  const size_t max = 5 * (GPUSHM_LIMIT_DEVICES + 1);
+  const size_t max = GPUSHM_BACKEND_COUNT * (GPUSHM_LIMIT_DEVICES + 1);
   Gpushm__Usage *usage = reply_calloc(ctx, max, sizeof *usage);
   Gpushm__Usage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
   size_t n = 0;
@@ -520,6 +515,31 @@ static int handle_stats(struct conn *c, const Gpushm__Request *req, struct reply
   return 0;
 }
 
+static int handle_disconnect(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
+{
+  uint32_t id = req->disconnect->client_id;
+  char why[128];
+
+  for (const struct list *l = c->srv->conns.next; l != &c->srv->conns; l = l->next) {
+    struct conn *other = list_entry(l, struct conn, link);
+    if (other->client.id != id)
+      continue;
+    /* Clients of other uids are as invisible here as in the clients listing. */
+    if (!c->client.admin && other->client.uid != c->client.uid)
+      break;
+    if (other == c)
+      return fail(ctx, GPUSHM_E_INVAL, "that is this connection: close it instead");
+    snprintf(why, sizeof why, "disconnected by uid %u (client %u)", (unsigned)c->client.uid,
+             c->client.id);
+    log_info("client %u (pid %d, uid %u) %s", other->client.id, (int)other->client.pid,
+             (unsigned)other->client.uid, why);
+    conn_fail(other, GPUSHM_E_DISCONNECTED, why);
+    return 0;
+  }
+  snprintf(ctx->msg, sizeof ctx->msg, "no client with id %u", id);
+  return GPUSHM_E_NOENT;
+}
+
 static int handle_ping(struct conn *c, const Gpushm__Request *req, struct reply_ctx *ctx)
 {
   gpushm__ping_reply__init(&ctx->body.ping);
@@ -541,6 +561,7 @@ static const struct {
   [GPUSHM__REQUEST__BODY_STATS] = { "stats", handle_stats },
   [GPUSHM__REQUEST__BODY_PING] = { "ping", handle_ping },
   [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", handle_clients },
+  [GPUSHM__REQUEST__BODY_DISCONNECT] = { "disconnect", handle_disconnect },
 };
 
 static const char *request_name(unsigned body)

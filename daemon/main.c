@@ -17,107 +17,86 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
-static void usage(FILE *out)
-{
-  fprintf(out,
-    "Usage: gpushmd [OPTION]...\n"
-    "Share GPU and host memory between processes: gpushmd owns each buffer and frees it\n"
-    "only when no process holds it.\n\n"
-    "  -c, --config=FILE             settings file (default " GPUSHMD_DEFAULT_CONFIG " if it\n"
-    "                                exists); each option below is also a key there\n"
-    "  -s, --socket=PATH             listen on PATH (default $GPUSHM_SOCKET, else %s)\n"
-    "      --socket-mode=MODE        permission bits of the socket file (default 0666)\n"
-    "      --default-mode=MODE       buffer mode when a client gives none (default 0600)\n"
-    "      --max-clients=N           refuse connections beyond N (default %u)\n"
-    "      --max-buffers-per-uid=N   buffers one uid may own (default %u)\n"
-    "      --max-bytes-per-uid=SIZE  bytes one uid may own, K/M/G/T suffixes, 0 = no limit\n"
-    "      --max-queued-replies=N    drop a client with more unsent replies (default %u)\n"
-    "      --admin-group=GROUP       members may list and destroy every user's buffers\n"
-    "  -l, --log-level=LEVEL         error, warn, info (default) or debug\n"
-    "  -h, --help                    show this help\n"
-    "  -V, --version                 show the version\n",
-    GPUSHM_DEFAULT_SOCKET, GPUSHM_DEFAULT_MAX_CLIENTS, GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID,
-    GPUSHM_DEFAULT_MAX_QUEUED_FRAMES);
-}
-
-static const struct option long_options[] = {
-  { "config", required_argument, NULL, 'c' },
-  { "socket", required_argument, NULL, 's' },
-  { "socket-mode", required_argument, NULL, 0 },
-  { "default-mode", required_argument, NULL, 0 },
-  { "max-clients", required_argument, NULL, 0 },
-  { "max-buffers-per-uid", required_argument, NULL, 0 },
-  { "max-bytes-per-uid", required_argument, NULL, 0 },
-  { "max-queued-replies", required_argument, NULL, 0 },
-  { "admin-group", required_argument, NULL, 0 },
-  { "log-level", required_argument, NULL, 'l' },
-  { "help", no_argument, NULL, 'h' },
-  { "version", no_argument, NULL, 'V' },
-  { NULL, 0, NULL, 0 },
+/* Flags are kept so that a reload applies them over the re-read file again: flags win
+ * over the file at start-up and after every SIGHUP alike. */
+struct given_flags {
+  struct { const char *name, *value; } flag[64];
+  size_t n;
+  const char *config;
 };
 
-static int option_index(const char *name)
+static int parse_args(int argc, char **argv, struct given_flags *given)
 {
-  int i = 0;
-  while (strcmp(long_options[i].name, name) != 0)
-    i++;
-  return i;
-}
-
-/* The config file first, then the command line over it. */
-static int parse_args(int argc, char **argv, struct server *srv)
-{
-  struct { const char *name, *value; } given[64];
-  const char *config = NULL;
-  size_t n = 0;
-  char err[512];
+  const struct option *table = options_getopt();
   int opt, index;
 
-  while ((opt = getopt_long(argc, argv, "c:s:l:hV", long_options, &index)) != -1) {
+  memset(given, 0, sizeof *given);
+  while ((opt = getopt_long(argc, argv, "c:s:l:hV", table, &index)) != -1) {
+    const char *name;
     switch (opt) {
     case 'c':
-      config = optarg;
+      given->config = optarg;
       continue;
     case 'h':
-      usage(stdout);
+      options_usage(stdout);
       exit(0);
     case 'V':
       printf("gpushmd %s (protocol %u)\n", PACKAGE_VERSION, GPUSHM_PROTOCOL_VERSION);
       exit(0);
-    case 's':
-    case 'l':
-      index = option_index(opt == 's' ? "socket" : "log-level");
-      break;
     case 0:
+      name = table[index].name;
       break;
     default:
-      usage(stderr);
-      return -1;
+      if (!(name = options_short_name(opt))) {
+        options_usage(stderr);
+        return -1;
+      }
     }
-    if (n == sizeof given / sizeof given[0]) {
+    if (given->n == sizeof given->flag / sizeof given->flag[0]) {
       fprintf(stderr, "gpushmd: too many options\n");
       return -1;
     }
-    given[n].name = long_options[index].name;
-    given[n++].value = optarg;
+    given->flag[given->n].name = name;
+    given->flag[given->n++].value = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, "gpushmd: unexpected argument '%s'\n", argv[optind]);
     return -1;
   }
-  if (config_load(srv, config ? config : GPUSHMD_DEFAULT_CONFIG, config != NULL, err,
-                  sizeof err) < 0) {
-    fprintf(stderr, "gpushmd: %s\n", err);
+  return 0;
+}
+
+/* Defaults, then the config file, then the flags. */
+static int load_settings(const struct given_flags *given, struct settings *out, char *err,
+                         size_t errlen)
+{
+  char why[300];
+
+  settings_init(out);
+  if (config_load(out, given->config ? given->config : GPUSHMD_DEFAULT_CONFIG,
+                  given->config != NULL, err, errlen) < 0)
     return -1;
-  }
-  for (size_t i = 0; i < n; i++) {
-    if (option_apply(srv, given[i].name, given[i].value, err, sizeof err) < 0) {
-      fprintf(stderr, "gpushmd: --%s: %s\n", given[i].name, err);
+  for (size_t i = 0; i < given->n; i++) {
+    if (option_apply(out, given->flag[i].name, given->flag[i].value, why, sizeof why) < 0) {
+      snprintf(err, errlen, "--%s: %s", given->flag[i].name, why);
       return -1;
     }
   }
+  settings_resolve(out);
   return 0;
+}
+
+static void log_budget(const struct settings *s)
+{
+  if (s->limits.host_budget)
+    log_info("host-memory budget %llu MiB (%s), at most %llu MiB per uid",
+             (unsigned long long)(s->limits.host_budget >> 20), s->host_budget_why,
+             (unsigned long long)(s->limits.max_host_bytes_per_uid >> 20));
+  else
+    log_warn("no host-memory budget: a large create can make the kernel's OOM killer stop "
+             "gpushmd and lose every buffer");
 }
 
 /* Every client and buffer costs fds; take what the hard limit allows. */
@@ -130,9 +109,16 @@ static void raise_fd_limit(void)
   }
 }
 
-static uv_signal_t stop_signals[2];
+/* Signals whose default action would end the daemon: SIGTERM and SIGINT stop it
+ * cleanly, SIGHUP reloads the settings file, SIGUSR1 logs a summary; the others are
+ * logged and ignored, so that a stray kill never loses every buffer silently. */
+static const int handled_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM,
+                                       SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXFSZ };
+#define N_SIGNALS (sizeof handled_signals / sizeof handled_signals[0])
+static uv_signal_t signal_handles[N_SIGNALS];
 static uv_timer_t fatal_timer;
 static uv_timer_t watchdog_timer;
+static struct given_flags given;
 /* EX_SOFTWARE: the service manager restarts a daemon that exits with it. */
 static int exit_status;
 
@@ -143,28 +129,73 @@ static void stop_daemon(struct server *srv)
   if (!uv_is_closing((uv_handle_t *)&watchdog_timer))
     uv_close((uv_handle_t *)&watchdog_timer, NULL);
   /* With every handle closed the loop runs dry and main() cleans up. */
-  for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
-    if (!uv_is_closing((uv_handle_t *)&stop_signals[i]))
-      uv_close((uv_handle_t *)&stop_signals[i], NULL);
+  for (size_t i = 0; i < N_SIGNALS; i++)
+    if (!uv_is_closing((uv_handle_t *)&signal_handles[i]))
+      uv_close((uv_handle_t *)&signal_handles[i], NULL);
   if (!uv_is_closing((uv_handle_t *)&fatal_timer))
     uv_close((uv_handle_t *)&fatal_timer, NULL);
+}
+
+static void status_line(const struct server *srv, char *out, size_t len)
+{
+  snprintf(out, len, "%u clients, %u buffers, %llu bytes (%llu of host memory)", srv->n_clients,
+           (unsigned)srv->reg.n_buffers, (unsigned long long)srv->reg.bytes_allocated,
+           (unsigned long long)srv->reg.host_bytes);
 }
 
 /* Fed from the loop itself: a wedged loop stops the pings and systemd restarts us. */
 static void on_watchdog(uv_timer_t *timer)
 {
-  struct server *srv = timer->data;
-  char status[128];
-  snprintf(status, sizeof status, "%u clients, %u buffers, %llu bytes", srv->n_clients,
-           (unsigned)srv->reg.n_buffers, (unsigned long long)srv->reg.bytes_allocated);
+  char status[160];
+  status_line(timer->data, status, sizeof status);
   sd_notify_status(status);
   sd_notify_watchdog();
 }
 
+/* A reload is all or nothing: a settings file with any error leaves every setting as
+ * it was. */
+static void reload(struct server *srv)
+{
+  struct settings next;
+  char err[512];
+
+  sd_notify_reloading();
+  if (load_settings(&given, &next, err, sizeof err) < 0) {
+    log_error("reload failed, keeping the current settings: %s", err);
+  } else {
+    if (strcmp(next.cfg.socket_path, srv->cfg.socket_path) != 0 ||
+        next.cfg.socket_mode != srv->cfg.socket_mode)
+      log_warn("reload: socket settings take effect only when gpushmd restarts");
+    server_reconfigure(srv, &next.cfg);
+    srv->reg.limits = next.limits;
+    log_set_level((enum log_level)next.log_level);
+    log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
+    log_budget(&next);
+  }
+  sd_notify_ready("serving");
+}
+
 static void on_signal(uv_signal_t *handle, int signum)
 {
-  log_info("signal %d: shutting down", signum);
-  stop_daemon(handle->data);
+  struct server *srv = handle->data;
+  char status[160];
+
+  switch (signum) {
+  case SIGTERM:
+  case SIGINT:
+    log_info("signal %d (%s): shutting down", signum, strsignal(signum));
+    stop_daemon(srv);
+    break;
+  case SIGHUP:
+    reload(srv);
+    break;
+  case SIGUSR1:
+    status_line(srv, status, sizeof status);
+    log_info("status: %s", status);
+    break;
+  default:
+    log_warn("ignoring signal %d (%s)", signum, strsignal(signum));
+  }
 }
 
 static void on_fatal_timer(uv_timer_t *timer)
@@ -187,46 +218,50 @@ static void on_fatal(void *ctx, const char *why)
 int main(int argc, char **argv)
 {
   static struct server srv; /* large receive buffers: keep them off the stack */
+  struct settings settings;
+  struct sd_passed passed;
   uv_loop_t loop;
-  char err[256];
+  char err[512];
   uint64_t watchdog_usec;
-  int fd;
-  const char *env_socket = getenv("GPUSHM_SOCKET");
+  unsigned adopted;
 
-  srv.cfg = (struct server_config){
-    .socket_path = env_socket && *env_socket ? env_socket : GPUSHM_DEFAULT_SOCKET,
-    .socket_mode = 0666,
-    .max_clients = GPUSHM_DEFAULT_MAX_CLIENTS,
-    .max_queued_frames = GPUSHM_DEFAULT_MAX_QUEUED_FRAMES,
-    .max_queued_bytes = GPUSHM_DEFAULT_MAX_QUEUED_BYTES,
-  };
-  if (registry_init(&srv.reg, &(struct reg_limits){
-        .max_buffers_per_uid = GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID,
-        .max_bytes_per_uid = GPUSHM_DEFAULT_MAX_BYTES_PER_UID,
-        .default_mode = 0600,
-      }) < 0) {
+  if (parse_args(argc, argv, &given) < 0)
+    return 2;
+  if (load_settings(&given, &settings, err, sizeof err) < 0) {
+    fprintf(stderr, "gpushmd: %s\n", err);
+    return 2;
+  }
+  log_set_level((enum log_level)settings.log_level);
+  srv.cfg = settings.cfg;
+  if (registry_init(&srv.reg, &settings.limits) < 0) {
     fprintf(stderr, "gpushmd: out of memory\n");
     return 1;
   }
-  if (parse_args(argc, argv, &srv) < 0)
-    return 2;
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  fd = sd_inherited_socket(err, sizeof err);
-  if (fd == -2) {
+  if (sd_take_passed(&passed, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);
     return 1;
   }
-  if (fd >= 0) {
-    server_adopt_socket(&srv, fd);
+  if (passed.socket_fd >= 0) {
+    server_adopt_socket(&srv, passed.socket_fd);
     log_info("serving on the socket from systemd");
   } else if (server_listen(&srv, err, sizeof err) < 0) {
     log_error("%s", err);
+    for (size_t i = 0; i < passed.n_stored; i++)
+      close(passed.stored_fds[i]); /* still in systemd's store for the next try */
+    sd_passed_free(&passed);
     registry_destroy(&srv.reg);
     return 1;
   }
+  log_budget(&settings);
+  persist_init(&srv.persist);
+  adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
+  sd_passed_free(&passed);
+  if (adopted)
+    log_info("%u persistent buffers are back from systemd's fd store", adopted);
   uv_loop_init(&loop);
   uv_timer_init(&loop, &fatal_timer);
   fatal_timer.data = &srv;
@@ -250,10 +285,10 @@ int main(int argc, char **argv)
     uv_loop_close(&loop);
     return 1;
   }
-  for (size_t i = 0; i < 2; i++) {
-    uv_signal_init(&loop, &stop_signals[i]);
-    stop_signals[i].data = &srv;
-    uv_signal_start(&stop_signals[i], on_signal, i == 0 ? SIGTERM : SIGINT);
+  for (size_t i = 0; i < N_SIGNALS; i++) {
+    uv_signal_init(&loop, &signal_handles[i]);
+    signal_handles[i].data = &srv;
+    uv_signal_start(&signal_handles[i], on_signal, handled_signals[i]);
   }
   log_info("gpushmd %s listening on %s (instance %016" PRIx64 ")", PACKAGE_VERSION,
            srv.socket_inherited ? "the socket from systemd" : srv.cfg.socket_path, srv.instance_id);

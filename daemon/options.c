@@ -1,15 +1,19 @@
 #include "config.h"
 #include "options.h"
+#include "gpushm.h"
 #include "log.h"
-#include "server.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/un.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "host_memory.h"
 
 /* Whole-string unsigned parse with an optional binary-unit suffix. */
 static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, uint64_t *out)
@@ -18,7 +22,7 @@ static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, u
   unsigned long long v;
   unsigned shift = 0;
 
-  if (!s[0] || s[0] == '-')
+  if (!s[0] || s[0] == '-' || isspace((unsigned char)s[0]))
     return -1;
   errno = 0;
   v = strtoull(s, &end, base);
@@ -40,126 +44,240 @@ static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, u
   return 0;
 }
 
-static int set_socket(struct server *srv, const char *v)
-{
-  static char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-  if (!*v || strlen(v) >= sizeof path)
-    return -1;
-  memcpy(path, v, strlen(v) + 1);
-  srv->cfg.socket_path = path;
-  return 0;
-}
-
-static int set_number(const char *v, int base, bool suffix, uint64_t min, uint64_t max, uint64_t *out)
+static int number(const char *v, int base, bool suffix, uint64_t min, uint64_t max, uint64_t *out)
 {
   return parse_u64(v, base, suffix, max, out) < 0 || *out < min ? -1 : 0;
 }
 
-static int set_socket_mode(struct server *srv, const char *v)
+static int u32(const char *v, int base, uint64_t min, uint64_t max, uint32_t *out)
 {
   uint64_t n;
-  if (set_number(v, 8, false, 0, 0777, &n) < 0)
+  if (number(v, base, false, min, max, &n) < 0)
     return -1;
-  srv->cfg.socket_mode = (uint32_t)n;
+  *out = (uint32_t)n;
   return 0;
 }
 
-static int set_default_mode(struct server *srv, const char *v)
+static int set_socket(struct settings *s, const char *v)
 {
-  uint64_t n;
-  if (set_number(v, 8, false, 1, 0777, &n) < 0)
+  if (!*v || strlen(v) >= sizeof s->cfg.socket_path)
     return -1;
-  srv->reg.limits.default_mode = (uint32_t)n;
+  memcpy(s->cfg.socket_path, v, strlen(v) + 1);
   return 0;
 }
 
-static int set_max_clients(struct server *srv, const char *v)
+static int set_socket_mode(struct settings *s, const char *v)
 {
-  uint64_t n;
-  if (set_number(v, 10, false, 1, UINT32_MAX, &n) < 0)
-    return -1;
-  srv->cfg.max_clients = (uint32_t)n;
-  return 0;
+  return u32(v, 8, 0, 0777, &s->cfg.socket_mode);
 }
 
-static int set_max_buffers(struct server *srv, const char *v)
+static int set_default_mode(struct settings *s, const char *v)
 {
-  uint64_t n;
-  if (set_number(v, 10, false, 0, UINT32_MAX, &n) < 0)
-    return -1;
-  srv->reg.limits.max_buffers_per_uid = (uint32_t)n;
-  return 0;
+  return u32(v, 8, 1, 0777, &s->limits.default_mode);
 }
 
-static int set_max_bytes(struct server *srv, const char *v)
+static int set_max_clients(struct settings *s, const char *v)
 {
-  return set_number(v, 10, true, 0, UINT64_MAX, &srv->reg.limits.max_bytes_per_uid);
+  return u32(v, 10, 1, UINT32_MAX - GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS, &s->cfg.max_clients);
 }
 
-static int set_max_queued(struct server *srv, const char *v)
+static int set_max_clients_per_uid(struct settings *s, const char *v)
 {
-  uint64_t n;
-  if (set_number(v, 10, false, 1, 1u << 20, &n) < 0)
-    return -1;
-  srv->cfg.max_queued_frames = (uint32_t)n;
-  return 0;
+  return u32(v, 10, 1, UINT32_MAX, &s->cfg.max_clients_per_uid);
 }
 
-static int set_admin_group(struct server *srv, const char *v)
+static int set_hello_timeout(struct settings *s, const char *v)
+{
+  return u32(v, 10, 10, 3600000, &s->cfg.hello_timeout_ms);
+}
+
+static int set_max_buffers(struct settings *s, const char *v)
+{
+  return u32(v, 10, 0, UINT32_MAX, &s->limits.max_buffers_per_uid);
+}
+
+static int set_max_bytes(struct settings *s, const char *v)
+{
+  return number(v, 10, true, 0, UINT64_MAX, &s->limits.max_bytes_per_uid);
+}
+
+static int set_host_budget(struct settings *s, const char *v)
+{
+  s->host_budget_auto = strcmp(v, "auto") == 0;
+  return s->host_budget_auto ? 0 : number(v, 10, true, 0, UINT64_MAX, &s->limits.host_budget);
+}
+
+static int set_max_host_bytes(struct settings *s, const char *v)
+{
+  s->host_bytes_per_uid_auto = strcmp(v, "auto") == 0;
+  return s->host_bytes_per_uid_auto
+           ? 0 : number(v, 10, true, 0, UINT64_MAX, &s->limits.max_host_bytes_per_uid);
+}
+
+static int set_max_queued(struct settings *s, const char *v)
+{
+  return u32(v, 10, 1, 1u << 20, &s->cfg.max_queued_frames);
+}
+
+static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
   if (!g)
     return -1;
-  srv->cfg.has_admin_group = true;
-  srv->cfg.admin_gid = g->gr_gid;
+  s->cfg.has_admin_group = true;
+  s->cfg.admin_gid = g->gr_gid;
   return 0;
 }
 
-static int set_log_level(struct server *srv, const char *v)
+static int set_log_level(struct settings *s, const char *v)
 {
-  int level = log_parse_level(v);
-  if (level < 0)
-    return -1;
-  log_set_level((enum log_level)level);
-  return 0;
+  return (s->log_level = log_parse_level(v)) < 0 ? -1 : 0;
 }
 
-static const struct {
+static const struct setting {
   const char *name;
-  int (*set)(struct server *srv, const char *value);
-  const char *expects;
-} settings[] = {
-  { "socket", set_socket, "a socket path of at most 107 bytes" },
-  { "socket-mode", set_socket_mode, "octal permission bits, at most 0777" },
-  { "default-mode", set_default_mode, "octal permission bits, 1 to 0777" },
-  { "max-clients", set_max_clients, "a number of at least 1" },
-  { "max-buffers-per-uid", set_max_buffers, "a number" },
-  { "max-bytes-per-uid", set_max_bytes, "bytes, with an optional K, M, G or T" },
-  { "max-queued-replies", set_max_queued, "a number from 1 to 1048576" },
-  { "admin-group", set_admin_group, "the name of an existing group" },
-  { "log-level", set_log_level, "error, warn, info or debug" },
+  char short_name;
+  bool reloadable;
+  int (*set)(struct settings *s, const char *value);
+  const char *arg;
+  const char *help;    /* for --help */
+  const char *expects; /* for errors */
+} settings_table[] = {
+  { "socket", 's', false, set_socket, "PATH",
+    "listen on PATH (default $GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ")",
+    "a socket path of at most 107 bytes" },
+  { "socket-mode", 0, false, set_socket_mode, "MODE", "permission bits of the socket file (0666)",
+    "octal permission bits, at most 0777" },
+  { "default-mode", 0, true, set_default_mode, "MODE",
+    "buffer mode when a client gives none (0600)", "octal permission bits, 1 to 0777" },
+  { "max-clients", 0, true, set_max_clients, "N",
+    "refuse non-admin connections beyond N (1024; admins have 16 more)", "a number of at least 1" },
+  { "max-clients-per-uid", 0, true, set_max_clients_per_uid, "N",
+    "connections one non-admin uid may hold (256)", "a number of at least 1" },
+  { "hello-timeout", 0, true, set_hello_timeout, "MS",
+    "close connections that send no hello within MS milliseconds (5000)",
+    "milliseconds, 10 to 3600000" },
+  { "max-buffers-per-uid", 0, true, set_max_buffers, "N", "buffers one uid may own (4096)",
+    "a number" },
+  { "max-bytes-per-uid", 0, true, set_max_bytes, "SIZE",
+    "bytes of any memory one uid may own, K/M/G/T suffixes (0 = no limit)",
+    "bytes, with an optional K, M, G or T" },
+  { "host-memory-budget", 0, true, set_host_budget, "SIZE|auto",
+    "host memory all buffers together may use (auto: 50% of RAM or 75% of the cgroup "
+    "memory limit, whichever is smaller; 0 = no limit)",
+    "'auto' or bytes, with an optional K, M, G or T" },
+  { "max-host-bytes-per-uid", 0, true, set_max_host_bytes, "SIZE|auto",
+    "host memory one uid may own (auto: half the budget; 0 = no limit)",
+    "'auto' or bytes, with an optional K, M, G or T" },
+  { "max-queued-replies", 0, true, set_max_queued, "N",
+    "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
+  { "admin-group", 0, true, set_admin_group, "GROUP",
+    "members may list, destroy and disconnect every user's buffers and clients",
+    "the name of an existing group" },
+  { "log-level", 'l', true, set_log_level, "LEVEL", "error, warn, info (default) or debug",
+    "error, warn, info or debug" },
 };
+#define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
 
-bool option_known(const char *name)
+void settings_init(struct settings *s)
 {
-  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
-    if (strcmp(settings[i].name, name) == 0)
-      return true;
-  return false;
+  const char *env_socket = getenv("GPUSHM_SOCKET");
+
+  memset(s, 0, sizeof *s);
+  set_socket(s, env_socket && *env_socket ? env_socket : GPUSHM_DEFAULT_SOCKET);
+  s->cfg.socket_mode = 0666;
+  s->cfg.max_clients = GPUSHM_DEFAULT_MAX_CLIENTS;
+  s->cfg.max_clients_per_uid = GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID;
+  s->cfg.hello_timeout_ms = GPUSHM_DEFAULT_HELLO_TIMEOUT_MS;
+  s->cfg.max_queued_frames = GPUSHM_DEFAULT_MAX_QUEUED_FRAMES;
+  s->cfg.max_queued_bytes = GPUSHM_DEFAULT_MAX_QUEUED_BYTES;
+  s->limits.max_buffers_per_uid = GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID;
+  s->limits.max_bytes_per_uid = GPUSHM_DEFAULT_MAX_BYTES_PER_UID;
+  s->limits.default_mode = 0600;
+  s->host_budget_auto = true;
+  s->host_bytes_per_uid_auto = true;
+  s->log_level = LOG_LEVEL_INFO;
 }
 
-int option_apply(struct server *srv, const char *name, const char *value, char *err, size_t errlen)
+void settings_resolve(struct settings *s)
 {
-  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
-    if (strcmp(settings[i].name, name) != 0)
-      continue;
-    if (settings[i].set(srv, value) == 0)
-      return 0;
-    snprintf(err, errlen, "invalid value '%s' (expected %s)", value, settings[i].expects);
+  if (s->host_budget_auto)
+    s->limits.host_budget = host_memory_auto_budget(s->host_budget_why, sizeof s->host_budget_why);
+  else
+    snprintf(s->host_budget_why, sizeof s->host_budget_why, "set by host-memory-budget");
+  if (s->host_bytes_per_uid_auto)
+    s->limits.max_host_bytes_per_uid =
+      s->limits.host_budget / 100 * GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT;
+}
+
+static const struct setting *find_setting(const char *name)
+{
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    if (strcmp(settings_table[i].name, name) == 0)
+      return &settings_table[i];
+  return NULL;
+}
+
+bool option_reloadable(const char *name)
+{
+  const struct setting *st = find_setting(name);
+  return st && st->reloadable;
+}
+
+int option_apply(struct settings *s, const char *name, const char *value, char *err, size_t errlen)
+{
+  const struct setting *st = find_setting(name);
+
+  if (!st) {
+    snprintf(err, errlen, "unknown setting '%s'", name);
     return -1;
   }
-  snprintf(err, errlen, "unknown setting '%s'", name);
+  if (st->set(s, value) == 0)
+    return 0;
+  snprintf(err, errlen, "invalid value '%s' (expected %s)", value, st->expects);
   return -1;
+}
+
+const struct option *options_getopt(void)
+{
+  static struct option table[N_SETTINGS + 4];
+
+  if (table[0].name)
+    return table;
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    table[i] = (struct option){ settings_table[i].name, required_argument, NULL, 0 };
+  table[N_SETTINGS] = (struct option){ "config", required_argument, NULL, 'c' };
+  table[N_SETTINGS + 1] = (struct option){ "help", no_argument, NULL, 'h' };
+  table[N_SETTINGS + 2] = (struct option){ "version", no_argument, NULL, 'V' };
+  return table;
+}
+
+/* Short options map onto their long names. */
+const char *options_short_name(int c)
+{
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    if (settings_table[i].short_name && settings_table[i].short_name == c)
+      return settings_table[i].name;
+  return NULL;
+}
+
+void options_usage(FILE *out)
+{
+  fprintf(out,
+    "Usage: gpushmd [OPTION]...\n"
+    "Share GPU and host memory between processes: gpushmd owns each buffer and frees it\n"
+    "only when no process holds it.\n\n"
+    "  -c, --config=FILE    settings file (default " GPUSHMD_DEFAULT_CONFIG " if it exists);\n"
+    "                       each option below is also a key there; SIGHUP re-reads it\n");
+  for (size_t i = 0; i < N_SETTINGS; i++) {
+    const struct setting *st = &settings_table[i];
+    char flag[64];
+    snprintf(flag, sizeof flag, "%c%c%c --%s=%s", st->short_name ? '-' : ' ',
+             st->short_name ? st->short_name : ' ', st->short_name ? ',' : ' ', st->name, st->arg);
+    fprintf(out, "  %-33s %s\n", flag, st->help);
+  }
+  fprintf(out, "  -h, --help                        show this help\n"
+               "  -V, --version                     show the version\n");
 }
 
 static char *trim(char *s)
@@ -173,43 +291,83 @@ static char *trim(char *s)
   return s;
 }
 
-int config_load(struct server *srv, const char *path, bool must_exist, char *err, size_t errlen)
+/* Only a regular file (or /dev/null, "no settings") is a settings file: a directory
+ * would read as empty and a FIFO would block start-up. */
+static FILE *open_config(const char *path, bool must_exist, bool *missing, char *err, size_t errlen)
 {
-  FILE *f = fopen(path, "r");
-  char line[1024], why[300];
-  unsigned lineno = 0;
+  struct stat st;
+  FILE *f;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 
-  if (!f) {
-    if (errno == ENOENT && !must_exist)
-      return 0;
+  *missing = false;
+  if (fd < 0) {
+    if (errno == ENOENT && !must_exist) {
+      *missing = true;
+      return NULL;
+    }
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
+    return NULL;
   }
-  while (fgets(line, sizeof line, f)) {
+  if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) ||
+                              (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)))) {
+    snprintf(err, errlen, "%s: %s", path,
+             S_ISDIR(st.st_mode) ? "is a directory, not a settings file" : "not a regular file");
+    close(fd);
+    return NULL;
+  }
+  if (!(f = fdopen(fd, "r"))) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
+int config_load(struct settings *s, const char *path, bool must_exist, char *err, size_t errlen)
+{
+  char *line = NULL, why[300];
+  size_t cap = 0;
+  ssize_t len;
+  unsigned lineno = 0;
+  bool missing;
+  int r = -1;
+  FILE *f = open_config(path, must_exist, &missing, err, errlen);
+
+  if (!f)
+    return missing ? 0 : -1;
+  while ((len = getline(&line, &cap, f)) >= 0) {
     char *key, *value, *eq;
     lineno++;
-    if (!strchr(line, '\n') && !feof(f)) {
-      snprintf(err, errlen, "%s:%u: line too long", path, lineno);
-      goto fail;
+    if ((size_t)len > GPUSHM_LIMIT_CONFIG_LINE) {
+      snprintf(err, errlen, "%s:%u: line longer than %u bytes", path, lineno,
+               GPUSHM_LIMIT_CONFIG_LINE);
+      goto out;
+    }
+    if (memchr(line, '\0', (size_t)len)) {
+      snprintf(err, errlen, "%s:%u: NUL byte in the line", path, lineno);
+      goto out;
     }
     key = trim(line);
     if (!*key || *key == '#')
       continue;
     if (!(eq = strchr(key, '='))) {
       snprintf(err, errlen, "%s:%u: expected 'key = value'", path, lineno);
-      goto fail;
+      goto out;
     }
     *eq = '\0';
     key = trim(key);
     value = trim(eq + 1);
-    if (option_apply(srv, key, value, why, sizeof why) < 0) {
+    if (option_apply(s, key, value, why, sizeof why) < 0) {
       snprintf(err, errlen, "%s:%u: %s: %s", path, lineno, key, why);
-      goto fail;
+      goto out;
     }
   }
+  if (ferror(f)) {
+    snprintf(err, errlen, "%s: read error", path);
+    goto out;
+  }
+  r = 0;
+out:
+  free(line);
   fclose(f);
-  return 0;
-fail:
-  fclose(f);
-  return -1;
+  return r;
 }

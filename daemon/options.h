@@ -1,21 +1,46 @@
-/* gpushmd's settings: one table serves the command line and the config file, so every
- * option is also a config key of the same name (without the leading dashes). */
+/* gpushmd's settings: one table serves the command line, the config file, the usage
+ * text and SIGHUP reloads, so every option is also a config key of the same name
+ * (without the leading dashes). */
 #ifndef GPUSHMD_OPTIONS_H
 #define GPUSHMD_OPTIONS_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
-struct server;
+#include "registry.h"
+#include "server.h"
 
 #define GPUSHMD_DEFAULT_CONFIG "/etc/gpushm/gpushmd.conf"
 
+struct settings {
+  struct server_config cfg;
+  struct reg_limits limits; /* host budget and per-uid host bytes resolved by settings_resolve */
+  bool host_budget_auto;
+  bool host_bytes_per_uid_auto;
+  int log_level;            /* enum log_level */
+  char host_budget_why[256]; /* how the budget was derived, for the start-up log */
+};
+
+/* Built-in defaults ($GPUSHM_SOCKET for the socket). */
+void settings_init(struct settings *s);
 /* Applies one setting; returns 0 or -1 with err saying what is wrong with it. */
-int option_apply(struct server *srv, const char *name, const char *value, char *err, size_t errlen);
-/* Whether name is a setting that takes a value (for getopt). */
-bool option_known(const char *name);
-/* Reads "key = value" lines ('#' comments, blank lines allowed).  A missing file is
- * an error only if must_exist.  Errors name the file and line. */
-int config_load(struct server *srv, const char *path, bool must_exist, char *err, size_t errlen);
+int option_apply(struct settings *s, const char *name, const char *value, char *err, size_t errlen);
+/* Reads "key = value" lines ('#' comments, blank lines allowed) from a regular file (or
+ * /dev/null).  A missing file is an error only if must_exist.  Errors name the file and
+ * line. */
+int config_load(struct settings *s, const char *path, bool must_exist, char *err, size_t errlen);
+/* Turns "auto" values into numbers (the host-memory budget from RAM and cgroups). */
+void settings_resolve(struct settings *s);
+/* Whether a reload may change this setting (the socket is bound once). */
+bool option_reloadable(const char *name);
+
+/* getopt_long's table for every setting plus --config, --help, --version; a setting's
+ * index in it is returned as 0 with *longindex set. */
+const struct option *options_getopt(void);
+/* The long name of a short option (-s, -l), or NULL. */
+const char *options_short_name(int c);
+void options_usage(FILE *out);
 
 #endif

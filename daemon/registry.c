@@ -17,6 +17,7 @@ struct reg_uid_usage {
   uid_t uid;
   uint32_t buffers;
   uint64_t bytes;
+  uint64_t host_bytes;
   struct reg_uid_usage *next;
 };
 
@@ -65,6 +66,17 @@ static int names_grow(struct registry *reg)
   return 0;
 }
 
+static int grow_by_id(struct registry *reg)
+{
+  size_t cap = reg->cap_buffers ? reg->cap_buffers * 2 : 64;
+  struct reg_buffer **grown = realloc(reg->by_id, cap * sizeof *grown);
+  if (!grown)
+    return -1;
+  reg->by_id = grown;
+  reg->cap_buffers = cap;
+  return 0;
+}
+
 int registry_init(struct registry *reg, const struct reg_limits *limits)
 {
   memset(reg, 0, sizeof *reg);
@@ -108,20 +120,52 @@ static struct reg_uid_usage *usage_for(struct registry *reg, uid_t uid, bool cre
   return u;
 }
 
-static void usage_release(struct registry *reg, uid_t uid, uint64_t bytes)
+/* Host memory a buffer commits: its pages (host backend) and its control block. */
+static uint64_t host_bytes_of(const struct reg_buffer *buffer)
+{
+  return (buffer->backend->kind == GPUSHM_BACKEND_HOST ? buffer->allocated : 0) +
+         (buffer->sync ? SYNC_CONTROL_SIZE : 0);
+}
+
+static void usage_charge(struct registry *reg, uid_t uid, const struct reg_buffer *buffer)
+{
+  struct reg_uid_usage *u = usage_for(reg, uid, true);
+  if (!u)
+    return; /* out of memory: the uid is merely under-counted */
+  u->buffers++;
+  u->bytes += buffer->allocated;
+  u->host_bytes += host_bytes_of(buffer);
+}
+
+static void usage_release(struct registry *reg, uid_t uid, const struct reg_buffer *buffer)
 {
   struct reg_uid_usage **p, *u;
+  uint64_t host = host_bytes_of(buffer);
+
   for (p = &reg->usage; (u = *p); p = &u->next) {
     if (u->uid != uid)
       continue;
-    u->buffers--;
-    u->bytes -= bytes;
+    /* Saturating: a charge skipped for lack of memory must not wrap the counters. */
+    u->buffers -= u->buffers ? 1 : 0;
+    u->bytes -= u->bytes < buffer->allocated ? u->bytes : buffer->allocated;
+    u->host_bytes -= u->host_bytes < host ? u->host_bytes : host;
     if (u->buffers == 0) {
       *p = u->next;
       free(u);
     }
     return;
   }
+}
+
+void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
+                        uint64_t *host_bytes)
+{
+  const struct reg_uid_usage *u = reg->usage;
+  while (u && u->uid != uid)
+    u = u->next;
+  *buffers = u ? u->buffers : 0;
+  *bytes = u ? u->bytes : 0;
+  *host_bytes = u ? u->host_bytes : 0;
 }
 
 bool registry_client_in_group(const struct reg_client *client, gid_t gid)
@@ -150,11 +194,22 @@ bool registry_may_access(const struct reg_client *client, const struct reg_buffe
   return (granted & need) == need;
 }
 
-struct reg_buffer *registry_peek(const struct registry *reg, const char *name, uint64_t id)
+bool registry_may_see(const struct reg_client *client, const struct reg_buffer *buffer)
+{
+  return client->uid == 0 || client->uid == buffer->owner_uid ||
+         registry_may_access(client, buffer, false) || registry_client_refs(buffer, client) > 0;
+}
+
+/* What a caller who may not see a buffer learns about it: exactly what it would learn
+ * if there were none (ids are sequential, so anything more would let it map out other
+ * users' buffers, their modes and owners). */
+static int not_found(const char *name, uint64_t id, char *err, size_t errlen)
 {
   if (name)
-    return wire_name_valid(name) ? *name_slot(reg, name) : NULL;
-  return registry_find_id(reg, id);
+    snprintf(err, errlen, "no buffer named '%s'", name);
+  else
+    snprintf(err, errlen, "no buffer with id %llu", (unsigned long long)id);
+  return GPUSHM_E_NOENT;
 }
 
 struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id)
@@ -253,10 +308,40 @@ static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
   memmove(&reg->by_id[i], &reg->by_id[i + 1], (reg->n_buffers - i - 1) * sizeof *reg->by_id);
   reg->n_buffers--;
   reg->bytes_allocated -= buffer->allocated;
-  usage_release(reg, buffer->owner_uid, buffer->allocated);
+  reg->host_bytes -= host_bytes_of(buffer);
+  if (!buffer->charged_to_holders)
+    usage_release(reg, buffer->owner_uid, buffer);
   buffer->backend->release(buffer->backend, &buffer->mem);
   release_sync(buffer);
   free(buffer);
+}
+
+static bool uid_holds(const struct reg_buffer *buffer, uid_t uid, const struct reg_holding *except)
+{
+  for (const struct list *l = buffer->holdings.next; l != &buffer->holdings; l = l->next) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
+    if (h != except && h->client->uid == uid)
+      return true;
+  }
+  return false;
+}
+
+/* A buffer counts against its owner while it has a name.  Once unlinked it is kept
+ * alive only by its holders, so it counts against each uid that still holds it (in
+ * full) until that uid lets go: a reader that pins someone's memory pays for it, and
+ * the owner may create again at once. */
+static void charge_holders(struct registry *reg, struct reg_buffer *buffer)
+{
+  usage_release(reg, buffer->owner_uid, buffer);
+  for (const struct list *l = buffer->holdings.next; l != &buffer->holdings; l = l->next) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
+    bool seen = false;
+    for (const struct list *e = buffer->holdings.next; e != l && !seen; e = e->next)
+      seen = list_entry(e, struct reg_holding, buffer_link)->client->uid == h->client->uid;
+    if (!seen)
+      usage_charge(reg, h->client->uid, buffer);
+  }
+  buffer->charged_to_holders = true;
 }
 
 static void unlink_buffer(struct registry *reg, struct reg_buffer *buffer)
@@ -271,6 +356,8 @@ static void unlink_buffer(struct registry *reg, struct reg_buffer *buffer)
     reg->on_unlink(reg->on_unlink_ctx, buffer);
   if (buffer->refs == 0)
     free_buffer(reg, buffer);
+  else
+    charge_holders(reg, buffer);
 }
 
 static int add_ref(struct reg_buffer *buffer, struct reg_client *client, char *err, size_t errlen)
@@ -306,6 +393,8 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
   h->refs -= count;
   buffer->refs -= count;
   if (h->refs == 0) {
+    if (buffer->charged_to_holders && !uid_holds(buffer, h->client->uid, h))
+      usage_release(reg, h->client->uid, buffer);
     list_del(&h->client_link);
     list_del(&h->buffer_link);
     buffer->n_holders--;
@@ -315,21 +404,38 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
     free_buffer(reg, buffer);
 }
 
-static int check_quota(struct registry *reg, uid_t uid, uint64_t bytes, char *err, size_t errlen)
+/* Per-uid quotas are the caller's own problem (GPUSHM_E_LIMIT); the host-memory budget
+ * is the daemon's (GPUSHM_E_NOMEM, as an allocation failure would be). */
+static int check_quota(struct registry *reg, uid_t uid, uint64_t bytes, uint64_t host_bytes,
+                       char *err, size_t errlen)
 {
-  struct reg_uid_usage *u = usage_for(reg, uid, false);
-  uint32_t buffers = u ? u->buffers : 0;
-  uint64_t used = u ? u->bytes : 0;
+  const struct reg_limits *lim = &reg->limits;
+  uint32_t buffers;
+  uint64_t used, host_used;
 
-  if (buffers >= reg->limits.max_buffers_per_uid) {
+  registry_uid_usage(reg, uid, &buffers, &used, &host_used);
+  if (buffers >= lim->max_buffers_per_uid) {
     snprintf(err, errlen, "uid %u already has %u buffers (limit %u)", (unsigned)uid, buffers,
-             reg->limits.max_buffers_per_uid);
+             lim->max_buffers_per_uid);
     return GPUSHM_E_LIMIT;
   }
-  if (reg->limits.max_bytes_per_uid && bytes > reg->limits.max_bytes_per_uid - used) {
+  if (lim->max_bytes_per_uid && bytes > lim->max_bytes_per_uid - used) {
     snprintf(err, errlen, "uid %u would hold %llu bytes (limit %llu)", (unsigned)uid,
-             (unsigned long long)(used + bytes), (unsigned long long)reg->limits.max_bytes_per_uid);
+             (unsigned long long)(used + bytes), (unsigned long long)lim->max_bytes_per_uid);
     return GPUSHM_E_LIMIT;
+  }
+  if (lim->max_host_bytes_per_uid && host_bytes > lim->max_host_bytes_per_uid - host_used) {
+    snprintf(err, errlen, "uid %u would hold %llu bytes of host memory (limit %llu)",
+             (unsigned)uid, (unsigned long long)(host_used + host_bytes),
+             (unsigned long long)lim->max_host_bytes_per_uid);
+    return GPUSHM_E_LIMIT;
+  }
+  if (lim->host_budget && host_bytes > (lim->host_budget > reg->host_bytes
+                                          ? lim->host_budget - reg->host_bytes : 0)) {
+    snprintf(err, errlen, "gpushmd's host-memory budget is used up: %llu of %llu bytes "
+             "allocated, %llu more asked for", (unsigned long long)reg->host_bytes,
+             (unsigned long long)lim->host_budget, (unsigned long long)host_bytes);
+    return GPUSHM_E_NOMEM;
   }
   return 0;
 }
@@ -342,7 +448,6 @@ int registry_create(struct registry *reg, struct reg_client *client,
   const struct backend *be;
   const char *why;
   struct reg_buffer *buffer, **slot;
-  struct reg_uid_usage *usage;
   int r;
 
   *created = false;
@@ -389,25 +494,31 @@ int registry_create(struct registry *reg, struct reg_client *client,
       snprintf(err, errlen, "'%s' already exists", args->name);
       return GPUSHM_E_EXIST;
     }
+    /* Joining a buffer someone else created would hand the caller memory its squatter
+     * can read and write (names are global, like /dev/shm's): open-or-create joins
+     * only the caller's own buffers.  Opening by name is the explicit way to trust
+     * another owner. */
+    if ((*slot)->owner_uid != client->uid) {
+      snprintf(err, errlen, "'%s' already exists and belongs to another user; "
+               "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
+      return GPUSHM_E_EXIST;
+    }
     if ((*slot)->backend != be || (*slot)->sync != args->sync) {
       snprintf(err, errlen, "'%s' already exists as a %s%s", args->name, (*slot)->backend->name,
                (*slot)->sync ? " sync buffer" : (*slot)->backend->sizeless ? " event" : " buffer");
       return GPUSHM_E_EXIST;
     }
-    return registry_open(reg, client, args->name, 0, true, out, err, errlen);
+    return registry_open(reg, client, args->name, 0, true, be->sizeless, out, err, errlen);
   }
 
-  r = check_quota(reg, client->uid, args->size, err, errlen);
+  /* Before allocating: committing host pages beyond the budget is what must not happen. */
+  r = check_quota(reg, client->uid, args->size,
+                  (kind == GPUSHM_BACKEND_HOST ? args->size : 0) + (args->sync ? SYNC_CONTROL_SIZE : 0),
+                  err, errlen);
   if (r < 0)
     return r;
-  if (reg->n_buffers == reg->cap_buffers) {
-    size_t cap = reg->cap_buffers ? reg->cap_buffers * 2 : 64;
-    struct reg_buffer **grown = realloc(reg->by_id, cap * sizeof *grown);
-    if (!grown)
-      goto oom;
-    reg->by_id = grown;
-    reg->cap_buffers = cap;
-  }
+  if (reg->n_buffers == reg->cap_buffers && grow_by_id(reg) < 0)
+    goto oom;
   if (reg->n_linked + 1 > reg->n_name_buckets && names_grow(reg) < 0)
     goto oom;
   if (!(buffer = calloc(1, sizeof *buffer)))
@@ -426,14 +537,12 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return r;
   }
   /* Again with the rounded size: the backend's granule may push it over the quota. */
-  r = check_quota(reg, client->uid, buffer->allocated, err, errlen);
-  if (r < 0 || !(usage = usage_for(reg, client->uid, true))) {
+  r = check_quota(reg, client->uid, buffer->allocated, host_bytes_of(buffer), err, errlen);
+  if (r < 0) {
     be->release(be, &buffer->mem);
     release_sync(buffer);
     free(buffer);
-    if (r < 0)
-      return r;
-    goto oom;
+    return r;
   }
 
   buffer->id = reg->next_id++;
@@ -449,9 +558,9 @@ int registry_create(struct registry *reg, struct reg_client *client,
   buffer->created_unix_ms = now_unix_ms();
   list_init(&buffer->holdings);
 
-  usage->buffers++;
-  usage->bytes += buffer->allocated;
+  usage_charge(reg, client->uid, buffer);
   reg->bytes_allocated += buffer->allocated;
+  reg->host_bytes += host_bytes_of(buffer);
   reg->by_id[reg->n_buffers++] = buffer;
   slot = name_slot(reg, args->name); /* names_grow() may have moved the table */
   *slot = buffer;
@@ -462,6 +571,8 @@ int registry_create(struct registry *reg, struct reg_client *client,
     unlink_buffer(reg, buffer);
     return r;
   }
+  if (reg->on_created)
+    reg->on_created(reg->on_unlink_ctx, buffer);
   *out = buffer;
   *created = true;
   return 0;
@@ -486,7 +597,7 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
 }
 
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool write, struct reg_buffer **out, char *err, size_t errlen)
+                  bool write, bool event, struct reg_buffer **out, char *err, size_t errlen)
 {
   struct reg_buffer *buffer;
   int r;
@@ -497,10 +608,17 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   } else {
     buffer = registry_find_id(reg, id);
     /* An unlinked buffer takes no new holders, by id no more than by name. */
-    if (!buffer || !buffer->linked) {
-      snprintf(err, errlen, "no buffer with id %llu", (unsigned long long)id);
-      return GPUSHM_E_NOENT;
-    }
+    if (!buffer || !buffer->linked)
+      return not_found(NULL, id, err, errlen);
+  }
+  if (!registry_may_see(client, buffer) && !client->admin)
+    return not_found(name, id, err, errlen);
+  /* Buffers and events share one namespace; opening one as the other is an error,
+   * found before any reference is taken. */
+  if (buffer->backend->sizeless != event) {
+    snprintf(err, errlen, "'%s' is %s", buffer->name,
+             event ? "a buffer, not an event" : "an event, not a buffer");
+    return GPUSHM_E_INVAL;
   }
   if (!registry_may_access(client, buffer, write)) {
     snprintf(err, errlen, "'%s' (mode %03o, owner %u:%u) denies %s access to uid %u",
@@ -538,6 +656,8 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
 
   if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
     return r;
+  if (!registry_may_see(client, buffer) && !client->admin)
+    return not_found(name, 0, err, errlen);
   /* As in a sticky /dev/shm: only the owner (or an admin) removes a name. */
   if (!client->admin && client->uid != 0 && client->uid != buffer->owner_uid) {
     snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)buffer->owner_uid);
@@ -574,6 +694,10 @@ void registry_client_gone(struct registry *reg, struct reg_client *client)
 
 void registry_destroy(struct registry *reg)
 {
+  /* Shutting down removes no name: persistent buffers stay deposited for the next
+   * daemon, so nobody is told of unlinks. */
+  reg->on_unlink = NULL;
+  reg->on_created = NULL;
   while (reg->n_buffers) {
     struct reg_buffer *b = reg->by_id[reg->n_buffers - 1];
     while (b->holdings.next != &b->holdings) {
@@ -596,4 +720,63 @@ void registry_destroy(struct registry *reg)
     free(u);
   }
   memset(reg, 0, sizeof *reg);
+}
+
+int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct backend_mem *mem,
+                   struct backend_mem *control, char *err, size_t errlen)
+{
+  const struct backend *be = a->backend >= 0 && a->backend < GPUSHM_BACKEND_COUNT
+                               ? reg->backends[a->backend] : NULL;
+  struct reg_buffer *buffer, **slot;
+  size_t at;
+
+  if (!be || be->sizeless || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u)) {
+    snprintf(err, errlen, "invalid record");
+    return GPUSHM_E_INVAL;
+  }
+  if (*(slot = name_slot(reg, a->name)) || registry_find_id(reg, a->id)) {
+    snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a->name,
+             (unsigned long long)a->id);
+    return GPUSHM_E_EXIST;
+  }
+  if ((reg->n_buffers == reg->cap_buffers && grow_by_id(reg) < 0) ||
+      (reg->n_linked + 1 > reg->n_name_buckets && names_grow(reg) < 0) ||
+      !(buffer = calloc(1, sizeof *buffer))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  buffer->id = a->id;
+  snprintf(buffer->name, sizeof buffer->name, "%s", a->name);
+  buffer->linked = true;
+  buffer->persisted = true;
+  buffer->size = a->size;
+  buffer->allocated = a->allocated;
+  buffer->backend = be;
+  buffer->device = -1;
+  buffer->owner_uid = a->owner_uid;
+  buffer->owner_gid = a->owner_gid;
+  buffer->mode = a->mode;
+  buffer->lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  buffer->created_unix_ms = a->created_unix_ms;
+  buffer->mem = *mem;
+  buffer->control.fd = buffer->sync_event.fd = -1;
+  if (control) {
+    buffer->sync = true;
+    buffer->control = *control;
+  }
+  list_init(&buffer->holdings);
+  /* Ids stay in order even when records come back in any order. */
+  at = registry_index_after(reg, a->id);
+  memmove(&reg->by_id[at + 1], &reg->by_id[at], (reg->n_buffers - at) * sizeof *reg->by_id);
+  reg->by_id[at] = buffer;
+  reg->n_buffers++;
+  if (reg->next_id <= a->id)
+    reg->next_id = a->id + 1;
+  slot = name_slot(reg, a->name);
+  *slot = buffer;
+  reg->n_linked++;
+  usage_charge(reg, a->owner_uid, buffer);
+  reg->bytes_allocated += buffer->allocated;
+  reg->host_bytes += host_bytes_of(buffer);
+  return 0;
 }

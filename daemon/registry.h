@@ -49,6 +49,8 @@ struct reg_buffer {
   const struct backend *sync_event_backend; /* NULL: no event */
   struct backend_mem sync_event;
   struct reg_buffer *name_next; /* hash chain, while linked */
+  bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
+  bool persisted; /* deposited in systemd's fd store */
 };
 
 struct reg_holding {
@@ -63,6 +65,8 @@ struct reg_limits {
   uint32_t max_buffers_per_uid;
   uint64_t max_bytes_per_uid; /* 0: none */
   uint32_t default_mode;
+  uint64_t host_budget;       /* host memory of all buffers together; 0: none */
+  uint64_t max_host_bytes_per_uid; /* 0: none */
 };
 
 struct reg_create_args {
@@ -78,6 +82,18 @@ struct reg_create_args {
 
 struct reg_uid_usage;
 
+/* A persistent buffer coming back from systemd's fd store after a restart. */
+struct reg_adopt_args {
+  uint64_t id;
+  const char *name;
+  int backend;
+  uint64_t size, allocated;
+  uid_t owner_uid;
+  gid_t owner_gid;
+  uint32_t mode;
+  uint64_t created_unix_ms;
+};
+
 struct registry {
   struct reg_buffer **by_id; /* ascending id: ids only grow, so appending keeps order */
   size_t n_buffers, cap_buffers;
@@ -86,11 +102,14 @@ struct registry {
   uint32_t n_linked;
   uint64_t next_id;
   uint64_t bytes_allocated;
+  uint64_t host_bytes; /* what the host-memory budget counts */
   struct reg_uid_usage *usage;
   struct reg_limits limits;
-  const struct backend *backends[5]; /* by gpushm_backend_t; NULL = unsupported */
-  /* Told whenever a name goes away, before the request that caused it is answered. */
-  void (*on_unlink)(void *ctx, const struct reg_buffer *buffer);
+  const struct backend *backends[GPUSHM_BACKEND_COUNT]; /* NULL = unsupported */
+  /* Told whenever a name goes away, before the request that caused it is answered,
+   * and whenever a create made a new buffer (on_unlink_ctx is passed to both). */
+  void (*on_unlink)(void *ctx, struct reg_buffer *buffer);
+  void (*on_created)(void *ctx, struct reg_buffer *buffer);
   void *on_unlink_ctx;
 };
 
@@ -107,21 +126,32 @@ void registry_client_gone(struct registry *reg, struct reg_client *client);
 int registry_create(struct registry *reg, struct reg_client *client,
                     const struct reg_create_args *args, struct reg_buffer **out, bool *created,
                     char *err, size_t errlen);
+/* event: the caller means an event (a buffer otherwise).  A caller that may not see
+ * the buffer (registry_may_see, or an admin) is told it does not exist. */
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool write, struct reg_buffer **out, char *err, size_t errlen);
+                  bool write, bool event, struct reg_buffer **out, char *err, size_t errlen);
 int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
                    char *err, size_t errlen);
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
                     char *err, size_t errlen);
 
+/* Takes the buffer back under its old id and name, unheld; mem (and control, for a sync
+ * buffer) become the registry's on success only. */
+int registry_adopt(struct registry *reg, const struct reg_adopt_args *args, struct backend_mem *mem,
+                   struct backend_mem *control, char *err, size_t errlen);
+/* What a uid is charged with now. */
+void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
+                        uint64_t *host_bytes);
+
 struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id);
-/* The buffer a name or id (name NULL) designates now, or NULL; takes no reference. */
-struct reg_buffer *registry_peek(const struct registry *reg, const char *name, uint64_t id);
 /* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
 size_t registry_index_after(const struct registry *reg, uint64_t after_id);
 uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client);
 bool registry_client_in_group(const struct reg_client *client, gid_t gid);
 bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
                          bool write);
+/* Whether the client may learn that the buffer exists: root, the owner, whoever may
+ * read it, and its holders. */
+bool registry_may_see(const struct reg_client *client, const struct reg_buffer *buffer);
 
 #endif

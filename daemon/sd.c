@@ -1,45 +1,126 @@
 #include "config.h"
 #include "sd.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+void sd_passed_free(struct sd_passed *p)
+{
+  for (size_t i = 0; i < p->n_stored; i++)
+    free(p->stored_names[i]);
+  free(p->stored_fds);
+  free(p->stored_names);
+  p->stored_fds = NULL;
+  p->stored_names = NULL;
+  p->n_stored = 0;
+}
+
+unsigned sd_fdstore_max(unsigned fallback)
+{
+  const char *v = getenv("FDSTORE");
+  char *end;
+  unsigned long n;
+
+  if (!v || !*v)
+    return fallback;
+  n = strtoul(v, &end, 10);
+  return *end || n > 1u << 30 ? fallback : (unsigned)n;
+}
 
 #ifdef HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
 
-int sd_inherited_socket(char *err, size_t errlen)
+int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
 {
-  int n = sd_listen_fds(1), fd = SD_LISTEN_FDS_START, flags;
+  char **names = NULL;
+  int n = sd_listen_fds_with_names(1, &names), r = 0;
 
+  memset(out, 0, sizeof *out);
+  out->socket_fd = -1;
   if (n < 0) {
-    snprintf(err, errlen, "the sockets systemd passed are unusable: %s", strerror(-n));
-    return -2;
-  }
-  if (n == 0)
+    snprintf(err, errlen, "the fds systemd passed are unusable: %s", strerror(-n));
     return -1;
-  if (n > 1) {
-    snprintf(err, errlen, "systemd passed %d sockets; gpushmd takes one", n);
-    return -2;
   }
-  if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
-    snprintf(err, errlen, "the socket systemd passed is not a listening AF_UNIX SOCK_SEQPACKET "
-             "socket (use ListenSequentialPacket=)");
-    return -2;
+  if (n > 0 && (!(out->stored_fds = calloc((size_t)n, sizeof *out->stored_fds)) ||
+                !(out->stored_names = calloc((size_t)n, sizeof *out->stored_names)))) {
+    snprintf(err, errlen, "out of memory");
+    r = -1;
   }
-  /* The accept loop relies on EAGAIN; systemd hands sockets over blocking. */
-  if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-    snprintf(err, errlen, "preparing the inherited socket failed");
-    return -2;
+  for (int i = 0; i < n; i++) {
+    int fd = SD_LISTEN_FDS_START + i, flags;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (r == 0 && strncmp(names[i], SD_FDSTORE_PREFIX, strlen(SD_FDSTORE_PREFIX)) == 0) {
+      out->stored_fds[out->n_stored] = fd;
+      out->stored_names[out->n_stored++] = names[i];
+      names[i] = NULL;
+      continue;
+    }
+    if (r == 0 && out->socket_fd >= 0) {
+      snprintf(err, errlen, "systemd passed more than one socket; gpushmd takes one");
+      r = -1;
+    } else if (r == 0 && sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
+      snprintf(err, errlen, "the socket systemd passed is not a listening AF_UNIX SOCK_SEQPACKET "
+               "socket (use ListenSequentialPacket=)");
+      r = -1;
+    } else if (r == 0 && ((flags = fcntl(fd, F_GETFL)) < 0 ||
+                          fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
+      /* The accept loop relies on EAGAIN; systemd hands sockets over blocking. */
+      snprintf(err, errlen, "preparing the inherited socket failed: %s", strerror(errno));
+      r = -1;
+    } else if (r == 0) {
+      out->socket_fd = fd;
+      continue;
+    }
+    close(fd);
   }
-  return fd;
+  for (int i = 0; i < n; i++)
+    free(names ? names[i] : NULL);
+  free(names);
+  if (r < 0) {
+    for (size_t i = 0; i < out->n_stored; i++)
+      close(out->stored_fds[i]);
+    if (out->socket_fd >= 0)
+      close(out->socket_fd);
+    out->socket_fd = -1;
+    sd_passed_free(out);
+  }
+  return r;
+}
+
+bool sd_fdstore_reachable(void)
+{
+  const char *e = getenv("NOTIFY_SOCKET");
+  return e && *e;
+}
+
+int sd_fdstore_add(const char *name, int fd)
+{
+  char msg[320];
+  int r;
+
+  snprintf(msg, sizeof msg, "FDSTORE=1\nFDNAME=%s", name);
+  r = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
+  return r > 0 ? 0 : r == 0 ? -ENOTCONN : r;
+}
+
+void sd_fdstore_remove(const char *name)
+{
+  sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
 }
 
 void sd_notify_ready(const char *status)
 {
   sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+}
+
+void sd_notify_reloading(void)
+{
+  sd_notify(0, "RELOADING=1");
 }
 
 void sd_notify_status(const char *status)
@@ -65,14 +146,20 @@ uint64_t sd_watchdog_usec(void)
 
 #else
 
-int sd_inherited_socket(char *err, size_t errlen)
+int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
 {
   (void)err;
   (void)errlen;
-  return -1;
+  memset(out, 0, sizeof *out);
+  out->socket_fd = -1;
+  return 0;
 }
 
+bool sd_fdstore_reachable(void) { return false; }
+int sd_fdstore_add(const char *name, int fd) { (void)name; (void)fd; return -ENOTSUP; }
+void sd_fdstore_remove(const char *name) { (void)name; }
 void sd_notify_ready(const char *status) { (void)status; }
+void sd_notify_reloading(void) {}
 void sd_notify_status(const char *status) { (void)status; }
 void sd_notify_stopping(void) {}
 void sd_notify_watchdog(void) {}

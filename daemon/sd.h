@@ -1,15 +1,42 @@
-/* systemd integration: an inherited listening socket, readiness, status, watchdog.
- * Without libsystemd these do nothing (and no socket is inherited). */
+/* systemd integration: inherited fds (the listening socket and the fd store), readiness,
+ * status, reload, watchdog.  Without libsystemd these do nothing and nothing is
+ * inherited. */
 #ifndef GPUSHMD_SD_H
 #define GPUSHMD_SD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* The socket systemd passed (LISTEN_FDS): its fd, -1 if none, or -2 with err set
- * when what was passed is unusable (not one listening AF_UNIX SOCK_SEQPACKET socket). */
-int sd_inherited_socket(char *err, size_t errlen);
+/* Prefix of the names under which gpushmd deposits fds in the fd store. */
+#define SD_FDSTORE_PREFIX "gpushm1."
+
+/* The fds systemd passed (LISTEN_FDS): at most one listening socket, and the fds the
+ * previous daemon deposited in the store, with their names. */
+struct sd_passed {
+  int socket_fd; /* -1: none, create one */
+  size_t n_stored;
+  int *stored_fds;
+  char **stored_names;
+};
+
+/* Returns 0, or -1 with err set when what was passed is unusable (more than one
+ * socket, or one that is not a listening AF_UNIX SOCK_SEQPACKET socket). */
+int sd_take_passed(struct sd_passed *out, char *err, size_t errlen);
+/* Frees the arrays (not the fds: they have been handed on or closed). */
+void sd_passed_free(struct sd_passed *p);
+
+/* Whether fds can be deposited: a service manager is listening (NOTIFY_SOCKET). */
+bool sd_fdstore_reachable(void);
+/* The store's capacity if systemd says it ($FDSTORE, systemd >= 254), else fallback. */
+unsigned sd_fdstore_max(unsigned fallback);
+/* Deposits a duplicate of fd under name; returns 0 or -errno. */
+int sd_fdstore_add(const char *name, int fd);
+/* Drops every fd stored under name. */
+void sd_fdstore_remove(const char *name);
+
 void sd_notify_ready(const char *status);
+void sd_notify_reloading(void);
 void sd_notify_status(const char *status);
 void sd_notify_stopping(void);
 void sd_notify_watchdog(void);

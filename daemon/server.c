@@ -6,8 +6,11 @@
 #include "log.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -32,6 +35,77 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
       return -1;
     }
     *p = '/';
+  }
+  return 0;
+}
+
+static bool trusted_owner(uid_t uid)
+{
+  return uid == 0 || uid == geteuid();
+}
+
+/* Whoever can replace the socket's directory, or any directory above it, can put their
+ * own server where clients look for gpushmd (sshd's StrictModes reasoning).  Every
+ * directory on the way must belong to root or to us and be writable by nobody else --
+ * except sticky ones above the last (/tmp), where others cannot replace our entries --
+ * and every symlink on the way must belong to root or to us too. */
+static int check_socket_dir(const char *path, char *err, size_t errlen)
+{
+  char dir[PATH_MAX], resolved[PATH_MAX], *slash;
+  struct stat st;
+
+  snprintf(dir, sizeof dir, "%s", path);
+  if (!(slash = strrchr(dir, '/')))
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  /* The symlinks as written... */
+  for (char *p = dir;; p++) {
+    char saved = *p;
+    if (saved != '/' && saved != '\0')
+      continue;
+    *p = '\0';
+    if (p > dir && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_owner(st.st_uid)) {
+      snprintf(err, errlen, "refusing socket directory %s: symlink %s belongs to uid %u",
+               path, dir, (unsigned)st.st_uid);
+      return -1;
+    }
+    *p = saved;
+    if (!saved)
+      break;
+  }
+  /* ...then every directory they lead to. */
+  if (!realpath(dir, resolved)) {
+    snprintf(err, errlen, "resolving %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  for (char *p = resolved;; p++) {
+    char saved = *p;
+    bool last = saved == '\0';
+    if (saved != '/' && !last)
+      continue;
+    *p = '\0';
+    if (stat(p == resolved ? "/" : resolved, &st) < 0) {
+      snprintf(err, errlen, "checking %s: %s", resolved, strerror(errno));
+      return -1;
+    }
+    if (!trusted_owner(st.st_uid)) {
+      snprintf(err, errlen, "refusing socket directory %s: %s belongs to uid %u (it must belong "
+               "to root or to gpushmd's user)", path, p == resolved ? "/" : resolved,
+               (unsigned)st.st_uid);
+      return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st.st_mode & S_ISVTX))) {
+      snprintf(err, errlen, "refusing socket directory %s: %s is writable by %s (mode %04o)",
+               path, p == resolved ? "/" : resolved,
+               st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777));
+      return -1;
+    }
+    *p = saved;
+    if (last)
+      break;
   }
   return 0;
 }
@@ -84,7 +158,8 @@ int server_listen(struct server *srv, char *err, size_t errlen)
     return -1;
   }
   memcpy(addr.sun_path, path, strlen(path) + 1);
-  if (make_parent_dirs(path, err, errlen) < 0 || remove_stale_socket(&addr, err, errlen) < 0)
+  if (make_parent_dirs(path, err, errlen) < 0 || check_socket_dir(path, err, errlen) < 0 ||
+      remove_stale_socket(&addr, err, errlen) < 0)
     return -1;
   fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -125,18 +200,58 @@ uint32_t server_count_open_fds(void)
   return n - 1; /* the directory's own fd */
 }
 
-static void reject_client(struct server *srv, int fd)
-{
-  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
-  long len;
+struct uid_conns {
+  uid_t uid;
+  uint32_t n;
+  struct uid_conns *next;
+};
 
-  reply.status = -GPUSHM_E_LIMIT;
-  reply.message = "too many clients connected to gpushmd";
-  len = wire_encode(srv->tx, WIRE_TYPE_REPLY, &reply.base, 0);
-  if (len > 0)
-    (void)wire_send_frame(fd, srv->tx, (size_t)len, NULL, 0, MSG_DONTWAIT);
-  close(fd);
+uint32_t server_uid_conns(struct server *srv, uid_t uid, int delta)
+{
+  struct uid_conns **p, *u;
+  uint32_t n;
+
+  for (p = &srv->uid_conns; (u = *p) && u->uid != uid; p = &u->next)
+    ;
+  if (!u) {
+    if (delta <= 0 || !(u = calloc(1, sizeof *u)))
+      return delta > 0 ? UINT32_MAX : 0; /* no memory: count as over any limit */
+    u->uid = uid;
+    *p = u;
+  }
+  u->n += (uint32_t)delta;
+  n = u->n;
+  if (n == 0) {
+    *p = u->next;
+    free(u);
+  }
+  return n;
+}
+
+/* Limits are checked with the client's identity in hand: non-admins stop at
+ * max-clients and at max-clients-per-uid, so no user can take every slot; admins have
+ * a reserve beyond max-clients to inspect and repair a full daemon. */
+static void admit(struct server *srv, struct conn *c)
+{
+  char why[128];
+  uint32_t mine = server_uid_conns(srv, c->client.uid, 0);
+
+  if (c->client.admin) {
+    if (srv->n_clients <= srv->cfg.max_clients + GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS)
+      return;
+    snprintf(why, sizeof why, "too many clients connected to gpushmd (%u, admin reserve used up)",
+             srv->n_clients - 1);
+  } else if (srv->n_clients > srv->cfg.max_clients) {
+    snprintf(why, sizeof why, "too many clients connected to gpushmd (limit %u)",
+             srv->cfg.max_clients);
+  } else if (mine > srv->cfg.max_clients_per_uid) {
+    snprintf(why, sizeof why, "uid %u already has %u connections to gpushmd (limit %u)",
+             (unsigned)c->client.uid, mine - 1, srv->cfg.max_clients_per_uid);
+  } else {
+    return;
+  }
   srv->counters.clients_dropped++;
+  conn_fail(c, GPUSHM_E_LIMIT, why);
 }
 
 static void on_listen_readable(uv_poll_t *handle, int status, int events);
@@ -151,6 +266,7 @@ static void on_accept_backoff(uv_timer_t *timer)
 static void on_listen_readable(uv_poll_t *handle, int status, int events)
 {
   struct server *srv = handle->data;
+  struct conn *c;
 
   for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
     int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -176,20 +292,38 @@ static void on_listen_readable(uv_poll_t *handle, int status, int events)
       log_info("accepting clients again");
       srv->accept_starved = false;
     }
-    if (srv->n_clients >= srv->cfg.max_clients) {
-      log_warn("refusing a client: %u clients connected (limit)", srv->n_clients);
-      reject_client(srv, fd);
-      continue;
-    }
-    conn_start(srv, fd);
+    if ((c = conn_start(srv, fd)))
+      admit(srv, c);
   }
 }
 
-static void on_status_unlink(void *ctx, const struct reg_buffer *buffer)
+static void on_hello_sweep(uv_timer_t *timer)
+{
+  struct server *srv = timer->data;
+  uint64_t now = uv_now(srv->loop);
+  char why[96];
+
+  snprintf(why, sizeof why, "no hello within %u ms", srv->cfg.hello_timeout_ms);
+  for (struct list *l = srv->conns.next, *next; l != &srv->conns; l = next) {
+    struct conn *c = list_entry(l, struct conn, link);
+    next = l->next;
+    if (!c->hello_done && now - c->accepted_loop_ms >= srv->cfg.hello_timeout_ms)
+      conn_fail(c, GPUSHM_E_TIMEOUT, why);
+  }
+}
+
+static void on_unlink(void *ctx, struct reg_buffer *buffer)
 {
   struct server *srv = ctx;
   status_page_bump_unlink(&srv->status);
+  persist_unlinked(&srv->persist, buffer);
   log_debug("'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
+}
+
+static void on_created(void *ctx, struct reg_buffer *buffer)
+{
+  struct server *srv = ctx;
+  persist_created(&srv->persist, buffer);
 }
 
 static void close_listener(struct server *srv)
@@ -213,16 +347,35 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
     close_listener(srv);
     return -1;
   }
-  srv->reg.on_unlink = on_status_unlink;
+  srv->reg.on_unlink = on_unlink;
+  srv->reg.on_created = on_created;
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
   uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
   srv->listen_poll.data = srv;
   uv_timer_init(loop, &srv->accept_backoff);
   srv->accept_backoff.data = srv;
+  /* A few sweeps per deadline bound how late a silent connection is closed. */
+  uv_timer_init(loop, &srv->hello_sweep);
+  srv->hello_sweep.data = srv;
+  uv_timer_start(&srv->hello_sweep, on_hello_sweep, srv->cfg.hello_timeout_ms / 4 + 1,
+                 srv->cfg.hello_timeout_ms / 4 + 1);
   srv->listening = true;
   uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen_readable);
   return 0;
+}
+
+void server_reconfigure(struct server *srv, const struct server_config *cfg)
+{
+  struct server_config next = *cfg;
+  uint32_t sweep_ms = next.hello_timeout_ms / 4 + 1;
+
+  /* The socket is bound once; connections already open keep their slots. */
+  memcpy(next.socket_path, srv->cfg.socket_path, sizeof next.socket_path);
+  next.socket_mode = srv->cfg.socket_mode;
+  srv->cfg = next;
+  if (srv->listening)
+    uv_timer_start(&srv->hello_sweep, on_hello_sweep, sweep_ms, sweep_ms);
 }
 
 void server_shutdown(struct server *srv)
@@ -233,6 +386,7 @@ void server_shutdown(struct server *srv)
   uv_poll_stop(&srv->listen_poll);
   uv_close((uv_handle_t *)&srv->listen_poll, NULL);
   uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
+  uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
   close_listener(srv);
   while (!list_empty(&srv->conns))
     conn_close(list_entry(srv->conns.next, struct conn, link));

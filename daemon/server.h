@@ -8,13 +8,18 @@
 
 #include "status.h"
 #include "list.h"
+#include "persist.h"
 #include "registry.h"
 #include "wire.h"
 
+struct uid_conns;
+
 struct server_config {
-  const char *socket_path;
+  char socket_path[108]; /* sizeof sun_path */
   uint32_t socket_mode;
   uint32_t max_clients;
+  uint32_t max_clients_per_uid; /* admins are exempt */
+  uint32_t hello_timeout_ms;
   uint32_t max_queued_frames;
   uint32_t max_queued_bytes;
   bool has_admin_group;
@@ -38,12 +43,15 @@ struct server {
   struct server_config cfg;
   struct registry reg;
   struct status_page_owner status;
+  struct persist persist;
   int listen_fd;
   bool listening;
   bool socket_inherited; /* from systemd: the path is not ours to remove */
   bool accept_starved; /* in an EMFILE/ENFILE episode */
   uv_poll_t listen_poll;
   uv_timer_t accept_backoff;
+  uv_timer_t hello_sweep; /* closes connections that never said Hello */
+  struct uid_conns *uid_conns; /* connections per uid, for max_clients_per_uid */
   struct list conns; /* conn.link */
   uint32_t n_clients;
   uint32_t next_client_id;
@@ -57,6 +65,8 @@ struct server {
 
 /* Serves on a listening socket someone else made (systemd socket activation). */
 void server_adopt_socket(struct server *srv, int fd);
+/* Applies reloadable settings to a running daemon (SIGHUP). */
+void server_reconfigure(struct server *srv, const struct server_config *cfg);
 /* Binds cfg.socket_path: creates its directory, refuses a path a live daemon serves,
  * replaces a stale socket.  Returns 0 or -1 with err set. */
 int server_listen(struct server *srv, char *err, size_t errlen);
@@ -64,6 +74,8 @@ int server_listen(struct server *srv, char *err, size_t errlen);
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen);
 /* Closes every client (releasing its references) and the listening socket. */
 void server_shutdown(struct server *srv);
+/* Adds delta to uid's connection count and returns the new count. */
+uint32_t server_uid_conns(struct server *srv, uid_t uid, int delta);
 /* Number of fds the process has open, for stats and leak tests. */
 uint32_t server_count_open_fds(void);
 

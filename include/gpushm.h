@@ -78,7 +78,9 @@ typedef enum gpushm_lifetime {
 } gpushm_lifetime_t;
 
 /* gpushm_create_opts.flags */
-#define GPUSHM_CREATE_OPEN_EXISTING 0x1u /* like O_CREAT without O_EXCL */
+/* Like O_CREAT without O_EXCL, but joins only a buffer of the caller's own uid: a name
+ * another user created first is GPUSHM_E_EXIST (it may be a squatter). */
+#define GPUSHM_CREATE_OPEN_EXISTING 0x1u
 #define GPUSHM_CREATE_SYNC 0x2u          /* give the buffer acquire/release ordering */
 /* gpushm_buffer_open() flags */
 #define GPUSHM_OPEN_READONLY 0x1u
@@ -191,9 +193,20 @@ GPUSHM_API const char *gpushm_strerror(int err);
 /* Detail of the calling thread's last failure ("" if none); valid until its next call. */
 GPUSHM_API const char *gpushm_last_error_message(void);
 
+/* Connect and every request time out after this long unless $GPUSHM_TIMEOUT_MS or
+ * gpushm_set_timeout() say otherwise. */
+#define GPUSHM_DEFAULT_TIMEOUT_MS 10000
+
 /* socket_path NULL: $GPUSHM_SOCKET, else GPUSHM_DEFAULT_SOCKET.  client_name (may be
- * NULL) is shown by admin tools. */
+ * NULL; printable UTF-8, at most 64 bytes) is shown by admin tools.  The daemon must
+ * run as root, as the caller's uid, or as the uid (or user name) in $GPUSHM_DAEMON_UID:
+ * anything else on the socket is refused with GPUSHM_E_PERM.  A daemon that does not
+ * accept or answer within the timeout gives GPUSHM_E_TIMEOUT. */
 GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out);
+/* Bounds each later request on conn (sending it and waiting for the reply); 0 waits for
+ * ever.  A request that times out leaves the connection unusable (GPUSHM_E_DISCONNECTED
+ * after it): its reply could still arrive and answer the wrong request. */
+GPUSHM_API int gpushm_set_timeout(gpushm_t *conn, int timeout_ms);
 /* Drops the caller's handle.  The socket stays open while buffers opened through it
  * are still open; their references are released as they are closed. */
 GPUSHM_API void gpushm_disconnect(gpushm_t *conn);
@@ -225,6 +238,9 @@ GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
 GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
+/* The buffer's owner (its creator's uid and gid).  Names are global: a consumer that
+ * opens a name another user could have created first checks who owns what it got. */
+GPUSHM_API int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid);
 
 /* Named inter-process events (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) owned
  * by the daemon on device opts->device (opts NULL: device 0, mode 0600, persistent;
@@ -257,6 +273,9 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  * published in time.  Host buffers: stream must be NULL, release publishes with
  * release ordering and acquire waits with acquire ordering (a CPU fence).
  *
+ * Releasing is a write: it needs a read-write open (GPUSHM_E_PERM on a read-only one,
+ * whose control block is mapped read-only so that it cannot forge the sequence).
+ *
  * One releaser at a time: a release by another process between your acquire's
  * check and its wait is waited for too (harmless), but two producers releasing
  * concurrently leave only the later record in the event, so serialise producers (an
@@ -280,6 +299,12 @@ GPUSHM_API int gpushm_list_ex(gpushm_t *conn, unsigned flags, gpushm_buffer_info
  * gpushm_client_info_free(). */
 GPUSHM_API int gpushm_clients(gpushm_t *conn, gpushm_client_info_t **out, size_t *count);
 GPUSHM_API void gpushm_client_info_free(gpushm_client_info_t *infos);
+/* Ends another connection (root and the admin group: any; others: their own uid's),
+ * releasing every reference it holds.  What that process has mapped stays mapped:
+ * host memory stays valid for it but is no longer counted by the daemon; device memory
+ * shared over legacy CUDA IPC may be freed under it.  Meant for holders that are stuck
+ * or gone rogue. */
+GPUSHM_API int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id);
 GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out);
 
 #ifdef __cplusplus

@@ -30,6 +30,29 @@
 
 /* Daemon defaults; each can be changed with a gpushmd flag of the same meaning. */
 #define GPUSHM_DEFAULT_MAX_CLIENTS         1024u
+/* Connections one uid may hold, so that one user cannot take every slot (admins are
+ * exempt). */
+#define GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID 256u
+/* Connections admins (root, --admin-group) may open beyond max-clients: a daemon that
+ * is full can still be inspected and repaired. */
+#define GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS 16u
+/* A connection that has not sent Hello within this time is closed: silent sockets
+ * would otherwise hold client slots for ever. */
+#define GPUSHM_DEFAULT_HELLO_TIMEOUT_MS    5000u
+/* Host memory (memfd pages are charged to gpushmd's own cgroup) is capped by a
+ * budget: by default the smaller of these shares of physical memory and of the
+ * tightest cgroup memory limit above the daemon, so that creates fail with
+ * GPUSHM_E_NOMEM before the kernel's OOM killer would take the daemon. */
+#define GPUSHM_AUTO_BUDGET_PERCENT_OF_RAM    50u
+#define GPUSHM_AUTO_BUDGET_PERCENT_OF_CGROUP 75u
+/* Host bytes one uid may own by default: this share of the host-memory budget. */
+#define GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT 50u
+/* Persistent buffers deposited in systemd's fd store (one fd each, two for a sync
+ * buffer); matches FileDescriptorStoreMax= in gpushmd.service.  Beyond it buffers
+ * still work but would not survive a restart (logged). */
+#define GPUSHM_DEFAULT_FDSTORE_MAX         16384u
+/* One line of the settings file. */
+#define GPUSHM_LIMIT_CONFIG_LINE           1024u
 #define GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID 4096u
 #define GPUSHM_DEFAULT_MAX_BYTES_PER_UID   0ull    /* 0: no byte quota */
 /* A client whose unsent replies pass either bound has stopped reading: it is dropped. */

@@ -175,3 +175,121 @@ int wire_name_valid(const char *name)
   }
   return 1;
 }
+
+static size_t read_varint(const uint8_t *p, size_t len, uint64_t *out)
+{
+  uint64_t v = 0;
+  for (size_t i = 0; i < len && i < 10; i++) {
+    v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+    if (!(p[i] & 0x80)) {
+      *out = v;
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
+/* protobuf-c hands string fields over NUL-terminated, so "ab\0cd" would silently be
+ * read as "ab": walk the encoded message with its descriptor and refuse any string
+ * field holding a NUL before anything is decoded. */
+static int scan_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                        unsigned depth)
+{
+  if (depth > 16)
+    return -1;
+  while (len) {
+    uint64_t key, v;
+    size_t n = read_varint(p, len, &key);
+    if (!n)
+      return -1;
+    p += n;
+    len -= n;
+    switch (key & 7) {
+    case 0:
+      if (!(n = read_varint(p, len, &v)))
+        return -1;
+      break;
+    case 1:
+    case 5:
+      n = (key & 7) == 1 ? 8 : 4;
+      if (len < n)
+        return -1;
+      break;
+    case 2: {
+      const ProtobufCFieldDescriptor *f;
+      size_t m = read_varint(p, len, &v);
+      if (!m || v > len - m)
+        return -1;
+      f = key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + m, 0, (size_t)v))
+        return -2;
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        int r = scan_strings(f->descriptor, p + m, (size_t)v, depth + 1);
+        if (r < 0)
+          return r;
+      }
+      n = m + (size_t)v;
+      break;
+    }
+    default:
+      return -1; /* groups are not used by this schema */
+    }
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
+int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *body, size_t len,
+                       const char **why)
+{
+  /* What is not even protobuf is left for the decoder to report. */
+  if (scan_strings(desc, body, len, 0) != -2)
+    return 0;
+  *why = "a string field contains a NUL byte";
+  return -EPROTO;
+}
+
+int wire_text_valid(const char *s, size_t max_len)
+{
+  const unsigned char *p = (const unsigned char *)s;
+  size_t len = strlen(s);
+
+  if (len > max_len)
+    return 0;
+  while (*p) {
+    uint32_t cp;
+    unsigned extra;
+    if (*p < 0x80) {
+      if (*p < 0x20 || *p == 0x7f)
+        return 0;
+      p++;
+      continue;
+    }
+    if ((*p & 0xe0) == 0xc0) {
+      cp = *p & 0x1f;
+      extra = 1;
+    } else if ((*p & 0xf0) == 0xe0) {
+      cp = *p & 0x0f;
+      extra = 2;
+    } else if ((*p & 0xf8) == 0xf0) {
+      cp = *p & 0x07;
+      extra = 3;
+    } else {
+      return 0;
+    }
+    for (unsigned i = 1; i <= extra; i++) {
+      if ((p[i] & 0xc0) != 0x80)
+        return 0;
+      cp = cp << 6 | (p[i] & 0x3f);
+    }
+    /* overlong forms, surrogates, beyond Unicode, C1 controls, bidi overrides */
+    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff || (cp >= 0x80 && cp <= 0x9f) ||
+        (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
+      return 0;
+    p += extra + 1;
+  }
+  return 1;
+}

@@ -56,6 +56,17 @@ int wire_recv_frame(int sock, uint8_t *buf, uint16_t expected_type, int recv_fla
 
 void wire_close_fds(struct wire_frame *frame);
 
+/* Refuses (-EPROTO, *why set) an encoded message any of whose string fields, at any
+ * depth, holds a NUL byte.  Bodies that are not protobuf at all pass: the decoder
+ * rejects those. */
+int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *body, size_t len,
+                       const char **why);
+
+/* Free text shown to people (client names): at most max_len bytes of valid UTF-8 with no
+ * control characters (C0, DEL, C1) and no bidirectional overrides, so that it cannot
+ * drive a terminal or disguise itself. */
+int wire_text_valid(const char *s, size_t max_len);
+
 /* Buffer names: 1..GPUSHM_LIMIT_NAME_LEN bytes of [A-Za-z0-9._-], not starting with
  * '.' or '-' (no hidden-file or option look-alikes). */
 int wire_name_valid(const char *name);

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -223,4 +224,31 @@ void check_child(pid_t pid)
     fprintf(stderr, "child %d ended with status 0x%x\n", (int)pid, status);
     exit(1);
   }
+}
+
+pid_t fork_as(uid_t uid, gid_t gid)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    CHECK(setgroups(0, NULL) == 0);
+    CHECK(setgid(gid) == 0);
+    CHECK(setuid(uid) == 0);
+    CHECK(getuid() == uid && geteuid() == uid);
+  }
+  return pid;
+}
+
+int file_contains(const char *path, const char *text)
+{
+  char buf[16384];
+  FILE *f = fopen(path, "r");
+  size_t n;
+
+  if (!f)
+    return 0;
+  n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, text) != NULL;
 }

@@ -71,6 +71,11 @@ int wait_until(int (*pred)(const struct test_daemon *, void *), const struct tes
                void *arg);
 /* Waits for a child and checks it exited 0. */
 void check_child(pid_t pid);
+/* fork() whose child runs as uid:gid with no supplementary groups (needs root);
+ * returns as fork() does. */
+pid_t fork_as(uid_t uid, gid_t gid);
+/* Whether the file at path (its first 16 KiB) contains text. */
+int file_contains(const char *path, const char *text);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -58,38 +58,6 @@ static void test_quotas(void)
   daemon_stop(&d);
 }
 
-static int clients_are(const struct test_daemon *d, void *conn)
-{
-  gpushm_stats_t s;
-  (void)d;
-  CHECK_OK(gpushm_stats(conn, &s));
-  return s.clients == 1;
-}
-
-static void test_max_clients(void)
-{
-  struct test_daemon d = { 0 };
-  gpushm_t *c1 = NULL, *c2, *c3;
-
-  daemon_start(&d, "--max-clients", "2", NULL);
-  /* the harness's start-up probe may still hold a slot for a moment */
-  for (int i = 0; i < 500 && gpushm_connect(d.socket, "first", &c1) < 0; i++)
-    usleep(10000);
-  CHECK(c1 != NULL);
-  CHECK(wait_until(clients_are, &d, c1));
-  c2 = daemon_connect(&d);
-  CHECK_ERR(gpushm_connect(d.socket, "third", &c3), GPUSHM_E_LIMIT);
-  CHECK(strstr(gpushm_last_error_message(), "too many clients") != NULL);
-  CHECK_OK(gpushm_ping(c2)); /* the others are unaffected */
-  gpushm_disconnect(c2);
-  CHECK(wait_until(clients_are, &d, c1)); /* the slot frees once the hang-up is seen */
-  c3 = daemon_connect(&d);
-  CHECK_OK(gpushm_ping(c3));
-  gpushm_disconnect(c1);
-  gpushm_disconnect(c3);
-  daemon_stop(&d);
-}
-
 /* More buffers than one page holds, with names and holders big enough (~300 bytes an
  * entry) that the byte budget, not only the entry count, has to cut pages: by count
  * 700 entries take 3 pages, by bytes at least 4. */
@@ -216,7 +184,6 @@ int main(void)
 {
   test_name_length();
   test_quotas();
-  test_max_clients();
   test_list_paging();
   test_holders_listed();
   return 0;

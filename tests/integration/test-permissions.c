@@ -22,10 +22,9 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
   CHECK(getuid() == uid);
 
   conn = daemon_connect(&d);
-  /* 0600 root: neither by name nor by id */
-  CHECK_ERR(gpushm_buffer_open(conn, "private", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_PERM);
-  CHECK(strstr(gpushm_last_error_message(), "denies") != NULL);
-  CHECK_ERR(gpushm_buffer_open_id(conn, root_buffer_id, GPUSHM_OPEN_READONLY, &b), GPUSHM_E_PERM);
+  /* 0600 root: neither by name nor by id, and not even told it exists */
+  CHECK_ERR(gpushm_buffer_open(conn, "private", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
+  CHECK_ERR(gpushm_buffer_open_id(conn, root_buffer_id, GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
   /* and not even listed */
   CHECK(find_buffer(conn, "private", &info) < 0);
 
@@ -33,7 +32,9 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
   CHECK_OK(gpushm_buffer_open(conn, "public", GPUSHM_OPEN_READONLY, &b));
   CHECK(strcmp(gpushm_buffer_ptr(b), "root wrote this") == 0);
   CHECK_OK(gpushm_buffer_close(b));
+  /* what it may see, it is told why it may not have */
   CHECK_ERR(gpushm_buffer_open(conn, "public", 0, &b), GPUSHM_E_PERM);
+  CHECK(strstr(gpushm_last_error_message(), "denies read-write access") != NULL);
   CHECK_ERR(gpushm_unlink(conn, "public"), GPUSHM_E_PERM);
   CHECK(find_buffer(conn, "public", &info) == 0 && info.owner_uid == 0);
 

@@ -110,7 +110,8 @@ static void test_event_permissions(void)
     gpushm_event_t *ev;
     CHECK(setgroups(0, NULL) == 0 && setgid(nobody->pw_gid) == 0 && setuid(nobody->pw_uid) == 0);
     mine = daemon_connect(&d);
-    CHECK_ERR(gpushm_event_open(mine, "private-event", &ev), GPUSHM_E_PERM);
+    /* 0600: not even told it exists */
+    CHECK_ERR(gpushm_event_open(mine, "private-event", &ev), GPUSHM_E_NOENT);
     /* 0644 grants read only, and an event is opened for use: refused too */
     CHECK_ERR(gpushm_event_open(mine, "public-event", &ev), GPUSHM_E_PERM);
     CHECK_ERR(gpushm_unlink(mine, "public-event"), GPUSHM_E_PERM);
@@ -219,6 +220,10 @@ static void test_device_sync_plumbing(void)
     CHECK_OK(gpushm_buffer_open(mine, "device-baton", GPUSHM_OPEN_READONLY, &b));
     CHECK(gpushm_buffer_release_seq(b) == 1);
     CHECK_OK(gpushm_buffer_acquire(b, NULL, 1, 1000));
+    /* releasing is a write: not through a read-only open */
+    CHECK_ERR(gpushm_buffer_release(b, NULL, &seq), GPUSHM_E_PERM);
+    CHECK_OK(gpushm_buffer_close(b));
+    CHECK_OK(gpushm_buffer_open(mine, "device-baton", 0, &b));
     CHECK_OK(gpushm_buffer_release(b, NULL, &seq)); /* a reader hands it back */
     CHECK(seq == 2);
     CHECK_OK(gpushm_buffer_close(b));

@@ -10,7 +10,7 @@ static struct registry reg;
 static char err[256];
 static unsigned unlink_events;
 
-static void count_unlink(void *ctx, const struct reg_buffer *b)
+static void count_unlink(void *ctx, struct reg_buffer *b)
 {
   (void)ctx;
   (void)b;
@@ -54,17 +54,17 @@ static void test_refcounts_and_unlink_while_open(void)
   CHECK(buf->refs == 1 && buf->allocated >= 5000 && buf->allocated % 4096 == 0);
   CHECK(reg.bytes_allocated == buf->allocated);
 
-  CHECK(registry_open(&reg, &b, "frames", 0, true, &opened, err, sizeof err) == 0);
+  CHECK(registry_open(&reg, &b, "frames", 0, true, false, &opened, err, sizeof err) == 0);
   CHECK(opened == buf);
-  CHECK(registry_open(&reg, &b, NULL, id, false, &opened, err, sizeof err) == 0);
+  CHECK(registry_open(&reg, &b, NULL, id, false, false, &opened, err, sizeof err) == 0);
   CHECK(buf->refs == 3 && buf->n_holders == 2);
   CHECK(registry_client_refs(buf, &a) == 1 && registry_client_refs(buf, &b) == 2);
 
   /* unlink: the name goes at once, the memory stays while anyone holds it */
   CHECK(registry_unlink(&reg, &a, "frames", err, sizeof err) == 0);
   CHECK(unlink_events == 1);
-  CHECK(registry_open(&reg, &b, "frames", 0, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
-  CHECK(registry_open(&reg, &b, NULL, id, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(registry_open(&reg, &b, "frames", 0, false, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(registry_open(&reg, &b, NULL, id, false, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
   CHECK(registry_find_id(&reg, id) == buf && !buf->linked);
   CHECK(reg.n_buffers == 1 && reg.n_linked == 0);
 
@@ -124,7 +124,7 @@ static void test_session_lifetime(void)
   p = create(&creator, "persistent", 10, 0600, GPUSHM_LIFETIME_PERSISTENT);
   held = create(&creator, "held", 10, 0600, GPUSHM_LIFETIME_SESSION);
   held_id = held->id;
-  CHECK(registry_open(&reg, &other, "held", 0, false, &held, err, sizeof err) == 0);
+  CHECK(registry_open(&reg, &other, "held", 0, false, false, &held, err, sizeof err) == 0);
 
   registry_client_gone(&reg, &creator);
   /* session buffers lose their names; one still held keeps its memory */
@@ -222,9 +222,14 @@ static void test_permissions(void)
   CHECK(registry_may_access(&supplementary, buf, false));
   CHECK(!registry_may_access(&other, buf, false));
   CHECK(registry_may_access(&root, buf, true));
-  CHECK(registry_open(&reg, &other, "perm", 0, false, &opened, err, sizeof err) == GPUSHM_E_PERM);
-  CHECK(registry_open(&reg, &group_member, "perm", 0, true, &opened, err, sizeof err) == GPUSHM_E_PERM);
-  CHECK(registry_open(&reg, &group_member, "perm", 0, false, &opened, err, sizeof err) == 0);
+  /* a caller who may not read it is not told it exists, by name or by id */
+  CHECK(registry_open(&reg, &other, "perm", 0, false, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(strcmp(err, "no buffer named 'perm'") == 0);
+  CHECK(registry_open(&reg, &other, NULL, buf->id, false, false, &opened, err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(strstr(err, "0640") == NULL && strstr(err, "perm") == NULL);
+  CHECK(registry_unlink(&reg, &other, "perm", err, sizeof err) == GPUSHM_E_NOENT);
+  CHECK(registry_open(&reg, &group_member, "perm", 0, true, false, &opened, err, sizeof err) == GPUSHM_E_PERM);
+  CHECK(registry_open(&reg, &group_member, "perm", 0, false, false, &opened, err, sizeof err) == 0);
   /* write-only bits do not grant a read-write open */
   buf->mode = 0620;
   CHECK(!registry_may_access(&group_member, buf, true));
@@ -275,9 +280,9 @@ static void test_refs_per_holding_limit(void)
   registry_client_init(&a, 1, 1, 1000, 1000);
   buf = create(&a, "counted", 1, 0, 0);
   for (uint32_t i = 1; i < GPUSHM_LIMIT_REFS_PER_HOLDING; i++)
-    CHECK(registry_open(&reg, &a, NULL, buf->id, true, &opened, err, sizeof err) == 0);
+    CHECK(registry_open(&reg, &a, NULL, buf->id, true, false, &opened, err, sizeof err) == 0);
   CHECK(buf->refs == GPUSHM_LIMIT_REFS_PER_HOLDING);
-  CHECK(registry_open(&reg, &a, NULL, buf->id, true, &opened, err, sizeof err) == GPUSHM_E_LIMIT);
+  CHECK(registry_open(&reg, &a, NULL, buf->id, true, false, &opened, err, sizeof err) == GPUSHM_E_LIMIT);
   CHECK(buf->refs == GPUSHM_LIMIT_REFS_PER_HOLDING);
   registry_client_gone(&reg, &a);
   CHECK(buf->refs == 0);

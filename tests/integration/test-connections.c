@@ -1,0 +1,219 @@
+/* Connection limits a hostile uid runs into (per-uid cap, max-clients with a reserve for
+ * admins, a Hello deadline for silent sockets) and client timeouts against a daemon
+ * that stopped answering.  Needs root to act as other uids; skips otherwise. */
+#include "config.h"
+#include "harness.h"
+#include "raw.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOBODY 65534
+#define OTHER 65533
+
+static struct test_daemon d;
+
+static uint64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Asked over a connection held from the start: a new one might not get a slot. */
+static gpushm_t *watcher;
+
+static int clients_are(const struct test_daemon *dd, void *expected)
+{
+  gpushm_stats_t s;
+  (void)dd;
+  CHECK_OK(gpushm_stats(watcher, &s));
+  return s.clients == *(uint32_t *)expected;
+}
+
+/* Holds n connections as uid until told to let go; reports how many it got. */
+static pid_t hold_as(uid_t uid, int n, int report[2], int release[2])
+{
+  pid_t pid = fork_as(uid, uid);
+  if (pid == 0) {
+    gpushm_t *conns[64];
+    int got = 0, r = 0;
+    char c;
+    while (got < n && (r = gpushm_connect(d.socket, "holder", &conns[got])) == 0)
+      got++;
+    CHECK(write(report[1], &got, sizeof got) == sizeof got);
+    CHECK(write(report[1], &r, sizeof r) == sizeof r);
+    CHECK(read(release[0], &c, 1) == 1);
+    while (got)
+      gpushm_disconnect(conns[--got]);
+    _exit(0);
+  }
+  return pid;
+}
+
+static void expect_held(int report[2], int want, int want_error)
+{
+  int got, r;
+  CHECK(read(report[0], &got, sizeof got) == sizeof got);
+  CHECK(read(report[0], &r, sizeof r) == sizeof r);
+  if (got != want || r != want_error) {
+    fprintf(stderr, "holder got %d connections (wanted %d), then %d (wanted %d)\n", got, want,
+            r, want_error);
+    exit(1);
+  }
+}
+
+static void test_limits(void)
+{
+  int report[2], release[2];
+  gpushm_t *admin[20], *extra;
+  pid_t a, b;
+  uint32_t n;
+  int i;
+
+  daemon_start(&d, "--max-clients", "5", "--max-clients-per-uid", "3", NULL);
+  CHECK(pipe(report) == 0 && pipe(release) == 0);
+  watcher = daemon_connect(&d);
+  n = 1;
+  CHECK(wait_until(clients_are, &d, &n)); /* the harness's start-up probe is gone */
+  /* one uid stops at its own cap... */
+  a = hold_as(NOBODY, 5, report, release);
+  expect_held(report, 3, GPUSHM_E_LIMIT);
+  /* ...so another uid still gets in, up to max-clients in all */
+  b = hold_as(OTHER, 5, report, release);
+  expect_held(report, 1, GPUSHM_E_LIMIT); /* 5 = the watcher + 3 + 1 */
+  n = 5;
+  CHECK(wait_until(clients_are, &d, &n));
+  /* admins (root) have a reserve of 16 beyond max-clients */
+  for (i = 0; i < 20 && gpushm_connect(d.socket, "admin", &admin[i]) == 0; i++)
+    ;
+  CHECK(i == 16);
+  CHECK(strstr(gpushm_last_error_message(), "admin reserve") != NULL);
+  CHECK(write(release[1], "xx", 2) == 2);
+  check_child(a);
+  check_child(b);
+  while (i)
+    gpushm_disconnect(admin[--i]);
+  n = 1;
+  CHECK(wait_until(clients_are, &d, &n));
+  CHECK_OK(gpushm_connect(d.socket, "later", &extra));
+  gpushm_disconnect(extra);
+  gpushm_disconnect(watcher);
+  daemon_stop(&d);
+}
+
+static void test_hello_deadline(void)
+{
+  uint8_t buf[WIRE_RECV_BUF];
+  struct wire_frame frame;
+  const char *why;
+  Gpushm__Reply *reply;
+  uint64_t start;
+  int sock, status_fd;
+
+  daemon_start(&d, "--hello-timeout", "300", NULL);
+  start = now_ms();
+  sock = raw_connect(d.socket);
+  /* silence: told why, then hung up on, after about the deadline */
+  CHECK(wire_recv_frame(sock, buf, WIRE_TYPE_REPLY, 0, &frame, &why) == 0);
+  reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
+  CHECK(reply && reply->request_id == 0 && reply->status == -GPUSHM_E_TIMEOUT);
+  CHECK(strstr(reply->message, "no hello within 300 ms") != NULL);
+  gpushm__reply__free_unpacked(reply, NULL);
+  CHECK(recv(sock, buf, sizeof buf, 0) == 0);
+  CHECK(now_ms() - start >= 300 && now_ms() - start < 3000);
+  close(sock);
+  /* a client that says hello in time stays, however quiet it is later */
+  sock = raw_connect(d.socket);
+  CHECK(raw_hello(sock, "prompt", &status_fd) == 0);
+  close(status_fd);
+  usleep(700 * 1000);
+  CHECK(recv(sock, buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+  close(sock);
+  daemon_stop(&d);
+}
+
+/* A daemon that stopped (SIGSTOP) must not hang its clients. */
+static void test_client_timeouts(void)
+{
+  gpushm_t *conn, *late;
+  uint64_t start;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_set_timeout(conn, 300));
+  CHECK(kill(d.pid, SIGSTOP) == 0);
+  start = now_ms();
+  CHECK_ERR(gpushm_ping(conn), GPUSHM_E_TIMEOUT);
+  CHECK(now_ms() - start >= 250 && now_ms() - start < 3000);
+  CHECK(strstr(gpushm_last_error_message(), "no reply from gpushmd within 300 ms") != NULL);
+  /* a reply could still come and answer the wrong request: the connection is done */
+  CHECK_ERR(gpushm_ping(conn), GPUSHM_E_DISCONNECTED);
+  /* connecting waits for the hello reply only as long as $GPUSHM_TIMEOUT_MS */
+  setenv("GPUSHM_TIMEOUT_MS", "300", 1);
+  start = now_ms();
+  CHECK_ERR(gpushm_connect(d.socket, "late", &late), GPUSHM_E_TIMEOUT);
+  CHECK(now_ms() - start < 3000);
+  unsetenv("GPUSHM_TIMEOUT_MS");
+  CHECK(kill(d.pid, SIGCONT) == 0);
+  late = daemon_connect(&d);
+  CHECK_OK(gpushm_ping(late));
+  gpushm_disconnect(late);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+/* A listener whose queue is full and never accepts: connect itself times out. */
+static void test_connect_timeout(void)
+{
+  char dir[] = "/tmp/gpushm-backlog.XXXXXX", path[128];
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  int listener, queued[8], n = 0;
+  gpushm_t *conn;
+  uint64_t start;
+
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/full.sock", dir);
+  memcpy(addr.sun_path, path, strlen(path) + 1);
+  listener = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  CHECK(listener >= 0 && bind(listener, (struct sockaddr *)&addr, sizeof addr) == 0);
+  CHECK(listen(listener, 0) == 0);
+  /* fill the queue without blocking */
+  for (; n < 8; n++) {
+    queued[n] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+    if (connect(queued[n], (struct sockaddr *)&addr, sizeof addr) < 0) {
+      close(queued[n]);
+      break;
+    }
+  }
+  CHECK(n >= 1 && n < 8);
+  setenv("GPUSHM_TIMEOUT_MS", "300", 1);
+  start = now_ms();
+  CHECK_ERR(gpushm_connect(path, "queued", &conn), GPUSHM_E_TIMEOUT);
+  CHECK(now_ms() - start >= 250 && now_ms() - start < 3000);
+  CHECK(strstr(gpushm_last_error_message(), "did not accept the connection") != NULL);
+  unsetenv("GPUSHM_TIMEOUT_MS");
+  while (n)
+    close(queued[--n]);
+  close(listener);
+  unlink(path);
+  rmdir(dir);
+}
+
+int main(void)
+{
+  if (geteuid() != 0) {
+    test_log("needs root to act as other uids; skipping");
+    return TEST_SKIP;
+  }
+  test_limits();
+  test_hello_deadline();
+  test_client_timeouts();
+  test_connect_timeout();
+  return 0;
+}
