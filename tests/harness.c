@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -26,6 +27,34 @@ static void sleep_ms(unsigned ms)
 {
   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
   nanosleep(&ts, NULL);
+}
+
+/* A failed CHECK exits the test; the daemons it started must not outlive it (they would
+ * hold the test's output pipe open, and pile up). */
+static pid_t started[16];
+static pid_t starter;
+
+static void kill_started(void)
+{
+  if (getpid() != starter)
+    return; /* a forked child exiting: the daemons are its parent's */
+  for (unsigned i = 0; i < sizeof started / sizeof started[0]; i++)
+    if (started[i] > 0)
+      kill(started[i], SIGKILL);
+}
+
+static void track(pid_t pid, bool add)
+{
+  if (!starter) {
+    starter = getpid();
+    atexit(kill_started);
+  }
+  for (unsigned i = 0; i < sizeof started / sizeof started[0]; i++) {
+    if (add ? started[i] == 0 : started[i] == pid) {
+      started[i] = add ? pid : 0;
+      return;
+    }
+  }
 }
 
 /* argv for the daemon: optionally under valgrind, then the extra arguments. */
@@ -56,7 +85,7 @@ static int daemon_argv(const char **argv, int max, const char *socket, va_list a
   return argc;
 }
 
-static void spawn(struct test_daemon *d, va_list ap)
+static void spawn(struct test_daemon *d, void (*in_child)(void *), void *arg, va_list ap)
 {
   const char *argv[64];
 
@@ -64,6 +93,8 @@ static void spawn(struct test_daemon *d, va_list ap)
   d->pid = fork();
   CHECK(d->pid >= 0);
   if (d->pid == 0) {
+    if (in_child)
+      in_child(arg);
     if (d->nofile) {
       struct rlimit rl = { d->nofile, d->nofile };
       CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
@@ -72,6 +103,7 @@ static void spawn(struct test_daemon *d, va_list ap)
     fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
+  track(d->pid, true);
   for (int i = 0; i < 3000; i++) {
     gpushm_t *conn;
     int status;
@@ -100,7 +132,7 @@ void daemon_start(struct test_daemon *d, ...)
   CHECK(chmod(d->dir, 0755) == 0);
   snprintf(d->socket, sizeof d->socket, "%s/gpushmd.sock", d->dir);
   va_start(ap, d);
-  spawn(d, ap);
+  spawn(d, NULL, NULL, ap);
   va_end(ap);
 }
 
@@ -108,7 +140,15 @@ void daemon_respawn(struct test_daemon *d, ...)
 {
   va_list ap;
   va_start(ap, d);
-  spawn(d, ap);
+  spawn(d, NULL, NULL, ap);
+  va_end(ap);
+}
+
+void daemon_respawn_with(struct test_daemon *d, void (*in_child)(void *), void *arg, ...)
+{
+  va_list ap;
+  va_start(ap, arg);
+  spawn(d, in_child, arg, ap);
   va_end(ap);
 }
 
@@ -145,6 +185,7 @@ int daemon_wait_exit(struct test_daemon *d)
     pid_t r = waitpid(d->pid, &status, WNOHANG);
     CHECK(r >= 0);
     if (r == d->pid) {
+      track(d->pid, false);
       CHECK(WIFEXITED(status));
       unlink(d->socket);
       rmdir(d->dir);
@@ -164,6 +205,7 @@ void daemon_stop(struct test_daemon *d)
 
   CHECK(kill(d->pid, SIGTERM) == 0);
   CHECK(waitpid(d->pid, &status, 0) == d->pid);
+  track(d->pid, false);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fprintf(stderr, "gpushmd ended with status 0x%x\n", status);
     exit(1);

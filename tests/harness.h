@@ -55,6 +55,9 @@ struct test_daemon {
 void daemon_start(struct test_daemon *d, ...);
 /* Starts another daemon on d's existing socket path and waits until it answers. */
 void daemon_respawn(struct test_daemon *d, ...);
+/* daemon_respawn, with in_child(arg) run in the child just before exec (to set up
+ * inherited fds and environment). */
+void daemon_respawn_with(struct test_daemon *d, void (*in_child)(void *), void *arg, ...);
 /* Runs $GPUSHMD with arguments (NULL-terminated) to completion, output to out_file
  * (may be NULL); returns its exit status. */
 int daemon_run(const char *out_file, ...);
