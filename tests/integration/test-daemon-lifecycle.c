@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,6 +122,29 @@ static void test_config(const char *out)
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: mystery-knob: unknown setting"));
   write_file(conf, "max-clients 4\n");
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":1: expected 'key = value'"));
+  /* odd files: a NUL byte is named as such, not as an over-long line */
+  {
+    FILE *f = fopen(conf, "w");
+    CHECK(f && fwrite("max-clients = 4\nlog-level = info\0debug\n", 1, 40, f) == 40);
+    fclose(f);
+  }
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: NUL byte in the line"));
+  {
+    char line[2048];
+    memset(line, 'x', sizeof line - 2);
+    line[sizeof line - 2] = '\n';
+    line[sizeof line - 1] = '\0';
+    write_file(conf, line);
+  }
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":1: line longer than 1024 bytes"));
+  unlink(conf);
+  /* a directory or a FIFO is not a settings file: refused at once, never read or waited on */
+  CHECK(mkdir(conf, 0700) == 0);
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, "is a directory, not a settings file"));
+  CHECK(rmdir(conf) == 0 && mkfifo(conf, 0600) == 0);
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, "not a regular file"));
+  CHECK(unlink(conf) == 0);
+
   unlink(conf);
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, "No such file"));
 }

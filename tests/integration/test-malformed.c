@@ -273,6 +273,41 @@ int main(void)
     raw_send(fd, tx, sizeof h + 24, NULL, 0);
   }
   expect_dropped(fd, "malformed request body"), fatal++;
+  good_client_still_served();
+
+  /* a name with a NUL inside: "ab\0cd" must not create "ab" */
+  fd = raw_hello();
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__CreateRequest create = GPUSHM__CREATE_REQUEST__INIT;
+    gpushm_buffer_t *b;
+    uint8_t *p;
+    size_t len;
+    create.name = "abXcd";
+    create.size = 4096;
+    req.request_id = 2;
+    req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+    req.create = &create;
+    len = encode(&req);
+    CHECK((p = memmem(tx, len, "abXcd", 5)) != NULL);
+    p[2] = '\0';
+    raw_send(fd, tx, len, NULL, 0);
+    expect_dropped(fd, "NUL byte"), fatal++;
+    CHECK_ERR(gpushm_buffer_open(good, "ab", 0, &b), GPUSHM_E_NOENT);
+  }
+  good_client_still_served();
+
+  /* a client name that would drive an admin's terminal is refused (not fatal) */
+  fd = raw_connect();
+  {
+    Gpushm__Reply *r = hello_with(fd, GPUSHM_PROTOCOL_VERSION, "\x1b]0;owned\x07");
+    CHECK(r->status == -GPUSHM_E_INVAL && strstr(r->message, "printable") != NULL);
+    gpushm__reply__free_unpacked(r, NULL);
+    r = hello_with(fd, GPUSHM_PROTOCOL_VERSION, "trainer-\xc3\xbc"); /* UTF-8 is fine */
+    CHECK(r->status == 0);
+    gpushm__reply__free_unpacked(r, NULL);
+    close(fd);
+  }
 
   /* protocol order: hello first; request id 0 is reserved */
   fd = raw_connect();
