@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdlib.h>
@@ -17,9 +18,12 @@
 static int map_status_page(gpushm_t *conn, int fd)
 {
   struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
   void *p;
 
-  if (fstat(fd, &st) < 0 || st.st_size < (off_t)STATUS_PAGE_SIZE)
+  /* Sealed, or a shrink would turn every later read of it into a SIGBUS. */
+  if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 ||
+      st.st_size < (off_t)STATUS_PAGE_SIZE)
     return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page");
   p = mmap(NULL, STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
@@ -282,7 +286,8 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
     return r;
   }
   if (reply->status != 0) {
-    r = client_error(-reply->status, "%s", reply->message);
+    /* Statuses are positive on the wire; anything else must not pass for success. */
+    r = client_error(reply->status > 0 ? -reply->status : GPUSHM_E_PROTO, "%s", reply->message);
     wire_close_fds(&frame);
     gpushm__reply__free_unpacked(reply, NULL);
     return r;

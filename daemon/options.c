@@ -137,44 +137,43 @@ static int set_log_level(struct settings *s, const char *v)
 static const struct setting {
   const char *name;
   char short_name;
-  bool reloadable;
   int (*set)(struct settings *s, const char *value);
   const char *arg;
   const char *help;    /* for --help */
   const char *expects; /* for errors */
 } settings_table[] = {
-  { "socket", 's', false, set_socket, "PATH",
+  { "socket", 's', set_socket, "PATH",
     "listen on PATH (default $GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ")",
     "a socket path of at most 107 bytes" },
-  { "socket-mode", 0, false, set_socket_mode, "MODE", "permission bits of the socket file (0666)",
+  { "socket-mode", 0, set_socket_mode, "MODE", "permission bits of the socket file (0666)",
     "octal permission bits, at most 0777" },
-  { "default-mode", 0, true, set_default_mode, "MODE",
+  { "default-mode", 0, set_default_mode, "MODE",
     "buffer mode when a client gives none (0600)", "octal permission bits, 1 to 0777" },
-  { "max-clients", 0, true, set_max_clients, "N",
+  { "max-clients", 0, set_max_clients, "N",
     "refuse non-admin connections beyond N (1024; admins have 16 more)", "a number of at least 1" },
-  { "max-clients-per-uid", 0, true, set_max_clients_per_uid, "N",
+  { "max-clients-per-uid", 0, set_max_clients_per_uid, "N",
     "connections one non-admin uid may hold (256)", "a number of at least 1" },
-  { "hello-timeout", 0, true, set_hello_timeout, "MS",
+  { "hello-timeout", 0, set_hello_timeout, "MS",
     "close connections that send no hello within MS milliseconds (5000)",
     "milliseconds, 10 to 3600000" },
-  { "max-buffers-per-uid", 0, true, set_max_buffers, "N", "buffers one uid may own (4096)",
+  { "max-buffers-per-uid", 0, set_max_buffers, "N", "buffers one uid may own (4096)",
     "a number" },
-  { "max-bytes-per-uid", 0, true, set_max_bytes, "SIZE",
+  { "max-bytes-per-uid", 0, set_max_bytes, "SIZE",
     "bytes of any memory one uid may own, K/M/G/T suffixes (0 = no limit)",
     "bytes, with an optional K, M, G or T" },
-  { "host-memory-budget", 0, true, set_host_budget, "SIZE|auto",
+  { "host-memory-budget", 0, set_host_budget, "SIZE|auto",
     "host memory all buffers together may use (auto: 50% of RAM or 75% of the cgroup "
     "memory limit, whichever is smaller; 0 = no limit)",
     "'auto' or bytes, with an optional K, M, G or T" },
-  { "max-host-bytes-per-uid", 0, true, set_max_host_bytes, "SIZE|auto",
+  { "max-host-bytes-per-uid", 0, set_max_host_bytes, "SIZE|auto",
     "host memory one uid may own (auto: half the budget; 0 = no limit)",
     "'auto' or bytes, with an optional K, M, G or T" },
-  { "max-queued-replies", 0, true, set_max_queued, "N",
+  { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
-  { "admin-group", 0, true, set_admin_group, "GROUP",
+  { "admin-group", 0, set_admin_group, "GROUP",
     "members may list, destroy and disconnect every user's buffers and clients",
     "the name of an existing group" },
-  { "log-level", 'l', true, set_log_level, "LEVEL", "error, warn, info (default) or debug",
+  { "log-level", 'l', set_log_level, "LEVEL", "error, warn, info (default) or debug",
     "error, warn, info or debug" },
 };
 #define N_SETTINGS (sizeof settings_table / sizeof settings_table[0])
@@ -216,12 +215,6 @@ static const struct setting *find_setting(const char *name)
     if (strcmp(settings_table[i].name, name) == 0)
       return &settings_table[i];
   return NULL;
-}
-
-bool option_reloadable(const char *name)
-{
-  const struct setting *st = find_setting(name);
-  return st && st->reloadable;
 }
 
 int option_apply(struct settings *s, const char *name, const char *value, char *err, size_t errlen)

@@ -33,8 +33,6 @@ int option_apply(struct settings *s, const char *name, const char *value, char *
 int config_load(struct settings *s, const char *path, bool must_exist, char *err, size_t errlen);
 /* Turns "auto" values into numbers (the host-memory budget from RAM and cgroups). */
 void settings_resolve(struct settings *s);
-/* Whether a reload may change this setting (the socket is bound once). */
-bool option_reloadable(const char *name);
 
 /* getopt_long's table for every setting plus --config, --help, --version; a setting's
  * index in it is returned as 0 with *longindex set. */

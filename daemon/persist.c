@@ -168,7 +168,6 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sd_passed
       continue;
     }
     p->stored += control_fd >= 0 ? 2 : 1;
-    registry_find_id(reg, e.args.id)->persisted = true;
     adopted++;
     log_debug("'%s' (id %llu, %llu bytes) is back from systemd's fd store", e.name,
               (unsigned long long)e.args.id, (unsigned long long)e.args.size);

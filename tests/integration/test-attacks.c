@@ -435,21 +435,23 @@ static void test_unsafe_socket_dirs(void)
   CHECK(system(sock) == 0);
 }
 
+/* File scope: forked children must still see it as reachable (valgrind's leak check
+ * runs in them too). */
+static gpushm_t *root_conn;
+
 int main(void)
 {
-  gpushm_t *conn;
-
   if (geteuid() != 0) {
     test_log("needs root to act as uid 65534; skipping");
     return TEST_SKIP;
   }
   daemon_start(&d, NULL);
-  conn = daemon_connect(&d);
-  test_fds(conn);
-  test_squatting(conn);
-  test_info_leak(conn);
-  test_disconnect(conn);
-  gpushm_disconnect(conn);
+  root_conn = daemon_connect(&d);
+  test_fds(root_conn);
+  test_squatting(root_conn);
+  test_info_leak(root_conn);
+  test_disconnect(root_conn);
+  gpushm_disconnect(root_conn);
   daemon_stop(&d);
   test_pinning();
   test_impostor_server();

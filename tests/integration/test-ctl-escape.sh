@@ -9,7 +9,6 @@
 set -eu
 b=${GPUSHM_TEST_BUILDDIR:?}
 ctl=$b/ctl/gpushmctl
-lib=${GPUSHM_LIBDIR:-$b/client/.libs}/libgpushm.so
 dir=$(mktemp -d /tmp/gpushm-ctl-escape.XXXXXX)
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
 daemon=""
@@ -22,26 +21,6 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "timed out: $1"; sleep 0.02; done; }
-
-# A holder: sets its comm to the bytes given in hex, connects under a plain client
-# name, opens the named buffers and waits to be killed.
-cat > "$dir/holder.py" <<'EOF'
-import ctypes, signal, sys
-lib_path, ready, comm_hex = sys.argv[1:4]
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.prctl(15, bytes.fromhex(comm_hex), 0, 0, 0) != 0:  # PR_SET_NAME
-    sys.exit("prctl: errno %d" % ctypes.get_errno())
-lib = ctypes.CDLL(lib_path)
-conn, buf = ctypes.c_void_p(), ctypes.c_void_p()
-if lib.gpushm_connect(None, b"escape-holder", ctypes.byref(conn)) < 0:
-    sys.exit("holder: cannot connect")
-for name in sys.argv[4:]:
-    if lib.gpushm_buffer_open(conn, name.encode(), 1, ctypes.byref(buf)) < 0:  # read-only
-        sys.exit("holder: cannot open " + name)
-open(ready, "w").close()
-while True:
-    signal.pause()
-EOF
 
 # comm (at most 15 bytes) in hex  |  what the tables show in a UTF-8 locale
 #   ESC [2J, 0xff 0xfe, a lone 0x9b (8-bit CSI), "31m", BEL
@@ -61,7 +40,8 @@ wait_for '"$ctl" ping >/dev/null 2>&1'
 n=0
 for hex in $comms; do
   n=$((n + 1))
-  python3 "$dir/holder.py" "$lib" "$dir/ready$n" "$hex" shared &
+  # tests/hold-buffers sets its comm to those bytes, then holds the buffer
+  HOLD_COMM_HEX=$hex HOLD_CLIENT_NAME=escape-holder "$b/tests/hold-buffers" "$dir/ready$n" shared &
   holders="$holders $!"
   wait_for '[ -e "$dir/ready$n" ]'
 done

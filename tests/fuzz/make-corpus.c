@@ -1,0 +1,892 @@
+/* Writes the fuzz targets' seed corpora, built from valid frames of the real message
+ * types, so that fuzzing starts from conversations that get deep into the daemon and
+ * the library instead of dying in the frame checks:
+ *
+ *   make-corpus DIR    ->  DIR/daemon/<seed> (fuzz-daemon), DIR/client/<seed> (fuzz-client)
+ *
+ * Formats: fuzz-format.h.  The seeds are written afresh for every fuzzing run (by
+ * scripts/fuzz), never kept in git, so they follow the schema as it changes. */
+#include "config.h"
+#include "fuzz-format.h"
+#include "gpushm.h"
+#include "gpushm.pb-c.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SEED_MAX (256u * 1024u)
+
+struct seed {
+  uint8_t data[SEED_MAX];
+  size_t len;
+  uint64_t next_id; /* request ids in daemon seeds */
+};
+
+static struct seed s;
+static const char *out_dir;
+static unsigned n_written;
+static uint8_t frame[WIRE_FRAME_MAX];
+
+static void die(const char *what)
+{
+  fprintf(stderr, "make-corpus: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static void put(const void *bytes, size_t len)
+{
+  if (s.len + len > SEED_MAX) {
+    fprintf(stderr, "make-corpus: seed too large\n");
+    exit(1);
+  }
+  memcpy(s.data + s.len, bytes, len);
+  s.len += len;
+}
+
+static void put_byte(unsigned b)
+{
+  uint8_t byte = (uint8_t)b;
+  put(&byte, 1);
+}
+
+static void put_u16(size_t v)
+{
+  put_byte(v & 0xff);
+  put_byte(v >> 8);
+}
+
+static void begin(void)
+{
+  s.len = 0;
+  s.next_id = 0;
+}
+
+static void finish(const char *kind, const char *name)
+{
+  char path[4096];
+  FILE *f;
+
+  snprintf(path, sizeof path, "%s/%s/%s", out_dir, kind, name);
+  if (!(f = fopen(path, "wb")) || fwrite(s.data, 1, s.len, f) != s.len || fclose(f) != 0)
+    die(path);
+  n_written++;
+}
+
+/* Packs msg as a whole frame (raw) or as the body alone (the target adds the header). */
+static size_t pack(const ProtobufCMessage *msg, uint16_t type, bool raw, unsigned n_fds)
+{
+  long len;
+
+  if (raw) {
+    if ((len = wire_encode(frame, type, msg, n_fds)) < 0) {
+      fprintf(stderr, "make-corpus: message too large\n");
+      exit(1);
+    }
+    return (size_t)len;
+  }
+  if (protobuf_c_message_get_packed_size(msg) > GPUSHM_LIMIT_FRAME_BODY) {
+    fprintf(stderr, "make-corpus: message too large\n");
+    exit(1);
+  }
+  return protobuf_c_message_pack(msg, frame);
+}
+
+/* ---- fuzz-daemon seeds ------------------------------------------------------------ */
+
+/* One record: sel's FUZZ_D_HEADER decides whether the request goes as a body or a
+ * whole frame. */
+static void d_send(unsigned sel, Gpushm__Request *req)
+{
+  size_t len;
+
+  req->request_id = ++s.next_id;
+  len = pack(&req->base, WIRE_TYPE_REQUEST, !(sel & FUZZ_D_HEADER), 0);
+  put_byte(sel);
+  put_u16(len);
+  put(frame, len);
+}
+
+static void d_raw(unsigned sel, const void *bytes, size_t len)
+{
+  put_byte(sel);
+  put_u16(len);
+  put(bytes, len);
+}
+
+#define H FUZZ_D_HEADER
+
+static void d_hello(unsigned sel)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__Hello body = GPUSHM__HELLO__INIT;
+  body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  body.client_name = (sel & FUZZ_D_CONN) ? "consumer" : "producer";
+  req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+  req.hello = &body;
+  d_send(sel, &req);
+}
+
+struct create_spec {
+  const char *name;
+  uint64_t size;
+  uint32_t mode;
+  int lifetime;
+  bool open_existing, sync;
+  int backend;
+};
+
+static void d_create(unsigned sel, struct create_spec spec)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
+  body.name = (char *)spec.name;
+  body.size = spec.size;
+  body.mode = spec.mode;
+  body.lifetime = (Gpushm__Lifetime)spec.lifetime;
+  body.open_existing = spec.open_existing;
+  body.sync = spec.sync;
+  body.backend = (Gpushm__Backend)spec.backend;
+  req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+  req.create = &body;
+  d_send(sel, &req);
+}
+
+static void d_open(unsigned sel, const char *name, uint64_t id, bool read_only, bool event)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+  if (name) {
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = (char *)name;
+  } else {
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    body.id = id;
+  }
+  body.read_only = read_only;
+  body.event = event;
+  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+  req.open = &body;
+  d_send(sel, &req);
+}
+
+static void d_close(unsigned sel, uint64_t id)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
+  body.id = id;
+  req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
+  req.close = &body;
+  d_send(sel, &req);
+}
+
+static void d_unlink(unsigned sel, const char *name)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
+  body.name = (char *)name;
+  req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
+  req.unlink = &body;
+  d_send(sel, &req);
+}
+
+static void d_list(unsigned sel, uint64_t after_id, uint32_t max_entries, bool all)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
+  body.after_id = after_id;
+  body.max_entries = max_entries;
+  body.all = all;
+  req.body_case = GPUSHM__REQUEST__BODY_LIST;
+  req.list = &body;
+  d_send(sel, &req);
+}
+
+static void d_stats(unsigned sel)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__StatsRequest body = GPUSHM__STATS_REQUEST__INIT;
+  req.body_case = GPUSHM__REQUEST__BODY_STATS;
+  req.stats = &body;
+  d_send(sel, &req);
+}
+
+static void d_ping(unsigned sel)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PingRequest body = GPUSHM__PING_REQUEST__INIT;
+  req.body_case = GPUSHM__REQUEST__BODY_PING;
+  req.ping = &body;
+  d_send(sel, &req);
+}
+
+static void d_clients(unsigned sel, uint32_t after_id)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__ClientsRequest body = GPUSHM__CLIENTS_REQUEST__INIT;
+  body.after_id = after_id;
+  req.body_case = GPUSHM__REQUEST__BODY_CLIENTS;
+  req.clients = &body;
+  d_send(sel, &req);
+}
+
+static void daemon_seeds(void)
+{
+  const unsigned c0 = H, c1 = H | FUZZ_D_CONN;
+  char name[16];
+
+  /* Two users share a buffer through its "other" bits; the stranger may read only. */
+  begin();
+  put_byte(0); /* connection 1: uid 65534 */
+  d_hello(c0);
+  d_hello(c1);
+  d_create(c0, (struct create_spec){ .name = "frames", .size = 4096, .mode = 0644 });
+  d_open(c1, "frames", 0, true, false);
+  d_open(c1, "frames", 0, false, false);
+  d_list(c1, 0, 0, false);
+  d_list(c1, 0, 0, true);
+  d_stats(c0);
+  d_clients(c0, 0);
+  d_unlink(c1, "frames");
+  d_close(c1, 1);
+  d_close(c1, 1);
+  d_close(c0, 1);
+  d_unlink(c0, "frames");
+  d_ping(c0);
+  d_ping(c1);
+  finish("daemon", "share");
+
+  /* Group access, by id, and a session buffer that goes with its creator. */
+  begin();
+  put_byte(1); /* connection 1: uid 1001, uid 1000's group */
+  d_hello(c0);
+  d_hello(c1);
+  d_create(c0, (struct create_spec){ .name = "grp", .size = 8192, .mode = 0660 });
+  d_open(c1, "grp", 0, false, false);
+  d_open(c1, NULL, 1, true, false);
+  d_list(c1, 0, 0, false);
+  d_close(c1, 1);
+  d_close(c1, 1);
+  d_create(c1, (struct create_spec){ .name = "sess", .size = 100, .lifetime = 1 });
+  d_open(c0, "sess", 0, true, false);
+  d_unlink(c0, "grp");
+  d_hello(c1 | FUZZ_D_RECONNECT);
+  d_list(c0, 0, 0, false);
+  d_open(c0, NULL, 2, true, false);
+  d_clients(c1, 0);
+  finish("daemon", "group-session");
+
+  /* Root sees and removes everyone's buffers. */
+  begin();
+  put_byte(2 | FUZZ_D_AUTO_HELLO); /* connection 1: root */
+  d_create(c0, (struct create_spec){ .name = "p", .size = 4096 });
+  d_list(c1, 0, 0, true);
+  d_open(c1, "p", 0, false, false);
+  d_clients(c1, 0);
+  d_unlink(c1, "p");
+  d_open(c0, "p", 0, false, false);
+  d_list(c0, 0, 0, false);
+  d_close(c1, 1);
+  d_stats(c1);
+  finish("daemon", "root");
+
+  /* An admin by group: may list and unlink, not read. */
+  begin();
+  put_byte(3 | FUZZ_D_AUTO_HELLO); /* connection 1: uid 1002, the admin group */
+  d_create(c0, (struct create_spec){ .name = "x", .size = 1 });
+  d_create(c0, (struct create_spec){ .name = "y", .size = 4097, .mode = 0604, .lifetime = 1 });
+  d_list(c1, 0, 0, true);
+  d_open(c1, "x", 0, true, false);
+  d_open(c1, "y", 0, true, false);
+  d_unlink(c1, "x");
+  d_clients(c1, 0);
+  d_stats(c0);
+  finish("daemon", "admin-group");
+
+  /* Sync buffers, open-existing, and the backends this daemon lacks. */
+  begin();
+  put_byte(0);
+  d_hello(c0);
+  d_hello(c1);
+  d_create(c0, (struct create_spec){ .name = "sync", .size = 4096, .mode = 0666, .sync = true });
+  d_create(c1, (struct create_spec){ .name = "sync", .size = 4096, .open_existing = true,
+                                     .sync = true });
+  d_create(c1, (struct create_spec){ .name = "sync", .size = 4096, .open_existing = true });
+  d_open(c1, NULL, 1, true, false);
+  d_open(c1, "sync", 0, false, true);
+  d_create(c0, (struct create_spec){ .name = "ev", .backend = GPUSHM_BACKEND_CUDA_EVENT });
+  d_create(c0, (struct create_spec){ .name = "dev", .size = 1 << 20,
+                                     .backend = GPUSHM_BACKEND_CUDA_IPC });
+  d_create(c0, (struct create_spec){ .name = "fd", .size = 1 << 20,
+                                     .backend = GPUSHM_BACKEND_CUDA_FD });
+  d_create(c0, (struct create_spec){ .name = "bad", .size = 1, .backend = 9 });
+  d_open(c0, "ev", 0, false, true);
+  d_list(c1, 0, 0, false);
+  d_close(c1, 1);
+  d_close(c1, 1);
+  finish("daemon", "sync");
+
+  /* Arguments at and past every limit the registry checks. */
+  begin();
+  put_byte(FUZZ_D_AUTO_HELLO);
+  d_create(c0, (struct create_spec){ .name = "q1", .size = 12 << 10 });
+  d_create(c0, (struct create_spec){ .name = "q2", .size = 17ull << 20 });
+  d_create(c0, (struct create_spec){ .name = "zero", .size = 0 });
+  d_create(c0, (struct create_spec){ .name = "huge", .size = (1ull << 44) + 1 });
+  d_create(c0, (struct create_spec){ .name = "mode", .size = 1, .mode = 01777 });
+  d_create(c0, (struct create_spec){ .name = "life", .size = 1, .lifetime = 7 });
+  d_create(c0, (struct create_spec){ .name = "", .size = 1 });
+  d_create(c0, (struct create_spec){ .name = ".hidden", .size = 1 });
+  d_create(c0, (struct create_spec){ .name = "-opt", .size = 1 });
+  d_create(c0, (struct create_spec){
+    .name = "n123456789012345678901234567890123456789012345678901234567890123456789012345678"
+            "9012345678901234567890123456789012345678901234567", .size = 1 });
+  d_create(c0, (struct create_spec){ .name = "q1", .size = 1 });
+  d_open(c0, "nope", 0, false, false);
+  d_open(c0, NULL, 99, false, false);
+  d_unlink(c0, "nope");
+  d_close(c0, 99);
+  d_list(c0, 0, 0, false);
+  finish("daemon", "limits");
+
+  /* Paging, pipelined requests and a reply queue nobody reads. */
+  begin();
+  put_byte(FUZZ_D_AUTO_HELLO);
+  for (int i = 0; i < 12; i++) {
+    snprintf(name, sizeof name, "page%d", i);
+    d_create((i & 1) ? c1 : c0, (struct create_spec){ .name = name, .size = 4096, .mode = 0644 });
+  }
+  d_list(c0, 0, 5, false);
+  d_list(c0, 5, 5, false);
+  d_list(c1 | FUZZ_D_PIPELINE, 10, 5, false);
+  d_clients(c1 | FUZZ_D_PIPELINE, 1);
+  d_ping(c0 | FUZZ_D_REPEAT | FUZZ_D_PIPELINE);
+  d_list(c0 | FUZZ_D_REPEAT | FUZZ_D_NO_DRAIN, 0, 0, false);
+  d_list(c0 | FUZZ_D_REPEAT | FUZZ_D_NO_DRAIN, 0, 0, false);
+  d_ping(c1);
+  finish("daemon", "paging-pipeline");
+
+  /* A client that stops reading is dropped; the other goes on. */
+  begin();
+  put_byte(FUZZ_D_AUTO_HELLO);
+  for (int i = 0; i < 20; i++) {
+    snprintf(name, sizeof name, "slow%d", i);
+    d_create(c0, (struct create_spec){ .name = name, .size = 4096 });
+  }
+  for (int i = 0; i < 8; i++)
+    d_list(c0 | FUZZ_D_REPEAT | FUZZ_D_NO_DRAIN, 0, 0, false);
+  d_stats(c1);
+  finish("daemon", "slow-reader");
+
+  /* Protocol errors, each ending its connection; the harness reconnects. */
+  begin();
+  put_byte(FUZZ_D_AUTO_HELLO);
+  d_raw(FUZZ_D_CONN, "not a gpushm frame", 18);
+  d_ping(c0 | (2u << FUZZ_D_FDS_SHIFT));
+  d_ping(c1 | (3u << FUZZ_D_FDS_SHIFT));
+  d_raw(H, "\x08\x01\x52\x03\x0a\x01", 6); /* a body cut short */
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    req.body_case = GPUSHM__REQUEST__BODY_PING;
+    req.ping = &(Gpushm__PingRequest)GPUSHM__PING_REQUEST__INIT;
+    size_t len = pack(&req.base, WIRE_TYPE_REQUEST, false, 0); /* request id 0 */
+    d_raw(H | FUZZ_D_CONN, frame, len);
+  }
+  d_hello(c0);
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT; /* no body: a newer client's request */
+    d_send(c0, &req);
+  }
+  d_stats(c0);
+  finish("daemon", "protocol-errors");
+
+  /* Before hello, a second hello, a version the daemon does not speak. */
+  begin();
+  put_byte(0);
+  d_ping(c0);
+  d_hello(c1);
+  d_hello(c1);
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__Hello body = GPUSHM__HELLO__INIT;
+    body.protocol_version = 99;
+    body.client_name = "future";
+    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    d_send(c0 | FUZZ_D_RECONNECT, &req);
+    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+    body.client_name = "a-client-name-longer-than-the-sixty-four-bytes-the-daemon-accepts!";
+    d_send(c0 | FUZZ_D_RECONNECT, &req);
+  }
+  d_list(c1, 0, 0, false);
+  finish("daemon", "hello-order");
+
+  /* The same conversation as whole frames, headers and all. */
+  begin();
+  put_byte(0);
+  d_hello(0);
+  d_hello(FUZZ_D_CONN);
+  d_create(0, (struct create_spec){ .name = "raw", .size = 4096, .mode = 0644 });
+  d_open(FUZZ_D_CONN, "raw", 0, true, false);
+  d_list(FUZZ_D_CONN, 0, 0, false);
+  d_stats(0);
+  d_clients(0, 0);
+  d_ping(FUZZ_D_CONN);
+  d_close(FUZZ_D_CONN, 1);
+  d_unlink(0, "raw");
+  finish("daemon", "raw-frames");
+}
+
+#undef H
+
+/* ---- fuzz-client seeds ------------------------------------------------------------ */
+
+static void c_ops(unsigned n, const unsigned char *ops)
+{
+  put_byte(n);
+  put(ops, n);
+}
+
+/* A chunk whose body is reply; the target appends the request's id to it. */
+static void c_reply(unsigned flags, unsigned fds, Gpushm__Reply *reply)
+{
+  size_t len = pack(&reply->base, WIRE_TYPE_REPLY, false, 0);
+  put_byte(flags);
+  put_byte(fds);
+  put_u16(len);
+  put(frame, len);
+}
+
+static void c_hello(void)
+{
+  static Gpushm__Backend backends[] = { GPUSHM__BACKEND__BACKEND_HOST };
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__HelloReply body = GPUSHM__HELLO_REPLY__INIT;
+
+  body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  body.daemon_version = PACKAGE_VERSION;
+  body.instance_id = 0x1234567890abcdefull;
+  body.n_backends = 1;
+  body.backends = backends;
+  body.client_id = 1;
+  reply.body_case = GPUSHM__REPLY__BODY_HELLO;
+  reply.hello = &body;
+  c_reply(0, FUZZ_C_FDS1(FUZZ_C_FD_STATUS_PAGE), &reply);
+}
+
+static void c_status(int status, const char *message)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  reply.status = status;
+  reply.message = (char *)message;
+  c_reply(0, 0, &reply);
+}
+
+static void c_ping(void)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__PingReply body = GPUSHM__PING_REPLY__INIT;
+  reply.body_case = GPUSHM__REPLY__BODY_PING;
+  reply.ping = &body;
+  c_reply(0, 0, &reply);
+}
+
+static void fill_info(Gpushm__BufferInfo *info, uint64_t id, const char *name, uint64_t size,
+                      int backend)
+{
+  gpushm__buffer_info__init(info);
+  info->id = id;
+  info->name = (char *)name;
+  info->size = size;
+  info->allocated = (size + 4095) / 4096 * 4096;
+  info->backend = (Gpushm__Backend)backend;
+  info->device = backend == GPUSHM_BACKEND_HOST ? -1 : 0;
+  info->owner_uid = 1000;
+  info->owner_gid = 1000;
+  info->mode = 0640;
+  info->linked = true;
+  info->refs = 1;
+  info->my_refs = 1;
+  info->created_unix_ms = 1700000000000ull;
+  info->creator_pid = 4711;
+  info->holders_total = 1;
+}
+
+struct open_spec {
+  uint64_t id;
+  const char *name;
+  uint64_t size;
+  int backend;
+  bool read_only, created, sync;
+  unsigned fds; /* the fds byte, when not the ones the reply implies */
+};
+
+static void c_open(struct open_spec spec)
+{
+  static uint8_t handle[64] = { 1, 2, 3 }, uuid[16] = { 0x42 };
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__OpenReply body = GPUSHM__OPEN_REPLY__INIT;
+  Gpushm__BufferInfo info;
+  unsigned fds = 0;
+  int backend = spec.backend ? spec.backend : GPUSHM_BACKEND_HOST;
+
+  fill_info(&info, spec.id, spec.name, spec.size, backend);
+  info.sync = spec.sync;
+  body.info = &info;
+  body.created = spec.created;
+  body.read_only = spec.read_only;
+  body.has_control = spec.sync;
+  if (backend != GPUSHM_BACKEND_HOST) {
+    body.ipc_handle.data = handle;
+    body.ipc_handle.len = sizeof handle;
+    info.device_uuid.data = uuid;
+    info.device_uuid.len = sizeof uuid;
+  }
+  if (backend == GPUSHM_BACKEND_HOST)
+    fds = spec.sync ? FUZZ_C_FDS2(FUZZ_C_FD_DATA, FUZZ_C_FD_CONTROL) : FUZZ_C_FDS1(FUZZ_C_FD_DATA);
+  else if (spec.sync)
+    fds = FUZZ_C_FDS1(FUZZ_C_FD_CONTROL);
+  if (spec.fds)
+    fds = spec.fds;
+  if (spec.read_only)
+    fds |= FUZZ_C_FDS_READONLY;
+  reply.body_case = GPUSHM__REPLY__BODY_OPEN;
+  reply.open = &body;
+  c_reply(0, fds, &reply);
+}
+
+static void c_list(uint64_t first_id, unsigned n, bool more)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__ListReply body = GPUSHM__LIST_REPLY__INIT;
+  Gpushm__BufferInfo infos[4], *ptrs[4];
+  Gpushm__Holder holders[2], *holder_ptrs[2];
+  static const char *const names[] = { "a", "b", "frames", "weights" };
+
+  for (unsigned h = 0; h < 2; h++) {
+    gpushm__holder__init(&holders[h]);
+    holders[h].client_id = h + 1;
+    holders[h].pid = 100 + h;
+    holders[h].uid = 1000;
+    holders[h].refs = h + 1;
+    holder_ptrs[h] = &holders[h];
+  }
+  for (unsigned i = 0; i < n && i < 4; i++) {
+    fill_info(&infos[i], first_id + i, names[i], 4096u << i, GPUSHM_BACKEND_HOST);
+    infos[i].n_holders = i % 3;
+    infos[i].holders = holder_ptrs;
+    infos[i].holders_total = i % 3;
+    ptrs[i] = &infos[i];
+  }
+  body.n_buffers = n;
+  body.buffers = ptrs;
+  body.more = more;
+  reply.body_case = GPUSHM__REPLY__BODY_LIST;
+  reply.list = &body;
+  c_reply(0, 0, &reply);
+}
+
+static void c_stats(void)
+{
+  static uint8_t uuid[16] = { 0xaa, 0xbb };
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__StatsReply body = GPUSHM__STATS_REPLY__INIT;
+  Gpushm__Device dev = GPUSHM__DEVICE__INIT, *devs[] = { &dev };
+  Gpushm__RequestCount counts[2], *count_ptrs[2];
+  Gpushm__Usage usage = GPUSHM__USAGE__INIT, *usage_ptrs[] = { &usage };
+  static const char *const types[] = { "hello", "create" };
+
+  dev.ordinal = 0;
+  dev.name = "Fuzz GPU";
+  dev.uuid.data = uuid;
+  dev.uuid.len = sizeof uuid;
+  dev.total_memory = 80ull << 30;
+  for (unsigned i = 0; i < 2; i++) {
+    gpushm__request_count__init(&counts[i]);
+    counts[i].type = (char *)types[i];
+    counts[i].count = 10 + i;
+    counts[i].errors = i;
+    count_ptrs[i] = &counts[i];
+  }
+  usage.backend = GPUSHM__BACKEND__BACKEND_HOST;
+  usage.device = -1;
+  usage.buffers = 3;
+  usage.bytes = 3 << 12;
+  body.daemon_version = PACKAGE_VERSION;
+  body.instance_id = 0x1234567890abcdefull;
+  body.uptime_ms = 1000;
+  body.clients = 2;
+  body.buffers = 3;
+  body.buffers_linked = 3;
+  body.bytes_allocated = 3 << 12;
+  body.requests = 21;
+  body.open_fds = 12;
+  body.next_buffer_id = 4;
+  body.n_devices = 1;
+  body.devices = devs;
+  body.n_requests_by_type = 2;
+  body.requests_by_type = count_ptrs;
+  body.n_usage = 1;
+  body.usage = usage_ptrs;
+  reply.body_case = GPUSHM__REPLY__BODY_STATS;
+  reply.stats = &body;
+  c_reply(0, 0, &reply);
+}
+
+static void c_clients(uint32_t first_id, unsigned n, bool more)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__ClientsReply body = GPUSHM__CLIENTS_REPLY__INIT;
+  Gpushm__ClientInfo infos[3], *ptrs[3];
+
+  for (unsigned i = 0; i < n && i < 3; i++) {
+    gpushm__client_info__init(&infos[i]);
+    infos[i].client_id = first_id + i;
+    infos[i].pid = 200 + i;
+    infos[i].uid = 1000;
+    infos[i].gid = 1000;
+    infos[i].name = i ? "consumer" : "producer";
+    infos[i].connected_unix_ms = 1700000000000ull;
+    infos[i].buffers_held = i;
+    infos[i].bytes_held = 4096u * i;
+    ptrs[i] = &infos[i];
+  }
+  body.n_clients = n;
+  body.clients = ptrs;
+  body.more = more;
+  reply.body_case = GPUSHM__REPLY__BODY_CLIENTS;
+  reply.clients = &body;
+  c_reply(0, 0, &reply);
+}
+
+#define OP FUZZ_C_OP
+
+static void client_seeds(void)
+{
+  /* The admin calls. */
+  begin();
+  c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_PING, 0), OP(FUZZ_C_OP_STATS, 0),
+                                    OP(FUZZ_C_OP_LIST, 0), OP(FUZZ_C_OP_CLIENTS, 0) });
+  c_hello();
+  c_ping();
+  c_stats();
+  c_list(1, 3, false);
+  c_clients(1, 2, false);
+  finish("client", "admin");
+
+  /* Create, use, close. */
+  begin();
+  c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_CREATE, 2), OP(FUZZ_C_OP_TOUCH, 0),
+                                    OP(FUZZ_C_OP_ACCESSORS, 0), OP(FUZZ_C_OP_CLOSE, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 4096, .created = true });
+  c_status(0, "");
+  finish("client", "create");
+
+  /* Read-only open, a cache hit, the same buffer by id read-write. */
+  begin();
+  c_ops(6, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 2), OP(FUZZ_C_OP_OPEN, 2),
+                                    OP(FUZZ_C_OP_OPEN_ID, 0), OP(FUZZ_C_OP_TOUCH, 0),
+                                    OP(FUZZ_C_OP_TOUCH, 2), OP(FUZZ_C_OP_CLOSE_ALL, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 100, .read_only = true });
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 100 });
+  c_status(0, "");
+  c_status(0, "");
+  finish("client", "open-cache");
+
+  /* A sync buffer: release, acquire. */
+  begin();
+  c_ops(5, (const unsigned char[]){ OP(FUZZ_C_OP_CREATE, 6), OP(FUZZ_C_OP_SYNC, 8),
+                                    OP(FUZZ_C_OP_SYNC, 1), OP(FUZZ_C_OP_ACCESSORS, 0),
+                                    OP(FUZZ_C_OP_CLOSE, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 7, .name = "a", .size = 4096, .created = true, .sync = true });
+  c_status(0, "");
+  finish("client", "sync");
+
+  /* Paged listings. */
+  begin();
+  c_ops(2, (const unsigned char[]){ OP(FUZZ_C_OP_LIST, 1), OP(FUZZ_C_OP_CLIENTS, 0) });
+  c_hello();
+  c_list(1, 4, true);
+  c_list(5, 2, false);
+  c_clients(1, 3, true);
+  c_clients(4, 1, false);
+  finish("client", "paging");
+
+  /* Errors, then the daemon's last word (request id 0) ends the connection. */
+  begin();
+  c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 1), OP(FUZZ_C_OP_UNLINK, 0),
+                                    OP(FUZZ_C_OP_PING, 0), OP(FUZZ_C_OP_PING, 0) });
+  c_hello();
+  c_status(-GPUSHM_E_NOENT, "no buffer named 'b'");
+  c_status(-GPUSHM_E_PERM, "'a' belongs to uid 0");
+  {
+    Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    reply.status = -GPUSHM_E_PROTO;
+    reply.message = "malformed request body";
+    size_t len = pack(&reply.base, WIRE_TYPE_REPLY, false, 0);
+    put_byte(FUZZ_C_KEEP_ID | FUZZ_C_HANGUP);
+    put_byte(0);
+    put_u16(len);
+    put(frame, len);
+  }
+  finish("client", "errors");
+
+  /* A buffer keeps its connection across a reconnect. */
+  begin();
+  c_ops(5, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 0), OP(FUZZ_C_OP_RECONNECT, 0),
+                                    OP(FUZZ_C_OP_PING, 0), OP(FUZZ_C_OP_OPEN, 1),
+                                    OP(FUZZ_C_OP_CLOSE_ALL, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 4096 });
+  c_hello();
+  c_ping();
+  c_open((struct open_spec){ .id = 2, .name = "b", .size = 64 << 10 });
+  c_status(0, "");
+  c_status(0, "");
+  finish("client", "reconnect");
+
+  /* Device buffers and events: the import fails (no driver), the reference goes back. */
+  begin();
+  c_ops(3, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 0), OP(FUZZ_C_OP_EVENT, 1),
+                                    OP(FUZZ_C_OP_EVENT, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 2 << 20,
+                             .backend = GPUSHM_BACKEND_CUDA_IPC });
+  c_status(0, "");
+  c_open((struct open_spec){ .id = 2, .name = "b", .created = true,
+                             .backend = GPUSHM_BACKEND_CUDA_EVENT });
+  c_status(0, "");
+  c_status(-GPUSHM_E_UNSUPPORTED, "unsupported: cuda-ipc backend unavailable");
+  finish("client", "cuda");
+
+  /* Replies that lie: a buffer larger than its memory, fds missing or extra. */
+  begin();
+  c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 0), OP(FUZZ_C_OP_OPEN, 1),
+                                    OP(FUZZ_C_OP_CREATE, 4), OP(FUZZ_C_OP_PING, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 1 << 20 });
+  c_status(0, "");
+  c_open((struct open_spec){ .id = 2, .name = "b", .size = 4096, .sync = true });
+  c_status(0, "");
+  c_open((struct open_spec){ .id = 3, .name = "a", .size = 100 });
+  c_status(0, "");
+  c_ping();
+  finish("client", "lies");
+
+  /* A name unlinked meanwhile (the status page says so) is resolved again, and the
+   * answer joins the handle already open. */
+  begin();
+  c_ops(5, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 2), OP(FUZZ_C_OP_PING, 0),
+                                    OP(FUZZ_C_OP_OPEN, 2), OP(FUZZ_C_OP_OPEN, 2),
+                                    OP(FUZZ_C_OP_CLOSE_ALL, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 4096, .read_only = true });
+  {
+    Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    Gpushm__PingReply body = GPUSHM__PING_REPLY__INIT;
+    reply.body_case = GPUSHM__REPLY__BODY_PING;
+    reply.ping = &body;
+    c_reply(FUZZ_C_UNLINKED, 0, &reply);
+  }
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 4096, .read_only = true });
+  c_status(0, "");
+  c_status(0, "");
+  finish("client", "unlinked-name");
+
+  /* Sync buffers whose control block is not one, or missing. */
+  begin();
+  c_ops(3, (const unsigned char[]){ OP(FUZZ_C_OP_CREATE, 6), OP(FUZZ_C_OP_CREATE, 7),
+                                    OP(FUZZ_C_OP_OPEN, 0) });
+  c_hello();
+  c_open((struct open_spec){ .id = 1, .name = "a", .size = 4096, .created = true, .sync = true,
+                             .fds = FUZZ_C_FDS2(FUZZ_C_FD_DATA, FUZZ_C_FD_DATA) });
+  c_status(0, "");
+  c_open((struct open_spec){ .id = 2, .name = "b", .size = 4096, .created = true, .sync = true,
+                             .fds = FUZZ_C_FDS2(FUZZ_C_FD_DATA, FUZZ_C_FD_DEVNULL) });
+  c_status(0, "");
+  c_open((struct open_spec){ .id = 3, .name = "a", .size = 4096, .sync = true,
+                             .fds = FUZZ_C_FDS1(FUZZ_C_FD_DATA) });
+  c_status(0, "");
+  finish("client", "bad-control");
+
+  /* Statuses the protocol never uses (it sends positive error numbers): they must
+   * still fail the call, never pass for success. */
+  begin();
+  c_ops(3, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 0), OP(FUZZ_C_OP_PING, 0),
+                                    OP(FUZZ_C_OP_UNLINK, 0) });
+  c_hello();
+  c_status(GPUSHM_E_NOENT, "negative status");
+  c_status(-1000, "negative status");
+  c_status(INT32_MIN, "the most negative status");
+  finish("client", "negative-status");
+
+  /* Whole frames with the ids the library will use. */
+  begin();
+  c_ops(1, (const unsigned char[]){ OP(FUZZ_C_OP_PING, 0) });
+  {
+    static Gpushm__Backend backends[] = { GPUSHM__BACKEND__BACKEND_HOST };
+    Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    Gpushm__HelloReply hello = GPUSHM__HELLO_REPLY__INIT;
+    Gpushm__PingReply ping = GPUSHM__PING_REPLY__INIT;
+    size_t len;
+
+    hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
+    hello.daemon_version = PACKAGE_VERSION;
+    hello.instance_id = 1;
+    hello.n_backends = 1;
+    hello.backends = backends;
+    reply.request_id = 1;
+    reply.body_case = GPUSHM__REPLY__BODY_HELLO;
+    reply.hello = &hello;
+    len = pack(&reply.base, WIRE_TYPE_REPLY, true, 1);
+    put_byte(FUZZ_C_RAW);
+    put_byte(FUZZ_C_FDS1(FUZZ_C_FD_STATUS_PAGE));
+    put_u16(len);
+    put(frame, len);
+    reply.request_id = 2;
+    reply.body_case = GPUSHM__REPLY__BODY_PING;
+    reply.ping = &ping;
+    len = pack(&reply.base, WIRE_TYPE_REPLY, true, 0);
+    put_byte(FUZZ_C_RAW);
+    put_byte(0);
+    put_u16(len);
+    put(frame, len);
+  }
+  finish("client", "raw-frames");
+}
+
+#undef OP
+
+static void make_dir(const char *path)
+{
+  if (mkdir(path, 0755) < 0 && errno != EEXIST)
+    die(path);
+}
+
+int main(int argc, char **argv)
+{
+  char path[4096];
+
+  if (argc != 2) {
+    fprintf(stderr, "usage: make-corpus DIR\n");
+    return 2;
+  }
+  out_dir = argv[1];
+  make_dir(out_dir);
+  snprintf(path, sizeof path, "%s/daemon", out_dir);
+  make_dir(path);
+  snprintf(path, sizeof path, "%s/client", out_dir);
+  make_dir(path);
+  daemon_seeds();
+  client_seeds();
+  printf("make-corpus: %u seeds in %s/{daemon,client}\n", n_written, out_dir);
+  return 0;
+}
