@@ -101,8 +101,10 @@ static int memfd_of_kind(struct fake_daemon *d, unsigned kind)
     return devnull;
   if (d->memfds[kind] >= 0)
     return d->memfds[kind];
-  if ((fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC)) < 0 ||
-      ftruncate(fd, kind == FUZZ_C_FD_DATA ? FUZZ_C_DATA_FD_SIZE : 4096) < 0)
+  /* Sealed like the daemon's: the library refuses objects that could still shrink. */
+  if ((fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0 ||
+      ftruncate(fd, kind == FUZZ_C_FD_DATA ? FUZZ_C_DATA_FD_SIZE : 4096) < 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
     fail("memfd: %s", strerror(errno));
   if (kind == FUZZ_C_FD_STATUS_PAGE) {
     struct status_page page = { .magic = STATUS_PAGE_MAGIC };
