@@ -112,6 +112,17 @@ case "$out" in *"pid $h1"*) fail "killed holder still listed: $out" ;; esac
 expect 0 "$ctl" destroy frames
 expect 0 "$ctl" list; contains "unlinked-held"
 expect 1 "$ctl" destroy frames; contains "no buffer named 'frames'"
+
+# --- disconnect: the last holder's references go (so does the memory), the process lives on
+expect 2 "$ctl" disconnect bob; contains "not a client id"
+expect 1 "$ctl" disconnect 4000000000; contains "no client with id 4000000000"
+id2=$("$ctl" clients | awk -v pid="$h2" '$2 == pid {print $1}')
+[ -n "$id2" ] || fail "no client id for holder $h2"
+expect 0 "$ctl" disconnect "$id2"; contains "client $id2 disconnected"
+wait_for '! "$ctl" clients | grep -q " $h2 "'
+expect 0 "$ctl" list --all
+case "$out" in *frames*) fail "a buffer nobody holds any more is still there: $out" ;; esac
+kill -0 "$h2" || fail "disconnect killed the holder process"
 expect 0 "$ctl" events; [ "$(echo "$out" | wc -l)" = 1 ] || fail "events: $out"
 
 # --- another uid: no --all, no destroying root's buffers, sees only what it may open
