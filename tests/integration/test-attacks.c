@@ -253,7 +253,7 @@ static void test_pinning(void)
 {
   struct test_daemon q = { 0 };
   gpushm_create_opts_t opts;
-  gpushm_t *conn;
+  static gpushm_t *conn; /* reachable in forked children too (valgrind) */
   gpushm_buffer_t *pinned, *b;
   pid_t pid;
 

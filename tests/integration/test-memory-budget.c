@@ -19,7 +19,7 @@
 static void test_explicit_budget(void)
 {
   struct test_daemon d = { 0 };
-  gpushm_t *conn;
+  static gpushm_t *conn; /* reachable in forked children too (valgrind) */
   gpushm_buffer_t *a, *b, *c;
   pid_t pid;
 
