@@ -2,7 +2,11 @@
 #include "config.h"
 #include "internal.h"
 
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A gpushm_event_t is a cache entry whose backend is GPUSHM_BACKEND_CUDA_EVENT. */
 #define EVENT_ENTRY(ev) ((struct gpushm_buffer *)(ev))
@@ -74,6 +78,19 @@ static int check_sync(const struct gpushm_buffer *buf, const void *stream)
   return 0;
 }
 
+/* The futex word is the low half of the 64-bit release sequence: it changes with every
+ * release, which is all FUTEX_WAIT needs to tell "published meanwhile" from "sleep". */
+static uint32_t *seq_futex_word(struct sync_control *ctl)
+{
+  return (uint32_t *)&ctl->release_seq + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+}
+
+/* Shared (not private) futex operations: waiters are other processes. */
+static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const struct timespec *timeout)
+{
+  return syscall(SYS_futex, seq_futex_word(ctl), op, val, timeout, NULL, 0);
+}
+
 int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
 {
   uint64_t n;
@@ -89,7 +106,10 @@ int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
    * recorded for n, or for a later release. */
   if (buf->sync_event && (r = client_cuda_record(buf->sync_event, buf->device, stream)) < 0)
     return r;
-  n = __atomic_add_fetch(&buf->control->release_seq, 1, __ATOMIC_ACQ_REL);
+  n = __atomic_add_fetch(&buf->control->release_seq, 1, __ATOMIC_SEQ_CST);
+  /* Read-only openers cannot announce that they sleep (their control block is
+   * read-only), so every release wakes: a few hundred ns when nobody waits. */
+  seq_futex(buf->control, FUTEX_WAKE, INT_MAX, NULL);
   if (seq)
     *seq = n;
   return 0;
@@ -104,23 +124,23 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void pause_for(long ns)
-{
-  struct timespec ts = { 0, ns };
-  nanosleep(&ts, NULL);
-}
-
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/* Spins first: in a pipeline that keeps pace the release is usually microseconds away,
+ * and a sleep costs more than that. */
+#define ACQUIRE_SPINS 1000
+/* Then sleeps on the futex, rechecking at least this often: a releaser linked against
+ * libgpushm 0.1 publishes without waking anyone. */
+#define ACQUIRE_RECHECK_NS 200000000ull
 
 int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)
 {
-  uint64_t deadline = 0;
-  long backoff = 1000;
+  uint64_t deadline = 0, cur;
   int r;
 
   client_clear_error();
@@ -129,21 +149,26 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
   if (seq == 0 && __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) == 0)
     return 0; /* nothing released yet: nothing to wait for */
   if (timeout_ms >= 0)
-    deadline = now_ms() + (uint64_t)timeout_ms;
-  /* The producer publishes as soon as it has queued its release, so the wait is
-   * short when both sides keep pace: spin a little, then back off to 1 ms naps. */
-  for (unsigned spins = 0; __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) < seq;
-       spins++) {
-    if (timeout_ms >= 0 && now_ms() >= deadline)
-      return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' not published within %d ms",
-                          (unsigned long long)seq, buf->name, timeout_ms);
-    if (spins < 1000) {
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+  for (unsigned spins = 0; (cur = __atomic_load_n(&buf->control->release_seq,
+                                                  __ATOMIC_SEQ_CST)) < seq; spins++) {
+    uint64_t now, slice = ACQUIRE_RECHECK_NS;
+    struct timespec ts;
+
+    if (spins < ACQUIRE_SPINS) {
       cpu_relax();
       continue;
     }
-    pause_for(backoff);
-    if (backoff < 1000000)
-      backoff *= 2;
+    now = now_ns();
+    if (timeout_ms >= 0 && now >= deadline)
+      return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' not published within %d ms",
+                          (unsigned long long)seq, buf->name, timeout_ms);
+    if (timeout_ms >= 0 && deadline - now < slice)
+      slice = deadline - now;
+    ts.tv_sec = (time_t)(slice / 1000000000u);
+    ts.tv_nsec = (long)(slice % 1000000000u);
+    /* Returns at once if a release changed the word since cur was read. */
+    seq_futex(buf->control, FUTEX_WAIT, (uint32_t)cur, &ts);
   }
   return buf->sync_event ? client_cuda_wait(buf->sync_event, buf->device, stream) : 0;
 }

@@ -8,6 +8,8 @@
 #include <grp.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct test_daemon d;
@@ -198,6 +200,63 @@ static void test_host_ping_pong(void)
 
 /* A device sync buffer through the fake driver: the event and the control block
  * travel with the buffer, and releases are numbered across processes. */
+static uint64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A consumer waiting for a release sleeps (on a futex) instead of spinning or napping:
+ * over a second of waiting it is switched out a handful of times, not hundreds; and a
+ * release wakes it at once, long before its fallback recheck would. */
+static void test_acquire_sleeps(void)
+{
+  gpushm_t *conn = daemon_connect(&d);
+  gpushm_buffer_t *buf;
+  gpushm_create_opts_t opts;
+  struct rusage ru;
+  int ready[2], status;
+  uint64_t released_at, woke_at;
+  pid_t pid;
+  char c;
+
+  gpushm_create_opts_init(&opts);
+  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.mode = 0644;
+  CHECK_OK(gpushm_buffer_create(conn, "sleeper", 4096, &opts, &buf));
+  CHECK(pipe(ready) == 0);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *b;
+    struct rusage before, after;
+    CHECK_OK(gpushm_buffer_open(mine, "sleeper", GPUSHM_OPEN_READONLY, &b));
+    CHECK(getrusage(RUSAGE_SELF, &before) == 0);
+    CHECK_ERR(gpushm_buffer_acquire(b, NULL, 1, 1000), GPUSHM_E_TIMEOUT);
+    CHECK(getrusage(RUSAGE_SELF, &after) == 0);
+    test_log("idle acquire for 1 s: %ld voluntary context switches",
+             after.ru_nvcsw - before.ru_nvcsw);
+    CHECK(after.ru_nvcsw - before.ru_nvcsw < 50);
+    CHECK(write(ready[1], "w", 1) == 1);
+    CHECK_OK(gpushm_buffer_acquire(b, NULL, 1, 10000));
+    _exit(0);
+  }
+  close(ready[1]); /* a child that fails ends the read below */
+  CHECK(read(ready[0], &c, 1) == 1);
+  usleep(300 * 1000); /* asleep in the second acquire by now */
+  released_at = now_ms();
+  CHECK_OK(gpushm_buffer_release(buf, NULL, NULL));
+  CHECK(wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  woke_at = now_ms();
+  test_log("woken %llu ms after the release", (unsigned long long)(woke_at - released_at));
+  CHECK(woke_at - released_at < 150);
+  CHECK_OK(gpushm_unlink(conn, "sleeper"));
+  CHECK_OK(gpushm_buffer_close(buf));
+  gpushm_disconnect(conn);
+}
+
 static void test_device_sync_plumbing(void)
 {
   gpushm_t *conn = daemon_connect(&d);
@@ -274,6 +333,7 @@ int main(void)
   test_events();
   test_event_permissions();
   test_host_ping_pong();
+  test_acquire_sleeps();
   test_device_sync_plumbing();
   daemon_stop(&d);
   test_event_creation_failure();
