@@ -33,6 +33,7 @@ struct ctl {
 
 struct cmd_entry {
   const char *name;
+  const char *alias;   /* an older name that still works, or NULL */
   const char *args;    /* shown in usage */
   const char *summary;
   const char *options; /* long options it accepts, "," separated, for --help */
@@ -795,10 +796,10 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
-static int cmd_destroy(struct ctl *ctl, int argc, char **argv)
+static int cmd_unlink(struct ctl *ctl, int argc, char **argv)
 {
   int r = gpushm_unlink(ctl->conn, argv[0]);
-  return r < 0 ? fail("destroy", r) : 0;
+  return r < 0 ? fail("unlink", r) : 0;
 }
 
 static int parse_client_id(const char *arg, uint32_t *id)
@@ -865,22 +866,22 @@ static int cmd_version(struct ctl *ctl, int argc, char **argv)
 }
 
 static const struct cmd_entry commands[] = {
-  { "list", "", "list buffers: name, id, backend, size, owner, mode, references, holders",
+  { "list", NULL, "", "list buffers: name, id, backend, size, owner, mode, references, holders",
     "all,json,bytes", 0, 0, cmd_list, NULL },
-  { "show", "NAME|ID", "everything known about one buffer or event", "all,json,bytes", 1, 1,
+  { "show", NULL, "NAME|ID", "everything known about one buffer or event", "all,json,bytes", 1, 1,
     cmd_show, NULL },
-  { "clients", "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients, NULL },
-  { "stats", "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
+  { "clients", NULL, "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients, NULL },
+  { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
     cmd_stats, NULL },
-  { "create", "NAME SIZE", "create a buffer (it stays until destroyed)",
+  { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
     "device,mode,session,backend,sync", 2, 2, cmd_create, check_create },
-  { "destroy", "NAME", "unlink a buffer or event; memory goes when its last holder does", "", 1,
-    1, cmd_destroy, NULL },
-  { "disconnect", "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
+  { "unlink", "destroy", "NAME", "remove a buffer's or event's name; memory goes with its last holder",
+    "", 1, 1, cmd_unlink, NULL },
+  { "disconnect", NULL, "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
     cmd_disconnect, check_disconnect },
-  { "events", "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL },
-  { "ping", "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL },
-  { "version", "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version, NULL },
+  { "events", NULL, "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL },
+  { "ping", NULL, "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL },
+  { "version", NULL, "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version, NULL },
 };
 
 static const struct option long_options[] = {
@@ -902,8 +903,12 @@ static void usage(FILE *out)
 {
   fprintf(out, "Usage: gpushmctl [--socket PATH] COMMAND [OPTION]... [ARG]...\n"
                "Inspect and manage the buffers gpushmd shares.\n\nCommands:\n");
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(out, "  %-8s %-9s %s\n", commands[i].name, commands[i].args, commands[i].summary);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    fprintf(out, "  %-10s %-9s %s", commands[i].name, commands[i].args, commands[i].summary);
+    if (commands[i].alias)
+      fprintf(out, " (also '%s')", commands[i].alias);
+    fputc('\n', out);
+  }
   fprintf(out, "\n'gpushmctl COMMAND --help' lists a command's options.  The socket is\n"
                "$GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ".\n"
                "Exit status: 0 ok, 1 the operation failed, 2 usage error.\n");
@@ -961,7 +966,8 @@ int main(int argc, char **argv)
     return EXIT_USAGE;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (strcmp(argv[optind], commands[i].name) == 0)
+    if (strcmp(argv[optind], commands[i].name) == 0 ||
+        (commands[i].alias && strcmp(argv[optind], commands[i].alias) == 0))
       cmd = &commands[i];
   if (!cmd) {
     fprintf(stderr, "gpushmctl: unknown command '%s'\n", argv[optind]);

@@ -28,7 +28,7 @@ int wire_check_frame(const uint8_t *buf, size_t len, int msg_flags, unsigned n_f
     *why = "bad magic: not a gpushm peer";
     return -EPROTO;
   }
-  if (h.version != GPUSHM_PROTOCOL_VERSION) {
+  if (h.version != GPUSHM_WIRE_VERSION) {
     *why = "unsupported protocol version";
     return -EPROTO;
   }
@@ -53,7 +53,7 @@ long wire_encode(uint8_t *buf, uint16_t type, const ProtobufCMessage *msg, unsig
   size_t body_len = protobuf_c_message_get_packed_size(msg);
   struct wire_header h = {
     .magic = WIRE_MAGIC,
-    .version = GPUSHM_PROTOCOL_VERSION,
+    .version = GPUSHM_WIRE_VERSION,
     .type = type,
     .body_len = (uint32_t)body_len,
     .n_fds = n_fds,

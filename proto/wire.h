@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <protobuf-c/protobuf-c.h>
 #include "gpushm_limits.h"
+#include "protocol.h"
 
 #define WIRE_MAGIC 0x4d485347u /* "GSHM" in little-endian memory order */
 #define WIRE_TYPE_REQUEST 1u

@@ -196,7 +196,7 @@ static void answer(struct fake_daemon *d, int sock, uint64_t request_id, const s
     size_t body_len = c->len;
     struct wire_header h = {
       .magic = WIRE_MAGIC,
-      .version = GPUSHM_PROTOCOL_VERSION,
+      .version = GPUSHM_WIRE_VERSION,
       .type = WIRE_TYPE_REPLY,
       .n_fds = n_fds + ((c->flags & FUZZ_C_FD_LIE) ? 1 : 0),
     };

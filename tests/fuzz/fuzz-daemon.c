@@ -339,7 +339,7 @@ static void run_record(unsigned sel, const uint8_t *bytes, size_t len)
   if (sel & FUZZ_D_HEADER) {
     struct wire_header h = {
       .magic = WIRE_MAGIC,
-      .version = GPUSHM_PROTOCOL_VERSION,
+      .version = GPUSHM_WIRE_VERSION,
       .type = WIRE_TYPE_REQUEST,
       .body_len = (uint32_t)len,
       .n_fds = n_fds,

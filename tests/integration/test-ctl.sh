@@ -43,7 +43,7 @@ expect 2 "$ctl" list --prometheus; contains "list takes no --prometheus"
 expect 2 "$ctl" create x 12Q; contains "bad size"
 expect 2 "$ctl" create x 1 --mode 999; contains "bad mode"
 expect 0 "$ctl" list --help; contains "--all"
-for c in list "show x" clients stats "create x 1" "destroy x" events ping version; do
+for c in list "show x" clients stats "create x 1" "unlink x" "destroy x" events ping version; do
   expect 1 "$ctl" $c; contains "cannot connect to gpushmd"
 done
 
@@ -108,8 +108,8 @@ wait_for '! "$ctl" clients | grep -q " $h1 "'
 expect 0 "$ctl" show frames; contains "references: 1"
 case "$out" in *"pid $h1"*) fail "killed holder still listed: $out" ;; esac
 
-# --- destroy: the name goes, a held buffer stays as unlinked-held
-expect 0 "$ctl" destroy frames
+# --- unlink (and its old name, destroy): the name goes, a held buffer stays as unlinked-held
+expect 0 "$ctl" unlink frames
 expect 0 "$ctl" list; contains "unlinked-held"
 expect 1 "$ctl" destroy frames; contains "no buffer named 'frames'"
 
@@ -142,7 +142,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
   expect 1 as_nobody list --all; contains "needs root or the admin group"
   expect 0 as_nobody list; contains "public"
   case "$out" in *small*) fail "nobody sees a 0600 buffer: $out" ;; esac
-  expect 1 as_nobody destroy public; contains "belongs to uid 0"
+  expect 1 as_nobody unlink public; contains "belongs to uid 0"
   expect 0 as_nobody clients
   case "$out" in *hold-buffers*) fail "nobody sees root's clients: $out" ;; esac
   # with the admin group, its members may list and destroy everyone's buffers
@@ -150,7 +150,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
   start_daemon --admin-group nogroup
   expect 0 "$ctl" create secret 1
   expect 0 as_nobody list --all; contains "secret"
-  expect 0 as_nobody destroy secret
+  expect 0 as_nobody unlink secret
   expect 1 "$ctl" show secret
 else
   echo "# not root (or no setpriv/nogroup): permission cases left to test-permissions"

@@ -194,7 +194,7 @@ int main(void)
   fd = raw_connect();
   {
     size_t len = WIRE_FRAME_MAX + 32 * 1024;
-    struct wire_header h = { WIRE_MAGIC, GPUSHM_PROTOCOL_VERSION, WIRE_TYPE_REQUEST,
+    struct wire_header h = { WIRE_MAGIC, GPUSHM_WIRE_VERSION, WIRE_TYPE_REQUEST,
                              (uint32_t)(len - WIRE_HEADER_SIZE), 0 };
     memset(tx, 0, len);
     memcpy(tx, &h, sizeof h);
@@ -213,7 +213,7 @@ int main(void)
   fd = raw_connect();
   {
     size_t len = ping_frame(1);
-    header()->version = GPUSHM_PROTOCOL_VERSION + 1;
+    header()->version = GPUSHM_WIRE_VERSION + 1;
     raw_send(fd, tx, len, NULL, 0);
   }
   expect_dropped(fd, "version"), fatal++;
@@ -267,7 +267,7 @@ int main(void)
   /* an undecodable body behind a valid header */
   fd = raw_connect();
   {
-    struct wire_header h = { WIRE_MAGIC, GPUSHM_PROTOCOL_VERSION, WIRE_TYPE_REQUEST, 24, 0 };
+    struct wire_header h = { WIRE_MAGIC, GPUSHM_WIRE_VERSION, WIRE_TYPE_REQUEST, 24, 0 };
     memcpy(tx, &h, sizeof h);
     memset(tx + sizeof h, 0xff, 24);
     raw_send(fd, tx, sizeof h + 24, NULL, 0);

@@ -377,7 +377,7 @@ part_d() {
   check "the hardened daemon creates a host buffer (memfd, sealing, mmap)" \
     c buffer-pattern write d-probe 65536 7
   check "and hands it out" c buffer-pattern verify d-probe 7
-  c gpushmctl destroy d-probe || true
+  c gpushmctl unlink d-probe || true
   expect "main process unchanged" "$pid" "$(svc MainPID)"
 }
 
@@ -395,7 +395,7 @@ part_g() {
   check "a member of gpushm: creates a buffer of its own" as_member buffer-pattern write g-member 4096 3
   expect "owner of that buffer" "gpushm-member" "$(c gpushmctl show g-member | sed -n 's/^owner: *\([^ ]*\).*/\1/p')"
   check "a member of gpushm: reads it back" as_member buffer-pattern verify g-member 3
-  c gpushmctl destroy g-member || true
+  c gpushmctl unlink g-member || true
   rc=0
   out=$(as_other gpushmctl ping 2>&1) || rc=$?
   expect "not a member: gpushmctl ping exit status" 1 "$rc"
@@ -439,8 +439,8 @@ part_c() {
 
 cleanup_e() {
   c sed -i '/added by test-systemd-pid1/,+1d' /etc/gpushm/gpushmd.conf
-  c gpushmctl destroy e-before || true
-  c gpushmctl destroy e-after || true
+  c gpushmctl unlink e-before || true
+  c gpushmctl unlink e-after || true
 }
 
 part_e() {
@@ -483,7 +483,7 @@ part_f() {
   c buffer-pattern write f-p1 4194307 101 >/dev/null
   c buffer-pattern write f-p2 65537 102 >/dev/null
   c buffer-pattern write f-gone 65536 103 >/dev/null
-  c gpushmctl destroy f-gone
+  c gpushmctl unlink f-gone
   start_session_holder f-sess 65536 104
   fdstore_expect "fd store: the two persistent buffers" 2
   pid=$(svc MainPID)
@@ -500,7 +500,7 @@ part_f() {
   say "# f2: systemctl kill -s KILL, then Restart=on-failure"
   c buffer-pattern write f-p3 123457 105 >/dev/null
   c buffer-pattern write f-gone2 4096 106 >/dev/null
-  c gpushmctl destroy f-gone2
+  c gpushmctl unlink f-gone2
   start_session_holder f-sess2 8192 107
   fdstore_expect "fd store: three persistent buffers" 3
   pid=$(svc MainPID); n=$(svc NRestarts)
@@ -520,14 +520,14 @@ part_f() {
   absent f-gone2 "unlinked before the kill"
   fdstore_expect "fd store after the kill" 3
 
-  for name in f-p1 f-p2 f-p3; do c gpushmctl destroy "$name" >/dev/null 2>&1 || true; done
+  for name in f-p1 f-p2 f-p3; do c gpushmctl unlink "$name" >/dev/null 2>&1 || true; done
   fdstore_expect "fd store once they are destroyed (FDSTOREREMOVE)" 0
 }
 
 cleanup_f() {
   local pid name
   for pid in $(jobs -p); do kill "$pid" || true; done   # holders a failed restart left
-  for name in f-p1 f-p2 f-p3 f-gone f-gone2; do c gpushmctl destroy "$name" || true; done
+  for name in f-p1 f-p2 f-p3 f-gone f-gone2; do c gpushmctl unlink "$name" || true; done
 }
 
 run_part() {   # run_part LETTER TITLE
