@@ -124,7 +124,7 @@ static int exit_status;
 
 static void stop_daemon(struct server *srv)
 {
-  sd_notify_stopping();
+  sdn_notify_stopping();
   server_shutdown(srv);
   if (!uv_is_closing((uv_handle_t *)&watchdog_timer))
     uv_close((uv_handle_t *)&watchdog_timer, NULL);
@@ -148,8 +148,8 @@ static void on_watchdog(uv_timer_t *timer)
 {
   char status[160];
   status_line(timer->data, status, sizeof status);
-  sd_notify_status(status);
-  sd_notify_watchdog();
+  sdn_notify_status(status);
+  sdn_notify_watchdog();
 }
 
 /* A reload is all or nothing: a settings file with any error leaves every setting as
@@ -159,7 +159,7 @@ static void reload(struct server *srv)
   struct settings next;
   char err[512];
 
-  sd_notify_reloading();
+  sdn_notify_reloading();
   if (load_settings(&given, &next, err, sizeof err) < 0) {
     log_error("reload failed, keeping the current settings: %s", err);
   } else {
@@ -172,7 +172,7 @@ static void reload(struct server *srv)
     log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
     log_budget(&next);
   }
-  sd_notify_ready("serving");
+  sdn_notify_ready("serving");
 }
 
 static void on_signal(uv_signal_t *handle, int signum)
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
 {
   static struct server srv; /* large receive buffers: keep them off the stack */
   struct settings settings;
-  struct sd_passed passed;
+  struct sdn_passed passed;
   uv_loop_t loop;
   char err[512];
   uint64_t watchdog_usec;
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  if (sd_take_passed(&passed, err, sizeof err) < 0) {
+  if (sdn_take_passed(&passed, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);
     return 1;
@@ -252,14 +252,14 @@ int main(int argc, char **argv)
     log_error("%s", err);
     for (size_t i = 0; i < passed.n_stored; i++)
       close(passed.stored_fds[i]); /* still in systemd's store for the next try */
-    sd_passed_free(&passed);
+    sdn_passed_free(&passed);
     registry_destroy(&srv.reg);
     return 1;
   }
   log_budget(&settings);
   persist_init(&srv.persist);
   adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
-  sd_passed_free(&passed);
+  sdn_passed_free(&passed);
   if (adopted)
     log_info("%u persistent buffers are back from systemd's fd store", adopted);
   uv_loop_init(&loop);
@@ -293,8 +293,8 @@ int main(int argc, char **argv)
   log_info("gpushmd %s listening on %s (instance %016" PRIx64 ")", PACKAGE_VERSION,
            srv.socket_inherited ? "the socket from systemd" : srv.cfg.socket_path, srv.instance_id);
   /* Ready only now: listening, devices probed. */
-  sd_notify_ready("serving");
-  if ((watchdog_usec = sd_watchdog_usec()) > 0) {
+  sdn_notify_ready("serving");
+  if ((watchdog_usec = sdn_watchdog_usec()) > 0) {
     uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
     uv_timer_start(&watchdog_timer, on_watchdog, 0, every_ms);
   }

@@ -17,21 +17,21 @@
 
 static void memory_record(const struct reg_buffer *b, char *out, size_t len)
 {
-  snprintf(out, len, SD_FDSTORE_PREFIX "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s",
+  snprintf(out, len, SDN_FDSTORE_PREFIX "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s",
            b->id, b->backend->kind, b->sync ? RECORD_FLAG_SYNC : 0u, (unsigned)b->owner_uid,
            (unsigned)b->owner_gid, b->mode, b->size, b->created_unix_ms, b->name);
 }
 
 static void control_record(uint64_t id, char *out, size_t len)
 {
-  snprintf(out, len, SD_FDSTORE_PREFIX "c.%" PRIu64, id);
+  snprintf(out, len, SDN_FDSTORE_PREFIX "c.%" PRIu64, id);
 }
 
 void persist_init(struct persist *p)
 {
   memset(p, 0, sizeof *p);
-  p->max = sd_fdstore_max(GPUSHM_DEFAULT_FDSTORE_MAX);
-  p->enabled = sd_fdstore_reachable();
+  p->max = sdn_fdstore_max(GPUSHM_DEFAULT_FDSTORE_MAX);
+  p->enabled = sdn_fdstore_reachable();
   if (!p->enabled)
     log_info("not run by systemd (no NOTIFY_SOCKET): persistent buffers will not survive a "
              "restart of gpushmd");
@@ -55,16 +55,16 @@ void persist_created(struct persist *p, struct reg_buffer *b)
     return;
   }
   memory_record(b, name, sizeof name);
-  if ((r = sd_fdstore_add(name, b->mem.fd)) < 0) {
+  if ((r = sdn_fdstore_add(name, b->mem.fd)) < 0) {
     log_warn("could not deposit '%s' in systemd's fd store: %s", b->name, strerror(-r));
     return;
   }
   if (b->sync) {
     char control[RECORD_MAX];
     control_record(b->id, control, sizeof control);
-    if ((r = sd_fdstore_add(control, b->control.fd)) < 0) {
+    if ((r = sdn_fdstore_add(control, b->sync_state.control.fd)) < 0) {
       log_warn("could not deposit the control block of '%s': %s", b->name, strerror(-r));
-      sd_fdstore_remove(name);
+      sdn_fdstore_remove(name);
       return;
     }
   }
@@ -79,10 +79,10 @@ void persist_unlinked(struct persist *p, struct reg_buffer *b)
   if (!b->persisted)
     return;
   memory_record(b, name, sizeof name);
-  sd_fdstore_remove(name);
+  sdn_fdstore_remove(name);
   if (b->sync) {
     control_record(b->id, name, sizeof name);
-    sd_fdstore_remove(name);
+    sdn_fdstore_remove(name);
   }
   p->stored -= b->sync ? 2 : 1;
   b->persisted = false;
@@ -101,7 +101,7 @@ static bool parse_memory_record(const char *record, struct memory_entry *e)
   int backend, used = -1;
 
   memset(e, 0, sizeof *e);
-  if (sscanf(record, SD_FDSTORE_PREFIX "m.%llu.%d.%u.%u.%u.%o.%llu.%llu.%n", &id, &backend,
+  if (sscanf(record, SDN_FDSTORE_PREFIX "m.%llu.%d.%u.%u.%u.%o.%llu.%llu.%n", &id, &backend,
              &flags, &uid, &gid, &mode, &size, &created, &used) != 8 || used < 0 ||
       !wire_name_valid(record + used))
     return false;
@@ -117,11 +117,11 @@ static bool parse_memory_record(const char *record, struct memory_entry *e)
 static void drop(const char *record, int fd, const char *why)
 {
   log_warn("dropping '%s' from systemd's fd store: %s", record, why);
-  sd_fdstore_remove(record);
+  sdn_fdstore_remove(record);
   close(fd);
 }
 
-unsigned persist_adopt(struct persist *p, struct registry *reg, struct sd_passed *passed)
+unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed)
 {
   unsigned adopted = 0;
   char err[256];
@@ -134,7 +134,7 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sd_passed
     struct memory_entry e;
     size_t c = passed->n_stored;
 
-    if (fd < 0 || strncmp(record, SD_FDSTORE_PREFIX "m.", strlen(SD_FDSTORE_PREFIX "m.")) != 0)
+    if (fd < 0 || strncmp(record, SDN_FDSTORE_PREFIX "m.", strlen(SDN_FDSTORE_PREFIX "m.")) != 0)
       continue;
     passed->stored_fds[i] = -1;
     if (!parse_memory_record(record, &e) || e.args.backend != GPUSHM_BACKEND_HOST) {

@@ -26,6 +26,6 @@ void persist_unlinked(struct persist *p, struct reg_buffer *buffer);
 /* Adopts the buffers a previous daemon deposited; consumes passed's stored fds (the
  * ones that do not make a valid buffer are closed and dropped from the store).
  * Returns the number of buffers that came back. */
-unsigned persist_adopt(struct persist *p, struct registry *reg, struct sd_passed *passed);
+unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed);
 
 #endif

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "registry.h"
 #include "gpushm.h"
+#include "sync.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "status_page.h"
 
@@ -252,53 +254,29 @@ uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_
 
 static void release_sync(struct reg_buffer *buffer)
 {
-  if (buffer->sync_event_backend)
-    buffer->sync_event_backend->release(buffer->sync_event_backend, &buffer->sync_event);
   if (buffer->sync)
-    backend_host.release(&backend_host, &buffer->control);
-  buffer->sync_event_backend = NULL;
+    sync_release(&buffer->sync_state);
   buffer->sync = false;
 }
 
-/* A sync buffer's release sequence (host memory, so CPU and GPU holders alike can
- * publish and read it) and, for device memory, its inter-process event. */
+/* Device buffers also get an inter-process event; host ones synchronise on the
+ * control block alone. */
 static int alloc_sync(struct registry *reg, struct reg_buffer *buffer, const char *name,
                       char *err, size_t errlen)
 {
-  struct sync_control *ctl;
-  uint64_t allocated;
+  const struct backend *event_backend = NULL;
   int r;
 
-  buffer->control.fd = buffer->sync_event.fd = -1;
-  r = backend_host.alloc(&backend_host, SYNC_CONTROL_SIZE, -1, name, &buffer->control, &allocated,
-                         err, errlen);
-  if (r < 0)
-    return r;
-  buffer->sync = true;
-  ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, buffer->control.fd, 0);
-  if (ctl == MAP_FAILED) {
-    snprintf(err, errlen, "mapping a control block: %s", strerror(errno));
-    release_sync(buffer);
-    return GPUSHM_E_IO;
+  if (buffer->backend->kind != GPUSHM_BACKEND_HOST) {
+    if (!(event_backend = reg->backends[GPUSHM_BACKEND_CUDA_EVENT])) {
+      snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
+      return GPUSHM_E_UNSUPPORTED;
+    }
   }
-  ctl->magic = SYNC_CONTROL_MAGIC;
-  munmap(ctl, SYNC_CONTROL_SIZE);
-  if (buffer->backend->kind == GPUSHM_BACKEND_HOST)
-    return 0;
-  if (!reg->backends[GPUSHM_BACKEND_CUDA_EVENT]) {
-    snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
-    release_sync(buffer);
-    return GPUSHM_E_UNSUPPORTED;
-  }
-  r = reg->backends[GPUSHM_BACKEND_CUDA_EVENT]->alloc(reg->backends[GPUSHM_BACKEND_CUDA_EVENT], 0,
-                                                      buffer->device, name, &buffer->sync_event,
-                                                      &allocated, err, errlen);
-  if (r < 0) {
-    release_sync(buffer);
-    return r;
-  }
-  buffer->sync_event_backend = reg->backends[GPUSHM_BACKEND_CUDA_EVENT];
-  return 0;
+  r = sync_alloc(&buffer->sync_state, event_backend, buffer->device, name, err, errlen);
+  if (r == 0)
+    buffer->sync = true;
+  return r;
 }
 
 static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
@@ -440,8 +418,63 @@ static int check_quota(struct registry *reg, uid_t uid, uint64_t bytes, uint64_t
   return 0;
 }
 
+void registry_export_close_fds(struct reg_export *e)
+{
+  while (e->n_fds)
+    close(e->fds[--e->n_fds]);
+}
+
+/* What a client needs to map the buffer: the backend's fd or handle and, for sync
+ * buffers, the control block's fd (always last) and the event's handle.  On failure
+ * no fd is left open. */
+static int export_buffer(struct reg_buffer *buffer, bool read_only, struct reg_export *out,
+                         char *err, size_t errlen)
+{
+  struct backend_export mem = { .fd = -1 };
+  int r;
+
+  memset(out, 0, sizeof *out);
+  out->buffer = buffer;
+  out->read_only = read_only;
+  r = buffer->backend->export(buffer->backend, &buffer->mem, read_only, &mem, err, errlen);
+  if (r < 0)
+    return r;
+  if (mem.fd >= 0)
+    out->fds[out->n_fds++] = mem.fd;
+  memcpy(out->handle, mem.handle, mem.handle_len);
+  out->handle_len = mem.handle_len;
+  if (buffer->sync) {
+    r = sync_export(&buffer->sync_state, read_only, &out->fds[out->n_fds], out->event_handle,
+                    &out->event_handle_len, err, errlen);
+    if (r < 0) {
+      registry_export_close_fds(out);
+      return r;
+    }
+    out->n_fds++;
+  }
+  return 0;
+}
+
+/* Takes back a buffer this create made before anyone could learn of it: its name was
+ * never seen, so no unlink is announced. */
+static void discard_new(struct registry *reg, struct reg_buffer *buffer,
+                        struct reg_client *client)
+{
+  struct reg_buffer **slot = name_slot(reg, buffer->name);
+  struct reg_holding *h = client ? find_holding(buffer, client) : NULL;
+
+  *slot = buffer->name_next;
+  buffer->name_next = NULL;
+  buffer->linked = false;
+  reg->n_linked--;
+  if (h)
+    drop_refs(reg, h, h->refs); /* the last one: frees it */
+  else
+    free_buffer(reg, buffer);
+}
+
 int registry_create(struct registry *reg, struct reg_client *client,
-                    const struct reg_create_args *args, struct reg_buffer **out, bool *created,
+                    const struct reg_create_args *args, struct reg_export *out,
                     char *err, size_t errlen)
 {
   int kind = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
@@ -450,7 +483,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   struct reg_buffer *buffer, **slot;
   int r;
 
-  *created = false;
+  memset(out, 0, sizeof *out);
   if (!wire_name_valid(args->name)) {
     snprintf(err, errlen, "invalid name: use 1-%u characters of [A-Za-z0-9._-], not starting "
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
@@ -508,7 +541,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
                (*slot)->sync ? " sync buffer" : (*slot)->backend->sizeless ? " event" : " buffer");
       return GPUSHM_E_EXIST;
     }
-    return registry_open(reg, client, args->name, 0, true, be->sizeless, out, err, errlen);
+    return registry_open(reg, client, args->name, 0, false, be->sizeless, out, err, errlen);
   }
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
@@ -566,15 +599,14 @@ int registry_create(struct registry *reg, struct reg_client *client,
   *slot = buffer;
   reg->n_linked++;
 
-  r = add_ref(buffer, client, err, errlen);
-  if (r < 0) {
-    unlink_buffer(reg, buffer);
+  if ((r = add_ref(buffer, client, err, errlen)) < 0 ||
+      (r = export_buffer(buffer, false, out, err, errlen)) < 0) {
+    discard_new(reg, buffer, client);
     return r;
   }
+  out->created = true;
   if (reg->on_created)
     reg->on_created(reg->on_unlink_ctx, buffer);
-  *out = buffer;
-  *created = true;
   return 0;
 
 oom:
@@ -597,11 +629,13 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
 }
 
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool write, bool event, struct reg_buffer **out, char *err, size_t errlen)
+                  bool read_only, bool event, struct reg_export *out, char *err, size_t errlen)
 {
+  const bool write = !read_only;
   struct reg_buffer *buffer;
   int r;
 
+  memset(out, 0, sizeof *out);
   if (name) {
     if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
       return r;
@@ -629,7 +663,11 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   r = add_ref(buffer, client, err, errlen);
   if (r < 0)
     return r;
-  *out = buffer;
+  r = export_buffer(buffer, read_only, out, err, errlen);
+  if (r < 0) {
+    drop_refs(reg, find_holding(buffer, client), 1); /* linked: it stays */
+    return r;
+  }
   return 0;
 }
 
@@ -670,7 +708,8 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
 void registry_client_gone(struct registry *reg, struct reg_client *client)
 {
   /* Unlink session buffers first, so that dropping the last reference below frees
-   * them; collect them before, since dropping references can free buffers. */
+   * them.  Unlinking one nobody holds frees it at once and shifts by_id down: the
+   * walk then stays at the same index. */
   for (size_t i = 0; i < reg->n_buffers;) {
     struct reg_buffer *b = reg->by_id[i];
     if (b->linked && b->creator == client) {
@@ -759,10 +798,9 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   buffer->lifetime = GPUSHM_LIFETIME_PERSISTENT;
   buffer->created_unix_ms = a->created_unix_ms;
   buffer->mem = *mem;
-  buffer->control.fd = buffer->sync_event.fd = -1;
   if (control) {
     buffer->sync = true;
-    buffer->control = *control;
+    sync_adopt(&buffer->sync_state, control);
   }
   list_init(&buffer->holdings);
   /* Ids stay in order even when records come back in any order. */

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "list.h"
+#include "sync.h"
 #include "gpushm_limits.h"
 
 struct reg_client {
@@ -42,12 +43,8 @@ struct reg_buffer {
   uint32_t n_holders;
   struct list holdings; /* reg_holding.buffer_link */
   struct backend_mem mem;
-  /* sync buffers: the release sequence lives in control (host memory); device
-   * buffers also own an inter-process event */
-  bool sync;
-  struct backend_mem control;
-  const struct backend *sync_event_backend; /* NULL: no event */
-  struct backend_mem sync_event;
+  bool sync; /* sync_state holds its control block (and event) */
+  struct sync_state sync_state;
   struct reg_buffer *name_next; /* hash chain, while linked */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
   bool persisted; /* deposited in systemd's fd store */
@@ -81,6 +78,21 @@ struct reg_create_args {
 };
 
 struct reg_uid_usage;
+
+/* A ready export: what a client is sent to reach a buffer it now holds a reference
+ * to.  The fds are the caller's: the memory's own (if its backend has one), then the
+ * control block's for a sync buffer. */
+struct reg_export {
+  struct reg_buffer *buffer;
+  bool created; /* by this create, not joined */
+  bool read_only;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds;
+  uint8_t handle[64]; /* the memory's handle bytes, for backends that have them */
+  size_t handle_len;
+  uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
+  size_t event_handle_len;
+};
 
 /* A persistent buffer coming back from systemd's fd store after a restart. */
 struct reg_adopt_args {
@@ -122,14 +134,17 @@ void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid
 void registry_client_gone(struct registry *reg, struct reg_client *client);
 
 /* All return 0 or a negative GPUSHM_E_* code with err filled in.  Create and open add
- * one reference for the client. */
+ * one reference for the client and fill out with a ready export; when they fail,
+ * nothing is left behind (no reference, no name, no fd). */
 int registry_create(struct registry *reg, struct reg_client *client,
-                    const struct reg_create_args *args, struct reg_buffer **out, bool *created,
+                    const struct reg_create_args *args, struct reg_export *out,
                     char *err, size_t errlen);
 /* event: the caller means an event (a buffer otherwise).  A caller that may not see
  * the buffer (registry_may_see, or an admin) is told it does not exist. */
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool write, bool event, struct reg_buffer **out, char *err, size_t errlen);
+                  bool read_only, bool event, struct reg_export *out, char *err, size_t errlen);
+/* Closes the export's fds (those not sent). */
+void registry_export_close_fds(struct reg_export *e);
 int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
                    char *err, size_t errlen);
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,

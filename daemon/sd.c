@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-void sd_passed_free(struct sd_passed *p)
+void sdn_passed_free(struct sdn_passed *p)
 {
   for (size_t i = 0; i < p->n_stored; i++)
     free(p->stored_names[i]);
@@ -20,7 +20,7 @@ void sd_passed_free(struct sd_passed *p)
   p->n_stored = 0;
 }
 
-unsigned sd_fdstore_max(unsigned fallback)
+unsigned sdn_fdstore_max(unsigned fallback)
 {
   const char *v = getenv("FDSTORE");
   char *end;
@@ -35,7 +35,7 @@ unsigned sd_fdstore_max(unsigned fallback)
 #ifdef HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
 
-int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
+int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen)
 {
   char **names = NULL;
   int n = sd_listen_fds_with_names(1, &names), r = 0;
@@ -54,7 +54,7 @@ int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
   for (int i = 0; i < n; i++) {
     int fd = SD_LISTEN_FDS_START + i, flags;
     fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (r == 0 && strncmp(names[i], SD_FDSTORE_PREFIX, strlen(SD_FDSTORE_PREFIX)) == 0) {
+    if (r == 0 && strncmp(names[i], SDN_FDSTORE_PREFIX, strlen(SDN_FDSTORE_PREFIX)) == 0) {
       out->stored_fds[out->n_stored] = fd;
       out->stored_names[out->n_stored++] = names[i];
       names[i] = NULL;
@@ -87,18 +87,18 @@ int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
     if (out->socket_fd >= 0)
       close(out->socket_fd);
     out->socket_fd = -1;
-    sd_passed_free(out);
+    sdn_passed_free(out);
   }
   return r;
 }
 
-bool sd_fdstore_reachable(void)
+bool sdn_fdstore_reachable(void)
 {
   const char *e = getenv("NOTIFY_SOCKET");
   return e && *e;
 }
 
-int sd_fdstore_add(const char *name, int fd)
+int sdn_fdstore_add(const char *name, int fd)
 {
   char msg[320];
   int r;
@@ -108,37 +108,37 @@ int sd_fdstore_add(const char *name, int fd)
   return r > 0 ? 0 : r == 0 ? -ENOTCONN : r;
 }
 
-void sd_fdstore_remove(const char *name)
+void sdn_fdstore_remove(const char *name)
 {
   sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
 }
 
-void sd_notify_ready(const char *status)
+void sdn_notify_ready(const char *status)
 {
   sd_notifyf(0, "READY=1\nSTATUS=%s", status);
 }
 
-void sd_notify_reloading(void)
+void sdn_notify_reloading(void)
 {
   sd_notify(0, "RELOADING=1");
 }
 
-void sd_notify_status(const char *status)
+void sdn_notify_status(const char *status)
 {
   sd_notifyf(0, "STATUS=%s", status);
 }
 
-void sd_notify_stopping(void)
+void sdn_notify_stopping(void)
 {
   sd_notify(0, "STOPPING=1");
 }
 
-void sd_notify_watchdog(void)
+void sdn_notify_watchdog(void)
 {
   sd_notify(0, "WATCHDOG=1");
 }
 
-uint64_t sd_watchdog_usec(void)
+uint64_t sdn_watchdog_usec(void)
 {
   uint64_t usec = 0;
   return sd_watchdog_enabled(0, &usec) > 0 ? usec : 0;
@@ -146,7 +146,7 @@ uint64_t sd_watchdog_usec(void)
 
 #else
 
-int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
+int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen)
 {
   (void)err;
   (void)errlen;
@@ -155,14 +155,14 @@ int sd_take_passed(struct sd_passed *out, char *err, size_t errlen)
   return 0;
 }
 
-bool sd_fdstore_reachable(void) { return false; }
-int sd_fdstore_add(const char *name, int fd) { (void)name; (void)fd; return -ENOTSUP; }
-void sd_fdstore_remove(const char *name) { (void)name; }
-void sd_notify_ready(const char *status) { (void)status; }
-void sd_notify_reloading(void) {}
-void sd_notify_status(const char *status) { (void)status; }
-void sd_notify_stopping(void) {}
-void sd_notify_watchdog(void) {}
-uint64_t sd_watchdog_usec(void) { return 0; }
+bool sdn_fdstore_reachable(void) { return false; }
+int sdn_fdstore_add(const char *name, int fd) { (void)name; (void)fd; return -ENOTSUP; }
+void sdn_fdstore_remove(const char *name) { (void)name; }
+void sdn_notify_ready(const char *status) { (void)status; }
+void sdn_notify_reloading(void) {}
+void sdn_notify_status(const char *status) { (void)status; }
+void sdn_notify_stopping(void) {}
+void sdn_notify_watchdog(void) {}
+uint64_t sdn_watchdog_usec(void) { return 0; }
 
 #endif

@@ -1,6 +1,6 @@
 /* systemd integration: inherited fds (the listening socket and the fd store), readiness,
  * status, reload, watchdog.  Without libsystemd these do nothing and nothing is
- * inherited. */
+ * inherited.  Prefixed sdn_ (sd_ is libsystemd's namespace, which this file calls). */
 #ifndef GPUSHMD_SD_H
 #define GPUSHMD_SD_H
 
@@ -9,11 +9,11 @@
 #include <stdint.h>
 
 /* Prefix of the names under which gpushmd deposits fds in the fd store. */
-#define SD_FDSTORE_PREFIX "gpushm1."
+#define SDN_FDSTORE_PREFIX "gpushm1."
 
 /* The fds systemd passed (LISTEN_FDS): at most one listening socket, and the fds the
  * previous daemon deposited in the store, with their names. */
-struct sd_passed {
+struct sdn_passed {
   int socket_fd; /* -1: none, create one */
   size_t n_stored;
   int *stored_fds;
@@ -22,25 +22,25 @@ struct sd_passed {
 
 /* Returns 0, or -1 with err set when what was passed is unusable (more than one
  * socket, or one that is not a listening AF_UNIX SOCK_SEQPACKET socket). */
-int sd_take_passed(struct sd_passed *out, char *err, size_t errlen);
+int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen);
 /* Frees the arrays (not the fds: they have been handed on or closed). */
-void sd_passed_free(struct sd_passed *p);
+void sdn_passed_free(struct sdn_passed *p);
 
 /* Whether fds can be deposited: a service manager is listening (NOTIFY_SOCKET). */
-bool sd_fdstore_reachable(void);
+bool sdn_fdstore_reachable(void);
 /* The store's capacity if systemd says it ($FDSTORE, systemd >= 254), else fallback. */
-unsigned sd_fdstore_max(unsigned fallback);
+unsigned sdn_fdstore_max(unsigned fallback);
 /* Deposits a duplicate of fd under name; returns 0 or -errno. */
-int sd_fdstore_add(const char *name, int fd);
+int sdn_fdstore_add(const char *name, int fd);
 /* Drops every fd stored under name. */
-void sd_fdstore_remove(const char *name);
+void sdn_fdstore_remove(const char *name);
 
-void sd_notify_ready(const char *status);
-void sd_notify_reloading(void);
-void sd_notify_status(const char *status);
-void sd_notify_stopping(void);
-void sd_notify_watchdog(void);
+void sdn_notify_ready(const char *status);
+void sdn_notify_reloading(void);
+void sdn_notify_status(const char *status);
+void sdn_notify_stopping(void);
+void sdn_notify_watchdog(void);
 /* Watchdog interval systemd expects pings within (0: no watchdog), in microseconds. */
-uint64_t sd_watchdog_usec(void);
+uint64_t sdn_watchdog_usec(void);
 
 #endif

@@ -1,8 +1,6 @@
 #include "config.h"
 #include "server.h"
-#include "conn.h"
 #include "gpushm.h"
-#include "gpushm.pb-c.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -231,7 +229,7 @@ uint32_t server_uid_conns(struct server *srv, uid_t uid, int delta)
 /* Limits are checked with the client's identity in hand: non-admins stop at
  * max-clients and at max-clients-per-uid, so no user can take every slot; admins have
  * a reserve beyond max-clients to inspect and repair a full daemon. */
-static void admit(struct server *srv, struct conn *c)
+static void admit(struct server *srv, struct session *c)
 {
   char why[128];
   uint32_t mine = server_uid_conns(srv, c->client.uid, 0);
@@ -251,7 +249,7 @@ static void admit(struct server *srv, struct conn *c)
     return;
   }
   srv->counters.clients_dropped++;
-  conn_fail(c, GPUSHM_E_LIMIT, why);
+  session_close(c, GPUSHM_E_LIMIT, why);
 }
 
 static void on_listen_readable(uv_poll_t *handle, int status, int events);
@@ -266,7 +264,7 @@ static void on_accept_backoff(uv_timer_t *timer)
 static void on_listen_readable(uv_poll_t *handle, int status, int events)
 {
   struct server *srv = handle->data;
-  struct conn *c;
+  struct session *c;
 
   for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
     int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -292,7 +290,7 @@ static void on_listen_readable(uv_poll_t *handle, int status, int events)
       log_info("accepting clients again");
       srv->accept_starved = false;
     }
-    if ((c = conn_start(srv, fd)))
+    if ((c = server_connect(srv, fd)))
       admit(srv, c);
   }
 }
@@ -304,11 +302,76 @@ static void on_hello_sweep(uv_timer_t *timer)
   char why[96];
 
   snprintf(why, sizeof why, "no hello within %u ms", srv->cfg.hello_timeout_ms);
-  for (struct list *l = srv->conns.next, *next; l != &srv->conns; l = next) {
-    struct conn *c = list_entry(l, struct conn, link);
+  for (struct list *l = srv->sessions.next, *next; l != &srv->sessions; l = next) {
+    struct session *s = list_entry(l, struct session, link);
     next = l->next;
-    if (!c->hello_done && now - c->accepted_loop_ms >= srv->cfg.hello_timeout_ms)
-      conn_fail(c, GPUSHM_E_TIMEOUT, why);
+    if (!s->hello_done && now - s->accepted_loop_ms >= srv->cfg.hello_timeout_ms)
+      session_close(s, GPUSHM_E_TIMEOUT, why);
+  }
+}
+
+static void on_session_gone(void *ctx, struct session *s)
+{
+  struct server *srv = ctx;
+
+  list_del(&s->link);
+  srv->n_clients--;
+  server_uid_conns(srv, s->client.uid, -1);
+}
+
+struct session *server_connect(struct server *srv, int fd)
+{
+  struct session *s = session_start(&srv->session_env, fd, ++srv->next_client_id,
+                                    srv->cfg.has_admin_group ? &srv->cfg.admin_gid : NULL);
+
+  if (!s)
+    return NULL;
+  list_add_tail(&srv->sessions, &s->link);
+  srv->n_clients++;
+  server_uid_conns(srv, s->client.uid, +1);
+  return s;
+}
+
+/* The handlers' view of the server. */
+static uint64_t handler_uptime_ms(void *ctx)
+{
+  struct server *srv = ctx;
+  return uv_now(srv->loop) - srv->started_ms;
+}
+
+static uint32_t handler_n_clients(void *ctx)
+{
+  return ((struct server *)ctx)->n_clients;
+}
+
+static bool handler_each_client(void *ctx, bool (*fn)(void *arg, const struct handler_peer *peer),
+                                void *arg)
+{
+  struct server *srv = ctx;
+
+  for (const struct list *l = srv->sessions.next; l != &srv->sessions; l = l->next) {
+    const struct session *s = list_entry(l, struct session, link);
+    const struct handler_peer peer = {
+      .client = &s->client,
+      .name = s->name,
+      .connected_unix_ms = s->connected_unix_ms,
+    };
+    if (!fn(arg, &peer))
+      return true;
+  }
+  return false;
+}
+
+static void handler_disconnect(void *ctx, uint32_t client_id, int status, const char *why)
+{
+  struct server *srv = ctx;
+
+  for (struct list *l = srv->sessions.next; l != &srv->sessions; l = l->next) {
+    struct session *s = list_entry(l, struct session, link);
+    if (s->client.id == client_id) {
+      session_close(s, status, why);
+      return;
+    }
   }
 }
 
@@ -337,7 +400,7 @@ static void close_listener(struct server *srv)
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
 {
   srv->loop = loop;
-  list_init(&srv->conns);
+  list_init(&srv->sessions);
   if (getrandom(&srv->instance_id, sizeof srv->instance_id, 0) != sizeof srv->instance_id) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     close_listener(srv);
@@ -351,6 +414,30 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->reg.on_created = on_created;
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
+  srv->transport_limits = (struct transport_limits){
+    .max_queued_frames = srv->cfg.max_queued_frames,
+    .max_queued_bytes = srv->cfg.max_queued_bytes,
+  };
+  srv->handler_server = (struct handler_server){
+    .ctx = srv,
+    .instance_id = srv->instance_id,
+    .status = &srv->status,
+    .counters = &srv->counters,
+    .uptime_ms = handler_uptime_ms,
+    .n_clients = handler_n_clients,
+    .open_fds = server_count_open_fds,
+    .each_client = handler_each_client,
+    .disconnect = handler_disconnect,
+  };
+  srv->session_env = (struct session_env){
+    .loop = loop,
+    .reg = &srv->reg,
+    .limits = &srv->transport_limits,
+    .handler_server = &srv->handler_server,
+    .counters = &srv->counters,
+    .gone = on_session_gone,
+    .ctx = srv,
+  };
   uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
   srv->listen_poll.data = srv;
   uv_timer_init(loop, &srv->accept_backoff);
@@ -374,6 +461,8 @@ void server_reconfigure(struct server *srv, const struct server_config *cfg)
   memcpy(next.socket_path, srv->cfg.socket_path, sizeof next.socket_path);
   next.socket_mode = srv->cfg.socket_mode;
   srv->cfg = next;
+  srv->transport_limits.max_queued_frames = next.max_queued_frames;
+  srv->transport_limits.max_queued_bytes = next.max_queued_bytes;
   if (srv->listening)
     uv_timer_start(&srv->hello_sweep, on_hello_sweep, sweep_ms, sweep_ms);
 }
@@ -388,6 +477,6 @@ void server_shutdown(struct server *srv)
   uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
   uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
   close_listener(srv);
-  while (!list_empty(&srv->conns))
-    conn_close(list_entry(srv->conns.next, struct conn, link));
+  while (!list_empty(&srv->sessions))
+    session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);
 }

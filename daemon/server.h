@@ -1,4 +1,5 @@
-/* The daemon's state: listening socket, connected clients, registry, counters. */
+/* The daemon's state: listening socket, accepting, connection limits, the Hello
+ * deadline, the list of sessions, registry, counters. */
 #ifndef GPUSHMD_SERVER_H
 #define GPUSHMD_SERVER_H
 
@@ -6,11 +7,13 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "status.h"
+#include "handlers.h"
 #include "list.h"
 #include "persist.h"
 #include "registry.h"
-#include "wire.h"
+#include "session.h"
+#include "status.h"
+#include "transport.h"
 
 struct uid_conns;
 
@@ -24,18 +27,6 @@ struct server_config {
   uint32_t max_queued_bytes;
   bool has_admin_group;
   gid_t admin_gid; /* members may list and unlink every user's buffers */
-};
-
-/* Request counters are kept by the request's body case (a small protocol number). */
-#define SERVER_REQUEST_TYPES 32
-
-struct server_counters {
-  uint64_t requests;
-  uint64_t request_errors;
-  uint64_t by_type[SERVER_REQUEST_TYPES];
-  uint64_t errors_by_type[SERVER_REQUEST_TYPES];
-  uint64_t protocol_errors;
-  uint64_t clients_dropped;
 };
 
 struct server {
@@ -52,15 +43,16 @@ struct server {
   uv_timer_t accept_backoff;
   uv_timer_t hello_sweep; /* closes connections that never said Hello */
   struct uid_conns *uid_conns; /* connections per uid, for max_clients_per_uid */
-  struct list conns; /* conn.link */
+  struct list sessions; /* session.link, in ascending client id */
   uint32_t n_clients;
   uint32_t next_client_id;
   uint64_t instance_id;
   uint64_t started_ms; /* uv_now() at start */
-  struct server_counters counters;
-  /* One of each is enough: the loop is single-threaded and a frame is handled whole. */
-  uint8_t rx[WIRE_RECV_BUF];
-  uint8_t tx[WIRE_FRAME_MAX];
+  struct handler_counters counters;
+  /* What sessions and handlers see of the server (set up by server_start). */
+  struct transport_limits transport_limits;
+  struct session_env session_env;
+  struct handler_server handler_server;
 };
 
 /* Serves on a listening socket someone else made (systemd socket activation). */
@@ -72,6 +64,9 @@ void server_reconfigure(struct server *srv, const struct server_config *cfg);
 int server_listen(struct server *srv, char *err, size_t errlen);
 /* Starts serving on the loop; on failure the listening socket is closed and removed. */
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen);
+/* A session on fd (an accepted socket) without the admission checks that accepting
+ * makes: for tests that bring their own socketpair.  NULL if it could not be set up. */
+struct session *server_connect(struct server *srv, int fd);
 /* Closes every client (releasing its references) and the listening socket. */
 void server_shutdown(struct server *srv);
 /* Adds delta to uid's connection count and returns the new count. */

@@ -2,7 +2,7 @@
  *
  * Two client connections of different uids talk to a real struct server on a libuv
  * loop.  Each record of the input is sent as one datagram from a client's end of a
- * socketpair whose other end the daemon serves (conn_start, as after accept), so the
+ * socketpair whose other end the daemon serves (server_connect, as after accept), so the
  * daemon's own receive, frame checks, protobuf decoding, dispatch, registry and host
  * backend handle it as they would a real client's.  Input format: fuzz-format.h.
  *
@@ -12,7 +12,6 @@
  * survives, the byte accounting adds up, and no fd is left open.  Each input starts
  * from an empty registry, so a crash reproduces from its input file alone. */
 #include "config.h"
-#include "conn.h"
 #include "fuzz-format.h"
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
@@ -303,13 +302,13 @@ static void send_hello(int i)
 static void connect_peer(int i)
 {
   const struct identity *who = peers[i].who;
-  struct conn *c;
+  struct session *c;
   int sv[2];
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
     fail("socketpair: %s", strerror(errno));
-  if (!(c = conn_start(&srv, sv[0])))
-    fail("conn_start refused a socketpair");
+  if (!(c = server_connect(&srv, sv[0])))
+    fail("server_connect refused a socketpair");
   free(c->client.groups);
   if (!(c->client.groups = malloc(sizeof *c->client.groups)))
     fail("out of memory");
@@ -365,7 +364,7 @@ static void check_registry(void)
   const struct registry *reg = &srv.reg;
   uint64_t bytes = 0;
 
-  if (srv.n_clients != 0 || !list_empty(&srv.conns))
+  if (srv.n_clients != 0 || !list_empty(&srv.sessions))
     fail("%u clients still registered after all hung up", srv.n_clients);
   for (size_t i = 0; i < reg->n_buffers; i++) {
     const struct reg_buffer *b = reg->by_id[i];
@@ -404,7 +403,7 @@ static void reset_registry(void)
   srv.reg.on_unlink = on_unlink;
   srv.reg.on_created = on_created;
   srv.reg.on_unlink_ctx = on_unlink_ctx;
-  srv.counters = (struct server_counters){ 0 };
+  srv.counters = (struct handler_counters){ 0 };
   srv.next_client_id = 0;
 }
 

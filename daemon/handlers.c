@@ -1,0 +1,569 @@
+#include "config.h"
+#include "handlers.h"
+#include "gpushm.h"
+#include "log.h"
+#include "wire.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int fail(struct handler_reply *ctx, int status, const char *why)
+{
+  snprintf(ctx->msg, sizeof ctx->msg, "%s", why);
+  return status;
+}
+
+/* calloc whose memory lives until the reply is sent; NULL when out of memory. */
+static void *reply_calloc(struct handler_reply *ctx, size_t n, size_t size)
+{
+  void *p;
+
+  if (ctx->n_owned == HANDLER_OWNED_MAX)
+    return NULL;
+  if ((p = calloc(n ? n : 1, size)))
+    ctx->owned[ctx->n_owned++] = p;
+  return p;
+}
+
+/* The devices the CUDA backends can use; free memory only where the daemon holds a
+ * context (asking elsewhere would create one). */
+static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t *n_out)
+{
+  *out = NULL;
+  *n_out = 0;
+#ifdef HAVE_CUDA
+  int n = backend_cuda_device_count();
+  Gpushm__Device *devs, **ptrs;
+  struct cuda_device_info *infos;
+
+  if (n == 0)
+    return 0;
+  devs = reply_calloc(ctx, (size_t)n, sizeof *devs);
+  ptrs = reply_calloc(ctx, (size_t)n, sizeof *ptrs);
+  infos = reply_calloc(ctx, (size_t)n, sizeof *infos);
+  if (!devs || !ptrs || !infos)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (int i = 0; i < n; i++) {
+    backend_cuda_device_info(i, &infos[i]);
+    gpushm__device__init(&devs[i]);
+    devs[i].ordinal = infos[i].ordinal;
+    devs[i].name = infos[i].name;
+    devs[i].uuid.data = infos[i].uuid;
+    devs[i].uuid.len = sizeof infos[i].uuid;
+    devs[i].total_memory = infos[i].total_memory;
+    devs[i].free_memory = infos[i].free_memory;
+    ptrs[i] = &devs[i];
+  }
+  *out = ptrs;
+  *n_out = (size_t)n;
+#else
+  (void)ctx;
+#endif
+  return 0;
+}
+
+static int handle_hello(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__Hello *hello = req->hello;
+  const struct handler_server *srv = call->srv;
+  size_t n_backends = 0;
+  int r;
+
+  if (call->hello_done)
+    return fail(ctx, GPUSHM_E_INVAL, "hello was already exchanged");
+  if (hello->protocol_version != GPUSHM_PROTOCOL_VERSION) {
+    snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u, daemon %u",
+             hello->protocol_version, GPUSHM_PROTOCOL_VERSION);
+    return GPUSHM_E_VERSION;
+  }
+  if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
+    return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
+  /* Admin tools print it: no escape sequences, no invalid UTF-8. */
+  if (!wire_text_valid(hello->client_name, GPUSHM_LIMIT_CLIENT_NAME_LEN))
+    return fail(ctx, GPUSHM_E_INVAL, "client name must be printable UTF-8 (no control "
+                "characters)");
+  r = status_page_export(srv->status, &ctx->fds[0], ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  ctx->n_fds = 1;
+  snprintf(call->hello_name, sizeof call->hello_name, "%s", hello->client_name);
+
+  for (int kind = 1; kind < GPUSHM_BACKEND_COUNT; kind++) {
+    const struct backend *be = call->reg->backends[kind];
+    if (be && !(be->unavailable && be->unavailable(be)))
+      ctx->backends[n_backends++] = (Gpushm__Backend)kind;
+  }
+  gpushm__hello_reply__init(&ctx->body.hello);
+  ctx->body.hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  ctx->body.hello.daemon_version = PACKAGE_VERSION;
+  ctx->body.hello.instance_id = srv->instance_id;
+  ctx->body.hello.n_backends = n_backends;
+  ctx->body.hello.backends = ctx->backends;
+  ctx->body.hello.client_id = call->client->id;
+  if ((r = fill_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
+    return r;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;
+  ctx->reply.hello = &ctx->body.hello;
+  return 0;
+}
+
+/* Fills info for one buffer as seen by asker, its holders into holders and ptrs
+ * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or NULL: then they come from
+ * ctx->owned and this can fail). */
+static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
+                     const struct reg_client *asker, struct handler_reply *ctx,
+                     Gpushm__Holder *holders, Gpushm__Holder **ptrs)
+{
+  size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
+  size_t i = 0;
+
+  gpushm__buffer_info__init(info);
+  if (n) {
+    if (!holders) {
+      holders = reply_calloc(ctx, n, sizeof *holders);
+      ptrs = reply_calloc(ctx, n, sizeof *ptrs);
+      if (!holders || !ptrs)
+        return GPUSHM_E_NOMEM;
+    }
+    for (const struct list *l = b->holdings.next; l != &b->holdings && i < n; l = l->next, i++) {
+      const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
+      gpushm__holder__init(&holders[i]);
+      holders[i].client_id = h->client->id;
+      holders[i].pid = (uint32_t)h->client->pid;
+      holders[i].uid = (uint32_t)h->client->uid;
+      holders[i].refs = h->refs;
+      ptrs[i] = &holders[i];
+    }
+  }
+  info->id = b->id;
+  info->name = (char *)b->name;
+  info->size = b->size;
+  info->allocated = b->allocated;
+#ifdef HAVE_CUDA
+  /* points into the backend's device table, which outlives the reply */
+  if (b->device >= 0 && (info->device_uuid.data = (uint8_t *)backend_cuda_device_uuid(b->device)))
+    info->device_uuid.len = 16;
+#endif
+  info->backend = (Gpushm__Backend)b->backend->kind;
+  info->device = b->device;
+  info->owner_uid = (uint32_t)b->owner_uid;
+  info->owner_gid = (uint32_t)b->owner_gid;
+  info->mode = b->mode;
+  info->lifetime = (Gpushm__Lifetime)b->lifetime;
+  info->linked = b->linked;
+  info->sync = b->sync;
+  info->refs = b->refs;
+  info->my_refs = registry_client_refs(b, asker);
+  info->created_unix_ms = b->created_unix_ms;
+  info->creator_pid = (uint32_t)b->creator_pid;
+  info->holders_total = b->n_holders;
+  info->n_holders = i;
+  info->holders = ptrs;
+  return 0;
+}
+
+static void close_ctx_fds(struct handler_reply *ctx)
+{
+  while (ctx->n_fds)
+    close(ctx->fds[--ctx->n_fds]);
+}
+
+/* Replies with a ready export from the registry; nothing here can fail, so the
+ * reference it stands for is never in doubt. */
+static int reply_open(struct handler_call *call, struct handler_reply *ctx)
+{
+  struct reg_export *e = &ctx->export;
+
+  (void)fill_info(&ctx->info, e->buffer, call->client, ctx, ctx->holders, ctx->holder_ptrs);
+  memcpy(ctx->fds, e->fds, sizeof(int) * e->n_fds);
+  ctx->n_fds = e->n_fds;
+  e->n_fds = 0;
+  gpushm__open_reply__init(&ctx->body.open);
+  ctx->body.open.info = &ctx->info;
+  ctx->body.open.created = e->created;
+  ctx->body.open.read_only = e->read_only;
+  ctx->body.open.ipc_handle.data = e->handle;
+  ctx->body.open.ipc_handle.len = e->handle_len;
+  ctx->body.open.sync_event_handle.data = e->event_handle;
+  ctx->body.open.sync_event_handle.len = e->event_handle_len;
+  ctx->body.open.has_control = e->buffer->sync;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
+  ctx->reply.open = &ctx->body.open;
+  return 0;
+}
+
+static int handle_create(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__CreateRequest *cr = req->create;
+  struct reg_create_args args = {
+    .name = cr->name,
+    .size = cr->size,
+    .backend = cr->backend,
+    .device = cr->device,
+    .mode = cr->mode,
+    .lifetime = cr->lifetime,
+    .open_existing = cr->open_existing,
+    .sync = cr->sync,
+  };
+  const struct reg_buffer *b;
+  int r = registry_create(call->reg, call->client, &args, &ctx->export, ctx->msg, sizeof ctx->msg);
+
+  if (r < 0)
+    return r;
+  b = ctx->export.buffer;
+  if (ctx->export.created)
+    log_debug("client %u created '%s' (id %llu, %llu bytes)", call->client->id, b->name,
+              (unsigned long long)b->id, (unsigned long long)b->size);
+  return reply_open(call, ctx);
+}
+
+static int handle_open(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__OpenRequest *o = req->open;
+  const char *name = NULL;
+  uint64_t id = 0;
+  int r;
+
+  if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_NAME)
+    name = o->name;
+  else if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_ID)
+    id = o->id;
+  else
+    return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
+  r = registry_open(call->reg, call->client, name, id, o->read_only, o->event, &ctx->export,
+                    ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  return reply_open(call, ctx);
+}
+
+static int handle_close(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  return registry_close(call->reg, call->client, req->close->id, ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  return registry_unlink(call->reg, call->client, req->unlink->name, ctx->msg, sizeof ctx->msg);
+}
+
+static bool visible_to(const struct reg_buffer *b, const struct reg_client *client, bool all)
+{
+  return all || registry_may_see(client, b);
+}
+
+static size_t varint_size(size_t v)
+{
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static int handle_list(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const struct registry *reg = call->reg;
+  /* Room for the envelope around the entries: request id, status, body tag and
+   * length, and the "more" flag. */
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
+  uint32_t max = req->list->max_entries;
+  Gpushm__BufferInfo *infos, **ptrs;
+  size_t used = 0, n = 0, i;
+
+  if (req->list->all && !call->client->admin)
+    return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
+  if (max == 0 || max > GPUSHM_LIMIT_LIST_PAGE)
+    max = GPUSHM_LIMIT_LIST_PAGE;
+  infos = reply_calloc(ctx, max, sizeof *infos);
+  ptrs = reply_calloc(ctx, max, sizeof *ptrs);
+  if (!infos || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+
+  gpushm__list_reply__init(&ctx->body.list);
+  for (i = registry_index_after(reg, req->list->after_id); i < reg->n_buffers && n < max; i++) {
+    const struct reg_buffer *b = reg->by_id[i];
+    size_t owned_before = ctx->n_owned, size;
+
+    if (!visible_to(b, call->client, req->list->all))
+      continue;
+    if (fill_info(&infos[n], b, call->client, ctx, NULL, NULL) < 0)
+      return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    size = gpushm__buffer_info__get_packed_size(&infos[n]);
+    size += 1 + varint_size(size);
+    if (used + size > budget) {
+      while (ctx->n_owned > owned_before)
+        free(ctx->owned[--ctx->n_owned]);
+      break;
+    }
+    used += size;
+    ptrs[n] = &infos[n];
+    n++;
+  }
+  ctx->body.list.n_buffers = n;
+  ctx->body.list.buffers = ptrs;
+  ctx->body.list.more = i < reg->n_buffers;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
+  ctx->reply.list = &ctx->body.list;
+  return 0;
+}
+
+static int fill_request_counts(const struct handler_counters *counters,
+                               struct handler_reply *ctx, Gpushm__StatsReply *s)
+{
+  Gpushm__RequestCount *counts = reply_calloc(ctx, HANDLER_REQUEST_TYPES, sizeof *counts);
+  Gpushm__RequestCount **ptrs = reply_calloc(ctx, HANDLER_REQUEST_TYPES, sizeof *ptrs);
+  size_t n = 0;
+
+  if (!counts || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (unsigned t = 0; t < HANDLER_REQUEST_TYPES; t++) {
+    if (!counters->by_type[t])
+      continue;
+    gpushm__request_count__init(&counts[n]);
+    counts[n].type = (char *)handler_name(t);
+    counts[n].count = counters->by_type[t];
+    counts[n].errors = counters->errors_by_type[t];
+    ptrs[n] = &counts[n];
+    n++;
+  }
+  s->requests_by_type = ptrs;
+  s->n_requests_by_type = n;
+  return 0;
+}
+
+/* Buffers and bytes by (backend, device), for capacity dashboards. */
+static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpushm__StatsReply *s)
+{
+  const size_t max = GPUSHM_BACKEND_COUNT * (GPUSHM_LIMIT_DEVICES + 1);
+  Gpushm__Usage *usage = reply_calloc(ctx, max, sizeof *usage);
+  Gpushm__Usage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
+  size_t n = 0;
+
+  if (!usage || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (size_t i = 0; i < reg->n_buffers; i++) {
+    const struct reg_buffer *b = reg->by_id[i];
+    size_t u = 0;
+    while (u < n && !((int)usage[u].backend == b->backend->kind && usage[u].device == b->device))
+      u++;
+    if (u == n) {
+      if (n == max)
+        continue;
+      gpushm__usage__init(&usage[n]);
+      usage[n].backend = (Gpushm__Backend)b->backend->kind;
+      usage[n].device = b->device;
+      ptrs[n] = &usage[n];
+      n++;
+    }
+    usage[u].buffers++;
+    usage[u].bytes += b->allocated;
+  }
+  s->usage = ptrs;
+  s->n_usage = n;
+  return 0;
+}
+
+struct clients_walk {
+  const struct reg_client *asker;
+  uint32_t after_id;
+  Gpushm__ClientInfo *infos, **ptrs;
+  size_t n, max, used;
+};
+
+static bool add_client(void *arg, const struct handler_peer *peer)
+{
+  /* Room for the envelope around the entries, as in list. */
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
+  struct clients_walk *w = arg;
+  const struct reg_client *other = peer->client;
+  Gpushm__ClientInfo *ci;
+  size_t size;
+
+  if (other->id <= w->after_id || (!w->asker->admin && other->uid != w->asker->uid))
+    return true;
+  if (w->n == w->max)
+    return false;
+  ci = &w->infos[w->n];
+  gpushm__client_info__init(ci);
+  ci->client_id = other->id;
+  ci->pid = (uint32_t)other->pid;
+  ci->uid = (uint32_t)other->uid;
+  ci->gid = (uint32_t)other->gid;
+  ci->name = (char *)peer->name;
+  ci->connected_unix_ms = peer->connected_unix_ms;
+  ci->admin = other->admin;
+  for (const struct list *h = other->holdings.next; h != &other->holdings; h = h->next) {
+    const struct reg_holding *hold = list_entry(h, struct reg_holding, client_link);
+    ci->buffers_held++;
+    ci->bytes_held += hold->buffer->allocated;
+  }
+  size = gpushm__client_info__get_packed_size(ci);
+  size += 1 + varint_size(size);
+  if (w->used + size > budget)
+    return false;
+  w->used += size;
+  w->ptrs[w->n++] = ci;
+  return true;
+}
+
+/* Connected clients; admins see all, others those of their own uid. */
+static int handle_clients(struct handler_call *call, const Gpushm__Request *req,
+                          struct handler_reply *ctx)
+{
+  const struct handler_server *srv = call->srv;
+  struct clients_walk w = {
+    .asker = call->client,
+    .after_id = req->clients->after_id,
+    .max = srv->n_clients(srv->ctx),
+  };
+  bool more;
+
+  w.infos = reply_calloc(ctx, w.max, sizeof *w.infos);
+  w.ptrs = reply_calloc(ctx, w.max, sizeof *w.ptrs);
+  if (!w.infos || !w.ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  more = srv->each_client(srv->ctx, add_client, &w);
+  gpushm__clients_reply__init(&ctx->body.clients);
+  ctx->body.clients.n_clients = w.n;
+  ctx->body.clients.clients = w.ptrs;
+  ctx->body.clients.more = more;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_CLIENTS;
+  ctx->reply.clients = &ctx->body.clients;
+  return 0;
+}
+
+static int handle_stats(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const struct handler_server *srv = call->srv;
+  const struct registry *reg = call->reg;
+  Gpushm__StatsReply *s = &ctx->body.stats;
+  int r;
+
+  gpushm__stats_reply__init(s);
+  s->daemon_version = PACKAGE_VERSION;
+  s->instance_id = srv->instance_id;
+  s->uptime_ms = srv->uptime_ms(srv->ctx);
+  s->clients = srv->n_clients(srv->ctx);
+  s->buffers = (uint32_t)reg->n_buffers;
+  s->buffers_linked = reg->n_linked;
+  s->bytes_allocated = reg->bytes_allocated;
+  s->requests = srv->counters->requests;
+  s->request_errors = srv->counters->request_errors;
+  s->protocol_errors = srv->counters->protocol_errors;
+  s->clients_dropped = srv->counters->clients_dropped;
+  s->open_fds = srv->open_fds();
+  s->next_buffer_id = reg->next_id;
+  if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
+      (r = fill_request_counts(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0)
+    return r;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
+  ctx->reply.stats = s;
+  return 0;
+}
+
+struct disconnect_find {
+  uint32_t id;
+  const struct reg_client *asker;
+  const struct reg_client *found;
+};
+
+static bool find_client(void *arg, const struct handler_peer *peer)
+{
+  struct disconnect_find *f = arg;
+
+  if (peer->client->id != f->id)
+    return true;
+  /* Clients of other uids are as invisible here as in the clients listing. */
+  if (f->asker->admin || peer->client->uid == f->asker->uid)
+    f->found = peer->client;
+  return false;
+}
+
+static int handle_disconnect(struct handler_call *call, const Gpushm__Request *req,
+                             struct handler_reply *ctx)
+{
+  struct disconnect_find f = { .id = req->disconnect->client_id, .asker = call->client };
+  const struct reg_client *other;
+  char why[128];
+
+  call->srv->each_client(call->srv->ctx, find_client, &f);
+  if (!(other = f.found)) {
+    snprintf(ctx->msg, sizeof ctx->msg, "no client with id %u", f.id);
+    return GPUSHM_E_NOENT;
+  }
+  if (other == call->client)
+    return fail(ctx, GPUSHM_E_INVAL, "that is this connection: close it instead");
+  snprintf(why, sizeof why, "disconnected by uid %u (client %u)", (unsigned)call->client->uid,
+           call->client->id);
+  log_info("client %u (pid %d, uid %u) %s", other->id, (int)other->pid, (unsigned)other->uid,
+           why);
+  /* The server asks that client's session to end itself. */
+  call->srv->disconnect(call->srv->ctx, f.id, GPUSHM_E_DISCONNECTED, why);
+  return 0;
+}
+
+static int handle_ping(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  gpushm__ping_reply__init(&ctx->body.ping);
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_PING;
+  ctx->reply.ping = &ctx->body.ping;
+  return 0;
+}
+
+/* Policy lives here: the session checks needs_hello and admin_only before a handler
+ * runs.  Finer rules (list "all", other users' clients) depend on the request's
+ * fields and stay in the handlers. */
+static const struct handler handlers[] = {
+  [GPUSHM__REQUEST__BODY_HELLO] = { "hello", false, false, handle_hello },
+  [GPUSHM__REQUEST__BODY_CREATE] = { "create", true, false, handle_create },
+  [GPUSHM__REQUEST__BODY_OPEN] = { "open", true, false, handle_open },
+  [GPUSHM__REQUEST__BODY_CLOSE] = { "close", true, false, handle_close },
+  [GPUSHM__REQUEST__BODY_UNLINK] = { "unlink", true, false, handle_unlink },
+  [GPUSHM__REQUEST__BODY_LIST] = { "list", true, false, handle_list },
+  [GPUSHM__REQUEST__BODY_STATS] = { "stats", true, false, handle_stats },
+  [GPUSHM__REQUEST__BODY_PING] = { "ping", true, false, handle_ping },
+  [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", true, false, handle_clients },
+  [GPUSHM__REQUEST__BODY_DISCONNECT] = { "disconnect", true, false, handle_disconnect },
+};
+
+const struct handler *handler_find(unsigned body_case)
+{
+  return body_case < sizeof handlers / sizeof handlers[0] && handlers[body_case].fn
+           ? &handlers[body_case] : NULL;
+}
+
+const char *handler_name(unsigned body_case)
+{
+  const struct handler *h = handler_find(body_case);
+  return h ? h->name : "unknown";
+}
+
+void handler_reply_init(struct handler_reply *r, uint64_t request_id)
+{
+  r->n_fds = 0;
+  r->n_owned = 0;
+  r->msg[0] = '\0';
+  gpushm__reply__init(&r->reply);
+  r->reply.request_id = request_id;
+}
+
+void handler_reply_error(struct handler_reply *r, int status)
+{
+  close_ctx_fds(r);
+  r->reply.status = -status;
+  r->reply.message = r->msg;
+  r->reply.body_case = GPUSHM__REPLY__BODY__NOT_SET;
+}
+
+void handler_reply_free(struct handler_reply *r)
+{
+  while (r->n_owned)
+    free(r->owned[--r->n_owned]);
+}

@@ -1,0 +1,110 @@
+/* Request handlers: one table entry per request type carries the policy (needs a
+ * Hello first, admins only) and the function that turns a decoded request into
+ * registry calls and a reply.  Handlers return a status and never close anything:
+ * GPUSHM_E_PROTO from one is a protocol violation, and the caller's owner ends the
+ * connection.  What of the server they may use comes through struct handler_server. */
+#ifndef GPUSHMD_HANDLERS_H
+#define GPUSHMD_HANDLERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpushm.pb-c.h"
+#include "gpushm_limits.h"
+#include "registry.h"
+#include "status.h"
+
+/* Request counters are kept by the request's body case (a small protocol number). */
+#define HANDLER_REQUEST_TYPES 32
+
+struct handler_counters {
+  uint64_t requests;
+  uint64_t request_errors;
+  uint64_t by_type[HANDLER_REQUEST_TYPES];
+  uint64_t errors_by_type[HANDLER_REQUEST_TYPES];
+  uint64_t protocol_errors;
+  uint64_t clients_dropped;
+};
+
+/* Another connected client, as the clients listing shows it. */
+struct handler_peer {
+  const struct reg_client *client;
+  const char *name;
+  uint64_t connected_unix_ms;
+};
+
+/* The narrow view of the server that handlers get instead of the server itself. */
+struct handler_server {
+  void *ctx;
+  uint64_t instance_id;
+  const struct status_page_owner *status;
+  const struct handler_counters *counters;
+  uint64_t (*uptime_ms)(void *ctx);
+  uint32_t (*n_clients)(void *ctx);
+  uint32_t (*open_fds)(void);
+  /* Calls fn for every client in ascending id order until it returns false; returns
+   * true if fn stopped it early. */
+  bool (*each_client)(void *ctx, bool (*fn)(void *arg, const struct handler_peer *peer),
+                      void *arg);
+  /* Ends client id's connection, telling it status and why. */
+  void (*disconnect)(void *ctx, uint32_t client_id, int status, const char *why);
+};
+
+/* Who is asking, and in which state of the session. */
+struct handler_call {
+  struct registry *reg;
+  const struct handler_server *srv;
+  struct reg_client *client;
+  bool hello_done;
+  /* hello's result: the name the client gave (applied by the session on success) */
+  char hello_name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
+};
+
+#define HANDLER_OWNED_MAX (2 * GPUSHM_LIMIT_LIST_PAGE + 8)
+
+/* A reply under construction, and the storage it points into. */
+struct handler_reply {
+  Gpushm__Reply reply;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
+  unsigned n_fds;
+  char msg[256];
+  union {
+    Gpushm__HelloReply hello;
+    Gpushm__OpenReply open;
+    Gpushm__ListReply list;
+    Gpushm__StatsReply stats;
+    Gpushm__PingReply ping;
+    Gpushm__ClientsReply clients;
+  } body;
+  Gpushm__BufferInfo info;
+  /* the open reply's holders: inline, so that nothing can fail once an export is out */
+  Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
+  Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
+  Gpushm__Backend backends[GPUSHM_BACKEND_COUNT];
+  struct reg_export export;
+  void *owned[HANDLER_OWNED_MAX]; /* freed by handler_reply_free */
+  size_t n_owned;
+};
+
+typedef int handler_fn(struct handler_call *call, const Gpushm__Request *req,
+                       struct handler_reply *out);
+
+struct handler {
+  const char *name;
+  bool needs_hello; /* before Hello this request is a protocol violation */
+  bool admin_only;  /* refused with GPUSHM_E_PERM to anyone but root and the admin group */
+  handler_fn *fn;
+};
+
+/* The entry for a request's body case, or NULL for one this daemon does not know. */
+const struct handler *handler_find(unsigned body_case);
+/* For logs and stats: the request type's name, "unknown" if none. */
+const char *handler_name(unsigned body_case);
+
+void handler_reply_init(struct handler_reply *r, uint64_t request_id);
+/* Turns r into an error reply with status (its fds are closed, its body dropped). */
+void handler_reply_error(struct handler_reply *r, int status);
+/* Frees what the reply pointed into; the fds have been sent or closed by then. */
+void handler_reply_free(struct handler_reply *r);
+
+#endif

@@ -1,0 +1,246 @@
+#include "config.h"
+#include "session.h"
+#include "gpushm.h"
+#include "gpushm.pb-c.h"
+#include "log.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One is enough: the loop is single-threaded and a reply is encoded and sent (or
+ * copied into the queue) before the next. */
+static uint8_t tx[WIRE_FRAME_MAX];
+
+static void free_session(struct session *s)
+{
+  if (s->closing)
+    return;
+  s->closing = true;
+  log_debug("client %u (pid %d) disconnected", s->client.id, (int)s->client.pid);
+  s->env->gone(s->env->ctx, s);
+  registry_client_gone(s->env->reg, &s->client);
+  transport_free(s->transport);
+  free(s);
+}
+
+void session_close(struct session *s, int status, const char *why)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  long len;
+
+  if (s->closing)
+    return;
+  if (status == 0) {
+    free_session(s);
+    return;
+  }
+  if (status == GPUSHM_E_PROTO)
+    s->env->counters->protocol_errors++;
+  log_warn("client %u (pid %d, uid %u): %s; closing it", s->client.id, (int)s->client.pid,
+           (unsigned)s->client.uid, why);
+  reply.request_id = 0;
+  reply.status = -status;
+  reply.message = (char *)why;
+  /* Best effort and never queued: the connection ends now either way. */
+  len = wire_encode(tx, WIRE_TYPE_REPLY, &reply.base, 0);
+  if (len > 0)
+    transport_send_last(s->transport, tx, (size_t)len);
+  free_session(s);
+}
+
+/* Sends a reply with n_fds fds, which are consumed either way. */
+static void send_reply(struct session *s, const Gpushm__Reply *msg, const int *fds,
+                       unsigned n_fds)
+{
+  long len = wire_encode(tx, WIRE_TYPE_REPLY, &msg->base, n_fds);
+
+  if (len < 0) {
+    /* Replies are sized to fit by construction (list pages are packed to the limit),
+     * so this is a daemon bug; the client still gets an answer. */
+    Gpushm__Reply error = GPUSHM__REPLY__INIT;
+    log_error("reply to request %llu exceeds the frame limit",
+              (unsigned long long)msg->request_id);
+    error.request_id = msg->request_id;
+    error.status = -GPUSHM_E_LIMIT;
+    error.message = "reply would exceed the frame size limit";
+    for (unsigned i = 0; i < n_fds; i++)
+      close(fds[i]);
+    n_fds = 0;
+    len = wire_encode(tx, WIRE_TYPE_REPLY, &error.base, 0);
+  }
+  transport_send(s->transport, tx, (size_t)len, fds, n_fds);
+}
+
+/* Policy from the table first, then the handler; a violation ends the session. */
+static void dispatch(struct session *s, const Gpushm__Request *req)
+{
+  struct handler_counters *counters = s->env->counters;
+  unsigned body = (unsigned)req->body_case;
+  unsigned slot = body < HANDLER_REQUEST_TYPES ? body : 0;
+  const struct handler *h = handler_find(body);
+  struct handler_call call = {
+    .reg = s->env->reg,
+    .srv = s->env->handler_server,
+    .client = &s->client,
+    .hello_done = s->hello_done,
+  };
+  struct handler_reply storage, *reply = &storage;
+  int status;
+
+  counters->requests++;
+  counters->by_type[slot]++;
+  if (req->request_id == 0) {
+    session_close(s, GPUSHM_E_PROTO, "request id 0 is reserved");
+    return;
+  }
+  if (!s->hello_done && (!h || h->needs_hello)) {
+    session_close(s, GPUSHM_E_PROTO, "the first request must be hello");
+    return;
+  }
+  handler_reply_init(reply, req->request_id);
+  if (!h) {
+    /* A newer client may know requests this daemon does not: answer, don't hang up. */
+    snprintf(reply->msg, sizeof reply->msg, "unknown request type %u", body);
+    status = GPUSHM_E_UNSUPPORTED;
+  } else if (h->admin_only && !s->client.admin) {
+    snprintf(reply->msg, sizeof reply->msg, "%s needs root or the admin group", h->name);
+    status = GPUSHM_E_PERM;
+  } else {
+    status = h->fn(&call, req, reply);
+  }
+  if (status == GPUSHM_E_PROTO) {
+    handler_reply_error(reply, status);
+    session_close(s, GPUSHM_E_PROTO, reply->msg);
+    handler_reply_free(reply);
+    return;
+  }
+  if (status < 0) {
+    counters->request_errors++;
+    counters->errors_by_type[slot]++;
+    log_debug("client %u: %s failed: %s", s->client.id, handler_name(body), reply->msg);
+    handler_reply_error(reply, status);
+  } else if (body == GPUSHM__REQUEST__BODY_HELLO) {
+    s->hello_done = true;
+    memcpy(s->name, call.hello_name, sizeof s->name);
+  }
+  send_reply(s, &reply->reply, reply->fds, reply->n_fds);
+  handler_reply_free(reply);
+}
+
+static void on_frame(void *ctx, const struct wire_frame *frame)
+{
+  struct session *s = ctx;
+  Gpushm__Request *req;
+  const char *why = NULL;
+
+  if (frame->n_fds) {
+    session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors");
+    return;
+  }
+  if (wire_check_strings(&gpushm__request__descriptor, frame->body, frame->header.body_len,
+                         &why) < 0) {
+    session_close(s, GPUSHM_E_PROTO, why);
+    return;
+  }
+  req = gpushm__request__unpack(NULL, frame->header.body_len, frame->body);
+  if (!req) {
+    session_close(s, GPUSHM_E_PROTO, "malformed request body");
+    return;
+  }
+  dispatch(s, req);
+  gpushm__request__free_unpacked(req, NULL);
+}
+
+static void on_close(void *ctx, enum transport_close_reason reason, const char *why)
+{
+  struct session *s = ctx;
+
+  switch (reason) {
+  case TRANSPORT_CLOSE_PROTOCOL:
+    session_close(s, GPUSHM_E_PROTO, why);
+    break;
+  case TRANSPORT_CLOSE_SLOW_READER:
+    log_warn("client %u (pid %d) stopped reading replies (%u queued); dropping it",
+             s->client.id, (int)s->client.pid, transport_queued_frames(s->transport));
+    s->env->counters->clients_dropped++;
+    session_close(s, 0, NULL);
+    break;
+  case TRANSPORT_CLOSE_IO:
+    log_debug("client %u: %s", s->client.id, why);
+    session_close(s, 0, NULL);
+    break;
+  case TRANSPORT_CLOSE_EOF:
+    session_close(s, 0, NULL);
+    break;
+  }
+}
+
+static const struct transport_ops session_transport_ops = {
+  .on_frame = on_frame,
+  .on_close = on_close,
+};
+
+static void read_peer_groups(struct session *s, int fd)
+{
+#if HAVE_DECL_SO_PEERGROUPS
+  socklen_t len = 32 * sizeof(gid_t);
+
+  for (int attempt = 0; attempt < 2; attempt++) {
+    gid_t *groups = malloc(len ? len : sizeof(gid_t));
+    if (!groups)
+      return;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0) {
+      s->client.groups = groups;
+      s->client.n_groups = len / sizeof(gid_t);
+      return;
+    }
+    free(groups);
+    if (errno != ERANGE)
+      return; /* primary gid only: group access may be narrower than the peer's */
+  }
+#else
+  (void)s;
+  (void)fd;
+#endif
+}
+
+struct session *session_start(const struct session_env *env, int fd, uint32_t id,
+                              const gid_t *admin_gid)
+{
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  struct timespec now;
+  struct session *s;
+
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+    log_warn("SO_PEERCRED: %s; refusing client", strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  if (!(s = calloc(1, sizeof *s))) {
+    close(fd);
+    return NULL;
+  }
+  s->env = env;
+  clock_gettime(CLOCK_REALTIME, &now);
+  s->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+  s->accepted_loop_ms = uv_now(env->loop);
+  registry_client_init(&s->client, id, cred.pid, cred.uid, cred.gid);
+  read_peer_groups(s, fd);
+  s->client.admin = cred.uid == 0 || (admin_gid && registry_client_in_group(&s->client, *admin_gid));
+  s->transport = transport_new(env->loop, fd, WIRE_TYPE_REQUEST, env->limits,
+                               &session_transport_ops, s);
+  if (!s->transport) {
+    free(s->client.groups);
+    free(s);
+    return NULL;
+  }
+  log_debug("client %u connected: pid %d uid %u gid %u", s->client.id, (int)cred.pid,
+            (unsigned)cred.uid, (unsigned)cred.gid);
+  return s;
+}

@@ -1,0 +1,52 @@
+/* One client: its identity (SO_PEERCRED, SO_PEERGROUPS, admin), its Hello state, its
+ * transport and its registry holdings.  Turns each decoded request into a handler
+ * call through the handler table and sends the reply.  The only place that ends a
+ * connection: on a protocol violation, a transport error, or when the server asks. */
+#ifndef GPUSHMD_SESSION_H
+#define GPUSHMD_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "handlers.h"
+#include "list.h"
+#include "registry.h"
+#include "transport.h"
+
+struct session;
+
+/* What the server lends every session; lives as long as the server. */
+struct session_env {
+  uv_loop_t *loop;
+  struct registry *reg;
+  const struct transport_limits *limits;
+  const struct handler_server *handler_server;
+  struct handler_counters *counters;
+  /* Told once, as the session ends, before it is freed. */
+  void (*gone)(void *ctx, struct session *s);
+  void *ctx;
+};
+
+struct session {
+  struct reg_client client; /* registry identity: credentials + holdings */
+  const struct session_env *env;
+  struct transport *transport;
+  struct list link; /* the server's list of sessions */
+  bool hello_done;
+  bool closing;
+  char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
+  uint64_t connected_unix_ms;
+  uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */
+};
+
+/* Takes ownership of fd (an accepted, non-blocking socket) and reads the peer's
+ * credentials; admin_gid (NULL: none) makes its members admins besides root.  NULL if
+ * it could not be set up (fd closed). */
+struct session *session_start(const struct session_env *env, int fd, uint32_t id,
+                              const gid_t *admin_gid);
+/* Ends the session: status 0 quietly, otherwise with a connection-level error (request
+ * id 0) saying why.  Releases its references; frees it. */
+void session_close(struct session *s, int status, const char *why);
+
+#endif
