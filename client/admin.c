@@ -264,6 +264,8 @@ int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id)
   client_clear_error();
   if (!conn)
     return client_error(GPUSHM_E_INVAL, "conn is NULL");
+  if ((r = client_need_feature(conn, GPUSHM_FEATURE_DISCONNECT, "disconnecting clients")) < 0)
+    return r;
   body.client_id = client_id;
   req.body_case = GPUSHM__REQUEST__BODY_DISCONNECT;
   req.disconnect = &body;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -41,6 +42,27 @@ uint64_t client_unlink_generation(const gpushm_t *conn)
   return __atomic_load_n(&conn->status->unlink_generation, __ATOMIC_ACQUIRE);
 }
 
+static int take_hello_reply(gpushm_t *conn, const Gpushm__HelloReply *h)
+{
+  unsigned v = h->protocol_version;
+
+  /* A 0.1 daemon answers with its only version; anything outside our range is no
+   * conversation we can have. */
+  if (v < GPUSHM_PROTOCOL_MIN_VERSION || v > GPUSHM_PROTOCOL_VERSION)
+    return client_error(GPUSHM_E_VERSION, "gpushmd chose protocol %u; this library speaks %u-%u",
+                        v, GPUSHM_PROTOCOL_MIN_VERSION, GPUSHM_PROTOCOL_VERSION);
+  conn->protocol_version = v;
+  conn->instance_id = h->instance_id;
+  conn->client_id = h->client_id;
+  conn->features = h->features;
+  for (size_t i = 0; i < h->n_backends; i++)
+    if ((unsigned)h->backends[i] < 32)
+      conn->backends |= 1u << (unsigned)h->backends[i];
+  snprintf(conn->daemon_version, sizeof conn->daemon_version, "%s",
+           h->daemon_version ? h->daemon_version : "");
+  return 0;
+}
+
 static int hello(gpushm_t *conn, const char *client_name)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -49,23 +71,51 @@ static int hello(gpushm_t *conn, const char *client_name)
   struct client_fds fds;
   int r;
 
+  /* protocol_version alone is what a 0.1 daemon reads; the range is for newer ones. */
   body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  body.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
+  body.max_version = GPUSHM_PROTOCOL_VERSION;
   body.client_name = (char *)(client_name ? client_name : "");
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;
   r = client_call(conn, &req, &reply, &fds);
   if (r < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_HELLO || fds.n != 1) {
+  if (reply->body_case != GPUSHM__REPLY__BODY_HELLO || fds.n != 1)
     r = client_error(GPUSHM_E_PROTO, "malformed hello reply");
-  } else {
-    conn->instance_id = reply->hello->instance_id;
-    conn->client_id = reply->hello->client_id;
+  else if ((r = take_hello_reply(conn, reply->hello)) == 0)
     r = map_status_page(conn, fds.fd[0]);
-  }
   client_close_fds(&fds);
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
+}
+
+int client_need_feature(const gpushm_t *conn, uint64_t feature, const char *what)
+{
+  if (conn->features & feature)
+    return 0;
+  return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s does not offer %s",
+                      conn->daemon_version, what);
+}
+
+int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature)
+{
+  return conn && feature && (conn->features & feature) == feature;
+}
+
+uint32_t gpushm_daemon_backends(const gpushm_t *conn)
+{
+  return conn ? conn->backends : 0;
+}
+
+unsigned gpushm_protocol_version(const gpushm_t *conn)
+{
+  return conn ? conn->protocol_version : 0;
+}
+
+const char *gpushm_daemon_version(const gpushm_t *conn)
+{
+  return conn ? conn->daemon_version : NULL;
 }
 
 /* An impostor could sit on the socket path (a directory another user controls, a

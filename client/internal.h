@@ -19,6 +19,10 @@ struct gpushm {
   int timeout_ms;       /* per request (send and reply); 0: wait for ever */
   uint64_t instance_id;
   uint32_t client_id;
+  unsigned protocol_version; /* negotiated at Hello */
+  uint64_t features;         /* GPUSHM_FEATURE_* the daemon offers */
+  uint32_t backends;         /* 1 << gpushm_backend_t, what the daemon offers */
+  char daemon_version[32];
   uint64_t next_request_id;
   const struct status_page *status;
   uint8_t rx[WIRE_RECV_BUF];
@@ -66,6 +70,8 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);
+/* GPUSHM_E_UNSUPPORTED, naming what, unless the daemon offers feature. */
+int client_need_feature(const gpushm_t *conn, uint64_t feature, const char *what);
 
 /* Create and open as buffers or (event true) events, through the process cache. */
 int client_create(gpushm_t *conn, const char *name, uint64_t size,

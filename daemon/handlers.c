@@ -74,13 +74,24 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   size_t n_backends = 0;
   int r;
 
+  /* A 0.1 client sends one version and no range: the range is [it, it]. */
+  unsigned lo = hello->min_version || hello->max_version ? hello->min_version
+                                                          : hello->protocol_version;
+  unsigned hi = hello->min_version || hello->max_version ? hello->max_version
+                                                          : hello->protocol_version;
+  unsigned version = hi < GPUSHM_PROTOCOL_VERSION ? hi : GPUSHM_PROTOCOL_VERSION;
+
   if (call->hello_done)
     return fail(ctx, GPUSHM_E_INVAL, "hello was already exchanged");
-  if (hello->protocol_version != GPUSHM_PROTOCOL_VERSION) {
-    snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u, daemon %u",
-             hello->protocol_version, GPUSHM_PROTOCOL_VERSION);
+  if (lo > hi)
+    return fail(ctx, GPUSHM_E_INVAL, "hello: min_version is above max_version");
+  if (version < lo || version < GPUSHM_PROTOCOL_MIN_VERSION) {
+    snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u-%u, daemon %u-%u", lo, hi,
+             GPUSHM_PROTOCOL_MIN_VERSION, GPUSHM_PROTOCOL_VERSION);
     return GPUSHM_E_VERSION;
   }
+  call->hello_version = version;
+  call->hello_features = hello->features;
   if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
     return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
   /* Admin tools print it: no escape sequences, no invalid UTF-8. */
@@ -99,7 +110,10 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
   }
   gpushm__hello_reply__init(&ctx->body.hello);
-  ctx->body.hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
+  ctx->body.hello.protocol_version = version;
+  ctx->body.hello.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
+  ctx->body.hello.max_version = GPUSHM_PROTOCOL_VERSION;
+  ctx->body.hello.features = srv->features;
   ctx->body.hello.daemon_version = PACKAGE_VERSION;
   ctx->body.hello.instance_id = srv->instance_id;
   ctx->body.hello.n_backends = n_backends;

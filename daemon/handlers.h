@@ -37,6 +37,7 @@ struct handler_peer {
 struct handler_server {
   void *ctx;
   uint64_t instance_id;
+  uint64_t features; /* GPUSHM_FEATURE_* offered in Hello replies */
   const struct status_page_owner *status;
   const struct handler_counters *counters;
   uint64_t (*uptime_ms)(void *ctx);
@@ -56,8 +57,11 @@ struct handler_call {
   const struct handler_server *srv;
   struct reg_client *client;
   bool hello_done;
-  /* hello's result: the name the client gave (applied by the session on success) */
+  /* hello's result, applied by the session on success: the name the client gave, the
+   * negotiated protocol version and the features the client understands */
   char hello_name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
+  unsigned hello_version;
+  uint64_t hello_features;
 };
 
 #define HANDLER_OWNED_MAX (2 * GPUSHM_LIMIT_LIST_PAGE + 8)

@@ -509,8 +509,10 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return GPUSHM_E_INVAL;
   }
   if (kind < 0 || kind >= (int)(sizeof reg->backends / sizeof reg->backends[0])) {
-    snprintf(err, errlen, "unknown backend %d", kind);
-    return GPUSHM_E_INVAL;
+    /* A newer client may know backends this daemon does not. */
+    snprintf(err, errlen, "unknown backend %d (this daemon knows 1-%d)", kind,
+             GPUSHM_BACKEND_COUNT - 1);
+    return GPUSHM_E_UNSUPPORTED;
   }
   if (!(be = reg->backends[kind])) {
     snprintf(err, errlen, "backend %d is not built into this daemon", kind);

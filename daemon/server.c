@@ -421,6 +421,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->handler_server = (struct handler_server){
     .ctx = srv,
     .instance_id = srv->instance_id,
+    .features = GPUSHM_FEATURE_DISCONNECT | (srv->persist.enabled ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
     .uptime_ms = handler_uptime_ms,

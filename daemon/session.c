@@ -126,6 +126,8 @@ static void dispatch(struct session *s, const Gpushm__Request *req)
     handler_reply_error(reply, status);
   } else if (body == GPUSHM__REQUEST__BODY_HELLO) {
     s->hello_done = true;
+    s->protocol_version = call.hello_version;
+    s->client_features = call.hello_features;
     memcpy(s->name, call.hello_name, sizeof s->name);
   }
   send_reply(s, &reply->reply, reply->fds, reply->n_fds);

@@ -34,6 +34,8 @@ struct session {
   struct transport *transport;
   struct list link; /* the server's list of sessions */
   bool hello_done;
+  unsigned protocol_version; /* negotiated at Hello */
+  uint64_t client_features;  /* GPUSHM_FEATURE_* the client understands */
   bool closing;
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   uint64_t connected_unix_ms;

@@ -203,6 +203,18 @@ GPUSHM_API const char *gpushm_last_error_message(void);
  * anything else on the socket is refused with GPUSHM_E_PERM.  A daemon that does not
  * accept or answer within the timeout gives GPUSHM_E_TIMEOUT. */
 GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out);
+/* What a daemon offers, negotiated at connect (Hello).  A call that needs a feature
+ * the daemon lacks fails with GPUSHM_E_UNSUPPORTED, naming it, without a round trip. */
+#define GPUSHM_FEATURE_DISCONNECT 0x1ull /* gpushm_client_disconnect() */
+#define GPUSHM_FEATURE_FDSTORE 0x2ull    /* persistent buffers survive restarts (systemd) */
+GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
+/* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
+ * is answered by the daemon with the reason it lacks it. */
+GPUSHM_API uint32_t gpushm_daemon_backends(const gpushm_t *conn);
+/* The protocol version negotiated with the daemon, and the daemon's package version. */
+GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
+GPUSHM_API const char *gpushm_daemon_version(const gpushm_t *conn);
+
 /* Bounds each later request on conn (sending it and waiting for the reply); 0 waits for
  * ever.  A request that times out leaves the connection unusable (GPUSHM_E_DISCONNECTED
  * after it): its reply could still arrive and answer the wrong request. */

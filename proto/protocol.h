@@ -7,5 +7,7 @@
 /* What the messages mean: Hello carries it; bumped when a request's meaning changes in
  * a way old peers cannot ignore. */
 #define GPUSHM_PROTOCOL_VERSION 1
+/* The oldest protocol version this side still speaks. */
+#define GPUSHM_PROTOCOL_MIN_VERSION 1
 
 #endif
