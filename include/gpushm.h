@@ -30,6 +30,7 @@ extern "C" {
 #define GPUSHM_API
 #endif
 
+/* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
 #define GPUSHM_VERSION_MINOR 1
 #define GPUSHM_VERSION_PATCH 0
