@@ -134,19 +134,46 @@ int backend_cuda_device_count(void)
   return cuda.n_devices;
 }
 
-/* Makes device i's primary context current, retaining it the first time. */
+bool backend_cuda_device_ready(int i)
+{
+  return i >= 0 && i < cuda.n_devices &&
+         __atomic_load_n(&cuda.devices[i].ctx, __ATOMIC_ACQUIRE) != NULL;
+}
+
+int backend_cuda_warm(int i)
+{
+  struct cuda_device *d = &cuda.devices[i];
+  CUcontext ctx = NULL;
+  CUresult r;
+
+  if (__atomic_load_n(&d->ctx, __ATOMIC_ACQUIRE))
+    return CUDA_SUCCESS;
+  r = CU_CALL(&cuda.drv, cuDevicePrimaryCtxRetain, &ctx, d->dev);
+  if (r == CUDA_SUCCESS)
+    __atomic_store_n(&d->ctx, ctx, __ATOMIC_RELEASE);
+  return (int)r;
+}
+
+int backend_cuda_warm_result(int i, int cu_result, char *err, size_t errlen)
+{
+  char what[64];
+
+  if (cu_result == CUDA_SUCCESS)
+    return 0;
+  snprintf(what, sizeof what, "cuDevicePrimaryCtxRetain on device %d", i);
+  return cuda_failure((CUresult)cu_result, what, err, errlen);
+}
+
+/* Makes device i's primary context current, retaining it the first time (the daemon
+ * warms devices on a worker thread first, see backend_cuda_warm; this retain is for
+ * callers that have none). */
 static int use_device(int i, char *err, size_t errlen)
 {
   struct cuda_device *d = &cuda.devices[i];
   CUresult r;
 
-  if (!d->ctx) {
-    r = CU_CALL(&cuda.drv, cuDevicePrimaryCtxRetain, &d->ctx, d->dev);
-    if (r != CUDA_SUCCESS) {
-      d->ctx = NULL;
-      return cuda_failure(r, "cuDevicePrimaryCtxRetain", err, errlen);
-    }
-  }
+  if (!backend_cuda_device_ready(i) && (r = (CUresult)backend_cuda_warm(i)) != CUDA_SUCCESS)
+    return cuda_failure(r, "cuDevicePrimaryCtxRetain", err, errlen);
   r = CU_CALL(&cuda.drv, cuCtxSetCurrent, d->ctx);
   return r == CUDA_SUCCESS ? 0 : cuda_failure(r, "cuCtxSetCurrent", err, errlen);
 }

@@ -25,6 +25,14 @@ int backend_cuda_device_count(void);
 /* Fills info for device i, querying free memory where a context is held. */
 int backend_cuda_device_info(int i, struct cuda_device_info *info);
 const char *backend_cuda_unavailable_reason(void);
+/* Retaining a device's primary context takes 100-350 ms: the daemon does it on a worker
+ * thread, never on its event loop.  ready: retained, requests on it are quick. */
+bool backend_cuda_device_ready(int i);
+/* Retains device i's primary context; for a worker thread, one at a time per device.
+ * Returns the CUresult. */
+int backend_cuda_warm(int i);
+/* Back on the loop: 0, or a GPUSHM_E_* with err (a sticky error stops the daemon). */
+int backend_cuda_warm_result(int i, int cu_result, char *err, size_t errlen);
 /* Device i's UUID (16 bytes), or NULL; no driver call. */
 const uint8_t *backend_cuda_device_uuid(int i);
 

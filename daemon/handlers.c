@@ -225,8 +225,17 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .sync = cr->sync,
   };
   const struct reg_buffer *b;
-  int r = registry_create(call->reg, call->client, &args, &ctx->export, ctx->msg, sizeof ctx->msg);
+  int r;
 
+#ifdef HAVE_CUDA
+  if (cr->backend != GPUSHM__BACKEND__BACKEND_UNSPECIFIED &&
+      cr->backend != GPUSHM__BACKEND__BACKEND_HOST && cr->device >= 0 &&
+      cr->device < backend_cuda_device_count() && !backend_cuda_device_ready(cr->device)) {
+    ctx->wait_device = cr->device;
+    return HANDLER_WAIT_DEVICE;
+  }
+#endif
+  r = registry_create(call->reg, call->client, &args, &ctx->export, ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
   b = ctx->export.buffer;

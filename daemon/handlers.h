@@ -72,6 +72,7 @@ struct handler_reply {
   int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
   unsigned n_fds;
   char msg[256];
+  int wait_device; /* with HANDLER_WAIT_DEVICE */
   union {
     Gpushm__HelloReply hello;
     Gpushm__OpenReply open;
@@ -89,6 +90,12 @@ struct handler_reply {
   void *owned[HANDLER_OWNED_MAX]; /* freed by handler_reply_free */
   size_t n_owned;
 };
+
+/* Handlers return 0, a negative GPUSHM_E_* (GPUSHM_E_PROTO: a violation that ends the
+ * session), or this: the request needs device out->wait_device warmed first (its
+ * primary context made, 100-350 ms, which must not happen on the loop).  The session
+ * then parks the request and runs it again once the server has warmed the device. */
+#define HANDLER_WAIT_DEVICE 1
 
 typedef int handler_fn(struct handler_call *call, const Gpushm__Request *req,
                        struct handler_reply *out);

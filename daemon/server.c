@@ -2,6 +2,9 @@
 #include "server.h"
 #include "gpushm.h"
 #include "log.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 #include <dirent.h>
 #include <limits.h>
@@ -310,6 +313,66 @@ static void on_hello_sweep(uv_timer_t *timer)
   }
 }
 
+#ifdef HAVE_CUDA
+static void warm_work(uv_work_t *req)
+{
+  struct device_warmup *w = req->data;
+  w->result = backend_cuda_warm(w->device);
+}
+
+/* Back on the loop: every request parked on the device goes on (or gets the error). */
+static void warm_done(uv_work_t *req, int status)
+{
+  struct device_warmup *w = req->data;
+  struct server *srv = w->srv;
+  char err[256] = "";
+  int r;
+
+  w->busy = false;
+  if (status < 0) {
+    snprintf(err, sizeof err, "warming device %d: %s", w->device, uv_strerror(status));
+    r = GPUSHM_E_IO;
+  } else {
+    r = backend_cuda_warm_result(w->device, w->result, err, sizeof err);
+  }
+  if (r == 0)
+    log_info("device %d ready (context made in %llu ms, off the event loop)", w->device,
+             (unsigned long long)(uv_now(srv->loop) - w->started_ms));
+  else
+    log_warn("device %d: %s", w->device, err);
+  for (struct list *l = srv->sessions.next, *next; l != &srv->sessions; l = next) {
+    struct session *s = list_entry(l, struct session, link);
+    next = l->next;
+    if (s->waiting_device == w->device)
+      session_resume(s, r, err);
+  }
+}
+#endif
+
+static void warm_device(void *ctx, int device)
+{
+#ifdef HAVE_CUDA
+  struct server *srv = ctx;
+  struct device_warmup *w = &srv->warmups[device];
+
+  if (w->busy)
+    return; /* its end resumes every session parked on it */
+  w->busy = true;
+  w->srv = srv;
+  w->device = device;
+  w->work.data = w;
+  w->started_ms = uv_now(srv->loop);
+  if (uv_queue_work(srv->loop, &w->work, warm_work, warm_done) < 0) {
+    /* Cannot happen with these arguments; if it did, block rather than lose requests. */
+    warm_work(&w->work);
+    warm_done(&w->work, 0);
+  }
+#else
+  (void)ctx;
+  (void)device;
+#endif
+}
+
 static void on_session_gone(void *ctx, struct session *s)
 {
   struct server *srv = ctx;
@@ -437,6 +500,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
     .handler_server = &srv->handler_server,
     .counters = &srv->counters,
     .gone = on_session_gone,
+    .warm_device = warm_device,
     .ctx = srv,
   };
   uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);

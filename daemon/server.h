@@ -53,6 +53,15 @@ struct server {
   struct transport_limits transport_limits;
   struct session_env session_env;
   struct handler_server handler_server;
+  /* Devices being warmed on libuv's thread pool (see backend_cuda_warm). */
+  struct device_warmup {
+    uv_work_t work;
+    struct server *srv;
+    int device;
+    int result; /* the CUresult, from the worker */
+    bool busy;
+    uint64_t started_ms;
+  } warmups[GPUSHM_LIMIT_DEVICES];
 };
 
 /* Serves on a listening socket someone else made (systemd socket activation). */

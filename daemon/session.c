@@ -23,6 +23,9 @@ static void free_session(struct session *s)
   s->closing = true;
   log_debug("client %u (pid %d) disconnected", s->client.id, (int)s->client.pid);
   s->env->gone(s->env->ctx, s);
+  if (s->parked)
+    gpushm__request__free_unpacked(s->parked, NULL);
+  s->parked = NULL;
   registry_client_gone(s->env->reg, &s->client);
   transport_free(s->transport);
   free(s);
@@ -76,8 +79,9 @@ static void send_reply(struct session *s, const Gpushm__Reply *msg, const int *f
   transport_send(s->transport, tx, (size_t)len, fds, n_fds);
 }
 
-/* Policy from the table first, then the handler; a violation ends the session. */
-static void dispatch(struct session *s, const Gpushm__Request *req)
+/* Policy from the table first, then the handler; a violation ends the session.
+ * Returns true if the session kept req (parked until a device is warm). */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
 {
   struct handler_counters *counters = s->env->counters;
   unsigned body = (unsigned)req->body_case;
@@ -92,15 +96,17 @@ static void dispatch(struct session *s, const Gpushm__Request *req)
   struct handler_reply storage, *reply = &storage;
   int status;
 
-  counters->requests++;
-  counters->by_type[slot]++;
+  if (!again) {
+    counters->requests++;
+    counters->by_type[slot]++;
+  }
   if (req->request_id == 0) {
     session_close(s, GPUSHM_E_PROTO, "request id 0 is reserved");
-    return;
+    return false;
   }
   if (!s->hello_done && (!h || h->needs_hello)) {
     session_close(s, GPUSHM_E_PROTO, "the first request must be hello");
-    return;
+    return false;
   }
   handler_reply_init(reply, req->request_id);
   if (!h) {
@@ -113,11 +119,19 @@ static void dispatch(struct session *s, const Gpushm__Request *req)
   } else {
     status = h->fn(&call, req, reply);
   }
+  if (status == HANDLER_WAIT_DEVICE) {
+    handler_reply_free(reply);
+    s->parked = req;
+    s->waiting_device = reply->wait_device;
+    transport_pause(s->transport, true);
+    s->env->warm_device(s->env->ctx, reply->wait_device);
+    return true;
+  }
   if (status == GPUSHM_E_PROTO) {
     handler_reply_error(reply, status);
     session_close(s, GPUSHM_E_PROTO, reply->msg);
     handler_reply_free(reply);
-    return;
+    return false;
   }
   if (status < 0) {
     counters->request_errors++;
@@ -132,6 +146,30 @@ static void dispatch(struct session *s, const Gpushm__Request *req)
   }
   send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   handler_reply_free(reply);
+  return false;
+}
+
+void session_resume(struct session *s, int status, const char *why)
+{
+  Gpushm__Request *req = s->parked;
+
+  s->parked = NULL;
+  s->waiting_device = -1;
+  if (!req)
+    return;
+  if (status < 0) {
+    Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    s->env->counters->request_errors++;
+    reply.request_id = req->request_id;
+    reply.status = -status;
+    reply.message = (char *)why;
+    send_reply(s, &reply, NULL, 0);
+  } else if (dispatch(s, req, true)) {
+    return; /* parked again: the device went cold meanwhile */
+  }
+  gpushm__request__free_unpacked(req, NULL);
+  if (!s->closing)
+    transport_pause(s->transport, false);
 }
 
 static void on_frame(void *ctx, const struct wire_frame *frame)
@@ -154,8 +192,8 @@ static void on_frame(void *ctx, const struct wire_frame *frame)
     session_close(s, GPUSHM_E_PROTO, "malformed request body");
     return;
   }
-  dispatch(s, req);
-  gpushm__request__free_unpacked(req, NULL);
+  if (!dispatch(s, req, false))
+    gpushm__request__free_unpacked(req, NULL);
 }
 
 static void on_close(void *ctx, enum transport_close_reason reason, const char *why)
@@ -229,6 +267,7 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
     return NULL;
   }
   s->env = env;
+  s->waiting_device = -1;
   clock_gettime(CLOCK_REALTIME, &now);
   s->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
   s->accepted_loop_ms = uv_now(env->loop);

@@ -25,6 +25,9 @@ struct session_env {
   struct handler_counters *counters;
   /* Told once, as the session ends, before it is freed. */
   void (*gone)(void *ctx, struct session *s);
+  /* Asks for device to be warmed off the loop; the server then calls session_resume
+   * on every session parked on it. */
+  void (*warm_device)(void *ctx, int device);
   void *ctx;
 };
 
@@ -40,6 +43,10 @@ struct session {
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   uint64_t connected_unix_ms;
   uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */
+  /* A request parked until device waiting_device is warm (-1: none); this client's
+   * later requests wait in its socket, so replies keep their order. */
+  Gpushm__Request *parked;
+  int waiting_device;
 };
 
 /* Takes ownership of fd (an accepted, non-blocking socket) and reads the peer's
@@ -47,6 +54,9 @@ struct session {
  * it could not be set up (fd closed). */
 struct session *session_start(const struct session_env *env, int fd, uint32_t id,
                               const gid_t *admin_gid);
+/* The device the parked request waits for is warm (status 0) or could not be warmed
+ * (a GPUSHM_E_* and why, which become that request's answer). */
+void session_resume(struct session *s, int status, const char *why);
 /* Ends the session: status 0 quietly, otherwise with a connection-level error (request
  * id 0) saying why.  Releases its references; frees it. */
 void session_close(struct session *s, int status, const char *why);

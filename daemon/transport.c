@@ -21,6 +21,7 @@ struct transport {
   uint8_t frame_type;
   bool ended;   /* on_close was called: no more I/O, no more callbacks */
   bool freeing; /* transport_free was called */
+  bool paused;  /* the owner takes no frames for now (replies still go out) */
   uv_poll_t poll;
   const struct transport_limits *limits;
   const struct transport_ops *ops;
@@ -44,8 +45,18 @@ static void on_poll(uv_poll_t *handle, int status, int events);
 
 static void update_poll(struct transport *t)
 {
-  int events = UV_READABLE | (t->out_head ? UV_WRITABLE : 0);
-  uv_poll_start(&t->poll, events, on_poll);
+  int events = (t->paused ? 0 : UV_READABLE) | (t->out_head ? UV_WRITABLE : 0);
+  if (events)
+    uv_poll_start(&t->poll, events, on_poll);
+  else
+    uv_poll_stop(&t->poll);
+}
+
+void transport_pause(struct transport *t, bool paused)
+{
+  t->paused = paused;
+  if (!t->ended && !t->freeing)
+    update_poll(t);
 }
 
 static void free_out_frames(struct transport *t)
@@ -171,7 +182,7 @@ void transport_send_last(struct transport *t, const uint8_t *data, size_t len)
 
 static void read_frames(struct transport *t)
 {
-  for (unsigned i = 0; i < GPUSHM_LIMIT_FRAMES_PER_WAKEUP && !t->ended; i++) {
+  for (unsigned i = 0; i < GPUSHM_LIMIT_FRAMES_PER_WAKEUP && !t->ended && !t->paused; i++) {
     struct wire_frame frame;
     const char *why = NULL;
     int r = wire_recv_frame(t->fd, rx, t->frame_type, MSG_DONTWAIT, &frame, &why);

@@ -54,6 +54,8 @@ void transport_send_last(struct transport *t, const uint8_t *data, size_t len);
  * the handle.  No callback is made after this. */
 void transport_free(struct transport *t);
 
+/* Paused, no frame is read (they wait in the socket, in order); replies still go out. */
+void transport_pause(struct transport *t, bool paused);
 int transport_fd(const struct transport *t);
 uint32_t transport_queued_frames(const struct transport *t);
 

@@ -120,6 +120,11 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
 
 static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d)
 {
+  /* A real first retain takes 100-350 ms: tests that the daemon does not block on it
+   * set GPUSHM_FAKE_CTX_DELAY_MS. */
+  const char *delay = getenv("GPUSHM_FAKE_CTX_DELAY_MS");
+  if (delay && *delay)
+    usleep((useconds_t)atoi(delay) * 1000u);
   *ctx = (CUcontext)(uintptr_t)(0x1000 + d);
   return CUDA_SUCCESS;
 }
