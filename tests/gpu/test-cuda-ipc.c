@@ -6,6 +6,7 @@
 #include "cuda-test.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <pthread.h>
@@ -301,13 +302,22 @@ static void test_client_import_failure(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(b));
 }
 
+#define MAX_PINGS (1u << 20)
+
 struct pinger {
   const struct test_daemon *d;
   int stop;
   unsigned n;
   double slowest_us;
+  float *latency_us; /* MAX_PINGS */
   int started[2];
 };
+
+static int by_value(const void *a, const void *b)
+{
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
 
 static double now_us(void)
 {
@@ -329,7 +339,8 @@ static void *ping_loop(void *arg)
     t = now_us() - t;
     if (t > p->slowest_us)
       p->slowest_us = t;
-    p->n++;
+    if (p->n < MAX_PINGS)
+      p->latency_us[p->n++] = (float)t;
   }
   gpushm_disconnect(conn);
   return NULL;
@@ -340,8 +351,8 @@ static void *ping_loop(void *arg)
 static void test_first_create_does_not_block(void)
 {
   struct test_daemon fresh = { 0 };
-  struct pinger p = { .d = &fresh };
-  double start, create_ms, limit_us;
+  struct pinger p = { .d = &fresh, .latency_us = malloc(MAX_PINGS * sizeof(float)) };
+  double start, create_ms, limit_us, p99;
   gpushm_buffer_t *b;
   gpushm_t *conn;
   pthread_t thread;
@@ -360,22 +371,30 @@ static void test_first_create_does_not_block(void)
   create_ms = (now_us() - start) / 1e3;
   __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
   CHECK(pthread_join(thread, NULL) == 0);
-  /* On the GPU host: under 1 ms.  Under valgrind or a sanitizer every request is slow
-   * (valgrind: up to ~90 ms seen), and on a shared 2-core CI machine scheduling alone
-   * costs milliseconds; there the point is that no ping waits for the whole context
-   * (a blocked loop would hold every ping for all 300 ms of it). */
+  CHECK(p.latency_us != NULL && p.n >= 10);
+  qsort(p.latency_us, p.n, sizeof *p.latency_us, by_value);
+  p99 = p.latency_us[p.n * 99 / 100];
+  /* On the GPU host: under 1 ms at the 99th percentile.  A few pings may still wait
+   * behind the create itself (its first cuMemAlloc runs on the loop once the context is
+   * warm) or behind other tests on the same cores, so the slowest gets the margin of a
+   * few milliseconds -- still far from the 100-350 ms a blocked loop would cost.  Under
+   * valgrind or a sanitizer every request is slow, and on a shared 2-core CI machine
+   * scheduling alone costs milliseconds: there the fake driver's 300 ms retain is the
+   * yardstick. */
   limit_us = getenv("GPUSHM_TEST_VALGRIND") || getenv("GPUSHM_TEST_SANITIZER") ? 150000
              : fake ? 30000 : 1000;
-  test_log("first create on a fresh device: %.1f ms; %u pings meanwhile, the slowest %.1f us "
-           "(limit %.0f us)", create_ms, p.n, p.slowest_us, limit_us);
+  test_log("first create on a fresh device: %.1f ms; %u pings meanwhile, 99th percentile "
+           "%.1f us, the slowest %.1f us (limits %.0f / %.0f us)", create_ms, p.n, p99,
+           p.slowest_us, limit_us, limit_us * 10);
   CHECK(create_ms >= 50);
-  CHECK(p.n >= 10);
-  CHECK(p.slowest_us < limit_us);
+  CHECK(p99 < limit_us);
+  CHECK(p.slowest_us < limit_us * 10 && p.slowest_us < create_ms * 1000 / 2);
   CHECK_OK(gpushm_unlink(conn, "first"));
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   close(p.started[0]);
   close(p.started[1]);
+  free(p.latency_us);
   daemon_stop(&fresh);
 }
 
