@@ -138,12 +138,6 @@ static int release_on_daemon(gpushm_t *conn, uint64_t id)
   return 0;
 }
 
-static bool sealed_size(int fd)
-{
-  int seals = fcntl(fd, F_GET_SEALS);
-  return seals >= 0 && (seals & F_SEAL_SHRINK);
-}
-
 static int map_host(struct gpushm_buffer *buf, int fd)
 {
   struct stat st;
@@ -151,7 +145,7 @@ static int map_host(struct gpushm_buffer *buf, int fd)
 
   /* A short object, or one that could still be shrunk, would SIGBUS on access: check
    * instead of trusting. */
-  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < buf->size || !sealed_size(fd))
+  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < buf->size || !client_fd_sealed(fd))
     return client_error(GPUSHM_E_PROTO, "shared memory object is smaller than the buffer or "
                         "not sealed against shrinking");
   p = mmap(NULL, buf->size, PROT_READ | (buf->read_only ? 0 : PROT_WRITE), MAP_SHARED, fd, 0);
@@ -168,7 +162,7 @@ static int map_control(struct gpushm_buffer *buf, int fd)
   struct stat st;
   void *p;
 
-  if (fstat(fd, &st) < 0 || st.st_size < (off_t)SYNC_CONTROL_SIZE || !sealed_size(fd))
+  if (fstat(fd, &st) < 0 || st.st_size < (off_t)SYNC_CONTROL_SIZE || !client_fd_sealed(fd))
     return client_error(GPUSHM_E_PROTO, "invalid control block for %s", buf->name);
   /* Read-only openers get a read-only control block: they acquire, never release. */
   p = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | (buf->read_only ? 0 : PROT_WRITE), MAP_SHARED,

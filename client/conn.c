@@ -16,15 +16,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+bool client_fd_sealed(int fd)
+{
+  int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK);
+}
+
 static int map_status_page(gpushm_t *conn, int fd)
 {
   struct stat st;
-  int seals = fcntl(fd, F_GET_SEALS);
   void *p;
 
-  /* Sealed, or a shrink would turn every later read of it into a SIGBUS. */
-  if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 ||
-      st.st_size < (off_t)STATUS_PAGE_SIZE)
+  if (!client_fd_sealed(fd) || fstat(fd, &st) < 0 || st.st_size < (off_t)STATUS_PAGE_SIZE)
     return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page");
   p = mmap(NULL, STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)

@@ -61,6 +61,9 @@ struct client_fds {
   unsigned n;
 };
 void client_close_fds(struct client_fds *fds);
+/* Whether fd cannot shrink any more: a shared object that still could would turn a
+ * later access to a mapping of it into a SIGBUS, at a peer's whim. */
+bool client_fd_sealed(int fd);
 
 /* One request/reply exchange.  On success *reply is the daemon's reply (free with
  * gpushm__reply__free_unpacked) and *fds, when given, the fds it carried; without

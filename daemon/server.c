@@ -216,7 +216,7 @@ uint32_t server_uid_conns(struct server *srv, uid_t uid, int delta)
     ;
   if (!u) {
     if (delta <= 0 || !(u = calloc(1, sizeof *u)))
-      return delta > 0 ? UINT32_MAX : 0; /* no memory: count as over any limit */
+      return delta > 0 ? UINT32_MAX : 0; /* no memory: the caller refuses the client */
     u->uid = uid;
     *p = u;
   }
@@ -391,7 +391,11 @@ struct session *server_connect(struct server *srv, int fd)
     return NULL;
   list_add_tail(&srv->sessions, &s->link);
   srv->n_clients++;
-  server_uid_conns(srv, s->client.uid, +1);
+  if (server_uid_conns(srv, s->client.uid, +1) == UINT32_MAX) {
+    /* Uncounted, it would slip past the per-uid cap: refuse it instead. */
+    session_close(s, GPUSHM_E_NOMEM, "daemon out of memory");
+    return NULL;
+  }
   return s;
 }
 

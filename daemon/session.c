@@ -159,7 +159,9 @@ void session_resume(struct session *s, int status, const char *why)
     return;
   if (status < 0) {
     Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    unsigned body = (unsigned)req->body_case;
     s->env->counters->request_errors++;
+    s->env->counters->errors_by_type[body < HANDLER_REQUEST_TYPES ? body : 0]++;
     reply.request_id = req->request_id;
     reply.status = -status;
     reply.message = (char *)why;

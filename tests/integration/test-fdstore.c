@@ -250,6 +250,38 @@ static void test_restart_keeps_persistent_buffers(void)
   rmdir(d.dir);
 }
 
+/* The store's capacity (systemd >= 254 says it in $FDSTORE) is crossed: buffers beyond
+ * it still work, they are only not deposited, and a freed place is used again. */
+static void test_store_capacity(void)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b[4];
+  char name[16];
+
+  setenv("FDSTORE", "2", 1);
+  daemon_start(&d, NULL);
+  unsetenv("FDSTORE");
+  conn = daemon_connect(&d);
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "cap-%d", i);
+    CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &b[i]));
+  }
+  drain();
+  CHECK(n_store == 2 && store_find("gpushm1.m.") >= 0);
+  for (int i = 0; i < n_store; i++)
+    CHECK(strstr(store[i].name, "cap-2") == NULL);
+  CHECK_OK(gpushm_unlink(conn, "cap-0"));
+  CHECK_OK(gpushm_buffer_create(conn, "cap-3", 4096, NULL, &b[3]));
+  drain();
+  CHECK(n_store == 2);
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpushm_buffer_close(b[i]));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  while (n_store)
+    store_remove(store[0].name);
+}
+
 static void write_file(const char *path, const char *text)
 {
   FILE *f = fopen(path, "w");
@@ -314,6 +346,7 @@ int main(void)
   /* The daemons inherit it; the test's own libgpushm never looks at it. */
   setenv("NOTIFY_SOCKET", notify_path, 1);
   test_restart_keeps_persistent_buffers();
+  test_store_capacity();
   test_signals_and_reload();
   close(notify_sock);
   unlink(notify_path);
