@@ -6,6 +6,7 @@
 #include "cuda-test.h"
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -352,7 +353,8 @@ static void test_first_create_does_not_block(void)
 {
   struct test_daemon fresh = { 0 };
   struct pinger p = { .d = &fresh, .latency_us = malloc(MAX_PINGS * sizeof(float)) };
-  double start, create_ms, limit_us, p99;
+  double start, create_ms, limit_us, slowest_limit_us, p99;
+  bool instrumented;
   gpushm_buffer_t *b;
   gpushm_t *conn;
   pthread_t thread;
@@ -376,19 +378,21 @@ static void test_first_create_does_not_block(void)
   p99 = p.latency_us[p.n * 99 / 100];
   /* On the GPU host: under 1 ms at the 99th percentile.  A few pings may still wait
    * behind the create itself (its first cuMemAlloc runs on the loop once the context is
-   * warm) or behind other tests on the same cores, so the slowest gets the margin of a
-   * few milliseconds -- still far from the 100-350 ms a blocked loop would cost.  Under
+   * warm: up to ~6 ms seen) or behind other tests on the same cores, so the slowest only
+   * has to stay far from the create itself, which is what a blocked loop would cost.  Under
    * valgrind or a sanitizer every request is slow, and on a shared 2-core CI machine
    * scheduling alone costs milliseconds: there the fake driver's 300 ms retain is the
    * yardstick. */
-  limit_us = getenv("GPUSHM_TEST_VALGRIND") || getenv("GPUSHM_TEST_SANITIZER") ? 150000
-             : fake ? 30000 : 1000;
+  instrumented = getenv("GPUSHM_TEST_VALGRIND") || getenv("GPUSHM_TEST_SANITIZER");
+  limit_us = instrumented ? 150000 : fake ? 30000 : 1000;
+  /* A blocked loop makes the slowest ping as slow as the whole create. */
+  slowest_limit_us = create_ms * 1000 / (instrumented || fake ? 2 : 4);
   test_log("first create on a fresh device: %.1f ms; %u pings meanwhile, 99th percentile "
            "%.1f us, the slowest %.1f us (limits %.0f / %.0f us)", create_ms, p.n, p99,
-           p.slowest_us, limit_us, limit_us * 10);
+           p.slowest_us, limit_us, slowest_limit_us);
   CHECK(create_ms >= 50);
   CHECK(p99 < limit_us);
-  CHECK(p.slowest_us < limit_us * 10 && p.slowest_us < create_ms * 1000 / 2);
+  CHECK(p.slowest_us < slowest_limit_us);
   CHECK_OK(gpushm_unlink(conn, "first"));
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
