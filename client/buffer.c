@@ -6,7 +6,7 @@
  * memory this process still maps. */
 #include "config.h"
 #include "internal.h"
-#include "status_page.h"
+#include "shm_layout.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -160,6 +160,7 @@ static int map_host(struct gpushm_buffer *buf, int fd)
 static int map_control(struct gpushm_buffer *buf, int fd)
 {
   struct stat st;
+  const char *why;
   void *p;
 
   if (fstat(fd, &st) < 0 || st.st_size < (off_t)SYNC_CONTROL_SIZE || !client_fd_sealed(fd))
@@ -170,9 +171,10 @@ static int map_control(struct gpushm_buffer *buf, int fd)
   if (p == MAP_FAILED)
     return client_error(GPUSHM_E_IO, "mapping the control block of %s: %s", buf->name,
                         strerror(errno));
-  if (((struct sync_control *)p)->magic != SYNC_CONTROL_MAGIC) {
+  if ((why = shm_layout_check(p, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
+                              offsetof(struct sync_control, release_seq) + 8))) {
     munmap(p, SYNC_CONTROL_SIZE);
-    return client_error(GPUSHM_E_PROTO, "invalid control block for %s", buf->name);
+    return client_error(GPUSHM_E_PROTO, "invalid control block for %s: %s", buf->name, why);
   }
   buf->control = p;
   return 0;

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
@@ -25,6 +26,7 @@ bool client_fd_sealed(int fd)
 static int map_status_page(gpushm_t *conn, int fd)
 {
   struct stat st;
+  const char *why;
   void *p;
 
   if (!client_fd_sealed(fd) || fstat(fd, &st) < 0 || st.st_size < (off_t)STATUS_PAGE_SIZE)
@@ -32,9 +34,10 @@ static int map_status_page(gpushm_t *conn, int fd)
   p = mmap(NULL, STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
     return client_error(GPUSHM_E_IO, "mapping the status page: %s", strerror(errno));
-  if (((const struct status_page *)p)->magic != STATUS_PAGE_MAGIC) {
+  if ((why = shm_layout_check(p, STATUS_PAGE_SIZE, STATUS_PAGE_MAGIC,
+                              offsetof(struct status_page, unlink_generation) + 8))) {
     munmap(p, STATUS_PAGE_SIZE);
-    return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page");
+    return client_error(GPUSHM_E_PROTO, "daemon sent an invalid status page: %s", why);
   }
   conn->status = p;
   return 0;

@@ -8,7 +8,7 @@
 
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
-#include "status_page.h"
+#include "shm_layout.h"
 #include "wire.h"
 
 struct gpushm {

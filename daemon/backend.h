@@ -7,8 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* gpushm_backend_t values are below this. */
-#define GPUSHM_BACKEND_COUNT 5
+/* Memory backends are gpushm_backend_t values 1 up to below this.  (The wire's
+ * BACKEND_CUDA_EVENT, 4, names an event, which is no backend: proto/gpushm.proto.) */
+#define GPUSHM_BACKEND_COUNT 4
 
 struct backend_mem {
   int fd;       /* host: the sealed memfd; -1 otherwise */
@@ -26,7 +27,6 @@ struct backend_export {
 struct backend {
   const char *name;
   int kind; /* gpushm_backend_t */
-  bool sizeless; /* an event, not memory: size must be 0 */
   /* Reserves at least size bytes.  Returns 0 or a negative GPUSHM_E_* with err set. */
   int (*alloc)(const struct backend *be, uint64_t size, int device, const char *label,
                struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
@@ -49,7 +49,6 @@ int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t 
                        char *err, size_t errlen);
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
-extern const struct backend backend_cuda_event;
 #endif
 
 #endif

@@ -1,9 +1,11 @@
-/* CUDA legacy IPC backend: cuMemAlloc in the device's primary context, exported with
+/* The daemon's CUDA side: the driver, devices and their primary contexts; the legacy
+ * IPC backend (cuMemAlloc in the device's primary context, exported with
  * cuIpcGetMemHandle when first handed to a client, freed with cuMemFree when the
- * registry drops the last reference. */
+ * registry drops the last reference); and inter-process events. */
 #include "config.h"
 #include "backend.h"
 #include "backend_cuda.h"
+#include "event.h"
 #include "driver.h"
 #include "gpushm.h"
 #include "gpushm_limits.h"
@@ -318,7 +320,7 @@ const struct backend backend_cuda_ipc = {
 };
 
 /* Inter-process events: created in the device's primary context with timing off (as
- * CUDA requires for CU_EVENT_INTERPROCESS), exported like memory, lazily. */
+ * CUDA requires for CU_EVENT_INTERPROCESS), exported lazily. */
 struct cuda_event {
   CUevent event;
   int device;
@@ -326,13 +328,14 @@ struct cuda_event {
   CUipcEventHandle handle;
 };
 
-static int event_alloc(const struct backend *be, uint64_t size, int device, const char *label,
-                       struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+static int event_alloc(const struct event_source *src, int device, const char *label,
+                       void **event, char *err, size_t errlen)
 {
   struct cuda_event *ce;
   CUresult r;
   int ret;
 
+  (void)src;
   if ((ret = enter_client_device(device, err, errlen)) < 0)
     return ret;
   if (!(ce = calloc(1, sizeof *ce))) {
@@ -345,19 +348,18 @@ static int event_alloc(const struct backend *be, uint64_t size, int device, cons
     return cuda_failure(r, "cuEventCreate", err, errlen);
   }
   ce->device = device;
-  mem->fd = -1;
-  mem->priv = ce;
-  *allocated = 0;
+  *event = ce;
   log_debug("'%s': inter-process event on device %d", label, device);
   return 0;
 }
 
-static int event_export(const struct backend *be, struct backend_mem *mem, bool read_only,
-                        struct backend_export *out, char *err, size_t errlen)
+static int event_export(const struct event_source *src, void *event, uint8_t handle[64],
+                        size_t *handle_len, char *err, size_t errlen)
 {
-  struct cuda_event *ce = mem->priv;
+  struct cuda_event *ce = event;
   int ret;
 
+  (void)src;
   if (!ce->exported) {
     CUresult r;
     if ((ret = use_device(ce->device, err, errlen)) < 0)
@@ -367,9 +369,9 @@ static int event_export(const struct backend *be, struct backend_mem *mem, bool 
       return cuda_failure(r, "cuIpcGetEventHandle", err, errlen);
     ce->exported = true;
   }
-  out->fd = -1;
-  memcpy(out->handle, ce->handle.reserved, sizeof ce->handle.reserved);
-  out->handle_len = sizeof ce->handle.reserved;
+  _Static_assert(sizeof ce->handle.reserved <= 64, "an event handle fits the export");
+  memcpy(handle, ce->handle.reserved, sizeof ce->handle.reserved);
+  *handle_len = sizeof ce->handle.reserved;
   return 0;
 }
 
@@ -378,23 +380,27 @@ static CUresult destroy_event(void *arg)
   return CU_CALL(&cuda.drv, cuEventDestroy, ((struct cuda_event *)arg)->event);
 }
 
-static void event_release(const struct backend *be, struct backend_mem *mem)
+static void event_release(const struct event_source *src, void *event)
 {
-  struct cuda_event *ce = mem->priv;
+  struct cuda_event *ce = event;
 
+  (void)src;
   if (!ce)
     return;
   release_on_device(ce->device, destroy_event, ce, "cuEventDestroy");
   free(ce);
-  mem->priv = NULL;
 }
 
-const struct backend backend_cuda_event = {
-  .name = "cuda-event",
-  .kind = GPUSHM_BACKEND_CUDA_EVENT,
-  .sizeless = true,
+static const char *event_unavailable(const struct event_source *src)
+{
+  (void)src;
+  return backend_cuda_unavailable_reason();
+}
+
+const struct event_source event_cuda_ipc = {
+  .name = "cuda-ipc-event",
   .alloc = event_alloc,
   .export = event_export,
   .release = event_release,
-  .unavailable = ipc_unavailable,
+  .unavailable = event_unavailable,
 };

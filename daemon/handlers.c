@@ -67,6 +67,19 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
   return 0;
 }
 
+/* Protocol 1 spells an event as a backend of its own; the registry keeps kinds apart.
+ * These two translate at the edge. */
+static Gpushm__Backend wire_backend(const struct reg_object *obj)
+{
+  return obj->kind == REG_EVENT ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT
+                                : (Gpushm__Backend)obj->backend->kind;
+}
+
+static bool events_available(const struct registry *reg)
+{
+  return reg->events && !(reg->events->unavailable && reg->events->unavailable(reg->events));
+}
+
 static int handle_hello(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__Hello *hello = req->hello;
@@ -109,6 +122,8 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
     if (be && !(be->unavailable && be->unavailable(be)))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
   }
+  if (events_available(call->reg))
+    ctx->backends[n_backends++] = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
   gpushm__hello_reply__init(&ctx->body.hello);
   ctx->body.hello.protocol_version = version;
   ctx->body.hello.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
@@ -129,7 +144,7 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 /* Fills info for one buffer as seen by asker, its holders into holders and ptrs
  * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or NULL: then they come from
  * ctx->owned and this can fail). */
-static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
+static int fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
                      const struct reg_client *asker, struct handler_reply *ctx,
                      Gpushm__Holder *holders, Gpushm__Holder **ptrs)
 {
@@ -163,7 +178,7 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_buffer *b,
   if (b->device >= 0 && (info->device_uuid.data = (uint8_t *)backend_cuda_device_uuid(b->device)))
     info->device_uuid.len = 16;
 #endif
-  info->backend = (Gpushm__Backend)b->backend->kind;
+  info->backend = wire_backend(b);
   info->device = b->device;
   info->owner_uid = (uint32_t)b->owner_uid;
   info->owner_gid = (uint32_t)b->owner_gid;
@@ -214,17 +229,19 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
 static int handle_create(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__CreateRequest *cr = req->create;
+  const bool event = cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
   struct reg_create_args args = {
+    .kind = event ? REG_EVENT : REG_BUFFER,
     .name = cr->name,
     .size = cr->size,
-    .backend = cr->backend,
+    .backend = event ? 0 : (int)cr->backend,
     .device = cr->device,
     .mode = cr->mode,
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
     .sync = cr->sync,
   };
-  const struct reg_buffer *b;
+  const struct reg_object *b;
   int r;
 
 #ifdef HAVE_CUDA
@@ -258,8 +275,8 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
     id = o->id;
   else
     return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
-  r = registry_open(call->reg, call->client, name, id, o->read_only, o->event, &ctx->export,
-                    ctx->msg, sizeof ctx->msg);
+  r = registry_open(call->reg, call->client, name, id, o->read_only,
+                    o->event ? REG_EVENT : REG_BUFFER, &ctx->export, ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
   return reply_open(call, ctx);
@@ -275,7 +292,7 @@ static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, 
   return registry_unlink(call->reg, call->client, req->unlink->name, ctx->msg, sizeof ctx->msg);
 }
 
-static bool visible_to(const struct reg_buffer *b, const struct reg_client *client, bool all)
+static bool visible_to(const struct reg_object *b, const struct reg_client *client, bool all)
 {
   return all || registry_may_see(client, b);
 }
@@ -311,7 +328,7 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
 
   gpushm__list_reply__init(&ctx->body.list);
   for (i = registry_index_after(reg, req->list->after_id); i < reg->n_buffers && n < max; i++) {
-    const struct reg_buffer *b = reg->by_id[i];
+    const struct reg_object *b = reg->by_id[i];
     size_t owned_before = ctx->n_owned, size;
 
     if (!visible_to(b, call->client, req->list->all))
@@ -364,7 +381,7 @@ static int fill_request_counts(const struct handler_counters *counters,
 /* Buffers and bytes by (backend, device), for capacity dashboards. */
 static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpushm__StatsReply *s)
 {
-  const size_t max = GPUSHM_BACKEND_COUNT * (GPUSHM_LIMIT_DEVICES + 1);
+  const size_t max = (GPUSHM_BACKEND_COUNT + 1) * (GPUSHM_LIMIT_DEVICES + 1); /* + events */
   Gpushm__Usage *usage = reply_calloc(ctx, max, sizeof *usage);
   Gpushm__Usage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
   size_t n = 0;
@@ -372,15 +389,15 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
   if (!usage || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (size_t i = 0; i < reg->n_buffers; i++) {
-    const struct reg_buffer *b = reg->by_id[i];
+    const struct reg_object *b = reg->by_id[i];
     size_t u = 0;
-    while (u < n && !((int)usage[u].backend == b->backend->kind && usage[u].device == b->device))
+    while (u < n && !(usage[u].backend == wire_backend(b) && usage[u].device == b->device))
       u++;
     if (u == n) {
       if (n == max)
         continue;
       gpushm__usage__init(&usage[n]);
-      usage[n].backend = (Gpushm__Backend)b->backend->kind;
+      usage[n].backend = wire_backend(b);
       usage[n].device = b->device;
       ptrs[n] = &usage[n];
       n++;

@@ -85,7 +85,7 @@ struct handler_reply {
   /* the open reply's holders: inline, so that nothing can fail once an export is out */
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
-  Gpushm__Backend backends[GPUSHM_BACKEND_COUNT];
+  Gpushm__Backend backends[GPUSHM_BACKEND_COUNT + 1]; /* + events, spelt as a backend */
   struct reg_export export;
   void *owned[HANDLER_OWNED_MAX]; /* freed by handler_reply_free */
   size_t n_owned;

@@ -2,7 +2,7 @@
 #include "persist.h"
 #include "gpushm.h"
 #include "log.h"
-#include "status_page.h"
+#include "shm_layout.h"
 #include "wire.h"
 
 #include <inttypes.h>
@@ -15,7 +15,7 @@
 #define RECORD_MAX 256
 #define RECORD_FLAG_SYNC 1u
 
-static void memory_record(const struct reg_buffer *b, char *out, size_t len)
+static void memory_record(const struct reg_object *b, char *out, size_t len)
 {
   snprintf(out, len, SDN_FDSTORE_PREFIX "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s",
            b->id, b->backend->kind, b->sync ? RECORD_FLAG_SYNC : 0u, (unsigned)b->owner_uid,
@@ -37,14 +37,14 @@ void persist_init(struct persist *p)
              "restart of gpushmd");
 }
 
-void persist_created(struct persist *p, struct reg_buffer *b)
+void persist_created(struct persist *p, struct reg_object *b)
 {
   char name[RECORD_MAX];
   unsigned need = b->sync ? 2 : 1;
   int r;
 
-  /* Device memory of the legacy-IPC backend dies with the daemon's context. */
-  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT ||
+  /* Device memory of the legacy-IPC backend and events die with the daemon's context. */
+  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER ||
       b->backend->kind != GPUSHM_BACKEND_HOST)
     return;
   if (p->stored + need > p->max) {
@@ -72,7 +72,7 @@ void persist_created(struct persist *p, struct reg_buffer *b)
   b->persisted = true;
 }
 
-void persist_unlinked(struct persist *p, struct reg_buffer *b)
+void persist_unlinked(struct persist *p, struct reg_object *b)
 {
   char name[RECORD_MAX];
 

@@ -21,8 +21,8 @@ struct persist {
 /* Decides whether deposits are possible and logs what that means for restarts. */
 void persist_init(struct persist *p);
 /* Registry hooks: deposit a new persistent buffer; withdraw one whose name went away. */
-void persist_created(struct persist *p, struct reg_buffer *buffer);
-void persist_unlinked(struct persist *p, struct reg_buffer *buffer);
+void persist_created(struct persist *p, struct reg_object *buffer);
+void persist_unlinked(struct persist *p, struct reg_object *buffer);
 /* Adopts the buffers a previous daemon deposited; consumes passed's stored fds (the
  * ones that do not make a valid buffer are closed and dropped from the store).
  * Returns the number of buffers that came back. */

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "status_page.h"
+#include "shm_layout.h"
 
 struct reg_uid_usage {
   uid_t uid;
@@ -39,9 +39,9 @@ static size_t name_hash(const char *name)
   return (size_t)h;
 }
 
-static struct reg_buffer **name_slot(const struct registry *reg, const char *name)
+static struct reg_object **name_slot(const struct registry *reg, const char *name)
 {
-  struct reg_buffer **slot = &reg->names[name_hash(name) % reg->n_name_buckets];
+  struct reg_object **slot = &reg->names[name_hash(name) % reg->n_name_buckets];
   while (*slot && strcmp((*slot)->name, name) != 0)
     slot = &(*slot)->name_next;
   return slot;
@@ -50,11 +50,11 @@ static struct reg_buffer **name_slot(const struct registry *reg, const char *nam
 static int names_grow(struct registry *reg)
 {
   size_t n = reg->n_name_buckets * 2;
-  struct reg_buffer **table = calloc(n, sizeof *table);
+  struct reg_object **table = calloc(n, sizeof *table);
   if (!table)
     return -1;
   for (size_t i = 0; i < reg->n_name_buckets; i++) {
-    struct reg_buffer *b = reg->names[i], *next;
+    struct reg_object *b = reg->names[i], *next;
     for (; b; b = next) {
       size_t h = name_hash(b->name) % n;
       next = b->name_next;
@@ -71,7 +71,7 @@ static int names_grow(struct registry *reg)
 static int grow_by_id(struct registry *reg)
 {
   size_t cap = reg->cap_buffers ? reg->cap_buffers * 2 : 64;
-  struct reg_buffer **grown = realloc(reg->by_id, cap * sizeof *grown);
+  struct reg_object **grown = realloc(reg->by_id, cap * sizeof *grown);
   if (!grown)
     return -1;
   reg->by_id = grown;
@@ -93,7 +93,7 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
 #ifdef HAVE_CUDA
   reg->backends[GPUSHM_BACKEND_CUDA_IPC] = &backend_cuda_ipc;
-  reg->backends[GPUSHM_BACKEND_CUDA_EVENT] = &backend_cuda_event;
+  reg->events = &event_cuda_ipc;
 #endif
   return 0;
 }
@@ -123,13 +123,13 @@ static struct reg_uid_usage *usage_for(struct registry *reg, uid_t uid, bool cre
 }
 
 /* Host memory a buffer commits: its pages (host backend) and its control block. */
-static uint64_t host_bytes_of(const struct reg_buffer *buffer)
+static uint64_t host_bytes_of(const struct reg_object *buffer)
 {
-  return (buffer->backend->kind == GPUSHM_BACKEND_HOST ? buffer->allocated : 0) +
+  return (buffer->backend && buffer->backend->kind == GPUSHM_BACKEND_HOST ? buffer->allocated : 0) +
          (buffer->sync ? SYNC_CONTROL_SIZE : 0);
 }
 
-static void usage_charge(struct registry *reg, uid_t uid, const struct reg_buffer *buffer)
+static void usage_charge(struct registry *reg, uid_t uid, const struct reg_object *buffer)
 {
   struct reg_uid_usage *u = usage_for(reg, uid, true);
   if (!u)
@@ -139,7 +139,7 @@ static void usage_charge(struct registry *reg, uid_t uid, const struct reg_buffe
   u->host_bytes += host_bytes_of(buffer);
 }
 
-static void usage_release(struct registry *reg, uid_t uid, const struct reg_buffer *buffer)
+static void usage_release(struct registry *reg, uid_t uid, const struct reg_object *buffer)
 {
   struct reg_uid_usage **p, *u;
   uint64_t host = host_bytes_of(buffer);
@@ -180,7 +180,7 @@ bool registry_client_in_group(const struct reg_client *client, gid_t gid)
   return false;
 }
 
-bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
+bool registry_may_access(const struct reg_client *client, const struct reg_object *buffer,
                          bool write)
 {
   uint32_t need = write ? 06 : 04, granted;
@@ -196,7 +196,7 @@ bool registry_may_access(const struct reg_client *client, const struct reg_buffe
   return (granted & need) == need;
 }
 
-bool registry_may_see(const struct reg_client *client, const struct reg_buffer *buffer)
+bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer)
 {
   return client->uid == 0 || client->uid == buffer->owner_uid ||
          registry_may_access(client, buffer, false) || registry_client_refs(buffer, client) > 0;
@@ -214,7 +214,7 @@ static int not_found(const char *name, uint64_t id, char *err, size_t errlen)
   return GPUSHM_E_NOENT;
 }
 
-struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id)
+struct reg_object *registry_find_id(const struct registry *reg, uint64_t id)
 {
   size_t i = registry_index_after(reg, id - 1);
   return i < reg->n_buffers && reg->by_id[i]->id == id ? reg->by_id[i] : NULL;
@@ -233,7 +233,7 @@ size_t registry_index_after(const struct registry *reg, uint64_t after_id)
   return lo;
 }
 
-static struct reg_holding *find_holding(const struct reg_buffer *buffer,
+static struct reg_holding *find_holding(const struct reg_object *buffer,
                                         const struct reg_client *client)
 {
   /* Walk the shorter side: a client usually holds few buffers, a hot buffer may
@@ -246,13 +246,13 @@ static struct reg_holding *find_holding(const struct reg_buffer *buffer,
   return NULL;
 }
 
-uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client)
+uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_client *client)
 {
   struct reg_holding *h = find_holding(buffer, client);
   return h ? h->refs : 0;
 }
 
-static void release_sync(struct reg_buffer *buffer)
+static void release_sync(struct reg_object *buffer)
 {
   if (buffer->sync)
     sync_release(&buffer->sync_state);
@@ -261,25 +261,37 @@ static void release_sync(struct reg_buffer *buffer)
 
 /* Device buffers also get an inter-process event; host ones synchronise on the
  * control block alone. */
-static int alloc_sync(struct registry *reg, struct reg_buffer *buffer, const char *name,
+static int alloc_sync(struct registry *reg, struct reg_object *buffer, const char *name,
                       char *err, size_t errlen)
 {
-  const struct backend *event_backend = NULL;
+  const struct event_source *events = NULL;
   int r;
 
   if (buffer->backend->kind != GPUSHM_BACKEND_HOST) {
-    if (!(event_backend = reg->backends[GPUSHM_BACKEND_CUDA_EVENT])) {
+    if (!(events = reg->events)) {
       snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
       return GPUSHM_E_UNSUPPORTED;
     }
   }
-  r = sync_alloc(&buffer->sync_state, event_backend, buffer->device, name, err, errlen);
+  r = sync_alloc(&buffer->sync_state, events, buffer->device, name, err, errlen);
   if (r == 0)
     buffer->sync = true;
   return r;
 }
 
-static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
+/* Gives back what the object holds outside the registry: its memory or its event,
+ * and its sync objects. */
+static void release_contents(const struct registry *reg, struct reg_object *obj)
+{
+  if (obj->kind == REG_EVENT)
+    reg->events->release(reg->events, obj->event);
+  else
+    obj->backend->release(obj->backend, &obj->mem);
+  obj->event = NULL;
+  release_sync(obj);
+}
+
+static void free_buffer(struct registry *reg, struct reg_object *buffer)
 {
   size_t i = registry_index_after(reg, buffer->id - 1);
 
@@ -289,12 +301,11 @@ static void free_buffer(struct registry *reg, struct reg_buffer *buffer)
   reg->host_bytes -= host_bytes_of(buffer);
   if (!buffer->charged_to_holders)
     usage_release(reg, buffer->owner_uid, buffer);
-  buffer->backend->release(buffer->backend, &buffer->mem);
-  release_sync(buffer);
+  release_contents(reg, buffer);
   free(buffer);
 }
 
-static bool uid_holds(const struct reg_buffer *buffer, uid_t uid, const struct reg_holding *except)
+static bool uid_holds(const struct reg_object *buffer, uid_t uid, const struct reg_holding *except)
 {
   for (const struct list *l = buffer->holdings.next; l != &buffer->holdings; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
@@ -308,7 +319,7 @@ static bool uid_holds(const struct reg_buffer *buffer, uid_t uid, const struct r
  * alive only by its holders, so it counts against each uid that still holds it (in
  * full) until that uid lets go: a reader that pins someone's memory pays for it, and
  * the owner may create again at once. */
-static void charge_holders(struct registry *reg, struct reg_buffer *buffer)
+static void charge_holders(struct registry *reg, struct reg_object *buffer)
 {
   usage_release(reg, buffer->owner_uid, buffer);
   for (const struct list *l = buffer->holdings.next; l != &buffer->holdings; l = l->next) {
@@ -322,9 +333,9 @@ static void charge_holders(struct registry *reg, struct reg_buffer *buffer)
   buffer->charged_to_holders = true;
 }
 
-static void unlink_buffer(struct registry *reg, struct reg_buffer *buffer)
+static void unlink_buffer(struct registry *reg, struct reg_object *buffer)
 {
-  struct reg_buffer **slot = name_slot(reg, buffer->name);
+  struct reg_object **slot = name_slot(reg, buffer->name);
 
   *slot = buffer->name_next;
   buffer->name_next = NULL;
@@ -338,7 +349,7 @@ static void unlink_buffer(struct registry *reg, struct reg_buffer *buffer)
     charge_holders(reg, buffer);
 }
 
-static int add_ref(struct reg_buffer *buffer, struct reg_client *client, char *err, size_t errlen)
+static int add_ref(struct reg_object *buffer, struct reg_client *client, char *err, size_t errlen)
 {
   struct reg_holding *h = find_holding(buffer, client);
 
@@ -366,7 +377,7 @@ static int add_ref(struct reg_buffer *buffer, struct reg_client *client, char *e
  * reference to an unlinked buffer. */
 static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t count)
 {
-  struct reg_buffer *buffer = h->buffer;
+  struct reg_object *buffer = h->buffer;
 
   h->refs -= count;
   buffer->refs -= count;
@@ -424,11 +435,11 @@ void registry_export_close_fds(struct reg_export *e)
     close(e->fds[--e->n_fds]);
 }
 
-/* What a client needs to map the buffer: the backend's fd or handle and, for sync
- * buffers, the control block's fd (always last) and the event's handle.  On failure
- * no fd is left open. */
-static int export_buffer(struct reg_buffer *buffer, bool read_only, struct reg_export *out,
-                         char *err, size_t errlen)
+/* What a client needs to reach the object: an event's handle, or the backend's fd or
+ * handle and, for sync buffers, the control block's fd (always last) and the event's
+ * handle.  On failure no fd is left open. */
+static int export_object(const struct registry *reg, struct reg_object *buffer, bool read_only,
+                         struct reg_export *out, char *err, size_t errlen)
 {
   struct backend_export mem = { .fd = -1 };
   int r;
@@ -436,6 +447,9 @@ static int export_buffer(struct reg_buffer *buffer, bool read_only, struct reg_e
   memset(out, 0, sizeof *out);
   out->buffer = buffer;
   out->read_only = read_only;
+  if (buffer->kind == REG_EVENT)
+    return reg->events->export(reg->events, buffer->event, out->handle, &out->handle_len, err,
+                               errlen);
   r = buffer->backend->export(buffer->backend, &buffer->mem, read_only, &mem, err, errlen);
   if (r < 0)
     return r;
@@ -457,10 +471,10 @@ static int export_buffer(struct reg_buffer *buffer, bool read_only, struct reg_e
 
 /* Takes back a buffer this create made before anyone could learn of it: its name was
  * never seen, so no unlink is announced. */
-static void discard_new(struct registry *reg, struct reg_buffer *buffer,
+static void discard_new(struct registry *reg, struct reg_object *buffer,
                         struct reg_client *client)
 {
-  struct reg_buffer **slot = name_slot(reg, buffer->name);
+  struct reg_object **slot = name_slot(reg, buffer->name);
   struct reg_holding *h = client ? find_holding(buffer, client) : NULL;
 
   *slot = buffer->name_next;
@@ -473,28 +487,33 @@ static void discard_new(struct registry *reg, struct reg_buffer *buffer,
     free_buffer(reg, buffer);
 }
 
-int registry_create(struct registry *reg, struct reg_client *client,
-                    const struct reg_create_args *args, struct reg_export *out,
-                    char *err, size_t errlen)
+static const char *kind_name(const struct reg_object *obj)
 {
-  int kind = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
-  const struct backend *be;
-  const char *why;
-  struct reg_buffer *buffer, **slot;
-  int r;
+  return obj->kind == REG_EVENT ? "event" : obj->sync ? "sync buffer" : "buffer";
+}
 
-  memset(out, 0, sizeof *out);
+/* Checks what a create asks for before anything is looked up or allocated; *be is the
+ * backend of a buffer (NULL for an event). */
+static int check_create(const struct registry *reg, const struct reg_create_args *args,
+                        const struct backend **be, char *err, size_t errlen)
+{
+  int backend = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
+  const char *why;
+
+  *be = NULL;
   if (!wire_name_valid(args->name)) {
     snprintf(err, errlen, "invalid name: use 1-%u characters of [A-Za-z0-9._-], not starting "
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
     return GPUSHM_E_NAME;
   }
-  if (kind >= 0 && kind < (int)(sizeof reg->backends / sizeof reg->backends[0]) &&
-      reg->backends[kind] && reg->backends[kind]->sizeless) {
+  if (args->kind == REG_EVENT) {
     if (args->size != 0 || args->sync) {
       snprintf(err, errlen, "an event has no size and no sync of its own");
       return GPUSHM_E_INVAL;
     }
+  } else if (args->kind != REG_BUFFER) {
+    snprintf(err, errlen, "unknown object kind %d", (int)args->kind);
+    return GPUSHM_E_INVAL;
   } else if (args->size == 0 || args->size > GPUSHM_LIMIT_BUFFER_SIZE) {
     snprintf(err, errlen, "size must be 1..%llu bytes",
              (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
@@ -508,20 +527,71 @@ int registry_create(struct registry *reg, struct reg_client *client,
     snprintf(err, errlen, "unknown lifetime %d", args->lifetime);
     return GPUSHM_E_INVAL;
   }
-  if (kind < 0 || kind >= (int)(sizeof reg->backends / sizeof reg->backends[0])) {
+  if (args->kind == REG_EVENT) {
+    if (!reg->events) {
+      snprintf(err, errlen, "events are not built into this daemon");
+      return GPUSHM_E_UNSUPPORTED;
+    }
+    if (reg->events->unavailable && (why = reg->events->unavailable(reg->events))) {
+      snprintf(err, errlen, "unsupported: events unavailable: %s", why);
+      return GPUSHM_E_UNSUPPORTED;
+    }
+    return 0;
+  }
+  if (backend < 1 || backend >= GPUSHM_BACKEND_COUNT) {
     /* A newer client may know backends this daemon does not. */
-    snprintf(err, errlen, "unknown backend %d (this daemon knows 1-%d)", kind,
+    snprintf(err, errlen, "unknown backend %d (this daemon knows 1-%d)", backend,
              GPUSHM_BACKEND_COUNT - 1);
     return GPUSHM_E_UNSUPPORTED;
   }
-  if (!(be = reg->backends[kind])) {
-    snprintf(err, errlen, "backend %d is not built into this daemon", kind);
+  if (!(*be = reg->backends[backend])) {
+    snprintf(err, errlen, "backend %d is not built into this daemon", backend);
     return GPUSHM_E_UNSUPPORTED;
   }
-  if (be->unavailable && (why = be->unavailable(be))) {
-    snprintf(err, errlen, "unsupported: %s backend unavailable: %s", be->name, why);
+  if ((*be)->unavailable && (why = (*be)->unavailable(*be))) {
+    snprintf(err, errlen, "unsupported: %s backend unavailable: %s", (*be)->name, why);
     return GPUSHM_E_UNSUPPORTED;
   }
+  return 0;
+}
+
+/* Fills a new object with its memory (and sync objects) or its event.  On failure
+ * nothing is left allocated. */
+static int alloc_contents(struct registry *reg, struct reg_object *obj,
+                          const struct reg_create_args *args, const struct backend *be,
+                          char *err, size_t errlen)
+{
+  int r;
+
+  obj->kind = args->kind;
+  if (args->kind == REG_EVENT) {
+    obj->device = args->device;
+    return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
+  }
+  r = be->alloc(be, args->size, args->device, args->name, &obj->mem, &obj->allocated, err,
+                errlen);
+  if (r < 0)
+    return r;
+  obj->backend = be;
+  obj->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  if (args->sync && (r = alloc_sync(reg, obj, args->name, err, errlen)) < 0) {
+    be->release(be, &obj->mem);
+    obj->backend = NULL;
+  }
+  return r;
+}
+
+int registry_create(struct registry *reg, struct reg_client *client,
+                    const struct reg_create_args *args, struct reg_export *out,
+                    char *err, size_t errlen)
+{
+  const struct backend *be;
+  struct reg_object *buffer, **slot;
+  int r;
+
+  memset(out, 0, sizeof *out);
+  if ((r = check_create(reg, args, &be, err, errlen)) < 0)
+    return r;
 
   slot = name_slot(reg, args->name);
   if (*slot) {
@@ -538,17 +608,21 @@ int registry_create(struct registry *reg, struct reg_client *client,
                "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
       return GPUSHM_E_EXIST;
     }
-    if ((*slot)->backend != be || (*slot)->sync != args->sync) {
-      snprintf(err, errlen, "'%s' already exists as a %s%s", args->name, (*slot)->backend->name,
-               (*slot)->sync ? " sync buffer" : (*slot)->backend->sizeless ? " event" : " buffer");
+    if ((*slot)->kind != args->kind || (*slot)->backend != be || (*slot)->sync != args->sync) {
+      if ((*slot)->backend)
+        snprintf(err, errlen, "'%s' already exists as a %s %s", args->name,
+                 (*slot)->backend->name, kind_name(*slot));
+      else
+        snprintf(err, errlen, "'%s' already exists as an %s", args->name, kind_name(*slot));
       return GPUSHM_E_EXIST;
     }
-    return registry_open(reg, client, args->name, 0, false, be->sizeless, out, err, errlen);
+    return registry_open(reg, client, args->name, 0, false, args->kind, out, err, errlen);
   }
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
   r = check_quota(reg, client->uid, args->size,
-                  (kind == GPUSHM_BACKEND_HOST ? args->size : 0) + (args->sync ? SYNC_CONTROL_SIZE : 0),
+                  (be && be->kind == GPUSHM_BACKEND_HOST ? args->size : 0) +
+                    (args->sync ? SYNC_CONTROL_SIZE : 0),
                   err, errlen);
   if (r < 0)
     return r;
@@ -558,24 +632,14 @@ int registry_create(struct registry *reg, struct reg_client *client,
     goto oom;
   if (!(buffer = calloc(1, sizeof *buffer)))
     goto oom;
-  r = be->alloc(be, args->size, args->device, args->name, &buffer->mem, &buffer->allocated,
-                err, errlen);
-  if (r < 0) {
-    free(buffer);
-    return r;
-  }
-  buffer->backend = be;
-  buffer->device = kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
-  if (args->sync && (r = alloc_sync(reg, buffer, args->name, err, errlen)) < 0) {
-    be->release(be, &buffer->mem);
+  if ((r = alloc_contents(reg, buffer, args, be, err, errlen)) < 0) {
     free(buffer);
     return r;
   }
   /* Again with the rounded size: the backend's granule may push it over the quota. */
   r = check_quota(reg, client->uid, buffer->allocated, host_bytes_of(buffer), err, errlen);
   if (r < 0) {
-    be->release(be, &buffer->mem);
-    release_sync(buffer);
+    release_contents(reg, buffer);
     free(buffer);
     return r;
   }
@@ -602,7 +666,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   reg->n_linked++;
 
   if ((r = add_ref(buffer, client, err, errlen)) < 0 ||
-      (r = export_buffer(buffer, false, out, err, errlen)) < 0) {
+      (r = export_object(reg, buffer, false, out, err, errlen)) < 0) {
     discard_new(reg, buffer, client);
     return r;
   }
@@ -616,7 +680,7 @@ oom:
   return GPUSHM_E_NOMEM;
 }
 
-static int lookup_name(const struct registry *reg, const char *name, struct reg_buffer **out,
+static int lookup_name(const struct registry *reg, const char *name, struct reg_object **out,
                        char *err, size_t errlen)
 {
   if (!wire_name_valid(name)) {
@@ -631,10 +695,11 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
 }
 
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool read_only, bool event, struct reg_export *out, char *err, size_t errlen)
+                  bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
+                  size_t errlen)
 {
   const bool write = !read_only;
-  struct reg_buffer *buffer;
+  struct reg_object *buffer;
   int r;
 
   memset(out, 0, sizeof *out);
@@ -651,9 +716,9 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
     return not_found(name, id, err, errlen);
   /* Buffers and events share one namespace; opening one as the other is an error,
    * found before any reference is taken. */
-  if (buffer->backend->sizeless != event) {
+  if (buffer->kind != kind) {
     snprintf(err, errlen, "'%s' is %s", buffer->name,
-             event ? "a buffer, not an event" : "an event, not a buffer");
+             kind == REG_EVENT ? "a buffer, not an event" : "an event, not a buffer");
     return GPUSHM_E_INVAL;
   }
   if (!registry_may_access(client, buffer, write)) {
@@ -665,7 +730,7 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   r = add_ref(buffer, client, err, errlen);
   if (r < 0)
     return r;
-  r = export_buffer(buffer, read_only, out, err, errlen);
+  r = export_object(reg, buffer, read_only, out, err, errlen);
   if (r < 0) {
     drop_refs(reg, find_holding(buffer, client), 1); /* linked: it stays */
     return r;
@@ -676,7 +741,7 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
 int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
                    char *err, size_t errlen)
 {
-  struct reg_buffer *buffer = registry_find_id(reg, id);
+  struct reg_object *buffer = registry_find_id(reg, id);
   struct reg_holding *h = buffer ? find_holding(buffer, client) : NULL;
 
   if (!h) {
@@ -691,7 +756,7 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
                     char *err, size_t errlen)
 {
-  struct reg_buffer *buffer;
+  struct reg_object *buffer;
   int r;
 
   if ((r = lookup_name(reg, name, &buffer, err, errlen)) < 0)
@@ -713,7 +778,7 @@ void registry_client_gone(struct registry *reg, struct reg_client *client)
    * them.  Unlinking one nobody holds frees it at once and shifts by_id down: the
    * walk then stays at the same index. */
   for (size_t i = 0; i < reg->n_buffers;) {
-    struct reg_buffer *b = reg->by_id[i];
+    struct reg_object *b = reg->by_id[i];
     if (b->linked && b->creator == client) {
       size_t before = reg->n_buffers;
       unlink_buffer(reg, b);
@@ -740,7 +805,7 @@ void registry_destroy(struct registry *reg)
   reg->on_unlink = NULL;
   reg->on_created = NULL;
   while (reg->n_buffers) {
-    struct reg_buffer *b = reg->by_id[reg->n_buffers - 1];
+    struct reg_object *b = reg->by_id[reg->n_buffers - 1];
     while (b->holdings.next != &b->holdings) {
       struct reg_holding *h = list_entry(b->holdings.next, struct reg_holding, buffer_link);
       list_del(&h->client_link);
@@ -766,12 +831,13 @@ void registry_destroy(struct registry *reg)
 int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct backend_mem *mem,
                    struct backend_mem *control, char *err, size_t errlen)
 {
-  const struct backend *be = a->backend >= 0 && a->backend < GPUSHM_BACKEND_COUNT
+  const struct backend *be = a->backend >= 1 && a->backend < GPUSHM_BACKEND_COUNT
                                ? reg->backends[a->backend] : NULL;
-  struct reg_buffer *buffer, **slot;
+  struct reg_object *buffer, **slot;
   size_t at;
+  int r;
 
-  if (!be || be->sizeless || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u)) {
+  if (!be || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u)) {
     snprintf(err, errlen, "invalid record");
     return GPUSHM_E_INVAL;
   }
@@ -786,6 +852,12 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
     snprintf(err, errlen, "daemon out of memory");
     return GPUSHM_E_NOMEM;
   }
+  if (control && (r = sync_adopt(&buffer->sync_state, control, a->name, err, errlen)) < 0) {
+    free(buffer);
+    return r;
+  }
+  buffer->sync = control != NULL;
+  buffer->kind = REG_BUFFER;
   buffer->id = a->id;
   snprintf(buffer->name, sizeof buffer->name, "%s", a->name);
   buffer->linked = true;
@@ -800,10 +872,6 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   buffer->lifetime = GPUSHM_LIFETIME_PERSISTENT;
   buffer->created_unix_ms = a->created_unix_ms;
   buffer->mem = *mem;
-  if (control) {
-    buffer->sync = true;
-    sync_adopt(&buffer->sync_state, control);
-  }
   list_init(&buffer->holdings);
   /* Ids stay in order even when records come back in any order. */
   at = registry_index_after(reg, a->id);

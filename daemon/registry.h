@@ -1,4 +1,5 @@
-/* The daemon's registry: buffers by id and name, references per client, per-uid
+/* The daemon's registry, the only owner of shared objects: buffers (memory from a
+ * backend) and events, by id and name (one namespace), references per client, per-uid
  * quotas, lifetimes.  Knows nothing of sockets; a client is a credential set with a
  * list of holdings. */
 #ifndef GPUSHMD_REGISTRY_H
@@ -9,6 +10,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "event.h"
 #include "list.h"
 #include "sync.h"
 #include "gpushm_limits.h"
@@ -24,13 +26,19 @@ struct reg_client {
   struct list holdings; /* reg_holding.client_link */
 };
 
-struct reg_buffer {
+enum reg_kind {
+  REG_BUFFER = 0, /* memory from a backend */
+  REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
+};
+
+struct reg_object {
+  enum reg_kind kind;
   uint64_t id;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
   bool linked;
   uint64_t size;
   uint64_t allocated;
-  const struct backend *backend;
+  const struct backend *backend; /* buffers */
   int device;
   uid_t owner_uid;
   gid_t owner_gid;
@@ -42,16 +50,17 @@ struct reg_buffer {
   uint32_t refs;
   uint32_t n_holders;
   struct list holdings; /* reg_holding.buffer_link */
-  struct backend_mem mem;
+  struct backend_mem mem;           /* buffers */
+  void *event;                      /* events: made by registry.events */
   bool sync; /* sync_state holds its control block (and event) */
   struct sync_state sync_state;
-  struct reg_buffer *name_next; /* hash chain, while linked */
+  struct reg_object *name_next; /* hash chain, while linked */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
   bool persisted; /* deposited in systemd's fd store */
 };
 
 struct reg_holding {
-  struct reg_buffer *buffer;
+  struct reg_object *buffer;
   struct reg_client *client;
   uint32_t refs;
   struct list client_link;
@@ -67,9 +76,10 @@ struct reg_limits {
 };
 
 struct reg_create_args {
+  enum reg_kind kind;
   const char *name;
-  uint64_t size;
-  int backend; /* gpushm_backend_t; 0 = host */
+  uint64_t size; /* events: 0 */
+  int backend; /* buffers: gpushm_backend_t; 0 = host */
   int device;
   uint32_t mode; /* 0 = default */
   int lifetime;
@@ -79,16 +89,16 @@ struct reg_create_args {
 
 struct reg_uid_usage;
 
-/* A ready export: what a client is sent to reach a buffer it now holds a reference
+/* A ready export: what a client is sent to reach an object it now holds a reference
  * to.  The fds are the caller's: the memory's own (if its backend has one), then the
  * control block's for a sync buffer. */
 struct reg_export {
-  struct reg_buffer *buffer;
+  struct reg_object *buffer;
   bool created; /* by this create, not joined */
   bool read_only;
   int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
   unsigned n_fds;
-  uint8_t handle[64]; /* the memory's handle bytes, for backends that have them */
+  uint8_t handle[64]; /* the memory's handle bytes (backends that have them), or the event's */
   size_t handle_len;
   uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
   size_t event_handle_len;
@@ -107,9 +117,9 @@ struct reg_adopt_args {
 };
 
 struct registry {
-  struct reg_buffer **by_id; /* ascending id: ids only grow, so appending keeps order */
+  struct reg_object **by_id; /* ascending id: ids only grow, so appending keeps order */
   size_t n_buffers, cap_buffers;
-  struct reg_buffer **names; /* hash table of linked names */
+  struct reg_object **names; /* hash table of linked names */
   size_t n_name_buckets;
   uint32_t n_linked;
   uint64_t next_id;
@@ -118,10 +128,11 @@ struct registry {
   struct reg_uid_usage *usage;
   struct reg_limits limits;
   const struct backend *backends[GPUSHM_BACKEND_COUNT]; /* NULL = unsupported */
+  const struct event_source *events;                    /* NULL = no events */
   /* Told whenever a name goes away, before the request that caused it is answered,
    * and whenever a create made a new buffer (on_unlink_ctx is passed to both). */
-  void (*on_unlink)(void *ctx, struct reg_buffer *buffer);
-  void (*on_created)(void *ctx, struct reg_buffer *buffer);
+  void (*on_unlink)(void *ctx, struct reg_object *buffer);
+  void (*on_created)(void *ctx, struct reg_object *buffer);
   void *on_unlink_ctx;
 };
 
@@ -139,10 +150,12 @@ void registry_client_gone(struct registry *reg, struct reg_client *client);
 int registry_create(struct registry *reg, struct reg_client *client,
                     const struct reg_create_args *args, struct reg_export *out,
                     char *err, size_t errlen);
-/* event: the caller means an event (a buffer otherwise).  A caller that may not see
- * the buffer (registry_may_see, or an admin) is told it does not exist. */
+/* kind: what the caller means to open; the other kind under that name or id is an
+ * error.  A caller that may not see the object (registry_may_see, or an admin) is told
+ * it does not exist. */
 int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
-                  bool read_only, bool event, struct reg_export *out, char *err, size_t errlen);
+                  bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
+                  size_t errlen);
 /* Closes the export's fds (those not sent). */
 void registry_export_close_fds(struct reg_export *e);
 int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
@@ -158,15 +171,15 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *args, stru
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 
-struct reg_buffer *registry_find_id(const struct registry *reg, uint64_t id);
+struct reg_object *registry_find_id(const struct registry *reg, uint64_t id);
 /* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
 size_t registry_index_after(const struct registry *reg, uint64_t after_id);
-uint32_t registry_client_refs(const struct reg_buffer *buffer, const struct reg_client *client);
+uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_client *client);
 bool registry_client_in_group(const struct reg_client *client, gid_t gid);
-bool registry_may_access(const struct reg_client *client, const struct reg_buffer *buffer,
+bool registry_may_access(const struct reg_client *client, const struct reg_object *buffer,
                          bool write);
 /* Whether the client may learn that the buffer exists: root, the owner, whoever may
  * read it, and its holders. */
-bool registry_may_see(const struct reg_client *client, const struct reg_buffer *buffer);
+bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
 
 #endif

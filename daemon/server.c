@@ -442,7 +442,7 @@ static void handler_disconnect(void *ctx, uint32_t client_id, int status, const 
   }
 }
 
-static void on_unlink(void *ctx, struct reg_buffer *buffer)
+static void on_unlink(void *ctx, struct reg_object *buffer)
 {
   struct server *srv = ctx;
   status_page_bump_unlink(&srv->status);
@@ -450,7 +450,7 @@ static void on_unlink(void *ctx, struct reg_buffer *buffer)
   log_debug("'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
 }
 
-static void on_created(void *ctx, struct reg_buffer *buffer)
+static void on_created(void *ctx, struct reg_object *buffer)
 {
   struct server *srv = ctx;
   persist_created(&srv->persist, buffer);

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "status.h"
+#include "gpushm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,9 +21,9 @@ int status_page_create(struct status_page_owner *sp, char *err, size_t errlen)
     snprintf(err, errlen, "mapping status page: %s", strerror(errno));
     backend_host.release(&backend_host, &sp->mem);
     sp->page = NULL;
-    return -1;
+    return GPUSHM_E_IO;
   }
-  sp->page->magic = STATUS_PAGE_MAGIC;
+  shm_layout_init(sp->page, STATUS_PAGE_MAGIC, sizeof *sp->page);
   return 0;
 }
 

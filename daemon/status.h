@@ -1,9 +1,9 @@
-/* The daemon's side of the shared status page (layout: proto/status_page.h). */
+/* The daemon's side of the shared status page (layout: proto/shm_layout.h). */
 #ifndef GPUSHMD_STATUS_H
 #define GPUSHMD_STATUS_H
 
 #include "backend.h"
-#include "status_page.h"
+#include "shm_layout.h"
 
 struct status_page_owner {
   struct backend_mem mem;

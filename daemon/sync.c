@@ -1,7 +1,8 @@
 #include "config.h"
 #include "sync.h"
 #include "gpushm.h"
-#include "status_page.h"
+#include "log.h"
+#include "shm_layout.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,13 +12,25 @@
 
 void sync_release(struct sync_state *s)
 {
-  if (s->event_backend)
-    s->event_backend->release(s->event_backend, &s->event);
+  if (s->events)
+    s->events->release(s->events, s->event);
   backend_host.release(&backend_host, &s->control);
-  s->event_backend = NULL;
+  s->events = NULL;
+  s->event = NULL;
 }
 
-int sync_alloc(struct sync_state *s, const struct backend *event_backend, int device,
+static struct sync_control *map_control(int fd, char *err, size_t errlen)
+{
+  struct sync_control *ctl =
+    mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ctl == MAP_FAILED) {
+    snprintf(err, errlen, "mapping a control block: %s", strerror(errno));
+    return NULL;
+  }
+  return ctl;
+}
+
+int sync_alloc(struct sync_state *s, const struct event_source *events, int device,
                const char *label, char *err, size_t errlen)
 {
   struct sync_control *ctl;
@@ -25,41 +38,52 @@ int sync_alloc(struct sync_state *s, const struct backend *event_backend, int de
   int r;
 
   memset(s, 0, sizeof *s);
-  s->control.fd = s->event.fd = -1;
+  s->control.fd = -1;
   r = backend_host.alloc(&backend_host, SYNC_CONTROL_SIZE, -1, label, &s->control, &allocated,
                          err, errlen);
   if (r < 0)
     return r;
-  ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, s->control.fd, 0);
-  if (ctl == MAP_FAILED) {
-    snprintf(err, errlen, "mapping a control block: %s", strerror(errno));
+  if (!(ctl = map_control(s->control.fd, err, errlen))) {
     sync_release(s);
     return GPUSHM_E_IO;
   }
-  ctl->magic = SYNC_CONTROL_MAGIC;
+  shm_layout_init(ctl, SYNC_CONTROL_MAGIC, sizeof *ctl);
   munmap(ctl, SYNC_CONTROL_SIZE);
-  if (!event_backend)
+  if (!events)
     return 0;
-  r = event_backend->alloc(event_backend, 0, device, label, &s->event, &allocated, err, errlen);
-  if (r < 0) {
+  if ((r = events->alloc(events, device, label, &s->event, err, errlen)) < 0) {
     sync_release(s);
     return r;
   }
-  s->event_backend = event_backend;
+  s->events = events;
   return 0;
 }
 
-void sync_adopt(struct sync_state *s, const struct backend_mem *control)
+int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
+               char *err, size_t errlen)
 {
+  struct sync_control *ctl = map_control(control->fd, err, errlen);
+  const char *why;
+
+  if (!ctl)
+    return GPUSHM_E_IO;
+  /* The record says what the fd is; the header is writable by every read-write holder,
+   * so a scribbled one is restored rather than believed: writing a buffer must not be
+   * a way to make the daemon drop it.  One of gpushm 0.1 is brought up to date.
+   * Holders still mapping it read release_seq at offset 8, which stays as it is. */
+  if ((why = shm_layout_check(ctl, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
+                              offsetof(struct sync_control, release_seq) + 8)))
+    log_warn("%s: control block header overwritten (%s); restored", label, why);
+  shm_layout_init(ctl, SYNC_CONTROL_MAGIC, sizeof *ctl);
+  munmap(ctl, SYNC_CONTROL_SIZE);
   memset(s, 0, sizeof *s);
   s->control = *control;
-  s->event.fd = -1;
+  return 0;
 }
 
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],
                 size_t *event_handle_len, char *err, size_t errlen)
 {
-  struct backend_export event = { .fd = -1 };
   int r, fd;
 
   /* Whoever may write the buffer may publish releases of it; a read-only opener gets
@@ -67,14 +91,10 @@ int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t e
   if ((r = backend_host_export_fd(&s->control, read_only, &fd, err, errlen)) < 0)
     return r;
   *event_handle_len = 0;
-  if (s->event_backend) {
-    r = s->event_backend->export(s->event_backend, &s->event, false, &event, err, errlen);
-    if (r < 0) {
-      close(fd);
-      return r;
-    }
-    memcpy(event_handle, event.handle, event.handle_len);
-    *event_handle_len = event.handle_len;
+  if (s->events && (r = s->events->export(s->events, s->event, event_handle, event_handle_len,
+                                          err, errlen)) < 0) {
+    close(fd);
+    return r;
   }
   *control_fd = fd;
   return 0;

@@ -1,6 +1,7 @@
 /* A sync buffer's synchronisation objects: the release sequence's control block
- * (host memory, so CPU and GPU holders alike can publish and read it) and, for device
- * memory, an inter-process event.  The registry owns one per sync buffer. */
+ * (host memory, so CPU and GPU holders alike can publish and read it; layout in
+ * proto/shm_layout.h) and, for device memory, an event.  The registry owns one per
+ * sync buffer. */
 #ifndef GPUSHMD_SYNC_H
 #define GPUSHMD_SYNC_H
 
@@ -9,19 +10,23 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "event.h"
 
 struct sync_state {
   struct backend_mem control;
-  const struct backend *event_backend; /* NULL: no event */
-  struct backend_mem event;
+  const struct event_source *events; /* NULL: no event */
+  void *event;
 };
 
-/* Makes the control block and, with an event_backend, the event on device.  Returns 0
+/* Makes the control block and, with an event source, the event on device.  Returns 0
  * or a negative GPUSHM_E_* with err set; on failure nothing is left allocated. */
-int sync_alloc(struct sync_state *s, const struct backend *event_backend, int device,
+int sync_alloc(struct sync_state *s, const struct event_source *events, int device,
                const char *label, char *err, size_t errlen);
-/* Takes over a control block a previous daemon made (systemd's fd store); no event. */
-void sync_adopt(struct sync_state *s, const struct backend_mem *control);
+/* Takes over a control block a previous daemon made (systemd's fd store), writing
+ * its header anew (release_seq is kept); no event.  On failure (it cannot be mapped)
+ * the control block is left to the caller. */
+int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
+               char *err, size_t errlen);
 void sync_release(struct sync_state *s);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */

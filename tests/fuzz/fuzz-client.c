@@ -15,7 +15,7 @@
 #include "fuzz-format.h"
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
-#include "status_page.h"
+#include "shm_layout.h"
 #include "wire.h"
 
 #include <dirent.h>

@@ -367,7 +367,7 @@ static void check_registry(void)
   if (srv.n_clients != 0 || !list_empty(&srv.sessions))
     fail("%u clients still registered after all hung up", srv.n_clients);
   for (size_t i = 0; i < reg->n_buffers; i++) {
-    const struct reg_buffer *b = reg->by_id[i];
+    const struct reg_object *b = reg->by_id[i];
     if (b->refs || b->n_holders || !list_empty(&b->holdings))
       fail("'%s' (id %llu) still has %u references, %u holders with no client connected",
            b->name, (unsigned long long)b->id, b->refs, b->n_holders);
@@ -393,8 +393,8 @@ static void check_registry(void)
 static void reset_registry(void)
 {
   /* set by server_start, cleared by registry_init */
-  void (*on_unlink)(void *, struct reg_buffer *) = srv.reg.on_unlink;
-  void (*on_created)(void *, struct reg_buffer *) = srv.reg.on_created;
+  void (*on_unlink)(void *, struct reg_object *) = srv.reg.on_unlink;
+  void (*on_created)(void *, struct reg_object *) = srv.reg.on_created;
   void *on_unlink_ctx = srv.reg.on_unlink_ctx;
 
   registry_destroy(&srv.reg);

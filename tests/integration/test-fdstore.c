@@ -5,11 +5,13 @@
  * tests/system/ runs the same story under a real systemd. */
 #include "config.h"
 #include "harness.h"
+#include "shm_layout.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -190,6 +192,20 @@ static void test_restart_keeps_persistent_buffers(void)
     CHECK(strstr(store[i].name, "gone") == NULL);
 
   kill_daemon();
+  /* A read-write holder can scribble the control block's header (it maps the block
+   * read-write): the next daemon restores it, keeping the sequence, rather than
+   * dropping a buffer its writer wanted gone. */
+  {
+    struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                                    store[store_find("gpushm1.c.")].fd, 0);
+    CHECK(ctl != MAP_FAILED);
+    CHECK(ctl->magic == SYNC_CONTROL_MAGIC && ctl->layout_version == SHM_LAYOUT_VERSION &&
+          ctl->layout_size == sizeof *ctl && ctl->release_seq == 3);
+    ctl->magic = 0x1234;
+    ctl->layout_version = 77;
+    ctl->layout_size = 1u << 20;
+    munmap(ctl, SYNC_CONTROL_SIZE);
+  }
   /* the store also holds what this daemon will not understand */
   CHECK(pipe(pipe_fds) == 0);
   close(pipe_fds[1]);
@@ -214,6 +230,14 @@ static void test_restart_keeps_persistent_buffers(void)
         after.lifetime == GPUSHM_LIFETIME_PERSISTENT && after.refs == 0);
   CHECK_OK(gpushm_buffer_open(conn, "keep-sync", 0, &b));
   CHECK(gpushm_buffer_release_seq(b) == 3 && intact(gpushm_buffer_ptr(b), 4096, 9));
+  {
+    struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED,
+                                    store[store_find("gpushm1.c.")].fd, 0);
+    CHECK(ctl != MAP_FAILED);
+    CHECK(ctl->magic == SYNC_CONTROL_MAGIC && ctl->layout_version == SHM_LAYOUT_VERSION &&
+          ctl->layout_size == sizeof *ctl);
+    munmap(ctl, SYNC_CONTROL_SIZE);
+  }
   CHECK_OK(gpushm_buffer_acquire(b, NULL, 3, 1000));
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_ERR(gpushm_buffer_open(conn, "gone-session", 0, &b), GPUSHM_E_NOENT);

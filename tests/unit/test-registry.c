@@ -5,6 +5,8 @@
 #include "registry.h"
 
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,7 +15,7 @@ static struct registry reg;
 static char err[256];
 static unsigned unlink_events;
 
-static void count_unlink(void *ctx, struct reg_buffer *b)
+static void count_unlink(void *ctx, struct reg_object *b)
 {
   (void)ctx;
   (void)b;
@@ -31,7 +33,7 @@ static void setup(uint32_t max_buffers, uint64_t max_bytes)
 /* The registry's calls with the export reduced to the buffer: its fds are closed at
  * once, as a reply would hand them on. */
 static int create_ref(struct reg_client *c, const struct reg_create_args *args,
-                      struct reg_buffer **out, bool *created)
+                      struct reg_object **out, bool *created)
 {
   struct reg_export e;
   int r = registry_create(&reg, c, args, &e, err, sizeof err);
@@ -48,10 +50,10 @@ static int create_ref(struct reg_client *c, const struct reg_create_args *args,
 }
 
 static int open_ref(struct reg_client *c, const char *name, uint64_t id, bool write,
-                    struct reg_buffer **out)
+                    struct reg_object **out)
 {
   struct reg_export e;
-  int r = registry_open(&reg, c, name, id, !write, false, &e, err, sizeof err);
+  int r = registry_open(&reg, c, name, id, !write, REG_BUFFER, &e, err, sizeof err);
 
   if (r == 0) {
     CHECK(e.n_fds == 1 && e.read_only == !write);
@@ -63,11 +65,11 @@ static int open_ref(struct reg_client *c, const char *name, uint64_t id, bool wr
   return r;
 }
 
-static struct reg_buffer *create(struct reg_client *c, const char *name, uint64_t size,
+static struct reg_object *create(struct reg_client *c, const char *name, uint64_t size,
                                  uint32_t mode, int lifetime)
 {
   struct reg_create_args args = { .name = name, .size = size, .mode = mode, .lifetime = lifetime };
-  struct reg_buffer *b = NULL;
+  struct reg_object *b = NULL;
   bool created;
   int r = create_ref(c, &args, &b, &created);
   if (r < 0) {
@@ -81,7 +83,7 @@ static struct reg_buffer *create(struct reg_client *c, const char *name, uint64_
 static void test_refcounts_and_unlink_while_open(void)
 {
   struct reg_client a, b;
-  struct reg_buffer *buf, *opened;
+  struct reg_object *buf, *opened;
   uint64_t id;
 
   setup(16, 0);
@@ -107,7 +109,7 @@ static void test_refcounts_and_unlink_while_open(void)
   CHECK(reg.n_buffers == 1 && reg.n_linked == 0);
 
   /* a new buffer may take the name; it gets a new id */
-  struct reg_buffer *again = create(&a, "frames", 100, 0600, GPUSHM_LIFETIME_PERSISTENT);
+  struct reg_object *again = create(&a, "frames", 100, 0600, GPUSHM_LIFETIME_PERSISTENT);
   CHECK(again->id > id);
 
   CHECK(registry_close(&reg, &a, id, err, sizeof err) == 0);
@@ -132,7 +134,7 @@ static void test_exclusive_and_open_existing(void)
 {
   struct reg_client a;
   struct reg_create_args args = { .name = "x", .size = 10 };
-  struct reg_buffer *b1, *b2;
+  struct reg_object *b1, *b2;
   bool created;
 
   setup(16, 0);
@@ -151,7 +153,7 @@ static void test_exclusive_and_open_existing(void)
 static void test_session_lifetime(void)
 {
   struct reg_client creator, other;
-  struct reg_buffer *s, *p, *held;
+  struct reg_object *s, *p, *held;
   uint64_t held_id;
 
   setup(16, 0);
@@ -178,7 +180,7 @@ static void test_quotas(void)
 {
   struct reg_client a, b;
   struct reg_create_args args = { .name = "q3", .size = 4096 };
-  struct reg_buffer *buf;
+  struct reg_object *buf;
   bool created;
 
   setup(2, 3 * 4096);
@@ -210,7 +212,7 @@ static void test_bad_arguments(void)
 {
   struct reg_client a;
   struct reg_create_args args = { .name = "ok", .size = 1 };
-  struct reg_buffer *buf;
+  struct reg_object *buf;
   bool created;
 
   setup(16, 0);
@@ -240,7 +242,7 @@ static void test_bad_arguments(void)
 static void test_permissions(void)
 {
   struct reg_client owner, group_member, other, root, supplementary;
-  struct reg_buffer *buf, *opened;
+  struct reg_object *buf, *opened;
   gid_t groups[] = { 4242 };
 
   setup(16, 0);
@@ -292,7 +294,7 @@ static void test_many_buffers_ids_and_names(void)
   /* enough to grow the name table and the id index several times */
   for (int i = 0; i < 3000; i++) {
     snprintf(name, sizeof name, "b%d", i);
-    struct reg_buffer *b = create(&a, name, 1, 0, 0);
+    struct reg_object *b = create(&a, name, 1, 0, 0);
     CHECK(b->id > last);
     last = b->id;
   }
@@ -312,7 +314,7 @@ static void test_many_buffers_ids_and_names(void)
 static void test_refs_per_holding_limit(void)
 {
   struct reg_client a;
-  struct reg_buffer *buf, *opened;
+  struct reg_object *buf, *opened;
 
   setup(16, 0);
   registry_client_init(&a, 1, 1, 1000, 1000);
@@ -370,8 +372,99 @@ static void test_failed_export_leaves_nothing(void)
   registry_destroy(&reg);
 }
 
+/* Events are objects of their own kind: made and released by the registry's event
+ * source, never by a backend; no size, no sync; one namespace with buffers, and never
+ * opened as the other kind. */
+static int fake_events_live, fake_events_fail;
+
+static int fake_event_alloc(const struct event_source *src, int device, const char *label,
+                            void **event, char *errbuf, size_t errlen)
+{
+  (void)src, (void)label;
+  if (fake_events_fail) {
+    snprintf(errbuf, errlen, "no events today");
+    return GPUSHM_E_CUDA;
+  }
+  *event = (void *)(intptr_t)(device + 100);
+  fake_events_live++;
+  return 0;
+}
+
+static int fake_event_export(const struct event_source *src, void *event, uint8_t handle[64],
+                             size_t *handle_len, char *errbuf, size_t errlen)
+{
+  (void)src, (void)errbuf, (void)errlen;
+  memset(handle, (int)(intptr_t)event, 64);
+  *handle_len = 64;
+  return 0;
+}
+
+static void fake_event_release(const struct event_source *src, void *event)
+{
+  (void)src;
+  CHECK(event != NULL);
+  fake_events_live--;
+}
+
+static const struct event_source fake_events = {
+  .name = "fake",
+  .alloc = fake_event_alloc,
+  .export = fake_event_export,
+  .release = fake_event_release,
+};
+
+static void test_events_are_their_own_kind(void)
+{
+  struct reg_client a;
+  struct reg_export e;
+  struct reg_create_args ev = { .kind = REG_EVENT, .name = "ev", .device = 3 };
+  struct reg_create_args buf = { .name = "ev", .size = 4096 };
+
+  setup(16, 0);
+  registry_client_init(&a, 1, 100, 1000, 1000);
+  /* Without an event source, a clear refusal. */
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_UNSUPPORTED);
+  reg.events = &fake_events;
+  ev.size = 1;
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  ev.size = 0;
+  ev.sync = true;
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  ev.sync = false;
+  fake_events_fail = 1;
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_CUDA);
+  CHECK(reg.n_buffers == 0 && reg.n_linked == 0);
+  fake_events_fail = 0;
+
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == 0);
+  CHECK(e.created && e.n_fds == 0 && e.handle_len == 64 && e.handle[0] == 103);
+  CHECK(e.buffer->kind == REG_EVENT && e.buffer->backend == NULL && e.buffer->size == 0 &&
+        e.buffer->allocated == 0 && e.buffer->device == 3);
+  CHECK(fake_events_live == 1);
+  /* One namespace: a buffer of the same name is refused, even with open-existing. */
+  CHECK(registry_create(&reg, &a, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
+  buf.open_existing = true;
+  CHECK(registry_create(&reg, &a, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
+  CHECK(strstr(err, "already exists as an event") != NULL);
+  /* Open as the wrong kind: refused before any reference is taken. */
+  CHECK(registry_open(&reg, &a, "ev", 0, false, REG_BUFFER, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  CHECK(registry_client_refs(registry_find_id(&reg, 1), &a) == 1);
+  CHECK(registry_open(&reg, &a, "ev", 0, false, REG_EVENT, &e, err, sizeof err) == 0);
+  CHECK(registry_client_refs(e.buffer, &a) == 2);
+  /* Open-existing as an event joins it. */
+  ev.open_existing = true;
+  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == 0 && !e.created);
+  /* Unlinked while held: the source releases it with the last reference only. */
+  CHECK(registry_unlink(&reg, &a, "ev", err, sizeof err) == 0);
+  CHECK(fake_events_live == 1);
+  registry_client_gone(&reg, &a);
+  CHECK(fake_events_live == 0 && reg.n_buffers == 0);
+  registry_destroy(&reg);
+}
+
 int main(void)
 {
+  test_events_are_their_own_kind();
   test_failed_export_leaves_nothing();
   test_refs_per_holding_limit();
   test_refcounts_and_unlink_while_open();

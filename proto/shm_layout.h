@@ -1,0 +1,103 @@
+/* Layouts of the memory gpushmd shares with clients (memfds, mapped by both sides).
+ *
+ * Each starts with a 64-bit magic naming what it is; then comes the one word gpushm
+ * 0.1 already read at offset 8 (kept there, so 0.1 libraries go on working); then the
+ * layout version and the number of bytes the writer filled in.  Evolution rules:
+ *  - a new field is appended and layout_size grows: a reader uses a field only when it
+ *    lies below layout_size, and ignores what lies beyond what it knows;
+ *  - layout_version changes only when a field moves or changes meaning: a reader
+ *    refuses a version it does not know;
+ *  - layout_version 0 (and size 0) is what gpushm 0.1 wrote (zero-filled memory): the
+ *    16-byte prefix only.
+ * Multi-byte fields are in host byte order: the memory never leaves the host. */
+#ifndef GPUSHM_SHM_LAYOUT_H
+#define GPUSHM_SHM_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_LAYOUT_VERSION 1u
+/* What gpushm 0.1 wrote: magic and the word at offset 8, nothing more. */
+#define SHM_LAYOUT_LEGACY_SIZE 16u
+
+/* The header every layout below starts with, seen without its particular word. */
+struct shm_prefix {
+  uint64_t magic;
+  uint64_t word;
+  uint32_t layout_version;
+  uint32_t layout_size;
+};
+
+/* The read-only page gpushmd shares with every client (sent as an fd with the Hello
+ * reply).  The daemon bumps unlink_generation before it answers any request that
+ * removed a name, so a client that sees the same generation as when it cached a name
+ * knows the name still means the same buffer, without asking. */
+#define STATUS_PAGE_MAGIC 0x3170616d6873706full
+#define STATUS_PAGE_SIZE 4096u
+
+struct status_page {
+  uint64_t magic;
+  uint64_t unlink_generation; /* accessed with __atomic builtins */
+  uint32_t layout_version;
+  uint32_t layout_size;
+};
+
+/* A sync buffer's control block (a 4 KiB memfd, mapped by every holder, read-write
+ * by those that may write the buffer): release_seq counts the releases published so
+ * far; a release records the buffer's event first and increments release_seq after,
+ * so whoever sees N published knows the event's latest record is release N or a later
+ * one.  Waiters sleep on a futex on release_seq's low 32 bits (docs/sync.md). */
+#define SYNC_CONTROL_MAGIC 0x6c6f72746e6f6373ull
+#define SYNC_CONTROL_SIZE 4096u
+
+struct sync_control {
+  uint64_t magic;
+  uint64_t release_seq; /* accessed with __atomic builtins */
+  uint32_t layout_version;
+  uint32_t layout_size;
+};
+
+#define SHM_LAYOUT_SAME_PREFIX_(type, word_field)                                    \
+  _Static_assert(offsetof(struct type, word_field) == offsetof(struct shm_prefix, word) &&      \
+                   offsetof(struct type, layout_version) ==                                \
+                     offsetof(struct shm_prefix, layout_version) &&                        \
+                   offsetof(struct type, layout_size) == offsetof(struct shm_prefix, layout_size), \
+                 #type " must start with struct shm_prefix (0.1 reads offset 8)");
+SHM_LAYOUT_SAME_PREFIX_(status_page, unlink_generation)
+SHM_LAYOUT_SAME_PREFIX_(sync_control, release_seq)
+#undef SHM_LAYOUT_SAME_PREFIX_
+_Static_assert(sizeof(struct status_page) <= STATUS_PAGE_SIZE &&
+                 sizeof(struct sync_control) <= SYNC_CONTROL_SIZE,
+               "a layout must fit its mapping");
+
+/* Writes the header of a fresh (zero-filled) or adopted region; the words at offset 8
+ * are left as they are. */
+static inline void shm_layout_init(void *region, uint64_t magic, uint32_t size)
+{
+  struct shm_prefix *h = region;
+  h->magic = magic;
+  h->layout_version = SHM_LAYOUT_VERSION;
+  h->layout_size = size;
+}
+
+/* Checks a mapped region of map_len bytes: its magic, a layout version this code
+ * knows and a size that covers the need bytes the reader uses and fits the mapping.
+ * Returns NULL, or why the region cannot be used. */
+static inline const char *shm_layout_check(const void *region, size_t map_len, uint64_t magic,
+                                           size_t need)
+{
+  const struct shm_prefix *h = region;
+  uint32_t version = h->layout_version, size = h->layout_size;
+
+  if (h->magic != magic)
+    return "wrong magic";
+  if (version == 0 && size == 0) /* gpushm 0.1 */
+    size = SHM_LAYOUT_LEGACY_SIZE;
+  else if (version != SHM_LAYOUT_VERSION)
+    return "unknown layout version";
+  if (size < need || size > map_len)
+    return "layout size out of range";
+  return NULL;
+}
+
+#endif
