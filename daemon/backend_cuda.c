@@ -191,7 +191,7 @@ int backend_cuda_device_info(int i, struct cuda_device_info *info)
   char err[64];
 
   if (i < 0 || i >= cuda.n_devices)
-    return -1;
+    return GPUSHM_E_INVAL;
   d = &cuda.devices[i];
   memset(info, 0, sizeof *info);
   info->ordinal = i;

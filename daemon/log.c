@@ -1,4 +1,5 @@
 #include "config.h"
+#include "gpushm.h"
 #include "log.h"
 
 #include <stdarg.h>
@@ -22,7 +23,7 @@ int log_parse_level(const char *name)
   for (unsigned i = 0; i < sizeof level_names / sizeof level_names[0]; i++)
     if (strcmp(name, level_names[i]) == 0)
       return (int)i;
-  return -1;
+  return GPUSHM_E_INVAL;
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)

@@ -4,7 +4,7 @@
 enum log_level { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 
 void log_set_level(enum log_level level);
-/* Parses "error|warn|info|debug"; returns -1 if unknown. */
+/* Parses "error|warn|info|debug"; returns the level or GPUSHM_E_INVAL. */
 int log_parse_level(const char *name);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -51,19 +51,19 @@ static int parse_args(int argc, char **argv, struct given_flags *given)
     default:
       if (!(name = options_short_name(opt))) {
         options_usage(stderr);
-        return -1;
+        return GPUSHM_E_INVAL;
       }
     }
     if (given->n == sizeof given->flag / sizeof given->flag[0]) {
       fprintf(stderr, "gpushmd: too many options\n");
-      return -1;
+      return GPUSHM_E_INVAL;
     }
     given->flag[given->n].name = name;
     given->flag[given->n++].value = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, "gpushmd: unexpected argument '%s'\n", argv[optind]);
-    return -1;
+    return GPUSHM_E_INVAL;
   }
   return 0;
 }
@@ -77,11 +77,11 @@ static int load_settings(const struct given_flags *given, struct settings *out, 
   settings_init(out);
   if (config_load(out, given->config ? given->config : GPUSHMD_DEFAULT_CONFIG,
                   given->config != NULL, err, errlen) < 0)
-    return -1;
+    return GPUSHM_E_INVAL;
   for (size_t i = 0; i < given->n; i++) {
     if (option_apply(out, given->flag[i].name, given->flag[i].value, why, sizeof why) < 0) {
       snprintf(err, errlen, "--%s: %s", given->flag[i].name, why);
-      return -1;
+      return GPUSHM_E_INVAL;
     }
   }
   settings_resolve(out);

@@ -23,37 +23,37 @@ static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, u
   unsigned shift = 0;
 
   if (!s[0] || s[0] == '-' || isspace((unsigned char)s[0]))
-    return -1;
+    return GPUSHM_E_INVAL;
   errno = 0;
   v = strtoull(s, &end, base);
   if (errno || end == s)
-    return -1;
+    return GPUSHM_E_INVAL;
   if (allow_suffix && *end) {
     const char *units = "KMGT";
     const char *u = strchr(units, *end);
     if (!u || end[1])
-      return -1;
+      return GPUSHM_E_INVAL;
     shift = 10u * (unsigned)(u - units + 1);
     end++;
     if (v > (UINT64_MAX >> shift))
-      return -1;
+      return GPUSHM_E_INVAL;
   }
   if (*end || (v << shift) > max)
-    return -1;
+    return GPUSHM_E_INVAL;
   *out = v << shift;
   return 0;
 }
 
 static int number(const char *v, int base, bool suffix, uint64_t min, uint64_t max, uint64_t *out)
 {
-  return parse_u64(v, base, suffix, max, out) < 0 || *out < min ? -1 : 0;
+  return parse_u64(v, base, suffix, max, out) < 0 || *out < min ? GPUSHM_E_INVAL : 0;
 }
 
 static int u32(const char *v, int base, uint64_t min, uint64_t max, uint32_t *out)
 {
   uint64_t n;
   if (number(v, base, false, min, max, &n) < 0)
-    return -1;
+    return GPUSHM_E_INVAL;
   *out = (uint32_t)n;
   return 0;
 }
@@ -61,7 +61,7 @@ static int u32(const char *v, int base, uint64_t min, uint64_t max, uint32_t *ou
 static int set_socket(struct settings *s, const char *v)
 {
   if (!*v || strlen(v) >= sizeof s->cfg.socket_path)
-    return -1;
+    return GPUSHM_E_INVAL;
   memcpy(s->cfg.socket_path, v, strlen(v) + 1);
   return 0;
 }
@@ -123,7 +123,7 @@ static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
   if (!g)
-    return -1;
+    return GPUSHM_E_INVAL;
   s->cfg.has_admin_group = true;
   s->cfg.admin_gid = g->gr_gid;
   return 0;
@@ -131,7 +131,7 @@ static int set_admin_group(struct settings *s, const char *v)
 
 static int set_log_level(struct settings *s, const char *v)
 {
-  return (s->log_level = log_parse_level(v)) < 0 ? -1 : 0;
+  return (s->log_level = log_parse_level(v)) < 0 ? GPUSHM_E_INVAL : 0;
 }
 
 static const struct setting {
@@ -223,12 +223,12 @@ int option_apply(struct settings *s, const char *name, const char *value, char *
 
   if (!st) {
     snprintf(err, errlen, "unknown setting '%s'", name);
-    return -1;
+    return GPUSHM_E_INVAL;
   }
   if (st->set(s, value) == 0)
     return 0;
   snprintf(err, errlen, "invalid value '%s' (expected %s)", value, st->expects);
-  return -1;
+  return GPUSHM_E_INVAL;
 }
 
 const struct option *options_getopt(void)

@@ -52,7 +52,7 @@ static int names_grow(struct registry *reg)
   size_t n = reg->n_name_buckets * 2;
   struct reg_object **table = calloc(n, sizeof *table);
   if (!table)
-    return -1;
+    return GPUSHM_E_NOMEM;
   for (size_t i = 0; i < reg->n_name_buckets; i++) {
     struct reg_object *b = reg->names[i], *next;
     for (; b; b = next) {
@@ -73,7 +73,7 @@ static int grow_by_id(struct registry *reg)
   size_t cap = reg->cap_buffers ? reg->cap_buffers * 2 : 64;
   struct reg_object **grown = realloc(reg->by_id, cap * sizeof *grown);
   if (!grown)
-    return -1;
+    return GPUSHM_E_NOMEM;
   reg->by_id = grown;
   reg->cap_buffers = cap;
   return 0;
@@ -85,7 +85,7 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   reg->n_name_buckets = 64;
   reg->names = calloc(reg->n_name_buckets, sizeof *reg->names);
   if (!reg->names)
-    return -1;
+    return GPUSHM_E_NOMEM;
   reg->next_id = 1;
   reg->limits = *limits;
   if (!reg->limits.default_mode)

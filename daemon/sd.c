@@ -1,4 +1,5 @@
 #include "config.h"
+#include "gpushm.h"
 #include "sd.h"
 
 #include <errno.h>
@@ -44,7 +45,7 @@ int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen)
   out->socket_fd = -1;
   if (n < 0) {
     snprintf(err, errlen, "the fds systemd passed are unusable: %s", strerror(-n));
-    return -1;
+    return GPUSHM_E_IO;
   }
   if (n > 0 && (!(out->stored_fds = calloc((size_t)n, sizeof *out->stored_fds)) ||
                 !(out->stored_names = calloc((size_t)n, sizeof *out->stored_names)))) {

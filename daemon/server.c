@@ -33,7 +33,7 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
     *p = '\0';
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
       snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
-      return -1;
+      return GPUSHM_E_IO;
     }
     *p = '/';
   }
@@ -71,7 +71,7 @@ static int check_socket_dir(const char *path, char *err, size_t errlen)
     if (p > dir && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_owner(st.st_uid)) {
       snprintf(err, errlen, "refusing socket directory %s: symlink %s belongs to uid %u",
                path, dir, (unsigned)st.st_uid);
-      return -1;
+      return GPUSHM_E_PERM;
     }
     *p = saved;
     if (!saved)
@@ -80,7 +80,7 @@ static int check_socket_dir(const char *path, char *err, size_t errlen)
   /* ...then every directory they lead to. */
   if (!realpath(dir, resolved)) {
     snprintf(err, errlen, "resolving %s: %s", dir, strerror(errno));
-    return -1;
+    return GPUSHM_E_IO;
   }
   for (char *p = resolved;; p++) {
     char saved = *p;
@@ -90,19 +90,19 @@ static int check_socket_dir(const char *path, char *err, size_t errlen)
     *p = '\0';
     if (stat(p == resolved ? "/" : resolved, &st) < 0) {
       snprintf(err, errlen, "checking %s: %s", resolved, strerror(errno));
-      return -1;
+      return GPUSHM_E_IO;
     }
     if (!trusted_owner(st.st_uid)) {
       snprintf(err, errlen, "refusing socket directory %s: %s belongs to uid %u (it must belong "
                "to root or to gpushmd's user)", path, p == resolved ? "/" : resolved,
                (unsigned)st.st_uid);
-      return -1;
+      return GPUSHM_E_PERM;
     }
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st.st_mode & S_ISVTX))) {
       snprintf(err, errlen, "refusing socket directory %s: %s is writable by %s (mode %04o)",
                path, p == resolved ? "/" : resolved,
                st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777));
-      return -1;
+      return GPUSHM_E_PERM;
     }
     *p = saved;
     if (last)
@@ -122,27 +122,27 @@ static int remove_stale_socket(const struct sockaddr_un *addr, char *err, size_t
     return 0;
   if (!S_ISSOCK(st.st_mode)) {
     snprintf(err, errlen, "%s exists and is not a socket", addr->sun_path);
-    return -1;
+    return GPUSHM_E_IO;
   }
   probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (probe < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
-    return -1;
+    return GPUSHM_E_IO;
   }
   r = connect(probe, (const struct sockaddr *)addr, sizeof *addr);
   close(probe);
   if (r == 0) {
     snprintf(err, errlen, "another gpushmd is serving %s", addr->sun_path);
-    return -1;
+    return GPUSHM_E_IO;
   }
   if (errno != ECONNREFUSED) {
     snprintf(err, errlen, "probing %s: %s", addr->sun_path, strerror(errno));
-    return -1;
+    return GPUSHM_E_IO;
   }
   log_info("removing stale socket %s", addr->sun_path);
   if (unlink(addr->sun_path) < 0 && errno != ENOENT) {
     snprintf(err, errlen, "removing stale %s: %s", addr->sun_path, strerror(errno));
-    return -1;
+    return GPUSHM_E_IO;
   }
   return 0;
 }
@@ -156,16 +156,16 @@ int server_listen(struct server *srv, char *err, size_t errlen)
 
   if (strlen(path) >= sizeof addr.sun_path) {
     snprintf(err, errlen, "socket path longer than %zu bytes", sizeof addr.sun_path - 1);
-    return -1;
+    return GPUSHM_E_IO;
   }
   memcpy(addr.sun_path, path, strlen(path) + 1);
   if (make_parent_dirs(path, err, errlen) < 0 || check_socket_dir(path, err, errlen) < 0 ||
       remove_stale_socket(&addr, err, errlen) < 0)
-    return -1;
+    return GPUSHM_E_IO;
   fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
-    return -1;
+    return GPUSHM_E_IO;
   }
   /* The socket file gets its mode at bind time: no window with a wider one. */
   old_umask = umask(~srv->cfg.socket_mode & 0777);
@@ -174,7 +174,7 @@ int server_listen(struct server *srv, char *err, size_t errlen)
   if (r < 0 || listen(fd, SOMAXCONN) < 0) {
     snprintf(err, errlen, "%s %s: %s", r < 0 ? "bind" : "listen", path, strerror(errno));
     close(fd);
-    return -1;
+    return GPUSHM_E_IO;
   }
   srv->listen_fd = fd;
   return 0;
@@ -471,11 +471,11 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   if (getrandom(&srv->instance_id, sizeof srv->instance_id, 0) != sizeof srv->instance_id) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     close_listener(srv);
-    return -1;
+    return GPUSHM_E_IO;
   }
   if (status_page_create(&srv->status, err, errlen) < 0) {
     close_listener(srv);
-    return -1;
+    return GPUSHM_E_IO;
   }
   srv->reg.on_unlink = on_unlink;
   srv->reg.on_created = on_created;

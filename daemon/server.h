@@ -69,7 +69,7 @@ void server_adopt_socket(struct server *srv, int fd);
 /* Applies reloadable settings to a running daemon (SIGHUP). */
 void server_reconfigure(struct server *srv, const struct server_config *cfg);
 /* Binds cfg.socket_path: creates its directory, refuses a path a live daemon serves,
- * replaces a stale socket.  Returns 0 or -1 with err set. */
+ * replaces a stale socket.  Returns 0 or a negative GPUSHM_E_* with err set. */
 int server_listen(struct server *srv, char *err, size_t errlen);
 /* Starts serving on the loop; on failure the listening socket is closed and removed. */
 int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen);

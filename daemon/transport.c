@@ -1,4 +1,5 @@
 #include "config.h"
+#include "gpushm.h"
 #include "transport.h"
 #include "gpushm_limits.h"
 
@@ -141,7 +142,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
 
   if (t->ended) {
     close_fds(fds, n_fds);
-    return -1;
+    return GPUSHM_E_DISCONNECTED;
   }
   /* Straight out when nothing waits ahead of it, so replies keep their order. */
   if (!t->out_head)
@@ -150,7 +151,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
     close_fds(fds, n_fds);
     if (r < 0) {
       end(t, TRANSPORT_CLOSE_IO, strerror(-r));
-      return -1;
+      return GPUSHM_E_DISCONNECTED;
     }
     return 0;
   }
@@ -158,7 +159,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
       t->out_bytes + len > t->limits->max_queued_bytes || !(f = malloc(sizeof *f + len))) {
     close_fds(fds, n_fds);
     end(t, TRANSPORT_CLOSE_SLOW_READER, "the peer stopped reading replies");
-    return -1;
+    return GPUSHM_E_DISCONNECTED;
   }
   f->next = NULL;
   if (n_fds)

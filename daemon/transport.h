@@ -43,8 +43,8 @@ struct transport *transport_new(uv_loop_t *loop, int fd, uint8_t frame_type,
                                 const struct transport_ops *ops, void *ctx);
 /* Sends one encoded frame with n_fds fds, or queues it while the peer's buffer is
  * full; the fds are consumed either way.  A queue past its caps ends the connection
- * (on_close, TRANSPORT_CLOSE_SLOW_READER).  Returns 0, or -1 once the connection is
- * ending. */
+ * (on_close, TRANSPORT_CLOSE_SLOW_READER).  Returns 0, or GPUSHM_E_DISCONNECTED once
+ * the connection is ending. */
 int transport_send(struct transport *t, const uint8_t *data, size_t len, const int *fds,
                    unsigned n_fds);
 /* A last word before the owner closes: sent only if nothing is queued ahead of it and

@@ -192,60 +192,66 @@ static size_t read_varint(const uint8_t *p, size_t len, uint64_t *out)
 /* protobuf-c hands string fields over NUL-terminated, so "ab\0cd" would silently be
  * read as "ab": walk the encoded message with its descriptor and refuse any string
  * field holding a NUL before anything is decoded. */
-static int scan_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+enum scan_result {
+  SCAN_CLEAN,        /* protobuf with no NUL in any string */
+  SCAN_NOT_PROTOBUF, /* left for the decoder to report */
+  SCAN_NUL_IN_STRING,
+};
+
+static enum scan_result scan_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
                         unsigned depth)
 {
   if (depth > 16)
-    return -1;
+    return SCAN_NOT_PROTOBUF;
   while (len) {
     uint64_t key, v;
     size_t n = read_varint(p, len, &key);
     if (!n)
-      return -1;
+      return SCAN_NOT_PROTOBUF;
     p += n;
     len -= n;
     switch (key & 7) {
     case 0:
       if (!(n = read_varint(p, len, &v)))
-        return -1;
+        return SCAN_NOT_PROTOBUF;
       break;
     case 1:
     case 5:
       n = (key & 7) == 1 ? 8 : 4;
       if (len < n)
-        return -1;
+        return SCAN_NOT_PROTOBUF;
       break;
     case 2: {
       const ProtobufCFieldDescriptor *f;
       size_t m = read_varint(p, len, &v);
       if (!m || v > len - m)
-        return -1;
+        return SCAN_NOT_PROTOBUF;
       f = key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3))
                                  : NULL;
       if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + m, 0, (size_t)v))
-        return -2;
+        return SCAN_NUL_IN_STRING;
       if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-        int r = scan_strings(f->descriptor, p + m, (size_t)v, depth + 1);
-        if (r < 0)
+        enum scan_result r = scan_strings(f->descriptor, p + m, (size_t)v, depth + 1);
+        if (r != SCAN_CLEAN)
           return r;
       }
       n = m + (size_t)v;
       break;
     }
     default:
-      return -1; /* groups are not used by this schema */
+      return SCAN_NOT_PROTOBUF; /* groups are not used by this schema */
     }
     p += n;
     len -= n;
   }
-  return 0;
+  return SCAN_CLEAN;
 }
 
 int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *body, size_t len,
                        const char **why)
 {
   /* What is not even protobuf is left for the decoder to report. */
-  if (scan_strings(desc, body, len, 0) != -2)
+  if (scan_strings(desc, body, len, 0) != SCAN_NUL_IN_STRING)
     return 0;
   *why = "a string field contains a NUL byte";
   return -EPROTO;

@@ -246,13 +246,13 @@ static void test_caps_drop_a_peer_that_stops_reading(void)
     for (int i = 0; i < 3; i++)
       CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == 0);
     CHECK(transport_queued_frames(t) == 4 && !seen.closed);
-    CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == -1);
+    CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == GPUSHM_E_DISCONNECTED);
     CHECK(seen.closed && seen.reason == TRANSPORT_CLOSE_SLOW_READER);
     /* ended: later sends are refused, and their fds still consumed */
     {
       int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
       CHECK(fd >= 0);
-      CHECK(transport_send(t, tx, encode_reply(next_id++, 10, 1), &fd, 1) == -1);
+      CHECK(transport_send(t, tx, encode_reply(next_id++, 10, 1), &fd, 1) == GPUSHM_E_DISCONNECTED);
       CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
     }
     close_transport(t);
@@ -271,7 +271,7 @@ static void test_caps_drop_a_peer_that_stops_reading(void)
     fill(t, 1000, &next_id);
     CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == 0);
     CHECK(!seen.closed);
-    CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == -1);
+    CHECK(transport_send(t, tx, encode_reply(next_id++, 1000, 0), NULL, 0) == GPUSHM_E_DISCONNECTED);
     CHECK(seen.closed && seen.reason == TRANSPORT_CLOSE_SLOW_READER);
     close_transport(t);
     close(sv[1]);
