@@ -1,65 +1,211 @@
-/* Calls for admin tools: the buffer list and daemon statistics. */
+/* Calls for admin tools (gpushm-admin.h): the buffer list, clients, daemon statistics.
+ *
+ * The objects they return are the daemon's unpacked replies, kept alive as they came:
+ * each public element type is the protobuf-c message it names, behind an opaque
+ * pointer (a gpushm_buffer_info_t * is a Gpushm__BufferInfo *), and nothing is copied
+ * field by field.  Lists hold every page of their walk; a gpushm_stats_t is the stats
+ * body taken out of its reply.  Accessors come from one table, ADMIN_ACCESSORS below:
+ * a field the daemon starts reporting costs its line in gpushm.proto, the daemon's
+ * filler, one line in the table and its declaration in gpushm-admin.h. */
 #include "config.h"
 #include "internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(GPUSHM_STATS_MAX_DEVICES == GPUSHM_LIMIT_DEVICES,
-               "gpushm_stats_t must hold every device the daemon reports");
+/* The message behind each public type, for the table's generators. */
+#define MSG_buffer_info Gpushm__BufferInfo
+#define MSG_holder Gpushm__Holder
+#define MSG_client_info Gpushm__ClientInfo
+#define MSG_stats Gpushm__StatsReply
+#define MSG_device_stats Gpushm__Device
+#define MSG_request_stats Gpushm__RequestCount
+#define MSG_usage Gpushm__Usage
 
-static int copy_info(gpushm_buffer_info_t *dst, const Gpushm__BufferInfo *src)
-{
-  memset(dst, 0, sizeof *dst);
-  dst->id = src->id;
-  snprintf(dst->name, sizeof dst->name, "%s", src->name ? src->name : "");
-  dst->size = src->size;
-  dst->allocated = src->allocated;
-  dst->backend = (uint32_t)src->backend;
-  dst->device = src->device;
-  dst->owner_uid = src->owner_uid;
-  dst->owner_gid = src->owner_gid;
-  dst->mode = src->mode;
-  dst->lifetime = (uint32_t)src->lifetime;
-  dst->linked = src->linked;
-  dst->sync = src->sync;
-  dst->refs = src->refs;
-  dst->my_refs = src->my_refs;
-  dst->creator_pid = src->creator_pid;
-  dst->created_unix_ms = src->created_unix_ms;
-  dst->holders_total = src->holders_total;
-  if (src->n_holders) {
-    if (!(dst->holders = calloc(src->n_holders, sizeof *dst->holders)))
-      return GPUSHM_E_NOMEM;
-    for (size_t i = 0; i < src->n_holders; i++) {
-      dst->holders[i].client_id = src->holders[i]->client_id;
-      dst->holders[i].pid = src->holders[i]->pid;
-      dst->holders[i].uid = src->holders[i]->uid;
-      dst->holders[i].refs = src->holders[i]->refs;
-    }
-    dst->n_holders = src->n_holders;
+/* One line per accessor, three kinds of line:
+ *   NUM(object, field, C type, value):  gpushm_<object>_<field>(), value read from the
+ *                                       message m; 0 for a NULL object;
+ *   TEXT(object, field, member):        a string member; "" for NULL (or none sent);
+ *   LIST(object, field, element, member): a repeated member: gpushm_<object>_<field>_count()
+ *                                       and gpushm_<object>_<field>(i), NULL past the end.
+ * Enums of the wire are translated here (events are a kind in the API, a backend on
+ * the wire); everything else is as the daemon sent it. */
+#define ADMIN_ACCESSORS(NUM, TEXT, LIST)                                                  \
+  NUM(buffer_info, id, uint64_t, m->id)                                                   \
+  TEXT(buffer_info, name, name)                                                           \
+  NUM(buffer_info, size, uint64_t, m->size)                                               \
+  NUM(buffer_info, allocated, uint64_t, m->allocated)                                     \
+  NUM(buffer_info, kind, gpushm_kind_t, client_kind_of_wire(m->backend))                  \
+  NUM(buffer_info, backend, gpushm_backend_t, client_backend_of_wire(m->backend))         \
+  NUM(buffer_info, device, int32_t, m->device)                                            \
+  NUM(buffer_info, owner_uid, uint32_t, m->owner_uid)                                     \
+  NUM(buffer_info, owner_gid, uint32_t, m->owner_gid)                                     \
+  NUM(buffer_info, mode, uint32_t, m->mode)                                               \
+  NUM(buffer_info, lifetime, gpushm_lifetime_t, (gpushm_lifetime_t)m->lifetime)           \
+  NUM(buffer_info, linked, int, m->linked != 0)                                           \
+  NUM(buffer_info, sync, int, m->sync != 0)                                               \
+  NUM(buffer_info, refs, uint32_t, m->refs)                                               \
+  NUM(buffer_info, my_refs, uint32_t, m->my_refs)                                         \
+  NUM(buffer_info, creator_pid, uint32_t, m->creator_pid)                                 \
+  NUM(buffer_info, created_unix_ms, uint64_t, m->created_unix_ms)                         \
+  NUM(buffer_info, holders_total, uint32_t, m->holders_total)                             \
+  LIST(buffer_info, holder, gpushm_holder_t, holders)                                     \
+  NUM(holder, client_id, uint32_t, m->client_id)                                          \
+  NUM(holder, pid, uint32_t, m->pid)                                                      \
+  NUM(holder, uid, uint32_t, m->uid)                                                      \
+  NUM(holder, refs, uint32_t, m->refs)                                                    \
+  NUM(client_info, client_id, uint32_t, m->client_id)                                     \
+  NUM(client_info, pid, uint32_t, m->pid)                                                 \
+  NUM(client_info, uid, uint32_t, m->uid)                                                 \
+  NUM(client_info, gid, uint32_t, m->gid)                                                 \
+  TEXT(client_info, name, name)                                                           \
+  NUM(client_info, connected_unix_ms, uint64_t, m->connected_unix_ms)                     \
+  NUM(client_info, buffers_held, uint32_t, m->buffers_held)                               \
+  NUM(client_info, bytes_held, uint64_t, m->bytes_held)                                   \
+  NUM(client_info, admin, int, m->admin != 0)                                             \
+  TEXT(stats, daemon_version, daemon_version)                                             \
+  NUM(stats, instance_id, uint64_t, m->instance_id)                                       \
+  NUM(stats, uptime_ms, uint64_t, m->uptime_ms)                                           \
+  NUM(stats, clients, uint32_t, m->clients)                                               \
+  NUM(stats, buffers, uint32_t, m->buffers)                                               \
+  NUM(stats, buffers_linked, uint32_t, m->buffers_linked)                                 \
+  NUM(stats, bytes_allocated, uint64_t, m->bytes_allocated)                               \
+  NUM(stats, requests, uint64_t, m->requests)                                             \
+  NUM(stats, request_errors, uint64_t, m->request_errors)                                 \
+  NUM(stats, protocol_errors, uint64_t, m->protocol_errors)                               \
+  NUM(stats, clients_dropped, uint64_t, m->clients_dropped)                               \
+  NUM(stats, open_fds, uint32_t, m->open_fds)                                             \
+  LIST(stats, device, gpushm_device_stats_t, devices)                                     \
+  LIST(stats, request_type, gpushm_request_stats_t, requests_by_type)                     \
+  LIST(stats, usage, gpushm_usage_t, usage)                                               \
+  NUM(device_stats, ordinal, int32_t, m->ordinal)                                         \
+  TEXT(device_stats, name, name)                                                          \
+  NUM(device_stats, total_memory, uint64_t, m->total_memory)                              \
+  NUM(device_stats, free_memory, uint64_t, m->free_memory)                                \
+  TEXT(request_stats, type, type)                                                         \
+  NUM(request_stats, count, uint64_t, m->count)                                           \
+  NUM(request_stats, errors, uint64_t, m->errors)                                         \
+  NUM(usage, kind, gpushm_kind_t, client_kind_of_wire(m->backend))                        \
+  NUM(usage, backend, gpushm_backend_t, client_backend_of_wire(m->backend))               \
+  NUM(usage, device, int32_t, m->device)                                                  \
+  NUM(usage, buffers, uint32_t, m->buffers)                                               \
+  NUM(usage, bytes, uint64_t, m->bytes)
+
+#define ADMIN_MSG(object, o) ((const MSG_##object *)(const void *)(o))
+
+#define DEFINE_NUM(object, field, type, value)                                            \
+  type gpushm_##object##_##field(const gpushm_##object##_t *o)                            \
+  {                                                                                       \
+    const MSG_##object *m = ADMIN_MSG(object, o);                                         \
+    return m ? (type)(value) : (type)0;                                                   \
   }
+#define DEFINE_TEXT(object, field, member)                                                \
+  const char *gpushm_##object##_##field(const gpushm_##object##_t *o)                     \
+  {                                                                                       \
+    const MSG_##object *m = ADMIN_MSG(object, o);                                         \
+    return m && m->member ? m->member : "";                                               \
+  }
+#define DEFINE_LIST(object, field, element, member)                                       \
+  size_t gpushm_##object##_##field##_count(const gpushm_##object##_t *o)                  \
+  {                                                                                       \
+    const MSG_##object *m = ADMIN_MSG(object, o);                                         \
+    return m ? m->n_##member : 0;                                                         \
+  }                                                                                       \
+  const element *gpushm_##object##_##field(const gpushm_##object##_t *o, size_t i)        \
+  {                                                                                       \
+    const MSG_##object *m = ADMIN_MSG(object, o);                                         \
+    return m && i < m->n_##member ? (const element *)(const void *)m->member[i] : NULL;   \
+  }
+
+ADMIN_ACCESSORS(DEFINE_NUM, DEFINE_TEXT, DEFINE_LIST)
+
+/* A 16-byte UUID, or GPUSHM_E_NOENT where the daemon sent none (host memory). */
+static int copy_uuid(const ProtobufCBinaryData *src, uint8_t uuid[16], const char *what)
+{
+  client_clear_error();
+  if (!src || !uuid)
+    return client_error(GPUSHM_E_INVAL, "%s is NULL", src ? "uuid" : what);
+  if (src->len != 16)
+    return client_error(GPUSHM_E_NOENT, "%s has no device UUID", what);
+  memcpy(uuid, src->data, 16);
   return 0;
 }
 
-void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count)
+int gpushm_buffer_info_device_uuid(const gpushm_buffer_info_t *info, uint8_t uuid[16])
 {
-  if (!infos)
-    return;
-  for (size_t i = 0; i < count; i++)
-    free(infos[i].holders);
-  free(infos);
+  const Gpushm__BufferInfo *m = ADMIN_MSG(buffer_info, info);
+  return copy_uuid(m ? &m->device_uuid : NULL, uuid, "info");
 }
 
-/* Appends one page of the listing to *infos; *after_id moves past it. */
-static int fetch_page(gpushm_t *conn, bool all, uint64_t *after_id, gpushm_buffer_info_t **infos,
-                      size_t *n, size_t *cap, bool *more)
+int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
+{
+  const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);
+  return copy_uuid(m ? &m->uuid : NULL, uuid, "dev");
+}
+
+/* ---- paged lists ----------------------------------------------------------------- */
+
+/* Every page of a walk, kept: items point into them. */
+struct reply_list {
+  Gpushm__Reply **pages;
+  size_t n_pages, cap_pages;
+  const void **items;
+  size_t n, cap;
+};
+
+struct gpushm_buffer_list {
+  struct reply_list l;
+};
+
+struct gpushm_client_list {
+  struct reply_list l;
+};
+
+static void reply_list_clear(struct reply_list *l)
+{
+  for (size_t i = 0; i < l->n_pages; i++)
+    gpushm__reply__free_unpacked(l->pages[i], NULL);
+  free(l->pages);
+  free(l->items);
+}
+
+/* Takes the page (freed now if this fails) and appends its n items. */
+static int reply_list_add(struct reply_list *l, Gpushm__Reply *page, void *const *items, size_t n)
+{
+  if (l->n_pages == l->cap_pages) {
+    size_t cap = l->cap_pages ? l->cap_pages * 2 : 4;
+    Gpushm__Reply **grown = realloc(l->pages, cap * sizeof *grown);
+    if (!grown)
+      goto nomem;
+    l->pages = grown;
+    l->cap_pages = cap;
+  }
+  if (l->n + n > l->cap) {
+    size_t cap = (l->n + n) * 2;
+    const void **grown = realloc(l->items, cap * sizeof *grown);
+    if (!grown)
+      goto nomem;
+    l->items = grown;
+    l->cap = cap;
+  }
+  l->pages[l->n_pages++] = page;
+  memcpy(l->items + l->n, items, n * sizeof *items);
+  l->n += n;
+  return 0;
+nomem:
+  gpushm__reply__free_unpacked(page, NULL);
+  return client_error(GPUSHM_E_NOMEM, "out of memory");
+}
+
+/* One page of the buffer list after *after_id; *more: another page may follow. */
+static int fetch_buffer_page(gpushm_t *conn, bool all, uint64_t *after_id,
+                             struct reply_list *l, bool *more)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
   Gpushm__Reply *reply;
   const Gpushm__ListReply *page;
+  uint64_t last;
   int r;
 
   body.after_id = *after_id;
@@ -68,190 +214,167 @@ static int fetch_page(gpushm_t *conn, bool all, uint64_t *after_id, gpushm_buffe
   req.list = &body;
   if ((r = client_call(conn, &req, &reply, NULL)) < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_LIST) {
-    r = client_error(GPUSHM_E_PROTO, "malformed list reply");
-    goto out;
+  if (reply->body_case != GPUSHM__REPLY__BODY_LIST || !reply->list) {
+    gpushm__reply__free_unpacked(reply, NULL);
+    return client_error(GPUSHM_E_PROTO, "malformed list reply");
   }
   page = reply->list;
-  if (*n + page->n_buffers > *cap) {
-    size_t new_cap = (*n + page->n_buffers) * 2;
-    gpushm_buffer_info_t *grown = realloc(*infos, new_cap * sizeof *grown);
-    if (!grown) {
-      r = client_error(GPUSHM_E_NOMEM, "out of memory");
-      goto out;
-    }
-    *infos = grown;
-    *cap = new_cap;
-  }
-  for (size_t i = 0; i < page->n_buffers; i++) {
-    if (copy_info(&(*infos)[*n], page->buffers[i]) < 0) {
-      r = client_error(GPUSHM_E_NOMEM, "out of memory");
-      goto out;
-    }
-    *after_id = (*infos)[(*n)++].id;
-  }
-  /* An empty page ends the walk even if the daemon says more: no progress. */
-  *more = page->more && page->n_buffers > 0;
-out:
-  gpushm__reply__free_unpacked(reply, NULL);
-  return r;
+  last = page->n_buffers ? page->buffers[page->n_buffers - 1]->id : 0;
+  /* A page that does not move past after_id ends the walk even if the daemon says
+   * more: no progress. */
+  *more = page->more && page->n_buffers > 0 && last > *after_id;
+  *after_id = last;
+  return reply_list_add(l, reply, (void *const *)page->buffers, page->n_buffers);
 }
 
-int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count)
+int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
 {
-  return gpushm_list_ex(conn, 0, out, count);
-}
-
-int gpushm_list_ex(gpushm_t *conn, unsigned flags, gpushm_buffer_info_t **out, size_t *count)
-{
-  gpushm_buffer_info_t *infos = NULL;
-  size_t n = 0, cap = 0;
+  gpushm_buffer_list_t *list;
   uint64_t after_id = 0;
   bool more = true;
 
   client_clear_error();
-  if (!conn || !out || !count)
-    return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
+  if (out)
+    *out = NULL;
+  if (!conn || !out)
+    return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
   if (flags & ~GPUSHM_LIST_ALL)
     return client_error(GPUSHM_E_INVAL, "unknown list flags 0x%x", flags);
+  if (!(list = calloc(1, sizeof *list)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
   while (more) {
-    int r = fetch_page(conn, flags & GPUSHM_LIST_ALL, &after_id, &infos, &n, &cap, &more);
+    int r = fetch_buffer_page(conn, flags & GPUSHM_LIST_ALL, &after_id, &list->l, &more);
     if (r < 0) {
-      gpushm_buffer_info_free(infos, n);
+      gpushm_buffer_list_free(list);
       return r;
     }
   }
-  *out = infos;
-  *count = n;
+  *out = list;
   return 0;
 }
 
-int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out)
+size_t gpushm_buffer_list_count(const gpushm_buffer_list_t *list)
+{
+  return list ? list->l.n : 0;
+}
+
+const gpushm_buffer_info_t *gpushm_buffer_list_get(const gpushm_buffer_list_t *list, size_t i)
+{
+  return list && i < list->l.n ? list->l.items[i] : NULL;
+}
+
+void gpushm_buffer_list_free(gpushm_buffer_list_t *list)
+{
+  if (!list)
+    return;
+  reply_list_clear(&list->l);
+  free(list);
+}
+
+static int fetch_client_page(gpushm_t *conn, uint32_t *after_id, struct reply_list *l,
+                             bool *more)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__ClientsRequest body = GPUSHM__CLIENTS_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  const Gpushm__ClientsReply *page;
+  uint32_t last;
+  int r;
+
+  body.after_id = *after_id;
+  req.body_case = GPUSHM__REQUEST__BODY_CLIENTS;
+  req.clients = &body;
+  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_CLIENTS || !reply->clients) {
+    gpushm__reply__free_unpacked(reply, NULL);
+    return client_error(GPUSHM_E_PROTO, "malformed clients reply");
+  }
+  page = reply->clients;
+  last = page->n_clients ? page->clients[page->n_clients - 1]->client_id : 0;
+  *more = page->more && page->n_clients > 0 && last > *after_id;
+  *after_id = last;
+  return reply_list_add(l, reply, (void *const *)page->clients, page->n_clients);
+}
+
+int gpushm_clients(gpushm_t *conn, gpushm_client_list_t **out)
+{
+  gpushm_client_list_t *list;
+  uint32_t after_id = 0;
+  bool more = true;
+
+  client_clear_error();
+  if (out)
+    *out = NULL;
+  if (!conn || !out)
+    return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
+  if (!(list = calloc(1, sizeof *list)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  while (more) {
+    int r = fetch_client_page(conn, &after_id, &list->l, &more);
+    if (r < 0) {
+      gpushm_client_list_free(list);
+      return r;
+    }
+  }
+  *out = list;
+  return 0;
+}
+
+size_t gpushm_client_list_count(const gpushm_client_list_t *list)
+{
+  return list ? list->l.n : 0;
+}
+
+const gpushm_client_info_t *gpushm_client_list_get(const gpushm_client_list_t *list, size_t i)
+{
+  return list && i < list->l.n ? list->l.items[i] : NULL;
+}
+
+void gpushm_client_list_free(gpushm_client_list_t *list)
+{
+  if (!list)
+    return;
+  reply_list_clear(&list->l);
+  free(list);
+}
+
+/* ---- statistics -------------------------------------------------------------------- */
+
+int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__StatsRequest body = GPUSHM__STATS_REQUEST__INIT;
   Gpushm__Reply *reply;
-  const Gpushm__StatsReply *s;
+  Gpushm__StatsReply *stats;
   int r;
 
   client_clear_error();
+  if (out)
+    *out = NULL;
   if (!conn || !out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
   req.body_case = GPUSHM__REQUEST__BODY_STATS;
   req.stats = &body;
   if ((r = client_call(conn, &req, &reply, NULL)) < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_STATS) {
+  if (reply->body_case != GPUSHM__REPLY__BODY_STATS || !reply->stats) {
     gpushm__reply__free_unpacked(reply, NULL);
     return client_error(GPUSHM_E_PROTO, "malformed stats reply");
   }
-  s = reply->stats;
-  memset(out, 0, sizeof *out);
-  snprintf(out->daemon_version, sizeof out->daemon_version, "%s",
-           s->daemon_version ? s->daemon_version : "");
-  out->instance_id = s->instance_id;
-  out->uptime_ms = s->uptime_ms;
-  out->clients = s->clients;
-  out->buffers = s->buffers;
-  out->buffers_linked = s->buffers_linked;
-  out->bytes_allocated = s->bytes_allocated;
-  out->requests = s->requests;
-  out->request_errors = s->request_errors;
-  out->protocol_errors = s->protocol_errors;
-  out->clients_dropped = s->clients_dropped;
-  out->open_fds = s->open_fds;
-  for (size_t i = 0; i < s->n_devices && i < GPUSHM_STATS_MAX_DEVICES; i++) {
-    const Gpushm__Device *d = s->devices[i];
-    gpushm_device_stats_t *o = &out->devices[out->n_devices++];
-    o->ordinal = d->ordinal;
-    snprintf(o->name, sizeof o->name, "%s", d->name ? d->name : "");
-    if (d->uuid.len == sizeof o->uuid)
-      memcpy(o->uuid, d->uuid.data, sizeof o->uuid);
-    o->total_memory = d->total_memory;
-    o->free_memory = d->free_memory;
-  }
-  for (size_t i = 0; i < s->n_requests_by_type && i < GPUSHM_STATS_MAX_REQUEST_TYPES; i++) {
-    gpushm_request_count_t *o = &out->requests_by_type[out->n_request_types++];
-    snprintf(o->type, sizeof o->type, "%s", s->requests_by_type[i]->type);
-    o->count = s->requests_by_type[i]->count;
-    o->errors = s->requests_by_type[i]->errors;
-  }
-  for (size_t i = 0; i < s->n_usage && i < GPUSHM_STATS_MAX_USAGE; i++) {
-    gpushm_usage_t *o = &out->usage[out->n_usage++];
-    o->backend = (uint32_t)s->usage[i]->backend;
-    o->device = s->usage[i]->device;
-    o->buffers = s->usage[i]->buffers;
-    o->bytes = s->usage[i]->bytes;
-  }
+  /* protobuf-c allocates each sub-message on its own: the body outlives its reply. */
+  stats = reply->stats;
+  reply->stats = NULL;
+  reply->body_case = GPUSHM__REPLY__BODY__NOT_SET;
   gpushm__reply__free_unpacked(reply, NULL);
+  *out = (gpushm_stats_t *)(void *)stats;
   return 0;
 }
 
-int gpushm_clients(gpushm_t *conn, gpushm_client_info_t **out, size_t *count)
+void gpushm_stats_free(gpushm_stats_t *stats)
 {
-  gpushm_client_info_t *infos = NULL;
-  size_t n = 0, cap = 0;
-  uint32_t after_id = 0;
-  bool more = true;
-  int r = 0;
-
-  client_clear_error();
-  if (!conn || !out || !count)
-    return client_error(GPUSHM_E_INVAL, "conn, out and count must not be NULL");
-  while (more && r == 0) {
-    Gpushm__Request req = GPUSHM__REQUEST__INIT;
-    Gpushm__ClientsRequest body = GPUSHM__CLIENTS_REQUEST__INIT;
-    Gpushm__Reply *reply;
-    const Gpushm__ClientsReply *page;
-
-    body.after_id = after_id;
-    req.body_case = GPUSHM__REQUEST__BODY_CLIENTS;
-    req.clients = &body;
-    if ((r = client_call(conn, &req, &reply, NULL)) < 0)
-      break;
-    if (reply->body_case != GPUSHM__REPLY__BODY_CLIENTS) {
-      r = client_error(GPUSHM_E_PROTO, "malformed clients reply");
-    } else {
-      page = reply->clients;
-      if (n + page->n_clients > cap) {
-        gpushm_client_info_t *grown;
-        cap = (n + page->n_clients) * 2 + 1;
-        if (!(grown = realloc(infos, cap * sizeof *grown)))
-          r = client_error(GPUSHM_E_NOMEM, "out of memory");
-        else
-          infos = grown;
-      }
-      for (size_t i = 0; r == 0 && i < page->n_clients; i++) {
-        const Gpushm__ClientInfo *ci = page->clients[i];
-        gpushm_client_info_t *o = &infos[n++];
-        memset(o, 0, sizeof *o);
-        o->client_id = ci->client_id;
-        o->pid = ci->pid;
-        o->uid = ci->uid;
-        o->gid = ci->gid;
-        snprintf(o->name, sizeof o->name, "%s", ci->name ? ci->name : "");
-        o->connected_unix_ms = ci->connected_unix_ms;
-        o->buffers_held = ci->buffers_held;
-        o->bytes_held = ci->bytes_held;
-        o->admin = ci->admin;
-        after_id = ci->client_id;
-      }
-      more = page->more && page->n_clients > 0;
-    }
-    gpushm__reply__free_unpacked(reply, NULL);
-  }
-  if (r < 0) {
-    free(infos);
-    return r;
-  }
-  *out = infos;
-  *count = n;
-  return 0;
-}
-
-void gpushm_client_info_free(gpushm_client_info_t *infos)
-{
-  free(infos);
+  if (stats)
+    gpushm__stats_reply__free_unpacked((Gpushm__StatsReply *)(void *)stats, NULL);
 }
 
 int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id)

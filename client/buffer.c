@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,7 @@ static unsigned name_bucket(const char *name)
 
 static bool is_event(const struct gpushm_buffer *b)
 {
-  return b->backend == GPUSHM_BACKEND_CUDA_EVENT;
+  return b->kind == GPUSHM_KIND_EVENT;
 }
 
 /* A cached entry serves an open only for the same access and the same kind: a
@@ -188,28 +189,29 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
                       const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;
-  unsigned memory_fds = buf->backend == GPUSHM_BACKEND_HOST ? 1 : 0;
+  unsigned memory_fds = !is_event(buf) && buf->backend == GPUSHM_BACKEND_HOST ? 1 : 0;
   int r;
 
   if (fds->n != memory_fds + (open->has_control ? 1 : 0))
     return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for %s", fds->n, buf->name);
-  switch (buf->backend) {
-  case GPUSHM_BACKEND_HOST:
-    r = map_host(buf, fds->fd[0]);
-    break;
-  case GPUSHM_BACKEND_CUDA_IPC:
-    r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
-                               info->device_uuid.data, info->device_uuid.len, info->device,
-                               &buf->ptr, &buf->device);
-    break;
-  case GPUSHM_BACKEND_CUDA_EVENT:
+  if (is_event(buf)) {
     r = client_cuda_import_event(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  &buf->ptr, &buf->device);
-    break;
-  default:
-    return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
-                        (int)buf->backend);
+  } else {
+    switch (buf->backend) {
+    case GPUSHM_BACKEND_HOST:
+      r = map_host(buf, fds->fd[0]);
+      break;
+    case GPUSHM_BACKEND_CUDA_IPC:
+      r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
+                                 info->device_uuid.data, info->device_uuid.len, info->device,
+                                 &buf->ptr, &buf->device);
+      break;
+    default:
+      return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
+                          (int)buf->backend);
+    }
   }
   if (r < 0 || !open->has_control)
     return r;
@@ -232,12 +234,12 @@ static int unmap_buffer(struct gpushm_buffer *buf)
 {
   int r = 0, r2 = 0;
 
-  if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
+  if (is_event(buf) && buf->ptr)
+    r = client_cuda_destroy_event(buf->ptr, buf->device);
+  else if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
     munmap(buf->ptr, buf->map_len);
   else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
     r = client_cuda_close_ipc(buf->ptr, buf->device);
-  else if (buf->backend == GPUSHM_BACKEND_CUDA_EVENT && buf->ptr)
-    r = client_cuda_destroy_event(buf->ptr, buf->device);
   buf->ptr = NULL;
   if (buf->sync_event)
     r2 = client_cuda_destroy_event(buf->sync_event, buf->device);
@@ -250,9 +252,9 @@ static int unmap_buffer(struct gpushm_buffer *buf)
 
 /* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
  * entry another thread or connection made meanwhile and gives back the extra daemon
- * reference. */
-static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct client_fds *fds,
-                       uint64_t generation, gpushm_buffer_t **out)
+ * reference.  event: what was asked for, which the reply must be. */
+static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
+                       struct client_fds *fds, uint64_t generation, gpushm_buffer_t **out)
 {
   const Gpushm__BufferInfo *info = open->info;
   struct gpushm_buffer *buf, *existing;
@@ -262,6 +264,12 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct cli
     client_close_fds(fds);
     release_on_daemon(conn, info ? info->id : 0);
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
+  }
+  if ((client_kind_of_wire(info->backend) == GPUSHM_KIND_EVENT) != event) {
+    client_close_fds(fds);
+    release_on_daemon(conn, info->id);
+    return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s",
+                        event ? "an event" : "a buffer", event ? "a buffer" : "an event");
   }
   if (!(buf = calloc(1, sizeof *buf))) {
     client_close_fds(fds);
@@ -275,7 +283,8 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct cli
   buf->name_generation = generation;
   buf->refs = 1;
   buf->conn = conn;
-  buf->backend = (gpushm_backend_t)info->backend;
+  buf->kind = client_kind_of_wire(info->backend);
+  buf->backend = client_backend_of_wire(info->backend);
   buf->owner_uid = info->owner_uid;
   buf->owner_gid = info->owner_gid;
   buf->device = info->device;
@@ -323,7 +332,8 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, struct cli
   return 0;
 }
 
-static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, gpushm_buffer_t **out)
+static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
+                           gpushm_buffer_t **out)
 {
   /* Read before asking: a name cached with this generation is at worst re-checked. */
   uint64_t generation = client_unlink_generation(conn);
@@ -338,14 +348,18 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, gpushm_buffer_t
     gpushm__reply__free_unpacked(reply, NULL);
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   }
-  r = adopt_reply(conn, reply->open, &fds, generation, out);
+  r = adopt_reply(conn, reply->open, event, &fds, generation, out);
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
 
+_Static_assert(GPUSHM_CREATE_OPTS_SIZE_V1 == offsetof(gpushm_create_opts_t, flags) +
+               sizeof(uint32_t), "the first published layout ends after flags, for ever");
+
 void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 {
   memset(opts, 0, sizeof *opts);
+  opts->size = sizeof *opts;
   opts->backend = GPUSHM_BACKEND_DEFAULT;
   opts->lifetime = GPUSHM_LIFETIME_PERSISTENT;
 }
@@ -353,19 +367,16 @@ void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
                          const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
 {
-  if (opts && opts->backend == GPUSHM_BACKEND_CUDA_EVENT) {
-    client_clear_error();
-    return client_error(GPUSHM_E_INVAL, "events are made with gpushm_event_create()");
-  }
   return client_create(conn, name, size, opts, false, out);
 }
 
 int client_create(gpushm_t *conn, const char *name, uint64_t size,
-                  const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out)
+                  const gpushm_create_opts_t *user_opts, bool event, gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
-  gpushm_create_opts_t defaults;
+  gpushm_create_opts_t opts;
+  int r;
 
   client_clear_error();
   pthread_once(&atfork_once, register_atfork);
@@ -375,26 +386,33 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   if (!wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name: use 1-%u characters of "
                         "[A-Za-z0-9._-], not starting with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
-  if (!opts) {
-    gpushm_create_opts_init(&defaults);
-    opts = &defaults;
-  }
-  if (opts->flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC))
-    return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts->flags);
-  for (size_t i = 0; i < sizeof opts->reserved_ / sizeof opts->reserved_[0]; i++)
-    if (opts->reserved_[i])
-      return client_error(GPUSHM_E_INVAL, "reserved option fields must be zero");
+  gpushm_create_opts_init(&opts);
+  if (user_opts && (r = client_copy_opts(&opts, sizeof opts, user_opts,
+                                         GPUSHM_CREATE_OPTS_SIZE_V1, "gpushm_create_opts_t")) < 0)
+    return r;
+  if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC))
+    return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
+  if (event && (opts.flags & GPUSHM_CREATE_SYNC))
+    return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
+  /* An event's backend is the wire's business: opts.backend is ignored for events, and
+   * a buffer cannot ask for the value that spells one. */
+  if (event)
+    body.backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  else if (opts.backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
+    return client_error(GPUSHM_E_INVAL, "backend %u is reserved: events are made with "
+                        "gpushm_event_create()", opts.backend);
+  else
+    body.backend = (Gpushm__Backend)opts.backend;
   body.name = (char *)name;
   body.size = size;
-  body.backend = event ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT : (Gpushm__Backend)opts->backend;
-  body.device = opts->device;
-  body.mode = opts->mode;
-  body.lifetime = (Gpushm__Lifetime)opts->lifetime;
-  body.open_existing = (opts->flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
-  body.sync = (opts->flags & GPUSHM_CREATE_SYNC) != 0;
+  body.device = opts.device;
+  body.mode = opts.mode;
+  body.lifetime = (Gpushm__Lifetime)opts.lifetime;
+  body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
+  body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
-  return open_round_trip(conn, &req, out);
+  return open_round_trip(conn, &req, event, out);
 }
 
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
@@ -437,7 +455,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   body.event = event;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
-  return open_round_trip(conn, &req, out);
+  return open_round_trip(conn, &req, event, out);
 }
 
 int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_buffer_t **out)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "gpushm.h"
+#include "gpushm-admin.h"
 #include "gpushm.pb-c.h"
 #include "shm_layout.h"
 #include "wire.h"
@@ -40,7 +41,8 @@ struct gpushm_buffer {
   uint64_t name_generation;
   unsigned refs; /* opens in this process; under the cache lock */
   gpushm_t *conn; /* holds the daemon's reference */
-  gpushm_backend_t backend; /* GPUSHM_BACKEND_CUDA_EVENT: this is a gpushm_event_t */
+  gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: this is a gpushm_event_t */
+  gpushm_backend_t backend; /* buffers only; 0 for an event */
   uint32_t owner_uid, owner_gid;
   int device; /* this process's ordinal for CUDA backends */
   /* sync buffers */
@@ -50,6 +52,25 @@ struct gpushm_buffer {
   void *ptr;
   size_t map_len;
 };
+
+/* The wire spells an event as a backend (BACKEND_CUDA_EVENT); the API has kinds. */
+static inline gpushm_kind_t client_kind_of_wire(Gpushm__Backend backend)
+{
+  return backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT ? GPUSHM_KIND_EVENT : GPUSHM_KIND_BUFFER;
+}
+
+/* A buffer's memory backend; 0 for an event, which has none. */
+static inline gpushm_backend_t client_backend_of_wire(Gpushm__Backend backend)
+{
+  return backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT ? GPUSHM_BACKEND_DEFAULT
+                                                        : (gpushm_backend_t)backend;
+}
+
+/* Reads a caller's sized option struct (its first member: uint32_t size) into known, the
+ * library's own layout of known_size bytes, which holds the defaults; min_size is the
+ * first published layout's size.  what names the struct in error messages. */
+int client_copy_opts(void *known, size_t known_size, const void *user, size_t min_size,
+                     const char *what);
 
 /* Records the detail for gpushm_last_error_message() and returns err. */
 int client_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

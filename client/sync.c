@@ -8,22 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A gpushm_event_t is a cache entry whose backend is GPUSHM_BACKEND_CUDA_EVENT. */
+/* A gpushm_event_t is a cache entry of kind GPUSHM_KIND_EVENT. */
 #define EVENT_ENTRY(ev) ((struct gpushm_buffer *)(ev))
 
+/* client_create() ignores opts->backend and refuses GPUSHM_CREATE_SYNC for events. */
 int gpushm_event_create(gpushm_t *conn, const char *name, const gpushm_create_opts_t *opts,
                         gpushm_event_t **out)
 {
-  gpushm_create_opts_t defaults;
-
-  if (!opts) {
-    gpushm_create_opts_init(&defaults);
-    opts = &defaults;
-  }
-  if (opts->flags & GPUSHM_CREATE_SYNC) {
-    client_clear_error();
-    return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
-  }
   return client_create(conn, name, 0, opts, true, (gpushm_buffer_t **)out);
 }
 

@@ -1,7 +1,7 @@
 /* gpushmctl: the admin CLI for gpushmd, built on the public libgpushm API only.
  * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
 #include "config.h"
-#include "gpushm.h"
+#include "gpushm-admin.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -353,13 +353,16 @@ static const char *process_name(uint32_t pid, char *buf, size_t len)
   return buf;
 }
 
-static const char *backend_name(uint32_t backend)
+/* Events are no backend to the library, but gpushmctl has always shown them as the
+ * wire spells them: "cuda-event" in the backend column. */
+static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
 {
+  if (kind == GPUSHM_KIND_EVENT)
+    return "cuda-event";
   switch (backend) {
   case GPUSHM_BACKEND_HOST: return "host";
   case GPUSHM_BACKEND_CUDA_IPC: return "cuda-ipc";
   case GPUSHM_BACKEND_CUDA_FD: return "cuda-fd";
-  case GPUSHM_BACKEND_CUDA_EVENT: return "cuda-event";
   default: return "unknown";
   }
 }
@@ -426,60 +429,84 @@ static void table_print(struct table *t)
 
 static int by_name(const void *a, const void *b)
 {
-  const gpushm_buffer_info_t *x = a, *y = b;
-  int c = strcmp(x->name, y->name);
-  return c ? c : (x->id < y->id ? -1 : x->id > y->id);
+  const gpushm_buffer_info_t *x = *(const gpushm_buffer_info_t *const *)a;
+  const gpushm_buffer_info_t *y = *(const gpushm_buffer_info_t *const *)b;
+  uint64_t xid = gpushm_buffer_info_id(x), yid = gpushm_buffer_info_id(y);
+  int c = strcmp(gpushm_buffer_info_name(x), gpushm_buffer_info_name(y));
+  return c ? c : (xid < yid ? -1 : xid > yid);
+}
+
+static const char *info_backend_name(const gpushm_buffer_info_t *b)
+{
+  return backend_name(gpushm_buffer_info_kind(b), gpushm_buffer_info_backend(b));
+}
+
+static const char *lifetime_name(const gpushm_buffer_info_t *b)
+{
+  return gpushm_buffer_info_lifetime(b) == GPUSHM_LIFETIME_SESSION ? "session" : "persistent";
 }
 
 /* Whole entries only, so no name is cut inside a character; the rest are counted. */
 static void holders_text(const gpushm_buffer_info_t *b, char *out, size_t len)
 {
-  size_t at = 0, h;
+  size_t at = 0, h, n_holders = gpushm_buffer_info_holder_count(b);
   out[0] = '\0';
-  for (h = 0; h < b->n_holders; h++) {
+  for (h = 0; h < n_holders; h++) {
+    uint32_t pid = gpushm_holder_pid(gpushm_buffer_info_holder(b, h));
     char comm[32], entry[64];
-    int n = snprintf(entry, sizeof entry, "%s%u(%s)", h ? "," : "", b->holders[h].pid,
-                     process_name(b->holders[h].pid, comm, sizeof comm));
+    int n = snprintf(entry, sizeof entry, "%s%u(%s)", h ? "," : "", pid,
+                     process_name(pid, comm, sizeof comm));
     if (n < 0 || at + (size_t)n + sizeof ",+4294967295 more" > len)
       break;
     memcpy(out + at, entry, (size_t)n + 1);
     at += (size_t)n;
   }
-  if (b->holders_total > h)
-    snprintf(out + at, len - at, "%s+%zu more", h ? "," : "", (size_t)(b->holders_total - h));
+  if (gpushm_buffer_info_holders_total(b) > h)
+    snprintf(out + at, len - at, "%s+%zu more", h ? "," : "",
+             (size_t)(gpushm_buffer_info_holders_total(b) - h));
 }
 
 static void json_buffer(const gpushm_buffer_info_t *b)
 {
   char user[64];
+  uint32_t owner_uid = gpushm_buffer_info_owner_uid(b);
+  uint64_t created = gpushm_buffer_info_created_unix_ms(b);
+
   printf("{\"name\":");
-  json_string(b->name);
+  json_string(gpushm_buffer_info_name(b));
   printf(",\"id\":%" PRIu64 ",\"backend\":\"%s\",\"device\":%d,\"size\":%" PRIu64
          ",\"allocated\":%" PRIu64 ",\"owner_uid\":%u,\"owner\":",
-         b->id, backend_name(b->backend), b->device, b->size, b->allocated, b->owner_uid);
-  json_string(user_name(b->owner_uid, user, sizeof user));
+         gpushm_buffer_info_id(b), info_backend_name(b), gpushm_buffer_info_device(b),
+         gpushm_buffer_info_size(b), gpushm_buffer_info_allocated(b), owner_uid);
+  json_string(user_name(owner_uid, user, sizeof user));
   printf(",\"owner_gid\":%u,\"mode\":\"%04o\",\"refs\":%u,\"lifetime\":\"%s\",\"linked\":%s,"
          "\"sync\":%s,\"created_unix_ms\":%" PRIu64 ",\"age_s\":%" PRIu64
          ",\"holders_total\":%u,\"holders\":[",
-         b->owner_gid, b->mode, b->refs,
-         b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent",
-         b->linked ? "true" : "false", b->sync ? "true" : "false", b->created_unix_ms,
-         age_ms(b->created_unix_ms) / 1000, b->holders_total);
-  for (size_t h = 0; h < b->n_holders; h++) {
+         gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), gpushm_buffer_info_refs(b),
+         lifetime_name(b), gpushm_buffer_info_linked(b) ? "true" : "false",
+         gpushm_buffer_info_sync(b) ? "true" : "false", created, age_ms(created) / 1000,
+         gpushm_buffer_info_holders_total(b));
+  for (size_t h = 0; h < gpushm_buffer_info_holder_count(b); h++) {
+    const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
     char comm[32];
     printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"refs\":%u,\"process\":", h ? "," : "",
-           b->holders[h].client_id, b->holders[h].pid, b->holders[h].uid, b->holders[h].refs);
-    json_string(process_name(b->holders[h].pid, comm, sizeof comm));
+           gpushm_holder_client_id(holder), gpushm_holder_pid(holder), gpushm_holder_uid(holder),
+           gpushm_holder_refs(holder));
+    json_string(process_name(gpushm_holder_pid(holder), comm, sizeof comm));
     putchar('}');
   }
   printf("]}");
 }
 
-static int print_buffers(struct ctl *ctl, gpushm_buffer_info_t *infos, size_t n, bool events_only)
+static int print_buffers(struct ctl *ctl, const gpushm_buffer_list_t *list, bool events_only)
 {
   struct table t = { .cols = 12 };
+  size_t n = gpushm_buffer_list_count(list);
+  const gpushm_buffer_info_t **infos = xalloc(calloc(n ? n : 1, sizeof *infos));
   bool first = true;
 
+  for (size_t i = 0; i < n; i++)
+    infos[i] = gpushm_buffer_list_get(list, i);
   qsort(infos, n, sizeof *infos, by_name);
   if (ctl->json)
     putchar('[');
@@ -487,9 +514,10 @@ static int print_buffers(struct ctl *ctl, gpushm_buffer_info_t *infos, size_t n,
     table_add(&t, "NAME", "ID", "BACKEND", "DEV", "SIZE", "OWNER", "MODE", "REFS", "LIFETIME",
               "STATE", "AGE", "HOLDERS");
   for (size_t i = 0; i < n; i++) {
-    const gpushm_buffer_info_t *b = &infos[i];
+    const gpushm_buffer_info_t *b = infos[i];
+    bool event = gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT;
     char id[24], dev[16], size[32], user[64], mode[8], refs[16], age[32], holders[512];
-    if (events_only != (b->backend == GPUSHM_BACKEND_CUDA_EVENT))
+    if (events_only != event)
       continue;
     if (ctl->json) {
       if (!first)
@@ -498,35 +526,37 @@ static int print_buffers(struct ctl *ctl, gpushm_buffer_info_t *infos, size_t n,
       first = false;
       continue;
     }
-    snprintf(id, sizeof id, "%" PRIu64, b->id);
-    snprintf(dev, sizeof dev, b->device < 0 ? "-" : "%d", b->device);
-    snprintf(mode, sizeof mode, "%04o", b->mode);
-    snprintf(refs, sizeof refs, "%u", b->refs);
+    snprintf(id, sizeof id, "%" PRIu64, gpushm_buffer_info_id(b));
+    snprintf(dev, sizeof dev, gpushm_buffer_info_device(b) < 0 ? "-" : "%d",
+             gpushm_buffer_info_device(b));
+    snprintf(mode, sizeof mode, "%04o", gpushm_buffer_info_mode(b));
+    snprintf(refs, sizeof refs, "%u", gpushm_buffer_info_refs(b));
     holders_text(b, holders, sizeof holders);
-    table_add(&t, b->name, id, backend_name(b->backend), dev,
-              b->backend == GPUSHM_BACKEND_CUDA_EVENT ? "-" : human_size(b->size, ctl->bytes, size, sizeof size),
-              user_name(b->owner_uid, user, sizeof user), mode, refs,
-              b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent",
-              b->linked ? (b->sync ? "linked,sync" : "linked") : "unlinked-held",
-              human_age(age_ms(b->created_unix_ms), age, sizeof age), holders);
+    table_add(&t, gpushm_buffer_info_name(b), id, info_backend_name(b), dev,
+              event ? "-" : human_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
+              user_name(gpushm_buffer_info_owner_uid(b), user, sizeof user), mode, refs,
+              lifetime_name(b),
+              gpushm_buffer_info_linked(b) ? (gpushm_buffer_info_sync(b) ? "linked,sync" : "linked")
+                                           : "unlinked-held",
+              human_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age), holders);
   }
   if (ctl->json)
     printf("]\n");
   else
     table_print(&t);
+  free(infos);
   return 0;
 }
 
 static int list_buffers(struct ctl *ctl, bool events_only)
 {
-  gpushm_buffer_info_t *infos;
-  size_t n;
-  int r = gpushm_list_ex(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &infos, &n);
+  gpushm_buffer_list_t *list;
+  int r = gpushm_list(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &list);
 
   if (r < 0)
     return fail(events_only ? "events" : "list", r);
-  print_buffers(ctl, infos, n, events_only);
-  gpushm_buffer_info_free(infos, n);
+  print_buffers(ctl, list, events_only);
+  gpushm_buffer_list_free(list);
   return 0;
 }
 
@@ -542,23 +572,26 @@ static int cmd_events(struct ctl *ctl, int argc, char **argv)
 
 static int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
-  gpushm_buffer_info_t *infos, *b = NULL;
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b = NULL;
   char *end;
   uint64_t id = strtoull(argv[0], &end, 10);
   bool by_id = *argv[0] && !*end;
-  size_t n;
-  int r = gpushm_list_ex(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &infos, &n);
+  int r = gpushm_list(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &list);
 
   if (r < 0)
     return fail("show", r);
   /* a linked name wins over an unlinked one of the same name */
-  for (size_t i = 0; i < n; i++)
-    if ((by_id && infos[i].id == id) ||
-        (!by_id && strcmp(infos[i].name, argv[0]) == 0 && (!b || infos[i].linked)))
-      b = &infos[i];
+  for (size_t i = 0; i < gpushm_buffer_list_count(list); i++) {
+    const gpushm_buffer_info_t *info = gpushm_buffer_list_get(list, i);
+    if ((by_id && gpushm_buffer_info_id(info) == id) ||
+        (!by_id && strcmp(gpushm_buffer_info_name(info), argv[0]) == 0 &&
+         (!b || gpushm_buffer_info_linked(info))))
+      b = info;
+  }
   if (!b) {
     fprintf(stderr, "gpushmctl: show: no buffer or event '%s' visible to you\n", argv[0]);
-    gpushm_buffer_info_free(infos, n);
+    gpushm_buffer_list_free(list);
     return EXIT_FAILED;
   }
   if (ctl->json) {
@@ -566,180 +599,230 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     putchar('\n');
   } else {
     char size[32], alloc[32], user[64], age[32];
+    uint32_t owner_uid = gpushm_buffer_info_owner_uid(b);
     printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %d\n",
-           text(b->name, 0), b->id, backend_name(b->backend), b->device);
-    printf("size:       %s (%s allocated)\n", human_size(b->size, ctl->bytes, size, sizeof size),
-           human_size(b->allocated, ctl->bytes, alloc, sizeof alloc));
+           text(gpushm_buffer_info_name(b), 0), gpushm_buffer_info_id(b), info_backend_name(b),
+           gpushm_buffer_info_device(b));
+    printf("size:       %s (%s allocated)\n",
+           human_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
+           human_size(gpushm_buffer_info_allocated(b), ctl->bytes, alloc, sizeof alloc));
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
-           text(user_name(b->owner_uid, user, sizeof user), 0), b->owner_uid, b->owner_gid, b->mode,
-           b->lifetime == GPUSHM_LIFETIME_SESSION ? "session" : "persistent");
+           text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
+           gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
     printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
-           b->linked ? "linked" : "unlinked, still held", b->sync ? ", sync" : "",
-           b->creator_pid, human_age(age_ms(b->created_unix_ms), age, sizeof age), b->refs,
-           b->holders_total);
-    for (size_t h = 0; h < b->n_holders; h++) {
+           gpushm_buffer_info_linked(b) ? "linked" : "unlinked, still held",
+           gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
+           human_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age),
+           gpushm_buffer_info_refs(b), gpushm_buffer_info_holders_total(b));
+    for (size_t h = 0; h < gpushm_buffer_info_holder_count(b); h++) {
+      const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
       char comm[32], who[64];
-      printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", b->holders[h].pid,
-             text(process_name(b->holders[h].pid, comm, sizeof comm), 16), b->holders[h].uid,
-             text(user_name(b->holders[h].uid, who, sizeof who), 0), b->holders[h].refs,
-             b->holders[h].client_id);
+      printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", gpushm_holder_pid(holder),
+             text(process_name(gpushm_holder_pid(holder), comm, sizeof comm), 16),
+             gpushm_holder_uid(holder),
+             text(user_name(gpushm_holder_uid(holder), who, sizeof who), 0),
+             gpushm_holder_refs(holder), gpushm_holder_client_id(holder));
     }
   }
-  gpushm_buffer_info_free(infos, n);
+  gpushm_buffer_list_free(list);
   return 0;
 }
 
 static int cmd_clients(struct ctl *ctl, int argc, char **argv)
 {
-  gpushm_client_info_t *clients;
+  gpushm_client_list_t *clients;
   size_t n;
-  int r = gpushm_clients(ctl->conn, &clients, &n);
+  int r = gpushm_clients(ctl->conn, &clients);
 
   if (r < 0)
     return fail("clients", r);
+  n = gpushm_client_list_count(clients);
   if (ctl->json) {
     putchar('[');
     for (size_t i = 0; i < n; i++) {
+      const gpushm_client_info_t *c = gpushm_client_list_get(clients, i);
       char comm[32], user[64];
-      printf("%s{\"client_id\":%u,\"pid\":%u,\"process\":", i ? "," : "", clients[i].client_id,
-             clients[i].pid);
-      json_string(process_name(clients[i].pid, comm, sizeof comm));
-      printf(",\"uid\":%u,\"user\":", clients[i].uid);
-      json_string(user_name(clients[i].uid, user, sizeof user));
-      printf(",\"gid\":%u,\"name\":", clients[i].gid);
-      json_string(clients[i].name);
+      printf("%s{\"client_id\":%u,\"pid\":%u,\"process\":", i ? "," : "",
+             gpushm_client_info_client_id(c), gpushm_client_info_pid(c));
+      json_string(process_name(gpushm_client_info_pid(c), comm, sizeof comm));
+      printf(",\"uid\":%u,\"user\":", gpushm_client_info_uid(c));
+      json_string(user_name(gpushm_client_info_uid(c), user, sizeof user));
+      printf(",\"gid\":%u,\"name\":", gpushm_client_info_gid(c));
+      json_string(gpushm_client_info_name(c));
       printf(",\"buffers_held\":%u,\"bytes_held\":%" PRIu64 ",\"connected_unix_ms\":%" PRIu64
-             ",\"admin\":%s}", clients[i].buffers_held, clients[i].bytes_held,
-             clients[i].connected_unix_ms, clients[i].admin ? "true" : "false");
+             ",\"admin\":%s}", gpushm_client_info_buffers_held(c), gpushm_client_info_bytes_held(c),
+             gpushm_client_info_connected_unix_ms(c),
+             gpushm_client_info_admin(c) ? "true" : "false");
     }
     printf("]\n");
   } else {
     struct table t = { .cols = 8 };
     table_add(&t, "ID", "PID", "PROCESS", "USER", "CLIENT", "BUFFERS", "BYTES", "CONNECTED");
     for (size_t i = 0; i < n; i++) {
+      const gpushm_client_info_t *c = gpushm_client_list_get(clients, i);
       char id[16], pid[16], comm[32], user[64], held[16], bytes[32], age[32];
-      snprintf(id, sizeof id, "%u", clients[i].client_id);
-      snprintf(pid, sizeof pid, "%u", clients[i].pid);
-      snprintf(held, sizeof held, "%u", clients[i].buffers_held);
-      table_add(&t, id, pid, process_name(clients[i].pid, comm, sizeof comm),
-                user_name(clients[i].uid, user, sizeof user), clients[i].name, held,
-                human_size(clients[i].bytes_held, ctl->bytes, bytes, sizeof bytes),
-                human_age(age_ms(clients[i].connected_unix_ms), age, sizeof age));
+      snprintf(id, sizeof id, "%u", gpushm_client_info_client_id(c));
+      snprintf(pid, sizeof pid, "%u", gpushm_client_info_pid(c));
+      snprintf(held, sizeof held, "%u", gpushm_client_info_buffers_held(c));
+      table_add(&t, id, pid, process_name(gpushm_client_info_pid(c), comm, sizeof comm),
+                user_name(gpushm_client_info_uid(c), user, sizeof user), gpushm_client_info_name(c),
+                held, human_size(gpushm_client_info_bytes_held(c), ctl->bytes, bytes, sizeof bytes),
+                human_age(age_ms(gpushm_client_info_connected_unix_ms(c)), age, sizeof age));
     }
     table_print(&t);
   }
-  gpushm_client_info_free(clients);
+  gpushm_client_list_free(clients);
   return 0;
+}
+
+static const char *usage_backend_name(const gpushm_usage_t *u)
+{
+  return backend_name(gpushm_usage_kind(u), gpushm_usage_backend(u));
 }
 
 static void prometheus_stats(const gpushm_stats_t *s)
 {
+  uint32_t buffers = gpushm_stats_buffers(s), linked = gpushm_stats_buffers_linked(s);
+
   printf("# HELP gpushm_uptime_seconds Time since gpushmd started.\n# TYPE gpushm_uptime_seconds gauge\n");
-  printf("gpushm_uptime_seconds %.3f\n", s->uptime_ms / 1000.0);
+  printf("gpushm_uptime_seconds %.3f\n", gpushm_stats_uptime_ms(s) / 1000.0);
   printf("# HELP gpushm_clients Connected clients.\n# TYPE gpushm_clients gauge\n");
-  printf("gpushm_clients %u\n", s->clients);
+  printf("gpushm_clients %u\n", gpushm_stats_clients(s));
   printf("# HELP gpushm_buffers Buffers and events, by name state.\n# TYPE gpushm_buffers gauge\n");
-  printf("gpushm_buffers{state=\"linked\"} %u\n", s->buffers_linked);
-  printf("gpushm_buffers{state=\"unlinked\"} %u\n", s->buffers - s->buffers_linked);
+  printf("gpushm_buffers{state=\"linked\"} %u\n", linked);
+  printf("gpushm_buffers{state=\"unlinked\"} %u\n", buffers - linked);
   printf("# HELP gpushm_allocated_bytes Memory held for buffers.\n# TYPE gpushm_allocated_bytes gauge\n");
-  for (uint32_t i = 0; i < s->n_usage; i++)
+  for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
+    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
     printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
-           backend_name(s->usage[i].backend), s->usage[i].device, s->usage[i].bytes);
+           usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_bytes(u));
+  }
   printf("# HELP gpushm_requests_total Requests handled, by type.\n# TYPE gpushm_requests_total counter\n");
-  for (uint32_t i = 0; i < s->n_request_types; i++) {
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     printf("gpushm_requests_total{type=\"");
-    prom_label(s->requests_by_type[i].type);
-    printf("\"} %" PRIu64 "\n", s->requests_by_type[i].count);
+    prom_label(gpushm_request_stats_type(rq));
+    printf("\"} %" PRIu64 "\n", gpushm_request_stats_count(rq));
   }
   printf("# HELP gpushm_request_errors_total Requests answered with an error, by type.\n"
          "# TYPE gpushm_request_errors_total counter\n");
-  for (uint32_t i = 0; i < s->n_request_types; i++) {
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     printf("gpushm_request_errors_total{type=\"");
-    prom_label(s->requests_by_type[i].type);
-    printf("\"} %" PRIu64 "\n", s->requests_by_type[i].errors);
+    prom_label(gpushm_request_stats_type(rq));
+    printf("\"} %" PRIu64 "\n", gpushm_request_stats_errors(rq));
   }
   printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
          "# TYPE gpushm_protocol_errors_total counter\n");
-  printf("gpushm_protocol_errors_total %" PRIu64 "\n", s->protocol_errors);
+  printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
   printf("# HELP gpushm_clients_dropped_total Clients refused or dropped (limits, not reading).\n"
          "# TYPE gpushm_clients_dropped_total counter\n");
-  printf("gpushm_clients_dropped_total %" PRIu64 "\n", s->clients_dropped);
-  if (s->n_devices) {
+  printf("gpushm_clients_dropped_total %" PRIu64 "\n", gpushm_stats_clients_dropped(s));
+  if (gpushm_stats_device_count(s)) {
     printf("# HELP gpushm_device_memory_bytes Device memory (free only where gpushmd holds a context).\n"
            "# TYPE gpushm_device_memory_bytes gauge\n");
-    for (uint32_t i = 0; i < s->n_devices; i++) {
+    for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
+      const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
       printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"total\"} %" PRIu64 "\n",
-             s->devices[i].ordinal, s->devices[i].total_memory);
+             gpushm_device_stats_ordinal(d), gpushm_device_stats_total_memory(d));
       printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"free\"} %" PRIu64 "\n",
-             s->devices[i].ordinal, s->devices[i].free_memory);
+             gpushm_device_stats_ordinal(d), gpushm_device_stats_free_memory(d));
     }
   }
 }
 
+static void json_stats(const gpushm_stats_t *s)
+{
+  printf("{\"daemon_version\":");
+  json_string(gpushm_stats_daemon_version(s));
+  printf(",\"instance_id\":\"%016" PRIx64 "\",\"uptime_ms\":%" PRIu64 ",\"clients\":%u,"
+         "\"buffers\":%u,\"buffers_linked\":%u,\"bytes_allocated\":%" PRIu64 ",\"requests\":%" PRIu64
+         ",\"request_errors\":%" PRIu64 ",\"protocol_errors\":%" PRIu64 ",\"clients_dropped\":%" PRIu64
+         ",\"open_fds\":%u,\"requests_by_type\":{",
+         gpushm_stats_instance_id(s), gpushm_stats_uptime_ms(s), gpushm_stats_clients(s),
+         gpushm_stats_buffers(s), gpushm_stats_buffers_linked(s), gpushm_stats_bytes_allocated(s),
+         gpushm_stats_requests(s), gpushm_stats_request_errors(s), gpushm_stats_protocol_errors(s),
+         gpushm_stats_clients_dropped(s), gpushm_stats_open_fds(s));
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    printf("%s", i ? "," : "");
+    json_string(gpushm_request_stats_type(rq));
+    printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", gpushm_request_stats_count(rq),
+           gpushm_request_stats_errors(rq));
+  }
+  printf("},\"usage\":[");
+  for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
+    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
+    printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}",
+           i ? "," : "", usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_buffers(u),
+           gpushm_usage_bytes(u));
+  }
+  printf("],\"devices\":[");
+  for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
+    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
+    printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", gpushm_device_stats_ordinal(d));
+    json_string(gpushm_device_stats_name(d));
+    printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":%" PRIu64 "}",
+           gpushm_device_stats_total_memory(d), gpushm_device_stats_free_memory(d));
+  }
+  printf("]}\n");
+}
+
+static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
+{
+  char a[32], b[32], age[32];
+  uint32_t buffers = gpushm_stats_buffers(s), linked = gpushm_stats_buffers_linked(s);
+
+  printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n",
+         text(gpushm_stats_daemon_version(s), 0), gpushm_stats_instance_id(s),
+         human_age(gpushm_stats_uptime_ms(s), age, sizeof age));
+  printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", gpushm_stats_clients(s),
+         gpushm_stats_clients_dropped(s));
+  printf("buffers:        %u (%u linked, %u unlinked but held)\n", buffers, linked,
+         buffers - linked);
+  printf("allocated:      %s\n",
+         human_size(gpushm_stats_bytes_allocated(s), ctl->bytes, a, sizeof a));
+  for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
+    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
+    char where[32];
+    snprintf(where, sizeof where, gpushm_usage_device(u) < 0 ? "%s" : "%s, device %d",
+             usage_backend_name(u), gpushm_usage_device(u));
+    printf("  %-20s %u buffers, %s\n", where, gpushm_usage_buffers(u),
+           human_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
+  }
+  printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
+         gpushm_stats_requests(s), gpushm_stats_request_errors(s), gpushm_stats_protocol_errors(s));
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    printf("  %s %" PRIu64 " (%" PRIu64 " errors)\n", text(gpushm_request_stats_type(rq), 20),
+           gpushm_request_stats_count(rq), gpushm_request_stats_errors(rq));
+  }
+  for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
+    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
+    uint64_t free_memory = gpushm_device_stats_free_memory(d);
+    printf("device %d:       %s, %s total, %s\n", gpushm_device_stats_ordinal(d),
+           text(gpushm_device_stats_name(d), 0),
+           human_size(gpushm_device_stats_total_memory(d), ctl->bytes, a, sizeof a),
+           free_memory ? human_size(free_memory, ctl->bytes, b, sizeof b)
+                       : "free unknown (not in use)");
+  }
+  printf("open fds:       %u\n", gpushm_stats_open_fds(s));
+}
+
 static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
-  gpushm_stats_t s;
-  char a[32], b[32], age[32];
+  gpushm_stats_t *s;
   int r = gpushm_stats(ctl->conn, &s);
 
   if (r < 0)
     return fail("stats", r);
-  if (ctl->prometheus) {
-    prometheus_stats(&s);
-  } else if (ctl->json) {
-    printf("{\"daemon_version\":");
-    json_string(s.daemon_version);
-    printf(",\"instance_id\":\"%016" PRIx64 "\",\"uptime_ms\":%" PRIu64 ",\"clients\":%u,"
-           "\"buffers\":%u,\"buffers_linked\":%u,\"bytes_allocated\":%" PRIu64 ",\"requests\":%" PRIu64
-           ",\"request_errors\":%" PRIu64 ",\"protocol_errors\":%" PRIu64 ",\"clients_dropped\":%" PRIu64
-           ",\"open_fds\":%u,\"requests_by_type\":{",
-           s.instance_id, s.uptime_ms, s.clients, s.buffers, s.buffers_linked, s.bytes_allocated,
-           s.requests, s.request_errors, s.protocol_errors, s.clients_dropped, s.open_fds);
-    for (uint32_t i = 0; i < s.n_request_types; i++) {
-      printf("%s", i ? "," : "");
-      json_string(s.requests_by_type[i].type);
-      printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", s.requests_by_type[i].count,
-             s.requests_by_type[i].errors);
-    }
-    printf("},\"usage\":[");
-    for (uint32_t i = 0; i < s.n_usage; i++)
-      printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}", i ? "," : "",
-             backend_name(s.usage[i].backend), s.usage[i].device, s.usage[i].buffers, s.usage[i].bytes);
-    printf("],\"devices\":[");
-    for (uint32_t i = 0; i < s.n_devices; i++) {
-      printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", s.devices[i].ordinal);
-      json_string(s.devices[i].name);
-      printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":%" PRIu64 "}", s.devices[i].total_memory,
-             s.devices[i].free_memory);
-    }
-    printf("]}\n");
-  } else {
-    printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n", text(s.daemon_version, 0),
-           s.instance_id, human_age(s.uptime_ms, age, sizeof age));
-    printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", s.clients, s.clients_dropped);
-    printf("buffers:        %u (%u linked, %u unlinked but held)\n", s.buffers, s.buffers_linked,
-           s.buffers - s.buffers_linked);
-    printf("allocated:      %s\n", human_size(s.bytes_allocated, ctl->bytes, a, sizeof a));
-    for (uint32_t i = 0; i < s.n_usage; i++) {
-      char where[32];
-      snprintf(where, sizeof where, s.usage[i].device < 0 ? "%s" : "%s, device %d",
-               backend_name(s.usage[i].backend), s.usage[i].device);
-      printf("  %-20s %u buffers, %s\n", where, s.usage[i].buffers,
-             human_size(s.usage[i].bytes, ctl->bytes, a, sizeof a));
-    }
-    printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
-           s.requests, s.request_errors, s.protocol_errors);
-    for (uint32_t i = 0; i < s.n_request_types; i++)
-      printf("  %s %" PRIu64 " (%" PRIu64 " errors)\n", text(s.requests_by_type[i].type, 20),
-             s.requests_by_type[i].count, s.requests_by_type[i].errors);
-    for (uint32_t i = 0; i < s.n_devices; i++)
-      printf("device %d:       %s, %s total, %s\n", s.devices[i].ordinal,
-             text(s.devices[i].name, 0),
-             human_size(s.devices[i].total_memory, ctl->bytes, a, sizeof a),
-             s.devices[i].free_memory ? human_size(s.devices[i].free_memory, ctl->bytes, b, sizeof b)
-                                      : "free unknown (not in use)");
-    printf("open fds:       %u\n", s.open_fds);
-  }
+  if (ctl->prometheus)
+    prometheus_stats(s);
+  else if (ctl->json)
+    json_stats(s);
+  else
+    text_stats(ctl, s);
+  gpushm_stats_free(s);
   return 0;
 }
 
@@ -856,12 +939,13 @@ static int cmd_ping(struct ctl *ctl, int argc, char **argv)
 
 static int cmd_version(struct ctl *ctl, int argc, char **argv)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
   int r;
   printf("gpushmctl %s (libgpushm %s)\n", PACKAGE_VERSION, gpushm_version_string());
   if ((r = gpushm_stats(ctl->conn, &s)) < 0)
     return fail("version", r);
-  printf("gpushmd %s\n", text(s.daemon_version, 0));
+  printf("gpushmd %s\n", text(gpushm_stats_daemon_version(s), 0));
+  gpushm_stats_free(s);
   return 0;
 }
 

@@ -8,6 +8,9 @@
  *    gpushm_strerror() names a code and gpushm_last_error_message() gives the
  *    detail (often the daemon's own words) of this thread's last failure.
  *  - Handles are opaque.  All functions are thread-safe.
+ *  - The ABI grows without breaking: option structs carry their own size (see
+ *    gpushm_create_opts_t) and what the daemon reports is read through accessors
+ *    (gpushm-admin.h).  Within a soname, functions are only ever added.
  *  - Users need neither cuda.h nor libcuda: device pointers cross this API as
  *    void * and CUDA streams as void * (a CUstream / cudaStream_t).
  *  - After fork(), a child must not use handles its parent had; it connects anew.
@@ -32,7 +35,7 @@ extern "C" {
 
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
-#define GPUSHM_VERSION_MINOR 1
+#define GPUSHM_VERSION_MINOR 2
 #define GPUSHM_VERSION_PATCH 0
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
@@ -69,9 +72,17 @@ typedef enum gpushm_backend {
   GPUSHM_BACKEND_DEFAULT = 0,  /* host */
   GPUSHM_BACKEND_HOST = 1,     /* shared host memory (memfd), for CPU producers */
   GPUSHM_BACKEND_CUDA_IPC = 2, /* device memory, legacy CUDA IPC (one trust domain) */
-  GPUSHM_BACKEND_CUDA_FD = 3,  /* device memory, POSIX-fd capabilities */
-  GPUSHM_BACKEND_CUDA_EVENT = 4 /* not memory: what a gpushm_event_t is */
+  GPUSHM_BACKEND_CUDA_FD = 3   /* device memory, POSIX-fd capabilities */
+  /* 4 is reserved: it is how the wire spells an event (BACKEND_CUDA_EVENT in
+   * proto/gpushm.proto, unchanged for protocol compatibility).  Events are not memory:
+   * they are objects of their own kind, GPUSHM_KIND_EVENT. */
 } gpushm_backend_t;
+
+/* What a name denotes: a buffer (gpushm_buffer_t) or an event (gpushm_event_t). */
+typedef enum gpushm_kind {
+  GPUSHM_KIND_BUFFER = 1,
+  GPUSHM_KIND_EVENT = 2
+} gpushm_kind_t;
 
 typedef enum gpushm_lifetime {
   GPUSHM_LIFETIME_PERSISTENT = 0, /* lives until unlinked (and no longer held) */
@@ -90,102 +101,28 @@ typedef struct gpushm gpushm_t;               /* a connection to gpushmd */
 typedef struct gpushm_buffer gpushm_buffer_t; /* an open buffer, shared process-wide */
 typedef struct gpushm_event gpushm_event_t;   /* an open inter-process CUDA event */
 
+/* Options of gpushm_buffer_create() and gpushm_event_create().  Initialise with
+ * gpushm_create_opts_init(), which sets size, then change fields.  size is how the
+ * library tells which version of this struct a program was compiled with, so that
+ * fields can be appended later without breaking binaries built against an older or a
+ * newer gpushm.h:
+ *  - an older caller's smaller struct: the fields it lacks take their defaults;
+ *  - a newer caller's larger struct: accepted if every field this library does not
+ *    know is zero (their defaults), else GPUSHM_E_UNSUPPORTED;
+ *  - size below GPUSHM_CREATE_OPTS_SIZE_V1 (0: never initialised): GPUSHM_E_INVAL.
+ * This is the convention of Linux's copy_struct_from_user() (openat2(2), clone3(2)). */
 typedef struct gpushm_create_opts {
+  uint32_t size;      /* sizeof(gpushm_create_opts_t) when initialised */
   uint32_t backend;   /* gpushm_backend_t */
   int32_t device;     /* device ordinal for CUDA backends; ignored for host */
   uint32_t mode;      /* permission bits as for a file; 0 means 0600 */
   uint32_t lifetime;  /* gpushm_lifetime_t */
   uint32_t flags;     /* GPUSHM_CREATE_* */
-  uint32_t reserved_[7];
+  /* New fields go here, zero meaning what older libraries do. */
 } gpushm_create_opts_t;
 
-typedef struct gpushm_holder {
-  uint32_t client_id;
-  uint32_t pid;
-  uint32_t uid;
-  uint32_t refs;
-} gpushm_holder_t;
-
-typedef struct gpushm_buffer_info {
-  uint64_t id;
-  char name[128];
-  uint64_t size;
-  uint64_t allocated;       /* bytes reserved (size rounded up to the backend's granule) */
-  uint32_t backend;         /* gpushm_backend_t */
-  int32_t device;
-  uint32_t owner_uid;
-  uint32_t owner_gid;
-  uint32_t mode;
-  uint32_t lifetime;        /* gpushm_lifetime_t */
-  int linked;               /* 0: unlinked but still held */
-  int sync;                 /* created with GPUSHM_CREATE_SYNC */
-  uint32_t refs;            /* references held by all connections */
-  uint32_t my_refs;         /* references held by the asking connection */
-  uint32_t creator_pid;
-  uint64_t created_unix_ms;
-  uint32_t holders_total;
-  size_t n_holders;         /* holders[] may list fewer than holders_total */
-  gpushm_holder_t *holders;
-} gpushm_buffer_info_t;
-
-#define GPUSHM_STATS_MAX_DEVICES 32
-
-typedef struct gpushm_device_stats {
-  int32_t ordinal;        /* the daemon's ordinal */
-  char name[64];
-  uint8_t uuid[16];
-  uint64_t total_memory;
-  uint64_t free_memory;   /* 0 unless the daemon has a context on the device */
-} gpushm_device_stats_t;
-
-#define GPUSHM_STATS_MAX_REQUEST_TYPES 32
-#define GPUSHM_STATS_MAX_USAGE (5 * (GPUSHM_STATS_MAX_DEVICES + 1))
-
-typedef struct gpushm_request_count {
-  char type[16];          /* "create", "open", ... */
-  uint64_t count;
-  uint64_t errors;
-} gpushm_request_count_t;
-
-typedef struct gpushm_usage {
-  uint32_t backend;       /* gpushm_backend_t */
-  int32_t device;         /* -1 for host memory */
-  uint32_t buffers;
-  uint64_t bytes;
-} gpushm_usage_t;
-
-typedef struct gpushm_client_info {
-  uint32_t client_id;
-  uint32_t pid;
-  uint32_t uid;
-  uint32_t gid;
-  char name[72];          /* what the client gave gpushm_connect() */
-  uint64_t connected_unix_ms;
-  uint32_t buffers_held;
-  uint64_t bytes_held;
-  int admin;
-} gpushm_client_info_t;
-
-typedef struct gpushm_stats {
-  char daemon_version[32];
-  uint64_t instance_id;
-  uint64_t uptime_ms;
-  uint32_t clients;
-  uint32_t buffers;
-  uint32_t buffers_linked;
-  uint64_t bytes_allocated;
-  uint64_t requests;
-  uint64_t request_errors;
-  uint64_t protocol_errors;
-  uint64_t clients_dropped;
-  uint32_t open_fds;
-  uint32_t n_devices;
-  gpushm_device_stats_t devices[GPUSHM_STATS_MAX_DEVICES];
-  uint32_t n_request_types;
-  gpushm_request_count_t requests_by_type[GPUSHM_STATS_MAX_REQUEST_TYPES];
-  uint32_t n_usage;
-  gpushm_usage_t usage[GPUSHM_STATS_MAX_USAGE];
-} gpushm_stats_t;
+/* The size of the first published gpushm_create_opts_t (gpushm 0.2): up to flags. */
+#define GPUSHM_CREATE_OPTS_SIZE_V1 24u
 
 /* Library version at run time, as GPUSHM_VERSION_HEX. */
 GPUSHM_API unsigned gpushm_version(void);
@@ -210,7 +147,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_FDSTORE 0x2ull    /* persistent buffers survive restarts (systemd) */
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
- * is answered by the daemon with the reason it lacks it. */
+ * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
+ * value, is set when the daemon can make events (gpushm_event_create()). */
 GPUSHM_API uint32_t gpushm_daemon_backends(const gpushm_t *conn);
 /* The protocol version negotiated with the daemon, and the daemon's package version. */
 GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
@@ -226,6 +164,7 @@ GPUSHM_API void gpushm_disconnect(gpushm_t *conn);
 GPUSHM_API uint64_t gpushm_instance_id(const gpushm_t *conn);
 GPUSHM_API int gpushm_ping(gpushm_t *conn);
 
+/* Defaults (host backend, mode 0600, persistent, no flags) and opts->size. */
 GPUSHM_API void gpushm_create_opts_init(gpushm_create_opts_t *opts);
 /* Creates a buffer named `name` and opens it read-write.  opts NULL: defaults.
  * Fails with GPUSHM_E_EXIST if the name exists, unless GPUSHM_CREATE_OPEN_EXISTING. */
@@ -299,26 +238,8 @@ GPUSHM_API int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_
 /* The number of the latest published release (0: none yet, or not a sync buffer). */
 GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
 
-/* All buffers the daemon shows this connection, in id order.  Free with
- * gpushm_buffer_info_free(). */
-GPUSHM_API int gpushm_list(gpushm_t *conn, gpushm_buffer_info_t **out, size_t *count);
-GPUSHM_API void gpushm_buffer_info_free(gpushm_buffer_info_t *infos, size_t count);
-/* gpushm_list() with flags: GPUSHM_LIST_ALL lists every user's buffers (root or the
- * daemon's admin group only; GPUSHM_E_PERM otherwise). */
-#define GPUSHM_LIST_ALL 0x1u
-GPUSHM_API int gpushm_list_ex(gpushm_t *conn, unsigned flags, gpushm_buffer_info_t **out,
-                              size_t *count);
-/* Connected clients (admins see all, others those of their own uid).  Free with
- * gpushm_client_info_free(). */
-GPUSHM_API int gpushm_clients(gpushm_t *conn, gpushm_client_info_t **out, size_t *count);
-GPUSHM_API void gpushm_client_info_free(gpushm_client_info_t *infos);
-/* Ends another connection (root and the admin group: any; others: their own uid's),
- * releasing every reference it holds.  What that process has mapped stays mapped:
- * host memory stays valid for it but is no longer counted by the daemon; device memory
- * shared over legacy CUDA IPC may be freed under it.  Meant for holders that are stuck
- * or gone rogue. */
-GPUSHM_API int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id);
-GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t *out);
+/* The buffer list, connected clients, statistics and gpushm_client_disconnect() are
+ * in gpushm-admin.h. */
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,7 @@
 /* Holders shown per buffer in list/show replies; the total count is always given. */
 #define GPUSHM_LIMIT_HOLDERS_LISTED    128u
 
-/* GPUs one daemon (and one client process) uses; more are ignored with a warning.
- * gpushm_stats_t in the public header has room for exactly this many. */
+/* GPUs one daemon (and one client process) uses; more are ignored with a warning. */
 #define GPUSHM_LIMIT_DEVICES           32u
 
 /* References one connection may hold on one buffer (guards the counter). */

@@ -221,29 +221,38 @@ gpushm_t *daemon_connect(const struct test_daemon *d)
   return conn;
 }
 
-void daemon_stats(const struct test_daemon *d, gpushm_stats_t *out)
+gpushm_stats_t *daemon_stats(const struct test_daemon *d)
 {
   gpushm_t *conn = daemon_connect(d);
-  CHECK_OK(gpushm_stats(conn, out));
+  gpushm_stats_t *s;
+  CHECK_OK(gpushm_stats(conn, &s));
   gpushm_disconnect(conn);
+  return s;
 }
 
-int find_buffer(gpushm_t *conn, const char *name, gpushm_buffer_info_t *out)
-{
-  gpushm_buffer_info_t *infos;
-  size_t n;
-  int found = -1;
+/* The list find_buffer() last answered from (a test's process is single-threaded). */
+static gpushm_buffer_list_t *found_in;
 
-  CHECK_OK(gpushm_list(conn, &infos, &n));
-  for (size_t i = 0; i < n; i++) {
-    if (strcmp(infos[i].name, name) == 0) {
-      *out = infos[i];
-      out->holders = NULL;
-      out->n_holders = 0;
-      found = 0;
-    }
+static void free_found_in(void)
+{
+  gpushm_buffer_list_free(found_in);
+  found_in = NULL;
+}
+
+const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name)
+{
+  static bool registered;
+  const gpushm_buffer_info_t *found = NULL;
+
+  if (!registered)
+    registered = atexit(free_found_in) == 0;
+  free_found_in();
+  CHECK_OK(gpushm_list(conn, 0, &found_in));
+  for (size_t i = 0; i < gpushm_buffer_list_count(found_in); i++) {
+    const gpushm_buffer_info_t *info = gpushm_buffer_list_get(found_in, i);
+    if (strcmp(gpushm_buffer_info_name(info), name) == 0)
+      found = info;
   }
-  gpushm_buffer_info_free(infos, n);
   return found;
 }
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/types.h>
 
-#include "gpushm.h"
+#include "gpushm-admin.h"
 
 #define TEST_SKIP 77
 
@@ -66,9 +66,12 @@ int daemon_wait_exit(struct test_daemon *d);
 /* SIGTERM, then checks it exited 0 and removed its socket. */
 void daemon_stop(struct test_daemon *d);
 gpushm_t *daemon_connect(const struct test_daemon *d);
-void daemon_stats(const struct test_daemon *d, gpushm_stats_t *out);
-/* Looks a buffer up by name in the list the connection sees; returns 0 or -1. */
-int find_buffer(gpushm_t *conn, const char *name, gpushm_buffer_info_t *out);
+/* The daemon's statistics, asked over a connection of their own; free with
+ * gpushm_stats_free(). */
+gpushm_stats_t *daemon_stats(const struct test_daemon *d);
+/* Looks a buffer or event up by name in the list the connection sees (the last of that
+ * name): NULL if there is none.  What it returns stays valid until the next call. */
+const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name);
 /* Polls until pred(d) is true, up to about 10 s; false if it never was. */
 int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
                void *arg);

@@ -13,7 +13,7 @@
  * library holds no fd and no mapping. */
 #include "config.h"
 #include "fuzz-format.h"
-#include "gpushm.h"
+#include "gpushm-admin.h"
 #include "gpushm.pb-c.h"
 #include "shm_layout.h"
 #include "wire.h"
@@ -76,7 +76,6 @@ static uint8_t tx[WIRE_FRAME_MAX + 16];
 /* the main thread's */
 static struct slot slots[SLOTS];
 static unsigned next_slot;
-static gpushm_stats_t stats;
 static bool verbose;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -411,6 +410,68 @@ static void accessors(gpushm_t *conn, const struct slot *s)
   (void)sink;
 }
 
+/* Every admin accessor, on what the fake daemon sent: strings are read to their end. */
+static void read_buffer_info(const gpushm_buffer_info_t *b)
+{
+  volatile uint64_t sink = gpushm_buffer_info_id(b) + strlen(gpushm_buffer_info_name(b)) +
+    gpushm_buffer_info_size(b) + gpushm_buffer_info_allocated(b) + gpushm_buffer_info_kind(b) +
+    gpushm_buffer_info_backend(b) + (uint64_t)gpushm_buffer_info_device(b) +
+    gpushm_buffer_info_owner_uid(b) + gpushm_buffer_info_owner_gid(b) + gpushm_buffer_info_mode(b) +
+    gpushm_buffer_info_lifetime(b) + (uint64_t)gpushm_buffer_info_linked(b) +
+    (uint64_t)gpushm_buffer_info_sync(b) + gpushm_buffer_info_refs(b) +
+    gpushm_buffer_info_my_refs(b) +
+    gpushm_buffer_info_creator_pid(b) + gpushm_buffer_info_created_unix_ms(b) +
+    gpushm_buffer_info_holders_total(b);
+  uint8_t uuid[16];
+
+  if (gpushm_buffer_info_device_uuid(b, uuid) == 0)
+    sink += uuid[15];
+  for (size_t h = 0; h <= gpushm_buffer_info_holder_count(b); h++) {
+    const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
+    sink += gpushm_holder_client_id(holder) + gpushm_holder_pid(holder) +
+            gpushm_holder_uid(holder) + gpushm_holder_refs(holder);
+  }
+  (void)sink;
+}
+
+static void read_client_info(const gpushm_client_info_t *c)
+{
+  volatile uint64_t sink = gpushm_client_info_client_id(c) + gpushm_client_info_pid(c) +
+    gpushm_client_info_uid(c) + gpushm_client_info_gid(c) + strlen(gpushm_client_info_name(c)) +
+    gpushm_client_info_connected_unix_ms(c) + gpushm_client_info_buffers_held(c) +
+    gpushm_client_info_bytes_held(c) + (uint64_t)gpushm_client_info_admin(c);
+  (void)sink;
+}
+
+static void read_stats(const gpushm_stats_t *s)
+{
+  volatile uint64_t sink = strlen(gpushm_stats_daemon_version(s)) + gpushm_stats_instance_id(s) +
+    gpushm_stats_uptime_ms(s) + gpushm_stats_clients(s) + gpushm_stats_buffers(s) +
+    gpushm_stats_buffers_linked(s) + gpushm_stats_bytes_allocated(s) + gpushm_stats_requests(s) +
+    gpushm_stats_request_errors(s) + gpushm_stats_protocol_errors(s) +
+    gpushm_stats_clients_dropped(s) + gpushm_stats_open_fds(s);
+  uint8_t uuid[16];
+
+  for (size_t i = 0; i <= gpushm_stats_device_count(s); i++) {
+    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
+    sink += (uint64_t)gpushm_device_stats_ordinal(d) + strlen(gpushm_device_stats_name(d)) +
+            gpushm_device_stats_total_memory(d) + gpushm_device_stats_free_memory(d);
+    if (gpushm_device_stats_uuid(d, uuid) == 0)
+      sink += uuid[0];
+  }
+  for (size_t i = 0; i <= gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    sink += strlen(gpushm_request_stats_type(rq)) + gpushm_request_stats_count(rq) +
+            gpushm_request_stats_errors(rq);
+  }
+  for (size_t i = 0; i <= gpushm_stats_usage_count(s); i++) {
+    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
+    sink += gpushm_usage_kind(u) + gpushm_usage_backend(u) + (uint64_t)gpushm_usage_device(u) +
+            gpushm_usage_buffers(u) + gpushm_usage_bytes(u);
+  }
+  (void)sink;
+}
+
 static const char *const op_names[] = {
   "ping", "open", "open_id", "create", "close", "unlink", "list", "stats", "clients",
   "event", "sync", "touch", "reconnect", "accessors", "close_all", "nop",
@@ -451,34 +512,29 @@ static void run_op(gpushm_t **conn, unsigned op, unsigned arg)
     r = gpushm_unlink(*conn, name);
     break;
   case FUZZ_C_OP_LIST: {
-    gpushm_buffer_info_t *infos;
-    size_t count;
-    if (arg & 2)
-      r = gpushm_list(*conn, &infos, &count);
-    else
-      r = gpushm_list_ex(*conn, (arg & 1) ? GPUSHM_LIST_ALL : 0, &infos, &count);
-    if (r == 0) {
-      volatile size_t sink = 0;
-      for (size_t i = 0; i < count; i++)
-        for (size_t h = 0; h < infos[i].n_holders; h++)
-          sink += infos[i].holders[h].refs + strlen(infos[i].name);
-      (void)sink;
-      gpushm_buffer_info_free(infos, count);
+    gpushm_buffer_list_t *list;
+    if ((r = gpushm_list(*conn, ((arg & 1) ? GPUSHM_LIST_ALL : 0) | ((arg & 2) ? 0x80 : 0),
+                         &list)) == 0) {
+      for (size_t i = 0; i <= gpushm_buffer_list_count(list); i++) /* one past: NULL */
+        read_buffer_info(gpushm_buffer_list_get(list, i));
+      gpushm_buffer_list_free(list);
     }
     break;
   }
-  case FUZZ_C_OP_STATS:
-    r = gpushm_stats(*conn, &stats);
+  case FUZZ_C_OP_STATS: {
+    gpushm_stats_t *stats;
+    if ((r = gpushm_stats(*conn, &stats)) == 0) {
+      read_stats(stats);
+      gpushm_stats_free(stats);
+    }
     break;
+  }
   case FUZZ_C_OP_CLIENTS: {
-    gpushm_client_info_t *clients;
-    size_t count;
-    if ((r = gpushm_clients(*conn, &clients, &count)) == 0) {
-      volatile size_t sink = 0;
-      for (size_t i = 0; i < count; i++)
-        sink += strlen(clients[i].name);
-      (void)sink;
-      gpushm_client_info_free(clients);
+    gpushm_client_list_t *clients;
+    if ((r = gpushm_clients(*conn, &clients)) == 0) {
+      for (size_t i = 0; i <= gpushm_client_list_count(clients); i++)
+        read_client_info(gpushm_client_list_get(clients, i));
+      gpushm_client_list_free(clients);
     }
     break;
   }

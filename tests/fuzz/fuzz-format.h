@@ -48,7 +48,7 @@ enum fuzz_client_op {
   FUZZ_C_OP_CREATE = 3,      /* arg 1: "b"; arg 2: 4096 bytes (else 100); 4: sync; 8: open existing */
   FUZZ_C_OP_CLOSE = 4,       /* closes handle slot arg */
   FUZZ_C_OP_UNLINK = 5,      /* arg 1: "b" */
-  FUZZ_C_OP_LIST = 6,        /* arg 1: GPUSHM_LIST_ALL; arg 2: gpushm_list() */
+  FUZZ_C_OP_LIST = 6,        /* arg 1: GPUSHM_LIST_ALL; arg 2: an unknown flag too */
   FUZZ_C_OP_STATS = 7,
   FUZZ_C_OP_CLIENTS = 8,
   FUZZ_C_OP_EVENT = 9,       /* arg 1: create (else open) */

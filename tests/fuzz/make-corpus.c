@@ -319,7 +319,8 @@ static void daemon_seeds(void)
   d_create(c1, (struct create_spec){ .name = "sync", .size = 4096, .open_existing = true });
   d_open(c1, NULL, 1, true, false);
   d_open(c1, "sync", 0, false, true);
-  d_create(c0, (struct create_spec){ .name = "ev", .backend = GPUSHM_BACKEND_CUDA_EVENT });
+  d_create(c0, (struct create_spec){ .name = "ev",
+                                     .backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT });
   d_create(c0, (struct create_spec){ .name = "dev", .size = 1 << 20,
                                      .backend = GPUSHM_BACKEND_CUDA_IPC });
   d_create(c0, (struct create_spec){ .name = "fd", .size = 1 << 20,
@@ -577,7 +578,9 @@ static void c_list(uint64_t first_id, unsigned n, bool more)
     holder_ptrs[h] = &holders[h];
   }
   for (unsigned i = 0; i < n && i < 4; i++) {
-    fill_info(&infos[i], first_id + i, names[i], 4096u << i, GPUSHM_BACKEND_HOST);
+    /* the fourth is an event: no memory, the wire's event backend */
+    fill_info(&infos[i], first_id + i, names[i], i == 3 ? 0 : 4096u << i,
+              i == 3 ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT : GPUSHM_BACKEND_HOST);
     infos[i].n_holders = i % 3;
     infos[i].holders = holder_ptrs;
     infos[i].holders_total = i % 3;
@@ -598,7 +601,8 @@ static void c_stats(void)
   Gpushm__StatsReply body = GPUSHM__STATS_REPLY__INIT;
   Gpushm__Device dev = GPUSHM__DEVICE__INIT, *devs[] = { &dev };
   Gpushm__RequestCount counts[2], *count_ptrs[2];
-  Gpushm__Usage usage = GPUSHM__USAGE__INIT, *usage_ptrs[] = { &usage };
+  Gpushm__Usage usage = GPUSHM__USAGE__INIT, events = GPUSHM__USAGE__INIT;
+  Gpushm__Usage *usage_ptrs[] = { &usage, &events };
   static const char *const types[] = { "hello", "create" };
 
   dev.ordinal = 0;
@@ -617,6 +621,9 @@ static void c_stats(void)
   usage.device = -1;
   usage.buffers = 3;
   usage.bytes = 3 << 12;
+  events.backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  events.device = 0;
+  events.buffers = 1;
   body.daemon_version = PACKAGE_VERSION;
   body.instance_id = 0x1234567890abcdefull;
   body.uptime_ms = 1000;
@@ -631,7 +638,7 @@ static void c_stats(void)
   body.devices = devs;
   body.n_requests_by_type = 2;
   body.requests_by_type = count_ptrs;
-  body.n_usage = 1;
+  body.n_usage = 2;
   body.usage = usage_ptrs;
   reply.body_case = GPUSHM__REPLY__BODY_STATS;
   reply.stats = &body;
@@ -720,6 +727,19 @@ static void client_seeds(void)
   c_clients(4, 1, false);
   finish("client", "paging");
 
+  /* Admin replies that lie: the wrong body for the request (GPUSHM_E_PROTO), a list
+   * page that does not move past the last one (the walk ends). */
+  begin();
+  c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_LIST, 0), OP(FUZZ_C_OP_STATS, 0),
+                                    OP(FUZZ_C_OP_CLIENTS, 0), OP(FUZZ_C_OP_LIST, 0) });
+  c_hello();
+  c_stats();
+  c_list(1, 1, false);
+  c_list(1, 1, false);
+  c_list(1, 2, true);
+  c_list(1, 2, true);
+  finish("client", "admin-lies");
+
   /* Errors, then the daemon's last word (request id 0) ends the connection. */
   begin();
   c_ops(4, (const unsigned char[]){ OP(FUZZ_C_OP_OPEN, 1), OP(FUZZ_C_OP_UNLINK, 0),
@@ -762,7 +782,7 @@ static void client_seeds(void)
                              .backend = GPUSHM_BACKEND_CUDA_IPC });
   c_status(0, "");
   c_open((struct open_spec){ .id = 2, .name = "b", .created = true,
-                             .backend = GPUSHM_BACKEND_CUDA_EVENT });
+                             .backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT });
   c_status(0, "");
   c_status(-GPUSHM_E_UNSUPPORTED, "unsupported: cuda-ipc backend unavailable");
   finish("client", "cuda");

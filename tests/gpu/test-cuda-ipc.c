@@ -108,12 +108,12 @@ static int role_open_fails(char **argv)
 {
   gpushm_t *conn;
   gpushm_buffer_t *b;
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
 
   conn = daemon_connect(&d);
   CHECK_ERR(gpushm_buffer_open(conn, argv[2], 0, &b), GPUSHM_E_CUDA);
   CHECK(strstr(gpushm_last_error_message(), "cuIpcOpenMemHandle") != NULL);
-  CHECK(find_buffer(conn, argv[2], &info) == 0 && info.my_refs == 0);
+  CHECK((info = find_buffer(conn, argv[2])) && gpushm_buffer_info_my_refs(info) == 0);
   gpushm_disconnect(conn);
   return 0;
 }
@@ -152,12 +152,13 @@ static void test_producer_consumer(gpushm_t *conn)
 {
   uint64_t size = 64 * MiB;
   gpushm_buffer_t *b = create_cuda(conn, "frames", size);
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
 
   fill(dptr(b), size, 0x1111);
   check_child(spawn("consumer", "frames", "0x1111", "0x2222", NULL));
   CHECK(verify(dptr(b), size, 0x2222)); /* the consumer's answer, seen by the producer */
-  CHECK(find_buffer(conn, "frames", &info) == 0 && info.allocated == size && info.device == 0);
+  CHECK((info = find_buffer(conn, "frames")) && gpushm_buffer_info_allocated(info) == size &&
+        gpushm_buffer_info_device(info) == 0);
   CHECK_OK(gpushm_unlink(conn, "frames"));
   CHECK_OK(gpushm_buffer_close(b));
   test_log("64 MiB producer -> consumer -> producer round trip verified");
@@ -183,11 +184,12 @@ static void test_same_process_twice(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create_cuda(conn, "twice", 2 * MiB), *again;
   gpushm_t *other = daemon_connect(&d);
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
 
   CHECK_OK(gpushm_buffer_open(other, "twice", 0, &again));
   CHECK(again == b && gpushm_buffer_ptr(again) == gpushm_buffer_ptr(b));
-  CHECK(find_buffer(conn, "twice", &info) == 0 && info.refs == 1 && info.my_refs == 1);
+  CHECK((info = find_buffer(conn, "twice")) && gpushm_buffer_info_refs(info) == 1 &&
+        gpushm_buffer_info_my_refs(info) == 1);
   CHECK_OK(gpushm_buffer_close(again));
   CHECK_OK(gpushm_unlink(conn, "twice"));
   CHECK_OK(gpushm_buffer_close(b));
@@ -196,18 +198,22 @@ static void test_same_process_twice(gpushm_t *conn)
 
 static uint64_t daemon_free_memory(void)
 {
-  gpushm_stats_t s;
-  daemon_stats(&d, &s);
-  CHECK(s.n_devices >= 1);
-  return s.devices[0].free_memory;
+  gpushm_stats_t *s = daemon_stats(&d);
+  uint64_t free_memory;
+  CHECK(gpushm_stats_device_count(s) >= 1);
+  free_memory = gpushm_device_stats_free_memory(gpushm_stats_device(s, 0));
+  gpushm_stats_free(s);
+  return free_memory;
 }
 
 static int free_is(const struct test_daemon *daemon, void *expected)
 {
-  gpushm_stats_t s;
-  daemon_stats(daemon, &s);
-  return s.n_devices >= 1 && s.devices[0].free_memory == *(uint64_t *)expected &&
-         s.bytes_allocated == 0;
+  gpushm_stats_t *s = daemon_stats(daemon);
+  int is = gpushm_stats_device_count(s) >= 1 &&
+           gpushm_device_stats_free_memory(gpushm_stats_device(s, 0)) == *(uint64_t *)expected &&
+           gpushm_stats_bytes_allocated(s) == 0;
+  gpushm_stats_free(s);
+  return is;
 }
 
 static void test_freed_after_last_release(gpushm_t *conn)
@@ -265,15 +271,17 @@ static void test_big_buffer(gpushm_t *conn)
 
 static void test_too_big(gpushm_t *conn)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
   gpushm_create_opts_t opts;
   gpushm_buffer_t *b;
+  uint64_t total;
 
-  daemon_stats(&d, &s);
+  s = daemon_stats(&d);
+  total = gpushm_device_stats_total_memory(gpushm_stats_device(s, 0));
+  gpushm_stats_free(s);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
-  CHECK_ERR(gpushm_buffer_create(conn, "huge", s.devices[0].total_memory + 1024 * MiB, &opts, &b),
-            GPUSHM_E_NOMEM);
+  CHECK_ERR(gpushm_buffer_create(conn, "huge", total + 1024 * MiB, &opts, &b), GPUSHM_E_NOMEM);
   CHECK(strstr(gpushm_last_error_message(), "OUT_OF_MEMORY") != NULL);
   CHECK_OK(gpushm_ping(conn));
   /* and a normal allocation still works */
@@ -406,7 +414,7 @@ int main(int argc, char **argv)
 {
   gpushm_t *conn;
   gpushm_buffer_t *warm;
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
 
   self = "/proc/self/exe";
   if (argc > 1) {
@@ -433,10 +441,12 @@ int main(int argc, char **argv)
   test_first_create_does_not_block();
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
-  daemon_stats(&d, &s);
-  CHECK(s.n_devices >= 1 && s.devices[0].total_memory > 0);
-  test_log("device 0: %s, %llu MiB", s.devices[0].name,
-           (unsigned long long)(s.devices[0].total_memory >> 20));
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_device_count(s) >= 1 &&
+        gpushm_device_stats_total_memory(gpushm_stats_device(s, 0)) > 0);
+  test_log("device 0: %s, %llu MiB", gpushm_device_stats_name(gpushm_stats_device(s, 0)),
+           (unsigned long long)(gpushm_device_stats_total_memory(gpushm_stats_device(s, 0)) >> 20));
+  gpushm_stats_free(s);
   /* the daemon retains its context on first use */
   warm = create_cuda(conn, "warm-up", 2 * MiB);
   CHECK_OK(gpushm_unlink(conn, "warm-up"));
@@ -451,8 +461,9 @@ int main(int argc, char **argv)
   test_open_after_free(conn);
   test_client_import_failure(conn);
 
-  daemon_stats(&d, &s);
-  CHECK(s.buffers == 0 && s.bytes_allocated == 0);
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
+  gpushm_stats_free(s);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   CU_CALL(&drv, cuDevicePrimaryCtxRelease, 0);

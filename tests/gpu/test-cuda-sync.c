@@ -274,8 +274,9 @@ static int role_other_uid(char **argv)
   else
     CHECK(r == GPUSHM_E_PERM);
   {
-    gpushm_buffer_info_t info;
-    CHECK(find_buffer(conn, "shared-sync", &info) == 0 && info.my_refs == 0); /* nothing kept */
+    const gpushm_buffer_info_t *info;
+    /* nothing kept */
+    CHECK((info = find_buffer(conn, "shared-sync")) && gpushm_buffer_info_my_refs(info) == 0);
   }
   fflush(stdout);
   gpushm_disconnect(conn);
@@ -432,7 +433,7 @@ static void test_other_uid(gpushm_t *conn)
 int main(int argc, char **argv)
 {
   gpushm_t *conn;
-  gpushm_stats_t st;
+  gpushm_stats_t *st;
 
   if (argc > 1) {
     snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
@@ -458,8 +459,9 @@ int main(int argc, char **argv)
   test_event_open_cost(conn);
   test_other_uid(conn);
 
-  daemon_stats(&d, &st);
-  CHECK(st.buffers == 0 && st.bytes_allocated == 0);
+  st = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(st) == 0 && gpushm_stats_bytes_allocated(st) == 0);
+  gpushm_stats_free(st);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   return 0;

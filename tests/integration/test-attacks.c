@@ -294,16 +294,17 @@ static void test_pinning(void)
 
 static uint32_t own_client_id(gpushm_t *conn)
 {
-  gpushm_client_info_t *infos;
-  size_t n;
+  gpushm_client_list_t *clients;
   uint32_t id = 0;
 
   /* A fresh connection has the highest id among this process's. */
-  CHECK_OK(gpushm_clients(conn, &infos, &n));
-  for (size_t i = 0; i < n; i++)
-    if (infos[i].pid == (uint32_t)getpid() && infos[i].client_id > id)
-      id = infos[i].client_id;
-  gpushm_client_info_free(infos);
+  CHECK_OK(gpushm_clients(conn, &clients));
+  for (size_t i = 0; i < gpushm_client_list_count(clients); i++) {
+    const gpushm_client_info_t *c = gpushm_client_list_get(clients, i);
+    if (gpushm_client_info_pid(c) == (uint32_t)getpid() && gpushm_client_info_client_id(c) > id)
+      id = gpushm_client_info_client_id(c);
+  }
+  gpushm_client_list_free(clients);
   CHECK(id != 0);
   return id;
 }
@@ -314,7 +315,7 @@ static void test_disconnect(gpushm_t *conn)
   int to_parent[2], to_child[2];
   gpushm_create_opts_t opts;
   gpushm_buffer_t *shared;
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
   uint32_t victim, root_client = own_client_id(conn);
   pid_t pid;
   char go;
@@ -347,9 +348,9 @@ static void test_disconnect(gpushm_t *conn)
   }
   fill(gpushm_buffer_ptr(shared), SIZE, 4);
   CHECK(read(to_parent[0], &victim, sizeof victim) == sizeof victim);
-  CHECK(find_buffer(conn, "shared", &info) == 0 && info.refs == 2);
+  CHECK((info = find_buffer(conn, "shared")) && gpushm_buffer_info_refs(info) == 2);
   CHECK_OK(gpushm_client_disconnect(conn, victim));
-  CHECK(find_buffer(conn, "shared", &info) == 0 && info.refs == 1);
+  CHECK((info = find_buffer(conn, "shared")) && gpushm_buffer_info_refs(info) == 1);
   CHECK_ERR(gpushm_client_disconnect(conn, victim), GPUSHM_E_NOENT);
   CHECK(write(to_child[1], "g", 1) == 1);
   check_child(pid);

@@ -11,24 +11,30 @@ static struct test_daemon d;
 
 static uint32_t my_refs(gpushm_t *conn, const char *name)
 {
-  gpushm_buffer_info_t info;
-  CHECK(find_buffer(conn, name, &info) == 0);
-  return info.my_refs;
+  const gpushm_buffer_info_t *info = find_buffer(conn, name);
+  CHECK(info);
+  return gpushm_buffer_info_my_refs(info);
 }
 
 static uint64_t requests(gpushm_t *conn)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  uint64_t n;
   CHECK_OK(gpushm_stats(conn, &s));
-  return s.requests;
+  n = gpushm_stats_requests(s);
+  gpushm_stats_free(s);
+  return n;
 }
 
 static int one_client(const struct test_daemon *daemon, void *conn)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  int one;
   (void)daemon;
   CHECK_OK(gpushm_stats(conn, &s));
-  return s.clients == 1;
+  one = gpushm_stats_clients(s) == 1;
+  gpushm_stats_free(s);
+  return one;
 }
 
 struct worker {
@@ -52,6 +58,7 @@ int main(void)
 {
   gpushm_t *c1, *c2;
   gpushm_buffer_t *buf, *again, *by_id, *ro, *fresh, *hot;
+  const gpushm_buffer_info_t *info;
   uint64_t before, old_id;
 
   daemon_start(&d, NULL);
@@ -122,16 +129,10 @@ int main(void)
   CHECK_OK(gpushm_buffer_open(c2, "hot", 0, &hot));
   gpushm_disconnect(c2);
   CHECK(my_refs(c1, "hot") == 0);
-  {
-    gpushm_buffer_info_t info;
-    CHECK(find_buffer(c1, "hot", &info) == 0 && info.refs == 1);
-  }
+  CHECK((info = find_buffer(c1, "hot")) && gpushm_buffer_info_refs(info) == 1);
   CHECK_OK(gpushm_buffer_close(hot)); /* releases through c2, then closes it */
-  {
-    gpushm_buffer_info_t info;
-    CHECK(find_buffer(c1, "hot", &info) == 0 && info.refs == 0);
-    CHECK(wait_until(one_client, &d, c1)); /* c2's socket closed with its last buffer */
-  }
+  CHECK((info = find_buffer(c1, "hot")) && gpushm_buffer_info_refs(info) == 0);
+  CHECK(wait_until(one_client, &d, c1)); /* c2's socket closed with its last buffer */
   gpushm_disconnect(c1);
   daemon_stop(&d);
   return 0;

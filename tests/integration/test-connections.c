@@ -30,10 +30,13 @@ static gpushm_t *watcher;
 
 static int clients_are(const struct test_daemon *dd, void *expected)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  int are;
   (void)dd;
   CHECK_OK(gpushm_stats(watcher, &s));
-  return s.clients == *(uint32_t *)expected;
+  are = gpushm_stats_clients(s) == *(uint32_t *)expected;
+  gpushm_stats_free(s);
+  return are;
 }
 
 /* Holds n connections as uid until told to let go; reports how many it got. */

@@ -3,6 +3,7 @@
  * clean error and a healthy daemon; a failed export: nothing left behind; a sticky
  * error: the daemon exits with status 70 for the service manager to restart it. */
 #include "config.h"
+#include "gpushm_limits.h"
 #include "harness.h"
 
 #include <string.h>
@@ -76,7 +77,7 @@ static void test_out_of_memory(void)
   struct test_daemon d = { 0 };
   gpushm_t *conn;
   gpushm_buffer_t *b;
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
 
   /* the second allocation (and every later one) fails */
   start(&d, fake_lib, "cuMemAlloc=CUDA_ERROR_OUT_OF_MEMORY@2", NULL);
@@ -87,8 +88,9 @@ static void test_out_of_memory(void)
   CHECK_ERR(create_cuda(conn, "second", 1, &b), GPUSHM_E_NOMEM);
   CHECK(strstr(gpushm_last_error_message(), "cuMemAlloc") != NULL);
   CHECK_OK(gpushm_ping(conn));
-  daemon_stats(&d, &s);
-  CHECK(s.buffers == 1 && s.bytes_allocated == 2u << 20); /* "first" only */
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(s) == 1 && gpushm_stats_bytes_allocated(s) == 2u << 20); /* "first" */
+  gpushm_stats_free(s);
   /* the failed create charged no quota and left no name */
   CHECK_OK(gpushm_buffer_create(conn, "second", 1, NULL, &b));
   CHECK_OK(gpushm_buffer_close(b));
@@ -101,14 +103,16 @@ static void test_export_failure(void)
   struct test_daemon d = { 0 };
   gpushm_t *conn;
   gpushm_buffer_t *b;
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
 
   start(&d, fake_lib, "cuIpcGetMemHandle=CUDA_ERROR_INVALID_VALUE", NULL);
   conn = daemon_connect(&d);
   CHECK_ERR(create_cuda(conn, "unexportable", 1, &b), GPUSHM_E_CUDA);
   CHECK(strstr(gpushm_last_error_message(), "cuIpcGetMemHandle") != NULL);
-  daemon_stats(&d, &s);
-  CHECK(s.buffers == 0 && s.bytes_allocated == 0); /* allocated, then given back */
+  s = daemon_stats(&d);
+  /* allocated, then given back */
+  CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
+  gpushm_stats_free(s);
   gpushm_disconnect(conn);
   daemon_stop(&d);
 }
@@ -139,12 +143,17 @@ static void test_device_limit(void)
   gpushm_t *conn;
   gpushm_buffer_t *b;
   gpushm_create_opts_t opts;
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  uint8_t uuid31[16];
 
   start(&d, fake_lib, NULL, "40");
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_stats(conn, &s));
-  CHECK(s.n_devices == GPUSHM_STATS_MAX_DEVICES && s.devices[31].ordinal == 31);
+  CHECK(gpushm_stats_device_count(s) == GPUSHM_LIMIT_DEVICES);
+  CHECK(gpushm_device_stats_ordinal(gpushm_stats_device(s, 31)) == 31);
+  CHECK(gpushm_stats_device(s, GPUSHM_LIMIT_DEVICES) == NULL);
+  CHECK_OK(gpushm_device_stats_uuid(gpushm_stats_device(s, 31), uuid31));
+  gpushm_stats_free(s);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
   /* The daemon allocates on its device 31; this process's driver shows one GPU, so
@@ -153,8 +162,13 @@ static void test_device_limit(void)
   CHECK_ERR(gpushm_buffer_create(conn, "last-device", 1, &opts, &b), GPUSHM_E_UNSUPPORTED);
   CHECK(strstr(gpushm_last_error_message(), "not visible to this process") != NULL);
   {
-    gpushm_buffer_info_t info;
-    CHECK(find_buffer(conn, "last-device", &info) == 0 && info.device == 31 && info.refs == 0);
+    const gpushm_buffer_info_t *info;
+    uint8_t uuid[16];
+    CHECK((info = find_buffer(conn, "last-device")) && gpushm_buffer_info_device(info) == 31 &&
+          gpushm_buffer_info_refs(info) == 0);
+    /* the UUID that tells the daemon's device 31 apart from this process's devices */
+    CHECK_OK(gpushm_buffer_info_device_uuid(info, uuid));
+    CHECK(memcmp(uuid, uuid31, sizeof uuid) == 0);
   }
   opts.device = 32;
   CHECK_ERR(gpushm_buffer_create(conn, "beyond", 1, &opts, &b), GPUSHM_E_INVAL);

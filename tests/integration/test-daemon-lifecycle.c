@@ -98,7 +98,7 @@ static void test_config(const char *out)
   char conf[] = "/tmp/gpushm-test-conf.XXXXXX", arg[64];
   gpushm_t *c1;
   gpushm_buffer_t *b;
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
   int fd = mkstemp(conf);
 
   CHECK(fd >= 0);
@@ -109,7 +109,8 @@ static void test_config(const char *out)
   daemon_start(&d, arg, "--max-buffers-per-uid", "2", NULL); /* the flag beats the file's 5 */
   c1 = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(c1, "moded", 1, NULL, &b));
-  CHECK(find_buffer(c1, "moded", &info) == 0 && info.mode == 0640); /* from the file */
+  /* from the file */
+  CHECK((info = find_buffer(c1, "moded")) && gpushm_buffer_info_mode(info) == 0640);
   CHECK_ERR(gpushm_buffer_create(c1, "too-big", 2u << 20, NULL, &b), GPUSHM_E_LIMIT);
   CHECK_OK(gpushm_buffer_create(c1, "second", 1, NULL, &b));
   CHECK_ERR(gpushm_buffer_create(c1, "third", 1, NULL, &b), GPUSHM_E_LIMIT);

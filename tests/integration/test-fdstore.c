@@ -157,7 +157,9 @@ static void test_restart_keeps_persistent_buffers(void)
   gpushm_create_opts_t opts;
   gpushm_t *conn, *holder;
   gpushm_buffer_t *keep, *sync, *session, *gone, *held, *b;
-  gpushm_buffer_info_t before, after;
+  const gpushm_buffer_info_t *before, *after;
+  uint32_t owner_uid, owner_gid;
+  uint64_t created_unix_ms;
   uint64_t seq, keep_id;
   int pipe_fds[2];
 
@@ -168,7 +170,10 @@ static void test_restart_keeps_persistent_buffers(void)
   CHECK_OK(gpushm_buffer_create(conn, "keep", 3u << 20, &opts, &keep));
   fill(gpushm_buffer_ptr(keep), 3u << 20, 7);
   keep_id = gpushm_buffer_id(keep);
-  CHECK(find_buffer(conn, "keep", &before) == 0);
+  CHECK((before = find_buffer(conn, "keep")));
+  owner_uid = gpushm_buffer_info_owner_uid(before);
+  owner_gid = gpushm_buffer_info_owner_gid(before);
+  created_unix_ms = gpushm_buffer_info_created_unix_ms(before);
   opts.flags = GPUSHM_CREATE_SYNC;
   CHECK_OK(gpushm_buffer_create(conn, "keep-sync", 4096, &opts, &sync));
   fill(gpushm_buffer_ptr(sync), 4096, 9);
@@ -224,10 +229,13 @@ static void test_restart_keeps_persistent_buffers(void)
   CHECK(intact(gpushm_buffer_ptr(b), 3u << 20, 7));
   CHECK(intact(gpushm_buffer_ptr(keep), 3u << 20, 7)); /* the old mapping: the same memory */
   CHECK_OK(gpushm_buffer_close(b));
-  CHECK(find_buffer(conn, "keep", &after) == 0);
-  CHECK(after.owner_uid == before.owner_uid && after.owner_gid == before.owner_gid &&
-        after.mode == 0640 && after.created_unix_ms == before.created_unix_ms &&
-        after.lifetime == GPUSHM_LIFETIME_PERSISTENT && after.refs == 0);
+  CHECK((after = find_buffer(conn, "keep")));
+  CHECK(gpushm_buffer_info_owner_uid(after) == owner_uid &&
+        gpushm_buffer_info_owner_gid(after) == owner_gid &&
+        gpushm_buffer_info_mode(after) == 0640 &&
+        gpushm_buffer_info_created_unix_ms(after) == created_unix_ms &&
+        gpushm_buffer_info_lifetime(after) == GPUSHM_LIFETIME_PERSISTENT &&
+        gpushm_buffer_info_refs(after) == 0);
   CHECK_OK(gpushm_buffer_open(conn, "keep-sync", 0, &b));
   CHECK(gpushm_buffer_release_seq(b) == 3 && intact(gpushm_buffer_ptr(b), 4096, 9));
   {

@@ -12,25 +12,30 @@ static struct test_daemon d;
 
 static int all_freed(const struct test_daemon *daemon, void *baseline_fds)
 {
-  gpushm_stats_t s;
-  daemon_stats(daemon, &s);
-  return s.buffers == 0 && s.bytes_allocated == 0 && s.clients == 1 /* this query */ &&
-         s.open_fds == *(uint32_t *)baseline_fds;
+  gpushm_stats_t *s = daemon_stats(daemon);
+  int freed = gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0 &&
+              gpushm_stats_clients(s) == 1 /* this query */ &&
+              gpushm_stats_open_fds(s) == *(uint32_t *)baseline_fds;
+  gpushm_stats_free(s);
+  return freed;
 }
 
 int main(void)
 {
-  gpushm_stats_t base;
+  gpushm_stats_t *base;
+  uint32_t base_fds;
   gpushm_t *conn;
   gpushm_buffer_t *buf;
-  gpushm_buffer_info_t info, *infos;
-  size_t n;
+  const gpushm_buffer_info_t *info;
+  gpushm_buffer_list_t *list;
   int ready[2];
   char c;
   pid_t victims[3];
 
   daemon_start(&d, NULL);
-  daemon_stats(&d, &base);
+  base = daemon_stats(&d);
+  base_fds = gpushm_stats_open_fds(base);
+  gpushm_stats_free(base);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(conn, "victim", 8u << 20, NULL, &buf));
   CHECK(pipe(ready) == 0);
@@ -52,20 +57,23 @@ int main(void)
     CHECK(read(ready[0], &c, 1) == 1);
 
   /* The holders are listed with their pids. */
-  CHECK_OK(gpushm_list(conn, &infos, &n));
-  CHECK(n == 1 && infos[0].holders_total == 4 && infos[0].n_holders == 4);
+  CHECK_OK(gpushm_list(conn, 0, &list));
+  CHECK(gpushm_buffer_list_count(list) == 1 && (info = gpushm_buffer_list_get(list, 0)));
+  CHECK(gpushm_buffer_info_holders_total(info) == 4 && gpushm_buffer_info_holder_count(info) == 4);
+  CHECK(gpushm_buffer_info_holder(info, 4) == NULL && gpushm_buffer_list_get(list, 1) == NULL);
   for (int i = 0; i < 3; i++) {
     int seen = 0;
-    for (size_t h = 0; h < infos[0].n_holders; h++)
-      seen |= infos[0].holders[h].pid == (uint32_t)victims[i];
+    for (size_t h = 0; h < gpushm_buffer_info_holder_count(info); h++)
+      seen |= gpushm_holder_pid(gpushm_buffer_info_holder(info, h)) == (uint32_t)victims[i];
     CHECK(seen);
   }
-  gpushm_buffer_info_free(infos, n);
+  gpushm_buffer_list_free(list);
 
   /* Unlink and close ours: the victims alone keep it alive. */
   CHECK_OK(gpushm_unlink(conn, "victim"));
   CHECK_OK(gpushm_buffer_close(buf));
-  CHECK(find_buffer(conn, "victim", &info) == 0 && info.refs == 3 && !info.linked);
+  CHECK((info = find_buffer(conn, "victim")) && gpushm_buffer_info_refs(info) == 3 &&
+        !gpushm_buffer_info_linked(info));
   gpushm_disconnect(conn);
 
   for (int i = 0; i < 3; i++) {
@@ -74,7 +82,7 @@ int main(void)
     CHECK(waitpid(victims[i], &status, 0) == victims[i]);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   }
-  CHECK(wait_until(all_freed, &d, &base.open_fds));
+  CHECK(wait_until(all_freed, &d, &base_fds));
   daemon_stop(&d);
   return 0;
 }

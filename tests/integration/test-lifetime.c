@@ -10,11 +10,14 @@ static struct test_daemon d;
 
 static void expect_totals(uint32_t buffers, uint32_t linked, uint64_t bytes)
 {
-  gpushm_stats_t s;
-  daemon_stats(&d, &s);
-  if (s.buffers != buffers || s.buffers_linked != linked || s.bytes_allocated != bytes) {
+  gpushm_stats_t *s = daemon_stats(&d);
+  uint32_t has = gpushm_stats_buffers(s), has_linked = gpushm_stats_buffers_linked(s);
+  uint64_t has_bytes = gpushm_stats_bytes_allocated(s);
+
+  gpushm_stats_free(s);
+  if (has != buffers || has_linked != linked || has_bytes != bytes) {
     fprintf(stderr, "daemon has %u buffers (%u linked, %llu bytes); expected %u (%u, %llu)\n",
-            s.buffers, s.buffers_linked, (unsigned long long)s.bytes_allocated, buffers, linked,
+            has, has_linked, (unsigned long long)has_bytes, buffers, linked,
             (unsigned long long)bytes);
     exit(1);
   }
@@ -51,7 +54,7 @@ int main(void)
 {
   gpushm_t *conn, *other;
   gpushm_buffer_t *buf, *b2;
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
   uint64_t id;
 
   daemon_start(&d, NULL);
@@ -64,7 +67,8 @@ int main(void)
   memset(gpushm_buffer_ptr(buf), 0xab, 10000);
   CHECK_OK(gpushm_unlink(conn, "doomed"));
   expect_totals(1, 0, 12288);
-  CHECK(find_buffer(conn, "doomed", &info) == 0 && !info.linked && info.refs == 1);
+  CHECK((info = find_buffer(conn, "doomed")) && !gpushm_buffer_info_linked(info) &&
+        gpushm_buffer_info_refs(info) == 1);
   CHECK_ERR(gpushm_buffer_open(other, "doomed", 0, &b2), GPUSHM_E_NOENT);
   /* by id through the daemon (read-only is not in this process's cache) */
   CHECK_ERR(gpushm_buffer_open_id(other, id, GPUSHM_OPEN_READONLY, &b2), GPUSHM_E_NOENT);
@@ -78,7 +82,8 @@ int main(void)
   /* close, then unlink: a persistent buffer outlives its holders */
   CHECK_OK(gpushm_buffer_close(b2));
   expect_totals(1, 1, 4096);
-  CHECK(find_buffer(conn, "doomed", &info) == 0 && info.linked && info.refs == 0);
+  CHECK((info = find_buffer(conn, "doomed")) && gpushm_buffer_info_linked(info) &&
+        gpushm_buffer_info_refs(info) == 0);
   CHECK_OK(gpushm_unlink(other, "doomed"));
   expect_totals(0, 0, 0);
 
@@ -91,8 +96,9 @@ int main(void)
     pid = creator_child(ready[1], hold[0], hold[1], (gpushm_t *[]){ conn, other });
     CHECK(read(ready[0], &c, 1) == 1);
     CHECK_OK(gpushm_buffer_open(conn, "session", GPUSHM_OPEN_READONLY, &buf));
-    CHECK(find_buffer(conn, "session", &info) == 0 && info.lifetime == GPUSHM_LIFETIME_SESSION);
-    CHECK(info.creator_pid == (uint32_t)pid);
+    CHECK((info = find_buffer(conn, "session")) &&
+          gpushm_buffer_info_lifetime(info) == GPUSHM_LIFETIME_SESSION);
+    CHECK(gpushm_buffer_info_creator_pid(info) == (uint32_t)pid);
     close(hold[1]);
     check_child(pid);
     close(ready[0]);
@@ -111,7 +117,8 @@ int main(void)
   expect_totals(2, 1, 8192); /* session (unlinked, held) + persistent */
   CHECK_OK(gpushm_buffer_close(buf));
   expect_totals(1, 1, 4096);
-  CHECK(find_buffer(conn, "persistent", &info) == 0 && info.linked && info.refs == 0);
+  CHECK((info = find_buffer(conn, "persistent")) && gpushm_buffer_info_linked(info) &&
+        gpushm_buffer_info_refs(info) == 0);
   CHECK_OK(gpushm_unlink(conn, "persistent"));
   expect_totals(0, 0, 0);
 

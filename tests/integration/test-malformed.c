@@ -146,31 +146,39 @@ static gpushm_buffer_t *kept;
 
 static void good_client_still_served(void)
 {
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
   CHECK_OK(gpushm_ping(good));
-  CHECK(find_buffer(good, "kept", &info) == 0 && info.refs == 1 && info.linked);
+  CHECK((info = find_buffer(good, "kept")) && gpushm_buffer_info_refs(info) == 1 &&
+        gpushm_buffer_info_linked(info));
 }
 
 static int client_dropped(const struct test_daemon *daemon, void *unused)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  int dropped;
   (void)daemon;
   (void)unused;
   CHECK_OK(gpushm_stats(good, &s));
-  return s.clients_dropped == 1;
+  dropped = gpushm_stats_clients_dropped(s) == 1;
+  gpushm_stats_free(s);
+  return dropped;
 }
 
 static int fds_back(const struct test_daemon *daemon, void *baseline)
 {
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
+  int back;
   (void)daemon;
   CHECK_OK(gpushm_stats(good, &s));
-  return s.open_fds == *(uint32_t *)baseline && s.clients == 1;
+  back = gpushm_stats_open_fds(s) == *(uint32_t *)baseline && gpushm_stats_clients(s) == 1;
+  gpushm_stats_free(s);
+  return back;
 }
 
 int main(void)
 {
-  gpushm_stats_t base, s;
+  gpushm_stats_t *base, *s;
+  uint32_t base_fds;
   unsigned fatal = 0;
   int fd, pipefd[2];
 
@@ -178,6 +186,8 @@ int main(void)
   good = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(good, "kept", 4096, NULL, &kept));
   CHECK_OK(gpushm_stats(good, &base));
+  base_fds = gpushm_stats_open_fds(base);
+  gpushm_stats_free(base);
   CHECK(pipe(pipefd) == 0);
 
   /* garbage and short frames */
@@ -365,9 +375,10 @@ int main(void)
 
   close(pipefd[0]);
   close(pipefd[1]);
-  CHECK(wait_until(fds_back, &d, &base.open_fds));
+  CHECK(wait_until(fds_back, &d, &base_fds));
   CHECK_OK(gpushm_stats(good, &s));
-  CHECK(s.protocol_errors == fatal);
+  CHECK(gpushm_stats_protocol_errors(s) == fatal);
+  gpushm_stats_free(s);
   CHECK_OK(gpushm_buffer_close(kept));
   gpushm_disconnect(good);
   daemon_stop(&d);

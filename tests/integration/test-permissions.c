@@ -14,7 +14,7 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
 {
   gpushm_t *conn;
   gpushm_buffer_t *b;
-  gpushm_buffer_info_t info;
+  const gpushm_buffer_info_t *info;
 
   CHECK(setgroups(0, NULL) == 0);
   CHECK(setgid(gid) == 0);
@@ -26,7 +26,7 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
   CHECK_ERR(gpushm_buffer_open(conn, "private", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
   CHECK_ERR(gpushm_buffer_open_id(conn, root_buffer_id, GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
   /* and not even listed */
-  CHECK(find_buffer(conn, "private", &info) < 0);
+  CHECK(find_buffer(conn, "private") == NULL);
 
   /* 0644: read-only yes, read-write no, unlink no */
   CHECK_OK(gpushm_buffer_open(conn, "public", GPUSHM_OPEN_READONLY, &b));
@@ -36,7 +36,7 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
   CHECK_ERR(gpushm_buffer_open(conn, "public", 0, &b), GPUSHM_E_PERM);
   CHECK(strstr(gpushm_last_error_message(), "denies read-write access") != NULL);
   CHECK_ERR(gpushm_unlink(conn, "public"), GPUSHM_E_PERM);
-  CHECK(find_buffer(conn, "public", &info) == 0 && info.owner_uid == 0);
+  CHECK((info = find_buffer(conn, "public")) && gpushm_buffer_info_owner_uid(info) == 0);
 
   /* 0666: read-write for everyone; still only the owner unlinks */
   CHECK_OK(gpushm_buffer_open(conn, "world", 0, &b));
@@ -46,7 +46,8 @@ static void as_nobody(uid_t uid, gid_t gid, uint64_t root_buffer_id)
 
   /* its own buffer belongs to it */
   CHECK_OK(gpushm_buffer_create(conn, "nobodys", 4096, NULL, &b));
-  CHECK(find_buffer(conn, "nobodys", &info) == 0 && info.owner_uid == uid && info.mode == 0600);
+  CHECK((info = find_buffer(conn, "nobodys")) && gpushm_buffer_info_owner_uid(info) == uid &&
+        gpushm_buffer_info_mode(info) == 0600);
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   exit(0);

@@ -1,9 +1,11 @@
 /* Two processes share a host buffer through a real gpushmd and see each other's
- * writes; read-only opens are enforced by the kernel; create/open errors. */
+ * writes; read-only opens are enforced by the kernel; create/open errors; sized
+ * option structs from older and newer callers. */
 #include "config.h"
 #include "harness.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -50,16 +52,77 @@ static void consumer_process(void)
   exit(0);
 }
 
+/* gpushm_create_opts_t as a caller built against a newer gpushm.h has it: two more
+ * fields this library does not know. */
+struct newer_opts {
+  gpushm_create_opts_t known;
+  uint64_t future[2];
+};
+
+/* The size field (copy_struct_from_user()'s convention): too small is invalid, a larger
+ * struct passes while what the library does not know is zero, bytes past size are
+ * never read, and NULL means the defaults. */
+static void test_sized_opts(gpushm_t *conn)
+{
+  struct newer_opts newer;
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_event_t *ev;
+  const gpushm_buffer_info_t *info;
+  char offset[64];
+
+  gpushm_create_opts_init(&opts);
+  CHECK(opts.size == sizeof opts && sizeof opts >= GPUSHM_CREATE_OPTS_SIZE_V1);
+  opts.size = 0; /* never initialised */
+  CHECK_ERR(gpushm_buffer_create(conn, "sized", 1, &opts, &b), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "gpushm_create_opts_t") != NULL);
+  opts.size = GPUSHM_CREATE_OPTS_SIZE_V1 - 4;
+  CHECK_ERR(gpushm_buffer_create(conn, "sized", 1, &opts, &b), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_event_create(conn, "sized", &opts, &ev), GPUSHM_E_INVAL);
+
+  /* a newer caller asking for nothing new: as if it were this library's own layout */
+  memset(&newer, 0, sizeof newer);
+  gpushm_create_opts_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.known.mode = 0640;
+  CHECK_OK(gpushm_buffer_create(conn, "sized", 1, &newer.known, &b));
+  CHECK((info = find_buffer(conn, "sized")) && gpushm_buffer_info_mode(info) == 0640);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "sized"));
+
+  /* a newer caller asking for something this library cannot do */
+  newer.future[1] = 1;
+  CHECK_ERR(gpushm_buffer_create(conn, "sized", 1, &newer.known, &b), GPUSHM_E_UNSUPPORTED);
+  snprintf(offset, sizeof offset, "offset %zu", offsetof(struct newer_opts, future[1]));
+  CHECK(strstr(gpushm_last_error_message(), offset) != NULL);
+  CHECK_ERR(gpushm_buffer_open(conn, "sized", 0, &b), GPUSHM_E_NOENT); /* nothing made */
+
+  /* what lies past size is not the caller's struct: never read */
+  newer.known.size = sizeof newer.known;
+  CHECK_OK(gpushm_buffer_create(conn, "sized", 1, &newer.known, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "sized"));
+
+  /* NULL: the defaults */
+  CHECK_OK(gpushm_buffer_create(conn, "sized", 1, NULL, &b));
+  CHECK((info = find_buffer(conn, "sized")) && gpushm_buffer_info_mode(info) == 0600 &&
+        gpushm_buffer_info_backend(info) == GPUSHM_BACKEND_HOST &&
+        gpushm_buffer_info_kind(info) == GPUSHM_KIND_BUFFER &&
+        gpushm_buffer_info_lifetime(info) == GPUSHM_LIFETIME_PERSISTENT);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "sized"));
+}
+
 int main(void)
 {
   gpushm_t *conn;
   gpushm_buffer_t *buf, *again;
   gpushm_create_opts_t opts;
-  gpushm_stats_t before, after;
+  gpushm_stats_t *before, *after;
   pid_t pid;
 
   daemon_start(&d, NULL);
-  daemon_stats(&d, &before);
+  before = daemon_stats(&d);
   conn = daemon_connect(&d);
 
   gpushm_create_opts_init(&opts);
@@ -88,19 +151,22 @@ int main(void)
   CHECK_ERR(gpushm_buffer_open(conn, "../etc", 0, &again), GPUSHM_E_NAME);
   CHECK_ERR(gpushm_buffer_open(conn, "shared", 0x80, &again), GPUSHM_E_INVAL);
   CHECK_ERR(gpushm_buffer_create(conn, "empty", 0, NULL, &again), GPUSHM_E_INVAL);
-  opts.flags = 0;
-  opts.reserved_[0] = 1;
-  CHECK_ERR(gpushm_buffer_create(conn, "reserved", 1, &opts, &again), GPUSHM_E_INVAL);
+  opts.flags = 0x80;
+  CHECK_ERR(gpushm_buffer_create(conn, "flagged", 1, &opts, &again), GPUSHM_E_INVAL);
   CHECK_ERR(gpushm_unlink(conn, "missing"), GPUSHM_E_NOENT);
+  test_sized_opts(conn);
 
   CHECK_OK(gpushm_unlink(conn, "shared"));
   CHECK_OK(gpushm_buffer_close(buf));
   CHECK_OK(gpushm_ping(conn));
   gpushm_disconnect(conn);
 
-  daemon_stats(&d, &after);
-  CHECK(after.buffers == 0 && after.bytes_allocated == 0);
-  CHECK(after.open_fds == before.open_fds); /* no fd leaks in the daemon */
+  after = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(after) == 0 && gpushm_stats_bytes_allocated(after) == 0);
+  /* no fd leaks in the daemon */
+  CHECK(gpushm_stats_open_fds(after) == gpushm_stats_open_fds(before));
+  gpushm_stats_free(before);
+  gpushm_stats_free(after);
   daemon_stop(&d);
   return 0;
 }

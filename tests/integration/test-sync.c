@@ -28,22 +28,27 @@ static void test_events(void)
   gpushm_t *conn = daemon_connect(&d), *other = daemon_connect(&d);
   gpushm_create_opts_t opts;
   gpushm_event_t *ev, *again;
-  gpushm_buffer_t *buf;
-  gpushm_buffer_info_t info;
-  gpushm_stats_t s1, s2;
+  gpushm_buffer_t *buf, *sneaky;
+  const gpushm_buffer_info_t *info;
+  gpushm_stats_t *s1, *s2;
 
   gpushm_create_opts_init(&opts);
   opts.mode = 0644;
   CHECK_OK(gpushm_event_create(conn, "ready", &opts, &ev));
   CHECK(strcmp(gpushm_event_name(ev), "ready") == 0 && gpushm_event_id(ev) > 0);
-  CHECK(find_buffer(conn, "ready", &info) == 0);
-  CHECK(info.backend == GPUSHM_BACKEND_CUDA_EVENT && info.size == 0 && info.refs == 1);
+  CHECK((info = find_buffer(conn, "ready")));
+  /* an event is its own kind, with no memory backend */
+  CHECK(gpushm_buffer_info_kind(info) == GPUSHM_KIND_EVENT);
+  CHECK(gpushm_buffer_info_backend(info) == GPUSHM_BACKEND_DEFAULT);
+  CHECK(gpushm_buffer_info_size(info) == 0 && gpushm_buffer_info_refs(info) == 1);
 
   /* cached once per process, whichever connection asks */
   CHECK_OK(gpushm_stats(conn, &s1));
   CHECK_OK(gpushm_event_open(other, "ready", &again));
   CHECK_OK(gpushm_stats(conn, &s2));
-  CHECK(again == ev && s2.requests == s1.requests + 1);
+  CHECK(again == ev && gpushm_stats_requests(s2) == gpushm_stats_requests(s1) + 1);
+  gpushm_stats_free(s1);
+  gpushm_stats_free(s2);
   CHECK_OK(gpushm_event_record(ev, NULL));
   CHECK_OK(gpushm_event_wait(again, NULL));
   CHECK_OK(gpushm_event_close(again));
@@ -62,8 +67,10 @@ static void test_events(void)
   opts.flags = GPUSHM_CREATE_SYNC;
   CHECK_ERR(gpushm_event_create(conn, "synced-event", &opts, &again), GPUSHM_E_INVAL);
   opts.flags = 0;
-  opts.backend = GPUSHM_BACKEND_CUDA_EVENT;
-  CHECK_ERR(gpushm_buffer_create(conn, "sneaky", 0, &opts, &buf), GPUSHM_E_INVAL);
+  opts.backend = 4; /* reserved: how the wire spells an event */
+  CHECK_ERR(gpushm_buffer_create(conn, "sneaky", 0, &opts, &sneaky), GPUSHM_E_INVAL);
+  CHECK(sneaky == NULL);
+  CHECK(strstr(gpushm_last_error_message(), "reserved") != NULL);
   CHECK_OK(gpushm_buffer_close(buf));
   CHECK_OK(gpushm_unlink(conn, "plain"));
 
@@ -71,8 +78,9 @@ static void test_events(void)
   CHECK_OK(gpushm_unlink(conn, "ready"));
   CHECK_ERR(gpushm_event_open(other, "ready", &again), GPUSHM_E_NOENT);
   CHECK_OK(gpushm_event_close(ev));
-  daemon_stats(&d, &s1);
-  CHECK(s1.buffers == 0);
+  s1 = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(s1) == 0);
+  gpushm_stats_free(s1);
 
   /* session events go with their creator */
   opts.backend = 0;
@@ -155,8 +163,8 @@ static void test_host_ping_pong(void)
   CHECK_OK(gpushm_buffer_close(plain));
   CHECK_OK(gpushm_unlink(conn, "unsynced"));
   {
-    gpushm_buffer_info_t info;
-    CHECK(find_buffer(conn, "baton", &info) == 0 && info.sync);
+    const gpushm_buffer_info_t *info;
+    CHECK((info = find_buffer(conn, "baton")) && gpushm_buffer_info_sync(info));
   }
 
   pid = fork();
@@ -302,7 +310,7 @@ static void test_event_creation_failure(void)
   gpushm_create_opts_t opts;
   gpushm_event_t *ev;
   gpushm_buffer_t *buf;
-  gpushm_stats_t s;
+  gpushm_stats_t *s;
 
   start("cuEventCreate=CUDA_ERROR_OUT_OF_MEMORY");
   conn = daemon_connect(&d);
@@ -312,8 +320,10 @@ static void test_event_creation_failure(void)
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
   opts.flags = GPUSHM_CREATE_SYNC;
   CHECK_ERR(gpushm_buffer_create(conn, "no-sync", 1 << 20, &opts, &buf), GPUSHM_E_NOMEM);
-  daemon_stats(&d, &s);
-  CHECK(s.buffers == 0 && s.bytes_allocated == 0); /* the memory went back too */
+  s = daemon_stats(&d);
+  /* the memory went back too */
+  CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
+  gpushm_stats_free(s);
   opts.flags = 0;
   CHECK_OK(gpushm_buffer_create(conn, "no-sync", 1 << 20, &opts, &buf)); /* name is free */
   CHECK_OK(gpushm_buffer_close(buf));

@@ -1,0 +1,178 @@
+/*
+ * gpushm-admin.h — what admin tools (gpushmctl, monitoring, bindings) ask gpushmd:
+ * the buffer list, the connected clients, the daemon's statistics, and ending another
+ * client's connection.
+ *
+ * Stability: the same promise as gpushm.h.  Within a soname, functions here are only
+ * ever added, never changed or removed; accessors for new fields are appended.
+ *
+ * Why accessors, not structs: everything here is an object the library owns, read
+ * through one function per field.  When the daemon reports something new, the library
+ * gains an accessor, and no struct that programs compiled earlier have baked in
+ * changes size or layout, so those binaries keep working.  Bindings that load the
+ * library at run time (ctypes, cffi: a Python package is coming) call functions
+ * instead of mirroring struct layouts by hand, which would go stale silently.
+ *
+ * Conventions:
+ *  - gpushm_list(), gpushm_clients() and gpushm_stats() return a new object in *out,
+ *    which the caller frees with the matching *_free() (NULL is a no-op);
+ *  - every object and string reached from it (an entry, a holder, a name) belongs to
+ *    it and lives until it is freed; none needs freeing on its own;
+ *  - an accessor given NULL returns 0 (strings: ""); an index past the count returns
+ *    NULL; the two that copy a UUID out return GPUSHM_E_INVAL for NULL;
+ *  - functions returning int return 0 or a negative GPUSHM_E_* code, with the detail in
+ *    gpushm_last_error_message(), as in gpushm.h.
+ */
+#ifndef GPUSHM_ADMIN_H
+#define GPUSHM_ADMIN_H
+
+#include "gpushm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpushm_buffer_list gpushm_buffer_list_t;
+typedef struct gpushm_buffer_info gpushm_buffer_info_t;     /* a buffer or an event */
+typedef struct gpushm_holder gpushm_holder_t;               /* a connection holding one */
+typedef struct gpushm_client_list gpushm_client_list_t;
+typedef struct gpushm_client_info gpushm_client_info_t;
+typedef struct gpushm_stats gpushm_stats_t;
+typedef struct gpushm_device_stats gpushm_device_stats_t;   /* a GPU the daemon sees */
+typedef struct gpushm_request_stats gpushm_request_stats_t; /* requests of one type */
+typedef struct gpushm_usage gpushm_usage_t;                 /* memory by backend, device */
+
+/* ---- buffers and events -------------------------------------------------------- */
+
+/* gpushm_list() flags: every user's buffers (root or the daemon's admin group only;
+ * GPUSHM_E_PERM otherwise). */
+#define GPUSHM_LIST_ALL 0x1u
+
+/* All buffers and events the daemon shows this connection, in id order. */
+GPUSHM_API int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out);
+GPUSHM_API size_t gpushm_buffer_list_count(const gpushm_buffer_list_t *list);
+GPUSHM_API const gpushm_buffer_info_t *gpushm_buffer_list_get(const gpushm_buffer_list_t *list,
+                                                              size_t i);
+GPUSHM_API void gpushm_buffer_list_free(gpushm_buffer_list_t *list);
+
+GPUSHM_API uint64_t gpushm_buffer_info_id(const gpushm_buffer_info_t *info);
+GPUSHM_API const char *gpushm_buffer_info_name(const gpushm_buffer_info_t *info);
+GPUSHM_API uint64_t gpushm_buffer_info_size(const gpushm_buffer_info_t *info);
+/* Bytes reserved: size rounded up to the backend's granule. */
+GPUSHM_API uint64_t gpushm_buffer_info_allocated(const gpushm_buffer_info_t *info);
+GPUSHM_API gpushm_kind_t gpushm_buffer_info_kind(const gpushm_buffer_info_t *info);
+/* 0 for an event: events have no memory backend. */
+GPUSHM_API gpushm_backend_t gpushm_buffer_info_backend(const gpushm_buffer_info_t *info);
+/* The daemon's device ordinal; -1 for host memory. */
+GPUSHM_API int32_t gpushm_buffer_info_device(const gpushm_buffer_info_t *info);
+/* Copies the device's 16-byte UUID (ordinals differ between processes under
+ * CUDA_VISIBLE_DEVICES); GPUSHM_E_NOENT where there is none (host memory),
+ * GPUSHM_E_INVAL for a NULL info or uuid. */
+GPUSHM_API int gpushm_buffer_info_device_uuid(const gpushm_buffer_info_t *info,
+                                              uint8_t uuid[16]);
+GPUSHM_API uint32_t gpushm_buffer_info_owner_uid(const gpushm_buffer_info_t *info);
+GPUSHM_API uint32_t gpushm_buffer_info_owner_gid(const gpushm_buffer_info_t *info);
+GPUSHM_API uint32_t gpushm_buffer_info_mode(const gpushm_buffer_info_t *info);
+GPUSHM_API gpushm_lifetime_t gpushm_buffer_info_lifetime(const gpushm_buffer_info_t *info);
+/* 0: unlinked but still held. */
+GPUSHM_API int gpushm_buffer_info_linked(const gpushm_buffer_info_t *info);
+/* Created with GPUSHM_CREATE_SYNC. */
+GPUSHM_API int gpushm_buffer_info_sync(const gpushm_buffer_info_t *info);
+/* References held by all connections, and by the asking one. */
+GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
+GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);
+GPUSHM_API uint32_t gpushm_buffer_info_creator_pid(const gpushm_buffer_info_t *info);
+GPUSHM_API uint64_t gpushm_buffer_info_created_unix_ms(const gpushm_buffer_info_t *info);
+/* Connections holding it; the holders listed may be fewer (the daemon caps them). */
+GPUSHM_API uint32_t gpushm_buffer_info_holders_total(const gpushm_buffer_info_t *info);
+GPUSHM_API size_t gpushm_buffer_info_holder_count(const gpushm_buffer_info_t *info);
+GPUSHM_API const gpushm_holder_t *gpushm_buffer_info_holder(const gpushm_buffer_info_t *info,
+                                                            size_t i);
+
+GPUSHM_API uint32_t gpushm_holder_client_id(const gpushm_holder_t *holder);
+GPUSHM_API uint32_t gpushm_holder_pid(const gpushm_holder_t *holder);
+GPUSHM_API uint32_t gpushm_holder_uid(const gpushm_holder_t *holder);
+GPUSHM_API uint32_t gpushm_holder_refs(const gpushm_holder_t *holder);
+
+/* ---- clients ------------------------------------------------------------------- */
+
+/* Connected clients (admins see all, others those of their own uid), in id order. */
+GPUSHM_API int gpushm_clients(gpushm_t *conn, gpushm_client_list_t **out);
+GPUSHM_API size_t gpushm_client_list_count(const gpushm_client_list_t *list);
+GPUSHM_API const gpushm_client_info_t *gpushm_client_list_get(const gpushm_client_list_t *list,
+                                                              size_t i);
+GPUSHM_API void gpushm_client_list_free(gpushm_client_list_t *list);
+
+GPUSHM_API uint32_t gpushm_client_info_client_id(const gpushm_client_info_t *info);
+GPUSHM_API uint32_t gpushm_client_info_pid(const gpushm_client_info_t *info);
+GPUSHM_API uint32_t gpushm_client_info_uid(const gpushm_client_info_t *info);
+GPUSHM_API uint32_t gpushm_client_info_gid(const gpushm_client_info_t *info);
+/* What the client gave gpushm_connect(). */
+GPUSHM_API const char *gpushm_client_info_name(const gpushm_client_info_t *info);
+GPUSHM_API uint64_t gpushm_client_info_connected_unix_ms(const gpushm_client_info_t *info);
+GPUSHM_API uint32_t gpushm_client_info_buffers_held(const gpushm_client_info_t *info);
+GPUSHM_API uint64_t gpushm_client_info_bytes_held(const gpushm_client_info_t *info);
+GPUSHM_API int gpushm_client_info_admin(const gpushm_client_info_t *info);
+
+/* Ends another connection (root and the admin group: any; others: their own uid's),
+ * releasing every reference it holds.  What that process has mapped stays mapped:
+ * host memory stays valid for it but is no longer counted by the daemon; device memory
+ * shared over legacy CUDA IPC may be freed under it.  Meant for holders that are stuck
+ * or gone rogue. */
+GPUSHM_API int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id);
+
+/* ---- daemon statistics --------------------------------------------------------- */
+
+GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out);
+GPUSHM_API void gpushm_stats_free(gpushm_stats_t *stats);
+
+GPUSHM_API const char *gpushm_stats_daemon_version(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_instance_id(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_uptime_ms(const gpushm_stats_t *stats);
+GPUSHM_API uint32_t gpushm_stats_clients(const gpushm_stats_t *stats);
+/* Buffers and events, and how many of them still have their name. */
+GPUSHM_API uint32_t gpushm_stats_buffers(const gpushm_stats_t *stats);
+GPUSHM_API uint32_t gpushm_stats_buffers_linked(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_bytes_allocated(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_requests(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_request_errors(const gpushm_stats_t *stats);
+/* Clients ended for protocol errors. */
+GPUSHM_API uint64_t gpushm_stats_protocol_errors(const gpushm_stats_t *stats);
+/* Clients refused or dropped (limits, not reading). */
+GPUSHM_API uint64_t gpushm_stats_clients_dropped(const gpushm_stats_t *stats);
+GPUSHM_API uint32_t gpushm_stats_open_fds(const gpushm_stats_t *stats);
+
+GPUSHM_API size_t gpushm_stats_device_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_device_stats_t *gpushm_stats_device(const gpushm_stats_t *stats, size_t i);
+GPUSHM_API int32_t gpushm_device_stats_ordinal(const gpushm_device_stats_t *dev);
+GPUSHM_API const char *gpushm_device_stats_name(const gpushm_device_stats_t *dev);
+/* Copies the device's 16-byte UUID; GPUSHM_E_NOENT if the daemon gave none,
+ * GPUSHM_E_INVAL for a NULL dev or uuid. */
+GPUSHM_API int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16]);
+GPUSHM_API uint64_t gpushm_device_stats_total_memory(const gpushm_device_stats_t *dev);
+/* 0 unless the daemon has a context on the device. */
+GPUSHM_API uint64_t gpushm_device_stats_free_memory(const gpushm_device_stats_t *dev);
+
+/* Requests handled, by type ("create", "open", ...). */
+GPUSHM_API size_t gpushm_stats_request_type_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_request_stats_t *gpushm_stats_request_type(const gpushm_stats_t *stats,
+                                                                   size_t i);
+GPUSHM_API const char *gpushm_request_stats_type(const gpushm_request_stats_t *req);
+GPUSHM_API uint64_t gpushm_request_stats_count(const gpushm_request_stats_t *req);
+GPUSHM_API uint64_t gpushm_request_stats_errors(const gpushm_request_stats_t *req);
+
+/* Buffers and bytes by kind, backend and device. */
+GPUSHM_API size_t gpushm_stats_usage_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_usage_t *gpushm_stats_usage(const gpushm_stats_t *stats, size_t i);
+GPUSHM_API gpushm_kind_t gpushm_usage_kind(const gpushm_usage_t *usage);
+/* 0 for events: they have no memory backend. */
+GPUSHM_API gpushm_backend_t gpushm_usage_backend(const gpushm_usage_t *usage);
+/* -1 for host memory. */
+GPUSHM_API int32_t gpushm_usage_device(const gpushm_usage_t *usage);
+GPUSHM_API uint32_t gpushm_usage_buffers(const gpushm_usage_t *usage);
+GPUSHM_API uint64_t gpushm_usage_bytes(const gpushm_usage_t *usage);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUSHM_ADMIN_H */

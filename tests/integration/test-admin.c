@@ -1,0 +1,172 @@
+/* The admin objects of gpushm-admin.h against a real gpushmd: every accessor reads what
+ * the daemon reported, NULL objects read as 0 and "", indexes past the end give NULL,
+ * and the calls check their arguments. */
+#include "config.h"
+#include "harness.h"
+
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct test_daemon d;
+
+static uint64_t now_unix_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void test_buffer_list(gpushm_t *conn, uint64_t id, uint64_t before_ms)
+{
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b;
+  const gpushm_holder_t *h;
+  uint8_t uuid[16];
+
+  CHECK_OK(gpushm_list(conn, 0, &list));
+  CHECK(gpushm_buffer_list_count(list) == 1 && (b = gpushm_buffer_list_get(list, 0)));
+  CHECK(gpushm_buffer_list_get(list, 1) == NULL);
+  CHECK(gpushm_buffer_info_id(b) == id && strcmp(gpushm_buffer_info_name(b), "admin") == 0);
+  CHECK(gpushm_buffer_info_size(b) == 100 && gpushm_buffer_info_allocated(b) == 4096);
+  CHECK(gpushm_buffer_info_kind(b) == GPUSHM_KIND_BUFFER);
+  CHECK(gpushm_buffer_info_backend(b) == GPUSHM_BACKEND_HOST && gpushm_buffer_info_device(b) == -1);
+  CHECK_ERR(gpushm_buffer_info_device_uuid(b, uuid), GPUSHM_E_NOENT); /* host memory */
+  CHECK(gpushm_buffer_info_owner_uid(b) == getuid() && gpushm_buffer_info_owner_gid(b) == getgid());
+  CHECK(gpushm_buffer_info_mode(b) == 0640);
+  CHECK(gpushm_buffer_info_lifetime(b) == GPUSHM_LIFETIME_SESSION);
+  CHECK(gpushm_buffer_info_linked(b) == 1 && gpushm_buffer_info_sync(b) == 1);
+  CHECK(gpushm_buffer_info_refs(b) == 1 && gpushm_buffer_info_my_refs(b) == 1);
+  CHECK(gpushm_buffer_info_creator_pid(b) == (uint32_t)getpid());
+  CHECK(gpushm_buffer_info_created_unix_ms(b) >= before_ms &&
+        gpushm_buffer_info_created_unix_ms(b) <= now_unix_ms());
+  CHECK(gpushm_buffer_info_holders_total(b) == 1 && gpushm_buffer_info_holder_count(b) == 1);
+  CHECK((h = gpushm_buffer_info_holder(b, 0)) && gpushm_buffer_info_holder(b, 1) == NULL);
+  CHECK(gpushm_holder_pid(h) == (uint32_t)getpid() && gpushm_holder_uid(h) == getuid());
+  CHECK(gpushm_holder_refs(h) == 1 && gpushm_holder_client_id(h) != 0);
+  gpushm_buffer_list_free(list);
+
+  CHECK_ERR(gpushm_list(conn, 0x80, &list), GPUSHM_E_INVAL);
+  CHECK(list == NULL);
+  CHECK(strstr(gpushm_last_error_message(), "0x80") != NULL);
+  CHECK_ERR(gpushm_list(NULL, 0, &list), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_list(conn, 0, NULL), GPUSHM_E_INVAL);
+}
+
+static void test_client_list(gpushm_t *conn)
+{
+  gpushm_client_list_t *list;
+  const gpushm_client_info_t *me = NULL;
+  size_t n;
+
+  CHECK_OK(gpushm_clients(conn, &list));
+  n = gpushm_client_list_count(list);
+  CHECK(n >= 1 && gpushm_client_list_get(list, n) == NULL);
+  for (size_t i = 0; i < n; i++) {
+    const gpushm_client_info_t *c = gpushm_client_list_get(list, i);
+    if (gpushm_client_info_pid(c) == (uint32_t)getpid())
+      me = c;
+  }
+  CHECK(me != NULL && gpushm_client_info_client_id(me) != 0);
+  CHECK(gpushm_client_info_uid(me) == getuid() && gpushm_client_info_gid(me) == getgid());
+  CHECK(strcmp(gpushm_client_info_name(me), "test") == 0); /* daemon_connect()'s */
+  CHECK(gpushm_client_info_connected_unix_ms(me) > 0);
+  CHECK(gpushm_client_info_buffers_held(me) == 1 && gpushm_client_info_bytes_held(me) == 4096);
+  CHECK(gpushm_client_info_admin(me) == (getuid() == 0));
+  gpushm_client_list_free(list);
+  CHECK_ERR(gpushm_clients(NULL, &list), GPUSHM_E_INVAL);
+  CHECK(list == NULL);
+}
+
+static void test_stats(gpushm_t *conn)
+{
+  gpushm_stats_t *s;
+  bool saw_create = false;
+
+  CHECK_OK(gpushm_stats(conn, &s));
+  CHECK(strcmp(gpushm_stats_daemon_version(s), PACKAGE_VERSION) == 0);
+  CHECK(gpushm_stats_instance_id(s) == gpushm_instance_id(conn));
+  CHECK(gpushm_stats_clients(s) >= 1 && gpushm_stats_open_fds(s) > 0);
+  CHECK(gpushm_stats_buffers(s) == 1 && gpushm_stats_buffers_linked(s) == 1);
+  CHECK(gpushm_stats_bytes_allocated(s) == 4096);
+  CHECK(gpushm_stats_requests(s) > 0 && gpushm_stats_request_errors(s) == 0);
+  CHECK(gpushm_stats_protocol_errors(s) == 0 && gpushm_stats_clients_dropped(s) == 0);
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    if (strcmp(gpushm_request_stats_type(rq), "create") == 0)
+      saw_create = gpushm_request_stats_count(rq) == 1 && gpushm_request_stats_errors(rq) == 0;
+  }
+  CHECK(saw_create);
+  CHECK(gpushm_stats_request_type(s, gpushm_stats_request_type_count(s)) == NULL);
+  /* the one host buffer: a buffer kind, host backend, no device */
+  CHECK(gpushm_stats_usage_count(s) == 1 && gpushm_stats_usage(s, 1) == NULL);
+  CHECK(gpushm_usage_kind(gpushm_stats_usage(s, 0)) == GPUSHM_KIND_BUFFER);
+  CHECK(gpushm_usage_backend(gpushm_stats_usage(s, 0)) == GPUSHM_BACKEND_HOST);
+  CHECK(gpushm_usage_device(gpushm_stats_usage(s, 0)) == -1);
+  CHECK(gpushm_usage_buffers(gpushm_stats_usage(s, 0)) == 1);
+  CHECK(gpushm_usage_bytes(gpushm_stats_usage(s, 0)) == 4096);
+  /* devices only where a driver is (a GPU host): each has a name and its memory */
+  for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
+    const gpushm_device_stats_t *dev = gpushm_stats_device(s, i);
+    CHECK(gpushm_device_stats_ordinal(dev) == (int32_t)i && *gpushm_device_stats_name(dev));
+    CHECK(gpushm_device_stats_total_memory(dev) >= gpushm_device_stats_free_memory(dev));
+  }
+  CHECK(gpushm_stats_device(s, gpushm_stats_device_count(s)) == NULL);
+  gpushm_stats_free(s);
+  CHECK_ERR(gpushm_stats(conn, NULL), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_stats(NULL, &s), GPUSHM_E_INVAL);
+  CHECK(s == NULL);
+}
+
+/* What bindings may pass: NULL objects read as 0 and "", and are freed as no-ops. */
+static void test_null_objects(void)
+{
+  uint8_t uuid[16];
+
+  CHECK(gpushm_buffer_list_count(NULL) == 0 && gpushm_buffer_list_get(NULL, 0) == NULL);
+  CHECK(gpushm_buffer_info_id(NULL) == 0 && strcmp(gpushm_buffer_info_name(NULL), "") == 0);
+  CHECK(gpushm_buffer_info_kind(NULL) == 0 && gpushm_buffer_info_backend(NULL) == 0);
+  CHECK(gpushm_buffer_info_device(NULL) == 0 && gpushm_buffer_info_holders_total(NULL) == 0);
+  CHECK(gpushm_buffer_info_holder_count(NULL) == 0 && gpushm_buffer_info_holder(NULL, 0) == NULL);
+  CHECK_ERR(gpushm_buffer_info_device_uuid(NULL, uuid), GPUSHM_E_INVAL);
+  CHECK(gpushm_holder_pid(NULL) == 0 && gpushm_holder_refs(NULL) == 0);
+  CHECK(gpushm_client_list_count(NULL) == 0 && gpushm_client_list_get(NULL, 0) == NULL);
+  CHECK(gpushm_client_info_pid(NULL) == 0 && strcmp(gpushm_client_info_name(NULL), "") == 0);
+  CHECK(gpushm_stats_buffers(NULL) == 0 && strcmp(gpushm_stats_daemon_version(NULL), "") == 0);
+  CHECK(gpushm_stats_device_count(NULL) == 0 && gpushm_stats_device(NULL, 0) == NULL);
+  CHECK(gpushm_stats_usage_count(NULL) == 0 && gpushm_stats_usage(NULL, 0) == NULL);
+  CHECK(gpushm_device_stats_ordinal(NULL) == 0 && strcmp(gpushm_device_stats_name(NULL), "") == 0);
+  CHECK_ERR(gpushm_device_stats_uuid(NULL, uuid), GPUSHM_E_INVAL);
+  CHECK(strcmp(gpushm_request_stats_type(NULL), "") == 0 && gpushm_request_stats_count(NULL) == 0);
+  CHECK(gpushm_usage_kind(NULL) == 0 && gpushm_usage_bytes(NULL) == 0);
+  gpushm_buffer_list_free(NULL);
+  gpushm_client_list_free(NULL);
+  gpushm_stats_free(NULL);
+}
+
+int main(void)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *buf;
+  gpushm_t *conn;
+  uint64_t before_ms = now_unix_ms();
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0640;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  CHECK_OK(gpushm_buffer_create(conn, "admin", 100, &opts, &buf));
+
+  test_buffer_list(conn, gpushm_buffer_id(buf), before_ms);
+  test_client_list(conn);
+  test_stats(conn);
+  test_null_objects();
+
+  CHECK_OK(gpushm_buffer_close(buf));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
