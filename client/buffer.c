@@ -189,7 +189,8 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
                       const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;
-  unsigned memory_fds = !is_event(buf) && buf->backend == GPUSHM_BACKEND_HOST ? 1 : 0;
+  unsigned memory_fds = !is_event(buf) && (buf->backend == GPUSHM_BACKEND_HOST ||
+                                            buf->backend == GPUSHM_BACKEND_CUDA_FD) ? 1 : 0;
   int r;
 
   if (fds->n != memory_fds + (open->has_control ? 1 : 0))
@@ -207,6 +208,18 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
       r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  &buf->ptr, &buf->device);
+      break;
+    case GPUSHM_BACKEND_CUDA_FD:
+      /* The whole allocation is mapped (size rounded up to the device's granule). */
+      if (info->allocated < buf->size)
+        return client_error(GPUSHM_E_PROTO, "daemon says %s has %llu bytes allocated for %llu",
+                            buf->name, (unsigned long long)info->allocated,
+                            (unsigned long long)buf->size);
+      r = client_cuda_import_fd(fds->fd[0], info->allocated, buf->read_only,
+                                info->device_uuid.data, info->device_uuid.len, info->device,
+                                &buf->ptr, &buf->cuda_handle, &buf->device);
+      if (r == 0)
+        buf->map_len = info->allocated;
       break;
     default:
       return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
@@ -240,6 +253,8 @@ static int unmap_buffer(struct gpushm_buffer *buf)
     munmap(buf->ptr, buf->map_len);
   else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
     r = client_cuda_close_ipc(buf->ptr, buf->device);
+  else if (buf->backend == GPUSHM_BACKEND_CUDA_FD && buf->ptr)
+    r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
   buf->ptr = NULL;
   if (buf->sync_event)
     r2 = client_cuda_destroy_event(buf->sync_event, buf->device);

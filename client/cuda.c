@@ -1,6 +1,7 @@
 /* The library's CUDA side: the driver, loaded on first need; devices matched by UUID
  * (ordinals differ between processes under CUDA_VISIBLE_DEVICES); IPC handles opened
- * in the device's primary context, leaving the caller's current context as it was. */
+ * and fd handles imported and mapped in the device's primary context, leaving the
+ * caller's current context as it was. */
 #include "config.h"
 #include "internal.h"
 
@@ -197,6 +198,74 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
   return 0;
 }
 
+/* cuda-fd: import the fd (a capability: only a process sent it can), reserve an
+ * address range, map the allocation there and grant this device access — read-only
+ * for read-only opens (against bugs: the fd could map it read-write again).  The fd
+ * is the caller's to close; the imported handle keeps the memory alive. */
+int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
+                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle_out,
+                          int *local_device)
+{
+  CUmemGenericAllocationHandle h;
+  CUmemAccessDesc access;
+  CUdeviceptr base = 0;
+  CUcontext prev;
+  CUresult r;
+  const char *what;
+  int dev, ret;
+
+  if ((ret = begin_import(0, 0, "an fd handle", uuid, uuid_len, ordinal, &dev, &prev)) < 0)
+    return ret;
+  if (size == 0 || size > SIZE_MAX) {
+    leave_device(prev);
+    return client_error(GPUSHM_E_PROTO, "daemon sent a device allocation of %llu bytes",
+                        (unsigned long long)size);
+  }
+  r = CU_CALL(&cl.drv, cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
+              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) {
+    leave_device(prev);
+    return cuda_error(r, "cuMemImportFromShareableHandle");
+  }
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = cl.devices[dev].dev;
+  access.flags = read_only ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  what = "cuMemAddressReserve";
+  if ((r = CU_CALL(&cl.drv, cuMemAddressReserve, &base, (size_t)size, 0, 0, 0)) == CUDA_SUCCESS) {
+    what = "cuMemMap";
+    if ((r = CU_CALL(&cl.drv, cuMemMap, base, (size_t)size, 0, h, 0)) == CUDA_SUCCESS) {
+      what = "cuMemSetAccess";
+      if ((r = CU_CALL(&cl.drv, cuMemSetAccess, base, (size_t)size, &access, 1)) != CUDA_SUCCESS)
+        CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size);
+    }
+    if (r != CUDA_SUCCESS)
+      CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size);
+  }
+  if (r != CUDA_SUCCESS)
+    CU_CALL(&cl.drv, cuMemRelease, h);
+  leave_device(prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, what);
+  *ptr = (void *)(uintptr_t)base;
+  *handle_out = (uint64_t)h;
+  *local_device = dev;
+  return 0;
+}
+
+/* Unmaps, frees the range and releases the imported handle; the first failure is
+ * returned, the rest is still attempted. */
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device)
+{
+  CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
+  int r1 = ON_DEVICE(local_device, "cuMemUnmap", CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size));
+  int r2 = ON_DEVICE(local_device, "cuMemAddressFree",
+                     CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size));
+  int r3 = ON_DEVICE(local_device, "cuMemRelease",
+                     CU_CALL(&cl.drv, cuMemRelease, (CUmemGenericAllocationHandle)handle));
+  return r1 < 0 ? r1 : r2 < 0 ? r2 : r3;
+}
+
 int client_cuda_destroy_event(void *event, int local_device)
 {
   return ON_DEVICE(local_device, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event));
@@ -229,6 +298,18 @@ int client_cuda_close_ipc(void *ptr, int local_device)
 
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
+                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle_out,
+                          int *local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

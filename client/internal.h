@@ -50,7 +50,8 @@ struct gpushm_buffer {
   void *sync_event; /* CUevent for device buffers */
   uint64_t size;
   void *ptr;
-  size_t map_len;
+  size_t map_len;       /* host and cuda-fd: what is mapped */
+  uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
 };
 
 /* The wire spells an event as a backend (BACKEND_CUDA_EVENT); the API has kinds. */
@@ -108,6 +109,12 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                            size_t uuid_len, int ordinal, void **ptr, int *local_device);
 int client_cuda_close_ipc(void *ptr, int local_device);
+/* cuda-fd: imports the fd (the caller still closes it), maps size bytes on that device
+ * read-only or read-write; *handle receives the imported allocation handle. */
+int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
+                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle,
+                          int *local_device);
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device);
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *local_device);
 int client_cuda_destroy_event(void *event, int local_device);

@@ -40,6 +40,16 @@
   X(cuIpcGetMemHandle, 4010)            \
   X(cuIpcOpenMemHandle, 11000)          \
   X(cuIpcCloseMemHandle, 4010)          \
+  X(cuMemGetAllocationGranularity, 10020) \
+  X(cuMemCreate, 10020)                 \
+  X(cuMemRelease, 10020)                \
+  X(cuMemExportToShareableHandle, 10020) \
+  X(cuMemImportFromShareableHandle, 10020) \
+  X(cuMemAddressReserve, 10020)         \
+  X(cuMemAddressFree, 10020)            \
+  X(cuMemMap, 10020)                    \
+  X(cuMemUnmap, 10020)                  \
+  X(cuMemSetAccess, 10020)              \
   X(cuEventCreate, 2000)                \
   X(cuEventDestroy, 4000)               \
   X(cuEventRecord, 2000)                \

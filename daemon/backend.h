@@ -12,7 +12,7 @@
 #define GPUSHM_BACKEND_COUNT 4
 
 struct backend_mem {
-  int fd;       /* host: the sealed memfd; -1 otherwise */
+  int fd;       /* host: the sealed memfd; cuda-fd: the exported handle; -1 otherwise */
   void *priv;   /* backend's own per-buffer state */
 };
 
@@ -49,6 +49,7 @@ int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t 
                        char *err, size_t errlen);
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
+extern const struct backend backend_cuda_fd;
 #endif
 
 #endif

@@ -11,9 +11,12 @@
 #include "gpushm_limits.h"
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Whole 2 MiB blocks: two buffers never share an exported allocation, so one
  * client's handle never reaches another buffer's memory. */
@@ -25,6 +28,7 @@ struct cuda_device {
   char name[256];
   uint8_t uuid[16];
   size_t total;
+  const char *no_fd_memory; /* why cuda-fd cannot allocate here, or NULL */
 };
 
 struct cuda_mem {
@@ -62,6 +66,21 @@ static int cuda_failure(CUresult r, const char *what, char *err, size_t errlen)
       cuda.fatal_hook(cuda.fatal_ctx, err);
   }
   return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUSHM_E_NOMEM : GPUSHM_E_CUDA;
+}
+
+/* cuda-fd needs virtual memory management and POSIX-fd shareable handles. */
+static const char *fd_memory_unsupported(CUdevice dev)
+{
+  int vmm = 0, posix_fd = 0;
+
+  if (CU_CALL(&cuda.drv, cuDeviceGetAttribute, &vmm,
+              CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS || !vmm)
+    return "the device does not support virtual memory management";
+  if (CU_CALL(&cuda.drv, cuDeviceGetAttribute, &posix_fd,
+              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) != CUDA_SUCCESS ||
+      !posix_fd)
+    return "the device does not support POSIX file descriptor handles";
+  return NULL;
 }
 
 void backend_cuda_init(void)
@@ -108,7 +127,10 @@ void backend_cuda_init(void)
       return;
     }
     memcpy(d->uuid, uuid.bytes, sizeof d->uuid);
-    log_info("CUDA device %d: %s, %zu MiB", i, d->name, d->total >> 20);
+    d->no_fd_memory = fd_memory_unsupported(d->dev);
+    log_info("CUDA device %d: %s, %zu MiB%s%s", i, d->name, d->total >> 20,
+             d->no_fd_memory ? "; cuda-fd unavailable: " : "",
+             d->no_fd_memory ? d->no_fd_memory : "");
   }
   cuda.n_devices = count;
   cuda.unavailable[0] = '\0';
@@ -234,7 +256,7 @@ static void release_on_device(int device, CUresult (*call)(void *), void *arg, c
   }
 }
 
-static const char *ipc_unavailable(const struct backend *be)
+static const char *cuda_unavailable(const struct backend *be)
 {
   return backend_cuda_unavailable_reason();
 }
@@ -316,7 +338,7 @@ const struct backend backend_cuda_ipc = {
   .alloc = ipc_alloc,
   .export = ipc_export,
   .release = ipc_release,
-  .unavailable = ipc_unavailable,
+  .unavailable = cuda_unavailable,
 };
 
 /* Inter-process events: created in the device's primary context with timing off (as
@@ -403,4 +425,128 @@ const struct event_source event_cuda_ipc = {
   .export = event_export,
   .release = event_release,
   .unavailable = event_unavailable,
+};
+
+/* cuda-fd: cuMemCreate with a POSIX-fd handle type, exported once at allocation
+ * (0.7-1 ms: never per open); every authorised open gets a dup of that fd, a
+ * capability only its receiver can import.  The daemon keeps the allocation handle and
+ * the fd; importers keep the physical memory alive after the daemon lets go. */
+struct cuda_vmm {
+  CUmemGenericAllocationHandle handle;
+  int device;
+};
+
+static CUmemAllocationProp fd_memory_props(int device)
+{
+  CUmemAllocationProp prop;
+
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+static int fd_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                    struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  CUmemAllocationProp prop = fd_memory_props(device);
+  struct cuda_vmm *vm;
+  size_t granule = 0;
+  uint64_t rounded;
+  char what[96];
+  CUresult r;
+  int ret, fd = -1;
+
+  (void)be;
+  if ((ret = enter_client_device(device, err, errlen)) < 0)
+    return ret;
+  if (cuda.devices[device].no_fd_memory) {
+    snprintf(err, errlen, "unsupported: cuda-fd on device %d: %s", device,
+             cuda.devices[device].no_fd_memory);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  r = CU_CALL(&cuda.drv, cuMemGetAllocationGranularity, &granule, &prop,
+              CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS)
+    return cuda_failure(r, "cuMemGetAllocationGranularity", err, errlen);
+  if (granule == 0 || size > UINT64_MAX - granule) {
+    snprintf(err, errlen, "cannot round %llu bytes to the device's granule of %zu",
+             (unsigned long long)size, granule);
+    return GPUSHM_E_INVAL;
+  }
+  rounded = (size + granule - 1) / granule * granule;
+  if (!(vm = calloc(1, sizeof *vm))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  r = CU_CALL(&cuda.drv, cuMemCreate, &vm->handle, (size_t)rounded, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    free(vm);
+    snprintf(what, sizeof what, "cuMemCreate of %llu bytes on device %d",
+             (unsigned long long)rounded, device);
+    return cuda_failure(r, what, err, errlen);
+  }
+  r = CU_CALL(&cuda.drv, cuMemExportToShareableHandle, &fd, vm->handle,
+              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS || fd < 0) {
+    CU_CALL(&cuda.drv, cuMemRelease, vm->handle);
+    free(vm);
+    return cuda_failure(r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_HANDLE,
+                        "cuMemExportToShareableHandle", err, errlen);
+  }
+  /* The driver's fd may lack close-on-exec; the daemon's must not leak into children. */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  vm->device = device;
+  mem->fd = fd;
+  mem->priv = vm;
+  *allocated = rounded;
+  log_debug("'%s': %llu bytes of fd-shareable memory on device %d", label,
+            (unsigned long long)rounded, device);
+  return 0;
+}
+
+/* A dup of the exported fd.  Read-only is the client's mapping (PROT_READ access);
+ * an fd holder can always map the allocation read-write again, so the mode bits, which
+ * decide who gets the fd at all, are the real gate. */
+static int fd_export(const struct backend *be, struct backend_mem *mem, bool read_only,
+                     struct backend_export *out, char *err, size_t errlen)
+{
+  (void)be, (void)read_only;
+  out->handle_len = 0;
+  if ((out->fd = fcntl(mem->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    snprintf(err, errlen, "dup of a cuda-fd handle: %s", strerror(errno));
+    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+  }
+  return 0;
+}
+
+static CUresult release_vmm(void *arg)
+{
+  return CU_CALL(&cuda.drv, cuMemRelease, ((struct cuda_vmm *)arg)->handle);
+}
+
+static void fd_release(const struct backend *be, struct backend_mem *mem)
+{
+  struct cuda_vmm *vm = mem->priv;
+
+  (void)be;
+  if (mem->fd >= 0)
+    close(mem->fd);
+  mem->fd = -1;
+  if (!vm)
+    return;
+  release_on_device(vm->device, release_vmm, vm, "cuMemRelease");
+  free(vm);
+  mem->priv = NULL;
+}
+
+const struct backend backend_cuda_fd = {
+  .name = "cuda-fd",
+  .kind = GPUSHM_BACKEND_CUDA_FD,
+  .alloc = fd_alloc,
+  .export = fd_export,
+  .release = fd_release,
+  .unavailable = cuda_unavailable,
 };

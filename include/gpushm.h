@@ -72,7 +72,13 @@ typedef enum gpushm_backend {
   GPUSHM_BACKEND_DEFAULT = 0,  /* host */
   GPUSHM_BACKEND_HOST = 1,     /* shared host memory (memfd), for CPU producers */
   GPUSHM_BACKEND_CUDA_IPC = 2, /* device memory, legacy CUDA IPC (one trust domain) */
-  GPUSHM_BACKEND_CUDA_FD = 3   /* device memory, POSIX-fd capabilities */
+  /* Device memory shared as a POSIX fd (cuMemCreate + cuMemExportToShareableHandle):
+   * a capability only a process the daemon sent it to can import, so the mode bits
+   * decide who reaches the memory, across uids and PID namespaces.  Read-only opens map
+   * it read-only, which stops bugs, not a hostile holder: whoever holds the fd can map
+   * the allocation read-write again.  Importers keep the memory alive while they map
+   * it, even after the daemon let go. */
+  GPUSHM_BACKEND_CUDA_FD = 3
   /* 4 is reserved: it is how the wire spells an event (BACKEND_CUDA_EVENT in
    * proto/gpushm.proto, unchanged for protocol compatibility).  Events are not memory:
    * they are objects of their own kind, GPUSHM_KIND_EVENT. */

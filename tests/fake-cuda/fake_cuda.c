@@ -110,11 +110,21 @@ static CUresult fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
   return CUDA_SUCCESS;
 }
 
+/* Attributes gpushm asks about, as an H100 answers; GPUSHM_FAKE_CUDA_NO_VMM=1 makes
+ * the device lack virtual memory management. */
 static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
-  (void)a;
+  const char *no_vmm = getenv("GPUSHM_FAKE_CUDA_NO_VMM");
+
   (void)d;
-  *v = 0;
+  switch (a) {
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    *v = !(no_vmm && *no_vmm == '1');
+    break;
+  default:
+    *v = 0;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -315,6 +325,183 @@ static CUresult fake_cuIpcCloseMemHandle(CUdeviceptr p)
   return release(p, 1);
 }
 
+
+/* Virtual memory management: an allocation is a memfd, its shareable handle a dup of
+ * that memfd (so, as with the real driver, only a process that was sent the fd can
+ * import it), a reservation an inaccessible anonymous mapping, a map the memfd mapped
+ * over it, and access an mprotect. */
+#define FAKE_GRANULE (2u << 20)
+
+struct fake_vmm {
+  uint64_t magic;
+  int fd;
+  size_t size;
+  int device;
+  int imported;
+};
+#define VMM_MAGIC 0x766d6d68616e646cull
+
+static struct fake_vmm *vmm_of(CUmemGenericAllocationHandle h)
+{
+  struct fake_vmm *m = (struct fake_vmm *)(uintptr_t)h;
+  return m && m->magic == VMM_MAGIC ? m : NULL;
+}
+
+static CUresult fake_cuMemGetAllocationGranularity(size_t *granularity,
+                                                   const CUmemAllocationProp *prop,
+                                                   CUmemAllocationGranularity_flags option)
+{
+  (void)option;
+  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      prop->location.id < 0 || prop->location.id >= device_count())
+    return CUDA_ERROR_INVALID_DEVICE;
+  *granularity = FAKE_GRANULE;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags)
+{
+  struct fake_vmm *m;
+  int dev = prop ? prop->location.id : -1;
+  int fd;
+
+  if (!initialized || flags || !prop || dev < 0 || dev >= device_count())
+    return CUDA_ERROR_INVALID_VALUE;
+  if (size == 0 || size % FAKE_GRANULE)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  if (size > device_memory() - used[dev]) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  fd = memfd_create("fake-cuda-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)size) < 0 || !(m = calloc(1, sizeof *m))) {
+    if (fd >= 0)
+      close(fd);
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  used[dev] += size;
+  pthread_mutex_unlock(&lock);
+  *m = (struct fake_vmm){ VMM_MAGIC, fd, size, dev, 0 };
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+  struct fake_vmm *m = vmm_of(handle);
+
+  if (!m)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  if (!m->imported)
+    used[m->device] -= m->size;
+  pthread_mutex_unlock(&lock);
+  close(m->fd);
+  m->magic = 0;
+  free(m);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType type,
+                                                  unsigned long long flags)
+{
+  struct fake_vmm *m = vmm_of(handle);
+  int fd;
+
+  if (!m || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((fd = fcntl(m->fd, F_DUPFD, 0)) < 0) /* no close-on-exec, like the driver's */
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *(int *)shareable = fd;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                    void *os_handle,
+                                                    CUmemAllocationHandleType type)
+{
+  int fd = (int)(intptr_t)os_handle, dup_fd;
+  struct fake_vmm *m;
+  off_t size;
+
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((size = lseek(fd, 0, SEEK_END)) <= 0)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if ((dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0 || !(m = calloc(1, sizeof *m))) {
+    if (dup_fd >= 0)
+      close(dup_fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *m = (struct fake_vmm){ VMM_MAGIC, dup_fd, (size_t)size, current_device() < 0 ? 0 : current_device(), 1 };
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                         CUdeviceptr addr, unsigned long long flags)
+{
+  void *p;
+
+  (void)alignment, (void)addr;
+  if (!size || size % FAKE_GRANULE || flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+  return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+  struct fake_vmm *m = vmm_of(handle);
+
+  if (!m || flags || offset + size > m->size)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, m->fd,
+           (off_t)offset) == MAP_FAILED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+  /* Back to a bare reservation. */
+  if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                    size_t count)
+{
+  int prot = PROT_NONE;
+
+  for (size_t i = 0; i < count; i++) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+        desc[i].location.id >= device_count())
+      return CUDA_ERROR_INVALID_DEVICE;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      prot = PROT_READ | PROT_WRITE;
+    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+      prot = PROT_READ;
+  }
+  return mprotect((void *)(uintptr_t)ptr, size, prot) == 0 ? CUDA_SUCCESS
+                                                          : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* Events: this driver runs no device work, so every event is always complete; IPC
  * handles only need to round-trip. */
 struct fake_event {
@@ -474,6 +661,10 @@ static const struct {
   FAKE_ENTRY(cuIpcGetEventHandle), FAKE_ENTRY(cuIpcOpenEventHandle), FAKE_ENTRY(cuStreamCreate),
   FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuModuleLoadData),
   FAKE_ENTRY(cuModuleGetFunction), FAKE_ENTRY(cuModuleUnload), FAKE_ENTRY(cuLaunchKernel),
+  FAKE_ENTRY(cuMemGetAllocationGranularity), FAKE_ENTRY(cuMemCreate), FAKE_ENTRY(cuMemRelease),
+  FAKE_ENTRY(cuMemExportToShareableHandle), FAKE_ENTRY(cuMemImportFromShareableHandle),
+  FAKE_ENTRY(cuMemAddressReserve), FAKE_ENTRY(cuMemAddressFree), FAKE_ENTRY(cuMemMap),
+  FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess),
 #undef FAKE_ENTRY
 };
 

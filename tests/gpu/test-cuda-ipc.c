@@ -1,7 +1,8 @@
-/* Device buffers over legacy CUDA IPC through a real gpushmd.  Every consumer is a
- * separate process started with exec (CUDA does not survive fork() alone).  Skips
- * (77) where there is no CUDA driver or device; GPUSHM_CUDA_LIBRARY points it (and
- * the daemon) at the fake driver for CI, with smaller sizes. */
+/* Device buffers through a real gpushmd, over each device backend in turn: legacy CUDA
+ * IPC and cuda-fd (POSIX-fd capabilities).  Every consumer is a separate process
+ * started with exec (CUDA does not survive fork() alone).  Skips (77) where there is
+ * no CUDA driver or device; GPUSHM_CUDA_LIBRARY points it (and the daemon) at the fake
+ * driver for CI, with smaller sizes. */
 #include "config.h"
 #include "cuda-test.h"
 
@@ -9,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <pthread.h>
 #include <time.h>
@@ -20,6 +22,13 @@
 static struct test_daemon d;
 static const char *self;
 static int fake;
+/* The backend under test; children learn it from GPUSHM_TEST_BACKEND. */
+static gpushm_backend_t backend = GPUSHM_BACKEND_CUDA_IPC;
+
+static const char *backend_name(gpushm_backend_t b)
+{
+  return b == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "cuda-ipc";
+}
 
 
 
@@ -76,11 +85,40 @@ static int role_consumer(char **argv)
   cuda_test_setup(0);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
-  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC && gpushm_buffer_device(b) == 0);
+  CHECK(gpushm_buffer_backend(b) == backend && gpushm_buffer_device(b) == 0);
   CHECK(verify(dptr(b), gpushm_buffer_size(b), seed));
   if (answer)
     fill(dptr(b), gpushm_buffer_size(b), answer);
   CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* As another uid: opens read-only and checks every word. */
+static int role_readonly_consumer(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+
+  cuda_test_setup(0);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  CHECK(verify(dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* As another uid: neither a read nor a read-write open is let through, nor does the
+ * name leak what it is. */
+static int role_refused(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
+  CHECK_ERR(gpushm_buffer_open(conn, argv[2], 0, &b), GPUSHM_E_NOENT);
   gpushm_disconnect(conn);
   return 0;
 }
@@ -102,8 +140,34 @@ static int role_holder(char **argv)
     pause();
 }
 
-/* With the library's driver made to fail cuIpcOpenMemHandle: the open fails and the
- * daemon's reference is given back. */
+/* Opens a buffer read-only, checks it reads, then writes through the read-only mapping:
+ * exits 3 when the driver refuses the write with an error (or dies of SIGSEGV: the fake
+ * driver's mapping is the process's own), 0 when the write went through. */
+static int role_write_readonly(char **argv)
+{
+  uint32_t seed = (uint32_t)strtoul(argv[3], NULL, 0);
+  unsigned flags = strcmp(argv[4], "ro") == 0 ? GPUSHM_OPEN_READONLY : 0;
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  CUresult r;
+
+  cuda_test_setup(0);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], flags, &b));
+  CHECK(gpushm_buffer_is_readonly(b) == (flags != 0));
+  CHECK(verify(dptr(b), gpushm_buffer_size(b), seed));
+  r = CU_CALL(&drv, cuMemsetD32, dptr(b), 0xdeadbeef, gpushm_buffer_size(b) / 4);
+  if (r == CUDA_SUCCESS)
+    r = CU_CALL(&drv, cuCtxSynchronize);
+  if (r != CUDA_SUCCESS)
+    _exit(3); /* the context may be gone: nothing more to clean up */
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* With the library's driver made to fail the import: the open fails and the daemon's
+ * reference is given back. */
 static int role_open_fails(char **argv)
 {
   gpushm_t *conn;
@@ -112,40 +176,58 @@ static int role_open_fails(char **argv)
 
   conn = daemon_connect(&d);
   CHECK_ERR(gpushm_buffer_open(conn, argv[2], 0, &b), GPUSHM_E_CUDA);
-  CHECK(strstr(gpushm_last_error_message(), "cuIpcOpenMemHandle") != NULL);
+  CHECK(strstr(gpushm_last_error_message(), argv[3]) != NULL);
   CHECK((info = find_buffer(conn, argv[2])) && gpushm_buffer_info_my_refs(info) == 0);
   gpushm_disconnect(conn);
   return 0;
 }
 
-static pid_t spawn(const char *role, const char *a, const char *b, const char *c,
-                   const char *fault_env)
+/* Runs a role in a fresh process, as uid (and gid) when uid is not 0. */
+static pid_t spawn_as(uid_t uid, const char *role, const char *a, const char *b, const char *c,
+                      const char *fault_env)
 {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
+    char text[16];
     setenv("GPUSHM_SOCKET", d.socket, 1);
+    snprintf(text, sizeof text, "%d", (int)backend);
+    setenv("GPUSHM_TEST_BACKEND", text, 1);
     if (fault_env)
       setenv("GPUSHM_CUDA_FAULTS", fault_env, 1);
+    if (uid && (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
+      _exit(126);
     execl(self, self, role, a, b, c, (char *)NULL);
     _exit(127);
   }
   return pid;
 }
 
+static pid_t spawn(const char *role, const char *a, const char *b, const char *c,
+                   const char *fault_env)
+{
+  return spawn_as(0, role, a, b, c, fault_env);
+}
+
 /* --- tests ------------------------------------------------------------------------- */
 
-static gpushm_buffer_t *create_cuda(gpushm_t *conn, const char *name, uint64_t size)
+static gpushm_buffer_t *create_mode(gpushm_t *conn, const char *name, uint64_t size,
+                                    uint32_t mode)
 {
   gpushm_create_opts_t opts;
   gpushm_buffer_t *b;
   gpushm_create_opts_init(&opts);
-  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.backend = backend;
   opts.device = 0;
-  opts.mode = 0600;
+  opts.mode = mode;
   CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
-  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC && gpushm_buffer_ptr(b) != NULL);
+  CHECK(gpushm_buffer_backend(b) == backend && gpushm_buffer_ptr(b) != NULL);
   return b;
+}
+
+static gpushm_buffer_t *create_cuda(gpushm_t *conn, const char *name, uint64_t size)
+{
+  return create_mode(conn, name, size, 0600);
 }
 
 static void test_producer_consumer(gpushm_t *conn)
@@ -161,7 +243,8 @@ static void test_producer_consumer(gpushm_t *conn)
         gpushm_buffer_info_device(info) == 0);
   CHECK_OK(gpushm_unlink(conn, "frames"));
   CHECK_OK(gpushm_buffer_close(b));
-  test_log("64 MiB producer -> consumer -> producer round trip verified");
+  test_log("%s: 64 MiB producer -> consumer -> producer round trip verified",
+           backend_name(backend));
 }
 
 static void test_eight_consumers(gpushm_t *conn)
@@ -177,7 +260,7 @@ static void test_eight_consumers(gpushm_t *conn)
     check_child(pids[i]);
   CHECK_OK(gpushm_unlink(conn, "fanout"));
   CHECK_OK(gpushm_buffer_close(b));
-  test_log("8 concurrent consumers verified");
+  test_log("%s: 8 concurrent consumers verified", backend_name(backend));
 }
 
 static void test_same_process_twice(gpushm_t *conn)
@@ -252,8 +335,8 @@ static void test_freed_after_last_release(gpushm_t *conn)
   CHECK(wait_until(free_is, &d, &baseline));
   close(ready[0]);
   close(ready[1]);
-  test_log("device memory back to baseline (%llu MiB free) after release and after SIGKILL",
-           (unsigned long long)(baseline >> 20));
+  test_log("%s: device memory back to baseline (%llu MiB free) after release and after "
+           "SIGKILL", backend_name(backend), (unsigned long long)(baseline >> 20));
 }
 
 static void test_big_buffer(gpushm_t *conn)
@@ -266,7 +349,8 @@ static void test_big_buffer(gpushm_t *conn)
   CHECK(verify(dptr(b), size, 0xb17));
   CHECK_OK(gpushm_unlink(conn, "big"));
   CHECK_OK(gpushm_buffer_close(b));
-  test_log("%llu MiB buffer round trip verified", (unsigned long long)(size >> 20));
+  test_log("%s: %llu MiB buffer round trip verified", backend_name(backend),
+           (unsigned long long)(size >> 20));
 }
 
 static void test_too_big(gpushm_t *conn)
@@ -280,7 +364,7 @@ static void test_too_big(gpushm_t *conn)
   total = gpushm_device_stats_total_memory(gpushm_stats_device(s, 0));
   gpushm_stats_free(s);
   gpushm_create_opts_init(&opts);
-  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.backend = backend;
   CHECK_ERR(gpushm_buffer_create(conn, "huge", total + 1024 * MiB, &opts, &b), GPUSHM_E_NOMEM);
   CHECK(strstr(gpushm_last_error_message(), "OUT_OF_MEMORY") != NULL);
   CHECK_OK(gpushm_ping(conn));
@@ -304,10 +388,68 @@ static void test_open_after_free(gpushm_t *conn)
 
 static void test_client_import_failure(gpushm_t *conn)
 {
+  static const char *const steps[] = { "cuMemImportFromShareableHandle", "cuMemAddressReserve",
+                                       "cuMemMap", "cuMemSetAccess" };
   gpushm_buffer_t *b = create_cuda(conn, "unopenable", 2 * MiB);
-  check_child(spawn("open-fails", "unopenable", NULL, NULL,
-                    "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_HANDLE"));
+  char fault[96];
+
+  if (backend == GPUSHM_BACKEND_CUDA_IPC) {
+    check_child(spawn("open-fails", "unopenable", "cuIpcOpenMemHandle", NULL,
+                      "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_HANDLE"));
+  } else {
+    /* each step of the import failing leaves nothing mapped and nothing held */
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+      snprintf(fault, sizeof fault, "%s=CUDA_ERROR_INVALID_VALUE", steps[i]);
+      check_child(spawn("open-fails", "unopenable", steps[i], NULL, fault));
+    }
+  }
   CHECK_OK(gpushm_unlink(conn, "unopenable"));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
+/* cuda-fd is a capability: another uid gets the fd, and so the memory, exactly when the
+ * mode bits let it open the buffer. */
+static void test_other_uid(gpushm_t *conn)
+{
+  gpushm_buffer_t *open = create_mode(conn, "for-everyone", 4 * MiB, 0644);
+  gpushm_buffer_t *closed = create_mode(conn, "private", 4 * MiB, 0600);
+  pid_t pid;
+  int status;
+
+  fill(dptr(open), 4 * MiB, 0x0644);
+  fill(dptr(closed), 4 * MiB, 0x0600);
+  pid = spawn_as(65534, "readonly-consumer", "for-everyone", "0x0644", NULL, NULL);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  pid = spawn_as(65534, "refused", "private", NULL, NULL, NULL);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(verify(dptr(closed), 4 * MiB, 0x0600));
+  CHECK_OK(gpushm_unlink(conn, "for-everyone"));
+  CHECK_OK(gpushm_unlink(conn, "private"));
+  CHECK_OK(gpushm_buffer_close(open));
+  CHECK_OK(gpushm_buffer_close(closed));
+  test_log("cuda-fd: uid 65534 read a 0644 buffer and was refused a 0600 one");
+}
+
+/* A read-only open maps the memory read-only: a write through it fails.  The control
+ * run (a read-write open doing the same write) proves the check can fail. */
+static void test_readonly_mapping(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_mode(conn, "ro-map", 2 * MiB, 0644);
+  pid_t pid;
+  int status;
+
+  fill(dptr(b), 2 * MiB, 0x7070);
+  pid = spawn("write-readonly", "ro-map", "0x7070", "ro", NULL);
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
+        (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV));
+  CHECK(verify(dptr(b), 2 * MiB, 0x7070)); /* untouched */
+  test_log("cuda-fd: a write through a read-only mapping was refused (%s)",
+           WIFEXITED(status) ? "driver error" : "SIGSEGV");
+  pid = spawn("write-readonly", "ro-map", "0x7070", "rw", NULL);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(!verify(dptr(b), 2 * MiB, 0x7070)); /* control: a read-write open did write */
+  CHECK_OK(gpushm_unlink(conn, "ro-map"));
   CHECK_OK(gpushm_buffer_close(b));
 }
 
@@ -420,12 +562,20 @@ int main(int argc, char **argv)
   if (argc > 1) {
     /* a child role: the daemon's socket comes through GPUSHM_SOCKET */
     snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
+    if (getenv("GPUSHM_TEST_BACKEND"))
+      backend = (gpushm_backend_t)atoi(getenv("GPUSHM_TEST_BACKEND"));
     if (strcmp(argv[1], "consumer") == 0)
       return role_consumer(argv);
     if (strcmp(argv[1], "holder") == 0)
       return role_holder(argv);
     if (strcmp(argv[1], "open-fails") == 0)
       return role_open_fails(argv);
+    if (strcmp(argv[1], "write-readonly") == 0)
+      return role_write_readonly(argv);
+    if (strcmp(argv[1], "readonly-consumer") == 0)
+      return role_readonly_consumer(argv);
+    if (strcmp(argv[1], "refused") == 0)
+      return role_refused(argv);
     return 2;
   }
   {
@@ -452,14 +602,19 @@ int main(int argc, char **argv)
   CHECK_OK(gpushm_unlink(conn, "warm-up"));
   CHECK_OK(gpushm_buffer_close(warm));
 
-  test_producer_consumer(conn);
-  test_eight_consumers(conn);
-  test_same_process_twice(conn);
-  test_freed_after_last_release(conn);
-  test_big_buffer(conn);
-  test_too_big(conn);
-  test_open_after_free(conn);
-  test_client_import_failure(conn);
+  for (int i = 0; i < 2; i++) {
+    backend = i == 0 ? GPUSHM_BACKEND_CUDA_IPC : GPUSHM_BACKEND_CUDA_FD;
+    test_producer_consumer(conn);
+    test_eight_consumers(conn);
+    test_same_process_twice(conn);
+    test_freed_after_last_release(conn);
+    test_big_buffer(conn);
+    test_too_big(conn);
+    test_open_after_free(conn);
+    test_client_import_failure(conn);
+  }
+  test_other_uid(conn);
+  test_readonly_mapping(conn);
 
   s = daemon_stats(&d);
   CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
