@@ -6,6 +6,7 @@
 #include "gpushm_limits.h"
 #include "harness.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -177,6 +178,69 @@ static void test_device_limit(void)
   daemon_stop(&d);
 }
 
+/* cuda-fd: every driver call of the daemon's allocation failing gives a clean error
+ * naming it and leaves nothing allocated; a sticky release stops the daemon; a device
+ * without virtual memory management is refused with the reason, cuda-ipc still works
+ * there. */
+static void test_fd_backend_faults(void)
+{
+  static const struct {
+    const char *fault;
+    int expect;
+  } cases[] = {
+    { "cuMemGetAllocationGranularity=CUDA_ERROR_INVALID_VALUE", GPUSHM_E_CUDA },
+    { "cuMemCreate=CUDA_ERROR_OUT_OF_MEMORY", GPUSHM_E_NOMEM },
+    { "cuMemExportToShareableHandle=CUDA_ERROR_INVALID_VALUE", GPUSHM_E_CUDA },
+  };
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t opts;
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  gpushm_stats_t *s;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char call[64];
+    snprintf(call, sizeof call, "%.*s", (int)strcspn(cases[i].fault, "="), cases[i].fault);
+    start(&d, fake_lib, cases[i].fault, NULL);
+    conn = daemon_connect(&d);
+    CHECK_ERR(gpushm_buffer_create(conn, "fd-buf", 1, &opts, &b), cases[i].expect);
+    CHECK(strstr(gpushm_last_error_message(), call) != NULL);
+    s = daemon_stats(&d);
+    CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
+    gpushm_stats_free(s);
+    /* the daemon is fine and the name is free */
+    CHECK_OK(gpushm_buffer_create(conn, "fd-buf", 1, NULL, &b));
+    CHECK_OK(gpushm_buffer_close(b));
+    gpushm_disconnect(conn);
+    daemon_stop(&d);
+    memset(&d, 0, sizeof d);
+  }
+
+  start(&d, fake_lib, "cuMemRelease=CUDA_ERROR_ILLEGAL_ADDRESS", NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "poisoned-fd", 1, &opts, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_FD);
+  CHECK_OK(gpushm_unlink(conn, "poisoned-fd"));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(daemon_wait_exit(&d) == 70);
+  gpushm_disconnect(conn);
+  memset(&d, 0, sizeof d);
+
+  setenv("GPUSHM_FAKE_CUDA_NO_VMM", "1", 1);
+  start(&d, fake_lib, NULL, NULL);
+  unsetenv("GPUSHM_FAKE_CUDA_NO_VMM");
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_create(conn, "no-vmm", 1, &opts, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "virtual memory management") != NULL);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  CHECK_OK(gpushm_buffer_create(conn, "no-vmm", 1, &opts, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -189,5 +253,6 @@ int main(void)
   test_export_failure();
   test_sticky_error();
   test_device_limit();
+  test_fd_backend_faults();
   return 0;
 }
