@@ -119,7 +119,7 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 
   for (int kind = 1; kind < GPUSHM_BACKEND_COUNT; kind++) {
     const struct backend *be = call->reg->backends[kind];
-    if (be && !(be->unavailable && be->unavailable(be)))
+    if (be && !(be->unavailable && be->unavailable(be)) && registry_backend_allowed(call->reg, be))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
   }
   if (events_available(call->reg))

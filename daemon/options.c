@@ -119,6 +119,34 @@ static int set_max_queued(struct settings *s, const char *v)
   return u32(v, 10, 1, 1u << 20, &s->cfg.max_queued_frames);
 }
 
+static int set_default_backend(struct settings *s, const char *v)
+{
+  static const struct {
+    const char *name;
+    int backend;
+  } names[] = { { "host", GPUSHM_BACKEND_HOST },
+                { "cuda-ipc", GPUSHM_BACKEND_CUDA_IPC },
+                { "cuda-fd", GPUSHM_BACKEND_CUDA_FD } };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (strcmp(v, names[i].name) == 0) {
+      s->limits.default_backend = names[i].backend;
+      return 0;
+    }
+  }
+  return GPUSHM_E_INVAL;
+}
+
+static int set_allow_legacy_ipc(struct settings *s, const char *v)
+{
+  if (strcmp(v, "auto") == 0)
+    s->legacy_ipc_auto = true;
+  else if (strcmp(v, "yes") == 0 || strcmp(v, "no") == 0)
+    s->legacy_ipc_auto = false, s->limits.allow_legacy_ipc = v[0] == 'y';
+  else
+    return GPUSHM_E_INVAL;
+  return 0;
+}
+
 static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
@@ -170,6 +198,13 @@ static const struct setting {
     "'auto' or bytes, with an optional K, M, G or T" },
   { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
+  { "default-backend", 0, set_default_backend, "BACKEND",
+    "what clients get when they name no backend: host (default), cuda-fd or cuda-ipc",
+    "host, cuda-fd or cuda-ipc" },
+  { "allow-legacy-ipc", 0, set_allow_legacy_ipc, "yes|no|auto",
+    "create and export legacy CUDA IPC buffers, whose handles any local process can forge "
+    "(auto: only when gpushmd does not run as root, i.e. serves one user)",
+    "yes, no or auto" },
   { "admin-group", 0, set_admin_group, "GROUP",
     "members may list, destroy and disconnect every user's buffers and clients",
     "the name of an existing group" },
@@ -195,6 +230,7 @@ void settings_init(struct settings *s)
   s->limits.default_mode = 0600;
   s->host_budget_auto = true;
   s->host_bytes_per_uid_auto = true;
+  s->legacy_ipc_auto = true;
   s->log_level = LOG_LEVEL_INFO;
 }
 
@@ -204,6 +240,9 @@ void settings_resolve(struct settings *s)
     s->limits.host_budget = host_memory_auto_budget(s->host_budget_why, sizeof s->host_budget_why);
   else
     snprintf(s->host_budget_why, sizeof s->host_budget_why, "set by host-memory-budget");
+  /* A daemon of one user serves one trust domain; root serves everyone. */
+  if (s->legacy_ipc_auto)
+    s->limits.allow_legacy_ipc = geteuid() != 0;
   if (s->host_bytes_per_uid_auto)
     s->limits.max_host_bytes_per_uid =
       s->limits.host_budget / 100 * GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT;

@@ -19,6 +19,7 @@ struct settings {
   struct reg_limits limits; /* host budget and per-uid host bytes resolved by settings_resolve */
   bool host_budget_auto;
   bool host_bytes_per_uid_auto;
+  bool legacy_ipc_auto;
   int log_level;            /* enum log_level */
   char host_budget_why[256]; /* how the budget was derived, for the start-up log */
 };

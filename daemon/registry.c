@@ -436,6 +436,23 @@ void registry_export_close_fds(struct reg_export *e)
     close(e->fds[--e->n_fds]);
 }
 
+/* Legacy IPC is for one trust domain: a daemon serving many users exports its handles
+ * only where the admin said so (allow-legacy-ipc). */
+static int legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
+                            size_t errlen)
+{
+  if (be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc)
+    return 0;
+  snprintf(err, errlen, "unsupported: cuda-ipc is off on this gpushmd (allow-legacy-ipc): its "
+           "handles are bearer tokens any local process can forge; use cuda-fd");
+  return GPUSHM_E_UNSUPPORTED;
+}
+
+bool registry_backend_allowed(const struct registry *reg, const struct backend *be)
+{
+  return be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
+}
+
 /* What a client needs to reach the object: an event's handle, or the backend's fd or
  * handle and, for sync buffers, the control block's fd (always last) and the event's
  * handle.  On failure no fd is left open. */
@@ -451,6 +468,8 @@ static int export_object(const struct registry *reg, struct reg_object *buffer, 
   if (buffer->kind == REG_EVENT)
     return reg->events->export(reg->events, buffer->event, out->handle, &out->handle_len, err,
                                errlen);
+  if ((r = legacy_ipc_check(reg, buffer->backend, err, errlen)) < 0)
+    return r;
   r = buffer->backend->export(buffer->backend, &buffer->mem, read_only, &mem, err, errlen);
   if (r < 0)
     return r;
@@ -498,7 +517,9 @@ static const char *kind_name(const struct reg_object *obj)
 static int check_create(const struct registry *reg, const struct reg_create_args *args,
                         const struct backend **be, char *err, size_t errlen)
 {
-  int backend = args->backend ? args->backend : GPUSHM_BACKEND_HOST;
+  int backend = args->backend          ? args->backend
+                : reg->limits.default_backend ? reg->limits.default_backend
+                                              : GPUSHM_BACKEND_HOST;
   const char *why;
 
   *be = NULL;
@@ -553,7 +574,7 @@ static int check_create(const struct registry *reg, const struct reg_create_args
     snprintf(err, errlen, "unsupported: %s backend unavailable: %s", (*be)->name, why);
     return GPUSHM_E_UNSUPPORTED;
   }
-  return 0;
+  return legacy_ipc_check(reg, *be, err, errlen);
 }
 
 /* Fills a new object with its memory (and sync objects) or its event.  On failure

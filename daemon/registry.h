@@ -73,6 +73,10 @@ struct reg_limits {
   uint32_t default_mode;
   uint64_t host_budget;       /* host memory of all buffers together; 0: none */
   uint64_t max_host_bytes_per_uid; /* 0: none */
+  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host */
+  /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
+   * are neither created nor exported. */
+  bool allow_legacy_ipc;
 };
 
 struct reg_create_args {
@@ -178,6 +182,8 @@ uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_
 bool registry_client_in_group(const struct reg_client *client, gid_t gid);
 bool registry_may_access(const struct reg_client *client, const struct reg_object *buffer,
                          bool write);
+/* Whether creates and opens may use this backend now (allow-legacy-ipc). */
+bool registry_backend_allowed(const struct registry *reg, const struct backend *be);
 /* Whether the client may learn that the buffer exists: root, the owner, whoever may
  * read it, and its holders. */
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);

@@ -7,7 +7,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/_build}
 dir=$(mktemp -d /tmp/gpushm-demo.XXXXXX)
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
-"$build/daemon/gpushmd" --log-level info &
+# Device memory through the default backend: cuda-fd, the capability-based one (gpushmd
+# answers "unsupported" without a GPU, and the producer falls back to host memory).
+"$build/daemon/gpushmd" --log-level info --default-backend cuda-fd &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$dir"' EXIT
 i=0

@@ -1,6 +1,7 @@
-/* Demo producer: creates a shared buffer — in GPU memory over CUDA IPC when gpushmd
- * offers it, else in host memory — fills it, waits for the consumer's answer and
- * checks it.  Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda]]] */
+/* Demo producer: creates a shared buffer — with the daemon's default backend (GPU
+ * memory as POSIX-fd capabilities when gpushmd is started with --default-backend
+ * cuda-fd and has a GPU), else in host memory — fills it, waits for the consumer's
+ * answer and checks it.  Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda-fd]]] */
 #include "gpushm.h"
 #include "pattern.h"
 
@@ -35,6 +36,7 @@ int main(int argc, char **argv)
     die("connect", r);
   /* Session lifetime: if the producer dies, the names go with it. */
   gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST; /* the hand-shake is read by the CPU */
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
   opts.mode = 0644;
   snprintf(state_name, sizeof state_name, "%s.state", name);
@@ -42,7 +44,9 @@ int main(int argc, char **argv)
     die("create hand-shake buffer", r);
   h = gpushm_buffer_ptr(state);
 
-  opts.backend = strcmp(backend, "host") == 0 ? GPUSHM_BACKEND_HOST : GPUSHM_BACKEND_CUDA_IPC;
+  opts.backend = strcmp(backend, "host") == 0      ? GPUSHM_BACKEND_HOST
+                 : strcmp(backend, "cuda-fd") == 0 ? GPUSHM_BACKEND_CUDA_FD
+                                                   : GPUSHM_BACKEND_DEFAULT;
   r = gpushm_buffer_create(conn, name, size, &opts, &buf);
   if (r == GPUSHM_E_UNSUPPORTED && strcmp(backend, "auto") == 0) {
     printf("producer: no GPU through gpushmd (%s); using host memory\n",

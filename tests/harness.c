@@ -78,6 +78,10 @@ static int daemon_argv(const char **argv, int max, const char *socket, va_list a
     argv[argc++] = socket;
     argv[argc++] = "--log-level";
     argv[argc++] = level ? level : "warn";
+    /* Tests run as root, where the default refuses legacy IPC; the suite covers it.
+     * A test that wants the default back passes --allow-legacy-ipc itself (last wins). */
+    argv[argc++] = "--allow-legacy-ipc";
+    argv[argc++] = "yes";
   }
   for (const char *a; (a = va_arg(ap, const char *)) && argc < max - 1;)
     argv[argc++] = a;

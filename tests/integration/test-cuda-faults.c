@@ -241,6 +241,47 @@ static void test_fd_backend_faults(void)
   daemon_stop(&d);
 }
 
+/* The system service's safe default: run as root, "auto" refuses legacy IPC (creates and
+ * opens, and Hello does not offer it), and default-backend makes GPUSHM_BACKEND_DEFAULT
+ * device memory as fd capabilities.  "yes" turns legacy IPC back on. */
+static void test_legacy_ipc_policy(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t opts;
+  gpushm_t *conn;
+  gpushm_buffer_t *b, *held;
+
+  CHECK(geteuid() == 0); /* the suite runs as root, as the system service does */
+  setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
+  daemon_start(&d, "--allow-legacy-ipc", "auto", "--default-backend", "cuda-fd", NULL);
+  conn = daemon_connect(&d);
+  CHECK(!(gpushm_daemon_backends(conn) & (1u << GPUSHM_BACKEND_CUDA_IPC)));
+  CHECK(gpushm_daemon_backends(conn) & (1u << GPUSHM_BACKEND_CUDA_FD));
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  CHECK_ERR(gpushm_buffer_create(conn, "legacy", 1, &opts, &b), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "allow-legacy-ipc") != NULL);
+  CHECK_OK(gpushm_buffer_create(conn, "by-default", 1, NULL, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_FD);
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  /* Turned on: a legacy buffer is made and opened... */
+  memset(&d, 0, sizeof d);
+  daemon_start(&d, "--allow-legacy-ipc", "yes", NULL);
+  conn = daemon_connect(&d);
+  CHECK(gpushm_daemon_backends(conn) & (1u << GPUSHM_BACKEND_CUDA_IPC));
+  CHECK_OK(gpushm_buffer_create(conn, "legacy", 1, &opts, &held));
+  CHECK(gpushm_buffer_backend(held) == GPUSHM_BACKEND_CUDA_IPC);
+  CHECK_OK(gpushm_buffer_create(conn, "host-default", 1, NULL, &b));
+  CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_HOST); /* the built-in default */
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_buffer_close(held));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -254,5 +295,6 @@ int main(void)
   test_sticky_error();
   test_device_limit();
   test_fd_backend_faults();
+  test_legacy_ipc_policy();
   return 0;
 }
