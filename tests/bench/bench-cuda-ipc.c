@@ -1,6 +1,8 @@
 /* Costs of sharing device memory through gpushmd, each printed with the floor it
  * is compared against, measured in the same run on the same GPU:
  *   open+close of a buffer    vs  raw cuIpcOpenMemHandle+Close plus two socket round trips
+ *   open+close, cuda-fd       vs  the same over cuda-ipc (fd import + reserve + map +
+ *                                 access, then unmap + free + release)
  *   cached reopen             vs  one socket round trip (what it avoids)
  *   copy out of an import     vs  the same copy between local buffers
  * Not part of `make check` (no timing assertions there); run by gpu-host-test. */
@@ -40,7 +42,7 @@ static double median(double *v, int n)
 /* Child: everything measured from a consumer's side. argv: self child NAME HANDLE_HEX */
 static int child(char **argv)
 {
-  double ping[ROUNDS], raw[ROUNDS], open_close[ROUNDS], cached[ROUNDS];
+  double ping[ROUNDS], raw[ROUNDS], open_close[ROUNDS], cached[ROUNDS], fd_cycle[ROUNDS];
   double floor_us, cycle_us, t, local_gbs = 0, import_gbs = 0;
   CUipcMemHandle h;
   CUdeviceptr raw_ptr, local_a, local_b;
@@ -73,6 +75,14 @@ static int child(char **argv)
     CHECK_OK(gpushm_buffer_close(b));
     open_close[i] = now_us() - t;
   }
+  CHECK_OK(gpushm_buffer_open(conn, "bench-fd", 0, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  for (int i = 0; i < ROUNDS; i++) {
+    t = now_us();
+    CHECK_OK(gpushm_buffer_open(conn, "bench-fd", 0, &b));
+    CHECK_OK(gpushm_buffer_close(b));
+    fd_cycle[i] = now_us() - t;
+  }
   CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
   for (int i = 0; i < ROUNDS; i++) {
     t = now_us();
@@ -87,6 +97,8 @@ static int child(char **argv)
   printf("bench: raw cuIpcOpenMemHandle+Close        %8.1f us\n", median(raw, ROUNDS));
   printf("bench: gpushm open+close, uncached         %8.1f us   ratio to floor (raw + 2 pings) %.2f\n",
          cycle_us, cycle_us / floor_us);
+  printf("bench: gpushm open+close, cuda-fd          %8.1f us   ratio to cuda-ipc %.2f\n",
+         median(fd_cycle, ROUNDS), median(fd_cycle, ROUNDS) / cycle_us);
   printf("bench: gpushm reopen, cached               %8.3f us   ratio to one ping %.4f\n",
          median(cached, ROUNDS), median(cached, ROUNDS) / median(ping, ROUNDS));
 
@@ -154,6 +166,21 @@ int main(int argc, char **argv)
   }
   printf("bench: create 64 MiB (alloc+export+map)    %8.1f us   (median of 20, first %.0f us)\n",
          median(create_us + 1, 19), create_us[0]);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  for (int i = 0; i < 20; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "create-fd-%d", i);
+    t = now_us();
+    CHECK_OK(gpushm_buffer_create(conn, name, 64ull << 20, &opts, &b));
+    create_us[i] = now_us() - t;
+    CHECK_OK(gpushm_unlink(conn, name));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  printf("bench: create 64 MiB cuda-fd (create+export+import+map) %8.1f us   (median of 20)\n",
+         median(create_us + 1, 19));
+  CHECK_OK(gpushm_buffer_create(conn, "bench-fd", 64ull << 20, &opts, &b));
+  CHECK_OK(gpushm_buffer_close(b)); /* kept by its name */
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
   CHECK_OK(gpushm_buffer_create(conn, "bench", COPY_BYTES, &opts, &b));
 
   fflush(stdout);
