@@ -333,6 +333,7 @@ static CUresult fake_cuIpcCloseMemHandle(CUdeviceptr p)
 #define FAKE_GRANULE (2u << 20)
 
 struct fake_vmm {
+  struct fake_vmm *next; /* on the vmms list: reachable, as the driver's own would be */
   uint64_t magic;
   int fd;
   size_t size;
@@ -340,6 +341,27 @@ struct fake_vmm {
   int imported;
 };
 #define VMM_MAGIC 0x766d6d68616e646cull
+static struct fake_vmm *vmms;
+
+static void vmm_link(struct fake_vmm *m)
+{
+  pthread_mutex_lock(&lock);
+  m->next = vmms;
+  vmms = m;
+  pthread_mutex_unlock(&lock);
+}
+
+static void vmm_unlink(struct fake_vmm *m)
+{
+  pthread_mutex_lock(&lock);
+  for (struct fake_vmm **p = &vmms; *p; p = &(*p)->next) {
+    if (*p == m) {
+      *p = m->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
 
 static struct fake_vmm *vmm_of(CUmemGenericAllocationHandle h)
 {
@@ -384,7 +406,8 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
   }
   used[dev] += size;
   pthread_mutex_unlock(&lock);
-  *m = (struct fake_vmm){ VMM_MAGIC, fd, size, dev, 0 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, fd, size, dev, 0 };
+  vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
   return CUDA_SUCCESS;
 }
@@ -399,6 +422,7 @@ static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle handle)
   if (!m->imported)
     used[m->device] -= m->size;
   pthread_mutex_unlock(&lock);
+  vmm_unlink(m);
   close(m->fd);
   m->magic = 0;
   free(m);
@@ -437,7 +461,9 @@ static CUresult fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
       close(dup_fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *m = (struct fake_vmm){ VMM_MAGIC, dup_fd, (size_t)size, current_device() < 0 ? 0 : current_device(), 1 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, dup_fd, (size_t)size,
+                          current_device() < 0 ? 0 : current_device(), 1 };
+  vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
   return CUDA_SUCCESS;
 }
