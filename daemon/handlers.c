@@ -245,8 +245,10 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   int r;
 
 #ifdef HAVE_CUDA
-  if (cr->backend != GPUSHM__BACKEND__BACKEND_UNSPECIFIED &&
-      cr->backend != GPUSHM__BACKEND__BACKEND_HOST && cr->device >= 0 &&
+  /* What the create will use, the daemon's default-backend included: any device
+   * backend (or event) needs the device's context, made off the loop. */
+  int effective = cr->backend ? (int)cr->backend : call->reg->limits.default_backend;
+  if (effective != 0 && effective != GPUSHM_BACKEND_HOST && cr->device >= 0 &&
       cr->device < backend_cuda_device_count() && !backend_cuda_device_ready(cr->device)) {
     ctx->wait_device = cr->device;
     return HANDLER_WAIT_DEVICE;
