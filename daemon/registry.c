@@ -436,21 +436,21 @@ void registry_export_close_fds(struct reg_export *e)
     close(e->fds[--e->n_fds]);
 }
 
+bool registry_backend_allowed(const struct registry *reg, const struct backend *be)
+{
+  return be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
+}
+
 /* Legacy IPC is for one trust domain: a daemon serving many users exports its handles
  * only where the admin said so (allow-legacy-ipc). */
 static int legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
                             size_t errlen)
 {
-  if (be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc)
+  if (registry_backend_allowed(reg, be))
     return 0;
   snprintf(err, errlen, "unsupported: cuda-ipc is off on this gpushmd (allow-legacy-ipc): its "
            "handles are bearer tokens any local process can forge; use cuda-fd");
   return GPUSHM_E_UNSUPPORTED;
-}
-
-bool registry_backend_allowed(const struct registry *reg, const struct backend *be)
-{
-  return be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
 }
 
 /* What a client needs to reach the object: an event's handle, or the backend's fd or

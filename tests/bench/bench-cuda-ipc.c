@@ -129,6 +129,23 @@ static int child(char **argv)
   return 0;
 }
 
+/* 20 creates of 64 MiB with opts, each unlinked and closed again. */
+static void time_creates(gpushm_t *conn, const gpushm_create_opts_t *opts, double us[20])
+{
+  gpushm_buffer_t *b;
+  double t;
+
+  for (int i = 0; i < 20; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "create-%d", i);
+    t = now_us();
+    CHECK_OK(gpushm_buffer_create(conn, name, 64ull << 20, opts, &b));
+    us[i] = now_us() - t;
+    CHECK_OK(gpushm_unlink(conn, name));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+}
+
 int main(int argc, char **argv)
 {
   static char self[4096], hex[129];
@@ -155,27 +172,11 @@ int main(int argc, char **argv)
   conn = daemon_connect(&d);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
-  for (int i = 0; i < 20; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "create-%d", i);
-    t = now_us();
-    CHECK_OK(gpushm_buffer_create(conn, name, 64ull << 20, &opts, &b));
-    create_us[i] = now_us() - t;
-    CHECK_OK(gpushm_unlink(conn, name));
-    CHECK_OK(gpushm_buffer_close(b));
-  }
+  time_creates(conn, &opts, create_us);
   printf("bench: create 64 MiB (alloc+export+map)    %8.1f us   (median of 20, first %.0f us)\n",
          median(create_us + 1, 19), create_us[0]);
   opts.backend = GPUSHM_BACKEND_CUDA_FD;
-  for (int i = 0; i < 20; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "create-fd-%d", i);
-    t = now_us();
-    CHECK_OK(gpushm_buffer_create(conn, name, 64ull << 20, &opts, &b));
-    create_us[i] = now_us() - t;
-    CHECK_OK(gpushm_unlink(conn, name));
-    CHECK_OK(gpushm_buffer_close(b));
-  }
+  time_creates(conn, &opts, create_us);
   printf("bench: create 64 MiB cuda-fd (create+export+import+map) %8.1f us   (median of 20)\n",
          median(create_us + 1, 19));
   CHECK_OK(gpushm_buffer_create(conn, "bench-fd", 64ull << 20, &opts, &b));

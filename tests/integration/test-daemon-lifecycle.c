@@ -119,6 +119,11 @@ static void test_config(const char *out)
 
   write_file(conf, "max-clients = 4\nsocket-mode = 0999\n");
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: socket-mode: invalid value"));
+  write_file(conf, "default-backend = cuda\n");
+  CHECK(daemon_run(out, arg, NULL) == 2 &&
+        file_contains(out, ":1: default-backend: invalid value 'cuda' (expected host, cuda-fd or cuda-ipc)"));
+  write_file(conf, "allow-legacy-ipc = maybe\n");
+  CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":1: allow-legacy-ipc: invalid value"));
   write_file(conf, "max-clients = 4\nmystery-knob = 1\n");
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: mystery-knob: unknown setting"));
   write_file(conf, "max-clients 4\n");
