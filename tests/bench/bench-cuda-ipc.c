@@ -154,7 +154,7 @@ int main(int argc, char **argv)
   gpushm_t *conn;
   CUdeviceptr mine;
   CUipcMemHandle h;
-  double t, create_us[20];
+  double create_us[20];
   pid_t pid;
 
   if (argc > 1)
