@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,6 +184,39 @@ static int map_control(struct gpushm_buffer *buf, int fd)
 
 static int unmap_buffer(struct gpushm_buffer *buf);
 
+/* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc),
+ * else the control block's fence word, GPU-side where the device can, CPU-side where
+ * it cannot. */
+static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
+{
+  const Gpushm__BufferInfo *info = open->info;
+  uint32_t layout_size = buf->control->layout_size;
+  int r;
+
+  buf->sync_why[0] = '\0';
+  if (buf->backend == GPUSHM_BACKEND_HOST) {
+    buf->sync_method = GPUSHM_SYNC_HOST;
+    return 0;
+  }
+  if (open->sync_event_handle.len) {
+    r = client_cuda_import_event(open->sync_event_handle.data, open->sync_event_handle.len,
+                                 info->device_uuid.data, info->device_uuid.len, info->device,
+                                 &buf->sync_event, &buf->device);
+    if (r == 0)
+      buf->sync_method = GPUSHM_SYNC_IPC_EVENT;
+    return r;
+  }
+  if (buf->control->layout_version == 0 || layout_size < SYNC_CONTROL_FENCE_END)
+    return client_error(GPUSHM_E_PROTO, "device sync buffer %s came with neither an event "
+                        "nor a fence", buf->name);
+  r = client_cuda_fence_attach(buf->control, buf->read_only, buf->device, &buf->fence_dptr,
+                               buf->sync_why, sizeof buf->sync_why);
+  if (r < 0)
+    return r;
+  buf->sync_method = r == 0 ? GPUSHM_SYNC_GPU_FENCE : GPUSHM_SYNC_CPU_FENCE;
+  return 0;
+}
+
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
 static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
@@ -228,10 +262,8 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
   }
   if (r < 0 || !open->has_control)
     return r;
-  if ((r = map_control(buf, fds->fd[fds->n - 1])) == 0 && open->sync_event_handle.len)
-    r = client_cuda_import_event(open->sync_event_handle.data, open->sync_event_handle.len,
-                                 info->device_uuid.data, info->device_uuid.len, info->device,
-                                 &buf->sync_event, &buf->device);
+  if ((r = map_control(buf, fds->fd[fds->n - 1])) == 0)
+    r = attach_sync(buf, open);
   if (r < 0) {
     int saved = r;
     char why[256];
@@ -240,6 +272,25 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
     client_error(saved, "%s", why);
   }
   return r;
+}
+
+/* A release queued a GPU write into the registered control page: the page stays
+ * registered until the write lands (or the stream is evidently stuck), else consumers
+ * would wait for a number whose write went nowhere. */
+static void drain_fence(struct gpushm_buffer *buf)
+{
+  struct timespec pause = { 0, 50000 }, now, deadline;
+
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += GPUSHM_FENCE_DRAIN_TIMEOUT_MS / 1000;
+  deadline.tv_nsec += (long)(GPUSHM_FENCE_DRAIN_TIMEOUT_MS % 1000) * 1000000L;
+  while (__atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE) < buf->fence_written) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec * 1000000000LL + now.tv_nsec >=
+        deadline.tv_sec * 1000000000LL + deadline.tv_nsec)
+      return;
+    nanosleep(&pause, NULL);
+  }
 }
 
 /* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
@@ -259,6 +310,12 @@ static int unmap_buffer(struct gpushm_buffer *buf)
   if (buf->sync_event)
     r2 = client_cuda_destroy_event(buf->sync_event, buf->device);
   buf->sync_event = NULL;
+  if (buf->sync_method == GPUSHM_SYNC_GPU_FENCE) {
+    drain_fence(buf);
+    r2 = client_cuda_fence_detach(buf->control, buf->device);
+  }
+  buf->sync_method = GPUSHM_SYNC_NONE;
+  buf->fence_dptr = 0;
   if (buf->control)
     munmap(buf->control, SYNC_CONTROL_SIZE);
   buf->control = NULL;

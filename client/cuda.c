@@ -283,6 +283,79 @@ int client_cuda_wait(void *event, int local_device, void *stream)
                    CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0));
 }
 
+static int device_attribute(int local_device, CUdevice_attribute a, int *value)
+{
+  CUresult r = CU_CALL(&cl.drv, cuDeviceGetAttribute, value, a, cl.devices[local_device].dev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDeviceGetAttribute");
+}
+
+/* The page is pinned for every context (PORTABLE) and mapped into the device's
+ * address space (DEVICEMAP), so streams of any context may write or wait on it. */
+int client_cuda_fence_attach(struct sync_control *ctl, bool read_only, int local_device,
+                             uint64_t *fence_dptr, char *why, size_t why_len)
+{
+  unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+  CUdeviceptr base;
+  int memops = 0, ro_register = 0, r;
+
+  if ((r = device_attribute(local_device, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                            &memops)) < 0)
+    return r;
+  if (!memops) {
+    snprintf(why, why_len, "the device lacks 64-bit stream memory operations");
+    return 1;
+  }
+  if (read_only) {
+    /* A read-only opener's page is mapped PROT_READ: the driver can pin it only as
+     * read-only for the device, which not every platform supports. */
+    if ((r = device_attribute(local_device, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                              &ro_register)) < 0)
+      return r;
+    if (!ro_register) {
+      snprintf(why, why_len, "the platform cannot register read-only host memory for the device");
+      return 1;
+    }
+    flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+  }
+  if ((r = ON_DEVICE(local_device, "cuMemHostRegister",
+                     CU_CALL(&cl.drv, cuMemHostRegister, ctl, SYNC_CONTROL_SIZE, flags))) < 0)
+    return r;
+  if ((r = ON_DEVICE(local_device, "cuMemHostGetDevicePointer",
+                     CU_CALL(&cl.drv, cuMemHostGetDevicePointer, &base, ctl, 0))) < 0) {
+    client_cuda_fence_detach(ctl, local_device);
+    return r;
+  }
+  *fence_dptr = (uint64_t)base + offsetof(struct sync_control, fence);
+  return 0;
+}
+
+int client_cuda_fence_detach(struct sync_control *ctl, int local_device)
+{
+  return ON_DEVICE(local_device, "cuMemHostUnregister", CU_CALL(&cl.drv, cuMemHostUnregister, ctl));
+}
+
+/* The write is ordered after everything queued on stream before it (no
+ * NO_MEMORY_BARRIER flag): whoever sees the value sees the work's results. */
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+{
+  return ON_DEVICE(local_device, "cuStreamWriteValue64",
+                   CU_CALL(&cl.drv, cuStreamWriteValue64, (CUstream)stream,
+                           (CUdeviceptr)fence_dptr, value, CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+{
+  return ON_DEVICE(local_device, "cuStreamWaitValue64",
+                   CU_CALL(&cl.drv, cuStreamWaitValue64, (CUstream)stream,
+                           (CUdeviceptr)fence_dptr, value, CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+int client_cuda_stream_sync(int local_device, void *stream)
+{
+  return ON_DEVICE(local_device, "cuStreamSynchronize",
+                   CU_CALL(&cl.drv, cuStreamSynchronize, (CUstream)stream));
+}
+
 #else /* !HAVE_CUDA */
 
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
@@ -325,6 +398,32 @@ int client_cuda_record(void *event, int local_device, void *stream)
 }
 
 int client_cuda_wait(void *event, int local_device, void *stream)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fence_attach(struct sync_control *ctl, bool read_only, int local_device,
+                             uint64_t *fence_dptr, char *why, size_t why_len)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fence_detach(struct sync_control *ctl, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_stream_sync(int local_device, void *stream)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

@@ -64,9 +64,16 @@ static int check_sync(const struct gpushm_buffer *buf, const void *stream)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
   if (!buf->control)
     return client_error(GPUSHM_E_INVAL, "'%s' was not created with GPUSHM_CREATE_SYNC", buf->name);
-  if (!buf->sync_event && stream)
+  if (buf->sync_method == GPUSHM_SYNC_HOST && stream)
     return client_error(GPUSHM_E_INVAL, "'%s' is host memory: pass no stream", buf->name);
   return 0;
+}
+
+gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *buf, const char **why)
+{
+  if (why)
+    *why = buf ? buf->sync_why : "";
+  return buf && buf->control ? buf->sync_method : GPUSHM_SYNC_NONE;
 }
 
 /* The futex word is the low half of the 64-bit release sequence: it changes with every
@@ -82,6 +89,42 @@ static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const stru
   return syscall(SYS_futex, seq_futex_word(ctl), op, val, timeout, NULL, 0);
 }
 
+/* Publishes the next number after the releaser's completion marker for it is on its
+ * way: ordered(n) records the event, or writes n into the fence behind stream's work.
+ * A concurrent release (unsupported, but not to be made worse) can take the number
+ * first; then the marker is repeated for the next one, so every published number has
+ * its marker queued before anyone can see it. */
+static int publish(struct gpushm_buffer *buf, void *stream, uint64_t *seq)
+{
+  uint64_t n = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE);
+  int r;
+
+  do {
+    switch (buf->sync_method) {
+    case GPUSHM_SYNC_IPC_EVENT:
+      r = client_cuda_record(buf->sync_event, buf->device, stream);
+      break;
+    case GPUSHM_SYNC_GPU_FENCE:
+      r = client_cuda_fence_write(buf->fence_dptr, n + 1, buf->device, stream);
+      if (r == 0)
+        buf->fence_written = n + 1;
+      break;
+    case GPUSHM_SYNC_CPU_FENCE:
+      /* No stream memory operations: the CPU writes the fence once the work is done. */
+      if ((r = client_cuda_stream_sync(buf->device, stream)) == 0)
+        __atomic_store_n(&buf->control->fence, n + 1, __ATOMIC_RELEASE);
+      break;
+    default:
+      r = 0;
+    }
+    if (r < 0)
+      return r;
+  } while (!__atomic_compare_exchange_n(&buf->control->release_seq, &n, n + 1, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
+  *seq = n + 1;
+  return 0;
+}
+
 int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
 {
   uint64_t n;
@@ -93,11 +136,8 @@ int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
   if (buf->read_only)
     return client_error(GPUSHM_E_PERM, "'%s' is open read-only: releasing publishes a write, "
                         "open it read-write to hand it back", buf->name);
-  /* Record first, publish after: whoever sees number n published finds the event
-   * recorded for n, or for a later release. */
-  if (buf->sync_event && (r = client_cuda_record(buf->sync_event, buf->device, stream)) < 0)
+  if ((r = publish(buf, stream, &n)) < 0)
     return r;
-  n = __atomic_add_fetch(&buf->control->release_seq, 1, __ATOMIC_SEQ_CST);
   /* Read-only openers cannot announce that they sleep (their control block is
    * read-only), so every release wakes: a few hundred ns when nobody waits. */
   seq_futex(buf->control, FUTEX_WAKE, INT_MAX, NULL);
@@ -129,6 +169,24 @@ static uint64_t now_ns(void)
  * libgpushm 0.1 publishes without waking anyone. */
 #define ACQUIRE_RECHECK_NS 200000000ull
 
+/* GPUSHM_SYNC_CPU_FENCE: release n is published before a GPU-fence releaser's work is
+ * done, so the data is ready only once the fence itself reaches n.  Nobody wakes a
+ * futex for a device write: poll. */
+#define FENCE_POLL_NS 20000
+
+static int wait_fence_on_cpu(struct gpushm_buffer *buf, uint64_t target, int timeout_ms,
+                             uint64_t deadline)
+{
+  while (__atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE) < target) {
+    struct timespec ts = { 0, FENCE_POLL_NS };
+    if (timeout_ms >= 0 && now_ns() >= deadline)
+      return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' published but not done "
+                          "within %d ms", (unsigned long long)target, buf->name, timeout_ms);
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
 int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)
 {
   uint64_t deadline = 0, cur;
@@ -137,7 +195,7 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
   client_clear_error();
   if ((r = check_sync(buf, stream)) < 0)
     return r;
-  if (seq == 0 && __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) == 0)
+  if (seq == 0 && (seq = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE)) == 0)
     return 0; /* nothing released yet: nothing to wait for */
   if (timeout_ms >= 0)
     deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
@@ -161,7 +219,18 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
     /* Returns at once if a release changed the word since cur was read. */
     seq_futex(buf->control, FUTEX_WAIT, (uint32_t)cur, &ts);
   }
-  return buf->sync_event ? client_cuda_wait(buf->sync_event, buf->device, stream) : 0;
+  switch (buf->sync_method) {
+  case GPUSHM_SYNC_IPC_EVENT:
+    return client_cuda_wait(buf->sync_event, buf->device, stream);
+  case GPUSHM_SYNC_GPU_FENCE:
+    /* The fence reaches seq once release seq's work is done (a later release only
+     * raises it): waiting for >= seq, not == seq, never waits too little. */
+    return client_cuda_fence_wait(buf->fence_dptr, seq, buf->device, stream);
+  case GPUSHM_SYNC_CPU_FENCE:
+    return wait_fence_on_cpu(buf, seq, timeout_ms, deadline);
+  default:
+    return 0;
+  }
 }
 
 uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf)

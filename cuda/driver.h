@@ -37,6 +37,11 @@
   X(cuMemcpyHtoD, 3020)                 \
   X(cuMemcpyDtoD, 3020)                 \
   X(cuMemsetD32, 3020)                  \
+  X(cuMemsetD32Async, 3020)             \
+  X(cuMemcpyDtoDAsync, 3020)            \
+  X(cuMemHostRegister, 6050)            \
+  X(cuMemHostUnregister, 4000)          \
+  X(cuMemHostGetDevicePointer, 3020)    \
   X(cuIpcGetMemHandle, 4010)            \
   X(cuIpcOpenMemHandle, 11000)          \
   X(cuIpcCloseMemHandle, 4010)          \
@@ -56,6 +61,8 @@
   X(cuEventQuery, 2000)                 \
   X(cuEventSynchronize, 2000)           \
   X(cuStreamWaitEvent, 3020)            \
+  X(cuStreamWriteValue64, 11070)        \
+  X(cuStreamWaitValue64, 11070)         \
   X(cuIpcGetEventHandle, 4010)          \
   X(cuIpcOpenEventHandle, 4010)         \
   X(cuStreamCreate, 2000)               \

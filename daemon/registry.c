@@ -260,15 +260,17 @@ static void release_sync(struct reg_object *buffer)
   buffer->sync = false;
 }
 
-/* Device buffers also get an inter-process event; host ones synchronise on the
- * control block alone. */
+/* Legacy-IPC buffers also get an inter-process event.  The others synchronise on the
+ * control block alone: host buffers on the CPU, cuda-fd buffers through its fence
+ * word, which GPUs write and wait on — IPC events open only for the daemon's uid and
+ * only in its PID namespace, which is what cuda-fd exists to avoid. */
 static int alloc_sync(struct registry *reg, struct reg_object *buffer, const char *name,
                       char *err, size_t errlen)
 {
   const struct event_source *events = NULL;
   int r;
 
-  if (buffer->backend->kind != GPUSHM_BACKEND_HOST) {
+  if (buffer->backend->kind == GPUSHM_BACKEND_CUDA_IPC) {
     if (!(events = reg->events)) {
       snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
       return GPUSHM_E_UNSUPPORTED;

@@ -221,28 +221,52 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  * cuGraphicsMapResources/UnmapResources, stream-ordered without a CPU round trip to
  * the daemon.  Each release is numbered 1, 2, 3, ... per buffer, across processes.
  *
- * gpushm_buffer_release() records the buffer's event on stream after the work
- * already queued there, then publishes the next number, returned in *seq (may be
- * NULL).  gpushm_buffer_acquire(buf, stream, seq, timeout_ms) waits in this thread
- * until release number seq has been published (not until the GPU has done it), then
- * makes stream wait for the event's latest record, which is that release or a later
- * one.  seq 0 means "the latest release, if any": nothing released yet means nothing
- * to wait for.  timeout_ms < 0 waits for ever; GPUSHM_E_TIMEOUT if seq is not
- * published in time.  Host buffers: stream must be NULL, release publishes with
- * release ordering and acquire waits with acquire ordering (a CPU fence).
+ * gpushm_buffer_release() orders the release behind the work already queued on
+ * stream, then publishes the next number, returned in *seq (may be NULL).
+ * gpushm_buffer_acquire(buf, stream, seq, timeout_ms) waits in this thread until
+ * release number seq has been published (queued by its releaser, not done by the
+ * GPU), then makes stream wait until that release's work is done.  seq 0 means "the
+ * latest release, if any": nothing released yet means nothing to wait for.
+ * timeout_ms < 0 waits for ever; GPUSHM_E_TIMEOUT if seq is not published in time.
+ *
+ * How the GPU side is ordered depends on the backend (gpushm_buffer_sync_method()):
+ *  - cuda-fd: a memory fence.  Release enqueues a write of its number into a word of
+ *    the shared control block (cuStreamWriteValue64); acquire makes stream wait until
+ *    the word reaches seq (cuStreamWaitValue64).  Works for every uid the buffer's
+ *    mode admits and across PID namespaces.  Where the device lacks 64-bit stream
+ *    memory operations (or read-only host registration, for read-only opens), the
+ *    same word is written and waited on by the CPU instead: release waits for stream
+ *    to finish, acquire for the word — correct, not asynchronous.
+ *  - cuda-ipc: an inter-process event, recorded by release and waited on by acquire
+ *    (cuStreamWaitEvent); only the daemon's uid (or root) can open it.
+ *  - host: stream must be NULL; release publishes with release ordering and acquire
+ *    waits with acquire ordering (a CPU fence).
  *
  * Releasing is a write: it needs a read-write open (GPUSHM_E_PERM on a read-only one,
  * whose control block is mapped read-only so that it cannot forge the sequence).
  *
  * One releaser at a time: a release by another process between your acquire's
  * check and its wait is waited for too (harmless), but two producers releasing
- * concurrently leave only the later record in the event, so serialise producers (an
- * acquire before each write does). */
+ * concurrently leave only the later record in the event (or the fence), so serialise
+ * producers (an acquire before each write does). */
 GPUSHM_API int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq);
 GPUSHM_API int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq,
                                      int timeout_ms);
 /* The number of the latest published release (0: none yet, or not a sync buffer). */
 GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
+
+typedef enum {
+  GPUSHM_SYNC_NONE = 0,  /* not a sync buffer */
+  GPUSHM_SYNC_HOST,      /* host memory: CPU release/acquire ordering */
+  GPUSHM_SYNC_IPC_EVENT, /* cuda-ipc: an inter-process CUDA event */
+  GPUSHM_SYNC_GPU_FENCE, /* cuda-fd: GPU-written, GPU-waited memory fence */
+  GPUSHM_SYNC_CPU_FENCE, /* cuda-fd, fallback: the same fence written/waited by the CPU */
+} gpushm_sync_method_t;
+
+/* How this process orders releases and acquires of buf; *why (may be NULL) receives
+ * why a fallback was taken ("" otherwise), valid while buf is open. */
+GPUSHM_API gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *buf,
+                                                          const char **why);
 
 /* The buffer list, connected clients, statistics and gpushm_client_disconnect() are
  * in gpushm-admin.h. */

@@ -61,6 +61,10 @@
 #define GPUSHM_LIMIT_FRAMES_PER_WAKEUP     32u
 /* Pause before accepting again after EMFILE/ENFILE, instead of spinning on the listen fd. */
 #define GPUSHM_ACCEPT_BACKOFF_MS           100u
+/* The last close of a cuda-fd sync buffer waits this long, at most, for the fence
+ * write of this process's last release to land before it unregisters the page the
+ * write targets (a producer that releases and exits must not strand its consumers). */
+#define GPUSHM_FENCE_DRAIN_TIMEOUT_MS      10000u
 
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */

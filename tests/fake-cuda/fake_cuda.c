@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAKE_API __attribute__((visibility("default")))
@@ -111,7 +112,8 @@ static CUresult fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
 }
 
 /* Attributes gpushm asks about, as an H100 answers; GPUSHM_FAKE_CUDA_NO_VMM=1 makes
- * the device lack virtual memory management. */
+ * the device lack virtual memory management, GPUSHM_FAKE_CUDA_NO_MEMOPS stream memory
+ * operations, GPUSHM_FAKE_CUDA_NO_RO_REGISTER read-only host registration. */
 static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
   const char *no_vmm = getenv("GPUSHM_FAKE_CUDA_NO_VMM");
@@ -121,6 +123,15 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
   case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
   case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     *v = !(no_vmm && *no_vmm == '1');
+    break;
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+    *v = !getenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
+    break;
+  case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+    *v = !getenv("GPUSHM_FAKE_CUDA_NO_RO_REGISTER");
+    break;
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    *v = 1;
     break;
   default:
     *v = 0;
@@ -616,6 +627,152 @@ static CUresult fake_cuStreamSynchronize(CUstream s)
   return CUDA_SUCCESS;
 }
 
+/* Registered host memory: the device sees it at the host address (as with unified
+ * addressing).  Registrations are counted so that tests can see none leak. */
+static struct fake_host_reg {
+  void *p;
+  size_t size;
+} host_regs[1024];
+
+static CUresult fake_cuMemHostRegister(void *p, size_t size, unsigned flags)
+{
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!p || !size || ((uintptr_t)p & 4095) || (flags & ~0xfu))
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < sizeof host_regs / sizeof host_regs[0]; i++) {
+    if (host_regs[i].p == p) {
+      r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+      break;
+    }
+    if (!host_regs[i].p) {
+      host_regs[i] = (struct fake_host_reg){ p, size };
+      r = CUDA_SUCCESS;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+static struct fake_host_reg *host_reg_of(const void *p)
+{
+  for (size_t i = 0; i < sizeof host_regs / sizeof host_regs[0]; i++)
+    if (host_regs[i].p && (const char *)p >= (char *)host_regs[i].p &&
+        (const char *)p < (char *)host_regs[i].p + host_regs[i].size)
+      return &host_regs[i];
+  return NULL;
+}
+
+static CUresult fake_cuMemHostUnregister(void *p)
+{
+  struct fake_host_reg *reg;
+  CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+
+  pthread_mutex_lock(&lock);
+  if ((reg = host_reg_of(p)) && reg->p == p) {
+    reg->p = NULL;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+static CUresult fake_cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags)
+{
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+  pthread_mutex_lock(&lock);
+  if (!flags && host_reg_of(p)) {
+    *d = (CUdeviceptr)(uintptr_t)p;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+/* Stream memory operations on registered host memory.  Streams run nothing here, so a
+ * write lands at once — or, with GPUSHM_FAKE_CUDA_WRITE_DELAY_MS, that much later
+ * (-1: never), as a write behind slow work would; a wait is satisfied at once or the
+ * caller broke the ordering (a real stream would hang): that is an error here. */
+struct delayed_write {
+  uint64_t *addr, value;
+  long delay_ms;
+};
+
+static void *write_later(void *arg)
+{
+  struct delayed_write *w = arg;
+  struct timespec ts = { w->delay_ms / 1000, (w->delay_ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+  __atomic_store_n(w->addr, w->value, __ATOMIC_RELEASE);
+  free(w);
+  return NULL;
+}
+
+static CUresult fake_cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                          unsigned flags)
+{
+  const char *delay = getenv("GPUSHM_FAKE_CUDA_WRITE_DELAY_MS");
+  uint64_t *p = (uint64_t *)(uintptr_t)addr;
+  struct delayed_write *w;
+  pthread_t thread;
+  int registered;
+
+  (void)s;
+  pthread_mutex_lock(&lock);
+  registered = host_reg_of(p) != NULL;
+  pthread_mutex_unlock(&lock);
+  if (!registered || ((uintptr_t)p & 7) || flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!delay) {
+    __atomic_store_n(p, value, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+  }
+  if (atol(delay) < 0)
+    return CUDA_SUCCESS;
+  if (!(w = malloc(sizeof *w)))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *w = (struct delayed_write){ p, value, atol(delay) };
+  if (pthread_create(&thread, NULL, write_later, w) != 0) {
+    free(w);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_detach(thread);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                         unsigned flags)
+{
+  uint64_t *p = (uint64_t *)(uintptr_t)addr;
+  int registered;
+
+  (void)s;
+  pthread_mutex_lock(&lock);
+  registered = host_reg_of(p) != NULL;
+  pthread_mutex_unlock(&lock);
+  if (!registered || ((uintptr_t)p & 7) || flags != CU_STREAM_WAIT_VALUE_GEQ)
+    return CUDA_ERROR_INVALID_VALUE;
+  return (int64_t)(__atomic_load_n(p, __ATOMIC_ACQUIRE) - value) >= 0 ? CUDA_SUCCESS
+                                                                      : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s)
+{
+  (void)s;
+  return fake_cuMemsetD32(dst, v, n);
+}
+
+static CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+  (void)s;
+  return fake_cuMemcpyDtoD(dst, src, n);
+}
+
 /* No device code runs here: tests that launch kernels need a real GPU. */
 static CUresult fake_cuModuleLoadData(CUmodule *m, const void *image)
 {
@@ -657,6 +814,7 @@ static CUresult fake_cuGetErrorName(CUresult r, const char **s)
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
   case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
   case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
+  case CUDA_ERROR_NOT_READY: *s = "CUDA_ERROR_NOT_READY"; break;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -690,7 +848,10 @@ static const struct {
   FAKE_ENTRY(cuMemGetAllocationGranularity), FAKE_ENTRY(cuMemCreate), FAKE_ENTRY(cuMemRelease),
   FAKE_ENTRY(cuMemExportToShareableHandle), FAKE_ENTRY(cuMemImportFromShareableHandle),
   FAKE_ENTRY(cuMemAddressReserve), FAKE_ENTRY(cuMemAddressFree), FAKE_ENTRY(cuMemMap),
-  FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess),
+  FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess), FAKE_ENTRY(cuMemHostRegister),
+  FAKE_ENTRY(cuMemHostUnregister), FAKE_ENTRY(cuMemHostGetDevicePointer),
+  FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
+  FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync),
 #undef FAKE_ENTRY
 };
 

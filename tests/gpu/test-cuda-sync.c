@@ -29,6 +29,8 @@ static char self[4096];
 /* Under compute-sanitizer the GPU is serialised and slow: the timing control cannot
  * show stale data and the ring is shortened. */
 static int sanitizer;
+/* The backend of the sync buffers under test. */
+static gpushm_backend_t sync_backend = GPUSHM_BACKEND_CUDA_IPC;
 
 
 static double now_s(void)
@@ -89,7 +91,8 @@ static CUdeviceptr dptr(gpushm_buffer_t *b)
   return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
 }
 
-static pid_t spawn(const char *role, const char *a, const char *b, const char *c, const char *e)
+static pid_t spawn(const char *role, const char *a, const char *b, const char *c, const char *e,
+                   const char *f)
 {
   pid_t pid;
   fflush(stdout);
@@ -97,7 +100,7 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
   CHECK(pid >= 0);
   if (pid == 0) {
     setenv("GPUSHM_SOCKET", d.socket, 1);
-    execl(self, self, role, a, b, c, e, (char *)NULL);
+    execl(self, self, role, a, b, c, e, f, (char *)NULL);
     _exit(127);
   }
   return pid;
@@ -126,12 +129,17 @@ static int role_check(char **argv)
   unsigned seed = (unsigned)strtoul(argv[4], NULL, 10);
   int acquire = strcmp(argv[5], "acquire") == 0;
 
+  if (argv[6] && strcmp(argv[6], "nobody") == 0) /* before any CUDA: all of it as nobody */
+    CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
   cuda_setup(0);
   s = new_stream();
   CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, sizeof bad));
   CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, 1));
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  test_log("consumer uid %u, sync method %d", (unsigned)getuid(), gpushm_buffer_sync_method(b, NULL));
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_IPC_EVENT ||
+        gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
   if (acquire) {
     CHECK_OK(gpushm_buffer_acquire(b, s, seq, 30000));
   } else {
@@ -186,8 +194,10 @@ static int role_ring(char **argv)
   CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
   for (unsigned k = 0; k < frames; k++)
     total_bad += bad[k];
-  printf("ring of %u x %llu MiB: %u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), "
-         "%llu bad words\n", ring, (unsigned long long)(bytes >> 20), frames, t, frames / t,
+  printf("ring of %u x %llu MiB, %s: %u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), "
+         "%llu bad words\n", ring, (unsigned long long)(bytes >> 20),
+         gpushm_buffer_sync_method(bufs[0], NULL) == GPUSHM_SYNC_GPU_FENCE ? "fences" : "IPC events",
+         frames, t, frames / t,
          frames * (double)bytes / t / 1e9, total_bad);
   fflush(stdout);
   for (unsigned i = 0; i < ring; i++)
@@ -266,6 +276,19 @@ static int role_other_uid(char **argv)
     CHECK_OK(gpushm_event_close(ev));
   else
     CHECK(r == GPUSHM_E_PERM && strstr(gpushm_last_error_message(), "per-user gpushmd"));
+  /* a cuda-fd sync buffer: its fd and its fence work for any uid its mode admits */
+  CHECK_OK(gpushm_buffer_open(conn, "shared-fd-sync", 0, &b));
+  printf("uid %u: cuda-fd sync buffer: opened, sync method %d\n", (unsigned)getuid(),
+         gpushm_buffer_sync_method(b, NULL));
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  {
+    CUstream s = new_stream();
+    CHECK_OK(gpushm_buffer_acquire(b, s, 1, 10000)); /* the producer's release */
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 7, 1));
+    CHECK_OK(gpushm_buffer_release(b, s, NULL));
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  }
+  CHECK_OK(gpushm_buffer_close(b));
   r = gpushm_buffer_open(conn, "shared-sync", 0, &b);
   printf("uid %u: sync device buffer: %s%s%s\n", (unsigned)getuid(), r ? gpushm_strerror(r) : "opened",
          r ? ": " : "", r ? gpushm_last_error_message() : "");
@@ -290,7 +313,7 @@ static gpushm_buffer_t *create_sync(gpushm_t *conn, const char *name, uint64_t b
   gpushm_create_opts_t opts;
   gpushm_buffer_t *b;
   gpushm_create_opts_init(&opts);
-  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.backend = sync_backend;
   opts.flags = GPUSHM_CREATE_SYNC;
   opts.mode = mode;
   CHECK_OK(gpushm_buffer_create(conn, name, bytes, &opts, &b));
@@ -313,7 +336,8 @@ static void test_ordering(gpushm_t *conn)
     CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
     snprintf(seq_text, sizeof seq_text, "%llu", (unsigned long long)gpushm_buffer_release_seq(b) + 1);
     snprintf(seed_text, sizeof seed_text, "%u", round + 1);
-    consumer = spawn("check", "ordered", seq_text, seed_text, modes[round]);
+    consumer = spawn("check", "ordered", seq_text, seed_text, modes[round],
+                     sync_backend == GPUSHM_BACKEND_CUDA_FD && geteuid() == 0 ? "nobody" : NULL);
     /* give the consumer time to be waiting, then produce: 500 ms of kernel, and
      * the release right behind it, no host synchronisation in between */
     usleep(300000);
@@ -356,7 +380,7 @@ static void test_ring(gpushm_t *conn, uint64_t bytes)
   snprintf(ring_text, sizeof ring_text, "%d", RING);
   snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
   snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
-  consumer = spawn("ring", ring_text, frames_text, bytes_text, NULL);
+  consumer = spawn("ring", ring_text, frames_text, bytes_text, NULL, NULL);
   for (unsigned k = 0; k < FRAMES; k++) {
     gpushm_buffer_t *b = bufs[k % RING];
     uint64_t use = k / RING, seq;
@@ -393,7 +417,7 @@ static void test_event_open_cost(gpushm_t *conn)
   launch_fill(s, 0, 0, 0, 1000000ull);
   CHECK_OK(gpushm_event_record(evs[0], s));
   snprintf(n_text, sizeof n_text, "%d", N);
-  CHECK(child_status(spawn("event-open", n_text, NULL, NULL, NULL)) == 0);
+  CHECK(child_status(spawn("event-open", n_text, NULL, NULL, NULL, NULL)) == 0);
   for (int i = 0; i < N; i++) {
     char name[32];
     snprintf(name, sizeof name, "ev-%d", i);
@@ -407,7 +431,7 @@ static void test_event_open_cost(gpushm_t *conn)
 static void test_other_uid(gpushm_t *conn)
 {
   gpushm_create_opts_t opts;
-  gpushm_buffer_t *mem, *sync;
+  gpushm_buffer_t *mem, *sync, *fd_sync;
   gpushm_event_t *ev;
 
   if (geteuid() != 0 || !getpwnam("nobody")) {
@@ -421,7 +445,15 @@ static void test_other_uid(gpushm_t *conn)
   opts.backend = 0;
   CHECK_OK(gpushm_event_create(conn, "shared-event", &opts, &ev));
   sync = create_sync(conn, "shared-sync", 2 * MiB, 0666);
-  CHECK(child_status(spawn("other-uid", NULL, NULL, NULL, NULL)) == 0);
+  sync_backend = GPUSHM_BACKEND_CUDA_FD;
+  fd_sync = create_sync(conn, "shared-fd-sync", 2 * MiB, 0666);
+  sync_backend = GPUSHM_BACKEND_CUDA_IPC;
+  CHECK_OK(gpushm_buffer_release(fd_sync, NULL, NULL));
+  CHECK(child_status(spawn("other-uid", NULL, NULL, NULL, NULL, NULL)) == 0);
+  CHECK(gpushm_buffer_release_seq(fd_sync) == 2); /* nobody handed it back */
+  CHECK_OK(gpushm_buffer_acquire(fd_sync, NULL, 2, 1000));
+  CHECK_OK(gpushm_unlink(conn, "shared-fd-sync"));
+  CHECK_OK(gpushm_buffer_close(fd_sync));
   CHECK_OK(gpushm_unlink(conn, "shared-memory"));
   CHECK_OK(gpushm_unlink(conn, "shared-event"));
   CHECK_OK(gpushm_unlink(conn, "shared-sync"));
@@ -437,7 +469,7 @@ int main(int argc, char **argv)
 
   if (argc > 1) {
     snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
-    if (strcmp(argv[1], "check") == 0 && argc == 6)
+    if (strcmp(argv[1], "check") == 0 && (argc == 6 || argc == 7))
       return role_check(argv);
     if (strcmp(argv[1], "ring") == 0)
       return role_ring(argv);
@@ -456,6 +488,11 @@ int main(int argc, char **argv)
   test_ordering(conn);
   test_ring(conn, 1 * MiB);
   test_ring(conn, 64 * MiB);
+  sync_backend = GPUSHM_BACKEND_CUDA_FD; /* the same through memory fences */
+  test_ordering(conn);
+  test_ring(conn, 1 * MiB);
+  test_ring(conn, 64 * MiB);
+  sync_backend = GPUSHM_BACKEND_CUDA_IPC;
   test_event_open_cost(conn);
   test_other_uid(conn);
 
