@@ -215,6 +215,19 @@ static void on_fatal(void *ctx, const char *why)
   uv_timer_start(&fatal_timer, on_fatal_timer, 0, 0);
 }
 
+/* gpushmd must never be a client of an MPS server.  MPS runs one server per uid at a
+ * time: were the daemon (a root client that keeps its device contexts for its whole
+ * life) inside one, clients of every other uid would queue behind it for ever.  The
+ * CUDA driver joins MPS through the control pipe in CUDA_MPS_PIPE_DIRECTORY (default
+ * /tmp/nvidia-mps); a directory below /dev/null can never exist, so nobody can plant
+ * a control pipe there.  Set before any thread exists and before cuInit. */
+#define OUTSIDE_MPS_PIPE_DIRECTORY "/dev/null/gpushmd-stays-outside-mps"
+
+static void stay_outside_mps(void)
+{
+  setenv("CUDA_MPS_PIPE_DIRECTORY", OUTSIDE_MPS_PIPE_DIRECTORY, 1);
+}
+
 int main(int argc, char **argv)
 {
   static struct server srv; /* large receive buffers: keep them off the stack */
@@ -225,6 +238,7 @@ int main(int argc, char **argv)
   uint64_t watchdog_usec;
   unsigned adopted;
 
+  stay_outside_mps();
   if (parse_args(argc, argv, &given) < 0)
     return 2;
   if (load_settings(&given, &settings, err, sizeof err) < 0) {

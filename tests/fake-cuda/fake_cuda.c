@@ -62,9 +62,19 @@ static int current_device(void)
   return current ? (int)((uintptr_t)current - 0x1000) : -1;
 }
 
+/* GPUSHM_FAKE_CUDA_INIT_LOG names a file to which each cuInit appends "PID MPS-PIPE":
+ * the MPS pipe directory the process would have joined a server through (the real
+ * driver reads CUDA_MPS_PIPE_DIRECTORY at initialisation). */
 static CUresult fake_cuInit(unsigned flags)
 {
+  const char *log = getenv("GPUSHM_FAKE_CUDA_INIT_LOG"), *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  FILE *f;
+
   (void)flags;
+  if (log && (f = fopen(log, "a"))) {
+    fprintf(f, "%d %s\n", (int)getpid(), pipe ? pipe : "/tmp/nvidia-mps");
+    fclose(f);
+  }
   initialized = 1;
   return CUDA_SUCCESS;
 }

@@ -23,3 +23,24 @@ void cuda_test_setup(int skip_without_gpu)
   CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
   CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
 }
+
+#define SAVED_MPS_PIPE "GPUSHM_TEST_MPS_PIPE_DIRECTORY"
+
+void cuda_test_parent_outside_mps(void)
+{
+  const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  setenv(SAVED_MPS_PIPE, pipe ? pipe : "", 1);
+  setenv("CUDA_MPS_PIPE_DIRECTORY", "/dev/null/test-stays-outside-mps", 1);
+}
+
+void cuda_test_child_env(void)
+{
+  const char *saved = getenv(SAVED_MPS_PIPE);
+  if (!saved)
+    return;
+  if (*saved)
+    setenv("CUDA_MPS_PIPE_DIRECTORY", saved, 1);
+  else
+    unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  unsetenv(SAVED_MPS_PIPE);
+}

@@ -23,4 +23,12 @@ extern struct cuda_driver drv;
  * or device: exits 77 (skip) if skip_without_gpu, else 1. */
 void cuda_test_setup(int skip_without_gpu);
 
+/* Under MPS (scripts/gpu-host-test runs the GPU tests a second time with an MPS
+ * control daemon up), a test process whose children run as another uid keeps itself
+ * out of MPS, as gpushmd does: MPS serves one uid at a time, and a parent holding a
+ * root server busy would make its uid-65534 children wait for ever.  The children
+ * (cuda_test_child_env() after fork, before exec) use MPS as they found it. */
+void cuda_test_parent_outside_mps(void);
+void cuda_test_child_env(void);
+
 #endif

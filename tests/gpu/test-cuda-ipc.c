@@ -217,6 +217,7 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
       snprintf(asan, sizeof asan, "%s%shandle_segv=0", old ? old : "", old && *old ? ":" : "");
       setenv("ASAN_OPTIONS", asan, 1);
     }
+    cuda_test_child_env();
     execl(self, self, role, a, b, c, (char *)NULL);
     _exit(127);
   }
@@ -600,6 +601,7 @@ int main(int argc, char **argv)
     self = path;
   }
   fake = getenv("GPUSHM_CUDA_LIBRARY") && strstr(getenv("GPUSHM_CUDA_LIBRARY"), "fake");
+  cuda_test_parent_outside_mps();
   cuda_test_setup(1);
 
   test_first_create_does_not_block();

@@ -100,6 +100,7 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
   CHECK(pid >= 0);
   if (pid == 0) {
     setenv("GPUSHM_SOCKET", d.socket, 1);
+    cuda_test_child_env();
     execl(self, self, role, a, b, c, e, f, (char *)NULL);
     _exit(127);
   }
@@ -481,6 +482,7 @@ int main(int argc, char **argv)
   }
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
   sanitizer = getenv("GPUSHM_TEST_SANITIZER") != NULL;
+  cuda_test_parent_outside_mps();
   cuda_setup(1);
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);

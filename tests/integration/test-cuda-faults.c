@@ -282,6 +282,44 @@ static void test_legacy_ipc_policy(void)
   daemon_stop(&d);
 }
 
+/* gpushmd never joins an MPS server, whatever its environment says: its cuInit sees
+ * a pipe directory that cannot exist. */
+static void test_outside_mps(void)
+{
+  struct test_daemon d = { 0 };
+  char log[512], line[256], expect[64];
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  FILE *f;
+  int seen = 0;
+
+  setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/some-mps-pipe", 1);
+  snprintf(log, sizeof log, "/tmp/gpushm-init-log.%d", (int)getpid());
+  unlink(log);
+  setenv("GPUSHM_FAKE_CUDA_INIT_LOG", log, 1);
+  start(&d, fake_lib, NULL, NULL);
+  unsetenv("GPUSHM_FAKE_CUDA_INIT_LOG");
+  unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  CHECK_OK(gpushm_buffer_create(conn, "initialised", 1, &opts, &b)); /* the daemon's cuInit */
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  snprintf(expect, sizeof expect, "%d ", (int)d.pid);
+  CHECK((f = fopen(log, "r")) != NULL);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, expect, strlen(expect)) == 0) {
+      seen = 1;
+      CHECK(strncmp(line + strlen(expect), "/dev/null/", 10) == 0);
+    }
+  fclose(f);
+  CHECK(seen);
+  unlink(log);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -296,5 +334,6 @@ int main(void)
   test_device_limit();
   test_fd_backend_faults();
   test_legacy_ipc_policy();
+  test_outside_mps();
   return 0;
 }

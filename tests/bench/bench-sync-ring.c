@@ -1,0 +1,183 @@
+/* A producer -> consumer ring over sync buffers: memory fences (cuda-fd) against IPC
+ * events (cuda-ipc), the same work in the same run, alternating, 3 runs each.
+ * 4 slots of 1 MiB; per frame the producer fills its slot (cuMemsetD32Async) and
+ * releases it; the consumer, another process, acquires it, copies one word out
+ * (cuMemcpyDtoDAsync into a results array) and releases it back.  Neither side ever
+ * waits for the GPU: only for published release numbers.  Every frame's word is
+ * checked at the end.  Prints frames/s per method (median of 3) and the ratio
+ * fences / events; scripts/gpu-host-test runs it without and with MPS.
+ * Not part of `make check` (no timing assertions there). */
+#include "config.h"
+#include "cuda-test.h"
+
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 4
+#define SLOT_BYTES (1u << 20)
+#define RUNS 3
+
+static struct test_daemon d;
+static char self[4096];
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void slot_name(char *name, size_t len, gpushm_backend_t backend, unsigned i)
+{
+  snprintf(name, len, "ring-%d-%u", (int)backend, i);
+}
+
+static CUdeviceptr dptr(gpushm_buffer_t *b)
+{
+  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
+}
+
+/* Consumer: argv: self consumer BACKEND FRAMES RESULT_FD.  Writes its frames/s (a
+ * double) to RESULT_FD; exits 3 if a frame's word was wrong. */
+static int consumer(char **argv)
+{
+  gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
+  unsigned frames = (unsigned)atoi(argv[3]), bad = 0;
+  int result_fd = atoi(argv[4]);
+  gpushm_buffer_t *slots[SLOTS];
+  uint32_t *words = calloc(frames, sizeof *words);
+  CUdeviceptr results;
+  gpushm_t *conn;
+  CUstream s;
+  double t0 = 0, rate;
+
+  cuda_test_setup(1);
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &results, frames * sizeof *words));
+  snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < SLOTS; i++) {
+    char name[64];
+    slot_name(name, sizeof name, backend, i);
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &slots[i]));
+  }
+  for (unsigned k = 0; k < frames; k++) {
+    gpushm_buffer_t *b = slots[k % SLOTS];
+    uint64_t use = k / SLOTS;
+    CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000));
+    if (k == 0)
+      t0 = now_s(); /* from the first frame on: the producer is up */
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoDAsync, results + k * sizeof *words, dptr(b),
+                     sizeof *words, s));
+    CHECK_OK(gpushm_buffer_release(b, s, NULL));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  rate = (frames - 1) / (now_s() - t0);
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, words, results, frames * sizeof *words));
+  for (unsigned k = 0; k < frames; k++)
+    bad += words[k] != k + 1;
+  CHECK(write(result_fd, &rate, sizeof rate) == sizeof rate);
+  for (unsigned i = 0; i < SLOTS; i++)
+    CHECK_OK(gpushm_buffer_close(slots[i]));
+  gpushm_disconnect(conn);
+  if (bad)
+    fprintf(stderr, "bench: %u of %u frames read a wrong word\n", bad, frames);
+  return bad ? 3 : 0;
+}
+
+/* One run of the ring over backend's sync buffers; returns the consumer's frames/s. */
+static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames,
+                       gpushm_sync_method_t expect)
+{
+  gpushm_buffer_t *slots[SLOTS];
+  gpushm_create_opts_t opts;
+  char frames_text[16], backend_text[8], fd_text[8];
+  int pipe_fds[2];
+  double rate = 0;
+  CUstream s;
+  pid_t pid;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  for (unsigned i = 0; i < SLOTS; i++) {
+    char name[64];
+    slot_name(name, sizeof name, backend, i);
+    CHECK_OK(gpushm_buffer_create(conn, name, SLOT_BYTES, &opts, &slots[i]));
+    CHECK(gpushm_buffer_sync_method(slots[i], NULL) == expect);
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  CHECK(pipe(pipe_fds) == 0);
+  snprintf(frames_text, sizeof frames_text, "%u", frames);
+  snprintf(backend_text, sizeof backend_text, "%d", (int)backend);
+  snprintf(fd_text, sizeof fd_text, "%d", pipe_fds[1]);
+  fflush(stdout);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("GPUSHM_SOCKET", d.socket, 1);
+    execl(self, self, "consumer", backend_text, frames_text, fd_text, (char *)NULL);
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  for (unsigned k = 0; k < frames; k++) {
+    gpushm_buffer_t *b = slots[k % SLOTS];
+    uint64_t use = k / SLOTS;
+    if (use > 0)
+      CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* handed back */
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, dptr(b), k + 1, SLOT_BYTES / 4, s));
+    CHECK_OK(gpushm_buffer_release(b, s, NULL));
+  }
+  CHECK(read(pipe_fds[0], &rate, sizeof rate) == sizeof rate);
+  close(pipe_fds[0]);
+  check_child(pid);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+  for (unsigned i = 0; i < SLOTS; i++) {
+    char name[64];
+    slot_name(name, sizeof name, backend, i);
+    CHECK_OK(gpushm_unlink(conn, name));
+    CHECK_OK(gpushm_buffer_close(slots[i]));
+  }
+  return rate;
+}
+
+static double median3(double *v)
+{
+  double a = v[0], b = v[1], c = v[2];
+  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+int main(int argc, char **argv)
+{
+  const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  unsigned frames = argc > 1 && strcmp(argv[1], "consumer") ? (unsigned)atoi(argv[1]) : 20000;
+  double fence[RUNS], event[RUNS], f, e;
+  gpushm_t *conn;
+
+  if (argc > 1 && strcmp(argv[1], "consumer") == 0)
+    return consumer(argv);
+  CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  cuda_test_setup(1);
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  for (int r = 0; r < RUNS; r++) {
+    event[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_IPC_EVENT);
+    fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE);
+  }
+  f = median3(fence);
+  e = median3(event);
+  printf("bench: sync ring %s, %u slots x 1 MiB, %u frames, median of %d:\n",
+         mps ? "under MPS" : "without MPS", SLOTS, frames, RUNS);
+  printf("bench:   fences (cuda-fd)     %8.0f frames/s   (runs %.0f %.0f %.0f)\n", f, fence[0],
+         fence[1], fence[2]);
+  printf("bench:   IPC events (cuda-ipc) %7.0f frames/s   (runs %.0f %.0f %.0f)\n", e, event[0],
+         event[1], event[2]);
+  printf("bench:   ratio fences / events %.3f   (target %s)\n", f / e,
+         mps ? ">= 1.0, and fences >= 130000 frames/s" : ">= 0.98");
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
