@@ -185,12 +185,14 @@ static int map_control(struct gpushm_buffer *buf, int fd)
 static int unmap_buffer(struct gpushm_buffer *buf);
 
 /* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc),
- * else the control block's fence word, GPU-side where the device can, CPU-side where
- * it cannot. */
+ * else the fence in the buffer's allocation, GPU-side where the device can, CPU-side
+ * where it cannot.  The fence's place comes from the control block, which read-write
+ * holders can scribble on: it must lie in this mapping, past the buffer's data. */
 static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;
   uint32_t layout_size = buf->control->layout_size;
+  uint64_t fence;
   int r;
 
   buf->sync_why[0] = '\0';
@@ -206,12 +208,16 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
       buf->sync_method = GPUSHM_SYNC_IPC_EVENT;
     return r;
   }
-  if (buf->control->layout_version == 0 || layout_size < SYNC_CONTROL_FENCE_END)
+  if (buf->control->layout_version == 0 || layout_size < SYNC_CONTROL_FENCE_END ||
+      !(fence = buf->control->fence_offset))
     return client_error(GPUSHM_E_PROTO, "device sync buffer %s came with neither an event "
                         "nor a fence", buf->name);
-  r = client_cuda_fence_attach(buf->control, buf->read_only, buf->device, &buf->fence_dptr,
-                               buf->sync_why, sizeof buf->sync_why);
-  if (r < 0)
+  if (buf->backend != GPUSHM_BACKEND_CUDA_FD || fence % 8 || fence < buf->size ||
+      fence > buf->map_len - 8)
+    return client_error(GPUSHM_E_PROTO, "the fence of %s is at offset %llu, outside its "
+                        "allocation's spare bytes", buf->name, (unsigned long long)fence);
+  buf->fence_dptr = (uint64_t)(uintptr_t)buf->ptr + fence;
+  if ((r = client_cuda_fence_support(buf->device, buf->sync_why, sizeof buf->sync_why)) < 0)
     return r;
   buf->sync_method = r == 0 ? GPUSHM_SYNC_GPU_FENCE : GPUSHM_SYNC_CPU_FENCE;
   return 0;
@@ -274,17 +280,19 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
   return r;
 }
 
-/* A release queued a GPU write into the registered control page: the page stays
- * registered until the write lands (or the stream is evidently stuck), else consumers
- * would wait for a number whose write went nowhere. */
+/* A release queued a GPU write of the fence: the buffer stays mapped until the write
+ * lands (or the stream is evidently stuck), else consumers would wait for a number
+ * whose write went nowhere. */
 static void drain_fence(struct gpushm_buffer *buf)
 {
   struct timespec pause = { 0, 50000 }, now, deadline;
+  uint64_t value = 0;
 
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += GPUSHM_FENCE_DRAIN_TIMEOUT_MS / 1000;
   deadline.tv_nsec += (long)(GPUSHM_FENCE_DRAIN_TIMEOUT_MS % 1000) * 1000000L;
-  while (__atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE) < buf->fence_written) {
+  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 &&
+         value < buf->fence_written) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec * 1000000000LL + now.tv_nsec >=
         deadline.tv_sec * 1000000000LL + deadline.tv_nsec)
@@ -298,6 +306,8 @@ static int unmap_buffer(struct gpushm_buffer *buf)
 {
   int r = 0, r2 = 0;
 
+  if (buf->fence_written)
+    drain_fence(buf);
   if (is_event(buf) && buf->ptr)
     r = client_cuda_destroy_event(buf->ptr, buf->device);
   else if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
@@ -310,12 +320,9 @@ static int unmap_buffer(struct gpushm_buffer *buf)
   if (buf->sync_event)
     r2 = client_cuda_destroy_event(buf->sync_event, buf->device);
   buf->sync_event = NULL;
-  if (buf->sync_method == GPUSHM_SYNC_GPU_FENCE) {
-    drain_fence(buf);
-    r2 = client_cuda_fence_detach(buf->control, buf->device);
-  }
   buf->sync_method = GPUSHM_SYNC_NONE;
   buf->fence_dptr = 0;
+  buf->fence_written = 0;
   if (buf->control)
     munmap(buf->control, SYNC_CONTROL_SIZE);
   buf->control = NULL;

@@ -23,6 +23,7 @@ static struct {
   struct {
     CUdevice dev;
     CUcontext ctx; /* retained on first use, kept for the process's lifetime */
+    CUstream stream; /* the library's own, for fence reads and writes; made on first use */
     uint8_t uuid[16];
   } devices[GPUSHM_LIMIT_DEVICES];
 } cl;
@@ -289,49 +290,65 @@ static int device_attribute(int local_device, CUdevice_attribute a, int *value)
   return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDeviceGetAttribute");
 }
 
-/* The page is pinned for every context (PORTABLE) and mapped into the device's
- * address space (DEVICEMAP), so streams of any context may write or wait on it. */
-int client_cuda_fence_attach(struct sync_control *ctl, bool read_only, int local_device,
-                             uint64_t *fence_dptr, char *why, size_t why_len)
+/* Whether device can write and wait on fences from streams; 1 with why set when not. */
+int client_cuda_fence_support(int local_device, char *why, size_t why_len)
 {
-  unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
-  CUdeviceptr base;
-  int memops = 0, ro_register = 0, r;
+  int memops = 0, r;
 
   if ((r = device_attribute(local_device, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
                             &memops)) < 0)
     return r;
-  if (!memops) {
-    snprintf(why, why_len, "the device lacks 64-bit stream memory operations");
-    return 1;
-  }
-  if (read_only) {
-    /* A read-only opener's page is mapped PROT_READ: the driver can pin it only as
-     * read-only for the device, which not every platform supports. */
-    if ((r = device_attribute(local_device, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-                              &ro_register)) < 0)
-      return r;
-    if (!ro_register) {
-      snprintf(why, why_len, "the platform cannot register read-only host memory for the device");
-      return 1;
-    }
-    flags |= CU_MEMHOSTREGISTER_READ_ONLY;
-  }
-  if ((r = ON_DEVICE(local_device, "cuMemHostRegister",
-                     CU_CALL(&cl.drv, cuMemHostRegister, ctl, SYNC_CONTROL_SIZE, flags))) < 0)
-    return r;
-  if ((r = ON_DEVICE(local_device, "cuMemHostGetDevicePointer",
-                     CU_CALL(&cl.drv, cuMemHostGetDevicePointer, &base, ctl, 0))) < 0) {
-    client_cuda_fence_detach(ctl, local_device);
-    return r;
-  }
-  *fence_dptr = (uint64_t)base + offsetof(struct sync_control, fence);
-  return 0;
+  if (memops)
+    return 0;
+  snprintf(why, why_len, "the device lacks 64-bit stream memory operations");
+  return 1;
 }
 
-int client_cuda_fence_detach(struct sync_control *ctl, int local_device)
+/* The library's own stream on a device, for the CPU's reads and writes of fences: a
+ * non-blocking one, so they never wait behind (or for) the caller's streams. */
+static int private_stream(int i, CUstream *out)
 {
-  return ON_DEVICE(local_device, "cuMemHostUnregister", CU_CALL(&cl.drv, cuMemHostUnregister, ctl));
+  CUresult r = CUDA_SUCCESS;
+
+  pthread_mutex_lock(&ctx_lock);
+  if (!cl.devices[i].stream)
+    r = CU_CALL(&cl.drv, cuStreamCreate, &cl.devices[i].stream, CU_STREAM_NON_BLOCKING);
+  *out = cl.devices[i].stream;
+  pthread_mutex_unlock(&ctx_lock);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuStreamCreate");
+}
+
+static int fence_copy(uint64_t fence_dptr, uint64_t *value, bool write, int local_device)
+{
+  CUcontext prev;
+  CUstream s;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(local_device, &prev)) < 0)
+    return ret;
+  if ((ret = private_stream(local_device, &s)) == 0) {
+    const char *what = write ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
+    r = write ? CU_CALL(&cl.drv, cuMemcpyHtoDAsync, (CUdeviceptr)fence_dptr, value, 8, s)
+              : CU_CALL(&cl.drv, cuMemcpyDtoHAsync, value, (CUdeviceptr)fence_dptr, 8, s);
+    if (r == CUDA_SUCCESS) {
+      what = "cuStreamSynchronize";
+      r = CU_CALL(&cl.drv, cuStreamSynchronize, s);
+    }
+    ret = r == CUDA_SUCCESS ? 0 : cuda_error(r, what);
+  }
+  leave_device(prev);
+  return ret;
+}
+
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int local_device)
+{
+  return fence_copy(fence_dptr, value, false, local_device);
+}
+
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_device)
+{
+  return fence_copy(fence_dptr, &value, true, local_device);
 }
 
 /* The write is ordered after everything queued on stream before it (no
@@ -402,13 +419,17 @@ int client_cuda_wait(void *event, int local_device, void *stream)
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_fence_attach(struct sync_control *ctl, bool read_only, int local_device,
-                             uint64_t *fence_dptr, char *why, size_t why_len)
+int client_cuda_fence_support(int local_device, char *why, size_t why_len)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_fence_detach(struct sync_control *ctl, int local_device)
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_device)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

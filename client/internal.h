@@ -50,7 +50,7 @@ struct gpushm_buffer {
   gpushm_sync_method_t sync_method;
   char sync_why[128];      /* why a fallback method was taken */
   void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the CUevent */
-  uint64_t fence_dptr;     /* GPUSHM_SYNC_GPU_FENCE: the fence word as the device sees it */
+  uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
   uint64_t fence_written;  /* the last value this process queued for the fence */
   uint64_t size;
   void *ptr;
@@ -122,13 +122,13 @@ int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_de
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *local_device);
 int client_cuda_destroy_event(void *event, int local_device);
-/* The fence word of a cuda-fd sync buffer's control block: registers the page with the
- * driver (read-only for read-only opens) and gives its device address.  Returns 0, 1
- * when the device cannot do it (why says which capability is missing: the caller falls
- * back to CPU-side fences), or a GPUSHM_E_*. */
-int client_cuda_fence_attach(struct sync_control *ctl, bool read_only, int local_device,
-                             uint64_t *fence_dptr, char *why, size_t why_len);
-int client_cuda_fence_detach(struct sync_control *ctl, int local_device);
+/* Fences of cuda-fd sync buffers (8 bytes of device memory at fence_dptr).  support:
+ * 0 when the device's streams can write and wait on them, 1 (why says what is missing:
+ * the caller falls back to the CPU) or a GPUSHM_E_*.  read/store: by the CPU, through
+ * the library's own stream, never waiting for the caller's. */
+int client_cuda_fence_support(int local_device, char *why, size_t why_len);
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int local_device);
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_device);
 int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream);
 int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream);
 int client_cuda_stream_sync(int local_device, void *stream);

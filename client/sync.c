@@ -112,7 +112,7 @@ static int publish(struct gpushm_buffer *buf, void *stream, uint64_t *seq)
     case GPUSHM_SYNC_CPU_FENCE:
       /* No stream memory operations: the CPU writes the fence once the work is done. */
       if ((r = client_cuda_stream_sync(buf->device, stream)) == 0)
-        __atomic_store_n(&buf->control->fence, n + 1, __ATOMIC_RELEASE);
+        r = client_cuda_fence_store(buf->fence_dptr, n + 1, buf->device);
       break;
     default:
       r = 0;
@@ -177,14 +177,18 @@ static uint64_t now_ns(void)
 static int wait_fence_on_cpu(struct gpushm_buffer *buf, uint64_t target, int timeout_ms,
                              uint64_t deadline)
 {
-  while (__atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE) < target) {
+  uint64_t value;
+  int r;
+
+  while ((r = client_cuda_fence_read(buf->fence_dptr, &value, buf->device)) == 0 &&
+         value < target) {
     struct timespec ts = { 0, FENCE_POLL_NS };
     if (timeout_ms >= 0 && now_ns() >= deadline)
       return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' published but not done "
                           "within %d ms", (unsigned long long)target, buf->name, timeout_ms);
     nanosleep(&ts, NULL);
   }
-  return 0;
+  return r;
 }
 
 int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)

@@ -39,9 +39,8 @@
   X(cuMemsetD32, 3020)                  \
   X(cuMemsetD32Async, 3020)             \
   X(cuMemcpyDtoDAsync, 3020)            \
-  X(cuMemHostRegister, 6050)            \
-  X(cuMemHostUnregister, 4000)          \
-  X(cuMemHostGetDevicePointer, 3020)    \
+  X(cuMemcpyDtoHAsync, 3020)            \
+  X(cuMemcpyHtoDAsync, 3020)            \
   X(cuIpcGetMemHandle, 4010)            \
   X(cuIpcOpenMemHandle, 11000)          \
   X(cuIpcCloseMemHandle, 4010)          \

@@ -35,6 +35,10 @@ struct backend {
   int (*export)(const struct backend *be, struct backend_mem *mem, bool read_only,
                 struct backend_export *out, char *err, size_t errlen);
   void (*release)(const struct backend *be, struct backend_mem *mem);
+  /* Zero-fills len bytes at offset (a sync buffer's fence must start at 0, and device
+   * allocations start with whatever they held).  NULL where the backend has no fences. */
+  int (*zero)(const struct backend *be, struct backend_mem *mem, uint64_t offset, uint64_t len,
+              char *err, size_t errlen);
   /* NULL when usable, else why not (shown to clients that ask for it). */
   const char *(*unavailable)(const struct backend *be);
 };

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "registry.h"
 #include "gpushm.h"
+#include "shm_layout.h"
 #include "sync.h"
 #include "wire.h"
 
@@ -264,10 +265,20 @@ static void release_sync(struct reg_object *buffer)
  * control block alone: host buffers on the CPU, cuda-fd buffers through its fence
  * word, which GPUs write and wait on — IPC events open only for the daemon's uid and
  * only in its PID namespace, which is what cuda-fd exists to avoid. */
-static int alloc_sync(struct registry *reg, struct reg_object *buffer, const char *name,
-                      char *err, size_t errlen)
+/* Where a cuda-fd sync buffer's fence lives: the last 8 bytes of its allocation, as far
+ * from its data as it gets (do_alloc asked for them); 0: no fence. */
+static uint64_t fence_offset_of(const struct backend *be, uint64_t size, uint64_t allocated)
+{
+  if (be->kind != GPUSHM_BACKEND_CUDA_FD || allocated < size + SYNC_DEVICE_FENCE_BYTES)
+    return 0;
+  return allocated - SYNC_DEVICE_FENCE_BYTES;
+}
+
+static int alloc_sync(struct registry *reg, struct reg_object *buffer, uint64_t size,
+                      const char *name, char *err, size_t errlen)
 {
   const struct event_source *events = NULL;
+  uint64_t fence = fence_offset_of(buffer->backend, size, buffer->allocated);
   int r;
 
   if (buffer->backend->kind == GPUSHM_BACKEND_CUDA_IPC) {
@@ -276,7 +287,10 @@ static int alloc_sync(struct registry *reg, struct reg_object *buffer, const cha
       return GPUSHM_E_UNSUPPORTED;
     }
   }
-  r = sync_alloc(&buffer->sync_state, events, buffer->device, name, err, errlen);
+  if (fence && (r = buffer->backend->zero(buffer->backend, &buffer->mem, fence,
+                                          SYNC_DEVICE_FENCE_BYTES, err, errlen)) < 0)
+    return r;
+  r = sync_alloc(&buffer->sync_state, events, buffer->device, fence, name, err, errlen);
   if (r == 0)
     buffer->sync = true;
   return r;
@@ -592,13 +606,14 @@ static int alloc_contents(struct registry *reg, struct reg_object *obj,
     obj->device = args->device;
     return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
   }
-  r = be->alloc(be, args->size, args->device, args->name, &obj->mem, &obj->allocated, err,
-                errlen);
+  /* A cuda-fd sync buffer's fence rides in its allocation, past the data. */
+  r = be->alloc(be, args->size + (args->sync && be->zero ? SYNC_DEVICE_FENCE_BYTES : 0),
+                args->device, args->name, &obj->mem, &obj->allocated, err, errlen);
   if (r < 0)
     return r;
   obj->backend = be;
   obj->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
-  if (args->sync && (r = alloc_sync(reg, obj, args->name, err, errlen)) < 0) {
+  if (args->sync && (r = alloc_sync(reg, obj, args->size, args->name, err, errlen)) < 0) {
     be->release(be, &obj->mem);
     obj->backend = NULL;
   }
@@ -876,7 +891,9 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
     snprintf(err, errlen, "daemon out of memory");
     return GPUSHM_E_NOMEM;
   }
-  if (control && (r = sync_adopt(&buffer->sync_state, control, a->name, err, errlen)) < 0) {
+  if (control && (r = sync_adopt(&buffer->sync_state, control,
+                                 fence_offset_of(be, a->size, a->allocated), a->name, err,
+                                 errlen)) < 0) {
     free(buffer);
     return r;
   }

@@ -45,15 +45,17 @@ struct status_page {
 /* A sync buffer's control block (a 4 KiB memfd, mapped by every holder, read-write
  * by those that may write the buffer): release_seq counts the releases published so
  * far.  A release first orders its completion behind the releaser's work — it records
- * the buffer's IPC event (cuda-ipc), or enqueues a GPU write of its number into fence
- * (cuda-fd) — and publishes the number in release_seq after, so whoever sees N
- * published knows release N's completion is already on its way.  Waiters sleep on a
- * futex on release_seq's low 32 bits (docs/sync.md).
+ * the buffer's IPC event (cuda-ipc), or enqueues a GPU write of its number into the
+ * buffer's fence (cuda-fd) — and publishes the number in release_seq after, so
+ * whoever sees N published knows release N's completion is already on its way.
+ * Waiters sleep on a futex on release_seq's low 32 bits (docs/sync.md).
  *
- * fence (layout_size >= 72; absent in control blocks of gpushm 0.2 and earlier) is
- * written by GPUs, through the driver's mapping of this page, and waited on by GPUs
- * (cuStreamWaitValue64 >=): it sits on a cache line of its own so device writes
- * arriving over the bus never share one with the CPU atomics on release_seq. */
+ * fence_offset (layout_size >= 32; control blocks of gpushm 0.2 and earlier end
+ * before it) is where a cuda-fd sync buffer's fence lives: 8 bytes of the buffer's own
+ * device allocation, past its size, which GPUs write (cuStreamWriteValue64) and wait
+ * on (cuStreamWaitValue64 >=).  In the allocation, not in this page: every holder
+ * already maps it with the right access (read-only openers cannot write the fence),
+ * and GPUs poll their own memory much faster than host memory.  0: no fence. */
 #define SYNC_CONTROL_MAGIC 0x6c6f72746e6f6373ull
 #define SYNC_CONTROL_SIZE 4096u
 
@@ -62,11 +64,11 @@ struct sync_control {
   uint64_t release_seq; /* accessed with __atomic builtins */
   uint32_t layout_version;
   uint32_t layout_size;
-  uint8_t reserved_[40];
-  uint64_t fence; /* accessed with __atomic builtins on the CPU */
+  uint64_t fence_offset;
 };
-#define SYNC_CONTROL_FENCE_END (offsetof(struct sync_control, fence) + sizeof(uint64_t))
-_Static_assert(offsetof(struct sync_control, fence) == 64, "fence: a cache line of its own");
+#define SYNC_CONTROL_FENCE_END (offsetof(struct sync_control, fence_offset) + sizeof(uint64_t))
+/* What a cuda-fd sync buffer's allocation holds beyond its size. */
+#define SYNC_DEVICE_FENCE_BYTES 8u
 
 #define SHM_LAYOUT_SAME_PREFIX_(type, word_field)                                    \
   _Static_assert(offsetof(struct type, word_field) == offsetof(struct shm_prefix, word) &&      \

@@ -123,7 +123,7 @@ static CUresult fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
 
 /* Attributes gpushm asks about, as an H100 answers; GPUSHM_FAKE_CUDA_NO_VMM=1 makes
  * the device lack virtual memory management, GPUSHM_FAKE_CUDA_NO_MEMOPS stream memory
- * operations, GPUSHM_FAKE_CUDA_NO_RO_REGISTER read-only host registration. */
+ * operations. */
 static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
   const char *no_vmm = getenv("GPUSHM_FAKE_CUDA_NO_VMM");
@@ -137,12 +137,7 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
     *v = !getenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
     break;
-  case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
-    *v = !getenv("GPUSHM_FAKE_CUDA_NO_RO_REGISTER");
-    break;
-  case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
-    *v = 1;
-    break;
+
   default:
     *v = 0;
   }
@@ -419,7 +414,11 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   fd = memfd_create("fake-cuda-vmm", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, (off_t)size) < 0 || !(m = calloc(1, sizeof *m))) {
+  /* Device memory comes with whatever it held: garbage in the last bytes (where a sync
+   * buffer's fence goes) shows whoever relies on zeroes. */
+  if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
+      pwrite(fd, "\xa5\xa5\xa5\xa5\xa5\xa5\xa5\xa5", 8, (off_t)size - 8) != 8 ||
+      !(m = calloc(1, sizeof *m))) {
     if (fd >= 0)
       close(fd);
     pthread_mutex_unlock(&lock);
@@ -637,75 +636,8 @@ static CUresult fake_cuStreamSynchronize(CUstream s)
   return CUDA_SUCCESS;
 }
 
-/* Registered host memory: the device sees it at the host address (as with unified
- * addressing).  Registrations are counted so that tests can see none leak. */
-static struct fake_host_reg {
-  void *p;
-  size_t size;
-} host_regs[1024];
-
-static CUresult fake_cuMemHostRegister(void *p, size_t size, unsigned flags)
-{
-  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-
-  if (!current)
-    return CUDA_ERROR_INVALID_CONTEXT;
-  if (!p || !size || ((uintptr_t)p & 4095) || (flags & ~0xfu))
-    return CUDA_ERROR_INVALID_VALUE;
-  pthread_mutex_lock(&lock);
-  for (size_t i = 0; i < sizeof host_regs / sizeof host_regs[0]; i++) {
-    if (host_regs[i].p == p) {
-      r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-      break;
-    }
-    if (!host_regs[i].p) {
-      host_regs[i] = (struct fake_host_reg){ p, size };
-      r = CUDA_SUCCESS;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&lock);
-  return r;
-}
-
-static struct fake_host_reg *host_reg_of(const void *p)
-{
-  for (size_t i = 0; i < sizeof host_regs / sizeof host_regs[0]; i++)
-    if (host_regs[i].p && (const char *)p >= (char *)host_regs[i].p &&
-        (const char *)p < (char *)host_regs[i].p + host_regs[i].size)
-      return &host_regs[i];
-  return NULL;
-}
-
-static CUresult fake_cuMemHostUnregister(void *p)
-{
-  struct fake_host_reg *reg;
-  CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-
-  pthread_mutex_lock(&lock);
-  if ((reg = host_reg_of(p)) && reg->p == p) {
-    reg->p = NULL;
-    r = CUDA_SUCCESS;
-  }
-  pthread_mutex_unlock(&lock);
-  return r;
-}
-
-static CUresult fake_cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags)
-{
-  CUresult r = CUDA_ERROR_INVALID_VALUE;
-
-  pthread_mutex_lock(&lock);
-  if (!flags && host_reg_of(p)) {
-    *d = (CUdeviceptr)(uintptr_t)p;
-    r = CUDA_SUCCESS;
-  }
-  pthread_mutex_unlock(&lock);
-  return r;
-}
-
-/* Stream memory operations on registered host memory.  Streams run nothing here, so a
- * write lands at once — or, with GPUSHM_FAKE_CUDA_WRITE_DELAY_MS, that much later
+/* Stream memory operations (on fake device memory, which is host memory here).
+ * Streams run nothing here, so a write lands at once — or, with GPUSHM_FAKE_CUDA_WRITE_DELAY_MS, that much later
  * (-1: never), as a write behind slow work would; a wait is satisfied at once or the
  * caller broke the ordering (a real stream would hang): that is an error here. */
 struct delayed_write {
@@ -730,13 +662,9 @@ static CUresult fake_cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64
   uint64_t *p = (uint64_t *)(uintptr_t)addr;
   struct delayed_write *w;
   pthread_t thread;
-  int registered;
 
   (void)s;
-  pthread_mutex_lock(&lock);
-  registered = host_reg_of(p) != NULL;
-  pthread_mutex_unlock(&lock);
-  if (!registered || ((uintptr_t)p & 7) || flags)
+  if (!p || ((uintptr_t)p & 7) || flags)
     return CUDA_ERROR_INVALID_VALUE;
   if (!delay) {
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
@@ -759,13 +687,9 @@ static CUresult fake_cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_
                                          unsigned flags)
 {
   uint64_t *p = (uint64_t *)(uintptr_t)addr;
-  int registered;
 
   (void)s;
-  pthread_mutex_lock(&lock);
-  registered = host_reg_of(p) != NULL;
-  pthread_mutex_unlock(&lock);
-  if (!registered || ((uintptr_t)p & 7) || flags != CU_STREAM_WAIT_VALUE_GEQ)
+  if (!p || ((uintptr_t)p & 7) || flags != CU_STREAM_WAIT_VALUE_GEQ)
     return CUDA_ERROR_INVALID_VALUE;
   return (int64_t)(__atomic_load_n(p, __ATOMIC_ACQUIRE) - value) >= 0 ? CUDA_SUCCESS
                                                                       : CUDA_ERROR_NOT_READY;
@@ -775,6 +699,18 @@ static CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUs
 {
   (void)s;
   return fake_cuMemsetD32(dst, v, n);
+}
+
+static CUresult fake_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+  (void)s;
+  return fake_cuMemcpyDtoH(dst, src, n);
+}
+
+static CUresult fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+  (void)s;
+  return fake_cuMemcpyHtoD(dst, src, n);
 }
 
 static CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
@@ -858,8 +794,8 @@ static const struct {
   FAKE_ENTRY(cuMemGetAllocationGranularity), FAKE_ENTRY(cuMemCreate), FAKE_ENTRY(cuMemRelease),
   FAKE_ENTRY(cuMemExportToShareableHandle), FAKE_ENTRY(cuMemImportFromShareableHandle),
   FAKE_ENTRY(cuMemAddressReserve), FAKE_ENTRY(cuMemAddressFree), FAKE_ENTRY(cuMemMap),
-  FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess), FAKE_ENTRY(cuMemHostRegister),
-  FAKE_ENTRY(cuMemHostUnregister), FAKE_ENTRY(cuMemHostGetDevicePointer),
+  FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess), FAKE_ENTRY(cuMemcpyDtoHAsync),
+  FAKE_ENTRY(cuMemcpyHtoDAsync),
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
   FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync),
 #undef FAKE_ENTRY

@@ -3,10 +3,12 @@
  * stream would hang, so a wrong order shows as an error):
  *  - which method each kind of sync buffer gets, and the fallbacks with their reasons;
  *  - release/acquire numbered across processes, the consumer as uid 65534 through a
- *    read-only open (which registers its control page read-only);
+ *    read-only open;
  *  - the CPU fallback waits for the fence itself, not for the publication;
  *  - every new driver call failing, in a process of its own (faults load with the
- *    driver): a clean error, the daemon's reference given back, nothing published;
+ *    driver) or in the daemon: a clean error, the daemon's reference given back,
+ *    nothing published, no buffer left;
+ *  - a new fence starts at 0 (the fake driver's new allocations end in garbage);
  *  - the last close waits for this process's queued fence write, up to
  *    GPUSHM_FENCE_DRAIN_TIMEOUT_MS (crossed). */
 #include "config.h"
@@ -64,24 +66,17 @@ static void test_methods(gpushm_t *conn)
   }
   CHECK(gpushm_buffer_sync_method(NULL, &why) == GPUSHM_SYNC_NONE);
 
-  /* Fallbacks, each with its reason; the attribute is asked at every open. */
+  /* The fallback, with its reason; the attribute is asked at every open. */
   {
     gpushm_buffer_t *rw = create(conn, "fallback", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0600);
     gpushm_buffer_t *ro;
-
-    setenv("GPUSHM_FAKE_CUDA_NO_RO_REGISTER", "1", 1);
-    CHECK_OK(gpushm_buffer_open(conn, "fallback", GPUSHM_OPEN_READONLY, &ro));
-    unsetenv("GPUSHM_FAKE_CUDA_NO_RO_REGISTER");
-    CHECK(gpushm_buffer_sync_method(ro, &why) == GPUSHM_SYNC_CPU_FENCE);
-    CHECK(strstr(why, "read-only host memory") != NULL);
-    CHECK(gpushm_buffer_sync_method(rw, NULL) == GPUSHM_SYNC_GPU_FENCE);
-    CHECK_OK(gpushm_buffer_close(ro));
 
     setenv("GPUSHM_FAKE_CUDA_NO_MEMOPS", "1", 1);
     CHECK_OK(gpushm_buffer_open(conn, "fallback", GPUSHM_OPEN_READONLY, &ro));
     unsetenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
     CHECK(gpushm_buffer_sync_method(ro, &why) == GPUSHM_SYNC_CPU_FENCE);
     CHECK(strstr(why, "stream memory operations") != NULL);
+    CHECK(gpushm_buffer_sync_method(rw, NULL) == GPUSHM_SYNC_GPU_FENCE);
     CHECK_OK(gpushm_buffer_close(ro));
     CHECK_OK(gpushm_unlink(conn, "fallback"));
     CHECK_OK(gpushm_buffer_close(rw));
@@ -256,13 +251,16 @@ static int role_fault_write(void)
 {
   gpushm_t *conn = daemon_connect(&d);
   gpushm_buffer_t *b;
+  const char *spec = getenv("GPUSHM_CUDA_FAULTS");
+  char call[64];
   uint64_t before;
 
+  snprintf(call, sizeof call, "%.*s", (int)strcspn(spec, "="), spec);
   CHECK_OK(gpushm_buffer_open(conn, "faulty", 0, &b));
   before = gpushm_buffer_release_seq(b);
   CHECK_ERR(gpushm_buffer_release(b, NULL, NULL), GPUSHM_E_CUDA);
-  CHECK(strstr(gpushm_last_error_message(), "cuStreamWriteValue64") != NULL);
-  CHECK(gpushm_buffer_release_seq(b) == before); /* nothing published without its write */
+  CHECK(strstr(gpushm_last_error_message(), call) != NULL);
+  CHECK(gpushm_buffer_release_seq(b) == before); /* nothing published without its fence */
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return 0;
@@ -272,30 +270,66 @@ static int role_fault_wait(void)
 {
   gpushm_t *conn = daemon_connect(&d);
   gpushm_buffer_t *b;
+  const char *spec = getenv("GPUSHM_CUDA_FAULTS");
+  char call[64];
 
+  snprintf(call, sizeof call, "%.*s", (int)strcspn(spec, "="), spec);
   CHECK_OK(gpushm_buffer_open(conn, "faulty", GPUSHM_OPEN_READONLY, &b));
   CHECK_ERR(gpushm_buffer_acquire(b, NULL, 1, 1000), GPUSHM_E_CUDA);
-  CHECK(strstr(gpushm_last_error_message(), "cuStreamWaitValue64") != NULL);
+  CHECK(strstr(gpushm_last_error_message(), call) != NULL);
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return 0;
 }
 
+/* Every driver call fences add, failing in the library (a process each) and in the
+ * daemon (zeroing a new fence): clean errors, no reference or buffer left behind. */
 static void test_faults(gpushm_t *conn)
 {
+  static const char *const daemon_faults[] = {
+    "cuMemsetD32=CUDA_ERROR_INVALID_VALUE", "cuMemMap=CUDA_ERROR_OUT_OF_MEMORY",
+    "cuMemAddressReserve=CUDA_ERROR_OUT_OF_MEMORY", "cuMemSetAccess=CUDA_ERROR_INVALID_VALUE",
+  };
   gpushm_buffer_t *b = create(conn, "faulty", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0600);
 
-  CHECK_OK(gpushm_buffer_release(b, NULL, NULL)); /* 1, for the waiter */
-  CHECK(run_role("fault-register", "GPUSHM_CUDA_FAULTS=cuMemHostRegister=CUDA_ERROR_INVALID_VALUE") == 0);
-  CHECK(run_role("fault-register",
-                 "GPUSHM_CUDA_FAULTS=cuMemHostGetDevicePointer=CUDA_ERROR_INVALID_VALUE") == 0);
+  CHECK_OK(gpushm_buffer_release(b, NULL, NULL)); /* 1, for the waiters */
   CHECK(run_role("fault-register", "GPUSHM_CUDA_FAULTS=cuDeviceGetAttribute=CUDA_ERROR_INVALID_VALUE") == 0);
   CHECK(run_role("fault-write", "GPUSHM_CUDA_FAULTS=cuStreamWriteValue64=CUDA_ERROR_INVALID_VALUE") == 0);
   CHECK(run_role("fault-wait", "GPUSHM_CUDA_FAULTS=cuStreamWaitValue64=CUDA_ERROR_INVALID_VALUE") == 0);
+  /* the CPU fallback's own calls */
+  putenv("GPUSHM_FAKE_CUDA_NO_MEMOPS=1");
+  CHECK(run_role("fault-write", "GPUSHM_CUDA_FAULTS=cuMemcpyHtoDAsync=CUDA_ERROR_INVALID_VALUE") == 0);
+  CHECK(run_role("fault-write", "GPUSHM_CUDA_FAULTS=cuStreamSynchronize=CUDA_ERROR_INVALID_VALUE") == 0);
+  CHECK(run_role("fault-wait", "GPUSHM_CUDA_FAULTS=cuMemcpyDtoHAsync=CUDA_ERROR_INVALID_VALUE") == 0);
+  unsetenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
   CHECK(gpushm_buffer_release_seq(b) == 1);
   CHECK(gpushm_buffer_info_refs(info_of(conn, "faulty")) == 1); /* only ours is left */
   CHECK_OK(gpushm_unlink(conn, "faulty"));
   CHECK_OK(gpushm_buffer_close(b));
+
+  for (size_t i = 0; i < sizeof daemon_faults / sizeof daemon_faults[0]; i++) {
+    struct test_daemon faulty = { 0 };
+    gpushm_create_opts_t opts;
+    gpushm_stats_t *st;
+    gpushm_t *c;
+    char call[64];
+
+    snprintf(call, sizeof call, "%.*s", (int)strcspn(daemon_faults[i], "="), daemon_faults[i]);
+    setenv("GPUSHM_CUDA_FAULTS", daemon_faults[i], 1);
+    daemon_start(&faulty, NULL);
+    unsetenv("GPUSHM_CUDA_FAULTS");
+    c = daemon_connect(&faulty);
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_CUDA_FD;
+    opts.flags = GPUSHM_CREATE_SYNC;
+    CHECK(gpushm_buffer_create(c, "no-fence", 1 << 20, &opts, &b) < 0);
+    CHECK(strstr(gpushm_last_error_message(), call) != NULL);
+    st = daemon_stats(&faulty);
+    CHECK(gpushm_stats_buffers(st) == 0 && gpushm_stats_bytes_allocated(st) == 0);
+    gpushm_stats_free(st);
+    gpushm_disconnect(c);
+    daemon_stop(&faulty);
+  }
 }
 
 static void test_drain_limit(gpushm_t *conn)
