@@ -434,7 +434,7 @@ const struct event_source event_cuda_ipc = {
 struct cuda_vmm {
   CUmemGenericAllocationHandle handle;
   int device;
-  size_t granule;
+  size_t size; /* the whole allocation */
 };
 
 static CUmemAllocationProp fd_memory_props(int device)
@@ -500,7 +500,7 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
   /* The driver's fd may lack close-on-exec; the daemon's must not leak into children. */
   fcntl(fd, F_SETFD, FD_CLOEXEC);
   vm->device = device;
-  vm->granule = granule;
+  vm->size = (size_t)rounded;
   mem->fd = fd;
   mem->priv = vm;
   *allocated = rounded;
@@ -524,14 +524,13 @@ static int fd_export(const struct backend *be, struct backend_mem *mem, bool rea
   return 0;
 }
 
-/* Through a short-lived mapping of the granules holding the range: the daemon maps
- * nothing otherwise.  Only sync buffers pay for it, once, at create. */
+/* Through a short-lived mapping of the whole allocation (cuMemMap maps from offset 0
+ * only): the daemon maps nothing otherwise.  Only sync buffers pay for it, at create. */
 static int fd_zero(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                    uint64_t len, char *err, size_t errlen)
 {
   struct cuda_vmm *vm = mem->priv;
-  uint64_t start = offset / vm->granule * vm->granule;
-  size_t span = (size_t)((offset + len - start + vm->granule - 1) / vm->granule * vm->granule);
+  size_t span = vm->size;
   CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE },
                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
   CUdeviceptr va = 0;
@@ -540,9 +539,9 @@ static int fd_zero(const struct backend *be, struct backend_mem *mem, uint64_t o
   int ret;
 
   (void)be;
-  if ((offset | len) % 4) {
-    snprintf(err, errlen, "zeroing %llu bytes at %llu: not whole words", (unsigned long long)len,
-             (unsigned long long)offset);
+  if ((offset | len) % 4 || offset + len > span) {
+    snprintf(err, errlen, "zeroing %llu bytes at %llu of %zu", (unsigned long long)len,
+             (unsigned long long)offset, span);
     return GPUSHM_E_INVAL;
   }
   if ((ret = use_device(vm->device, err, errlen)) < 0)
@@ -550,12 +549,11 @@ static int fd_zero(const struct backend *be, struct backend_mem *mem, uint64_t o
   access.location.id = cuda.devices[vm->device].dev;
   if ((r = CU_CALL(&cuda.drv, cuMemAddressReserve, &va, span, 0, 0, 0)) == CUDA_SUCCESS) {
     what = "cuMemMap";
-    if ((r = CU_CALL(&cuda.drv, cuMemMap, va, span, (size_t)start, vm->handle, 0)) ==
-        CUDA_SUCCESS) {
+    if ((r = CU_CALL(&cuda.drv, cuMemMap, va, span, 0, vm->handle, 0)) == CUDA_SUCCESS) {
       what = "cuMemSetAccess";
       if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, va, span, &access, 1)) == CUDA_SUCCESS) {
         what = "cuMemsetD32";
-        r = CU_CALL(&cuda.drv, cuMemsetD32, va + (offset - start), 0, (size_t)(len / 4));
+        r = CU_CALL(&cuda.drv, cuMemsetD32, va + offset, 0, (size_t)(len / 4));
       }
       CU_CALL(&cuda.drv, cuMemUnmap, va, span);
     }

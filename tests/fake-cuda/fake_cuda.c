@@ -513,7 +513,9 @@ static CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 {
   struct fake_vmm *m = vmm_of(handle);
 
-  if (!m || flags || offset + size > m->size)
+  if (offset)
+    return CUDA_ERROR_NOT_SUPPORTED; /* as the real driver: mappings start at offset 0 */
+  if (!m || flags || size > m->size)
     return CUDA_ERROR_INVALID_VALUE;
   if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, m->fd,
            (off_t)offset) == MAP_FAILED)
