@@ -554,6 +554,12 @@ static int fd_zero(const struct backend *be, struct backend_mem *mem, uint64_t o
       if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, va, span, &access, 1)) == CUDA_SUCCESS) {
         what = "cuMemsetD32";
         r = CU_CALL(&cuda.drv, cuMemsetD32, va + offset, 0, (size_t)(len / 4));
+        /* A device memset may still be queued when the call returns: unmapping under it
+         * is an MMU fault, and a sticky error for the daemon's context (Xid 31, seen). */
+        if (r == CUDA_SUCCESS) {
+          what = "cuCtxSynchronize";
+          r = CU_CALL(&cuda.drv, cuCtxSynchronize);
+        }
       }
       CU_CALL(&cuda.drv, cuMemUnmap, va, span);
     }
