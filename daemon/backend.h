@@ -54,6 +54,13 @@ int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t 
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
 extern const struct backend backend_cuda_fd;
+/* Takes over a cuda-fd allocation a previous daemon exported (its fd, from systemd's fd
+ * store): imports it in the primary context of the device with that UUID (ordinals may
+ * have changed since) as the memory of a buffer of size bytes, allocated of them mapped by
+ * clients.  *device is the device's ordinal now.  On failure (no such device, the import
+ * fails) the fd is left to the caller. */
+int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_t allocated,
+                          struct backend_mem *mem, int *device, char *err, size_t errlen);
 #endif
 
 #endif

@@ -588,6 +588,82 @@ static void fd_release(const struct backend *be, struct backend_mem *mem)
   mem->priv = NULL;
 }
 
+/* As nvidia-smi shows it, so that a log line names the GPU the way its admin knows it. */
+#define UUID_TEXT_LEN 41 /* "GPU-" + 32 hex digits + 4 dashes + NUL */
+static void uuid_text(const uint8_t uuid[16], char out[UUID_TEXT_LEN])
+{
+  size_t n = (size_t)snprintf(out, UUID_TEXT_LEN, "GPU-");
+  for (int i = 0; i < 16 && n < UUID_TEXT_LEN; i++)
+    n += (size_t)snprintf(out + n, UUID_TEXT_LEN - n, "%s%02x",
+                          i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", uuid[i]);
+}
+
+int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_t allocated,
+                          struct backend_mem *mem, int *device, char *err, size_t errlen)
+{
+  CUmemAllocationProp prop;
+  struct cuda_vmm *vm;
+  size_t granule = 0;
+  char name[UUID_TEXT_LEN], what[128];
+  CUresult r;
+  int i, ret;
+
+  uuid_text(uuid, name);
+  if (cuda.n_devices == 0) {
+    snprintf(err, errlen, "its device %s is unreachable: %s", name,
+             cuda.unavailable[0] ? cuda.unavailable : "no CUDA device");
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  /* By UUID: CUDA_VISIBLE_DEVICES or a changed PCI order renumbers devices between starts. */
+  for (i = 0; i < cuda.n_devices && memcmp(cuda.devices[i].uuid, uuid, 16) != 0; i++)
+    ;
+  if (i == cuda.n_devices) {
+    snprintf(err, errlen, "its device %s is not on this host (or not visible to gpushmd)", name);
+    return GPUSHM_E_NOENT;
+  }
+  if (cuda.devices[i].no_fd_memory) {
+    snprintf(err, errlen, "device %d (%s): %s", i, name, cuda.devices[i].no_fd_memory);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  /* Creates retain a device's context on a worker thread so that the loop never waits
+   * 100-350 ms; adoption runs before the loop serves anyone, so it retains it here, at
+   * start-up, once per device that has buffers to take back. */
+  if ((ret = use_device(i, err, errlen)) < 0)
+    return ret;
+  prop = fd_memory_props(i);
+  r = CU_CALL(&cuda.drv, cuMemGetAllocationGranularity, &granule, &prop,
+              CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS)
+    return cuda_failure(r, "cuMemGetAllocationGranularity", err, errlen);
+  /* Clients map all of allocated: it must be whole granules and cover the buffer. */
+  if (size == 0 || size > GPUSHM_LIMIT_BUFFER_SIZE || allocated < size || granule == 0 ||
+      allocated % granule != 0) {
+    snprintf(err, errlen, "%llu bytes allocated for %llu is not a whole number of the device's "
+             "%zu-byte granules covering the buffer", (unsigned long long)allocated,
+             (unsigned long long)size, granule);
+    return GPUSHM_E_INVAL;
+  }
+  if (!(vm = calloc(1, sizeof *vm))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  /* The imported handle keeps the allocation alive while the daemon has it; the fd stays
+   * the daemon's, to hand out dups of, as fd_alloc keeps the one it exported. */
+  r = CU_CALL(&cuda.drv, cuMemImportFromShareableHandle, &vm->handle, (void *)(intptr_t)fd,
+              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) {
+    free(vm);
+    snprintf(what, sizeof what, "cuMemImportFromShareableHandle on device %d (%s)", i, name);
+    return cuda_failure(r, what, err, errlen);
+  }
+  vm->device = i;
+  vm->size = (size_t)allocated;
+  mem->fd = fd;
+  mem->priv = vm;
+  *device = i;
+  return 0;
+}
+
 const struct backend backend_cuda_fd = {
   .name = "cuda-fd",
   .kind = GPUSHM_BACKEND_CUDA_FD,

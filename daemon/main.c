@@ -271,11 +271,6 @@ int main(int argc, char **argv)
     return 1;
   }
   log_budget(&settings);
-  persist_init(&srv.persist);
-  adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
-  sdn_passed_free(&passed);
-  if (adopted)
-    log_info("%u persistent buffers are back from systemd's fd store", adopted);
   uv_loop_init(&loop);
   uv_timer_init(&loop, &fatal_timer);
   fatal_timer.data = &srv;
@@ -283,10 +278,16 @@ int main(int argc, char **argv)
   watchdog_timer.data = &srv;
 #ifdef HAVE_CUDA
   /* CUDA does not survive fork() without exec(): initialise it in the process that
-   * serves, never before any forking. */
+   * serves, never before any forking.  Before adoption, which imports cuda-fd buffers
+   * again (a sticky error there stops the daemon through the fatal timer). */
   backend_cuda_set_fatal_hook(on_fatal, &srv);
   backend_cuda_init();
 #endif
+  persist_init(&srv.persist);
+  adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
+  sdn_passed_free(&passed);
+  if (adopted)
+    log_info("%u persistent buffers are back from systemd's fd store", adopted);
   if (server_start(&srv, &loop, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);

@@ -4,6 +4,9 @@
 #include "log.h"
 #include "shm_layout.h"
 #include "wire.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,15 +14,59 @@
 #include <unistd.h>
 
 /* FDNAME allows up to 255 printable ASCII characters but ':'.  Records use digits, dots
- * and name characters, and fit: the longest is about 220 bytes. */
+ * and name characters, and fit: the longest host record is about 220 bytes, the longest
+ * device record 255. */
 #define RECORD_MAX 256
 #define RECORD_FLAG_SYNC 1u
 
+/* Host memory: the sealed memfd.  The format of gpushm 0.1 ("m."), unchanged, so that a
+ * daemon of either version takes the other's host buffers back. */
 static void memory_record(const struct reg_object *b, char *out, size_t len)
 {
   snprintf(out, len, SDN_FDSTORE_PREFIX "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s",
            b->id, b->backend->kind, b->sync ? RECORD_FLAG_SYNC : 0u, (unsigned)b->owner_uid,
            (unsigned)b->owner_gid, b->mode, b->size, b->created_unix_ms, b->name);
+}
+
+/* Device memory ("d."): the fd a cuda-fd allocation was exported as.  It adds what the
+ * import needs: the allocated size (clients map all of it) and the device's UUID
+ * (ordinals may differ at the next start).  Numbers are hex, so that the longest record
+ * (64-bit id and time, 127-byte name) still fits FDNAME.  Daemons that know no "d." drop
+ * these records as unknown and keep the rest. */
+static bool device_record(const struct reg_adopt_args *a, unsigned flags, const uint8_t uuid[16],
+                          char *out, size_t len)
+{
+  char hex[33];
+  int n;
+
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+  n = snprintf(out, len, SDN_FDSTORE_PREFIX "d.%" PRIx64 ".%d.%x.%x.%x.%o.%" PRIx64 ".%" PRIx64
+               ".%" PRIx64 ".%s.%s", a->id, a->backend, flags, (unsigned)a->owner_uid,
+               (unsigned)a->owner_gid, a->mode, a->size, a->allocated, a->created_unix_ms, hex,
+               a->name);
+  return n > 0 && (size_t)n < len;
+}
+
+/* The record a deposited buffer is stored under; false if it has none. */
+static bool record_of(const struct reg_object *b, char *out, size_t len)
+{
+  if (b->backend->kind == GPUSHM_BACKEND_HOST) {
+    memory_record(b, out, len);
+    return true;
+  }
+#ifdef HAVE_CUDA
+  if (b->backend->kind == GPUSHM_BACKEND_CUDA_FD) {
+    const uint8_t *uuid = backend_cuda_device_uuid(b->device);
+    struct reg_adopt_args a = {
+      .id = b->id, .name = b->name, .backend = b->backend->kind, .size = b->size,
+      .allocated = b->allocated, .owner_uid = b->owner_uid, .owner_gid = b->owner_gid,
+      .mode = b->mode, .created_unix_ms = b->created_unix_ms,
+    };
+    return uuid && device_record(&a, b->sync ? RECORD_FLAG_SYNC : 0u, uuid, out, len);
+  }
+#endif
+  return false;
 }
 
 static void control_record(uint64_t id, char *out, size_t len)
@@ -43,9 +90,17 @@ void persist_created(struct persist *p, struct reg_object *b)
   unsigned need = b->sync ? 2 : 1;
   int r;
 
-  /* Device memory of the legacy-IPC backend and events die with the daemon's context. */
-  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER ||
-      b->backend->kind != GPUSHM_BACKEND_HOST)
+  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER)
+    return;
+  /* Device memory of the legacy-IPC backend and events die with the daemon's context; a
+   * cuda-fd allocation lives on in its exported fd (its fence with it), but device
+   * records do not carry a control block yet. */
+  if (b->backend->kind == GPUSHM_BACKEND_CUDA_FD && b->sync) {
+    log_info("'%s' will not survive a restart of gpushmd: cuda-fd sync buffers are not kept "
+             "in the fd store yet", b->name);
+    return;
+  }
+  if (b->backend->kind != GPUSHM_BACKEND_HOST && b->backend->kind != GPUSHM_BACKEND_CUDA_FD)
     return;
   if (p->stored + need > p->max) {
     if (!p->warned_full)
@@ -54,7 +109,10 @@ void persist_created(struct persist *p, struct reg_object *b)
     p->warned_full = true;
     return;
   }
-  memory_record(b, name, sizeof name);
+  if (!record_of(b, name, sizeof name)) {
+    log_warn("'%s' will not survive a restart of gpushmd: it has no fd store record", b->name);
+    return;
+  }
   if ((r = sdn_fdstore_add(name, b->mem.fd)) < 0) {
     log_warn("could not deposit '%s' in systemd's fd store: %s", b->name, strerror(-r));
     return;
@@ -78,8 +136,8 @@ void persist_unlinked(struct persist *p, struct reg_object *b)
 
   if (!b->persisted)
     return;
-  memory_record(b, name, sizeof name);
-  sdn_fdstore_remove(name);
+  if (record_of(b, name, sizeof name))
+    sdn_fdstore_remove(name);
   if (b->sync) {
     control_record(b->id, name, sizeof name);
     sdn_fdstore_remove(name);
@@ -108,17 +166,107 @@ static bool parse_memory_record(const char *record, struct memory_entry *e)
   snprintf(e->name, sizeof e->name, "%s", record + used);
   e->flags = flags;
   e->args = (struct reg_adopt_args){
-    .id = id, .name = e->name, .backend = backend, .size = size, .owner_uid = uid,
-    .owner_gid = gid, .mode = mode, .created_unix_ms = created,
+    .id = id, .name = e->name, .backend = backend, .device = -1, .size = size,
+    .owner_uid = uid, .owner_gid = gid, .mode = mode, .created_unix_ms = created,
   };
   return true;
+}
+
+struct device_entry {
+  struct reg_adopt_args args;
+  unsigned flags;
+  uint8_t uuid[16];
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+};
+
+static int hex_digit(char c)
+{
+  return c >= '0' && c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+static bool parse_device_record(const char *record, struct device_entry *e)
+{
+  unsigned long long id, size, allocated, created;
+  unsigned flags, uid, gid, mode;
+  int backend, used = -1;
+  char hex[33], canonical[RECORD_MAX];
+
+  memset(e, 0, sizeof *e);
+  if (sscanf(record, SDN_FDSTORE_PREFIX "d.%llx.%d.%x.%x.%x.%o.%llx.%llx.%llx.%32[0-9a-f].%n", &id,
+             &backend, &flags, &uid, &gid, &mode, &size, &allocated, &created, hex, &used) != 10 ||
+      used < 0 || strlen(hex) != 32 || !wire_name_valid(record + used))
+    return false;
+  for (int i = 0; i < 16; i++)
+    e->uuid[i] = (uint8_t)(hex_digit(hex[2 * i]) << 4 | hex_digit(hex[2 * i + 1]));
+  snprintf(e->name, sizeof e->name, "%s", record + used);
+  e->flags = flags;
+  e->args = (struct reg_adopt_args){
+    .id = id, .name = e->name, .backend = backend, .device = -1, .size = size,
+    .allocated = allocated, .owner_uid = uid, .owner_gid = gid, .mode = mode,
+    .created_unix_ms = created,
+  };
+  /* Only the daemon's own spelling (no leading zeros, no 0x): withdrawing the record
+   * when the name goes away rebuilds it from the buffer, and must hit this one. */
+  return device_record(&e->args, flags, e->uuid, canonical, sizeof canonical) &&
+         strcmp(canonical, record) == 0;
 }
 
 static void drop(const char *record, int fd, const char *why)
 {
   log_warn("dropping '%s' from systemd's fd store: %s", record, why);
   sdn_fdstore_remove(record);
-  close(fd);
+  if (fd >= 0)
+    close(fd);
+}
+
+/* A kept buffer that cannot come back (its device gone, its import failed): said with
+ * its name, which is what its users know it by. */
+static void drop_device(const char *record, const struct device_entry *e, int fd, const char *why)
+{
+  log_warn("dropping persistent cuda-fd buffer '%s' (id %llu) from systemd's fd store: %s",
+           e->name, (unsigned long long)e->args.id, why);
+  sdn_fdstore_remove(record);
+  if (fd >= 0)
+    close(fd);
+}
+
+/* Takes a cuda-fd buffer back: its fd imported again on the device of the recorded UUID. */
+static bool adopt_device(struct persist *p, struct registry *reg, const char *record, int fd)
+{
+  struct device_entry e;
+
+  if (!parse_device_record(record, &e) || e.args.backend != GPUSHM_BACKEND_CUDA_FD ||
+      (e.flags & RECORD_FLAG_SYNC)) {
+    drop(record, fd, "not a record this daemon understands");
+    return false;
+  }
+#ifdef HAVE_CUDA
+  {
+    struct backend_mem mem;
+    char err[256];
+
+    if (backend_cuda_fd_adopt(fd, e.uuid, e.args.size, e.args.allocated, &mem, &e.args.device,
+                              err, sizeof err) < 0) {
+      drop_device(record, &e, fd, err);
+      return false;
+    }
+    if (registry_adopt(reg, &e.args, &mem, NULL, err, sizeof err) < 0) {
+      backend_cuda_fd.release(&backend_cuda_fd, &mem); /* the fd with it */
+      drop_device(record, &e, -1, err);
+      return false;
+    }
+  }
+  p->stored++;
+  log_debug("cuda-fd buffer '%s' (id %llu, %llu bytes) is back on device %d from systemd's fd "
+            "store", e.name, (unsigned long long)e.args.id, (unsigned long long)e.args.size,
+            e.args.device);
+  return true;
+#else
+  (void)p;
+  (void)reg;
+  drop_device(record, &e, fd, "this gpushmd is built without CUDA");
+  return false;
+#endif
 }
 
 unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed)
@@ -126,7 +274,7 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
   unsigned adopted = 0;
   char err[256];
 
-  /* Memory records first; each sync buffer takes its control block along. */
+  /* Memory records first; each host sync buffer takes its control block along. */
   for (size_t i = 0; i < passed->n_stored; i++) {
     const char *record = passed->stored_names[i];
     int fd = passed->stored_fds[i], control_fd = -1;
@@ -134,7 +282,14 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
     struct memory_entry e;
     size_t c = passed->n_stored;
 
-    if (fd < 0 || strncmp(record, SDN_FDSTORE_PREFIX "m.", strlen(SDN_FDSTORE_PREFIX "m.")) != 0)
+    if (fd < 0)
+      continue;
+    if (strncmp(record, SDN_FDSTORE_PREFIX "d.", strlen(SDN_FDSTORE_PREFIX "d.")) == 0) {
+      passed->stored_fds[i] = -1;
+      adopted += adopt_device(p, reg, record, fd);
+      continue;
+    }
+    if (strncmp(record, SDN_FDSTORE_PREFIX "m.", strlen(SDN_FDSTORE_PREFIX "m.")) != 0)
       continue;
     passed->stored_fds[i] = -1;
     if (!parse_memory_record(record, &e) || e.args.backend != GPUSHM_BACKEND_HOST) {

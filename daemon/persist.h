@@ -1,8 +1,9 @@
-/* Persistent buffers across daemon restarts.  Each persistent host buffer's memfd is
- * deposited in systemd's fd store under a name that is its registry record (id, owner,
- * mode, size, name); a restarted daemon finds the fds in LISTEN_FDS and adopts the
- * buffers with their data.  Records carry the backend, so a device-memory fd backend
- * can deposit its exported fds the same way. */
+/* Persistent buffers across daemon restarts.  Each persistent host buffer's memfd, and
+ * each persistent cuda-fd buffer's exported fd, is deposited in systemd's fd store under
+ * a name that is its registry record (id, owner, mode, size, name; for device memory also
+ * the allocated size and the device's UUID); a restarted daemon finds the fds in
+ * LISTEN_FDS and adopts the buffers with their data, importing device memory again on
+ * the device with that UUID. */
 #ifndef GPUSHMD_PERSIST_H
 #define GPUSHMD_PERSIST_H
 
@@ -24,7 +25,9 @@ void persist_init(struct persist *p);
 void persist_created(struct persist *p, struct reg_object *buffer);
 void persist_unlinked(struct persist *p, struct reg_object *buffer);
 /* Adopts the buffers a previous daemon deposited; consumes passed's stored fds (the
- * ones that do not make a valid buffer are closed and dropped from the store).
+ * ones that do not make a valid buffer, or whose device or import fails, are closed and
+ * dropped from the store, with a warning).  Needs the CUDA backend initialised when
+ * there is device memory to take back, and retains those devices' contexts itself.
  * Returns the number of buffers that came back. */
 unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed);
 

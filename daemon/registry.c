@@ -876,7 +876,8 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   size_t at;
   int r;
 
-  if (!be || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u)) {
+  if (!be || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u) ||
+      (be->kind != GPUSHM_BACKEND_HOST && a->device < 0)) {
     snprintf(err, errlen, "invalid record");
     return GPUSHM_E_INVAL;
   }
@@ -906,7 +907,7 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   buffer->size = a->size;
   buffer->allocated = a->allocated;
   buffer->backend = be;
-  buffer->device = -1;
+  buffer->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : a->device;
   buffer->owner_uid = a->owner_uid;
   buffer->owner_gid = a->owner_gid;
   buffer->mode = a->mode;

@@ -113,6 +113,7 @@ struct reg_adopt_args {
   uint64_t id;
   const char *name;
   int backend;
+  int device; /* the device's ordinal now; -1 for host memory */
   uint64_t size, allocated;
   uid_t owner_uid;
   gid_t owner_gid;

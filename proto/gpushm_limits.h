@@ -46,9 +46,9 @@
 #define GPUSHM_AUTO_BUDGET_PERCENT_OF_CGROUP 75u
 /* Host bytes one uid may own by default: this share of the host-memory budget. */
 #define GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT 50u
-/* Persistent buffers deposited in systemd's fd store (one fd each, two for a sync
- * buffer); matches FileDescriptorStoreMax= in gpushmd.service.  Beyond it buffers
- * still work but would not survive a restart (logged). */
+/* Persistent buffers deposited in systemd's fd store (one fd each, host or cuda-fd; two
+ * for a host sync buffer); matches FileDescriptorStoreMax= in gpushmd.service.  Beyond
+ * it buffers still work but would not survive a restart (logged). */
 #define GPUSHM_DEFAULT_FDSTORE_MAX         16384u
 /* One line of the settings file. */
 #define GPUSHM_LIMIT_CONFIG_LINE           1024u

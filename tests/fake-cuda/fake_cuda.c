@@ -6,7 +6,8 @@
  * per process, like cuMemGetInfo's view from the daemon.
  *
  * GPUSHM_FAKE_CUDA_DEVICES (default 1) and GPUSHM_FAKE_CUDA_MEMORY (bytes, default
- * 4 GiB) shape the fake devices. */
+ * 4 GiB) shape the fake devices; GPUSHM_FAKE_CUDA_REVERSE_ORDER=1 numbers them
+ * backwards, as CUDA_VISIBLE_DEVICES=1,0 would (each UUID stays with its device). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <fcntl.h>
@@ -109,8 +110,10 @@ static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
 
 static CUresult fake_cuDeviceGetUuid(CUuuid *uuid, CUdevice d)
 {
+  const char *reverse = getenv("GPUSHM_FAKE_CUDA_REVERSE_ORDER");
+
   memset(uuid->bytes, 0xfa, sizeof uuid->bytes);
-  uuid->bytes[15] = (char)d;
+  uuid->bytes[15] = (char)(reverse && *reverse == '1' ? device_count() - 1 - d : d);
   return CUDA_SUCCESS;
 }
 

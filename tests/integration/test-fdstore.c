@@ -1,135 +1,24 @@
 /* Persistent buffers survive a daemon killed with SIGKILL, through the file-descriptor
  * store protocol of systemd (FDSTORE=1 / FDSTOREREMOVE=1 on NOTIFY_SOCKET, LISTEN_FDS
- * and LISTEN_FDNAMES on the next start), played here by the test itself; signals that
- * would kill a daemon by default do not; SIGHUP reloads the settings all or nothing.
- * tests/system/ runs the same story under a real systemd. */
+ * and LISTEN_FDNAMES on the next start), played by the test itself (tests/fdstore.c);
+ * signals that would kill a daemon by default do not; SIGHUP reloads the settings all or
+ * nothing.  tests/system/ runs the same story under a real systemd; cuda-fd buffers are
+ * tests/gpu/test-cuda-persist's. */
 #include "config.h"
+#include "fdstore.h"
 #include "harness.h"
 #include "shm_layout.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_STORED 64
-
 static struct test_daemon d;
 static char dir[] = "/tmp/gpushm-fdstore.XXXXXX";
-static char notify_path[128];
-static int notify_sock;
-static struct {
-  char name[256];
-  int fd;
-} store[MAX_STORED];
-static int n_store, reloading_seen, ready_seen;
-
-static int store_find(const char *prefix)
-{
-  for (int i = 0; i < n_store; i++)
-    if (strncmp(store[i].name, prefix, strlen(prefix)) == 0)
-      return i;
-  return -1;
-}
-
-static void store_remove(const char *name)
-{
-  for (int i = 0; i < n_store;) {
-    if (strcmp(store[i].name, name) == 0) {
-      close(store[i].fd);
-      store[i] = store[--n_store];
-    } else {
-      i++;
-    }
-  }
-}
-
-/* One datagram of the notify protocol: newline-separated assignments, fds with it. */
-static int service_manager_step(int timeout_ms)
-{
-  char text[4096], *line, *save, *fdname = NULL;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * 16)];
-  } control;
-  struct iovec iov = { text, sizeof text - 1 };
-  struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                        .msg_controllen = sizeof control.buf };
-  int fds[16], n_fds = 0, store_it = 0, remove_it = 0;
-  struct timeval tv = { 0, timeout_ms * 1000 };
-  ssize_t n;
-
-  setsockopt(notify_sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if ((n = recvmsg(notify_sock, &msg, MSG_CMSG_CLOEXEC)) < 0)
-    return 0;
-  text[n] = '\0';
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      n_fds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n_fds);
-    }
-  for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    if (strcmp(line, "FDSTORE=1") == 0)
-      store_it = 1;
-    else if (strcmp(line, "FDSTOREREMOVE=1") == 0)
-      remove_it = 1;
-    else if (strncmp(line, "FDNAME=", 7) == 0)
-      fdname = line + 7;
-    else if (strcmp(line, "RELOADING=1") == 0)
-      reloading_seen++;
-    else if (strcmp(line, "READY=1") == 0)
-      ready_seen++;
-  }
-  if (store_it) {
-    CHECK(fdname != NULL && n_fds == 1 && n_store < MAX_STORED);
-    CHECK(strlen(fdname) < 256 && strchr(fdname, ':') == NULL);
-    snprintf(store[n_store].name, sizeof store[n_store].name, "%s", fdname);
-    store[n_store++].fd = fds[0];
-  } else {
-    for (int i = 0; i < n_fds; i++)
-      close(fds[i]);
-  }
-  if (remove_it) {
-    CHECK(fdname != NULL);
-    store_remove(fdname);
-  }
-  return 1;
-}
-
-/* Everything the daemon has said so far (it says it before answering the request that
- * caused it, so a short quiet period means all of it). */
-static void drain(void)
-{
-  while (service_manager_step(100))
-    ;
-}
-
-static void pass_store(void *arg)
-{
-  char names[MAX_STORED * 257] = "", count[16], pid[16];
-  int high[MAX_STORED];
-
-  (void)arg;
-  /* Out of the way first, so that placing fd 3+i never overwrites one still needed. */
-  for (int i = 0; i < n_store; i++)
-    CHECK((high[i] = fcntl(store[i].fd, F_DUPFD, 100)) >= 0);
-  for (int i = 0; i < n_store; i++) {
-    CHECK(dup2(high[i], 3 + i) == 3 + i);
-    strcat(names, i ? ":" : "");
-    strcat(names, store[i].name);
-  }
-  snprintf(count, sizeof count, "%d", n_store);
-  snprintf(pid, sizeof pid, "%d", (int)getpid());
-  setenv("LISTEN_FDS", count, 1);
-  setenv("LISTEN_FDNAMES", names, 1);
-  setenv("LISTEN_PID", pid, 1);
-}
 
 static void fill(void *p, size_t n, unsigned char seed)
 {
@@ -189,12 +78,12 @@ static void test_restart_keeps_persistent_buffers(void)
   holder = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(holder, "gone-held", GPUSHM_OPEN_READONLY, &b));
   CHECK_OK(gpushm_unlink(conn, "gone-held"));
-  drain();
+  fdstore_drain();
   /* in the store: exactly the linked persistent buffers, and the sync one's control */
-  CHECK(n_store == 3);
-  CHECK(store_find("gpushm1.m.") >= 0 && store_find("gpushm1.c.") >= 0);
-  for (int i = 0; i < n_store; i++)
-    CHECK(strstr(store[i].name, "gone") == NULL);
+  CHECK(fdstore_n == 3);
+  CHECK(fdstore_find("gpushm1.m.") >= 0 && fdstore_find("gpushm1.c.") >= 0);
+  for (int i = 0; i < fdstore_n; i++)
+    CHECK(strstr(fdstore[i].name, "gone") == NULL);
 
   kill_daemon();
   /* A read-write holder can scribble the control block's header (it maps the block
@@ -202,7 +91,7 @@ static void test_restart_keeps_persistent_buffers(void)
    * dropping a buffer its writer wanted gone. */
   {
     struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                                    store[store_find("gpushm1.c.")].fd, 0);
+                                    fdstore[fdstore_find("gpushm1.c.")].fd, 0);
     CHECK(ctl != MAP_FAILED);
     CHECK(ctl->magic == SYNC_CONTROL_MAGIC && ctl->layout_version == SHM_LAYOUT_VERSION &&
           ctl->layout_size == sizeof *ctl && ctl->release_seq == 3);
@@ -214,12 +103,20 @@ static void test_restart_keeps_persistent_buffers(void)
   /* the store also holds what this daemon will not understand */
   CHECK(pipe(pipe_fds) == 0);
   close(pipe_fds[1]);
-  snprintf(store[n_store].name, sizeof store[0].name, "gpushm1.m.garbage");
-  store[n_store++].fd = pipe_fds[0];
-  snprintf(store[n_store].name, sizeof store[0].name, "gpushm1.c.999999");
-  CHECK((store[n_store++].fd = dup(store[store_find("gpushm1.c.")].fd)) >= 0);
+  snprintf(fdstore[fdstore_n].name, sizeof fdstore[0].name, "gpushm1.m.garbage");
+  fdstore[fdstore_n++].fd = pipe_fds[0];
+  snprintf(fdstore[fdstore_n].name, sizeof fdstore[0].name, "gpushm1.c.999999");
+  CHECK((fdstore[fdstore_n++].fd = dup(fdstore[fdstore_find("gpushm1.c.")].fd)) >= 0);
+  /* device records: one not in the daemon's own spelling, one whose device (a made-up
+   * UUID) is on no host: both dropped, without CUDA as with it */
+  snprintf(fdstore[fdstore_n].name, sizeof fdstore[0].name, "gpushm1.d.0x63.3.0.0.0.600.1000."
+           "200000.1.%s.dev-garbage", "00000000000000000000000000000000");
+  CHECK((fdstore[fdstore_n++].fd = dup(pipe_fds[0])) >= 0);
+  snprintf(fdstore[fdstore_n].name, sizeof fdstore[0].name, "gpushm1.d.63.3.0.0.0.600.1000."
+           "200000.1.%s.dev-gone", "0123456789abcdef0123456789abcdef");
+  CHECK((fdstore[fdstore_n++].fd = dup(pipe_fds[0])) >= 0);
 
-  daemon_respawn_with(&d, pass_store, NULL, NULL);
+  daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
   gpushm_buffer_close(b);
   gpushm_disconnect(holder); /* the old daemon's connections are dead anyway */
   gpushm_disconnect(conn);
@@ -240,7 +137,7 @@ static void test_restart_keeps_persistent_buffers(void)
   CHECK(gpushm_buffer_release_seq(b) == 3 && intact(gpushm_buffer_ptr(b), 4096, 9));
   {
     struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED,
-                                    store[store_find("gpushm1.c.")].fd, 0);
+                                    fdstore[fdstore_find("gpushm1.c.")].fd, 0);
     CHECK(ctl != MAP_FAILED);
     CHECK(ctl->magic == SYNC_CONTROL_MAGIC && ctl->layout_version == SHM_LAYOUT_VERSION &&
           ctl->layout_size == sizeof *ctl);
@@ -255,30 +152,30 @@ static void test_restart_keeps_persistent_buffers(void)
   CHECK_OK(gpushm_buffer_create(conn, "new", 4096, NULL, &b));
   CHECK(gpushm_buffer_id(b) > keep_id);
   CHECK_OK(gpushm_buffer_close(b));
-  drain();
+  fdstore_drain();
   /* the records it could not use were dropped from the store */
-  CHECK(store_find("gpushm1.m.garbage") < 0 && store_find("gpushm1.c.999999") < 0);
-  CHECK(n_store == 4);
+  CHECK(fdstore_find("gpushm1.m.garbage") < 0 && fdstore_find("gpushm1.c.999999") < 0);
+  CHECK(fdstore_count(".dev-") == 0);
+  CHECK(fdstore_n == 4);
   /* unlinking withdraws */
   CHECK_OK(gpushm_unlink(conn, "keep"));
-  drain();
-  CHECK(n_store == 3);
+  fdstore_drain();
+  CHECK(fdstore_n == 3);
   CHECK_OK(gpushm_unlink(conn, "new"));
-  drain();
-  CHECK(n_store == 2);
+  fdstore_drain();
+  CHECK(fdstore_n == 2);
   /* a clean stop leaves the rest for the next daemon */
   gpushm_disconnect(conn);
   CHECK(kill(d.pid, SIGTERM) == 0);
   CHECK(waitpid(d.pid, NULL, 0) == d.pid);
-  drain();
-  CHECK(n_store == 2);
+  fdstore_drain();
+  CHECK(fdstore_n == 2);
   gpushm_buffer_close(keep);
   gpushm_buffer_close(sync);
   gpushm_buffer_close(session);
   gpushm_buffer_close(gone);
   gpushm_buffer_close(held);
-  while (n_store)
-    store_remove(store[0].name);
+  fdstore_clear();
   rmdir(d.dir);
 }
 
@@ -298,20 +195,19 @@ static void test_store_capacity(void)
     snprintf(name, sizeof name, "cap-%d", i);
     CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &b[i]));
   }
-  drain();
-  CHECK(n_store == 2 && store_find("gpushm1.m.") >= 0);
-  for (int i = 0; i < n_store; i++)
-    CHECK(strstr(store[i].name, "cap-2") == NULL);
+  fdstore_drain();
+  CHECK(fdstore_n == 2 && fdstore_find("gpushm1.m.") >= 0);
+  for (int i = 0; i < fdstore_n; i++)
+    CHECK(strstr(fdstore[i].name, "cap-2") == NULL);
   CHECK_OK(gpushm_unlink(conn, "cap-0"));
   CHECK_OK(gpushm_buffer_create(conn, "cap-3", 4096, NULL, &b[3]));
-  drain();
-  CHECK(n_store == 2);
+  fdstore_drain();
+  CHECK(fdstore_n == 2);
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpushm_buffer_close(b[i]));
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  while (n_store)
-    store_remove(store[0].name);
+  fdstore_clear();
 }
 
 static void write_file(const char *path, const char *text)
@@ -341,18 +237,18 @@ static void test_signals_and_reload(void)
   CHECK_OK(gpushm_ping(conn));
   CHECK(waitpid(d.pid, NULL, WNOHANG) == 0);
 
-  drain();
-  reloading_seen = ready_seen = 0;
+  fdstore_drain();
+  fdstore_reloading_seen = fdstore_ready_seen = 0;
   write_file(conf, "max-buffers-per-uid = 3\n");
   CHECK(kill(d.pid, SIGHUP) == 0);
-  drain();
-  CHECK(reloading_seen == 1 && ready_seen == 1);
+  fdstore_drain();
+  CHECK(fdstore_reloading_seen == 1 && fdstore_ready_seen == 1);
   CHECK_OK(gpushm_buffer_create(conn, "two", 4096, NULL, &b[1]));
   CHECK_OK(gpushm_buffer_create(conn, "three", 4096, NULL, &b[2]));
   /* a bad file changes nothing, not even the settings before the bad line */
   write_file(conf, "max-buffers-per-uid = 9\nmax-clients = lots\n");
   CHECK(kill(d.pid, SIGHUP) == 0);
-  drain();
+  fdstore_drain();
   CHECK_ERR(gpushm_buffer_create(conn, "four", 4096, NULL, &b[3]), GPUSHM_E_LIMIT);
   CHECK(strstr(gpushm_last_error_message(), "limit 3") != NULL);
   CHECK(waitpid(d.pid, NULL, WNOHANG) == 0);
@@ -360,28 +256,19 @@ static void test_signals_and_reload(void)
     CHECK_OK(gpushm_buffer_close(b[i]));
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  while (n_store)
-    store_remove(store[0].name);
+  fdstore_clear();
   unlink(conf);
   (void)log;
 }
 
 int main(void)
 {
-  struct sockaddr_un addr = { .sun_family = AF_UNIX };
-
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(notify_path, sizeof notify_path, "%s/notify", dir);
-  memcpy(addr.sun_path, notify_path, strlen(notify_path) + 1);
-  notify_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  CHECK(notify_sock >= 0 && bind(notify_sock, (struct sockaddr *)&addr, sizeof addr) == 0);
-  /* The daemons inherit it; the test's own libgpushm never looks at it. */
-  setenv("NOTIFY_SOCKET", notify_path, 1);
+  fdstore_open(dir);
   test_restart_keeps_persistent_buffers();
   test_store_capacity();
   test_signals_and_reload();
-  close(notify_sock);
-  unlink(notify_path);
+  fdstore_close();
   rmdir(dir);
   return 0;
 }

@@ -289,6 +289,7 @@ static void test_faults(gpushm_t *conn)
   static const char *const daemon_faults[] = {
     "cuMemsetD32=CUDA_ERROR_INVALID_VALUE", "cuMemMap=CUDA_ERROR_OUT_OF_MEMORY",
     "cuMemAddressReserve=CUDA_ERROR_OUT_OF_MEMORY", "cuMemSetAccess=CUDA_ERROR_INVALID_VALUE",
+    "cuCtxSynchronize=CUDA_ERROR_INVALID_VALUE",
   };
   gpushm_buffer_t *b = create(conn, "faulty", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0600);
 
