@@ -223,6 +223,21 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
   return 0;
 }
 
+/* The driver's words for a failed cuIpcOpenMemHandle (CUDA_ERROR_INVALID_CONTEXT
+ * between containers) do not name the cause; where the PID namespaces explain it, the
+ * error says so and what works instead.  Returns the error to report. */
+static int explain_ipc_failure(gpushm_t *conn)
+{
+  char driver[200], why[160];
+
+  if (!client_ipc_namespace_problem(conn, why, sizeof why))
+    return GPUSHM_E_CUDA;
+  snprintf(driver, sizeof driver, "%s", gpushm_last_error_message());
+  return client_error(GPUSHM_E_UNSUPPORTED, "%s; %s: legacy CUDA IPC does not work between "
+                      "sibling PID namespaces (containers): use the cuda-fd backend (gpushmd "
+                      "default-backend = cuda-fd)", driver, why);
+}
+
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
 static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
@@ -248,6 +263,8 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
       r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  &buf->ptr, &buf->device);
+      if (r == GPUSHM_E_CUDA)
+        r = explain_ipc_failure(buf->conn);
       break;
     case GPUSHM_BACKEND_CUDA_FD:
       /* The whole allocation is mapped (size rounded up to the device's granule). */

@@ -66,6 +66,10 @@ static int take_hello_reply(gpushm_t *conn, const Gpushm__HelloReply *h)
       conn->backends |= 1u << (unsigned)h->backends[i];
   snprintf(conn->daemon_version, sizeof conn->daemon_version, "%s",
            h->daemon_version ? h->daemon_version : "");
+  if (h->default_backend > 0 && (unsigned)h->default_backend < 32 &&
+      h->default_backend != GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
+    conn->default_backend = (gpushm_backend_t)h->default_backend;
+  conn->daemon_pid_namespace = h->pid_namespace;
   return 0;
 }
 
@@ -92,7 +96,10 @@ static int hello(gpushm_t *conn, const char *client_name)
   else if ((r = take_hello_reply(conn, reply->hello)) == 0)
     r = map_status_page(conn, fds.fd[0]);
   client_close_fds(&fds);
-  gpushm__reply__free_unpacked(reply, NULL);
+  if (r == 0)
+    conn->hello = reply; /* its device list is read through gpushm_daemon_device() */
+  else
+    gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
 
@@ -124,6 +131,77 @@ const char *gpushm_daemon_version(const gpushm_t *conn)
   return conn ? conn->daemon_version : NULL;
 }
 
+gpushm_backend_t gpushm_daemon_default_backend(const gpushm_t *conn)
+{
+  return conn ? conn->default_backend : GPUSHM_BACKEND_DEFAULT;
+}
+
+uint32_t gpushm_daemon_pid(const gpushm_t *conn)
+{
+  return conn ? conn->daemon_pid : 0;
+}
+
+uint32_t gpushm_daemon_uid(const gpushm_t *conn)
+{
+  return conn ? conn->daemon_uid : 0;
+}
+
+uint64_t gpushm_daemon_pid_namespace(const gpushm_t *conn)
+{
+  return conn ? conn->daemon_pid_namespace : 0;
+}
+
+size_t gpushm_daemon_device_count(const gpushm_t *conn)
+{
+  if (!conn || !conn->hello || !conn->hello->hello)
+    return 0;
+  return conn->hello->hello->n_devices < GPUSHM_LIMIT_DEVICES ? conn->hello->hello->n_devices
+                                                              : GPUSHM_LIMIT_DEVICES;
+}
+
+/* A Hello device is the same message as a stats one (Gpushm__Device): the stats
+ * accessors read it. */
+const gpushm_device_stats_t *gpushm_daemon_device(const gpushm_t *conn, size_t i)
+{
+  if (i >= gpushm_daemon_device_count(conn))
+    return NULL;
+  return (const gpushm_device_stats_t *)conn->hello->hello->devices[i];
+}
+
+/* The kernel's fixed inode of the initial PID namespace (PROC_PID_INIT_INO). */
+#define INIT_PID_NAMESPACE 0xEFFFFFFCu
+
+uint64_t client_pid_namespace(void)
+{
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+bool client_ipc_namespace_problem(const gpushm_t *conn, char *why, size_t len)
+{
+  uint64_t mine = client_pid_namespace(), daemon = conn->daemon_pid_namespace;
+
+  /* Measured: legacy handles open when both sides share a PID namespace or either is
+   * in the host's; they fail (CUDA_ERROR_INVALID_CONTEXT) between siblings. */
+  if (mine == INIT_PID_NAMESPACE || daemon == INIT_PID_NAMESPACE)
+    return false;
+  if (mine && daemon) {
+    if (mine == daemon)
+      return false;
+    snprintf(why, len, "this process is in PID namespace %llu, gpushmd in %llu, and neither is "
+             "the host's", (unsigned long long)mine, (unsigned long long)daemon);
+    return true;
+  }
+  /* A daemon that does not say (before 0.2): a pid of 0 from SO_PEERCRED means it is in
+   * a namespace this process cannot see, and that this process is not the host's. */
+  if (conn->daemon_pid == 0) {
+    snprintf(why, len, "gpushmd runs in a PID namespace this process cannot see (its pid "
+             "reads 0 here)");
+    return true;
+  }
+  return false;
+}
+
 /* An impostor could sit on the socket path (a directory another user controls, a
  * daemon started by someone else): a client only talks to a daemon run by root, by its
  * own uid, or by the uid $GPUSHM_DAEMON_UID names. */
@@ -136,6 +214,8 @@ static int check_daemon_identity(gpushm_t *conn, const char *path)
 
   if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
     return client_error(GPUSHM_E_IO, "SO_PEERCRED on %s: %s", path, strerror(errno));
+  conn->daemon_pid = (uint32_t)cred.pid;
+  conn->daemon_uid = (uint32_t)cred.uid;
   if (cred.uid == 0 || cred.uid == geteuid())
     return 0;
   if (configured && *configured) {
@@ -261,6 +341,8 @@ void client_conn_unref(gpushm_t *conn)
     close(conn->fd);
   if (conn->status)
     munmap((void *)conn->status, STATUS_PAGE_SIZE);
+  if (conn->hello)
+    gpushm__reply__free_unpacked(conn->hello, NULL);
   pthread_mutex_destroy(&conn->lock);
   free(conn);
 }

@@ -6,8 +6,23 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* gpushm_local_devices(): a snapshot, owned by the caller. */
+struct gpushm_local_device {
+  int32_t ordinal;
+  uint32_t flags;
+  uint8_t uuid[16];
+  char name[256];
+};
+
+struct gpushm_local_device_list {
+  int driver_version;
+  size_t n;
+  struct gpushm_local_device devices[];
+};
 
 #ifdef HAVE_CUDA
 #include "driver.h"
@@ -373,7 +388,83 @@ int client_cuda_stream_sync(int local_device, void *stream)
                    CU_CALL(&cl.drv, cuStreamSynchronize, (CUstream)stream));
 }
 
+/* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */
+static bool visible_devices_are_mig(void)
+{
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+
+  if (!v || !*v)
+    return false;
+  for (const char *p = v; *p; p += strcspn(p, ",")) {
+    p += *p == ',';
+    p += strspn(p, " ");
+    if (strncmp(p, "MIG-", 4) != 0)
+      return false;
+  }
+  return true;
+}
+
+static bool attribute_set(CUdevice dev, CUdevice_attribute attr)
+{
+  int v = 0;
+  /* An attribute newer than the driver is an error: the feature is not there. */
+  return CU_CALL(&cl.drv, cuDeviceGetAttribute, &v, attr, dev) == CUDA_SUCCESS && v;
+}
+
+int gpushm_local_devices(gpushm_local_device_list_t **out)
+{
+  struct gpushm_local_device_list *list;
+  bool all_mig = visible_devices_are_mig();
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "%s", cl.why);
+  list = calloc(1, sizeof *list + (size_t)cl.n_devices * sizeof list->devices[0]);
+  if (!list)
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  list->driver_version = cl.drv.driver_version;
+  for (int i = 0; i < cl.n_devices; i++) {
+    struct gpushm_local_device *d = &list->devices[list->n++];
+    CUdevice dev = cl.devices[i].dev;
+
+    d->ordinal = i;
+    memcpy(d->uuid, cl.devices[i].uuid, sizeof d->uuid);
+    if (CU_CALL(&cl.drv, cuDeviceGetName, d->name, (int)sizeof d->name, dev) != CUDA_SUCCESS)
+      snprintf(d->name, sizeof d->name, "?");
+    d->name[sizeof d->name - 1] = '\0';
+    if (attribute_set(dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
+      d->flags |= GPUSHM_DEVICE_VMM;
+    if (attribute_set(dev, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED))
+      d->flags |= GPUSHM_DEVICE_POSIX_FD;
+    if (attribute_set(dev, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS))
+      d->flags |= GPUSHM_DEVICE_STREAM_MEMOPS64;
+    if (attribute_set(dev, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED))
+      d->flags |= GPUSHM_DEVICE_IPC_EVENTS;
+    /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED by value: headers before CUDA 12.3 lack the name. */
+    if (attribute_set(dev, (CUdevice_attribute)133))
+      d->flags |= GPUSHM_DEVICE_MPS;
+    /* The driver has no MIG attribute: a MIG instance is named "<GPU> MIG <profile>". */
+    if (all_mig || strstr(d->name, " MIG "))
+      d->flags |= GPUSHM_DEVICE_MIG;
+  }
+  *out = list;
+  return 0;
+}
+
 #else /* !HAVE_CUDA */
+
+int gpushm_local_devices(gpushm_local_device_list_t **out)
+{
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  return client_error(GPUSHM_E_UNSUPPORTED, "libgpushm was built without CUDA");
+}
 
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                            size_t uuid_len, int ordinal, void **ptr, int *local_device)
@@ -450,3 +541,47 @@ int client_cuda_stream_sync(int local_device, void *stream)
 }
 
 #endif
+
+void gpushm_local_device_list_free(gpushm_local_device_list_t *list)
+{
+  free(list);
+}
+
+int gpushm_local_device_list_driver_version(const gpushm_local_device_list_t *list)
+{
+  return list ? list->driver_version : 0;
+}
+
+size_t gpushm_local_device_list_count(const gpushm_local_device_list_t *list)
+{
+  return list ? list->n : 0;
+}
+
+const gpushm_local_device_t *gpushm_local_device_list_get(const gpushm_local_device_list_t *list,
+                                                          size_t i)
+{
+  return list && i < list->n ? &list->devices[i] : NULL;
+}
+
+int32_t gpushm_local_device_ordinal(const gpushm_local_device_t *dev)
+{
+  return dev ? dev->ordinal : 0;
+}
+
+const char *gpushm_local_device_name(const gpushm_local_device_t *dev)
+{
+  return dev ? dev->name : "";
+}
+
+int gpushm_local_device_uuid(const gpushm_local_device_t *dev, uint8_t uuid[16])
+{
+  if (!dev || !uuid)
+    return client_error(GPUSHM_E_INVAL, "dev and uuid must not be NULL");
+  memcpy(uuid, dev->uuid, 16);
+  return 0;
+}
+
+uint32_t gpushm_local_device_flags(const gpushm_local_device_t *dev)
+{
+  return dev ? dev->flags : 0;
+}

@@ -4,7 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static __thread char last_error[256];
+/* Room for a driver's words and what to do about them. */
+static __thread char last_error[512];
 
 int client_error(int err, const char *fmt, ...)
 {

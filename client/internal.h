@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gpushm.h"
@@ -23,6 +24,12 @@ struct gpushm {
   unsigned protocol_version; /* negotiated at Hello */
   uint64_t features;         /* GPUSHM_FEATURE_* the daemon offers */
   uint32_t backends;         /* 1 << gpushm_backend_t, what the daemon offers */
+  gpushm_backend_t default_backend; /* 0: the daemon did not say (before 0.2) */
+  uint64_t daemon_pid_namespace;    /* its PID namespace's inode; 0: unknown */
+  /* SO_PEERCRED of the daemon: pid 0 when it is in a PID namespace this process
+   * cannot see (another container's, or an ancestor's). */
+  uint32_t daemon_pid, daemon_uid;
+  Gpushm__Reply *hello; /* kept for the devices it lists */
   char daemon_version[32];
   uint64_t next_request_id;
   const struct status_page *status;
@@ -99,6 +106,12 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);
+/* The inode of this process's PID namespace (0: /proc is not mounted). */
+uint64_t client_pid_namespace(void);
+/* Whether this process and the daemon are in different PID namespaces of which neither
+ * is the host's, where legacy CUDA IPC handles cannot be opened; why says so, for an
+ * error message.  False where it cannot be told. */
+bool client_ipc_namespace_problem(const gpushm_t *conn, char *why, size_t len);
 /* GPUSHM_E_UNSUPPORTED, naming what, unless the daemon offers feature. */
 int client_need_feature(const gpushm_t *conn, uint64_t feature, const char *what);
 

@@ -1,6 +1,7 @@
 /* gpushmctl: the admin CLI for gpushmd, built on the public libgpushm API only.
  * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
 #include "config.h"
+#include "ctl.h"
 #include "gpushm-admin.h"
 
 #include <errno.h>
@@ -18,9 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <wchar.h>
-
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
 
 struct ctl {
   const char *socket;
@@ -42,6 +40,8 @@ struct cmd_entry {
   /* Optional: checks the arguments before connecting (usage errors exit 2 even with
    * no daemon running). */
   int (*check)(int argc, char **argv);
+  /* run connects by itself (doctor: a failed connect is one of its findings). */
+  bool connects_itself;
 };
 
 /* ---- escaping ------------------------------------------------------------------- */
@@ -204,6 +204,11 @@ static const char *text(const char *s, size_t pad)
   s = ring[next];
   next = (next + 1) % 8;
   return s;
+}
+
+const char *ctl_text(const char *s, size_t pad)
+{
+  return text(s, pad);
 }
 
 /* s as a JSON string.  JSON is UTF-8 (RFC 8259), so each maximal ill-formed subpart
@@ -949,23 +954,34 @@ static int cmd_version(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
+static int cmd_doctor(struct ctl *ctl, int argc, char **argv)
+{
+  (void)argc;
+  (void)argv;
+  return ctl_doctor(ctl->socket, ctl->backend);
+}
+
 static const struct cmd_entry commands[] = {
   { "list", NULL, "", "list buffers: name, id, backend, size, owner, mode, references, holders",
-    "all,json,bytes", 0, 0, cmd_list, NULL },
+    "all,json,bytes", 0, 0, cmd_list, NULL, false },
   { "show", NULL, "NAME|ID", "everything known about one buffer or event", "all,json,bytes", 1, 1,
-    cmd_show, NULL },
-  { "clients", NULL, "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients, NULL },
+    cmd_show, NULL, false },
+  { "clients", NULL, "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients,
+    NULL, false },
   { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
-    cmd_stats, NULL },
+    cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
-    "device,mode,session,backend,sync", 2, 2, cmd_create, check_create },
+    "device,mode,session,backend,sync", 2, 2, cmd_create, check_create, false },
   { "unlink", "destroy", "NAME", "remove a buffer's or event's name; memory goes with its last holder",
-    "", 1, 1, cmd_unlink, NULL },
+    "", 1, 1, cmd_unlink, NULL, false },
   { "disconnect", NULL, "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
-    cmd_disconnect, check_disconnect },
-  { "events", NULL, "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL },
-  { "ping", NULL, "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL },
-  { "version", NULL, "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version, NULL },
+    cmd_disconnect, check_disconnect, false },
+  { "events", NULL, "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL, false },
+  { "ping", NULL, "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL, false },
+  { "version", NULL, "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version,
+    NULL, false },
+  { "doctor", NULL, "", "which backends work for this process, and why the others do not",
+    "backend", 0, 0, cmd_doctor, NULL, true },
 };
 
 static const struct option long_options[] = {
@@ -995,7 +1011,8 @@ static void usage(FILE *out)
   }
   fprintf(out, "\n'gpushmctl COMMAND --help' lists a command's options.  The socket is\n"
                "$GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ".\n"
-               "Exit status: 0 ok, 1 the operation failed, 2 usage error.\n");
+               "Exit status: 0 ok, 1 the operation failed (doctor: the backend it judges\n"
+               "does not work for this process), 2 usage error.\n");
 }
 
 static void command_usage(const struct cmd_entry *cmd, FILE *out)
@@ -1008,7 +1025,7 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "device", "--device N     CUDA device (daemon's ordinal), default 0" },
     { "mode", "--mode MODE    permission bits, octal, default 0600" },
     { "session", "--session      unlinked when gpushmctl disconnects (for tests)" },
-    { "backend", "--backend B    host (default) or cuda-ipc" },
+    { "backend", "--backend B    host, cuda-ipc or cuda-fd (default: gpushmd's default)" },
     { "sync", "--sync         with acquire/release ordering" },
   };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
@@ -1097,8 +1114,10 @@ int main(int argc, char **argv)
         ctl.backend = GPUSHM_BACKEND_HOST;
       else if (strcmp(optarg, "cuda-ipc") == 0)
         ctl.backend = GPUSHM_BACKEND_CUDA_IPC;
+      else if (strcmp(optarg, "cuda-fd") == 0)
+        ctl.backend = GPUSHM_BACKEND_CUDA_FD;
       else {
-        fprintf(stderr, "gpushmctl: unknown backend '%s' (host or cuda-ipc)\n", optarg);
+        fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc or cuda-fd)\n", optarg);
         return EXIT_USAGE;
       }
       break;
@@ -1117,7 +1136,7 @@ int main(int argc, char **argv)
   }
   if (cmd->check && (r = cmd->check(argc - optind, argv + optind)) != 0)
     return r;
-  if ((r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
+  if (!cmd->connects_itself && (r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
     return fail("connect", r);
   r = cmd->run(&ctl, argc - optind, argv + optind);
   gpushm_disconnect(ctl.conn);

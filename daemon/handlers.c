@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int fail(struct handler_reply *ctx, int status, const char *why)
@@ -80,6 +81,23 @@ static bool events_available(const struct registry *reg)
   return reg->events && !(reg->events->unavailable && reg->events->unavailable(reg->events));
 }
 
+/* The inode of this process's PID namespace (0 where /proc is not mounted), which
+ * clients compare with theirs: legacy CUDA IPC fails between sibling namespaces, and
+ * a client can only say so if it knows where the daemon is.  It never changes. */
+static uint64_t own_pid_namespace(void)
+{
+  static uint64_t ino;
+  static bool known;
+  struct stat st;
+
+  if (!known) {
+    known = true;
+    if (stat("/proc/self/ns/pid", &st) == 0)
+      ino = (uint64_t)st.st_ino;
+  }
+  return ino;
+}
+
 static int handle_hello(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__Hello *hello = req->hello;
@@ -134,6 +152,10 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   ctx->body.hello.n_backends = n_backends;
   ctx->body.hello.backends = ctx->backends;
   ctx->body.hello.client_id = call->client->id;
+  ctx->body.hello.default_backend = (Gpushm__Backend)(call->reg->limits.default_backend
+                                                        ? call->reg->limits.default_backend
+                                                        : GPUSHM_BACKEND_HOST);
+  ctx->body.hello.pid_namespace = own_pid_namespace();
   if ((r = fill_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;

@@ -1,7 +1,10 @@
 /* Demo producer: creates a shared buffer — with the daemon's default backend (GPU
  * memory as POSIX-fd capabilities when gpushmd is started with --default-backend
  * cuda-fd and has a GPU), else in host memory — fills it, waits for the consumer's
- * answer and checks it.  Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda-fd]]] */
+ * answer and checks it.
+ * Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda-fd|cuda-ipc [MODE]]]]
+ * MODE (octal, default 0644) is the buffers' permission bits: 0666 lets a consumer of
+ * another uid answer (it opens them read-write). */
 #include "gpushm.h"
 #include "pattern.h"
 
@@ -19,6 +22,7 @@ int main(int argc, char **argv)
   const char *name = argc > 1 ? argv[1] : "demo";
   uint64_t size = (argc > 2 ? strtoull(argv[2], NULL, 10) : 64) << 20;
   const char *backend = argc > 3 ? argv[3] : "auto";
+  unsigned long mode = argc > 4 ? strtoul(argv[4], NULL, 8) : 0644;
   char state_name[160];
   gpushm_t *conn;
   gpushm_buffer_t *buf, *state;
@@ -28,8 +32,9 @@ int main(int argc, char **argv)
   int64_t bad;
   int r;
 
-  if (size == 0 || strlen(name) > 100) {
-    fprintf(stderr, "producer: need a size of at least 1 MiB and a name of at most 100 bytes\n");
+  if (size == 0 || strlen(name) > 100 || mode == 0 || mode > 0777) {
+    fprintf(stderr, "producer: need a size of at least 1 MiB, a name of at most 100 bytes and "
+            "an octal mode of at most 0777\n");
     return 2;
   }
   if ((r = gpushm_connect(NULL, "gpushm-producer", &conn)) < 0)
@@ -38,15 +43,16 @@ int main(int argc, char **argv)
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_HOST; /* the hand-shake is read by the CPU */
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  opts.mode = 0644;
+  opts.mode = (uint32_t)mode;
   snprintf(state_name, sizeof state_name, "%s.state", name);
   if ((r = gpushm_buffer_create(conn, state_name, sizeof *h, &opts, &state)) < 0)
     die("create hand-shake buffer", r);
   h = gpushm_buffer_ptr(state);
 
-  opts.backend = strcmp(backend, "host") == 0      ? GPUSHM_BACKEND_HOST
-                 : strcmp(backend, "cuda-fd") == 0 ? GPUSHM_BACKEND_CUDA_FD
-                                                   : GPUSHM_BACKEND_DEFAULT;
+  opts.backend = strcmp(backend, "host") == 0       ? GPUSHM_BACKEND_HOST
+                 : strcmp(backend, "cuda-fd") == 0  ? GPUSHM_BACKEND_CUDA_FD
+                 : strcmp(backend, "cuda-ipc") == 0 ? GPUSHM_BACKEND_CUDA_IPC
+                                                    : GPUSHM_BACKEND_DEFAULT;
   r = gpushm_buffer_create(conn, name, size, &opts, &buf);
   if (r == GPUSHM_E_UNSUPPORTED && strcmp(backend, "auto") == 0) {
     printf("producer: no GPU through gpushmd (%s); using host memory\n",

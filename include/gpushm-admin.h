@@ -41,6 +41,8 @@ typedef struct gpushm_stats gpushm_stats_t;
 typedef struct gpushm_device_stats gpushm_device_stats_t;   /* a GPU the daemon sees */
 typedef struct gpushm_request_stats gpushm_request_stats_t; /* requests of one type */
 typedef struct gpushm_usage gpushm_usage_t;                 /* memory by backend, device */
+typedef struct gpushm_local_device_list gpushm_local_device_list_t;
+typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this process sees */
 
 /* ---- buffers and events -------------------------------------------------------- */
 
@@ -171,6 +173,54 @@ GPUSHM_API gpushm_backend_t gpushm_usage_backend(const gpushm_usage_t *usage);
 GPUSHM_API int32_t gpushm_usage_device(const gpushm_usage_t *usage);
 GPUSHM_API uint32_t gpushm_usage_buffers(const gpushm_usage_t *usage);
 GPUSHM_API uint64_t gpushm_usage_bytes(const gpushm_usage_t *usage);
+
+/* ---- the daemon as this connection met it (gpushmctl doctor) ------------------- */
+
+/* Who answers on the socket (SO_PEERCRED, read at connect).  The pid is as this process
+ * sees it: 0 when gpushmd runs in a PID namespace this process cannot see (another
+ * container's, or the host's seen from a container). */
+GPUSHM_API uint32_t gpushm_daemon_pid(const gpushm_t *conn);
+GPUSHM_API uint32_t gpushm_daemon_uid(const gpushm_t *conn);
+/* The inode of gpushmd's PID namespace (what /proc/PID/ns/pid names), 0 where the
+ * daemon does not say.  Legacy CUDA IPC (cuda-ipc) fails between two different PID
+ * namespaces of which neither is the host's; cuda-fd works across them. */
+GPUSHM_API uint64_t gpushm_daemon_pid_namespace(const gpushm_t *conn);
+/* The GPUs the daemon's CUDA backends use, as its Hello listed them (read with the
+ * gpushm_device_stats_* accessors; they live as long as conn).  Match them with this
+ * process's devices by UUID: ordinals differ under CUDA_VISIBLE_DEVICES. */
+GPUSHM_API size_t gpushm_daemon_device_count(const gpushm_t *conn);
+GPUSHM_API const gpushm_device_stats_t *gpushm_daemon_device(const gpushm_t *conn, size_t i);
+
+/* ---- the GPUs this process sees (gpushmctl doctor) ------------------------------ */
+
+/* gpushm_local_device_flags() bits: what a device offers gpushm in this process. */
+#define GPUSHM_DEVICE_VMM 0x1u            /* virtual memory management (cuMemCreate, cuMemMap) */
+#define GPUSHM_DEVICE_POSIX_FD 0x2u       /* POSIX-fd shareable handles: cuda-fd needs both */
+#define GPUSHM_DEVICE_STREAM_MEMOPS64 0x4u /* 64-bit stream memory operations (fences) */
+#define GPUSHM_DEVICE_IPC_EVENTS 0x8u     /* inter-process events */
+/* A MIG instance (by its name, or a MIG- entry in CUDA_VISIBLE_DEVICES): nothing is
+ * shared with other GPU instances, so only buffers on this very instance open. */
+#define GPUSHM_DEVICE_MIG 0x10u
+#define GPUSHM_DEVICE_MPS 0x20u           /* contexts on it would run through MPS */
+
+/* Loads the CUDA driver in this process (if the library has not yet) and lists the
+ * devices it sees, without creating a context.  GPUSHM_E_UNSUPPORTED, with the reason,
+ * where there is no usable driver (or libgpushm was built without CUDA). */
+GPUSHM_API int gpushm_local_devices(gpushm_local_device_list_t **out);
+GPUSHM_API void gpushm_local_device_list_free(gpushm_local_device_list_t *list);
+/* The driver's CUDA version, as cuDriverGetVersion() gives it (13000 for 13.0). */
+GPUSHM_API int gpushm_local_device_list_driver_version(const gpushm_local_device_list_t *list);
+GPUSHM_API size_t gpushm_local_device_list_count(const gpushm_local_device_list_t *list);
+GPUSHM_API const gpushm_local_device_t *gpushm_local_device_list_get(
+  const gpushm_local_device_list_t *list, size_t i);
+/* This process's ordinal for it. */
+GPUSHM_API int32_t gpushm_local_device_ordinal(const gpushm_local_device_t *dev);
+GPUSHM_API const char *gpushm_local_device_name(const gpushm_local_device_t *dev);
+/* Copies its 16-byte UUID (a MIG instance's own where it is one); GPUSHM_E_INVAL for a
+ * NULL dev or uuid. */
+GPUSHM_API int gpushm_local_device_uuid(const gpushm_local_device_t *dev, uint8_t uuid[16]);
+/* GPUSHM_DEVICE_* bits. */
+GPUSHM_API uint32_t gpushm_local_device_flags(const gpushm_local_device_t *dev);
 
 #ifdef __cplusplus
 }

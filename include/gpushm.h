@@ -156,6 +156,10 @@ GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
  * value, is set when the daemon can make events (gpushm_event_create()). */
 GPUSHM_API uint32_t gpushm_daemon_backends(const gpushm_t *conn);
+/* What a create naming GPUSHM_BACKEND_DEFAULT gets from this daemon (its
+ * default-backend setting); GPUSHM_BACKEND_DEFAULT itself where the daemon does not say
+ * (gpushmd before 0.2, whose default is host). */
+GPUSHM_API gpushm_backend_t gpushm_daemon_default_backend(const gpushm_t *conn);
 /* The protocol version negotiated with the daemon, and the daemon's package version. */
 GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
 GPUSHM_API const char *gpushm_daemon_version(const gpushm_t *conn);

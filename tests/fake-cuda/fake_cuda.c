@@ -7,7 +7,10 @@
  *
  * GPUSHM_FAKE_CUDA_DEVICES (default 1) and GPUSHM_FAKE_CUDA_MEMORY (bytes, default
  * 4 GiB) shape the fake devices; GPUSHM_FAKE_CUDA_REVERSE_ORDER=1 numbers them
- * backwards, as CUDA_VISIBLE_DEVICES=1,0 would (each UUID stays with its device). */
+ * backwards, as CUDA_VISIBLE_DEVICES=1,0 would (each UUID stays with its device);
+ * GPUSHM_FAKE_CUDA_NO_VMM=1 takes away virtual memory
+ * management, GPUSHM_FAKE_CUDA_MIG=1 makes them MIG instances.  Like the real driver,
+ * it refuses IPC handles between sibling PID namespaces. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +41,7 @@ struct fake_handle {
   int32_t fd;
   uint64_t size;
   int32_t device;
+  uint64_t pid_namespace; /* the exporter's */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,6 +61,12 @@ static size_t device_memory(void)
 {
   const char *s = getenv("GPUSHM_FAKE_CUDA_MEMORY");
   return s ? strtoull(s, NULL, 10) : (4ull << 30);
+}
+
+static uint64_t pid_namespace(void)
+{
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
 static int current_device(void)
@@ -102,9 +113,13 @@ static CUresult fake_cuDeviceGet(CUdevice *d, int ordinal)
   return CUDA_SUCCESS;
 }
 
+/* GPUSHM_FAKE_CUDA_MIG=1: the devices are MIG instances, named as the driver names
+ * them ("<GPU> MIG <profile>"). */
 static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
 {
-  snprintf(name, (size_t)len, "gpushm fake GPU %d", d);
+  const char *mig = getenv("GPUSHM_FAKE_CUDA_MIG");
+  snprintf(name, (size_t)len, "gpushm fake GPU %d%s", d,
+           mig && *mig == '1' ? " MIG 1g.10gb" : "");
   return CUDA_SUCCESS;
 }
 
@@ -140,7 +155,10 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
     *v = !getenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
     break;
-
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+  case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+    *v = 1;
+    break;
   default:
     *v = 0;
   }
@@ -302,6 +320,7 @@ static CUresult fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
   fh.fd = (*slot)->fd;
   fh.size = (*slot)->size;
   fh.device = (*slot)->device;
+  fh.pid_namespace = pid_namespace();
   pthread_mutex_unlock(&lock);
   memset(h, 0, sizeof *h);
   memcpy(h->reserved, &fh, sizeof fh);
@@ -322,6 +341,11 @@ static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsign
     return CUDA_ERROR_INVALID_HANDLE;
   if (fh.pid == getpid())
     return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
+  /* As measured with the real driver: sibling PID namespaces (neither the host's) fail
+   * with INVALID_CONTEXT.  Here the pid would also name another process. */
+  if (fh.pid_namespace != pid_namespace() && fh.pid_namespace != 0xEFFFFFFCu &&
+      pid_namespace() != 0xEFFFFFFCu)
+    return CUDA_ERROR_INVALID_CONTEXT;
   if (current_device() != fh.device)
     return CUDA_ERROR_INVALID_CONTEXT;
   snprintf(path, sizeof path, "/proc/%d/fd/%d", fh.pid, fh.fd);

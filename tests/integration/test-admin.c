@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +120,44 @@ static void test_stats(gpushm_t *conn)
   CHECK(s == NULL);
 }
 
+/* What the connection learnt at Hello and from SO_PEERCRED: who the daemon is, where
+ * (its PID namespace: this one), its default backend and its GPUs (the same list as
+ * its statistics). */
+static void test_daemon_identity(gpushm_t *conn)
+{
+  gpushm_stats_t *s = daemon_stats(&d);
+  struct stat ns;
+  size_t n = gpushm_daemon_device_count(conn);
+  struct test_daemon other;
+  gpushm_t *c2;
+
+  CHECK(gpushm_daemon_pid(conn) == (uint32_t)d.pid);
+  CHECK(gpushm_daemon_uid(conn) == (uint32_t)geteuid());
+  CHECK(stat("/proc/self/ns/pid", &ns) == 0);
+  CHECK(gpushm_daemon_pid_namespace(conn) == (uint64_t)ns.st_ino);
+  CHECK(gpushm_daemon_default_backend(conn) == GPUSHM_BACKEND_HOST);
+  CHECK(n == gpushm_stats_device_count(s));
+  for (size_t i = 0; i < n; i++) {
+    uint8_t a[16], b[16];
+    const gpushm_device_stats_t *h = gpushm_daemon_device(conn, i);
+    const gpushm_device_stats_t *st = gpushm_stats_device(s, i);
+    CHECK(gpushm_device_stats_ordinal(h) == gpushm_device_stats_ordinal(st));
+    CHECK(strcmp(gpushm_device_stats_name(h), gpushm_device_stats_name(st)) == 0);
+    CHECK_OK(gpushm_device_stats_uuid(h, a));
+    CHECK_OK(gpushm_device_stats_uuid(st, b));
+    CHECK(memcmp(a, b, 16) == 0);
+  }
+  CHECK(gpushm_daemon_device(conn, n) == NULL);
+  gpushm_stats_free(s);
+
+  /* The setting, whether or not this machine can serve it. */
+  daemon_start(&other, "--default-backend", "cuda-fd", NULL);
+  c2 = daemon_connect(&other);
+  CHECK(gpushm_daemon_default_backend(c2) == GPUSHM_BACKEND_CUDA_FD);
+  gpushm_disconnect(c2);
+  daemon_stop(&other);
+}
+
 /* What bindings may pass: NULL objects read as 0 and "", and are freed as no-ops. */
 static void test_null_objects(void)
 {
@@ -143,6 +182,16 @@ static void test_null_objects(void)
   gpushm_buffer_list_free(NULL);
   gpushm_client_list_free(NULL);
   gpushm_stats_free(NULL);
+  CHECK(gpushm_daemon_pid(NULL) == 0 && gpushm_daemon_uid(NULL) == 0);
+  CHECK(gpushm_daemon_pid_namespace(NULL) == 0 && gpushm_daemon_default_backend(NULL) == 0);
+  CHECK(gpushm_daemon_device_count(NULL) == 0 && gpushm_daemon_device(NULL, 0) == NULL);
+  CHECK_ERR(gpushm_local_devices(NULL), GPUSHM_E_INVAL);
+  CHECK(gpushm_local_device_list_count(NULL) == 0 && gpushm_local_device_list_get(NULL, 0) == NULL);
+  CHECK(gpushm_local_device_list_driver_version(NULL) == 0);
+  CHECK(gpushm_local_device_ordinal(NULL) == 0 && strcmp(gpushm_local_device_name(NULL), "") == 0);
+  CHECK(gpushm_local_device_flags(NULL) == 0);
+  CHECK_ERR(gpushm_local_device_uuid(NULL, uuid), GPUSHM_E_INVAL);
+  gpushm_local_device_list_free(NULL);
 }
 
 int main(void)
@@ -163,6 +212,7 @@ int main(void)
   test_buffer_list(conn, gpushm_buffer_id(buf), before_ms);
   test_client_list(conn);
   test_stats(conn);
+  test_daemon_identity(conn);
   test_null_objects();
 
   CHECK_OK(gpushm_buffer_close(buf));

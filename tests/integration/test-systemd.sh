@@ -12,8 +12,13 @@ daemon=$b/daemon/gpushmd
 dir=$(mktemp -d /tmp/gpushm-sd.XXXXXX)
 trap 'pkill -f "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-command -v systemd-analyze >/dev/null || fail "systemd-analyze missing (install systemd)"
-command -v systemd-socket-activate >/dev/null || fail "systemd-socket-activate missing"
+# Where systemd is expected (CI, developers: scripts/setup-debian installs it) a missing
+# tool is a failure; the GPU host runner says systemd is not there (no PID 1, no tools).
+for tool in systemd-analyze systemd-socket-activate; do
+  command -v $tool >/dev/null && continue
+  [ -n "${GPUSHM_TEST_NO_SYSTEMD:-}" ] && { echo "$tool missing on a host without systemd"; exit 77; }
+  fail "$tool missing (install systemd)"
+done
 
 # --- units: verified as installed, with ExecStart pointing at the built daemon
 mkdir -p "$dir/units"
