@@ -83,6 +83,23 @@ static const char *fd_memory_unsupported(CUdevice dev)
   return NULL;
 }
 
+bool backend_cuda_fd_usable(const char **why)
+{
+  const char *no;
+
+  if (cuda.unavailable[0])
+    no = cuda.unavailable;
+  else if (!cuda.loaded)
+    no = "no CUDA driver";
+  else if (cuda.n_devices == 0)
+    no = "no CUDA device";
+  else
+    no = cuda.devices[0].no_fd_memory;
+  if (why)
+    *why = no;
+  return no == NULL;
+}
+
 void backend_cuda_init(void)
 {
   char err[256];

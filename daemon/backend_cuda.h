@@ -25,6 +25,9 @@ int backend_cuda_device_count(void);
 /* Fills info for device i, querying free memory where a context is held. */
 int backend_cuda_device_info(int i, struct cuda_device_info *info);
 const char *backend_cuda_unavailable_reason(void);
+/* Whether cuda-fd buffers can be made on device 0 (after backend_cuda_init), else why
+ * not in why (may be NULL). */
+bool backend_cuda_fd_usable(const char **why);
 /* Retaining a device's primary context takes 100-350 ms: the daemon does it on a worker
  * thread, never on its event loop.  ready: retained, requests on it are quick. */
 bool backend_cuda_device_ready(int i);

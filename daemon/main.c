@@ -282,6 +282,13 @@ int main(int argc, char **argv)
    * again (a sticky error there stops the daemon through the fatal timer). */
   backend_cuda_set_fatal_hook(on_fatal, &srv);
   backend_cuda_init();
+  {
+    const char *why;
+    srv.reg.cuda_fd_usable = backend_cuda_fd_usable(&why);
+    if (srv.reg.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)
+      log_info("default-backend auto: %s%s%s%s", srv.reg.cuda_fd_usable ? "cuda-fd" : "host",
+               why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
+  }
 #endif
   persist_init(&srv.persist);
   adopted = persist_adopt(&srv.persist, &srv.reg, &passed);

@@ -528,14 +528,24 @@ static const char *kind_name(const struct reg_object *obj)
   return obj->kind == REG_EVENT ? "event" : obj->sync ? "sync buffer" : "buffer";
 }
 
+int registry_default_backend(const struct registry *reg)
+{
+  switch (reg->limits.default_backend) {
+  case 0:
+    return GPUSHM_BACKEND_HOST;
+  case REG_DEFAULT_BACKEND_AUTO:
+    return reg->cuda_fd_usable ? GPUSHM_BACKEND_CUDA_FD : GPUSHM_BACKEND_HOST;
+  default:
+    return reg->limits.default_backend;
+  }
+}
+
 /* Checks what a create asks for before anything is looked up or allocated; *be is the
  * backend of a buffer (NULL for an event). */
 static int check_create(const struct registry *reg, const struct reg_create_args *args,
                         const struct backend **be, char *err, size_t errlen)
 {
-  int backend = args->backend          ? args->backend
-                : reg->limits.default_backend ? reg->limits.default_backend
-                                              : GPUSHM_BACKEND_HOST;
+  int backend = args->backend ? (int)args->backend : registry_default_backend(reg);
   const char *why;
 
   *be = NULL;

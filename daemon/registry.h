@@ -67,13 +67,18 @@ struct reg_holding {
   struct list buffer_link;
 };
 
+/* default-backend = auto: cuda-fd where the daemon's first GPU can share memory as fd
+ * capabilities, else host.  What the system service's installed settings ask for. */
+#define REG_DEFAULT_BACKEND_AUTO (-1)
+
 struct reg_limits {
   uint32_t max_buffers_per_uid;
   uint64_t max_bytes_per_uid; /* 0: none */
   uint32_t default_mode;
   uint64_t host_budget;       /* host memory of all buffers together; 0: none */
   uint64_t max_host_bytes_per_uid; /* 0: none */
-  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host */
+  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host;
+                               * REG_DEFAULT_BACKEND_AUTO: see registry_default_backend() */
   /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
    * are neither created nor exported. */
   bool allow_legacy_ipc;
@@ -139,6 +144,8 @@ struct registry {
   void (*on_unlink)(void *ctx, struct reg_object *buffer);
   void (*on_created)(void *ctx, struct reg_object *buffer);
   void *on_unlink_ctx;
+  /* Whether cuda-fd works on the first GPU (set at start): what "auto" resolves to. */
+  bool cuda_fd_usable;
 };
 
 int registry_init(struct registry *reg, const struct reg_limits *limits);
@@ -188,5 +195,8 @@ bool registry_backend_allowed(const struct registry *reg, const struct backend *
 /* Whether the client may learn that the buffer exists: root, the owner, whoever may
  * read it, and its holders. */
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
+
+/* The backend GPUSHM_BACKEND_DEFAULT means now (never 0 nor auto). */
+int registry_default_backend(const struct registry *reg);
 
 #endif

@@ -282,6 +282,46 @@ static void test_legacy_ipc_policy(void)
   daemon_stop(&d);
 }
 
+/* default-backend = auto, which the installed settings file asks for: cuda-fd where
+ * the first GPU can share fd memory, host where it cannot or where there is no GPU. */
+static void test_default_backend_auto(void)
+{
+  static const struct {
+    const char *library, *no_vmm;
+    gpushm_backend_t expect;
+  } cases[] = {
+    { "fake", NULL, GPUSHM_BACKEND_CUDA_FD },
+    { "fake", "1", GPUSHM_BACKEND_HOST },
+    { "/nonexistent/libcuda.so.1", NULL, GPUSHM_BACKEND_HOST },
+  };
+  char config[4096];
+
+  /* the flag, and the installed settings file as the system service reads it */
+  snprintf(config, sizeof config, "--config=%s/systemd/gpushmd.conf", getenv("GPUSHM_TEST_SRCDIR"));
+  for (size_t i = 0; i < 2 * (sizeof cases / sizeof cases[0]); i++) {
+    const char *library = cases[i / 2].library;
+    struct test_daemon d = { 0 };
+    gpushm_buffer_t *b;
+    gpushm_t *conn;
+
+    with_env("GPUSHM_FAKE_CUDA_NO_VMM", cases[i / 2].no_vmm);
+    with_env("GPUSHM_CUDA_LIBRARY", strcmp(library, "fake") == 0 ? fake_lib : library);
+    if (i % 2)
+      daemon_start(&d, config, NULL);
+    else
+      daemon_start(&d, "--default-backend", "auto", NULL);
+    unsetenv("GPUSHM_FAKE_CUDA_NO_VMM");
+    setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1); /* this process imports with the fake */
+    conn = daemon_connect(&d);
+    CHECK(gpushm_daemon_default_backend(conn) == cases[i / 2].expect);
+    CHECK_OK(gpushm_buffer_create(conn, "by-default", 1, NULL, &b));
+    CHECK(gpushm_buffer_backend(b) == cases[i / 2].expect);
+    CHECK_OK(gpushm_buffer_close(b));
+    gpushm_disconnect(conn);
+    daemon_stop(&d);
+  }
+}
+
 /* gpushmd never joins an MPS server, whatever its environment says: its cuInit sees
  * a pipe directory that cannot exist. */
 static void test_outside_mps(void)
@@ -335,5 +375,6 @@ int main(void)
   test_fd_backend_faults();
   test_legacy_ipc_policy();
   test_outside_mps();
+  test_default_backend_auto();
   return 0;
 }
