@@ -189,7 +189,8 @@ static int reply_list_add(struct reply_list *l, Gpushm__Reply *page, void *const
     l->cap = cap;
   }
   l->pages[l->n_pages++] = page;
-  memcpy(l->items + l->n, items, n * sizeof *items);
+  if (n) /* an empty page: items may be NULL, and NULL + 0 is undefined */
+    memcpy(l->items + l->n, items, n * sizeof *items);
   l->n += n;
   return 0;
 nomem:
