@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* FDNAME allows up to 255 printable ASCII characters but ':'.  Records use digits, dots
@@ -93,13 +94,7 @@ void persist_created(struct persist *p, struct reg_object *b)
   if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER)
     return;
   /* Device memory of the legacy-IPC backend and events die with the daemon's context; a
-   * cuda-fd allocation lives on in its exported fd (its fence with it), but device
-   * records do not carry a control block yet. */
-  if (b->backend->kind == GPUSHM_BACKEND_CUDA_FD && b->sync) {
-    log_info("'%s' will not survive a restart of gpushmd: cuda-fd sync buffers are not kept "
-             "in the fd store yet", b->name);
-    return;
-  }
+   * cuda-fd allocation lives on in its exported fd, a sync buffer's fence with it. */
   if (b->backend->kind != GPUSHM_BACKEND_HOST && b->backend->kind != GPUSHM_BACKEND_CUDA_FD)
     return;
   if (p->stored + need > p->max) {
@@ -230,14 +225,50 @@ static void drop_device(const char *record, const struct device_entry *e, int fd
     close(fd);
 }
 
-/* Takes a cuda-fd buffer back: its fd imported again on the device of the recorded UUID. */
-static bool adopt_device(struct persist *p, struct registry *reg, const char *record, int fd)
+/* A sync buffer's control block, deposited beside its memory record: taken out of passed
+ * and adopted.  Returns its slot in passed (for a later drop), or -1 with why: missing,
+ * or unusable (then dropped from the store). */
+static ssize_t take_control(struct sdn_passed *passed, uint64_t id, struct backend_mem *control,
+                            const char **why)
+{
+  char want[RECORD_MAX], err[256];
+  size_t c;
+  int fd;
+
+  control_record(id, want, sizeof want);
+  for (c = 0; c < passed->n_stored; c++)
+    if (passed->stored_fds[c] >= 0 && strcmp(passed->stored_names[c], want) == 0)
+      break;
+  if (c == passed->n_stored) {
+    *why = "its control block is missing";
+    return -1;
+  }
+  fd = passed->stored_fds[c];
+  passed->stored_fds[c] = -1;
+  if (backend_host_adopt(fd, SYNC_CONTROL_SIZE, control, NULL, err, sizeof err) < 0) {
+    drop(passed->stored_names[c], fd, err);
+    *why = "its control block is unusable";
+    return -1;
+  }
+  return (ssize_t)c;
+}
+
+/* Takes a cuda-fd buffer back: its fd imported again on the device of the recorded UUID
+ * (and a sync buffer's control block with it: its fence lives in the allocation). */
+static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_passed *passed,
+                         const char *record, int fd)
 {
   struct device_entry e;
+  struct backend_mem control;
+  ssize_t c = -1;
+  const char *why;
 
-  if (!parse_device_record(record, &e) || e.args.backend != GPUSHM_BACKEND_CUDA_FD ||
-      (e.flags & RECORD_FLAG_SYNC)) {
+  if (!parse_device_record(record, &e) || e.args.backend != GPUSHM_BACKEND_CUDA_FD) {
     drop(record, fd, "not a record this daemon understands");
+    return false;
+  }
+  if ((e.flags & RECORD_FLAG_SYNC) && (c = take_control(passed, e.args.id, &control, &why)) < 0) {
+    drop_device(record, &e, fd, why);
     return false;
   }
 #ifdef HAVE_CUDA
@@ -248,15 +279,19 @@ static bool adopt_device(struct persist *p, struct registry *reg, const char *re
     if (backend_cuda_fd_adopt(fd, e.uuid, e.args.size, e.args.allocated, &mem, &e.args.device,
                               err, sizeof err) < 0) {
       drop_device(record, &e, fd, err);
+      if (c >= 0)
+        drop(passed->stored_names[c], control.fd, "its buffer is unusable");
       return false;
     }
-    if (registry_adopt(reg, &e.args, &mem, NULL, err, sizeof err) < 0) {
+    if (registry_adopt(reg, &e.args, &mem, c >= 0 ? &control : NULL, err, sizeof err) < 0) {
       backend_cuda_fd.release(&backend_cuda_fd, &mem); /* the fd with it */
       drop_device(record, &e, -1, err);
+      if (c >= 0)
+        drop(passed->stored_names[c], control.fd, "its buffer is unusable");
       return false;
     }
   }
-  p->stored++;
+  p->stored += c >= 0 ? 2 : 1;
   log_debug("cuda-fd buffer '%s' (id %llu, %llu bytes) is back on device %d from systemd's fd "
             "store", e.name, (unsigned long long)e.args.id, (unsigned long long)e.args.size,
             e.args.device);
@@ -265,6 +300,8 @@ static bool adopt_device(struct persist *p, struct registry *reg, const char *re
   (void)p;
   (void)reg;
   drop_device(record, &e, fd, "this gpushmd is built without CUDA");
+  if (c >= 0)
+    drop(passed->stored_names[c], control.fd, "its buffer is unusable");
   return false;
 #endif
 }
@@ -274,7 +311,7 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
   unsigned adopted = 0;
   char err[256];
 
-  /* Memory records first; each host sync buffer takes its control block along. */
+  /* Memory records first; each sync buffer takes its control block along. */
   for (size_t i = 0; i < passed->n_stored; i++) {
     const char *record = passed->stored_names[i];
     int fd = passed->stored_fds[i], control_fd = -1;
@@ -286,7 +323,7 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
       continue;
     if (strncmp(record, SDN_FDSTORE_PREFIX "d.", strlen(SDN_FDSTORE_PREFIX "d.")) == 0) {
       passed->stored_fds[i] = -1;
-      adopted += adopt_device(p, reg, record, fd);
+      adopted += adopt_device(p, reg, passed, record, fd);
       continue;
     }
     if (strncmp(record, SDN_FDSTORE_PREFIX "m.", strlen(SDN_FDSTORE_PREFIX "m.")) != 0)
@@ -297,22 +334,14 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
       continue;
     }
     if (e.flags & RECORD_FLAG_SYNC) {
-      char want[RECORD_MAX];
-      control_record(e.args.id, want, sizeof want);
-      for (c = 0; c < passed->n_stored; c++)
-        if (passed->stored_fds[c] >= 0 && strcmp(passed->stored_names[c], want) == 0)
-          break;
-      if (c == passed->n_stored) {
-        drop(record, fd, "its control block is missing");
+      const char *why;
+      ssize_t slot = take_control(passed, e.args.id, &control, &why);
+      if (slot < 0) {
+        drop(record, fd, why);
         continue;
       }
-      control_fd = passed->stored_fds[c];
-      passed->stored_fds[c] = -1;
-      if (backend_host_adopt(control_fd, SYNC_CONTROL_SIZE, &control, NULL, err, sizeof err) < 0) {
-        drop(passed->stored_names[c], control_fd, err);
-        drop(record, fd, "its control block is unusable");
-        continue;
-      }
+      c = (size_t)slot;
+      control_fd = control.fd;
     }
     if (backend_host_adopt(fd, e.args.size, &mem, &e.args.allocated, err, sizeof err) < 0 ||
         registry_adopt(reg, &e.args, &mem, control_fd >= 0 ? &control : NULL, err,

@@ -407,6 +407,57 @@ static void test_survives_sigkill(void)
   close(go[1]);
 }
 
+/* A cuda-fd sync buffer comes back with its control block (release sequence) and its
+ * fence (in its allocation): the next acquire needs nothing re-released.  The fake
+ * driver's stream wait fails where the fence is short of the number (a real stream
+ * would hang), so a fence that came back at 0 shows. */
+static void test_sync_survives(void)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  uint64_t seq, id;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  CHECK_OK(gpushm_buffer_create(conn, "kept-sync", 2 * MiB, &opts, &b));
+  id = gpushm_buffer_id(b);
+  fill(dptr(b), 2 * MiB, 0x4444);
+  CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
+  CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
+  CHECK(seq == 2);
+  CHECK_OK(gpushm_buffer_close(b)); /* waits for the fence write */
+  fdstore_drain();
+  CHECK(fdstore_n == 2 && fdstore_count("gpushm1.d.") == 1 && fdstore_count("gpushm1.c.") == 1);
+  kill_daemon();
+  gpushm_disconnect(conn);
+
+  conn = restart(&(struct restart){ 0 });
+  show_daemon_log();
+  CHECK(!file_contains(daemon_log, "dropping"));
+  CHECK_OK(gpushm_buffer_open(conn, "kept-sync", 0, &b));
+  CHECK(gpushm_buffer_id(b) == id && gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  CHECK(gpushm_buffer_release_seq(b) == 2);
+  CHECK_OK(gpushm_buffer_acquire(b, NULL, 2, 1000));
+  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+  CHECK(verify(dptr(b), 2 * MiB, 0x4444));
+  CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
+  CHECK(seq == 3);
+  CHECK_OK(gpushm_buffer_acquire(b, NULL, 3, 1000));
+  CHECK_OK(gpushm_unlink(conn, "kept-sync"));
+  CHECK_OK(gpushm_buffer_close(b));
+  fdstore_drain();
+  CHECK(fdstore_n == 0);
+  test_log("cuda-fd sync buffer: release sequence and fence came back through a SIGKILL");
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  fdstore_clear();
+}
+
 /* A record whose import fails is dropped, with a line in the log, and the daemon serves
  * the rest. */
 static void test_failed_import(void)
@@ -553,6 +604,7 @@ int main(int argc, char **argv)
   fdstore_open(dir);
 
   test_survives_sigkill();
+  test_sync_survives();
   test_failed_import();
   if (fake)
     test_devices_change();
