@@ -128,7 +128,7 @@ static void test_daemon_identity(gpushm_t *conn)
   gpushm_stats_t *s = daemon_stats(&d);
   struct stat ns;
   size_t n = gpushm_daemon_device_count(conn);
-  struct test_daemon other;
+  struct test_daemon other = { 0 };
   gpushm_t *c2;
 
   CHECK(gpushm_daemon_pid(conn) == (uint32_t)d.pid);
