@@ -21,6 +21,8 @@
 #define MSG_device_stats Gpushm__Device
 #define MSG_request_stats Gpushm__RequestCount
 #define MSG_usage Gpushm__Usage
+#define MSG_detached Gpushm__Detached
+#define MSG_detached_buffer Gpushm__DetachedBuffer
 
 /* One line per accessor, three kinds of line:
  *   NUM(object, field, C type, value):  gpushm_<object>_<field>(), value read from the
@@ -78,6 +80,23 @@
   LIST(stats, device, gpushm_device_stats_t, devices)                                     \
   LIST(stats, request_type, gpushm_request_stats_t, requests_by_type)                     \
   LIST(stats, usage, gpushm_usage_t, usage)                                               \
+  LIST(stats, detached, gpushm_detached_t, detached)                                      \
+  NUM(stats, detached_total, uint32_t, m->detached_total)                                 \
+  NUM(stats, bytes_pinned_after_release, uint64_t, m->bytes_pinned_after_release)         \
+  NUM(detached, pid, uint32_t, m->pid)                                                    \
+  NUM(detached, uid, uint32_t, m->uid)                                                    \
+  NUM(detached, client_id, uint32_t, m->client_id)                                        \
+  NUM(detached, since_unix_ms, uint64_t, m->since_unix_ms)                                \
+  NUM(detached, buffers_total, uint32_t, m->buffers_total)                                \
+  NUM(detached, bytes_total, uint64_t, m->bytes_total)                                    \
+  NUM(detached, bytes_released, uint64_t, m->bytes_released)                             \
+  LIST(detached, buffer, gpushm_detached_buffer_t, buffers)                               \
+  NUM(detached_buffer, id, uint64_t, m->id)                                               \
+  TEXT(detached_buffer, name, name)                                                       \
+  NUM(detached_buffer, backend, gpushm_backend_t, client_backend_of_wire(m->backend))     \
+  NUM(detached_buffer, device, int32_t, m->device)                                        \
+  NUM(detached_buffer, allocated, uint64_t, m->allocated)                                 \
+  NUM(detached_buffer, released, int, m->released != 0)                                   \
   NUM(device_stats, ordinal, int32_t, m->ordinal)                                         \
   TEXT(device_stats, name, name)                                                          \
   NUM(device_stats, total_memory, uint64_t, m->total_memory)                              \

@@ -575,6 +575,49 @@ static int cmd_events(struct ctl *ctl, int argc, char **argv)
   return list_buffers(ctl, true);
 }
 
+/* One detached process and its listed buffers (only buffer id `only` where nonzero). */
+static void text_detached(struct ctl *ctl, const gpushm_detached_t *d, uint64_t only)
+{
+  char a[32], b[32], age[32], comm[32];
+
+  if (!only)
+    printf("  pid %u %s (uid %u, client %u): %u buffers, %s (%s of it freed by gpushmd), "
+           "detached %s ago\n", gpushm_detached_pid(d),
+           text(process_name(gpushm_detached_pid(d), comm, sizeof comm), 16),
+           gpushm_detached_uid(d), gpushm_detached_client_id(d), gpushm_detached_buffers_total(d),
+           human_size(gpushm_detached_bytes_total(d), ctl->bytes, a, sizeof a),
+           human_size(gpushm_detached_bytes_released(d), ctl->bytes, b, sizeof b),
+           human_age(age_ms(gpushm_detached_since_unix_ms(d)), age, sizeof age));
+  for (size_t k = 0; k < gpushm_detached_buffer_count(d); k++) {
+    const gpushm_detached_buffer_t *db = gpushm_detached_buffer(d, k);
+    if (only && gpushm_detached_buffer_id(db) != only)
+      continue;
+    if (only)
+      printf("  pid %-8u %s uid %-6u detached from client %u: may still map it\n",
+             gpushm_detached_pid(d), text(process_name(gpushm_detached_pid(d), comm, sizeof comm), 16),
+             gpushm_detached_uid(d), gpushm_detached_client_id(d));
+    else
+      printf("    %s (id %" PRIu64 ", %s, device %d, %s%s)\n", text(gpushm_detached_buffer_name(db), 0),
+             gpushm_detached_buffer_id(db),
+             backend_name(GPUSHM_KIND_BUFFER, gpushm_detached_buffer_backend(db)),
+             gpushm_detached_buffer_device(db),
+             human_size(gpushm_detached_buffer_allocated(db), ctl->bytes, a, sizeof a),
+             gpushm_detached_buffer_released(db) ? ", freed by gpushmd" : "");
+  }
+}
+
+/* Processes that held the buffer when their connection ended and may map it still. */
+static void show_detached(struct ctl *ctl, uint64_t id)
+{
+  gpushm_stats_t *s;
+
+  if (gpushm_stats(ctl->conn, &s) < 0)
+    return;
+  for (size_t i = 0; i < gpushm_stats_detached_count(s); i++)
+    text_detached(ctl, gpushm_stats_detached(s, i), id);
+  gpushm_stats_free(s);
+}
+
 static int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_buffer_list_t *list;
@@ -628,6 +671,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
              text(user_name(gpushm_holder_uid(holder), who, sizeof who), 0),
              gpushm_holder_refs(holder), gpushm_holder_client_id(holder));
     }
+    show_detached(ctl, gpushm_buffer_info_id(b));
   }
   gpushm_buffer_list_free(list);
   return 0;
@@ -717,6 +761,12 @@ static void prometheus_stats(const gpushm_stats_t *s)
     prom_label(gpushm_request_stats_type(rq));
     printf("\"} %" PRIu64 "\n", gpushm_request_stats_errors(rq));
   }
+  printf("# HELP gpushm_detached_processes Live processes whose connection ended while they "
+         "held buffers (they may still map them).\n# TYPE gpushm_detached_processes gauge\n");
+  printf("gpushm_detached_processes %u\n", gpushm_stats_detached_total(s));
+  printf("# HELP gpushm_pinned_after_release_bytes Memory gpushmd freed that such processes "
+         "still map.\n# TYPE gpushm_pinned_after_release_bytes gauge\n");
+  printf("gpushm_pinned_after_release_bytes %" PRIu64 "\n", gpushm_stats_bytes_pinned_after_release(s));
   printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
          "# TYPE gpushm_protocol_errors_total counter\n");
   printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
@@ -762,6 +812,27 @@ static void json_stats(const gpushm_stats_t *s)
            i ? "," : "", usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_buffers(u),
            gpushm_usage_bytes(u));
   }
+  printf("],\"detached_total\":%u,\"bytes_pinned_after_release\":%" PRIu64 ",\"detached\":[",
+         gpushm_stats_detached_total(s), gpushm_stats_bytes_pinned_after_release(s));
+  for (size_t i = 0; i < gpushm_stats_detached_count(s); i++) {
+    const gpushm_detached_t *d = gpushm_stats_detached(s, i);
+    printf("%s{\"pid\":%u,\"uid\":%u,\"client_id\":%u,\"since_unix_ms\":%" PRIu64
+           ",\"buffers_total\":%u,\"bytes_total\":%" PRIu64 ",\"bytes_released\":%" PRIu64
+           ",\"buffers\":[", i ? "," : "", gpushm_detached_pid(d), gpushm_detached_uid(d),
+           gpushm_detached_client_id(d), gpushm_detached_since_unix_ms(d),
+           gpushm_detached_buffers_total(d), gpushm_detached_bytes_total(d),
+           gpushm_detached_bytes_released(d));
+    for (size_t k = 0; k < gpushm_detached_buffer_count(d); k++) {
+      const gpushm_detached_buffer_t *b = gpushm_detached_buffer(d, k);
+      printf("%s{\"id\":%" PRIu64 ",\"name\":", k ? "," : "", gpushm_detached_buffer_id(b));
+      json_string(gpushm_detached_buffer_name(b));
+      printf(",\"backend\":\"%s\",\"device\":%d,\"allocated\":%" PRIu64 ",\"released\":%s}",
+             backend_name(GPUSHM_KIND_BUFFER, gpushm_detached_buffer_backend(b)),
+             gpushm_detached_buffer_device(b), gpushm_detached_buffer_allocated(b),
+             gpushm_detached_buffer_released(b) ? "true" : "false");
+    }
+    printf("]}");
+  }
   printf("],\"devices\":[");
   for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
     const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
@@ -794,6 +865,13 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
              usage_backend_name(u), gpushm_usage_device(u));
     printf("  %-20s %u buffers, %s\n", where, gpushm_usage_buffers(u),
            human_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
+  }
+  if (gpushm_stats_detached_total(s)) {
+    printf("detached:       %u processes may still map buffers after their connection ended; "
+           "%s freed by gpushmd is still pinned by them\n", gpushm_stats_detached_total(s),
+           human_size(gpushm_stats_bytes_pinned_after_release(s), ctl->bytes, a, sizeof a));
+    for (size_t i = 0; i < gpushm_stats_detached_count(s); i++)
+      text_detached(ctl, gpushm_stats_detached(s, i), 0);
   }
   printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
          gpushm_stats_requests(s), gpushm_stats_request_errors(s), gpushm_stats_protocol_errors(s));

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "handlers.h"
+#include "detached.h"
 #include "gpushm.h"
 #include "log.h"
 #include "wire.h"
@@ -432,6 +433,94 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
   return 0;
 }
 
+struct released_bytes {
+  uint64_t id, bytes;
+};
+
+static int cmp_released(const void *a, const void *b)
+{
+  uint64_t x = ((const struct released_bytes *)a)->id, y = ((const struct released_bytes *)b)->id;
+  return x < y ? -1 : x > y;
+}
+
+/* Live processes that held buffers when their connection ended, and the memory only
+ * such processes keep now (each freed buffer counted once, however many map it).  The
+ * totals are global, like the other counts; the processes and their buffers' names are
+ * listed to admins, and to others for their own uid only (as clients are). */
+static int fill_detached(const struct registry *reg, const struct detached_set *set,
+                         const struct reg_client *asker, struct handler_reply *ctx,
+                         Gpushm__StatsReply *s)
+{
+  const size_t max = GPUSHM_LIMIT_DETACHED_LISTED, max_b = max * GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED;
+  Gpushm__Detached *ds = reply_calloc(ctx, max, sizeof *ds);
+  Gpushm__Detached **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
+  Gpushm__DetachedBuffer *bs = reply_calloc(ctx, max_b, sizeof *bs);
+  Gpushm__DetachedBuffer **bptrs = reply_calloc(ctx, max_b, sizeof *bptrs);
+  struct released_bytes *released = NULL;
+  size_t n = 0, nb = 0, n_released = 0, cap = 0;
+  const struct list *l;
+
+  if (!ds || !ptrs || !bs || !bptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (l = set->list.next; l != &set->list; l = l->next) {
+    const struct detached *d = list_entry(l, struct detached, link);
+    Gpushm__Detached *out = n < max && (asker->admin || asker->uid == d->uid) ? &ds[n] : NULL;
+
+    if (out) {
+      gpushm__detached__init(out);
+      out->pid = (uint32_t)d->pid;
+      out->uid = (uint32_t)d->uid;
+      out->client_id = d->client_id;
+      out->since_unix_ms = d->since_unix_ms;
+      out->buffers_total = (uint32_t)d->n;
+      out->buffers = &bptrs[nb];
+      ptrs[n++] = out;
+    }
+    for (size_t i = 0; i < d->n; i++) {
+      const struct detached_buffer *b = &d->buffers[i];
+      bool gone = registry_find_id(reg, b->id) == NULL; /* ids are never reused */
+      if (gone) {
+        if (n_released == cap) {
+          struct released_bytes *grown = realloc(released, (cap = cap ? 2 * cap : 64) * sizeof *grown);
+          if (!grown) {
+            free(released);
+            return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+          }
+          released = grown;
+        }
+        released[n_released++] = (struct released_bytes){ b->id, b->allocated };
+      }
+      if (!out)
+        continue;
+      out->bytes_total += b->allocated;
+      out->bytes_released += gone ? b->allocated : 0;
+      if (out->n_buffers < GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED) {
+        Gpushm__DetachedBuffer *ob = &bs[nb];
+        gpushm__detached_buffer__init(ob);
+        ob->id = b->id;
+        ob->name = (char *)b->name;
+        ob->backend = (Gpushm__Backend)b->backend;
+        ob->device = b->device;
+        ob->allocated = b->allocated;
+        ob->released = gone;
+        bptrs[nb++] = ob;
+        out->n_buffers++;
+      }
+    }
+  }
+  /* A freed buffer two processes still map is one allocation: counted once. */
+  if (n_released)
+    qsort(released, n_released, sizeof *released, cmp_released);
+  for (size_t i = 0; i < n_released; i++)
+    if (i == 0 || released[i].id != released[i - 1].id)
+      s->bytes_pinned_after_release += released[i].bytes;
+  free(released);
+  s->detached = ptrs;
+  s->n_detached = n;
+  s->detached_total = set->n;
+  return 0;
+}
+
 struct clients_walk {
   const struct reg_client *asker;
   uint32_t after_id;
@@ -523,7 +612,8 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->open_fds = srv->open_fds();
   s->next_buffer_id = reg->next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
-      (r = fill_request_counts(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0)
+      (r = fill_request_counts(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0 ||
+      (srv->detached && (r = fill_detached(reg, srv->detached, call->client, ctx, s)) < 0))
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
   ctx->reply.stats = s;

@@ -34,6 +34,8 @@ struct handler_peer {
 };
 
 /* The narrow view of the server that handlers get instead of the server itself. */
+struct detached_set;
+
 struct handler_server {
   void *ctx;
   uint64_t instance_id;
@@ -49,6 +51,7 @@ struct handler_server {
                       void *arg);
   /* Ends client id's connection, telling it status and why. */
   void (*disconnect)(void *ctx, uint32_t client_id, int status, const char *why);
+  const struct detached_set *detached;
 };
 
 /* Who is asking, and in which state of the session. */

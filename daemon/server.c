@@ -380,6 +380,9 @@ static void on_session_gone(void *ctx, struct session *s)
   list_del(&s->link);
   srv->n_clients--;
   server_uid_conns(srv, s->client.uid, -1);
+  /* Not while stopping: every connection ends then, and nobody is left to ask. */
+  if (srv->listening)
+    detached_track(&srv->detached, &srv->reg, &s->client);
 }
 
 struct session *server_connect(struct server *srv, int fd)
@@ -481,6 +484,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->reg.on_created = on_created;
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
+  detached_init(&srv->detached, loop);
   srv->transport_limits = (struct transport_limits){
     .max_queued_frames = srv->cfg.max_queued_frames,
     .max_queued_bytes = srv->cfg.max_queued_bytes,
@@ -496,6 +500,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
     .open_fds = server_count_open_fds,
     .each_client = handler_each_client,
     .disconnect = handler_disconnect,
+    .detached = &srv->detached,
   };
   srv->session_env = (struct session_env){
     .loop = loop,
@@ -548,4 +553,5 @@ void server_shutdown(struct server *srv)
   close_listener(srv);
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);
+  detached_shutdown(&srv->detached);
 }

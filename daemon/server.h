@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "detached.h"
 #include "handlers.h"
 #include "list.h"
 #include "persist.h"
@@ -49,6 +50,7 @@ struct server {
   uint64_t instance_id;
   uint64_t started_ms; /* uv_now() at start */
   struct handler_counters counters;
+  struct detached_set detached; /* live processes whose connection ended while holding */
   /* What sessions and handlers see of the server (set up by server_start). */
   struct transport_limits transport_limits;
   struct session_env session_env;

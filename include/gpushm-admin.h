@@ -41,6 +41,8 @@ typedef struct gpushm_stats gpushm_stats_t;
 typedef struct gpushm_device_stats gpushm_device_stats_t;   /* a GPU the daemon sees */
 typedef struct gpushm_request_stats gpushm_request_stats_t; /* requests of one type */
 typedef struct gpushm_usage gpushm_usage_t;                 /* memory by backend, device */
+typedef struct gpushm_detached gpushm_detached_t;           /* a process that may still map */
+typedef struct gpushm_detached_buffer gpushm_detached_buffer_t;
 typedef struct gpushm_local_device_list gpushm_local_device_list_t;
 typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this process sees */
 
@@ -173,6 +175,36 @@ GPUSHM_API gpushm_backend_t gpushm_usage_backend(const gpushm_usage_t *usage);
 GPUSHM_API int32_t gpushm_usage_device(const gpushm_usage_t *usage);
 GPUSHM_API uint32_t gpushm_usage_buffers(const gpushm_usage_t *usage);
 GPUSHM_API uint64_t gpushm_usage_bytes(const gpushm_usage_t *usage);
+
+/* Live processes whose connection ended (gpushm_client_disconnect, a protocol error, a
+ * closed socket) while they held buffers.  Their mappings keep the memory allocated
+ * whatever the counts above say, until they unmap it or exit; the daemon cannot see
+ * unmaps, so it lists a process until it exits.  Listed: the first
+ * GPUSHM_LIMIT_DETACHED_LISTED, each with its first GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED
+ * buffers; the totals count them all. */
+GPUSHM_API size_t gpushm_stats_detached_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_detached_t *gpushm_stats_detached(const gpushm_stats_t *stats, size_t i);
+GPUSHM_API uint32_t gpushm_stats_detached_total(const gpushm_stats_t *stats);
+/* Memory the daemon has freed that such processes still map (each allocation once). */
+GPUSHM_API uint64_t gpushm_stats_bytes_pinned_after_release(const gpushm_stats_t *stats);
+GPUSHM_API uint32_t gpushm_detached_pid(const gpushm_detached_t *d);
+GPUSHM_API uint32_t gpushm_detached_uid(const gpushm_detached_t *d);
+GPUSHM_API uint32_t gpushm_detached_client_id(const gpushm_detached_t *d);
+GPUSHM_API uint64_t gpushm_detached_since_unix_ms(const gpushm_detached_t *d);
+GPUSHM_API uint32_t gpushm_detached_buffers_total(const gpushm_detached_t *d);
+GPUSHM_API uint64_t gpushm_detached_bytes_total(const gpushm_detached_t *d);
+/* Of bytes_total, what the daemon has freed since: only such processes keep it. */
+GPUSHM_API uint64_t gpushm_detached_bytes_released(const gpushm_detached_t *d);
+GPUSHM_API size_t gpushm_detached_buffer_count(const gpushm_detached_t *d);
+GPUSHM_API const gpushm_detached_buffer_t *gpushm_detached_buffer(const gpushm_detached_t *d,
+                                                                  size_t i);
+GPUSHM_API uint64_t gpushm_detached_buffer_id(const gpushm_detached_buffer_t *b);
+GPUSHM_API const char *gpushm_detached_buffer_name(const gpushm_detached_buffer_t *b);
+GPUSHM_API gpushm_backend_t gpushm_detached_buffer_backend(const gpushm_detached_buffer_t *b);
+GPUSHM_API int32_t gpushm_detached_buffer_device(const gpushm_detached_buffer_t *b);
+GPUSHM_API uint64_t gpushm_detached_buffer_allocated(const gpushm_detached_buffer_t *b);
+/* Whether the daemon has freed it (only holders like this one keep it). */
+GPUSHM_API int gpushm_detached_buffer_released(const gpushm_detached_buffer_t *b);
 
 /* ---- the daemon as this connection met it (gpushmctl doctor) ------------------- */
 

@@ -66,6 +66,14 @@
  * write targets (a producer that releases and exits must not strand its consumers). */
 #define GPUSHM_FENCE_DRAIN_TIMEOUT_MS      10000u
 
+/* Live processes whose connection ended while they held buffers (they may still map
+ * them: stats lists them) tracked at once, each with a pidfd; more are counted only.
+ * Stats lists the first DETACHED_LISTED, each with its first DETACHED_BUFFERS_LISTED
+ * buffers (and totals), which keeps the reply far below GPUSHM_LIMIT_FRAME_BODY. */
+#define GPUSHM_LIMIT_DETACHED_PROCESSES       256u
+#define GPUSHM_LIMIT_DETACHED_LISTED          32u
+#define GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED  4u
+
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
 

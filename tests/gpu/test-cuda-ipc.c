@@ -304,6 +304,37 @@ static uint64_t daemon_free_memory(void)
   return free_memory;
 }
 
+/* Whether statistics count exactly *bytes as freed by the daemon but still mapped by a
+ * process whose connection ended (that process listed, when there are any). */
+static int pinned_after_release_is(const struct test_daemon *daemon, void *bytes)
+{
+  gpushm_stats_t *s = daemon_stats(daemon);
+  uint64_t want = *(uint64_t *)bytes;
+  int is = gpushm_stats_bytes_pinned_after_release(s) >= want &&
+           gpushm_stats_bytes_pinned_after_release(s) < want + 64 * MiB && /* rounded up */
+           gpushm_stats_detached_total(s) == (want ? 1u : 0u) &&
+           gpushm_stats_bytes_allocated(s) == 0;
+  if (want && is)
+    is = gpushm_detached_buffer_released(gpushm_detached_buffer(gpushm_stats_detached(s, 0), 0));
+  gpushm_stats_free(s);
+  return is;
+}
+
+/* The client id of pid's connection. */
+static uint32_t client_of(gpushm_t *conn, pid_t pid)
+{
+  gpushm_client_list_t *list;
+  uint32_t id = 0;
+
+  CHECK_OK(gpushm_clients(conn, &list));
+  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
+    if (gpushm_client_info_pid(gpushm_client_list_get(list, i)) == (uint32_t)pid)
+      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
+  gpushm_client_list_free(list);
+  CHECK(id != 0);
+  return id;
+}
+
 static int free_is(const struct test_daemon *daemon, void *expected)
 {
   gpushm_stats_t *s = daemon_stats(daemon);
@@ -348,10 +379,31 @@ static void test_freed_after_last_release(gpushm_t *conn)
   CHECK(kill(holder, SIGKILL) == 0);
   CHECK(waitpid(holder, &status, 0) == holder && WIFSIGNALED(status));
   CHECK(wait_until(free_is, &d, &baseline));
+
+  /* a consumer whose connection an admin ends while it maps the buffer: the daemon lets
+   * go, the consumer's mapping keeps the memory, and statistics say who keeps what until
+   * the consumer exits */
+  b = create_cuda(conn, "detached", size);
+  holder = spawn("holder", "detached", fd_text, NULL, NULL);
+  CHECK(read(ready[0], &c, 1) == 1);
+  CHECK_OK(gpushm_client_disconnect(conn, client_of(conn, holder)));
+  CHECK_OK(gpushm_unlink(conn, "detached"));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(wait_until(pinned_after_release_is, &d, &size));
+  if (!fake) /* the fake driver's books are the daemon's own */
+    CHECK(daemon_free_memory() <= baseline - size);
+  CHECK(kill(holder, SIGKILL) == 0);
+  CHECK(waitpid(holder, &status, 0) == holder && WIFSIGNALED(status));
+  CHECK(wait_until(free_is, &d, &baseline));
+  {
+    uint64_t none = 0;
+    CHECK(wait_until(pinned_after_release_is, &d, &none));
+  }
   close(ready[0]);
   close(ready[1]);
-  test_log("%s: device memory back to baseline (%llu MiB free) after release and after "
-           "SIGKILL", backend_name(backend), (unsigned long long)(baseline >> 20));
+  test_log("%s: device memory back to baseline (%llu MiB free) after release, after "
+           "SIGKILL, and after a disconnected holder that stats showed pinning it exited",
+           backend_name(backend), (unsigned long long)(baseline >> 20));
 }
 
 static void test_big_buffer(gpushm_t *conn)

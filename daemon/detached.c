@@ -1,0 +1,129 @@
+#include "config.h"
+#include "detached.h"
+#include "log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+void detached_init(struct detached_set *set, uv_loop_t *loop)
+{
+  memset(set, 0, sizeof *set);
+  set->loop = loop;
+  list_init(&set->list);
+}
+
+static void free_detached(uv_handle_t *handle)
+{
+  struct detached *d = handle->data;
+  close(d->pidfd);
+  free(d);
+}
+
+static void forget(struct detached *d)
+{
+  list_del(&d->link);
+  d->set->n--;
+  uv_close((uv_handle_t *)&d->watch, free_detached);
+}
+
+static void on_process_exit(uv_poll_t *watch, int status, int events)
+{
+  struct detached *d = watch->data;
+  (void)status, (void)events;
+  log_debug("pid %d, detached from client %u, has exited: what it mapped is free", (int)d->pid,
+            d->client_id);
+  forget(d);
+}
+
+/* A pidfd is readable once its process has exited (a zombie included). */
+static bool exited(int pidfd)
+{
+  struct pollfd p = { .fd = pidfd, .events = POLLIN };
+  return poll(&p, 1, 0) > 0;
+}
+
+static uint64_t now_unix_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void detached_track(struct detached_set *set, const struct registry *reg,
+                    const struct reg_client *client)
+{
+  const struct list *l;
+  struct detached *d;
+  size_t n = 0;
+  int pidfd;
+
+  for (l = client->holdings.next; l != &client->holdings; l = l->next) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
+    n += h->refs && h->buffer->kind == REG_BUFFER;
+  }
+  if (n == 0 || client->pid <= 0)
+    return;
+  /* Opened now: from here on the pidfd names this process, even if its pid is reused. */
+  pidfd = (int)syscall(SYS_pidfd_open, client->pid, 0);
+  if (pidfd < 0 || exited(pidfd)) {
+    if (pidfd >= 0)
+      close(pidfd);
+    return; /* the usual end: the process exited, and its mappings with it */
+  }
+  if (set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES || !(d = calloc(1, sizeof *d + n * sizeof d->buffers[0]))) {
+    set->untracked++;
+    log_warn("pid %d keeps %zu buffers mapped after its connection ended; not listed (%u "
+             "such processes already)", (int)client->pid, n, set->n);
+    close(pidfd);
+    return;
+  }
+  d->set = set;
+  d->pidfd = pidfd;
+  d->pid = client->pid;
+  d->uid = client->uid;
+  d->client_id = client->id;
+  d->since_unix_ms = now_unix_ms();
+  for (l = client->holdings.next; l != &client->holdings; l = l->next) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
+    const struct reg_object *b = h->buffer;
+    struct detached_buffer *db;
+    if (!h->refs || b->kind != REG_BUFFER)
+      continue;
+    db = &d->buffers[d->n++];
+    db->id = b->id;
+    snprintf(db->name, sizeof db->name, "%s", b->name);
+    db->backend = b->backend->kind;
+    db->device = b->device;
+    db->allocated = b->allocated;
+  }
+  if (uv_poll_init(set->loop, &d->watch, pidfd) < 0 ||
+      uv_poll_start(&d->watch, UV_READABLE, on_process_exit) < 0) {
+    set->untracked++;
+    close(pidfd);
+    free(d);
+    return;
+  }
+  d->watch.data = d;
+  list_add_tail(&set->list, &d->link);
+  set->n++;
+  /* Debug only: a process that is exiting closes its socket before its pidfd turns
+   * readable, so most of these are forgotten again within milliseconds. */
+  log_debug("client %u (pid %d, uid %u) ended its connection while holding %zu buffers; it "
+            "keeps what it maps until it exits", d->client_id, (int)d->pid, (unsigned)d->uid, d->n);
+}
+
+void detached_shutdown(struct detached_set *set)
+{
+  while (set->list.next != &set->list)
+    forget(list_entry(set->list.next, struct detached, link));
+}

@@ -1,0 +1,58 @@
+/* Processes that may still map memory the daemon no longer counts against them.
+ *
+ * A connection can end while its process lives on: gpushmctl disconnect, a protocol
+ * error, a closed socket.  The registry then drops the connection's references, and may
+ * free what nobody else holds — but the process's mappings (a host memfd, an imported
+ * cuda-fd handle, an opened IPC handle) keep that memory allocated until it unmaps or
+ * exits.  The daemon cannot see unmaps, so it lists such a process, with what it held,
+ * until a pidfd says it has exited; statistics show them and the memory only they keep
+ * (docs/cuda.md). */
+#ifndef GPUSHMD_DETACHED_H
+#define GPUSHMD_DETACHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "gpushm_limits.h"
+#include "list.h"
+#include "registry.h"
+
+struct detached_buffer {
+  uint64_t id;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  int backend; /* gpushm_backend_t */
+  int device;
+  uint64_t allocated;
+};
+
+struct detached {
+  struct list link;
+  struct detached_set *set;
+  uv_poll_t watch; /* on the pidfd: readable once the process has exited */
+  int pidfd;
+  pid_t pid;
+  uid_t uid;
+  uint32_t client_id;
+  uint64_t since_unix_ms;
+  size_t n;
+  struct detached_buffer buffers[];
+};
+
+struct detached_set {
+  uv_loop_t *loop;
+  struct list list; /* struct detached.link, oldest first */
+  unsigned n;
+  uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
+};
+
+void detached_init(struct detached_set *set, uv_loop_t *loop);
+/* As client's connection ends, before the registry drops its references: keeps what it
+ * holds while its process lives.  Nothing held, or the process gone: nothing kept. */
+void detached_track(struct detached_set *set, const struct registry *reg,
+                    const struct reg_client *client);
+/* Stops watching and forgets them all (the daemon is stopping). */
+void detached_shutdown(struct detached_set *set);
+
+#endif

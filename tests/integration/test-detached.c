@@ -1,0 +1,251 @@
+/* Memory a live process keeps after its connection ended: an admin disconnects a client
+ * that maps a session buffer (which the daemon then frees) and one it shares; the process
+ * still reads its data, statistics list it with both buffers and count the freed one as
+ * pinned, a non-admin sees the totals but not the process; once it exits it is gone from
+ * the list.  A client that simply exits is not listed (for long).  Crossed: the number of
+ * processes tracked, the processes listed and the buffers listed per process. */
+#include "config.h"
+#include "gpushm_limits.h"
+#include "harness.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB (1u << 20)
+
+static struct test_daemon d;
+
+/* The client id of pid's connection, as the daemon lists it. */
+static uint32_t client_of(gpushm_t *conn, pid_t pid)
+{
+  gpushm_client_list_t *list;
+  uint32_t id = 0;
+
+  CHECK_OK(gpushm_clients(conn, &list));
+  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
+    if (gpushm_client_info_pid(gpushm_client_list_get(list, i)) == (uint32_t)pid)
+      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
+  gpushm_client_list_free(list);
+  CHECK(id != 0);
+  return id;
+}
+
+static int detached_is(const struct test_daemon *daemon, void *want)
+{
+  gpushm_stats_t *s = daemon_stats(daemon);
+  int ok = gpushm_stats_detached_total(s) == *(uint32_t *)want;
+  gpushm_stats_free(s);
+  return ok;
+}
+
+/* A child that opens the named buffers (creating "mine-<pid>" as a session buffer
+ * first, if create), fills what it created, says 'r' on ready and waits for a byte on
+ * go: 'c' checks its data is still there and answers 'c', anything else ends it. */
+static pid_t holder(const int ready_pipe[2], const int go_pipe[2], bool create,
+                    const char *const *names)
+{
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int ready = ready_pipe[1], go = go_pipe[0];
+    gpushm_t *conn;
+    gpushm_buffer_t *mine = NULL, *b;
+    char c;
+
+    close(ready_pipe[0]);
+    close(go_pipe[1]); /* the parent's closing it is then an end of file here */
+    conn = daemon_connect(&d);
+
+    if (create) {
+      gpushm_create_opts_t opts;
+      char name[64];
+      gpushm_create_opts_init(&opts);
+      opts.lifetime = GPUSHM_LIFETIME_SESSION; /* goes with its creator's connection */
+      snprintf(name, sizeof name, "mine-%d", (int)getpid());
+      CHECK_OK(gpushm_buffer_create(conn, name, MiB, &opts, &mine));
+      memset(gpushm_buffer_ptr(mine), 0x6d, MiB);
+    }
+    for (; names && *names; names++)
+      CHECK_OK(gpushm_buffer_open(conn, *names, GPUSHM_OPEN_READONLY, &b));
+    CHECK(write(ready, "r", 1) == 1);
+    while (read(go, &c, 1) == 1 && c == 'c') {
+      const unsigned char *p = gpushm_buffer_ptr(mine);
+      CHECK(p[0] == 0x6d && p[MiB - 1] == 0x6d); /* still mapped, still there */
+      CHECK(write(ready, "c", 1) == 1);
+    }
+    _exit(0);
+  }
+  return pid;
+}
+
+static void test_disconnected_holder(gpushm_t *conn)
+{
+  static const char *const shared[] = { "shared", NULL };
+  gpushm_buffer_t *b;
+  gpushm_stats_t *s;
+  const gpushm_detached_t *det;
+  int ready[2], go[2];
+  uint32_t one = 1, none = 0;
+  bool saw_mine = false, saw_shared = false;
+  pid_t pid;
+  char c;
+
+  CHECK_OK(gpushm_buffer_create(conn, "shared", MiB, NULL, &b));
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  pid = holder(ready, go, true, shared);
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
+  CHECK_OK(gpushm_client_disconnect(conn, client_of(conn, pid)));
+  CHECK(wait_until(detached_is, &d, &one));
+
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_detached_count(s) == 1 && (det = gpushm_stats_detached(s, 0)));
+  CHECK(gpushm_detached_pid(det) == (uint32_t)pid && gpushm_detached_uid(det) == geteuid());
+  CHECK(gpushm_detached_buffers_total(det) == 2 && gpushm_detached_buffer_count(det) == 2);
+  for (size_t i = 0; i < 2; i++) {
+    const gpushm_detached_buffer_t *db = gpushm_detached_buffer(det, i);
+    if (strcmp(gpushm_detached_buffer_name(db), "shared") == 0) {
+      saw_shared = true;
+      CHECK(!gpushm_detached_buffer_released(db)); /* this process still holds it */
+    } else {
+      saw_mine = strncmp(gpushm_detached_buffer_name(db), "mine-", 5) == 0;
+      /* a session buffer of the disconnected client: the daemon freed it */
+      CHECK(gpushm_detached_buffer_released(db) && gpushm_detached_buffer_backend(db) == GPUSHM_BACKEND_HOST);
+      CHECK(gpushm_stats_bytes_pinned_after_release(s) == gpushm_detached_buffer_allocated(db));
+      CHECK(gpushm_detached_bytes_released(det) == gpushm_detached_buffer_allocated(db));
+    }
+  }
+  CHECK(saw_mine && saw_shared);
+  gpushm_stats_free(s);
+
+  /* The memory is there for the process that maps it... */
+  CHECK(write(go[1], "c", 1) == 1);
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'c');
+  /* ...and a non-admin sees that there is such memory, not whose or what */
+  {
+    pid_t nobody = fork_as(65534, 65534);
+    CHECK(nobody >= 0);
+    if (nobody == 0) {
+      gpushm_t *mine = daemon_connect(&d);
+      gpushm_stats_t *st;
+      CHECK_OK(gpushm_stats(mine, &st));
+      CHECK(gpushm_stats_detached_total(st) == 1 && gpushm_stats_detached_count(st) == 0);
+      CHECK(gpushm_stats_bytes_pinned_after_release(st) == MiB);
+      gpushm_stats_free(st);
+      gpushm_disconnect(mine);
+      _exit(0);
+    }
+    check_child(nobody);
+  }
+  /* it exits: nothing is pinned any more */
+  CHECK(write(go[1], "x", 1) == 1);
+  check_child(pid);
+  CHECK(wait_until(detached_is, &d, &none));
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_bytes_pinned_after_release(s) == 0);
+  gpushm_stats_free(s);
+  close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+  CHECK_OK(gpushm_unlink(conn, "shared"));
+  CHECK_OK(gpushm_buffer_close(b));
+  test_log("a disconnected holder was listed with its freed buffer until it exited");
+}
+
+/* A client that exits is not a detached one, even if it held buffers. */
+static void test_exited_holder(gpushm_t *conn)
+{
+  static const char *const shared[] = { "exiting", NULL };
+  gpushm_buffer_t *b;
+  int ready[2], go[2];
+  uint32_t none = 0;
+  pid_t pid;
+  char c;
+
+  CHECK_OK(gpushm_buffer_create(conn, "exiting", MiB, NULL, &b));
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  pid = holder(ready, go, false, shared);
+  CHECK(read(ready[0], &c, 1) == 1);
+  CHECK(write(go[1], "x", 1) == 1);
+  check_child(pid);
+  CHECK(wait_until(detached_is, &d, &none));
+  close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+  CHECK_OK(gpushm_unlink(conn, "exiting"));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
+/* One process past the tracking limit, more than are listed, and one holding more
+ * buffers than are listed per process. */
+static void test_limits(gpushm_t *conn)
+{
+  enum { N = GPUSHM_LIMIT_DETACHED_PROCESSES + 1, B = GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED + 1 };
+  static pid_t pids[N];
+  static const char *names[B + 1];
+  static char text[B][16];
+  gpushm_buffer_t *bufs[B];
+  gpushm_client_list_t *list;
+  gpushm_stats_t *s;
+  int ready[2], go[2];
+  uint32_t limit = GPUSHM_LIMIT_DETACHED_PROCESSES, none = 0;
+  char c;
+
+  for (int i = 0; i < B; i++) {
+    snprintf(text[i], sizeof text[i], "many-%d", i);
+    names[i] = text[i];
+    CHECK_OK(gpushm_buffer_create(conn, text[i], 4096, NULL, &bufs[i]));
+  }
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  pids[0] = holder(ready, go, false, names); /* all B of them, connected first: */
+  CHECK(read(ready[0], &c, 1) == 1);          /* the first disconnected, the first listed */
+  names[1] = NULL;
+  for (int i = 1; i < N; i++)
+    pids[i] = holder(ready, go, false, names); /* one each */
+  for (int i = 1; i < N; i++)
+    CHECK(read(ready[0], &c, 1) == 1);
+  CHECK_OK(gpushm_clients(conn, &list));
+  for (size_t i = 0; i < gpushm_client_list_count(list); i++) {
+    const gpushm_client_info_t *ci = gpushm_client_list_get(list, i);
+    if (gpushm_client_info_pid(ci) != (uint32_t)getpid())
+      CHECK_OK(gpushm_client_disconnect(conn, gpushm_client_info_client_id(ci)));
+  }
+  gpushm_client_list_free(list);
+  CHECK(wait_until(detached_is, &d, &limit)); /* one past the limit: counted, not kept */
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_detached_count(s) == GPUSHM_LIMIT_DETACHED_LISTED);
+  CHECK(gpushm_detached_pid(gpushm_stats_detached(s, 0)) == (uint32_t)pids[0]);
+  CHECK(gpushm_detached_buffers_total(gpushm_stats_detached(s, 0)) == B);
+  CHECK(gpushm_detached_buffer_count(gpushm_stats_detached(s, 0)) ==
+        GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED);
+  gpushm_stats_free(s);
+  close(go[1]); /* every holder reads end of file and exits */
+  for (int i = 0; i < N; i++)
+    check_child(pids[i]);
+  CHECK(wait_until(detached_is, &d, &none));
+  close(ready[0]), close(ready[1]), close(go[0]);
+  for (int i = 0; i < B; i++) {
+    CHECK_OK(gpushm_unlink(conn, text[i]));
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+  }
+  test_log("%d detached processes: %u tracked, %u listed, %u buffers listed of %d",
+           N, GPUSHM_LIMIT_DETACHED_PROCESSES, GPUSHM_LIMIT_DETACHED_LISTED,
+           GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED, B);
+}
+
+int main(void)
+{
+  gpushm_t *conn;
+
+  if (geteuid() != 0) {
+    test_log("not root: disconnecting other clients needs an admin");
+    return TEST_SKIP;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  daemon_start(&d, "--max-clients-per-uid", "400", "--default-mode", "0644", NULL);
+  conn = daemon_connect(&d);
+  test_disconnected_holder(conn);
+  test_exited_holder(conn);
+  test_limits(conn);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
