@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +16,15 @@
 #define SYS_pidfd_open 434
 #endif
 
+static void on_sweep(uv_timer_t *timer);
+
 void detached_init(struct detached_set *set, uv_loop_t *loop)
 {
   memset(set, 0, sizeof *set);
   set->loop = loop;
   list_init(&set->list);
+  uv_timer_init(loop, &set->sweep);
+  set->sweep.data = set;
 }
 
 static void free_detached(uv_handle_t *handle)
@@ -31,9 +36,31 @@ static void free_detached(uv_handle_t *handle)
 
 static void forget(struct detached *d)
 {
+  struct detached_set *set = d->set;
+
   list_del(&d->link);
-  d->set->n--;
-  uv_close((uv_handle_t *)&d->watch, free_detached);
+  set->n--;
+  if (d->pidfd >= 0) {
+    uv_close((uv_handle_t *)&d->watch, free_detached);
+    return;
+  }
+  free(d);
+  if (--set->n_swept == 0)
+    uv_timer_stop(&set->sweep);
+}
+
+/* Without pidfds: a process is gone once kill(pid, 0) finds no such process. */
+static void on_sweep(uv_timer_t *timer)
+{
+  struct detached_set *set = timer->data;
+  struct list *l, *next;
+
+  for (l = set->list.next; l != &set->list; l = next) {
+    struct detached *d = list_entry(l, struct detached, link);
+    next = l->next;
+    if (d->pidfd < 0 && kill(d->pid, 0) < 0 && errno == ESRCH)
+      forget(d);
+  }
 }
 
 static void on_process_exit(uv_poll_t *watch, int status, int events)
@@ -74,17 +101,26 @@ void detached_track(struct detached_set *set, const struct registry *reg,
   if (n == 0 || client->pid <= 0)
     return;
   /* Opened now: from here on the pidfd names this process, even if its pid is reused. */
-  pidfd = (int)syscall(SYS_pidfd_open, client->pid, 0);
-  if (pidfd < 0 || exited(pidfd)) {
-    if (pidfd >= 0)
-      close(pidfd);
-    return; /* the usual end: the process exited, and its mappings with it */
+  pidfd = set->no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, client->pid, 0);
+  if (pidfd < 0 && !set->no_pidfd) {
+    if (errno != ENOSYS)
+      return; /* ESRCH: the usual end, the process exited and its mappings with it */
+    set->no_pidfd = true;
+    log_info("no pidfd_open here: processes that keep memory after their connection ended "
+             "are checked every %u ms", GPUSHM_DETACHED_SWEEP_MS);
+  }
+  if (pidfd < 0 && kill(client->pid, 0) < 0 && errno == ESRCH)
+    return;
+  if (pidfd >= 0 && exited(pidfd)) {
+    close(pidfd);
+    return;
   }
   if (set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES || !(d = calloc(1, sizeof *d + n * sizeof d->buffers[0]))) {
     set->untracked++;
     log_warn("pid %d keeps %zu buffers mapped after its connection ended; not listed (%u "
              "such processes already)", (int)client->pid, n, set->n);
-    close(pidfd);
+    if (pidfd >= 0)
+      close(pidfd);
     return;
   }
   d->set = set;
@@ -106,14 +142,18 @@ void detached_track(struct detached_set *set, const struct registry *reg,
     db->device = b->device;
     db->allocated = b->allocated;
   }
-  if (uv_poll_init(set->loop, &d->watch, pidfd) < 0 ||
-      uv_poll_start(&d->watch, UV_READABLE, on_process_exit) < 0) {
+  if (pidfd < 0) {
+    if (set->n_swept++ == 0)
+      uv_timer_start(&set->sweep, on_sweep, GPUSHM_DETACHED_SWEEP_MS, GPUSHM_DETACHED_SWEEP_MS);
+  } else if (uv_poll_init(set->loop, &d->watch, pidfd) < 0 ||
+             uv_poll_start(&d->watch, UV_READABLE, on_process_exit) < 0) {
     set->untracked++;
     close(pidfd);
     free(d);
     return;
+  } else {
+    d->watch.data = d;
   }
-  d->watch.data = d;
   list_add_tail(&set->list, &d->link);
   set->n++;
   /* Debug only: a process that is exiting closes its socket before its pidfd turns
@@ -126,4 +166,5 @@ void detached_shutdown(struct detached_set *set)
 {
   while (set->list.next != &set->list)
     forget(list_entry(set->list.next, struct detached, link));
+  uv_close((uv_handle_t *)&set->sweep, NULL);
 }

@@ -5,8 +5,9 @@
  * free what nobody else holds — but the process's mappings (a host memfd, an imported
  * cuda-fd handle, an opened IPC handle) keep that memory allocated until it unmaps or
  * exits.  The daemon cannot see unmaps, so it lists such a process, with what it held,
- * until a pidfd says it has exited; statistics show them and the memory only they keep
- * (docs/cuda.md). */
+ * until a pidfd says it has exited (where there are no pidfds, until kill(pid, 0) says so,
+ * checked every GPUSHM_DETACHED_SWEEP_MS); statistics show them and the memory only they
+ * keep (docs/cuda.md). */
 #ifndef GPUSHMD_DETACHED_H
 #define GPUSHMD_DETACHED_H
 
@@ -31,7 +32,7 @@ struct detached {
   struct list link;
   struct detached_set *set;
   uv_poll_t watch; /* on the pidfd: readable once the process has exited */
-  int pidfd;
+  int pidfd;       /* -1 where the kernel (or valgrind) has no pidfd_open: swept */
   pid_t pid;
   uid_t uid;
   uint32_t client_id;
@@ -44,6 +45,9 @@ struct detached_set {
   uv_loop_t *loop;
   struct list list; /* struct detached.link, oldest first */
   unsigned n;
+  unsigned n_swept; /* of them, without a pidfd: checked by the sweep timer */
+  bool no_pidfd;    /* pidfd_open said ENOSYS once: not asked again */
+  uv_timer_t sweep;
   uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
 };
 

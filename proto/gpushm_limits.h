@@ -73,6 +73,9 @@
 #define GPUSHM_LIMIT_DETACHED_PROCESSES       256u
 #define GPUSHM_LIMIT_DETACHED_LISTED          32u
 #define GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED  4u
+/* Where pidfd_open is missing (kernels before 5.3, valgrind), how often such processes
+ * are checked for having exited; a pid reused within that time keeps its entry. */
+#define GPUSHM_DETACHED_SWEEP_MS              1000u
 
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
