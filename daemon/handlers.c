@@ -242,6 +242,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.sync_event_handle.data = e->event_handle;
   ctx->body.open.sync_event_handle.len = e->event_handle_len;
   ctx->body.open.has_control = e->buffer->sync;
+  ctx->body.open.fence_offset = e->fence_offset;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;

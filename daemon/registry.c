@@ -290,9 +290,11 @@ static int alloc_sync(struct registry *reg, struct reg_object *buffer, uint64_t 
   if (fence && (r = buffer->backend->zero(buffer->backend, &buffer->mem, fence,
                                           SYNC_DEVICE_FENCE_BYTES, err, errlen)) < 0)
     return r;
-  r = sync_alloc(&buffer->sync_state, events, buffer->device, fence, name, err, errlen);
-  if (r == 0)
+  r = sync_alloc(&buffer->sync_state, events, buffer->device, name, err, errlen);
+  if (r == 0) {
     buffer->sync = true;
+    buffer->fence_offset = fence;
+  }
   return r;
 }
 
@@ -480,6 +482,7 @@ static int export_object(const struct registry *reg, struct reg_object *buffer, 
 
   memset(out, 0, sizeof *out);
   out->buffer = buffer;
+  out->fence_offset = buffer->fence_offset;
   out->read_only = read_only;
   if (buffer->kind == REG_EVENT)
     return reg->events->export(reg->events, buffer->event, out->handle, &out->handle_len, err,
@@ -902,13 +905,12 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
     snprintf(err, errlen, "daemon out of memory");
     return GPUSHM_E_NOMEM;
   }
-  if (control && (r = sync_adopt(&buffer->sync_state, control,
-                                 fence_offset_of(be, a->size, a->allocated), a->name, err,
-                                 errlen)) < 0) {
+  if (control && (r = sync_adopt(&buffer->sync_state, control, a->name, err, errlen)) < 0) {
     free(buffer);
     return r;
   }
   buffer->sync = control != NULL;
+  buffer->fence_offset = control ? fence_offset_of(be, a->size, a->allocated) : 0;
   buffer->kind = REG_BUFFER;
   buffer->id = a->id;
   snprintf(buffer->name, sizeof buffer->name, "%s", a->name);

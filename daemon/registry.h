@@ -53,6 +53,7 @@ struct reg_object {
   struct backend_mem mem;           /* buffers */
   void *event;                      /* events: made by registry.events */
   bool sync; /* sync_state holds its control block (and event) */
+  uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
   struct sync_state sync_state;
   struct reg_object *name_next; /* hash chain, while linked */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
@@ -111,6 +112,7 @@ struct reg_export {
   size_t handle_len;
   uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
   size_t event_handle_len;
+  uint64_t fence_offset; /* a cuda-fd sync buffer's fence in its allocation */
 };
 
 /* A persistent buffer coming back from systemd's fd store after a restart. */

@@ -31,7 +31,7 @@ static struct sync_control *map_control(int fd, char *err, size_t errlen)
 }
 
 int sync_alloc(struct sync_state *s, const struct event_source *events, int device,
-               uint64_t fence_offset, const char *label, char *err, size_t errlen)
+               const char *label, char *err, size_t errlen)
 {
   struct sync_control *ctl;
   uint64_t allocated;
@@ -48,7 +48,6 @@ int sync_alloc(struct sync_state *s, const struct event_source *events, int devi
     return GPUSHM_E_IO;
   }
   shm_layout_init(ctl, SYNC_CONTROL_MAGIC, sizeof *ctl);
-  ctl->fence_offset = fence_offset;
   munmap(ctl, SYNC_CONTROL_SIZE);
   if (!events)
     return 0;
@@ -60,8 +59,8 @@ int sync_alloc(struct sync_state *s, const struct event_source *events, int devi
   return 0;
 }
 
-int sync_adopt(struct sync_state *s, const struct backend_mem *control, uint64_t fence_offset,
-               const char *label, char *err, size_t errlen)
+int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
+               char *err, size_t errlen)
 {
   struct sync_control *ctl = map_control(control->fd, err, errlen);
   const char *why;
@@ -76,7 +75,6 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, uint64_t
                               offsetof(struct sync_control, release_seq) + 8)))
     log_warn("%s: control block header overwritten (%s); restored", label, why);
   shm_layout_init(ctl, SYNC_CONTROL_MAGIC, sizeof *ctl);
-  ctl->fence_offset = fence_offset; /* from the record, not from what a holder wrote */
   munmap(ctl, SYNC_CONTROL_SIZE);
   memset(s, 0, sizeof *s);
   s->control = *control;

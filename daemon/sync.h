@@ -19,16 +19,15 @@ struct sync_state {
   void *event;
 };
 
-/* Makes the control block and, with an event source, the event on device; a cuda-fd
- * buffer's fence_offset (0: none) is written into the control block.  Returns 0 or a
- * negative GPUSHM_E_* with err set; on failure nothing is left allocated. */
+/* Makes the control block and, with an event source, the event on device.  Returns 0
+ * or a negative GPUSHM_E_* with err set; on failure nothing is left allocated. */
 int sync_alloc(struct sync_state *s, const struct event_source *events, int device,
-               uint64_t fence_offset, const char *label, char *err, size_t errlen);
+               const char *label, char *err, size_t errlen);
 /* Takes over a control block a previous daemon made (systemd's fd store), writing
  * its header anew (release_seq is kept); no event.  On failure (it cannot be mapped)
  * the control block is left to the caller. */
-int sync_adopt(struct sync_state *s, const struct backend_mem *control, uint64_t fence_offset,
-               const char *label, char *err, size_t errlen);
+int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
+               char *err, size_t errlen);
 void sync_release(struct sync_state *s);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */

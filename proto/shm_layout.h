@@ -50,12 +50,14 @@ struct status_page {
  * whoever sees N published knows release N's completion is already on its way.
  * Waiters sleep on a futex on release_seq's low 32 bits (docs/sync.md).
  *
- * fence_offset (layout_size >= 32; control blocks of gpushm 0.2 and earlier end
- * before it) is where a cuda-fd sync buffer's fence lives: 8 bytes of the buffer's own
- * device allocation, past its size, which GPUs write (cuStreamWriteValue64) and wait
- * on (cuStreamWaitValue64 >=).  In the allocation, not in this page: every holder
- * already maps it with the right access (read-only openers cannot write the fence),
- * and GPUs poll their own memory much faster than host memory.  0: no fence. */
+ *
+ * A cuda-fd sync buffer's fence is not here: it is 8 bytes of the buffer's own device
+ * allocation, past its data, which GPUs write (cuStreamWriteValue64) and wait on
+ * (cuStreamWaitValue64 >=) and whose offset the daemon sends with each open reply.  In
+ * the allocation, because every holder already maps it with the right access (read-only
+ * openers cannot write the fence) and GPUs poll their own memory much faster than host
+ * memory; in the reply, because everything in this page is writable by every read-write
+ * holder, and a location read from here could be made to point anywhere. */
 #define SYNC_CONTROL_MAGIC 0x6c6f72746e6f6373ull
 #define SYNC_CONTROL_SIZE 4096u
 
@@ -64,9 +66,7 @@ struct sync_control {
   uint64_t release_seq; /* accessed with __atomic builtins */
   uint32_t layout_version;
   uint32_t layout_size;
-  uint64_t fence_offset;
 };
-#define SYNC_CONTROL_FENCE_END (offsetof(struct sync_control, fence_offset) + sizeof(uint64_t))
 /* What a cuda-fd sync buffer's allocation holds beyond its size. */
 #define SYNC_DEVICE_FENCE_BYTES 8u
 

@@ -9,12 +9,16 @@
  *    driver) or in the daemon: a clean error, the daemon's reference given back,
  *    nothing published, no buffer left;
  *  - a new fence starts at 0 (the fake driver's new allocations end in garbage);
+ *  - garbage over the control block's header stops nobody else opening the buffer;
  *  - the last close waits for this process's queued fence write, up to
  *    GPUSHM_FENCE_DRAIN_TIMEOUT_MS (crossed). */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
+#include "shm_layout.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -127,6 +131,59 @@ static void test_ping_pong_other_uid(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_buffer_close(refused));
   test_log("%d fence hand-overs with a uid-65534 consumer", ROUNDS);
+}
+
+/* This process's mapping of the named buffer's control block: the only memfd mapping
+ * a cuda-fd sync buffer has, named after the buffer. */
+static struct sync_control *control_mapping(const char *name)
+{
+  char line[512], want[160];
+  struct sync_control *found = NULL;
+  FILE *maps = fopen("/proc/self/maps", "r");
+
+  snprintf(want, sizeof want, "/memfd:%s ", name);
+  CHECK(maps != NULL);
+  while (fgets(line, sizeof line, maps))
+    if (strstr(line, want) && strstr(line, " rw-s ") && !found)
+      found = (struct sync_control *)(uintptr_t)strtoull(line, NULL, 16);
+  fclose(maps);
+  CHECK(found != NULL);
+  return found;
+}
+
+/* A read-write holder owns nothing of the control block but the sequence: it writes
+ * garbage over the header, and the next opener, of another uid, opens and synchronises
+ * all the same (the fence's place comes with the daemon's reply, not from the block). */
+static void test_scribbled_header(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "scribbled", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0666);
+  struct sync_control *ctl = control_mapping("scribbled");
+  uint64_t seq;
+  pid_t pid;
+
+  CHECK(ctl->magic == SYNC_CONTROL_MAGIC);
+  CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
+  memset(ctl, 0xff, 8);                              /* magic */
+  memset((char *)ctl + 16, 0xff, SYNC_CONTROL_SIZE - 16); /* version, size, the rest */
+  pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *ro, *rw;
+    CHECK_OK(gpushm_buffer_open(mine, "scribbled", GPUSHM_OPEN_READONLY, &ro));
+    CHECK(gpushm_buffer_sync_method(ro, NULL) == GPUSHM_SYNC_GPU_FENCE);
+    CHECK_OK(gpushm_buffer_acquire(ro, NULL, seq, 1000));
+    CHECK_OK(gpushm_buffer_open(mine, "scribbled", 0, &rw));
+    CHECK_OK(gpushm_buffer_release(rw, NULL, NULL));
+    CHECK_OK(gpushm_buffer_close(rw));
+    CHECK_OK(gpushm_buffer_close(ro));
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  CHECK_OK(gpushm_buffer_acquire(b, NULL, seq + 1, 1000));
+  CHECK_OK(gpushm_unlink(conn, "scribbled"));
+  CHECK_OK(gpushm_buffer_close(b));
 }
 
 /* Runs this program as role in a fresh process (the driver, and its faults, load once
@@ -376,6 +433,7 @@ int main(int argc, char **argv)
   else
     test_log("not root: the uid-65534 consumer is not examined");
   test_cpu_fallback_waits_for_the_fence(conn);
+  test_scribbled_header(conn);
   test_faults(conn);
   test_drain_limit(conn);
   st = daemon_stats(&d);
