@@ -27,7 +27,9 @@ struct backend_export {
 struct backend {
   const char *name;
   int kind; /* gpushm_backend_t */
-  /* Reserves at least size bytes.  Returns 0 or a negative GPUSHM_E_* with err set. */
+  /* Reserves at least size bytes, zero-filled: memory one buffer held must never reach
+   * the next one's owner, and a device allocator recycles within the daemon's context
+   * without clearing.  Returns 0 or a negative GPUSHM_E_* with err set. */
   int (*alloc)(const struct backend *be, uint64_t size, int device, const char *label,
                struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
   /* What the client is sent to map the memory: fds are new and owned by the caller;
@@ -35,10 +37,9 @@ struct backend {
   int (*export)(const struct backend *be, struct backend_mem *mem, bool read_only,
                 struct backend_export *out, char *err, size_t errlen);
   void (*release)(const struct backend *be, struct backend_mem *mem);
-  /* Zero-fills len bytes at offset (a sync buffer's fence must start at 0, and device
-   * allocations start with whatever they held).  NULL where the backend has no fences. */
-  int (*zero)(const struct backend *be, struct backend_mem *mem, uint64_t offset, uint64_t len,
-              char *err, size_t errlen);
+  /* A sync buffer's fence lives in its allocation, SYNC_DEVICE_FENCE_BYTES past its data
+   * (cuda-fd). */
+  bool fence_in_allocation;
   /* NULL when usable, else why not (shown to clients that ask for it). */
   const char *(*unavailable)(const struct backend *be);
 };

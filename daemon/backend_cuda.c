@@ -300,6 +300,15 @@ static int ipc_alloc(const struct backend *be, uint64_t size, int device, const 
              (unsigned long long)rounded, device);
     return cuda_failure(r, what, err, errlen);
   }
+  /* cuMemAlloc recycles what the daemon's context freed, data and all: another
+   * buffer's, maybe another user's.  The memset is queued: wait for it before any
+   * client (another context) can reach the memory. */
+  if ((r = CU_CALL(&cuda.drv, cuMemsetD32, cm->ptr, 0, (size_t)(rounded / 4))) != CUDA_SUCCESS ||
+      (r = CU_CALL(&cuda.drv, cuCtxSynchronize)) != CUDA_SUCCESS) {
+    CU_CALL(&cuda.drv, cuMemFree, cm->ptr);
+    free(cm);
+    return cuda_failure(r, "zeroing a new allocation", err, errlen);
+  }
   cm->device = device;
   mem->fd = -1;
   mem->priv = cm;
@@ -466,6 +475,43 @@ static CUmemAllocationProp fd_memory_props(int device)
   return prop;
 }
 
+/* Zero-fills a new allocation through a short-lived mapping of it (the daemon maps
+ * nothing otherwise): the physical memory cuMemCreate hands out may have held another
+ * buffer's data, and its last bytes are a sync buffer's fence, which starts at 0. */
+static int fd_zero(struct cuda_vmm *vm, char *err, size_t errlen)
+{
+  size_t span = vm->size;
+  CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE },
+                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+  CUdeviceptr va = 0;
+  const char *what = "cuMemAddressReserve";
+  CUresult r;
+  int ret;
+
+  if ((ret = use_device(vm->device, err, errlen)) < 0)
+    return ret;
+  access.location.id = cuda.devices[vm->device].dev;
+  if ((r = CU_CALL(&cuda.drv, cuMemAddressReserve, &va, span, 0, 0, 0)) == CUDA_SUCCESS) {
+    what = "cuMemMap";
+    if ((r = CU_CALL(&cuda.drv, cuMemMap, va, span, 0, vm->handle, 0)) == CUDA_SUCCESS) {
+      what = "cuMemSetAccess";
+      if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, va, span, &access, 1)) == CUDA_SUCCESS) {
+        what = "cuMemsetD32";
+        r = CU_CALL(&cuda.drv, cuMemsetD32, va, 0, span / 4);
+        /* A device memset may still be queued when the call returns: unmapping under it
+         * is an MMU fault, and a sticky error for the daemon's context (Xid 31, seen). */
+        if (r == CUDA_SUCCESS) {
+          what = "cuCtxSynchronize";
+          r = CU_CALL(&cuda.drv, cuCtxSynchronize);
+        }
+      }
+      CU_CALL(&cuda.drv, cuMemUnmap, va, span);
+    }
+    CU_CALL(&cuda.drv, cuMemAddressFree, va, span);
+  }
+  return r == CUDA_SUCCESS ? 0 : cuda_failure(r, what, err, errlen);
+}
+
 static int fd_alloc(const struct backend *be, uint64_t size, int device, const char *label,
                     struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
 {
@@ -518,6 +564,12 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
   fcntl(fd, F_SETFD, FD_CLOEXEC);
   vm->device = device;
   vm->size = (size_t)rounded;
+  if ((ret = fd_zero(vm, err, errlen)) < 0) {
+    close(fd);
+    CU_CALL(&cuda.drv, cuMemRelease, vm->handle);
+    free(vm);
+    return ret;
+  }
   mem->fd = fd;
   mem->priv = vm;
   *allocated = rounded;
@@ -539,50 +591,6 @@ static int fd_export(const struct backend *be, struct backend_mem *mem, bool rea
     return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
   }
   return 0;
-}
-
-/* Through a short-lived mapping of the whole allocation (cuMemMap maps from offset 0
- * only): the daemon maps nothing otherwise.  Only sync buffers pay for it, at create. */
-static int fd_zero(const struct backend *be, struct backend_mem *mem, uint64_t offset,
-                   uint64_t len, char *err, size_t errlen)
-{
-  struct cuda_vmm *vm = mem->priv;
-  size_t span = vm->size;
-  CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE },
-                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-  CUdeviceptr va = 0;
-  const char *what = "cuMemAddressReserve";
-  CUresult r;
-  int ret;
-
-  (void)be;
-  if ((offset | len) % 4 || offset + len > span) {
-    snprintf(err, errlen, "zeroing %llu bytes at %llu of %zu", (unsigned long long)len,
-             (unsigned long long)offset, span);
-    return GPUSHM_E_INVAL;
-  }
-  if ((ret = use_device(vm->device, err, errlen)) < 0)
-    return ret;
-  access.location.id = cuda.devices[vm->device].dev;
-  if ((r = CU_CALL(&cuda.drv, cuMemAddressReserve, &va, span, 0, 0, 0)) == CUDA_SUCCESS) {
-    what = "cuMemMap";
-    if ((r = CU_CALL(&cuda.drv, cuMemMap, va, span, 0, vm->handle, 0)) == CUDA_SUCCESS) {
-      what = "cuMemSetAccess";
-      if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, va, span, &access, 1)) == CUDA_SUCCESS) {
-        what = "cuMemsetD32";
-        r = CU_CALL(&cuda.drv, cuMemsetD32, va + offset, 0, (size_t)(len / 4));
-        /* A device memset may still be queued when the call returns: unmapping under it
-         * is an MMU fault, and a sticky error for the daemon's context (Xid 31, seen). */
-        if (r == CUDA_SUCCESS) {
-          what = "cuCtxSynchronize";
-          r = CU_CALL(&cuda.drv, cuCtxSynchronize);
-        }
-      }
-      CU_CALL(&cuda.drv, cuMemUnmap, va, span);
-    }
-    CU_CALL(&cuda.drv, cuMemAddressFree, va, span);
-  }
-  return r == CUDA_SUCCESS ? 0 : cuda_failure(r, what, err, errlen);
 }
 
 static CUresult release_vmm(void *arg)
@@ -687,6 +695,6 @@ const struct backend backend_cuda_fd = {
   .alloc = fd_alloc,
   .export = fd_export,
   .release = fd_release,
-  .zero = fd_zero,
+  .fence_in_allocation = true,
   .unavailable = cuda_unavailable,
 };

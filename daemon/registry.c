@@ -266,10 +266,11 @@ static void release_sync(struct reg_object *buffer)
  * word, which GPUs write and wait on — IPC events open only for the daemon's uid and
  * only in its PID namespace, which is what cuda-fd exists to avoid. */
 /* Where a cuda-fd sync buffer's fence lives: the last 8 bytes of its allocation, as far
- * from its data as it gets (do_alloc asked for them); 0: no fence. */
+ * from its data as it gets (do_alloc asked for them; the backend zeroed them, as all new
+ * memory); 0: no fence. */
 static uint64_t fence_offset_of(const struct backend *be, uint64_t size, uint64_t allocated)
 {
-  if (be->kind != GPUSHM_BACKEND_CUDA_FD || allocated < size + SYNC_DEVICE_FENCE_BYTES)
+  if (!be->fence_in_allocation || allocated < size + SYNC_DEVICE_FENCE_BYTES)
     return 0;
   return allocated - SYNC_DEVICE_FENCE_BYTES;
 }
@@ -287,9 +288,6 @@ static int alloc_sync(struct registry *reg, struct reg_object *buffer, uint64_t 
       return GPUSHM_E_UNSUPPORTED;
     }
   }
-  if (fence && (r = buffer->backend->zero(buffer->backend, &buffer->mem, fence,
-                                          SYNC_DEVICE_FENCE_BYTES, err, errlen)) < 0)
-    return r;
   r = sync_alloc(&buffer->sync_state, events, buffer->device, name, err, errlen);
   if (r == 0) {
     buffer->sync = true;
@@ -620,7 +618,7 @@ static int alloc_contents(struct registry *reg, struct reg_object *obj,
     return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
   }
   /* A cuda-fd sync buffer's fence rides in its allocation, past the data. */
-  r = be->alloc(be, args->size + (args->sync && be->zero ? SYNC_DEVICE_FENCE_BYTES : 0),
+  r = be->alloc(be, args->size + (args->sync && be->fence_in_allocation ? SYNC_DEVICE_FENCE_BYTES : 0),
                 args->device, args->name, &obj->mem, &obj->allocated, err, errlen);
   if (r < 0)
     return r;

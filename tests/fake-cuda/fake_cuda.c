@@ -222,6 +222,11 @@ static CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t size)
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  /* Device memory comes with whatever it held (see fake_cuMemCreate). */
+  if (size >= 16) {
+    memset(base, 0xa5, 8);
+    memset((char *)base + size - 8, 0xa5, 8);
+  }
   *a = (struct fake_alloc){ allocs, (uintptr_t)base, size, fd, dev };
   allocs = a;
   used[dev] += size;
@@ -441,9 +446,10 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   fd = memfd_create("fake-cuda-vmm", MFD_CLOEXEC);
-  /* Device memory comes with whatever it held: garbage in the last bytes (where a sync
-   * buffer's fence goes) shows whoever relies on zeroes. */
+  /* Device memory comes with whatever it held (another buffer's data, within a
+   * context): garbage in the first and last bytes shows whoever relies on zeroes. */
   if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
+      pwrite(fd, "\xa5\xa5\xa5\xa5\xa5\xa5\xa5\xa5", 8, 0) != 8 ||
       pwrite(fd, "\xa5\xa5\xa5\xa5\xa5\xa5\xa5\xa5", 8, (off_t)size - 8) != 8 ||
       !(m = calloc(1, sizeof *m))) {
     if (fd >= 0)

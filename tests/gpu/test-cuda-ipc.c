@@ -245,6 +245,39 @@ static gpushm_buffer_t *create_cuda(gpushm_t *conn, const char *name, uint64_t s
   return create_mode(conn, name, size, 0600);
 }
 
+/* Whether every byte of [p, p + bytes) is zero. */
+static int all_zero(CUdeviceptr p, uint64_t bytes)
+{
+  static uint32_t host[CHUNK / 4];
+  for (uint64_t off = 0; off < bytes; off += CHUNK) {
+    size_t n = bytes - off < CHUNK ? (size_t)(bytes - off) : CHUNK;
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, host, p + off, n));
+    for (size_t i = 0; i < n / 4; i++)
+      if (host[i])
+        return 0;
+  }
+  return 1;
+}
+
+/* A new buffer reads zero, also where the memory just held another buffer's data: the
+ * daemon's context recycles freed device memory without clearing it (the fake driver's
+ * new allocations start with garbage). */
+static void test_new_memory_is_zero(gpushm_t *conn)
+{
+  const uint64_t size = 64 * MiB;
+  gpushm_buffer_t *b;
+
+  for (int round = 0; round < 3; round++) {
+    b = create_cuda(conn, "recycled", size);
+    CHECK(all_zero(dptr(b), gpushm_buffer_size(b)));
+    fill(dptr(b), size, 0x5ec + (uint32_t)round); /* what the next one must not see */
+    CHECK_OK(gpushm_unlink(conn, "recycled"));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  test_log("%s: new buffers read zero, also in memory another buffer just freed",
+           backend_name(backend));
+}
+
 static void test_producer_consumer(gpushm_t *conn)
 {
   uint64_t size = 64 * MiB;
@@ -672,6 +705,7 @@ int main(int argc, char **argv)
 
   for (int i = 0; i < 2; i++) {
     backend = i == 0 ? GPUSHM_BACKEND_CUDA_IPC : GPUSHM_BACKEND_CUDA_FD;
+    test_new_memory_is_zero(conn);
     test_producer_consumer(conn);
     test_eight_consumers(conn);
     test_same_process_twice(conn);
