@@ -292,25 +292,29 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
   return r;
 }
 
-/* A release queued a GPU write of the fence: the buffer stays mapped until the write
- * lands (or the stream is evidently stuck), else consumers would wait for a number
- * whose write went nowhere. */
-static void drain_fence(struct gpushm_buffer *buf)
+/* Stream operations of this process may still target the fence, in the buffer's
+ * mapping: a release's write, an acquire's wait.  Unmapping under either is an MMU
+ * fault and a sticky error for the whole process, so the mapping stays until the fence
+ * has passed both (a write that lands also ends a wait for it).  Returns false if it has
+ * not within GPUSHM_FENCE_DRAIN_TIMEOUT_MS (a releaser died with its write queued, a
+ * stream is stuck): the caller then keeps the mapping for the life of the process. */
+static bool drain_fence(struct gpushm_buffer *buf)
 {
   struct timespec pause = { 0, 50000 }, now, deadline;
-  uint64_t value = 0;
+  uint64_t value = 0, target = buf->fence_written > buf->fence_waited ? buf->fence_written
+                                                                     : buf->fence_waited;
 
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += GPUSHM_FENCE_DRAIN_TIMEOUT_MS / 1000;
   deadline.tv_nsec += (long)(GPUSHM_FENCE_DRAIN_TIMEOUT_MS % 1000) * 1000000L;
-  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 &&
-         value < buf->fence_written) {
+  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 && value < target) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec * 1000000000LL + now.tv_nsec >=
         deadline.tv_sec * 1000000000LL + deadline.tv_nsec)
-      return;
+      return false;
     nanosleep(&pause, NULL);
   }
+  return true;
 }
 
 /* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
@@ -318,8 +322,16 @@ static int unmap_buffer(struct gpushm_buffer *buf)
 {
   int r = 0, r2 = 0;
 
-  if (buf->fence_written)
-    drain_fence(buf);
+  if ((buf->fence_written || buf->fence_waited) && !drain_fence(buf)) {
+    /* Leaked on purpose: a fault would take every CUDA context of the process down. */
+    r = client_error(GPUSHM_E_TIMEOUT, "'%s' stays mapped in this process: stream work on "
+                     "its fence (a release's write or an acquire's wait for release %llu) "
+                     "had not finished within %u ms", buf->name,
+                     (unsigned long long)(buf->fence_waited > buf->fence_written
+                                            ? buf->fence_waited : buf->fence_written),
+                     GPUSHM_FENCE_DRAIN_TIMEOUT_MS);
+    buf->ptr = NULL;
+  }
   if (is_event(buf) && buf->ptr)
     r = client_cuda_destroy_event(buf->ptr, buf->device);
   else if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
@@ -335,6 +347,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
   buf->sync_method = GPUSHM_SYNC_NONE;
   buf->fence_dptr = 0;
   buf->fence_written = 0;
+  buf->fence_waited = 0;
   if (buf->control)
     munmap(buf->control, SYNC_CONTROL_SIZE);
   buf->control = NULL;

@@ -59,6 +59,7 @@ struct gpushm_buffer {
   void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the CUevent */
   uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
   uint64_t fence_written;  /* the last value this process queued for the fence */
+  uint64_t fence_waited;   /* the highest value a stream of this process waits for */
   uint64_t size;
   void *ptr;
   size_t map_len;       /* host and cuda-fd: what is mapped */

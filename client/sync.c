@@ -229,7 +229,13 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
   case GPUSHM_SYNC_GPU_FENCE:
     /* The fence reaches seq once release seq's work is done (a later release only
      * raises it): waiting for >= seq, not == seq, never waits too little. */
-    return client_cuda_fence_wait(buf->fence_dptr, seq, buf->device, stream);
+    if ((r = client_cuda_fence_wait(buf->fence_dptr, seq, buf->device, stream)) == 0) {
+      uint64_t was = __atomic_load_n(&buf->fence_waited, __ATOMIC_RELAXED);
+      while (was < seq && !__atomic_compare_exchange_n(&buf->fence_waited, &was, seq, true,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    }
+    return r;
   case GPUSHM_SYNC_CPU_FENCE:
     return wait_fence_on_cpu(buf, seq, timeout_ms, deadline);
   default:

@@ -262,7 +262,8 @@ static void test_cpu_fallback_waits_for_the_fence(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(b));
 }
 
-/* Role: the fence write never lands (a stuck stream): close gives up after the limit. */
+/* Role: the fence write never lands (a stuck stream): close gives up after the limit,
+ * keeping the mapping, and says so; the daemon's reference goes back all the same. */
 static int role_stuck_producer(void)
 {
   gpushm_t *conn = daemon_connect(&d);
@@ -272,7 +273,9 @@ static int role_stuck_producer(void)
   CHECK_OK(gpushm_buffer_open(conn, "stuck", 0, &b));
   CHECK_OK(gpushm_buffer_release(b, NULL, NULL));
   t = now_ms();
-  CHECK_OK(gpushm_buffer_close(b));
+  /* the mapping stays (unmapping under the queued write would fault the process) */
+  CHECK_ERR(gpushm_buffer_close(b), GPUSHM_E_TIMEOUT);
+  CHECK(strstr(gpushm_last_error_message(), "stays mapped") != NULL);
   t = now_ms() - t;
   test_log("close gave up on a fence write that never landed after %.0f ms (limit %u)", t,
            GPUSHM_FENCE_DRAIN_TIMEOUT_MS);
@@ -395,6 +398,7 @@ static void test_drain_limit(gpushm_t *conn)
   gpushm_buffer_t *b = create(conn, "stuck", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0600);
   CHECK(run_role("stuck-producer", "GPUSHM_FAKE_CUDA_WRITE_DELAY_MS=-1") == 0);
   CHECK(gpushm_buffer_release_seq(b) == 1);
+  CHECK(gpushm_buffer_info_refs(info_of(conn, "stuck")) == 1); /* only ours */
   CHECK_OK(gpushm_unlink(conn, "stuck"));
   CHECK_OK(gpushm_buffer_close(b));
 }
