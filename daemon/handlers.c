@@ -124,6 +124,7 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   }
   call->hello_version = version;
   call->hello_features = hello->features;
+  call->hello_ranged = hello->min_version || hello->max_version;
   if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
     return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
   /* Admin tools print it: no escape sequences, no invalid UTF-8. */
@@ -153,7 +154,7 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   ctx->body.hello.n_backends = n_backends;
   ctx->body.hello.backends = ctx->backends;
   ctx->body.hello.client_id = call->client->id;
-  ctx->body.hello.default_backend = (Gpushm__Backend)registry_default_backend(call->reg);
+  ctx->body.hello.default_backend = (Gpushm__Backend)registry_default_backend(call->reg, NULL);
   ctx->body.hello.pid_namespace = own_pid_namespace();
   if ((r = fill_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
     return r;
@@ -269,7 +270,7 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
 #ifdef HAVE_CUDA
   /* What the create will use, the daemon's default-backend included: any device
    * backend (or event) needs the device's context, made off the loop. */
-  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg);
+  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->client);
   if (effective != GPUSHM_BACKEND_HOST && cr->device >= 0 &&
       cr->device < backend_cuda_device_count() && !backend_cuda_device_ready(cr->device)) {
     ctx->wait_device = cr->device;

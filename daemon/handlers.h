@@ -65,6 +65,7 @@ struct handler_call {
   char hello_name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   unsigned hello_version;
   uint64_t hello_features;
+  bool hello_ranged; /* a version range: gpushm 0.2 or later */
 };
 
 #define HANDLER_OWNED_MAX (2 * GPUSHM_LIMIT_LIST_PAGE + 8)

@@ -529,8 +529,10 @@ static const char *kind_name(const struct reg_object *obj)
   return obj->kind == REG_EVENT ? "event" : obj->sync ? "sync buffer" : "buffer";
 }
 
-int registry_default_backend(const struct registry *reg)
+int registry_default_backend(const struct registry *reg, const struct reg_client *client)
 {
+  if (client && client->default_host_only)
+    return GPUSHM_BACKEND_HOST;
   switch (reg->limits.default_backend) {
   case 0:
     return GPUSHM_BACKEND_HOST;
@@ -543,10 +545,11 @@ int registry_default_backend(const struct registry *reg)
 
 /* Checks what a create asks for before anything is looked up or allocated; *be is the
  * backend of a buffer (NULL for an event). */
-static int check_create(const struct registry *reg, const struct reg_create_args *args,
-                        const struct backend **be, char *err, size_t errlen)
+static int check_create(const struct registry *reg, const struct reg_client *client,
+                        const struct reg_create_args *args, const struct backend **be,
+                        char *err, size_t errlen)
 {
-  int backend = args->backend ? (int)args->backend : registry_default_backend(reg);
+  int backend = args->backend ? (int)args->backend : registry_default_backend(reg, client);
   const char *why;
 
   *be = NULL;
@@ -640,7 +643,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   int r;
 
   memset(out, 0, sizeof *out);
-  if ((r = check_create(reg, args, &be, err, errlen)) < 0)
+  if ((r = check_create(reg, client, args, &be, err, errlen)) < 0)
     return r;
 
   slot = name_slot(reg, args->name);

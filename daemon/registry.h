@@ -23,6 +23,9 @@ struct reg_client {
   gid_t *groups; /* supplementary groups, from SO_PEERGROUPS */
   unsigned n_groups;
   bool admin;    /* root or the admin group: may list and unlink every user's buffers */
+  /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
+   * when it names no backend, so the daemon's default-backend does not apply to it. */
+  bool default_host_only;
   struct list holdings; /* reg_holding.client_link */
 };
 
@@ -198,7 +201,7 @@ bool registry_backend_allowed(const struct registry *reg, const struct backend *
  * read it, and its holders. */
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
 
-/* The backend GPUSHM_BACKEND_DEFAULT means now (never 0 nor auto). */
-int registry_default_backend(const struct registry *reg);
+/* The backend GPUSHM_BACKEND_DEFAULT means now for client (never 0 nor auto). */
+int registry_default_backend(const struct registry *reg, const struct reg_client *client);
 
 #endif

@@ -142,6 +142,7 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     s->hello_done = true;
     s->protocol_version = call.hello_version;
     s->client_features = call.hello_features;
+    s->client.default_host_only = !call.hello_ranged;
     memcpy(s->name, call.hello_name, sizeof s->name);
   }
   send_reply(s, &reply->reply, reply->fds, reply->n_fds);

@@ -61,6 +61,8 @@ static void test_frozen_v1_client(void)
   r = exchange(sock, v1_create, sizeof v1_create, &n_fds);
   CHECK(r->request_id == 2 && r->status == 0 && r->body_case == GPUSHM__REPLY__BODY_OPEN);
   CHECK(r->open->created && strcmp(r->open->info->name, "old") == 0 && n_fds == 1);
+  /* host memory, whatever the daemon's default-backend: it is all 0.1 knows */
+  CHECK(r->open->info->backend == GPUSHM__BACKEND__BACKEND_HOST);
   gpushm__reply__free_unpacked(r, NULL);
   r = exchange(sock, v1_ping, sizeof v1_ping, &n_fds);
   CHECK(r->request_id == 3 && r->status == 0 && r->body_case == GPUSHM__REPLY__BODY_PING);
@@ -136,11 +138,22 @@ static void test_library_keeps_it(void)
 
 int main(void)
 {
+  const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
+
   unsetenv("NOTIFY_SOCKET");
   daemon_start(&d, NULL);
   test_frozen_v1_client();
   test_negotiation();
   test_library_keeps_it();
   daemon_stop(&d);
+  /* A daemon whose default is device memory (the installed settings on a GPU host)
+   * still gives a 0.1 client host memory when it names no backend. */
+  if (fake && access(fake, R_OK) == 0) {
+    memset(&d, 0, sizeof d);
+    setenv("GPUSHM_CUDA_LIBRARY", fake, 1);
+    daemon_start(&d, "--default-backend", "cuda-fd", NULL);
+    test_frozen_v1_client();
+    daemon_stop(&d);
+  }
   return 0;
 }
