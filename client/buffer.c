@@ -225,7 +225,9 @@ static int explain_ipc_failure(gpushm_t *conn)
 {
   char driver[200], why[160];
 
-  if (!client_ipc_namespace_problem(conn, why, sizeof why))
+  /* Only the error sibling namespaces give (measured): out of memory stays itself. */
+  if (!strstr(gpushm_last_error_message(), "CUDA_ERROR_INVALID_CONTEXT") ||
+      !client_ipc_namespace_problem(conn, why, sizeof why))
     return GPUSHM_E_CUDA;
   snprintf(driver, sizeof driver, "%s", gpushm_last_error_message());
   return client_error(GPUSHM_E_UNSUPPORTED, "%s; %s: legacy CUDA IPC does not work between "

@@ -168,8 +168,15 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
   if (d->offered & EVENTS_BIT)
     snprintf(list + strlen(list), sizeof list - strlen(list), "%sevents", *list ? ", " : "");
   def = gpushm_daemon_default_backend(d->conn);
-  report(d, AFFECTS_NONE, "daemon", "backends", ST_OK, "offered: %s; default: %s",
-         *list ? list : "none", def ? backend_names[def] : "host (gpushmd does not say)");
+  if ((unsigned)def >= N_BACKENDS) {
+    /* a backend newer than this gpushmctl: judge what it knows */
+    report(d, AFFECTS_NONE, "daemon", "backends", ST_OK, "offered: %s; default: backend %d, "
+           "unknown to this gpushmctl", *list ? list : "none", (int)def);
+    def = 0;
+  } else {
+    report(d, AFFECTS_NONE, "daemon", "backends", ST_OK, "offered: %s; default: %s",
+           *list ? list : "none", def ? backend_names[def] : "host (gpushmd does not say)");
+  }
   d->judged = requested ? (gpushm_backend_t)requested : def ? def : GPUSHM_BACKEND_HOST;
   d->judged_why = requested ? "asked for" : "gpushmd's default";
   return 0;

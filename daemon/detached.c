@@ -40,6 +40,7 @@ static void forget(struct detached *d)
 
   list_del(&d->link);
   set->n--;
+  set->warned_full = false;
   if (d->pidfd >= 0) {
     uv_close((uv_handle_t *)&d->watch, free_detached);
     return;
@@ -86,28 +87,44 @@ static uint64_t now_unix_ms(void)
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
+{
+  unsigned n = 0;
+  for (const struct list *l = set->list.next; l != &set->list; l = l->next)
+    n += list_entry(l, struct detached, link)->uid == uid;
+  return n;
+}
+
 void detached_track(struct detached_set *set, const struct registry *reg,
                     const struct reg_client *client)
 {
   const struct list *l;
   struct detached *d;
-  size_t n = 0;
+  size_t n = 0, keep;
+  uint64_t bytes = 0;
   int pidfd;
 
+  (void)reg;
   for (l = client->holdings.next; l != &client->holdings; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
-    n += h->refs && h->buffer->kind == REG_BUFFER;
+    if (h->refs && h->buffer->kind == REG_BUFFER) {
+      n++;
+      bytes += h->buffer->allocated;
+    }
   }
   if (n == 0 || client->pid <= 0)
     return;
   /* Opened now: from here on the pidfd names this process, even if its pid is reused. */
   pidfd = set->no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, client->pid, 0);
   if (pidfd < 0 && !set->no_pidfd) {
-    if (errno != ENOSYS)
-      return; /* ESRCH: the usual end, the process exited and its mappings with it */
-    set->no_pidfd = true;
-    log_info("no pidfd_open here: processes that keep memory after their connection ended "
-             "are checked every %u ms", GPUSHM_DETACHED_SWEEP_MS);
+    if (errno == ESRCH)
+      return; /* the usual end: the process exited, and its mappings with it */
+    if (errno == ENOSYS) {
+      set->no_pidfd = true;
+      log_info("no pidfd_open here: processes that keep memory after their connection "
+               "ended are checked every %u ms", GPUSHM_DETACHED_SWEEP_MS);
+    }
+    /* otherwise (no fds left, say) this one is swept like the rest */
   }
   if (pidfd < 0 && kill(client->pid, 0) < 0 && errno == ESRCH)
     return;
@@ -115,10 +132,17 @@ void detached_track(struct detached_set *set, const struct registry *reg,
     close(pidfd);
     return;
   }
-  if (set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES || !(d = calloc(1, sizeof *d + n * sizeof d->buffers[0]))) {
+  keep = n < GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT ? n : GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT;
+  if (set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES ||
+      tracked_for_uid(set, client->uid) >= GPUSHM_LIMIT_DETACHED_PER_UID ||
+      !(d = calloc(1, sizeof *d + keep * sizeof d->buffers[0]))) {
     set->untracked++;
-    log_warn("pid %d keeps %zu buffers mapped after its connection ended; not listed (%u "
-             "such processes already)", (int)client->pid, n, set->n);
+    if (!set->warned_full)
+      log_warn("pid %d (uid %u) keeps %zu buffers mapped after its connection ended; not "
+               "listed: %u such processes are (%u per uid at most); said once until there "
+               "is room", (int)client->pid, (unsigned)client->uid, n, set->n,
+               GPUSHM_LIMIT_DETACHED_PER_UID);
+    set->warned_full = true;
     if (pidfd >= 0)
       close(pidfd);
     return;
@@ -129,7 +153,9 @@ void detached_track(struct detached_set *set, const struct registry *reg,
   d->uid = client->uid;
   d->client_id = client->id;
   d->since_unix_ms = now_unix_ms();
-  for (l = client->holdings.next; l != &client->holdings; l = l->next) {
+  d->n_total = n;
+  d->bytes_total = bytes;
+  for (l = client->holdings.next; l != &client->holdings && d->n < keep; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
     const struct reg_object *b = h->buffer;
     struct detached_buffer *db;
@@ -159,7 +185,8 @@ void detached_track(struct detached_set *set, const struct registry *reg,
   /* Debug only: a process that is exiting closes its socket before its pidfd turns
    * readable, so most of these are forgotten again within milliseconds. */
   log_debug("client %u (pid %d, uid %u) ended its connection while holding %zu buffers; it "
-            "keeps what it maps until it exits", d->client_id, (int)d->pid, (unsigned)d->uid, d->n);
+            "keeps what it maps until it exits", d->client_id, (int)d->pid, (unsigned)d->uid,
+            d->n_total);
 }
 
 void detached_shutdown(struct detached_set *set)

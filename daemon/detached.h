@@ -37,7 +37,9 @@ struct detached {
   uid_t uid;
   uint32_t client_id;
   uint64_t since_unix_ms;
-  size_t n;
+  size_t n_total;       /* buffers it held */
+  uint64_t bytes_total; /* their memory */
+  size_t n;             /* of them, remembered (GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT) */
   struct detached_buffer buffers[];
 };
 
@@ -47,6 +49,7 @@ struct detached_set {
   unsigned n;
   unsigned n_swept; /* of them, without a pidfd: checked by the sweep timer */
   bool no_pidfd;    /* pidfd_open said ENOSYS once: not asked again */
+  bool warned_full; /* said once that processes go untracked, until there is room */
   uv_timer_t sweep;
   uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
 };

@@ -474,7 +474,8 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
       out->uid = (uint32_t)d->uid;
       out->client_id = d->client_id;
       out->since_unix_ms = d->since_unix_ms;
-      out->buffers_total = (uint32_t)d->n;
+      out->buffers_total = (uint32_t)d->n_total;
+      out->bytes_total = d->bytes_total;
       out->buffers = &bptrs[nb];
       ptrs[n++] = out;
     }
@@ -494,7 +495,6 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
       }
       if (!out)
         continue;
-      out->bytes_total += b->allocated;
       out->bytes_released += gone ? b->allocated : 0;
       if (out->n_buffers < GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED) {
         Gpushm__DetachedBuffer *ob = &bs[nb];

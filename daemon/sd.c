@@ -104,7 +104,9 @@ int sdn_fdstore_add(const char *name, int fd)
   char msg[320];
   int r;
 
-  snprintf(msg, sizeof msg, "FDSTORE=1\nFDNAME=%s", name);
+  /* FDPOLL=0: systemd otherwise drops a stored fd that polls POLLHUP or POLLERR, which
+   * a device handle's fd (the driver's poll) may well do. */
+  snprintf(msg, sizeof msg, "FDSTORE=1\nFDPOLL=0\nFDNAME=%s", name);
   r = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
   return r > 0 ? 0 : r == 0 ? -ENOTCONN : r;
 }

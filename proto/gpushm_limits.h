@@ -73,6 +73,11 @@
 #define GPUSHM_LIMIT_DETACHED_PROCESSES       256u
 #define GPUSHM_LIMIT_DETACHED_LISTED          32u
 #define GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED  4u
+/* One uid cannot take every slot: at most this many of its processes are tracked. */
+#define GPUSHM_LIMIT_DETACHED_PER_UID         32u
+/* Buffers remembered per process (ids, for the memory freed since); the rest count in
+ * its totals only.  Bounds the daemon's memory and each stats request's work. */
+#define GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT    1024u
 /* Where pidfd_open is missing (kernels before 5.3, valgrind), how often such processes
  * are checked for having exited; a pid reused within that time keeps its entry. */
 #define GPUSHM_DETACHED_SWEEP_MS              1000u

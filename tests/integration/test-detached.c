@@ -2,8 +2,8 @@
  * that maps a session buffer (which the daemon then frees) and one it shares; the process
  * still reads its data, statistics list it with both buffers and count the freed one as
  * pinned, a non-admin sees the totals but not the process; once it exits it is gone from
- * the list.  A client that simply exits is not listed (for long).  Crossed: the number of
- * processes tracked, the processes listed and the buffers listed per process. */
+ * the list.  A client that simply exits is not listed (for long).  Every limit on it is
+ * crossed (test_limits). */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
@@ -41,13 +41,17 @@ static int detached_is(const struct test_daemon *daemon, void *want)
   return ok;
 }
 
+static pid_t holder_as(uid_t uid, const int ready_pipe[2], const int go_pipe[2], bool create,
+                       const char *const *names);
+#define holder(...) holder_as(0, __VA_ARGS__)
+
 /* A child that opens the named buffers (creating "mine-<pid>" as a session buffer
  * first, if create), fills what it created, says 'r' on ready and waits for a byte on
  * go: 'c' checks its data is still there and answers 'c', anything else ends it. */
-static pid_t holder(const int ready_pipe[2], const int go_pipe[2], bool create,
-                    const char *const *names)
+static pid_t holder_as(uid_t uid, const int ready_pipe[2], const int go_pipe[2], bool create,
+                       const char *const *names)
 {
-  pid_t pid = fork();
+  pid_t pid = uid ? fork_as(uid, uid) : fork();
   CHECK(pid >= 0);
   if (pid == 0) {
     int ready = ready_pipe[1], go = go_pipe[0];
@@ -174,34 +178,11 @@ static void test_exited_holder(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(b));
 }
 
-/* One process past the tracking limit, more than are listed, and one holding more
- * buffers than are listed per process. */
-static void test_limits(gpushm_t *conn)
+/* Disconnects every client but this process's own. */
+static void disconnect_others(gpushm_t *conn)
 {
-  enum { N = GPUSHM_LIMIT_DETACHED_PROCESSES + 1, B = GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED + 1 };
-  static pid_t pids[N];
-  static const char *names[B + 1];
-  static char text[B][16];
-  gpushm_buffer_t *bufs[B];
   gpushm_client_list_t *list;
-  gpushm_stats_t *s;
-  int ready[2], go[2];
-  uint32_t limit = GPUSHM_LIMIT_DETACHED_PROCESSES, none = 0;
-  char c;
 
-  for (int i = 0; i < B; i++) {
-    snprintf(text[i], sizeof text[i], "many-%d", i);
-    names[i] = text[i];
-    CHECK_OK(gpushm_buffer_create(conn, text[i], 4096, NULL, &bufs[i]));
-  }
-  CHECK(pipe(ready) == 0 && pipe(go) == 0);
-  pids[0] = holder(ready, go, false, names); /* all B of them, connected first: */
-  CHECK(read(ready[0], &c, 1) == 1);          /* the first disconnected, the first listed */
-  names[1] = NULL;
-  for (int i = 1; i < N; i++)
-    pids[i] = holder(ready, go, false, names); /* one each */
-  for (int i = 1; i < N; i++)
-    CHECK(read(ready[0], &c, 1) == 1);
   CHECK_OK(gpushm_clients(conn, &list));
   for (size_t i = 0; i < gpushm_client_list_count(list); i++) {
     const gpushm_client_info_t *ci = gpushm_client_list_get(list, i);
@@ -209,13 +190,67 @@ static void test_limits(gpushm_t *conn)
       CHECK_OK(gpushm_client_disconnect(conn, gpushm_client_info_client_id(ci)));
   }
   gpushm_client_list_free(list);
-  CHECK(wait_until(detached_is, &d, &limit)); /* one past the limit: counted, not kept */
+}
+
+/* Crossed: processes per uid (one uid's 33 processes), processes in all (one past 256,
+ * over 9 uids), processes listed (32), buffers listed per process (4 of the first one's)
+ * and buffers remembered per process (its 1025, of which 1024 are). */
+static void test_limits(gpushm_t *conn)
+{
+  enum { B = GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT + 1, PER_UID = GPUSHM_LIMIT_DETACHED_PER_UID,
+         N = GPUSHM_LIMIT_DETACHED_PROCESSES + 1 };
+  static pid_t pids[N + PER_UID];
+  static const char *names[B + 1];
+  static char text[B][16];
+  static gpushm_buffer_t *bufs[B];
+  gpushm_stats_t *s;
+  const gpushm_detached_t *first;
+  int ready[2], go[2];
+  uint32_t want, none = 0;
+  char c;
+
+  for (int i = 0; i < B; i++) {
+    snprintf(text[i], sizeof text[i], "many-%d", i);
+    names[i] = text[i];
+    CHECK_OK(gpushm_buffer_create(conn, text[i], 4096, NULL, &bufs[i]));
+  }
+
+  /* one uid's 33 processes: 32 tracked */
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  names[1] = NULL;
+  for (int i = 0; i <= PER_UID; i++)
+    pids[i] = holder_as(60000, ready, go, false, names);
+  for (int i = 0; i <= PER_UID; i++)
+    CHECK(read(ready[0], &c, 1) == 1);
+  disconnect_others(conn);
+  want = PER_UID;
+  CHECK(wait_until(detached_is, &d, &want));
+  close(go[1]);
+  for (int i = 0; i <= PER_UID; i++)
+    check_child(pids[i]);
+  CHECK(wait_until(detached_is, &d, &none));
+  close(ready[0]), close(ready[1]), close(go[0]);
+
+  /* 257 processes over 9 uids: 256 tracked */
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  names[1] = text[1];
+  pids[0] = holder(ready, go, false, names);  /* all B buffers, connected first: */
+  CHECK(read(ready[0], &c, 1) == 1);          /* the first disconnected, the first listed */
+  names[1] = NULL;
+  for (int i = 1; i < N; i++)
+    pids[i] = holder_as(60001 + (uid_t)((i - 1) / PER_UID), ready, go, false, names);
+  for (int i = 1; i < N; i++)
+    CHECK(read(ready[0], &c, 1) == 1);
+  disconnect_others(conn);
+  want = GPUSHM_LIMIT_DETACHED_PROCESSES;
+  CHECK(wait_until(detached_is, &d, &want));
   s = daemon_stats(&d);
   CHECK(gpushm_stats_detached_count(s) == GPUSHM_LIMIT_DETACHED_LISTED);
-  CHECK(gpushm_detached_pid(gpushm_stats_detached(s, 0)) == (uint32_t)pids[0]);
-  CHECK(gpushm_detached_buffers_total(gpushm_stats_detached(s, 0)) == B);
-  CHECK(gpushm_detached_buffer_count(gpushm_stats_detached(s, 0)) ==
-        GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED);
+  first = gpushm_stats_detached(s, 0);
+  CHECK(gpushm_detached_pid(first) == (uint32_t)pids[0]);
+  CHECK(gpushm_detached_buffers_total(first) == B);
+  CHECK(gpushm_detached_bytes_total(first) == (uint64_t)B * 4096);
+  CHECK(gpushm_detached_buffer_count(first) == GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED);
   gpushm_stats_free(s);
   close(go[1]); /* every holder reads end of file and exits */
   for (int i = 0; i < N; i++)
@@ -226,9 +261,10 @@ static void test_limits(gpushm_t *conn)
     CHECK_OK(gpushm_unlink(conn, text[i]));
     CHECK_OK(gpushm_buffer_close(bufs[i]));
   }
-  test_log("%d detached processes: %u tracked, %u listed, %u buffers listed of %d",
-           N, GPUSHM_LIMIT_DETACHED_PROCESSES, GPUSHM_LIMIT_DETACHED_LISTED,
-           GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED, B);
+  test_log("%d processes of one uid: %u tracked; %d over 9 uids: %u tracked, %u listed; "
+           "%u buffers listed and %u remembered of %d", PER_UID + 1, PER_UID, N,
+           GPUSHM_LIMIT_DETACHED_PROCESSES, GPUSHM_LIMIT_DETACHED_LISTED,
+           GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED, GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT, B);
 }
 
 int main(void)
