@@ -6,7 +6,8 @@
  * process's, which is why a doctor inside a container says more than one on the host.
  * It changes nothing but one trial buffer of the backend it judges (session lifetime,
  * mode 0600, a unique name, unlinked before it exits) and, for a backend the daemon
- * does not offer, one create that the daemon refuses with its reason. */
+ * does not offer, one probe create (session lifetime, the daemon's default mode) that
+ * the daemon refuses with its reason — and, should it not refuse, unlinked at once. */
 #include "config.h"
 #include "ctl.h"
 #include "gpushm-admin.h"

@@ -234,13 +234,17 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  * timeout_ms < 0 waits for ever; GPUSHM_E_TIMEOUT if seq is not published in time.
  *
  * How the GPU side is ordered depends on the backend (gpushm_buffer_sync_method()):
- *  - cuda-fd: a memory fence.  Release enqueues a write of its number into a word of
- *    the shared control block (cuStreamWriteValue64); acquire makes stream wait until
- *    the word reaches seq (cuStreamWaitValue64).  Works for every uid the buffer's
- *    mode admits and across PID namespaces.  Where the device lacks 64-bit stream
- *    memory operations (or read-only host registration, for read-only opens), the
- *    same word is written and waited on by the CPU instead: release waits for stream
- *    to finish, acquire for the word — correct, not asynchronous.
+ *  - cuda-fd: a memory fence, 8 bytes of the buffer's own allocation past its data.
+ *    Release enqueues a write of its number there (cuStreamWriteValue64); acquire makes
+ *    stream wait until it reaches seq (cuStreamWaitValue64).  Works for every uid the
+ *    buffer's mode admits and across PID namespaces.  Where the device lacks 64-bit
+ *    stream memory operations, the fence is written and waited on by the CPU instead:
+ *    release waits for stream to finish, acquire for the fence — correct, not
+ *    asynchronous.  A releaser that dies with its fence write still queued leaves
+ *    release N published and never done: streams that acquire it wait for ever (as for
+ *    an event never recorded by a dead producer, but a stream wait has no timeout).
+ *    Close a buffer only after the streams that used it are done; the last close waits
+ *    for this process's own queued fence operations (docs/sync.md).
  *  - cuda-ipc: an inter-process event, recorded by release and waited on by acquire
  *    (cuStreamWaitEvent); only the daemon's uid (or root) can open it.
  *  - host: stream must be NULL; release publishes with release ordering and acquire

@@ -61,9 +61,10 @@
 #define GPUSHM_LIMIT_FRAMES_PER_WAKEUP     32u
 /* Pause before accepting again after EMFILE/ENFILE, instead of spinning on the listen fd. */
 #define GPUSHM_ACCEPT_BACKOFF_MS           100u
-/* The last close of a cuda-fd sync buffer waits this long, at most, for the fence
- * write of this process's last release to land before it unregisters the page the
- * write targets (a producer that releases and exits must not strand its consumers). */
+/* The last close of a cuda-fd sync buffer waits this long, at most, for this process's
+ * queued fence operations (its last release's write, its acquires' waits) to pass
+ * before it unmaps the buffer they target; past it, the mapping is kept for the life of
+ * the process, since unmapping under them would fault every context of the process. */
 #define GPUSHM_FENCE_DRAIN_TIMEOUT_MS      10000u
 
 /* Live processes whose connection ended while they held buffers (they may still map
