@@ -189,9 +189,14 @@ void detached_track(struct detached_set *set, const struct registry *reg,
             d->n_total);
 }
 
-void detached_shutdown(struct detached_set *set)
+void detached_forget_all(struct detached_set *set)
 {
   while (set->list.next != &set->list)
     forget(list_entry(set->list.next, struct detached, link));
+}
+
+void detached_shutdown(struct detached_set *set)
+{
+  detached_forget_all(set);
   uv_close((uv_handle_t *)&set->sweep, NULL);
 }

@@ -59,7 +59,9 @@ void detached_init(struct detached_set *set, uv_loop_t *loop);
  * holds while its process lives.  Nothing held, or the process gone: nothing kept. */
 void detached_track(struct detached_set *set, const struct registry *reg,
                     const struct reg_client *client);
-/* Stops watching and forgets them all (the daemon is stopping). */
+/* Forgets them all (their pidfds close once the loop runs the watchers' close). */
+void detached_forget_all(struct detached_set *set);
+/* detached_forget_all, and the set is done with (the daemon is stopping). */
 void detached_shutdown(struct detached_set *set);
 
 #endif

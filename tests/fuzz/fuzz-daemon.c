@@ -405,6 +405,10 @@ static void reset_registry(void)
   srv.reg.on_unlink_ctx = on_unlink_ctx;
   srv.counters = (struct handler_counters){ 0 };
   srv.next_client_id = 0;
+  /* Its clients are this process, alive: each that hung up holding buffers is tracked
+   * with a pidfd, which the next input must not inherit. */
+  detached_forget_all(&srv.detached);
+  uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
