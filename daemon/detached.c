@@ -95,8 +95,7 @@ static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
   return n;
 }
 
-void detached_track(struct detached_set *set, const struct registry *reg,
-                    const struct reg_client *client)
+void detached_track(struct detached_set *set, const struct reg_client *client)
 {
   const struct list *l;
   struct detached *d;
@@ -104,7 +103,6 @@ void detached_track(struct detached_set *set, const struct registry *reg,
   uint64_t bytes = 0;
   int pidfd;
 
-  (void)reg;
   for (l = client->holdings.next; l != &client->holdings; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
     if (h->refs && h->buffer->kind == REG_BUFFER) {

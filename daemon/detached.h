@@ -57,8 +57,7 @@ struct detached_set {
 void detached_init(struct detached_set *set, uv_loop_t *loop);
 /* As client's connection ends, before the registry drops its references: keeps what it
  * holds while its process lives.  Nothing held, or the process gone: nothing kept. */
-void detached_track(struct detached_set *set, const struct registry *reg,
-                    const struct reg_client *client);
+void detached_track(struct detached_set *set, const struct reg_client *client);
 /* Forgets them all (their pidfds close once the loop runs the watchers' close). */
 void detached_forget_all(struct detached_set *set);
 /* detached_forget_all, and the set is done with (the daemon is stopping). */

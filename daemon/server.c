@@ -382,7 +382,7 @@ static void on_session_gone(void *ctx, struct session *s)
   server_uid_conns(srv, s->client.uid, -1);
   /* Not while stopping: every connection ends then, and nobody is left to ask. */
   if (srv->listening)
-    detached_track(&srv->detached, &srv->reg, &s->client);
+    detached_track(&srv->detached, &s->client);
 }
 
 struct session *server_connect(struct server *srv, int fd)

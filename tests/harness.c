@@ -307,3 +307,17 @@ int file_contains(const char *path, const char *text)
   buf[n] = '\0';
   return strstr(buf, text) != NULL;
 }
+
+uint32_t client_id_of(gpushm_t *conn, pid_t pid)
+{
+  gpushm_client_list_t *list;
+  uint32_t id = 0;
+
+  CHECK_OK(gpushm_clients(conn, &list));
+  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
+    if (gpushm_client_info_pid(gpushm_client_list_get(list, i)) == (uint32_t)pid)
+      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
+  gpushm_client_list_free(list);
+  CHECK(id != 0);
+  return id;
+}

@@ -80,6 +80,9 @@ void check_child(pid_t pid);
 /* fork() whose child runs as uid:gid with no supplementary groups (needs root);
  * returns as fork() does. */
 pid_t fork_as(uid_t uid, gid_t gid);
+/* The client id of pid's connection, as conn (an admin's) lists clients; checked to
+ * exist. */
+uint32_t client_id_of(gpushm_t *conn, pid_t pid);
 /* Whether the file at path (its first 16 KiB) contains text. */
 int file_contains(const char *path, const char *text);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -353,21 +353,6 @@ static int pinned_after_release_is(const struct test_daemon *daemon, void *bytes
   return is;
 }
 
-/* The client id of pid's connection. */
-static uint32_t client_of(gpushm_t *conn, pid_t pid)
-{
-  gpushm_client_list_t *list;
-  uint32_t id = 0;
-
-  CHECK_OK(gpushm_clients(conn, &list));
-  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
-    if (gpushm_client_info_pid(gpushm_client_list_get(list, i)) == (uint32_t)pid)
-      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
-  gpushm_client_list_free(list);
-  CHECK(id != 0);
-  return id;
-}
-
 static int free_is(const struct test_daemon *daemon, void *expected)
 {
   gpushm_stats_t *s = daemon_stats(daemon);
@@ -419,7 +404,7 @@ static void test_freed_after_last_release(gpushm_t *conn)
   b = create_cuda(conn, "detached", size);
   holder = spawn("holder", "detached", fd_text, NULL, NULL);
   CHECK(read(ready[0], &c, 1) == 1);
-  CHECK_OK(gpushm_client_disconnect(conn, client_of(conn, holder)));
+  CHECK_OK(gpushm_client_disconnect(conn, client_id_of(conn, holder)));
   CHECK_OK(gpushm_unlink(conn, "detached"));
   CHECK_OK(gpushm_buffer_close(b));
   CHECK(wait_until(pinned_after_release_is, &d, &size));

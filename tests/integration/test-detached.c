@@ -18,21 +18,6 @@
 
 static struct test_daemon d;
 
-/* The client id of pid's connection, as the daemon lists it. */
-static uint32_t client_of(gpushm_t *conn, pid_t pid)
-{
-  gpushm_client_list_t *list;
-  uint32_t id = 0;
-
-  CHECK_OK(gpushm_clients(conn, &list));
-  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
-    if (gpushm_client_info_pid(gpushm_client_list_get(list, i)) == (uint32_t)pid)
-      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
-  gpushm_client_list_free(list);
-  CHECK(id != 0);
-  return id;
-}
-
 static int detached_is(const struct test_daemon *daemon, void *want)
 {
   gpushm_stats_t *s = daemon_stats(daemon);
@@ -101,7 +86,7 @@ static void test_disconnected_holder(gpushm_t *conn)
   CHECK(pipe(ready) == 0 && pipe(go) == 0);
   pid = holder(ready, go, true, shared);
   CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
-  CHECK_OK(gpushm_client_disconnect(conn, client_of(conn, pid)));
+  CHECK_OK(gpushm_client_disconnect(conn, client_id_of(conn, pid)));
   CHECK(wait_until(detached_is, &d, &one));
 
   s = daemon_stats(&d);
