@@ -44,3 +44,44 @@ void cuda_test_child_env(void)
     unsetenv("CUDA_MPS_PIPE_DIRECTORY");
   unsetenv(SAVED_MPS_PIPE);
 }
+
+CUdeviceptr cuda_test_dptr(gpushm_buffer_t *b)
+{
+  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
+}
+
+uint32_t cuda_test_word(uint64_t i, uint32_t seed)
+{
+  return (uint32_t)(i * 2654435761u) ^ seed ^ (uint32_t)(i >> 32);
+}
+
+#define CHUNK (16u << 20)
+
+void cuda_test_fill(CUdeviceptr p, uint64_t bytes, uint32_t seed)
+{
+  static uint32_t host[CHUNK / 4];
+  for (uint64_t off = 0; off < bytes; off += CHUNK) {
+    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+    for (uint64_t i = 0; i < n / 4; i++)
+      host[i] = cuda_test_word(off / 4 + i, seed);
+    CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, p + off, host, n));
+  }
+  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+}
+
+int cuda_test_verify(CUdeviceptr p, uint64_t bytes, uint32_t seed)
+{
+  static uint32_t host[CHUNK / 4];
+  for (uint64_t off = 0; off < bytes; off += CHUNK) {
+    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, host, p + off, n));
+    for (uint64_t i = 0; i < n / 4; i++) {
+      if (host[i] != cuda_test_word(off / 4 + i, seed)) {
+        fprintf(stderr, "word %llu is %08x, expected %08x\n", (unsigned long long)(off / 4 + i),
+                host[i], cuda_test_word(off / 4 + i, seed));
+        return 0;
+      }
+    }
+  }
+  return 1;
+}

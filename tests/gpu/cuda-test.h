@@ -31,4 +31,13 @@ void cuda_test_setup(int skip_without_gpu);
 void cuda_test_parent_outside_mps(void);
 void cuda_test_child_env(void);
 
+/* A buffer's device pointer (for the device it is mapped for). */
+CUdeviceptr cuda_test_dptr(gpushm_buffer_t *b);
+/* A known pattern: word i of a buffer filled with seed. */
+uint32_t cuda_test_word(uint64_t i, uint32_t seed);
+/* Fills bytes at p with the pattern (through the current context, then synchronised);
+ * verify copies them back and compares every word, saying where the first differs. */
+void cuda_test_fill(CUdeviceptr p, uint64_t bytes, uint32_t seed);
+int cuda_test_verify(CUdeviceptr p, uint64_t bytes, uint32_t seed);
+
 #endif

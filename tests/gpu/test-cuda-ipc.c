@@ -32,45 +32,6 @@ static const char *backend_name(gpushm_backend_t b)
 
 
 
-static uint32_t word(uint64_t i, uint32_t seed)
-{
-  return (uint32_t)(i * 2654435761u) ^ seed ^ (uint32_t)(i >> 32);
-}
-
-static void fill(CUdeviceptr p, uint64_t bytes, uint32_t seed)
-{
-  static uint32_t host[CHUNK / 4];
-  for (uint64_t off = 0; off < bytes; off += CHUNK) {
-    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
-    for (uint64_t i = 0; i < n / 4; i++)
-      host[i] = word(off / 4 + i, seed);
-    CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, p + off, host, n));
-  }
-  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
-}
-
-/* Copies the device words back and compares every one. */
-static int verify(CUdeviceptr p, uint64_t bytes, uint32_t seed)
-{
-  static uint32_t host[CHUNK / 4];
-  for (uint64_t off = 0; off < bytes; off += CHUNK) {
-    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
-    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, host, p + off, n));
-    for (uint64_t i = 0; i < n / 4; i++) {
-      if (host[i] != word(off / 4 + i, seed)) {
-        fprintf(stderr, "word %llu is %08x, expected %08x\n", (unsigned long long)(off / 4 + i),
-                host[i], word(off / 4 + i, seed));
-        return 0;
-      }
-    }
-  }
-  return 1;
-}
-
-static CUdeviceptr dptr(gpushm_buffer_t *b)
-{
-  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
-}
 
 /* --- roles run in child processes (exec'ed) ------------------------------------ */
 
@@ -86,9 +47,9 @@ static int role_consumer(char **argv)
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
   CHECK(gpushm_buffer_backend(b) == backend && gpushm_buffer_device(b) == 0);
-  CHECK(verify(dptr(b), gpushm_buffer_size(b), seed));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), seed));
   if (answer)
-    fill(dptr(b), gpushm_buffer_size(b), answer);
+    cuda_test_fill(cuda_test_dptr(b), gpushm_buffer_size(b), answer);
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return 0;
@@ -117,7 +78,7 @@ static int role_readonly_consumer(char **argv)
   become_nobody();
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
-  CHECK(verify(dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return 0;
@@ -148,7 +109,7 @@ static int role_holder(char **argv)
   cuda_test_setup(0);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
-  CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 0x5a5a5a5a, 1));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 0x5a5a5a5a, 1));
   CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
   CHECK(write(fd, "r", 1) == 1);
   for (;;)
@@ -170,8 +131,8 @@ static int role_write_readonly(char **argv)
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], flags, &b));
   CHECK(gpushm_buffer_is_readonly(b) == (flags != 0));
-  CHECK(verify(dptr(b), gpushm_buffer_size(b), seed));
-  r = CU_CALL(&drv, cuMemsetD32, dptr(b), 0xdeadbeef, gpushm_buffer_size(b) / 4);
+  CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), seed));
+  r = CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 0xdeadbeef, gpushm_buffer_size(b) / 4);
   if (r == CUDA_SUCCESS)
     r = CU_CALL(&drv, cuCtxSynchronize);
   if (r != CUDA_SUCCESS)
@@ -269,8 +230,8 @@ static void test_new_memory_is_zero(gpushm_t *conn)
 
   for (int round = 0; round < 3; round++) {
     b = create_cuda(conn, "recycled", size);
-    CHECK(all_zero(dptr(b), gpushm_buffer_size(b)));
-    fill(dptr(b), size, 0x5ec + (uint32_t)round); /* what the next one must not see */
+    CHECK(all_zero(cuda_test_dptr(b), gpushm_buffer_size(b)));
+    cuda_test_fill(cuda_test_dptr(b), size, 0x5ec + (uint32_t)round); /* what the next one must not see */
     CHECK_OK(gpushm_unlink(conn, "recycled"));
     CHECK_OK(gpushm_buffer_close(b));
   }
@@ -284,9 +245,9 @@ static void test_producer_consumer(gpushm_t *conn)
   gpushm_buffer_t *b = create_cuda(conn, "frames", size);
   const gpushm_buffer_info_t *info;
 
-  fill(dptr(b), size, 0x1111);
+  cuda_test_fill(cuda_test_dptr(b), size, 0x1111);
   check_child(spawn("consumer", "frames", "0x1111", "0x2222", NULL));
-  CHECK(verify(dptr(b), size, 0x2222)); /* the consumer's answer, seen by the producer */
+  CHECK(cuda_test_verify(cuda_test_dptr(b), size, 0x2222)); /* the consumer's answer, seen by the producer */
   CHECK((info = find_buffer(conn, "frames")) && gpushm_buffer_info_allocated(info) == size &&
         gpushm_buffer_info_device(info) == 0);
   CHECK_OK(gpushm_unlink(conn, "frames"));
@@ -301,7 +262,7 @@ static void test_eight_consumers(gpushm_t *conn)
   gpushm_buffer_t *b = create_cuda(conn, "fanout", size);
   pid_t pids[8];
 
-  fill(dptr(b), size, 0xabcd);
+  cuda_test_fill(cuda_test_dptr(b), size, 0xabcd);
   for (int i = 0; i < 8; i++)
     pids[i] = spawn("consumer", "fanout", "0xabcd", "0", NULL);
   for (int i = 0; i < 8; i++)
@@ -429,9 +390,9 @@ static void test_big_buffer(gpushm_t *conn)
   uint64_t size = fake ? 512 * MiB : 8192 * MiB;
   gpushm_buffer_t *b = create_cuda(conn, "big", size);
 
-  fill(dptr(b), size, 0xb16);
+  cuda_test_fill(cuda_test_dptr(b), size, 0xb16);
   check_child(spawn("consumer", "big", "0xb16", "0xb17", NULL));
-  CHECK(verify(dptr(b), size, 0xb17));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), size, 0xb17));
   CHECK_OK(gpushm_unlink(conn, "big"));
   CHECK_OK(gpushm_buffer_close(b));
   test_log("%s: %llu MiB buffer round trip verified", backend_name(backend),
@@ -501,13 +462,13 @@ static void test_other_uid(gpushm_t *conn)
   pid_t pid;
   int status;
 
-  fill(dptr(open), 4 * MiB, 0x0644);
-  fill(dptr(closed), 4 * MiB, 0x0600);
+  cuda_test_fill(cuda_test_dptr(open), 4 * MiB, 0x0644);
+  cuda_test_fill(cuda_test_dptr(closed), 4 * MiB, 0x0600);
   pid = spawn("readonly-consumer", "for-everyone", "0x0644", NULL, NULL);
   CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   pid = spawn("refused", "private", NULL, NULL, NULL);
   CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK(verify(dptr(closed), 4 * MiB, 0x0600));
+  CHECK(cuda_test_verify(cuda_test_dptr(closed), 4 * MiB, 0x0600));
   CHECK_OK(gpushm_unlink(conn, "for-everyone"));
   CHECK_OK(gpushm_unlink(conn, "private"));
   CHECK_OK(gpushm_buffer_close(open));
@@ -523,17 +484,17 @@ static void test_readonly_mapping(gpushm_t *conn)
   pid_t pid;
   int status;
 
-  fill(dptr(b), 2 * MiB, 0x7070);
+  cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x7070);
   pid = spawn("write-readonly", "ro-map", "0x7070", "ro", NULL);
   CHECK(waitpid(pid, &status, 0) == pid);
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
         (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV));
-  CHECK(verify(dptr(b), 2 * MiB, 0x7070)); /* untouched */
+  CHECK(cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x7070)); /* untouched */
   test_log("cuda-fd: a write through a read-only mapping was refused (%s)",
            WIFEXITED(status) ? "driver error" : "SIGSEGV");
   pid = spawn("write-readonly", "ro-map", "0x7070", "rw", NULL);
   CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK(!verify(dptr(b), 2 * MiB, 0x7070)); /* control: a read-write open did write */
+  CHECK(!cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x7070)); /* control: a read-write open did write */
   CHECK_OK(gpushm_unlink(conn, "ro-map"));
   CHECK_OK(gpushm_buffer_close(b));
 }

@@ -30,45 +30,6 @@ static int fake;
 static char dir[] = "/tmp/gpushm-persist.XXXXXX";
 static char daemon_log[200];
 
-static uint32_t word(uint64_t i, uint32_t seed)
-{
-  return (uint32_t)(i * 2654435761u) ^ seed ^ (uint32_t)(i >> 32);
-}
-
-static void fill(CUdeviceptr p, uint64_t bytes, uint32_t seed)
-{
-  static uint32_t host[CHUNK / 4];
-  for (uint64_t off = 0; off < bytes; off += CHUNK) {
-    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
-    for (uint64_t i = 0; i < n / 4; i++)
-      host[i] = word(off / 4 + i, seed);
-    CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, p + off, host, n));
-  }
-  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
-}
-
-/* Copies the device words back and compares every one. */
-static int verify(CUdeviceptr p, uint64_t bytes, uint32_t seed)
-{
-  static uint32_t host[CHUNK / 4];
-  for (uint64_t off = 0; off < bytes; off += CHUNK) {
-    uint64_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
-    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, host, p + off, n));
-    for (uint64_t i = 0; i < n / 4; i++) {
-      if (host[i] != word(off / 4 + i, seed)) {
-        fprintf(stderr, "word %llu is %08x, expected %08x\n", (unsigned long long)(off / 4 + i),
-                host[i], word(off / 4 + i, seed));
-        return 0;
-      }
-    }
-  }
-  return 1;
-}
-
-static CUdeviceptr dptr(gpushm_buffer_t *b)
-{
-  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
-}
 
 /* --- roles run in child processes (exec'ed) ------------------------------------ */
 
@@ -85,10 +46,10 @@ static int role_holder(char **argv)
   cuda_test_setup(0);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
-  CHECK(verify(dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
   CHECK(write(ready, "r", 1) == 1);
   CHECK(read(go, &c, 1) == 1);
-  fill(dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[6], NULL, 0));
+  cuda_test_fill(cuda_test_dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[6], NULL, 0));
   CHECK(write(ready, "w", 1) == 1);
   CHECK(read(go, &c, 1) == 1);
   /* unmaps; the release goes to a daemon that is gone, which is not this test's point */
@@ -119,7 +80,7 @@ static int role_readonly_consumer(char **argv)
   become_nobody();
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
-  CHECK(verify(dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), (uint32_t)strtoul(argv[3], NULL, 0)));
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return 0;
@@ -304,10 +265,10 @@ static void test_survives_sigkill(void)
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
   mapped = create(conn, "kept-mapped", big, 0644, 0, GPUSHM_LIFETIME_PERSISTENT);
-  fill(dptr(mapped), big, 0x1111);
+  cuda_test_fill(cuda_test_dptr(mapped), big, 0x1111);
   /* not a whole number of granules: the allocated size must come back as it was */
   idle = create(conn, "kept-idle", odd, 0600, 0, GPUSHM_LIFETIME_PERSISTENT);
-  fill(dptr(idle), odd, 0x2222);
+  cuda_test_fill(cuda_test_dptr(idle), odd, 0x2222);
   gpushm_create_opts_init(&opts);
   CHECK_OK(gpushm_buffer_create(conn, "kept-host", 4096, &opts, &host));
   memset(gpushm_buffer_ptr(host), 0x5a, 4096);
@@ -348,12 +309,12 @@ static void test_survives_sigkill(void)
   CHECK_OK(gpushm_buffer_open(conn, "kept-mapped", 0, &b));
   CHECK(gpushm_buffer_id(b) == mapped_was.id && gpushm_buffer_size(b) == big &&
         gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_FD);
-  CHECK(verify(dptr(b), big, 0x3333));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), big, 0x3333));
   s = snap(conn, "kept-mapped");
   check_same(&mapped_was, &s);
   CHECK_OK(gpushm_buffer_open(conn, "kept-idle", 0, &again));
   CHECK(gpushm_buffer_id(again) == idle_was.id && gpushm_buffer_size(again) == odd);
-  CHECK(verify(dptr(again), odd, 0x2222));
+  CHECK(cuda_test_verify(cuda_test_dptr(again), odd, 0x2222));
   s = snap(conn, "kept-idle");
   check_same(&idle_was, &s);
   CHECK_OK(gpushm_buffer_open(conn, "kept-host", 0, &host));
@@ -367,7 +328,7 @@ static void test_survives_sigkill(void)
   /* the consumer lets go: the new daemon's import keeps the memory */
   CHECK(write(go[1], "x", 1) == 1);
   check_child(holder);
-  CHECK(verify(dptr(b), big, 0x3333));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), big, 0x3333));
   /* the owner's mode bits still decide who gets the fd */
   check_child(spawn("readonly-consumer", "kept-mapped", "0x3333", NULL, NULL, NULL));
   check_child(spawn("refused", "kept-idle", NULL, NULL, NULL, NULL));
@@ -426,7 +387,7 @@ static void test_sync_survives(void)
   opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
   CHECK_OK(gpushm_buffer_create(conn, "kept-sync", 2 * MiB, &opts, &b));
   id = gpushm_buffer_id(b);
-  fill(dptr(b), 2 * MiB, 0x4444);
+  cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x4444);
   CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
   CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
   CHECK(seq == 2);
@@ -444,7 +405,7 @@ static void test_sync_survives(void)
   CHECK(gpushm_buffer_release_seq(b) == 2);
   CHECK_OK(gpushm_buffer_acquire(b, NULL, 2, 1000));
   CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
-  CHECK(verify(dptr(b), 2 * MiB, 0x4444));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x4444));
   CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
   CHECK(seq == 3);
   CHECK_OK(gpushm_buffer_acquire(b, NULL, 3, 1000));
@@ -472,7 +433,7 @@ static void test_failed_import(void)
   conn = daemon_connect(&d);
   for (int i = 0; i < 2; i++) {
     b = create(conn, names[i], 2 * MiB, 0600, 0, GPUSHM_LIFETIME_PERSISTENT);
-    fill(dptr(b), 2 * MiB, 0x4444u + (uint32_t)i);
+    cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x4444u + (uint32_t)i);
     CHECK_OK(gpushm_buffer_close(b));
   }
   CHECK_OK(gpushm_buffer_create(conn, "host", 4096, NULL, &b));
@@ -492,7 +453,7 @@ static void test_failed_import(void)
   CHECK(file_contains(daemon_log, "cuMemImportFromShareableHandle"));
   CHECK_ERR(gpushm_buffer_open(conn, names[lost], 0, &b), GPUSHM_E_NOENT);
   CHECK_OK(gpushm_buffer_open(conn, names[!lost], 0, &b));
-  CHECK(verify(dptr(b), 2 * MiB, 0x4444u + (uint32_t)!lost));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x4444u + (uint32_t)!lost));
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_buffer_open(conn, "host", 0, &b));
   CHECK_OK(gpushm_buffer_close(b));
@@ -515,10 +476,10 @@ static void test_devices_change(void)
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
   b = create(conn, "on-0", 2 * MiB, 0600, 0, GPUSHM_LIFETIME_PERSISTENT);
-  fill(dptr(b), 2 * MiB, 0x5050);
+  cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x5050);
   CHECK_OK(gpushm_buffer_close(b));
   b = create(conn, "on-1", 2 * MiB, 0600, 1, GPUSHM_LIFETIME_PERSISTENT);
-  fill(dptr(b), 2 * MiB, 0x5151);
+  cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x5151);
   CHECK_OK(gpushm_buffer_close(b));
   was = snap(conn, "on-1");
   CHECK(was.device == 1);
@@ -534,7 +495,7 @@ static void test_devices_change(void)
   CHECK(file_contains(daemon_log, "is not on this host"));
   CHECK_ERR(gpushm_buffer_open(conn, "on-1", 0, &b), GPUSHM_E_NOENT);
   CHECK_OK(gpushm_buffer_open(conn, "on-0", 0, &b));
-  CHECK(verify(dptr(b), 2 * MiB, 0x5050));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x5050));
   CHECK_OK(gpushm_buffer_close(b));
   fdstore_drain();
   CHECK(fdstore_n == 1 && record_index("on-1") < 0);
@@ -547,7 +508,7 @@ static void test_devices_change(void)
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
   b = create(conn, "moves", 2 * MiB, 0600, 1, GPUSHM_LIFETIME_PERSISTENT);
-  fill(dptr(b), 2 * MiB, 0x1010);
+  cuda_test_fill(cuda_test_dptr(b), 2 * MiB, 0x1010);
   CHECK_OK(gpushm_buffer_close(b));
   was = snap(conn, "moves");
   fdstore_drain();
@@ -562,7 +523,7 @@ static void test_devices_change(void)
   CHECK(was.device == 1 && s.device == 0); /* the daemon's ordinal for that UUID now */
   CHECK_OK(gpushm_buffer_open(conn, "moves", 0, &b));
   CHECK(gpushm_buffer_device(b) == 1); /* this process still numbers it 1 */
-  CHECK(verify(dptr(b), 2 * MiB, 0x1010));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), 2 * MiB, 0x1010));
   /* the record is rebuilt from the UUID, not the ordinal: unlink withdraws it */
   CHECK_OK(gpushm_unlink(conn, "moves"));
   CHECK_OK(gpushm_buffer_close(b));

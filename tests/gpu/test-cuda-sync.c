@@ -86,10 +86,6 @@ static void launch_verify(CUstream s, CUdeviceptr p, unsigned long long words, u
                    args, NULL));
 }
 
-static CUdeviceptr dptr(gpushm_buffer_t *b)
-{
-  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
-}
 
 static pid_t spawn(const char *role, const char *a, const char *b, const char *c, const char *e,
                    const char *f)
@@ -148,7 +144,7 @@ static int role_check(char **argv)
     while (gpushm_buffer_release_seq(b) < seq)
       usleep(100);
   }
-  launch_verify(s, dptr(b), gpushm_buffer_size(b) / 4, seed, errors);
+  launch_verify(s, cuda_test_dptr(b), gpushm_buffer_size(b) / 4, seed, errors);
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &bad, errors, sizeof bad));
   test_log("consumer (%s): %u of %llu words not yet written", argv[5], bad,
@@ -186,7 +182,7 @@ static int role_ring(char **argv)
     gpushm_buffer_t *b = bufs[k % ring];
     uint64_t use = k / ring, seq;
     CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000)); /* the producer's frame k */
-    launch_verify(s, dptr(b), bytes / 4, k + 1, errors + k * sizeof *bad);
+    launch_verify(s, cuda_test_dptr(b), bytes / 4, k + 1, errors + k * sizeof *bad);
     CHECK_OK(gpushm_buffer_release(b, s, &seq));                /* hand it back */
     CHECK(seq == 2 * use + 2);
   }
@@ -265,7 +261,7 @@ static int role_other_uid(char **argv)
   printf("uid %u: plain device buffer: %s%s%s\n", (unsigned)getuid(), r ? gpushm_strerror(r) : "opened",
          r ? ": " : "", r ? gpushm_last_error_message() : "");
   if (r == 0) {
-    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 7, 1));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 7, 1));
     CHECK_OK(gpushm_buffer_close(b));
   } else {
     CHECK(r == GPUSHM_E_CUDA || r == GPUSHM_E_PERM);
@@ -285,7 +281,7 @@ static int role_other_uid(char **argv)
   {
     CUstream s = new_stream();
     CHECK_OK(gpushm_buffer_acquire(b, s, 1, 10000)); /* the producer's release */
-    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 7, 1));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 7, 1));
     CHECK_OK(gpushm_buffer_release(b, s, NULL));
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   }
@@ -333,7 +329,7 @@ static void test_ordering(gpushm_t *conn)
     pid_t consumer;
     int status;
 
-    CU_CHECK(CU_CALL(&drv, cuMemsetD32, dptr(b), 0, 16 * MiB));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 0, 16 * MiB));
     CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
     snprintf(seq_text, sizeof seq_text, "%llu", (unsigned long long)gpushm_buffer_release_seq(b) + 1);
     snprintf(seed_text, sizeof seed_text, "%u", round + 1);
@@ -342,7 +338,7 @@ static void test_ordering(gpushm_t *conn)
     /* give the consumer time to be waiting, then produce: 500 ms of kernel, and
      * the release right behind it, no host synchronisation in between */
     usleep(300000);
-    launch_fill(s, dptr(b), 16 * MiB, round + 1, 500000000ull);
+    launch_fill(s, cuda_test_dptr(b), 16 * MiB, round + 1, 500000000ull);
     CHECK_OK(gpushm_buffer_release(b, s, &seq));
     status = child_status(consumer);
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
@@ -388,7 +384,7 @@ static void test_ring(gpushm_t *conn, uint64_t bytes)
     if (use > 0)
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* the consumer is done with it */
     /* every 50th frame is slow: the consumer must wait for it, not race it */
-    launch_fill(s, dptr(b), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
+    launch_fill(s, cuda_test_dptr(b), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
     CHECK_OK(gpushm_buffer_release(b, s, &seq));
     CHECK(seq == 2 * use + 1);
   }
