@@ -79,25 +79,53 @@ static bool is_event(const struct gpushm_buffer *b)
   return b->kind == GPUSHM_KIND_EVENT;
 }
 
-/* A cached entry serves an open only for the same access and the same kind: a
+/* GPUSHM_MAP_DEVICE(n) in flags: n; else -1 (the default rule). */
+static int map_request_of(unsigned flags)
+{
+  return (int)((flags & GPUSHM_MAP_DEVICE_MASK) >> GPUSHM_MAP_DEVICE_SHIFT) - 1;
+}
+
+/* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
+ * for the device of the caller's current context (current_device, looked up before the
+ * cache lock), else the buffer's own. */
+struct map_want {
+  int map_request;
+  int current_device;
+};
+
+/* Host buffers and events are the same for every device; a device buffer's entry
+ * serves only the device it is mapped for. */
+static bool serves_device(const struct gpushm_buffer *b, const struct map_want *want)
+{
+  int device;
+
+  if (is_event(b) || b->backend == GPUSHM_BACKEND_HOST)
+    return true;
+  device = want->map_request >= 0 ? want->map_request
+           : want->current_device >= 0 ? want->current_device : b->home_device;
+  return b->device == device;
+}
+
+/* A cached entry serves an open only for the same access, kind and device: a
  * buffer's id or name never yields an event, nor the other way round. */
 static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only,
-                                           bool event)
+                                           bool event, const struct map_want *want)
 {
   for (struct gpushm_buffer *b = by_id[id_bucket(instance_id, id)]; b; b = b->next_by_id)
     if (b->id == id && b->instance_id == instance_id && b->read_only == read_only &&
-        is_event(b) == event)
+        is_event(b) == event && serves_device(b, want))
       return b;
   return NULL;
 }
 
 static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only,
-                                             bool event)
+                                             bool event, const struct map_want *want)
 {
   uint64_t generation = client_unlink_generation(conn);
   for (struct gpushm_buffer *b = by_name[name_bucket(name)]; b; b = b->next_by_name)
     if (b->instance_id == conn->instance_id && b->read_only == read_only &&
-        is_event(b) == event && b->name_generation == generation && strcmp(b->name, name) == 0)
+        is_event(b) == event && b->name_generation == generation &&
+        strcmp(b->name, name) == 0 && serves_device(b, want))
       return b;
   return NULL;
 }
@@ -197,9 +225,16 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
     return 0;
   }
   if (open->sync_event_handle.len) {
+    int event_device;
     r = client_cuda_import_event(open->sync_event_handle.data, open->sync_event_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
-                                 &buf->sync_event, &buf->device);
+                                 &buf->sync_event, &event_device);
+    if (r == 0 && event_device != buf->home_device) {
+      client_cuda_destroy_event(buf->sync_event, event_device);
+      buf->sync_event = NULL;
+      return client_error(GPUSHM_E_PROTO, "the event of %s is on another device than its memory",
+                          buf->name);
+    }
     if (r == 0)
       buf->sync_method = GPUSHM_SYNC_IPC_EVENT;
     return r;
@@ -238,9 +273,10 @@ static int explain_ipc_failure(gpushm_t *conn)
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
 static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
-                      const Gpushm__OpenReply *open)
+                      const Gpushm__OpenReply *open, int map_request)
 {
   const Gpushm__BufferInfo *info = open->info;
+  struct client_devices devices;
   unsigned memory_fds = !is_event(buf) && (buf->backend == GPUSHM_BACKEND_HOST ||
                                             buf->backend == GPUSHM_BACKEND_CUDA_FD) ? 1 : 0;
   int r;
@@ -251,6 +287,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
     r = client_cuda_import_event(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  &buf->ptr, &buf->device);
+    buf->home_device = buf->device;
   } else {
     switch (buf->backend) {
     case GPUSHM_BACKEND_HOST:
@@ -259,9 +296,13 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
     case GPUSHM_BACKEND_CUDA_IPC:
       r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
-                                 &buf->ptr, &buf->device);
+                                 map_request, &buf->ptr, &devices);
       if (r == GPUSHM_E_CUDA)
         r = explain_ipc_failure(buf->conn);
+      if (r == 0) {
+        buf->home_device = devices.home;
+        buf->device = devices.map;
+      }
       break;
     case GPUSHM_BACKEND_CUDA_FD:
       /* The whole allocation is mapped (size rounded up to the device's granule). */
@@ -271,9 +312,12 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
                             (unsigned long long)buf->size);
       r = client_cuda_import_fd(fds->fd[0], info->allocated, buf->read_only,
                                 info->device_uuid.data, info->device_uuid.len, info->device,
-                                &buf->ptr, &buf->cuda_handle, &buf->device);
-      if (r == 0)
+                                map_request, &buf->ptr, &buf->cuda_handle, &devices);
+      if (r == 0) {
         buf->map_len = info->allocated;
+        buf->home_device = devices.home;
+        buf->device = devices.map;
+      }
       break;
     default:
       return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
@@ -344,7 +388,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
     r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
   buf->ptr = NULL;
   if (buf->sync_event)
-    r2 = client_cuda_destroy_event(buf->sync_event, buf->device);
+    r2 = client_cuda_destroy_event(buf->sync_event, buf->home_device);
   buf->sync_event = NULL;
   buf->sync_method = GPUSHM_SYNC_NONE;
   buf->fence_dptr = 0;
@@ -360,8 +404,10 @@ static int unmap_buffer(struct gpushm_buffer *buf)
  * entry another thread or connection made meanwhile and gives back the extra daemon
  * reference.  event: what was asked for, which the reply must be. */
 static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
-                       struct client_fds *fds, uint64_t generation, gpushm_buffer_t **out)
+                       const struct map_want *want, struct client_fds *fds, uint64_t generation,
+                       gpushm_buffer_t **out)
 {
+  struct map_want mapped;
   const Gpushm__BufferInfo *info = open->info;
   struct gpushm_buffer *buf, *existing;
   int r;
@@ -393,11 +439,11 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   buf->backend = client_backend_of_wire(info->backend);
   buf->owner_uid = info->owner_uid;
   buf->owner_gid = info->owner_gid;
-  buf->device = info->device;
+  buf->device = buf->home_device = info->device;
   buf->size = info->size;
 
   pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf));
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf), want);
   if (existing) {
     existing->refs++;
     if (existing->name_generation < generation)
@@ -412,7 +458,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   pthread_mutex_unlock(&cache_lock);
 
   /* Map outside the lock: mapping device memory can take a while. */
-  r = map_buffer(buf, fds, open);
+  r = map_buffer(buf, fds, open, want->map_request);
   client_close_fds(fds);
   if (r < 0) {
     release_on_daemon(conn, buf->id);
@@ -420,8 +466,11 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
     return r;
   }
 
+  /* Whatever was asked, this mapping is for buf->device: another thread may have
+   * mapped the same one meanwhile. */
+  mapped = (struct map_want){ buf->device, -1 };
   pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf));
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf), &mapped);
   if (existing) {
     existing->refs++;
     pthread_mutex_unlock(&cache_lock);
@@ -439,7 +488,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
 }
 
 static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
-                           gpushm_buffer_t **out)
+                           const struct map_want *want, gpushm_buffer_t **out)
 {
   /* Read before asking: a name cached with this generation is at worst re-checked. */
   uint64_t generation = client_unlink_generation(conn);
@@ -454,7 +503,7 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
     gpushm__reply__free_unpacked(reply, NULL);
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   }
-  r = adopt_reply(conn, reply->open, event, &fds, generation, out);
+  r = adopt_reply(conn, reply->open, event, want, &fds, generation, out);
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
@@ -482,6 +531,7 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
   gpushm_create_opts_t opts;
+  struct map_want want;
   int r;
 
   client_clear_error();
@@ -496,8 +546,11 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   if (user_opts && (r = client_copy_opts(&opts, sizeof opts, user_opts,
                                          GPUSHM_CREATE_OPTS_SIZE_V1, "gpushm_create_opts_t")) < 0)
     return r;
-  if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC))
+  if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
+  want = (struct map_want){ map_request_of(opts.flags), -1 };
+  if (want.map_request < 0)
+    want.current_device = client_cuda_current_device();
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
   /* An event's backend is the wire's business: opts.backend is ignored for events, and
@@ -518,7 +571,7 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
-  return open_round_trip(conn, &req, event, out);
+  return open_round_trip(conn, &req, event, &want, out);
 }
 
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
@@ -527,6 +580,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
   bool read_only = (flags & GPUSHM_OPEN_READONLY) != 0;
+  struct map_want want = { map_request_of(flags), -1 };
   struct gpushm_buffer *hit;
 
   client_clear_error();
@@ -534,14 +588,16 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   if (!conn || !out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
   *out = NULL;
-  if (flags & ~GPUSHM_OPEN_READONLY)
+  if (flags & ~(GPUSHM_OPEN_READONLY | (event ? 0 : GPUSHM_MAP_DEVICE_MASK)))
     return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
   if (name && !wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
+  if (want.map_request < 0)
+    want.current_device = client_cuda_current_device();
   pthread_mutex_lock(&cache_lock);
-  hit = name ? cache_find_name(conn, name, read_only, event)
-             : cache_find_id(conn->instance_id, id, read_only, event);
+  hit = name ? cache_find_name(conn, name, read_only, event, &want)
+             : cache_find_id(conn->instance_id, id, read_only, event, &want);
   if (hit)
     hit->refs++;
   pthread_mutex_unlock(&cache_lock);
@@ -561,7 +617,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   body.event = event;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
-  return open_round_trip(conn, &req, event, out);
+  return open_round_trip(conn, &req, event, &want, out);
 }
 
 int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_buffer_t **out)
@@ -646,6 +702,11 @@ const char *gpushm_buffer_name(const gpushm_buffer_t *buf)
 }
 
 int gpushm_buffer_device(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->home_device : -1;
+}
+
+int gpushm_buffer_map_device(const gpushm_buffer_t *buf)
 {
   return buf ? buf->device : -1;
 }

@@ -1,7 +1,9 @@
 /* The library's CUDA side: the driver, loaded on first need; devices matched by UUID
  * (ordinals differ between processes under CUDA_VISIBLE_DEVICES); IPC handles opened
- * and fd handles imported and mapped in the device's primary context, leaving the
- * caller's current context as it was. */
+ * and fd handles imported and mapped for the device whose kernels will use them (the
+ * map device: it may differ from the device the memory lives on, which it then
+ * reaches as a peer), in that device's primary context, leaving the caller's current
+ * context as it was; stream work run in the stream's own context. */
 #include "config.h"
 #include "internal.h"
 
@@ -31,7 +33,8 @@ struct gpushm_local_device_list {
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-  int status; /* 0 or the GPUSHM_E_* every CUDA call fails with */
+  bool loaded; /* load() ran and succeeded; atomic */
+  int status;  /* 0 or the GPUSHM_E_* every CUDA call fails with */
   char why[256];
   struct cuda_driver drv;
   int n_devices;
@@ -70,6 +73,7 @@ static void load(void)
     memcpy(cl.devices[i].uuid, uuid.bytes, sizeof cl.devices[i].uuid);
     cl.n_devices = i + 1;
   }
+  __atomic_store_n(&cl.loaded, true, __ATOMIC_RELEASE);
 }
 
 static int cuda_error(CUresult r, const char *what)
@@ -93,38 +97,146 @@ static int find_device(const uint8_t *uuid, size_t uuid_len, int ordinal)
   return client_error(GPUSHM_E_UNSUPPORTED, "no CUDA device %d in this process", ordinal);
 }
 
-/* Makes device i's primary context current; *prev receives the one to restore. */
-static int enter_device(int i, CUcontext *prev)
+/* Device i's primary context, retained on first use. */
+static int device_context(int i, CUcontext *ctx)
+{
+  CUresult r = CUDA_SUCCESS;
+
+  pthread_mutex_lock(&ctx_lock);
+  if (!cl.devices[i].ctx &&
+      (r = CU_CALL(&cl.drv, cuDevicePrimaryCtxRetain, &cl.devices[i].ctx, cl.devices[i].dev)) !=
+        CUDA_SUCCESS)
+    cl.devices[i].ctx = NULL;
+  *ctx = cl.devices[i].ctx;
+  pthread_mutex_unlock(&ctx_lock);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDevicePrimaryCtxRetain");
+}
+
+/* Makes ctx current; *prev receives the one to restore with leave_context().  Nothing
+ * changes when it already is (the common case: a program on one device). */
+static int enter_context(CUcontext ctx, CUcontext *prev)
 {
   CUresult r;
 
-  pthread_mutex_lock(&ctx_lock);
-  if (!cl.devices[i].ctx) {
-    r = CU_CALL(&cl.drv, cuDevicePrimaryCtxRetain, &cl.devices[i].ctx, cl.devices[i].dev);
-    if (r != CUDA_SUCCESS) {
-      cl.devices[i].ctx = NULL;
-      pthread_mutex_unlock(&ctx_lock);
-      return cuda_error(r, "cuDevicePrimaryCtxRetain");
-    }
-  }
-  pthread_mutex_unlock(&ctx_lock);
   if ((r = CU_CALL(&cl.drv, cuCtxGetCurrent, prev)) != CUDA_SUCCESS)
     return cuda_error(r, "cuCtxGetCurrent");
-  if ((r = CU_CALL(&cl.drv, cuCtxSetCurrent, cl.devices[i].ctx)) != CUDA_SUCCESS)
+  if (*prev != ctx && (r = CU_CALL(&cl.drv, cuCtxSetCurrent, ctx)) != CUDA_SUCCESS)
     return cuda_error(r, "cuCtxSetCurrent");
   return 0;
 }
 
-static void leave_device(CUcontext prev)
+static void leave_context(CUcontext ctx, CUcontext prev)
 {
-  CU_CALL(&cl.drv, cuCtxSetCurrent, prev);
+  if (prev != ctx)
+    CU_CALL(&cl.drv, cuCtxSetCurrent, prev);
 }
 
-/* What both imports need first: the driver, a handle of the right size, the device
- * with that UUID, its context made current (*prev to restore). */
+/* Makes device i's primary context current; *prev receives the one to restore. */
+static int enter_device(int i, CUcontext *prev)
+{
+  CUcontext ctx;
+  int r;
+
+  if ((r = device_context(i, &ctx)) < 0)
+    return r;
+  return enter_context(ctx, prev);
+}
+
+static void leave_device(int i, CUcontext prev)
+{
+  leave_context(cl.devices[i].ctx, prev);
+}
+
+/* This process's ordinal of the device ctx belongs to (-1 if none matches). */
+static int device_of_context(CUcontext ctx)
+{
+  CUcontext prev;
+  CUdevice dev;
+  CUresult r;
+
+  for (int i = 0; i < cl.n_devices; i++)
+    if (__atomic_load_n(&cl.devices[i].ctx, __ATOMIC_RELAXED) == ctx)
+      return i;
+  /* A context the caller made itself (or a primary one not retained here yet). */
+  if ((r = CU_CALL(&cl.drv, cuCtxPushCurrent, ctx)) != CUDA_SUCCESS)
+    return cuda_error(r, "cuCtxPushCurrent");
+  r = CU_CALL(&cl.drv, cuCtxGetDevice, &dev);
+  CU_CALL(&cl.drv, cuCtxPopCurrent, &prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuCtxGetDevice");
+  for (int i = 0; i < cl.n_devices; i++)
+    if (cl.devices[i].dev == dev)
+      return i;
+  return client_error(GPUSHM_E_UNSUPPORTED, "the stream's device is not one this process sees");
+}
+
+int client_cuda_current_device(void)
+{
+  CUcontext ctx = NULL;
+
+  if (!__atomic_load_n(&cl.loaded, __ATOMIC_ACQUIRE) ||
+      CU_CALL(&cl.drv, cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx)
+    return -1;
+  int i = device_of_context(ctx);
+  if (i < 0)
+    client_clear_error();
+  return i < 0 ? -1 : i;
+}
+
+#define ON_DEVICE(device, what, call)                                  \
+  ({                                                                   \
+    CUcontext prev_;                                                   \
+    int ret_ = enter_device((device), &prev_);                         \
+    if (ret_ == 0) {                                                   \
+      CUresult r_ = (call);                                            \
+      leave_device((device), prev_);                                   \
+      ret_ = r_ == CUDA_SUCCESS ? 0 : cuda_error(r_, (what));          \
+    }                                                                  \
+    ret_;                                                              \
+  })
+
+/* Resolves where a buffer lives (*home, by UUID or ordinal) and where it is to be
+ * mapped (*map): map_request when it is a device (>= 0), else the calling thread's
+ * current context's device if it can reach home's memory as a peer, else home.  A
+ * requested device that cannot reach it is refused here, before any mapping: a
+ * kernel there would fault. */
+static int resolve_devices(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                           int *home, int *map)
+{
+  int can = 0;
+  CUresult r;
+
+  if ((*home = find_device(uuid, uuid_len, ordinal)) < 0)
+    return *home;
+  if (map_request >= 0) {
+    if (map_request >= cl.n_devices)
+      return client_error(GPUSHM_E_INVAL, "GPUSHM_MAP_DEVICE(%d): this process sees %d device%s",
+                          map_request, cl.n_devices, cl.n_devices == 1 ? "" : "s");
+    *map = map_request;
+  } else if ((*map = client_cuda_current_device()) < 0) {
+    *map = *home;
+  }
+  if (*map == *home)
+    return 0;
+  if ((r = CU_CALL(&cl.drv, cuDeviceCanAccessPeer, &can, cl.devices[*map].dev,
+                   cl.devices[*home].dev)) != CUDA_SUCCESS)
+    return cuda_error(r, "cuDeviceCanAccessPeer");
+  if (!can && map_request < 0) {
+    *map = *home; /* by default only: the mapping copies can use, as always */
+    return 0;
+  }
+  if (!can)
+    return client_error(GPUSHM_E_UNSUPPORTED, "device %d cannot reach the memory of device %d "
+                        "(no peer access between them): use the buffer on device %d "
+                        "(GPUSHM_MAP_DEVICE(%d))", *map, *home, *home, *home);
+  return 0;
+}
+
+/* What both imports need first: the driver, a handle of the right size, the devices,
+ * the map device's context made current (*prev to restore). */
 static int begin_import(size_t handle_len, size_t expected_len, const char *what,
-                        const uint8_t *uuid, size_t uuid_len, int ordinal, int *dev,
-                        CUcontext *prev)
+                        const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                        int *home, int *map, CUcontext *prev)
 {
   int ret;
 
@@ -133,70 +245,68 @@ static int begin_import(size_t handle_len, size_t expected_len, const char *what
     return client_error(cl.status, "unsupported: %s", cl.why);
   if (handle_len != expected_len)
     return client_error(GPUSHM_E_PROTO, "daemon sent %s of %zu bytes", what, handle_len);
-  if ((*dev = find_device(uuid, uuid_len, ordinal)) < 0)
-    return *dev;
-  return (ret = enter_device(*dev, prev)) < 0 ? ret : 0;
+  if ((ret = resolve_devices(uuid, uuid_len, ordinal, map_request, home, map)) < 0)
+    return ret;
+  return (ret = enter_device(*map, prev)) < 0 ? ret : 0;
 }
 
+/* Legacy IPC: opened in the map device's context; on another device than the
+ * memory's, the driver enables peer access as needed (the flag), which is what lets
+ * kernels there use the pointer (a handle opened in the memory's own context and used
+ * from another device's kernels faults with CUDA_ERROR_ILLEGAL_ADDRESS: measured). */
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                           size_t uuid_len, int ordinal, void **ptr, int *local_device)
+                           size_t uuid_len, int ordinal, int map_request, void **ptr,
+                           struct client_devices *devices)
 {
   CUipcMemHandle h;
   CUdeviceptr dptr;
   CUcontext prev;
   CUresult r;
-  int dev, ret;
+  int home, map, ret;
 
   if ((ret = begin_import(handle_len, sizeof h.reserved, "an IPC handle", uuid, uuid_len,
-                          ordinal, &dev, &prev)) < 0)
+                          ordinal, map_request, &home, &map, &prev)) < 0)
     return ret;
   memcpy(h.reserved, handle, sizeof h.reserved);
   r = CU_CALL(&cl.drv, cuIpcOpenMemHandle, &dptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-  leave_device(prev);
+  leave_device(map, prev);
   if (r != CUDA_SUCCESS)
     return cuda_error(r, "cuIpcOpenMemHandle");
   *ptr = (void *)(uintptr_t)dptr;
-  *local_device = dev;
+  devices->home = home;
+  devices->map = map;
   return 0;
 }
 
-/* Runs one driver call with device's primary context current, the caller's context
- * restored after; evaluates to 0 or a GPUSHM_E_* with the driver's reason. */
-#define ON_DEVICE(device, what, call)                                  \
-  ({                                                                   \
-    CUcontext prev_;                                                   \
-    int ret_ = enter_device((device), &prev_);                         \
-    if (ret_ == 0) {                                                   \
-      CUresult r_ = (call);                                            \
-      leave_device(prev_);                                             \
-      ret_ = r_ == CUDA_SUCCESS ? 0 : cuda_error(r_, (what));          \
-    }                                                                  \
-    ret_;                                                              \
-  })
-
-int client_cuda_close_ipc(void *ptr, int local_device)
+int client_cuda_close_ipc(void *ptr, int map_device)
 {
-  return ON_DEVICE(local_device, "cuIpcCloseMemHandle",
+  return ON_DEVICE(map_device, "cuIpcCloseMemHandle",
                    CU_CALL(&cl.drv, cuIpcCloseMemHandle, (CUdeviceptr)(uintptr_t)ptr));
 }
 
-/* Inter-process events: opened in the device's primary context; record and wait
- * run with that context current, the caller's restored after. */
+/* Inter-process events: opened in their own device's primary context (an event
+ * belongs to one device: it is recorded on that device's streams only, while a stream
+ * of any device can wait for it). */
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                             size_t uuid_len, int ordinal, void **event, int *local_device)
+                             size_t uuid_len, int ordinal, void **event, int *event_device)
 {
   CUipcEventHandle h;
   CUevent ev;
   CUcontext prev;
   CUresult r;
-  int dev, ret;
+  int dev, map, ret;
 
   if ((ret = begin_import(handle_len, sizeof h.reserved, "an event handle", uuid, uuid_len,
-                          ordinal, &dev, &prev)) < 0)
+                          ordinal, -1, &dev, &map, &prev)) < 0)
     return ret;
+  if (map != dev) { /* the event's own device, whatever context the caller has */
+    leave_device(map, prev);
+    if ((ret = enter_device(dev, &prev)) < 0)
+      return ret;
+  }
   memcpy(h.reserved, handle, sizeof h.reserved);
   r = CU_CALL(&cl.drv, cuIpcOpenEventHandle, &ev, h);
-  leave_device(prev);
+  leave_device(dev, prev);
   if (r != CUDA_SUCCESS) {
     /* Legacy IPC events live in a /dev/shm file of mode 0600 owned by the exporting
      * process: another uid cannot open them. */
@@ -210,17 +320,18 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
     return ret;
   }
   *event = ev;
-  *local_device = dev;
+  *event_device = dev;
   return 0;
 }
 
 /* cuda-fd: import the fd (a capability: only a process sent it can), reserve an
- * address range, map the allocation there and grant this device access — read-only
- * for read-only opens (against bugs: the fd could map it read-write again).  The fd
- * is the caller's to close; the imported handle keeps the memory alive. */
+ * address range, map the allocation there and grant the map device access — read-only
+ * for read-only opens (against bugs: the fd could map it read-write again).  A map
+ * device other than the memory's reaches it as a peer (checked before).  The fd is
+ * the caller's to close; the imported handle keeps the memory alive. */
 int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
-                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle_out,
-                          int *local_device)
+                          size_t uuid_len, int ordinal, int map_request, void **ptr,
+                          uint64_t *handle_out, struct client_devices *devices)
 {
   CUmemGenericAllocationHandle h;
   CUmemAccessDesc access;
@@ -228,24 +339,25 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
   CUcontext prev;
   CUresult r;
   const char *what;
-  int dev, ret;
+  int home, map, ret;
 
-  if ((ret = begin_import(0, 0, "an fd handle", uuid, uuid_len, ordinal, &dev, &prev)) < 0)
+  if ((ret = begin_import(0, 0, "an fd handle", uuid, uuid_len, ordinal, map_request, &home,
+                          &map, &prev)) < 0)
     return ret;
   if (size == 0 || size > SIZE_MAX) {
-    leave_device(prev);
+    leave_device(map, prev);
     return client_error(GPUSHM_E_PROTO, "daemon sent a device allocation of %llu bytes",
                         (unsigned long long)size);
   }
   r = CU_CALL(&cl.drv, cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) {
-    leave_device(prev);
+    leave_device(map, prev);
     return cuda_error(r, "cuMemImportFromShareableHandle");
   }
   memset(&access, 0, sizeof access);
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = cl.devices[dev].dev;
+  access.location.id = cl.devices[map].dev;
   access.flags = read_only ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   what = "cuMemAddressReserve";
   if ((r = CU_CALL(&cl.drv, cuMemAddressReserve, &base, (size_t)size, 0, 0, 0)) == CUDA_SUCCESS) {
@@ -260,43 +372,81 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
   }
   if (r != CUDA_SUCCESS)
     CU_CALL(&cl.drv, cuMemRelease, h);
-  leave_device(prev);
+  leave_device(map, prev);
   if (r != CUDA_SUCCESS)
     return cuda_error(r, what);
   *ptr = (void *)(uintptr_t)base;
   *handle_out = (uint64_t)h;
-  *local_device = dev;
+  devices->home = home;
+  devices->map = map;
   return 0;
 }
 
 /* Unmaps, frees the range and releases the imported handle; the first failure is
  * returned, the rest is still attempted. */
-int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device)
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_device)
 {
   CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
-  int r1 = ON_DEVICE(local_device, "cuMemUnmap", CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size));
-  int r2 = ON_DEVICE(local_device, "cuMemAddressFree",
+  int r1 = ON_DEVICE(map_device, "cuMemUnmap", CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size));
+  int r2 = ON_DEVICE(map_device, "cuMemAddressFree",
                      CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size));
-  int r3 = ON_DEVICE(local_device, "cuMemRelease",
+  int r3 = ON_DEVICE(map_device, "cuMemRelease",
                      CU_CALL(&cl.drv, cuMemRelease, (CUmemGenericAllocationHandle)handle));
   return r1 < 0 ? r1 : r2 < 0 ? r2 : r3;
 }
 
-int client_cuda_destroy_event(void *event, int local_device)
+int client_cuda_destroy_event(void *event, int event_device)
 {
-  return ON_DEVICE(local_device, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event));
+  return ON_DEVICE(event_device, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event));
 }
 
-int client_cuda_record(void *event, int local_device, void *stream)
+int client_cuda_stream(void *stream, int map_device, struct client_stream *out)
 {
-  return ON_DEVICE(local_device, "cuEventRecord",
-                   CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)stream));
+  CUcontext ctx;
+  CUresult r;
+  int ret;
+
+  out->stream = stream;
+  if (!stream) { /* the legacy default stream of the map device's primary context */
+    if ((ret = device_context(map_device, &ctx)) < 0)
+      return ret;
+    out->ctx = ctx;
+    out->device = map_device;
+    return 0;
+  }
+  if ((r = CU_CALL(&cl.drv, cuStreamGetCtx, (CUstream)stream, &ctx)) != CUDA_SUCCESS)
+    return cuda_error(r, "cuStreamGetCtx");
+  if ((ret = device_of_context(ctx)) < 0)
+    return ret;
+  out->ctx = ctx;
+  out->device = ret;
+  return 0;
 }
 
-int client_cuda_wait(void *event, int local_device, void *stream)
+/* Runs one stream operation in the stream's own context, the caller's restored after;
+ * evaluates to 0 or a GPUSHM_E_* with the driver's reason. */
+#define ON_STREAM(s, what, call)                                       \
+  ({                                                                   \
+    CUcontext prev_;                                                   \
+    int ret_ = enter_context((CUcontext)(s)->ctx, &prev_);             \
+    if (ret_ == 0) {                                                   \
+      CUresult r_ = (call);                                            \
+      leave_context((CUcontext)(s)->ctx, prev_);                       \
+      ret_ = r_ == CUDA_SUCCESS ? 0 : cuda_error(r_, (what));          \
+    }                                                                  \
+    ret_;                                                              \
+  })
+
+int client_cuda_record(void *event, const struct client_stream *s)
 {
-  return ON_DEVICE(local_device, "cuStreamWaitEvent",
-                   CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0));
+  return ON_STREAM(s, "cuEventRecord",
+                   CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)s->stream));
+}
+
+int client_cuda_wait(void *event, const struct client_stream *s)
+{
+  return ON_STREAM(s, "cuStreamWaitEvent",
+                   CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)s->stream, (CUevent)event, 0));
 }
 
 static int device_attribute(int local_device, CUdevice_attribute a, int *value)
@@ -333,16 +483,16 @@ static int private_stream(int i, CUstream *out)
   return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuStreamCreate");
 }
 
-static int fence_copy(uint64_t fence_dptr, uint64_t *value, bool write, int local_device)
+static int fence_copy(uint64_t fence_dptr, uint64_t *value, bool write, int map_device)
 {
   CUcontext prev;
   CUstream s;
   CUresult r;
   int ret;
 
-  if ((ret = enter_device(local_device, &prev)) < 0)
+  if ((ret = enter_device(map_device, &prev)) < 0)
     return ret;
-  if ((ret = private_stream(local_device, &s)) == 0) {
+  if ((ret = private_stream(map_device, &s)) == 0) {
     const char *what = write ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
     r = write ? CU_CALL(&cl.drv, cuMemcpyHtoDAsync, (CUdeviceptr)fence_dptr, value, 8, s)
               : CU_CALL(&cl.drv, cuMemcpyDtoHAsync, value, (CUdeviceptr)fence_dptr, 8, s);
@@ -352,40 +502,40 @@ static int fence_copy(uint64_t fence_dptr, uint64_t *value, bool write, int loca
     }
     ret = r == CUDA_SUCCESS ? 0 : cuda_error(r, what);
   }
-  leave_device(prev);
+  leave_device(map_device, prev);
   return ret;
 }
 
-int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int local_device)
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int map_device)
 {
-  return fence_copy(fence_dptr, value, false, local_device);
+  return fence_copy(fence_dptr, value, false, map_device);
 }
 
-int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_device)
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int map_device)
 {
-  return fence_copy(fence_dptr, &value, true, local_device);
+  return fence_copy(fence_dptr, &value, true, map_device);
 }
 
 /* The write is ordered after everything queued on stream before it (no
  * NO_MEMORY_BARRIER flag): whoever sees the value sees the work's results. */
-int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s)
 {
-  return ON_DEVICE(local_device, "cuStreamWriteValue64",
-                   CU_CALL(&cl.drv, cuStreamWriteValue64, (CUstream)stream,
+  return ON_STREAM(s, "cuStreamWriteValue64",
+                   CU_CALL(&cl.drv, cuStreamWriteValue64, (CUstream)s->stream,
                            (CUdeviceptr)fence_dptr, value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
-int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s)
 {
-  return ON_DEVICE(local_device, "cuStreamWaitValue64",
-                   CU_CALL(&cl.drv, cuStreamWaitValue64, (CUstream)stream,
+  return ON_STREAM(s, "cuStreamWaitValue64",
+                   CU_CALL(&cl.drv, cuStreamWaitValue64, (CUstream)s->stream,
                            (CUdeviceptr)fence_dptr, value, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-int client_cuda_stream_sync(int local_device, void *stream)
+int client_cuda_stream_sync(const struct client_stream *s)
 {
-  return ON_DEVICE(local_device, "cuStreamSynchronize",
-                   CU_CALL(&cl.drv, cuStreamSynchronize, (CUstream)stream));
+  return ON_STREAM(s, "cuStreamSynchronize",
+                   CU_CALL(&cl.drv, cuStreamSynchronize, (CUstream)s->stream));
 }
 
 /* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */
@@ -467,7 +617,18 @@ int gpushm_local_devices(gpushm_local_device_list_t **out)
 }
 
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                           size_t uuid_len, int ordinal, void **ptr, int *local_device)
+                           size_t uuid_len, int ordinal, int map_request, void **ptr,
+                           struct client_devices *devices)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_current_device(void)
+{
+  return -1;
+}
+
+int client_cuda_stream(void *stream, int map_device, struct client_stream *out)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
@@ -484,8 +645,8 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
 }
 
 int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
-                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle_out,
-                          int *local_device)
+                          size_t uuid_len, int ordinal, int map_request, void **ptr,
+                          uint64_t *handle_out, struct client_devices *devices)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
@@ -500,12 +661,12 @@ int client_cuda_destroy_event(void *event, int local_device)
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_record(void *event, int local_device, void *stream)
+int client_cuda_record(void *event, const struct client_stream *s)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_wait(void *event, int local_device, void *stream)
+int client_cuda_wait(void *event, const struct client_stream *s)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
@@ -525,17 +686,17 @@ int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_devic
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream)
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_stream_sync(int local_device, void *stream)
+int client_cuda_stream_sync(const struct client_stream *s)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

@@ -51,12 +51,15 @@ struct gpushm_buffer {
   gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: this is a gpushm_event_t */
   gpushm_backend_t backend; /* buffers only; 0 for an event */
   uint32_t owner_uid, owner_gid;
-  int device; /* this process's ordinal for CUDA backends */
+  /* CUDA backends, this process's ordinals: where the memory (or event) lives, and
+   * the device it is mapped for (ptr is that device's; events: the same). */
+  int home_device;
+  int device;
   /* sync buffers */
   struct sync_control *control;
   gpushm_sync_method_t sync_method;
   char sync_why[128];      /* why a fallback method was taken */
-  void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the CUevent */
+  void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the CUevent, on home_device */
   uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
   uint64_t fence_written;  /* the last value this process queued for the fence */
   uint64_t fence_waited;   /* the highest value a stream of this process waits for */
@@ -122,31 +125,52 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
                 gpushm_buffer_t **out);
 
-/* CUDA IPC (client/cuda.c): maps a daemon-exported handle on the device with that
- * UUID (or ordinal, when no UUID is given) and unmaps it. */
+/* CUDA (client/cuda.c).  A device buffer lives on its home device and is mapped for
+ * its map device, whose kernels and streams use the pointer: by default the calling
+ * thread's current context's device, else home; map_request >= 0 names it
+ * (GPUSHM_MAP_DEVICE).  Devices are this process's ordinals. */
+struct client_devices {
+  int home, map;
+};
+/* The device of the calling thread's current context; -1 when none is current or
+ * CUDA was never needed by this process (the driver is not loaded for this). */
+int client_cuda_current_device(void);
+/* Legacy IPC: maps a daemon-exported handle of the device with that UUID (or ordinal,
+ * when no UUID is given), and unmaps it. */
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                           size_t uuid_len, int ordinal, void **ptr, int *local_device);
-int client_cuda_close_ipc(void *ptr, int local_device);
-/* cuda-fd: imports the fd (the caller still closes it), maps size bytes on that device
- * read-only or read-write; *handle receives the imported allocation handle. */
+                           size_t uuid_len, int ordinal, int map_request, void **ptr,
+                           struct client_devices *devices);
+int client_cuda_close_ipc(void *ptr, int map_device);
+/* cuda-fd: imports the fd (the caller still closes it), maps size bytes for the map
+ * device read-only or read-write; *handle receives the imported allocation handle. */
 int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
-                          size_t uuid_len, int ordinal, void **ptr, uint64_t *handle,
-                          int *local_device);
-int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device);
+                          size_t uuid_len, int ordinal, int map_request, void **ptr,
+                          uint64_t *handle, struct client_devices *devices);
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_device);
+/* Events live on their own device (*event_device). */
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                             size_t uuid_len, int ordinal, void **event, int *local_device);
-int client_cuda_destroy_event(void *event, int local_device);
-/* Fences of cuda-fd sync buffers (8 bytes of device memory at fence_dptr).  support:
- * 0 when the device's streams can write and wait on them, 1 (why says what is missing:
- * the caller falls back to the CPU) or a GPUSHM_E_*.  read/store: by the CPU, through
- * the library's own stream, never waiting for the caller's. */
+                             size_t uuid_len, int ordinal, void **event, int *event_device);
+int client_cuda_destroy_event(void *event, int event_device);
+/* A caller's stream, resolved once per call: its context and device (NULL: the
+ * legacy default stream of map_device's primary context). */
+struct client_stream {
+  void *stream;
+  void *ctx; /* CUcontext */
+  int device;
+};
+int client_cuda_stream(void *stream, int map_device, struct client_stream *out);
+/* Fences of cuda-fd sync buffers (8 bytes of device memory at fence_dptr, in the
+ * mapping for map_device).  support: 0 when the device's streams can write and wait
+ * on them, 1 (why says what is missing: the caller falls back to the CPU) or a
+ * GPUSHM_E_*.  read/store: by the CPU, through the library's own stream, never
+ * waiting for the caller's. */
 int client_cuda_fence_support(int local_device, char *why, size_t why_len);
-int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int local_device);
-int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int local_device);
-int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, int local_device, void *stream);
-int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, int local_device, void *stream);
-int client_cuda_stream_sync(int local_device, void *stream);
-int client_cuda_record(void *event, int local_device, void *stream);
-int client_cuda_wait(void *event, int local_device, void *stream);
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int map_device);
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int map_device);
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
+int client_cuda_stream_sync(const struct client_stream *s);
+int client_cuda_record(void *event, const struct client_stream *s);
+int client_cuda_wait(void *event, const struct client_stream *s);
 
 #endif

@@ -32,20 +32,43 @@ int gpushm_event_close(gpushm_event_t *event)
   return gpushm_buffer_close((gpushm_buffer_t *)event);
 }
 
+/* An event is recorded only on streams of its own device (the driver's rule); said
+ * here with both devices named instead of the driver's bare "invalid resource handle". */
+static int check_record_stream(const struct client_stream *s, int event_device, const char *name)
+{
+  if (s->device == event_device)
+    return 0;
+  return client_error(GPUSHM_E_UNSUPPORTED, "'%s': its CUDA IPC event lives on device %d and "
+                      "is recorded only on streams of that device, not on this stream of "
+                      "device %d (a stream of any device may wait for it)", name, event_device,
+                      s->device);
+}
+
 int gpushm_event_record(gpushm_event_t *event, void *stream)
 {
+  struct client_stream s;
+  int r;
+
   client_clear_error();
   if (!event)
     return client_error(GPUSHM_E_INVAL, "event is NULL");
-  return client_cuda_record(EVENT_ENTRY(event)->ptr, EVENT_ENTRY(event)->device, stream);
+  if ((r = client_cuda_stream(stream, EVENT_ENTRY(event)->device, &s)) < 0 ||
+      (r = check_record_stream(&s, EVENT_ENTRY(event)->device, EVENT_ENTRY(event)->name)) < 0)
+    return r;
+  return client_cuda_record(EVENT_ENTRY(event)->ptr, &s);
 }
 
 int gpushm_event_wait(gpushm_event_t *event, void *stream)
 {
+  struct client_stream s;
+  int r;
+
   client_clear_error();
   if (!event)
     return client_error(GPUSHM_E_INVAL, "event is NULL");
-  return client_cuda_wait(EVENT_ENTRY(event)->ptr, EVENT_ENTRY(event)->device, stream);
+  if ((r = client_cuda_stream(stream, EVENT_ENTRY(event)->device, &s)) < 0)
+    return r;
+  return client_cuda_wait(EVENT_ENTRY(event)->ptr, &s);
 }
 
 uint64_t gpushm_event_id(const gpushm_event_t *event)
@@ -67,6 +90,40 @@ static int check_sync(const struct gpushm_buffer *buf, const void *stream)
   if (buf->sync_method == GPUSHM_SYNC_HOST && stream)
     return client_error(GPUSHM_E_INVAL, "'%s' is host memory: pass no stream", buf->name);
   return 0;
+}
+
+/* A fence is reachable only from the device the buffer is mapped for: stream work of
+ * another device on it would fault (a sticky error for the whole process), so such a
+ * stream is refused before anything is queued. */
+static int check_fence_stream(const struct gpushm_buffer *buf, const struct client_stream *s)
+{
+  if (s->device == buf->device)
+    return 0;
+  return client_error(GPUSHM_E_UNSUPPORTED, "'%s' is mapped for device %d, and this stream is "
+                      "on device %d: open it for that device too (GPUSHM_MAP_DEVICE(%d)) and "
+                      "release or acquire through that handle", buf->name, buf->device,
+                      s->device, s->device);
+}
+
+/* Resolves stream for a release (record true) or an acquire of buf's sync method. */
+static int sync_stream(const struct gpushm_buffer *buf, void *stream, bool record,
+                       struct client_stream *s)
+{
+  int r;
+
+  if (buf->sync_method == GPUSHM_SYNC_HOST ||
+      (buf->sync_method == GPUSHM_SYNC_CPU_FENCE && !record))
+    return 0; /* no stream work */
+  if ((r = client_cuda_stream(stream, buf->device, s)) < 0)
+    return r;
+  switch (buf->sync_method) {
+  case GPUSHM_SYNC_IPC_EVENT:
+    return record ? check_record_stream(s, buf->home_device, buf->name) : 0;
+  case GPUSHM_SYNC_GPU_FENCE:
+    return check_fence_stream(buf, s);
+  default:
+    return 0;
+  }
 }
 
 gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *buf, const char **why)
@@ -94,7 +151,7 @@ static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const stru
  * A concurrent release (unsupported, but not to be made worse) can take the number
  * first; then the marker is repeated for the next one, so every published number has
  * its marker queued before anyone can see it. */
-static int publish(struct gpushm_buffer *buf, void *stream, uint64_t *seq)
+static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uint64_t *seq)
 {
   uint64_t n = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE);
   int r;
@@ -102,16 +159,16 @@ static int publish(struct gpushm_buffer *buf, void *stream, uint64_t *seq)
   do {
     switch (buf->sync_method) {
     case GPUSHM_SYNC_IPC_EVENT:
-      r = client_cuda_record(buf->sync_event, buf->device, stream);
+      r = client_cuda_record(buf->sync_event, s);
       break;
     case GPUSHM_SYNC_GPU_FENCE:
-      r = client_cuda_fence_write(buf->fence_dptr, n + 1, buf->device, stream);
+      r = client_cuda_fence_write(buf->fence_dptr, n + 1, s);
       if (r == 0)
         buf->fence_written = n + 1;
       break;
     case GPUSHM_SYNC_CPU_FENCE:
       /* No stream memory operations: the CPU writes the fence once the work is done. */
-      if ((r = client_cuda_stream_sync(buf->device, stream)) == 0)
+      if ((r = client_cuda_stream_sync(s)) == 0)
         r = client_cuda_fence_store(buf->fence_dptr, n + 1, buf->device);
       break;
     default:
@@ -127,6 +184,7 @@ static int publish(struct gpushm_buffer *buf, void *stream, uint64_t *seq)
 
 int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
 {
+  struct client_stream s;
   uint64_t n;
   int r;
 
@@ -136,7 +194,7 @@ int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
   if (buf->read_only)
     return client_error(GPUSHM_E_PERM, "'%s' is open read-only: releasing publishes a write, "
                         "open it read-write to hand it back", buf->name);
-  if ((r = publish(buf, stream, &n)) < 0)
+  if ((r = sync_stream(buf, stream, true, &s)) < 0 || (r = publish(buf, &s, &n)) < 0)
     return r;
   /* Read-only openers cannot announce that they sleep (their control block is
    * read-only), so every release wakes: a few hundred ns when nobody waits. */
@@ -193,11 +251,13 @@ static int wait_fence_on_cpu(struct gpushm_buffer *buf, uint64_t target, int tim
 
 int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)
 {
+  struct client_stream s;
   uint64_t deadline = 0, cur;
   int r;
 
   client_clear_error();
-  if ((r = check_sync(buf, stream)) < 0)
+  /* The stream is checked before any wait: a wrong one fails at once. */
+  if ((r = check_sync(buf, stream)) < 0 || (r = sync_stream(buf, stream, false, &s)) < 0)
     return r;
   if (seq == 0 && (seq = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE)) == 0)
     return 0; /* nothing released yet: nothing to wait for */
@@ -225,11 +285,11 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
   }
   switch (buf->sync_method) {
   case GPUSHM_SYNC_IPC_EVENT:
-    return client_cuda_wait(buf->sync_event, buf->device, stream);
+    return client_cuda_wait(buf->sync_event, &s);
   case GPUSHM_SYNC_GPU_FENCE:
     /* The fence reaches seq once release seq's work is done (a later release only
      * raises it): waiting for >= seq, not == seq, never waits too little. */
-    if ((r = client_cuda_fence_wait(buf->fence_dptr, seq, buf->device, stream)) == 0) {
+    if ((r = client_cuda_fence_wait(buf->fence_dptr, seq, &s)) == 0) {
       uint64_t was = __atomic_load_n(&buf->fence_waited, __ATOMIC_RELAXED);
       while (was < seq && !__atomic_compare_exchange_n(&buf->fence_waited, &was, seq, true,
                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))

@@ -29,6 +29,11 @@
   X(cuDevicePrimaryCtxRelease, 11000)   \
   X(cuCtxSetCurrent, 4000)              \
   X(cuCtxGetCurrent, 4000)              \
+  X(cuCtxGetDevice, 2000)               \
+  X(cuCtxPushCurrent, 4000)             \
+  X(cuCtxPopCurrent, 4000)              \
+  X(cuDeviceCanAccessPeer, 4000)        \
+  X(cuStreamGetCtx, 9020)               \
   X(cuCtxSynchronize, 2000)             \
   X(cuMemAlloc, 3020)                   \
   X(cuMemFree, 3020)                    \

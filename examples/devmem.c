@@ -25,7 +25,7 @@ int devmem_attach(gpushm_buffer_t *buf)
     }
     loaded = 1;
   }
-  if (CU_CALL(&drv, cuDeviceGet, &dev, gpushm_buffer_device(buf)) != CUDA_SUCCESS ||
+  if (CU_CALL(&drv, cuDeviceGet, &dev, gpushm_buffer_map_device(buf)) != CUDA_SUCCESS ||
       CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev) != CUDA_SUCCESS ||
       CU_CALL(&drv, cuCtxSetCurrent, ctx) != CUDA_SUCCESS)
     return -1;

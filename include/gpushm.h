@@ -102,6 +102,19 @@ typedef enum gpushm_lifetime {
 #define GPUSHM_CREATE_SYNC 0x2u          /* give the buffer acquire/release ordering */
 /* gpushm_buffer_open() flags */
 #define GPUSHM_OPEN_READONLY 0x1u
+/* In gpushm_buffer_open() flags and gpushm_create_opts.flags: the device (this
+ * process's ordinal) whose kernels and streams will use a device buffer, its map
+ * device.  Without it: the device of the calling thread's current CUDA context, or,
+ * when none is current or that device has no peer access to the memory's, the device
+ * the memory lives on.  A buffer used on another device than its own is reached as a
+ * peer (legacy IPC: opened in that device's context with peer access enabled;
+ * cuda-fd: access granted to that device); a device named here without peer access
+ * is GPUSHM_E_UNSUPPORTED at open.  The process maps a buffer once per map device
+ * (and access mode): opens for the same device share one handle, opens for another
+ * get their own handle and pointer.  Ignored for host buffers and events. */
+#define GPUSHM_MAP_DEVICE_SHIFT 16
+#define GPUSHM_MAP_DEVICE_MASK (0xffu << GPUSHM_MAP_DEVICE_SHIFT)
+#define GPUSHM_MAP_DEVICE(ordinal) ((((unsigned)(ordinal)) + 1u) << GPUSHM_MAP_DEVICE_SHIFT)
 
 typedef struct gpushm gpushm_t;               /* a connection to gpushmd */
 typedef struct gpushm_buffer gpushm_buffer_t; /* an open buffer, shared process-wide */
@@ -197,7 +210,10 @@ GPUSHM_API void *gpushm_buffer_ptr(const gpushm_buffer_t *buf);
 GPUSHM_API uint64_t gpushm_buffer_size(const gpushm_buffer_t *buf);
 GPUSHM_API uint64_t gpushm_buffer_id(const gpushm_buffer_t *buf);
 GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
+/* The device (this process's ordinal) the memory lives on, and the one it is mapped
+ * for: gpushm_buffer_ptr() is for kernels and streams of the map device. */
 GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
+GPUSHM_API int gpushm_buffer_map_device(const gpushm_buffer_t *buf);
 GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
 /* The buffer's owner (its creator's uid and gid).  Names are global: a consumer that
@@ -213,7 +229,8 @@ GPUSHM_API int gpushm_event_create(gpushm_t *conn, const char *name,
                                    const gpushm_create_opts_t *opts, gpushm_event_t **out);
 GPUSHM_API int gpushm_event_open(gpushm_t *conn, const char *name, gpushm_event_t **out);
 GPUSHM_API int gpushm_event_close(gpushm_event_t *event);
-/* Records the event on stream (cuEventRecord). */
+/* Records the event on stream (cuEventRecord), which must be a stream of the event's
+ * own device (GPUSHM_E_UNSUPPORTED otherwise, naming both). */
 GPUSHM_API int gpushm_event_record(gpushm_event_t *event, void *stream);
 /* Makes stream wait for the event's most recent record, by any process
  * (cuStreamWaitEvent); an event never recorded does not hold the stream. */
@@ -249,6 +266,12 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  *    (cuStreamWaitEvent); only the daemon's uid (or root) can open it.
  *  - host: stream must be NULL; release publishes with release ordering and acquire
  *    waits with acquire ordering (a CPU fence).
+ *
+ * Streams and devices: NULL means the legacy default stream of the buffer's map
+ * device.  Fences are reached only from the map device: a stream of another device is
+ * refused (GPUSHM_E_UNSUPPORTED, naming both devices) before anything is queued — open
+ * the buffer for that device too and use that handle.  An IPC event is recorded only
+ * on streams of the device the memory lives on, and waited on by streams of any.
  *
  * Releasing is a write: it needs a read-write open (GPUSHM_E_PERM on a read-only one,
  * whose control block is mapped read-only so that it cannot forge the sequence).

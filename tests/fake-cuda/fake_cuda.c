@@ -9,8 +9,11 @@
  * 4 GiB) shape the fake devices; GPUSHM_FAKE_CUDA_REVERSE_ORDER=1 numbers them
  * backwards, as CUDA_VISIBLE_DEVICES=1,0 would (each UUID stays with its device);
  * GPUSHM_FAKE_CUDA_NO_VMM=1 takes away virtual memory
- * management, GPUSHM_FAKE_CUDA_MIG=1 makes them MIG instances.  Like the real driver,
- * it refuses IPC handles between sibling PID namespaces. */
+ * management, GPUSHM_FAKE_CUDA_MIG=1 makes them MIG instances,
+ * GPUSHM_FAKE_CUDA_NO_P2P=1 takes away peer access between them.  Like the real
+ * driver, it refuses IPC handles between sibling PID namespaces, records events only
+ * on their own device's streams, and lets stream work touch only memory its device
+ * was granted (a fault there is CUDA_ERROR_ILLEGAL_ADDRESS from the call). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <fcntl.h>
@@ -72,6 +75,84 @@ static uint64_t pid_namespace(void)
 static int current_device(void)
 {
   return current ? (int)((uintptr_t)current - 0x1000) : -1;
+}
+
+/* GPUSHM_FAKE_CUDA_NO_P2P=1: no device can reach another's memory. */
+static int peer_access(int dev, int peer)
+{
+  return dev == peer || !getenv("GPUSHM_FAKE_CUDA_NO_P2P");
+}
+
+/* Streams are numbers naming their device; NULL is the current context's. */
+#define STREAM_BASE 0x5000u
+static int stream_device(CUstream s)
+{
+  return s ? (int)(((uintptr_t)s - STREAM_BASE) / 16) : current_device();
+}
+
+/* Which devices may touch a mapped range from their streams, as a real GPU's page
+ * tables say: a device allocation its own device, an opened IPC handle the device it
+ * was opened on, a VMM mapping those cuMemSetAccess named.  Stream work on a range a
+ * device was not granted faults on a real GPU (CUDA_ERROR_ILLEGAL_ADDRESS, sticky);
+ * here the call fails with that error instead.  Ranges not listed are not checked. */
+struct fake_access {
+  struct fake_access *next;
+  uintptr_t base;
+  size_t size;
+  uint64_t devices; /* bit per device */
+};
+static struct fake_access *access_list;
+
+static void access_set(uintptr_t base, size_t size, uint64_t devices)
+{
+  struct fake_access *a;
+
+  pthread_mutex_lock(&lock);
+  for (a = access_list; a; a = a->next)
+    if (a->base == base)
+      break;
+  if (!a && (a = calloc(1, sizeof *a))) {
+    a->next = access_list;
+    access_list = a;
+  }
+  if (a) {
+    a->base = base;
+    a->size = size;
+    a->devices = devices;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static void access_drop(uintptr_t base)
+{
+  pthread_mutex_lock(&lock);
+  for (struct fake_access **p = &access_list; *p; p = &(*p)->next) {
+    if ((*p)->base == base) {
+      struct fake_access *a = *p;
+      *p = a->next;
+      free(a);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static CUresult device_access(CUstream s, CUdeviceptr addr, size_t n)
+{
+  int dev = stream_device(s);
+  CUresult r = CUDA_SUCCESS;
+
+  if (dev < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  for (struct fake_access *a = access_list; a; a = a->next)
+    if (addr >= a->base && addr + n <= a->base + a->size) {
+      if (!(a->devices & (1ull << dev)))
+        r = CUDA_ERROR_ILLEGAL_ADDRESS;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return r;
 }
 
 /* GPUSHM_FAKE_CUDA_INIT_LOG names a file to which each cuInit appends "PID MPS-PIPE":
@@ -231,6 +312,7 @@ static CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t size)
   allocs = a;
   used[dev] += size;
   pthread_mutex_unlock(&lock);
+  access_set((uintptr_t)base, size, 1ull << dev);
   *p = (CUdeviceptr)(uintptr_t)base;
   return CUDA_SUCCESS;
 }
@@ -260,6 +342,7 @@ static CUresult release(CUdeviceptr p, int imported)
     close(a->fd);
   }
   pthread_mutex_unlock(&lock);
+  access_drop(a->base);
   munmap((void *)a->base, a->size);
   free(a);
   return CUDA_SUCCESS;
@@ -340,7 +423,6 @@ static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsign
   void *base;
   int fd;
 
-  (void)flags;
   memcpy(&fh, h.reserved, sizeof fh);
   if (fh.magic != HANDLE_MAGIC)
     return CUDA_ERROR_INVALID_HANDLE;
@@ -351,7 +433,10 @@ static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsign
   if (fh.pid_namespace != pid_namespace() && fh.pid_namespace != 0xEFFFFFFCu &&
       pid_namespace() != 0xEFFFFFFCu)
     return CUDA_ERROR_INVALID_CONTEXT;
-  if (current_device() != fh.device)
+  /* In another device's context only with peer access, which the flag enables. */
+  if (current_device() < 0 ||
+      (current_device() != fh.device &&
+       (!(flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || !peer_access(current_device(), fh.device))))
     return CUDA_ERROR_INVALID_CONTEXT;
   snprintf(path, sizeof path, "/proc/%d/fd/%d", fh.pid, fh.fd);
   if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
@@ -364,6 +449,7 @@ static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsign
   *a = (struct fake_alloc){ allocs, (uintptr_t)base, fh.size, -1, fh.device };
   allocs = a;
   pthread_mutex_unlock(&lock);
+  access_set((uintptr_t)base, fh.size, 1ull << current_device());
   *p = (CUdeviceptr)(uintptr_t)base;
   return CUDA_SUCCESS;
 }
@@ -387,6 +473,7 @@ struct fake_vmm {
   size_t size;
   int device;
   int imported;
+  CUdeviceptr mapped_at; /* 0: not mapped */
 };
 #define VMM_MAGIC 0x766d6d68616e646cull
 static struct fake_vmm *vmms;
@@ -434,6 +521,7 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 {
   struct fake_vmm *m;
   int dev = prop ? prop->location.id : -1;
+  char name[32];
   int fd;
 
   if (!initialized || flags || !prop || dev < 0 || dev >= device_count())
@@ -445,7 +533,9 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  fd = memfd_create("fake-cuda-vmm", MFD_CLOEXEC);
+  /* The name carries the device, so an importer knows where the memory lives. */
+  snprintf(name, sizeof name, "fake-cuda-vmm-%d", dev);
+  fd = memfd_create(name, MFD_CLOEXEC);
   /* Device memory comes with whatever it held (another buffer's data, within a
    * context): garbage in the first and last bytes shows whoever relies on zeroes. */
   if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
@@ -459,7 +549,7 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
   }
   used[dev] += size;
   pthread_mutex_unlock(&lock);
-  *m = (struct fake_vmm){ NULL, VMM_MAGIC, fd, size, dev, 0 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, fd, size, dev, 0, 0 };
   vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
   return CUDA_SUCCESS;
@@ -497,6 +587,22 @@ static CUresult fake_cuMemExportToShareableHandle(void *shareable, CUmemGenericA
   return CUDA_SUCCESS;
 }
 
+/* The device an exported allocation lives on, from its memfd's name (0 if unsure). */
+static int memfd_device(int fd)
+{
+  char path[64], target[128];
+  ssize_t n;
+  int dev = 0;
+
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  if ((n = readlink(path, target, sizeof target - 1)) > 0) {
+    target[n] = '\0';
+    if (sscanf(target, "/memfd:fake-cuda-vmm-%d", &dev) != 1)
+      dev = 0;
+  }
+  return dev;
+}
+
 static CUresult fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
                                                     void *os_handle,
                                                     CUmemAllocationHandleType type)
@@ -514,8 +620,7 @@ static CUresult fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
       close(dup_fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *m = (struct fake_vmm){ NULL, VMM_MAGIC, dup_fd, (size_t)size,
-                          current_device() < 0 ? 0 : current_device(), 1 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, dup_fd, (size_t)size, memfd_device(fd), 1, 0 };
   vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
   return CUDA_SUCCESS;
@@ -553,11 +658,18 @@ static CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, m->fd,
            (off_t)offset) == MAP_FAILED)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  m->mapped_at = ptr;
   return CUDA_SUCCESS;
 }
 
 static CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+  access_drop((uintptr_t)ptr);
+  pthread_mutex_lock(&lock);
+  for (struct fake_vmm *v = vmms; v; v = v->next)
+    if (v->mapped_at == ptr)
+      v->mapped_at = 0;
+  pthread_mutex_unlock(&lock);
   /* Back to a bare reservation. */
   if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
@@ -569,24 +681,38 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
                                     size_t count)
 {
   int prot = PROT_NONE;
+  uint64_t devices = 0;
+  struct fake_vmm *m = NULL;
 
+  /* The allocation mapped there decides which devices can be peers of its own. */
+  pthread_mutex_lock(&lock);
+  for (struct fake_vmm *v = vmms; v; v = v->next)
+    if (v->mapped_at == ptr)
+      m = v;
+  pthread_mutex_unlock(&lock);
   for (size_t i = 0; i < count; i++) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
         desc[i].location.id >= device_count())
       return CUDA_ERROR_INVALID_DEVICE;
+    if (m && !peer_access(desc[i].location.id, m->device))
+      return CUDA_ERROR_INVALID_DEVICE;
+    devices |= 1ull << desc[i].location.id;
     if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       prot = PROT_READ | PROT_WRITE;
     else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
       prot = PROT_READ;
   }
-  return mprotect((void *)(uintptr_t)ptr, size, prot) == 0 ? CUDA_SUCCESS
-                                                          : CUDA_ERROR_INVALID_VALUE;
+  if (mprotect((void *)(uintptr_t)ptr, size, prot) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  access_set((uintptr_t)ptr, size, devices);
+  return CUDA_SUCCESS;
 }
 
 /* Events: this driver runs no device work, so every event is always complete; IPC
  * handles only need to round-trip. */
 struct fake_event {
   uint64_t magic;
+  int device;
 };
 #define EVENT_MAGIC 0x6576656e74ull
 
@@ -600,6 +726,7 @@ static CUresult fake_cuEventCreate(CUevent *ev, unsigned flags)
   if (!(e = calloc(1, sizeof *e)))
     return CUDA_ERROR_OUT_OF_MEMORY;
   e->magic = EVENT_MAGIC;
+  e->device = current_device();
   *ev = (CUevent)e;
   return CUDA_SUCCESS;
 }
@@ -610,10 +737,14 @@ static CUresult fake_cuEventDestroy(CUevent ev)
   return CUDA_SUCCESS;
 }
 
+/* As the real driver: an event is recorded only on a stream of its own device (a
+ * stream may wait for any device's event). */
 static CUresult fake_cuEventRecord(CUevent ev, CUstream s)
 {
-  (void)s;
-  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!ev)
+    return CUDA_ERROR_INVALID_HANDLE;
+  return ((struct fake_event *)ev)->device == stream_device(s) ? CUDA_SUCCESS
+                                                               : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult fake_cuEventQuery(CUevent ev)
@@ -655,7 +786,53 @@ static CUresult fake_cuIpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
 static CUresult fake_cuStreamCreate(CUstream *s, unsigned flags)
 {
   (void)flags;
-  *s = (CUstream)(uintptr_t)0x5000;
+  if (current_device() < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *s = (CUstream)(uintptr_t)(STREAM_BASE + 16u * (unsigned)current_device());
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuStreamGetCtx(CUstream s, CUcontext *ctx)
+{
+  int dev = stream_device(s);
+  if (dev < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *ctx = (CUcontext)(uintptr_t)(0x1000 + dev);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxGetDevice(CUdevice *d)
+{
+  if (current_device() < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *d = current_device();
+  return CUDA_SUCCESS;
+}
+
+/* One level of context stack is all gpushm uses. */
+static __thread CUcontext pushed;
+
+static CUresult fake_cuCtxPushCurrent(CUcontext ctx)
+{
+  pushed = current;
+  current = ctx;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxPopCurrent(CUcontext *ctx)
+{
+  if (ctx)
+    *ctx = current;
+  current = pushed;
+  pushed = NULL;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+  if (dev < 0 || dev >= device_count() || peer < 0 || peer >= device_count())
+    return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer && peer_access(dev, peer);
   return CUDA_SUCCESS;
 }
 
@@ -698,9 +875,10 @@ static CUresult fake_cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64
   struct delayed_write *w;
   pthread_t thread;
 
-  (void)s;
   if (!p || ((uintptr_t)p & 7) || flags)
     return CUDA_ERROR_INVALID_VALUE;
+  if (device_access(s, addr, 8) != CUDA_SUCCESS)
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
   if (!delay) {
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
@@ -723,16 +901,19 @@ static CUresult fake_cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_
 {
   uint64_t *p = (uint64_t *)(uintptr_t)addr;
 
-  (void)s;
   if (!p || ((uintptr_t)p & 7) || flags != CU_STREAM_WAIT_VALUE_GEQ)
     return CUDA_ERROR_INVALID_VALUE;
+  if (device_access(s, addr, 8) != CUDA_SUCCESS)
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
   return (int64_t)(__atomic_load_n(p, __ATOMIC_ACQUIRE) - value) >= 0 ? CUDA_SUCCESS
                                                                       : CUDA_ERROR_NOT_READY;
 }
 
 static CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s)
 {
-  (void)s;
+  CUresult r = device_access(s, dst, n * 4);
+  if (r != CUDA_SUCCESS)
+    return r;
   return fake_cuMemsetD32(dst, v, n);
 }
 
@@ -750,7 +931,9 @@ static CUresult fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t 
 
 static CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-  (void)s;
+  CUresult r;
+  if ((r = device_access(s, dst, n)) != CUDA_SUCCESS || (r = device_access(s, src, n)) != CUDA_SUCCESS)
+    return r;
   return fake_cuMemcpyDtoD(dst, src, n);
 }
 
@@ -832,7 +1015,9 @@ static const struct {
   FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess), FAKE_ENTRY(cuMemcpyDtoHAsync),
   FAKE_ENTRY(cuMemcpyHtoDAsync),
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
-  FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync),
+  FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
+  FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
+  FAKE_ENTRY(cuDeviceCanAccessPeer),
 #undef FAKE_ENTRY
 };
 
