@@ -1,5 +1,8 @@
 /* A producer -> consumer ring over sync buffers: memory fences (cuda-fd) against IPC
- * events (cuda-ipc), the same work in the same run, alternating, 3 runs each.
+ * events (cuda-ipc), the same work in the same run, alternating, 3 runs each; and the
+ * floor, the same ring with raw fences (each side numbers the frames itself and queues
+ * cuStreamWriteValue64/cuStreamWaitValue64 on a word past each slot's data, never
+ * waiting on the CPU: what the driver alone costs).
  * 4 slots of 1 MiB; per frame the producer fills its slot (cuMemsetD32Async) and
  * releases it; the consumer, another process, acquires it, copies one word out
  * (cuMemcpyDtoDAsync into a results array) and releases it back.  Neither side ever
@@ -10,6 +13,7 @@
 #include "config.h"
 #include "cuda-test.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +21,9 @@
 
 #define SLOTS 4
 #define SLOT_BYTES (1u << 20)
+/* Raw rings: each slot's fence sits past its data. */
+#define RAW_FENCE_OFFSET SLOT_BYTES
+#define RAW ((gpushm_backend_t)99)
 #define RUNS 3
 
 static struct test_daemon d;
@@ -34,16 +41,27 @@ static void slot_name(char *name, size_t len, gpushm_backend_t backend, unsigned
   snprintf(name, len, "ring-%d-%u", (int)backend, i);
 }
 
-static CUdeviceptr dptr(gpushm_buffer_t *b)
+/* The raw ring's acquire and release of slot b: the fence reaches 2u+1 once frame
+ * use u is written, 2u+2 once it is read. */
+static void raw_wait(gpushm_buffer_t *b, CUstream s, uint64_t value)
 {
-  return (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(b);
+  CU_CHECK(CU_CALL(&drv, cuStreamWaitValue64, s, cuda_test_dptr(b) + RAW_FENCE_OFFSET, value,
+                   CU_STREAM_WAIT_VALUE_GEQ));
 }
+
+static void raw_write(gpushm_buffer_t *b, CUstream s, uint64_t value)
+{
+  CU_CHECK(CU_CALL(&drv, cuStreamWriteValue64, s, cuda_test_dptr(b) + RAW_FENCE_OFFSET, value,
+                   CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
 
 /* Consumer: argv: self consumer BACKEND FRAMES RESULT_FD.  Writes its frames/s (a
  * double) to RESULT_FD; exits 3 if a frame's word was wrong. */
 static int consumer(char **argv)
 {
   gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
+  bool raw = backend == RAW;
   unsigned frames = (unsigned)atoi(argv[3]), bad = 0;
   int result_fd = atoi(argv[4]);
   gpushm_buffer_t *slots[SLOTS];
@@ -66,12 +84,21 @@ static int consumer(char **argv)
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
     uint64_t use = k / SLOTS;
-    CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000));
-    if (k == 0)
+    if (raw)
+      raw_wait(b, s, 2 * use + 1);
+    else
+      CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000));
+    if (k == 0) {
+      if (raw) /* the producer is up once its first frame is */
+        CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
       t0 = now_s(); /* from the first frame on: the producer is up */
-    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoDAsync, results + k * sizeof *words, dptr(b),
+    }
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoDAsync, results + k * sizeof *words, cuda_test_dptr(b),
                      sizeof *words, s));
-    CHECK_OK(gpushm_buffer_release(b, s, NULL));
+    if (raw)
+      raw_write(b, s, 2 * use + 2);
+    else
+      CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   rate = (frames - 1) / (now_s() - t0);
@@ -91,6 +118,7 @@ static int consumer(char **argv)
 static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames,
                        gpushm_sync_method_t expect)
 {
+  bool raw = backend == RAW;
   gpushm_buffer_t *slots[SLOTS];
   gpushm_create_opts_t opts;
   char frames_text[16], backend_text[8], fd_text[8];
@@ -100,12 +128,13 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
   pid_t pid;
 
   gpushm_create_opts_init(&opts);
-  opts.backend = backend;
-  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.backend = raw ? GPUSHM_BACKEND_CUDA_FD : backend;
+  opts.flags = raw ? 0 : GPUSHM_CREATE_SYNC;
   for (unsigned i = 0; i < SLOTS; i++) {
     char name[64];
     slot_name(name, sizeof name, backend, i);
-    CHECK_OK(gpushm_buffer_create(conn, name, SLOT_BYTES, &opts, &slots[i]));
+    CHECK_OK(gpushm_buffer_create(conn, name, raw ? SLOT_BYTES + 8 : SLOT_BYTES, &opts,
+                                  &slots[i]));
     CHECK(gpushm_buffer_sync_method(slots[i], NULL) == expect);
   }
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
@@ -125,10 +154,15 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
     uint64_t use = k / SLOTS;
-    if (use > 0)
+    if (use > 0 && raw)
+      raw_wait(b, s, 2 * use);
+    else if (use > 0)
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* handed back */
-    CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, dptr(b), k + 1, SLOT_BYTES / 4, s));
-    CHECK_OK(gpushm_buffer_release(b, s, NULL));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, cuda_test_dptr(b), k + 1, SLOT_BYTES / 4, s));
+    if (raw)
+      raw_write(b, s, 2 * use + 1);
+    else
+      CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
   CHECK(read(pipe_fds[0], &rate, sizeof rate) == sizeof rate);
   close(pipe_fds[0]);
@@ -154,7 +188,7 @@ int main(int argc, char **argv)
 {
   const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
   unsigned frames = argc > 1 && strcmp(argv[1], "consumer") ? (unsigned)atoi(argv[1]) : 20000;
-  double fence[RUNS], event[RUNS], f, e;
+  double fence[RUNS], event[RUNS], floor_[RUNS], f, e, raw;
   gpushm_t *conn;
 
   if (argc > 1 && strcmp(argv[1], "consumer") == 0)
@@ -166,17 +200,22 @@ int main(int argc, char **argv)
   for (int r = 0; r < RUNS; r++) {
     event[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_IPC_EVENT);
     fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE);
+    floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE);
   }
   f = median3(fence);
   e = median3(event);
+  raw = median3(floor_);
   printf("bench: sync ring %s, %u slots x 1 MiB, %u frames, median of %d:\n",
          mps ? "under MPS" : "without MPS", SLOTS, frames, RUNS);
   printf("bench:   fences (cuda-fd)     %8.0f frames/s   (runs %.0f %.0f %.0f)\n", f, fence[0],
          fence[1], fence[2]);
   printf("bench:   IPC events (cuda-ipc) %7.0f frames/s   (runs %.0f %.0f %.0f)\n", e, event[0],
          event[1], event[2]);
+  printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
+         floor_[0], floor_[1], floor_[2]);
   printf("bench:   ratio fences / events %.3f   (target %s)\n", f / e,
          mps ? ">= 1.0, and fences >= 130000 frames/s" : ">= 0.98");
+  printf("bench:   ratio fences / raw floor %.3f\n", f / raw);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   return 0;
