@@ -83,6 +83,7 @@
   LIST(stats, detached, gpushm_detached_t, detached)                                      \
   NUM(stats, detached_total, uint32_t, m->detached_total)                                 \
   NUM(stats, bytes_pinned_after_release, uint64_t, m->bytes_pinned_after_release)         \
+  NUM(stats, fences_raised, uint64_t, m->fences_raised)                                   \
   NUM(detached, pid, uint32_t, m->pid)                                                    \
   NUM(detached, uid, uint32_t, m->uid)                                                    \
   NUM(detached, client_id, uint32_t, m->client_id)                                        \

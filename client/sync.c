@@ -153,7 +153,8 @@ static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const stru
  * its marker queued before anyone can see it. */
 static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uint64_t *seq)
 {
-  uint64_t n = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE);
+  struct sync_control *ctl = buf->control;
+  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   int r;
 
   do {
@@ -176,7 +177,22 @@ static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uin
     }
     if (r < 0)
       return r;
-  } while (!__atomic_compare_exchange_n(&buf->control->release_seq, &n, n + 1, false,
+    /* Signs release n + 1 for gpushmd, which raises the fence to it should this process
+     * die before its GPU runs the write (docs/sync.md).  After the marker is queued: a
+     * slot naming this connection names a number it queued a write of, and the daemon
+     * writes nothing else.  Before the CAS: its release half orders this store before
+     * the number, so no published number lacks its signature (after it, a death in
+     * between would leave one unsigned, its write lost for good).  Relaxed is enough
+     * for that, and the daemon reads only once this process is gone.  A concurrent
+     * releaser (unsupported) may sign the same slot for the same number; it queued that
+     * write too, so whichever name is left, a raise is one of a write its signer
+     * queued: not worse.  Every read-write holder can scribble the slots, as it can the
+     * data and the fence itself: a forged one makes the daemon do no more than the
+     * forger could do directly, raise the fence to a published number. */
+    __atomic_store_n(&ctl->released_by[(n + 1) % GPUSHM_LIMIT_RELEASERS_KEPT],
+                     sync_releaser(sync_releaser_id(buf->conn->instance_id, buf->conn->client_id),
+                                   n + 1), __ATOMIC_RELAXED);
+  } while (!__atomic_compare_exchange_n(&ctl->release_seq, &n, n + 1, false,
                                         __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
   *seq = n + 1;
   return 0;

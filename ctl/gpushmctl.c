@@ -767,6 +767,9 @@ static void prometheus_stats(const gpushm_stats_t *s)
   printf("# HELP gpushm_pinned_after_release_bytes Memory gpushmd freed that such processes "
          "still map.\n# TYPE gpushm_pinned_after_release_bytes gauge\n");
   printf("gpushm_pinned_after_release_bytes %" PRIu64 "\n", gpushm_stats_bytes_pinned_after_release(s));
+  printf("# HELP gpushm_fences_raised_total Sync buffer fences gpushmd raised for releasers that "
+         "died before their GPU wrote them.\n# TYPE gpushm_fences_raised_total counter\n");
+  printf("gpushm_fences_raised_total %" PRIu64 "\n", gpushm_stats_fences_raised(s));
   printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
          "# TYPE gpushm_protocol_errors_total counter\n");
   printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
@@ -812,8 +815,9 @@ static void json_stats(const gpushm_stats_t *s)
            i ? "," : "", usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_buffers(u),
            gpushm_usage_bytes(u));
   }
-  printf("],\"detached_total\":%u,\"bytes_pinned_after_release\":%" PRIu64 ",\"detached\":[",
-         gpushm_stats_detached_total(s), gpushm_stats_bytes_pinned_after_release(s));
+  printf("],\"fences_raised\":%" PRIu64 ",\"detached_total\":%u,\"bytes_pinned_after_release\":%"
+         PRIu64 ",\"detached\":[", gpushm_stats_fences_raised(s), gpushm_stats_detached_total(s),
+         gpushm_stats_bytes_pinned_after_release(s));
   for (size_t i = 0; i < gpushm_stats_detached_count(s); i++) {
     const gpushm_detached_t *d = gpushm_stats_detached(s, i);
     printf("%s{\"pid\":%u,\"uid\":%u,\"client_id\":%u,\"since_unix_ms\":%" PRIu64
@@ -873,6 +877,9 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
     for (size_t i = 0; i < gpushm_stats_detached_count(s); i++)
       text_detached(ctl, gpushm_stats_detached(s, i), 0);
   }
+  if (gpushm_stats_fences_raised(s))
+    printf("fences raised:  %" PRIu64 " (releasers died before their GPU wrote the fence; "
+           "waiters went on with what their work left)\n", gpushm_stats_fences_raised(s));
   printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
          gpushm_stats_requests(s), gpushm_stats_request_errors(s), gpushm_stats_protocol_errors(s));
   for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {

@@ -40,6 +40,12 @@ struct backend {
   /* A sync buffer's fence lives in its allocation, SYNC_DEVICE_FENCE_BYTES past its data
    * (cuda-fd). */
   bool fence_in_allocation;
+  /* With fence_in_allocation: raises the fence at offset to value if it holds less
+   * (*was receives what it held), synchronously, through the daemon's own context, for
+   * a releaser that died with its write queued.  Returns 1 (raised), 0 (it was there
+   * already), or a negative GPUSHM_E_* with err set, the memory left as it was. */
+  int (*fence_raise)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                     uint64_t value, uint64_t *was, char *err, size_t errlen);
   /* NULL when usable, else why not (shown to clients that ask for it). */
   const char *(*unavailable)(const struct backend *be);
 };

@@ -10,6 +10,7 @@
 #include "gpushm.h"
 #include "gpushm_limits.h"
 #include "log.h"
+#include "shm_layout.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -475,41 +476,100 @@ static CUmemAllocationProp fd_memory_props(int device)
   return prop;
 }
 
-/* Zero-fills a new allocation through a short-lived mapping of it (the daemon maps
- * nothing otherwise): the physical memory cuMemCreate hands out may have held another
- * buffer's data, and its last bytes are a sync buffer's fence, which starts at 0. */
+/* The daemon maps an allocation only for a moment, to zero it or to raise its fence:
+ * all of it, since cuMemMap maps from offset 0 only.  *what names the call that failed. */
+static CUresult fd_map(const struct cuda_vmm *vm, CUdeviceptr *va, const char **what)
+{
+  CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
+                                           .id = cuda.devices[vm->device].dev },
+                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+  CUresult r;
+
+  *va = 0;
+  *what = "cuMemAddressReserve";
+  if ((r = CU_CALL(&cuda.drv, cuMemAddressReserve, va, vm->size, 0, 0, 0)) != CUDA_SUCCESS)
+    return r;
+  *what = "cuMemMap";
+  if ((r = CU_CALL(&cuda.drv, cuMemMap, *va, vm->size, 0, vm->handle, 0)) == CUDA_SUCCESS) {
+    *what = "cuMemSetAccess";
+    if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, *va, vm->size, &access, 1)) == CUDA_SUCCESS)
+      return r;
+    CU_CALL(&cuda.drv, cuMemUnmap, *va, vm->size);
+  }
+  CU_CALL(&cuda.drv, cuMemAddressFree, *va, vm->size);
+  *va = 0;
+  return r;
+}
+
+/* A device operation on the mapping may still be queued when its call returns:
+ * unmapping under it is an MMU fault, and a sticky error for the daemon's context
+ * (Xid 31, seen).  Callers synchronise first. */
+static void fd_unmap(const struct cuda_vmm *vm, CUdeviceptr va)
+{
+  CU_CALL(&cuda.drv, cuMemUnmap, va, vm->size);
+  CU_CALL(&cuda.drv, cuMemAddressFree, va, vm->size);
+}
+
+/* Zero-fills a new allocation (the daemon maps nothing otherwise): the physical memory
+ * cuMemCreate hands out may have held another buffer's data, and its last bytes are a
+ * sync buffer's fence, which starts at 0. */
 static int fd_zero(struct cuda_vmm *vm, char *err, size_t errlen)
 {
-  size_t span = vm->size;
-  CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE },
-                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-  CUdeviceptr va = 0;
-  const char *what = "cuMemAddressReserve";
+  const char *what;
+  CUdeviceptr va;
   CUresult r;
   int ret;
 
   if ((ret = use_device(vm->device, err, errlen)) < 0)
     return ret;
-  access.location.id = cuda.devices[vm->device].dev;
-  if ((r = CU_CALL(&cuda.drv, cuMemAddressReserve, &va, span, 0, 0, 0)) == CUDA_SUCCESS) {
-    what = "cuMemMap";
-    if ((r = CU_CALL(&cuda.drv, cuMemMap, va, span, 0, vm->handle, 0)) == CUDA_SUCCESS) {
-      what = "cuMemSetAccess";
-      if ((r = CU_CALL(&cuda.drv, cuMemSetAccess, va, span, &access, 1)) == CUDA_SUCCESS) {
-        what = "cuMemsetD32";
-        r = CU_CALL(&cuda.drv, cuMemsetD32, va, 0, span / 4);
-        /* A device memset may still be queued when the call returns: unmapping under it
-         * is an MMU fault, and a sticky error for the daemon's context (Xid 31, seen). */
-        if (r == CUDA_SUCCESS) {
-          what = "cuCtxSynchronize";
-          r = CU_CALL(&cuda.drv, cuCtxSynchronize);
-        }
-      }
-      CU_CALL(&cuda.drv, cuMemUnmap, va, span);
+  if ((r = fd_map(vm, &va, &what)) == CUDA_SUCCESS) {
+    what = "cuMemsetD32";
+    if ((r = CU_CALL(&cuda.drv, cuMemsetD32, va, 0, vm->size / 4)) == CUDA_SUCCESS) {
+      what = "cuCtxSynchronize";
+      r = CU_CALL(&cuda.drv, cuCtxSynchronize);
     }
-    CU_CALL(&cuda.drv, cuMemAddressFree, va, span);
+    fd_unmap(vm, va);
   }
   return r == CUDA_SUCCESS ? 0 : cuda_failure(r, what, err, errlen);
+}
+
+/* Eight bytes each way, synchronous, on the loop: this runs only for a release whose
+ * releaser has exited, and costs a mapping and two small copies, not worth a thread.
+ * Read first, so that a fence already at or past value (the write landed after all, or
+ * a later release's did) is never lowered. */
+static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                          uint64_t value, uint64_t *was, char *err, size_t errlen)
+{
+  struct cuda_vmm *vm = mem->priv;
+  const char *what;
+  CUdeviceptr va;
+  CUresult r;
+  int ret;
+
+  (void)be;
+  if (!vm || offset % 8 != 0 || offset > vm->size - SYNC_DEVICE_FENCE_BYTES) {
+    snprintf(err, errlen, "no fence at offset %llu of the allocation", (unsigned long long)offset);
+    return GPUSHM_E_INVAL;
+  }
+  if ((ret = use_device(vm->device, err, errlen)) < 0)
+    return ret;
+  if ((r = fd_map(vm, &va, &what)) != CUDA_SUCCESS)
+    return cuda_failure(r, what, err, errlen);
+  what = "cuMemcpyDtoH";
+  r = CU_CALL(&cuda.drv, cuMemcpyDtoH, was, va + offset, sizeof *was);
+  ret = 0;
+  if (r == CUDA_SUCCESS && *was < value) {
+    /* From pageable memory the copy may still be on its way when the call returns. */
+    what = "cuMemcpyHtoD";
+    if ((r = CU_CALL(&cuda.drv, cuMemcpyHtoD, va + offset, &value, sizeof value)) == CUDA_SUCCESS)
+      ret = 1;
+  }
+  if (ret == 1) {
+    what = "cuCtxSynchronize";
+    r = CU_CALL(&cuda.drv, cuCtxSynchronize);
+  }
+  fd_unmap(vm, va);
+  return r == CUDA_SUCCESS ? ret : cuda_failure(r, what, err, errlen);
 }
 
 static int fd_alloc(const struct backend *be, uint64_t size, int device, const char *label,
@@ -696,5 +756,6 @@ const struct backend backend_cuda_fd = {
   .export = fd_export,
   .release = fd_release,
   .fence_in_allocation = true,
+  .fence_raise = fd_fence_raise,
   .unavailable = cuda_unavailable,
 };

@@ -18,10 +18,13 @@
 
 static void on_sweep(uv_timer_t *timer);
 
-void detached_init(struct detached_set *set, uv_loop_t *loop)
+void detached_init(struct detached_set *set, uv_loop_t *loop, detached_exit_fn *exited,
+                   void *exited_ctx)
 {
   memset(set, 0, sizeof *set);
   set->loop = loop;
+  set->exited = exited;
+  set->exited_ctx = exited_ctx;
   list_init(&set->list);
   uv_timer_init(loop, &set->sweep);
   set->sweep.data = set;
@@ -31,6 +34,7 @@ static void free_detached(uv_handle_t *handle)
 {
   struct detached *d = handle->data;
   close(d->pidfd);
+  free(d->fences);
   free(d);
 }
 
@@ -39,15 +43,32 @@ static void forget(struct detached *d)
   struct detached_set *set = d->set;
 
   list_del(&d->link);
-  set->n--;
-  set->warned_full = false;
+  if (d->listed) {
+    set->n--;
+    set->warned_full = false;
+  }
   if (d->pidfd >= 0) {
     uv_close((uv_handle_t *)&d->watch, free_detached);
     return;
   }
+  free(d->fences);
   free(d);
   if (--set->n_swept == 0)
     uv_timer_stop(&set->sweep);
+}
+
+/* The process has exited: what its queued fence writes were to do is the daemon's now. */
+static void report_exit(struct detached_set *set, uint32_t client_id, pid_t pid,
+                        const uint64_t *fences, size_t n_fences)
+{
+  if (n_fences && set->exited)
+    set->exited(set->exited_ctx, client_id, pid, fences, n_fences);
+}
+
+static void exited_forget(struct detached *d)
+{
+  report_exit(d->set, d->client_id, d->pid, d->fences, d->n_fences);
+  forget(d);
 }
 
 /* Without pidfds: a process is gone once kill(pid, 0) finds no such process. */
@@ -60,7 +81,7 @@ static void on_sweep(uv_timer_t *timer)
     struct detached *d = list_entry(l, struct detached, link);
     next = l->next;
     if (d->pidfd < 0 && kill(d->pid, 0) < 0 && errno == ESRCH)
-      forget(d);
+      exited_forget(d);
   }
 }
 
@@ -70,7 +91,7 @@ static void on_process_exit(uv_poll_t *watch, int status, int events)
   (void)status, (void)events;
   log_debug("pid %d, detached from client %u, has exited: what it mapped is free", (int)d->pid,
             d->client_id);
-  forget(d);
+  exited_forget(d);
 }
 
 /* A pidfd is readable once its process has exited (a zombie included). */
@@ -90,17 +111,30 @@ static uint64_t now_unix_ms(void)
 static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
 {
   unsigned n = 0;
-  for (const struct list *l = set->list.next; l != &set->list; l = l->next)
-    n += list_entry(l, struct detached, link)->uid == uid;
+  for (const struct list *l = set->list.next; l != &set->list; l = l->next) {
+    const struct detached *d = list_entry(l, struct detached, link);
+    n += d->listed && d->uid == uid;
+  }
   return n;
+}
+
+/* Whether the holding may have left a fence write queued: a cuda-fd sync buffer (the
+ * daemon can do nothing for a cuda-ipc one's event: docs/sync.md) opened read-write
+ * (read-only openers cannot release). */
+static bool may_owe_fence(const struct reg_holding *h)
+{
+  const struct reg_object *b = h->buffer;
+  return h->refs && h->read_write && b->kind == REG_BUFFER && b->sync && b->backend &&
+         b->backend->fence_in_allocation;
 }
 
 void detached_track(struct detached_set *set, const struct reg_client *client)
 {
   const struct list *l;
   struct detached *d;
-  size_t n = 0, keep;
-  uint64_t bytes = 0;
+  size_t n = 0, n_fences = 0, keep;
+  uint64_t bytes = 0, *fences = NULL;
+  bool gone, over;
   int pidfd;
 
   for (l = client->holdings.next; l != &client->holdings; l = l->next) {
@@ -108,32 +142,53 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
     if (h->refs && h->buffer->kind == REG_BUFFER) {
       n++;
       bytes += h->buffer->allocated;
+      n_fences += may_owe_fence(h);
     }
   }
-  if (n == 0 || client->pid <= 0)
+  if (n == 0)
     return;
+  if (n_fences && !(fences = malloc(n_fences * sizeof *fences)))
+    log_error("client %u (pid %d): out of memory: should its process have died with fence "
+              "writes queued, they are not repaired", client->id, (int)client->pid);
+  n_fences = 0;
+  for (l = client->holdings.next; fences && l != &client->holdings; l = l->next) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
+    if (may_owe_fence(h))
+      fences[n_fences++] = h->buffer->id;
+  }
+  if (client->pid <= 0) {
+    if (n_fences)
+      log_warn("client %u held %zu cuda-fd sync buffers read-write as its connection ended, and "
+               "its process is invisible to gpushmd (another PID namespace): its exit cannot be "
+               "seen, so fence writes it may leave queued are not repaired", client->id,
+               n_fences);
+    free(fences);
+    return;
+  }
   /* Opened now: from here on the pidfd names this process, even if its pid is reused. */
   pidfd = set->no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, client->pid, 0);
-  if (pidfd < 0 && !set->no_pidfd) {
-    if (errno == ESRCH)
-      return; /* the usual end: the process exited, and its mappings with it */
-    if (errno == ENOSYS) {
-      set->no_pidfd = true;
-      log_info("no pidfd_open here: processes that keep memory after their connection "
-               "ended are checked every %u ms", GPUSHM_DETACHED_SWEEP_MS);
-    }
-    /* otherwise (no fds left, say) this one is swept like the rest */
+  gone = pidfd < 0 && !set->no_pidfd && errno == ESRCH;
+  if (pidfd < 0 && !set->no_pidfd && errno == ENOSYS) {
+    set->no_pidfd = true;
+    log_info("no pidfd_open here: processes that keep memory after their connection "
+             "ended are checked every %u ms", GPUSHM_DETACHED_SWEEP_MS);
   }
-  if (pidfd < 0 && kill(client->pid, 0) < 0 && errno == ESRCH)
-    return;
-  if (pidfd >= 0 && exited(pidfd)) {
-    close(pidfd);
+  /* otherwise (no fds left, say) this one is swept like the rest */
+  if (!gone)
+    gone = pidfd < 0 ? kill(client->pid, 0) < 0 && errno == ESRCH : exited(pidfd);
+  if (gone) {
+    /* the usual end: the process exited, and its mappings with it */
+    if (pidfd >= 0)
+      close(pidfd);
+    report_exit(set, client->id, client->pid, fences, n_fences);
+    free(fences);
     return;
   }
-  keep = n < GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT ? n : GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT;
-  if (set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES ||
-      tracked_for_uid(set, client->uid) >= GPUSHM_LIMIT_DETACHED_PER_UID ||
-      !(d = calloc(1, sizeof *d + keep * sizeof d->buffers[0]))) {
+  over = set->n >= GPUSHM_LIMIT_DETACHED_PROCESSES ||
+         tracked_for_uid(set, client->uid) >= GPUSHM_LIMIT_DETACHED_PER_UID;
+  keep = over ? 0 : n < GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT ? n : GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT;
+  d = over && !n_fences ? NULL : calloc(1, sizeof *d + keep * sizeof d->buffers[0]);
+  if (over || !d) {
     set->untracked++;
     if (!set->warned_full)
       log_warn("pid %d (uid %u) keeps %zu buffers mapped after its connection ended; not "
@@ -143,16 +198,26 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
     set->warned_full = true;
     if (pidfd >= 0)
       close(pidfd);
-    return;
+    pidfd = -1;
+    if (!d) {
+      if (n_fences)
+        log_error("client %u (pid %d): out of memory: should its process die with fence "
+                  "writes queued, they are not repaired", client->id, (int)client->pid);
+      free(fences);
+      return;
+    }
   }
   d->set = set;
   d->pidfd = pidfd;
+  d->listed = !over;
   d->pid = client->pid;
   d->uid = client->uid;
   d->client_id = client->id;
   d->since_unix_ms = now_unix_ms();
   d->n_total = n;
   d->bytes_total = bytes;
+  d->n_fences = n_fences;
+  d->fences = fences;
   for (l = client->holdings.next; l != &client->holdings && d->n < keep; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
     const struct reg_object *b = h->buffer;
@@ -166,25 +231,24 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
     db->device = b->device;
     db->allocated = b->allocated;
   }
-  if (pidfd < 0) {
-    if (set->n_swept++ == 0)
-      uv_timer_start(&set->sweep, on_sweep, GPUSHM_DETACHED_SWEEP_MS, GPUSHM_DETACHED_SWEEP_MS);
-  } else if (uv_poll_init(set->loop, &d->watch, pidfd) < 0 ||
-             uv_poll_start(&d->watch, UV_READABLE, on_process_exit) < 0) {
-    set->untracked++;
-    close(pidfd);
-    free(d);
-    return;
-  } else {
+  if (pidfd >= 0 && uv_poll_init(set->loop, &d->watch, pidfd) < 0) {
+    close(pidfd); /* cannot happen with a pidfd; if it did, swept rather than lost */
+    d->pidfd = pidfd = -1;
+  }
+  if (pidfd >= 0) {
     d->watch.data = d;
+    /* Fails only for an fd another handle watches (EEXIST), which a new pidfd is not. */
+    uv_poll_start(&d->watch, UV_READABLE, on_process_exit);
+  } else if (set->n_swept++ == 0) {
+    uv_timer_start(&set->sweep, on_sweep, GPUSHM_DETACHED_SWEEP_MS, GPUSHM_DETACHED_SWEEP_MS);
   }
   list_add_tail(&set->list, &d->link);
-  set->n++;
+  set->n += d->listed;
   /* Debug only: a process that is exiting closes its socket before its pidfd turns
    * readable, so most of these are forgotten again within milliseconds. */
   log_debug("client %u (pid %d, uid %u) ended its connection while holding %zu buffers; it "
-            "keeps what it maps until it exits", d->client_id, (int)d->pid, (unsigned)d->uid,
-            d->n_total);
+            "keeps what it maps until it exits%s", d->client_id, (int)d->pid, (unsigned)d->uid,
+            d->n_total, d->listed ? "" : " (not listed: watched for its fences only)");
 }
 
 void detached_forget_all(struct detached_set *set)
@@ -195,6 +259,18 @@ void detached_forget_all(struct detached_set *set)
 
 void detached_shutdown(struct detached_set *set)
 {
+  for (struct list *l = set->list.next, *next; l != &set->list; l = next) {
+    struct detached *d = list_entry(l, struct detached, link);
+    next = l->next;
+    if (!d->n_fences)
+      continue;
+    if (d->pidfd >= 0 ? exited(d->pidfd) : kill(d->pid, 0) < 0 && errno == ESRCH)
+      exited_forget(d);
+    else
+      log_warn("pid %d (client %u) outlives gpushmd: should it die with fence writes "
+               "queued on %zu sync buffers, they are not repaired", (int)d->pid, d->client_id,
+               d->n_fences);
+  }
   detached_forget_all(set);
   uv_close((uv_handle_t *)&set->sweep, NULL);
 }

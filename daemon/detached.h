@@ -7,7 +7,17 @@
  * exits.  The daemon cannot see unmaps, so it lists such a process, with what it held,
  * until a pidfd says it has exited (where there are no pidfds, until kill(pid, 0) says so,
  * checked every GPUSHM_DETACHED_SWEEP_MS); statistics show them and the memory only they
- * keep (docs/cuda.md). */
+ * keep (docs/cuda.md).
+ *
+ * The same watch serves fences: a connection that ends holding cuda-fd sync buffers
+ * read-write may have released them with fence writes still queued, which die with its
+ * process (and only then: a process alive after its connection ended still has its
+ * context, and its writes still land).  The set is told once such a process has exited
+ * (at once if it already had), with those buffers' ids, for the daemon to raise what
+ * the dead writes left (fence_repair.h).  Such a process is watched past the limits
+ * below, which bound what is listed and the pidfds held: there it is swept without a
+ * pidfd, which costs a small entry and no fd, and a repair is at worst late (a pid
+ * reused before the sweep sees it keeps it waiting), never early, never dropped. */
 #ifndef GPUSHMD_DETACHED_H
 #define GPUSHMD_DETACHED_H
 
@@ -32,7 +42,9 @@ struct detached {
   struct list link;
   struct detached_set *set;
   uv_poll_t watch; /* on the pidfd: readable once the process has exited */
-  int pidfd;       /* -1 where the kernel (or valgrind) has no pidfd_open: swept */
+  int pidfd;       /* -1 where the kernel (or valgrind) has no pidfd_open, or past the
+                    * limits: swept */
+  bool listed;     /* within the limits: counted and listed; else kept for its fences */
   pid_t pid;
   uid_t uid;
   uint32_t client_id;
@@ -40,8 +52,15 @@ struct detached {
   size_t n_total;       /* buffers it held */
   uint64_t bytes_total; /* their memory */
   size_t n;             /* of them, remembered (GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT) */
+  size_t n_fences;      /* cuda-fd sync buffers it held read-write, all of them: */
+  uint64_t *fences;     /* their ids, for the exit callback */
   struct detached_buffer buffers[];
 };
+
+/* Told that client_id's process (pid) has exited, with the ids of the cuda-fd sync
+ * buffers its connection held read-write when it ended. */
+typedef void detached_exit_fn(void *ctx, uint32_t client_id, pid_t pid, const uint64_t *ids,
+                              size_t n);
 
 struct detached_set {
   uv_loop_t *loop;
@@ -52,15 +71,20 @@ struct detached_set {
   bool warned_full; /* said once that processes go untracked, until there is room */
   uv_timer_t sweep;
   uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
+  detached_exit_fn *exited;
+  void *exited_ctx;
 };
 
-void detached_init(struct detached_set *set, uv_loop_t *loop);
+void detached_init(struct detached_set *set, uv_loop_t *loop, detached_exit_fn *exited,
+                   void *exited_ctx);
 /* As client's connection ends, before the registry drops its references: keeps what it
  * holds while its process lives.  Nothing held, or the process gone: nothing kept. */
 void detached_track(struct detached_set *set, const struct reg_client *client);
 /* Forgets them all (their pidfds close once the loop runs the watchers' close). */
 void detached_forget_all(struct detached_set *set);
-/* detached_forget_all, and the set is done with (the daemon is stopping). */
+/* detached_forget_all, and the set is done with (the daemon is stopping): processes
+ * found gone by now are reported first; for those still alive it is logged that their
+ * fences will not be repaired. */
 void detached_shutdown(struct detached_set *set);
 
 #endif

@@ -466,8 +466,11 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (l = set->list.next; l != &set->list; l = l->next) {
     const struct detached *d = list_entry(l, struct detached, link);
-    Gpushm__Detached *out = n < max && (asker->admin || asker->uid == d->uid) ? &ds[n] : NULL;
+    Gpushm__Detached *out;
 
+    if (!d->listed)
+      continue; /* past the limits, watched for its fences only: counted as untracked */
+    out = n < max && (asker->admin || asker->uid == d->uid) ? &ds[n] : NULL;
     if (out) {
       gpushm__detached__init(out);
       out->pid = (uint32_t)d->pid;
@@ -611,6 +614,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->request_errors = srv->counters->request_errors;
   s->protocol_errors = srv->counters->protocol_errors;
   s->clients_dropped = srv->counters->clients_dropped;
+  s->fences_raised = srv->counters->fences_raised;
   s->open_fds = srv->open_fds();
   s->next_buffer_id = reg->next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||

@@ -24,6 +24,7 @@ struct handler_counters {
   uint64_t errors_by_type[HANDLER_REQUEST_TYPES];
   uint64_t protocol_errors;
   uint64_t clients_dropped;
+  uint64_t fences_raised; /* for releasers that died with their fence write queued */
 };
 
 /* Another connected client, as the clients listing shows it. */

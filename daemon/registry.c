@@ -366,7 +366,8 @@ static void unlink_buffer(struct registry *reg, struct reg_object *buffer)
     charge_holders(reg, buffer);
 }
 
-static int add_ref(struct reg_object *buffer, struct reg_client *client, char *err, size_t errlen)
+static int add_ref(struct reg_object *buffer, struct reg_client *client, bool write, char *err,
+                   size_t errlen)
 {
   struct reg_holding *h = find_holding(buffer, client);
 
@@ -386,6 +387,7 @@ static int add_ref(struct reg_object *buffer, struct reg_client *client, char *e
     buffer->n_holders++;
   }
   h->refs++;
+  h->read_write |= write;
   buffer->refs++;
   return 0;
 }
@@ -718,7 +720,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   *slot = buffer;
   reg->n_linked++;
 
-  if ((r = add_ref(buffer, client, err, errlen)) < 0 ||
+  if ((r = add_ref(buffer, client, true, err, errlen)) < 0 ||
       (r = export_object(reg, buffer, false, out, err, errlen)) < 0) {
     discard_new(reg, buffer, client);
     return r;
@@ -780,7 +782,7 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
              write ? "read-write" : "read", (unsigned)client->uid);
     return GPUSHM_E_PERM;
   }
-  r = add_ref(buffer, client, err, errlen);
+  r = add_ref(buffer, client, write, err, errlen);
   if (r < 0)
     return r;
   r = export_object(reg, buffer, read_only, out, err, errlen);

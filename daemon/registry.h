@@ -67,6 +67,9 @@ struct reg_holding {
   struct reg_object *buffer;
   struct reg_client *client;
   uint32_t refs;
+  /* Opened read-write at least once while held: the client may have published
+   * releases (read-only openers cannot), whose fence writes a death can lose. */
+  bool read_write;
   struct list client_link;
   struct list buffer_link;
 };

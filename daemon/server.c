@@ -1,5 +1,6 @@
 #include "config.h"
 #include "server.h"
+#include "fence_repair.h"
 #include "gpushm.h"
 #include "log.h"
 #ifdef HAVE_CUDA
@@ -373,6 +374,14 @@ static void warm_device(void *ctx, int device)
 #endif
 }
 
+/* A process that held cuda-fd sync buffers read-write has exited (detached.h). */
+static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, const uint64_t *ids,
+                            size_t n)
+{
+  struct server *srv = ctx;
+  srv->counters.fences_raised += fence_repair(&srv->reg, srv->instance_id, client_id, pid, ids, n);
+}
+
 static void on_session_gone(void *ctx, struct session *s)
 {
   struct server *srv = ctx;
@@ -484,7 +493,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->reg.on_created = on_created;
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
-  detached_init(&srv->detached, loop);
+  detached_init(&srv->detached, loop, on_process_exit, srv);
   srv->transport_limits = (struct transport_limits){
     .max_queued_frames = srv->cfg.max_queued_frames,
     .max_queued_bytes = srv->cfg.max_queued_bytes,

@@ -81,6 +81,49 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, const ch
   return 0;
 }
 
+/* One acquire read of the sequence, then the slots: whoever published a number up to
+ * it signed its slot before publishing, so the slots read after show that signature or
+ * a later one (a later release's, which names its own number and so never matches).
+ * A match is therefore a number that releaser queued a fence write of and that was
+ * published: no second read of the sequence is needed to make it consistent.  The
+ * slots are the client's to write (any read-write holder can forge one): believed only
+ * as far as raising a fence to a published number goes, which such a holder can do
+ * itself. */
+int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
+                        char *err, size_t errlen)
+{
+  const size_t need = offsetof(struct sync_control, released_by) +
+                      sizeof ((struct sync_control *)NULL)->released_by;
+  struct sync_control *ctl;
+  const char *why;
+  uint64_t last;
+
+  *seq = 0;
+  ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, s->control.fd, 0);
+  if (ctl == MAP_FAILED) {
+    snprintf(err, errlen, "mapping its control block: %s", strerror(errno));
+    return GPUSHM_E_IO;
+  }
+  /* The daemon wrote this header; a read-write holder may have scribbled on it since,
+   * and then the block's fields are taken for nothing. */
+  if ((why = shm_layout_check(ctl, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC, need))) {
+    snprintf(err, errlen, "its control block's header was overwritten (%s): who released it "
+             "is not known", why);
+    munmap(ctl, SYNC_CONTROL_SIZE);
+    return GPUSHM_E_PROTO;
+  }
+  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  for (uint64_t n = last; n > 0 && last - n < GPUSHM_LIMIT_RELEASERS_KEPT; n--) {
+    if (__atomic_load_n(&ctl->released_by[n % GPUSHM_LIMIT_RELEASERS_KEPT], __ATOMIC_RELAXED) ==
+        sync_releaser(releaser_id, n)) {
+      *seq = n;
+      break;
+    }
+  }
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],
                 size_t *event_handle_len, char *err, size_t errlen)
 {

@@ -29,6 +29,12 @@ int sync_alloc(struct sync_state *s, const struct event_source *events, int devi
 int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
                char *err, size_t errlen);
 void sync_release(struct sync_state *s);
+/* The latest of the last GPUSHM_LIMIT_RELEASERS_KEPT published releases signed by
+ * releaser_id (sync_releaser_id(), proto/shm_layout.h) in *seq, 0 if none.  Returns 0,
+ * or a negative GPUSHM_E_* with err set (the block cannot be mapped, or its header was
+ * overwritten and its signatures are not believed). */
+int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
+                        char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

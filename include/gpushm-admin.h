@@ -187,6 +187,10 @@ GPUSHM_API const gpushm_detached_t *gpushm_stats_detached(const gpushm_stats_t *
 GPUSHM_API uint32_t gpushm_stats_detached_total(const gpushm_stats_t *stats);
 /* Memory the daemon has freed that such processes still map (each allocation once). */
 GPUSHM_API uint64_t gpushm_stats_bytes_pinned_after_release(const gpushm_stats_t *stats);
+/* cuda-fd sync buffers' fences the daemon raised since it started, each for a release
+ * whose process exited before its GPU wrote the fence (docs/sync.md); 0 from a daemon
+ * that does not report it. */
+GPUSHM_API uint64_t gpushm_stats_fences_raised(const gpushm_stats_t *stats);
 GPUSHM_API uint32_t gpushm_detached_pid(const gpushm_detached_t *d);
 GPUSHM_API uint32_t gpushm_detached_uid(const gpushm_detached_t *d);
 GPUSHM_API uint32_t gpushm_detached_client_id(const gpushm_detached_t *d);

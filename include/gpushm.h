@@ -257,11 +257,14 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  *    buffer's mode admits and across PID namespaces.  Where the device lacks 64-bit
  *    stream memory operations, the fence is written and waited on by the CPU instead:
  *    release waits for stream to finish, acquire for the fence — correct, not
- *    asynchronous.  A releaser that dies with its fence write still queued leaves
- *    release N published and never done: streams that acquire it wait for ever (as for
- *    an event never recorded by a dead producer, but a stream wait has no timeout).
- *    Close a buffer only after the streams that used it are done; the last close waits
- *    for this process's own queued fence operations (docs/sync.md).
+ *    asynchronous.  A releaser whose process dies with its fence write still queued
+ *    (SIGKILL, a crash) takes the write with it; once that process has exited, gpushmd
+ *    raises the fence to the dead releaser's release number (never higher, and only if
+ *    it is below), so streams that acquire it go on, with whatever the dead releaser's
+ *    work left in the buffer.  A releaser whose connection ended while its process
+ *    lives is waited for: its write still lands.  Not for cuda-ipc events; limits and
+ *    the rest in docs/sync.md.  Close a buffer only after the streams that used it are
+ *    done; the last close waits for this process's own queued fence operations.
  *  - cuda-ipc: an inter-process event, recorded by release and waited on by acquire
  *    (cuStreamWaitEvent); only the daemon's uid (or root) can open it.
  *  - host: stream must be NULL; release publishes with release ordering and acquire

@@ -67,6 +67,13 @@
  * the process, since unmapping under them would fault every context of the process. */
 #define GPUSHM_FENCE_DRAIN_TIMEOUT_MS      10000u
 
+/* Releases of a sync buffer whose publishers its control block remembers (the size of
+ * an array in the block's layout, proto/shm_layout.h; each slot names its release, so
+ * two builds that disagree on it only fail to find each other's).  When a releaser
+ * dies with its fence write queued, gpushmd finds its release if it is among the last
+ * this many published. */
+#define GPUSHM_LIMIT_RELEASERS_KEPT           8u
+
 /* Live processes whose connection ended while they held buffers (they may still map
  * them: stats lists them) tracked at once, each with a pidfd; more are counted only.
  * Stats lists the first DETACHED_LISTED, each with its first DETACHED_BUFFERS_LISTED

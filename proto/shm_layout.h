@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpushm_limits.h"
+
 #define SHM_LAYOUT_VERSION 1u
 /* What gpushm 0.1 wrote: magic and the word at offset 8, nothing more. */
 #define SHM_LAYOUT_LEGACY_SIZE 16u
@@ -61,12 +63,38 @@ struct status_page {
 #define SYNC_CONTROL_MAGIC 0x6c6f72746e6f6373ull
 #define SYNC_CONTROL_SIZE 4096u
 
+/* released_by (appended, layout_size 88): who published each of the last
+ * GPUSHM_LIMIT_RELEASERS_KEPT releases, release n in slot n % GPUSHM_LIMIT_RELEASERS_KEPT,
+ * as sync_releaser(sync_releaser_id(instance, client id), n): the releaser's connection
+ * and the low 32 bits of n, so that a slot names its own release and cannot be mistaken
+ * for an older one it replaced, nor read torn (one 64-bit word).  A releaser stores it
+ * after its fence write is queued and before it publishes n: a slot naming a client
+ * names a number whose write that client queued.  gpushmd reads it once the releaser's
+ * process has exited, to raise a fence whose write died with that process
+ * (docs/sync.md).  Several slots, not one: a consumer that hands the buffer back
+ * publishes the next release within microseconds of the producer's, long before
+ * anybody notices the producer died; the producer's release must still be found
+ * behind it. */
 struct sync_control {
   uint64_t magic;
   uint64_t release_seq; /* accessed with __atomic builtins */
   uint32_t layout_version;
   uint32_t layout_size;
+  uint64_t released_by[GPUSHM_LIMIT_RELEASERS_KEPT]; /* __atomic builtins */
 };
+
+/* A connection's client id, salted with its daemon's instance id: a restarted daemon
+ * (persistent buffers outlive it) counts client ids from 1 again, and a new client must
+ * not take the signatures of an old one, whose process may still be running. */
+static inline uint32_t sync_releaser_id(uint64_t instance_id, uint32_t client_id)
+{
+  return client_id ^ (uint32_t)instance_id ^ (uint32_t)(instance_id >> 32);
+}
+
+static inline uint64_t sync_releaser(uint32_t releaser_id, uint64_t seq)
+{
+  return (uint64_t)releaser_id << 32 | (uint32_t)seq;
+}
 /* What a cuda-fd sync buffer's allocation holds beyond its size. */
 #define SYNC_DEVICE_FENCE_BYTES 8u
 
@@ -79,6 +107,8 @@ struct sync_control {
 SHM_LAYOUT_SAME_PREFIX_(status_page, unlink_generation)
 SHM_LAYOUT_SAME_PREFIX_(sync_control, release_seq)
 #undef SHM_LAYOUT_SAME_PREFIX_
+_Static_assert(offsetof(struct sync_control, released_by) == 24,
+               "released_by follows the 0.2 header: appended, nothing moved");
 _Static_assert(sizeof(struct status_page) <= STATUS_PAGE_SIZE &&
                  sizeof(struct sync_control) <= SYNC_CONTROL_SIZE,
                "a layout must fit its mapping");

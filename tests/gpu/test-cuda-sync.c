@@ -6,6 +6,10 @@
  *    the check can fail.
  *  - a ring of 4 buffers, 1000 frames, both processes asynchronous, every frame
  *    verified on the GPU; frames per second for 1 MiB and 64 MiB frames.
+ *  - a producer (cuda-fd) killed after releasing behind a kernel that has not written
+ *    yet: its fence write dies with it, and gpushmd raises the fence once the process
+ *    is gone, so the consumer's acquire and read finish within a bound instead of
+ *    hanging (seeing what the dead kernel left); stats count the raise.
  *  - the cost of opening an inter-process event.
  *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
  * Skips (77) only where there is no CUDA driver or device. */
@@ -14,6 +18,7 @@
 
 #include <pwd.h>
 #include <grp.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -202,6 +207,28 @@ static int role_ring(char **argv)
   gpushm_disconnect(conn);
   free(bad);
   return total_bad ? 3 : 0;
+}
+
+/* argv: buffer.  Releases it behind a kernel that spins for a minute before it writes,
+ * then waits to be killed: its fence write is queued and will never run. */
+static int role_dying_producer(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  CUstream s;
+  uint64_t seq;
+
+  cuda_setup(0);
+  s = new_stream();
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  launch_fill(s, cuda_test_dptr(b), gpushm_buffer_size(b) / 4, 99, 60000000000ull);
+  CHECK_OK(gpushm_buffer_release(b, s, &seq));
+  test_log("producer: release %llu queued behind a 60 s kernel; waiting to be killed",
+           (unsigned long long)seq);
+  for (;;)
+    pause();
 }
 
 /* argv: count.  Opens events ev-0..ev-(count-1), each once (uncached). */
@@ -399,6 +426,57 @@ static void test_ring(gpushm_t *conn, uint64_t bytes)
   CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
 }
 
+static uint64_t fences_raised(void)
+{
+  gpushm_stats_t *st = daemon_stats(&d);
+  uint64_t n = gpushm_stats_fences_raised(st);
+  gpushm_stats_free(st);
+  return n;
+}
+
+/* A cuda-fd producer killed while its release's kernel still runs: without the daemon's
+ * repair the consumer's stream would wait on the fence for ever. */
+static void test_dying_producer(gpushm_t *conn)
+{
+  const double bound_s = 20;
+  gpushm_buffer_t *b = create_sync(conn, "dying", 64 * MiB, 0644);
+  uint64_t seq = gpushm_buffer_release_seq(b) + 1, raised = fences_raised();
+  char seq_text[16];
+  pid_t producer, consumer, done = 0;
+  int status = 0;
+  double t0;
+
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(b), 0, 16 * MiB));
+  CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+  producer = spawn("dying-producer", "dying", NULL, NULL, NULL, NULL);
+  for (t0 = now_s(); gpushm_buffer_release_seq(b) < seq; usleep(1000))
+    CHECK(now_s() - t0 < 60);
+  usleep(200000); /* the kernel under way */
+  CHECK(kill(producer, SIGKILL) == 0);
+  CHECK(waitpid(producer, &status, 0) == producer && WIFSIGNALED(status));
+  t0 = now_s();
+  snprintf(seq_text, sizeof seq_text, "%llu", (unsigned long long)seq);
+  consumer = spawn("check", "dying", seq_text, "99", "acquire", NULL);
+  while (now_s() - t0 < bound_s && (done = waitpid(consumer, &status, WNOHANG)) == 0)
+    usleep(10000);
+  if (done != consumer) {
+    kill(consumer, SIGKILL);
+    waitpid(consumer, &status, 0);
+    fprintf(stderr, "the consumer of a dead producer's release still waits after %.0f s\n",
+            bound_s);
+    exit(1);
+  }
+  /* 3: it saw words the killed kernel never wrote, as it should */
+  CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3));
+  test_log("producer killed with its release queued: the consumer acquired and read in "
+           "%.2f s (%s)", now_s() - t0,
+           WEXITSTATUS(status) == 3 ? "the data as the dead kernel left it" : "data whole");
+  CHECK(fences_raised() == raised + 1);
+  CHECK_OK(gpushm_buffer_acquire(b, NULL, seq, 0));
+  CHECK_OK(gpushm_unlink(conn, "dying"));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
 static void test_event_open_cost(gpushm_t *conn)
 {
   enum { N = 40 };
@@ -474,6 +552,8 @@ int main(int argc, char **argv)
       return role_event_open(argv);
     if (strcmp(argv[1], "other-uid") == 0)
       return role_other_uid(argv);
+    if (strcmp(argv[1], "dying-producer") == 0 && argc == 3)
+      return role_dying_producer(argv);
     return 2;
   }
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
@@ -490,6 +570,7 @@ int main(int argc, char **argv)
   test_ordering(conn);
   test_ring(conn, 1 * MiB);
   test_ring(conn, 64 * MiB);
+  test_dying_producer(conn);
   sync_backend = GPUSHM_BACKEND_CUDA_IPC;
   test_event_open_cost(conn);
   test_other_uid(conn);

@@ -91,10 +91,13 @@ assert s["buffers"] == 2 and s["buffers_linked"] == 2, s
 assert s["bytes_allocated"] == 64 * 2**20 + 4096, s
 assert s["requests_by_type"]["create"]["count"] == 3 and s["requests_by_type"]["create"]["errors"] == 1, s
 assert {"backend": "host", "device": -1, "buffers": 2, "bytes": 64 * 2**20 + 4096} in s["usage"], s
+assert s["fences_raised"] == 0, s
 ' || fail "stats --json"
 "$ctl" stats --prometheus > "$dir/metrics"
 grep -qx 'gpushm_buffers{state="linked"} 2' "$dir/metrics" || fail "prometheus buffers"
 grep -qx 'gpushm_allocated_bytes{backend="host",device="-1"} 67112960' "$dir/metrics" || fail "prometheus bytes"
+grep -qx 'gpushm_fences_raised_total 0' "$dir/metrics" || fail "prometheus fences raised"
+grep -qx '# TYPE gpushm_fences_raised_total counter' "$dir/metrics" || fail "prometheus counter type"
 grep -v '^#' "$dir/metrics" | grep -Evq '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.]+$' &&
   fail "a metric line is not in the exposition format: $(cat "$dir/metrics")"
 

@@ -1,7 +1,8 @@
 /* The header of shared-memory layouts: what a reader accepts (this layout, and the
  * 16-byte prefix gpushm 0.1 wrote) and what it refuses (another magic, an unknown
  * version, a size that does not cover what it reads or overruns the mapping); and the
- * writer's init leaving the word at offset 8 alone. */
+ * writer's init leaving the word at offset 8 alone; the control block's appended release
+ * signatures. */
 #include "config.h"
 #include "harness.h"
 #include "shm_layout.h"
@@ -39,6 +40,23 @@ int main(void)
   /* ... but a reader needing more than that prefix cannot use it. */
   CHECK((why = shm_layout_check(&region, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
                                 sizeof region.ctl)) && strstr(why, "size"));
+  /* gpushmd reads the releases' signatures only from a block whose size covers them:
+   * this layout's, not the 24 bytes of one written before they were appended. */
+  region.ctl.layout_version = SHM_LAYOUT_VERSION;
+  region.ctl.layout_size = sizeof region.ctl;
+  CHECK(sizeof region.ctl == 24 + 8 * GPUSHM_LIMIT_RELEASERS_KEPT);
+  CHECK(shm_layout_check(&region, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
+                         sizeof region.ctl) == NULL);
+  region.ctl.layout_size = 24;
+  CHECK((why = shm_layout_check(&region, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
+                                sizeof region.ctl)) && strstr(why, "size"));
+  /* A signature names its client and its release; the next release in the same slot
+   * never reads as the old one; the same client id of two daemon instances differs. */
+  CHECK(sync_releaser(7, 3) == (7ull << 32 | 3));
+  CHECK(sync_releaser(7, 3) != sync_releaser(7, 3 + GPUSHM_LIMIT_RELEASERS_KEPT));
+  CHECK(sync_releaser(7, (1ull << 32) + 3) == sync_releaser(7, 3)); /* the low half only */
+  CHECK(sync_releaser_id(0x1234567800000000ull, 7) == (7u ^ 0x12345678u));
+  CHECK(sync_releaser_id(0x1234567800000000ull, 7) != sync_releaser_id(0x8765432100000000ull, 7));
   /* A later writer that appended fields: still readable. */
   region.ctl.layout_version = SHM_LAYOUT_VERSION;
   region.ctl.layout_size = 256;
