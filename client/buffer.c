@@ -86,8 +86,10 @@ static int map_request_of(unsigned flags)
 }
 
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
- * for the device of the caller's current context (current_device, looked up before the
- * cache lock), else the buffer's own. */
+ * for the device of the caller's current context (current_device: -1 none, or
+ * CURRENT_UNKNOWN until a device buffer's entry needs it, so that cached opens of host
+ * buffers ask the driver nothing), else the buffer's own. */
+#define CURRENT_UNKNOWN (-2)
 struct map_want {
   int map_request;
   int current_device;
@@ -95,12 +97,14 @@ struct map_want {
 
 /* Host buffers and events are the same for every device; a device buffer's entry
  * serves only the device it is mapped for. */
-static bool serves_device(const struct gpushm_buffer *b, const struct map_want *want)
+static bool serves_device(const struct gpushm_buffer *b, struct map_want *want)
 {
   int device;
 
   if (is_event(b) || b->backend == GPUSHM_BACKEND_HOST)
     return true;
+  if (want->map_request < 0 && want->current_device == CURRENT_UNKNOWN)
+    want->current_device = client_cuda_current_device();
   device = want->map_request >= 0 ? want->map_request
            : want->current_device >= 0 ? want->current_device : b->home_device;
   return b->device == device;
@@ -109,7 +113,7 @@ static bool serves_device(const struct gpushm_buffer *b, const struct map_want *
 /* A cached entry serves an open only for the same access, kind and device: a
  * buffer's id or name never yields an event, nor the other way round. */
 static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only,
-                                           bool event, const struct map_want *want)
+                                           bool event, struct map_want *want)
 {
   for (struct gpushm_buffer *b = by_id[id_bucket(instance_id, id)]; b; b = b->next_by_id)
     if (b->id == id && b->instance_id == instance_id && b->read_only == read_only &&
@@ -119,7 +123,7 @@ static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bo
 }
 
 static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only,
-                                             bool event, const struct map_want *want)
+                                             bool event, struct map_want *want)
 {
   uint64_t generation = client_unlink_generation(conn);
   for (struct gpushm_buffer *b = by_name[name_bucket(name)]; b; b = b->next_by_name)
@@ -404,7 +408,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
  * entry another thread or connection made meanwhile and gives back the extra daemon
  * reference.  event: what was asked for, which the reply must be. */
 static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
-                       const struct map_want *want, struct client_fds *fds, uint64_t generation,
+                       struct map_want *want, struct client_fds *fds, uint64_t generation,
                        gpushm_buffer_t **out)
 {
   struct map_want mapped;
@@ -488,7 +492,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
 }
 
 static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
-                           const struct map_want *want, gpushm_buffer_t **out)
+                           struct map_want *want, gpushm_buffer_t **out)
 {
   /* Read before asking: a name cached with this generation is at worst re-checked. */
   uint64_t generation = client_unlink_generation(conn);
@@ -548,9 +552,7 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
     return r;
   if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
-  want = (struct map_want){ map_request_of(opts.flags), -1 };
-  if (want.map_request < 0)
-    want.current_device = client_cuda_current_device();
+  want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN };
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
   /* An event's backend is the wire's business: opts.backend is ignored for events, and
@@ -580,7 +582,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
   bool read_only = (flags & GPUSHM_OPEN_READONLY) != 0;
-  struct map_want want = { map_request_of(flags), -1 };
+  struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN };
   struct gpushm_buffer *hit;
 
   client_clear_error();
@@ -593,8 +595,6 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
   if (name && !wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
-  if (want.map_request < 0)
-    want.current_device = client_cuda_current_device();
   pthread_mutex_lock(&cache_lock);
   hit = name ? cache_find_name(conn, name, read_only, event, &want)
              : cache_find_id(conn->instance_id, id, read_only, event, &want);

@@ -83,6 +83,9 @@ pid_t fork_as(uid_t uid, gid_t gid);
 /* The client id of pid's connection, as conn (an admin's) lists clients; checked to
  * exist. */
 uint32_t client_id_of(gpushm_t *conn, pid_t pid);
+/* Where this process maps the memfd named name read-write and shared (a sync buffer's
+ * control block is named after its buffer); fails the test if it does not. */
+void *shared_memfd_mapping(const char *name);
 /* Whether the file at path (its first 16 KiB) contains text. */
 int file_contains(const char *path, const char *text);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -136,26 +136,9 @@ static uint64_t fences_raised(const struct test_daemon *t)
   return n;
 }
 
-/* This process's read-write mapping of the named buffer's control block. */
-static struct sync_control *control_mapping(const char *name)
-{
-  char line[512], want[160];
-  struct sync_control *found = NULL;
-  FILE *maps = fopen("/proc/self/maps", "r");
-
-  snprintf(want, sizeof want, "/memfd:%s ", name);
-  CHECK(maps != NULL);
-  while (fgets(line, sizeof line, maps))
-    if (strstr(line, want) && strstr(line, " rw-s ") && !found)
-      found = (struct sync_control *)(uintptr_t)strtoull(line, NULL, 16);
-  fclose(maps);
-  CHECK(found != NULL);
-  return found;
-}
-
 static void forge(gpushm_t *conn, const char *name, uint32_t client_id, uint64_t seq)
 {
-  struct sync_control *ctl = control_mapping(name);
+  struct sync_control *ctl = shared_memfd_mapping(name);
   uint32_t who = sync_releaser_id(gpushm_instance_id(conn), client_id);
   __atomic_store_n(&ctl->released_by[seq % GPUSHM_LIMIT_RELEASERS_KEPT], sync_releaser(who, seq),
                    __ATOMIC_RELAXED);
@@ -420,7 +403,7 @@ static void test_forged_signatures(struct logged_daemon *ld, gpushm_t *conn)
   /* garbage over the header: the signatures are not believed, and the daemon says so */
   b = create(conn, "scribbled", 0600);
   dead = holder_start(&ld->t, conn, "scribbled", false, 1, 0);
-  control_mapping("scribbled")->magic = ~0ull;
+  ((struct sync_control *)shared_memfd_mapping("scribbled"))->magic = ~0ull;
   holder_kill(&ld->t, &dead);
   CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before + 1);
   CHECK(log_lines(ld, "warn: 'scribbled'", "header was overwritten (wrong magic)", NULL) == 1);

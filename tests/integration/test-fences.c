@@ -133,31 +133,13 @@ static void test_ping_pong_other_uid(gpushm_t *conn)
   test_log("%d fence hand-overs with a uid-65534 consumer", ROUNDS);
 }
 
-/* This process's mapping of the named buffer's control block: the only memfd mapping
- * a cuda-fd sync buffer has, named after the buffer. */
-static struct sync_control *control_mapping(const char *name)
-{
-  char line[512], want[160];
-  struct sync_control *found = NULL;
-  FILE *maps = fopen("/proc/self/maps", "r");
-
-  snprintf(want, sizeof want, "/memfd:%s ", name);
-  CHECK(maps != NULL);
-  while (fgets(line, sizeof line, maps))
-    if (strstr(line, want) && strstr(line, " rw-s ") && !found)
-      found = (struct sync_control *)(uintptr_t)strtoull(line, NULL, 16);
-  fclose(maps);
-  CHECK(found != NULL);
-  return found;
-}
-
 /* A read-write holder owns nothing of the control block but the sequence: it writes
  * garbage over the header, and the next opener, of another uid, opens and synchronises
  * all the same (the fence's place comes with the daemon's reply, not from the block). */
 static void test_scribbled_header(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create(conn, "scribbled", GPUSHM_BACKEND_CUDA_FD, GPUSHM_CREATE_SYNC, 0666);
-  struct sync_control *ctl = control_mapping("scribbled");
+  struct sync_control *ctl = shared_memfd_mapping("scribbled");
   uint64_t seq;
   pid_t pid;
 
