@@ -23,6 +23,7 @@
 #define MSG_usage Gpushm__Usage
 #define MSG_detached Gpushm__Detached
 #define MSG_detached_buffer Gpushm__DetachedBuffer
+#define MSG_segment_usage Gpushm__SegmentUsage
 
 /* One line per accessor, three kinds of line:
  *   NUM(object, field, C type, value):  gpushm_<object>_<field>(), value read from the
@@ -46,6 +47,7 @@
   NUM(buffer_info, lifetime, gpushm_lifetime_t, (gpushm_lifetime_t)m->lifetime)           \
   NUM(buffer_info, linked, int, m->linked != 0)                                           \
   NUM(buffer_info, sync, int, m->sync != 0)                                               \
+  NUM(buffer_info, segment_id, uint64_t, m->segment_id)                                   \
   NUM(buffer_info, refs, uint32_t, m->refs)                                               \
   NUM(buffer_info, my_refs, uint32_t, m->my_refs)                                         \
   NUM(buffer_info, creator_pid, uint32_t, m->creator_pid)                                 \
@@ -84,6 +86,18 @@
   NUM(stats, detached_total, uint32_t, m->detached_total)                                 \
   NUM(stats, bytes_pinned_after_release, uint64_t, m->bytes_pinned_after_release)         \
   NUM(stats, fences_raised, uint64_t, m->fences_raised)                                   \
+  NUM(stats, oneway_errors, uint64_t, m->oneway_errors)                                   \
+  LIST(stats, segment_usage, gpushm_segment_usage_t, segments)                            \
+  NUM(segment_usage, backend, gpushm_backend_t, client_backend_of_wire(m->backend))       \
+  NUM(segment_usage, device, int32_t, m->device)                                          \
+  NUM(segment_usage, segments, uint32_t, m->segments)                                     \
+  NUM(segment_usage, bytes, uint64_t, m->bytes)                                           \
+  NUM(segment_usage, bytes_used, uint64_t, m->bytes_used)                                 \
+  NUM(segment_usage, mappings, uint32_t, m->mappings)                                     \
+  NUM(segment_usage, pooled, uint32_t, m->pooled)                                         \
+  NUM(segment_usage, pooled_bytes, uint64_t, m->pooled_bytes)                             \
+  NUM(segment_usage, carved, uint64_t, m->carved)                                         \
+  NUM(segment_usage, driver_allocs, uint64_t, m->driver_allocs)                           \
   NUM(detached, pid, uint32_t, m->pid)                                                    \
   NUM(detached, uid, uint32_t, m->uid)                                                    \
   NUM(detached, client_id, uint32_t, m->client_id)                                        \

@@ -260,7 +260,7 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
 /* The driver's words for a failed cuIpcOpenMemHandle (CUDA_ERROR_INVALID_CONTEXT
  * between containers) do not name the cause; where the PID namespaces explain it, the
  * error says so and what works instead.  Returns the error to report. */
-static int explain_ipc_failure(gpushm_t *conn)
+int client_explain_ipc_failure(gpushm_t *conn)
 {
   char driver[200], why[160];
 
@@ -302,7 +302,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  map_request, &buf->ptr, &devices);
       if (r == GPUSHM_E_CUDA)
-        r = explain_ipc_failure(buf->conn);
+        r = client_explain_ipc_failure(buf->conn);
       if (r == 0) {
         buf->home_device = devices.home;
         buf->device = devices.map;
@@ -404,34 +404,28 @@ static int unmap_buffer(struct gpushm_buffer *buf)
   return r < 0 ? r : r2;
 }
 
-/* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
- * entry another thread or connection made meanwhile and gives back the extra daemon
- * reference.  event: what was asked for, which the reply must be. */
-static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
-                       struct map_want *want, struct client_fds *fds, uint64_t generation,
-                       gpushm_buffer_t **out)
+/* What an open reply must be before anything is made of it; 0 or GPUSHM_E_PROTO. */
+static int check_open_reply(const Gpushm__OpenReply *open, bool event)
 {
-  struct map_want mapped;
   const Gpushm__BufferInfo *info = open->info;
-  struct gpushm_buffer *buf, *existing;
-  int r;
 
-  if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN) {
-    client_close_fds(fds);
-    release_on_daemon(conn, info ? info->id : 0);
+  if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN)
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
-  }
-  if ((client_kind_of_wire(info->backend) == GPUSHM_KIND_EVENT) != event) {
-    client_close_fds(fds);
-    release_on_daemon(conn, info->id);
+  if ((client_kind_of_wire(info->backend) == GPUSHM_KIND_EVENT) != event)
     return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s",
                         event ? "an event" : "a buffer", event ? "a buffer" : "an event");
-  }
-  if (!(buf = calloc(1, sizeof *buf))) {
-    client_close_fds(fds);
-    release_on_daemon(conn, info->id);
-    return client_error(GPUSHM_E_NOMEM, "out of memory");
-  }
+  return 0;
+}
+
+/* A new cache entry for the buffer an open reply names (not mapped yet). */
+static struct gpushm_buffer *new_entry(gpushm_t *conn, const Gpushm__OpenReply *open,
+                                       uint64_t generation)
+{
+  const Gpushm__BufferInfo *info = open->info;
+  struct gpushm_buffer *buf = calloc(1, sizeof *buf);
+
+  if (!buf)
+    return NULL;
   buf->instance_id = conn->instance_id;
   buf->id = info->id;
   buf->read_only = open->read_only;
@@ -445,6 +439,90 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   buf->owner_gid = info->owner_gid;
   buf->device = buf->home_device = info->device;
   buf->size = info->size;
+  return buf;
+}
+
+/* Drops a reference the daemon counts for this connection (its lock held). */
+static void release_locked(gpushm_t *conn, uint64_t id)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
+
+  body.id = id;
+  req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
+  req.close = &body;
+  (void)client_send_oneway_locked(conn, &req);
+}
+
+/* adopt_reply for a carved buffer, with conn->lock held from the request on (see
+ * client/segment.c): no driver call when this process maps its segment already. */
+static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct map_want *want,
+                        struct client_fds *fds, uint64_t generation, gpushm_buffer_t **out)
+{
+  struct client_devices devices;
+  struct gpushm_buffer *buf, *existing;
+  struct client_segment *seg;
+  struct map_want mapped;
+  void *ptr;
+  int r;
+
+  if (!(buf = new_entry(conn, open, generation))) {
+    client_close_fds(fds);
+    if (open->segment_attached) /* the daemon counts the mapping: it is not made */
+      client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
+    release_locked(conn, open->info->id);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
+  r = client_segment_attach(conn, open, open->read_only, fds, want->map_request, &seg, &ptr,
+                            &devices);
+  if (r < 0) {
+    release_locked(conn, buf->id);
+    free(buf);
+    return r;
+  }
+  buf->segment = seg;
+  buf->ptr = ptr;
+  buf->home_device = devices.home;
+  buf->device = devices.map;
+
+  mapped = (struct map_want){ buf->device, -1 };
+  pthread_mutex_lock(&cache_lock);
+  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, false, &mapped);
+  if (existing) {
+    existing->refs++;
+    if (existing->name_generation < generation)
+      existing->name_generation = generation;
+    pthread_mutex_unlock(&cache_lock);
+    client_segment_unuse(seg);
+    release_locked(conn, buf->id);
+    free(buf);
+    *out = existing;
+    return 0;
+  }
+  client_conn_ref(conn);
+  cache_insert(buf);
+  pthread_mutex_unlock(&cache_lock);
+  *out = buf;
+  return 0;
+}
+
+/* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
+ * entry another thread or connection made meanwhile and gives back the extra daemon
+ * reference.  event: what was asked for, which the reply must be. */
+static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
+                       struct map_want *want, struct client_fds *fds, uint64_t generation,
+                       gpushm_buffer_t **out)
+{
+  struct map_want mapped;
+  const Gpushm__BufferInfo *info = open->info;
+  struct gpushm_buffer *buf, *existing;
+  int r;
+
+  if (!(buf = new_entry(conn, open, generation))) {
+    client_close_fds(fds);
+    release_on_daemon(conn, info->id);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
 
   pthread_mutex_lock(&cache_lock);
   existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf), want);
@@ -500,14 +578,31 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
   struct client_fds fds;
   int r;
 
-  if ((r = client_call(conn, req, &reply, &fds)) < 0)
+  pthread_mutex_lock(&conn->lock);
+  if ((r = client_call_locked(conn, req, &reply, &fds)) < 0) {
+    pthread_mutex_unlock(&conn->lock);
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN) {
-    client_close_fds(&fds);
-    gpushm__reply__free_unpacked(reply, NULL);
-    return client_error(GPUSHM_E_PROTO, "malformed open reply");
   }
-  r = adopt_reply(conn, reply->open, event, want, &fds, generation, out);
+  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN ||
+      (r = check_open_reply(reply->open, event)) < 0) {
+    Gpushm__OpenReply *open = reply->body_case == GPUSHM__REPLY__BODY_OPEN ? reply->open : NULL;
+    client_close_fds(&fds);
+    if (open && open->info) {
+      if (open->info->segment_id && open->segment_attached)
+        client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
+      release_locked(conn, open->info->id);
+    }
+    pthread_mutex_unlock(&conn->lock);
+    gpushm__reply__free_unpacked(reply, NULL);
+    return r < 0 ? r : client_error(GPUSHM_E_PROTO, "malformed open reply");
+  }
+  if (reply->open->info->segment_id) {
+    r = adopt_carved(conn, reply->open, want, &fds, generation, out);
+    pthread_mutex_unlock(&conn->lock);
+  } else {
+    pthread_mutex_unlock(&conn->lock);
+    r = adopt_reply(conn, reply->open, event, want, &fds, generation, out);
+  }
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
 }
@@ -634,11 +729,46 @@ int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags, gpushm_bu
   return client_open(conn, NULL, id, flags, false, out);
 }
 
-int gpushm_buffer_close(gpushm_buffer_t *buf)
+/* Removes the name while it still names buf: by id, one-way where the daemon can. */
+static int unlink_entry(struct gpushm_buffer *buf)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
+
+  if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY))
+    return gpushm_unlink(buf->conn, buf->name);
+  body.name = buf->name;
+  body.id = buf->id;
+  req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
+  req.unlink = &body;
+  return client_send_oneway(buf->conn, &req);
+}
+
+/* The daemon's reference goes (and the name, with unlink): one request, not waited for
+ * where the daemon offers that. */
+static int release_entry(struct gpushm_buffer *buf, bool unlink)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
+  int r;
+
+  if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY)) {
+    int unlinked = unlink ? gpushm_unlink(buf->conn, buf->name) : 0;
+    r = release_on_daemon(buf->conn, buf->id);
+    return r < 0 ? r : unlinked;
+  }
+  body.id = buf->id;
+  body.unlink = unlink;
+  req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
+  req.close = &body;
+  return client_send_oneway(buf->conn, &req);
+}
+
+static int close_entry(gpushm_buffer_t *buf, bool unlink)
 {
   gpushm_t *conn;
   bool last;
-  int r, unmapped;
+  int r, unmapped = 0;
 
   client_clear_error();
   if (!buf)
@@ -649,15 +779,32 @@ int gpushm_buffer_close(gpushm_buffer_t *buf)
     cache_remove(buf);
   pthread_mutex_unlock(&cache_lock);
   if (!last)
-    return 0;
+    return unlink ? unlink_entry(buf) : 0;
 
-  /* unmap before release, always: the daemon may free the memory at once */
-  unmapped = unmap_buffer(buf);
   conn = buf->conn;
-  r = release_on_daemon(conn, buf->id);
+  if (buf->segment) {
+    /* The segment stays mapped (idle) after the release: the daemon counts the mapping
+     * until this process says it unmapped it, so it frees nothing this process maps. */
+    r = release_entry(buf, unlink);
+    client_segment_put(buf->segment);
+  } else {
+    /* unmap before release, always: the daemon may free the memory at once */
+    unmapped = unmap_buffer(buf);
+    r = release_entry(buf, unlink);
+  }
   client_conn_unref(conn);
   free(buf);
   return r < 0 ? r : unmapped;
+}
+
+int gpushm_buffer_close(gpushm_buffer_t *buf)
+{
+  return close_entry(buf, false);
+}
+
+int gpushm_buffer_close_unlink(gpushm_buffer_t *buf)
+{
+  return close_entry(buf, true);
 }
 
 int gpushm_unlink(gpushm_t *conn, const char *name)

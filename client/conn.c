@@ -85,6 +85,7 @@ static int hello(gpushm_t *conn, const char *client_name)
   body.protocol_version = GPUSHM_PROTOCOL_VERSION;
   body.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
   body.max_version = GPUSHM_PROTOCOL_VERSION;
+  body.features = GPUSHM_FEATURE_SEGMENTS;
   body.client_name = (char *)(client_name ? client_name : "");
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;
@@ -349,8 +350,12 @@ void client_conn_unref(gpushm_t *conn)
 
 void gpushm_disconnect(gpushm_t *conn)
 {
-  if (conn)
-    client_conn_unref(conn);
+  if (!conn)
+    return;
+  /* Idle segments mapped through it would keep the socket open for nothing. */
+  __atomic_store_n(&conn->user_gone, true, __ATOMIC_RELEASE);
+  client_segment_disconnect(conn);
+  client_conn_unref(conn);
 }
 
 uint64_t gpushm_instance_id(const gpushm_t *conn)
@@ -374,7 +379,37 @@ void client_close_fds(struct client_fds *fds)
     close(fds->fd[--fds->n]);
 }
 
-static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req)
+{
+  long len;
+  int r;
+
+  if (conn->broken)
+    return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
+  req->request_id = ++conn->next_request_id;
+  req->oneway = true;
+  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
+  if (len < 0)
+    return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
+  if ((r = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0)) == -EAGAIN) {
+    conn->broken = true; /* half a conversation is no conversation */
+    return client_error(GPUSHM_E_TIMEOUT, "no room to send a request to gpushmd within %d ms",
+                        conn->timeout_ms);
+  }
+  return r < 0 ? wire_error(conn, r, "") : 0;
+}
+
+int client_send_oneway(gpushm_t *conn, Gpushm__Request *req)
+{
+  int r;
+
+  pthread_mutex_lock(&conn->lock);
+  r = client_send_oneway_locked(conn, req);
+  pthread_mutex_unlock(&conn->lock);
+  return r;
+}
+
+int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
                        struct client_fds *fds)
 {
   struct wire_frame frame;
@@ -383,6 +418,8 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   long len;
   int r, sent;
 
+  if (fds)
+    fds->n = 0;
   if (conn->broken)
     return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   req->request_id = ++conn->next_request_id;
@@ -445,10 +482,8 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
 {
   int r;
 
-  if (fds)
-    fds->n = 0;
   pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, fds);
+  r = client_call_locked(conn, req, out, fds);
   pthread_mutex_unlock(&conn->lock);
   return r;
 }

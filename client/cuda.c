@@ -333,36 +333,71 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
                           size_t uuid_len, int ordinal, int map_request, void **ptr,
                           uint64_t *handle_out, struct client_devices *devices)
 {
+  uint64_t handle;
+  int ret;
+
+  if ((ret = client_cuda_resolve(uuid, uuid_len, ordinal, map_request, devices)) < 0 ||
+      (ret = client_cuda_fd_import(fd, devices->map, &handle)) < 0)
+    return ret;
+  if ((ret = client_cuda_fd_map(handle, size, read_only, devices->map, ptr)) < 0) {
+    client_cuda_fd_release(handle);
+    return ret;
+  }
+  *handle_out = handle;
+  return 0;
+}
+
+int client_cuda_resolve(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                        struct client_devices *devices)
+{
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "unsupported: %s", cl.why);
+  return resolve_devices(uuid, uuid_len, ordinal, map_request, &devices->home, &devices->map);
+}
+
+/* In device's context, as every driver call of an import (the caller resolved it). */
+int client_cuda_fd_import(int fd, int device, uint64_t *handle)
+{
   CUmemGenericAllocationHandle h;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
+              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  leave_device(device, prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuMemImportFromShareableHandle");
+  *handle = (uint64_t)h;
+  return 0;
+}
+
+int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr)
+{
   CUmemAccessDesc access;
   CUdeviceptr base = 0;
   CUcontext prev;
   CUresult r;
   const char *what;
-  int home, map, ret;
+  int ret;
 
-  if ((ret = begin_import(0, 0, "an fd handle", uuid, uuid_len, ordinal, map_request, &home,
-                          &map, &prev)) < 0)
-    return ret;
-  if (size == 0 || size > SIZE_MAX) {
-    leave_device(map, prev);
+  if (size == 0 || size > SIZE_MAX)
     return client_error(GPUSHM_E_PROTO, "daemon sent a device allocation of %llu bytes",
                         (unsigned long long)size);
-  }
-  r = CU_CALL(&cl.drv, cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
-              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (r != CUDA_SUCCESS) {
-    leave_device(map, prev);
-    return cuda_error(r, "cuMemImportFromShareableHandle");
-  }
+  if ((ret = enter_device(map_device, &prev)) < 0)
+    return ret;
   memset(&access, 0, sizeof access);
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = cl.devices[map].dev;
+  access.location.id = cl.devices[map_device].dev;
   access.flags = read_only ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   what = "cuMemAddressReserve";
   if ((r = CU_CALL(&cl.drv, cuMemAddressReserve, &base, (size_t)size, 0, 0, 0)) == CUDA_SUCCESS) {
     what = "cuMemMap";
-    if ((r = CU_CALL(&cl.drv, cuMemMap, base, (size_t)size, 0, h, 0)) == CUDA_SUCCESS) {
+    if ((r = CU_CALL(&cl.drv, cuMemMap, base, (size_t)size, 0,
+                     (CUmemGenericAllocationHandle)handle, 0)) == CUDA_SUCCESS) {
       what = "cuMemSetAccess";
       if ((r = CU_CALL(&cl.drv, cuMemSetAccess, base, (size_t)size, &access, 1)) != CUDA_SUCCESS)
         CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size);
@@ -370,29 +405,35 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
     if (r != CUDA_SUCCESS)
       CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size);
   }
-  if (r != CUDA_SUCCESS)
-    CU_CALL(&cl.drv, cuMemRelease, h);
-  leave_device(map, prev);
+  leave_device(map_device, prev);
   if (r != CUDA_SUCCESS)
     return cuda_error(r, what);
   *ptr = (void *)(uintptr_t)base;
-  *handle_out = (uint64_t)h;
-  devices->home = home;
-  devices->map = map;
   return 0;
+}
+
+int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device)
+{
+  CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
+  int r1 = ON_DEVICE(map_device, "cuMemUnmap", CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size));
+  int r2 = ON_DEVICE(map_device, "cuMemAddressFree",
+                     CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size));
+  return r1 < 0 ? r1 : r2;
+}
+
+int client_cuda_fd_release(uint64_t handle)
+{
+  CUresult r = CU_CALL(&cl.drv, cuMemRelease, (CUmemGenericAllocationHandle)handle);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuMemRelease");
 }
 
 /* Unmaps, frees the range and releases the imported handle; the first failure is
  * returned, the rest is still attempted. */
 int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_device)
 {
-  CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
-  int r1 = ON_DEVICE(map_device, "cuMemUnmap", CU_CALL(&cl.drv, cuMemUnmap, base, (size_t)size));
-  int r2 = ON_DEVICE(map_device, "cuMemAddressFree",
-                     CU_CALL(&cl.drv, cuMemAddressFree, base, (size_t)size));
-  int r3 = ON_DEVICE(map_device, "cuMemRelease",
-                     CU_CALL(&cl.drv, cuMemRelease, (CUmemGenericAllocationHandle)handle));
-  return r1 < 0 ? r1 : r2 < 0 ? r2 : r3;
+  int r1 = client_cuda_fd_unmap(ptr, size, map_device);
+  int r2 = client_cuda_fd_release(handle);
+  return r1 < 0 ? r1 : r2;
 }
 
 int client_cuda_destroy_event(void *event, int event_device)
@@ -652,6 +693,32 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
 }
 
 int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int local_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_resolve(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                        struct client_devices *devices)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fd_import(int fd, int device, uint64_t *handle)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_fd_release(uint64_t handle)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

@@ -18,6 +18,7 @@ struct gpushm {
   int fd;
   unsigned refs;        /* the user's handle + one per open buffer; atomic */
   bool broken;          /* the daemon hung up or misbehaved: every call fails */
+  bool user_gone;       /* gpushm_disconnect() was called; atomic */
   int timeout_ms;       /* per request (send and reply); 0: wait for ever */
   uint64_t instance_id;
   uint32_t client_id;
@@ -66,6 +67,9 @@ struct gpushm_buffer {
   uint64_t size;
   void *ptr;
   size_t map_len;       /* host and cuda-fd: what is mapped */
+  /* Carved buffers: the segment mapping ptr lies in (NULL: an allocation of its own,
+   * mapped for this buffer alone). */
+  struct client_segment *segment;
   uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
 };
 
@@ -107,6 +111,13 @@ bool client_fd_sealed(int fd);
  * fds, any that came are closed. */
 int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
                 struct client_fds *fds);
+/* The same with conn->lock held by the caller (segments: a reply that says "you map
+ * this segment already" must be acted on before anyone can unmap it). */
+int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
+                       struct client_fds *fds);
+/* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */
+int client_send_oneway(gpushm_t *conn, Gpushm__Request *req);
+int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);
@@ -124,6 +135,32 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
                   const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out);
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
                 gpushm_buffer_t **out);
+
+/* Segments (client/segment.c): mapped once per process and access, whichever
+ * connection and buffer brought them, per map device for device memory.  With
+ * conn->lock held: takes a use of the segment a carved open reply names (mapping it
+ * from the reply's fds or handle, or from the mapping this process has), mapped for
+ * the map device; *ptr is the buffer's address, *devices where it lives and is mapped.
+ * fds are consumed.  read_only: the access the reply grants. */
+struct client_segment;
+struct client_devices;
+int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool read_only,
+                          struct client_fds *fds, int map_request, struct client_segment **out,
+                          void **ptr, struct client_devices *devices);
+/* A buffer in it was closed (its daemon reference released): the segment stays mapped
+ * while idle, up to GPUSHM_LIMIT_IDLE_SEGMENTS per process, least recently used out. */
+void client_segment_put(struct client_segment *seg);
+/* Unmaps the idle segments conn brought (gpushm_disconnect). */
+void client_segment_disconnect(gpushm_t *conn);
+/* With conn->lock held, where evicting could take it again: drops a use without
+ * unmapping anything (the next client_segment_put trims the idle list). */
+void client_segment_unuse(struct client_segment *seg);
+/* With conn->lock held: a reply attached a segment this process does not keep (it could
+ * not make an entry for the buffer): the daemon is told it is not mapped. */
+void client_segment_attach_refused(gpushm_t *conn, uint64_t segment_id, bool read_only);
+/* CUDA_ERROR_INVALID_CONTEXT from a legacy IPC open, explained where PID namespaces are
+ * the cause; returns the error to report. */
+int client_explain_ipc_failure(gpushm_t *conn);
 
 /* CUDA (client/cuda.c).  A device buffer lives on its home device and is mapped for
  * its map device, whose kernels and streams use the pointer: by default the calling
@@ -147,6 +184,15 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
                           size_t uuid_len, int ordinal, int map_request, void **ptr,
                           uint64_t *handle, struct client_devices *devices);
 int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_device);
+/* The pieces of the above, for segments (one import, a mapping per map device):
+ * resolve where a buffer lives and is to be mapped; import an fd; map an imported
+ * allocation for a device; unmap it; release the import. */
+int client_cuda_resolve(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                        struct client_devices *devices);
+int client_cuda_fd_import(int fd, int device, uint64_t *handle);
+int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr);
+int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device);
+int client_cuda_fd_release(uint64_t handle);
 /* Events live on their own device (*event_device). */
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *event_device);

@@ -37,6 +37,21 @@ struct backend {
   int (*export)(const struct backend *be, struct backend_mem *mem, bool read_only,
                 struct backend_export *out, char *err, size_t errlen);
   void (*release)(const struct backend *be, struct backend_mem *mem);
+  /* Segments (segment.h).  alloc_segment reserves an allocation to carve slots from:
+   * like alloc, but host memory is not committed (each slot is, as it is handed out).
+   * zero_range readies [offset, offset + len) for its next holder, synchronously: zero
+   * (whatever a previous holder, or a stale mapping, left there; known_zero: nothing has
+   * been there since the allocation was zero-filled) and, for host memory, committed, so
+   * that running out is an error at create and not a SIGBUS later.
+   * discard_range gives a freed slot's memory back while the allocation lives (NULL:
+   * nothing to give back).  granule: what allocation sizes are rounded to. */
+  int (*alloc_segment)(const struct backend *be, uint64_t size, int device, const char *label,
+                       struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
+  int (*zero_range)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                    uint64_t len, bool known_zero, char *err, size_t errlen);
+  void (*discard_range)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                        uint64_t len);
+  uint64_t granule;
   /* A sync buffer's fence lives in its allocation, SYNC_DEVICE_FENCE_BYTES past its data
    * (cuda-fd). */
   bool fence_in_allocation;

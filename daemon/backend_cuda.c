@@ -343,6 +343,32 @@ static int ipc_export(const struct backend *be, struct backend_mem *mem, bool re
   return 0;
 }
 
+/* A freed slot's memory is cleared for its next holder: queued, then waited for, since a
+ * client's context may touch the slot as soon as the create is answered. */
+static int clear_device_range(int device, CUdeviceptr at, uint64_t len, char *err, size_t errlen)
+{
+  const char *what = "cuMemsetD32";
+  CUresult r;
+  int ret;
+
+  if ((ret = use_device(device, err, errlen)) < 0)
+    return ret;
+  if ((r = CU_CALL(&cuda.drv, cuMemsetD32, at, 0, (size_t)(len / 4))) == CUDA_SUCCESS) {
+    what = "cuCtxSynchronize";
+    r = CU_CALL(&cuda.drv, cuCtxSynchronize);
+  }
+  return r == CUDA_SUCCESS ? 0 : cuda_failure(r, what, err, errlen);
+}
+
+static int ipc_zero_range(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                          uint64_t len, bool known_zero, char *err, size_t errlen)
+{
+  struct cuda_mem *cm = mem->priv;
+
+  (void)be;
+  return known_zero ? 0 : clear_device_range(cm->device, cm->ptr + offset, len, err, errlen);
+}
+
 static CUresult free_memory(void *arg)
 {
   return CU_CALL(&cuda.drv, cuMemFree, ((struct cuda_mem *)arg)->ptr);
@@ -365,6 +391,9 @@ const struct backend backend_cuda_ipc = {
   .alloc = ipc_alloc,
   .export = ipc_export,
   .release = ipc_release,
+  .alloc_segment = ipc_alloc,
+  .zero_range = ipc_zero_range,
+  .granule = CUDA_IPC_GRANULE,
   .unavailable = cuda_unavailable,
 };
 
@@ -462,6 +491,7 @@ struct cuda_vmm {
   CUmemGenericAllocationHandle handle;
   int device;
   size_t size; /* the whole allocation */
+  CUdeviceptr va; /* a segment's, mapped in the daemon's context to clear slots; else 0 */
 };
 
 static CUmemAllocationProp fd_memory_props(int device)
@@ -653,9 +683,36 @@ static int fd_export(const struct backend *be, struct backend_mem *mem, bool rea
   return 0;
 }
 
+/* A segment stays mapped in the daemon from its first cleared slot on: clearing is on
+ * the create path, and a mapping per create would cost three driver calls each. */
+static int fd_zero_range(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                         uint64_t len, bool known_zero, char *err, size_t errlen)
+{
+  struct cuda_vmm *vm = mem->priv;
+  const char *what;
+  CUresult r;
+  int ret;
+
+  (void)be;
+  if (known_zero)
+    return 0;
+  if (!vm->va) {
+    if ((ret = use_device(vm->device, err, errlen)) < 0)
+      return ret;
+    if ((r = fd_map(vm, &vm->va, &what)) != CUDA_SUCCESS)
+      return cuda_failure(r, what, err, errlen);
+  }
+  return clear_device_range(vm->device, vm->va + offset, len, err, errlen);
+}
+
 static CUresult release_vmm(void *arg)
 {
-  return CU_CALL(&cuda.drv, cuMemRelease, ((struct cuda_vmm *)arg)->handle);
+  struct cuda_vmm *vm = arg;
+
+  /* Nothing is queued on the mapping: every clear was waited for. */
+  if (vm->va)
+    fd_unmap(vm, vm->va);
+  return CU_CALL(&cuda.drv, cuMemRelease, vm->handle);
 }
 
 static void fd_release(const struct backend *be, struct backend_mem *mem)
@@ -755,6 +812,9 @@ const struct backend backend_cuda_fd = {
   .alloc = fd_alloc,
   .export = fd_export,
   .release = fd_release,
+  .alloc_segment = fd_alloc,
+  .zero_range = fd_zero_range,
+  .granule = 2ull << 20, /* what H100/H200 report; the backend rounds to the device's own */
   .fence_in_allocation = true,
   .fence_raise = fd_fence_raise,
   .unavailable = cuda_unavailable,

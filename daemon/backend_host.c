@@ -12,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int host_alloc(const struct backend *be, uint64_t size, int device, const char *label,
-                      struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+/* A sealed memfd of size rounded up to pages, its pages committed or (commit false, a
+ * segment: slots are committed one by one) not. */
+static int host_memfd(uint64_t size, const char *label, bool commit, struct backend_mem *mem,
+                      uint64_t *allocated, char *err, size_t errlen)
 {
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   uint64_t rounded = (size + page - 1) / page * page;
@@ -31,7 +33,7 @@ static int host_alloc(const struct backend *be, uint64_t size, int device, const
   }
   /* Commit the pages now, as cuMemAlloc would: out-of-memory is a clean error at
    * create time, not a SIGBUS in some client later. */
-  r = posix_fallocate(fd, 0, (off_t)rounded);
+  r = commit ? posix_fallocate(fd, 0, (off_t)rounded) : 0;
   if (r != 0) {
     snprintf(err, errlen, "cannot reserve %llu bytes of shared memory: %s",
              (unsigned long long)rounded, strerror(r));
@@ -56,6 +58,51 @@ static int host_alloc(const struct backend *be, uint64_t size, int device, const
   mem->priv = NULL;
   *allocated = rounded;
   return 0;
+}
+
+static int host_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                      struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  (void)be, (void)device;
+  return host_memfd(size, label, true, mem, allocated, err, errlen);
+}
+
+static int host_alloc_segment(const struct backend *be, uint64_t size, int device,
+                              const char *label, struct backend_mem *mem, uint64_t *allocated,
+                              char *err, size_t errlen)
+{
+  (void)be, (void)device;
+  return host_memfd(size, label, false, mem, allocated, err, errlen);
+}
+
+/* Punching first makes the range read as zeros whatever was written there since it was
+ * freed (a holder's stale mapping of the segment, say); committing after makes running
+ * out an error here. */
+static int host_zero_range(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                           uint64_t len, bool known_zero, char *err, size_t errlen)
+{
+  int r;
+
+  (void)be;
+  if (!known_zero && fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+                (off_t)len) < 0) {
+    snprintf(err, errlen, "clearing %llu bytes of shared memory: %s", (unsigned long long)len,
+             strerror(errno));
+    return GPUSHM_E_IO;
+  }
+  if ((r = posix_fallocate(mem->fd, (off_t)offset, (off_t)len)) != 0) {
+    snprintf(err, errlen, "cannot reserve %llu bytes of shared memory: %s",
+             (unsigned long long)len, strerror(r));
+    return r == ENOSPC || r == ENOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_IO;
+  }
+  return 0;
+}
+
+static void host_discard_range(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                               uint64_t len)
+{
+  (void)be;
+  (void)fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)len);
 }
 
 int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *fd_out,
@@ -100,6 +147,10 @@ const struct backend backend_host = {
   .alloc = host_alloc,
   .export = host_export,
   .release = host_release,
+  .alloc_segment = host_alloc_segment,
+  .zero_range = host_zero_range,
+  .discard_range = host_discard_range,
+  .granule = 4096,
 };
 
 int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t *allocated,

@@ -42,6 +42,12 @@ static void forget(struct detached *d)
 {
   struct detached_set *set = d->set;
 
+  for (size_t i = 0; i < d->n_segments; i++)
+    seg_undetach(set->segs, d->segments[i]);
+  free(d->segments);
+  d->segments = NULL;
+  d->n_segments = 0;
+
   list_del(&d->link);
   if (d->listed) {
     set->n--;
@@ -128,7 +134,25 @@ static bool may_owe_fence(const struct reg_holding *h)
          b->backend->fence_in_allocation;
 }
 
-void detached_track(struct detached_set *set, const struct reg_client *client)
+/* The segments the process maps: held by d until it exits, else (d NULL) retired. */
+static void take_segments(struct detached_set *set, struct detached *d, struct reg_client *client)
+{
+  struct segment **segs;
+  ssize_t n;
+
+  if (!set->segs)
+    return;
+  if (!d) {
+    seg_client_retire(set->segs, &client->mappings);
+    return;
+  }
+  if ((n = seg_client_detach(set->segs, &client->mappings, &segs)) > 0) {
+    d->segments = segs;
+    d->n_segments = (size_t)n;
+  }
+}
+
+void detached_track(struct detached_set *set, struct reg_client *client)
 {
   const struct list *l;
   struct detached *d;
@@ -157,6 +181,7 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
       fences[n_fences++] = h->buffer->id;
   }
   if (client->pid <= 0) {
+    take_segments(set, NULL, client);
     if (n_fences)
       log_warn("client %u held %zu cuda-fd sync buffers read-write as its connection ended, and "
                "its process is invisible to gpushmd (another PID namespace): its exit cannot be "
@@ -200,6 +225,7 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
       close(pidfd);
     pidfd = -1;
     if (!d) {
+      take_segments(set, NULL, client);
       if (n_fences)
         log_error("client %u (pid %d): out of memory: should its process die with fence "
                   "writes queued, they are not repaired", client->id, (int)client->pid);
@@ -218,6 +244,7 @@ void detached_track(struct detached_set *set, const struct reg_client *client)
   d->bytes_total = bytes;
   d->n_fences = n_fences;
   d->fences = fences;
+  take_segments(set, d, client);
   for (l = client->holdings.next; l != &client->holdings && d->n < keep; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
     const struct reg_object *b = h->buffer;

@@ -54,6 +54,8 @@ struct detached {
   size_t n;             /* of them, remembered (GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT) */
   size_t n_fences;      /* cuda-fd sync buffers it held read-write, all of them: */
   uint64_t *fences;     /* their ids, for the exit callback */
+  size_t n_segments;    /* segments it mapped, held until it exits (segment.h) */
+  struct segment **segments;
   struct detached_buffer buffers[];
 };
 
@@ -73,13 +75,16 @@ struct detached_set {
   uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
   detached_exit_fn *exited;
   void *exited_ctx;
+  struct seg_table *segs; /* where the segments such processes map are (may be NULL) */
 };
 
 void detached_init(struct detached_set *set, uv_loop_t *loop, detached_exit_fn *exited,
                    void *exited_ctx);
 /* As client's connection ends, before the registry drops its references: keeps what it
- * holds while its process lives.  Nothing held, or the process gone: nothing kept. */
-void detached_track(struct detached_set *set, const struct reg_client *client);
+ * holds while its process lives.  Nothing held, or the process gone: nothing kept.  The
+ * segments it maps are held (carved from no more) until it exits, or retired where it
+ * cannot be watched; its mappings are taken over either way. */
+void detached_track(struct detached_set *set, struct reg_client *client);
 /* Forgets them all (their pidfds close once the loop runs the watchers' close). */
 void detached_forget_all(struct detached_set *set);
 /* detached_forget_all, and the set is done with (the daemon is stopping): processes

@@ -208,6 +208,7 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
   info->lifetime = (Gpushm__Lifetime)b->lifetime;
   info->linked = b->linked;
   info->sync = b->sync;
+  info->segment_id = b->segment ? b->segment->id : 0;
   info->refs = b->refs;
   info->my_refs = registry_client_refs(b, asker);
   info->created_unix_ms = b->created_unix_ms;
@@ -244,6 +245,9 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.sync_event_handle.len = e->event_handle_len;
   ctx->body.open.has_control = e->buffer->sync;
   ctx->body.open.fence_offset = e->fence_offset;
+  ctx->body.open.segment_offset = e->segment_offset;
+  ctx->body.open.segment_size = e->segment_size;
+  ctx->body.open.segment_attached = e->segment_attached;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;
@@ -309,12 +313,32 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
 
 static int handle_close(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
-  return registry_close(call->reg, call->client, req->close->id, ctx->msg, sizeof ctx->msg);
+  const Gpushm__CloseRequest *c = req->close;
+  return registry_close(call->reg, call->client, c->id, c->unlink, c->unmap_segment, c->read_only,
+                        ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_unmap(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  return registry_unmap(call->reg, call->client, req->unmap->segment_id, req->unmap->read_only,
+                        ctx->msg, sizeof ctx->msg);
 }
 
 static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
-  return registry_unlink(call->reg, call->client, req->unlink->name, ctx->msg, sizeof ctx->msg);
+  const Gpushm__UnlinkRequest *u = req->unlink;
+
+  if (u->id) {
+    /* The name of a buffer the client holds, which someone may have unlinked and
+     * created again since: only while it still names that buffer. */
+    const struct reg_object *b = registry_find_id(call->reg, u->id);
+    if (!b || !b->linked || strcmp(b->name, u->name) != 0) {
+      snprintf(ctx->msg, sizeof ctx->msg, "'%s' does not name buffer %llu (any more)", u->name,
+               (unsigned long long)u->id);
+      return GPUSHM_E_NOENT;
+    }
+  }
+  return registry_unlink(call->reg, call->client, u->name, ctx->msg, sizeof ctx->msg);
 }
 
 static bool visible_to(const struct reg_object *b, const struct reg_client *client, bool all)
@@ -432,6 +456,67 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
   }
   s->usage = ptrs;
   s->n_usage = n;
+  return 0;
+}
+
+struct segment_walk {
+  const struct registry *reg;
+  Gpushm__SegmentUsage *rows, **ptrs;
+  size_t n, max;
+};
+
+static void add_segment(void *arg, const struct seg_class *cls, const struct segment *seg,
+                        bool pooled)
+{
+  struct segment_walk *w = arg;
+  Gpushm__SegmentUsage *u = NULL;
+
+  for (size_t i = 0; i < w->n && !u; i++)
+    if (w->rows[i].backend == (Gpushm__Backend)cls->key.backend &&
+        w->rows[i].device == cls->key.device)
+      u = &w->rows[i];
+  if (!u) {
+    if (w->n == w->max)
+      return;
+    u = &w->rows[w->n];
+    gpushm__segment_usage__init(u);
+    u->backend = (Gpushm__Backend)cls->key.backend;
+    u->device = cls->key.device;
+    w->ptrs[w->n++] = u;
+  }
+  if (pooled) {
+    u->pooled++;
+    u->pooled_bytes += seg->bytes;
+    return;
+  }
+  u->segments++;
+  u->bytes += seg->bytes;
+  u->bytes_used += (uint64_t)seg->n_used * seg->slot;
+  u->mappings += seg->n_mappers;
+}
+
+/* Segments by (backend, device): their memory, how much of it holds buffers, who maps
+ * them, the warm pools, and what carving has saved (carved vs driver allocations). */
+static int fill_segments(const struct registry *reg, struct handler_reply *ctx,
+                         Gpushm__StatsReply *s)
+{
+  const size_t max = GPUSHM_BACKEND_COUNT * (GPUSHM_LIMIT_DEVICES + 1);
+  struct segment_walk w = { .reg = reg, .max = max };
+
+  w.rows = reply_calloc(ctx, max, sizeof *w.rows);
+  w.ptrs = reply_calloc(ctx, max, sizeof *w.ptrs);
+  if (!w.rows || !w.ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  seg_each(&reg->segs, add_segment, &w);
+  for (size_t i = 0; i < w.n; i++) {
+    int dev = w.rows[i].device;
+    const struct seg_counters *c =
+      &reg->segs.counters[w.rows[i].backend][dev < 0 ? 0 : (unsigned)dev + 1];
+    w.rows[i].carved = c->carved;
+    w.rows[i].driver_allocs = c->driver_allocs;
+  }
+  s->segments = w.ptrs;
+  s->n_segments = w.n;
   return 0;
 }
 
@@ -615,10 +700,12 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->protocol_errors = srv->counters->protocol_errors;
   s->clients_dropped = srv->counters->clients_dropped;
   s->fences_raised = srv->counters->fences_raised;
+  s->oneway_errors = srv->counters->oneway_errors;
   s->open_fds = srv->open_fds();
   s->next_buffer_id = reg->next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
       (r = fill_request_counts(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0 ||
+      (r = fill_segments(reg, ctx, s)) < 0 ||
       (srv->detached && (r = fill_detached(reg, srv->detached, call->client, ctx, s)) < 0))
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
@@ -675,20 +762,22 @@ static int handle_ping(struct handler_call *call, const Gpushm__Request *req, st
   return 0;
 }
 
-/* Policy lives here: the session checks needs_hello and admin_only before a handler
- * runs.  Finer rules (list "all", other users' clients) depend on the request's
- * fields and stay in the handlers. */
+/* Policy lives here: the session checks needs_hello, admin_only and oneway before a
+ * handler runs.  Finer rules (list "all", other users' clients) depend on the request's
+ * fields and stay in the handlers.  One-way requests are those whose reply carries
+ * nothing the client needs (no body, no fds): releasing, never acquiring. */
 static const struct handler handlers[] = {
-  [GPUSHM__REQUEST__BODY_HELLO] = { "hello", false, false, handle_hello },
-  [GPUSHM__REQUEST__BODY_CREATE] = { "create", true, false, handle_create },
-  [GPUSHM__REQUEST__BODY_OPEN] = { "open", true, false, handle_open },
-  [GPUSHM__REQUEST__BODY_CLOSE] = { "close", true, false, handle_close },
-  [GPUSHM__REQUEST__BODY_UNLINK] = { "unlink", true, false, handle_unlink },
-  [GPUSHM__REQUEST__BODY_LIST] = { "list", true, false, handle_list },
-  [GPUSHM__REQUEST__BODY_STATS] = { "stats", true, false, handle_stats },
-  [GPUSHM__REQUEST__BODY_PING] = { "ping", true, false, handle_ping },
-  [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", true, false, handle_clients },
-  [GPUSHM__REQUEST__BODY_DISCONNECT] = { "disconnect", true, false, handle_disconnect },
+  [GPUSHM__REQUEST__BODY_HELLO] = { "hello", false, false, false, handle_hello },
+  [GPUSHM__REQUEST__BODY_CREATE] = { "create", true, false, false, handle_create },
+  [GPUSHM__REQUEST__BODY_OPEN] = { "open", true, false, false, handle_open },
+  [GPUSHM__REQUEST__BODY_CLOSE] = { "close", true, false, true, handle_close },
+  [GPUSHM__REQUEST__BODY_UNLINK] = { "unlink", true, false, true, handle_unlink },
+  [GPUSHM__REQUEST__BODY_LIST] = { "list", true, false, false, handle_list },
+  [GPUSHM__REQUEST__BODY_STATS] = { "stats", true, false, false, handle_stats },
+  [GPUSHM__REQUEST__BODY_PING] = { "ping", true, false, false, handle_ping },
+  [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", true, false, false, handle_clients },
+  [GPUSHM__REQUEST__BODY_DISCONNECT] = { "disconnect", true, false, false, handle_disconnect },
+  [GPUSHM__REQUEST__BODY_UNMAP] = { "unmap", true, false, true, handle_unmap },
 };
 
 const struct handler *handler_find(unsigned body_case)

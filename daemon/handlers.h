@@ -25,6 +25,7 @@ struct handler_counters {
   uint64_t protocol_errors;
   uint64_t clients_dropped;
   uint64_t fences_raised; /* for releasers that died with their fence write queued */
+  uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
 };
 
 /* Another connected client, as the clients listing shows it. */
@@ -109,6 +110,7 @@ struct handler {
   const char *name;
   bool needs_hello; /* before Hello this request is a protocol violation */
   bool admin_only;  /* refused with GPUSHM_E_PERM to anyone but root and the admin group */
+  bool oneway_ok;   /* may be sent one-way (no reply); else that is a protocol violation */
   handler_fn *fn;
 };
 

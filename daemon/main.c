@@ -168,6 +168,7 @@ static void reload(struct server *srv)
       log_warn("reload: socket settings take effect only when gpushmd restarts");
     server_reconfigure(srv, &next.cfg);
     srv->reg.limits = next.limits;
+    srv->reg.segs.pool_limit = next.limits.pool_bytes;
     log_set_level((enum log_level)next.log_level);
     log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
     log_budget(&next);
@@ -291,6 +292,7 @@ int main(int argc, char **argv)
   }
 #endif
   persist_init(&srv.persist);
+  srv.reg.persist_dedicated = srv.persist.enabled;
   adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
   sdn_passed_free(&passed);
   if (adopted)

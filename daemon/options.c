@@ -101,6 +101,11 @@ static int set_max_bytes(struct settings *s, const char *v)
   return number(v, 10, true, 0, UINT64_MAX, &s->limits.max_bytes_per_uid);
 }
 
+static int set_pool_bytes(struct settings *s, const char *v)
+{
+  return number(v, 10, true, 0, UINT64_MAX, &s->limits.pool_bytes);
+}
+
 static int set_host_budget(struct settings *s, const char *v)
 {
   s->host_budget_auto = strcmp(v, "auto") == 0;
@@ -200,6 +205,9 @@ static const struct setting {
   { "max-host-bytes-per-uid", 0, set_max_host_bytes, "SIZE|auto",
     "host memory one uid may own (auto: half the budget; 0 = no limit)",
     "'auto' or bytes, with an optional K, M, G or T" },
+  { "pool-bytes", 0, set_pool_bytes, "SIZE",
+    "empty segments each permission class keeps warm per device, K/M/G/T suffixes (256M; "
+    "0 = none)", "bytes, with an optional K, M, G or T" },
   { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
   { "default-backend", 0, set_default_backend, "BACKEND",
@@ -233,6 +241,7 @@ void settings_init(struct settings *s)
   s->limits.max_buffers_per_uid = GPUSHM_DEFAULT_MAX_BUFFERS_PER_UID;
   s->limits.max_bytes_per_uid = GPUSHM_DEFAULT_MAX_BYTES_PER_UID;
   s->limits.default_mode = 0600;
+  s->limits.pool_bytes = GPUSHM_DEFAULT_POOL_BYTES;
   s->host_budget_auto = true;
   s->host_bytes_per_uid_auto = true;
   s->legacy_ipc_auto = true;

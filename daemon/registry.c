@@ -89,6 +89,7 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
     return GPUSHM_E_NOMEM;
   reg->next_id = 1;
   reg->limits = *limits;
+  seg_table_init(&reg->segs, limits->pool_bytes);
   if (!reg->limits.default_mode)
     reg->limits.default_mode = 0600;
   reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
@@ -108,6 +109,7 @@ void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid
   client->uid = uid;
   client->gid = gid;
   list_init(&client->holdings);
+  list_init(&client->mappings);
 }
 
 static struct reg_uid_usage *usage_for(struct registry *reg, uid_t uid, bool create)
@@ -298,12 +300,15 @@ static int alloc_sync(struct registry *reg, struct reg_object *buffer, uint64_t 
 
 /* Gives back what the object holds outside the registry: its memory or its event,
  * and its sync objects. */
-static void release_contents(const struct registry *reg, struct reg_object *obj)
+static void release_contents(struct registry *reg, struct reg_object *obj)
 {
   if (obj->kind == REG_EVENT)
     reg->events->release(reg->events, obj->event);
+  else if (obj->segment)
+    seg_free_slot(&reg->segs, obj->segment, obj->slot);
   else
     obj->backend->release(obj->backend, &obj->mem);
+  obj->segment = NULL;
   obj->event = NULL;
   release_sync(obj);
 }
@@ -474,8 +479,43 @@ static int legacy_ipc_check(const struct registry *reg, const struct backend *be
 /* What a client needs to reach the object: an event's handle, or the backend's fd or
  * handle and, for sync buffers, the control block's fd (always last) and the event's
  * handle.  On failure no fd is left open. */
-static int export_object(const struct registry *reg, struct reg_object *buffer, bool read_only,
-                         struct reg_export *out, char *err, size_t errlen)
+static int export_segment(struct reg_object *buffer, struct reg_client *client, bool read_only,
+                          struct reg_export *out, char *err, size_t errlen)
+{
+  struct segment *seg = buffer->segment;
+  struct backend_export mem = { .fd = -1 };
+  int r;
+
+  if (!client->segments) {
+    snprintf(err, errlen, "unsupported: '%s' is carved out of a shared segment, which this "
+             "gpushm library does not know (it is older than 0.3)", buffer->name);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  out->segment_id = seg->id;
+  out->segment_offset = (uint64_t)buffer->slot * seg->slot;
+  out->segment_size = seg->bytes;
+  if (seg_mapped_by(seg, client, read_only))
+    return 0;
+  r = buffer->backend->export(buffer->backend, &seg->mem, read_only, &mem, err, errlen);
+  if (r < 0)
+    return r;
+  if (seg_map(seg, client, &client->mappings, read_only) < 0) {
+    if (mem.fd >= 0)
+      close(mem.fd);
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  if (mem.fd >= 0)
+    out->fds[out->n_fds++] = mem.fd;
+  memcpy(out->handle, mem.handle, mem.handle_len);
+  out->handle_len = mem.handle_len;
+  out->segment_attached = true;
+  return 0;
+}
+
+static int export_object(const struct registry *reg, struct reg_object *buffer,
+                         struct reg_client *client, bool read_only, struct reg_export *out,
+                         char *err, size_t errlen)
 {
   struct backend_export mem = { .fd = -1 };
   int r;
@@ -489,6 +529,8 @@ static int export_object(const struct registry *reg, struct reg_object *buffer, 
                                errlen);
   if ((r = legacy_ipc_check(reg, buffer->backend, err, errlen)) < 0)
     return r;
+  if (buffer->segment)
+    return export_segment(buffer, client, read_only, out, err, errlen); /* never sync */
   r = buffer->backend->export(buffer->backend, &buffer->mem, read_only, &mem, err, errlen);
   if (r < 0)
     return r;
@@ -609,26 +651,60 @@ static int check_create(const struct registry *reg, const struct reg_client *cli
   return legacy_ipc_check(reg, *be, err, errlen);
 }
 
+/* The slot a create takes in a segment, or 0 when it gets an allocation of its own:
+ * sync buffers (their fence and control block go with an allocation), buffers past the
+ * carve limit, persistent ones while systemd's fd store keeps them (one fd a buffer), and
+ * those of clients that would not understand a carved reply. */
+static uint64_t carve_slot(const struct registry *reg, const struct reg_client *client,
+                           const struct reg_create_args *args, const struct backend *be)
+{
+  if (args->kind != REG_BUFFER || args->sync || !client || !client->segments)
+    return 0;
+  if (reg->persist_dedicated && args->lifetime == GPUSHM_LIFETIME_PERSISTENT &&
+      (be->kind == GPUSHM_BACKEND_HOST || be->kind == GPUSHM_BACKEND_CUDA_FD))
+    return 0;
+  return seg_slot_size(be, args->size);
+}
+
 /* Fills a new object with its memory (and sync objects) or its event.  On failure
  * nothing is left allocated. */
 static int alloc_contents(struct registry *reg, struct reg_object *obj,
-                          const struct reg_create_args *args, const struct backend *be,
-                          char *err, size_t errlen)
+                          const struct reg_client *client, const struct reg_create_args *args,
+                          const struct backend *be, char *err, size_t errlen)
 {
-  int r;
+  uint64_t size;
+  int device, r;
 
   obj->kind = args->kind;
   if (args->kind == REG_EVENT) {
     obj->device = args->device;
     return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
   }
+  device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  if (carve_slot(reg, client, args, be)) {
+    struct seg_key key = {
+      .backend = be->kind, .device = device, .uid = client->uid, .gid = client->gid,
+      .mode = args->mode ? args->mode : reg->limits.default_mode,
+    };
+    if ((r = seg_carve(&reg->segs, be, &key, args->size, &obj->segment, &obj->slot, err,
+                       errlen)) < 0)
+      return r;
+    obj->mem = (struct backend_mem){ .fd = -1 };
+    obj->allocated = obj->segment->slot;
+    obj->backend = be;
+    obj->device = device;
+    return 0;
+  }
   /* A cuda-fd sync buffer's fence rides in its allocation, past the data. */
-  r = be->alloc(be, args->size + (args->sync && be->fence_in_allocation ? SYNC_DEVICE_FENCE_BYTES : 0),
-                args->device, args->name, &obj->mem, &obj->allocated, err, errlen);
+  size = args->size + (args->sync && be->fence_in_allocation ? SYNC_DEVICE_FENCE_BYTES : 0);
+  r = be->alloc(be, size, args->device, args->name, &obj->mem, &obj->allocated, err, errlen);
+  /* Warm pools are the first memory to give back. */
+  if (r == GPUSHM_E_NOMEM && seg_drain_pools(&reg->segs, be->kind, device))
+    r = be->alloc(be, size, args->device, args->name, &obj->mem, &obj->allocated, err, errlen);
   if (r < 0)
     return r;
   obj->backend = be;
-  obj->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  obj->device = device;
   if (args->sync && (r = alloc_sync(reg, obj, args->size, args->name, err, errlen)) < 0) {
     be->release(be, &obj->mem);
     obj->backend = NULL;
@@ -641,15 +717,16 @@ int registry_create(struct registry *reg, struct reg_client *client,
                     char *err, size_t errlen)
 {
   const struct backend *be;
-  struct reg_object *buffer, **slot;
+  struct reg_object *buffer, **name;
+  uint64_t slot;
   int r;
 
   memset(out, 0, sizeof *out);
   if ((r = check_create(reg, client, args, &be, err, errlen)) < 0)
     return r;
 
-  slot = name_slot(reg, args->name);
-  if (*slot) {
+  name = name_slot(reg, args->name);
+  if (*name) {
     if (!args->open_existing) {
       snprintf(err, errlen, "'%s' already exists", args->name);
       return GPUSHM_E_EXIST;
@@ -658,25 +735,27 @@ int registry_create(struct registry *reg, struct reg_client *client,
      * can read and write (names are global, like /dev/shm's): open-or-create joins
      * only the caller's own buffers.  Opening by name is the explicit way to trust
      * another owner. */
-    if ((*slot)->owner_uid != client->uid) {
+    if ((*name)->owner_uid != client->uid) {
       snprintf(err, errlen, "'%s' already exists and belongs to another user; "
                "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
       return GPUSHM_E_EXIST;
     }
-    if ((*slot)->kind != args->kind || (*slot)->backend != be || (*slot)->sync != args->sync) {
-      if ((*slot)->backend)
+    if ((*name)->kind != args->kind || (*name)->backend != be || (*name)->sync != args->sync) {
+      if ((*name)->backend)
         snprintf(err, errlen, "'%s' already exists as a %s %s", args->name,
-                 (*slot)->backend->name, kind_name(*slot));
+                 (*name)->backend->name, kind_name(*name));
       else
-        snprintf(err, errlen, "'%s' already exists as an %s", args->name, kind_name(*slot));
+        snprintf(err, errlen, "'%s' already exists as an %s", args->name, kind_name(*name));
       return GPUSHM_E_EXIST;
     }
     return registry_open(reg, client, args->name, 0, false, args->kind, out, err, errlen);
   }
 
-  /* Before allocating: committing host pages beyond the budget is what must not happen. */
-  r = check_quota(reg, client->uid, args->size,
-                  (be && be->kind == GPUSHM_BACKEND_HOST ? args->size : 0) +
+  /* Before allocating: committing host pages beyond the budget is what must not happen.
+   * A carved buffer takes its whole slot. */
+  slot = be ? carve_slot(reg, client, args, be) : 0;
+  r = check_quota(reg, client->uid, slot ? slot : args->size,
+                  (be && be->kind == GPUSHM_BACKEND_HOST ? (slot ? slot : args->size) : 0) +
                     (args->sync ? SYNC_CONTROL_SIZE : 0),
                   err, errlen);
   if (r < 0)
@@ -687,7 +766,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
     goto oom;
   if (!(buffer = calloc(1, sizeof *buffer)))
     goto oom;
-  if ((r = alloc_contents(reg, buffer, args, be, err, errlen)) < 0) {
+  if ((r = alloc_contents(reg, buffer, client, args, be, err, errlen)) < 0) {
     free(buffer);
     return r;
   }
@@ -716,12 +795,12 @@ int registry_create(struct registry *reg, struct reg_client *client,
   reg->bytes_allocated += buffer->allocated;
   reg->host_bytes += host_bytes_of(buffer);
   reg->by_id[reg->n_buffers++] = buffer;
-  slot = name_slot(reg, args->name); /* names_grow() may have moved the table */
-  *slot = buffer;
+  name = name_slot(reg, args->name); /* names_grow() may have moved the table */
+  *name = buffer;
   reg->n_linked++;
 
   if ((r = add_ref(buffer, client, true, err, errlen)) < 0 ||
-      (r = export_object(reg, buffer, false, out, err, errlen)) < 0) {
+      (r = export_object(reg, buffer, client, false, out, err, errlen)) < 0) {
     discard_new(reg, buffer, client);
     return r;
   }
@@ -785,7 +864,7 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   r = add_ref(buffer, client, write, err, errlen);
   if (r < 0)
     return r;
-  r = export_object(reg, buffer, read_only, out, err, errlen);
+  r = export_object(reg, buffer, client, read_only, out, err, errlen);
   if (r < 0) {
     drop_refs(reg, find_holding(buffer, client), 1); /* linked: it stays */
     return r;
@@ -793,19 +872,53 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
   return 0;
 }
 
-int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
-                   char *err, size_t errlen)
+/* As in a sticky /dev/shm: only the owner (or an admin) removes a name. */
+static bool may_unlink(const struct reg_client *client, const struct reg_object *buffer)
+{
+  return client->admin || client->uid == 0 || client->uid == buffer->owner_uid;
+}
+
+int registry_close(struct registry *reg, struct reg_client *client, uint64_t id, bool unlink,
+                   bool unmap_segment, bool read_only, char *err, size_t errlen)
 {
   struct reg_object *buffer = registry_find_id(reg, id);
   struct reg_holding *h = buffer ? find_holding(buffer, client) : NULL;
+  uint64_t segment_id;
+  int r = 0;
 
   if (!h) {
     snprintf(err, errlen, "this connection holds no reference to buffer %llu",
              (unsigned long long)id);
     return GPUSHM_E_NOENT;
   }
+  segment_id = buffer->segment ? buffer->segment->id : 0;
+  if (unlink && buffer->linked) {
+    if (may_unlink(client, buffer)) {
+      unlink_buffer(reg, buffer); /* held: it stays until the reference goes below */
+    } else {
+      snprintf(err, errlen, "'%s' belongs to uid %u: closed, not unlinked", buffer->name,
+               (unsigned)buffer->owner_uid);
+      r = GPUSHM_E_PERM;
+    }
+  }
   drop_refs(reg, h, 1);
-  return 0;
+  if (unmap_segment && segment_id &&
+      seg_unmap(&reg->segs, &client->mappings, segment_id, read_only) < 0 && r == 0) {
+    snprintf(err, errlen, "this connection does not map segment %llu %s",
+             (unsigned long long)segment_id, read_only ? "read-only" : "read-write");
+    r = GPUSHM_E_NOENT;
+  }
+  return r;
+}
+
+int registry_unmap(struct registry *reg, struct reg_client *client, uint64_t segment_id,
+                   bool read_only, char *err, size_t errlen)
+{
+  if (seg_unmap(&reg->segs, &client->mappings, segment_id, read_only) == 0)
+    return 0;
+  snprintf(err, errlen, "this connection does not map segment %llu %s",
+           (unsigned long long)segment_id, read_only ? "read-only" : "read-write");
+  return GPUSHM_E_NOENT;
 }
 
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
@@ -818,8 +931,7 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
     return r;
   if (!registry_may_see(client, buffer) && !client->admin)
     return not_found(name, 0, err, errlen);
-  /* As in a sticky /dev/shm: only the owner (or an admin) removes a name. */
-  if (!client->admin && client->uid != 0 && client->uid != buffer->owner_uid) {
+  if (!may_unlink(client, buffer)) {
     snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)buffer->owner_uid);
     return GPUSHM_E_PERM;
   }
@@ -848,6 +960,7 @@ void registry_client_gone(struct registry *reg, struct reg_client *client)
     struct reg_holding *h = list_entry(client->holdings.next, struct reg_holding, client_link);
     drop_refs(reg, h, h->refs);
   }
+  seg_client_gone(&reg->segs, &client->mappings);
   free(client->groups);
   client->groups = NULL;
   client->n_groups = 0;
@@ -873,6 +986,7 @@ void registry_destroy(struct registry *reg)
     else
       free_buffer(reg, b);
   }
+  seg_table_destroy(&reg->segs);
   free(reg->by_id);
   free(reg->names);
   while (reg->usage) {

@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "event.h"
 #include "list.h"
+#include "segment.h"
 #include "sync.h"
 #include "gpushm_limits.h"
 
@@ -26,7 +27,11 @@ struct reg_client {
   /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
    * when it names no backend, so the daemon's default-backend does not apply to it. */
   bool default_host_only;
+  /* Its library understands carved buffers (GPUSHM_FEATURE_SEGMENTS in its Hello): only
+   * such a client's creates are carved, and only such a client may open a carved one. */
+  bool segments;
   struct list holdings; /* reg_holding.client_link */
+  struct list mappings; /* seg_mapping.client_link: segments it maps */
 };
 
 enum reg_kind {
@@ -53,7 +58,9 @@ struct reg_object {
   uint32_t refs;
   uint32_t n_holders;
   struct list holdings; /* reg_holding.buffer_link */
-  struct backend_mem mem;           /* buffers */
+  struct backend_mem mem;           /* buffers with an allocation of their own */
+  struct segment *segment;          /* carved buffers: their segment (mem unused) */
+  uint32_t slot;                    /* and their slot in it */
   void *event;                      /* events: made by registry.events */
   bool sync; /* sync_state holds its control block (and event) */
   uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
@@ -89,6 +96,7 @@ struct reg_limits {
   /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
    * are neither created nor exported. */
   bool allow_legacy_ipc;
+  uint64_t pool_bytes; /* empty segments kept warm per class */
 };
 
 struct reg_create_args {
@@ -119,6 +127,11 @@ struct reg_export {
   uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
   size_t event_handle_len;
   uint64_t fence_offset; /* a cuda-fd sync buffer's fence in its allocation */
+  /* Carved buffers: where in its segment; fds and handle are the segment's, and come
+   * only when attached (the client did not map it, with this access, over this
+   * connection: it is counted as mapping it from here on). */
+  uint64_t segment_id, segment_offset, segment_size;
+  bool segment_attached;
 };
 
 /* A persistent buffer coming back from systemd's fd store after a restart. */
@@ -154,6 +167,10 @@ struct registry {
   void *on_unlink_ctx;
   /* Whether cuda-fd works on the first GPU (set at start): what "auto" resolves to. */
   bool cuda_fd_usable;
+  struct seg_table segs;
+  /* Persistent host and cuda-fd buffers go to systemd's fd store, one allocation each:
+   * they are not carved while it is reachable (docs/segments.md). */
+  bool persist_dedicated;
 };
 
 int registry_init(struct registry *reg, const struct reg_limits *limits);
@@ -178,8 +195,14 @@ int registry_open(struct registry *reg, struct reg_client *client, const char *n
                   size_t errlen);
 /* Closes the export's fds (those not sent). */
 void registry_export_close_fds(struct reg_export *e);
-int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
-                   char *err, size_t errlen);
+/* Drops one of the client's references to buffer id.  unlink: its name goes first, if
+ * it still names it and the client may remove it (as registry_unlink).  unmap_segment:
+ * the client no longer maps the buffer's segment with that access (registry_unmap). */
+int registry_close(struct registry *reg, struct reg_client *client, uint64_t id, bool unlink,
+                   bool unmap_segment, bool read_only, char *err, size_t errlen);
+/* The client unmapped a segment it was sent over this connection. */
+int registry_unmap(struct registry *reg, struct reg_client *client, uint64_t segment_id,
+                   bool read_only, char *err, size_t errlen);
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
                     char *err, size_t errlen);
 

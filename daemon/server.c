@@ -494,6 +494,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->reg.on_unlink_ctx = srv;
   srv->started_ms = uv_now(loop);
   detached_init(&srv->detached, loop, on_process_exit, srv);
+  srv->detached.segs = &srv->reg.segs;
   srv->transport_limits = (struct transport_limits){
     .max_queued_frames = srv->cfg.max_queued_frames,
     .max_queued_bytes = srv->cfg.max_queued_bytes,
@@ -501,7 +502,8 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   srv->handler_server = (struct handler_server){
     .ctx = srv,
     .instance_id = srv->instance_id,
-    .features = GPUSHM_FEATURE_DISCONNECT | (srv->persist.enabled ? GPUSHM_FEATURE_FDSTORE : 0),
+    .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
+                (srv->persist.enabled ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
     .uptime_ms = handler_uptime_ms,

@@ -108,6 +108,10 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     session_close(s, GPUSHM_E_PROTO, "the first request must be hello");
     return false;
   }
+  if (req->oneway && (!h || !h->oneway_ok)) {
+    session_close(s, GPUSHM_E_PROTO, "only close, unlink and unmap may be sent one-way");
+    return false;
+  }
   handler_reply_init(reply, req->request_id);
   if (!h) {
     /* A newer client may know requests this daemon does not: answer, don't hang up. */
@@ -143,7 +147,24 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     s->protocol_version = call.hello_version;
     s->client_features = call.hello_features;
     s->client.default_host_only = !call.hello_ranged;
+    s->client.segments = (call.hello_features & GPUSHM_FEATURE_SEGMENTS) != 0;
     memcpy(s->name, call.hello_name, sizeof s->name);
+  }
+  if (req->oneway) {
+    /* Nobody waits for an answer: a failure is counted, and said once per connection
+     * (a client that gets its releases wrong would otherwise flood the log). */
+    if (status < 0) {
+      counters->oneway_errors++;
+      if (!s->oneway_failed)
+        log_warn("client %u (pid %d): one-way %s failed: %s (further failures of this "
+                 "connection are only counted)", s->client.id, (int)s->client.pid,
+                 handler_name(body), reply->msg);
+      s->oneway_failed = true;
+    }
+    while (reply->n_fds)
+      close(reply->fds[--reply->n_fds]);
+    handler_reply_free(reply);
+    return false;
   }
   send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   handler_reply_free(reply);

@@ -40,6 +40,7 @@ struct session {
   unsigned protocol_version; /* negotiated at Hello */
   uint64_t client_features;  /* GPUSHM_FEATURE_* the client understands */
   bool closing;
+  bool oneway_failed; /* a one-way request failed: logged once, then counted only */
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   uint64_t connected_unix_ms;
   uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */

@@ -43,6 +43,7 @@ typedef struct gpushm_request_stats gpushm_request_stats_t; /* requests of one t
 typedef struct gpushm_usage gpushm_usage_t;                 /* memory by backend, device */
 typedef struct gpushm_detached gpushm_detached_t;           /* a process that may still map */
 typedef struct gpushm_detached_buffer gpushm_detached_buffer_t;
+typedef struct gpushm_segment_usage gpushm_segment_usage_t; /* segments by backend, device */
 typedef struct gpushm_local_device_list gpushm_local_device_list_t;
 typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this process sees */
 
@@ -82,6 +83,8 @@ GPUSHM_API gpushm_lifetime_t gpushm_buffer_info_lifetime(const gpushm_buffer_inf
 GPUSHM_API int gpushm_buffer_info_linked(const gpushm_buffer_info_t *info);
 /* Created with GPUSHM_CREATE_SYNC. */
 GPUSHM_API int gpushm_buffer_info_sync(const gpushm_buffer_info_t *info);
+/* The segment it was carved out of (docs/segments.md); 0: an allocation of its own. */
+GPUSHM_API uint64_t gpushm_buffer_info_segment_id(const gpushm_buffer_info_t *info);
 /* References held by all connections, and by the asking one. */
 GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);
@@ -191,6 +194,26 @@ GPUSHM_API uint64_t gpushm_stats_bytes_pinned_after_release(const gpushm_stats_t
  * whose process exited before its GPU wrote the fence (docs/sync.md); 0 from a daemon
  * that does not report it. */
 GPUSHM_API uint64_t gpushm_stats_fences_raised(const gpushm_stats_t *stats);
+/* One-way requests (last closes, gpushm_buffer_close_unlink) the daemon refused: nobody
+ * waited for the answer, so they are logged and counted here. */
+GPUSHM_API uint64_t gpushm_stats_oneway_errors(const gpushm_stats_t *stats);
+/* Segments (docs/segments.md) by backend and device: those holding buffers or mapped by
+ * a client, their bytes and how many of them hold buffers, the (connection, segment,
+ * access) mappings clients hold; the warm pools (empty segments kept for their class);
+ * buffers carved and segment allocations (driver calls) since the daemon started. */
+GPUSHM_API size_t gpushm_stats_segment_usage_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_segment_usage_t *gpushm_stats_segment_usage(const gpushm_stats_t *stats,
+                                                                    size_t i);
+GPUSHM_API gpushm_backend_t gpushm_segment_usage_backend(const gpushm_segment_usage_t *u);
+GPUSHM_API int32_t gpushm_segment_usage_device(const gpushm_segment_usage_t *u);
+GPUSHM_API uint32_t gpushm_segment_usage_segments(const gpushm_segment_usage_t *u);
+GPUSHM_API uint64_t gpushm_segment_usage_bytes(const gpushm_segment_usage_t *u);
+GPUSHM_API uint64_t gpushm_segment_usage_bytes_used(const gpushm_segment_usage_t *u);
+GPUSHM_API uint32_t gpushm_segment_usage_mappings(const gpushm_segment_usage_t *u);
+GPUSHM_API uint32_t gpushm_segment_usage_pooled(const gpushm_segment_usage_t *u);
+GPUSHM_API uint64_t gpushm_segment_usage_pooled_bytes(const gpushm_segment_usage_t *u);
+GPUSHM_API uint64_t gpushm_segment_usage_carved(const gpushm_segment_usage_t *u);
+GPUSHM_API uint64_t gpushm_segment_usage_driver_allocs(const gpushm_segment_usage_t *u);
 GPUSHM_API uint32_t gpushm_detached_pid(const gpushm_detached_t *d);
 GPUSHM_API uint32_t gpushm_detached_uid(const gpushm_detached_t *d);
 GPUSHM_API uint32_t gpushm_detached_client_id(const gpushm_detached_t *d);

@@ -164,6 +164,11 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
  * the daemon lacks fails with GPUSHM_E_UNSUPPORTED, naming it, without a round trip. */
 #define GPUSHM_FEATURE_DISCONNECT 0x1ull /* gpushm_client_disconnect() */
 #define GPUSHM_FEATURE_FDSTORE 0x2ull    /* persistent buffers survive restarts (systemd) */
+/* Small buffers are carved out of shared segments (docs/segments.md): opening one in a
+ * segment this process maps already costs one round trip and no driver call. */
+#define GPUSHM_FEATURE_SEGMENTS 0x4ull
+/* Last closes (and gpushm_buffer_close_unlink()) do not wait for the daemon's reply. */
+#define GPUSHM_FEATURE_ONEWAY 0x8ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -199,11 +204,19 @@ GPUSHM_API int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned fla
                                   gpushm_buffer_t **out);
 GPUSHM_API int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags,
                                      gpushm_buffer_t **out);
-/* Drops one open.  The last close in the process unmaps, then releases the daemon's
- * reference.  Returns the release's status (the mapping is gone either way). */
+/* Drops one open.  The last close in the process unmaps (a carved buffer's segment stays
+ * mapped while idle, see GPUSHM_FEATURE_SEGMENTS), then releases the daemon's reference
+ * without waiting for its reply where the daemon offers GPUSHM_FEATURE_ONEWAY (a failure
+ * is logged and counted there; older daemons answer, and the answer is returned).
+ * Returns an unmap's failure, or the connection's. */
 GPUSHM_API int gpushm_buffer_close(gpushm_buffer_t *buf);
 /* Removes a name; the memory lives on until its last holder closes. */
 GPUSHM_API int gpushm_unlink(gpushm_t *conn, const char *name);
+/* gpushm_unlink() of buf's name — only while it still names buf — and
+ * gpushm_buffer_close(), in one request.  Like the last close, it does not wait for the
+ * daemon (GPUSHM_FEATURE_ONEWAY): a refusal (buf belongs to another user) is logged and
+ * counted by gpushmd, not returned.  The producer's end of a hand-off. */
+GPUSHM_API int gpushm_buffer_close_unlink(gpushm_buffer_t *buf);
 
 /* Host address (host backend) or device pointer (CUDA backends). */
 GPUSHM_API void *gpushm_buffer_ptr(const gpushm_buffer_t *buf);

@@ -90,6 +90,27 @@
  * are checked for having exited; a pid reused within that time keeps its entry. */
 #define GPUSHM_DETACHED_SWEEP_MS              1000u
 
+/* Segments (docs/segments.md).  Buffers up to the carve limit of their memory are slots
+ * of a shared allocation of their permission class; larger ones (and sync buffers, and
+ * persistent buffers kept in systemd's fd store) get an allocation of their own.  Slots
+ * come in sizes a quarter octave apart (at most 25% rounding), 4 KiB at least. */
+#define GPUSHM_LIMIT_CARVE_HOST            (1ull << 20)
+#define GPUSHM_LIMIT_CARVE_DEVICE          (32ull << 20)
+/* A class's segments of one slot size grow by doubling (each new one holds as many slots
+ * as the ones before together), from the smallest allocation to these: few driver calls
+ * for a class that creates many buffers, little idle memory for one that creates few.
+ * 100k host buffers of 4 KiB fit in 100 memfds. */
+#define GPUSHM_LIMIT_SEGMENT_HOST          (4ull << 20)
+#define GPUSHM_LIMIT_SEGMENT_DEVICE        (1ull << 30)
+#define GPUSHM_SEGMENT_MIN_HOST            (64ull << 10)
+/* Empty segments a class keeps warm (per class, that is per device too), so that a
+ * create of a pooled size costs no driver call; the rest is given back at once, all of
+ * it when an allocation of the same memory runs out, and at shutdown.  A daemon flag. */
+#define GPUSHM_DEFAULT_POOL_BYTES          (256ull << 20)
+/* Segments a client process keeps mapped while none of its buffers is open in them,
+ * least recently used first out: reopening in one costs no driver call. */
+#define GPUSHM_LIMIT_IDLE_SEGMENTS         16u
+
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
 

@@ -53,6 +53,9 @@ int raw_hello(int sock, const char *client_name, int *status_fd)
 
   hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
   hello.client_name = (char *)client_name;
+  /* As the library: carved buffers come as their segment's fd, which is what attacks
+   * on a buffer's fd then attack. */
+  hello.features = GPUSHM_FEATURE_SEGMENTS;
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &hello;
   CHECK((reply = raw_call(sock, &req, fds, &n)) != NULL);

@@ -397,6 +397,10 @@ static void reset_registry(void)
   void (*on_created)(void *, struct reg_object *) = srv.reg.on_created;
   void *on_unlink_ctx = srv.reg.on_unlink_ctx;
 
+  /* Its clients are this process, alive: each that hung up holding buffers is tracked
+   * with a pidfd, which the next input must not inherit; their holds on segments go
+   * before the registry does. */
+  detached_forget_all(&srv.detached);
   registry_destroy(&srv.reg);
   if (registry_init(&srv.reg, &limits) < 0)
     fail("registry_init: out of memory");
@@ -405,9 +409,6 @@ static void reset_registry(void)
   srv.reg.on_unlink_ctx = on_unlink_ctx;
   srv.counters = (struct handler_counters){ 0 };
   srv.next_client_id = 0;
-  /* Its clients are this process, alive: each that hung up holding buffers is tracked
-   * with a pidfd, which the next input must not inherit. */
-  detached_forget_all(&srv.detached);
   uv_run(&loop, UV_RUN_NOWAIT);
 }
 

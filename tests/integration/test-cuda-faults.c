@@ -20,6 +20,10 @@ static void with_env(const char *name, const char *value)
     unsetenv(name);
 }
 
+/* Past the carve limit: an allocation of its own, so that each create is a driver call
+ * (carved buffers, which share one, are test-segments' business). */
+#define OWN (GPUSHM_LIMIT_CARVE_DEVICE + 1)
+
 static int create_cuda(gpushm_t *conn, const char *name, uint64_t size, gpushm_buffer_t **b)
 {
   gpushm_create_opts_t opts;
@@ -83,14 +87,15 @@ static void test_out_of_memory(void)
   /* the second allocation (and every later one) fails */
   start(&d, fake_lib, "cuMemAlloc=CUDA_ERROR_OUT_OF_MEMORY@2", NULL);
   conn = daemon_connect(&d);
-  CHECK_OK(create_cuda(conn, "first", 1, &b));
+  CHECK_OK(create_cuda(conn, "first", OWN, &b));
   CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_IPC);
   CHECK_OK(gpushm_buffer_close(b));
-  CHECK_ERR(create_cuda(conn, "second", 1, &b), GPUSHM_E_NOMEM);
+  CHECK_ERR(create_cuda(conn, "second", OWN, &b), GPUSHM_E_NOMEM);
   CHECK(strstr(gpushm_last_error_message(), "cuMemAlloc") != NULL);
   CHECK_OK(gpushm_ping(conn));
   s = daemon_stats(&d);
-  CHECK(gpushm_stats_buffers(s) == 1 && gpushm_stats_bytes_allocated(s) == 2u << 20); /* "first" */
+  CHECK(gpushm_stats_buffers(s) == 1 &&
+        gpushm_stats_bytes_allocated(s) == GPUSHM_LIMIT_CARVE_DEVICE + (2u << 20)); /* "first" */
   gpushm_stats_free(s);
   /* the failed create charged no quota and left no name */
   CHECK_OK(gpushm_buffer_create(conn, "second", 1, NULL, &b));
@@ -127,7 +132,7 @@ static void test_sticky_error(void)
   start(&d, fake_lib, "cuMemFree=CUDA_ERROR_ILLEGAL_ADDRESS", NULL);
   conn = daemon_connect(&d);
   bystander = daemon_connect(&d);
-  CHECK_OK(create_cuda(conn, "poisoned", 1, &b));
+  CHECK_OK(create_cuda(conn, "poisoned", OWN, &b));
   CHECK_OK(gpushm_unlink(conn, "poisoned"));
   /* the release is answered, then the daemon stops */
   CHECK_OK(gpushm_buffer_close(b));
@@ -220,7 +225,7 @@ static void test_fd_backend_faults(void)
 
   start(&d, fake_lib, "cuMemRelease=CUDA_ERROR_ILLEGAL_ADDRESS", NULL);
   conn = daemon_connect(&d);
-  CHECK_OK(gpushm_buffer_create(conn, "poisoned-fd", 1, &opts, &b));
+  CHECK_OK(gpushm_buffer_create(conn, "poisoned-fd", OWN, &opts, &b));
   CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_CUDA_FD);
   CHECK_OK(gpushm_unlink(conn, "poisoned-fd"));
   CHECK_OK(gpushm_buffer_close(b));

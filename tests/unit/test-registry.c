@@ -112,16 +112,16 @@ static void test_refcounts_and_unlink_while_open(void)
   struct reg_object *again = create(&a, "frames", 100, 0600, GPUSHM_LIFETIME_PERSISTENT);
   CHECK(again->id > id);
 
-  CHECK(registry_close(&reg, &a, id, err, sizeof err) == 0);
-  CHECK(registry_close(&reg, &a, id, err, sizeof err) == GPUSHM_E_NOENT); /* none left */
-  CHECK(registry_close(&reg, &b, id, err, sizeof err) == 0);
+  CHECK(registry_close(&reg, &a, id, false, false, false, err, sizeof err) == 0);
+  CHECK(registry_close(&reg, &a, id, false, false, false, err, sizeof err) == GPUSHM_E_NOENT); /* none left */
+  CHECK(registry_close(&reg, &b, id, false, false, false, err, sizeof err) == 0);
   CHECK(registry_find_id(&reg, id) == buf);
-  CHECK(registry_close(&reg, &b, id, err, sizeof err) == 0); /* the last reference */
+  CHECK(registry_close(&reg, &b, id, false, false, false, err, sizeof err) == 0); /* the last reference */
   CHECK(registry_find_id(&reg, id) == NULL);
   CHECK(reg.n_buffers == 1 && reg.bytes_allocated == again->allocated);
 
   /* persistent: stays with no references until unlinked */
-  CHECK(registry_close(&reg, &a, again->id, err, sizeof err) == 0);
+  CHECK(registry_close(&reg, &a, again->id, false, false, false, err, sizeof err) == 0);
   CHECK(reg.n_buffers == 1 && again->refs == 0);
   CHECK(registry_unlink(&reg, &a, "frames", err, sizeof err) == 0);
   CHECK(reg.n_buffers == 0 && reg.bytes_allocated == 0);
