@@ -1,0 +1,472 @@
+/* Segments (docs/segments.md), with the host backend and, where it is built, the fake
+ * CUDA driver:
+ *  - two permission classes never share a segment (backend, device, uid, gid and mode
+ *    permuted), one class's buffers do;
+ *  - a consumer keeps reading its buffer while others in its segment are created and
+ *    freed, and a reused slot comes back zeroed;
+ *  - 2000 host buffers cost the daemon a handful of fds, not 2000;
+ *  - the idle-mapping limit and the pool limit are crossed;
+ *  - a segment is freed only once its last mapper has unmapped it (device free memory
+ *    back to its baseline after everyone closes, and after a mapper is SIGKILLed), and
+ *    a buffer opened in a segment this process maps costs no driver call;
+ *  - an allocation that runs out of device memory takes the warm pools back. */
+#include "config.h"
+#include "gpushm_limits.h"
+#include "harness.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+static const char *fake_lib;
+
+static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
+                               gpushm_backend_t backend, int device, uint32_t mode)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.device = device;
+  opts.mode = mode;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  return b;
+}
+
+static uint64_t segment_of(gpushm_t *conn, const char *name)
+{
+  const gpushm_buffer_info_t *info = find_buffer(conn, name);
+  CHECK(info != NULL);
+  return gpushm_buffer_info_segment_id(info);
+}
+
+/* Sums a segment_usage field over backend's rows (every backend: 0). */
+#define SEGMENT_SUM(stats, backend, field)                                                 \
+  ({                                                                                       \
+    uint64_t sum_ = 0;                                                                     \
+    for (size_t i_ = 0; i_ < gpushm_stats_segment_usage_count(stats); i_++) {              \
+      const gpushm_segment_usage_t *u_ = gpushm_stats_segment_usage(stats, i_);            \
+      if (!(backend) || gpushm_segment_usage_backend(u_) == (backend))                     \
+        sum_ += gpushm_segment_usage_##field(u_);                                          \
+    }                                                                                      \
+    sum_;                                                                                  \
+  })
+
+struct class_case {
+  uid_t uid;
+  gid_t gid;
+  uint32_t mode;
+  gpushm_backend_t backend;
+  int device;
+};
+
+/* Creates three buffers of the case's class (as its uid and gid) and keeps them. */
+static void create_class(const struct test_daemon *d, const struct class_case *c, unsigned i)
+{
+  pid_t pid = fork_as(c->uid, c->gid);
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *conn = daemon_connect(d);
+    for (unsigned j = 0; j < 3; j++) {
+      char name[32];
+      snprintf(name, sizeof name, "class%u-%u", i, j);
+      /* persistent: they outlive this process, for the listing */
+      gpushm_buffer_close(create(conn, name, 4 * KiB, c->backend, c->device, c->mode));
+    }
+    gpushm_disconnect(conn);
+    _exit(0);
+  }
+  check_child(pid);
+}
+
+static void test_classes(bool cuda)
+{
+  const struct class_case cases[] = {
+    { 0, 0, 0600, GPUSHM_BACKEND_HOST, 0 },
+    { 0, 0, 0640, GPUSHM_BACKEND_HOST, 0 },      /* mode */
+    { 0, 100, 0600, GPUSHM_BACKEND_HOST, 0 },    /* gid */
+    { 65534, 0, 0600, GPUSHM_BACKEND_HOST, 0 },  /* uid */
+    { 65534, 65534, 0644, GPUSHM_BACKEND_HOST, 0 },
+    { 0, 0, 0600, GPUSHM_BACKEND_CUDA_FD, 0 },   /* backend */
+    { 0, 0, 0600, GPUSHM_BACKEND_CUDA_IPC, 0 },
+    { 0, 0, 0600, GPUSHM_BACKEND_CUDA_FD, 1 },   /* device */
+    { 65534, 0, 0600, GPUSHM_BACKEND_CUDA_FD, 0 },
+  };
+  const unsigned n = cuda ? sizeof cases / sizeof cases[0] : 5;
+  uint64_t seg[sizeof cases / sizeof cases[0]];
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+
+  daemon_start(&d, "--allow-legacy-ipc", "yes", NULL);
+  for (unsigned i = 0; i < n; i++)
+    create_class(&d, &cases[i], i);
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "class%u-0", i);
+    seg[i] = segment_of(conn, name);
+    CHECK(seg[i] != 0);
+    for (unsigned j = 1; j < 3; j++) { /* one class: one segment */
+      snprintf(name, sizeof name, "class%u-%u", i, j);
+      CHECK(segment_of(conn, name) == seg[i]);
+    }
+    for (unsigned k = 0; k < i; k++) /* another class: never */
+      CHECK(seg[k] != seg[i]);
+  }
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  test_log("%u classes, %u segments", n, n);
+}
+
+static void fill(gpushm_buffer_t *b, unsigned char v)
+{
+  memset(gpushm_buffer_ptr(b), v, gpushm_buffer_size(b));
+}
+
+static bool all_are(const unsigned char *p, size_t n, unsigned char v)
+{
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v)
+      return false;
+  return true;
+}
+
+/* A consumer reads its buffer over and over while the producer churns its segment. */
+static void test_churn(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *keep, *b;
+  int go[2], done[2];
+  pid_t pid;
+  char c;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  keep = create(conn, "keep", 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0644);
+  fill(keep, 0x5a);
+  CHECK(pipe(go) == 0 && pipe(done) == 0);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *consumer = daemon_connect(&d);
+    gpushm_buffer_t *mine;
+    unsigned reads = 0;
+    close(go[1]);
+    CHECK_OK(gpushm_buffer_open(consumer, "keep", GPUSHM_OPEN_READONLY, &mine));
+    CHECK(write(done[1], "r", 1) == 1);
+    /* until the producer is done: read, and read again */
+    for (;;) {
+      CHECK(all_are(gpushm_buffer_ptr(mine), 4 * KiB, 0x5a));
+      reads++;
+      struct timeval tv = { 0, 0 };
+      fd_set set;
+      FD_ZERO(&set);
+      FD_SET(go[0], &set);
+      if (select(go[0] + 1, &set, NULL, NULL, &tv) > 0)
+        break;
+    }
+    CHECK(reads > 0);
+    CHECK_OK(gpushm_buffer_close(mine));
+    gpushm_disconnect(consumer);
+    _exit(0);
+  }
+  close(go[0]);
+  CHECK(read(done[0], &c, 1) == 1);
+  for (int i = 0; i < 300; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "churn-%d", i);
+    b = create(conn, name, 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0644);
+    if (i == 0)
+      CHECK(segment_of(conn, name) == segment_of(conn, "keep"));
+    /* whatever a slot held before, a new buffer starts zeroed */
+    CHECK(all_are(gpushm_buffer_ptr(b), 4 * KiB, 0));
+    fill(b, 0xff);
+    CHECK_OK(gpushm_buffer_close_unlink(b));
+  }
+  close(go[1]);
+  check_child(pid);
+  CHECK(all_are(gpushm_buffer_ptr(keep), 4 * KiB, 0x5a));
+  CHECK_OK(gpushm_buffer_close_unlink(keep));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+/* Host buffers share memfds: 2000 of them cost the daemon a few fds. */
+static void test_host_fds(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_stats_t *before, *after;
+  gpushm_t *conn;
+  uint32_t grew;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  before = daemon_stats(&d);
+  for (int i = 0; i < 2000; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "many-%d", i);
+    CHECK_OK(gpushm_buffer_close(create(conn, name, 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0600)));
+  }
+  after = daemon_stats(&d);
+  grew = gpushm_stats_open_fds(after) - gpushm_stats_open_fds(before);
+  test_log("2000 host buffers: %u more daemon fds, %llu segments", grew,
+           (unsigned long long)SEGMENT_SUM(after, GPUSHM_BACKEND_HOST, segments));
+  CHECK(gpushm_stats_buffers(after) == 2000);
+  CHECK(grew <= 16);
+  gpushm_stats_free(before);
+  gpushm_stats_free(after);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+/* A process keeps GPUSHM_LIMIT_IDLE_SEGMENTS idle segments mapped, no more. */
+static void test_idle_limit(void)
+{
+  const unsigned n = GPUSHM_LIMIT_IDLE_SEGMENTS + 4;
+  struct test_daemon d = { 0 };
+  gpushm_stats_t *s;
+  gpushm_t *conn;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "idle-%u", i);
+    /* a mode each: a class, and so a segment, each */
+    CHECK_OK(gpushm_buffer_close(create(conn, name, 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0600 + i)));
+  }
+  s = daemon_stats(&d);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, segments) == n);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, mappings) == GPUSHM_LIMIT_IDLE_SEGMENTS);
+  gpushm_stats_free(s);
+  gpushm_disconnect(conn); /* and the rest go with the connection */
+  s = daemon_stats(&d);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, mappings) == 0);
+  gpushm_stats_free(s);
+  daemon_stop(&d);
+}
+
+/* Empty segments are pooled up to --pool-bytes per class; a create takes from the pool. */
+static void test_pool_limit(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_buffer_t *b[40];
+  gpushm_stats_t *s;
+  gpushm_t *conn;
+  uint64_t allocs, pooled;
+
+  daemon_start(&d, "--pool-bytes", "128K", NULL);
+  conn = daemon_connect(&d);
+  /* 64 KiB, 64 KiB and 128 KiB segments of 4 KiB slots */
+  for (int i = 0; i < 40; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "pool-%d", i);
+    b[i] = create(conn, name, 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0600);
+  }
+  for (int i = 0; i < 40; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+  gpushm_disconnect(conn);
+  s = daemon_stats(&d);
+  pooled = SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, pooled_bytes);
+  allocs = SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, driver_allocs);
+  test_log("3 segments emptied: %llu bytes pooled", (unsigned long long)pooled);
+  CHECK(allocs == 3);
+  CHECK(pooled == 128 * KiB && SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, segments) == 0);
+  gpushm_stats_free(s);
+  conn = daemon_connect(&d);
+  b[0] = create(conn, "from-the-pool", 4 * KiB, GPUSHM_BACKEND_HOST, 0, 0600);
+  s = daemon_stats(&d);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, driver_allocs) == allocs);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, pooled_bytes) < pooled);
+  gpushm_stats_free(s);
+  CHECK_OK(gpushm_buffer_close_unlink(b[0]));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+static uint64_t device_free(const struct test_daemon *d)
+{
+  gpushm_stats_t *s = daemon_stats(d);
+  uint64_t v = gpushm_device_stats_free_memory(gpushm_stats_device(s, 0));
+  gpushm_stats_free(s);
+  return v;
+}
+
+static int free_is(const struct test_daemon *d, void *want)
+{
+  return device_free(d) == *(uint64_t *)want;
+}
+
+/* A consumer process: opens every name, says so, waits for a byte; 'c' closes them and
+ * keeps the connection (idle mappings), end of file disconnects. */
+static pid_t consumer(const struct test_daemon *d, const char *const *names, int ready,
+                      const int go_pipe[2])
+{
+  pid_t pid = fork();
+  int go = go_pipe[0];
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(go_pipe[1]); /* the parent's closing it is then an end of file here */
+    gpushm_t *conn = daemon_connect(d);
+    gpushm_buffer_t *b[4];
+    unsigned n = 0;
+    char c;
+    for (; *names; names++, n++)
+      CHECK_OK(gpushm_buffer_open(conn, *names, GPUSHM_OPEN_READONLY, &b[n]));
+    CHECK(write(ready, "r", 1) == 1);
+    while (read(go, &c, 1) == 1) {
+      for (unsigned i = 0; i < n; i++)
+        CHECK_OK(gpushm_buffer_close(b[i]));
+      n = 0;
+      CHECK(write(ready, "c", 1) == 1);
+    }
+    gpushm_disconnect(conn);
+    CHECK(write(ready, "d", 1) == 1);
+    pause(); /* until killed: the mappings went with the connection already */
+    _exit(0);
+  }
+  return pid;
+}
+
+static void test_freed_after_last_mapper(void)
+{
+  static const char *const both[] = { "a", "b", NULL }, *const just_a[] = { "a", NULL };
+  struct test_daemon d = { 0 };
+  gpushm_t *conn;
+  gpushm_buffer_t *a, *b, *warm;
+  int ready[2], go[2];
+  uint64_t baseline, now;
+  gpushm_stats_t *s;
+  pid_t pid;
+  char c;
+
+  /* No pool: a segment nobody holds goes straight back to the driver. */
+  daemon_start(&d, "--pool-bytes", "0", "--allow-legacy-ipc", "yes", NULL);
+  /* This process loads the driver below, with this: a buffer opened in a segment the
+   * process maps costs no driver call, so two processes opening two buffers of one
+   * segment open one handle each, and a third open fails. */
+  setenv("GPUSHM_CUDA_FAULTS", "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_VALUE@3", 1);
+  conn = daemon_connect(&d);
+  warm = create(conn, "warm", 1, GPUSHM_BACKEND_CUDA_FD, 0, 0600); /* the daemon's context */
+  CHECK_OK(gpushm_buffer_close_unlink(warm));
+  gpushm_disconnect(conn);
+  baseline = device_free(&d);
+  CHECK(wait_until(free_is, &d, &baseline));
+
+  conn = daemon_connect(&d);
+  a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
+  b = create(conn, "b", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
+  CHECK(segment_of(conn, "a") == segment_of(conn, "b"));
+  unsetenv("GPUSHM_CUDA_FAULTS");
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  /* One cuIpcOpenMemHandle here for both (the fault counter, armed below, says so), one
+   * in the consumer for both (it inherits the count: a third call would fail). */
+  pid = consumer(&d, both, ready[1], go);
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
+  CHECK_OK(gpushm_buffer_close_unlink(a));
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  gpushm_disconnect(conn);
+  CHECK(write(go[1], "c", 1) == 1); /* the consumer closes both, and stays */
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'c');
+  s = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(s) == 0);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_IPC, mappings) == 1); /* its idle mapping */
+  gpushm_stats_free(s);
+  now = device_free(&d);
+  CHECK(now < baseline); /* no buffer left, and still allocated: mapped */
+  close(go[1]);           /* it disconnects: the segment is free to go */
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'd');
+  CHECK(wait_until(free_is, &d, &baseline));
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+
+  /* A mapper SIGKILLed while it holds a buffer in the segment. */
+  conn = daemon_connect(&d);
+  a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
+  CHECK(pipe(go) == 0);
+  pid = consumer(&d, just_a, ready[1], go);
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
+  CHECK_OK(gpushm_buffer_close_unlink(a));
+  gpushm_disconnect(conn);
+  CHECK(device_free(&d) < baseline); /* the consumer holds "a" */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  CHECK(wait_until(free_is, &d, &baseline));
+  close(go[0]);
+  close(go[1]);
+  daemon_stop(&d);
+}
+
+static void test_oom_with_warm_pool(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b[64], *other;
+  gpushm_stats_t *s;
+  gpushm_t *conn;
+  int n = 0, r;
+
+  setenv("GPUSHM_FAKE_CUDA_MEMORY", "16777216", 1);
+  daemon_start(&d, "--pool-bytes", "1G", "--allow-legacy-ipc", "yes", NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  /* one class takes all the device has */
+  for (;;) {
+    char name[32];
+    snprintf(name, sizeof name, "hog-%d", n);
+    if ((r = gpushm_buffer_create(conn, name, MiB, &opts, &b[n])) < 0)
+      break;
+    CHECK(++n < 64);
+  }
+  CHECK_ERR(r, GPUSHM_E_NOMEM);
+  CHECK(n >= 4);
+  for (int i = 0; i < n; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+  gpushm_disconnect(conn);
+  s = daemon_stats(&d);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_IPC, pooled) > 0);
+  gpushm_stats_free(s);
+  /* another class needs memory: the pool gives it back */
+  conn = daemon_connect(&d);
+  opts.mode = 0640;
+  CHECK_OK(gpushm_buffer_create(conn, "other", 4 * MiB, &opts, &other));
+  s = daemon_stats(&d);
+  test_log("pooled after another class's create: %llu bytes",
+           (unsigned long long)SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_IPC, pooled_bytes));
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_IPC, pooled) == 0);
+  gpushm_stats_free(s);
+  CHECK_OK(gpushm_buffer_close_unlink(other));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  unsetenv("GPUSHM_FAKE_CUDA_MEMORY");
+}
+
+int main(void)
+{
+  fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
+  test_churn();
+  test_host_fds();
+  test_idle_limit();
+  test_pool_limit();
+  if (!fake_lib || access(fake_lib, R_OK) != 0) {
+    test_classes(false);
+    test_log("no fake CUDA driver: device segments not tested");
+    return 0;
+  }
+  /* daemon and this process (and its children) use the fake driver, two devices */
+  setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
+  setenv("GPUSHM_FAKE_CUDA_DEVICES", "2", 1);
+  test_classes(true);
+  test_oom_with_warm_pool();
+  test_freed_after_last_mapper(); /* last: it arms a fault for the rest of this process */
+  return 0;
+}
