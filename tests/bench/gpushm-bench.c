@@ -1,0 +1,1063 @@
+/* The figures of issue 12, each printed beside its floor or peer measured in the same
+ * run, with its target and "met" / "NOT met" (or "skipped: why"):
+ *   1  fresh 1 MiB device hand-off, serial        vs raw cuMemAlloc + CUDA IPC, no daemon
+ *   2  the same, 8 hand-offs in flight             vs PyTorch (torch.multiprocessing)
+ *   3  64 clients: open+close, ping                vs a 1-thread epoll SOCK_SEQPACKET echo
+ *   4  100k 1 MiB device buffers: create rate, list, gpushmctl list, RSS, SIGTERM
+ *   5  100k 4 KiB host buffers, daemon fd limit 20000: the same rows
+ *   6  cached reopen; copy out of an imported buffer vs a local copy
+ * Host rows (3, 5, 6's reopen) run anywhere; device rows need a driver and a device.
+ * Exits 0 whenever it could measure (unmet targets are findings, printed); non-zero
+ * only for real failures: a crash, a daemon that died, data that came back wrong.
+ * Not part of `make check` (no timed assertions there): scripts/gpu-host-test runs
+ * it on the GPU host, .ci/run runs `--quick` (host rows) on CI.
+ * Usage: gpushm-bench [--quick] [--device-backend=cuda-fd|cuda-ipc] */
+#include "config.h"
+#include "cuda-test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef GPUSHM_BENCH_SRCDIR
+#define GPUSHM_BENCH_SRCDIR "."
+#endif
+#ifndef GPUSHM_BENCH_BUILDDIR
+#define GPUSHM_BENCH_BUILDDIR "."
+#endif
+
+#define MIB (1ull << 20)
+#define HANDOFF_BYTES MIB
+#define HANDOFF_ROUNDS 2000
+#define HANDOFF_ROUNDS_QUICK 200
+#define HANDOFF_WARMUP 100
+#define HANDOFF_DEPTH 8
+#define CLIENTS 64
+#define ECHO_FRAME 64
+#define RATE_SECONDS 2.0
+#define RATE_SECONDS_QUICK 1.0
+#define MANY_BUFFERS 100000u
+#define DEVICE_BUFFERS_QUICK 2000u
+#define HOST_BUFFER_BYTES 4096u
+#define HOST_DAEMON_NOFILE 20000u
+#define HOST_CREATE_WORKERS 2
+#define DEVICE_CREATE_WORKERS 8
+/* Left free on the device for the creating processes' own contexts (at most a quarter
+ * of what is free). */
+#define DEVICE_RESERVE (8ull << 30)
+#define LIST_RUNS 3
+#define REOPEN_ROUNDS 10000
+#define COPY_BYTES (1ull << 30)
+#define COPY_BYTES_QUICK (256ull << 20)
+#define COPY_RUNS 10
+#define TORCH_TIMEOUT_S 600
+
+/* Targets of issue 12. */
+#define TARGET_HANDOFF_US 120.0
+#define TARGET_VS_TORCH 0.5
+#define TARGET_OPEN_CLOSE_VS_ECHO 0.7
+#define TARGET_PING_VS_ECHO 0.85
+#define TARGET_CREATE_PER_S 50000.0
+#define TARGET_LIST_MS 50.0
+#define TARGET_CTL_LIST_MS 150.0
+#define TARGET_RSS_PER_BUFFER 1024.0
+#define TARGET_SIGTERM_MS 1000.0
+#define TARGET_REOPEN_US 1.0
+#define TARGET_COPY_RATIO 0.98
+
+static bool quick;
+static char self[4096];
+static gpushm_backend_t device_backend = GPUSHM_BACKEND_CUDA_FD;
+static int failures;
+
+/* ---- output ---------------------------------------------------------------------- */
+
+static void row(const char *id, const char *what, int met, const char *fmt, ...)
+  __attribute__((format(printf, 4, 5)));
+
+/* One line per figure: value, floor or peer, ratio, target, then met / NOT met (met < 0:
+ * a figure printed for information, no target). */
+static void row(const char *id, const char *what, int met, const char *fmt, ...)
+{
+  va_list ap;
+  printf("gpushm-bench: [%-2s] %-40s ", id, what);
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("%s\n", met < 0 ? "" : met ? "  -> met" : "  -> NOT met");
+  fflush(stdout);
+}
+
+static void skipped(const char *id, const char *what, const char *why)
+{
+  printf("gpushm-bench: [%-2s] %-40s skipped: %s\n", id, what, why);
+  fflush(stdout);
+}
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts v. */
+static double percentile(double *v, unsigned n, unsigned pct)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[(size_t)n * pct / 100 < n ? (size_t)n * pct / 100 : n - 1];
+}
+
+static const char *backend_name(gpushm_backend_t b)
+{
+  switch (b) {
+  case GPUSHM_BACKEND_HOST: return "host";
+  case GPUSHM_BACKEND_CUDA_IPC: return "cuda-ipc";
+  case GPUSHM_BACKEND_CUDA_FD: return "cuda-fd";
+  default: return "default";
+  }
+}
+
+static long vm_rss_kib(pid_t pid)
+{
+  char path[64], line[256];
+  long kib = -1;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  if (!(f = fopen(path, "r")))
+    return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+      break;
+  fclose(f);
+  return kib;
+}
+
+/* Whether the daemon is still running (a dead one is a real failure). */
+static void check_daemon_alive(const struct test_daemon *d, const char *when)
+{
+  siginfo_t info = { 0 };
+  if (waitid(P_PID, (id_t)d->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid) {
+    fprintf(stderr, "gpushm-bench: gpushmd (pid %d) died %s (code %d, status %d)\n",
+            (int)d->pid, when, info.si_code, info.si_status);
+    exit(1);
+  }
+}
+
+/* ---- the hand-off (rows 1, 2): producer here, consumer a child process ------------ */
+
+enum { MSG_GPUSHM = 1, MSG_RAW = 2, MSG_END = 3 };
+
+struct handoff_msg {
+  uint32_t kind;
+  uint32_t value; /* every word of the buffer */
+  char name[64];
+  CUipcMemHandle handle;
+};
+
+struct handoff_ack {
+  int32_t status; /* 0, or a gpushm error / -1000 - CUresult / 1 for a wrong word */
+  uint32_t seen;
+};
+
+/* Consumer: argv: self consumer FD.  Opens what each message names, reads its first
+ * word, closes it, acks. */
+static int consumer(char **argv)
+{
+  int sock = atoi(argv[2]);
+  gpushm_t *conn = NULL;
+  struct handoff_msg m;
+
+  cuda_test_setup(0);
+  while (recv(sock, &m, sizeof m, 0) == (ssize_t)sizeof m && m.kind != MSG_END) {
+    struct handoff_ack ack = { 0, 0 };
+    CUresult cr = CUDA_SUCCESS;
+    if (m.kind == MSG_GPUSHM) {
+      gpushm_buffer_t *b;
+      if (!conn)
+        CHECK_OK(gpushm_connect(NULL, "bench-consumer", &conn));
+      ack.status = gpushm_buffer_open(conn, m.name, GPUSHM_OPEN_READONLY, &b);
+      if (ack.status == 0) {
+        cr = CU_CALL(&drv, cuMemcpyDtoH, &ack.seen, cuda_test_dptr(b), sizeof ack.seen);
+        ack.status = gpushm_buffer_close(b);
+      }
+    } else {
+      CUdeviceptr p;
+      cr = CU_CALL(&drv, cuIpcOpenMemHandle, &p, m.handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (cr == CUDA_SUCCESS) {
+        cr = CU_CALL(&drv, cuMemcpyDtoH, &ack.seen, p, sizeof ack.seen);
+        CUresult c2 = CU_CALL(&drv, cuIpcCloseMemHandle, p);
+        cr = cr ? cr : c2;
+      }
+    }
+    if (cr != CUDA_SUCCESS)
+      ack.status = -1000 - (int)cr;
+    else if (ack.status == 0 && ack.seen != m.value)
+      ack.status = 1;
+    if (ack.status != 0)
+      fprintf(stderr, "consumer: '%s': status %d (%s), word %08x, expected %08x\n", m.name,
+              ack.status, ack.status < 0 && ack.status > -1000 ? gpushm_last_error_message() : "",
+              ack.seen, m.value);
+    CHECK(send(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  }
+  if (conn)
+    gpushm_disconnect(conn);
+  return 0;
+}
+
+/* Gives a hand-off buffer back: unlink and close in one one-way request. */
+static int release_buffer(gpushm_t *conn, gpushm_buffer_t *buf)
+{
+  (void)conn;
+  return gpushm_buffer_close_unlink(buf);
+}
+
+struct handoff {
+  int sock;
+  bool raw;
+  gpushm_t *conn;
+  gpushm_create_opts_t opts;
+  CUstream stream;
+  unsigned seq; /* names and values stay unique across runs */
+  gpushm_backend_t got; /* what the daemon made */
+};
+
+struct slot {
+  gpushm_buffer_t *buf;
+  CUdeviceptr raw;
+  uint32_t value;
+  double t;
+};
+
+static void produce(struct handoff *h, struct slot *s)
+{
+  struct handoff_msg m;
+  CUdeviceptr p;
+
+  memset(&m, 0, sizeof m);
+  s->value = ++h->seq;
+  m.value = s->value;
+  if (h->raw) {
+    m.kind = MSG_RAW;
+    CU_CHECK(CU_CALL(&drv, cuMemAlloc, &s->raw, HANDOFF_BYTES));
+    p = s->raw;
+  } else {
+    m.kind = MSG_GPUSHM;
+    snprintf(m.name, sizeof m.name, "handoff-%u", s->value);
+    CHECK_OK(gpushm_buffer_create(h->conn, m.name, HANDOFF_BYTES, &h->opts, &s->buf));
+    h->got = gpushm_buffer_backend(s->buf);
+    p = cuda_test_dptr(s->buf);
+  }
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, p, s->value, HANDOFF_BYTES / 4, h->stream));
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, h->stream));
+  if (h->raw)
+    CU_CHECK(CU_CALL(&drv, cuIpcGetMemHandle, &m.handle, s->raw));
+  CHECK(send(h->sock, &m, sizeof m, 0) == (ssize_t)sizeof m);
+}
+
+static void finish(struct handoff *h, struct slot *s)
+{
+  struct handoff_ack ack;
+
+  CHECK(recv(h->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  if (ack.status != 0) {
+    fprintf(stderr, "gpushm-bench: hand-off %u failed in the consumer (status %d%s)\n", s->value,
+            ack.status, ack.status == 1 ? ": wrong data" : "");
+    exit(1);
+  }
+  if (h->raw)
+    CU_CHECK(CU_CALL(&drv, cuMemFree, s->raw));
+  else
+    CHECK_OK(release_buffer(h->conn, s->buf));
+}
+
+/* rounds hand-offs with up to depth in flight; per_us (if not NULL) gets each one's
+ * time from create to release.  Returns the wall time per hand-off. */
+static double handoffs(struct handoff *h, unsigned rounds, unsigned depth, double *per_us)
+{
+  struct slot slots[HANDOFF_DEPTH];
+  unsigned sent = 0, done = 0;
+  double t0 = now_us();
+
+  CHECK(depth <= HANDOFF_DEPTH);
+  while (done < rounds) {
+    while (sent < rounds && sent - done < depth) {
+      slots[sent % depth].t = now_us();
+      produce(h, &slots[sent % depth]);
+      sent++;
+    }
+    finish(h, &slots[done % depth]); /* one consumer: acks come in order */
+    if (per_us)
+      per_us[done] = now_us() - slots[done % depth].t;
+    done++;
+  }
+  return (now_us() - t0) / rounds;
+}
+
+/* PyTorch's figures, from tests/bench/torch-handoff.py: false (why set) if none. */
+struct torch_figures {
+  double serial_median, serial_p99, inflight_per;
+  char why[512];
+};
+
+static bool run_torch(unsigned rounds, struct torch_figures *tf)
+{
+  char cmd[1024], line[512];
+  bool serial = false, inflight = false;
+  FILE *p;
+
+  snprintf(cmd, sizeof cmd, "timeout %d python3 '%s/tests/bench/torch-handoff.py' --rounds %u "
+           "--depth %d 2>&1", TORCH_TIMEOUT_S, GPUSHM_BENCH_SRCDIR, rounds, HANDOFF_DEPTH);
+  snprintf(tf->why, sizeof tf->why, "torch-handoff.py printed no figures");
+  if (!(p = popen(cmd, "r"))) {
+    snprintf(tf->why, sizeof tf->why, "popen: %s", strerror(errno));
+    return false;
+  }
+  while (fgets(line, sizeof line, p)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (sscanf(line, "torch-handoff: mode=serial rounds=%*u median_us=%lf p99_us=%lf",
+               &tf->serial_median, &tf->serial_p99) == 2)
+      serial = true;
+    else if (sscanf(line, "torch-handoff: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
+                    &tf->inflight_per) == 1)
+      inflight = true;
+    else if (strncmp(line, "torch-handoff: skipped: ", 24) == 0)
+      snprintf(tf->why, sizeof tf->why, "%s", line + 24);
+    else if (*line)
+      snprintf(tf->why, sizeof tf->why, "torch-handoff.py: %.200s", line);
+  }
+  pclose(p);
+  return serial && inflight;
+}
+
+static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
+{
+  unsigned rounds = quick ? HANDOFF_ROUNDS_QUICK : HANDOFF_ROUNDS;
+  double *gp = calloc(rounds, sizeof *gp), *raw = calloc(rounds, sizeof *raw);
+  double g_med, g_p99, r_med, r_p99, g_pipe, r_pipe;
+  struct handoff h = { 0 };
+  struct torch_figures tf;
+  char fd_text[16];
+  int sv[2];
+  pid_t pid;
+
+  CHECK(gp && raw);
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
+  snprintf(fd_text, sizeof fd_text, "%d", sv[1]);
+  fflush(stdout);
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(sv[0]);
+    setenv("GPUSHM_SOCKET", d->socket, 1);
+    execl(self, self, "consumer", fd_text, (char *)NULL);
+    _exit(127);
+  }
+  close(sv[1]);
+  h.sock = sv[0];
+  h.conn = conn;
+  gpushm_create_opts_init(&h.opts); /* the daemon's default backend */
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &h.stream, CU_STREAM_NON_BLOCKING));
+
+  /* Warm both paths (first opens, the daemon's first allocations), then alternate
+   * gpushm and raw in the same run. */
+  h.raw = false;
+  handoffs(&h, HANDOFF_WARMUP, 1, NULL);
+  h.raw = true;
+  handoffs(&h, HANDOFF_WARMUP, 1, NULL);
+  h.raw = false;
+  handoffs(&h, rounds, 1, gp);
+  h.raw = true;
+  handoffs(&h, rounds, 1, raw);
+  h.raw = false;
+  g_pipe = handoffs(&h, rounds, HANDOFF_DEPTH, NULL);
+  h.raw = true;
+  r_pipe = handoffs(&h, rounds, HANDOFF_DEPTH, NULL);
+  {
+    struct handoff_msg end = { .kind = MSG_END };
+    CHECK(send(h.sock, &end, sizeof end, 0) == (ssize_t)sizeof end);
+  }
+  check_child(pid);
+  close(h.sock);
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, h.stream));
+  check_daemon_alive(d, "during the hand-offs");
+
+  g_med = percentile(gp, rounds, 50);
+  g_p99 = percentile(gp, rounds, 99);
+  r_med = percentile(raw, rounds, 50);
+  r_p99 = percentile(raw, rounds, 99);
+  row("1", "fresh 1 MiB hand-off, serial", g_med <= TARGET_HANDOFF_US,
+      "median %.1f us, p99 %.1f us (%s, %u rounds) | floor raw cuMemAlloc+IPC, no daemon: "
+      "median %.1f us, p99 %.1f us | ratio %.2f | target median <= %.0f us",
+      g_med, g_p99, backend_name(h.got), rounds, r_med, r_p99, g_med / r_med, TARGET_HANDOFF_US);
+
+  if (!run_torch(rounds, &tf)) {
+    row("2", "fresh 1 MiB hand-off, 8 in flight", -1,
+        "%.1f us per hand-off (%s) | floor raw IPC %.1f us | ratio %.2f", g_pipe,
+        backend_name(h.got), r_pipe, g_pipe / r_pipe);
+    skipped("2", "  vs PyTorch", tf.why);
+  } else {
+    row("1", "  peer PyTorch serial (info)", -1, "median %.1f us, p99 %.1f us | gpushm / torch %.2f",
+        tf.serial_median, tf.serial_p99, g_med / tf.serial_median);
+    row("2", "fresh 1 MiB hand-off, 8 in flight", g_pipe <= TARGET_VS_TORCH * tf.inflight_per,
+        "%.1f us per hand-off (%s) | peer PyTorch %.1f us (floor raw IPC %.1f us) | ratio %.2f "
+        "| target <= %.1f x PyTorch", g_pipe, backend_name(h.got), tf.inflight_per, r_pipe,
+        g_pipe / tf.inflight_per, TARGET_VS_TORCH);
+  }
+  free(gp);
+  free(raw);
+}
+
+/* ---- 64 clients vs an echo server (row 3) ----------------------------------------- */
+
+/* The floor: what one thread on epoll can answer over the same kind of socket, with
+ * no protocol work at all.  Runs in a forked child until killed. */
+static void echo_server(int lfd)
+{
+  struct epoll_event ev = { .events = EPOLLIN }, evs[CLIENTS + 1];
+  int ep = epoll_create1(0);
+
+  CHECK(ep >= 0);
+  ev.data.fd = lfd;
+  CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) == 0);
+  for (;;) {
+    int n = epoll_wait(ep, evs, CLIENTS + 1, -1);
+    for (int i = 0; i < n; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == lfd) {
+        int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c >= 0) {
+          ev.data.fd = c;
+          CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
+        }
+        continue;
+      }
+      for (;;) { /* every frame queued, as the daemon reads them */
+        char buf[ECHO_FRAME * 2];
+        struct iovec iov = { buf, sizeof buf };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        ssize_t r = recvmsg(fd, &mh, 0);
+        if (r <= 0) {
+          if (r == 0 || (errno != EAGAIN && errno != EINTR))
+            close(fd);
+          break;
+        }
+        iov.iov_len = (size_t)r;
+        if (sendmsg(fd, &mh, MSG_NOSIGNAL) != r)
+          break;
+      }
+    }
+  }
+}
+
+enum client_op { OP_ECHO, OP_OPEN_CLOSE, OP_PING };
+
+struct client {
+  pthread_t thread;
+  enum client_op op;
+  int fd;           /* OP_ECHO */
+  gpushm_t *conn;   /* the others */
+  char name[32];
+  uint64_t done;
+  int error;
+};
+
+static atomic_bool clients_stop;
+static pthread_barrier_t clients_go;
+
+static void *client_main(void *arg)
+{
+  struct client *c = arg;
+  char out[ECHO_FRAME], in[ECHO_FRAME * 2];
+
+  memset(out, 'e', sizeof out);
+  pthread_barrier_wait(&clients_go);
+  while (!atomic_load_explicit(&clients_stop, memory_order_relaxed)) {
+    if (c->op == OP_ECHO) {
+      if (send(c->fd, out, sizeof out, 0) != (ssize_t)sizeof out ||
+          recv(c->fd, in, sizeof in, 0) != (ssize_t)sizeof out || memcmp(in, out, sizeof out)) {
+        c->error = -1;
+        break;
+      }
+    } else if (c->op == OP_PING) {
+      if ((c->error = gpushm_ping(c->conn)) < 0)
+        break;
+    } else {
+      gpushm_buffer_t *b;
+      if ((c->error = gpushm_buffer_open(c->conn, c->name, 0, &b)) < 0 ||
+          (c->error = gpushm_buffer_close(b)) < 0)
+        break;
+    }
+    c->done++;
+  }
+  return NULL;
+}
+
+/* Operations per second of CLIENTS threads doing op for seconds. */
+static double clients_rate(struct client *cs, enum client_op op, double seconds)
+{
+  uint64_t total = 0;
+  double t0, t1;
+
+  atomic_store(&clients_stop, false);
+  CHECK(pthread_barrier_init(&clients_go, NULL, CLIENTS + 1) == 0);
+  for (int i = 0; i < CLIENTS; i++) {
+    cs[i].op = op;
+    cs[i].done = 0;
+    cs[i].error = 0;
+    CHECK(pthread_create(&cs[i].thread, NULL, client_main, &cs[i]) == 0);
+  }
+  pthread_barrier_wait(&clients_go);
+  t0 = now_us();
+  usleep((useconds_t)(seconds * 1e6));
+  atomic_store(&clients_stop, true);
+  t1 = now_us();
+  for (int i = 0; i < CLIENTS; i++) {
+    CHECK(pthread_join(cs[i].thread, NULL) == 0);
+    if (cs[i].error) {
+      fprintf(stderr, "gpushm-bench: client %d failed: %s (%s)\n", i,
+              op == OP_ECHO ? strerror(errno) : gpushm_strerror(cs[i].error),
+              op == OP_ECHO ? "echo" : "see the daemon's log");
+      exit(1);
+    }
+    total += cs[i].done;
+  }
+  pthread_barrier_destroy(&clients_go);
+  return total / ((t1 - t0) / 1e6);
+}
+
+static void rows_clients(const struct test_daemon *d, gpushm_t *conn)
+{
+  double seconds = quick ? RATE_SECONDS_QUICK : RATE_SECONDS, echo, echo_before, echo_after, oc,
+         ping;
+  struct client *cs = calloc(CLIENTS, sizeof *cs);
+  struct sockaddr_un sa = { .sun_family = AF_UNIX };
+  int lfd;
+  pid_t server;
+
+  CHECK(cs != NULL);
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%.90s/echo.sock", d->dir);
+  lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  CHECK(lfd >= 0);
+  CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+  CHECK(listen(lfd, CLIENTS) == 0);
+  fflush(stdout);
+  server = fork();
+  CHECK(server >= 0);
+  if (server == 0) {
+    echo_server(lfd);
+    _exit(0);
+  }
+  close(lfd);
+  for (int i = 0; i < CLIENTS; i++) {
+    gpushm_buffer_t *b;
+    cs[i].fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(cs[i].fd >= 0);
+    CHECK(connect(cs[i].fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK_OK(gpushm_connect(d->socket, "bench-client", &cs[i].conn));
+    /* one buffer per client: the process-wide open cache would answer a second
+     * opener of the same name without asking the daemon */
+    snprintf(cs[i].name, sizeof cs[i].name, "client-%d", i);
+    CHECK_OK(gpushm_buffer_create(conn, cs[i].name, HOST_BUFFER_BYTES, NULL, &b));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  /* the floor before and after, averaged: others share these CPUs */
+  echo_before = clients_rate(cs, OP_ECHO, seconds);
+  oc = 2 * clients_rate(cs, OP_OPEN_CLOSE, seconds);
+  ping = clients_rate(cs, OP_PING, seconds);
+  echo_after = clients_rate(cs, OP_ECHO, seconds);
+  echo = (echo_before + echo_after) / 2;
+  kill(server, SIGKILL);
+  waitpid(server, NULL, 0);
+  unlink(sa.sun_path);
+  check_daemon_alive(d, "under 64 clients");
+  for (int i = 0; i < CLIENTS; i++) {
+    close(cs[i].fd);
+    gpushm_disconnect(cs[i].conn);
+    CHECK_OK(gpushm_unlink(conn, cs[i].name));
+  }
+  row("3", "64 clients, echo floor", -1,
+      "%.0f round trips/s (1-thread epoll SOCK_SEQPACKET echo, %d-byte frames; mean of "
+      "%.0f before and %.0f after the gpushm figures)", echo, ECHO_FRAME, echo_before, echo_after);
+  row("3", "64 clients, open+close of host buffers", oc / echo >= TARGET_OPEN_CLOSE_VS_ECHO,
+      "%.0f requests/s (2 per open+close) | floor echo %.0f/s | ratio %.2f | target >= %.2f", oc,
+      echo, oc / echo, TARGET_OPEN_CLOSE_VS_ECHO);
+  row("3", "64 clients, ping", ping / echo >= TARGET_PING_VS_ECHO,
+      "%.0f requests/s | floor echo %.0f/s | ratio %.2f | target >= %.2f", ping, echo, ping / echo,
+      TARGET_PING_VS_ECHO);
+  row("3", "  (how)", -1,
+      "%d client threads in this process, each its own connection; server in another "
+      "process; nothing pinned; %.0f s per figure on %ld CPUs", CLIENTS, seconds,
+      sysconf(_SC_NPROCESSORS_ONLN));
+  free(cs);
+}
+
+/* ---- cached reopen (row 6, host) ------------------------------------------------- */
+
+static double reopen_median(gpushm_t *conn, const char *name)
+{
+  double *us = calloc(REOPEN_ROUNDS, sizeof *us), t, m;
+  gpushm_buffer_t *b, *again;
+
+  CHECK(us != NULL);
+  CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
+  for (int i = 0; i < REOPEN_ROUNDS; i++) {
+    t = now_us();
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &again));
+    us[i] = now_us() - t;
+    CHECK(again == b);
+    CHECK_OK(gpushm_buffer_close(again));
+  }
+  CHECK_OK(gpushm_buffer_close(b));
+  m = percentile(us, REOPEN_ROUNDS, 50);
+  free(us);
+  return m;
+}
+
+static void row_reopen(const char *what, gpushm_t *conn, const char *name)
+{
+  double t = now_us(), ping_us, m;
+  for (int i = 0; i < 1000; i++)
+    CHECK_OK(gpushm_ping(conn));
+  ping_us = (now_us() - t) / 1000;
+  m = reopen_median(conn, name);
+  row("6", what, m <= TARGET_REOPEN_US,
+      "median %.3f us (%d rounds) | one ping %.1f us (what it avoids) | target <= %.0f us", m,
+      REOPEN_ROUNDS, ping_us, TARGET_REOPEN_US);
+}
+
+/* ---- many buffers (rows 4, 5) ---------------------------------------------------- */
+
+struct worker_result {
+  uint32_t created;
+  char error[240];
+};
+
+/* Creator: argv: self creator BACKEND SIZE FIRST COUNT FD.  Creates buffers
+ * many-FIRST .. many-(FIRST+COUNT-1), closing each (the daemon keeps them by name: one
+ * process could not hold 100k mappings), between a "ready" and a "go" on FD; stops at
+ * the first failure and says what it was. */
+static int creator(char **argv)
+{
+  gpushm_create_opts_t opts;
+  struct worker_result res = { 0 };
+  uint64_t size = strtoull(argv[3], NULL, 10);
+  unsigned first = (unsigned)atoi(argv[4]), count = (unsigned)atoi(argv[5]);
+  int fd = atoi(argv[6]), r;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  char name[64], go;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = (uint32_t)atoi(argv[2]);
+  CHECK_OK(gpushm_connect(NULL, "bench-creator", &conn));
+  /* first create of the process loads the driver and makes its context: not timed */
+  snprintf(name, sizeof name, "warm-%d", (int)getpid());
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  CHECK_OK(gpushm_unlink(conn, name));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK(write(fd, "r", 1) == 1);
+  CHECK(read(fd, &go, 1) == 1);
+  for (unsigned i = first; i < first + count; i++) {
+    snprintf(name, sizeof name, "many-%06u", i);
+    if ((r = gpushm_buffer_create(conn, name, size, &opts, &b)) < 0 ||
+        (r = gpushm_buffer_close(b)) < 0) {
+      snprintf(res.error, sizeof res.error, "%s: %s", gpushm_strerror(r),
+               gpushm_last_error_message());
+      break;
+    }
+    res.created++;
+  }
+  CHECK(write(fd, &res, sizeof res) == (ssize_t)sizeof res);
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* Creates count buffers through workers processes; returns how many were made, the
+ * rate, and the first error. */
+static unsigned create_many(const struct test_daemon *d, gpushm_backend_t backend, uint64_t size,
+                            unsigned count, int workers, double *rate, char *error, size_t len)
+{
+  int fds[DEVICE_CREATE_WORKERS];
+  pid_t pids[DEVICE_CREATE_WORKERS];
+  unsigned created = 0;
+  double t0;
+  char c;
+
+  CHECK(workers <= DEVICE_CREATE_WORKERS);
+  *error = '\0';
+  fflush(stdout);
+  for (int w = 0; w < workers; w++) {
+    char args[4][32];
+    int sv[2];
+    unsigned first = count / workers * w, n = w == workers - 1 ? count - first : count / workers;
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    snprintf(args[0], sizeof args[0], "%d", (int)backend);
+    snprintf(args[1], sizeof args[1], "%llu", (unsigned long long)size);
+    snprintf(args[2], sizeof args[2], "%u", first);
+    snprintf(args[3], sizeof args[3], "%u", n);
+    pids[w] = fork();
+    CHECK(pids[w] >= 0);
+    if (pids[w] == 0) {
+      char fd_text[16];
+      close(sv[0]);
+      snprintf(fd_text, sizeof fd_text, "%d", sv[1]);
+      setenv("GPUSHM_SOCKET", d->socket, 1);
+      execl(self, self, "creator", args[0], args[1], args[2], args[3], fd_text, (char *)NULL);
+      _exit(127);
+    }
+    close(sv[1]);
+    fds[w] = sv[0];
+  }
+  for (int w = 0; w < workers; w++)
+    CHECK(read(fds[w], &c, 1) == 1);
+  t0 = now_us();
+  for (int w = 0; w < workers; w++)
+    CHECK(write(fds[w], "g", 1) == 1);
+  for (int w = 0; w < workers; w++) {
+    struct worker_result res;
+    CHECK(read(fds[w], &res, sizeof res) == (ssize_t)sizeof res);
+    created += res.created;
+    if (res.error[0] && !*error)
+      snprintf(error, len, "%s", res.error);
+  }
+  *rate = created / ((now_us() - t0) / 1e6);
+  for (int w = 0; w < workers; w++) {
+    check_child(pids[w]);
+    close(fds[w]);
+  }
+  return created;
+}
+
+/* Runs gpushmctl list --all once; its wall time in ms, or < 0 if it failed. */
+static double ctl_list_ms(const struct test_daemon *d)
+{
+  char ctl[4400], libs[4400], status_text[32];
+  const char *env = getenv("GPUSHMCTL");
+  int status;
+  double t;
+  pid_t pid;
+
+  /* the binary itself, not libtool's wrapper script (a shell start per run) */
+  snprintf(ctl, sizeof ctl, "%s/ctl/.libs/gpushmctl", GPUSHM_BENCH_BUILDDIR);
+  if (env)
+    snprintf(ctl, sizeof ctl, "%s", env);
+  else if (access(ctl, X_OK) != 0)
+    snprintf(ctl, sizeof ctl, "%s/ctl/gpushmctl", GPUSHM_BENCH_BUILDDIR);
+  snprintf(libs, sizeof libs, "%s/client/.libs%s%s", GPUSHM_BENCH_BUILDDIR,
+           getenv("LD_LIBRARY_PATH") ? ":" : "", getenv("LD_LIBRARY_PATH") ?: "");
+  fflush(stdout);
+  t = now_us();
+  pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    setenv("GPUSHM_SOCKET", d->socket, 1);
+    setenv("LD_LIBRARY_PATH", libs, 1);
+    if (null >= 0)
+      dup2(null, 1);
+    execl(ctl, ctl, "list", "--all", (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", ctl, strerror(errno));
+    _exit(127);
+  }
+  CHECK(waitpid(pid, &status, 0) == pid);
+  t = (now_us() - t) / 1e3;
+  snprintf(status_text, sizeof status_text, "0x%x", status);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "gpushm-bench: gpushmctl list --all ended with status %s\n", status_text);
+    return -1;
+  }
+  return t;
+}
+
+/* The rows of a daemon holding many buffers: create rate, list, ctl list, RSS per
+ * buffer, SIGTERM to exit; stops the daemon. */
+static void rows_many(const char *id, const char *kind, struct test_daemon *d,
+                      gpushm_backend_t backend, uint64_t size, unsigned count, unsigned wanted,
+                      int workers)
+{
+  double rate, list[LIST_RUNS], ctl[LIST_RUNS], t, term_ms;
+  long rss0, rss1;
+  char error[256], what[64];
+  unsigned created;
+  gpushm_t *conn = daemon_connect(d);
+  int ctl_failed = 0, status;
+
+  rss0 = vm_rss_kib(d->pid);
+  created = create_many(d, backend, size, count, workers, &rate, error, sizeof error);
+  check_daemon_alive(d, "while buffers were created");
+  snprintf(what, sizeof what, "%s: created", kind);
+  if (created < wanted)
+    row(id, what, 0, "created %u of %u: %s", created, wanted, *error ? error : "(scaled down)");
+  snprintf(what, sizeof what, "%s: create rate", kind);
+  row(id, what, rate >= TARGET_CREATE_PER_S,
+      "%.0f buffers/s (%u created, %d client processes, create+close each) | target >= %.0f/s",
+      rate, created, workers, TARGET_CREATE_PER_S);
+
+  for (int i = 0; i < LIST_RUNS; i++) {
+    gpushm_buffer_list_t *l;
+    t = now_us();
+    CHECK_OK(gpushm_list(conn, GPUSHM_LIST_ALL, &l));
+    list[i] = (now_us() - t) / 1e3;
+    CHECK(gpushm_buffer_list_count(l) == created);
+    gpushm_buffer_list_free(l);
+  }
+  snprintf(what, sizeof what, "%s: gpushm_list(ALL)", kind);
+  t = percentile(list, LIST_RUNS, 50);
+  row(id, what, t <= TARGET_LIST_MS, "%.1f ms for %u buffers (median of %d) | target <= %.0f ms", t,
+      created, LIST_RUNS, TARGET_LIST_MS);
+
+  for (int i = 0; i < LIST_RUNS; i++)
+    ctl_failed |= (ctl[i] = ctl_list_ms(d)) < 0;
+  snprintf(what, sizeof what, "%s: gpushmctl list --all", kind);
+  if (ctl_failed) {
+    row(id, what, 0, "failed (its error above)");
+  } else {
+    t = percentile(ctl, LIST_RUNS, 50);
+    row(id, what, t <= TARGET_CTL_LIST_MS,
+        "%.1f ms, > /dev/null (median of %d, process start included) | target <= %.0f ms", t,
+        LIST_RUNS, TARGET_CTL_LIST_MS);
+  }
+
+  rss1 = vm_rss_kib(d->pid);
+  snprintf(what, sizeof what, "%s: daemon RSS per buffer", kind);
+  if (created == 0 || rss0 < 0 || rss1 < 0)
+    row(id, what, 0, "not measurable (%u created)", created);
+  else
+    row(id, what, (rss1 - rss0) * 1024.0 / created <= TARGET_RSS_PER_BUFFER,
+        "%.0f bytes (VmRSS %ld -> %ld KiB) | target <= %.0f bytes", (rss1 - rss0) * 1024.0 / created,
+        rss0, rss1, TARGET_RSS_PER_BUFFER);
+  gpushm_disconnect(conn);
+
+  /* exit seen without reaping (WNOWAIT), so that the harness reaps and cleans up */
+  CHECK(kill(d->pid, SIGTERM) == 0);
+  t = now_us();
+  for (;;) {
+    siginfo_t info = { 0 };
+    CHECK(waitid(P_PID, (id_t)d->pid, &info, WEXITED | WNOWAIT) == 0 || errno == EINTR);
+    if (info.si_pid == d->pid)
+      break;
+  }
+  term_ms = (now_us() - t) / 1e3;
+  status = daemon_wait_exit(d);
+  snprintf(what, sizeof what, "%s: SIGTERM to exit", kind);
+  row(id, what, term_ms <= TARGET_SIGTERM_MS && status == 0,
+      "%.1f ms holding %u buffers (exit status %d) | target <= %.0f ms", term_ms, created, status,
+      TARGET_SIGTERM_MS);
+  if (status != 0)
+    failures++;
+}
+
+static void row_host_many(void)
+{
+  struct test_daemon d = { .nofile = HOST_DAEMON_NOFILE };
+
+  daemon_start(&d, "--max-buffers-per-uid", "1000000", NULL);
+  rows_many("5", "100k 4 KiB host", &d, GPUSHM_BACKEND_HOST, HOST_BUFFER_BYTES, MANY_BUFFERS,
+            MANY_BUFFERS, HOST_CREATE_WORKERS);
+  row("5", "  (daemon)", -1, "RLIMIT_NOFILE soft = hard = %u", HOST_DAEMON_NOFILE);
+}
+
+/* ---- device rows ----------------------------------------------------------------- */
+
+/* Loads the driver and makes device 0 current; false, with why, where it cannot. */
+static bool gpu_setup(char *why, size_t len)
+{
+  CUcontext ctx;
+  CUdevice dev;
+  int count = 0;
+  CUresult r;
+  char err[400];
+
+  if (cuda_driver_load(&drv, err, sizeof err) < 0) {
+    snprintf(why, len, "no GPU (%s)", err);
+    return false;
+  }
+  if ((r = CU_CALL(&drv, cuInit, 0)) != CUDA_SUCCESS ||
+      (r = CU_CALL(&drv, cuDeviceGetCount, &count)) != CUDA_SUCCESS || count == 0) {
+    char text[160];
+    snprintf(why, len, "no GPU (%s)", count == 0 && r == CUDA_SUCCESS ? "no device"
+             : cuda_error_text(&drv, r, text, sizeof text));
+    return false;
+  }
+  CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, 0));
+  CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
+  return true;
+}
+
+static void row_copy(gpushm_t *conn)
+{
+  uint64_t bytes = quick ? COPY_BYTES_QUICK : COPY_BYTES;
+  double gbs[2] = { 0, 0 }, t;
+  CUdeviceptr local_a, local_b;
+  gpushm_buffer_t *b;
+
+  CHECK_OK(gpushm_buffer_create(conn, "bench-copy", bytes, NULL, &b));
+  row_reopen("cached reopen, device buffer", conn, "bench-copy");
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &local_a, bytes));
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &local_b, bytes));
+  cuda_test_fill(cuda_test_dptr(b), bytes, 12);
+  for (int pass = 0; pass < 2; pass++) {
+    CUdeviceptr src = pass ? cuda_test_dptr(b) : local_a;
+    double best = 1e30;
+    for (int i = 0; i < COPY_RUNS; i++) {
+      CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+      t = now_us();
+      CU_CHECK(CU_CALL(&drv, cuMemcpyDtoD, local_b, src, bytes));
+      CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+      t = now_us() - t;
+      best = t < best ? t : best;
+    }
+    gbs[pass] = 2.0 * bytes / best / 1e3; /* a copy reads and writes every byte */
+  }
+  if (!cuda_test_verify(local_b, bytes, 12)) {
+    fprintf(stderr, "gpushm-bench: copy out of the imported buffer came back wrong\n");
+    exit(1);
+  }
+  row("6", "copy out of an imported buffer", gbs[1] / gbs[0] >= TARGET_COPY_RATIO,
+      "%.0f GB/s (%s, %llu MiB DtoD, best of %d) | floor local->local %.0f GB/s | ratio %.3f "
+      "| target >= %.2f", gbs[1], backend_name(gpushm_buffer_backend(b)),
+      (unsigned long long)(bytes >> 20), COPY_RUNS, gbs[0], gbs[1] / gbs[0], TARGET_COPY_RATIO);
+  CU_CHECK(CU_CALL(&drv, cuMemFree, local_a));
+  CU_CHECK(CU_CALL(&drv, cuMemFree, local_b));
+  CHECK_OK(gpushm_unlink(conn, "bench-copy"));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
+static void row_device_many(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t opts;
+  const gpushm_buffer_info_t *info;
+  unsigned wanted = quick ? DEVICE_BUFFERS_QUICK : MANY_BUFFERS, count;
+  uint64_t allocated, reserve;
+  size_t free_b, total_b;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  char what[64];
+
+  daemon_start(&d, "--max-buffers-per-uid", "1000000", NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.backend = device_backend;
+  /* what one buffer really takes (the backend's granule), to see what fits */
+  CHECK_OK(gpushm_buffer_create(conn, "probe", MIB, &opts, &b));
+  CHECK((info = find_buffer(conn, "probe")) != NULL);
+  allocated = gpushm_buffer_info_allocated(info);
+  CHECK_OK(gpushm_unlink(conn, "probe"));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  CU_CHECK(CU_CALL(&drv, cuMemGetInfo, &free_b, &total_b));
+  count = wanted;
+  reserve = free_b / 4 < DEVICE_RESERVE ? free_b / 4 : DEVICE_RESERVE;
+  if ((uint64_t)count * allocated + reserve > free_b) {
+    count = (unsigned)((free_b - reserve) / allocated);
+    row("4", "  (scaled down)", -1,
+        "%u of %u buffers: each takes %llu KiB (%s), %.1f GiB free, %.1f GiB kept for contexts",
+        count, wanted, (unsigned long long)(allocated >> 10), backend_name(device_backend),
+        free_b / (double)(1ull << 30), reserve / (double)(1ull << 30));
+  }
+  if (quick)
+    row("4", "  (--quick)", -1, "%u buffers instead of %u", wanted, MANY_BUFFERS);
+  if (count < DEVICE_CREATE_WORKERS) {
+    skipped("4", "many 1 MiB device buffers", "not enough free device memory");
+    daemon_stop(&d);
+    return;
+  }
+  snprintf(what, sizeof what, "%u x 1 MiB %s", count, backend_name(device_backend));
+  rows_many("4", what, &d, device_backend, MIB, count, count, DEVICE_CREATE_WORKERS);
+}
+
+static void rows_device(void)
+{
+  struct test_daemon d = { 0 };
+  char why[512];
+  gpushm_t *conn;
+
+  if (!gpu_setup(why, sizeof why)) {
+    skipped("1", "fresh 1 MiB hand-off, serial", why);
+    skipped("2", "fresh 1 MiB hand-off, 8 in flight", why);
+    skipped("4", "100k 1 MiB device buffers", why);
+    skipped("6", "copy out of an imported buffer", why);
+    return;
+  }
+  /* auto, as gpushmd.conf ships: cuda-fd where the GPU can share fds */
+  daemon_start(&d, "--default-backend", "auto", "--max-buffers-per-uid", "1000000", NULL);
+  conn = daemon_connect(&d);
+  rows_handoff(&d, conn);
+  row_copy(conn);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  row_device_many();
+}
+
+static void rows_host(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+
+  daemon_start(&d, "--max-buffers-per-uid", "1000000", NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "reopen", HOST_BUFFER_BYTES, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  row_reopen("cached reopen, host buffer", conn, "reopen");
+  rows_clients(&d, conn);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  row_host_many();
+}
+
+int main(int argc, char **argv)
+{
+  char daemon_path[4400];
+
+  if (argc > 2 && strcmp(argv[1], "consumer") == 0)
+    return consumer(argv);
+  if (argc > 6 && strcmp(argv[1], "creator") == 0)
+    return creator(argv);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (strcmp(argv[i], "--device-backend=cuda-ipc") == 0) {
+      device_backend = GPUSHM_BACKEND_CUDA_IPC;
+    } else if (strcmp(argv[i], "--device-backend=cuda-fd") == 0) {
+      device_backend = GPUSHM_BACKEND_CUDA_FD;
+    } else {
+      fprintf(stderr, "usage: %s [--quick] [--device-backend=cuda-fd|cuda-ipc]\n", argv[0]);
+      return 2;
+    }
+  }
+  CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  snprintf(daemon_path, sizeof daemon_path, "%s/daemon/gpushmd", GPUSHM_BENCH_BUILDDIR);
+  setenv("GPUSHMD", daemon_path, 0);
+  signal(SIGPIPE, SIG_IGN);
+  printf("gpushm-bench: issue 12 figures, each beside its floor or peer from this run%s\n",
+         quick ? " (--quick: fewer rounds and device buffers, 1 s rates; host rows as in full)"
+               : "");
+  fflush(stdout);
+  rows_host();
+  rows_device();
+  printf("gpushm-bench: done%s\n", failures ? ", with failures" : "");
+  return failures ? 1 : 0;
+}
