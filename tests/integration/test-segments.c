@@ -25,6 +25,7 @@
 #define MiB (1024u * 1024u)
 
 static const char *fake_lib;
+static bool real_gpu; /* one device, the driver's own */
 
 static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
                                gpushm_backend_t backend, int device, uint32_t mode)
@@ -100,16 +101,23 @@ static void test_classes(bool cuda)
     { 65534, 0, 0600, GPUSHM_BACKEND_CUDA_FD, 0 },
   };
   const unsigned n = cuda ? sizeof cases / sizeof cases[0] : 5;
+  unsigned n_tested = 0;
   uint64_t seg[sizeof cases / sizeof cases[0]];
   struct test_daemon d = { 0 };
   gpushm_t *conn;
 
   daemon_start(&d, "--allow-legacy-ipc", "yes", NULL);
   for (unsigned i = 0; i < n; i++)
-    create_class(&d, &cases[i], i);
+    if (!(real_gpu && cases[i].device > 0))
+      create_class(&d, &cases[i], i);
   conn = daemon_connect(&d);
   for (unsigned i = 0; i < n; i++) {
     char name[32];
+    if (real_gpu && cases[i].device > 0) {
+      seg[i] = 0; /* the second device's case needs two */
+      continue;
+    }
+    n_tested++;
     snprintf(name, sizeof name, "class%u-0", i);
     seg[i] = segment_of(conn, name);
     CHECK(seg[i] != 0);
@@ -122,7 +130,7 @@ static void test_classes(bool cuda)
   }
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  test_log("%u classes, %u segments", n, n);
+  test_log("%u classes, %u segments", n_tested, n_tested);
 }
 
 static void fill(gpushm_buffer_t *b, unsigned char v)
@@ -305,20 +313,25 @@ static int free_is(const struct test_daemon *d, void *want)
   return device_free(d) == *(uint64_t *)want;
 }
 
-/* A consumer process: opens every name, says so, waits for a byte; 'c' closes them and
+/* A consumer process, forked before this one touches CUDA (which does not survive a
+ * fork): waits for a byte, opens every name, says so, waits again; 'c' closes them and
  * keeps the connection (idle mappings), end of file disconnects. */
 static pid_t consumer(const struct test_daemon *d, const char *const *names, int ready,
-                      const int go_pipe[2])
+                      const int go_pipe[2], int other_go)
 {
   pid_t pid = fork();
   int go = go_pipe[0];
   CHECK(pid >= 0);
   if (pid == 0) {
-    close(go_pipe[1]); /* the parent's closing it is then an end of file here */
+    /* the parent's closing its end is then an end of file here (and in no other) */
+    close(go_pipe[1]);
+    if (other_go >= 0)
+      close(other_go);
     gpushm_t *conn = daemon_connect(d);
     gpushm_buffer_t *b[4];
     unsigned n = 0;
     char c;
+    CHECK(read(go, &c, 1) == 1);
     for (; *names; names++, n++)
       CHECK_OK(gpushm_buffer_open(conn, *names, GPUSHM_OPEN_READONLY, &b[n]));
     CHECK(write(ready, "r", 1) == 1);
@@ -342,18 +355,21 @@ static void test_freed_after_last_mapper(void)
   struct test_daemon d = { 0 };
   gpushm_t *conn;
   gpushm_buffer_t *a, *b, *warm;
-  int ready[2], go[2];
+  int ready[2], go[2], ready2[2], go2[2];
   uint64_t baseline, now;
   gpushm_stats_t *s;
-  pid_t pid;
+  pid_t pid, killed;
   char c;
 
   /* No pool: a segment nobody holds goes straight back to the driver. */
   daemon_start(&d, "--pool-bytes", "0", "--allow-legacy-ipc", "yes", NULL);
-  /* This process loads the driver below, with this: a buffer opened in a segment the
-   * process maps costs no driver call, so two processes opening two buffers of one
-   * segment open one handle each, and a third open fails. */
-  setenv("GPUSHM_CUDA_FAULTS", "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_VALUE@3", 1);
+  /* Every process here loads the driver with this: a buffer opened in a segment the
+   * process maps costs no driver call, so each opens one handle for both buffers, and
+   * a second call would fail. */
+  setenv("GPUSHM_CUDA_FAULTS", "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_VALUE@2", 1);
+  CHECK(pipe(ready) == 0 && pipe(go) == 0 && pipe(ready2) == 0 && pipe(go2) == 0);
+  pid = consumer(&d, both, ready[1], go, go2[1]);
+  killed = consumer(&d, just_a, ready2[1], go2, go[1]);
   conn = daemon_connect(&d);
   warm = create(conn, "warm", 1, GPUSHM_BACKEND_CUDA_FD, 0, 0600); /* the daemon's context */
   CHECK_OK(gpushm_buffer_close_unlink(warm));
@@ -365,11 +381,7 @@ static void test_freed_after_last_mapper(void)
   a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
   b = create(conn, "b", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
   CHECK(segment_of(conn, "a") == segment_of(conn, "b"));
-  unsetenv("GPUSHM_CUDA_FAULTS");
-  CHECK(pipe(ready) == 0 && pipe(go) == 0);
-  /* One cuIpcOpenMemHandle here for both (the fault counter, armed below, says so), one
-   * in the consumer for both (it inherits the count: a third call would fail). */
-  pid = consumer(&d, both, ready[1], go);
+  CHECK(write(go[1], "o", 1) == 1);
   CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
   CHECK_OK(gpushm_buffer_close_unlink(a));
   CHECK_OK(gpushm_buffer_close_unlink(b));
@@ -391,18 +403,18 @@ static void test_freed_after_last_mapper(void)
   /* A mapper SIGKILLed while it holds a buffer in the segment. */
   conn = daemon_connect(&d);
   a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
-  CHECK(pipe(go) == 0);
-  pid = consumer(&d, just_a, ready[1], go);
-  CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
+  CHECK(write(go2[1], "o", 1) == 1);
+  CHECK(read(ready2[0], &c, 1) == 1 && c == 'r');
   CHECK_OK(gpushm_buffer_close_unlink(a));
   gpushm_disconnect(conn);
   CHECK(device_free(&d) < baseline); /* the consumer holds "a" */
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
+  kill(killed, SIGKILL);
+  waitpid(killed, NULL, 0);
   CHECK(wait_until(free_is, &d, &baseline));
-  close(go[0]);
-  close(go[1]);
+  unsetenv("GPUSHM_CUDA_FAULTS");
   daemon_stop(&d);
+  test_log("device memory back to %llu MiB free after the last mapper unmapped, and after "
+           "one was SIGKILLed", (unsigned long long)(baseline >> 20));
 }
 
 static void test_oom_with_warm_pool(void)
@@ -453,6 +465,13 @@ static void test_oom_with_warm_pool(void)
 int main(void)
 {
   fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
+  if (getenv("GPUSHM_SEGMENTS_REAL_GPU")) {
+    /* tests/gpu/test-cuda-segments.sh: the device half with the real driver, one GPU */
+    real_gpu = true;
+    test_classes(true);
+    test_freed_after_last_mapper();
+    return 0;
+  }
   test_churn();
   test_host_fds();
   test_idle_limit();
