@@ -15,6 +15,7 @@
 #include "config.h"
 #include "cuda-test.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -944,6 +945,86 @@ static void row_copy(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(b));
 }
 
+/* Issue 12 asks whether a process should map only its buffer's range of an fd segment
+ * (cuImportExternalMemory with the opaque fd, then cuExternalMemoryGetMappedBuffer with
+ * offset and size) or the whole segment once (what libgpushm does: import, reserve, map,
+ * set access, then every later buffer in it is pointer arithmetic).  Both, per buffer
+ * opened, on one 64 MiB fd allocation of this process's own export; the external-memory
+ * entry points are looked up here, outside the library's driver table, since only this
+ * measurement uses them. */
+#define RANGE_SEGMENT (64ull << 20)
+#define RANGE_ROUNDS 200
+static void row_range_import(void)
+{
+  CUresult (*import_ext)(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *) =
+    (CUresult (*)(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *))
+      dlsym(drv.lib, "cuImportExternalMemory");
+  CUresult (*mapped_buffer)(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *) =
+    (CUresult (*)(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *))
+      dlsym(drv.lib, "cuExternalMemoryGetMappedBuffer");
+  CUresult (*destroy_ext)(CUexternalMemory) =
+    (CUresult (*)(CUexternalMemory))dlsym(drv.lib, "cuDestroyExternalMemory");
+  CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                               .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+                               .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+  CUmemAccessDesc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+  double whole[RANGE_ROUNDS], range[RANGE_ROUNDS], t;
+  CUmemGenericAllocationHandle h, imported;
+  CUdeviceptr va, ptr;
+  int fd = -1;
+
+  if (!import_ext || !mapped_buffer || !destroy_ext) {
+    skipped("7", "range import vs whole-segment map", "the driver lacks the external memory API");
+    return;
+  }
+  CU_CHECK(CU_CALL(&drv, cuMemCreate, &h, RANGE_SEGMENT, &prop, 0));
+  CU_CHECK(CU_CALL(&drv, cuMemExportToShareableHandle, &fd, h,
+                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  for (int i = 0; i < RANGE_ROUNDS; i++) {
+    t = now_us();
+    CU_CHECK(CU_CALL(&drv, cuMemImportFromShareableHandle, &imported, (void *)(intptr_t)fd,
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressReserve, &va, RANGE_SEGMENT, 0, 0, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemMap, va, RANGE_SEGMENT, 0, imported, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemSetAccess, va, RANGE_SEGMENT, &access, 1));
+    CU_CHECK(CU_CALL(&drv, cuMemUnmap, va, RANGE_SEGMENT));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressFree, va, RANGE_SEGMENT));
+    CU_CHECK(CU_CALL(&drv, cuMemRelease, imported));
+    whole[i] = now_us() - t;
+  }
+  for (int i = 0; i < RANGE_ROUNDS; i++) {
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+                                              .size = RANGE_SEGMENT };
+    CUDA_EXTERNAL_MEMORY_BUFFER_DESC buf = { .offset = 8 * MIB, .size = MIB };
+    CUexternalMemory ext;
+    CUresult r;
+    desc.handle.fd = dup(fd); /* a successful import takes the fd */
+    t = now_us();
+    if ((r = import_ext(&ext, &desc)) != CUDA_SUCCESS) {
+      char text[160];
+      close(desc.handle.fd);
+      skipped("7", "range import vs whole-segment map",
+              cuda_error_text(&drv, r, text, sizeof text));
+      goto out;
+    }
+    CU_CHECK(mapped_buffer(&ptr, ext, &buf));
+    CU_CHECK(CU_CALL(&drv, cuMemFree, ptr));
+    CU_CHECK(destroy_ext(ext));
+    range[i] = now_us() - t;
+  }
+  {
+    double w = percentile(whole, RANGE_ROUNDS, 50), rg = percentile(range, RANGE_ROUNDS, 50);
+    row("7", "range import vs whole-segment map", -1,
+        "1 MiB range of a 64 MiB fd allocation: import+map range+unmap %.1f us | whole segment "
+        "import+map+unmap %.1f us, once per process and segment, then 0 per buffer | "
+        "range / whole %.2f: the library maps whole segments", rg, w, rg / w);
+  }
+out:
+  close(fd);
+  CU_CHECK(CU_CALL(&drv, cuMemRelease, h));
+}
+
 static void row_device_many(void)
 {
   struct test_daemon d = { 0 };
@@ -1006,6 +1087,7 @@ static void rows_device(void)
   conn = daemon_connect(&d);
   rows_handoff(&d, conn);
   row_copy(conn);
+  row_range_import();
   gpushm_disconnect(conn);
   daemon_stop(&d);
   row_device_many();
