@@ -67,6 +67,8 @@
   NUM(client_info, buffers_held, uint32_t, m->buffers_held)                               \
   NUM(client_info, bytes_held, uint64_t, m->bytes_held)                                   \
   NUM(client_info, admin, int, m->admin != 0)                                             \
+  NUM(client_info, segments_mapped, uint32_t, m->segments_mapped)                         \
+  NUM(client_info, segment_bytes_mapped, uint64_t, m->segment_bytes_mapped)               \
   TEXT(stats, daemon_version, daemon_version)                                             \
   NUM(stats, instance_id, uint64_t, m->instance_id)                                       \
   NUM(stats, uptime_ms, uint64_t, m->uptime_ms)                                           \

@@ -657,6 +657,9 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
            text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
            gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
+    if (gpushm_buffer_info_segment_id(b))
+      printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
+             "and mode)\n", gpushm_buffer_info_segment_id(b));
     printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
            gpushm_buffer_info_linked(b) ? "linked" : "unlinked, still held",
            gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
@@ -698,8 +701,10 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
       json_string(user_name(gpushm_client_info_uid(c), user, sizeof user));
       printf(",\"gid\":%u,\"name\":", gpushm_client_info_gid(c));
       json_string(gpushm_client_info_name(c));
-      printf(",\"buffers_held\":%u,\"bytes_held\":%" PRIu64 ",\"connected_unix_ms\":%" PRIu64
+      printf(",\"buffers_held\":%u,\"bytes_held\":%" PRIu64 ",\"segments_mapped\":%u,"
+             "\"segment_bytes_mapped\":%" PRIu64 ",\"connected_unix_ms\":%" PRIu64
              ",\"admin\":%s}", gpushm_client_info_buffers_held(c), gpushm_client_info_bytes_held(c),
+             gpushm_client_info_segments_mapped(c), gpushm_client_info_segment_bytes_mapped(c),
              gpushm_client_info_connected_unix_ms(c),
              gpushm_client_info_admin(c) ? "true" : "false");
     }
@@ -722,6 +727,33 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
   }
   gpushm_client_list_free(clients);
   return 0;
+}
+
+/* One gauge or counter per segment figure, by backend and device. */
+#define PROM_SEGMENTS(X)                                                                  \
+  X("gpushm_segments", "gauge", "Segments holding buffers or mapped by clients.", segments) \
+  X("gpushm_segment_bytes", "gauge", "Memory of those segments.", bytes)                  \
+  X("gpushm_segment_used_bytes", "gauge", "Of it, slots holding buffers.", bytes_used)    \
+  X("gpushm_segment_mappings", "gauge", "Segment mappings clients hold (connection, access).", \
+    mappings)                                                                             \
+  X("gpushm_pool_segments", "gauge", "Empty segments kept warm for their class.", pooled)  \
+  X("gpushm_pool_bytes", "gauge", "Memory of the warm pools.", pooled_bytes)              \
+  X("gpushm_carved_total", "counter", "Buffers carved out of segments.", carved)          \
+  X("gpushm_segment_allocations_total", "counter", "Segment allocations (driver calls).",  \
+    driver_allocs)
+
+static void prom_segments(const gpushm_stats_t *s)
+{
+#define PROM_SEGMENT_(name, type, help, field)                                            \
+  printf("# HELP " name " " help "\n# TYPE " name " " type "\n");                          \
+  for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {                      \
+    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);                   \
+    printf(name "{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",                           \
+           backend_name(GPUSHM_KIND_BUFFER, gpushm_segment_usage_backend(u)),             \
+           gpushm_segment_usage_device(u), (uint64_t)gpushm_segment_usage_##field(u));    \
+  }
+  PROM_SEGMENTS(PROM_SEGMENT_)
+#undef PROM_SEGMENT_
 }
 
 static const char *usage_backend_name(const gpushm_usage_t *u)
@@ -770,6 +802,10 @@ static void prometheus_stats(const gpushm_stats_t *s)
   printf("# HELP gpushm_fences_raised_total Sync buffer fences gpushmd raised for releasers that "
          "died before their GPU wrote them.\n# TYPE gpushm_fences_raised_total counter\n");
   printf("gpushm_fences_raised_total %" PRIu64 "\n", gpushm_stats_fences_raised(s));
+  printf("# HELP gpushm_oneway_errors_total One-way requests (last closes) gpushmd refused.\n"
+         "# TYPE gpushm_oneway_errors_total counter\n");
+  printf("gpushm_oneway_errors_total %" PRIu64 "\n", gpushm_stats_oneway_errors(s));
+  prom_segments(s);
   printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
          "# TYPE gpushm_protocol_errors_total counter\n");
   printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
@@ -814,6 +850,19 @@ static void json_stats(const gpushm_stats_t *s)
     printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}",
            i ? "," : "", usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_buffers(u),
            gpushm_usage_bytes(u));
+  }
+  printf("],\"oneway_errors\":%" PRIu64 ",\"segments\":[", gpushm_stats_oneway_errors(s));
+  for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {
+    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);
+    printf("%s{\"backend\":\"%s\",\"device\":%d,\"segments\":%u,\"bytes\":%" PRIu64
+           ",\"bytes_used\":%" PRIu64 ",\"mappings\":%u,\"pooled\":%u,\"pooled_bytes\":%" PRIu64
+           ",\"carved\":%" PRIu64 ",\"driver_allocs\":%" PRIu64 "}", i ? "," : "",
+           backend_name(GPUSHM_KIND_BUFFER, gpushm_segment_usage_backend(u)),
+           gpushm_segment_usage_device(u), gpushm_segment_usage_segments(u),
+           gpushm_segment_usage_bytes(u), gpushm_segment_usage_bytes_used(u),
+           gpushm_segment_usage_mappings(u), gpushm_segment_usage_pooled(u),
+           gpushm_segment_usage_pooled_bytes(u), gpushm_segment_usage_carved(u),
+           gpushm_segment_usage_driver_allocs(u));
   }
   printf("],\"fences_raised\":%" PRIu64 ",\"detached_total\":%u,\"bytes_pinned_after_release\":%"
          PRIu64 ",\"detached\":[", gpushm_stats_fences_raised(s), gpushm_stats_detached_total(s),
@@ -870,6 +919,24 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
     printf("  %-20s %u buffers, %s\n", where, gpushm_usage_buffers(u),
            human_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
   }
+  for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {
+    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);
+    char used[32], pool[32], where[32];
+    snprintf(where, sizeof where, gpushm_segment_usage_device(u) < 0 ? "%s" : "%s, device %d",
+             backend_name(GPUSHM_KIND_BUFFER, gpushm_segment_usage_backend(u)),
+             gpushm_segment_usage_device(u));
+    printf("segments:       %s: %u, %s (%s holding buffers), %u mappings; pool: %u, %s; "
+           "%" PRIu64 " buffers carved from %" PRIu64 " allocations\n", where,
+           gpushm_segment_usage_segments(u),
+           human_size(gpushm_segment_usage_bytes(u), ctl->bytes, a, sizeof a),
+           human_size(gpushm_segment_usage_bytes_used(u), ctl->bytes, used, sizeof used),
+           gpushm_segment_usage_mappings(u), gpushm_segment_usage_pooled(u),
+           human_size(gpushm_segment_usage_pooled_bytes(u), ctl->bytes, pool, sizeof pool),
+           gpushm_segment_usage_carved(u), gpushm_segment_usage_driver_allocs(u));
+  }
+  if (gpushm_stats_oneway_errors(s))
+    printf("one-way errors: %" PRIu64 " (last closes or unlinks gpushmd refused: its log says "
+           "why)\n", gpushm_stats_oneway_errors(s));
   if (gpushm_stats_detached_total(s)) {
     printf("detached:       %u processes may still map buffers after their connection ended; "
            "%s freed by gpushmd is still pinned by them\n", gpushm_stats_detached_total(s),

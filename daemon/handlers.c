@@ -645,6 +645,10 @@ static bool add_client(void *arg, const struct handler_peer *peer)
     ci->buffers_held++;
     ci->bytes_held += hold->buffer->allocated;
   }
+  for (const struct list *m = other->mappings.next; m != &other->mappings; m = m->next) {
+    ci->segments_mapped++;
+    ci->segment_bytes_mapped += list_entry(m, struct seg_mapping, client_link)->seg->bytes;
+  }
   size = gpushm__client_info__get_packed_size(ci);
   size += 1 + varint_size(size);
   if (w->used + size > budget)

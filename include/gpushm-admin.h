@@ -120,6 +120,10 @@ GPUSHM_API uint64_t gpushm_client_info_connected_unix_ms(const gpushm_client_inf
 GPUSHM_API uint32_t gpushm_client_info_buffers_held(const gpushm_client_info_t *info);
 GPUSHM_API uint64_t gpushm_client_info_bytes_held(const gpushm_client_info_t *info);
 GPUSHM_API int gpushm_client_info_admin(const gpushm_client_info_t *info);
+/* Segments the client maps, and their memory: a process keeps up to
+ * GPUSHM_LIMIT_IDLE_SEGMENTS of them mapped with none of its buffers open in them. */
+GPUSHM_API uint32_t gpushm_client_info_segments_mapped(const gpushm_client_info_t *info);
+GPUSHM_API uint64_t gpushm_client_info_segment_bytes_mapped(const gpushm_client_info_t *info);
 
 /* Ends another connection (root and the admin group: any; others: their own uid's),
  * releasing every reference it holds.  What that process has mapped stays mapped:

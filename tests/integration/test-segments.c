@@ -255,6 +255,17 @@ static void test_idle_limit(void)
   CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, segments) == n);
   CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, mappings) == GPUSHM_LIMIT_IDLE_SEGMENTS);
   gpushm_stats_free(s);
+  { /* who maps them: this connection */
+    gpushm_client_list_t *clients;
+    const gpushm_client_info_t *me = NULL;
+    CHECK_OK(gpushm_clients(conn, &clients));
+    for (size_t i = 0; i < gpushm_client_list_count(clients); i++)
+      if (gpushm_client_info_pid(gpushm_client_list_get(clients, i)) == (uint32_t)getpid())
+        me = gpushm_client_list_get(clients, i);
+    CHECK(me && gpushm_client_info_segments_mapped(me) == GPUSHM_LIMIT_IDLE_SEGMENTS);
+    CHECK(gpushm_client_info_segment_bytes_mapped(me) >= GPUSHM_LIMIT_IDLE_SEGMENTS * 4 * KiB);
+    gpushm_client_list_free(clients);
+  }
   gpushm_disconnect(conn); /* and the rest go with the connection */
   s = daemon_stats(&d);
   CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_HOST, mappings) == 0);
