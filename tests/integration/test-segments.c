@@ -14,6 +14,7 @@
 #include "gpushm_limits.h"
 #include "harness.h"
 
+#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
@@ -71,10 +72,19 @@ struct class_case {
 /* Creates three buffers of the case's class (as its uid and gid) and keeps them. */
 static void create_class(const struct test_daemon *d, const struct class_case *c, unsigned i)
 {
-  pid_t pid = fork_as(c->uid, c->gid);
+  pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
-    gpushm_t *conn = daemon_connect(d);
+    gpushm_t *conn;
+    /* The driver loads as root: the test's directory may be closed to other uids (the
+     * GPU host's mktemp -d is), and the fake driver lies there. */
+    if (c->backend != GPUSHM_BACKEND_HOST) {
+      gpushm_local_device_list_t *devices;
+      CHECK_OK(gpushm_local_devices(&devices));
+      gpushm_local_device_list_free(devices);
+    }
+    CHECK(setgroups(0, NULL) == 0 && setgid(c->gid) == 0 && setuid(c->uid) == 0);
+    conn = daemon_connect(d);
     for (unsigned j = 0; j < 3; j++) {
       char name[32];
       snprintf(name, sizeof name, "class%u-%u", i, j);
@@ -360,37 +370,61 @@ static pid_t consumer(const struct test_daemon *d, const char *const *names, int
   return pid;
 }
 
+/* Device memory as the daemon sees it, once it holds still (contexts of processes that
+ * just exited go back a little later). */
+static uint64_t settled_free(const struct test_daemon *d)
+{
+  uint64_t was = device_free(d), now;
+  while (usleep(100000), (now = device_free(d)) != was)
+    was = now;
+  return now;
+}
+
+static int segments_gone(const struct test_daemon *d, void *arg)
+{
+  gpushm_stats_t *s = daemon_stats(d);
+  int gone = SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_FD, segments) == 0;
+  (void)arg;
+  gpushm_stats_free(s);
+  return gone;
+}
+
 static void test_freed_after_last_mapper(void)
 {
   static const char *const both[] = { "a", "b", NULL }, *const just_a[] = { "a", NULL };
   struct test_daemon d = { 0 };
   gpushm_t *conn;
-  gpushm_buffer_t *a, *b, *warm;
+  gpushm_buffer_t *a, *b;
   int ready[2], go[2], ready2[2], go2[2];
-  uint64_t baseline, now;
+  uint64_t baseline;
   gpushm_stats_t *s;
-  pid_t pid, killed;
+  pid_t pid, killed, warm;
   char c;
 
   /* No pool: a segment nobody holds goes straight back to the driver. */
-  daemon_start(&d, "--pool-bytes", "0", "--allow-legacy-ipc", "yes", NULL);
-  /* Every process here loads the driver with this: a buffer opened in a segment the
-   * process maps costs no driver call, so each opens one handle for both buffers, and
-   * a second call would fail. */
-  setenv("GPUSHM_CUDA_FAULTS", "cuIpcOpenMemHandle=CUDA_ERROR_INVALID_VALUE@2", 1);
+  daemon_start(&d, "--pool-bytes", "0", NULL);
+  /* A buffer opened in a segment the process maps costs no driver call: each consumer
+   * imports the segment of both its buffers once, and a second import fails. */
+  setenv("GPUSHM_CUDA_FAULTS", "cuMemImportFromShareableHandle=CUDA_ERROR_INVALID_VALUE@2", 1);
   CHECK(pipe(ready) == 0 && pipe(go) == 0 && pipe(ready2) == 0 && pipe(go2) == 0);
   pid = consumer(&d, both, ready[1], go, go2[1]);
   killed = consumer(&d, just_a, ready2[1], go2, go[1]);
-  conn = daemon_connect(&d);
-  warm = create(conn, "warm", 1, GPUSHM_BACKEND_CUDA_FD, 0, 0600); /* the daemon's context */
-  CHECK_OK(gpushm_buffer_close_unlink(warm));
-  gpushm_disconnect(conn);
-  baseline = device_free(&d);
-  CHECK(wait_until(free_is, &d, &baseline));
+  /* The daemon's context, made by a process of its own: CUDA here only after the forks. */
+  if ((warm = fork()) == 0) {
+    gpushm_t *w = daemon_connect(&d);
+    CHECK_OK(gpushm_buffer_close_unlink(create(w, "warm", 1, GPUSHM_BACKEND_CUDA_FD, 0, 0600)));
+    gpushm_disconnect(w);
+    _exit(0);
+  }
+  check_child(warm);
+  /* This process imports two segments, one after the other: a third import fails. */
+  setenv("GPUSHM_CUDA_FAULTS", "cuMemImportFromShareableHandle=CUDA_ERROR_INVALID_VALUE@3", 1);
+  CHECK(wait_until(segments_gone, &d, NULL));
+  baseline = settled_free(&d);
 
   conn = daemon_connect(&d);
-  a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
-  b = create(conn, "b", MiB, GPUSHM_BACKEND_CUDA_IPC, 0, 0644);
+  a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
+  b = create(conn, "b", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
   CHECK(segment_of(conn, "a") == segment_of(conn, "b"));
   CHECK(write(go[1], "o", 1) == 1);
   CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
@@ -401,15 +435,16 @@ static void test_freed_after_last_mapper(void)
   CHECK(read(ready[0], &c, 1) == 1 && c == 'c');
   s = daemon_stats(&d);
   CHECK(gpushm_stats_buffers(s) == 0);
-  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_IPC, mappings) == 1); /* its idle mapping */
+  /* no buffer left, and still allocated: its idle mapping */
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_FD, segments) == 1);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_FD, mappings) == 1);
   gpushm_stats_free(s);
-  now = device_free(&d);
-  CHECK(now < baseline); /* no buffer left, and still allocated: mapped */
-  close(go[1]);           /* it disconnects: the segment is free to go */
+  close(go[1]); /* it disconnects: the segment goes back to the driver */
   CHECK(read(ready[0], &c, 1) == 1 && c == 'd');
-  CHECK(wait_until(free_is, &d, &baseline));
-  kill(pid, SIGKILL);
+  CHECK(wait_until(segments_gone, &d, NULL));
+  kill(pid, SIGKILL); /* and with it its context: everything is back */
   waitpid(pid, NULL, 0);
+  CHECK(wait_until(free_is, &d, &baseline));
 
   /* A mapper SIGKILLed while it holds a buffer in the segment. */
   conn = daemon_connect(&d);
@@ -418,11 +453,15 @@ static void test_freed_after_last_mapper(void)
   CHECK(read(ready2[0], &c, 1) == 1 && c == 'r');
   CHECK_OK(gpushm_buffer_close_unlink(a));
   gpushm_disconnect(conn);
-  CHECK(device_free(&d) < baseline); /* the consumer holds "a" */
+  s = daemon_stats(&d);
+  CHECK(SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_FD, segments) == 1); /* the consumer holds "a" */
+  gpushm_stats_free(s);
   kill(killed, SIGKILL);
   waitpid(killed, NULL, 0);
+  CHECK(wait_until(segments_gone, &d, NULL));
   CHECK(wait_until(free_is, &d, &baseline));
   unsetenv("GPUSHM_CUDA_FAULTS");
+  close(go2[1]);
   daemon_stop(&d);
   test_log("device memory back to %llu MiB free after the last mapper unmapped, and after "
            "one was SIGKILLed", (unsigned long long)(baseline >> 20));
