@@ -3,13 +3,15 @@
  * The objects they return are the daemon's unpacked replies, kept alive as they came:
  * each public element type is the protobuf-c message it names, behind an opaque
  * pointer (a gpushm_buffer_info_t * is a Gpushm__BufferInfo *), and nothing is copied
- * field by field.  Lists hold every page of their walk; a gpushm_stats_t is the stats
+ * field by field.  Lists hold every page of their walk, unpacked into an arena of
+ * their own; a gpushm_stats_t is the stats
  * body taken out of its reply.  Accessors come from one table, ADMIN_ACCESSORS below:
  * a field the daemon starts reporting costs its line in gpushm.proto, the daemon's
  * filler, one line in the table and its declaration in gpushm-admin.h. */
 #include "config.h"
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,10 +183,26 @@ int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 
 /* ---- paged lists ----------------------------------------------------------------- */
 
-/* Every page of a walk, kept: items point into them. */
+/* Every page of a walk is unpacked into one arena that the list owns, and items point
+ * into it: protobuf-c allocates each entry, name and holder array on its own, which with
+ * malloc made a list of 100k buffers cost some 300k mallocs and as many frees.  Here an
+ * allocation is a bump of a pointer and the whole list goes in a few frees.  protobuf-c's
+ * frees (temporaries of an unpack, a page that failed) do nothing: that memory is
+ * returned with the rest when the list is freed. */
+struct arena_block {
+  struct arena_block *next;
+  size_t used, cap;
+  _Alignas(max_align_t) unsigned char data[];
+};
+
+/* The first block; each next one doubles, up to the last size, so that a list takes
+ * few blocks however long it is and a short one stays small. */
+#define ARENA_FIRST_BLOCK (64u * 1024u)
+#define ARENA_MAX_BLOCK (4u * 1024u * 1024u)
+
 struct reply_list {
-  Gpushm__Reply **pages;
-  size_t n_pages, cap_pages;
+  ProtobufCAllocator alloc; /* allocator_data: this list */
+  struct arena_block *blocks; /* the newest first */
   const void **items;
   size_t n, cap;
 };
@@ -197,41 +215,71 @@ struct gpushm_client_list {
   struct reply_list l;
 };
 
+static void *arena_alloc(void *data, size_t size)
+{
+  struct reply_list *l = data;
+  struct arena_block *b = l->blocks;
+  size_t need = (size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+  void *p;
+
+  if (need < size)
+    return NULL;
+  if (!b || b->cap - b->used < need) {
+    size_t cap = b ? (b->cap < ARENA_MAX_BLOCK ? 2 * b->cap : b->cap) : ARENA_FIRST_BLOCK;
+    if (cap < need)
+      cap = need;
+    if (!(b = malloc(sizeof *b + cap)))
+      return NULL;
+    b->used = 0;
+    b->cap = cap;
+    b->next = l->blocks;
+    l->blocks = b;
+  }
+  p = b->data + b->used;
+  b->used += need;
+  return p;
+}
+
+static void arena_free(void *data, void *p)
+{
+  (void)data;
+  (void)p;
+}
+
+static void reply_list_init(struct reply_list *l)
+{
+  l->alloc.alloc = arena_alloc;
+  l->alloc.free = arena_free;
+  l->alloc.allocator_data = l;
+}
+
 static void reply_list_clear(struct reply_list *l)
 {
-  for (size_t i = 0; i < l->n_pages; i++)
-    gpushm__reply__free_unpacked(l->pages[i], NULL);
-  free(l->pages);
+  while (l->blocks) {
+    struct arena_block *next = l->blocks->next;
+    free(l->blocks);
+    l->blocks = next;
+  }
   free(l->items);
 }
 
-/* Takes the page (freed now if this fails) and appends its n items. */
-static int reply_list_add(struct reply_list *l, Gpushm__Reply *page, void *const *items, size_t n)
+/* Appends a page's n items (they live in the list's arena). */
+static int reply_list_add(struct reply_list *l, void *const *items, size_t n)
 {
-  if (l->n_pages == l->cap_pages) {
-    size_t cap = l->cap_pages ? l->cap_pages * 2 : 4;
-    Gpushm__Reply **grown = realloc(l->pages, cap * sizeof *grown);
-    if (!grown)
-      goto nomem;
-    l->pages = grown;
-    l->cap_pages = cap;
-  }
-  if (l->n + n > l->cap) {
-    size_t cap = (l->n + n) * 2;
-    const void **grown = realloc(l->items, cap * sizeof *grown);
-    if (!grown)
-      goto nomem;
+  if (n > l->cap - l->n) {
+    size_t cap = l->cap ? l->cap : 256;
+    const void **grown;
+    while (cap - l->n < n)
+      cap *= 2;
+    if (!(grown = realloc(l->items, cap * sizeof *grown)))
+      return client_error(GPUSHM_E_NOMEM, "out of memory");
     l->items = grown;
     l->cap = cap;
   }
-  l->pages[l->n_pages++] = page;
   if (n) /* an empty page: items may be NULL, and NULL + 0 is undefined */
     memcpy(l->items + l->n, items, n * sizeof *items);
   l->n += n;
   return 0;
-nomem:
-  gpushm__reply__free_unpacked(page, NULL);
-  return client_error(GPUSHM_E_NOMEM, "out of memory");
 }
 
 /* One page of the buffer list after *after_id; *more: another page may follow. */
@@ -249,19 +297,17 @@ static int fetch_buffer_page(gpushm_t *conn, bool all, uint64_t *after_id,
   body.all = all;
   req.body_case = GPUSHM__REQUEST__BODY_LIST;
   req.list = &body;
-  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+  if ((r = client_call_alloc(conn, &req, &reply, NULL, &l->alloc)) < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_LIST || !reply->list) {
-    gpushm__reply__free_unpacked(reply, NULL);
+  if (reply->body_case != GPUSHM__REPLY__BODY_LIST || !reply->list)
     return client_error(GPUSHM_E_PROTO, "malformed list reply");
-  }
   page = reply->list;
   last = page->n_buffers ? page->buffers[page->n_buffers - 1]->id : 0;
   /* A page that does not move past after_id ends the walk even if the daemon says
    * more: no progress. */
   *more = page->more && page->n_buffers > 0 && last > *after_id;
   *after_id = last;
-  return reply_list_add(l, reply, (void *const *)page->buffers, page->n_buffers);
+  return reply_list_add(l, (void *const *)page->buffers, page->n_buffers);
 }
 
 int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
@@ -279,6 +325,7 @@ int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
     return client_error(GPUSHM_E_INVAL, "unknown list flags 0x%x", flags);
   if (!(list = calloc(1, sizeof *list)))
     return client_error(GPUSHM_E_NOMEM, "out of memory");
+  reply_list_init(&list->l);
   while (more) {
     int r = fetch_buffer_page(conn, flags & GPUSHM_LIST_ALL, &after_id, &list->l, &more);
     if (r < 0) {
@@ -321,17 +368,15 @@ static int fetch_client_page(gpushm_t *conn, uint32_t *after_id, struct reply_li
   body.after_id = *after_id;
   req.body_case = GPUSHM__REQUEST__BODY_CLIENTS;
   req.clients = &body;
-  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+  if ((r = client_call_alloc(conn, &req, &reply, NULL, &l->alloc)) < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_CLIENTS || !reply->clients) {
-    gpushm__reply__free_unpacked(reply, NULL);
+  if (reply->body_case != GPUSHM__REPLY__BODY_CLIENTS || !reply->clients)
     return client_error(GPUSHM_E_PROTO, "malformed clients reply");
-  }
   page = reply->clients;
   last = page->n_clients ? page->clients[page->n_clients - 1]->client_id : 0;
   *more = page->more && page->n_clients > 0 && last > *after_id;
   *after_id = last;
-  return reply_list_add(l, reply, (void *const *)page->clients, page->n_clients);
+  return reply_list_add(l, (void *const *)page->clients, page->n_clients);
 }
 
 int gpushm_clients(gpushm_t *conn, gpushm_client_list_t **out)
@@ -347,6 +392,7 @@ int gpushm_clients(gpushm_t *conn, gpushm_client_list_t **out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
   if (!(list = calloc(1, sizeof *list)))
     return client_error(GPUSHM_E_NOMEM, "out of memory");
+  reply_list_init(&list->l);
   while (more) {
     int r = fetch_client_page(conn, &after_id, &list->l, &more);
     if (r < 0) {

@@ -409,8 +409,8 @@ int client_send_oneway(gpushm_t *conn, Gpushm__Request *req)
   return r;
 }
 
-int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                       struct client_fds *fds)
+static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                       struct client_fds *fds, ProtobufCAllocator *alloc)
 {
   struct wire_frame frame;
   Gpushm__Reply *reply;
@@ -445,7 +445,7 @@ int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   }
   if (r < 0)
     return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
-  reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
+  reply = gpushm__reply__unpack(alloc, frame.header.body_len, frame.body);
   if (!reply) {
     wire_close_fds(&frame);
     return wire_error(conn, -EPROTO, "malformed reply body");
@@ -457,14 +457,14 @@ int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
                      reply->request_id == 0 ? reply->message : "reply to another request");
     conn->broken = true;
     wire_close_fds(&frame);
-    gpushm__reply__free_unpacked(reply, NULL);
+    gpushm__reply__free_unpacked(reply, alloc);
     return r;
   }
   if (reply->status != 0) {
     /* Statuses are positive on the wire; anything else must not pass for success. */
     r = client_error(reply->status > 0 ? -reply->status : GPUSHM_E_PROTO, "%s", reply->message);
     wire_close_fds(&frame);
-    gpushm__reply__free_unpacked(reply, NULL);
+    gpushm__reply__free_unpacked(reply, alloc);
     return r;
   }
   if (fds) {
@@ -477,15 +477,27 @@ int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   return 0;
 }
 
-int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                struct client_fds *fds)
+int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                      struct client_fds *fds, ProtobufCAllocator *alloc)
 {
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  r = client_call_locked(conn, req, out, fds);
+  r = call_locked(conn, req, out, fds, alloc);
   pthread_mutex_unlock(&conn->lock);
   return r;
+}
+
+int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                       struct client_fds *fds)
+{
+  return call_locked(conn, req, out, fds, NULL);
+}
+
+int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                struct client_fds *fds)
+{
+  return client_call_alloc(conn, req, out, fds, NULL);
 }
 
 int gpushm_ping(gpushm_t *conn)

@@ -118,6 +118,9 @@ int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **rep
 /* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */
 int client_send_oneway(gpushm_t *conn, Gpushm__Request *req);
 int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);
+/* The same, the reply unpacked with alloc (NULL: malloc; free it with the same). */
+int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
+                      struct client_fds *fds, ProtobufCAllocator *alloc);
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);

@@ -328,18 +328,82 @@ static uint64_t age_ms(uint64_t since_unix_ms)
   return now > since_unix_ms ? now - since_unix_ms : 0;
 }
 
-static const char *user_name(uint32_t uid, char *buf, size_t len)
+/* Names looked up once per invocation: a list of 100k buffers has a handful of owners
+ * and holders, and each NSS lookup (a read of /etc/passwd, or a round trip to nscd or
+ * sssd) or /proc read costs more than printing the row.  Open addressing on the id;
+ * entries are never removed. */
+struct name_cache {
+  struct name_slot {
+    uint32_t id;
+    bool used;
+    char name[64];
+  } *slots;
+  size_t n, cap; /* cap: a power of two */
+};
+
+/* The slot for id: its entry, or the empty slot to fill (*found false). */
+static struct name_slot *name_cache_slot(struct name_cache *c, uint32_t id, bool *found)
+{
+  size_t i;
+
+  if (c->n + 1 > c->cap / 2) {
+    struct name_cache grown = { .cap = c->cap ? 2 * c->cap : 64 };
+    grown.slots = xalloc(calloc(grown.cap, sizeof *grown.slots));
+    for (size_t k = 0; k < c->cap; k++)
+      if (c->slots[k].used) {
+        bool dup;
+        *name_cache_slot(&grown, c->slots[k].id, &dup) = c->slots[k];
+        grown.n++;
+      }
+    free(c->slots);
+    *c = grown;
+  }
+  for (i = (id * 2654435761u) & (c->cap - 1); c->slots[i].used; i = (i + 1) & (c->cap - 1))
+    if (c->slots[i].id == id) {
+      *found = true;
+      return &c->slots[i];
+    }
+  *found = false;
+  return &c->slots[i];
+}
+
+static const char *cached_name(struct name_cache *c, uint32_t id, char *buf, size_t len,
+                               void (*look_up)(uint32_t id, char *name, size_t size))
+{
+  bool found;
+  struct name_slot *slot = name_cache_slot(c, id, &found);
+  size_t n;
+
+  if (!found) {
+    look_up(id, slot->name, sizeof slot->name);
+    slot->id = id;
+    slot->used = true;
+    c->n++;
+  }
+  /* as the lookup into buf itself would have cut it */
+  n = strnlen(slot->name, len - 1);
+  memcpy(buf, slot->name, n);
+  buf[n] = '\0';
+  return buf;
+}
+
+static void look_up_user(uint32_t uid, char *buf, size_t len)
 {
   struct passwd *pw = getpwuid(uid);
   if (pw)
     snprintf(buf, len, "%s", pw->pw_name);
   else
     snprintf(buf, len, "%u", uid);
-  return buf;
+}
+
+static const char *user_name(uint32_t uid, char *buf, size_t len)
+{
+  static struct name_cache users;
+  return cached_name(&users, uid, buf, len, look_up_user);
 }
 
 /* The process's short name from /proc (same host as the daemon), or "?". */
-static const char *process_name(uint32_t pid, char *buf, size_t len)
+static void look_up_process(uint32_t pid, char *buf, size_t len)
 {
   char path[64];
   FILE *f;
@@ -355,7 +419,12 @@ static const char *process_name(uint32_t pid, char *buf, size_t len)
     }
     fclose(f);
   }
-  return buf;
+}
+
+static const char *process_name(uint32_t pid, char *buf, size_t len)
+{
+  static struct name_cache processes;
+  return cached_name(&processes, pid, buf, len, look_up_process);
 }
 
 /* Events are no backend to the library, but gpushmctl has always shown them as the
@@ -373,24 +442,64 @@ static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
 }
 
 /* A table: cells are collected (escaped: any may come from outside), then printed with
- * aligned columns; the last column is cut to fit the terminal when stdout is one. */
+ * aligned columns; the last column is cut to fit the terminal when stdout is one.
+ * Cells live in one growing buffer with their widths beside them, so that a table of
+ * 100k rows costs no allocation per cell and no second measuring pass. */
 #define TABLE_MAX_COLS 14
 struct table {
   size_t rows, cap, cols;
-  char **cells;
+  size_t *at, *width; /* per cell: its offset in text, its width in columns */
+  char *text;
+  size_t len, text_cap;
 };
+
+static void table_append(struct table *t, const char *s, size_t n)
+{
+  if (t->text_cap - t->len < n + 1) {
+    while (t->text_cap - t->len < n + 1)
+      t->text_cap = t->text_cap ? 2 * t->text_cap : 4096;
+    t->text = xalloc(realloc(t->text, t->text_cap));
+  }
+  memcpy(t->text + t->len, s, n);
+  t->text[t->len + n] = '\0';
+  t->len += n + 1;
+}
+
+/* Whether text_escape(s, 0) would be s itself: printable ASCII, no backslash. */
+static bool plain_ascii(const char *s, size_t *len)
+{
+  const char *p = s;
+
+  for (; *p; p++)
+    if (*p < 0x20 || *p >= 0x7f || *p == '\\')
+      return false;
+  *len = (size_t)(p - s);
+  return true;
+}
 
 static void table_add(struct table *t, ...)
 {
   va_list ap;
   if (t->rows == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 16;
-    t->cells = xalloc(realloc(t->cells, t->cap * t->cols * sizeof *t->cells));
+    t->at = xalloc(realloc(t->at, t->cap * t->cols * sizeof *t->at));
+    t->width = xalloc(realloc(t->width, t->cap * t->cols * sizeof *t->width));
   }
   va_start(ap, t);
   for (size_t c = 0; c < t->cols; c++) {
     const char *v = va_arg(ap, const char *);
-    t->cells[t->rows * t->cols + c] = text_escape(v ? v : "", 0);
+    size_t cell = t->rows * t->cols + c, n;
+    v = v ? v : "";
+    t->at[cell] = t->len;
+    if (plain_ascii(v, &n)) {
+      t->width[cell] = n;
+      table_append(t, v, n);
+    } else {
+      char *e = text_escape(v, 0);
+      n = text_span(e, SIZE_MAX, &t->width[cell]);
+      table_append(t, e, n);
+      free(e);
+    }
   }
   va_end(ap);
   t->rows++;
@@ -398,36 +507,42 @@ static void table_add(struct table *t, ...)
 
 static void table_print(struct table *t)
 {
+  static char spaces[64];
   size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0, w;
   struct winsize ws;
 
+  memset(spaces, ' ', sizeof spaces);
   if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
     term = ws.ws_col;
   for (size_t r = 0; r < t->rows; r++)
-    for (size_t c = 0; c < t->cols; c++) {
-      text_span(t->cells[r * t->cols + c], SIZE_MAX, &w);
-      if (w > width[c])
-        width[c] = w;
-    }
+    for (size_t c = 0; c < t->cols; c++)
+      if (t->width[r * t->cols + c] > width[c])
+        width[c] = t->width[r * t->cols + c];
   for (size_t c = 0; c + 1 < t->cols; c++)
     used += width[c] + 2;
   for (size_t r = 0; r < t->rows; r++) {
     for (size_t c = 0; c < t->cols; c++) {
-      const char *cell = t->cells[r * t->cols + c];
-      size_t len = text_span(cell, SIZE_MAX, &w);
+      const char *cell = t->text + t->at[r * t->cols + c];
+      w = t->width[r * t->cols + c];
       if (c + 1 < t->cols) {
-        printf("%s%*s", cell, (int)(width[c] - w + 2), "");
+        fputs(cell, stdout);
+        for (size_t pad = width[c] - w + 2; pad; ) {
+          size_t k = pad < sizeof spaces ? pad : sizeof spaces;
+          fwrite(spaces, 1, k, stdout);
+          pad -= k;
+        }
       } else if (term && used + w > term && term > used + 3) {
-        len = text_span(cell, term - used - 3, &w);
+        size_t len = text_span(cell, term - used - 3, &w);
         printf("%.*s...", (int)len, cell);
       } else {
-        printf("%.*s", (int)len, cell);
+        fputs(cell, stdout);
       }
-      free(t->cells[r * t->cols + c]);
     }
     putchar('\n');
   }
-  free(t->cells);
+  free(t->at);
+  free(t->width);
+  free(t->text);
 }
 
 /* ---- commands ------------------------------------------------------------------- */
@@ -1202,6 +1317,10 @@ int main(int argc, char **argv)
    * numbers and messages stay in the C locale. */
   setlocale(LC_CTYPE, "");
   utf8_locale = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+  /* A listing of 100k rows into a pipe or file: a few large writes, not one per
+   * st_blksize (a terminal keeps its line buffering, which a person reads by). */
+  if (!isatty(STDOUT_FILENO))
+    setvbuf(stdout, NULL, _IOFBF, 1 << 16);
   /* global options come before the command, the command's after it */
   while ((opt = getopt_long(argc, argv, "+s:h", long_options, NULL)) != -1) {
     if (opt == 's') {

@@ -164,32 +164,23 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 }
 
 /* Fills info for one buffer as seen by asker, its holders into holders and ptrs
- * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or NULL: then they come from
- * ctx->owned and this can fail). */
-static int fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
-                     const struct reg_client *asker, struct handler_reply *ctx,
-                     Gpushm__Holder *holders, Gpushm__Holder **ptrs)
+ * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or for as many as b has). */
+static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
+                      const struct reg_client *asker, Gpushm__Holder *holders,
+                      Gpushm__Holder **ptrs)
 {
   size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
   size_t i = 0;
 
   gpushm__buffer_info__init(info);
-  if (n) {
-    if (!holders) {
-      holders = reply_calloc(ctx, n, sizeof *holders);
-      ptrs = reply_calloc(ctx, n, sizeof *ptrs);
-      if (!holders || !ptrs)
-        return GPUSHM_E_NOMEM;
-    }
-    for (const struct list *l = b->holdings.next; l != &b->holdings && i < n; l = l->next, i++) {
-      const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
-      gpushm__holder__init(&holders[i]);
-      holders[i].client_id = h->client->id;
-      holders[i].pid = (uint32_t)h->client->pid;
-      holders[i].uid = (uint32_t)h->client->uid;
-      holders[i].refs = h->refs;
-      ptrs[i] = &holders[i];
-    }
+  for (const struct list *l = b->holdings.next; l != &b->holdings && i < n; l = l->next, i++) {
+    const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
+    gpushm__holder__init(&holders[i]);
+    holders[i].client_id = h->client->id;
+    holders[i].pid = (uint32_t)h->client->pid;
+    holders[i].uid = (uint32_t)h->client->uid;
+    holders[i].refs = h->refs;
+    ptrs[i] = &holders[i];
   }
   info->id = b->id;
   info->name = (char *)b->name;
@@ -216,7 +207,6 @@ static int fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
   info->holders_total = b->n_holders;
   info->n_holders = i;
   info->holders = ptrs;
-  return 0;
 }
 
 static void close_ctx_fds(struct handler_reply *ctx)
@@ -231,7 +221,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
 {
   struct reg_export *e = &ctx->export;
 
-  (void)fill_info(&ctx->info, e->buffer, call->client, ctx, ctx->holders, ctx->holder_ptrs);
+  fill_info(&ctx->info, e->buffer, call->client, ctx->holders, ctx->holder_ptrs);
   memcpy(ctx->fds, e->fds, sizeof(int) * e->n_fds);
   ctx->n_fds = e->n_fds;
   e->n_fds = 0;
@@ -356,48 +346,75 @@ static size_t varint_size(size_t v)
   return n;
 }
 
+/* The bytes b's entry adds to a list reply (its field tag, length and message), measured
+ * on the reply's inline open-reply storage so that sizing a page allocates nothing. */
+static size_t list_entry_size(const struct reg_object *b, const struct reg_client *asker,
+                              struct handler_reply *ctx, size_t *n_holders)
+{
+  size_t size;
+
+  fill_info(&ctx->info, b, asker, ctx->holders, ctx->holder_ptrs);
+  *n_holders = ctx->info.n_holders;
+  size = gpushm__buffer_info__get_packed_size(&ctx->info);
+  return 1 + varint_size(size) + size;
+}
+
+/* A page holds as many entries as the frame has room for (or max_entries, if the
+ * request asks for fewer).  Two walks over the same registry range: the first measures
+ * entries until the next would pass the frame, the second fills them into one
+ * allocation sized by the first, so a page costs one malloc however many it holds. */
 static int handle_list(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const struct registry *reg = call->reg;
-  /* Room for the envelope around the entries: request id, status, body tag and
-   * length, and the "more" flag. */
-  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
-  uint32_t max = req->list->max_entries;
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - GPUSHM_LIMIT_REPLY_ENVELOPE;
+  const bool all = req->list->all;
+  size_t max = req->list->max_entries ? req->list->max_entries : SIZE_MAX;
+  size_t first = registry_index_after(reg, req->list->after_id), end, used = 0, n = 0, nh = 0;
   Gpushm__BufferInfo *infos, **ptrs;
-  size_t used = 0, n = 0, i;
+  Gpushm__Holder *holders, **holder_ptrs;
+  char *scratch;
 
-  if (req->list->all && !call->client->admin)
+  if (all && !call->client->admin)
     return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
-  if (max == 0 || max > GPUSHM_LIMIT_LIST_PAGE)
-    max = GPUSHM_LIMIT_LIST_PAGE;
-  infos = reply_calloc(ctx, max, sizeof *infos);
-  ptrs = reply_calloc(ctx, max, sizeof *ptrs);
-  if (!infos || !ptrs)
+  for (end = first; end < reg->n_buffers && n < max; end++) {
+    const struct reg_object *b = reg->by_id[end];
+    size_t size, h;
+
+    if (!visible_to(b, call->client, all))
+      continue;
+    size = list_entry_size(b, call->client, ctx, &h);
+    if (used + size > budget)
+      break;
+    used += size;
+    nh += h;
+    n++;
+  }
+  /* Every part's size is a multiple of its alignment (pointers, and messages that
+   * start with one), so each part that follows starts aligned. */
+  scratch = reply_calloc(ctx, 1, n * (sizeof *ptrs + sizeof *infos) +
+                                   nh * (sizeof *holder_ptrs + sizeof *holders));
+  if (!scratch)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  ptrs = (Gpushm__BufferInfo **)(void *)scratch;
+  holder_ptrs = (Gpushm__Holder **)(void *)(ptrs + n);
+  infos = (Gpushm__BufferInfo *)(void *)(holder_ptrs + nh);
+  holders = (Gpushm__Holder *)(void *)(infos + n);
 
   gpushm__list_reply__init(&ctx->body.list);
-  for (i = registry_index_after(reg, req->list->after_id); i < reg->n_buffers && n < max; i++) {
+  for (size_t i = first, k = 0; i < end; i++) {
     const struct reg_object *b = reg->by_id[i];
-    size_t owned_before = ctx->n_owned, size;
 
-    if (!visible_to(b, call->client, req->list->all))
+    if (!visible_to(b, call->client, all))
       continue;
-    if (fill_info(&infos[n], b, call->client, ctx, NULL, NULL) < 0)
-      return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
-    size = gpushm__buffer_info__get_packed_size(&infos[n]);
-    size += 1 + varint_size(size);
-    if (used + size > budget) {
-      while (ctx->n_owned > owned_before)
-        free(ctx->owned[--ctx->n_owned]);
-      break;
-    }
-    used += size;
-    ptrs[n] = &infos[n];
-    n++;
+    fill_info(&infos[k], b, call->client, holders, holder_ptrs);
+    holders += infos[k].n_holders;
+    holder_ptrs += infos[k].n_holders;
+    ptrs[k] = &infos[k];
+    k++;
   }
   ctx->body.list.n_buffers = n;
   ctx->body.list.buffers = ptrs;
-  ctx->body.list.more = i < reg->n_buffers;
+  ctx->body.list.more = end < reg->n_buffers;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
   ctx->reply.list = &ctx->body.list;
   return 0;
@@ -621,7 +638,7 @@ struct clients_walk {
 static bool add_client(void *arg, const struct handler_peer *peer)
 {
   /* Room for the envelope around the entries, as in list. */
-  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - 64;
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - GPUSHM_LIMIT_REPLY_ENVELOPE;
   struct clients_walk *w = arg;
   const struct reg_client *other = peer->client;
   Gpushm__ClientInfo *ci;

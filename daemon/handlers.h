@@ -70,7 +70,8 @@ struct handler_call {
   bool hello_ranged; /* a version range: gpushm 0.2 or later */
 };
 
-#define HANDLER_OWNED_MAX (2 * GPUSHM_LIMIT_LIST_PAGE + 8)
+/* Allocations one reply may own: stats, the largest, makes 11 (a list page makes one). */
+#define HANDLER_OWNED_MAX 16
 
 /* A reply under construction, and the storage it points into. */
 struct handler_reply {

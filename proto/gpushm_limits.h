@@ -6,6 +6,12 @@
  * buffer has this fixed size, so an oversized frame is detected (MSG_TRUNC) without
  * ever allocating for it. */
 #define GPUSHM_LIMIT_FRAME_BODY        (64u * 1024u)
+/* It is also what bounds a page of the buffer (and client) list: a reply carries as
+ * many entries as fit (fewer only when the request's max_entries asks for fewer), not
+ * a fixed count, so that short entries do not cost extra round trips.  Entries take the
+ * frame less this many bytes, kept for the reply's envelope around them (request id,
+ * status, body tag and length, the "more" flag); clients page on with after_id. */
+#define GPUSHM_LIMIT_REPLY_ENVELOPE    64u
 /* The protocol never needs more than one fd per message; a little headroom lets a
  * peer that sends too many be told so instead of having its fds silently dropped. */
 #define GPUSHM_LIMIT_FDS_PER_FRAME     4u
@@ -15,9 +21,6 @@
 /* Free-form client name sent in Hello (shown by admin tools). */
 #define GPUSHM_LIMIT_CLIENT_NAME_LEN   64u
 
-/* One list reply carries at most this many buffers (and fewer when their packed size
- * would pass GPUSHM_LIMIT_FRAME_BODY); clients page with after_id. */
-#define GPUSHM_LIMIT_LIST_PAGE         256u
 /* Holders shown per buffer in list/show replies; the total count is always given. */
 #define GPUSHM_LIMIT_HOLDERS_LISTED    128u
 
