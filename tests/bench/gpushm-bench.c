@@ -247,10 +247,25 @@ struct slot {
   CUdeviceptr raw;
   uint32_t value;
   double t;
+  double t_sent;
 };
+
+/* GPUSHM_BENCH_PHASES=1: the serial gpushm hand-off's time split by phase (producer's
+ * view: create, GPU write, the consumer's open+read+close, release), printed as
+ * medians. */
+#define PHASES 4
+static double *phase_us[PHASES];
+static unsigned phase_n;
+
+static void phase_mark(unsigned phase, double since)
+{
+  if (phase_us[phase])
+    phase_us[phase][phase_n] = now_us() - since;
+}
 
 static void produce(struct handoff *h, struct slot *s)
 {
+  double t = now_us();
   struct handoff_msg m;
   CUdeviceptr p;
 
@@ -267,9 +282,14 @@ static void produce(struct handoff *h, struct slot *s)
     CHECK_OK(gpushm_buffer_create(h->conn, m.name, HANDOFF_BYTES, &h->opts, &s->buf));
     h->got = gpushm_buffer_backend(s->buf);
     p = cuda_test_dptr(s->buf);
+    phase_mark(0, t);
   }
+  t = now_us();
   CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, p, s->value, HANDOFF_BYTES / 4, h->stream));
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, h->stream));
+  if (!h->raw)
+    phase_mark(1, t);
+  s->t_sent = now_us();
   if (h->raw)
     CU_CHECK(CU_CALL(&drv, cuIpcGetMemHandle, &m.handle, s->raw));
   CHECK(send(h->sock, &m, sizeof m, 0) == (ssize_t)sizeof m);
@@ -279,7 +299,11 @@ static void finish(struct handoff *h, struct slot *s)
 {
   struct handoff_ack ack;
 
+  double t;
+
   CHECK(recv(h->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  if (!h->raw)
+    phase_mark(2, s->t_sent);
   if (ack.status != 0) {
     fprintf(stderr, "gpushm-bench: hand-off %u failed in the consumer (status %d%s)\n", s->value,
             ack.status, ack.status == 1 ? ": wrong data" : "");
@@ -287,8 +311,13 @@ static void finish(struct handoff *h, struct slot *s)
   }
   if (h->raw)
     CU_CHECK(CU_CALL(&drv, cuMemFree, s->raw));
-  else
+  else {
+    t = now_us();
     CHECK_OK(release_buffer(h->conn, s->buf));
+    phase_mark(3, t);
+    if (phase_us[0])
+      phase_n++;
+  }
 }
 
 /* rounds hand-offs with up to depth in flight; per_us (if not NULL) gets each one's
@@ -386,7 +415,19 @@ static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
   h.raw = true;
   handoffs(&h, HANDOFF_WARMUP, 1, NULL);
   h.raw = false;
+  if (getenv("GPUSHM_BENCH_PHASES"))
+    for (unsigned i = 0; i < PHASES; i++)
+      CHECK((phase_us[i] = calloc(rounds, sizeof *phase_us[i])) != NULL);
   handoffs(&h, rounds, 1, gp);
+  if (phase_us[0]) {
+    static const char *const names[PHASES] = { "create", "GPU write", "consumer open+read+close",
+                                               "close_unlink" };
+    for (unsigned i = 0; i < PHASES; i++) {
+      row("1", "  (phase)", -1, "%s: median %.1f us", names[i], percentile(phase_us[i], rounds, 50));
+      free(phase_us[i]);
+      phase_us[i] = NULL;
+    }
+  }
   h.raw = true;
   handoffs(&h, rounds, 1, raw);
   h.raw = false;
