@@ -443,12 +443,13 @@ static struct gpushm_buffer *new_entry(gpushm_t *conn, const Gpushm__OpenReply *
 }
 
 /* Drops a reference the daemon counts for this connection (its lock held). */
-static void release_locked(gpushm_t *conn, uint64_t id)
+static void release_locked(gpushm_t *conn, uint64_t id, bool unlink)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
 
   body.id = id;
+  body.unlink = unlink;
   req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
   req.close = &body;
   (void)client_send_oneway_locked(conn, &req);
@@ -470,13 +471,13 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
     client_close_fds(fds);
     if (open->segment_attached) /* the daemon counts the mapping: it is not made */
       client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
-    release_locked(conn, open->info->id);
+    release_locked(conn, open->info->id, false);
     return client_error(GPUSHM_E_NOMEM, "out of memory");
   }
   r = client_segment_attach(conn, open, open->read_only, fds, want->map_request, &seg, &ptr,
                             &devices);
   if (r < 0) {
-    release_locked(conn, buf->id);
+    release_locked(conn, buf->id, false);
     free(buf);
     return r;
   }
@@ -484,6 +485,16 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   buf->ptr = ptr;
   buf->home_device = devices.home;
   buf->device = devices.map;
+  /* A new buffer reads as zeros: a reused slot of device memory is cleared here, in this
+   * process's context, before the create returns.  (An opener quicker than that could
+   * read what the slot held: a buffer of the same owner and mode, which it may read.) */
+  if (open->created && open->clear && buf->backend != GPUSHM_BACKEND_HOST &&
+      (r = client_cuda_clear(ptr, open->info->allocated, buf->device)) < 0) {
+    client_segment_unuse(seg);
+    release_locked(conn, buf->id, true); /* nobody is to find it uncleared */
+    free(buf);
+    return r;
+  }
 
   mapped = (struct map_want){ buf->device, -1 };
   pthread_mutex_lock(&cache_lock);
@@ -494,7 +505,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
       existing->name_generation = generation;
     pthread_mutex_unlock(&cache_lock);
     client_segment_unuse(seg);
-    release_locked(conn, buf->id);
+    release_locked(conn, buf->id, false);
     free(buf);
     *out = existing;
     return 0;
@@ -590,7 +601,7 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
     if (open && open->info) {
       if (open->info->segment_id && open->segment_attached)
         client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
-      release_locked(conn, open->info->id);
+      release_locked(conn, open->info->id, false);
     }
     pthread_mutex_unlock(&conn->lock);
     gpushm__reply__free_unpacked(reply, NULL);

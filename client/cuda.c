@@ -547,6 +547,28 @@ static int fence_copy(uint64_t fence_dptr, uint64_t *value, bool write, int map_
   return ret;
 }
 
+int client_cuda_clear(void *dptr, uint64_t len, int map_device)
+{
+  CUcontext prev;
+  CUstream s;
+  CUresult r;
+  const char *what = "cuMemsetD32Async";
+  int ret;
+
+  if ((ret = enter_device(map_device, &prev)) < 0)
+    return ret;
+  if ((ret = private_stream(map_device, &s)) == 0) {
+    r = CU_CALL(&cl.drv, cuMemsetD32Async, (CUdeviceptr)(uintptr_t)dptr, 0, (size_t)(len / 4), s);
+    if (r == CUDA_SUCCESS) {
+      what = "cuStreamSynchronize";
+      r = CU_CALL(&cl.drv, cuStreamSynchronize, s);
+    }
+    ret = r == CUDA_SUCCESS ? 0 : cuda_error(r, what);
+  }
+  leave_device(map_device, prev);
+  return ret;
+}
+
 int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int map_device)
 {
   return fence_copy(fence_dptr, value, false, map_device);
@@ -719,6 +741,11 @@ int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device)
 }
 
 int client_cuda_fd_release(uint64_t handle)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_clear(void *dptr, uint64_t len, int map_device)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

@@ -196,6 +196,9 @@ int client_cuda_fd_import(int fd, int device, uint64_t *handle);
 int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr);
 int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device);
 int client_cuda_fd_release(uint64_t handle);
+/* Zeroes len bytes of device memory (a carved slot the daemon said to clear), through the
+ * library's own stream on map_device, and waits for it. */
+int client_cuda_clear(void *dptr, uint64_t len, int map_device);
 /* Events live on their own device (*event_device). */
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *event_device);

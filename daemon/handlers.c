@@ -238,6 +238,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.segment_offset = e->segment_offset;
   ctx->body.open.segment_size = e->segment_size;
   ctx->body.open.segment_attached = e->segment_attached;
+  ctx->body.open.clear = e->clear;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;

@@ -686,8 +686,10 @@ static int alloc_contents(struct registry *reg, struct reg_object *obj,
       .backend = be->kind, .device = device, .uid = client->uid, .gid = client->gid,
       .mode = args->mode ? args->mode : reg->limits.default_mode,
     };
-    if ((r = seg_carve(&reg->segs, be, &key, args->size, &obj->segment, &obj->slot, err,
-                       errlen)) < 0)
+    /* The creator's library (segments-capable: carve_slot checked) clears device memory
+     * in its own context. */
+    if ((r = seg_carve(&reg->segs, be, &key, args->size, true, &obj->segment, &obj->slot,
+                       &obj->dirty, err, errlen)) < 0)
       return r;
     obj->mem = (struct backend_mem){ .fd = -1 };
     obj->allocated = obj->segment->slot;
@@ -805,6 +807,8 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return r;
   }
   out->created = true;
+  out->clear = buffer->dirty;
+  buffer->dirty = false;
   if (reg->on_created)
     reg->on_created(reg->on_unlink_ctx, buffer);
   return 0;

@@ -61,6 +61,7 @@ struct reg_object {
   struct backend_mem mem;           /* buffers with an allocation of their own */
   struct segment *segment;          /* carved buffers: their segment (mem unused) */
   uint32_t slot;                    /* and their slot in it */
+  bool dirty;                       /* until its creator has it: the creator clears it */
   void *event;                      /* events: made by registry.events */
   bool sync; /* sync_state holds its control block (and event) */
   uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
@@ -132,6 +133,7 @@ struct reg_export {
    * connection: it is counted as mapping it from here on). */
   uint64_t segment_id, segment_offset, segment_size;
   bool segment_attached;
+  bool clear; /* created in a slot of device memory that the creator clears */
 };
 
 /* A persistent buffer coming back from systemd's fd store after a restart. */

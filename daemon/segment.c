@@ -267,7 +267,8 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
 }
 
 int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_key *key,
-              uint64_t size, struct segment **out, uint32_t *slot_out, char *err, size_t errlen)
+              uint64_t size, bool creator_clears, struct segment **out, uint32_t *slot_out,
+              bool *dirty, char *err, size_t errlen)
 {
   uint64_t slot = seg_slot_size(be, size);
   struct seg_class *c;
@@ -295,7 +296,11 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
   }
   known_zero = seg->n_free == 0 && seg->clean;
   index = seg->n_free ? seg->free_slots[seg->n_free - 1] : seg->n_fresh;
-  if ((r = be->zero_range(be, &seg->mem, (uint64_t)index * slot, slot, known_zero, err,
+  /* Host memory is committed here whoever clears it; a slot of device memory can hold
+   * only what a buffer of the same class left there, which the creator clears. */
+  *dirty = creator_clears && !is_host(be) && !known_zero;
+  if (!(creator_clears && !is_host(be)) &&
+      (r = be->zero_range(be, &seg->mem, (uint64_t)index * slot, slot, known_zero, err,
                           errlen)) < 0) {
     if (seg->n_used == 0 && seg->n_mappers == 0 && seg->n_free == 0 && seg->n_fresh == 0)
       seg_free_slot(t, seg, UINT32_MAX); /* a segment nothing ever held goes back */

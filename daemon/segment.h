@@ -111,9 +111,12 @@ uint64_t seg_slot_size(const struct backend *be, uint64_t size);
 
 /* Takes a slot of seg_slot_size(be, size) bytes in a segment of class key, made ready
  * (zeroed, committed): from a segment with a free slot, a pooled one, or a new
- * allocation.  Returns 0 or a negative GPUSHM_E_* with err set. */
+ * allocation.  Device memory is not cleared here when the creator clears it
+ * (creator_clears): *dirty then says whether it must (the slot held an earlier buffer of
+ * the class).  Returns 0 or a negative GPUSHM_E_* with err set. */
 int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_key *key,
-              uint64_t size, struct segment **out, uint32_t *slot, char *err, size_t errlen);
+              uint64_t size, bool creator_clears, struct segment **out, uint32_t *slot,
+              bool *dirty, char *err, size_t errlen);
 /* Gives a slot back; the segment is pooled or released if nothing holds it any more. */
 void seg_free_slot(struct seg_table *t, struct segment *seg, uint32_t slot);
 

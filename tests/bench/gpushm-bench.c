@@ -178,6 +178,7 @@ struct handoff_msg {
 struct handoff_ack {
   int32_t status; /* 0, or a gpushm error / -1000 - CUresult / 1 for a wrong word */
   uint32_t seen;
+  float open_us, read_us; /* the consumer's own view of its open and its read */
 };
 
 /* Consumer: argv: self consumer FD.  Opens what each message names, reads its first
@@ -190,15 +191,19 @@ static int consumer(char **argv)
 
   cuda_test_setup(0);
   while (recv(sock, &m, sizeof m, 0) == (ssize_t)sizeof m && m.kind != MSG_END) {
-    struct handoff_ack ack = { 0, 0 };
+    struct handoff_ack ack = { 0, 0, 0, 0 };
     CUresult cr = CUDA_SUCCESS;
     if (m.kind == MSG_GPUSHM) {
       gpushm_buffer_t *b;
       if (!conn)
         CHECK_OK(gpushm_connect(NULL, "bench-consumer", &conn));
+      double t = now_us();
       ack.status = gpushm_buffer_open(conn, m.name, GPUSHM_OPEN_READONLY, &b);
+      ack.open_us = (float)(now_us() - t);
       if (ack.status == 0) {
+        t = now_us();
         cr = CU_CALL(&drv, cuMemcpyDtoH, &ack.seen, cuda_test_dptr(b), sizeof ack.seen);
+        ack.read_us = (float)(now_us() - t);
         ack.status = gpushm_buffer_close(b);
       }
     } else {
@@ -253,7 +258,7 @@ struct slot {
 /* GPUSHM_BENCH_PHASES=1: the serial gpushm hand-off's time split by phase (producer's
  * view: create, GPU write, the consumer's open+read+close, release), printed as
  * medians. */
-#define PHASES 4
+#define PHASES 6
 static double *phase_us[PHASES];
 static unsigned phase_n;
 
@@ -302,8 +307,13 @@ static void finish(struct handoff *h, struct slot *s)
   double t;
 
   CHECK(recv(h->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
-  if (!h->raw)
+  if (!h->raw) {
     phase_mark(2, s->t_sent);
+    if (phase_us[4]) {
+      phase_us[4][phase_n] = ack.open_us;
+      phase_us[5][phase_n] = ack.read_us;
+    }
+  }
   if (ack.status != 0) {
     fprintf(stderr, "gpushm-bench: hand-off %u failed in the consumer (status %d%s)\n", s->value,
             ack.status, ack.status == 1 ? ": wrong data" : "");
@@ -421,7 +431,8 @@ static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
   handoffs(&h, rounds, 1, gp);
   if (phase_us[0]) {
     static const char *const names[PHASES] = { "create", "GPU write", "consumer open+read+close",
-                                               "close_unlink" };
+                                               "close_unlink", "  of which consumer open",
+                                               "  of which consumer 4-byte read" };
     for (unsigned i = 0; i < PHASES; i++) {
       row("1", "  (phase)", -1, "%s: median %.1f us", names[i], percentile(phase_us[i], rounds, 50));
       free(phase_us[i]);

@@ -467,6 +467,30 @@ static void test_freed_after_last_mapper(void)
            "one was SIGKILLed", (unsigned long long)(baseline >> 20));
 }
 
+/* A reused slot of device memory comes back zeroed: the creator's library clears it (the
+ * fake driver's device memory is this process's memory, read here directly). */
+static void test_device_slot_cleared(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  void *first;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  b = create(conn, "dirty", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0600);
+  CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0)); /* a new allocation */
+  first = gpushm_buffer_ptr(b);
+  memset(first, 0xab, 64 * KiB);
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  b = create(conn, "clean", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0600);
+  CHECK(gpushm_buffer_ptr(b) == first); /* the same slot, mapped once */
+  CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0));
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 static void test_oom_with_warm_pool(void)
 {
   struct test_daemon d = { 0 };
@@ -540,6 +564,7 @@ int main(void)
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
+    test_device_slot_cleared();
     test_oom_with_warm_pool();
     _exit(0);
   }
