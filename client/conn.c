@@ -1,6 +1,7 @@
 /* Connection to gpushmd: connect + hello, synchronous request/reply. */
 #include "config.h"
 #include "internal.h"
+#include "list_codec.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -409,8 +410,11 @@ int client_send_oneway(gpushm_t *conn, Gpushm__Request *req)
   return r;
 }
 
+typedef Gpushm__Reply *reply_unpack_fn(ProtobufCAllocator *alloc, size_t len,
+                                       const uint8_t *data);
+
 static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                       struct client_fds *fds, ProtobufCAllocator *alloc)
+                       struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
 {
   struct wire_frame frame;
   Gpushm__Reply *reply;
@@ -445,7 +449,7 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   }
   if (r < 0)
     return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
-  reply = gpushm__reply__unpack(alloc, frame.header.body_len, frame.body);
+  reply = unpack(alloc, frame.header.body_len, frame.body);
   if (!reply) {
     wire_close_fds(&frame);
     return wire_error(conn, -EPROTO, "malformed reply body");
@@ -483,7 +487,18 @@ int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, fds, alloc);
+  r = call_locked(conn, req, out, fds, alloc, gpushm__reply__unpack);
+  pthread_mutex_unlock(&conn->lock);
+  return r;
+}
+
+int client_call_list(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                     ProtobufCAllocator *arena)
+{
+  int r;
+
+  pthread_mutex_lock(&conn->lock);
+  r = call_locked(conn, req, out, NULL, arena, list_codec_unpack_reply);
   pthread_mutex_unlock(&conn->lock);
   return r;
 }
@@ -491,7 +506,7 @@ int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
 int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
                        struct client_fds *fds)
 {
-  return call_locked(conn, req, out, fds, NULL);
+  return call_locked(conn, req, out, fds, NULL, gpushm__reply__unpack);
 }
 
 int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,

@@ -121,6 +121,10 @@ int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);
 /* The same, the reply unpacked with alloc (NULL: malloc; free it with the same). */
 int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
                       struct client_fds *fds, ProtobufCAllocator *alloc);
+/* For list requests: the reply is unpacked by list_codec_unpack_reply() into arena
+ * (an allocator whose free does nothing; see list_codec.h). */
+int client_call_list(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
+                     ProtobufCAllocator *arena);
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);

@@ -2,6 +2,7 @@
 #include "handlers.h"
 #include "detached.h"
 #include "gpushm.h"
+#include "list_codec.h"
 #include "log.h"
 #include "wire.h"
 #ifdef HAVE_CUDA
@@ -20,16 +21,22 @@ static int fail(struct handler_reply *ctx, int status, const char *why)
   return status;
 }
 
-/* calloc whose memory lives until the reply is sent; NULL when out of memory. */
-static void *reply_calloc(struct handler_reply *ctx, size_t n, size_t size)
+/* Memory that lives until the reply is sent; NULL when out of memory. */
+static void *reply_own(struct handler_reply *ctx, void *p)
 {
-  void *p;
-
-  if (ctx->n_owned == HANDLER_OWNED_MAX)
-    return NULL;
-  if ((p = calloc(n ? n : 1, size)))
+  if (p)
     ctx->owned[ctx->n_owned++] = p;
   return p;
+}
+
+static void *reply_calloc(struct handler_reply *ctx, size_t n, size_t size)
+{
+  return ctx->n_owned < HANDLER_OWNED_MAX ? reply_own(ctx, calloc(n ? n : 1, size)) : NULL;
+}
+
+static void *reply_malloc(struct handler_reply *ctx, size_t size)
+{
+  return ctx->n_owned < HANDLER_OWNED_MAX ? reply_own(ctx, malloc(size ? size : 1)) : NULL;
 }
 
 /* The devices the CUDA backends can use; free memory only where the daemon holds a
@@ -347,77 +354,41 @@ static size_t varint_size(size_t v)
   return n;
 }
 
-/* The bytes b's entry adds to a list reply (its field tag, length and message), measured
- * on the reply's inline open-reply storage so that sizing a page allocates nothing. */
-static size_t list_entry_size(const struct reg_object *b, const struct reg_client *asker,
-                              struct handler_reply *ctx, size_t *n_holders)
-{
-  size_t size;
-
-  fill_info(&ctx->info, b, asker, ctx->holders, ctx->holder_ptrs);
-  *n_holders = ctx->info.n_holders;
-  size = gpushm__buffer_info__get_packed_size(&ctx->info);
-  return 1 + varint_size(size) + size;
-}
-
 /* A page holds as many entries as the frame has room for (or max_entries, if the
- * request asks for fewer).  Two walks over the same registry range: the first measures
- * entries until the next would pass the frame, the second fills them into one
- * allocation sized by the first, so a page costs one malloc however many it holds. */
+ * request asks for fewer), packed here as they are filled (list_codec.h: protobuf-c
+ * sized each entry four times over), into one allocation that the session sends. */
 static int handle_list(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const struct registry *reg = call->reg;
-  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - GPUSHM_LIMIT_REPLY_ENVELOPE;
+  const size_t budget = GPUSHM_LIMIT_FRAME_BODY - GPUSHM_LIMIT_REPLY_ENVELOPE -
+                        LIST_CODEC_MORE_SIZE;
   const bool all = req->list->all;
   size_t max = req->list->max_entries ? req->list->max_entries : SIZE_MAX;
-  size_t first = registry_index_after(reg, req->list->after_id), end, used = 0, n = 0, nh = 0;
-  Gpushm__BufferInfo *infos, **ptrs;
-  Gpushm__Holder *holders, **holder_ptrs;
-  char *scratch;
+  size_t i = registry_index_after(reg, req->list->after_id), n = 0;
+  uint8_t *page, *end;
 
   if (all && !call->client->admin)
     return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
-  for (end = first; end < reg->n_buffers && n < max; end++) {
-    const struct reg_object *b = reg->by_id[end];
-    size_t size, h;
+  if (!(page = reply_malloc(ctx, budget + LIST_CODEC_MORE_SIZE)))
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  end = page;
+  for (; i < reg->n_buffers && n < max; i++) {
+    const struct reg_object *b = reg->by_id[i];
+    size_t info_size;
 
     if (!visible_to(b, call->client, all))
       continue;
-    size = list_entry_size(b, call->client, ctx, &h);
-    if (used + size > budget)
+    fill_info(&ctx->info, b, call->client, ctx->holders, ctx->holder_ptrs);
+    info_size = list_codec_info_size(&ctx->info);
+    if ((size_t)(end - page) + list_codec_entry_size(info_size) > budget)
       break;
-    used += size;
-    nh += h;
+    end = list_codec_put_entry(end, &ctx->info, info_size);
     n++;
   }
-  /* Every part's size is a multiple of its alignment (pointers, and messages that
-   * start with one), so each part that follows starts aligned. */
-  scratch = reply_calloc(ctx, 1, n * (sizeof *ptrs + sizeof *infos) +
-                                   nh * (sizeof *holder_ptrs + sizeof *holders));
-  if (!scratch)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
-  ptrs = (Gpushm__BufferInfo **)(void *)scratch;
-  holder_ptrs = (Gpushm__Holder **)(void *)(ptrs + n);
-  infos = (Gpushm__BufferInfo *)(void *)(holder_ptrs + nh);
-  holders = (Gpushm__Holder *)(void *)(infos + n);
-
-  gpushm__list_reply__init(&ctx->body.list);
-  for (size_t i = first, k = 0; i < end; i++) {
-    const struct reg_object *b = reg->by_id[i];
-
-    if (!visible_to(b, call->client, all))
-      continue;
-    fill_info(&infos[k], b, call->client, holders, holder_ptrs);
-    holders += infos[k].n_holders;
-    holder_ptrs += infos[k].n_holders;
-    ptrs[k] = &infos[k];
-    k++;
-  }
-  ctx->body.list.n_buffers = n;
-  ctx->body.list.buffers = ptrs;
-  ctx->body.list.more = end < reg->n_buffers;
+  end = list_codec_put_more(end, i < reg->n_buffers);
+  ctx->list_page = page;
+  ctx->list_page_len = (size_t)(end - page);
   ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
-  ctx->reply.list = &ctx->body.list;
   return 0;
 }
 
@@ -819,6 +790,8 @@ void handler_reply_init(struct handler_reply *r, uint64_t request_id)
   r->n_fds = 0;
   r->n_owned = 0;
   r->msg[0] = '\0';
+  r->list_page = NULL;
+  r->list_page_len = 0;
   gpushm__reply__init(&r->reply);
   r->reply.request_id = request_id;
 }

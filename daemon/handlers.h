@@ -88,6 +88,9 @@ struct handler_reply {
     Gpushm__PingReply ping;
     Gpushm__ClientsReply clients;
   } body;
+  /* a list reply's ListReply, packed by the handler (list_codec.h); owned */
+  const uint8_t *list_page;
+  size_t list_page_len;
   Gpushm__BufferInfo info;
   /* the open reply's holders: inline, so that nothing can fail once an export is out */
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];

@@ -2,6 +2,7 @@
 #include "session.h"
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
+#include "list_codec.h"
 #include "log.h"
 #include "wire.h"
 
@@ -156,6 +157,25 @@ static void send_reply(struct session *s, const Gpushm__Reply *msg, const int *f
   transport_send(s->transport, tx, (size_t)len, fds, n_fds);
 }
 
+/* A list page the handler packed (list_codec.h) */
+static void send_list_page(struct session *s, uint64_t request_id, const uint8_t *page,
+                           size_t len)
+{
+  long frame_len = list_codec_encode_reply(tx, request_id, page, len);
+
+  if (frame_len < 0) {
+    Gpushm__Reply error = GPUSHM__REPLY__INIT;
+    log_error("list page for request %llu exceeds the frame limit",
+              (unsigned long long)request_id);
+    error.request_id = request_id;
+    error.status = -GPUSHM_E_LIMIT;
+    error.message = "reply would exceed the frame size limit";
+    send_reply(s, &error, NULL, 0);
+    return;
+  }
+  transport_send(s->transport, tx, (size_t)frame_len, NULL, 0);
+}
+
 /* Policy from the table first, then the handler; a violation ends the session.
  * Returns true if the session kept req (parked until a device is warm). */
 static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
@@ -253,7 +273,10 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     handler_reply_free(reply);
     return false;
   }
-  send_reply(s, &reply->reply, reply->fds, reply->n_fds);
+  if (reply->list_page && reply->reply.body_case == GPUSHM__REPLY__BODY_LIST)
+    send_list_page(s, reply->reply.request_id, reply->list_page, reply->list_page_len);
+  else
+    send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   handler_reply_free(reply);
   return false;
 }

@@ -891,6 +891,56 @@ static void make_dir(const char *path)
     die(path);
 }
 
+/* ---- fuzz-list-codec seeds: list reply bodies ------------------------------------ */
+
+static void l_body(const char *name, uint64_t first_id, unsigned n, bool more, int status)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__ListReply body = GPUSHM__LIST_REPLY__INIT;
+  Gpushm__BufferInfo infos[4], *ptrs[4];
+  Gpushm__Holder holder = GPUSHM__HOLDER__INIT, *holder_ptr = &holder;
+  static uint8_t uuid[16] = { 0x12, 0x34 };
+  static const char *const names[] = { "a", "frames", "weights-0", "" };
+
+  holder.client_id = 3;
+  holder.pid = 4242;
+  holder.uid = 1000;
+  holder.refs = 2;
+  for (unsigned i = 0; i < n && i < 4; i++) {
+    fill_info(&infos[i], first_id + i, names[i], 4096u << i, GPUSHM_BACKEND_HOST);
+    infos[i].device = i == 2 ? -1 : (int32_t)i;
+    infos[i].n_holders = i == 1;
+    infos[i].holders = &holder_ptr;
+    if (i == 1) {
+      infos[i].device_uuid.data = uuid;
+      infos[i].device_uuid.len = sizeof uuid;
+    }
+    ptrs[i] = &infos[i];
+  }
+  body.n_buffers = n;
+  body.buffers = ptrs;
+  body.more = more;
+  reply.request_id = first_id;
+  if (status) {
+    reply.status = status;
+    reply.message = "refused";
+  } else {
+    reply.body_case = GPUSHM__REPLY__BODY_LIST;
+    reply.list = &body;
+  }
+  begin();
+  put(frame, pack(&reply.base, WIRE_TYPE_REPLY, false, 0));
+  finish("list-codec", name);
+}
+
+static void list_codec_seeds(void)
+{
+  l_body("empty", 1, 0, false, 0);
+  l_body("one", 7, 1, false, 0);
+  l_body("four-more", 1u << 20, 4, true, 0);
+  l_body("error", 9, 0, false, 1);
+}
+
 int main(int argc, char **argv)
 {
   char path[4096];
@@ -905,8 +955,11 @@ int main(int argc, char **argv)
   make_dir(path);
   snprintf(path, sizeof path, "%s/client", out_dir);
   make_dir(path);
+  snprintf(path, sizeof path, "%s/list-codec", out_dir);
+  make_dir(path);
   daemon_seeds();
   client_seeds();
-  printf("make-corpus: %u seeds in %s/{daemon,client}\n", n_written, out_dir);
+  list_codec_seeds();
+  printf("make-corpus: %u seeds in %s/{daemon,client,list-codec}\n", n_written, out_dir);
   return 0;
 }

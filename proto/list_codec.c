@@ -1,0 +1,510 @@
+/* Hand-coded BufferInfo list pages: see list_codec.h for why.  Field numbers and types
+ * are BufferInfo's, Holder's, ListReply's and Reply's in gpushm.proto; proto3 rules:
+ * a scalar at its zero value, an empty string or bytes is left out, and int32 and enum
+ * values are sign-extended to 64 bits (ten bytes when negative). */
+#include "list_codec.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
+
+/* ---- packing --------------------------------------------------------------------- */
+
+static size_t varint_size(uint64_t v)
+{
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+
+static size_t tag_size(unsigned field)
+{
+  return varint_size((uint64_t)field << 3);
+}
+
+static uint8_t *put_tag(uint8_t *p, unsigned field, unsigned wire_type)
+{
+  return put_varint(p, (uint64_t)field << 3 | wire_type);
+}
+
+/* int32 and enums: negative values go on the wire as 64-bit two's complement */
+static uint64_t wire_int32(int32_t v)
+{
+  return (uint64_t)(int64_t)v;
+}
+
+/* One walk for both: SIZE_ONLY counts, otherwise writes.  The same code doing both
+ * is what keeps the size and the bytes in agreement. */
+#define VARINT(field, value)                                                             \
+  do {                                                                                   \
+    uint64_t v_ = (value);                                                               \
+    if (v_) {                                                                            \
+      if (p)                                                                             \
+        p = put_varint(put_tag(p, (field), WT_VARINT), v_);                              \
+      n += tag_size(field) + varint_size(v_);                                            \
+    }                                                                                    \
+  } while (0)
+#define BYTES(field, data, len)                                                          \
+  do {                                                                                   \
+    size_t l_ = (len);                                                                   \
+    if (l_) {                                                                            \
+      if (p) {                                                                           \
+        p = put_varint(put_tag(p, (field), WT_LEN), l_);                                 \
+        memcpy(p, (data), l_);                                                           \
+        p += l_;                                                                         \
+      }                                                                                  \
+      n += tag_size(field) + varint_size(l_) + l_;                                       \
+    }                                                                                    \
+  } while (0)
+
+static size_t holder_body(uint8_t *p, const Gpushm__Holder *h)
+{
+  size_t n = 0;
+
+  VARINT(1, h->client_id);
+  VARINT(2, h->pid);
+  VARINT(3, h->uid);
+  VARINT(4, h->refs);
+  return n;
+}
+
+/* Writes info's body at p (if p) and returns its size. */
+static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
+{
+  size_t n = 0;
+
+  VARINT(1, info->id);
+  BYTES(2, info->name, info->name ? strlen(info->name) : 0);
+  VARINT(3, info->size);
+  VARINT(4, wire_int32((int32_t)info->backend));
+  VARINT(5, wire_int32(info->device));
+  VARINT(6, info->owner_uid);
+  VARINT(7, info->owner_gid);
+  VARINT(8, info->mode);
+  VARINT(9, wire_int32((int32_t)info->lifetime));
+  VARINT(10, info->linked ? 1 : 0);
+  VARINT(11, info->refs);
+  VARINT(12, info->my_refs);
+  VARINT(13, info->created_unix_ms);
+  VARINT(14, info->creator_pid);
+  VARINT(15, info->holders_total);
+  for (size_t i = 0; i < info->n_holders; i++) {
+    /* a repeated message is packed even when empty */
+    size_t len = holder_body(NULL, info->holders[i]);
+    if (p) {
+      p = put_varint(put_tag(p, 16, WT_LEN), len);
+      p += holder_body(p, info->holders[i]);
+    }
+    n += tag_size(16) + varint_size(len) + len;
+  }
+  VARINT(17, info->allocated);
+  BYTES(18, info->device_uuid.data, info->device_uuid.len);
+  VARINT(19, info->sync ? 1 : 0);
+  VARINT(20, info->segment_id);
+  return n;
+}
+
+#undef VARINT
+#undef BYTES
+
+size_t list_codec_info_size(const Gpushm__BufferInfo *info)
+{
+  return info_body(NULL, info);
+}
+
+size_t list_codec_entry_size(size_t info_size)
+{
+  return tag_size(1) + varint_size(info_size) + info_size;
+}
+
+uint8_t *list_codec_put_entry(uint8_t *out, const Gpushm__BufferInfo *info, size_t info_size)
+{
+  out = put_varint(put_tag(out, 1, WT_LEN), info_size);
+  return out + info_body(out, info);
+}
+
+uint8_t *list_codec_put_more(uint8_t *out, int more)
+{
+  return more ? put_varint(put_tag(out, 2, WT_VARINT), 1) : out;
+}
+
+long list_codec_encode_reply(uint8_t *buf, uint64_t request_id, const uint8_t *page,
+                             size_t page_len)
+{
+  size_t body_len = (request_id ? tag_size(1) + varint_size(request_id) : 0) +
+                    tag_size(GPUSHM__REPLY__BODY_LIST) + varint_size(page_len) + page_len;
+  struct wire_header h = {
+    .magic = WIRE_MAGIC,
+    .version = GPUSHM_WIRE_VERSION,
+    .type = WIRE_TYPE_REPLY,
+    .body_len = (uint32_t)body_len,
+    .n_fds = 0,
+  };
+  uint8_t *p = buf + WIRE_HEADER_SIZE;
+
+  if (body_len > GPUSHM_LIMIT_FRAME_BODY)
+    return -EMSGSIZE;
+  memcpy(buf, &h, sizeof h);
+  if (request_id)
+    p = put_varint(put_tag(p, 1, WT_VARINT), request_id);
+  p = put_varint(put_tag(p, GPUSHM__REPLY__BODY_LIST, WT_LEN), page_len);
+  memcpy(p, page, page_len);
+  return (long)(WIRE_HEADER_SIZE + body_len);
+}
+
+/* ---- unpacking ------------------------------------------------------------------- */
+
+/* Anything this reader does not take as gpushmd writes it ends the fast path, and
+ * protobuf-c reads the body instead: so no rule of protobuf-c's about odd encodings
+ * (overlong varints, lengths, wire types, repeated oneofs) needs copying here. */
+struct reader {
+  const uint8_t *p, *end;
+};
+
+static bool get_varint_slow(struct reader *r, uint64_t *out)
+{
+  uint64_t v = 0;
+
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    uint8_t b;
+    if (r->p == r->end)
+      return false;
+    b = *r->p++;
+    /* the tenth byte may carry only bit 63 */
+    if (shift == 63 && b > 1)
+      return false;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Most values and every tag of ours are one byte */
+static inline bool get_varint(struct reader *r, uint64_t *out)
+{
+  if (r->p < r->end && *r->p < 0x80) {
+    *out = *r->p++;
+    return true;
+  }
+  return get_varint_slow(r, out);
+}
+
+static bool get_tag(struct reader *r, unsigned *field, unsigned *wire_type)
+{
+  const uint8_t *start = r->p;
+  uint64_t v;
+
+  if (!get_varint(r, &v) || r->p - start > 5 || v >> 3 == 0 || v >> 3 > 0x1fffffff)
+    return false;
+  *field = (unsigned)(v >> 3);
+  *wire_type = (unsigned)(v & 7);
+  return true;
+}
+
+/* A length-delimited field's contents, as a reader of their own. */
+static bool get_len(struct reader *r, struct reader *inner)
+{
+  const uint8_t *start = r->p;
+  uint64_t len;
+
+  if (!get_varint(r, &len) || r->p - start > 5 || len > (uint64_t)(r->end - r->p))
+    return false;
+  inner->p = r->p;
+  inner->end = r->p + len;
+  r->p += len;
+  return true;
+}
+
+/* An unknown field (a newer daemon's) is skipped, as protobuf-c's callers ignore it. */
+static bool skip_field(struct reader *r, unsigned wire_type)
+{
+  struct reader inner;
+  uint64_t v;
+
+  switch (wire_type) {
+  case WT_VARINT:
+    return get_varint(r, &v);
+  case WT_FIXED64:
+    if (r->end - r->p < 8)
+      return false;
+    r->p += 8;
+    return true;
+  case WT_FIXED32:
+    if (r->end - r->p < 4)
+      return false;
+    r->p += 4;
+    return true;
+  case WT_LEN:
+    return get_len(r, &inner);
+  default:
+    return false;
+  }
+}
+
+/* Occurrences of field (any wire type: a wrong one fails later) in a message. */
+static bool count_field(struct reader r, unsigned field, size_t *count)
+{
+  unsigned f, wt;
+
+  *count = 0;
+  while (r.p < r.end) {
+    if (!get_tag(&r, &f, &wt) || !skip_field(&r, wt))
+      return false;
+    *count += f == field;
+  }
+  return true;
+}
+
+static void *arena(ProtobufCAllocator *alloc, size_t size)
+{
+  return alloc->alloc(alloc->allocator_data, size);
+}
+
+static char *get_string(ProtobufCAllocator *alloc, const struct reader *s)
+{
+  size_t len = (size_t)(s->end - s->p);
+  char *str = arena(alloc, len + 1);
+
+  if (str) {
+    memcpy(str, s->p, len);
+    str[len] = '\0';
+  }
+  return str;
+}
+
+#define EXPECT(wt)                                                                       \
+  do {                                                                                   \
+    if (wire_type != (wt))                                                               \
+      return false;                                                                      \
+  } while (0)
+
+static bool get_holder(struct reader r, Gpushm__Holder *h)
+{
+  unsigned field, wire_type;
+  uint64_t v;
+
+  gpushm__holder__init(h);
+  while (r.p < r.end) {
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    if (field > 4) {
+      if (!skip_field(&r, wire_type))
+        return false;
+      continue;
+    }
+    EXPECT(WT_VARINT);
+    if (!get_varint(&r, &v))
+      return false;
+    switch (field) {
+    case 1: h->client_id = (uint32_t)v; break;
+    case 2: h->pid = (uint32_t)v; break;
+    case 3: h->uid = (uint32_t)v; break;
+    case 4: h->refs = (uint32_t)v; break;
+    }
+  }
+  return true;
+}
+
+static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferInfo *info)
+{
+  unsigned field, wire_type;
+  size_t n_holders = 0;
+  uint64_t v;
+
+  gpushm__buffer_info__init(info);
+  while (r.p < r.end) {
+    const uint8_t *field_start = r.p;
+    struct reader s;
+
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    switch (field) {
+    case 2:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) || !(info->name = get_string(alloc, &s)))
+        return false;
+      continue;
+    case 16:
+      EXPECT(WT_LEN);
+      /* most buffers in a long list have no holder: counted only when one comes */
+      if (!info->holders) {
+        struct reader rest = { field_start, r.end };
+        Gpushm__Holder **ptrs;
+        if (!count_field(rest, 16, &n_holders) ||
+            !(ptrs = arena(alloc, n_holders * (sizeof *ptrs + sizeof **ptrs))))
+          return false;
+        for (size_t i = 0; i < n_holders; i++)
+          ptrs[i] = (Gpushm__Holder *)(void *)(ptrs + n_holders) + i;
+        info->holders = ptrs;
+      }
+      if (info->n_holders == n_holders || !get_len(&r, &s) ||
+          !get_holder(s, info->holders[info->n_holders++]))
+        return false;
+      continue;
+    case 18:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s))
+        return false;
+      info->device_uuid.len = (size_t)(s.end - s.p);
+      info->device_uuid.data = NULL;
+      if (info->device_uuid.len &&
+          !(info->device_uuid.data = arena(alloc, info->device_uuid.len)))
+        return false;
+      if (info->device_uuid.len)
+        memcpy(info->device_uuid.data, s.p, info->device_uuid.len);
+      continue;
+    }
+    if (field > 20) {
+      if (!skip_field(&r, wire_type))
+        return false;
+      continue;
+    }
+    EXPECT(WT_VARINT);
+    if (!get_varint(&r, &v))
+      return false;
+    switch (field) {
+    case 1: info->id = v; break;
+    case 3: info->size = v; break;
+    case 4: info->backend = (Gpushm__Backend)(int32_t)(uint32_t)v; break;
+    case 5: info->device = (int32_t)(uint32_t)v; break;
+    case 6: info->owner_uid = (uint32_t)v; break;
+    case 7: info->owner_gid = (uint32_t)v; break;
+    case 8: info->mode = (uint32_t)v; break;
+    case 9: info->lifetime = (Gpushm__Lifetime)(int32_t)(uint32_t)v; break;
+    case 10: info->linked = v != 0; break;
+    case 11: info->refs = (uint32_t)v; break;
+    case 12: info->my_refs = (uint32_t)v; break;
+    case 13: info->created_unix_ms = v; break;
+    case 14: info->creator_pid = (uint32_t)v; break;
+    case 15: info->holders_total = (uint32_t)v; break;
+    case 17: info->allocated = v; break;
+    case 19: info->sync = v != 0; break;
+    case 20: info->segment_id = v; break;
+    }
+  }
+  return true;
+}
+
+static bool get_list(ProtobufCAllocator *alloc, struct reader r, Gpushm__ListReply *list)
+{
+  unsigned field, wire_type;
+  size_t n;
+  uint64_t v;
+
+  gpushm__list_reply__init(list);
+  if (!count_field(r, 1, &n))
+    return false;
+  if (n) {
+    Gpushm__BufferInfo **ptrs = arena(alloc, n * (sizeof *ptrs + sizeof **ptrs));
+    if (!ptrs)
+      return false;
+    for (size_t i = 0; i < n; i++)
+      ptrs[i] = (Gpushm__BufferInfo *)(void *)(ptrs + n) + i;
+    list->buffers = ptrs;
+  }
+  while (r.p < r.end) {
+    struct reader s;
+
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    if (field == 1) {
+      EXPECT(WT_LEN);
+      if (list->n_buffers == n || !get_len(&r, &s) ||
+          !get_info(alloc, s, list->buffers[list->n_buffers++]))
+        return false;
+    } else if (field == 2) {
+      EXPECT(WT_VARINT);
+      if (!get_varint(&r, &v))
+        return false;
+      list->more = v != 0;
+    } else if (!skip_field(&r, wire_type)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply *reply)
+{
+  unsigned field, wire_type;
+  uint64_t v;
+
+  gpushm__reply__init(reply);
+  while (r.p < r.end) {
+    struct reader s;
+
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    switch (field) {
+    case 1:
+    case 2:
+      EXPECT(WT_VARINT);
+      if (!get_varint(&r, &v))
+        return false;
+      if (field == 1)
+        reply->request_id = v;
+      else
+        reply->status = (int32_t)(uint32_t)v;
+      break;
+    case 3:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) || !(reply->message = get_string(alloc, &s)))
+        return false;
+      break;
+    case GPUSHM__REPLY__BODY_LIST:
+      EXPECT(WT_LEN);
+      /* a second one would be merged into the first: protobuf-c's business */
+      if (reply->body_case != GPUSHM__REPLY__BODY__NOT_SET)
+        return false;
+      if (!(reply->list = arena(alloc, sizeof *reply->list)) || !get_len(&r, &s) ||
+          !get_list(alloc, s, reply->list))
+        return false;
+      reply->body_case = GPUSHM__REPLY__BODY_LIST;
+      break;
+    case GPUSHM__REPLY__BODY_HELLO:
+    case GPUSHM__REPLY__BODY_OPEN:
+    case GPUSHM__REPLY__BODY_STATS:
+    case GPUSHM__REPLY__BODY_PING:
+    case GPUSHM__REPLY__BODY_CLIENTS:
+      return false;
+    default:
+      if (!skip_field(&r, wire_type))
+        return false;
+    }
+  }
+  return true;
+}
+
+#undef EXPECT
+
+Gpushm__Reply *list_codec_unpack_reply(ProtobufCAllocator *alloc, size_t len,
+                                       const uint8_t *data)
+{
+  struct reader r = { data, data + len };
+  Gpushm__Reply *reply = arena(alloc, sizeof *reply);
+
+  /* What the fast path allocated before giving up stays in the arena until the list
+   * is freed: at most one page's worth. */
+  if (reply && get_reply(alloc, r, reply))
+    return reply;
+  return gpushm__reply__unpack(alloc, len, data);
+}

@@ -1,0 +1,215 @@
+/* list_codec against protobuf-c: for random buffer entries (zero and extreme values,
+ * negative ints, names of every length and byte, holders, UUIDs) the hand-packed
+ * entry, page and frame are byte for byte protobuf-c's, and the hand unpacker reads
+ * protobuf-c's packing (and every truncation, corruption and unknown field of it)
+ * exactly as protobuf-c does. */
+#include "config.h"
+#include "harness.h"
+#include "gpushm.pb-c.h"
+#include "list-codec-check.h"
+#include "wire.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define PAGES 300
+#define MAX_ENTRIES 40
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* 0 often (proto3 leaves it out), small values, and the extremes */
+static uint64_t value(void)
+{
+  switch (next() % 6) {
+  case 0: return 0;
+  case 1: return next() % 128;
+  case 2: return next() % 70000;
+  case 3: return UINT64_MAX;
+  case 4: return UINT32_MAX;
+  default: return next();
+  }
+}
+
+struct entry_store {
+  Gpushm__BufferInfo info;
+  Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED], *ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  uint8_t uuid[16];
+};
+
+static void random_entry(struct entry_store *e)
+{
+  size_t name_len = next() % 4 == 0 ? 0 : next() % (GPUSHM_LIMIT_NAME_LEN + 1);
+  size_t n_holders = next() % 3 == 0 ? next() % 4 : 0;
+
+  if (next() % 50 == 0)
+    n_holders = GPUSHM_LIMIT_HOLDERS_LISTED;
+  gpushm__buffer_info__init(&e->info);
+  for (size_t i = 0; i < name_len; i++)
+    e->name[i] = (char)(1 + next() % 255); /* any byte but NUL */
+  e->name[name_len] = '\0';
+  e->info.name = e->name;
+  e->info.id = value();
+  e->info.size = value();
+  e->info.backend = (Gpushm__Backend)(int32_t)value();
+  e->info.device = (int32_t)value();
+  e->info.owner_uid = (uint32_t)value();
+  e->info.owner_gid = (uint32_t)value();
+  e->info.mode = (uint32_t)value();
+  e->info.lifetime = (Gpushm__Lifetime)(int32_t)value();
+  e->info.linked = next() % 2;
+  e->info.refs = (uint32_t)value();
+  e->info.my_refs = (uint32_t)value();
+  e->info.created_unix_ms = value();
+  e->info.creator_pid = (uint32_t)value();
+  e->info.holders_total = (uint32_t)value();
+  for (size_t i = 0; i < n_holders; i++) {
+    gpushm__holder__init(&e->holders[i]);
+    e->holders[i].client_id = (uint32_t)value();
+    e->holders[i].pid = (uint32_t)value();
+    e->holders[i].uid = (uint32_t)value();
+    e->holders[i].refs = (uint32_t)value();
+    e->ptrs[i] = &e->holders[i];
+  }
+  e->info.n_holders = n_holders;
+  e->info.holders = e->ptrs;
+  e->info.allocated = value();
+  if (next() % 2) {
+    for (size_t i = 0; i < sizeof e->uuid; i++)
+      e->uuid[i] = (uint8_t)next();
+    e->info.device_uuid.data = e->uuid;
+    e->info.device_uuid.len = sizeof e->uuid;
+  }
+  e->info.sync = next() % 2;
+  e->info.segment_id = value();
+}
+
+static struct entry_store entries[MAX_ENTRIES];
+static uint8_t page[GPUSHM_LIMIT_FRAME_BODY], fast_frame[WIRE_FRAME_MAX],
+  slow_frame[WIRE_FRAME_MAX], scratch[GPUSHM_LIMIT_FRAME_BODY];
+
+static void expect_alike(const uint8_t *body, size_t len, const char *what)
+{
+  const char *why = "";
+  if (!check_decode_alike(body, len, &why)) {
+    fprintf(stderr, "%s: list_codec and protobuf-c differ: %s\n", what, why);
+    exit(1);
+  }
+}
+
+/* One random page: packed both ways, then read back both ways, whole and damaged. */
+static void one_page(unsigned round)
+{
+  Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+  Gpushm__ListReply list = GPUSHM__LIST_REPLY__INIT;
+  Gpushm__BufferInfo *infos[MAX_ENTRIES];
+  size_t n = next() % MAX_ENTRIES, used = 0, len;
+  const uint8_t *body;
+  long fast_len, slow_len;
+  uint8_t *end = page;
+
+  for (size_t i = 0; i < n; i++) {
+    size_t info_size, entry_size;
+    uint8_t *entry_end;
+
+    random_entry(&entries[i]);
+    infos[i] = &entries[i].info;
+    info_size = list_codec_info_size(infos[i]);
+    CHECK(info_size == gpushm__buffer_info__get_packed_size(infos[i]));
+    entry_size = list_codec_entry_size(info_size);
+    if (used + entry_size > sizeof page - LIST_CODEC_MORE_SIZE - 64) {
+      n = i;
+      break;
+    }
+    entry_end = list_codec_put_entry(end, infos[i], info_size);
+    CHECK((size_t)(entry_end - end) == entry_size);
+    /* the entry's body is protobuf-c's packing of it */
+    CHECK(gpushm__buffer_info__pack(infos[i], scratch) == info_size);
+    CHECK(memcmp(entry_end - info_size, scratch, info_size) == 0);
+    end = entry_end;
+    used += entry_size;
+  }
+  list.more = next() % 2;
+  end = list_codec_put_more(end, list.more);
+  list.n_buffers = n;
+  list.buffers = infos;
+  reply.request_id = round % 5 == 0 ? 0 : value();
+  reply.body_case = GPUSHM__REPLY__BODY_LIST;
+  reply.list = &list;
+
+  fast_len = list_codec_encode_reply(fast_frame, reply.request_id, page, (size_t)(end - page));
+  slow_len = wire_encode(slow_frame, WIRE_TYPE_REPLY, &reply.base, 0);
+  CHECK(fast_len > 0 && fast_len == slow_len);
+  CHECK(memcmp(fast_frame, slow_frame, (size_t)fast_len) == 0);
+
+  body = fast_frame + WIRE_HEADER_SIZE;
+  len = (size_t)fast_len - WIRE_HEADER_SIZE;
+  expect_alike(body, len, "a page");
+  /* truncations (most fail, some are shorter valid messages) */
+  for (size_t cut = 0; cut < len; cut += 1 + len / 64)
+    expect_alike(body, cut, "a truncated page");
+  /* corruption: one byte changed at a time */
+  for (unsigned k = 0; k < 32 && len; k++) {
+    size_t at = next() % len;
+    memcpy(scratch, body, len);
+    scratch[at] = (uint8_t)next();
+    expect_alike(scratch, len, "a corrupted page");
+  }
+}
+
+/* Fields a newer daemon might add, and bodies that are not plain list pages. */
+static void test_unusual_bodies(void)
+{
+  static const uint8_t error_reply[] = { 0x08, 0x07, 0x10, 0x02, 0x1a, 0x03, 'b', 'a', 'd' };
+  /* a page with one entry {id 5, unknown field 21 = varint 9, name "x"} and, in the
+   * Reply, unknown field 99 (fixed32) */
+  static const uint8_t unknown_fields[] = {
+    0x08, 0x01,                               /* request_id 1 */
+    0x62, 0x0a,                               /* list, 10 bytes */
+    0x0a, 0x08, 0x08, 0x05, 0xa8, 0x01, 0x09, /* entry: id 5, field 21 = 9 */
+    0x12, 0x01, 'x',                          /* name "x" */
+    0x9d, 0x06, 1, 2, 3, 4,                   /* Reply field 99, fixed32 */
+  };
+  /* the holder's tag spelt in three bytes (overlong): still field 16 */
+  static const uint8_t overlong_tag[] = {
+    0x62, 0x08, 0x0a, 0x06, 0x82, 0x81, 0x00, 0x02, 0x08, 0x03,
+  };
+  /* list twice: protobuf-c merges; the fast path must hand it over */
+  static const uint8_t list_twice[] = { 0x62, 0x04, 0x0a, 0x02, 0x08, 0x01,
+                                        0x62, 0x04, 0x0a, 0x02, 0x08, 0x02 };
+  /* a ping body: not a list */
+  static const uint8_t ping[] = { 0x08, 0x01, 0x72, 0x00 };
+  struct check_arena arena;
+  Gpushm__Reply *r;
+
+  expect_alike(error_reply, sizeof error_reply, "an error reply");
+  expect_alike(unknown_fields, sizeof unknown_fields, "unknown fields");
+  expect_alike(overlong_tag, sizeof overlong_tag, "an overlong tag");
+  expect_alike(list_twice, sizeof list_twice, "list twice");
+  expect_alike(ping, sizeof ping, "a ping reply");
+
+  check_arena_init(&arena);
+  r = list_codec_unpack_reply(&arena.alloc, sizeof unknown_fields, unknown_fields);
+  CHECK(r && r->body_case == GPUSHM__REPLY__BODY_LIST && r->list->n_buffers == 1);
+  CHECK(r->list->buffers[0]->id == 5 && strcmp(r->list->buffers[0]->name, "x") == 0);
+  r = list_codec_unpack_reply(&arena.alloc, sizeof error_reply, error_reply);
+  CHECK(r && r->status == 2 && strcmp(r->message, "bad") == 0);
+  check_arena_clear(&arena);
+}
+
+int main(void)
+{
+  for (unsigned round = 0; round < PAGES; round++)
+    one_page(round);
+  test_unusual_bodies();
+  printf("test-list-codec: %d pages packed and read alike\n", PAGES);
+  return 0;
+}
