@@ -280,6 +280,22 @@ static int fail(const char *what, int r)
   return EXIT_FAILED;
 }
 
+/* snprintf's "%" PRIu64 without its format parsing: a 100k-row listing formats some
+ * 300k numbers. buf has 21 bytes. */
+static const char *decimal(uint64_t v, char *buf)
+{
+  char digits[20];
+  size_t n = 0, i = 0;
+
+  do
+    digits[n++] = (char)('0' + v % 10);
+  while ((v /= 10));
+  while (n)
+    buf[i++] = digits[--n];
+  buf[i] = '\0';
+  return buf;
+}
+
 static const char *human_size(uint64_t bytes, bool exact, char *buf, size_t len)
 {
   static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -446,12 +462,26 @@ static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
  * Cells live in one growing buffer with their widths beside them, so that a table of
  * 100k rows costs no allocation per cell and no second measuring pass. */
 #define TABLE_MAX_COLS 14
+/* A listing of 100k buffers is 1.2M cells: they are kept compact (a cell's width fits
+ * 16 bits: names are at most 127 bytes, escaped four times that) and rows are written
+ * with one stdio call each. */
 struct table {
   size_t rows, cap, cols;
-  size_t *at, *width; /* per cell: its offset in text, its width in columns */
+  size_t *at;       /* per cell: its offset in text */
+  uint16_t *width;  /* per cell: its width in columns */
   char *text;
   size_t len, text_cap;
 };
+
+/* Room for rows more rows without growing (a listing knows its size). */
+static void table_reserve(struct table *t, size_t rows)
+{
+  if (t->cap - t->rows >= rows)
+    return;
+  t->cap = t->rows + rows;
+  t->at = xalloc(realloc(t->at, t->cap * t->cols * sizeof *t->at));
+  t->width = xalloc(realloc(t->width, t->cap * t->cols * sizeof *t->width));
+}
 
 static void table_append(struct table *t, const char *s, size_t n)
 {
@@ -480,11 +510,8 @@ static bool plain_ascii(const char *s, size_t *len)
 static void table_add(struct table *t, ...)
 {
   va_list ap;
-  if (t->rows == t->cap) {
-    t->cap = t->cap ? t->cap * 2 : 16;
-    t->at = xalloc(realloc(t->at, t->cap * t->cols * sizeof *t->at));
-    t->width = xalloc(realloc(t->width, t->cap * t->cols * sizeof *t->width));
-  }
+  if (t->rows == t->cap)
+    table_reserve(t, t->cap ? t->cap : 16);
   va_start(ap, t);
   for (size_t c = 0; c < t->cols; c++) {
     const char *v = va_arg(ap, const char *);
@@ -492,11 +519,13 @@ static void table_add(struct table *t, ...)
     v = v ? v : "";
     t->at[cell] = t->len;
     if (plain_ascii(v, &n)) {
-      t->width[cell] = n;
+      t->width[cell] = (uint16_t)(n < UINT16_MAX ? n : UINT16_MAX);
       table_append(t, v, n);
     } else {
       char *e = text_escape(v, 0);
-      n = text_span(e, SIZE_MAX, &t->width[cell]);
+      size_t w;
+      n = text_span(e, SIZE_MAX, &w);
+      t->width[cell] = (uint16_t)(w < UINT16_MAX ? w : UINT16_MAX);
       table_append(t, e, n);
       free(e);
     }
@@ -507,11 +536,10 @@ static void table_add(struct table *t, ...)
 
 static void table_print(struct table *t)
 {
-  static char spaces[64];
-  size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0, w;
+  size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0, w, line_cap = 256;
+  char *line = xalloc(malloc(line_cap));
   struct winsize ws;
 
-  memset(spaces, ' ', sizeof spaces);
   if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
     term = ws.ws_col;
   for (size_t r = 0; r < t->rows; r++)
@@ -521,25 +549,31 @@ static void table_print(struct table *t)
   for (size_t c = 0; c + 1 < t->cols; c++)
     used += width[c] + 2;
   for (size_t r = 0; r < t->rows; r++) {
+    size_t len = 0;
     for (size_t c = 0; c < t->cols; c++) {
       const char *cell = t->text + t->at[r * t->cols + c];
+      size_t bytes = strlen(cell), pad = 0;
       w = t->width[r * t->cols + c];
       if (c + 1 < t->cols) {
-        fputs(cell, stdout);
-        for (size_t pad = width[c] - w + 2; pad; ) {
-          size_t k = pad < sizeof spaces ? pad : sizeof spaces;
-          fwrite(spaces, 1, k, stdout);
-          pad -= k;
-        }
+        pad = width[c] - w + 2;
       } else if (term && used + w > term && term > used + 3) {
-        size_t len = text_span(cell, term - used - 3, &w);
-        printf("%.*s...", (int)len, cell);
-      } else {
-        fputs(cell, stdout);
+        bytes = text_span(cell, term - used - 3, &w);
+        pad = 3; /* "..." */
       }
+      if (line_cap - len < bytes + pad + 1) {
+        while (line_cap - len < bytes + pad + 1)
+          line_cap *= 2;
+        line = xalloc(realloc(line, line_cap));
+      }
+      memcpy(line + len, cell, bytes);
+      len += bytes;
+      memset(line + len, c + 1 < t->cols ? ' ' : '.', pad);
+      len += pad;
     }
-    putchar('\n');
+    line[len++] = '\n';
+    fwrite(line, 1, len, stdout);
   }
+  free(line);
   free(t->at);
   free(t->width);
   free(t->text);
@@ -631,12 +665,14 @@ static int print_buffers(struct ctl *ctl, const gpushm_buffer_list_t *list, bool
   if (ctl->json)
     putchar('[');
   else
+    table_reserve(&t, n + 1);
+  if (!ctl->json)
     table_add(&t, "NAME", "ID", "BACKEND", "DEV", "SIZE", "OWNER", "MODE", "REFS", "LIFETIME",
               "STATE", "AGE", "HOLDERS");
   for (size_t i = 0; i < n; i++) {
     const gpushm_buffer_info_t *b = infos[i];
     bool event = gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT;
-    char id[24], dev[16], size[32], user[64], mode[8], refs[16], age[32], holders[512];
+    char id[24], dev[24], size[32], user[64], mode[8], refs[24], age[32], holders[512];
     if (events_only != event)
       continue;
     if (ctl->json) {
@@ -646,11 +682,13 @@ static int print_buffers(struct ctl *ctl, const gpushm_buffer_list_t *list, bool
       first = false;
       continue;
     }
-    snprintf(id, sizeof id, "%" PRIu64, gpushm_buffer_info_id(b));
-    snprintf(dev, sizeof dev, gpushm_buffer_info_device(b) < 0 ? "-" : "%d",
-             gpushm_buffer_info_device(b));
+    decimal(gpushm_buffer_info_id(b), id);
+    if (gpushm_buffer_info_device(b) < 0)
+      strcpy(dev, "-");
+    else
+      decimal((uint64_t)gpushm_buffer_info_device(b), dev);
     snprintf(mode, sizeof mode, "%04o", gpushm_buffer_info_mode(b));
-    snprintf(refs, sizeof refs, "%u", gpushm_buffer_info_refs(b));
+    decimal(gpushm_buffer_info_refs(b), refs);
     holders_text(b, holders, sizeof holders);
     table_add(&t, gpushm_buffer_info_name(b), id, info_backend_name(b), dev,
               event ? "-" : human_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
