@@ -338,9 +338,15 @@ static uint64_t now_ms(void)
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Against one instant per run: the rows of a listing agree, and a listing of 100k rows
+ * reads the clock once (a system call where the vDSO has no usable clock, as in some
+ * VMs). */
 static uint64_t age_ms(uint64_t since_unix_ms)
 {
-  uint64_t now = now_ms();
+  static uint64_t now;
+
+  if (!now)
+    now = now_ms();
   return now > since_unix_ms ? now - since_unix_ms : 0;
 }
 
@@ -467,7 +473,7 @@ static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
  * with one stdio call each. */
 struct table {
   size_t rows, cap, cols;
-  size_t *at;       /* per cell: its offset in text */
+  size_t *at;       /* per row: its first cell's offset in text (the others follow it) */
   uint16_t *width;  /* per cell: its width in columns */
   char *text;
   size_t len, text_cap;
@@ -479,7 +485,7 @@ static void table_reserve(struct table *t, size_t rows)
   if (t->cap - t->rows >= rows)
     return;
   t->cap = t->rows + rows;
-  t->at = xalloc(realloc(t->at, t->cap * t->cols * sizeof *t->at));
+  t->at = xalloc(realloc(t->at, t->cap * sizeof *t->at));
   t->width = xalloc(realloc(t->width, t->cap * t->cols * sizeof *t->width));
 }
 
@@ -517,7 +523,8 @@ static void table_add(struct table *t, ...)
     const char *v = va_arg(ap, const char *);
     size_t cell = t->rows * t->cols + c, n;
     v = v ? v : "";
-    t->at[cell] = t->len;
+    if (c == 0)
+      t->at[t->rows] = t->len;
     if (plain_ascii(v, &n)) {
       t->width[cell] = (uint16_t)(n < UINT16_MAX ? n : UINT16_MAX);
       table_append(t, v, n);
@@ -549,10 +556,12 @@ static void table_print(struct table *t)
   for (size_t c = 0; c + 1 < t->cols; c++)
     used += width[c] + 2;
   for (size_t r = 0; r < t->rows; r++) {
+    const char *next = t->text + t->at[r];
     size_t len = 0;
     for (size_t c = 0; c < t->cols; c++) {
-      const char *cell = t->text + t->at[r * t->cols + c];
+      const char *cell = next;
       size_t bytes = strlen(cell), pad = 0;
+      next = cell + bytes + 1;
       w = t->width[r * t->cols + c];
       if (c + 1 < t->cols) {
         pad = width[c] - w + 2;
