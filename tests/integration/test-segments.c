@@ -329,22 +329,31 @@ static uint64_t device_free(const struct test_daemon *d)
   return v;
 }
 
-static int free_is(const struct test_daemon *d, void *want)
+/* Device free memory back to a baseline, within slack bytes: exactly, with the fake
+ * driver; on a GPU less than half a segment may stay missing, since a context keeps
+ * some of its own bookkeeping for address ranges it mapped (64 KiB measured on an H100,
+ * driver 580) while a segment that was not freed would miss all of its bytes. */
+struct free_want {
+  uint64_t baseline, slack;
+};
+
+static int free_is(const struct test_daemon *d, void *arg)
 {
-  return device_free(d) == *(uint64_t *)want;
+  const struct free_want *w = arg;
+  return device_free(d) + w->slack >= w->baseline;
 }
 
 /* wait_until(free_is), saying by how much it missed */
-static int free_back_to(const struct test_daemon *d, uint64_t baseline)
+static int free_back_to(const struct test_daemon *d, const struct free_want *want)
 {
   uint64_t now;
 
-  if (wait_until(free_is, d, &baseline))
+  if (wait_until(free_is, d, (void *)want))
     return 1;
   now = device_free(d);
-  fprintf(stderr, "device free memory %llu bytes, baseline %llu: %lld bytes still in use\n",
-          (unsigned long long)now, (unsigned long long)baseline,
-          (long long)(baseline - now));
+  fprintf(stderr, "device free memory %llu bytes, baseline %llu: %lld bytes still in use "
+          "(%llu allowed)\n", (unsigned long long)now, (unsigned long long)want->baseline,
+          (long long)(want->baseline - now), (unsigned long long)want->slack);
   return 0;
 }
 
@@ -410,7 +419,7 @@ static void test_freed_after_last_mapper(void)
   gpushm_t *conn;
   gpushm_buffer_t *a, *b;
   int ready[2], go[2], ready2[2], go2[2];
-  uint64_t baseline;
+  struct free_want want = { 0, 0 };
   gpushm_stats_t *s;
   pid_t pid, killed, warm;
   char c;
@@ -442,12 +451,18 @@ static void test_freed_after_last_mapper(void)
                                              GPUSHM_BACKEND_CUDA_FD, 0, 0600)));
   gpushm_disconnect(conn);
   CHECK(wait_until(segments_gone, &d, NULL));
-  baseline = settled_free(&d);
+  want.baseline = settled_free(&d);
 
   conn = daemon_connect(&d);
   a = create(conn, "a", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
   b = create(conn, "b", MiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
   CHECK(segment_of(conn, "a") == segment_of(conn, "b"));
+  if (getenv("GPUSHM_SEGMENTS_REAL_GPU")) {
+    s = daemon_stats(&d);
+    want.slack = SEGMENT_SUM(s, GPUSHM_BACKEND_CUDA_FD, bytes) / 2;
+    gpushm_stats_free(s);
+    CHECK(want.slack > 0);
+  }
   CHECK(write(go[1], "o", 1) == 1);
   CHECK(read(ready[0], &c, 1) == 1 && c == 'r');
   CHECK_OK(gpushm_buffer_close_unlink(a));
@@ -466,7 +481,7 @@ static void test_freed_after_last_mapper(void)
   CHECK(wait_until(segments_gone, &d, NULL));
   kill(pid, SIGKILL); /* and with it its context: everything is back */
   waitpid(pid, NULL, 0);
-  CHECK(free_back_to(&d, baseline));
+  CHECK(free_back_to(&d, &want));
 
   /* A mapper SIGKILLed while it holds a buffer in the segment. */
   conn = daemon_connect(&d);
@@ -481,12 +496,12 @@ static void test_freed_after_last_mapper(void)
   kill(killed, SIGKILL);
   waitpid(killed, NULL, 0);
   CHECK(wait_until(segments_gone, &d, NULL));
-  CHECK(free_back_to(&d, baseline));
+  CHECK(free_back_to(&d, &want));
   unsetenv("GPUSHM_CUDA_FAULTS");
   close(go2[1]);
   daemon_stop(&d);
   test_log("device memory back to %llu MiB free after the last mapper unmapped, and after "
-           "one was SIGKILLed", (unsigned long long)(baseline >> 20));
+           "one was SIGKILLed", (unsigned long long)(want.baseline >> 20));
 }
 
 /* A reused slot of device memory comes back zeroed: the creator's library clears it (the
