@@ -481,26 +481,27 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   return 0;
 }
 
-int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                      struct client_fds *fds, ProtobufCAllocator *alloc)
+static int call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
 {
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, fds, alloc, gpushm__reply__unpack);
+  r = call_locked(conn, req, out, fds, alloc, unpack);
   pthread_mutex_unlock(&conn->lock);
   return r;
+}
+
+int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                      struct client_fds *fds, ProtobufCAllocator *alloc)
+{
+  return call(conn, req, out, fds, alloc, gpushm__reply__unpack);
 }
 
 int client_call_list(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
                      ProtobufCAllocator *arena)
 {
-  int r;
-
-  pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, NULL, arena, list_codec_unpack_reply);
-  pthread_mutex_unlock(&conn->lock);
-  return r;
+  return call(conn, req, out, NULL, arena, list_codec_unpack_reply);
 }
 
 int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,

@@ -279,6 +279,17 @@ static void *arena(ProtobufCAllocator *alloc, size_t size)
   return alloc->alloc(alloc->allocator_data, size);
 }
 
+/* n pointers to n zeroed-by-init structs of size bytes each, in one allocation (the
+ * layout protobuf-c's repeated message fields have: an array of pointers) */
+static void **ptr_array(ProtobufCAllocator *alloc, size_t n, size_t size)
+{
+  void **ptrs = arena(alloc, n * (sizeof *ptrs + size));
+
+  for (size_t i = 0; ptrs && i < n; i++)
+    ptrs[i] = (char *)(ptrs + n) + i * size;
+  return ptrs;
+}
+
 static char *get_string(ProtobufCAllocator *alloc, const struct reader *s)
 {
   size_t len = (size_t)(s->end - s->p);
@@ -348,13 +359,10 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
       /* most buffers in a long list have no holder: counted only when one comes */
       if (!info->holders) {
         struct reader rest = { field_start, r.end };
-        Gpushm__Holder **ptrs;
         if (!count_field(rest, 16, &n_holders) ||
-            !(ptrs = arena(alloc, n_holders * (sizeof *ptrs + sizeof **ptrs))))
+            !(info->holders = (Gpushm__Holder **)ptr_array(alloc, n_holders,
+                                                           sizeof **info->holders)))
           return false;
-        for (size_t i = 0; i < n_holders; i++)
-          ptrs[i] = (Gpushm__Holder *)(void *)(ptrs + n_holders) + i;
-        info->holders = ptrs;
       }
       if (info->n_holders == n_holders || !get_len(&r, &s) ||
           !get_holder(s, info->holders[info->n_holders++]))
@@ -366,11 +374,11 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
         return false;
       info->device_uuid.len = (size_t)(s.end - s.p);
       info->device_uuid.data = NULL;
-      if (info->device_uuid.len &&
-          !(info->device_uuid.data = arena(alloc, info->device_uuid.len)))
-        return false;
-      if (info->device_uuid.len)
+      if (info->device_uuid.len) {
+        if (!(info->device_uuid.data = arena(alloc, info->device_uuid.len)))
+          return false;
         memcpy(info->device_uuid.data, s.p, info->device_uuid.len);
+      }
       continue;
     }
     if (field > 20) {
@@ -413,14 +421,8 @@ static bool get_list(ProtobufCAllocator *alloc, struct reader r, Gpushm__ListRep
   gpushm__list_reply__init(list);
   if (!count_field(r, 1, &n))
     return false;
-  if (n) {
-    Gpushm__BufferInfo **ptrs = arena(alloc, n * (sizeof *ptrs + sizeof **ptrs));
-    if (!ptrs)
-      return false;
-    for (size_t i = 0; i < n; i++)
-      ptrs[i] = (Gpushm__BufferInfo *)(void *)(ptrs + n) + i;
-    list->buffers = ptrs;
-  }
+  if (n && !(list->buffers = (Gpushm__BufferInfo **)ptr_array(alloc, n, sizeof **list->buffers)))
+    return false;
   while (r.p < r.end) {
     struct reader s;
 
