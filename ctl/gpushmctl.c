@@ -2,6 +2,7 @@
  * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
 #include "config.h"
 #include "ctl.h"
+#include "format.h"
 #include "gpushm-admin.h"
 
 #include <errno.h>
@@ -280,57 +281,6 @@ static int fail(const char *what, int r)
   return EXIT_FAILED;
 }
 
-/* snprintf's "%" PRIu64 without its format parsing: a 100k-row listing formats some
- * 300k numbers. buf has 21 bytes. */
-static const char *decimal(uint64_t v, char *buf)
-{
-  char digits[20];
-  size_t n = 0, i = 0;
-
-  do
-    digits[n++] = (char)('0' + v % 10);
-  while ((v /= 10));
-  while (n)
-    buf[i++] = digits[--n];
-  buf[i] = '\0';
-  return buf;
-}
-
-static const char *human_size(uint64_t bytes, bool exact, char *buf, size_t len)
-{
-  static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-  double v = (double)bytes;
-  unsigned u = 0;
-
-  if (exact) {
-    snprintf(buf, len, "%" PRIu64, bytes);
-    return buf;
-  }
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-  else
-    snprintf(buf, len, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
-static const char *human_age(uint64_t ms, char *buf, size_t len)
-{
-  uint64_t s = ms / 1000;
-  if (s < 60)
-    snprintf(buf, len, "%" PRIu64 "s", s);
-  else if (s < 3600)
-    snprintf(buf, len, "%" PRIu64 "m", s / 60);
-  else if (s < 86400)
-    snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
-  else
-    snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
-  return buf;
-}
-
 static uint64_t now_ms(void)
 {
   struct timespec ts;
@@ -468,13 +418,16 @@ static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
  * Cells live in one growing buffer with their widths beside them, so that a table of
  * 100k rows costs no allocation per cell and no second measuring pass. */
 #define TABLE_MAX_COLS 14
-/* A listing of 100k buffers is 1.2M cells: they are kept compact (a cell's width fits
- * 16 bits: names are at most 127 bytes, escaped four times that) and rows are written
- * with one stdio call each. */
+/* A listing of 100k buffers is 1.2M cells: they are kept compact (a cell's width and
+ * length fit 16 bits: names are at most 127 bytes, escaped four times that) and rows
+ * are written with one stdio call each. */
 struct table {
   size_t rows, cap, cols;
-  size_t *at;       /* per row: its first cell's offset in text (the others follow it) */
-  uint16_t *width;  /* per cell: its width in columns */
+  size_t *at; /* per row: its first cell's offset in text (the others follow it) */
+  struct table_cell {
+    uint16_t width; /* in columns */
+    uint16_t bytes; /* in text, without its NUL */
+  } *cell;
   char *text;
   size_t len, text_cap;
 };
@@ -486,7 +439,7 @@ static void table_reserve(struct table *t, size_t rows)
     return;
   t->cap = t->rows + rows;
   t->at = xalloc(realloc(t->at, t->cap * sizeof *t->at));
-  t->width = xalloc(realloc(t->width, t->cap * t->cols * sizeof *t->width));
+  t->cell = xalloc(realloc(t->cell, t->cap * t->cols * sizeof *t->cell));
 }
 
 static void table_append(struct table *t, const char *s, size_t n)
@@ -525,23 +478,28 @@ static void table_add(struct table *t, ...)
     v = v ? v : "";
     if (c == 0)
       t->at[t->rows] = t->len;
-    if (plain_ascii(v, &n)) {
-      t->width[cell] = (uint16_t)(n < UINT16_MAX ? n : UINT16_MAX);
+    if (plain_ascii(v, &n) && n <= UINT16_MAX) {
+      t->cell[cell] = (struct table_cell){ (uint16_t)n, (uint16_t)n };
       table_append(t, v, n);
     } else {
-      char *e = text_escape(v, 0);
+      /* escaping writes at most 4 bytes per byte: a longer source is cut to fit */
+      char *cut = strnlen(v, UINT16_MAX / 4 + 1) > UINT16_MAX / 4
+                    ? xalloc(strndup(v, UINT16_MAX / 4)) : NULL;
+      char *e = text_escape(cut ? cut : v, 0);
       size_t w;
       n = text_span(e, SIZE_MAX, &w);
-      t->width[cell] = (uint16_t)(w < UINT16_MAX ? w : UINT16_MAX);
+      t->cell[cell] = (struct table_cell){ (uint16_t)(w < UINT16_MAX ? w : UINT16_MAX), (uint16_t)n };
       table_append(t, e, n);
       free(e);
+      free(cut);
     }
   }
   va_end(ap);
   t->rows++;
 }
 
-static void table_print(struct table *t)
+/* Rows in the order given (row indices; NULL: as added). */
+static void table_print(struct table *t, const size_t *order)
 {
   size_t width[TABLE_MAX_COLS] = { 0 }, term = 0, used = 0, w, line_cap = 256;
   char *line = xalloc(malloc(line_cap));
@@ -551,18 +509,19 @@ static void table_print(struct table *t)
     term = ws.ws_col;
   for (size_t r = 0; r < t->rows; r++)
     for (size_t c = 0; c < t->cols; c++)
-      if (t->width[r * t->cols + c] > width[c])
-        width[c] = t->width[r * t->cols + c];
+      if (t->cell[r * t->cols + c].width > width[c])
+        width[c] = t->cell[r * t->cols + c].width;
   for (size_t c = 0; c + 1 < t->cols; c++)
     used += width[c] + 2;
-  for (size_t r = 0; r < t->rows; r++) {
+  for (size_t i = 0; i < t->rows; i++) {
+    size_t r = order ? order[i] : i;
     const char *next = t->text + t->at[r];
     size_t len = 0;
     for (size_t c = 0; c < t->cols; c++) {
       const char *cell = next;
-      size_t bytes = strlen(cell), pad = 0;
+      size_t bytes = t->cell[r * t->cols + c].bytes, pad = 0;
       next = cell + bytes + 1;
-      w = t->width[r * t->cols + c];
+      w = t->cell[r * t->cols + c].width;
       if (c + 1 < t->cols) {
         pad = width[c] - w + 2;
       } else if (term && used + w > term && term > used + 3) {
@@ -584,19 +543,50 @@ static void table_print(struct table *t)
   }
   free(line);
   free(t->at);
-  free(t->width);
+  free(t->cell);
   free(t->text);
 }
 
 /* ---- commands ------------------------------------------------------------------- */
 
+/* A listing is sorted by name, then id.  Its rows are formatted in the daemon's
+ * order (id order: one sequential pass over the list) and only their order is
+ * sorted, on keys holding a copy of each name: 100k names fit in cache, the list they
+ * came from does not, and comparing in place cost more than formatting. */
+struct sort_key {
+  size_t name;  /* offset in the names buffer */
+  uint64_t id;
+  size_t index; /* in the list */
+  size_t row;   /* in the table */
+};
+
+static const char *sort_names;
+
 static int by_name(const void *a, const void *b)
 {
-  const gpushm_buffer_info_t *x = *(const gpushm_buffer_info_t *const *)a;
-  const gpushm_buffer_info_t *y = *(const gpushm_buffer_info_t *const *)b;
-  uint64_t xid = gpushm_buffer_info_id(x), yid = gpushm_buffer_info_id(y);
-  int c = strcmp(gpushm_buffer_info_name(x), gpushm_buffer_info_name(y));
-  return c ? c : (xid < yid ? -1 : xid > yid);
+  const struct sort_key *x = a, *y = b;
+  int c = strcmp(sort_names + x->name, sort_names + y->name);
+  return c ? c : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+/* The row order for keys (order[0] is the header's), or NULL when they are in order
+ * already: the daemon lists in id order, which is often name order too. */
+static size_t *sorted_rows(struct sort_key *keys, size_t n, const char *names)
+{
+  size_t i, *order;
+
+  sort_names = names;
+  for (i = 1; i < n; i++)
+    if (by_name(&keys[i - 1], &keys[i]) > 0)
+      break;
+  if (i >= n)
+    return NULL;
+  qsort(keys, n, sizeof *keys, by_name);
+  order = xalloc(malloc((n + 1) * sizeof *order));
+  order[0] = 0;
+  for (i = 0; i < n; i++)
+    order[i + 1] = keys[i].row;
+  return order;
 }
 
 static const char *info_backend_name(const gpushm_buffer_info_t *b)
@@ -661,57 +651,74 @@ static void json_buffer(const gpushm_buffer_info_t *b)
   printf("]}");
 }
 
+static void table_buffer(struct ctl *ctl, struct table *t, const gpushm_buffer_info_t *b)
+{
+  bool event = gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT;
+  char id[24], dev[24], size[32], user[64], mode[12], refs[24], age[32], holders[512];
+
+  format_decimal(gpushm_buffer_info_id(b), id);
+  if (gpushm_buffer_info_device(b) < 0)
+    strcpy(dev, "-");
+  else
+    format_decimal((uint64_t)gpushm_buffer_info_device(b), dev);
+  format_mode(gpushm_buffer_info_mode(b), mode);
+  format_decimal(gpushm_buffer_info_refs(b), refs);
+  holders_text(b, holders, sizeof holders);
+  table_add(t, gpushm_buffer_info_name(b), id, info_backend_name(b), dev,
+            event ? "-" : format_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
+            user_name(gpushm_buffer_info_owner_uid(b), user, sizeof user), mode, refs,
+            lifetime_name(b),
+            gpushm_buffer_info_linked(b) ? (gpushm_buffer_info_sync(b) ? "linked,sync" : "linked")
+                                         : "unlinked-held",
+            format_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age), holders);
+}
+
 static int print_buffers(struct ctl *ctl, const gpushm_buffer_list_t *list, bool events_only)
 {
   struct table t = { .cols = 12 };
-  size_t n = gpushm_buffer_list_count(list);
-  const gpushm_buffer_info_t **infos = xalloc(calloc(n ? n : 1, sizeof *infos));
-  bool first = true;
+  size_t n = gpushm_buffer_list_count(list), n_keys = 0, names_len = 0, names_cap = 4096;
+  struct sort_key *keys = xalloc(malloc((n ? n : 1) * sizeof *keys));
+  char *names = xalloc(malloc(names_cap));
+  size_t *order;
 
-  for (size_t i = 0; i < n; i++)
-    infos[i] = gpushm_buffer_list_get(list, i);
-  qsort(infos, n, sizeof *infos, by_name);
-  if (ctl->json)
-    putchar('[');
-  else
+  if (!ctl->json) {
     table_reserve(&t, n + 1);
-  if (!ctl->json)
     table_add(&t, "NAME", "ID", "BACKEND", "DEV", "SIZE", "OWNER", "MODE", "REFS", "LIFETIME",
               "STATE", "AGE", "HOLDERS");
-  for (size_t i = 0; i < n; i++) {
-    const gpushm_buffer_info_t *b = infos[i];
-    bool event = gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT;
-    char id[24], dev[24], size[32], user[64], mode[8], refs[24], age[32], holders[512];
-    if (events_only != event)
-      continue;
-    if (ctl->json) {
-      if (!first)
-        putchar(',');
-      json_buffer(b);
-      first = false;
-      continue;
-    }
-    decimal(gpushm_buffer_info_id(b), id);
-    if (gpushm_buffer_info_device(b) < 0)
-      strcpy(dev, "-");
-    else
-      decimal((uint64_t)gpushm_buffer_info_device(b), dev);
-    snprintf(mode, sizeof mode, "%04o", gpushm_buffer_info_mode(b));
-    decimal(gpushm_buffer_info_refs(b), refs);
-    holders_text(b, holders, sizeof holders);
-    table_add(&t, gpushm_buffer_info_name(b), id, info_backend_name(b), dev,
-              event ? "-" : human_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
-              user_name(gpushm_buffer_info_owner_uid(b), user, sizeof user), mode, refs,
-              lifetime_name(b),
-              gpushm_buffer_info_linked(b) ? (gpushm_buffer_info_sync(b) ? "linked,sync" : "linked")
-                                           : "unlinked-held",
-              human_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age), holders);
   }
-  if (ctl->json)
+  for (size_t i = 0; i < n; i++) {
+    const gpushm_buffer_info_t *b = gpushm_buffer_list_get(list, i);
+    const char *name = gpushm_buffer_info_name(b);
+    size_t len = strlen(name) + 1;
+    if (events_only != (gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT))
+      continue;
+    if (names_cap - names_len < len) {
+      while (names_cap - names_len < len)
+        names_cap *= 2;
+      names = xalloc(realloc(names, names_cap));
+    }
+    memcpy(names + names_len, name, len);
+    keys[n_keys] = (struct sort_key){ names_len, gpushm_buffer_info_id(b), i, n_keys + 1 };
+    n_keys++;
+    names_len += len;
+    if (!ctl->json)
+      table_buffer(ctl, &t, b);
+  }
+  order = sorted_rows(keys, n_keys, names);
+  if (ctl->json) {
+    putchar('[');
+    for (size_t k = 0; k < n_keys; k++) {
+      if (k)
+        putchar(',');
+      json_buffer(gpushm_buffer_list_get(list, keys[k].index));
+    }
     printf("]\n");
-  else
-    table_print(&t);
-  free(infos);
+  } else {
+    table_print(&t, order);
+  }
+  free(order);
+  free(names);
+  free(keys);
   return 0;
 }
 
@@ -747,9 +754,9 @@ static void text_detached(struct ctl *ctl, const gpushm_detached_t *d, uint64_t 
            "detached %s ago\n", gpushm_detached_pid(d),
            text(process_name(gpushm_detached_pid(d), comm, sizeof comm), 16),
            gpushm_detached_uid(d), gpushm_detached_client_id(d), gpushm_detached_buffers_total(d),
-           human_size(gpushm_detached_bytes_total(d), ctl->bytes, a, sizeof a),
-           human_size(gpushm_detached_bytes_released(d), ctl->bytes, b, sizeof b),
-           human_age(age_ms(gpushm_detached_since_unix_ms(d)), age, sizeof age));
+           format_size(gpushm_detached_bytes_total(d), ctl->bytes, a, sizeof a),
+           format_size(gpushm_detached_bytes_released(d), ctl->bytes, b, sizeof b),
+           format_age(age_ms(gpushm_detached_since_unix_ms(d)), age, sizeof age));
   for (size_t k = 0; k < gpushm_detached_buffer_count(d); k++) {
     const gpushm_detached_buffer_t *db = gpushm_detached_buffer(d, k);
     if (only && gpushm_detached_buffer_id(db) != only)
@@ -763,7 +770,7 @@ static void text_detached(struct ctl *ctl, const gpushm_detached_t *d, uint64_t 
              gpushm_detached_buffer_id(db),
              backend_name(GPUSHM_KIND_BUFFER, gpushm_detached_buffer_backend(db)),
              gpushm_detached_buffer_device(db),
-             human_size(gpushm_detached_buffer_allocated(db), ctl->bytes, a, sizeof a),
+             format_size(gpushm_detached_buffer_allocated(db), ctl->bytes, a, sizeof a),
              gpushm_detached_buffer_released(db) ? ", freed by gpushmd" : "");
   }
 }
@@ -814,8 +821,8 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
            text(gpushm_buffer_info_name(b), 0), gpushm_buffer_info_id(b), info_backend_name(b),
            gpushm_buffer_info_device(b));
     printf("size:       %s (%s allocated)\n",
-           human_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
-           human_size(gpushm_buffer_info_allocated(b), ctl->bytes, alloc, sizeof alloc));
+           format_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
+           format_size(gpushm_buffer_info_allocated(b), ctl->bytes, alloc, sizeof alloc));
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
            text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
            gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
@@ -825,7 +832,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
            gpushm_buffer_info_linked(b) ? "linked" : "unlinked, still held",
            gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
-           human_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age),
+           format_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age),
            gpushm_buffer_info_refs(b), gpushm_buffer_info_holders_total(b));
     for (size_t h = 0; h < gpushm_buffer_info_holder_count(b); h++) {
       const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
@@ -882,10 +889,10 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
       snprintf(held, sizeof held, "%u", gpushm_client_info_buffers_held(c));
       table_add(&t, id, pid, process_name(gpushm_client_info_pid(c), comm, sizeof comm),
                 user_name(gpushm_client_info_uid(c), user, sizeof user), gpushm_client_info_name(c),
-                held, human_size(gpushm_client_info_bytes_held(c), ctl->bytes, bytes, sizeof bytes),
-                human_age(age_ms(gpushm_client_info_connected_unix_ms(c)), age, sizeof age));
+                held, format_size(gpushm_client_info_bytes_held(c), ctl->bytes, bytes, sizeof bytes),
+                format_age(age_ms(gpushm_client_info_connected_unix_ms(c)), age, sizeof age));
     }
-    table_print(&t);
+    table_print(&t, NULL);
   }
   gpushm_client_list_free(clients);
   return 0;
@@ -1066,20 +1073,20 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
 
   printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n",
          text(gpushm_stats_daemon_version(s), 0), gpushm_stats_instance_id(s),
-         human_age(gpushm_stats_uptime_ms(s), age, sizeof age));
+         format_age(gpushm_stats_uptime_ms(s), age, sizeof age));
   printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", gpushm_stats_clients(s),
          gpushm_stats_clients_dropped(s));
   printf("buffers:        %u (%u linked, %u unlinked but held)\n", buffers, linked,
          buffers - linked);
   printf("allocated:      %s\n",
-         human_size(gpushm_stats_bytes_allocated(s), ctl->bytes, a, sizeof a));
+         format_size(gpushm_stats_bytes_allocated(s), ctl->bytes, a, sizeof a));
   for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
     const gpushm_usage_t *u = gpushm_stats_usage(s, i);
     char where[32];
     snprintf(where, sizeof where, gpushm_usage_device(u) < 0 ? "%s" : "%s, device %d",
              usage_backend_name(u), gpushm_usage_device(u));
     printf("  %-20s %u buffers, %s\n", where, gpushm_usage_buffers(u),
-           human_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
+           format_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
   }
   for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {
     const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);
@@ -1090,10 +1097,10 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
     printf("segments:       %s: %u, %s (%s holding buffers), %u mappings; pool: %u, %s; "
            "%" PRIu64 " buffers carved from %" PRIu64 " allocations\n", where,
            gpushm_segment_usage_segments(u),
-           human_size(gpushm_segment_usage_bytes(u), ctl->bytes, a, sizeof a),
-           human_size(gpushm_segment_usage_bytes_used(u), ctl->bytes, used, sizeof used),
+           format_size(gpushm_segment_usage_bytes(u), ctl->bytes, a, sizeof a),
+           format_size(gpushm_segment_usage_bytes_used(u), ctl->bytes, used, sizeof used),
            gpushm_segment_usage_mappings(u), gpushm_segment_usage_pooled(u),
-           human_size(gpushm_segment_usage_pooled_bytes(u), ctl->bytes, pool, sizeof pool),
+           format_size(gpushm_segment_usage_pooled_bytes(u), ctl->bytes, pool, sizeof pool),
            gpushm_segment_usage_carved(u), gpushm_segment_usage_driver_allocs(u));
   }
   if (gpushm_stats_oneway_errors(s))
@@ -1102,7 +1109,7 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
   if (gpushm_stats_detached_total(s)) {
     printf("detached:       %u processes may still map buffers after their connection ended; "
            "%s freed by gpushmd is still pinned by them\n", gpushm_stats_detached_total(s),
-           human_size(gpushm_stats_bytes_pinned_after_release(s), ctl->bytes, a, sizeof a));
+           format_size(gpushm_stats_bytes_pinned_after_release(s), ctl->bytes, a, sizeof a));
     for (size_t i = 0; i < gpushm_stats_detached_count(s); i++)
       text_detached(ctl, gpushm_stats_detached(s, i), 0);
   }
@@ -1121,8 +1128,8 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
     uint64_t free_memory = gpushm_device_stats_free_memory(d);
     printf("device %d:       %s, %s total, %s\n", gpushm_device_stats_ordinal(d),
            text(gpushm_device_stats_name(d), 0),
-           human_size(gpushm_device_stats_total_memory(d), ctl->bytes, a, sizeof a),
-           free_memory ? human_size(free_memory, ctl->bytes, b, sizeof b)
+           format_size(gpushm_device_stats_total_memory(d), ctl->bytes, a, sizeof a),
+           free_memory ? format_size(free_memory, ctl->bytes, b, sizeof b)
                        : "free unknown (not in use)");
   }
   printf("open fds:       %u\n", gpushm_stats_open_fds(s));

@@ -115,6 +115,14 @@ case "$out" in *"pid $h1"*) fail "killed holder still listed: $out" ;; esac
 expect 0 "$ctl" unlink frames
 expect 0 "$ctl" list; contains "unlinked-held"
 expect 1 "$ctl" destroy frames; contains "no buffer named 'frames'"
+# rows in name then id order whatever order the daemon made them in (it lists by id)
+expect 0 "$ctl" create frames 1
+expect 0 "$ctl" create aaa 1
+expect 0 "$ctl" list --all
+[ "$(echo "$out" | awk 'NR > 1 {for (i = 2; i <= NF; i++) if ($i ~ /linked/) print $1 "," $i}' | tr '\n' ' ')" = "aaa,linked frames,unlinked-held frames,linked small,linked " ] ||
+  fail "list order: $out"
+expect 0 "$ctl" unlink frames
+expect 0 "$ctl" unlink aaa
 
 # --- disconnect: the last holder's references go (so does the memory), the process lives on
 expect 2 "$ctl" disconnect bob; contains "not a client id"
