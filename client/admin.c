@@ -176,6 +176,16 @@ int gpushm_buffer_info_device_uuid(const gpushm_buffer_info_t *info, uint8_t uui
   return copy_uuid(m ? &m->device_uuid : NULL, uuid, "info");
 }
 
+const void *gpushm_buffer_info_metadata(const gpushm_buffer_info_t *info, size_t *size)
+{
+  const Gpushm__BufferInfo *m = ADMIN_MSG(buffer_info, info);
+  bool has = m && m->metadata.len;
+
+  if (size)
+    *size = has ? m->metadata.len : 0;
+  return has ? m->metadata.data : NULL;
+}
+
 int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 {
   const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);
@@ -328,7 +338,7 @@ static int reply_list_add(struct reply_list *l, void *const *items, size_t n)
 }
 
 /* One page of the buffer list after *after_id; *more: another page may follow. */
-static int fetch_buffer_page(gpushm_t *conn, bool all, uint64_t *after_id,
+static int fetch_buffer_page(gpushm_t *conn, unsigned flags, uint64_t *after_id,
                              struct reply_list *l, bool *more)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -339,7 +349,8 @@ static int fetch_buffer_page(gpushm_t *conn, bool all, uint64_t *after_id,
   int r;
 
   body.after_id = *after_id;
-  body.all = all;
+  body.all = (flags & GPUSHM_LIST_ALL) != 0;
+  body.metadata = (flags & GPUSHM_LIST_METADATA) != 0;
   req.body_case = GPUSHM__REQUEST__BODY_LIST;
   req.list = &body;
   if ((r = client_call_list(conn, &req, &reply, &l->alloc)) < 0)
@@ -366,13 +377,13 @@ int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
     *out = NULL;
   if (!conn || !out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
-  if (flags & ~GPUSHM_LIST_ALL)
+  if (flags & ~(GPUSHM_LIST_ALL | GPUSHM_LIST_METADATA))
     return client_error(GPUSHM_E_INVAL, "unknown list flags 0x%x", flags);
   if (!(list = calloc(1, sizeof *list)))
     return client_error(GPUSHM_E_NOMEM, "out of memory");
   reply_list_init(&list->l);
   while (more) {
-    int r = fetch_buffer_page(conn, flags & GPUSHM_LIST_ALL, &after_id, &list->l, &more);
+    int r = fetch_buffer_page(conn, flags, &after_id, &list->l, &more);
     if (r < 0) {
       gpushm_buffer_list_free(list);
       return r;

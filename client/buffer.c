@@ -422,10 +422,13 @@ static struct gpushm_buffer *new_entry(gpushm_t *conn, const Gpushm__OpenReply *
                                        uint64_t generation)
 {
   const Gpushm__BufferInfo *info = open->info;
-  struct gpushm_buffer *buf = calloc(1, sizeof *buf);
+  struct gpushm_buffer *buf = calloc(1, sizeof *buf + info->metadata.len);
 
   if (!buf)
     return NULL;
+  if (info->metadata.len)
+    memcpy(buf->metadata, info->metadata.data, info->metadata.len);
+  buf->metadata_len = info->metadata.len;
   buf->instance_id = conn->instance_id;
   buf->id = info->id;
   buf->read_only = open->read_only;
@@ -621,6 +624,8 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
 _Static_assert(GPUSHM_CREATE_OPTS_SIZE_V1 == offsetof(gpushm_create_opts_t, flags) +
                sizeof(uint32_t), "the first published layout ends after flags, for ever");
 
+_Static_assert(GPUSHM_METADATA_MAX == GPUSHM_LIMIT_METADATA, "one limit, two spellings");
+
 void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 {
   memset(opts, 0, sizeof *opts);
@@ -677,6 +682,22 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   body.lifetime = (Gpushm__Lifetime)opts.lifetime;
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
+  if (opts.metadata_size) {
+    if (event)
+      return client_error(GPUSHM_E_INVAL, "an event carries no metadata");
+    if (!opts.metadata)
+      return client_error(GPUSHM_E_INVAL, "metadata_size is %u but metadata is NULL",
+                          opts.metadata_size);
+    if (opts.metadata_size > GPUSHM_METADATA_MAX)
+      return client_error(GPUSHM_E_LIMIT, "metadata of %u bytes is over the limit of %u",
+                          opts.metadata_size, GPUSHM_METADATA_MAX);
+    /* an older daemon would drop the field unread, and the buffer come without it */
+    if (!(conn->features & GPUSHM_FEATURE_METADATA))
+      return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s keeps no metadata with buffers "
+                          "(GPUSHM_FEATURE_METADATA)", conn->daemon_version);
+    body.metadata.data = (uint8_t *)opts.metadata;
+    body.metadata.len = opts.metadata_size;
+  }
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
   return open_round_trip(conn, &req, event, &want, out);
@@ -889,4 +910,11 @@ int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid
   if (gid)
     *gid = buf->owner_gid;
   return 0;
+}
+
+const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size)
+{
+  if (size)
+    *size = buf && buf->metadata_len ? buf->metadata_len : 0;
+  return buf && buf->metadata_len ? buf->metadata : NULL;
 }

@@ -71,6 +71,10 @@ struct gpushm_buffer {
    * mapped for this buffer alone). */
   struct client_segment *segment;
   uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
+  /* What the buffer was created with, from the open reply: with the entry, so that it
+   * goes with it. */
+  size_t metadata_len;
+  uint8_t metadata[];
 };
 
 /* The wire spells an event as a backend (BACKEND_CUDA_EVENT); the API has kinds. */

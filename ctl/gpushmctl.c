@@ -27,6 +27,7 @@ struct ctl {
   int device;
   uint32_t mode;
   uint32_t backend;
+  const char *metadata; /* create --metadata */
   gpushm_t *conn;
 };
 
@@ -619,6 +620,63 @@ static void holders_text(const gpushm_buffer_info_t *b, char *out, size_t len)
              (size_t)(gpushm_buffer_info_holders_total(b) - h));
 }
 
+/* Metadata is shown as text when it is UTF-8 without NULs, else in base64. */
+static bool metadata_is_text(const uint8_t *data, size_t len)
+{
+  char copy[GPUSHM_METADATA_MAX + 1];
+  size_t at = 0;
+
+  if (len > GPUSHM_METADATA_MAX || memchr(data, 0, len))
+    return false;
+  memcpy(copy, data, len);
+  copy[len] = '\0';
+  while (at < len) {
+    uint32_t cp;
+    size_t bad, n = utf8_next((const unsigned char *)copy + at, &cp, &bad);
+    if (!n)
+      return false;
+    at += n;
+  }
+  return true;
+}
+
+/* out has room for 4 * ((len + 2) / 3) + 1 bytes. */
+static char *base64(const uint8_t *data, size_t len, char *out)
+{
+  static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char *o = out;
+
+  for (size_t i = 0; i < len; i += 3) {
+    uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < len ? (uint32_t)data[i + 1] << 8 : 0) |
+                 (i + 2 < len ? data[i + 2] : 0);
+    *o++ = digits[v >> 18];
+    *o++ = digits[v >> 12 & 63];
+    *o++ = i + 1 < len ? digits[v >> 6 & 63] : '=';
+    *o++ = i + 2 < len ? digits[v & 63] : '=';
+  }
+  *o = '\0';
+  return out;
+}
+
+/* Text or base64 of b's metadata into out (room for GPUSHM_METADATA_MAX * 4 / 3 + 4);
+ * NULL when it has none. */
+static const char *metadata_text(const gpushm_buffer_info_t *b, bool *is_text, char *out)
+{
+  size_t len;
+  const uint8_t *data = gpushm_buffer_info_metadata(b, &len);
+
+  if (!data)
+    return NULL;
+  if ((*is_text = metadata_is_text(data, len))) {
+    memcpy(out, data, len);
+    out[len] = '\0';
+    return out;
+  }
+  return base64(data, len, out);
+}
+
+#define METADATA_TEXT_SIZE (GPUSHM_METADATA_MAX / 3 * 4 + 8)
+
 static void json_buffer(const gpushm_buffer_info_t *b)
 {
   char user[64];
@@ -648,7 +706,19 @@ static void json_buffer(const gpushm_buffer_info_t *b)
     json_string(process_name(gpushm_holder_pid(holder), comm, sizeof comm));
     putchar('}');
   }
-  printf("]}");
+  printf("],\"metadata\":");
+  {
+    static char meta[METADATA_TEXT_SIZE];
+    bool is_text;
+    const char *m = metadata_text(b, &is_text, meta);
+    if (m) {
+      json_string(m);
+      printf(",\"metadata_encoding\":\"%s\"", is_text ? "utf-8" : "base64");
+    } else {
+      printf("null");
+    }
+  }
+  putchar('}');
 }
 
 static void table_buffer(struct ctl *ctl, struct table *t, const gpushm_buffer_info_t *b)
@@ -725,7 +795,9 @@ static int print_buffers(struct ctl *ctl, const gpushm_buffer_list_t *list, bool
 static int list_buffers(struct ctl *ctl, bool events_only)
 {
   gpushm_buffer_list_t *list;
-  int r = gpushm_list(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &list);
+  /* the table leaves metadata out: a long list stays cheap */
+  int r = gpushm_list(ctl->conn, (ctl->all ? GPUSHM_LIST_ALL : 0) |
+                                   (ctl->json ? GPUSHM_LIST_METADATA : 0), &list);
 
   if (r < 0)
     return fail(events_only ? "events" : "list", r);
@@ -794,7 +866,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
   char *end;
   uint64_t id = strtoull(argv[0], &end, 10);
   bool by_id = *argv[0] && !*end;
-  int r = gpushm_list(ctl->conn, ctl->all ? GPUSHM_LIST_ALL : 0, &list);
+  int r = gpushm_list(ctl->conn, (ctl->all ? GPUSHM_LIST_ALL : 0) | GPUSHM_LIST_METADATA, &list);
 
   if (r < 0)
     return fail("show", r);
@@ -829,6 +901,17 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     if (gpushm_buffer_info_segment_id(b))
       printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
              "and mode)\n", gpushm_buffer_info_segment_id(b));
+    {
+      static char meta[METADATA_TEXT_SIZE];
+      bool is_text;
+      size_t len;
+      const char *m = metadata_text(b, &is_text, meta);
+      if (m) {
+        gpushm_buffer_info_metadata(b, &len);
+        /* text() escapes what a terminal would act on, newlines included */
+        printf("metadata:   %s%s\n", is_text ? "" : "(base64) ", text(m, 0));
+      }
+    }
     printf("state:      %s%s\ncreated by: pid %u, %s ago\nreferences: %u\nholders:    %u\n",
            gpushm_buffer_info_linked(b) ? "linked" : "unlinked, still held",
            gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
@@ -1198,6 +1281,10 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   opts.mode = ctl->mode;
   opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
   opts.flags = ctl->sync ? GPUSHM_CREATE_SYNC : 0;
+  if (ctl->metadata) {
+    opts.metadata = ctl->metadata;
+    opts.metadata_size = (uint32_t)strnlen(ctl->metadata, GPUSHM_METADATA_MAX + 1);
+  }
   if ((r = gpushm_buffer_create(ctl->conn, argv[0], size, &opts, &b)) < 0)
     return fail("create", r);
   printf("%s %" PRIu64 "\n", text(gpushm_buffer_name(b), 0), gpushm_buffer_id(b));
@@ -1292,7 +1379,7 @@ static const struct cmd_entry commands[] = {
   { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
-    "device,mode,session,backend,sync", 2, 2, cmd_create, check_create, false },
+    "device,mode,session,backend,sync,metadata", 2, 2, cmd_create, check_create, false },
   { "unlink", "destroy", "NAME", "remove a buffer's or event's name; memory goes with its last holder",
     "", 1, 1, cmd_unlink, NULL, false },
   { "disconnect", NULL, "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
@@ -1316,6 +1403,7 @@ static const struct option long_options[] = {
   { "session", no_argument, NULL, 'S' },
   { "backend", required_argument, NULL, 'B' },
   { "sync", no_argument, NULL, 'y' },
+  { "metadata", required_argument, NULL, 'M' },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -1348,6 +1436,7 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "session", "--session      unlinked when gpushmctl disconnects (for tests)" },
     { "backend", "--backend B    host, cuda-ipc or cuda-fd (default: gpushmd's default)" },
     { "sync", "--sync         with acquire/release ordering" },
+    { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
   };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
           cmd->args, cmd->summary);
@@ -1417,6 +1506,7 @@ int main(int argc, char **argv)
     case 'p': name = "prometheus"; ctl.prometheus = true; break;
     case 'S': name = "session"; ctl.session = true; break;
     case 'y': name = "sync"; ctl.sync = true; break;
+    case 'M': name = "metadata"; ctl.metadata = optarg; break;
     case 'd':
       name = "device";
       ctl.device = (int)strtol(optarg, &end, 10);

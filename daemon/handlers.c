@@ -173,8 +173,8 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 /* Fills info for one buffer as seen by asker, its holders into holders and ptrs
  * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or for as many as b has). */
 static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
-                      const struct reg_client *asker, Gpushm__Holder *holders,
-                      Gpushm__Holder **ptrs)
+                      const struct reg_client *asker, bool with_metadata,
+                      Gpushm__Holder *holders, Gpushm__Holder **ptrs)
 {
   size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
   size_t i = 0;
@@ -214,6 +214,10 @@ static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
   info->holders_total = b->n_holders;
   info->n_holders = i;
   info->holders = ptrs;
+  if (with_metadata) {
+    info->metadata.data = b->metadata;
+    info->metadata.len = b->metadata_len;
+  }
 }
 
 static void close_ctx_fds(struct handler_reply *ctx)
@@ -228,7 +232,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
 {
   struct reg_export *e = &ctx->export;
 
-  fill_info(&ctx->info, e->buffer, call->client, ctx->holders, ctx->holder_ptrs);
+  fill_info(&ctx->info, e->buffer, call->client, true, ctx->holders, ctx->holder_ptrs);
   memcpy(ctx->fds, e->fds, sizeof(int) * e->n_fds);
   ctx->n_fds = e->n_fds;
   e->n_fds = 0;
@@ -265,6 +269,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
     .sync = cr->sync,
+    .metadata = cr->metadata.data,
+    .metadata_len = cr->metadata.len,
   };
   const struct reg_object *b;
   int r;
@@ -378,7 +384,7 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
 
     if (!visible_to(b, call->client, all))
       continue;
-    fill_info(&ctx->info, b, call->client, ctx->holders, ctx->holder_ptrs);
+    fill_info(&ctx->info, b, call->client, req->list->metadata, ctx->holders, ctx->holder_ptrs);
     info_size = list_codec_info_size(&ctx->info);
     if ((size_t)(end - page) + list_codec_entry_size(info_size) > budget)
       break;

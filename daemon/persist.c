@@ -8,9 +8,12 @@
 #include "backend_cuda.h"
 #endif
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -19,13 +22,28 @@
  * device record 255. */
 #define RECORD_MAX 256
 #define RECORD_FLAG_SYNC 1u
+/* The buffer has metadata, deposited beside it as a sealed memfd ("x.<id>"): FDNAME is
+ * too short for it.  Daemons before 0.3 ignore the flag and drop the "x." record. */
+#define RECORD_FLAG_METADATA 2u
+
+static unsigned record_flags(const struct reg_object *b)
+{
+  return (b->sync ? RECORD_FLAG_SYNC : 0u) | (b->metadata_len ? RECORD_FLAG_METADATA : 0u);
+}
+
+/* What a deposited buffer takes of the fd store: its memory, a sync buffer's control
+ * block, its metadata. */
+static unsigned fds_of(const struct reg_object *b)
+{
+  return 1u + (b->sync ? 1u : 0u) + (b->metadata_len ? 1u : 0u);
+}
 
 /* Host memory: the sealed memfd.  The format of gpushm 0.1 ("m."), unchanged, so that a
  * daemon of either version takes the other's host buffers back. */
 static void memory_record(const struct reg_object *b, char *out, size_t len)
 {
   snprintf(out, len, SDN_FDSTORE_PREFIX "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s",
-           b->id, b->backend->kind, b->sync ? RECORD_FLAG_SYNC : 0u, (unsigned)b->owner_uid,
+           b->id, b->backend->kind, record_flags(b), (unsigned)b->owner_uid,
            (unsigned)b->owner_gid, b->mode, b->size, b->created_unix_ms, b->name);
 }
 
@@ -64,7 +82,7 @@ static bool record_of(const struct reg_object *b, char *out, size_t len)
       .allocated = b->allocated, .owner_uid = b->owner_uid, .owner_gid = b->owner_gid,
       .mode = b->mode, .created_unix_ms = b->created_unix_ms,
     };
-    return uuid && device_record(&a, b->sync ? RECORD_FLAG_SYNC : 0u, uuid, out, len);
+    return uuid && device_record(&a, record_flags(b), uuid, out, len);
   }
 #endif
   return false;
@@ -73,6 +91,31 @@ static bool record_of(const struct reg_object *b, char *out, size_t len)
 static void control_record(uint64_t id, char *out, size_t len)
 {
   snprintf(out, len, SDN_FDSTORE_PREFIX "c.%" PRIu64, id);
+}
+
+static void metadata_record(uint64_t id, char *out, size_t len)
+{
+  snprintf(out, len, SDN_FDSTORE_PREFIX "x.%" PRIu64, id);
+}
+
+/* Deposits b's metadata in a sealed memfd of its own (the store keeps its copy). */
+static int deposit_metadata(const struct reg_object *b)
+{
+  char name[RECORD_MAX];
+  int fd = memfd_create("gpushm-metadata", MFD_CLOEXEC | MFD_ALLOW_SEALING), r;
+
+  if (fd < 0)
+    return -errno;
+  if (write(fd, b->metadata, b->metadata_len) != (ssize_t)b->metadata_len ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+    r = errno ? -errno : -EIO;
+    close(fd);
+    return r;
+  }
+  metadata_record(b->id, name, sizeof name);
+  r = sdn_fdstore_add(name, fd);
+  close(fd);
+  return r;
 }
 
 void persist_init(struct persist *p)
@@ -88,7 +131,7 @@ void persist_init(struct persist *p)
 void persist_created(struct persist *p, struct reg_object *b)
 {
   char name[RECORD_MAX];
-  unsigned need = b->sync ? 2 : 1;
+  unsigned need = fds_of(b);
   int r;
 
   if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER)
@@ -121,6 +164,15 @@ void persist_created(struct persist *p, struct reg_object *b)
       return;
     }
   }
+  if (b->metadata_len && (r = deposit_metadata(b)) < 0) {
+    char control[RECORD_MAX];
+    log_warn("could not deposit the metadata of '%s': %s", b->name, strerror(-r));
+    sdn_fdstore_remove(name);
+    control_record(b->id, control, sizeof control);
+    if (b->sync)
+      sdn_fdstore_remove(control);
+    return;
+  }
   p->stored += need;
   b->persisted = true;
 }
@@ -137,7 +189,11 @@ void persist_unlinked(struct persist *p, struct reg_object *b)
     control_record(b->id, name, sizeof name);
     sdn_fdstore_remove(name);
   }
-  p->stored -= b->sync ? 2 : 1;
+  if (b->metadata_len) {
+    metadata_record(b->id, name, sizeof name);
+    sdn_fdstore_remove(name);
+  }
+  p->stored -= fds_of(b);
   b->persisted = false;
 }
 
@@ -253,6 +309,48 @@ static ssize_t take_control(struct sdn_passed *passed, uint64_t id, struct backe
   return (ssize_t)c;
 }
 
+/* A buffer's metadata, deposited beside its memory record: read into out (room for
+ * GPUSHM_LIMIT_METADATA bytes) and its fd closed.  Returns its bytes, or -1 with why:
+ * missing, or unusable (then dropped from the store).  As with a control block, a
+ * buffer whose metadata is lost is dropped: a consumer would misread it without. */
+static ssize_t take_metadata(struct sdn_passed *passed, uint64_t id, uint8_t *out,
+                             const char **why)
+{
+  char want[RECORD_MAX];
+  uint8_t extra;
+  ssize_t n;
+  size_t m;
+  int fd;
+
+  metadata_record(id, want, sizeof want);
+  for (m = 0; m < passed->n_stored; m++)
+    if (passed->stored_fds[m] >= 0 && strcmp(passed->stored_names[m], want) == 0)
+      break;
+  if (m == passed->n_stored) {
+    *why = "its metadata is missing";
+    return -1;
+  }
+  fd = passed->stored_fds[m];
+  passed->stored_fds[m] = -1;
+  n = pread(fd, out, GPUSHM_LIMIT_METADATA, 0);
+  /* the daemon wrote at most the limit: more is not its record */
+  if (n <= 0 || pread(fd, &extra, 1, n) != 0) {
+    drop(passed->stored_names[m], fd, "not metadata this daemon wrote");
+    *why = "its metadata is unusable";
+    return -1;
+  }
+  close(fd);
+  return n;
+}
+
+/* The metadata record of a buffer that could not come back goes with it. */
+static void drop_metadata(uint64_t id)
+{
+  char name[RECORD_MAX];
+  metadata_record(id, name, sizeof name);
+  sdn_fdstore_remove(name);
+}
+
 /* Takes a cuda-fd buffer back: its fd imported again on the device of the recorded UUID
  * (and a sync buffer's control block with it: its fence lives in the allocation). */
 static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_passed *passed,
@@ -260,15 +358,26 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
 {
   struct device_entry e;
   struct backend_mem control;
-  ssize_t c = -1;
+  uint8_t metadata[GPUSHM_LIMIT_METADATA];
+  ssize_t c = -1, m;
   const char *why;
 
   if (!parse_device_record(record, &e) || e.args.backend != GPUSHM_BACKEND_CUDA_FD) {
     drop(record, fd, "not a record this daemon understands");
     return false;
   }
+  if ((e.flags & RECORD_FLAG_METADATA)) {
+    if ((m = take_metadata(passed, e.args.id, metadata, &why)) < 0) {
+      drop_device(record, &e, fd, why);
+      return false;
+    }
+    e.args.metadata = metadata;
+    e.args.metadata_len = (size_t)m;
+  }
   if ((e.flags & RECORD_FLAG_SYNC) && (c = take_control(passed, e.args.id, &control, &why)) < 0) {
     drop_device(record, &e, fd, why);
+    if (e.args.metadata_len)
+      drop_metadata(e.args.id);
     return false;
   }
 #ifdef HAVE_CUDA
@@ -281,6 +390,8 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
       drop_device(record, &e, fd, err);
       if (c >= 0)
         drop(passed->stored_names[c], control.fd, "its buffer is unusable");
+      if (e.args.metadata_len)
+        drop_metadata(e.args.id);
       return false;
     }
     if (registry_adopt(reg, &e.args, &mem, c >= 0 ? &control : NULL, err, sizeof err) < 0) {
@@ -288,10 +399,12 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
       drop_device(record, &e, -1, err);
       if (c >= 0)
         drop(passed->stored_names[c], control.fd, "its buffer is unusable");
+      if (e.args.metadata_len)
+        drop_metadata(e.args.id);
       return false;
     }
   }
-  p->stored += c >= 0 ? 2 : 1;
+  p->stored += (c >= 0 ? 2 : 1) + (e.args.metadata_len ? 1 : 0);
   log_debug("cuda-fd buffer '%s' (id %llu, %llu bytes) is back on device %d from systemd's fd "
             "store", e.name, (unsigned long long)e.args.id, (unsigned long long)e.args.size,
             e.args.device);
@@ -302,6 +415,8 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
   drop_device(record, &e, fd, "this gpushmd is built without CUDA");
   if (c >= 0)
     drop(passed->stored_names[c], control.fd, "its buffer is unusable");
+  if (e.args.metadata_len)
+    drop_metadata(e.args.id);
   return false;
 #endif
 }
@@ -317,6 +432,7 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
     int fd = passed->stored_fds[i], control_fd = -1;
     struct backend_mem mem, control;
     struct memory_entry e;
+    uint8_t metadata[GPUSHM_LIMIT_METADATA];
     size_t c = passed->n_stored;
 
     if (fd < 0)
@@ -333,11 +449,23 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
       drop(record, fd, "not a record this daemon understands");
       continue;
     }
+    if (e.flags & RECORD_FLAG_METADATA) {
+      const char *why;
+      ssize_t m = take_metadata(passed, e.args.id, metadata, &why);
+      if (m < 0) {
+        drop(record, fd, why);
+        continue;
+      }
+      e.args.metadata = metadata;
+      e.args.metadata_len = (size_t)m;
+    }
     if (e.flags & RECORD_FLAG_SYNC) {
       const char *why;
       ssize_t slot = take_control(passed, e.args.id, &control, &why);
       if (slot < 0) {
         drop(record, fd, why);
+        if (e.args.metadata_len)
+          drop_metadata(e.args.id);
         continue;
       }
       c = (size_t)slot;
@@ -349,9 +477,11 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
       drop(record, fd, err);
       if (control_fd >= 0)
         drop(passed->stored_names[c], control_fd, "its buffer is unusable");
+      if (e.args.metadata_len)
+        drop_metadata(e.args.id);
       continue;
     }
-    p->stored += control_fd >= 0 ? 2 : 1;
+    p->stored += (control_fd >= 0 ? 2 : 1) + (e.args.metadata_len ? 1 : 0);
     adopted++;
     log_debug("'%s' (id %llu, %llu bytes) is back from systemd's fd store", e.name,
               (unsigned long long)e.args.id, (unsigned long long)e.args.size);

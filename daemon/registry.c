@@ -324,7 +324,20 @@ static void free_buffer(struct registry *reg, struct reg_object *buffer)
   if (!buffer->charged_to_holders)
     usage_release(reg, buffer->owner_uid, buffer);
   release_contents(reg, buffer);
+  free(buffer->metadata);
   free(buffer);
+}
+
+/* The object's own copy of metadata (none for 0 bytes). */
+static int copy_metadata(struct reg_object *obj, const uint8_t *metadata, size_t len)
+{
+  if (!len)
+    return 0;
+  if (!(obj->metadata = malloc(len)))
+    return GPUSHM_E_NOMEM;
+  memcpy(obj->metadata, metadata, len);
+  obj->metadata_len = (uint32_t)len;
+  return 0;
 }
 
 static bool uid_holds(const struct reg_object *buffer, uid_t uid, const struct reg_holding *except)
@@ -602,9 +615,14 @@ static int check_create(const struct registry *reg, const struct reg_client *cli
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
     return GPUSHM_E_NAME;
   }
+  if (args->metadata_len > GPUSHM_LIMIT_METADATA) {
+    snprintf(err, errlen, "metadata of %zu bytes is over the limit of %u", args->metadata_len,
+             GPUSHM_LIMIT_METADATA);
+    return GPUSHM_E_LIMIT;
+  }
   if (args->kind == REG_EVENT) {
-    if (args->size != 0 || args->sync) {
-      snprintf(err, errlen, "an event has no size and no sync of its own");
+    if (args->size != 0 || args->sync || args->metadata_len) {
+      snprintf(err, errlen, "an event has no size, no sync and no metadata of its own");
       return GPUSHM_E_INVAL;
     }
   } else if (args->kind != REG_BUFFER) {
@@ -768,7 +786,12 @@ int registry_create(struct registry *reg, struct reg_client *client,
     goto oom;
   if (!(buffer = calloc(1, sizeof *buffer)))
     goto oom;
+  if (copy_metadata(buffer, args->metadata, args->metadata_len) < 0) {
+    free(buffer);
+    goto oom;
+  }
   if ((r = alloc_contents(reg, buffer, client, args, be, err, errlen)) < 0) {
+    free(buffer->metadata);
     free(buffer);
     return r;
   }
@@ -776,6 +799,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   r = check_quota(reg, client->uid, buffer->allocated, host_bytes_of(buffer), err, errlen);
   if (r < 0) {
     release_contents(reg, buffer);
+    free(buffer->metadata);
     free(buffer);
     return r;
   }
@@ -1011,7 +1035,8 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   int r;
 
   if (!be || !wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u) ||
-      (be->kind != GPUSHM_BACKEND_HOST && a->device < 0)) {
+      (be->kind != GPUSHM_BACKEND_HOST && a->device < 0) ||
+      a->metadata_len > GPUSHM_LIMIT_METADATA) {
     snprintf(err, errlen, "invalid record");
     return GPUSHM_E_INVAL;
   }
@@ -1026,7 +1051,13 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
     snprintf(err, errlen, "daemon out of memory");
     return GPUSHM_E_NOMEM;
   }
+  if (copy_metadata(buffer, a->metadata, a->metadata_len) < 0) {
+    free(buffer);
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
   if (control && (r = sync_adopt(&buffer->sync_state, control, a->name, err, errlen)) < 0) {
+    free(buffer->metadata);
     free(buffer);
     return r;
   }

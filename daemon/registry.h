@@ -69,6 +69,8 @@ struct reg_object {
   struct reg_object *name_next; /* hash chain, while linked */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
   bool persisted; /* deposited in systemd's fd store */
+  uint8_t *metadata; /* set at create, immutable; NULL when none */
+  uint32_t metadata_len;
 };
 
 struct reg_holding {
@@ -110,6 +112,8 @@ struct reg_create_args {
   int lifetime;
   bool open_existing;
   bool sync;
+  const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
+  size_t metadata_len;
 };
 
 struct reg_uid_usage;
@@ -147,6 +151,8 @@ struct reg_adopt_args {
   gid_t owner_gid;
   uint32_t mode;
   uint64_t created_unix_ms;
+  const uint8_t *metadata; /* copied */
+  size_t metadata_len;
 };
 
 struct registry {

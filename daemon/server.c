@@ -503,6 +503,7 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
     .ctx = srv,
     .instance_id = srv->instance_id,
     .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
+                GPUSHM_FEATURE_METADATA |
                 (srv->persist.enabled ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,

@@ -52,6 +52,9 @@ typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this proces
 /* gpushm_list() flags: every user's buffers (root or the daemon's admin group only;
  * GPUSHM_E_PERM otherwise). */
 #define GPUSHM_LIST_ALL 0x1u
+/* Entries carry their metadata (gpushm_buffer_info_metadata()); without it they carry
+ * none, so that a long list stays cheap. */
+#define GPUSHM_LIST_METADATA 0x2u
 
 /* All buffers and events the daemon shows this connection, in id order. */
 GPUSHM_API int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out);
@@ -85,6 +88,10 @@ GPUSHM_API int gpushm_buffer_info_linked(const gpushm_buffer_info_t *info);
 GPUSHM_API int gpushm_buffer_info_sync(const gpushm_buffer_info_t *info);
 /* The segment it was carved out of (docs/segments.md); 0: an allocation of its own. */
 GPUSHM_API uint64_t gpushm_buffer_info_segment_id(const gpushm_buffer_info_t *info);
+/* The buffer's metadata (*size bytes; NULL and 0 if none, or if the list was made
+ * without GPUSHM_LIST_METADATA); lives as long as the list. */
+GPUSHM_API const void *gpushm_buffer_info_metadata(const gpushm_buffer_info_t *info,
+                                                   size_t *size);
 /* References held by all connections, and by the asking one. */
 GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);

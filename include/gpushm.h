@@ -35,7 +35,7 @@ extern "C" {
 
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
-#define GPUSHM_VERSION_MINOR 3
+#define GPUSHM_VERSION_MINOR 4
 #define GPUSHM_VERSION_PATCH 0
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
@@ -137,8 +137,18 @@ typedef struct gpushm_create_opts {
   uint32_t mode;      /* permission bits as for a file; 0 means 0600 */
   uint32_t lifetime;  /* gpushm_lifetime_t */
   uint32_t flags;     /* GPUSHM_CREATE_* */
+  /* Bytes kept with the buffer, immutable, returned by gpushm_buffer_metadata() to every
+   * process that opens it (a tensor manifest, say): at most GPUSHM_METADATA_MAX, else
+   * GPUSHM_E_LIMIT; GPUSHM_E_UNSUPPORTED from a daemon without
+   * GPUSHM_FEATURE_METADATA.  Events take none.  A create that joins an existing
+   * buffer (GPUSHM_CREATE_OPEN_EXISTING) gets that buffer's. */
+  uint32_t metadata_size;
+  const void *metadata;
   /* New fields go here, zero meaning what older libraries do. */
 } gpushm_create_opts_t;
+
+/* Metadata a buffer may carry, in bytes. */
+#define GPUSHM_METADATA_MAX 4096u
 
 /* The size of the first published gpushm_create_opts_t (gpushm 0.2): up to flags. */
 #define GPUSHM_CREATE_OPTS_SIZE_V1 24u
@@ -169,6 +179,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_SEGMENTS 0x4ull
 /* Last closes (and gpushm_buffer_close_unlink()) do not wait for the daemon's reply. */
 #define GPUSHM_FEATURE_ONEWAY 0x8ull
+/* Buffers carry the metadata they were created with (gpushm_create_opts.metadata). */
+#define GPUSHM_FEATURE_METADATA 0x10ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -232,6 +244,9 @@ GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
 /* The buffer's owner (its creator's uid and gid).  Names are global: a consumer that
  * opens a name another user could have created first checks who owns what it got. */
 GPUSHM_API int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid);
+/* The metadata buf was created with (*size bytes; NULL and 0 if none), valid while buf
+ * is open.  It came with the open: no round trip. */
+GPUSHM_API const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size);
 
 /* Named inter-process events (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) owned
  * by the daemon on device opts->device (opts NULL: device 0, mode 0600, persistent;

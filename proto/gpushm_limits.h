@@ -21,6 +21,11 @@
 /* Free-form client name sent in Hello (shown by admin tools). */
 #define GPUSHM_LIMIT_CLIENT_NAME_LEN   64u
 
+/* Metadata a buffer may carry (set at create, immutable, sent with every open): room
+ * for a tensor manifest, small enough that an open reply and a list page of such
+ * buffers stay within one frame. */
+#define GPUSHM_LIMIT_METADATA          4096u
+
 /* Holders shown per buffer in list/show replies; the total count is always given. */
 #define GPUSHM_LIMIT_HOLDERS_LISTED    128u
 

@@ -117,6 +117,7 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
   BYTES(18, info->device_uuid.data, info->device_uuid.len);
   VARINT(19, info->sync ? 1 : 0);
   VARINT(20, info->segment_id);
+  BYTES(21, info->metadata.data, info->metadata.len);
   return n;
 }
 
@@ -335,6 +336,19 @@ static bool get_holder(struct reader r, Gpushm__Holder *h)
   return true;
 }
 
+/* A bytes field; a repeated one replaces the earlier, as protobuf-c's does. */
+static bool get_bytes(ProtobufCAllocator *alloc, const struct reader *s, ProtobufCBinaryData *out)
+{
+  out->len = (size_t)(s->end - s->p);
+  out->data = NULL;
+  if (out->len) {
+    if (!(out->data = arena(alloc, out->len)))
+      return false;
+    memcpy(out->data, s->p, out->len);
+  }
+  return true;
+}
+
 static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferInfo *info)
 {
   unsigned field, wire_type;
@@ -369,19 +383,14 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
         return false;
       continue;
     case 18:
+    case 21:
       EXPECT(WT_LEN);
-      if (!get_len(&r, &s))
+      if (!get_len(&r, &s) ||
+          !get_bytes(alloc, &s, field == 18 ? &info->device_uuid : &info->metadata))
         return false;
-      info->device_uuid.len = (size_t)(s.end - s.p);
-      info->device_uuid.data = NULL;
-      if (info->device_uuid.len) {
-        if (!(info->device_uuid.data = arena(alloc, info->device_uuid.len)))
-          return false;
-        memcpy(info->device_uuid.data, s.p, info->device_uuid.len);
-      }
       continue;
     }
-    if (field > 20) {
+    if (field > 21) {
       if (!skip_field(&r, wire_type))
         return false;
       continue;

@@ -79,7 +79,7 @@ static bool check_same_info(const Gpushm__BufferInfo *a, const Gpushm__BufferInf
   SAME(id); SAME(size); SAME(backend); SAME(device); SAME(owner_uid); SAME(owner_gid);
   SAME(mode); SAME(lifetime); SAME(refs); SAME(my_refs); SAME(created_unix_ms);
   SAME(creator_pid); SAME(holders_total); SAME(n_holders); SAME(allocated);
-  SAME(segment_id); SAME(device_uuid.len);
+  SAME(segment_id); SAME(device_uuid.len); SAME(metadata.len);
   if (!a->linked != !b->linked || !a->sync != !b->sync) {
     *why = "linked or sync";
     return false;
@@ -90,6 +90,10 @@ static bool check_same_info(const Gpushm__BufferInfo *a, const Gpushm__BufferInf
   }
   if (a->device_uuid.len && memcmp(a->device_uuid.data, b->device_uuid.data, a->device_uuid.len)) {
     *why = "device_uuid";
+    return false;
+  }
+  if (a->metadata.len && memcmp(a->metadata.data, b->metadata.data, a->metadata.len)) {
+    *why = "metadata";
     return false;
   }
   for (size_t i = 0; i < a->n_holders; i++) {

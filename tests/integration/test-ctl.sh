@@ -50,7 +50,7 @@ done
 start_daemon
 # --- buffers held by two processes
 expect 0 "$ctl" create frames 64M --mode 0644; contains "frames"
-expect 0 "$ctl" create small 100
+expect 0 "$ctl" create small 100 --metadata '{"dtype":"f4"}'
 expect 1 "$ctl" create small 100; contains "already exists"
 "$hold" "$dir/ready1" frames small & h1=$!; holders="$h1"
 wait_for '[ -e "$dir/ready1" ]'
@@ -100,6 +100,22 @@ grep -qx 'gpushm_fences_raised_total 0' "$dir/metrics" || fail "prometheus fence
 grep -qx '# TYPE gpushm_fences_raised_total counter' "$dir/metrics" || fail "prometheus counter type"
 grep -v '^#' "$dir/metrics" | grep -Evq '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.]+$' &&
   fail "a metric line is not in the exposition format: $(cat "$dir/metrics")"
+
+# metadata: shown by show (escaped for the terminal) and list --json, limited
+expect 0 "$ctl" show small; contains 'metadata:   {"dtype":"f4"}'
+expect 1 "$ctl" create too-much 1 --metadata "$(head -c 4097 /dev/zero | tr '\0' x)"
+contains "over the limit of 4096"
+expect 1 "$ctl" show too-much
+expect 0 "$ctl" create esc 1 --metadata "$(printf 'a\033[31mb')"
+expect 0 "$ctl" show esc; contains 'metadata:   a\x1b[31mb'
+case "$out" in *"$(printf '\033')"*) fail "show printed an escape character: $out" ;; esac
+"$ctl" list --json | python3 -c '
+import json, sys
+m = {b["name"]: (b["metadata"], b.get("metadata_encoding")) for b in json.load(sys.stdin)}
+assert m["esc"] == ("a\x1b[31mb", "utf-8"), m
+assert m["frames"] == (None, None), m
+' || fail "list --json metadata"
+expect 0 "$ctl" unlink esc
 
 # --- clients, then a holder killed: gone from clients and from the holders
 expect 0 "$ctl" clients

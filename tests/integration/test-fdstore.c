@@ -10,6 +10,7 @@
 #include "shm_layout.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -261,6 +262,73 @@ static void test_signals_and_reload(void)
   (void)log;
 }
 
+/* Metadata goes into the store beside its buffer (a sealed memfd: FDNAME is too short
+ * for it) and comes back byte for byte; a buffer whose metadata record is missing is
+ * dropped, as one whose control block is; unlinking withdraws it. */
+static void test_metadata_survives_restart(void)
+{
+  static uint8_t meta[GPUSHM_METADATA_MAX], meta2[7] = { 'm', 0, 1, 2, 0xff, 'x', 0 };
+  gpushm_create_opts_t opts;
+  gpushm_t *conn;
+  gpushm_buffer_t *b, *k[3];
+  const void *got;
+  size_t len;
+  int x, seals;
+
+  for (size_t i = 0; i < sizeof meta; i++)
+    meta[i] = (uint8_t)(i * 7 + 3);
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.metadata = meta;
+  opts.metadata_size = sizeof meta;
+  CHECK_OK(gpushm_buffer_create(conn, "meta", 4096, &opts, &k[0]));
+  opts.metadata = meta2;
+  opts.metadata_size = sizeof meta2;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  CHECK_OK(gpushm_buffer_create(conn, "meta-sync", 4096, &opts, &k[1]));
+  opts.flags = 0;
+  CHECK_OK(gpushm_buffer_create(conn, "meta-lost", 4096, &opts, &k[2]));
+  fdstore_drain();
+  /* three memory records, a control block, three metadata records */
+  CHECK(fdstore_n == 7 && fdstore_count(".x.") == 3);
+  /* what the store keeps cannot be changed by whoever gets the fd */
+  CHECK((x = fdstore_find("gpushm1.x.")) >= 0);
+  seals = fcntl(fdstore[x].fd, F_GET_SEALS);
+  CHECK(seals >= 0 && (seals & (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)) ==
+                        (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL));
+  CHECK(write(fdstore[x].fd, "z", 1) < 0);
+  kill_daemon();
+  {
+    char lost[64];
+    snprintf(lost, sizeof lost, "gpushm1.x.%llu", (unsigned long long)gpushm_buffer_id(k[2]));
+    fdstore_remove(lost);
+  }
+  daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
+  for (int i = 0; i < 3; i++)
+    gpushm_buffer_close(k[i]);
+  gpushm_disconnect(conn);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, "meta", GPUSHM_OPEN_READONLY, &b));
+  CHECK((got = gpushm_buffer_metadata(b, &len)) && len == sizeof meta &&
+        memcmp(got, meta, len) == 0);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_buffer_open(conn, "meta-sync", 0, &b));
+  CHECK((got = gpushm_buffer_metadata(b, &len)) && len == sizeof meta2 &&
+        memcmp(got, meta2, len) == 0);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_ERR(gpushm_buffer_open(conn, "meta-lost", 0, &b), GPUSHM_E_NOENT);
+  fdstore_drain();
+  CHECK(fdstore_n == 5 && fdstore_count(".x.") == 2);
+  CHECK_OK(gpushm_unlink(conn, "meta"));
+  CHECK_OK(gpushm_unlink(conn, "meta-sync"));
+  fdstore_drain();
+  CHECK(fdstore_n == 0);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  fdstore_clear();
+}
+
 int main(void)
 {
   CHECK(mkdtemp(dir) != NULL);
@@ -268,6 +336,7 @@ int main(void)
   test_restart_keeps_persistent_buffers();
   test_store_capacity();
   test_signals_and_reload();
+  test_metadata_survives_restart();
   fdstore_close();
   rmdir(dir);
   return 0;

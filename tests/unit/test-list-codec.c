@@ -43,6 +43,7 @@ struct entry_store {
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED], *ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
   uint8_t uuid[16];
+  uint8_t metadata[GPUSHM_LIMIT_METADATA];
 };
 
 static void random_entry(struct entry_store *e)
@@ -90,6 +91,14 @@ static void random_entry(struct entry_store *e)
   }
   e->info.sync = next() % 2;
   e->info.segment_id = value();
+  if (next() % 3 == 0) {
+    /* any bytes, now and then the most a buffer may carry */
+    size_t len = next() % 20 == 0 ? GPUSHM_LIMIT_METADATA : next() % 200;
+    for (size_t i = 0; i < len; i++)
+      e->metadata[i] = (uint8_t)next();
+    e->info.metadata.data = e->metadata;
+    e->info.metadata.len = len;
+  }
 }
 
 static struct entry_store entries[MAX_ENTRIES];
@@ -169,12 +178,12 @@ static void one_page(unsigned round)
 static void test_unusual_bodies(void)
 {
   static const uint8_t error_reply[] = { 0x08, 0x07, 0x10, 0x02, 0x1a, 0x03, 'b', 'a', 'd' };
-  /* a page with one entry {id 5, unknown field 21 = varint 9, name "x"} and, in the
+  /* a page with one entry {id 5, unknown field 30 = varint 9, name "x"} and, in the
    * Reply, unknown field 99 (fixed32) */
   static const uint8_t unknown_fields[] = {
     0x08, 0x01,                               /* request_id 1 */
     0x62, 0x0a,                               /* list, 10 bytes */
-    0x0a, 0x08, 0x08, 0x05, 0xa8, 0x01, 0x09, /* entry: id 5, field 21 = 9 */
+    0x0a, 0x08, 0x08, 0x05, 0xf0, 0x01, 0x09, /* entry: id 5, field 30 = 9 */
     0x12, 0x01, 'x',                          /* name "x" */
     0x9d, 0x06, 1, 2, 3, 4,                   /* Reply field 99, fixed32 */
   };
