@@ -338,39 +338,34 @@ static int reply_list_add(struct reply_list *l, void *const *items, size_t n)
 }
 
 /* One page of the buffer list after *after_id; *more: another page may follow. */
-static int fetch_buffer_page(gpushm_t *conn, unsigned flags, uint64_t *after_id,
-                             struct reply_list *l, bool *more)
+/* client_call_list_walk()'s take for buffer lists. */
+static int take_buffer_page(void *ctx, Gpushm__Reply *reply, uint64_t *after_id)
 {
-  Gpushm__Request req = GPUSHM__REQUEST__INIT;
-  Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
-  Gpushm__Reply *reply;
+  struct reply_list *l = ctx;
   const Gpushm__ListReply *page;
   uint64_t last;
+  bool more;
   int r;
 
-  body.after_id = *after_id;
-  body.all = (flags & GPUSHM_LIST_ALL) != 0;
-  body.metadata = (flags & GPUSHM_LIST_METADATA) != 0;
-  req.body_case = GPUSHM__REQUEST__BODY_LIST;
-  req.list = &body;
-  if ((r = client_call_list(conn, &req, &reply, &l->alloc)) < 0)
-    return r;
   if (reply->body_case != GPUSHM__REPLY__BODY_LIST || !reply->list)
     return client_error(GPUSHM_E_PROTO, "malformed list reply");
   page = reply->list;
   last = page->n_buffers ? page->buffers[page->n_buffers - 1]->id : 0;
   /* A page that does not move past after_id ends the walk even if the daemon says
    * more: no progress. */
-  *more = page->more && page->n_buffers > 0 && last > *after_id;
+  more = page->more && page->n_buffers > 0 && last > *after_id;
   *after_id = last;
-  return reply_list_add(l, (void *const *)page->buffers, page->n_buffers);
+  if ((r = reply_list_add(l, (void *const *)page->buffers, page->n_buffers)) < 0)
+    return r;
+  return more;
 }
 
 int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
 {
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__ListRequest body = GPUSHM__LIST_REQUEST__INIT;
   gpushm_buffer_list_t *list;
-  uint64_t after_id = 0;
-  bool more = true;
+  int r;
 
   client_clear_error();
   if (out)
@@ -382,12 +377,13 @@ int gpushm_list(gpushm_t *conn, unsigned flags, gpushm_buffer_list_t **out)
   if (!(list = calloc(1, sizeof *list)))
     return client_error(GPUSHM_E_NOMEM, "out of memory");
   reply_list_init(&list->l);
-  while (more) {
-    int r = fetch_buffer_page(conn, flags, &after_id, &list->l, &more);
-    if (r < 0) {
-      gpushm_buffer_list_free(list);
-      return r;
-    }
+  body.all = (flags & GPUSHM_LIST_ALL) != 0;
+  body.metadata = (flags & GPUSHM_LIST_METADATA) != 0;
+  req.body_case = GPUSHM__REQUEST__BODY_LIST;
+  req.list = &body;
+  if ((r = client_call_list_walk(conn, &req, &list->l.alloc, take_buffer_page, &list->l)) < 0) {
+    gpushm_buffer_list_free(list);
+    return r;
   }
   *out = list;
   return 0;

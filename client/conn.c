@@ -413,24 +413,35 @@ int client_send_oneway(gpushm_t *conn, Gpushm__Request *req)
 typedef Gpushm__Reply *reply_unpack_fn(ProtobufCAllocator *alloc, size_t len,
                                        const uint8_t *data);
 
-static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                       struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
+/* Numbers and sends req; *sent is wire_send_frame()'s result.  Fails only when req
+ * does not fit a frame. */
+static int send_locked(gpushm_t *conn, Gpushm__Request *req, int *sent)
 {
-  struct wire_frame frame;
-  Gpushm__Reply *reply;
-  const char *why = NULL;
   long len;
-  int r, sent;
 
-  if (fds)
-    fds->n = 0;
-  if (conn->broken)
-    return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   req->request_id = ++conn->next_request_id;
   len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
   if (len < 0)
     return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
-  sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  *sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  return 0;
+}
+
+/* Called with a reply's frame as it arrives, before it is decoded. */
+struct reply_hook {
+  void (*received)(struct reply_hook *hook, const struct wire_frame *frame);
+};
+
+/* The reply to request request_id, whose send gave sent. */
+static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm__Reply **out,
+                          struct client_fds *fds, ProtobufCAllocator *alloc,
+                          reply_unpack_fn *unpack, struct reply_hook *hook)
+{
+  struct wire_frame frame;
+  Gpushm__Reply *reply;
+  const char *why = NULL;
+  int r;
+
   /* A daemon that hung up (too many clients, say) may have left its reason queued:
    * read it rather than report a bare disconnect. */
   r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, sent < 0 ? MSG_DONTWAIT : 0, &frame,
@@ -449,12 +460,14 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   }
   if (r < 0)
     return wire_error(conn, r == -EAGAIN ? -ECONNRESET : r, why);
+  if (hook)
+    hook->received(hook, &frame);
   reply = unpack(alloc, frame.header.body_len, frame.body);
   if (!reply) {
     wire_close_fds(&frame);
     return wire_error(conn, -EPROTO, "malformed reply body");
   }
-  if (reply->request_id != req->request_id) {
+  if (reply->request_id != request_id) {
     /* Request id 0: the daemon is ending this connection and says why. */
     int status = reply->request_id == 0 && reply->status > 0 ? -reply->status : GPUSHM_E_PROTO;
     r = client_error(status, "gpushmd: %s",
@@ -481,6 +494,20 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
   return 0;
 }
 
+static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+                       struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
+{
+  int r, sent;
+
+  if (fds)
+    fds->n = 0;
+  if (conn->broken)
+    return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
+  if ((r = send_locked(conn, req, &sent)) < 0)
+    return r;
+  return receive_locked(conn, req->request_id, sent, out, fds, alloc, unpack, NULL);
+}
+
 static int call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
                 struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
 {
@@ -498,10 +525,74 @@ int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
   return call(conn, req, out, fds, alloc, gpushm__reply__unpack);
 }
 
-int client_call_list(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                     ProtobufCAllocator *arena)
+/* A list walk's next request goes out as soon as the page before it has arrived and
+ * its last id is read (list_codec_peek_page), before that page is decoded: the daemon
+ * packs the next page while this process decodes the last. */
+struct list_hook {
+  struct reply_hook hook; /* first: the hook is the walk */
+  gpushm_t *conn;
+  Gpushm__Request *req;
+  uint64_t expect_id;
+  bool sent_next;
+  int sent;
+};
+
+static void send_next_page(struct reply_hook *hook, const struct wire_frame *frame)
 {
-  return call(conn, req, out, NULL, arena, list_codec_unpack_reply);
+  struct list_hook *walk = (struct list_hook *)hook;
+  uint64_t request_id, last_id;
+  bool more;
+
+  if (list_codec_peek_page(frame->body, frame->header.body_len, &request_id, &last_id, &more) &&
+      request_id == walk->expect_id && more && last_id > walk->req->list->after_id &&
+      frame->n_fds == 0) {
+    walk->req->list->after_id = last_id;
+    walk->sent_next = send_locked(walk->conn, walk->req, &walk->sent) == 0;
+  }
+}
+
+int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocator *arena,
+                          int (*take)(void *ctx, Gpushm__Reply *page, uint64_t *after_id),
+                          void *ctx)
+{
+  struct list_hook walk = { .hook = { send_next_page }, .conn = conn, .req = req };
+  Gpushm__Reply *page;
+  int r, sent;
+
+  pthread_mutex_lock(&conn->lock);
+  if (conn->broken)
+    r = client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
+  else
+    r = send_locked(conn, req, &sent);
+  while (r == 0) {
+    uint64_t after_id = req->list->after_id;
+    walk.expect_id = req->request_id;
+    walk.sent_next = false;
+    r = receive_locked(conn, walk.expect_id, sent, &page, NULL, arena, list_codec_unpack_reply,
+                       &walk.hook);
+    if (r == 0)
+      r = take(ctx, page, &after_id);
+    if (r == 0 && !walk.sent_next)
+      break; /* the last page */
+    if (r > 0 && !walk.sent_next) {
+      req->list->after_id = after_id;
+      r = send_locked(conn, req, &sent);
+      continue;
+    }
+    /* the decode must agree with the peek that asked for the next page */
+    if (r > 0 && after_id == req->list->after_id) {
+      sent = walk.sent;
+      r = 0;
+      continue;
+    }
+    if (r >= 0)
+      r = client_error(GPUSHM_E_PROTO, "a list page read two ways differently");
+    /* A walk that ends with a request out would take its reply for the next call's. */
+    if (walk.sent_next)
+      conn->broken = true;
+  }
+  pthread_mutex_unlock(&conn->lock);
+  return r < 0 ? r : 0;
 }
 
 int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,

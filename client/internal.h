@@ -125,10 +125,14 @@ int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);
 /* The same, the reply unpacked with alloc (NULL: malloc; free it with the same). */
 int client_call_alloc(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
                       struct client_fds *fds, ProtobufCAllocator *alloc);
-/* For list requests: the reply is unpacked by list_codec_unpack_reply() into arena
- * (an allocator whose free does nothing; see list_codec.h). */
-int client_call_list(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
-                     ProtobufCAllocator *arena);
+/* Walks the pages of a list request (req->list->after_id is where it starts, and moves
+ * on): each reply is unpacked by list_codec_unpack_reply() into arena (an allocator
+ * whose free does nothing; see list_codec.h) and handed to take(), which returns < 0
+ * to stop with that error, 0 after the last page, 1 for more, setting *after_id to the
+ * page's last id.  The next page is asked for before the last is decoded. */
+int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocator *arena,
+                          int (*take)(void *ctx, Gpushm__Reply *page, uint64_t *after_id),
+                          void *ctx);
 void client_conn_ref(gpushm_t *conn);
 void client_conn_unref(gpushm_t *conn);
 uint64_t client_unlink_generation(const gpushm_t *conn);

@@ -507,6 +507,81 @@ static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply 
 
 #undef EXPECT
 
+/* The last entry's id of a ListReply body, and its more flag; false for anything
+ * unusual (as get_list: the full decode decides those). */
+static bool peek_list(struct reader r, uint64_t *last_id, bool *more)
+{
+  unsigned field, wire_type;
+  uint64_t v;
+
+  while (r.p < r.end) {
+    struct reader entry;
+
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    if (field == 1) {
+      if (wire_type != WT_LEN)
+        return false;
+      if (!get_len(&r, &entry))
+        return false;
+      *last_id = 0; /* an entry without an id has id 0 */
+      while (entry.p < entry.end) {
+        if (!get_tag(&entry, &field, &wire_type))
+          return false;
+        if (field != 1) {
+          if (!skip_field(&entry, wire_type))
+            return false;
+          continue;
+        }
+        if (wire_type != WT_VARINT)
+        return false;
+        if (!get_varint(&entry, last_id))
+          return false;
+      }
+    } else if (field == 2) {
+      if (wire_type != WT_VARINT)
+        return false;
+      if (!get_varint(&r, &v))
+        return false;
+      *more = v != 0;
+    } else if (!skip_field(&r, wire_type)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
+                          uint64_t *last_id, bool *more)
+{
+  struct reader r = { body, body + len }, list = { NULL, NULL };
+  unsigned field, wire_type;
+  uint64_t v;
+
+  *request_id = *last_id = 0;
+  *more = false;
+  while (r.p < r.end) {
+    if (!get_tag(&r, &field, &wire_type))
+      return false;
+    if (field == 1 || field == 2) {
+      if (wire_type != WT_VARINT)
+        return false;
+      if (!get_varint(&r, &v) || (field == 2 && v != 0))
+        return false;
+      if (field == 1)
+        *request_id = v;
+    } else if (field == GPUSHM__REPLY__BODY_LIST) {
+      if (wire_type != WT_LEN)
+        return false;
+      if (list.p || !get_len(&r, &list))
+        return false;
+    } else if (!skip_field(&r, wire_type)) {
+      return false;
+    }
+  }
+  return list.p && peek_list(list, last_id, more);
+}
+
 Gpushm__Reply *list_codec_unpack_reply(ProtobufCAllocator *alloc, size_t len,
                                        const uint8_t *data)
 {

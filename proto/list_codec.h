@@ -11,6 +11,7 @@
 #ifndef GPUSHM_LIST_CODEC_H
 #define GPUSHM_LIST_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <protobuf-c/protobuf-c.h>
@@ -46,5 +47,11 @@ long list_codec_encode_reply(uint8_t *buf, uint64_t request_id, const uint8_t *p
  * gpushm__reply__free_unpacked(), which walks it with alloc. */
 Gpushm__Reply *list_codec_unpack_reply(ProtobufCAllocator *alloc, size_t len,
                                        const uint8_t *data);
+
+/* Reads only what the next page's request needs from a successful list reply body:
+ * its request id, its last entry's id and its more flag.  False for an error reply or
+ * anything unusual; the full decode decides then. */
+bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
+                          uint64_t *last_id, bool *more);
 
 #endif

@@ -152,6 +152,22 @@ static bool check_decode_alike(const uint8_t *body, size_t len, const char **why
   } else {
     same = check_same_reply(fast, slow, why);
   }
+  /* The peek that sends a walk's next request early must agree with the full decode
+   * wherever both answer: request id, last entry's id, more.  (Where they disagree, or
+   * the peek passes a page the decode refuses, the walk fails and the connection is
+   * closed: never a wrong page.) */
+  {
+    uint64_t request_id, last_id;
+    bool more;
+    if (same && slow && list_codec_peek_page(body, len, &request_id, &last_id, &more)) {
+      const Gpushm__ListReply *l = slow && slow->body_case == GPUSHM__REPLY__BODY_LIST ? slow->list : NULL;
+      if (!l || slow->status != 0 || request_id != slow->request_id || !more != !l->more ||
+          last_id != (l->n_buffers ? l->buffers[l->n_buffers - 1]->id : 0)) {
+        same = false;
+        *why = "list_codec_peek_page differs from the decode";
+      }
+    }
+  }
   if (slow)
     gpushm__reply__free_unpacked(slow, NULL);
   check_arena_clear(&arena);

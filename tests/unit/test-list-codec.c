@@ -162,6 +162,14 @@ static void one_page(unsigned round)
   body = fast_frame + WIRE_HEADER_SIZE;
   len = (size_t)fast_len - WIRE_HEADER_SIZE;
   expect_alike(body, len, "a page");
+  /* the peek answers for every page the daemon packs (expect_alike checked what) */
+  {
+    uint64_t request_id, last_id;
+    bool more;
+    CHECK(list_codec_peek_page(body, len, &request_id, &last_id, &more));
+    CHECK(request_id == reply.request_id && more == list.more &&
+          last_id == (n ? infos[n - 1]->id : 0));
+  }
   /* truncations (most fail, some are shorter valid messages) */
   for (size_t cut = 0; cut < len; cut += 1 + len / 64)
     expect_alike(body, cut, "a truncated page");
