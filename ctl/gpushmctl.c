@@ -658,6 +658,8 @@ static char *base64(const uint8_t *data, size_t len, char *out)
   return out;
 }
 
+#define METADATA_TEXT_SIZE (GPUSHM_METADATA_MAX / 3 * 4 + 8)
+
 /* Text or base64 of b's metadata into out (room for GPUSHM_METADATA_MAX * 4 / 3 + 4);
  * NULL when it has none. */
 static const char *metadata_text(const gpushm_buffer_info_t *b, bool *is_text, char *out)
@@ -667,6 +669,13 @@ static const char *metadata_text(const gpushm_buffer_info_t *b, bool *is_text, c
 
   if (!data)
     return NULL;
+  /* the daemon keeps no more; whatever sends more is not shown */
+  if (len > GPUSHM_METADATA_MAX) {
+    *is_text = true;
+    snprintf(out, METADATA_TEXT_SIZE, "(%zu bytes, over the limit of %u)", len,
+             GPUSHM_METADATA_MAX);
+    return out;
+  }
   if ((*is_text = metadata_is_text(data, len))) {
     memcpy(out, data, len);
     out[len] = '\0';
@@ -674,8 +683,6 @@ static const char *metadata_text(const gpushm_buffer_info_t *b, bool *is_text, c
   }
   return base64(data, len, out);
 }
-
-#define METADATA_TEXT_SIZE (GPUSHM_METADATA_MAX / 3 * 4 + 8)
 
 static void json_buffer(const gpushm_buffer_info_t *b)
 {
