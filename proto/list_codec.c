@@ -575,6 +575,12 @@ bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
         return false;
       if (list.p || !get_len(&r, &list))
         return false;
+    } else if (field == GPUSHM__REPLY__BODY_HELLO || field == GPUSHM__REPLY__BODY_OPEN ||
+               field == GPUSHM__REPLY__BODY_STATS || field == GPUSHM__REPLY__BODY_PING ||
+               field == GPUSHM__REPLY__BODY_CLIENTS) {
+      /* Another body anywhere in the frame makes it not (only) a list page: protobuf-c
+       * keeps the last body it reads, so the peek gives up as get_reply does. */
+      return false;
     } else if (!skip_field(&r, wire_type)) {
       return false;
     }

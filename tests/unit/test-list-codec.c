@@ -204,6 +204,12 @@ static void test_unusual_bodies(void)
                                         0x62, 0x04, 0x0a, 0x02, 0x08, 0x02 };
   /* a ping body: not a list */
   static const uint8_t ping[] = { 0x08, 0x01, 0x72, 0x00 };
+  /* an empty list followed by an empty stats body (found by fuzz-list-codec):
+   * protobuf-c keeps the stats, so the peek must not call it a page; and the reverse */
+  static const uint8_t list_then_stats[] = { 0x62, 0x00, 0x6a, 0x00 };
+  static const uint8_t stats_then_list[] = { 0x6a, 0x00, 0x62, 0x00 };
+  uint64_t request_id, last_id;
+  bool more;
   struct check_arena arena;
   Gpushm__Reply *r;
 
@@ -212,6 +218,14 @@ static void test_unusual_bodies(void)
   expect_alike(overlong_tag, sizeof overlong_tag, "an overlong tag");
   expect_alike(list_twice, sizeof list_twice, "list twice");
   expect_alike(ping, sizeof ping, "a ping reply");
+  expect_alike(list_then_stats, sizeof list_then_stats, "list, then stats");
+  expect_alike(stats_then_list, sizeof stats_then_list, "stats, then list");
+  CHECK(!list_codec_peek_page(list_then_stats, sizeof list_then_stats, &request_id,
+                              &last_id, &more));
+  CHECK(!list_codec_peek_page(stats_then_list, sizeof stats_then_list, &request_id,
+                              &last_id, &more));
+  CHECK(!list_codec_peek_page(ping, sizeof ping, &request_id, &last_id, &more));
+  CHECK(list_codec_peek_page(list_twice, 6, &request_id, &last_id, &more) && last_id == 1);
 
   check_arena_init(&arena);
   r = list_codec_unpack_reply(&arena.alloc, sizeof unknown_fields, unknown_fields);
