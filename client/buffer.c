@@ -47,6 +47,7 @@ static void cache_postfork_child(void)
     struct gpushm_buffer *b = by_id[i], *next;
     for (; b; b = next) {
       next = b->next_by_id;
+      b->inherited = true;
       b->next_by_id = inherited[i];
       inherited[i] = b;
     }
@@ -796,6 +797,16 @@ static int release_entry(struct gpushm_buffer *buf, bool unlink)
   return client_send_oneway(buf->conn, &req);
 }
 
+/* Garbage collectors (a Python object's, a tensor's deleter) close what they hold
+ * whenever they run, in a forked child too: a parent's handle is refused there, not
+ * closed — its socket is the parent's, and it is in no cache of this process. */
+static int inherited_error(const struct gpushm_buffer *buf)
+{
+  return client_error(GPUSHM_E_INVAL, "'%s' was opened by the parent of this process, "
+                      "before fork(): the child leaves it alone (it is unmapped when the "
+                      "child exits)", buf->name);
+}
+
 static int close_entry(gpushm_buffer_t *buf, bool unlink)
 {
   gpushm_t *conn;
@@ -806,6 +817,10 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
   if (!buf)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
   pthread_mutex_lock(&cache_lock);
+  if (buf->inherited) {
+    pthread_mutex_unlock(&cache_lock);
+    return inherited_error(buf);
+  }
   last = --buf->refs == 0;
   if (last)
     cache_remove(buf);
@@ -827,6 +842,35 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
   client_conn_unref(conn);
   free(buf);
   return r < 0 ? r : unmapped;
+}
+
+_Static_assert(GPUSHM_BUFFER_REFS_MAX == GPUSHM_LIMIT_BUFFER_REFS, "one limit, two spellings");
+
+/* The caller holds an open, so refs cannot reach 0 (and buf be freed) meanwhile; the
+ * count is the open cache's, under its lock, like every open and close. */
+int gpushm_buffer_ref(gpushm_buffer_t *buf)
+{
+  unsigned refs;
+
+  client_clear_error();
+  if (!buf)
+    return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  if (is_event(buf))
+    return client_error(GPUSHM_E_INVAL, "'%s' is an event, not a buffer", buf->name);
+  pthread_mutex_lock(&cache_lock);
+  if (buf->inherited) {
+    pthread_mutex_unlock(&cache_lock);
+    return inherited_error(buf);
+  }
+  refs = buf->refs;
+  if (refs < GPUSHM_LIMIT_BUFFER_REFS)
+    buf->refs++;
+  pthread_mutex_unlock(&cache_lock);
+  if (refs >= GPUSHM_LIMIT_BUFFER_REFS)
+    return client_error(GPUSHM_E_LIMIT, "'%s' has %u opens in this process, the most "
+                        "gpushm_buffer_ref() takes (GPUSHM_BUFFER_REFS_MAX): are tensors of "
+                        "it leaking?", buf->name, refs);
+  return 0;
 }
 
 int gpushm_buffer_close(gpushm_buffer_t *buf)

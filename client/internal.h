@@ -48,6 +48,9 @@ struct gpushm_buffer {
    * unchanged, the name still means this buffer. */
   uint64_t name_generation;
   unsigned refs; /* opens in this process; under the cache lock */
+  /* Opened by the parent of this (forked) process: never closed here, since its socket
+   * and its cache are the parent's.  Under the cache lock. */
+  bool inherited;
   gpushm_t *conn; /* holds the daemon's reference */
   gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: this is a gpushm_event_t */
   gpushm_backend_t backend; /* buffers only; 0 for an event */

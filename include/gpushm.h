@@ -15,7 +15,9 @@
  *    void * and CUDA streams as void * (a CUstream / cudaStream_t).
  *  - After fork(), a child must not use handles its parent had; it connects anew.
  *    It may gpushm_disconnect() inherited connections to free their memory, which
- *    closes only its own copy of the socket.
+ *    closes only its own copy of the socket.  Closing an inherited buffer (or a
+ *    tensor's deleter doing it, gpushm-dlpack.h) is refused with GPUSHM_E_INVAL and
+ *    changes nothing: garbage collectors in a child may run into one.
  */
 #ifndef GPUSHM_H
 #define GPUSHM_H
@@ -222,6 +224,14 @@ GPUSHM_API int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags
  * is logged and counted there; older daemons answer, and the answer is returned).
  * Returns an unmap's failure, or the connection's. */
 GPUSHM_API int gpushm_buffer_close(gpushm_buffer_t *buf);
+/* One more open of buf, which the caller has open: what a second gpushm_buffer_open()
+ * of it returns, without a round trip or a name, closed by one more
+ * gpushm_buffer_close().  For whatever uses the memory after the code that opened it is
+ * done with its handle: a tensor made from it (gpushm-dlpack.h), a view held by another
+ * language.  GPUSHM_E_INVAL for NULL or an event; GPUSHM_E_LIMIT past
+ * GPUSHM_BUFFER_REFS_MAX opens of buf in this process at once. */
+GPUSHM_API int gpushm_buffer_ref(gpushm_buffer_t *buf);
+#define GPUSHM_BUFFER_REFS_MAX (1u << 20)
 /* Removes a name; the memory lives on until its last holder closes. */
 GPUSHM_API int gpushm_unlink(gpushm_t *conn, const char *name);
 /* gpushm_unlink() of buf's name — only while it still names buf — and

@@ -35,6 +35,15 @@
 /* References one connection may hold on one buffer (guards the counter). */
 #define GPUSHM_LIMIT_REFS_PER_HOLDING  (1u << 20)
 
+/* Opens of one buffer a process may take with gpushm_buffer_ref() at once (one per
+ * tensor made from it, gpushm-dlpack.h): guards the counter, far past what a program
+ * keeps (a view in every slot of a list of a million). */
+#define GPUSHM_LIMIT_BUFFER_REFS       (1u << 20)
+
+/* Dimensions of a tensor made of a buffer (gpushm_buffer_dlpack()); NumPy's own limit
+ * before 2.0. */
+#define GPUSHM_LIMIT_TENSOR_NDIM       32u
+
 /* Daemon defaults; each can be changed with a gpushmd flag of the same meaning. */
 #define GPUSHM_DEFAULT_MAX_CLIENTS         1024u
 /* Connections one uid may hold, so that one user cannot take every slot (admins are
