@@ -1,0 +1,44 @@
+"""gpushm: share tensors between processes through gpushmd, without copies.
+
+    import gpushm, torch
+    gpushm.share("weights", torch.randn(1024, 1024, device="cuda"))   # producer
+    w = torch.from_dlpack(gpushm.open("weights"))                     # consumer
+
+Buffers are owned by the gpushmd daemon, not by the producer: they outlive it and are
+freed when nobody holds them any more.  See docs/python.md for the API, the lifetime
+rules, the manifest format, DLPack and CUDA-array-interface semantics, and sync.
+"""
+from __future__ import annotations
+
+from ._lib import LIBRARY_PATH, LIBRARY_VERSION, LibraryError
+from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Stats, Usage
+from .api import (BUNDLE_ALIGN, clients, connect, default_connection, empty, open, open_bundle,
+                  share, share_bundle, stats, unlink)
+from .api import list_buffers as list
+from .core import Buffer, Connection, Event, Tensor, stream_handle
+from .dtypes import DType, dtype
+from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected, Error, Exists,
+                     InvalidArgument, InvalidName, LimitExceeded, ManifestError, NotFound,
+                     OutOfMemory, PermissionDenied, ProtocolError, SystemCallFailed, Timeout,
+                     Unsupported, VersionMismatch)
+from .manifest import TensorSpec
+
+__version__ = "0.4.0"
+
+#: GPUSHM_FEATURE_* bits (Connection.has_feature)
+FEATURE_DISCONNECT = 0x1
+FEATURE_FDSTORE = 0x2
+FEATURE_SEGMENTS = 0x4
+FEATURE_ONEWAY = 0x8
+FEATURE_METADATA = 0x10
+
+__all__ = [
+    "Buffer", "BufferInfo", "BUNDLE_ALIGN", "ClientInfo", "ClosedError", "CODES", "ConnectFailed",
+    "Connection", "CudaError", "DeviceStats", "Disconnected", "DType", "Error", "Event", "Exists",
+    "Holder", "InvalidArgument", "InvalidName", "LIBRARY_PATH", "LIBRARY_VERSION", "LibraryError",
+    "LimitExceeded", "ManifestError", "NotFound", "OutOfMemory", "PermissionDenied",
+    "ProtocolError", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeout",
+    "Unsupported", "Usage", "VersionMismatch", "clients", "connect", "default_connection",
+    "dtype", "empty", "list", "open", "open_bundle", "share", "share_bundle", "stats",
+    "stream_handle", "unlink",
+]

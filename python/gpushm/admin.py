@@ -1,0 +1,234 @@
+"""What gpushmd reports (gpushm-admin.h), as plain dataclasses: the buffer list, the
+connected clients and the daemon's statistics.  Read through the library's accessors,
+never by mirroring its structs."""
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref, c_size_t, c_uint8, c_void_p
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ._lib import KIND_EVENT, lib, text
+from .core import BACKEND_NAMES, LIFETIME_NAMES, check
+
+
+@dataclass
+class Holder:
+    """A connection holding a buffer."""
+    client_id: int
+    pid: int
+    uid: int
+    refs: int
+
+
+@dataclass
+class BufferInfo:
+    """A buffer (or an event, kind "event") as the daemon lists it."""
+    id: int
+    name: str
+    kind: str                     #: "buffer" or "event"
+    backend: str                  #: "host", "cuda-fd", "cuda-ipc"; "" for events
+    size: int
+    allocated: int                #: bytes reserved for it
+    device: int                   #: the daemon's ordinal; -1 for host memory
+    device_uuid: Optional[bytes]  #: 16 bytes; None for host memory
+    owner_uid: int
+    owner_gid: int
+    mode: int
+    lifetime: str                 #: "persistent" or "session"
+    linked: bool                  #: False: unlinked but still held
+    sync: bool
+    segment_id: int               #: 0: an allocation of its own
+    refs: int                     #: references of all connections
+    my_refs: int                  #: of the asking connection
+    creator_pid: int
+    created_unix_ms: int
+    holders_total: int
+    holders: List[Holder] = field(default_factory=list)
+    metadata: Optional[bytes] = None  #: only when listed with metadata=True
+
+
+@dataclass
+class ClientInfo:
+    client_id: int
+    pid: int
+    uid: int
+    gid: int
+    name: str
+    connected_unix_ms: int
+    buffers_held: int
+    bytes_held: int
+    admin: bool
+    segments_mapped: int
+    segment_bytes_mapped: int
+
+
+@dataclass
+class DeviceStats:
+    ordinal: int
+    name: str
+    uuid: Optional[bytes]
+    total_memory: int
+    free_memory: int
+
+
+@dataclass
+class Usage:
+    kind: str
+    backend: str
+    device: int
+    buffers: int
+    bytes: int
+
+
+@dataclass
+class Stats:
+    daemon_version: str
+    instance_id: int
+    uptime_ms: int
+    clients: int
+    buffers: int
+    buffers_linked: int
+    bytes_allocated: int
+    requests: int
+    request_errors: int
+    protocol_errors: int
+    clients_dropped: int
+    open_fds: int
+    devices: List[DeviceStats]
+    requests_by_type: Dict[str, Tuple[int, int]]  #: type -> (count, errors)
+    usage: List[Usage]
+    detached_total: int
+    bytes_pinned_after_release: int
+    fences_raised: int
+    oneway_errors: int
+
+
+def _uuid(fn, obj: int) -> Optional[bytes]:
+    out = (c_uint8 * 16)()
+    return bytes(out) if fn(obj, byref(out)) == 0 else None
+
+
+def _kind(k: int) -> str:
+    return "event" if k == KIND_EVENT else "buffer"
+
+
+def list_buffers(conn: int, flags: int) -> List[BufferInfo]:
+    out = c_void_p()
+    check(lib.gpushm_list(conn, flags, byref(out)), "list")
+    try:
+        result = []
+        for i in range(lib.gpushm_buffer_list_count(out)):
+            b = lib.gpushm_buffer_list_get(out, i)
+            n = c_size_t()
+            at = lib.gpushm_buffer_info_metadata(b, byref(n))
+            holders = []
+            for j in range(lib.gpushm_buffer_info_holder_count(b)):
+                h = lib.gpushm_buffer_info_holder(b, j)
+                holders.append(Holder(lib.gpushm_holder_client_id(h), lib.gpushm_holder_pid(h),
+                                      lib.gpushm_holder_uid(h), lib.gpushm_holder_refs(h)))
+            kind = lib.gpushm_buffer_info_kind(b)
+            result.append(BufferInfo(
+                id=lib.gpushm_buffer_info_id(b),
+                name=text(lib.gpushm_buffer_info_name(b)),
+                kind=_kind(kind),
+                backend="" if kind == KIND_EVENT else
+                BACKEND_NAMES.get(lib.gpushm_buffer_info_backend(b), "host"),
+                size=lib.gpushm_buffer_info_size(b),
+                allocated=lib.gpushm_buffer_info_allocated(b),
+                device=lib.gpushm_buffer_info_device(b),
+                device_uuid=_uuid(lib.gpushm_buffer_info_device_uuid, b),
+                owner_uid=lib.gpushm_buffer_info_owner_uid(b),
+                owner_gid=lib.gpushm_buffer_info_owner_gid(b),
+                mode=lib.gpushm_buffer_info_mode(b),
+                lifetime=LIFETIME_NAMES.get(lib.gpushm_buffer_info_lifetime(b), "persistent"),
+                linked=bool(lib.gpushm_buffer_info_linked(b)),
+                sync=bool(lib.gpushm_buffer_info_sync(b)),
+                segment_id=lib.gpushm_buffer_info_segment_id(b),
+                refs=lib.gpushm_buffer_info_refs(b),
+                my_refs=lib.gpushm_buffer_info_my_refs(b),
+                creator_pid=lib.gpushm_buffer_info_creator_pid(b),
+                created_unix_ms=lib.gpushm_buffer_info_created_unix_ms(b),
+                holders_total=lib.gpushm_buffer_info_holders_total(b),
+                holders=holders,
+                metadata=ctypes.string_at(at, n.value) if at else None,
+            ))
+        return result
+    finally:
+        lib.gpushm_buffer_list_free(out)
+
+
+def list_clients(conn: int) -> List[ClientInfo]:
+    out = c_void_p()
+    check(lib.gpushm_clients(conn, byref(out)), "clients")
+    try:
+        result = []
+        for i in range(lib.gpushm_client_list_count(out)):
+            c = lib.gpushm_client_list_get(out, i)
+            result.append(ClientInfo(
+                client_id=lib.gpushm_client_info_client_id(c),
+                pid=lib.gpushm_client_info_pid(c),
+                uid=lib.gpushm_client_info_uid(c),
+                gid=lib.gpushm_client_info_gid(c),
+                name=text(lib.gpushm_client_info_name(c)),
+                connected_unix_ms=lib.gpushm_client_info_connected_unix_ms(c),
+                buffers_held=lib.gpushm_client_info_buffers_held(c),
+                bytes_held=lib.gpushm_client_info_bytes_held(c),
+                admin=bool(lib.gpushm_client_info_admin(c)),
+                segments_mapped=lib.gpushm_client_info_segments_mapped(c),
+                segment_bytes_mapped=lib.gpushm_client_info_segment_bytes_mapped(c),
+            ))
+        return result
+    finally:
+        lib.gpushm_client_list_free(out)
+
+
+def daemon_stats(conn: int) -> Stats:
+    out = c_void_p()
+    check(lib.gpushm_stats(conn, byref(out)), "stats")
+    s = out.value
+    try:
+        devices = []
+        for i in range(lib.gpushm_stats_device_count(s)):
+            d = lib.gpushm_stats_device(s, i)
+            devices.append(DeviceStats(lib.gpushm_device_stats_ordinal(d),
+                                       text(lib.gpushm_device_stats_name(d)),
+                                       _uuid(lib.gpushm_device_stats_uuid, d),
+                                       lib.gpushm_device_stats_total_memory(d),
+                                       lib.gpushm_device_stats_free_memory(d)))
+        requests = {}
+        for i in range(lib.gpushm_stats_request_type_count(s)):
+            r = lib.gpushm_stats_request_type(s, i)
+            requests[text(lib.gpushm_request_stats_type(r))] = (
+                lib.gpushm_request_stats_count(r), lib.gpushm_request_stats_errors(r))
+        usage = []
+        for i in range(lib.gpushm_stats_usage_count(s)):
+            u = lib.gpushm_stats_usage(s, i)
+            kind = lib.gpushm_usage_kind(u)
+            usage.append(Usage(_kind(kind), "" if kind == KIND_EVENT else
+                               BACKEND_NAMES.get(lib.gpushm_usage_backend(u), "host"),
+                               lib.gpushm_usage_device(u), lib.gpushm_usage_buffers(u),
+                               lib.gpushm_usage_bytes(u)))
+        return Stats(
+            daemon_version=text(lib.gpushm_stats_daemon_version(s)),
+            instance_id=lib.gpushm_stats_instance_id(s),
+            uptime_ms=lib.gpushm_stats_uptime_ms(s),
+            clients=lib.gpushm_stats_clients(s),
+            buffers=lib.gpushm_stats_buffers(s),
+            buffers_linked=lib.gpushm_stats_buffers_linked(s),
+            bytes_allocated=lib.gpushm_stats_bytes_allocated(s),
+            requests=lib.gpushm_stats_requests(s),
+            request_errors=lib.gpushm_stats_request_errors(s),
+            protocol_errors=lib.gpushm_stats_protocol_errors(s),
+            clients_dropped=lib.gpushm_stats_clients_dropped(s),
+            open_fds=lib.gpushm_stats_open_fds(s),
+            devices=devices,
+            requests_by_type=requests,
+            usage=usage,
+            detached_total=lib.gpushm_stats_detached_total(s),
+            bytes_pinned_after_release=lib.gpushm_stats_bytes_pinned_after_release(s),
+            fences_raised=lib.gpushm_stats_fences_raised(s),
+            oneway_errors=lib.gpushm_stats_oneway_errors(s),
+        )
+    finally:
+        lib.gpushm_stats_free(s)

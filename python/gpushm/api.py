@@ -1,0 +1,251 @@
+"""The few-lines API: tensors in and out of named buffers.
+
+Every function takes ``conn=`` (a Connection); without it, the process's default
+connection is used, made on first use ($GPUSHM_SOCKET, else /run/gpushm/gpushmd.sock) and
+made anew in a forked child.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+from . import dtypes
+from . import manifest as _manifest
+from ._copy import describe
+from ._lib import strerror
+from .core import Buffer, Connection, DeviceLike, Tensor, parse_device
+from .errors import CODES, make_error
+
+_default_lock = threading.Lock()
+_default: Optional[Connection] = None
+
+#: Alignment of each tensor of a bundle: what cudaMalloc gives, more than any element
+#: type needs, so that every tensor starts where its framework would put it.
+BUNDLE_ALIGN = 256
+
+
+def _client_name() -> str:
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    name = "python:" + "".join(c if c.isprintable() else "?" for c in prog)
+    return name.encode()[:64].decode("utf-8", "ignore")
+
+
+def connect(socket: Optional[Union[str, "os.PathLike[str]"]] = None, name: Optional[str] = None,
+            *, timeout: Optional[float] = None) -> Connection:
+    """A new connection to gpushmd (see Connection)."""
+    return Connection(socket, name if name is not None else _client_name(), timeout=timeout)
+
+
+def _reset_after_fork() -> None:
+    # A fork while another thread held the lock (connect() runs under it) would leave it
+    # held in the child for good; the parent's connection is the parent's anyway.
+    global _default_lock, _default
+    _default_lock = threading.Lock()
+    _default = None
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def default_connection() -> Connection:
+    """The process's shared connection, made on first use (and anew after fork())."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed or _default._pid != os.getpid():
+            _default = connect()
+        return _default
+
+
+def _conn(conn: Optional[Connection]) -> Connection:
+    return conn if conn is not None else default_connection()
+
+
+def _device_backend(conn: Connection, kind: str, backend: Optional[Union[str, int]]) -> Union[str, int]:
+    """The backend for memory of a device kind: the one asked for; for CUDA memory the
+    daemon's default where that is a CUDA backend, else cuda-fd; host memory for the CPU."""
+    if backend is not None:
+        return backend
+    if kind == "cpu":
+        return "host"
+    default = conn.default_backend
+    return default if default in ("cuda-fd", "cuda-ipc") else "cuda-fd"
+
+
+def _create_tensors(name: str, specs: Sequence[_manifest.TensorSpec], size: int, device: DeviceLike,
+                    conn: Optional[Connection], backend: Optional[Union[str, int]],
+                    create: Dict[str, Any]) -> Buffer:
+    c = _conn(conn)
+    kind, index = parse_device(device)
+    if kind != "cpu" and kind != "cuda":
+        raise ValueError(f"gpushm shares CPU and CUDA memory, not {kind}")
+    meta = _manifest.encode(specs)
+    buf = c.create(name, max(size, 1), backend=_device_backend(c, kind, backend),
+                   device=index if kind == "cuda" else 0,
+                   map_device=index if kind == "cuda" else None, metadata=meta, **create)
+    theirs = buf.metadata
+    if theirs != meta:
+        # open_existing joined a buffer made with other tensors: writing ours into it
+        # would have its readers misread our bytes as its dtype and shape
+        buf.close()
+        code = CODES["EXIST"]
+        raise make_error(code, f"the existing buffer has another manifest: {theirs[:200]!r}",
+                         f"create {name!r}", strerror(code))
+    return buf
+
+
+def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *,
+          device: DeviceLike = "cpu", conn: Optional[Connection] = None,
+          backend: Optional[Union[str, int]] = None, **create: Any) -> Tensor:
+    """Creates a buffer holding one C-contiguous tensor (it reads as zeros) with its
+    manifest, and returns it open read-write.  ``device``: "cpu" (host memory) or
+    "cuda:N"; ``create``: Connection.create()'s options (mode, lifetime, sync, ...)."""
+    spec = _manifest.make_spec("", dtype, shape)
+    buf = _create_tensors(name, [spec], spec.nbytes, device, conn, backend, create)
+    return Tensor(buf, spec)
+
+
+def _sync_after_copy(tensor: Tensor, source: Any) -> None:
+    """On a sync buffer the copy (already waited for) is published as release 1."""
+    if tensor.buffer.sync_method != "none":
+        tensor.buffer.release(None)
+
+
+def share(name: str, array: Any, *, device: DeviceLike = None, conn: Optional[Connection] = None,
+          backend: Optional[Union[str, int]] = None, **create: Any) -> Tensor:
+    """Copies array (NumPy, PyTorch, CuPy, or a buffer-protocol object) into a new
+    buffer with a manifest of its dtype and shape, on array's device unless ``device``
+    says otherwise, and returns the new tensor (open read-write).  Returns once the copy
+    is done; on a sync buffer (sync=True) it is also published as a release."""
+    shape, dt, where = describe(array)
+    spec = _manifest.make_spec("", dt, shape)
+    target = device if device is not None else (where[0] if where[0] == "cpu" else f"cuda:{where[1]}")
+    buf = _create_tensors(name, [spec], spec.nbytes, target, conn, backend, create)
+    tensor = Tensor(buf, spec)
+    try:
+        tensor.copy_from(array)
+        _sync_after_copy(tensor, array)
+    except BaseException:
+        _discard(buf)
+        raise
+    return tensor
+
+
+def _discard(buf: Buffer) -> None:
+    """A buffer made for a share that failed: unlinked and closed."""
+    try:
+        buf.close_unlink()
+    except Exception:
+        buf.close()
+
+
+def share_bundle(name: str, arrays: Mapping[str, Any], *, device: DeviceLike = None,
+                 conn: Optional[Connection] = None, backend: Optional[Union[str, int]] = None,
+                 align: int = BUNDLE_ALIGN, **create: Any) -> Dict[str, Tensor]:
+    """Copies several named arrays into one new buffer, each at an offset aligned to
+    ``align`` bytes, with one manifest naming them all (one create, one open for the
+    consumer).  The arrays must live on one device.  Returns the tensors by name."""
+    if not arrays:
+        raise ValueError("share_bundle needs at least one array")
+    if align <= 0 or align & (align - 1):
+        raise ValueError(f"align {align} is not a power of two")
+    specs, places = [], set()
+    offset = 0
+    for key, array in arrays.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"bundle names must be non-empty strings, not {key!r}")
+        shape, dt, where = describe(array)
+        places.add(where)
+        offset = (offset + align - 1) // align * align
+        spec = _manifest.make_spec(key, dt, shape, None, offset)
+        specs.append(spec)
+        offset += spec.nbytes
+    if len(places) > 1 and device is None:
+        raise ValueError(f"the arrays live on several devices ({sorted(places)}): move them "
+                         f"to one, or name the bundle's device=")
+    where = places.pop()
+    target = device if device is not None else (where[0] if where[0] == "cpu" else f"cuda:{where[1]}")
+    buf = _create_tensors(name, specs, offset, target, conn, backend, create)
+    try:
+        tensors = {spec.name: Tensor(buf.dup(), spec) for spec in specs}
+        for key, array in arrays.items():
+            tensors[key].copy_from(array)
+        if buf.sync_method != "none":
+            buf.release(None)
+    except BaseException:
+        _discard(buf)
+        raise
+    buf.close()  # each tensor holds an open of its own
+    return tensors
+
+
+def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[int]]] = None,
+         offset: int = 0, strides: Optional[Sequence[int]] = None, tensor: Optional[str] = None,
+         readonly: bool = False, device: DeviceLike = None,
+         conn: Optional[Connection] = None) -> Tensor:
+    """Opens a buffer as a tensor: the one its manifest describes (``tensor=``: the one
+    of that name in a bundle), or what ``dtype``/``shape``/``offset``/``strides`` say (for
+    buffers of C producers without a manifest).  A buffer with neither opens as its bytes
+    (uint8).  ``device``: the CUDA device whose streams will use it (its map device)."""
+    c = _conn(conn)
+    map_device = None
+    if device is not None:
+        kind, index = parse_device(device)
+        map_device = index if kind == "cuda" else None
+    buf = c.open(name, readonly=readonly, map_device=map_device)
+    try:
+        if dtype is not None or shape is not None or strides is not None:
+            dt = dtypes.dtype(dtype if dtype is not None else "uint8")
+            if shape is None:
+                shape = (max(buf.size - offset, 0) // dt.itemsize,)
+            spec = _manifest.make_spec(tensor or "", dt, shape, strides, offset)
+            return Tensor(buf, spec)
+        specs = buf.manifest
+        if specs is None:
+            return Tensor(buf, _manifest.make_spec("", dtypes.uint8, (buf.size,)))
+        if tensor is None and len(specs) > 1:
+            raise _manifest.ManifestError(
+                f"{name!r} holds {len(specs)} tensors ({', '.join(repr(s.name) for s in specs)}): "
+                f"use open_bundle(), or open(name, tensor=...)")
+        for spec in specs:
+            if tensor is None or spec.name == tensor:
+                return Tensor(buf, spec)
+        raise KeyError(f"{name!r} has no tensor {tensor!r}")
+    except BaseException:
+        buf.close()
+        raise
+
+
+def open_bundle(name: str, *, readonly: bool = False, device: DeviceLike = None,
+                conn: Optional[Connection] = None) -> Dict[str, Tensor]:
+    """Opens a buffer and returns every tensor of its manifest by name, each holding an
+    open of its own (one round trip to the daemon for all of them)."""
+    c = _conn(conn)
+    map_device = None
+    if device is not None:
+        kind, index = parse_device(device)
+        map_device = index if kind == "cuda" else None
+    with c.open(name, readonly=readonly, map_device=map_device) as buf:
+        return buf.tensors()
+
+
+def unlink(name: str, *, conn: Optional[Connection] = None) -> None:
+    """Removes a name; the memory lives on until its last holder closes."""
+    _conn(conn).unlink(name)
+
+
+def list_buffers(*, all: bool = False, metadata: bool = False,
+                 conn: Optional[Connection] = None) -> Any:
+    """The buffers (and events) the daemon shows (admin.BufferInfo dataclasses)."""
+    return _conn(conn).list(all=all, metadata=metadata)
+
+
+def clients(*, conn: Optional[Connection] = None) -> Any:
+    """The connected clients (admin.ClientInfo)."""
+    return _conn(conn).clients()
+
+
+def stats(*, conn: Optional[Connection] = None) -> Any:
+    """The daemon's statistics (admin.Stats)."""
+    return _conn(conn).stats()

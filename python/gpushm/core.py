@@ -1,0 +1,867 @@
+"""Connections, buffers, tensors and events: the C library's handles, as Python objects
+that close themselves.
+
+Lifetime rules (docs/python.md):
+
+- Every Python object that uses a buffer's memory holds an open of its own, taken with
+  gpushm_buffer_ref() and closed by libgpushm's C destructor when the object is freed:
+  a ``Buffer`` handle, a ``Tensor``, each DLPack tensor a framework consumed, each
+  NumPy/CuPy array made through the array interfaces (through the ``Tensor`` it keeps).
+- ``close()`` (or leaving a ``with`` block) drops the handle's own open only.  Memory is
+  unmapped when the last open in the process goes: the last view, not the handle.
+- A closed handle refuses every further use (``ClosedError``); it never reaches memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import operator
+import os
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import _capsule, dtypes
+from . import manifest as _manifest
+from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
+                   CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_SYNC, DLPACK_LEGACY,
+                   LIST_ALL, LIST_METADATA, OPEN_READONLY, CreateOpts, DLDataType, TensorDesc,
+                   last_error_message, lib, map_device_flag, strerror, text)
+from .errors import CODES, ClosedError, make_error
+
+BACKENDS = {"default": 0, "host": 1, "cuda-ipc": 2, "cuda-fd": 3}
+BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
+LIFETIMES = {"persistent": 0, "session": 1}
+LIFETIME_NAMES = {v: k for k, v in LIFETIMES.items()}
+SYNC_METHODS = {0: "none", 1: "host", 2: "ipc-event", 3: "gpu-fence", 4: "cpu-fence"}
+#: DLPack device types (DLDeviceType)
+DL_CPU, DL_CUDA = 1, 2
+
+StreamLike = Any
+DeviceLike = Union[None, str, int, Any]
+
+
+def check(r: int, operation: str) -> int:
+    """r, or the gpushm.Error for it (read right after the call, on the same thread)."""
+    if r < 0:
+        raise make_error(r, last_error_message(), operation, strerror(r))
+    return r
+
+
+def _handle(out: c_void_p, operation: str) -> int:
+    """The handle a successful call returned through out."""
+    if not out.value:
+        raise make_error(-7, "the library reported success but returned no handle", operation,
+                         strerror(-7))
+    return out.value
+
+
+def c_string(value: Union[str, "os.PathLike[str]"], what: str, *, code: str = "NAME",
+             path: bool = False) -> bytes:
+    """value as the C string libgpushm gets (UTF-8; os.fsencode for paths).  ctypes ends
+    a C string at its first NUL, so "a\\0b" would reach the library as "a" and act on
+    another buffer: refused here, with the GPUSHM_E_<code> the library gives the same
+    mistake (NAME for buffer and event names, INVAL for socket paths and client names)."""
+    raw = os.fsencode(value) if path else str(value).encode()
+    if b"\0" in raw:
+        err = CODES[code]
+        raise make_error(err, f"{what} {value!r} contains a NUL byte", "", strerror(err))
+    return raw
+
+
+#: The longest wait the C API's int milliseconds can say (about 24.8 days); longer
+#: ones would wrap negative (for ever) or to a short wait in ctypes.
+MAX_TIMEOUT_MS = 2**31 - 1
+
+
+def timeout_ms(seconds: float) -> int:
+    """seconds as the C API's int milliseconds, clamped to MAX_TIMEOUT_MS."""
+    ms = seconds * 1000
+    return MAX_TIMEOUT_MS if ms >= MAX_TIMEOUT_MS else int(ms)
+
+
+def non_negative(value: int, what: str) -> int:
+    """value as a non-negative int: ctypes turns -1 into 2^64-1 for an unsigned argument
+    (another id, another release), and map_device -1 into "no map device"."""
+    n = operator.index(value)
+    if n < 0:
+        raise ValueError(f"{what} {n} is negative")
+    return n
+
+
+#: CU_STREAM_LEGACY: the legacy default stream as DLPack and the CUDA array interface
+#: spell it (PyTorch passes it for its default stream).
+_LEGACY_STREAM = 1
+#: CU_STREAM_PER_THREAD: the calling thread's own default stream.
+_PER_THREAD_STREAM = 2
+
+
+def _as_stream(value: int) -> Optional[int]:
+    # NULL names the same stream as CU_STREAM_LEGACY, and lets libgpushm resolve it on the
+    # buffer's map device without a current context in the calling thread
+    return None if value in (0, _LEGACY_STREAM) else value
+
+
+def stream_handle(stream: StreamLike) -> Optional[int]:
+    """The CUstream of stream (None for NULL, the legacy default stream; 0 and 1 mean it
+    too): an int, or an object of a framework: the ``__cuda_stream__`` protocol (CUDA
+    Python, recent PyTorch and CuPy: ``(version, handle)``), ``.cuda_stream``
+    (torch.cuda.Stream), ``.ptr`` (cupy.cuda.Stream) or ``.handle``."""
+    if stream is None:
+        return None
+    if isinstance(stream, bool):
+        raise TypeError("a stream is not a bool")
+    if isinstance(stream, int):
+        return _as_stream(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        if isinstance(value, tuple):
+            value = value[1]
+        return _as_stream(int(value))
+    for attr in ("cuda_stream", "ptr", "handle"):
+        value = getattr(stream, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _as_stream(value)
+    raise TypeError(f"{stream!r} is not a CUDA stream: pass an int (a CUstream), a torch or "
+                    f"CuPy stream, or an object with __cuda_stream__")
+
+
+def parse_device(device: DeviceLike) -> Tuple[str, int]:
+    """("cpu", 0) or ("cuda", ordinal) for "cpu", "cuda", "cuda:N", N, a torch.device
+    or a cupy.cuda.Device."""
+    if device is None:
+        return "cpu", 0
+    if isinstance(device, bool):
+        raise TypeError("a device is not a bool")
+    if isinstance(device, int):
+        return "cuda", non_negative(device, "device")
+    kind = getattr(device, "type", None)
+    if isinstance(kind, str):  # torch.device
+        index = getattr(device, "index", None)
+        return ("cpu", 0) if kind == "cpu" else (kind, non_negative(index or 0, "device"))
+    device_id = getattr(device, "id", None)
+    if isinstance(device_id, int):  # cupy.cuda.Device
+        return "cuda", non_negative(device_id, "device")
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        if kind == "cpu" and not index:
+            return "cpu", 0
+        if kind == "cuda" and (not index or index.isdigit()):
+            return "cuda", int(index or 0)
+    raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _backend_value(backend: Union[str, int]) -> int:
+    if isinstance(backend, int):
+        return backend
+    try:
+        return BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}") from None
+
+
+def _lifetime_value(lifetime: Union[str, int]) -> int:
+    if isinstance(lifetime, int):
+        return lifetime
+    try:
+        return LIFETIMES[lifetime]
+    except KeyError:
+        raise ValueError(f"unknown lifetime {lifetime!r}: 'persistent' or 'session'") from None
+
+
+class _Handle:
+    """A C handle owned by a capsule (libgpushm's destructor closes it).  Methods take
+    (capsule, pointer) through _live() and keep the capsule in a local while they call
+    C, so a close() on another thread cannot free the handle under them."""
+
+    _what = "handle"
+
+    def __init__(self, pointer: int, kind: int) -> None:
+        self._pid = os.getpid()
+        self._ptr = pointer
+        self._cap: Optional[object] = _capsule.own(pointer, kind)
+
+    def _live(self) -> Tuple[object, int]:
+        cap = self._cap
+        if cap is None:
+            raise ClosedError(f"the {self._what} is closed")
+        if self._pid != os.getpid():
+            raise ClosedError(f"the {self._what} belongs to the parent of this process "
+                              f"(opened before fork()): open it again here")
+        return cap, self._ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._cap is None
+
+    def close(self) -> None:
+        """Drops this handle (its open, or the connection).  Idempotent."""
+        self._cap = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Connection(_Handle):
+    """A connection to gpushmd (gpushm_connect).  ``socket``: the daemon's socket
+    ($GPUSHM_SOCKET, else /run/gpushm/gpushmd.sock); ``name``: what admin tools show;
+    ``timeout``: seconds for connecting and each request (default 10, $GPUSHM_TIMEOUT_MS).
+    Buffers opened through it keep it alive after close()."""
+
+    _what = "connection"
+
+    def __init__(self, socket: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 name: Optional[str] = None, *, timeout: Optional[float] = None) -> None:
+        path = None if socket is None else c_string(socket, "socket path", code="INVAL", path=True)
+        client = None if name is None else c_string(name, "client name", code="INVAL")
+        out = c_void_p()
+        check(lib.gpushm_connect(path, client, byref(out)), "connect")
+        super().__init__(_handle(out, "connect"), CAPSULE_CONNECTION)
+        if timeout is not None:
+            self.set_timeout(timeout)
+
+    # --- what the daemon is -------------------------------------------------------
+    @property
+    def instance_id(self) -> int:
+        _, c = self._live()
+        return lib.gpushm_instance_id(c)
+
+    @property
+    def daemon_version(self) -> str:
+        _, c = self._live()
+        return text(lib.gpushm_daemon_version(c))
+
+    @property
+    def protocol_version(self) -> int:
+        _, c = self._live()
+        return lib.gpushm_protocol_version(c)
+
+    @property
+    def backends(self) -> List[str]:
+        """Memory backends the daemon can use now."""
+        _, c = self._live()
+        mask = lib.gpushm_daemon_backends(c)
+        return [name for name, v in BACKENDS.items() if v and mask & (1 << v)]
+
+    @property
+    def default_backend(self) -> str:
+        """What a create naming no backend gets ("default": the daemon does not say)."""
+        _, c = self._live()
+        return BACKEND_NAMES.get(lib.gpushm_daemon_default_backend(c), "default")
+
+    def has_feature(self, feature: int) -> bool:
+        """Whether the daemon offers a GPUSHM_FEATURE_* bit."""
+        _, c = self._live()
+        return bool(lib.gpushm_daemon_has(c, feature))
+
+    def set_timeout(self, seconds: float) -> None:
+        """Bounds each later request (0: wait for ever; at most MAX_TIMEOUT_MS)."""
+        cap, c = self._live()
+        check(lib.gpushm_set_timeout(c, timeout_ms(seconds)), "set_timeout")
+
+    def ping(self) -> None:
+        _, c = self._live()
+        check(lib.gpushm_ping(c), "ping")
+
+    # --- buffers ------------------------------------------------------------------
+    def create(self, name: str, size: int, *, backend: Union[str, int] = "default",
+               device: int = 0, mode: int = 0o600, lifetime: Union[str, int] = "persistent",
+               sync: bool = False, open_existing: bool = False,
+               metadata: Optional[bytes] = None, map_device: Optional[int] = None) -> "Buffer":
+        """Creates a buffer and opens it read-write (gpushm_buffer_create).  ``metadata``:
+        up to 4096 immutable bytes every opener gets (LimitExceeded above)."""
+        cap, c = self._live()
+        raw = c_string(name, "name")
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.backend = _backend_value(backend)
+        opts.device = non_negative(device, "device")
+        opts.mode = mode
+        opts.lifetime = _lifetime_value(lifetime)
+        opts.flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
+                      | (map_device_flag(non_negative(map_device, "map_device"))
+                         if map_device is not None else 0))
+        meta = None
+        if metadata:
+            meta = ctypes.create_string_buffer(bytes(metadata), len(metadata))
+            opts.metadata_size = min(len(metadata), 0xFFFFFFFF)  # past the limit anyway
+            opts.metadata = ctypes.cast(meta, c_void_p)
+        out = c_void_p()
+        check(lib.gpushm_buffer_create(c, raw, size, byref(opts), byref(out)),
+              f"create {name!r}")
+        return Buffer(_handle(out, "create"), self)
+
+    def open(self, name: Union[str, int], *, readonly: bool = False,
+             map_device: Optional[int] = None) -> "Buffer":
+        """Opens a buffer by name (str) or id (int) (gpushm_buffer_open)."""
+        cap, c = self._live()
+        flags = (OPEN_READONLY if readonly else 0) | (
+            map_device_flag(non_negative(map_device, "map_device")) if map_device is not None else 0)
+        out = c_void_p()
+        if isinstance(name, int) and not isinstance(name, bool):
+            check(lib.gpushm_buffer_open_id(c, non_negative(name, "id"), flags, byref(out)),
+                  f"open id {name}")
+        else:
+            check(lib.gpushm_buffer_open(c, c_string(name, "name"), flags, byref(out)),
+                  f"open {name!r}")
+        return Buffer(_handle(out, "open"), self)
+
+    def unlink(self, name: str) -> None:
+        """Removes a name; the memory lives on until its last holder closes."""
+        cap, c = self._live()
+        check(lib.gpushm_unlink(c, c_string(name, "name")), f"unlink {name!r}")
+
+    # --- events -------------------------------------------------------------------
+    def create_event(self, name: str, *, device: int = 0, mode: int = 0o600,
+                     lifetime: Union[str, int] = "persistent") -> "Event":
+        """A named inter-process CUDA event on device (gpushm_event_create)."""
+        cap, c = self._live()
+        raw = c_string(name, "event name")
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.device = non_negative(device, "device")
+        opts.mode = mode
+        opts.lifetime = _lifetime_value(lifetime)
+        out = c_void_p()
+        check(lib.gpushm_event_create(c, raw, byref(opts), byref(out)),
+              f"create event {name!r}")
+        return Event(_handle(out, "create event"), self)
+
+    def open_event(self, name: str) -> "Event":
+        cap, c = self._live()
+        out = c_void_p()
+        check(lib.gpushm_event_open(c, c_string(name, "event name"), byref(out)),
+              f"open event {name!r}")
+        return Event(_handle(out, "open event"), self)
+
+    # --- admin --------------------------------------------------------------------
+    def list(self, *, all: bool = False, metadata: bool = False) -> "List[Any]":
+        """Buffers and events the daemon shows this connection (admin.BufferInfo)."""
+        from . import admin
+        cap, c = self._live()
+        return admin.list_buffers(c, (LIST_ALL if all else 0) | (LIST_METADATA if metadata else 0))
+
+    def clients(self) -> "List[Any]":
+        from . import admin
+        cap, c = self._live()
+        return admin.list_clients(c)
+
+    def stats(self) -> Any:
+        from . import admin
+        cap, c = self._live()
+        return admin.daemon_stats(c)
+
+    def disconnect_client(self, client_id: int) -> None:
+        """Ends another connection (gpushm_client_disconnect)."""
+        cap, c = self._live()
+        check(lib.gpushm_client_disconnect(c, non_negative(client_id, "client id")),
+              f"disconnect client {client_id}")
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<gpushm.Connection closed>"
+        return f"<gpushm.Connection to gpushmd {self.daemon_version}>"
+
+
+class Buffer(_Handle):
+    """An open buffer, holding one open of it (gpushm_buffer_open/create).  Its memory
+    stays mapped while this handle or any view made from it is open."""
+
+    _what = "buffer"
+
+    def __init__(self, pointer: int, connection: Optional[Connection]) -> None:
+        super().__init__(pointer, CAPSULE_BUFFER)
+        # What the handle is, read once and exposed read-only: size and readonly guard
+        # the array interfaces, and the others say which buffer this is.
+        self._connection = connection
+        self._name = text(lib.gpushm_buffer_name(pointer))
+        self._id: int = lib.gpushm_buffer_id(pointer)
+        self._size: int = lib.gpushm_buffer_size(pointer)
+        self._backend = BACKEND_NAMES.get(lib.gpushm_buffer_backend(pointer), "host")
+        self._device: int = lib.gpushm_buffer_device(pointer)
+        self._map_device: int = lib.gpushm_buffer_map_device(pointer)
+        self._readonly = bool(lib.gpushm_buffer_is_readonly(pointer))
+        uid, gid = c_uint32(), c_uint32()
+        check(lib.gpushm_buffer_owner(pointer, byref(uid), byref(gid)), "owner")
+        self._owner = (uid.value, gid.value)
+        n = c_size_t()
+        at = lib.gpushm_buffer_metadata(pointer, byref(n))
+        self._metadata = ctypes.string_at(at, n.value) if at else b""
+        self._data = lib.gpushm_buffer_ptr(pointer) or 0
+        # the stream of the last acquire() through this handle (CUDA array interface)
+        self._acquired_stream: Optional[int] = None
+        self._acquired = False
+
+    @property
+    def connection(self) -> Optional[Connection]:
+        return self._connection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def size(self) -> int:
+        """Bytes."""
+        return self._size
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def device(self) -> int:
+        """The device the memory lives on (this process's ordinal; -1 for host memory)."""
+        return self._device
+
+    @property
+    def map_device(self) -> int:
+        """The device whose kernels and streams use the pointer."""
+        return self._map_device
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def owner(self) -> Tuple[int, int]:
+        """(uid, gid)."""
+        return self._owner
+
+    @property
+    def metadata(self) -> bytes:
+        """What the buffer was created with (a tensor manifest, for this package)."""
+        return self._metadata
+
+    @property
+    def is_device(self) -> bool:
+        return self.backend != "host"
+
+    @property
+    def ptr(self) -> int:
+        """The address (host) or device pointer of the data, valid while this handle is
+        open (or a view made from it lives)."""
+        self._live()
+        return self._data
+
+    def dlpack_device(self) -> Tuple[int, int]:
+        return (DL_CUDA, self.map_device) if self.is_device else (DL_CPU, 0)
+
+    def dup(self) -> "Buffer":
+        """Another handle of the same buffer, with an open of its own (gpushm_buffer_ref):
+        closing either leaves the other usable."""
+        cap, b = self._live()
+        check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
+        other = Buffer.__new__(Buffer)
+        other.__dict__.update(self.__dict__)
+        other._pid = os.getpid()
+        other._cap = _capsule.own(b, CAPSULE_BUFFER)
+        other._acquired_stream, other._acquired = None, False
+        return other
+
+    def _export_ref(self) -> object:
+        """An open for a view to keep (a capsule; freeing it closes the open)."""
+        cap, b = self._live()
+        check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
+        return _capsule.own(b, CAPSULE_BUFFER)
+
+    def close_unlink(self) -> None:
+        """Removes the buffer's name, while it still names this buffer, and closes this
+        handle: the producer's end of a hand-off (gpushm_buffer_close_unlink)."""
+        cap, b = self._live()
+        # an open of its own for the C call to close, so that this handle's goes the
+        # usual way (its capsule) and views keep theirs
+        check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
+        r = lib.gpushm_buffer_close_unlink(b)
+        self._cap = None
+        check(r, f"close_unlink {self.name!r}")
+
+    # --- sync ---------------------------------------------------------------------
+    @property
+    def sync_method(self) -> str:
+        """How releases and acquires are ordered here ("none": not a sync buffer)."""
+        cap, b = self._live()
+        return SYNC_METHODS.get(lib.gpushm_buffer_sync_method(b, None), "none")
+
+    @property
+    def release_seq(self) -> int:
+        """The number of the latest published release (0: none yet)."""
+        cap, b = self._live()
+        return lib.gpushm_buffer_release_seq(b)
+
+    def release(self, stream: StreamLike = None) -> int:
+        """Publishes a release ordered behind the work queued on stream (None: the legacy
+        default stream; host buffers take no stream); returns its number."""
+        cap, b = self._live()
+        seq = c_uint64()
+        check(lib.gpushm_buffer_release(b, stream_handle(stream), byref(seq)),
+              f"release {self.name!r}")
+        return seq.value
+
+    def acquire(self, stream: StreamLike = None, seq: int = 0,
+                timeout: Optional[float] = None) -> None:
+        """Waits (in this thread) until release seq is published (0: the latest, if any),
+        then makes stream wait until its work is done.  timeout in seconds (None: for
+        ever); Timeout if seq is not published in time."""
+        cap, b = self._live()
+        handle = stream_handle(stream)
+        ms = -1 if timeout is None else max(0, timeout_ms(timeout))
+        check(lib.gpushm_buffer_acquire(b, handle, non_negative(seq, "seq"), ms),
+              f"acquire {self.name!r}")
+        self._acquired, self._acquired_stream = True, handle
+
+    def _sync_for_consumer(self, stream: Optional[int]) -> None:
+        """A consumer is about to use the memory on stream (None: the legacy default
+        stream): on a sync buffer, order it after the latest release published so far
+        (a release published is waited for on the GPU, or by the CPU for host memory
+        and CPU fences)."""
+        cap, b = self._live()
+        if lib.gpushm_buffer_sync_method(b, None) == 0:
+            return
+        check(lib.gpushm_buffer_acquire(b, stream, 0, -1), f"acquire {self.name!r}")
+
+    # --- tensors ------------------------------------------------------------------
+    @property
+    def manifest(self) -> Optional[List[_manifest.TensorSpec]]:
+        """The tensors the metadata describes, checked against the buffer (ManifestError
+        if malformed); None without metadata."""
+        return _manifest.decode(self.metadata, self.size)
+
+    def view(self, dtype: Any = "uint8", shape: Optional[Union[int, Sequence[int]]] = None,
+             offset: int = 0, strides: Optional[Sequence[int]] = None, name: str = "") -> "Tensor":
+        """A tensor of this buffer's memory (with an open of its own).  shape None: as
+        many elements as fit after offset, in one dimension."""
+        self._live()
+        dt = dtypes.dtype(dtype)
+        if shape is None:
+            shape = (max(self.size - offset, 0) // dt.itemsize,)
+        return Tensor(self.dup(), _manifest.make_spec(name, dt, shape, strides, offset))
+
+    def tensors(self) -> Dict[str, "Tensor"]:
+        """Every tensor of the manifest, by name, each with an open of its own."""
+        specs = self.manifest
+        if specs is None:
+            raise _manifest.ManifestError(f"{self.name!r} carries no tensor manifest")
+        return {s.name: Tensor(self.dup(), s) for s in specs}
+
+    def tensor(self, name: Optional[str] = None) -> "Tensor":
+        """The manifest's tensor of that name, or its only tensor."""
+        specs = self.manifest
+        if specs is None:
+            raise _manifest.ManifestError(f"{self.name!r} carries no tensor manifest: "
+                                          f"use view(dtype, shape)")
+        if name is None:
+            if len(specs) != 1:
+                raise _manifest.ManifestError(
+                    f"{self.name!r} holds {len(specs)} tensors "
+                    f"({', '.join(repr(s.name) for s in specs)}): name one, or use tensors()")
+            return Tensor(self.dup(), specs[0])
+        for s in specs:
+            if s.name == name:
+                return Tensor(self.dup(), s)
+        raise KeyError(f"{self.name!r} has no tensor {name!r}")
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.size} bytes"
+        return (f"<gpushm.Buffer {self.name!r} id {self.id} {self.backend} "
+                f"{'read-only' if self.readonly else 'read-write'}, {state}>")
+
+
+class Tensor:
+    """A tensor in a gpushm buffer: an array of one dtype and shape at an offset.  It
+    converts without a copy through the standard protocols:
+
+    - ``torch.from_dlpack(t)``, ``cupy.from_dlpack(t)``, ``numpy.from_dlpack(t)``
+      (``__dlpack__``: a versioned DLPack capsule when the consumer asks for DLPack 1.0,
+      read-only on read-only opens; a legacy one otherwise, refused for read-only memory);
+    - ``cupy.asarray(t)``, Numba (``__cuda_array_interface__`` v3, device memory);
+    - ``numpy.asarray(t)`` (``__array_interface__``, host memory), ``t.memoryview()``.
+
+    Every view holds an open of the buffer: a DLPack tensor's is closed by its consumer
+    when the tensor goes, a NumPy array's by the memoryview it keeps; CUDA-array-interface
+    consumers keep this object, which then holds one for them.  ``close()`` drops only
+    this object's handle: the memory stays until the last view is gone."""
+
+    def __init__(self, buffer: Buffer, spec: _manifest.TensorSpec) -> None:
+        _manifest.check_bounds(spec, buffer.size)
+        self._buffer = buffer
+        self._spec = spec
+        self._view_open: Optional[object] = None
+
+    # --- what it is ---------------------------------------------------------------
+    @property
+    def buffer(self) -> Buffer:
+        return self._buffer
+
+    @property
+    def spec(self) -> _manifest.TensorSpec:
+        """Where the tensor lies in the buffer (fixed: checked when the Tensor was made)."""
+        return self._spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self.spec.dtype
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.spec.shape
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """In elements."""
+        return self.spec.strides
+
+    @property
+    def offset(self) -> int:
+        return self.spec.offset
+
+    @property
+    def ndim(self) -> int:
+        return self.spec.ndim
+
+    @property
+    def nbytes(self) -> int:
+        return self.spec.nbytes
+
+    @property
+    def readonly(self) -> bool:
+        return self._buffer.readonly
+
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda:N" (N: the map device)."""
+        return f"cuda:{self._buffer.map_device}" if self._buffer.is_device else "cpu"
+
+    @property
+    def ptr(self) -> int:
+        """Address of element [0, ..., 0]."""
+        return self._buffer.ptr + self.spec.offset
+
+    @property
+    def closed(self) -> bool:
+        return self._buffer.closed
+
+    def close(self) -> None:
+        """Drops this object's handle; views made from it keep the memory."""
+        self._buffer.close()
+
+    def __enter__(self) -> "Tensor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<gpushm.Tensor {self._buffer.name!r}"
+                f"{'[' + repr(self.name) + ']' if self.name else ''} {self.dtype.name}"
+                f"{list(self.shape)} on {self.device}"
+                f"{', read-only' if self.readonly else ''}{', closed' if self.closed else ''}>")
+
+    # --- DLPack -------------------------------------------------------------------
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return self._buffer.dlpack_device()
+
+    def __dlpack__(self, stream: Optional[int] = None, *,
+                   max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None,
+                   copy: Optional[bool] = None) -> object:
+        """A DLPack capsule of this tensor (the array API's __dlpack__).  ``stream``: the
+        consumer's CUDA stream (None or 1: the legacy default stream, 2: per-thread, -1:
+        no synchronisation); on a sync buffer it is made to wait for the latest release.
+        No copies are made (``copy=True`` and another ``dl_device`` raise BufferError).
+        ``stream`` may come by position, as consumers before the array API's keywords
+        passed it."""
+        cap, b = self._buffer._live()
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"{self!r} lives on DLPack device {device}, not {tuple(dl_device)}: "
+                              f"gpushm shares memory, it does not copy it")
+        if copy:
+            raise BufferError("gpushm shares memory without copies (copy=True)")
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if not versioned and self.readonly:
+            raise BufferError(f"{self!r} is read-only, and the legacy DLPack this consumer asks "
+                              f"for cannot say so: use a consumer of DLPack 1.0 (max_version), "
+                              f"or numpy.asarray() for host memory")
+        if device[0] == DL_CPU:
+            if stream is not None and stream != -1:
+                raise BufferError(f"stream {stream!r} for host memory: pass none")
+            self._buffer._sync_for_consumer(None)
+        else:
+            if stream == 0:
+                raise ValueError("stream 0 is ambiguous in DLPack: pass 1 for the legacy "
+                                 "default stream")
+            if stream != -1:
+                self._buffer._sync_for_consumer(None if stream in (None, 1) else int(stream))
+        desc, keep = self._desc()
+        out = c_void_p()
+        check(lib.gpushm_buffer_dlpack(b, byref(desc), 0 if versioned else DLPACK_LEGACY,
+                                       byref(out)), f"DLPack export of {self._buffer.name!r}")
+        del keep
+        return _capsule.own(_handle(out, "DLPack export"),
+                            CAPSULE_DLTENSOR_VERSIONED if versioned else CAPSULE_DLTENSOR)
+
+    def _desc(self) -> Tuple[TensorDesc, object]:
+        spec = self._spec
+        arrays = (ctypes.c_int64 * max(spec.ndim, 1))(*spec.shape), \
+            (ctypes.c_int64 * max(spec.ndim, 1))(*spec.strides)
+        desc = TensorDesc()
+        desc.size = ctypes.sizeof(TensorDesc)
+        desc.ndim = spec.ndim
+        desc.offset = spec.offset
+        desc.dtype = DLDataType(spec.dtype.code, spec.dtype.bits, 1)
+        desc.shape = ctypes.cast(arrays[0], ctypes.POINTER(ctypes.c_int64))
+        desc.strides = ctypes.cast(arrays[1], ctypes.POINTER(ctypes.c_int64))
+        return desc, arrays
+
+    # --- array interfaces ---------------------------------------------------------
+    def _checked(self) -> Tuple[object, int, _manifest.TensorSpec, bool]:
+        """(capsule, pointer, spec, read-only) for a view about to be made without
+        libgpushm's own checks (the array interfaces, memoryview): the spec checked again
+        against the size and the read-only flag read from the live C handle, so that
+        nothing set on the Python objects can widen a view past the buffer or make a
+        read-only mapping writable (a write there is SIGSEGV)."""
+        cap, b = self._buffer._live()
+        spec = self._spec
+        _manifest.check_bounds(spec, lib.gpushm_buffer_size(b))
+        return cap, b, spec, bool(lib.gpushm_buffer_is_readonly(b))
+
+    def _host_view(self) -> Tuple[memoryview, int, _manifest.TensorSpec]:
+        """A flat memoryview of the bytes the tensor's elements span, holding an open of
+        its own for as long as it (or an array made from it) lives, read-only on
+        read-only opens; the offset of element [0, ..., 0] in it; and the spec it is of."""
+        cap, b, spec, readonly = self._checked()
+        first, end = spec.span()
+        keep = self._buffer._export_ref()
+        self._buffer._sync_for_consumer(None)
+        raw = (ctypes.c_ubyte * (end - first)).from_address(lib.gpushm_buffer_ptr(b) + first)
+        setattr(raw, "_gpushm_open", keep)  # closed by libgpushm when the ctypes array goes
+        view = memoryview(raw).cast("B")
+        return (view.toreadonly() if readonly else view), spec.offset - first, spec
+
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        """NumPy's array interface (v3), for host memory.  Its data is a memoryview that
+        holds an open of its own: NumPy keeps that, not this Tensor, so close() here is
+        final for this handle while the arrays keep the memory."""
+        if self._buffer.is_device:
+            raise AttributeError(f"{self!r} is device memory: no __array_interface__ "
+                                 f"(use torch.from_dlpack or cupy.from_dlpack)")
+        typestr = self._spec.dtype.typestr
+        data, offset, spec = self._host_view()
+        return {
+            "version": 3,
+            "shape": spec.shape,
+            "typestr": typestr,
+            "data": data,
+            "offset": offset,
+            "strides": None if spec.contiguous else
+            tuple(s * spec.dtype.itemsize for s in spec.strides),
+        }
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """CUDA Array Interface v3, for device memory.  Its consumers (CuPy, Numba) keep
+        this Tensor as the memory's owner, so from the first read the Tensor holds an
+        open for them, until it is itself garbage; close() drops only its handle's.
+        ``stream``: None; on a sync buffer, the stream of the last acquire() through this
+        handle, or without one (or if that was the per-thread stream, 2, which names
+        another stream in each thread) 1, the legacy default stream, which each read then
+        makes wait for the latest release: the consumer synchronises with it before use
+        (v3)."""
+        if not self._buffer.is_device:
+            raise AttributeError(f"{self!r} is host memory: no __cuda_array_interface__ "
+                                 f"(use numpy.asarray or DLPack)")
+        cap, b, spec, readonly = self._checked()
+        typestr = spec.dtype.typestr
+        if self._view_open is None:
+            self._view_open = self._buffer._export_ref()
+        stream = None
+        if self._buffer.sync_method != "none":
+            acquired = self._buffer._acquired_stream
+            if self._buffer._acquired and acquired != _PER_THREAD_STREAM:
+                stream = acquired or _LEGACY_STREAM
+            else:
+                # the per-thread stream is each thread's own: a consumer on another thread
+                # would synchronise with its stream, which waited for nothing
+                self._buffer._sync_for_consumer(None)
+                stream = _LEGACY_STREAM
+        return {
+            "version": 3,
+            "shape": spec.shape,
+            "typestr": typestr,
+            "data": (lib.gpushm_buffer_ptr(b) + spec.offset, readonly),
+            "strides": None if spec.contiguous else
+            tuple(s * spec.dtype.itemsize for s in spec.strides),
+            "stream": stream,
+        }
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Any:
+        # reached only when __array_interface__ is absent: device memory
+        raise TypeError(f"{self!r} is device memory: NumPy cannot read it in place; use "
+                        f"torch.from_dlpack / cupy.from_dlpack (and copy to the host there)")
+
+    def memoryview(self) -> memoryview:
+        """The tensor's bytes as a flat memoryview (host memory, contiguous tensors),
+        read-only on read-only opens; it holds an open of its own."""
+        if self._buffer.is_device:
+            raise TypeError(f"{self!r} is device memory: no memoryview")
+        if not self._spec.contiguous:
+            raise ValueError(f"{self!r} is not contiguous: no flat memoryview")
+        return self._host_view()[0]
+
+    # --- copies in ----------------------------------------------------------------
+    def copy_from(self, source: Any) -> None:
+        """Copies source (a NumPy, PyTorch or CuPy array of this shape; on the host,
+        anything with the buffer protocol) into this tensor with the source framework's
+        own copy, and waits for it to finish."""
+        from . import _copy
+        _copy.copy_into(self, source)
+
+
+class Event(_Handle):
+    """A named inter-process CUDA event (gpushm_event_create/open)."""
+
+    _what = "event"
+
+    def __init__(self, pointer: int, connection: Connection) -> None:
+        super().__init__(pointer, CAPSULE_BUFFER)  # an event is closed like a buffer
+        self._connection = connection
+        self._name = text(lib.gpushm_event_name(pointer))
+        self._id: int = lib.gpushm_event_id(pointer)
+
+    @property
+    def connection(self) -> Connection:
+        return self._connection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    def record(self, stream: StreamLike = None) -> None:
+        """Records the event on stream (a stream of the event's own device)."""
+        cap, e = self._live()
+        check(lib.gpushm_event_record(e, stream_handle(stream)), f"record {self.name!r}")
+
+    def wait(self, stream: StreamLike = None) -> None:
+        """Makes stream wait for the event's most recent record, by any process."""
+        cap, e = self._live()
+        check(lib.gpushm_event_wait(e, stream_handle(stream)), f"wait {self.name!r}")
+
+    def __repr__(self) -> str:
+        return f"<gpushm.Event {self.name!r} id {self.id}{' closed' if self.closed else ''}>"
+

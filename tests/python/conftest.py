@@ -1,0 +1,171 @@
+"""Fixtures of the Python package's tests: a real gpushmd on a temporary socket (the
+tests/integration pattern), connections, unique names, and the daemon's view of a
+buffer's references.  Run by tests/python/test-python.sh, which sets GPUSHMD,
+GPUSHM_LIBRARY (the built libgpushm) and PYTHONPATH (python/)."""
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+GPUSHMD = os.environ.get("GPUSHMD")
+#: The build directory under make check (and scripts that run the tests like it).
+BUILD = os.environ.get("GPUSHM_TEST_BUILDDIR", "")
+FAKE_CUDA = os.environ.get("GPUSHM_FAKE_CUDA_LIB")
+HAVE_FAKE_CUDA = bool(FAKE_CUDA and os.access(FAKE_CUDA, os.R_OK))
+
+
+def _configured_with_cuda() -> bool:
+    try:
+        with open(os.path.join(BUILD, "config.h")) as f:
+            return any(line.split()[:2] == ["#define", "HAVE_CUDA"] for line in f)
+    except OSError:
+        return False
+
+
+#: make check names the fake driver (GPUSHM_FAKE_CUDA_LIB) and builds it wherever
+#: configure found CUDA's headers: missing there, it is a build regression, not a skip.
+FAKE_CUDA_EXPECTED = bool(BUILD and FAKE_CUDA and _configured_with_cuda())
+
+
+def require_built(path: str, what: str, expected: bool) -> None:
+    """Skips the test without path, unless it should have been built (expected): then a
+    missing one fails, as a skip would hide the regression."""
+    if os.access(path, os.R_OK):
+        return
+    if expected:
+        pytest.fail(f"{what} is not built ({path}), though this build makes it")
+    pytest.skip(f"{what} not built")
+
+
+def native_env(env: dict | None = None) -> dict:
+    """The environment for a program of the build (gpushmd, the examples): without the
+    sanitizer runtime test-python.sh preloads into Python for a sanitizer build's
+    libgpushm, since those programs carry their own."""
+    env = dict(os.environ if env is None else env)
+    preload = os.environ.get("GPUSHM_TEST_PYTHON_PRELOAD")
+    if preload and env.get("LD_PRELOAD") == preload:
+        del env["LD_PRELOAD"]
+        # and with their own leak checking, which Python's exit would have drowned
+        env["ASAN_OPTIONS"] = os.environ.get("GPUSHM_TEST_NATIVE_ASAN_OPTIONS", "")
+    return env
+
+
+class Daemon:
+    """gpushmd on a socket of its own; stop() checks it exits 0 and removes its socket."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        if not GPUSHMD:
+            pytest.fail("GPUSHMD is not set (run through tests/python/test-python.sh)")
+        self.dir = tempfile.mkdtemp(prefix="gpushm-py.")
+        os.chmod(self.dir, 0o755)  # other uids (the permission tests) reach the socket
+        self.socket = os.path.join(self.dir, "gpushmd.sock")
+        # CI's valgrind stage runs the daemon under valgrind, as tests/harness.c does
+        # (Python itself is left out: valgrind over CPython would take the stage's time)
+        wrap = (["valgrind", "-q", "--error-exitcode=99", "--leak-check=full",
+                 "--errors-for-leak-kinds=definite"]
+                if os.environ.get("GPUSHM_TEST_VALGRIND") else [])
+        self.proc = subprocess.Popen([*wrap, GPUSHMD, "--socket", self.socket, "--log-level",
+                                      "warn", *args], env=native_env(env))
+        import gpushm
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                gpushm.connect(self.socket, "fixture").close()
+                return
+            except gpushm.Error:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    pytest.fail(f"gpushmd did not start (exit {self.proc.poll()})")
+                time.sleep(0.01)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                pytest.fail("gpushmd did not stop on SIGTERM")
+            assert rc == 0, f"gpushmd exited {rc}"
+            assert not os.path.exists(self.socket), "gpushmd left its socket behind"
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    """The session's gpushmd, with the fake CUDA driver where it is built (two fake
+    GPUs); GPUSHM_SOCKET points at it, so gpushm's default connection finds it."""
+    if HAVE_FAKE_CUDA:
+        os.environ["GPUSHM_CUDA_LIBRARY"] = FAKE_CUDA
+        os.environ["GPUSHM_FAKE_CUDA_DEVICES"] = "2"
+    d = Daemon("--allow-legacy-ipc", "yes")
+    os.environ["GPUSHM_SOCKET"] = d.socket
+    yield d
+    import gpushm.api
+    if gpushm.api._default is not None:
+        gpushm.api._default.close()
+    gc.collect()
+    d.stop()
+
+
+@pytest.fixture
+def conn(daemon):
+    import gpushm
+    with gpushm.connect(daemon.socket, "pytest") as c:
+        yield c
+
+
+@pytest.fixture
+def name(request, daemon):
+    """A buffer name of this test's own, unlinked (if it still exists) afterwards."""
+    import gpushm
+    import re
+    import zlib
+    # names are [A-Za-z0-9._-]; the id's checksum keeps parametrised ones apart
+    n = "py-%s-%08x" % (re.sub(r"[^A-Za-z0-9._-]", "-", request.node.originalname)[:90],
+                        zlib.crc32(request.node.nodeid.encode()))
+    yield n
+    gc.collect()
+    try:
+        gpushm.unlink(n)
+    except gpushm.NotFound:
+        pass
+
+
+def daemon_refs(buffer_name: str, conn=None) -> int | None:
+    """The daemon's references to a buffer (None: it is gone), asked on conn (default: the
+    default connection).  Ask on the connection the last close went through: closes do
+    not wait for the daemon, and only later requests on that connection are sure to see
+    them."""
+    import gpushm
+    gc.collect()
+    for info in (conn.list() if conn is not None else gpushm.list()):
+        if info.name == buffer_name:
+            return info.refs
+    return None
+
+
+def run_python(code: str, *, user: int | None = None, check: bool = True,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs code in a fresh interpreter (this one), optionally as another uid (setpriv;
+    root only), with this process's environment."""
+    argv = [sys.executable, "-c", code]
+    if user is not None:
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + argv
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **(env or {})})
+    if check and p.returncode != 0:
+        raise AssertionError(f"child exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def can_switch_user() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None

@@ -1,0 +1,131 @@
+"""Pieces that need no daemon: dtypes, streams and devices as frameworks spell them, the
+manifest codec, the admin dataclasses (with a daemon), and the package's own build."""
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpushm
+from gpushm import dtypes, manifest
+from gpushm.core import parse_device, stream_handle
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeTorchDtype:
+    """What torch.bfloat16 looks like to this package: only its str()."""
+
+    def __init__(self, name):
+        self.n = name
+
+    def __str__(self):
+        return "torch." + self.n
+
+
+def test_dtype_spellings():
+    f32 = dtypes.float32
+    for spelling in ("float32", "<f4", "f4", "=f4", np.float32, np.dtype("float32"),
+                     FakeTorchDtype("float32"), f32):
+        assert dtypes.dtype(spelling) is f32, spelling
+    assert dtypes.dtype(float) is dtypes.float64 and dtypes.dtype(bool) is dtypes.bool_
+    assert dtypes.dtype(FakeTorchDtype("bfloat16")) is dtypes.bfloat16
+    assert dtypes.dtype("|b1") is dtypes.bool_ and dtypes.dtype("c16") is dtypes.complex128
+    assert dtypes.dtype("half") is dtypes.float16
+    for bad in ("float", ">f4", "f3", "float8", object()):
+        with pytest.raises(TypeError):
+            dtypes.dtype(bad)
+    with pytest.raises(TypeError, match="DLPack"):
+        dtypes.bfloat16.typestr
+    assert dtypes.from_dlpack(4, 16) is dtypes.bfloat16
+    for d in dtypes.BY_NAME.values():
+        if d.kind:
+            assert np.dtype(d.typestr).name == d.name
+
+
+def test_streams_and_devices():
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, 0x1234)
+
+    class Attr:
+        __cuda_stream__ = (0, 0x99)
+
+    class TorchLike:
+        cuda_stream = 0xABC
+
+    class CupyLike:
+        ptr = 0xDEF
+
+    assert stream_handle(None) is None and stream_handle(0) is None and stream_handle(7) == 7
+    assert stream_handle(Proto()) == 0x1234 and stream_handle(Attr()) == 0x99
+    assert stream_handle(TorchLike()) == 0xABC and stream_handle(CupyLike()) == 0xDEF
+    for bad in (True, "s", object()):
+        with pytest.raises(TypeError):
+            stream_handle(bad)
+
+    class TorchDevice:
+        type, index = "cuda", 1
+
+    assert parse_device("cpu") == ("cpu", 0) and parse_device("cuda") == ("cuda", 0)
+    assert parse_device("cuda:3") == ("cuda", 3) and parse_device(2) == ("cuda", 2)
+    assert parse_device(TorchDevice()) == ("cuda", 1)
+    for bad in ("gpu", "cuda:x", True):
+        with pytest.raises((ValueError, TypeError)):
+            parse_device(bad)
+
+
+def test_manifest_codec():
+    specs = [manifest.make_spec("a", "float32", (2, 3)),
+             manifest.make_spec("b", "int8", 5, None, 256)]
+    data = manifest.encode(specs)
+    assert manifest.decode(data, 261) == specs
+    with pytest.raises(gpushm.ManifestError, match="outside"):
+        manifest.decode(data, 260)
+    assert manifest.decode(b"", 10) is None
+    assert specs[0].strides == (3, 1) and specs[0].nbytes == 24 and specs[0].contiguous
+    back = manifest.make_spec("r", "int16", (4,), (-1,), 6)
+    assert back.span() == (0, 8) and not back.contiguous
+    assert manifest.contiguous_strides((0, 3, 2)) == (6, 2, 1)
+
+
+def test_admin_dataclasses(conn, name):
+    with conn.create(name, 100, mode=0o640, lifetime="session", metadata=b"hello") as b:
+        info = [i for i in conn.list(metadata=True) if i.name == name][0]
+        assert isinstance(info, gpushm.BufferInfo)
+        assert (info.size, info.mode, info.lifetime, info.kind, info.backend) == \
+            (100, 0o640, "session", "buffer", "host")
+        assert info.id == b.id and info.refs == 1 and info.my_refs == 1 and info.linked
+        assert info.metadata == b"hello" and info.device == -1 and info.device_uuid is None
+        assert [h.refs for h in info.holders] == [1] and info.holders_total == 1
+        import os
+        assert info.holders[0].pid == os.getpid() == info.creator_pid
+        me = [c for c in conn.clients() if c.name == "pytest"]
+        assert me and me[0].pid == os.getpid() and me[0].buffers_held >= 1
+        s = conn.stats()
+        assert isinstance(s, gpushm.Stats) and s.buffers >= 1 and s.clients >= 1
+        assert s.requests_by_type["create"][0] >= 1 and s.daemon_version == conn.daemon_version
+        assert s.instance_id == conn.instance_id
+        assert any(u.backend == "host" and u.buffers >= 1 for u in s.usage)
+
+
+def test_package_builds_offline(tmp_path):
+    """What `pip install --no-index ./python` runs: the in-tree backend, no index."""
+    sys.path.insert(0, str(ROOT / "python" / "_build_backend"))
+    try:
+        import gpushm_build
+    finally:
+        sys.path.pop(0)
+    assert gpushm_build.get_requires_for_build_wheel() == []
+    wheel = gpushm_build.build_wheel(str(tmp_path))
+    assert wheel == f"gpushm-{gpushm.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(tmp_path / wheel) as z:
+        names = set(z.namelist())
+        record = z.read(f"gpushm-{gpushm.__version__}.dist-info/RECORD").decode()
+    sources = {f"gpushm/{p.name}" for p in (ROOT / "python" / "gpushm").iterdir()
+               if p.suffix == ".py" or p.name == "py.typed"}
+    assert sources <= names and "gpushm/py.typed" in names
+    assert all(n in record for n in sources)
+    sdist = gpushm_build.build_sdist(str(tmp_path))
+    assert sdist.endswith(".tar.gz")
