@@ -1,0 +1,216 @@
+#!/bin/sh
+# The Python package on a real GPU, with PyTorch and CuPy (the CI half, on the fake
+# driver, is tests/python/test-python.sh):
+#  - it installs with pip into a fresh virtualenv, offline (pip install --no-index);
+#  - C producer -> PyTorch and CuPy consumers (DLPack and the CUDA array interface),
+#    PyTorch producer -> C consumer, bundles, the data checked on the GPU;
+#  - a tensor keeps its buffer after the Python handle is closed, and the daemon's
+#    references drop to 0 once the tensor goes;
+#  - acquire/release orders a consumer's stream after a producer's in another process,
+#    and a control run without acquire shows the check can fail;
+#  - hand-off latency of fresh 1 MiB tensors through gpushm from Python, printed beside
+#    torch.multiprocessing's in the same run.
+# Exit 77 only without a GPU.  The Python used is the first of $GPUSHM_TEST_PYTHON,
+# python3, /usr/bin/python3 that imports torch and cupy with CUDA; none is a failure.
+[ -e /dev/nvidiactl ] || { echo "no NVIDIA GPU here"; exit 77; }
+set -eu
+b=${GPUSHM_TEST_BUILDDIR:?}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*" >&2; exit 1; }  # stderr: also from inside $(...)
+
+py=
+for candidate in ${GPUSHM_TEST_PYTHON:-} python3 /usr/bin/python3; do
+  command -v "$candidate" >/dev/null 2>&1 || continue
+  if "$candidate" -c 'import torch, cupy; assert torch.cuda.is_available()' 2>/dev/null; then
+    py=$(command -v "$candidate"); break
+  fi
+done
+[ -n "$py" ] || fail "no Python here imports torch and cupy with CUDA (set GPUSHM_TEST_PYTHON)"
+echo "# python: $py, $("$py" -c 'import sys, torch, cupy; print(sys.version.split()[0], "torch", torch.__version__, "cupy", cupy.__version__)')"
+
+dir=$(mktemp -d /tmp/gpushm-pygpu.XXXXXX)
+chmod 755 "$dir"
+daemon=""
+cleanup() {
+  [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; }
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+export GPUSHM_SOCKET="$dir/gpushmd.sock"
+export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
+"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --log-level warn --default-backend cuda-fd &
+daemon=$!
+i=0
+until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
+  i=$((i + 1)); [ $i -lt 500 ] || fail "gpushmd did not start"; sleep 0.02
+done
+
+# --- the package, installed as users install it: offline, into a fresh virtualenv
+# (with the system's site packages: torch and cupy are not to be installed again); where
+# this Python cannot make one (Debian without python3-venv), into a directory of its own
+if "$py" -m venv --system-site-packages "$dir/venv" > "$dir/venv.log" 2>&1; then
+  # Where $py is itself a virtualenv's (torch's often is), --system-site-packages reaches
+  # only the base interpreter's: its own site directory is named in a .pth file, after
+  # the new one's, so that the gpushm installed here is the one imported.
+  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  "$py" -c "$purelib" > "$("$dir/venv/bin/python" -c "$purelib")/zz-parent-site.pth"
+  "$dir/venv/bin/python" -m pip install --no-index --no-deps "$src/python" > "$dir/pip.log" 2>&1 ||
+    { cat "$dir/pip.log"; fail "pip install --no-index ./python (virtualenv)"; }
+  py=$dir/venv/bin/python
+  where="a fresh virtualenv"
+else
+  "$py" -m pip install --no-index --no-deps --target "$dir/site" "$src/python" > "$dir/pip.log" 2>&1 ||
+    { cat "$dir/venv.log" "$dir/pip.log"; fail "pip install --no-index ./python"; }
+  export PYTHONPATH="$dir/site"
+  where="$dir/site (no virtualenv: $(tail -n 1 "$dir/venv.log"))"
+fi
+INSTALLED="$dir" "$py" -c 'import gpushm, os; assert gpushm.__file__.startswith(os.environ["INSTALLED"]), gpushm.__file__' ||
+  fail "the installed gpushm is not the one imported"
+echo "# pip install --no-index ./python into $where: ok"
+
+ex=$b/examples/python
+n=1048576
+# --- C producer -> PyTorch consumer (the example), and -> CuPy consumers
+"$ex/c-producer" c2py "$n" | grep -q "GPU memory" || fail "c-producer did not write GPU memory"
+"$py" "$src/examples/python/torch_consumer.py" c2py "$n" || fail "torch consumer of a C producer"
+"$py" - c2py "$n" <<'EOF' || fail "cupy consumers of a C producer"
+import sys, cupy, gpushm
+name, n = sys.argv[1], int(sys.argv[2])
+expected = cupy.arange(n, dtype=cupy.float32) * 0.5
+x = cupy.from_dlpack(gpushm.open(name))            # DLPack
+assert x.dtype == cupy.float32 and x.shape == (n,) and bool((x == expected).all())
+t = gpushm.open(name, readonly=True)
+y = cupy.asarray(t)                                  # __cuda_array_interface__
+assert y.data.ptr == t.ptr and bool((y == expected).all())
+print(f"cupy consumers: {n} floats verified on the GPU (DLPack and CUDA array interface)")
+EOF
+
+# --- PyTorch producer (the example) -> C consumer
+"$py" "$src/examples/python/torch_producer.py" py2c "$n" || fail "torch producer"
+"$ex/c-consumer" py2c || fail "C consumer of a torch producer"
+"$b/ctl/gpushmctl" show py2c >/dev/null 2>&1 && fail "c-consumer left py2c linked"
+
+# --- lifetime, bundles, read-only and sync, in one interpreter
+"$py" - <<'EOF' || fail "lifetime, bundles, read-only"
+import gc, torch, cupy, gpushm
+
+def refs(name):
+    gc.collect()
+    torch.cuda.synchronize()
+    return next((i.refs for i in gpushm.list() if i.name == name), None)
+
+src = torch.randn(1000, 100, device="cuda")
+gpushm.share("life", src).close()
+assert refs("life") == 0
+t = gpushm.open("life")
+x = torch.from_dlpack(t)
+t.close(); del t
+assert refs("life") == 1, "the tensor must keep the buffer after the handle is closed"
+assert torch.equal(x, src)                     # still mapped, checked on the GPU
+x.mul_(2)
+del x
+assert refs("life") == 0, "the buffer must be released once the tensor is gone"
+t = gpushm.open("life", readonly=True)
+c = cupy.asarray(t)                             # CUDA array interface: keeps the Tensor
+t.close(); del t
+assert refs("life") == 1
+assert bool((c == cupy.from_dlpack(src * 2)).all())
+del c
+assert refs("life") == 0
+gpushm.unlink("life")
+
+bundle = {"w": torch.randn(64, 32, device="cuda", dtype=torch.float16),
+          "b": torch.arange(10, device="cuda", dtype=torch.int64),
+          "h": torch.randn(7, device="cuda", dtype=torch.bfloat16)}
+gpushm.share_bundle("bundle", bundle)
+got = {k: torch.from_dlpack(v) for k, v in gpushm.open_bundle("bundle").items()}
+for k in bundle:
+    assert got[k].dtype == bundle[k].dtype and torch.equal(got[k], bundle[k]), k
+del got
+gpushm.unlink("bundle")
+print("lifetime, bundles: ok (daemon references followed the tensors)")
+
+# What PyTorch does with a read-only DLPack 1.0 tensor (printed: a fact about torch)
+gpushm.share("ro", torch.ones(4, device="cuda")).close()
+try:
+    x = torch.from_dlpack(gpushm.open("ro", readonly=True))
+    print(f"# torch {torch.__version__} imports read-only DLPack tensors (as writable tensors; "
+          f"cuda-fd and host mappings are read-only, legacy cuda-ipc ones are not)")
+    del x
+except Exception as e:
+    print(f"# torch {torch.__version__} refuses read-only DLPack tensors: {type(e).__name__}: {e}")
+gpushm.unlink("ro")
+EOF
+
+# --- acquire/release across processes on torch streams, with a control run
+cat > "$dir/sync.py" <<'EOF'
+import sys, time, torch, gpushm
+role, name, mode = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ""
+t = gpushm.open(name)
+x = torch.from_dlpack(t)           # imported before the release: no implicit ordering
+if role == "producer":
+    # Real work ahead of the write, about a second of it: the control's stale read
+    # needs the write still queued when the release is published.
+    a = torch.randn(8192, 8192, device="cuda")
+    c = torch.empty_like(a)
+    # Each kernel's first launch loads its module (CUDA's lazy loading), which waits for
+    # the device: a first fill_ after the matmuls would drain them before the release.
+    torch.matmul(a, a, out=c)
+    torch.empty_like(x).fill_(7)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(60):
+            torch.matmul(a, a, out=c)
+        x.fill_(7)
+    t0 = time.monotonic()
+    t.buffer.release(s)              # published now; the fence lands after fill_
+    busy = not s.query()
+    t1 = time.monotonic()
+    s.synchronize()
+    print(f"# producer: sync method {t.buffer.sync_method}, release() took "
+          f"{(t1 - t0) * 1e3:.1f} ms, the write landed {(time.monotonic() - t1) * 1e3:.0f} ms "
+          f"after", file=sys.stderr)
+    if not busy:
+        sys.exit("producer: its work was done before the release: nothing to order")
+else:
+    s = torch.cuda.Stream()
+    print("ready", flush=True)
+    while t.buffer.release_seq < 1:
+        time.sleep(0.001)
+    t0 = time.monotonic()
+    with torch.cuda.stream(s):
+        if mode == "acquire":
+            t.buffer.acquire(s, seq=1, timeout=30)
+        ok = bool(torch.all(x == 7).item())  # a kernel on s reads the buffer
+    print(f"# consumer ({mode}): sync method {t.buffer.sync_method}, read "
+          f"{(time.monotonic() - t0) * 1e3:.0f} ms after the release was published",
+          file=sys.stderr)
+    print("fresh" if ok else "stale", flush=True)
+EOF
+sync_run() {
+  "$py" -c 'import gpushm, torch; gpushm.empty("sync", 1 << 20, "int32", device="cuda:0", sync=True).close()'
+  "$py" "$dir/sync.py" consumer sync "$1" > "$dir/consumer.out" &
+  consumer=$!
+  i=0; until grep -q ready "$dir/consumer.out" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "consumer not ready"; sleep 0.01; done
+  "$py" "$dir/sync.py" producer sync || fail "sync producer ($1) failed"
+  wait "$consumer" || fail "sync consumer ($1) failed"
+  "$b/ctl/gpushmctl" unlink sync >/dev/null
+  tail -n 1 "$dir/consumer.out"
+}
+for run in 1 2; do
+  [ "$(sync_run acquire)" = fresh ] || fail "acquire run $run: the consumer read before the producer's write"
+done
+stale=0
+for run in 1 2; do
+  [ "$(sync_run control)" = stale ] && stale=$((stale + 1))
+done
+[ "$stale" -gt 0 ] || fail "control runs (no acquire) never read stale data: the ordering check cannot fail here, so it proves nothing"
+echo "# acquire/release on torch streams: 2 of 2 runs ordered; control without acquire: $stale of 2 stale"
+
+# --- hand-off latency, beside torch.multiprocessing in the same run (printed)
+"$py" "$src/tests/bench/python-handoff.py" || fail "python-handoff"
+"$py" "$src/tests/bench/torch-handoff.py" --rounds 1000 || fail "torch-handoff"
+
+kill "$daemon"; wait "$daemon" || fail "gpushmd did not exit cleanly"; daemon=""
+echo "test-python-gpu: OK"
