@@ -42,10 +42,10 @@ _new.restype = py_object
 _new.argtypes = [c_void_p, c_void_p, c_void_p]
 _is_valid = _api.PyCapsule_IsValid
 _is_valid.restype = c_int
-_is_valid.argtypes = [py_object, c_char_p]
+_is_valid.argtypes = [py_object, c_void_p]  # the name: bytes, or libgpushm's own (an address)
 _get_pointer = _api.PyCapsule_GetPointer
 _get_pointer.restype = c_void_p
-_get_pointer.argtypes = [py_object, c_char_p]
+_get_pointer.argtypes = [py_object, c_void_p]
 _get_name = _api.PyCapsule_GetName
 _get_name.restype = c_char_p
 _get_name.argtypes = [py_object]
@@ -77,6 +77,25 @@ def own(pointer: int, kind: int) -> object:
     except BaseException:
         _release(pointer, kind)
         raise
+
+
+_set_name = _api.PyCapsule_SetName
+_set_name.restype = c_int
+_set_name.argtypes = [py_object, c_char_p]
+
+
+def close_now(capsule: object, kind: int) -> None:
+    """Closes what capsule owns here and now, through ctypes.CDLL (which lets go of the
+    GIL for the call), not in the destructor (which holds it).  The capsule's name is
+    set to NULL first: the destructor matches no name then, so nothing closes twice.
+    The caller holds the only other reference to capsule."""
+    raw = _NAMES[kind]
+    if not _is_valid(capsule, raw):
+        return  # a DLPack consumer has taken it: the consumer's deleter closes it
+    p = _get_pointer(capsule, raw)
+    if _set_name(capsule, None) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")  # (only for an invalid capsule)
+    _release(p, kind)
 
 
 def name(capsule: object) -> str:

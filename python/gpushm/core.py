@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import os
+import sys
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -168,6 +169,11 @@ def _lifetime_value(lifetime: Union[str, int]) -> int:
         raise ValueError(f"unknown lifetime {lifetime!r}: 'persistent' or 'session'") from None
 
 
+#: Free-threaded builds count references differently, so close() leaves closing to
+#: the capsule there (sys._is_gil_enabled: Python 3.13 and later).
+_GIL_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
 class _Handle:
     """A C handle owned by a capsule (libgpushm's destructor closes it).  Methods take
     (capsule, pointer) through _live() and keep the capsule in a local while they call
@@ -178,6 +184,7 @@ class _Handle:
     def __init__(self, pointer: int, kind: int) -> None:
         self._pid = os.getpid()
         self._ptr = pointer
+        self._kind = kind
         self._cap: Optional[object] = _capsule.own(pointer, kind)
 
     def _live(self) -> Tuple[object, int]:
@@ -194,8 +201,17 @@ class _Handle:
         return self._cap is None
 
     def close(self) -> None:
-        """Drops this handle (its open, or the connection).  Idempotent."""
-        self._cap = None
+        """Drops this handle (its open, or the connection).  Idempotent.  The C close
+        runs without the GIL, so other threads go on while it waits (a last close of a
+        cuda-fd buffer waits for this process's queued fence operations, and for the
+        connection while another thread's request is out on it)."""
+        cap, self._cap = self._cap, None
+        # Only where no other thread holds the capsule (a method's local: then its
+        # reference is counted here too) is it taken out of the capsule's hands; else
+        # the last of them to drop it closes it, in the destructor, with the GIL.
+        if (cap is not None and self._pid == os.getpid() and _GIL_ENABLED
+                and sys.getrefcount(cap) <= 2):
+            _capsule.close_now(cap, self._kind)
 
     def __enter__(self):
         return self

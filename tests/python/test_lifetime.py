@@ -194,3 +194,64 @@ print("ok")
 """)
     assert p.stdout.strip() == "ok" and p.stderr == ""
     assert daemon_refs(name) == 0
+
+
+def test_close_is_once_and_waits_for_other_holders(conn, name):
+    """close() closes its own open once: a second handle of the same buffer in this
+    process still reads it; a capsule another thread still holds (a method's local)
+    keeps its open until that thread lets go."""
+    a = conn.create(name, 4096, mode=0o600)
+    b = conn.open(name)
+    b.view("uint8")  # (a view of its own, dropped: exercises the same counters)
+    a.view("uint8").memoryview()[0] = 42
+    a.close()
+    assert daemon_refs(name, conn) == 1
+    assert np.asarray(b.view("uint8"))[0] == 42
+    held = b._cap  # as a method running on another thread holds it
+    b.close()
+    assert daemon_refs(name, conn) == 1, "closed under a holder"
+    del held
+    assert daemon_refs(name, conn) == 0
+    conn.unlink(name)
+
+
+def test_close_lets_other_threads_run(name):
+    """A close that has to wait (here: for the connection, which another thread's
+    request holds while gpushmd is stopped) leaves the GIL to other threads."""
+    import signal
+    import threading
+    import time
+
+    from conftest import Daemon
+    d = Daemon()
+    try:
+        c = gpushm.connect(d.socket, timeout=1.5)
+        b = c.create(name, 4096)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        stuck = threading.Thread(target=lambda: pytest.raises(gpushm.Error, c.stats))
+        stuck.start()
+        time.sleep(0.3)  # the request is out; its thread holds the connection
+        ticks = []
+        stop = threading.Event()
+
+        def ticker():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.01)
+        t = threading.Thread(target=ticker)
+        t.start()
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        b.close()
+        t1 = time.monotonic()
+        stop.set()
+        t.join()
+        os.kill(d.proc.pid, signal.SIGCONT)
+        stuck.join()
+        assert t1 - t0 > 0.3, "close() did not wait: the test shows nothing"
+        during = [x for x in ticks if t0 < x < t1]
+        assert len(during) >= 10, f"other threads stalled for {t1 - t0:.2f} s during close()"
+        c.close()
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+        d.stop()
