@@ -55,14 +55,27 @@ void backend_cuda_set_fatal_hook(void (*hook)(void *ctx, const char *why), void 
   cuda.fatal_ctx = ctx;
 }
 
+/* The driver's own name for r (CUDA_ERROR_...), what operators search for. */
+static const char *cuda_error_name(CUresult r, char *buf, size_t len)
+{
+  const char *name = NULL;
+
+  if (cuda.drv.cuGetErrorName && cuda.drv.cuGetErrorName(r, &name) == CUDA_SUCCESS && name)
+    return name;
+  snprintf(buf, len, "%d", (int)r);
+  return buf;
+}
+
 static int cuda_failure(CUresult r, const char *what, char *err, size_t errlen)
 {
-  char text[160];
+  char text[160], name[32];
 
   cuda_error_text(&cuda.drv, r, text, sizeof text);
   snprintf(err, errlen, "%s: %s", what, text);
   if (cuda_error_is_sticky(r)) {
-    log_error("sticky CUDA error, the daemon cannot go on: %s", err);
+    log_event(LOG_LEVEL_ERROR,
+              LOG_FIELDS(.cuda_error = cuda_error_name(r, name, sizeof name), .reason = what),
+              "sticky CUDA error, the daemon cannot go on: %s", err);
     if (cuda.fatal_hook)
       cuda.fatal_hook(cuda.fatal_ctx, err);
   }
@@ -261,16 +274,20 @@ static int enter_client_device(int device, char *err, size_t errlen)
  * stops the daemon), since nobody is left to tell. */
 static void release_on_device(int device, CUresult (*call)(void *), void *arg, const char *what)
 {
-  char err[256];
+  char err[256], name[32];
   CUresult r;
 
   if (use_device(device, err, sizeof err) < 0) {
-    log_error("%s: %s", what, err);
+    log_event(LOG_LEVEL_ERROR, LOG_FIELDS(.device = device, .has_device = true, .reason = what),
+              "%s: %s", what, err);
     return;
   }
   if ((r = call(arg)) != CUDA_SUCCESS) {
     cuda_failure(r, what, err, sizeof err);
-    log_error("%s", err);
+    log_event(LOG_LEVEL_ERROR,
+              LOG_FIELDS(.device = device, .has_device = true, .reason = what,
+                         .cuda_error = cuda_error_name(r, name, sizeof name)),
+              "%s", err);
   }
 }
 

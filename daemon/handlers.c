@@ -289,9 +289,15 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   if (r < 0)
     return r;
   b = ctx->export.buffer;
-  if (ctx->export.created)
-    log_debug("client %u created '%s' (id %llu, %llu bytes)", call->client->id, b->name,
+  if (ctx->export.created) {
+    log_event(LOG_LEVEL_DEBUG,
+              LOG_FIELDS(.client = call->log_client, .buffer = b->name, .buffer_id = b->id,
+                         .bytes = b->size, .has_bytes = true,
+                         .backend = b->backend ? b->backend->name : "event",
+                         .device = b->device, .has_device = b->backend != &backend_host),
+              "client %u created '%s' (id %llu, %llu bytes)", call->client->id, b->name,
               (unsigned long long)b->id, (unsigned long long)b->size);
+  }
   return reply_open(call, ctx);
 }
 
@@ -746,8 +752,11 @@ static int handle_disconnect(struct handler_call *call, const Gpushm__Request *r
     return fail(ctx, GPUSHM_E_INVAL, "that is this connection: close it instead");
   snprintf(why, sizeof why, "disconnected by uid %u (client %u)", (unsigned)call->client->uid,
            call->client->id);
-  log_info("client %u (pid %d, uid %u) %s", other->id, (int)other->pid, (unsigned)other->uid,
-           why);
+  log_event(LOG_LEVEL_INFO,
+            LOG_FIELDS(.client = &(struct log_client){ .id = other->id, .pid = other->pid,
+                                                       .uid = other->uid },
+                       .reason = why),
+            "client %u (pid %d, uid %u) %s", other->id, (int)other->pid, (unsigned)other->uid, why);
   /* The server asks that client's session to end itself. */
   call->srv->disconnect(call->srv->ctx, f.id, GPUSHM_E_DISCONNECTED, why);
   return 0;

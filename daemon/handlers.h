@@ -11,6 +11,7 @@
 
 #include "gpushm.pb-c.h"
 #include "gpushm_limits.h"
+#include "log.h"
 #include "registry.h"
 #include "status.h"
 
@@ -61,6 +62,7 @@ struct handler_call {
   struct registry *reg;
   const struct handler_server *srv;
   struct reg_client *client;
+  const struct log_client *log_client; /* the same client, as log lines name it */
   bool hello_done;
   /* hello's result, applied by the session on success: the name the client gave, the
    * negotiated protocol version and the features the client understands */

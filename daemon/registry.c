@@ -1,6 +1,7 @@
 #include "config.h"
 #include "registry.h"
 #include "gpushm.h"
+#include "log.h"
 #include "shm_layout.h"
 #include "sync.h"
 #include "wire.h"
@@ -317,6 +318,13 @@ static void free_buffer(struct registry *reg, struct reg_object *buffer)
 {
   size_t i = registry_index_after(reg, buffer->id - 1);
 
+  /* Unlink and free differ when holders keep an unlinked buffer: operators asking
+   * where memory went need both. */
+  log_event(LOG_LEVEL_DEBUG,
+            LOG_FIELDS(.buffer = buffer->name, .buffer_id = buffer->id, .bytes = buffer->allocated,
+                       .has_bytes = true),
+            "'%s' (id %llu, %llu bytes) freed", buffer->name, (unsigned long long)buffer->id,
+            (unsigned long long)buffer->allocated);
   memmove(&reg->by_id[i], &reg->by_id[i + 1], (reg->n_buffers - i - 1) * sizeof *reg->by_id);
   reg->n_buffers--;
   reg->bytes_allocated -= buffer->allocated;

@@ -459,7 +459,8 @@ static void on_unlink(void *ctx, struct reg_object *buffer)
   struct server *srv = ctx;
   status_page_bump_unlink(&srv->status);
   persist_unlinked(&srv->persist, buffer);
-  log_debug("'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
+  log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.buffer = buffer->name, .buffer_id = buffer->id),
+            "'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
 }
 
 static void on_created(void *ctx, struct reg_object *buffer)

@@ -99,7 +99,9 @@ static void free_session(struct session *s)
   if (s->closing)
     return;
   s->closing = true;
-  log_debug("client %u (pid %d) disconnected", s->client.id, (int)s->client.pid);
+  log_ratelimit_flush(&s->warnings, &s->log);
+  log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = &s->log), "client %u (pid %d) disconnected",
+            s->client.id, (int)s->client.pid);
   s->env->gone(s->env->ctx, s);
   if (s->parked)
     gpushm__request__free_unpacked(s->parked, NULL);
@@ -122,8 +124,9 @@ void session_close(struct session *s, int status, const char *why)
   }
   if (status == GPUSHM_E_PROTO)
     s->env->counters->protocol_errors++;
-  log_warn("client %u (pid %d, uid %u): %s; closing it", s->client.id, (int)s->client.pid,
-           (unsigned)s->client.uid, why);
+  log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = why),
+            "client %u (pid %d, uid %u): %s; closing it", s->client.id, (int)s->client.pid,
+            (unsigned)s->client.uid, why);
   reply.request_id = 0;
   reply.status = -status;
   reply.message = (char *)why;
@@ -188,6 +191,7 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     .reg = s->env->reg,
     .srv = s->env->handler_server,
     .client = &s->client,
+    .log_client = &s->log,
     .hello_done = s->hello_done,
   };
   struct handler_reply storage, *reply = &storage;
@@ -247,7 +251,17 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
   if (status < 0) {
     counters->request_errors++;
     counters->errors_by_type[slot]++;
-    log_debug("client %u: %s failed: %s", s->client.id, handler_name(body), reply->msg);
+    /* Refusals tell operators about quotas and permissions set too tight (or a client
+     * probing them), CUDA failures about the GPU; other failures are the client's own
+     * business. */
+    if (status == GPUSHM_E_LIMIT || status == GPUSHM_E_PERM || status == GPUSHM_E_NOMEM ||
+        status == GPUSHM_E_CUDA)
+      log_event(LOG_LEVEL_WARN,
+                LOG_FIELDS(.client = &s->log, .reason = reply->msg, .ratelimit = &s->warnings),
+                "client %u (pid %d, uid %u): %s refused: %s", s->client.id, (int)s->client.pid,
+                (unsigned)s->client.uid, handler_name(body), reply->msg);
+    else
+      log_debug("client %u: %s failed: %s", s->client.id, handler_name(body), reply->msg);
     handler_reply_error(reply, status);
   } else if (body == GPUSHM__REQUEST__BODY_HELLO) {
     s->hello_done = true;
@@ -263,9 +277,11 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     if (status < 0) {
       counters->oneway_errors++;
       if (!s->oneway_failed)
-        log_warn("client %u (pid %d): one-way %s failed: %s (further failures of this "
-                 "connection are only counted)", s->client.id, (int)s->client.pid,
-                 handler_name(body), reply->msg);
+        log_event(LOG_LEVEL_WARN,
+                  LOG_FIELDS(.client = &s->log, .reason = reply->msg, .ratelimit = &s->warnings),
+                  "client %u (pid %d): one-way %s failed: %s (further failures of this "
+                  "connection are only counted)", s->client.id, (int)s->client.pid,
+                  handler_name(body), reply->msg);
       s->oneway_failed = true;
     }
     while (reply->n_fds)
@@ -341,13 +357,15 @@ static void on_close(void *ctx, enum transport_close_reason reason, const char *
     session_close(s, GPUSHM_E_PROTO, why);
     break;
   case TRANSPORT_CLOSE_SLOW_READER:
-    log_warn("client %u (pid %d) stopped reading replies (%u queued); dropping it",
-             s->client.id, (int)s->client.pid, transport_queued_frames(s->transport));
+    log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = "stopped reading replies"),
+              "client %u (pid %d) stopped reading replies (%u queued); dropping it",
+              s->client.id, (int)s->client.pid, transport_queued_frames(s->transport));
     s->env->counters->clients_dropped++;
     session_close(s, 0, NULL);
     break;
   case TRANSPORT_CLOSE_IO:
-    log_debug("client %u: %s", s->client.id, why);
+    log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = &s->log, .reason = why), "client %u: %s",
+              s->client.id, why);
     session_close(s, 0, NULL);
     break;
   case TRANSPORT_CLOSE_EOF:
@@ -417,7 +435,8 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
     free(s);
     return NULL;
   }
-  log_debug("client %u connected: pid %d uid %u gid %u", s->client.id, (int)cred.pid,
-            (unsigned)cred.uid, (unsigned)cred.gid);
+  s->log = (struct log_client){ .id = id, .pid = cred.pid, .uid = cred.uid, .name = s->name };
+  log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = &s->log), "client %u connected: pid %d uid %u gid %u",
+            s->client.id, (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include "handlers.h"
 #include "list.h"
+#include "log.h"
 #include "registry.h"
 #include "transport.h"
 
@@ -42,6 +43,8 @@ struct session {
   bool closing;
   bool oneway_failed; /* a one-way request failed: logged once, then counted only */
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
+  struct log_client log;          /* who this client is, for log lines (name: ours) */
+  struct log_ratelimit warnings;  /* its per-request warnings */
   uint64_t connected_unix_ms;
   uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */
   /* A request parked until device waiting_device is warm (-1: none); this client's

@@ -76,6 +76,13 @@
 #define GPUSHM_DEFAULT_MAX_QUEUED_BYTES    (1024u * 1024u)
 /* Frames handled for one client per loop wakeup, so one busy client cannot starve others. */
 #define GPUSHM_LIMIT_FRAMES_PER_WAKEUP     32u
+/* Warnings one connection can cause per request (refusals, failed one-way requests)
+ * are logged at most this many per interval; the rest are counted and one line says how
+ * many (at the first warning after the interval, or when the connection ends).  A
+ * client looping on a refused request would otherwise flood the journal, and push out
+ * what other clients' lines say.  Lines that end a connection are always logged. */
+#define GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL 10u
+#define GPUSHM_LIMIT_CLIENT_WARNING_INTERVAL_MS   10000u
 /* Pause before accepting again after EMFILE/ENFILE, instead of spinning on the listen fd. */
 #define GPUSHM_ACCEPT_BACKOFF_MS           100u
 /* The last close of a cuda-fd sync buffer waits this long, at most, for this process's

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -99,6 +100,10 @@ static void spawn(struct test_daemon *d, void (*in_child)(void *), void *arg, va
   if (d->pid == 0) {
     if (in_child)
       in_child(arg);
+    if (d->log_path) {
+      int fd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      CHECK(fd >= 0 && dup2(fd, 2) == 2);
+    }
     if (d->nofile) {
       struct rlimit rl = { d->nofile, d->nofile };
       CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
@@ -292,6 +297,20 @@ pid_t fork_as(uid_t uid, gid_t gid)
     CHECK(getuid() == uid && geteuid() == uid);
   }
   return pid;
+}
+
+unsigned file_count_lines(const char *path, const char *text)
+{
+  char line[4096];
+  unsigned n = 0;
+  FILE *f = fopen(path, "r");
+
+  if (!f)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    n += strstr(line, text) != NULL;
+  fclose(f);
+  return n;
 }
 
 int file_contains(const char *path, const char *text)

@@ -46,6 +46,9 @@
 struct test_daemon {
   pid_t pid;
   unsigned nofile; /* if set, the daemon's RLIMIT_NOFILE (soft and hard) */
+  /* If set, the daemon's stderr (its log) is appended to this file instead of the
+   * test's own, for the test to read. */
+  const char *log_path;
   char dir[256];
   char socket[300];
 };
@@ -86,6 +89,8 @@ uint32_t client_id_of(gpushm_t *conn, pid_t pid);
 /* Where this process maps the memfd named name read-write and shared (a sync buffer's
  * control block is named after its buffer); fails the test if it does not. */
 void *shared_memfd_mapping(const char *name);
+/* How many lines of the file at path contain text. */
+unsigned file_count_lines(const char *path, const char *text);
 /* Whether the file at path (its first 16 KiB) contains text. */
 int file_contains(const char *path, const char *text);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
