@@ -1,0 +1,234 @@
+#!/bin/bash
+# The Debian packages (debian/), built and used as a user would: from a clean copy of
+# the source tree, dpkg-buildpackage -b; lintian with no errors; apt-get install of the
+# five packages; the INSTALLED gpushmd, with the installed settings file, on a private
+# socket, driven by the installed gpushmctl, by a C program built with
+# "pkg-config gpushm" against libgpushm-dev, and by python3-gpushm; then apt-get purge,
+# after which no file the packages installed may be left.
+#
+# Usage: tests/system/test-debian-packages.sh [SRCDIR]   (default: this script's tree)
+# Environment: GPUSHM_DEB_OUT  a directory to copy the built .deb files into (kept).
+# Exit status: 0 every check passed, 1 a check failed, 77 this machine cannot run the
+# test (one line says why).  It installs and purges packages: root, and no gpushm
+# packages installed beforehand (it would purge them).
+# shellcheck disable=SC2086,SC2046  # $packages, $debs, pkg-config's output: lists of words
+set -eu
+set -o pipefail
+
+say() { printf '%s\n' "$*"; }
+skip() { say "SKIP: $*"; exit 77; }
+die() { say "FAIL: $*"; exit 1; }
+ok() { say "ok - $*"; }
+
+src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+[ -f "$src/debian/control" ] || die "$src has no debian/control"
+t0=$(date +%s)
+
+# --- can this machine run it? -----------------------------------------------------
+[ "$(id -u)" -eq 0 ] || skip "needs root (apt-get install and purge)"
+for tool in dpkg-buildpackage dh lintian apt-get pkg-config cc /usr/bin/python3; do
+  command -v "$tool" >/dev/null || skip "$tool missing (scripts/setup-debian installs it)"
+done
+packages=$(sed -n 's/^Package: *//p' "$src/debian/control")
+for p in $packages; do
+  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed$'; then
+    skip "package $p is installed already; this test would purge it"
+  fi
+done
+group_existed=no
+getent group gpushm >/dev/null && group_existed=yes
+# Other work on this machine may hold the dpkg lock for a while: wait for it.
+apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@"; }
+
+work=$(mktemp -d /var/tmp/gpushm-deb.XXXXXX)
+chmod 755 "$work"   # apt-get reads the local .deb files as _apt
+daemon_pid=
+installed=no
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$daemon_pid" ]; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  # A failed run leaves nothing installed behind either.
+  [ "$installed" = no ] || apt_get purge -y -qq $packages >/dev/null 2>&1 || true
+  rm -rf "$work"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- a clean copy: tracked and new files, nothing git ignores (no _build*, no
+# configure); from a tree that is not a git checkout (a dist tarball), all but _build*.
+mkdir "$work/src"
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  (cd "$src" && git ls-files -z -co --exclude-standard | tar -cf - --null -T -) |
+    tar -xf - -C "$work/src"
+else
+  (cd "$src" && tar -cf - --exclude='./_build*' --exclude=./.git .) | tar -xf - -C "$work/src"
+fi
+
+# --- build ------------------------------------------------------------------------
+t_build=$(date +%s)
+if ! (cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=2" dpkg-buildpackage -us -uc -b) \
+     > "$work/build.log" 2>&1; then
+  tail -n 40 "$work/build.log"
+  die "dpkg-buildpackage failed"
+fi
+say "# dpkg-buildpackage: $(( $(date +%s) - t_build )) s"
+changes=$(ls "$work"/gpushm_*.changes)
+debs=
+for p in $packages; do
+  deb=$(ls "$work/${p}"_*.deb 2>/dev/null) || die "no .deb for $p"
+  debs="$debs $deb"
+done
+ok "dpkg-buildpackage built$(for d in $debs; do printf ' %s' "${d##*/}"; done)"
+if [ -n "${GPUSHM_DEB_OUT:-}" ]; then
+  mkdir -p "$GPUSHM_DEB_OUT"
+  cp $debs "$GPUSHM_DEB_OUT/"
+fi
+for d in $debs; do
+  say "# --- dpkg -c ${d##*/}"
+  dpkg -c "$d" | awk '{ print "#   " $1, $3, $6, $7, $8 }'
+done
+
+# --- lintian: errors fail, warnings and notes are printed -------------------------
+say "# --- lintian --pedantic -I ${changes##*/}"
+rc=0
+lintian --pedantic -I --fail-on error "$changes" > "$work/lintian.log" 2>&1 || rc=$?
+grep -v '^running with root privileges' "$work/lintian.log" | sed 's/^/#   /' || true
+[ "$rc" -eq 0 ] || die "lintian reported errors (exit $rc)"
+ok "lintian: no errors"
+
+# --- install -----------------------------------------------------------------------
+installed=yes
+(cd "$work" && apt_get install -y -qq $(for d in $debs; do printf ' ./%s' "${d##*/}"; done)) \
+  > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "apt-get install failed"; }
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" | grep -q 'install ok installed' || die "$p is not installed"
+  dpkg -L "$p" > "$work/files.$p"
+done
+ok "apt-get install:$(printf ' %s' $packages)"
+
+getent group gpushm >/dev/null || die "no group gpushm after install (sysusers entry not applied)"
+ok "group gpushm exists (existed before: $group_existed)"
+dpkg-query -W -f='${Conffiles}\n' gpushmd | grep -q '^ /etc/gpushm/gpushmd.conf ' ||
+  die "/etc/gpushm/gpushmd.conf is not a conffile of gpushmd"
+ok "/etc/gpushm/gpushmd.conf is a conffile"
+# deb-systemd-helper records the enablement whether or not systemd runs here.
+if [ -d /run/systemd/system ]; then
+  [ "$(systemctl is-enabled gpushmd.socket)" = enabled ] || die "gpushmd.socket not enabled"
+  [ "$(systemctl is-active gpushmd.socket)" = active ] || die "gpushmd.socket not started"
+  [ "$(systemctl is-active gpushmd.service)" != active ] || die "gpushmd.service started at install"
+else
+  [ -L /etc/systemd/system/sockets.target.wants/gpushmd.socket ] || die "gpushmd.socket not enabled"
+  [ ! -e /etc/systemd/system/multi-user.target.wants/gpushmd.service ] ||
+    die "gpushmd.service enabled (the socket starts it)"
+fi
+ok "gpushmd.socket enabled, the service left to socket activation"
+[ ! -e /etc/systemd/user/sockets.target.wants/gpushmd.socket ] ||
+  die "the per-user gpushmd.socket is enabled for every user (it is opt-in)"
+ok "per-user units installed, not enabled globally"
+
+# --- the installed daemon on a private socket -------------------------------------
+cd "$work"   # nothing of the source tree on any search path from here on
+export GPUSHM_SOCKET="$work/run/gpushmd.sock"
+unset GPUSHM_LIBRARY PYTHONPATH LD_LIBRARY_PATH
+gpushmd=$(grep -x '/usr/s\?bin/gpushmd' "$work/files.gpushmd") || die "gpushmd ships no daemon"
+"$gpushmd" --config=/etc/gpushm/gpushmd.conf --socket="$GPUSHM_SOCKET" > "$work/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do
+  gpushmctl ping >/dev/null 2>&1 && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon.log"; die "installed gpushmd exited"; }
+  sleep 0.1
+done
+[ "$(command -v gpushmctl)" = /usr/bin/gpushmctl ] || die "gpushmctl is not /usr/bin/gpushmctl"
+gpushmctl ping || { cat "$work/daemon.log"; die "gpushmctl ping failed"; }
+ok "installed $gpushmd answers the installed gpushmctl"
+gpushmctl create deb-ctl 8192 --backend host --mode 0644 >/dev/null || die "gpushmctl create failed"
+
+# The C API through libgpushm-dev: pkg-config, the installed header and library.
+cat > client.c <<'EOF'
+#include <gpushm.h>
+#include <stdio.h>
+#include <string.h>
+/* Creates a persistent host buffer "deb-c" whose byte i is (i * 7 + 3) & 0xff. */
+int main(void)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *buf;
+  gpushm_create_opts_t opts;
+  int r = gpushm_connect(NULL, "deb-test", &conn);
+  if (r < 0) { fprintf(stderr, "connect: %s\n", gpushm_last_error_message()); return 1; }
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST, opts.mode = 0644, opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  r = gpushm_buffer_create(conn, "deb-c", 4096, &opts, &buf);
+  if (r < 0) { fprintf(stderr, "create: %s\n", gpushm_last_error_message()); return 1; }
+  unsigned char *p = gpushm_buffer_ptr(buf);
+  for (unsigned i = 0; i < 4096; i++)
+    p[i] = (unsigned char)((i * 7 + 3) & 0xff);
+  printf("%s %s\n", gpushm_version_string(), gpushm_daemon_version(conn));
+  gpushm_buffer_close(buf);
+  gpushm_disconnect(conn);
+  return 0;
+}
+EOF
+cc -Wall -Werror -o client client.c $(pkg-config --cflags gpushm) $(pkg-config --libs gpushm) ||
+  die "building against libgpushm-dev failed"
+# (/lib is /usr/lib on a merged-/usr system: the linker may name either.)
+ldd ./client | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' || die "client does not use the installed libgpushm.so.1"
+./client || die "the C client failed"
+ok "C client built with pkg-config gpushm, linked to the installed libgpushm.so.1"
+
+# Python: the installed package, reading the C client's bytes; with NumPy, a round trip.
+/usr/bin/python3 - <<'EOF' || die "python3-gpushm failed"
+import gpushm
+assert gpushm.__file__.startswith("/usr/lib/python3/dist-packages/gpushm/"), gpushm.__file__
+data = bytes(gpushm.open("deb-c", dtype="uint8").memoryview())
+assert data == bytes((i * 7 + 3) & 0xFF for i in range(4096)), "deb-c's bytes differ"
+try:
+    import numpy
+except ImportError:
+    print("# python3-numpy missing: NumPy round trip not run")
+else:
+    a = numpy.arange(1024, dtype=numpy.float32) / 4
+    gpushm.share("deb-py", a, mode=0o644)
+    b = numpy.asarray(gpushm.open("deb-py", readonly=True))
+    assert b.dtype == numpy.float32 and (b == a).all(), "deb-py differs"
+print("python3-gpushm", gpushm.__version__, "from", gpushm.__file__)
+EOF
+ok "python3-gpushm: the C client's buffer read back$(/usr/bin/python3 -c 'import numpy' 2>/dev/null && echo ', NumPy round trip')"
+listing=$(gpushmctl list) || die "gpushmctl list failed"
+for name in deb-ctl deb-c; do
+  printf '%s\n' "$listing" | grep -q "$name" || { say "$listing"; die "gpushmctl list lacks $name"; }
+done
+ok "gpushmctl list shows the buffers of gpushmctl, C and Python"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || die "gpushmd exited with status $? on SIGTERM"
+daemon_pid=
+
+# --- purge: nothing the packages installed is left ---------------------------------
+apt_get purge -y -qq $packages > "$work/purge.log" 2>&1 || { cat "$work/purge.log"; die "apt-get purge failed"; }
+installed=no
+left=
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed$' && die "$p still installed"
+  while IFS= read -r f; do
+    [ "$f" != /. ] || continue
+    if [ -d "$f" ]; then
+      # A directory may stay where another package owns it too (also one reached
+      # through a symbolic link: /lib on a merged-/usr system).
+      dpkg -S "$f" >/dev/null 2>&1 || left="$left $f"
+    elif [ -e "$f" ] || [ -L "$f" ]; then
+      left="$left $f"
+    fi
+  done < "$work/files.$p"
+done
+for f in /etc/systemd/system/sockets.target.wants/gpushmd.socket /var/cache/gpushm; do
+  [ ! -e "$f" ] && [ ! -L "$f" ] || left="$left $f"
+done
+[ -z "$left" ] || die "left after purge:$left"
+ok "apt-get purge left none of the packages' files"
+say "# test-debian-packages: $(( $(date +%s) - t0 )) s in all"
