@@ -178,7 +178,8 @@ EOF
 cc -Wall -Werror -o client client.c $(pkg-config --cflags gpushm) $(pkg-config --libs gpushm) ||
   die "building against libgpushm-dev failed"
 # (/lib is /usr/lib on a merged-/usr system: the linker may name either.)
-ldd ./client | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' || die "client does not use the installed libgpushm.so.1"
+ldd ./client | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' ||
+  die "client does not use the installed libgpushm.so.1: $(ldd ./client | grep gpushm)"
 ./client || die "the C client failed"
 ok "C client built with pkg-config gpushm, linked to the installed libgpushm.so.1"
 

@@ -11,6 +11,10 @@
 #   e  systemctl reload (SIGHUP) re-reads the config in the same process
 #   f  persistent buffers survive restart and SIGKILL through the fd store; session
 #      and unlinked buffers do not
+#   p  (with GPUSHM_TEST_DEBS) the Debian packages, installed with dpkg in the booted
+#      container instead of make install: the socket enabled and started by the
+#      package, the group made by its sysusers entry, a client connects on first use;
+#      the other parts then run against the packaged daemon and units
 #
 # Usage: tests/system/test-systemd-pid1.sh [BUILDDIR]  (default $GPUSHM_TEST_BUILDDIR)
 #   or:  make check-systemd-pid1
@@ -20,6 +24,9 @@
 #   GPUSHM_TEST_ROOTFS_CACHE  where root file systems are kept (/var/cache/gpushm-test)
 #   GPUSHM_TEST_MIRROR        Debian mirror for debootstrap (default: from apt sources)
 #   GPUSHM_TEST_PARTS         the parts to run, e.g. "a b" (default: all, in the order above)
+#   GPUSHM_TEST_DEBS          a directory with the gpushmd, libgpushm1 and gpushm-tools
+#                             .debs (tests/system/test-debian-packages.sh, GPUSHM_DEB_OUT):
+#                             install those, not the build
 # Exit status: 0 every check passed, 1 a check failed, 77 this machine cannot run the
 # test (one line says why), 2 usage.
 set -eu
@@ -36,6 +43,17 @@ b=$(cd "$b" && pwd)
 src=$(sed -n 's/^abs_top_srcdir = //p' "$b/Makefile")
 [ -f "$src/configure" ] || die "cannot find the source tree of $b (abs_top_srcdir: '$src')"
 parts=${GPUSHM_TEST_PARTS:-a b d g c e f}
+debs=
+if [ -n "${GPUSHM_TEST_DEBS:-}" ]; then
+  # What a GPU host without Python or a compiler installs (the rest needs packages the
+  # container does not have: libprotobuf-c-dev, python3).
+  for p in gpushmd libgpushm1 gpushm-tools; do
+    found=("$GPUSHM_TEST_DEBS"/"${p}"_*.deb)
+    [ -f "${found[0]}" ] || die "GPUSHM_TEST_DEBS ($GPUSHM_TEST_DEBS) has no ${p}_*.deb"
+    debs="$debs ${found[0]}"
+  done
+  parts=${GPUSHM_TEST_PARTS:-p a b d g c e f}
+fi
 
 # --- can this machine run it? ---------------------------------------------------
 [ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, systemd-nspawn, mounts)"
@@ -178,7 +196,13 @@ mkdir -p "$run/upper" "$run/work" "$root"
 if ! mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$run/upper,workdir=$run/work" "$root" 2>/dev/null; then
   cp -a "$rootfs/." "$root/"   # no overlayfs here: a copy keeps the cache clean all the same
 fi
-make -C "$bld" install DESTDIR="$root" > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "make install failed"; }
+if [ -n "$debs" ]; then
+  mkdir -p "$root/var/tmp/gpushm-debs"
+  # shellcheck disable=SC2086  # a list of paths without spaces (checked above)
+  cp $debs "$root/var/tmp/gpushm-debs/"
+else
+  make -C "$bld" install DESTDIR="$root" > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "make install failed"; }
+fi
 install -m 0755 "$bld/tests/buffer-pattern" "$root/usr/local/bin/buffer-pattern"
 
 # --- boot --------------------------------------------------------------------------
@@ -287,6 +311,26 @@ fdstore_expect() {   # DESCRIPTION COUNT: systemd takes FDSTORE= messages asynch
 }
 
 # --- the parts --------------------------------------------------------------------------
+part_p() {
+  # dpkg, not apt: the container has no index, and every dependency is in its root
+  # file system already (libuv1, libprotobuf-c1, libsystemd0, init-system-helpers).
+  c sh -c 'dpkg -i /var/tmp/gpushm-debs/*.deb' > "$work/dpkg.log" 2>&1 ||
+    { sed 's/^/# /' "$work/dpkg.log"; die "dpkg -i of the packages failed in the container"; }
+  ok "dpkg -i gpushmd libgpushm1 gpushm-tools"
+  expect "gpushmd.socket enabled by the package" enabled "$(c systemctl is-enabled gpushmd.socket)"
+  expect "gpushmd.socket started by the package" active "$(prop gpushmd.socket ActiveState)"
+  expect "gpushmd.service left to socket activation" inactive "$(svc ActiveState)"
+  check "the package's sysusers entry created group gpushm" c getent group gpushm
+  expect "the settings file is the package's conffile" "/etc/gpushm/gpushmd.conf" \
+    "$(c dpkg-query -W -f='${Conffiles}' gpushmd | awk '{ print $1 }')"
+  check "gpushmctl ping answered (first use)" ping_ok
+  if wait_until 10 is_active; then ok "the first use activated gpushmd.service"; else bad "gpushmd.service is $(svc ActiveState) after the first use"; fi
+  expect "the running daemon is the package's" /usr/sbin/gpushmd "$(c readlink "/proc/$(svc MainPID)/exe")"
+  # Part a starts from a socket nobody has connected to yet, as after the install.
+  c systemctl stop gpushmd.service
+  expect "gpushmd.socket still listening without the service" active "$(prop gpushmd.socket ActiveState)"
+}
+
 part_a() {
   c systemd-sysusers >/dev/null   # the entry installed in /usr/lib/sysusers.d
   check "the sysusers entry created group gpushm" c getent group gpushm
@@ -558,6 +602,8 @@ run_part() {   # run_part LETTER TITLE
 t_parts=$(date +%s)
 for p in $parts; do
   case $p in
+    p) [ -n "$debs" ] || die "part p needs GPUSHM_TEST_DEBS"
+       run_part p "the Debian packages, installed in the booted container" ;;
     a) run_part a "socket activation on the first connect" ;;
     b) run_part b "Type=notify: active only through READY=1" ;;
     c) run_part c "watchdog (WatchdogSec=2s)" ;;
