@@ -60,23 +60,9 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# --- a clean copy: tracked and new files, nothing git ignores (no _build*, no
-# configure); from a tree that is not a git checkout (a dist tarball), all but _build*.
-mkdir "$work/src"
-if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  (cd "$src" && git ls-files -z -co --exclude-standard | tar -cf - --null -T -) |
-    tar -xf - -C "$work/src"
-else
-  (cd "$src" && tar -cf - --exclude='./_build*' --exclude=./.git .) | tar -xf - -C "$work/src"
-fi
-
-# --- build ------------------------------------------------------------------------
+# --- build (scripts/build-debs: from a clean copy of the tree) ----------------------
 t_build=$(date +%s)
-if ! (cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=2" dpkg-buildpackage -us -uc -b) \
-     > "$work/build.log" 2>&1; then
-  tail -n 40 "$work/build.log"
-  die "dpkg-buildpackage failed"
-fi
+"$src/scripts/build-debs" "$work" "$src" || die "building the packages failed"
 say "# dpkg-buildpackage: $(( $(date +%s) - t_build )) s"
 changes=$(ls "$work"/gpushm_*.changes)
 debs=
