@@ -27,6 +27,7 @@
 #define MSG_detached Gpushm__Detached
 #define MSG_detached_buffer Gpushm__DetachedBuffer
 #define MSG_segment_usage Gpushm__SegmentUsage
+#define MSG_open_stats Gpushm__OpenCount
 
 /* One line per accessor, three kinds of line:
  *   NUM(object, field, C type, value):  gpushm_<object>_<field>(), value read from the
@@ -124,6 +125,13 @@
   TEXT(request_stats, type, type)                                                         \
   NUM(request_stats, count, uint64_t, m->count)                                           \
   NUM(request_stats, errors, uint64_t, m->errors)                                         \
+  NUM(request_stats, latency_sum_ns, uint64_t, m->latency_sum_ns)                         \
+  LIST(stats, opens, gpushm_open_stats_t, opens)                                          \
+  NUM(open_stats, kind, gpushm_kind_t, client_kind_of_wire(m->backend))                   \
+  NUM(open_stats, backend, gpushm_backend_t, client_backend_of_wire(m->backend))          \
+  NUM(open_stats, device, int32_t, m->device)                                             \
+  NUM(open_stats, opens, uint64_t, m->opens)                                              \
+  NUM(open_stats, creates, uint64_t, m->creates)                                          \
   NUM(usage, kind, gpushm_kind_t, client_kind_of_wire(m->backend))                        \
   NUM(usage, backend, gpushm_backend_t, client_backend_of_wire(m->backend))               \
   NUM(usage, device, int32_t, m->device)                                                  \
@@ -190,6 +198,31 @@ int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 {
   const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);
   return copy_uuid(m ? &m->uuid : NULL, uuid, "dev");
+}
+
+/* The latency histogram: repeated numbers, not messages, so not in the table. */
+size_t gpushm_stats_latency_bound_count(const gpushm_stats_t *stats)
+{
+  const Gpushm__StatsReply *m = ADMIN_MSG(stats, stats);
+  return m ? m->n_latency_bounds_ns : 0;
+}
+
+uint64_t gpushm_stats_latency_bound_ns(const gpushm_stats_t *stats, size_t i)
+{
+  const Gpushm__StatsReply *m = ADMIN_MSG(stats, stats);
+  return m && i < m->n_latency_bounds_ns ? m->latency_bounds_ns[i] : 0;
+}
+
+size_t gpushm_request_stats_latency_bucket_count(const gpushm_request_stats_t *req)
+{
+  const Gpushm__RequestCount *m = ADMIN_MSG(request_stats, req);
+  return m ? m->n_latency_le : 0;
+}
+
+uint64_t gpushm_request_stats_latency_le(const gpushm_request_stats_t *req, size_t i)
+{
+  const Gpushm__RequestCount *m = ADMIN_MSG(request_stats, req);
+  return m && i < m->n_latency_le ? m->latency_le[i] : 0;
 }
 
 /* ---- paged lists ----------------------------------------------------------------- */

@@ -3,6 +3,7 @@
 #ifndef GPUSHMCTL_CTL_H
 #define GPUSHMCTL_CTL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,14 @@
 /* s made safe for a terminal (escapes, see gpushmctl.c), padded to pad columns; lives
  * until eight more calls. */
 const char *ctl_text(const char *s, size_t pad);
+
+/* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi, CUDA_VISIBLE_DEVICES and
+ * NVIDIA's DCGM exporter spell it (MIG- for a MIG instance), so that gpushm's metrics
+ * join theirs on it. */
+#define CTL_UUID_TEXT_LEN 41
+const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len);
+/* A MIG instance, by the name the driver gives it. */
+bool ctl_is_mig(const char *device_name);
 
 /* gpushmctl doctor: which backends work for this process against the daemon at
  * socket (NULL: $GPUSHM_SOCKET or the default) and why the others do not.  backend

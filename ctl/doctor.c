@@ -103,14 +103,17 @@ static bool offers(const struct doctor *d, int backend)
   return d->offered & (1u << backend);
 }
 
-/* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi and CUDA_VISIBLE_DEVICES
- * spell it (MIG- for a MIG instance). */
-static const char *uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len)
+const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len)
 {
   snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
            mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
            u[10], u[11], u[12], u[13], u[14], u[15]);
   return buf;
+}
+
+bool ctl_is_mig(const char *device_name)
+{
+  return strstr(device_name, " MIG ") != NULL;
 }
 
 static const char *ns_text(uint64_t ino, char *buf, size_t len)
@@ -262,7 +265,7 @@ static void check_devices(struct doctor *d)
     const gpushm_local_device_t *here = NULL;
     const char *name = gpushm_device_stats_name(dev);
     uint8_t uuid[16], lu[16];
-    bool mig = strstr(name, " MIG ") != NULL;
+    bool mig = ctl_is_mig(name);
     uint32_t flags;
 
     snprintf(scope_check, sizeof scope_check, "%d", gpushm_device_stats_ordinal(dev));
@@ -275,7 +278,7 @@ static void check_devices(struct doctor *d)
       if (gpushm_local_device_uuid(l, lu) == 0 && memcmp(lu, uuid, 16) == 0)
         here = l;
     }
-    uuid_text(uuid, mig, u, sizeof u);
+    ctl_uuid_text(uuid, mig, u, sizeof u);
     if (!d->local) {
       report(d, AFFECTS_NONE, "device", scope_check, ST_NA, "%s %s: no CUDA here to look", u, name);
       continue;

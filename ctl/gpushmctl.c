@@ -988,6 +988,27 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
+/* --prometheus follows Prometheus's naming rules (prometheus.io/docs/practices/naming):
+ * one metric per meaning, labels only where the series of a metric add up to something
+ * (a partition), base units in the name (_bytes, _seconds), _total on counters only.
+ * README.md's metrics table lists them; tests/integration/test-metrics.sh holds every
+ * line to the text format and to promtool. */
+static void prom_family(const char *name, const char *type, const char *help)
+{
+  printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ns as seconds, in decimal and exact (no float rounding in a bucket's le). */
+static void prom_seconds(uint64_t ns)
+{
+  char frac[16];
+  int n = snprintf(frac, sizeof frac, "%09" PRIu64, ns % 1000000000u);
+
+  while (n > 0 && frac[n - 1] == '0')
+    frac[--n] = '\0';
+  printf("%" PRIu64 "%s%s", ns / 1000000000u, n ? "." : "", frac);
+}
+
 /* One gauge or counter per segment figure, by backend and device. */
 #define PROM_SEGMENTS(X)                                                                  \
   X("gpushm_segments", "gauge", "Segments holding buffers or mapped by clients.", segments) \
@@ -997,14 +1018,16 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
     mappings)                                                                             \
   X("gpushm_pool_segments", "gauge", "Empty segments kept warm for their class.", pooled)  \
   X("gpushm_pool_bytes", "gauge", "Memory of the warm pools.", pooled_bytes)              \
-  X("gpushm_carved_total", "counter", "Buffers carved out of segments.", carved)          \
+  X("gpushm_carved_buffers_total", "counter", "Buffers carved out of segments.", carved)  \
   X("gpushm_segment_allocations_total", "counter", "Segment allocations (driver calls).",  \
     driver_allocs)
 
 static void prom_segments(const gpushm_stats_t *s)
 {
+  if (!gpushm_stats_segment_usage_count(s))
+    return;
 #define PROM_SEGMENT_(name, type, help, field)                                            \
-  printf("# HELP " name " " help "\n# TYPE " name " " type "\n");                          \
+  prom_family(name, type, help);                                                          \
   for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {                      \
     const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);                   \
     printf(name "{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",                           \
@@ -1020,68 +1043,163 @@ static const char *usage_backend_name(const gpushm_usage_t *u)
   return backend_name(gpushm_usage_kind(u), gpushm_usage_backend(u));
 }
 
+/* A request type's buckets, if they match the daemon's bounds (else none: a histogram
+ * with the wrong le values would be worse than a missing one). */
+static bool prom_has_latency(const gpushm_stats_t *s, const gpushm_request_stats_t *rq)
+{
+  size_t nb = gpushm_stats_latency_bound_count(s);
+  return nb && gpushm_request_stats_latency_bucket_count(rq) == nb + 1;
+}
+
+static void prom_latency(const gpushm_stats_t *s)
+{
+  const char *name = "gpushm_request_duration_seconds";
+  size_t nb = gpushm_stats_latency_bound_count(s), shown = 0;
+
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    if (!prom_has_latency(s, rq))
+      continue;
+    if (!shown++)
+      prom_family(name, "histogram", "Time gpushmd spent on a request, from its arrival to "
+                  "its reply's hand-off to the socket, by type.");
+    for (size_t b = 0; b <= nb; b++) {
+      printf("%s_bucket{type=\"", name);
+      prom_label(gpushm_request_stats_type(rq));
+      printf("\",le=\"");
+      if (b < nb)
+        prom_seconds(gpushm_stats_latency_bound_ns(s, b));
+      else
+        printf("+Inf");
+      printf("\"} %" PRIu64 "\n", gpushm_request_stats_latency_le(rq, b));
+    }
+    printf("%s_sum{type=\"", name);
+    prom_label(gpushm_request_stats_type(rq));
+    printf("\"} ");
+    prom_seconds(gpushm_request_stats_latency_sum_ns(rq));
+    printf("\n%s_count{type=\"", name);
+    prom_label(gpushm_request_stats_type(rq));
+    printf("\"} %" PRIu64 "\n", gpushm_request_stats_latency_le(rq, nb));
+  }
+}
+
+static const char *open_backend_name(const gpushm_open_stats_t *o)
+{
+  return backend_name(gpushm_open_stats_kind(o), gpushm_open_stats_backend(o));
+}
+
+/* The per-device gauges, labelled with what identifies a GPU across processes and
+ * exporters (the ordinal alone differs under CUDA_VISIBLE_DEVICES). */
+static void prom_devices(const gpushm_stats_t *s, bool free_memory)
+{
+  size_t n = gpushm_stats_device_count(s), shown = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
+    uint64_t v = free_memory ? gpushm_device_stats_free_memory(d)
+                             : gpushm_device_stats_total_memory(d);
+    uint8_t raw[16];
+    char uuid[CTL_UUID_TEXT_LEN + 1] = "";
+
+    /* Free memory is known only where gpushmd holds a context: a 0 there would read as
+     * a full GPU, so that series is left out instead. */
+    if (free_memory && !v)
+      continue;
+    if (!shown++)
+      prom_family(free_memory ? "gpushm_device_memory_free_bytes"
+                              : "gpushm_device_memory_total_bytes", "gauge",
+                  free_memory ? "Free device memory (devices gpushmd holds a context on)."
+                              : "Device memory.");
+    if (gpushm_device_stats_uuid(d, raw) == 0)
+      ctl_uuid_text(raw, ctl_is_mig(gpushm_device_stats_name(d)), uuid, sizeof uuid);
+    printf("gpushm_device_memory_%s_bytes{device=\"%d\",uuid=\"%s\",name=\"",
+           free_memory ? "free" : "total", gpushm_device_stats_ordinal(d), uuid);
+    prom_label(gpushm_device_stats_name(d));
+    printf("\"} %" PRIu64 "\n", v);
+  }
+}
+
 static void prometheus_stats(const gpushm_stats_t *s)
 {
   uint32_t buffers = gpushm_stats_buffers(s), linked = gpushm_stats_buffers_linked(s);
 
-  printf("# HELP gpushm_uptime_seconds Time since gpushmd started.\n# TYPE gpushm_uptime_seconds gauge\n");
-  printf("gpushm_uptime_seconds %.3f\n", gpushm_stats_uptime_ms(s) / 1000.0);
-  printf("# HELP gpushm_clients Connected clients.\n# TYPE gpushm_clients gauge\n");
+  prom_family("gpushm_build_info", "gauge", "Always 1: the versions of gpushmd and of the "
+              "gpushmctl that wrote this.");
+  printf("gpushm_build_info{version=\"");
+  prom_label(gpushm_stats_daemon_version(s));
+  printf("\",ctl_version=\"%s\"} 1\n", PACKAGE_VERSION);
+  prom_family("gpushm_uptime_seconds", "gauge", "Time since gpushmd started.");
+  printf("gpushm_uptime_seconds ");
+  prom_seconds(gpushm_stats_uptime_ms(s) * 1000000u);
+  putchar('\n');
+  prom_family("gpushm_clients", "gauge", "Connected clients.");
   printf("gpushm_clients %u\n", gpushm_stats_clients(s));
-  printf("# HELP gpushm_buffers Buffers and events, by name state.\n# TYPE gpushm_buffers gauge\n");
+  /* linked + unlinked is every buffer: a partition of one count, so one metric. */
+  prom_family("gpushm_buffers", "gauge", "Buffers and events, by whether their name is still "
+              "linked (unlinked ones live until their last holder closes them).");
   printf("gpushm_buffers{state=\"linked\"} %u\n", linked);
   printf("gpushm_buffers{state=\"unlinked\"} %u\n", buffers - linked);
-  printf("# HELP gpushm_allocated_bytes Memory held for buffers.\n# TYPE gpushm_allocated_bytes gauge\n");
-  for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
-    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
-    printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
-           usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_bytes(u));
+  if (gpushm_stats_usage_count(s)) {
+    prom_family("gpushm_allocated_bytes", "gauge", "Memory held for buffers, by backend and device.");
+    for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
+      const gpushm_usage_t *u = gpushm_stats_usage(s, i);
+      printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
+             usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_bytes(u));
+    }
   }
-  printf("# HELP gpushm_requests_total Requests handled, by type.\n# TYPE gpushm_requests_total counter\n");
+  prom_family("gpushm_requests_total", "counter", "Requests handled, by type.");
   for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
     const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     printf("gpushm_requests_total{type=\"");
     prom_label(gpushm_request_stats_type(rq));
     printf("\"} %" PRIu64 "\n", gpushm_request_stats_count(rq));
   }
-  printf("# HELP gpushm_request_errors_total Requests answered with an error, by type.\n"
-         "# TYPE gpushm_request_errors_total counter\n");
+  prom_family("gpushm_request_errors_total", "counter", "Requests answered with an error, by type.");
   for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
     const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     printf("gpushm_request_errors_total{type=\"");
     prom_label(gpushm_request_stats_type(rq));
     printf("\"} %" PRIu64 "\n", gpushm_request_stats_errors(rq));
   }
-  printf("# HELP gpushm_detached_processes Live processes whose connection ended while they "
-         "held buffers (they may still map them).\n# TYPE gpushm_detached_processes gauge\n");
-  printf("gpushm_detached_processes %u\n", gpushm_stats_detached_total(s));
-  printf("# HELP gpushm_pinned_after_release_bytes Memory gpushmd freed that such processes "
-         "still map.\n# TYPE gpushm_pinned_after_release_bytes gauge\n");
-  printf("gpushm_pinned_after_release_bytes %" PRIu64 "\n", gpushm_stats_bytes_pinned_after_release(s));
-  printf("# HELP gpushm_fences_raised_total Sync buffer fences gpushmd raised for releasers that "
-         "died before their GPU wrote them.\n# TYPE gpushm_fences_raised_total counter\n");
-  printf("gpushm_fences_raised_total %" PRIu64 "\n", gpushm_stats_fences_raised(s));
-  printf("# HELP gpushm_oneway_errors_total One-way requests (last closes) gpushmd refused.\n"
-         "# TYPE gpushm_oneway_errors_total counter\n");
-  printf("gpushm_oneway_errors_total %" PRIu64 "\n", gpushm_stats_oneway_errors(s));
-  prom_segments(s);
-  printf("# HELP gpushm_protocol_errors_total Clients ended for protocol errors.\n"
-         "# TYPE gpushm_protocol_errors_total counter\n");
-  printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
-  printf("# HELP gpushm_clients_dropped_total Clients refused or dropped (limits, not reading).\n"
-         "# TYPE gpushm_clients_dropped_total counter\n");
-  printf("gpushm_clients_dropped_total %" PRIu64 "\n", gpushm_stats_clients_dropped(s));
-  if (gpushm_stats_device_count(s)) {
-    printf("# HELP gpushm_device_memory_bytes Device memory (free only where gpushmd holds a context).\n"
-           "# TYPE gpushm_device_memory_bytes gauge\n");
-    for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
-      const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
-      printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"total\"} %" PRIu64 "\n",
-             gpushm_device_stats_ordinal(d), gpushm_device_stats_total_memory(d));
-      printf("gpushm_device_memory_bytes{device=\"%d\",kind=\"free\"} %" PRIu64 "\n",
-             gpushm_device_stats_ordinal(d), gpushm_device_stats_free_memory(d));
+  prom_latency(s);
+  if (gpushm_stats_opens_count(s)) {
+    prom_family("gpushm_opens_total", "counter", "Buffers and events opened (creates that found "
+                "one included), by backend and device.");
+    for (size_t i = 0; i < gpushm_stats_opens_count(s); i++) {
+      const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
+      printf("gpushm_opens_total{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
+             open_backend_name(o), gpushm_open_stats_device(o), gpushm_open_stats_opens(o));
+    }
+    prom_family("gpushm_creates_total", "counter", "Buffers and events created, by backend and "
+                "device.");
+    for (size_t i = 0; i < gpushm_stats_opens_count(s); i++) {
+      const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
+      printf("gpushm_creates_total{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
+             open_backend_name(o), gpushm_open_stats_device(o), gpushm_open_stats_creates(o));
     }
   }
+  prom_family("gpushm_detached_processes", "gauge", "Live processes whose connection ended "
+              "while they held buffers (they may still map them).");
+  printf("gpushm_detached_processes %u\n", gpushm_stats_detached_total(s));
+  prom_family("gpushm_pinned_after_release_bytes", "gauge", "Memory gpushmd freed that such "
+              "processes still map.");
+  printf("gpushm_pinned_after_release_bytes %" PRIu64 "\n", gpushm_stats_bytes_pinned_after_release(s));
+  prom_family("gpushm_fences_raised_total", "counter", "Sync buffer fences gpushmd raised for "
+              "releasers that died before their GPU wrote them.");
+  printf("gpushm_fences_raised_total %" PRIu64 "\n", gpushm_stats_fences_raised(s));
+  prom_family("gpushm_oneway_errors_total", "counter", "One-way requests (last closes) gpushmd "
+              "refused.");
+  printf("gpushm_oneway_errors_total %" PRIu64 "\n", gpushm_stats_oneway_errors(s));
+  prom_segments(s);
+  prom_family("gpushm_protocol_errors_total", "counter", "Clients ended for protocol errors.");
+  printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
+  prom_family("gpushm_clients_dropped_total", "counter", "Clients refused or dropped (limits, "
+              "not reading).");
+  printf("gpushm_clients_dropped_total %" PRIu64 "\n", gpushm_stats_clients_dropped(s));
+  prom_family("gpushm_open_fds", "gauge", "File descriptors gpushmd has open.");
+  printf("gpushm_open_fds %u\n", gpushm_stats_open_fds(s));
+  prom_devices(s, false);
+  prom_devices(s, true);
 }
 
 static void json_stats(const gpushm_stats_t *s)
@@ -1100,10 +1218,28 @@ static void json_stats(const gpushm_stats_t *s)
     const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     printf("%s", i ? "," : "");
     json_string(gpushm_request_stats_type(rq));
-    printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64 "}", gpushm_request_stats_count(rq),
+    printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64, gpushm_request_stats_count(rq),
            gpushm_request_stats_errors(rq));
+    if (prom_has_latency(s, rq)) {
+      printf(",\"latency_sum_ns\":%" PRIu64 ",\"latency_le\":[",
+             gpushm_request_stats_latency_sum_ns(rq));
+      for (size_t b = 0; b < gpushm_request_stats_latency_bucket_count(rq); b++)
+        printf("%s%" PRIu64, b ? "," : "", gpushm_request_stats_latency_le(rq, b));
+      printf("]");
+    }
+    printf("}");
   }
-  printf("},\"usage\":[");
+  printf("},\"latency_bounds_ns\":[");
+  for (size_t b = 0; b < gpushm_stats_latency_bound_count(s); b++)
+    printf("%s%" PRIu64, b ? "," : "", gpushm_stats_latency_bound_ns(s, b));
+  printf("],\"opens\":[");
+  for (size_t i = 0; i < gpushm_stats_opens_count(s); i++) {
+    const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
+    printf("%s{\"backend\":\"%s\",\"device\":%d,\"opens\":%" PRIu64 ",\"creates\":%" PRIu64 "}",
+           i ? "," : "", open_backend_name(o), gpushm_open_stats_device(o),
+           gpushm_open_stats_opens(o), gpushm_open_stats_creates(o));
+  }
+  printf("],\"usage\":[");
   for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
     const gpushm_usage_t *u = gpushm_stats_usage(s, i);
     printf("%s{\"backend\":\"%s\",\"device\":%d,\"buffers\":%u,\"bytes\":%" PRIu64 "}",
@@ -1148,8 +1284,13 @@ static void json_stats(const gpushm_stats_t *s)
   printf("],\"devices\":[");
   for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
     const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
+    uint8_t raw[16];
+    char uuid[CTL_UUID_TEXT_LEN + 1];
     printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", gpushm_device_stats_ordinal(d));
     json_string(gpushm_device_stats_name(d));
+    if (gpushm_device_stats_uuid(d, raw) == 0)
+      printf(",\"uuid\":\"%s\"", ctl_uuid_text(raw, ctl_is_mig(gpushm_device_stats_name(d)),
+                                             uuid, sizeof uuid));
     printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":%" PRIu64 "}",
            gpushm_device_stats_total_memory(d), gpushm_device_stats_free_memory(d));
   }

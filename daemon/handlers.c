@@ -404,27 +404,93 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
   return 0;
 }
 
+static const uint64_t latency_bounds_ns[] = GPUSHM_LATENCY_BOUNDS_NS;
+_Static_assert(sizeof latency_bounds_ns / sizeof latency_bounds_ns[0] == GPUSHM_LATENCY_BOUNDS,
+               "GPUSHM_LATENCY_BOUNDS counts GPUSHM_LATENCY_BOUNDS_NS");
+
+void handler_observe_latency(struct handler_counters *c, unsigned slot, uint64_t ns)
+{
+  unsigned b = 0;
+
+  /* A linear scan: 16 compares cost less than the clock reads around the request. */
+  while (b < GPUSHM_LATENCY_BOUNDS && ns > latency_bounds_ns[b])
+    b++;
+  c->latency[slot][b]++;
+  c->latency_sum_ns[slot] += ns;
+}
+
+void handler_count_open(struct handler_counters *c, const Gpushm__OpenReply *open)
+{
+  const Gpushm__BufferInfo *info = open->info;
+  unsigned backend = info ? (unsigned)info->backend : 0;
+  int dev = info ? info->device : -1;
+
+  if (backend > GPUSHM_BACKEND_COUNT || dev >= (int)GPUSHM_LIMIT_DEVICES)
+    return;
+  (open->created ? c->creates : c->opens)[backend][dev < 0 ? 0 : (unsigned)dev + 1]++;
+}
+
 static int fill_request_counts(const struct handler_counters *counters,
                                struct handler_reply *ctx, Gpushm__StatsReply *s)
 {
+  const size_t n_le = GPUSHM_LATENCY_BOUNDS + 1;
   Gpushm__RequestCount *counts = reply_calloc(ctx, HANDLER_REQUEST_TYPES, sizeof *counts);
   Gpushm__RequestCount **ptrs = reply_calloc(ctx, HANDLER_REQUEST_TYPES, sizeof *ptrs);
+  uint64_t *le = reply_calloc(ctx, HANDLER_REQUEST_TYPES * n_le, sizeof *le);
   size_t n = 0;
 
-  if (!counts || !ptrs)
+  if (!counts || !ptrs || !le)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   for (unsigned t = 0; t < HANDLER_REQUEST_TYPES; t++) {
+    uint64_t *row = &le[n * n_le], total = 0;
+
     if (!counters->by_type[t])
       continue;
     gpushm__request_count__init(&counts[n]);
     counts[n].type = (char *)handler_name(t);
     counts[n].count = counters->by_type[t];
     counts[n].errors = counters->errors_by_type[t];
+    /* Cumulative, as Prometheus buckets are: readers need no arithmetic to plot them. */
+    for (size_t b = 0; b < n_le; b++)
+      row[b] = total += counters->latency[t][b];
+    counts[n].latency_le = row;
+    counts[n].n_latency_le = n_le;
+    counts[n].latency_sum_ns = counters->latency_sum_ns[t];
     ptrs[n] = &counts[n];
     n++;
   }
   s->requests_by_type = ptrs;
   s->n_requests_by_type = n;
+  s->latency_bounds_ns = (uint64_t *)latency_bounds_ns; /* only read, by the packer */
+  s->n_latency_bounds_ns = GPUSHM_LATENCY_BOUNDS;
+  return 0;
+}
+
+/* Opens and creates by (wire backend, device), rows only where either happened. */
+static int fill_opens(const struct handler_counters *c, struct handler_reply *ctx,
+                      Gpushm__StatsReply *s)
+{
+  const size_t max = (GPUSHM_BACKEND_COUNT + 1) * (GPUSHM_LIMIT_DEVICES + 1);
+  Gpushm__OpenCount *rows = reply_calloc(ctx, max, sizeof *rows);
+  Gpushm__OpenCount **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
+  size_t n = 0;
+
+  if (!rows || !ptrs)
+    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+  for (unsigned b = 0; b <= GPUSHM_BACKEND_COUNT; b++)
+    for (unsigned d = 0; d <= GPUSHM_LIMIT_DEVICES; d++) {
+      if (!c->opens[b][d] && !c->creates[b][d])
+        continue;
+      gpushm__open_count__init(&rows[n]);
+      rows[n].backend = (Gpushm__Backend)b;
+      rows[n].device = (int32_t)d - 1;
+      rows[n].opens = c->opens[b][d];
+      rows[n].creates = c->creates[b][d];
+      ptrs[n] = &rows[n];
+      n++;
+    }
+  s->opens = ptrs;
+  s->n_opens = n;
   return 0;
 }
 
@@ -709,7 +775,8 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->open_fds = srv->open_fds();
   s->next_buffer_id = reg->next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
-      (r = fill_request_counts(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0 ||
+      (r = fill_request_counts(srv->counters, ctx, s)) < 0 ||
+      (r = fill_opens(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0 ||
       (r = fill_segments(reg, ctx, s)) < 0 ||
       (srv->detached && (r = fill_detached(reg, srv->detached, call->client, ctx, s)) < 0))
     return r;

@@ -27,7 +27,20 @@ struct handler_counters {
   uint64_t clients_dropped;
   uint64_t fences_raised; /* for releasers that died with their fence write queued */
   uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
+  /* Per request type, how long handling took: requests per bucket (not cumulative:
+   * stats adds them up), the last past every bound; and their sum. */
+  uint64_t latency[HANDLER_REQUEST_TYPES][GPUSHM_LATENCY_BOUNDS + 1];
+  uint64_t latency_sum_ns[HANDLER_REQUEST_TYPES];
+  /* Successful opens and creates by wire backend (events included) and device + 1
+   * (0: host memory). */
+  uint64_t opens[GPUSHM_BACKEND_COUNT + 1][GPUSHM_LIMIT_DEVICES + 1];
+  uint64_t creates[GPUSHM_BACKEND_COUNT + 1][GPUSHM_LIMIT_DEVICES + 1];
 };
+
+/* Counts one request of body case slot that took ns nanoseconds. */
+void handler_observe_latency(struct handler_counters *c, unsigned slot, uint64_t ns);
+/* Counts a successful open or create reply (its buffer's backend and device). */
+void handler_count_open(struct handler_counters *c, const Gpushm__OpenReply *open);
 
 /* Another connected client, as the clients listing shows it. */
 struct handler_peer {
@@ -72,8 +85,8 @@ struct handler_call {
   bool hello_ranged; /* a version range: gpushm 0.2 or later */
 };
 
-/* Allocations one reply may own: stats, the largest, makes 11 (a list page makes one). */
-#define HANDLER_OWNED_MAX 16
+/* Allocations one reply may own: stats, the largest, makes 16 (a list page makes one). */
+#define HANDLER_OWNED_MAX 20
 
 /* A reply under construction, and the storage it points into. */
 struct handler_reply {

@@ -179,9 +179,26 @@ static void send_list_page(struct session *s, uint64_t request_id, const uint8_t
   transport_send(s->transport, tx, (size_t)frame_len, NULL, 0);
 }
 
+static uint64_t monotonic_ns(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Every request that ends here (answered, one-way, or a protocol violation) is timed
+ * from its frame's arrival: what its client waited for, in the daemon. */
+static void observe(struct handler_counters *counters, unsigned slot, uint64_t since_ns)
+{
+  uint64_t now = monotonic_ns();
+  handler_observe_latency(counters, slot, now > since_ns ? now - since_ns : 0);
+}
+
 /* Policy from the table first, then the handler; a violation ends the session.
- * Returns true if the session kept req (parked until a device is warm). */
-static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
+ * Returns true if the session kept req (parked until a device is warm).  since_ns: when
+ * its frame arrived. */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
 {
   struct handler_counters *counters = s->env->counters;
   unsigned body = (unsigned)req->body_case;
@@ -203,14 +220,17 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
   }
   if (req->request_id == 0) {
     session_close(s, GPUSHM_E_PROTO, "request id 0 is reserved");
+    observe(counters, slot, since_ns);
     return false;
   }
   if (!s->hello_done && (!h || h->needs_hello)) {
     session_close(s, GPUSHM_E_PROTO, "the first request must be hello");
+    observe(counters, slot, since_ns);
     return false;
   }
   if (req->oneway && (!h || !h->oneway_ok)) {
     session_close(s, GPUSHM_E_PROTO, "only close, unlink and unmap may be sent one-way");
+    observe(counters, slot, since_ns);
     return false;
   }
   handler_reply_init(reply, req->request_id);
@@ -237,6 +257,7 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
   if (status == HANDLER_WAIT_DEVICE) {
     handler_reply_free(reply);
     s->parked = req;
+    s->parked_since_ns = since_ns;
     s->waiting_device = reply->wait_device;
     transport_pause(s->transport, true);
     s->env->warm_device(s->env->ctx, reply->wait_device);
@@ -246,6 +267,7 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     handler_reply_error(reply, status);
     session_close(s, GPUSHM_E_PROTO, reply->msg);
     handler_reply_free(reply);
+    observe(counters, slot, since_ns);
     return false;
   }
   if (status < 0) {
@@ -287,13 +309,17 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again)
     while (reply->n_fds)
       close(reply->fds[--reply->n_fds]);
     handler_reply_free(reply);
+    observe(counters, slot, since_ns);
     return false;
   }
+  if (status >= 0 && reply->reply.body_case == GPUSHM__REPLY__BODY_OPEN)
+    handler_count_open(counters, reply->reply.open);
   if (reply->list_page && reply->reply.body_case == GPUSHM__REPLY__BODY_LIST)
     send_list_page(s, reply->reply.request_id, reply->list_page, reply->list_page_len);
   else
     send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   handler_reply_free(reply);
+  observe(counters, slot, since_ns);
   return false;
 }
 
@@ -314,7 +340,8 @@ void session_resume(struct session *s, int status, const char *why)
     reply.status = -status;
     reply.message = (char *)why;
     send_reply(s, &reply, NULL, 0);
-  } else if (dispatch(s, req, true)) {
+    observe(s->env->counters, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
+  } else if (dispatch(s, req, true, s->parked_since_ns)) {
     return; /* parked again: the device went cold meanwhile */
   }
   gpushm__request__free_unpacked(req, NULL);
@@ -327,6 +354,7 @@ static void on_frame(void *ctx, const struct wire_frame *frame)
   struct session *s = ctx;
   Gpushm__Request *req;
   const char *why = NULL;
+  const uint64_t since_ns = monotonic_ns();
 
   if (frame->n_fds) {
     session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors");
@@ -344,7 +372,7 @@ static void on_frame(void *ctx, const struct wire_frame *frame)
     return;
   }
   /* Parked or not, req itself is done with: a parked request is a heap copy. */
-  (void)dispatch(s, req, false);
+  (void)dispatch(s, req, false, since_ns);
   arena_reset();
 }
 

@@ -50,6 +50,7 @@ struct session {
   /* A request parked until device waiting_device is warm (-1: none); this client's
    * later requests wait in its socket, so replies keep their order. */
   Gpushm__Request *parked;
+  uint64_t parked_since_ns; /* when the parked request's frame came (CLOCK_MONOTONIC) */
   int waiting_device;
 };
 

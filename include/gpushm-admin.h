@@ -44,6 +44,7 @@ typedef struct gpushm_usage gpushm_usage_t;                 /* memory by backend
 typedef struct gpushm_detached gpushm_detached_t;           /* a process that may still map */
 typedef struct gpushm_detached_buffer gpushm_detached_buffer_t;
 typedef struct gpushm_segment_usage gpushm_segment_usage_t; /* segments by backend, device */
+typedef struct gpushm_open_stats gpushm_open_stats_t;       /* opens by backend, device */
 typedef struct gpushm_local_device_list gpushm_local_device_list_t;
 typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this process sees */
 
@@ -243,6 +244,29 @@ GPUSHM_API int32_t gpushm_detached_buffer_device(const gpushm_detached_buffer_t 
 GPUSHM_API uint64_t gpushm_detached_buffer_allocated(const gpushm_detached_buffer_t *b);
 /* Whether the daemon has freed it (only holders like this one keep it). */
 GPUSHM_API int gpushm_detached_buffer_released(const gpushm_detached_buffer_t *b);
+
+/* Since 0.5 (0 and empty from older daemons).  Request latency, per request type, as a
+ * histogram: the time gpushmd spent on each request, from its arrival to its reply's
+ * hand-off to the socket (a create that waited for a device's first context counts the
+ * wait).  The buckets' upper bounds, ascending, in nanoseconds, are the daemon's (the
+ * same for every type): */
+GPUSHM_API size_t gpushm_stats_latency_bound_count(const gpushm_stats_t *stats);
+GPUSHM_API uint64_t gpushm_stats_latency_bound_ns(const gpushm_stats_t *stats, size_t i);
+/* Buckets of one type: bound count + 1 (the last is +Inf), or 0 from an older daemon. */
+GPUSHM_API size_t gpushm_request_stats_latency_bucket_count(const gpushm_request_stats_t *req);
+/* Cumulative: requests that took at most bound i; for the last bucket, all of them. */
+GPUSHM_API uint64_t gpushm_request_stats_latency_le(const gpushm_request_stats_t *req, size_t i);
+GPUSHM_API uint64_t gpushm_request_stats_latency_sum_ns(const gpushm_request_stats_t *req);
+/* Buffers and events opened (opens, and creates that found an existing one) and created,
+ * since the daemon started, by kind, backend and device (rows where either happened). */
+GPUSHM_API size_t gpushm_stats_opens_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_open_stats_t *gpushm_stats_opens(const gpushm_stats_t *stats, size_t i);
+GPUSHM_API gpushm_kind_t gpushm_open_stats_kind(const gpushm_open_stats_t *o);
+/* 0 for events; the device -1 for host memory. */
+GPUSHM_API gpushm_backend_t gpushm_open_stats_backend(const gpushm_open_stats_t *o);
+GPUSHM_API int32_t gpushm_open_stats_device(const gpushm_open_stats_t *o);
+GPUSHM_API uint64_t gpushm_open_stats_opens(const gpushm_open_stats_t *o);
+GPUSHM_API uint64_t gpushm_open_stats_creates(const gpushm_open_stats_t *o);
 
 /* ---- the daemon as this connection met it (gpushmctl doctor) ------------------- */
 

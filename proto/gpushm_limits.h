@@ -135,6 +135,16 @@
  * least recently used first out: reopening in one costs no driver call. */
 #define GPUSHM_LIMIT_IDLE_SEGMENTS         16u
 
+/* Request latency histograms (gpushmctl stats --prometheus): the upper bounds of their
+ * buckets, in nanoseconds, ascending; one more bucket counts what is past the last.
+ * From below a ping's handling (a few microseconds) through a create that waits for a
+ * device's first context (100-350 ms) to a stuck driver call.  The daemon sends them with
+ * its stats, so changing them needs no change in tools. */
+#define GPUSHM_LATENCY_BOUNDS_NS                                                          \
+  { 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,         \
+    10000000, 25000000, 100000000, 250000000, 1000000000, 2500000000 }
+#define GPUSHM_LATENCY_BOUNDS 16u
+
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
 

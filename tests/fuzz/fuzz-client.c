@@ -462,7 +462,17 @@ static void read_stats(const gpushm_stats_t *s)
   for (size_t i = 0; i <= gpushm_stats_request_type_count(s); i++) {
     const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
     sink += strlen(gpushm_request_stats_type(rq)) + gpushm_request_stats_count(rq) +
-            gpushm_request_stats_errors(rq);
+            gpushm_request_stats_errors(rq) + gpushm_request_stats_latency_sum_ns(rq);
+    for (size_t b = 0; b <= gpushm_request_stats_latency_bucket_count(rq); b++)
+      sink += gpushm_request_stats_latency_le(rq, b);
+  }
+  for (size_t b = 0; b <= gpushm_stats_latency_bound_count(s); b++)
+    sink += gpushm_stats_latency_bound_ns(s, b);
+  for (size_t i = 0; i <= gpushm_stats_opens_count(s); i++) {
+    const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
+    sink += gpushm_open_stats_kind(o) + gpushm_open_stats_backend(o) +
+            (uint64_t)gpushm_open_stats_device(o) + gpushm_open_stats_opens(o) +
+            gpushm_open_stats_creates(o);
   }
   for (size_t i = 0; i <= gpushm_stats_usage_count(s); i++) {
     const gpushm_usage_t *u = gpushm_stats_usage(s, i);

@@ -80,6 +80,48 @@ static void test_client_list(gpushm_t *conn)
   CHECK(list == NULL);
 }
 
+/* The ping histogram's requests, and its sum in ns. */
+static uint64_t ping_latency(const gpushm_stats_t *s, uint64_t *sum_ns)
+{
+  size_t nb = gpushm_stats_latency_bound_count(s);
+
+  CHECK(nb > 0 && gpushm_stats_latency_bound_ns(s, nb) == 0);
+  for (size_t b = 1; b < nb; b++)
+    CHECK(gpushm_stats_latency_bound_ns(s, b) > gpushm_stats_latency_bound_ns(s, b - 1));
+  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
+    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
+    if (strcmp(gpushm_request_stats_type(rq), "ping") != 0)
+      continue;
+    CHECK(gpushm_request_stats_latency_bucket_count(rq) == nb + 1);
+    for (size_t b = 1; b <= nb; b++)
+      CHECK(gpushm_request_stats_latency_le(rq, b) >= gpushm_request_stats_latency_le(rq, b - 1));
+    CHECK(gpushm_request_stats_latency_le(rq, nb + 1) == 0);
+    CHECK(gpushm_request_stats_latency_le(rq, nb) <= gpushm_request_stats_count(rq));
+    *sum_ns = gpushm_request_stats_latency_sum_ns(rq);
+    return gpushm_request_stats_latency_le(rq, nb);
+  }
+  *sum_ns = 0;
+  return 0;
+}
+
+/* N pings: the histogram counts at least N more, and their time. */
+static void test_latency(gpushm_t *conn)
+{
+  const unsigned n = 50;
+  gpushm_stats_t *s;
+  uint64_t before, after, sum_before, sum_after;
+
+  CHECK_OK(gpushm_stats(conn, &s));
+  before = ping_latency(s, &sum_before);
+  gpushm_stats_free(s);
+  for (unsigned i = 0; i < n; i++)
+    CHECK_OK(gpushm_ping(conn));
+  CHECK_OK(gpushm_stats(conn, &s));
+  after = ping_latency(s, &sum_after);
+  gpushm_stats_free(s);
+  CHECK(after >= before + n && sum_after > sum_before);
+}
+
 static void test_stats(gpushm_t *conn)
 {
   gpushm_stats_t *s;
@@ -114,7 +156,15 @@ static void test_stats(gpushm_t *conn)
     CHECK(gpushm_device_stats_total_memory(dev) >= gpushm_device_stats_free_memory(dev));
   }
   CHECK(gpushm_stats_device(s, gpushm_stats_device_count(s)) == NULL);
+  /* the one create made one buffer: a create row, no open */
+  CHECK(gpushm_stats_opens_count(s) == 1 && gpushm_stats_opens(s, 1) == NULL);
+  CHECK(gpushm_open_stats_kind(gpushm_stats_opens(s, 0)) == GPUSHM_KIND_BUFFER);
+  CHECK(gpushm_open_stats_backend(gpushm_stats_opens(s, 0)) == GPUSHM_BACKEND_HOST);
+  CHECK(gpushm_open_stats_device(gpushm_stats_opens(s, 0)) == -1);
+  CHECK(gpushm_open_stats_creates(gpushm_stats_opens(s, 0)) == 1);
+  CHECK(gpushm_open_stats_opens(gpushm_stats_opens(s, 0)) == 0);
   gpushm_stats_free(s);
+  test_latency(conn);
   CHECK_ERR(gpushm_stats(conn, NULL), GPUSHM_E_INVAL);
   CHECK_ERR(gpushm_stats(NULL, &s), GPUSHM_E_INVAL);
   CHECK(s == NULL);
@@ -179,6 +229,14 @@ static void test_null_objects(void)
   CHECK_ERR(gpushm_device_stats_uuid(NULL, uuid), GPUSHM_E_INVAL);
   CHECK(strcmp(gpushm_request_stats_type(NULL), "") == 0 && gpushm_request_stats_count(NULL) == 0);
   CHECK(gpushm_usage_kind(NULL) == 0 && gpushm_usage_bytes(NULL) == 0);
+  CHECK(gpushm_stats_latency_bound_count(NULL) == 0 && gpushm_stats_latency_bound_ns(NULL, 0) == 0);
+  CHECK(gpushm_request_stats_latency_bucket_count(NULL) == 0);
+  CHECK(gpushm_request_stats_latency_le(NULL, 0) == 0);
+  CHECK(gpushm_request_stats_latency_sum_ns(NULL) == 0);
+  CHECK(gpushm_stats_opens_count(NULL) == 0 && gpushm_stats_opens(NULL, 0) == NULL);
+  CHECK(gpushm_open_stats_kind(NULL) == 0 && gpushm_open_stats_backend(NULL) == 0);
+  CHECK(gpushm_open_stats_device(NULL) == 0 && gpushm_open_stats_opens(NULL) == 0);
+  CHECK(gpushm_open_stats_creates(NULL) == 0);
   gpushm_buffer_list_free(NULL);
   gpushm_client_list_free(NULL);
   gpushm_stats_free(NULL);

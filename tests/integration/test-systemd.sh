@@ -1,6 +1,7 @@
 #!/bin/sh
 # gpushmd under systemd's protocols, without needing systemd as PID 1:
-# - the generated units pass systemd-analyze verify with no complaint at all;
+# - the generated units (gpushmd's, gpushm-textfile's) pass systemd-analyze verify with no
+#   complaint at all;
 # - socket activation (systemd-socket-activate --seqpacket): served on the inherited
 #   socket, which the daemon leaves in place; a wrong socket type is refused;
 # - readiness and watchdog on a NOTIFY_SOCKET: READY=1 only once connecting works,
@@ -27,7 +28,12 @@ cp "$src/systemd/gpushmd.socket" "$dir/units/"
 mkdir -p "$dir/user"
 sed "s|^ExecStart=[^ ]*/gpushmd|ExecStart=$daemon|" "$b/systemd/user/gpushmd.service" > "$dir/user/gpushmd.service"
 cp "$src/systemd/user/gpushmd.socket" "$dir/user/"
-for unit in units/gpushmd.socket units/gpushmd.service user/gpushmd.socket user/gpushmd.service; do
+# the metrics textfile writer's service and timer (installed, not enabled)
+sed "s|^ExecStart=[^ ]*/gpushm-textfile|ExecStart=$b/ctl/gpushm-textfile|" \
+  "$b/systemd/gpushm-textfile.service" > "$dir/units/gpushm-textfile.service"
+cp "$src/systemd/gpushm-textfile.timer" "$dir/units/"
+for unit in units/gpushmd.socket units/gpushmd.service user/gpushmd.socket user/gpushmd.service \
+  units/gpushm-textfile.service units/gpushm-textfile.timer; do
   out=$(cd "$dir" && systemd-analyze verify --man=no "./$unit" 2>&1) || fail "verify $unit: $out"
   [ -z "$out" ] || fail "verify $unit complained: $out"
 done
