@@ -1598,6 +1598,17 @@ static bool accepts(const struct cmd_entry *cmd, const char *option)
   return strstr(cmd->options, option) != NULL;
 }
 
+/* Output is buffered and mostly written at exit: a full disk or a closed pipe shows
+ * only there, and a caller writing a file (gpushm-textfile) must not take a cut-short
+ * one for success. */
+static void close_stdout(void)
+{
+  if (fclose(stdout) != 0) {
+    fprintf(stderr, "gpushmctl: writing the output failed: %s\n", strerror(errno));
+    _exit(EXIT_FAILED);
+  }
+}
+
 int main(int argc, char **argv)
 {
   struct ctl ctl = { .mode = 0 };
@@ -1612,6 +1623,7 @@ int main(int argc, char **argv)
    * st_blksize (a terminal keeps its line buffering, which a person reads by). */
   if (!isatty(STDOUT_FILENO))
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  atexit(close_stdout);
   /* global options come before the command, the command's after it */
   while ((opt = getopt_long(argc, argv, "+s:h", long_options, NULL)) != -1) {
     if (opt == 's') {

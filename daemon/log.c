@@ -170,6 +170,9 @@ static uint64_t monotonic_ms(void)
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* What all connections together may log (GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL). */
+static struct log_ratelimit all_clients;
+
 static void say_suppressed(const char *file, int line, const char *func,
                            struct log_ratelimit *rl, const struct log_client *c)
 {
@@ -177,7 +180,12 @@ static void say_suppressed(const char *file, int line, const char *func,
 
   if (!rl->suppressed)
     return;
-  if (c)
+  if (rl == &all_clients)
+    snprintf(message, sizeof message, "suppressed %llu warnings from clients: more than %u "
+             "per %u s from all connections together", rl->suppressed,
+             GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL,
+             GPUSHM_LIMIT_CLIENT_WARNING_INTERVAL_MS / 1000);
+  else if (c)
     snprintf(message, sizeof message, "suppressed %llu warnings from client %u (pid %d, uid %u)",
              rl->suppressed, c->id, (int)c->pid, (unsigned)c->uid);
   else
@@ -191,7 +199,7 @@ static void say_suppressed(const char *file, int line, const char *func,
  * the first warning after it closes first says what it suppressed.  No timer: a client
  * that goes quiet is told about at its next warning or when its connection ends. */
 static bool admit(const char *file, int line, const char *func, struct log_ratelimit *rl,
-                  const struct log_client *c)
+                  const struct log_client *c, unsigned budget)
 {
   uint64_t now = monotonic_ms();
 
@@ -200,7 +208,7 @@ static bool admit(const char *file, int line, const char *func, struct log_ratel
     rl->window_start_ms = now;
     rl->logged = 0;
   }
-  if (rl->logged >= GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL) {
+  if (rl->logged >= budget) {
     rl->suppressed++;
     return false;
   }
@@ -216,8 +224,14 @@ void log_event_at(const char *file, int line, const char *func, enum log_level l
 
   if (level > current_level)
     return;
-  if (f && f->ratelimit && level <= LOG_LEVEL_WARN && !admit(file, line, func, f->ratelimit, f->client))
-    return;
+  if (f && level <= LOG_LEVEL_WARN) {
+    if (f->ratelimit && !admit(file, line, func, f->ratelimit, f->client,
+                               GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL))
+      return;
+    if ((f->ratelimit || f->client_caused) &&
+        !admit(file, line, func, &all_clients, NULL, GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL))
+      return;
+  }
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
@@ -230,4 +244,11 @@ void log_ratelimit_flush(struct log_ratelimit *rl, const struct log_client *clie
     say_suppressed(__FILE__, __LINE__, __func__, rl, client);
   rl->suppressed = 0;
   rl->logged = 0;
+}
+
+void log_client_warnings_flush(void)
+{
+  if (LOG_LEVEL_WARN <= current_level)
+    say_suppressed(__FILE__, __LINE__, __func__, &all_clients, NULL);
+  all_clients = (struct log_ratelimit){ 0 };
 }

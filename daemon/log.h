@@ -50,6 +50,9 @@ struct log_fields {
    * counted instead of logged, and log_ratelimit_flush() (or the next warning after the
    * interval) says how many.  NULL: always logged. */
   struct log_ratelimit *ratelimit;
+  /* Caused by a client although not limited per connection (it ends the connection):
+   * counts against the budget all connections share, as every ratelimit line does. */
+  bool client_caused;
 };
 
 #define LOG_FIELDS(...) (&(const struct log_fields){ __VA_ARGS__ })
@@ -72,5 +75,8 @@ void log_event_at(const char *file, int line, const char *func, enum log_level l
 /* Says how many of client's warnings rl suppressed, if any, and starts rl afresh: when
  * its connection ends. */
 void log_ratelimit_flush(struct log_ratelimit *rl, const struct log_client *client);
+/* Says how many client warnings the budget all connections share suppressed: as
+ * gpushmd stops. */
+void log_client_warnings_flush(void);
 
 #endif

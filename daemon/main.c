@@ -325,6 +325,7 @@ int main(int argc, char **argv)
 
   uv_run(&loop, UV_RUN_DEFAULT);
 
+  log_client_warnings_flush();
   registry_destroy(&srv.reg);
 #ifdef HAVE_CUDA
   backend_cuda_shutdown();

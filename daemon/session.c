@@ -108,7 +108,10 @@ static void free_session(struct session *s)
   s->parked = NULL;
   registry_client_gone(s->env->reg, &s->client);
   transport_free(s->transport);
-  free(s);
+  if (s->resuming)
+    s->free_deferred = true;
+  else
+    free(s);
 }
 
 void session_close(struct session *s, int status, const char *why)
@@ -124,7 +127,7 @@ void session_close(struct session *s, int status, const char *why)
   }
   if (status == GPUSHM_E_PROTO)
     s->env->counters->protocol_errors++;
-  log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = why),
+  log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = why, .client_caused = true),
             "client %u (pid %d, uid %u): %s; closing it", s->client.id, (int)s->client.pid,
             (unsigned)s->client.uid, why);
   reply.request_id = 0;
@@ -326,11 +329,14 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64
 void session_resume(struct session *s, int status, const char *why)
 {
   Gpushm__Request *req = s->parked;
+  bool parked_again = false;
 
   s->parked = NULL;
   s->waiting_device = -1;
   if (!req)
     return;
+  /* The reply below may end the connection (free_session()); s stays until the end. */
+  s->resuming = true;
   if (status < 0) {
     Gpushm__Reply reply = GPUSHM__REPLY__INIT;
     unsigned body = (unsigned)req->body_case;
@@ -341,11 +347,18 @@ void session_resume(struct session *s, int status, const char *why)
     reply.message = (char *)why;
     send_reply(s, &reply, NULL, 0);
     observe(s->env->counters, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
-  } else if (dispatch(s, req, true, s->parked_since_ns)) {
-    return; /* parked again: the device went cold meanwhile */
+  } else {
+    /* parked again: the device went cold meanwhile, and req is the session's again */
+    parked_again = dispatch(s, req, true, s->parked_since_ns);
   }
-  gpushm__request__free_unpacked(req, NULL);
-  if (!s->closing)
+  if (!parked_again)
+    gpushm__request__free_unpacked(req, NULL);
+  s->resuming = false;
+  if (s->free_deferred) {
+    free(s);
+    return;
+  }
+  if (!s->closing && !parked_again)
     transport_pause(s->transport, false);
 }
 
@@ -385,7 +398,8 @@ static void on_close(void *ctx, enum transport_close_reason reason, const char *
     session_close(s, GPUSHM_E_PROTO, why);
     break;
   case TRANSPORT_CLOSE_SLOW_READER:
-    log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = "stopped reading replies"),
+    log_event(LOG_LEVEL_WARN,
+              LOG_FIELDS(.client = &s->log, .reason = "stopped reading replies", .client_caused = true),
               "client %u (pid %d) stopped reading replies (%u queued); dropping it",
               s->client.id, (int)s->client.pid, transport_queued_frames(s->transport));
     s->env->counters->clients_dropped++;

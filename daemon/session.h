@@ -41,6 +41,10 @@ struct session {
   unsigned protocol_version; /* negotiated at Hello */
   uint64_t client_features;  /* GPUSHM_FEATURE_* the client understands */
   bool closing;
+  /* session_resume() is running: a reply it sends can end the connection (a failed
+   * send closes it at once), and the session must outlive that call. */
+  bool resuming;
+  bool free_deferred; /* ended while resuming: session_resume() frees it */
   bool oneway_failed; /* a one-way request failed: logged once, then counted only */
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   struct log_client log;          /* who this client is, for log lines (name: ours) */

@@ -83,6 +83,11 @@
  * what other clients' lines say.  Lines that end a connection are always logged. */
 #define GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL 10u
 #define GPUSHM_LIMIT_CLIENT_WARNING_INTERVAL_MS   10000u
+/* The same for all connections together, lines that end a connection included: a uid
+ * holding many connections, or reconnecting in a loop, gets no more than this per
+ * interval either.  The rest are counted, and one line says how many (at the first
+ * client warning after the interval, or when gpushmd stops). */
+#define GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL 200u
 /* Pause before accepting again after EMFILE/ENFILE, instead of spinning on the listen fd. */
 #define GPUSHM_ACCEPT_BACKOFF_MS           100u
 /* The last close of a cuda-fd sync buffer waits this long, at most, for this process's

@@ -94,6 +94,14 @@ assert {"backend": "host", "device": -1, "buffers": 2, "bytes": 64 * 2**20 + 409
 assert s["fences_raised"] == 0, s
 ' || fail "stats --json"
 "$ctl" stats --prometheus > "$dir/metrics"
+# Output that cannot be written all is a failure, not success with a cut-short file
+# (gpushm-textfile renames what gpushmctl wrote over node_exporter's file).
+if [ -w /dev/full ]; then
+  if "$ctl" stats --prometheus > /dev/full 2> "$dir/full.err"; then
+    fail "stats --prometheus > /dev/full exited 0"
+  fi
+  grep -q "writing the output failed" "$dir/full.err" || fail "no message for a failed write: $(cat "$dir/full.err")"
+fi
 grep -qx 'gpushm_buffers{state="linked"} 2' "$dir/metrics" || fail "prometheus buffers"
 grep -qx 'gpushm_allocated_bytes{backend="host",device="-1"} 67112960' "$dir/metrics" || fail "prometheus bytes"
 grep -qx 'gpushm_fences_raised_total 0' "$dir/metrics" || fail "prometheus fences raised"

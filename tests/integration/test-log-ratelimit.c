@@ -1,7 +1,9 @@
 /* A client that makes the daemon warn on every request (here: creates past its uid's
  * buffer quota) gets GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL lines, then one line
  * saying how many more there were; another client's warnings still show, and the
- * daemon keeps serving. */
+ * daemon keeps serving.  Many connections together get no more than
+ * GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL lines, and gpushmd says, as it stops,
+ * how many it left out. */
 #include "config.h"
 #include "harness.h"
 #include "gpushm_limits.h"
@@ -52,6 +54,51 @@ static int summary_written(const struct test_daemon *d, void *arg)
   (void)d;
   read_summaries(arg);
   return ((struct summary *)arg)->lines > 0;
+}
+
+#define CONNECTIONS 30u
+
+/* CONNECTIONS connections, each within its own budget, together past the shared one. */
+static void all_connections(const char *log)
+{
+  const unsigned attempts = CONNECTIONS * GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL;
+  struct test_daemon d = { 0 };
+  gpushm_t *conns[CONNECTIONS], *owner;
+  gpushm_buffer_t *keep, *b;
+  struct summary global = { .log = log, .needle = "from all connections together" };
+  unsigned logged;
+  double started;
+
+  _Static_assert(CONNECTIONS * GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL >
+                     GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL,
+                 "the connections together must cross the shared budget");
+  d.log_path = log;
+  daemon_start(&d, "--max-buffers-per-uid", "1", NULL);
+  owner = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(owner, "keep", 4096, NULL, &keep));
+  for (unsigned i = 0; i < CONNECTIONS; i++)
+    conns[i] = daemon_connect(&d);
+  started = now_s();
+  for (unsigned i = 0; i < CONNECTIONS; i++)
+    for (unsigned j = 0; j < GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL; j++)
+      CHECK_ERR(gpushm_buffer_create(conns[i], "over", 4096, NULL, &b), GPUSHM_E_LIMIT);
+  CHECK_OK(gpushm_ping(owner)); /* still served */
+  for (unsigned i = 0; i < CONNECTIONS; i++)
+    gpushm_disconnect(conns[i]);
+  CHECK_OK(gpushm_buffer_close(keep));
+  gpushm_disconnect(owner);
+  daemon_stop(&d); /* says what the shared budget left out */
+
+  logged = file_count_lines(log, "): create refused");
+  read_summaries(&global);
+  test_log("%u connections, %u refusals: %u logged, %llu suppressed in %u shared summaries",
+           CONNECTIONS, attempts, logged, global.suppressed, global.lines);
+  CHECK(global.lines >= 1);
+  /* each connection stayed within its own budget: the shared one left out the rest */
+  CHECK(file_count_lines(log, "warnings from client ") == 0);
+  CHECK(logged + global.suppressed == attempts);
+  if (now_s() - started < GPUSHM_LIMIT_CLIENT_WARNING_INTERVAL_MS / 1000.0)
+    CHECK(logged == GPUSHM_LIMIT_ALL_CLIENT_WARNINGS_PER_INTERVAL);
 }
 
 int main(void)
@@ -126,6 +173,8 @@ int main(void)
   gpushm_disconnect(conn);
   daemon_stop(&d);
 
+  CHECK(unlink(log) == 0);
+  all_connections(log);
   CHECK(unlink(log) == 0 && rmdir(dir) == 0);
   return 0;
 }
