@@ -362,31 +362,36 @@ void session_resume(struct session *s, int status, const char *why)
     transport_pause(s->transport, false);
 }
 
-static void on_frame(void *ctx, const struct wire_frame *frame)
+static bool on_frame(void *ctx, const struct wire_frame *frame)
 {
   struct session *s = ctx;
   Gpushm__Request *req;
   const char *why = NULL;
+  bool oneway;
   const uint64_t since_ns = monotonic_ns();
 
   if (frame->n_fds) {
     session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors");
-    return;
+    return false;
   }
   if (wire_check_strings(&gpushm__request__descriptor, frame->body, frame->header.body_len,
                          &why) < 0) {
     session_close(s, GPUSHM_E_PROTO, why);
-    return;
+    return false;
   }
   req = gpushm__request__unpack(&arena_allocator, frame->header.body_len, frame->body);
   if (!req) {
     arena_reset();
     session_close(s, GPUSHM_E_PROTO, "malformed request body");
-    return;
+    return false;
   }
+  /* A client that waits for no reply (one-way releases, sent in runs) has likely
+   * written the next request already; one that waits for this reply has not. */
+  oneway = req->oneway;
   /* Parked or not, req itself is done with: a parked request is a heap copy. */
   (void)dispatch(s, req, false, since_ns);
   arena_reset();
+  return oneway;
 }
 
 static void on_close(void *ctx, enum transport_close_reason reason, const char *why)

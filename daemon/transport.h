@@ -27,8 +27,12 @@ enum transport_close_reason {
 
 struct transport_ops {
   /* One received frame of the expected type.  Its body and fds are valid during the
-   * call only (the fds are closed afterwards: dup what must be kept). */
-  void (*on_frame)(void *ctx, const struct wire_frame *frame);
+   * call only (the fds are closed afterwards: dup what must be kept).  Returns true
+   * when the peer may well have sent more already (it waits for no reply to this
+   * frame), false when it most likely waits: the transport then reads no further
+   * this wakeup, rather than spend a receive on finding the socket empty, and the
+   * poll, which is level-triggered, brings it back for a frame that is there. */
+  bool (*on_frame)(void *ctx, const struct wire_frame *frame);
   /* The connection cannot go on; the transport has stopped polling and waits for
    * transport_free.  why is a static or short-lived string. */
   void (*on_close)(void *ctx, enum transport_close_reason reason, const char *why);

@@ -26,9 +26,10 @@ struct seen {
   unsigned fds_in_frames;
   bool closed;
   enum transport_close_reason reason;
+  bool more_likely; /* what on_frame answers */
 };
 
-static void on_frame(void *ctx, const struct wire_frame *frame)
+static bool on_frame(void *ctx, const struct wire_frame *frame)
 {
   struct seen *seen = ctx;
   Gpushm__Request *req = gpushm__request__unpack(NULL, frame->header.body_len, frame->body);
@@ -39,6 +40,7 @@ static void on_frame(void *ctx, const struct wire_frame *frame)
   seen->frames++;
   seen->fds_in_frames += frame->n_fds;
   gpushm__request__free_unpacked(req, NULL);
+  return seen->more_likely;
 }
 
 static void on_close(void *ctx, enum transport_close_reason reason, const char *why)
@@ -130,6 +132,35 @@ static void test_frames_reach_on_frame(void)
   CHECK(seen.frames == 5);
   close_transport(t);
   close(sv[1]);
+}
+
+/* An owner that expects no more frames gets one per wakeup, the rest on the next (the
+ * poll is level-triggered: nothing is stranded); one that expects more gets all that
+ * are queued in one. */
+static void test_read_budget(void)
+{
+  const struct transport_limits limits = { 16, 1 << 20 };
+  struct transport *t;
+  int sv[2];
+
+  for (int more_likely = 0; more_likely <= 1; more_likely++) {
+    struct seen seen = { .more_likely = more_likely };
+    pair(sv);
+    CHECK((t = transport_new(&loop, sv[0], WIRE_TYPE_REQUEST, &limits, &ops, &seen)));
+    for (uint64_t id = 1; id <= 5; id++) {
+      size_t len = encode_request(id);
+      CHECK(send(sv[1], tx, len, 0) == (ssize_t)len);
+    }
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(seen.frames == (more_likely ? 5u : 1u));
+    for (int i = 0; i < 10 && seen.frames < 5; i++)
+      uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(seen.frames == 5 && !seen.closed);
+    for (unsigned i = 0; i < 5; i++)
+      CHECK(seen.ids[i] == i + 1);
+    close_transport(t);
+    close(sv[1]);
+  }
 }
 
 static void test_hangup(void)
@@ -282,6 +313,7 @@ int main(void)
 {
   CHECK(uv_loop_init(&loop) == 0);
   test_frames_reach_on_frame();
+  test_read_budget();
   test_hangup();
   test_queue_drains_in_order_with_fds();
   test_caps_drop_a_peer_that_stops_reading();
