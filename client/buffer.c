@@ -247,7 +247,7 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
   if (!(fence = open->fence_offset))
     return client_error(GPUSHM_E_PROTO, "device sync buffer %s came with neither an event "
                         "nor a fence", buf->name);
-  if (buf->backend != GPUSHM_BACKEND_CUDA_FD || fence % 8 || fence < buf->size ||
+  if (!client_backend_is_fd_device(buf->backend) || fence % 8 || fence < buf->size ||
       fence > buf->map_len - 8)
     return client_error(GPUSHM_E_PROTO, "the fence of %s is at offset %llu, outside its "
                         "allocation's spare bytes", buf->name, (unsigned long long)fence);
@@ -283,7 +283,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
   const Gpushm__BufferInfo *info = open->info;
   struct client_devices devices;
   unsigned memory_fds = !is_event(buf) && (buf->backend == GPUSHM_BACKEND_HOST ||
-                                            buf->backend == GPUSHM_BACKEND_CUDA_FD) ? 1 : 0;
+                                            client_backend_is_fd_device(buf->backend)) ? 1 : 0;
   int r;
 
   if (fds->n != memory_fds + (open->has_control ? 1 : 0))
@@ -309,6 +309,18 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
         buf->device = devices.map;
       }
       break;
+    case GPUSHM_BACKEND_CUDA_FABRIC:
+      /* Local processes map the fd; the handle is for other nodes, and only a
+       * read-write open gets it (it maps read-write wherever it is imported). */
+      if (open->fabric_handle.len != (buf->read_only ? 0 : GPUSHM_FABRIC_HANDLE_BYTES))
+        return client_error(GPUSHM_E_PROTO, "daemon sent a fabric handle of %zu bytes for "
+                            "%s, opened %s", open->fabric_handle.len, buf->name,
+                            buf->read_only ? "read-only" : "read-write");
+      if (!buf->read_only) {
+        memcpy(buf->fabric_handle, open->fabric_handle.data, GPUSHM_FABRIC_HANDLE_BYTES);
+        buf->has_fabric_handle = true;
+      }
+      /* fall through */
     case GPUSHM_BACKEND_CUDA_FD:
       /* The whole allocation is mapped (size rounded up to the device's granule). */
       if (info->allocated < buf->size)
@@ -389,7 +401,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
     munmap(buf->ptr, buf->map_len);
   else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
     r = client_cuda_close_ipc(buf->ptr, buf->device);
-  else if (buf->backend == GPUSHM_BACKEND_CUDA_FD && buf->ptr)
+  else if (client_backend_is_fd_device(buf->backend) && buf->ptr)
     r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
   buf->ptr = NULL;
   if (buf->sync_event)

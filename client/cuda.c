@@ -7,6 +7,7 @@
 #include "config.h"
 #include "internal.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,6 +511,41 @@ int client_cuda_fence_support(int local_device, char *why, size_t why_len)
   return 1;
 }
 
+/* The driver checks alignment and extent too, but answers INVALID_VALUE for all of it;
+ * the caller has said which.  A dma-buf of memory the driver's VMM maps here works; of
+ * memory opened through legacy IPC the driver refuses it (INVALID_VALUE as well, as
+ * measured on an H100 with driver 580), so that is refused before asking. */
+int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out)
+{
+  int supported = 0, fd = -1, r;
+  CUresult cr;
+  CUcontext prev;
+  char text[160];
+
+  if ((r = device_attribute(device, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &supported)) < 0)
+    return r;
+  if (!supported)
+    return client_error(GPUSHM_E_UNSUPPORTED, "device %d has no dma-buf support "
+                        "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: it needs the open "
+                        "NVIDIA kernel modules and a kernel with dma-buf)", device);
+  if ((r = enter_device(device, &prev)) < 0)
+    return r;
+  cr = CU_CALL(&cl.drv, cuMemGetHandleForAddressRange, &fd, (CUdeviceptr)(uintptr_t)dptr,
+               (size_t)size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  leave_device(device, prev);
+  if (cr != CUDA_SUCCESS || fd < 0)
+    return client_error(cr == CUDA_ERROR_NOT_SUPPORTED ? GPUSHM_E_UNSUPPORTED
+                        : cr == CUDA_ERROR_OUT_OF_MEMORY ? GPUSHM_E_NOMEM : GPUSHM_E_CUDA,
+                        "cuMemGetHandleForAddressRange(DMA_BUF_FD) of %llu bytes: %s",
+                        (unsigned long long)size,
+                        cuda_error_text(&cl.drv, cr != CUDA_SUCCESS ? cr : CUDA_ERROR_UNKNOWN,
+                                        text, sizeof text));
+  /* The caller's, and not its children's (the driver sets this too, today). */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  *fd_out = fd;
+  return 0;
+}
+
 /* The library's own stream on a device, for the CPU's reads and writes of fences: a
  * non-blocking one, so they never wait behind (or for) the caller's streams. */
 static int private_stream(int i, CUstream *out)
@@ -741,6 +777,11 @@ int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device)
 }
 
 int client_cuda_fd_release(uint64_t handle)
+{
+  return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
+}
+
+int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

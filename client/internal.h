@@ -74,6 +74,9 @@ struct gpushm_buffer {
    * mapped for this buffer alone). */
   struct client_segment *segment;
   uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
+  /* cuda-fabric, read-write opens: what other nodes import (the reply's fabric_handle) */
+  bool has_fabric_handle;
+  uint8_t fabric_handle[GPUSHM_FABRIC_HANDLE_BYTES];
   /* What the buffer was created with, from the open reply: with the entry, so that it
    * goes with it. */
   size_t metadata_len;
@@ -84,6 +87,13 @@ struct gpushm_buffer {
 static inline gpushm_kind_t client_kind_of_wire(Gpushm__Backend backend)
 {
   return backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT ? GPUSHM_KIND_EVENT : GPUSHM_KIND_BUFFER;
+}
+
+/* Device memory a POSIX fd brings (cuda-fabric is cuda-fd with a fabric handle besides):
+ * imported, mapped and fenced the same way. */
+static inline bool client_backend_is_fd_device(gpushm_backend_t backend)
+{
+  return backend == GPUSHM_BACKEND_CUDA_FD || backend == GPUSHM_BACKEND_CUDA_FABRIC;
 }
 
 /* A buffer's memory backend; 0 for an event, which has none. */
@@ -211,6 +221,9 @@ int client_cuda_fd_import(int fd, int device, uint64_t *handle);
 int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr);
 int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device);
 int client_cuda_fd_release(uint64_t handle);
+/* A dma-buf fd for [dptr, dptr + size) of memory mapped for device (page-aligned, the
+ * caller checked); GPUSHM_E_UNSUPPORTED where the device has no dma-buf support. */
+int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out);
 /* Zeroes len bytes of device memory (a carved slot the daemon said to clear), through the
  * library's own stream on map_device, and waits for it. */
 int client_cuda_clear(void *dptr, uint64_t len, int map_device);

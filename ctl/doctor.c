@@ -29,7 +29,9 @@
 #define INIT_PID_NAMESPACE 0xEFFFFFFCull
 #define TRIAL_SIZE 4096u
 #define EVENTS_BIT (1u << 4) /* gpushm_daemon_backends(): the daemon makes events */
-#define N_BACKENDS 4         /* indexed by gpushm_backend_t; 0 is "the default" */
+/* Indexed by gpushm_backend_t; 0 is "the default".  cuda-fabric (5) is not judged for
+ * this process: check_fabric() says why. */
+#define N_BACKENDS 4
 /* report()'s affects: no backend, or every device backend. */
 #define AFFECTS_NONE 0
 #define AFFECTS_CUDA (-1)
@@ -169,6 +171,8 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
     if (offers(d, b))
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "",
                backend_names[b]);
+  if (d->offered & (1u << GPUSHM_BACKEND_CUDA_FABRIC))
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%scuda-fabric", *list ? ", " : "");
   if (d->offered & EVENTS_BIT)
     snprintf(list + strlen(list), sizeof list - strlen(list), "%sevents", *list ? ", " : "");
   def = gpushm_daemon_default_backend(d->conn);
@@ -537,6 +541,62 @@ static void check_events(struct doctor *d)
            (unsigned)geteuid(), uid);
 }
 
+/* cuda-fabric is judged apart from the verdict: it is for other nodes of an NVLink
+ * domain, and whether gpushmd may make fabric memory (it needs an IMEX channel) only a
+ * create tells, so one is tried (session lifetime, unlinked at once).  This process's
+ * own channel is what importing a handle on a node needs: said, not judged. */
+#define FABRIC_BIT (1u << GPUSHM_BACKEND_CUDA_FABRIC)
+#define IMEX_CHANNELS_DIR "/dev/nvidia-caps-imex-channels"
+static void check_fabric(struct doctor *d)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *buf;
+  char name[96], channel[300] = "";
+  struct dirent *e;
+  DIR *dir;
+
+  if (!(d->offered & FABRIC_BIT)) {
+    report(d, AFFECTS_NONE, "cuda-fabric", "offered", ST_NA, "gpushmd does not offer it (no "
+           "GPU of its supports fabric handles, or it has no CUDA)");
+  } else {
+    trial_name(d, ".fabric", name, sizeof name);
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_CUDA_FABRIC;
+    opts.device = d->trial_device >= 0 ? d->trial_device : 0;
+    opts.lifetime = GPUSHM_LIFETIME_SESSION;
+    if (d->mps_blocks) {
+      report(d, AFFECTS_NONE, "cuda-fabric", "imex", ST_NA, "not tried: a CUDA context here "
+             "would wait (see mps/server)");
+    } else if (gpushm_buffer_create(d->conn, name, TRIAL_SIZE, &opts, &buf) == 0) {
+      gpushm_unlink(d->conn, name);
+      gpushm_buffer_close(buf);
+      report(d, AFFECTS_NONE, "cuda-fabric", "imex", ST_OK, "gpushmd made fabric memory on "
+             "device %d (it has an IMEX channel)", opts.device);
+    } else {
+      report(d, AFFECTS_NONE, "cuda-fabric", "imex", ST_FAIL, "%s",
+             gpushm_last_error_message());
+    }
+  }
+  if ((dir = opendir(IMEX_CHANNELS_DIR))) {
+    while ((e = readdir(dir)))
+      if (strncmp(e->d_name, "channel", 7) == 0) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/%s", IMEX_CHANNELS_DIR, e->d_name);
+        if (access(path, R_OK | W_OK) == 0) {
+          snprintf(channel, sizeof channel, "%s", path);
+          break;
+        }
+      }
+    closedir(dir);
+  }
+  if (*channel)
+    report(d, AFFECTS_NONE, "cuda-fabric", "channel", ST_OK, "this process may use IMEX "
+           "channel %s, which importing a fabric handle needs", channel);
+  else
+    report(d, AFFECTS_NONE, "cuda-fabric", "channel", ST_NA, "no IMEX channel this process may "
+           "use (%s/channelN): it could not import a fabric handle", IMEX_CHANNELS_DIR);
+}
+
 /* The path end to end: create (which maps it here), open read-only (a second mapping
  * and daemon reference), close both, unlink.  Host memory is also written and read
  * back; device memory is not touched (that would need the caller's CUDA). */
@@ -659,6 +719,7 @@ int ctl_doctor(const char *socket, uint32_t backend)
     if (b == (int)d.judged)
       trial(&d, (gpushm_backend_t)b);
   }
+  check_fabric(&d);
   check_events(&d);
   check_fences(&d);
   rc = verdict(&d);

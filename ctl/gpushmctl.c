@@ -410,6 +410,7 @@ static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
   case GPUSHM_BACKEND_HOST: return "host";
   case GPUSHM_BACKEND_CUDA_IPC: return "cuda-ipc";
   case GPUSHM_BACKEND_CUDA_FD: return "cuda-fd";
+  case GPUSHM_BACKEND_CUDA_FABRIC: return "cuda-fabric";
   default: return "unknown";
   }
 }
@@ -1582,7 +1583,8 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "device", "--device N     CUDA device (daemon's ordinal), default 0" },
     { "mode", "--mode MODE    permission bits, octal, default 0600" },
     { "session", "--session      unlinked when gpushmctl disconnects (for tests)" },
-    { "backend", "--backend B    host, cuda-ipc or cuda-fd (default: gpushmd's default)" },
+    { "backend", "--backend B    host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's "
+      "default)" },
     { "sync", "--sync         with acquire/release ordering" },
     { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
   };
@@ -1691,8 +1693,11 @@ int main(int argc, char **argv)
         ctl.backend = GPUSHM_BACKEND_CUDA_IPC;
       else if (strcmp(optarg, "cuda-fd") == 0)
         ctl.backend = GPUSHM_BACKEND_CUDA_FD;
+      else if (strcmp(optarg, "cuda-fabric") == 0)
+        ctl.backend = GPUSHM_BACKEND_CUDA_FABRIC;
       else {
-        fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc or cuda-fd)\n", optarg);
+        fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc, cuda-fd or "
+                "cuda-fabric)\n", optarg);
         return EXIT_USAGE;
       }
       break;

@@ -59,6 +59,7 @@
   X(cuMemMap, 10020)                    \
   X(cuMemUnmap, 10020)                  \
   X(cuMemSetAccess, 10020)              \
+  X(cuMemGetHandleForAddressRange, 11070) \
   X(cuEventCreate, 2000)                \
   X(cuEventDestroy, 4000)               \
   X(cuEventRecord, 2000)                \

@@ -8,8 +8,9 @@
 #include <stdint.h>
 
 /* Memory backends are gpushm_backend_t values 1 up to below this.  (The wire's
- * BACKEND_CUDA_EVENT, 4, names an event, which is no backend: proto/gpushm.proto.) */
-#define GPUSHM_BACKEND_COUNT 4
+ * BACKEND_CUDA_EVENT, 4, names an event, which is no backend: proto/gpushm.proto; its
+ * slots in tables indexed by backend stay empty.) */
+#define GPUSHM_BACKEND_COUNT 6
 
 struct backend_mem {
   int fd;       /* host: the sealed memfd; cuda-fd: the exported handle; -1 otherwise */
@@ -76,6 +77,7 @@ int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t 
 #ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
 extern const struct backend backend_cuda_fd;
+extern const struct backend backend_cuda_fabric;
 /* Takes over a cuda-fd allocation a previous daemon exported (its fd, from systemd's fd
  * store): imports it in the primary context of the device with that UUID (ordinals may
  * have changed since) as the memory of a buffer of size bytes, allocated of them mapped by

@@ -30,6 +30,7 @@ struct cuda_device {
   uint8_t uuid[16];
   size_t total;
   const char *no_fd_memory; /* why cuda-fd cannot allocate here, or NULL */
+  const char *no_fabric;    /* why cuda-fabric cannot, as far as attributes tell, or NULL */
 };
 
 struct cuda_mem {
@@ -97,6 +98,20 @@ static const char *fd_memory_unsupported(CUdevice dev)
   return NULL;
 }
 
+/* cuda-fabric is cuda-fd with a fabric handle besides.  Whether an IMEX channel lets
+ * gpushmd make fabric memory only the driver knows (cuMemCreate says NOT_PERMITTED). */
+static const char *fabric_unsupported(CUdevice dev, const char *no_fd_memory)
+{
+  int fabric = 0;
+
+  if (no_fd_memory)
+    return no_fd_memory;
+  if (CU_CALL(&cuda.drv, cuDeviceGetAttribute, &fabric,
+              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, dev) != CUDA_SUCCESS || !fabric)
+    return "the device does not support fabric handles";
+  return NULL;
+}
+
 bool backend_cuda_fd_usable(const char **why)
 {
   const char *no;
@@ -159,6 +174,7 @@ void backend_cuda_init(void)
     }
     memcpy(d->uuid, uuid.bytes, sizeof d->uuid);
     d->no_fd_memory = fd_memory_unsupported(d->dev);
+    d->no_fabric = fabric_unsupported(d->dev, d->no_fd_memory);
     log_info("CUDA device %d: %s, %zu MiB%s%s", i, d->name, d->total >> 20,
              d->no_fd_memory ? "; cuda-fd unavailable: " : "",
              d->no_fd_memory ? d->no_fd_memory : "");
@@ -509,9 +525,11 @@ struct cuda_vmm {
   int device;
   size_t size; /* the whole allocation */
   CUdeviceptr va; /* a segment's, mapped in the daemon's context to clear slots; else 0 */
+  bool has_fabric; /* cuda-fabric: fabric is the handle other nodes import */
+  CUmemFabricHandle fabric;
 };
 
-static CUmemAllocationProp fd_memory_props(int device)
+static CUmemAllocationProp fd_memory_props(int device, bool fabric)
 {
   CUmemAllocationProp prop;
 
@@ -519,7 +537,8 @@ static CUmemAllocationProp fd_memory_props(int device)
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
+                              (fabric ? CU_MEM_HANDLE_TYPE_FABRIC : 0);
   return prop;
 }
 
@@ -619,10 +638,13 @@ static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uin
   return r == CUDA_SUCCESS ? ret : cuda_failure(r, what, err, errlen);
 }
 
-static int fd_alloc(const struct backend *be, uint64_t size, int device, const char *label,
-                    struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+/* Where an IMEX channel would be, for the message that says there is none. */
+#define IMEX_CHANNELS_DIR "/dev/nvidia-caps-imex-channels"
+
+static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
+                     struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
 {
-  CUmemAllocationProp prop = fd_memory_props(device);
+  CUmemAllocationProp prop = fd_memory_props(device, fabric);
   struct cuda_vmm *vm;
   size_t granule = 0;
   uint64_t rounded;
@@ -630,12 +652,16 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
   CUresult r;
   int ret, fd = -1;
 
-  (void)be;
   if ((ret = enter_client_device(device, err, errlen)) < 0)
     return ret;
   if (cuda.devices[device].no_fd_memory) {
     snprintf(err, errlen, "unsupported: cuda-fd on device %d: %s", device,
              cuda.devices[device].no_fd_memory);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (fabric && cuda.devices[device].no_fabric) {
+    snprintf(err, errlen, "unsupported: cuda-fabric on device %d: %s", device,
+             cuda.devices[device].no_fabric);
     return GPUSHM_E_UNSUPPORTED;
   }
   r = CU_CALL(&cuda.drv, cuMemGetAllocationGranularity, &granule, &prop,
@@ -653,6 +679,16 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
     return GPUSHM_E_NOMEM;
   }
   r = CU_CALL(&cuda.drv, cuMemCreate, &vm->handle, (size_t)rounded, &prop, 0);
+  if (r == CUDA_ERROR_NOT_PERMITTED && fabric) {
+    /* What the driver answers without an IMEX channel gpushmd may use. */
+    free(vm);
+    snprintf(err, errlen, "unsupported: cuda-fabric on device %d: no IMEX channel: the driver "
+             "makes fabric memory only for a process that can open an IMEX channel (%s/"
+             "channelN; %s)", device, IMEX_CHANNELS_DIR,
+             access(IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
+                                                  : "there is no such directory here");
+    return GPUSHM_E_UNSUPPORTED;
+  }
   if (r != CUDA_SUCCESS) {
     free(vm);
     snprintf(what, sizeof what, "cuMemCreate of %llu bytes on device %d",
@@ -669,6 +705,18 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
   }
   /* The driver's fd may lack close-on-exec; the daemon's must not leak into children. */
   fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (fabric) {
+    /* Exported once, as the fd: the handle never changes for the allocation's life. */
+    r = CU_CALL(&cuda.drv, cuMemExportToShareableHandle, &vm->fabric, vm->handle,
+                CU_MEM_HANDLE_TYPE_FABRIC, 0);
+    if (r != CUDA_SUCCESS) {
+      close(fd);
+      CU_CALL(&cuda.drv, cuMemRelease, vm->handle);
+      free(vm);
+      return cuda_failure(r, "cuMemExportToShareableHandle(FABRIC)", err, errlen);
+    }
+    vm->has_fabric = true;
+  }
   vm->device = device;
   vm->size = (size_t)rounded;
   if ((ret = fd_zero(vm, err, errlen)) < 0) {
@@ -680,9 +728,23 @@ static int fd_alloc(const struct backend *be, uint64_t size, int device, const c
   mem->fd = fd;
   mem->priv = vm;
   *allocated = rounded;
-  log_debug("'%s': %llu bytes of fd-shareable memory on device %d", label,
-            (unsigned long long)rounded, device);
+  log_debug("'%s': %llu bytes of fd-shareable%s memory on device %d", label,
+            (unsigned long long)rounded, fabric ? " and fabric" : "", device);
   return 0;
+}
+
+static int fd_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                    struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  (void)be;
+  return vmm_alloc(size, device, label, false, mem, allocated, err, errlen);
+}
+
+static int fabric_alloc(const struct backend *be, uint64_t size, int device, const char *label,
+                        struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
+{
+  (void)be;
+  return vmm_alloc(size, device, label, true, mem, allocated, err, errlen);
 }
 
 /* A dup of the exported fd.  Read-only is the client's mapping (PROT_READ access);
@@ -698,6 +760,22 @@ static int fd_export(const struct backend *be, struct backend_mem *mem, bool rea
     return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
   }
   return 0;
+}
+
+/* The fd as cuda-fd, and for read-write opens the fabric handle: it maps the memory
+ * read-write wherever it is imported, and cannot be taken back. */
+static int fabric_export(const struct backend *be, struct backend_mem *mem, bool read_only,
+                         struct backend_export *out, char *err, size_t errlen)
+{
+  const struct cuda_vmm *vm = mem->priv;
+  int r = fd_export(be, mem, read_only, out, err, errlen);
+
+  if (r == 0 && !read_only && vm && vm->has_fabric) {
+    _Static_assert(sizeof vm->fabric.data <= sizeof out->handle, "a fabric handle fits");
+    memcpy(out->handle, vm->fabric.data, sizeof vm->fabric.data);
+    out->handle_len = sizeof vm->fabric.data;
+  }
+  return r;
 }
 
 /* A segment stays mapped in the daemon from its first cleared slot on: clearing is on
@@ -789,7 +867,7 @@ int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_
    * start-up, once per device that has buffers to take back. */
   if ((ret = use_device(i, err, errlen)) < 0)
     return ret;
-  prop = fd_memory_props(i);
+  prop = fd_memory_props(i, false);
   r = CU_CALL(&cuda.drv, cuMemGetAllocationGranularity, &granule, &prop,
               CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r != CUDA_SUCCESS)
@@ -822,6 +900,33 @@ int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_
   *device = i;
   return 0;
 }
+
+static const char *fabric_unavailable(const struct backend *be)
+{
+  const char *why = backend_cuda_unavailable_reason();
+
+  (void)be;
+  if (why)
+    return why;
+  for (int i = 0; i < cuda.n_devices; i++)
+    if (!cuda.devices[i].no_fabric)
+      return NULL;
+  return cuda.n_devices ? cuda.devices[0].no_fabric : "no CUDA device";
+}
+
+/* Never carved (no alloc_segment): a fabric handle reaches its whole allocation, and
+ * travels beyond this host, so an allocation holds one buffer. */
+const struct backend backend_cuda_fabric = {
+  .name = "cuda-fabric",
+  .kind = GPUSHM_BACKEND_CUDA_FABRIC,
+  .alloc = fabric_alloc,
+  .export = fabric_export,
+  .release = fd_release,
+  .granule = 2ull << 20,
+  .fence_in_allocation = true,
+  .fence_raise = fd_fence_raise,
+  .unavailable = fabric_unavailable,
+};
 
 const struct backend backend_cuda_fd = {
   .name = "cuda-fd",

@@ -240,8 +240,13 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.info = &ctx->info;
   ctx->body.open.created = e->created;
   ctx->body.open.read_only = e->read_only;
-  ctx->body.open.ipc_handle.data = e->handle;
-  ctx->body.open.ipc_handle.len = e->handle_len;
+  if (e->buffer->kind == REG_BUFFER && e->buffer->backend->kind == GPUSHM_BACKEND_CUDA_FABRIC) {
+    ctx->body.open.fabric_handle.data = e->handle;
+    ctx->body.open.fabric_handle.len = e->handle_len;
+  } else {
+    ctx->body.open.ipc_handle.data = e->handle;
+    ctx->body.open.ipc_handle.len = e->handle_len;
+  }
   ctx->body.open.sync_event_handle.data = e->event_handle;
   ctx->body.open.sync_event_handle.len = e->event_handle_len;
   ctx->body.open.has_control = e->buffer->sync;

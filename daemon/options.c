@@ -131,7 +131,8 @@ static int set_default_backend(struct settings *s, const char *v)
     int backend;
   } names[] = { { "host", GPUSHM_BACKEND_HOST },
                 { "cuda-ipc", GPUSHM_BACKEND_CUDA_IPC },
-                { "cuda-fd", GPUSHM_BACKEND_CUDA_FD } };
+                { "cuda-fd", GPUSHM_BACKEND_CUDA_FD },
+                { "cuda-fabric", GPUSHM_BACKEND_CUDA_FABRIC } };
   if (strcmp(v, "auto") == 0) {
     s->limits.default_backend = REG_DEFAULT_BACKEND_AUTO;
     return 0;
@@ -211,9 +212,9 @@ static const struct setting {
   { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
   { "default-backend", 0, set_default_backend, "BACKEND",
-    "what clients get when they name no backend: host (default), cuda-fd, cuda-ipc or auto "
-    "(cuda-fd where the first GPU can share fd memory, else host)",
-    "host, cuda-fd, cuda-ipc or auto" },
+    "what clients get when they name no backend: host (default), cuda-fd, cuda-ipc, "
+    "cuda-fabric or auto (cuda-fd where the first GPU can share fd memory, else host)",
+    "host, cuda-fd, cuda-ipc, cuda-fabric or auto" },
   { "allow-legacy-ipc", 0, set_allow_legacy_ipc, "yes|no|auto",
     "create and export legacy CUDA IPC buffers, whose handles any local process can forge "
     "(auto: only when gpushmd does not run as root, i.e. serves one user)",

@@ -37,7 +37,7 @@ extern "C" {
 
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
-#define GPUSHM_VERSION_MINOR 5
+#define GPUSHM_VERSION_MINOR 6
 #define GPUSHM_VERSION_PATCH 0
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
@@ -80,10 +80,18 @@ typedef enum gpushm_backend {
    * it read-only, which stops bugs, not a hostile holder: whoever holds the fd can map
    * the allocation read-write again.  Importers keep the memory alive while they map
    * it, even after the daemon let go. */
-  GPUSHM_BACKEND_CUDA_FD = 3
+  GPUSHM_BACKEND_CUDA_FD = 3,
   /* 4 is reserved: it is how the wire spells an event (BACKEND_CUDA_EVENT in
    * proto/gpushm.proto, unchanged for protocol compatibility).  Events are not memory:
    * they are objects of their own kind, GPUSHM_KIND_EVENT. */
+  /* cuda-fd that also has a fabric handle (CU_MEM_HANDLE_TYPE_FABRIC), which processes
+   * on other nodes of an NVLink domain import: gpushm_buffer_fabric_handle().  Only
+   * where the device supports fabric handles and gpushmd has an IMEX channel
+   * (/dev/nvidia-caps-imex-channels/channelN), else create fails GPUSHM_E_UNSUPPORTED
+   * saying which is missing.  Every buffer is an allocation of its own (never carved
+   * from a segment: the handle reaches the whole allocation, beyond this host).  Not
+   * kept across daemon restarts.  docs/multinode.md. */
+  GPUSHM_BACKEND_CUDA_FABRIC = 5
 } gpushm_backend_t;
 
 /* What a name denotes: a buffer (gpushm_buffer_t) or an event (gpushm_event_t). */
@@ -257,6 +265,28 @@ GPUSHM_API int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, ui
 /* The metadata buf was created with (*size bytes; NULL and 0 if none), valid while buf
  * is open.  It came with the open: no round trip. */
 GPUSHM_API const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size);
+
+/* Beyond one host (docs/multinode.md).  A dma-buf fd (close-on-exec, the caller's)
+ * for [offset, offset + size) of a cuda-fd or cuda-fabric buffer this process has open
+ * read-write: what ibv_reg_dmabuf_mr() takes (UCX and NIXL register the device pointer
+ * and make their own dma-buf from it).  offset and size are multiples of the host page size, and the range lies in
+ * the buffer's size rounded up to a page.  The dma-buf keeps the memory allocated
+ * until it is closed, after the buffer is closed and freed too, and a carved buffer's
+ * slot then goes to the next buffer of its class: deregister and close the fd before
+ * closing the buffer.  GPUSHM_E_PERM on a read-only open (whoever registers a dma-buf
+ * may write); GPUSHM_E_UNSUPPORTED for host and cuda-ipc buffers (the driver gives no
+ * dma-buf for memory opened through legacy IPC) and devices without dma-buf support;
+ * GPUSHM_E_INVAL for a range that is misaligned or outside the buffer. */
+GPUSHM_API int gpushm_buffer_export_dmabuf(gpushm_buffer_t *buf, uint64_t offset, uint64_t size,
+                                           int *fd_out);
+#define GPUSHM_FABRIC_HANDLE_BYTES 64
+/* A cuda-fabric buffer's fabric handle, which came with a read-write open: another node
+ * of the NVLink domain imports it with cuMemImportFromShareableHandle(...,
+ * CU_MEM_HANDLE_TYPE_FABRIC) and maps the whole allocation read-write.  It is a bearer
+ * token within an IMEX channel: whoever has the bytes and the channel has the memory.
+ * GPUSHM_E_PERM on a read-only open, GPUSHM_E_INVAL for other backends. */
+GPUSHM_API int gpushm_buffer_fabric_handle(const gpushm_buffer_t *buf,
+                                           uint8_t handle[GPUSHM_FABRIC_HANDLE_BYTES]);
 
 /* Named inter-process events (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) owned
  * by the daemon on device opts->device (opts NULL: device 0, mode 0600, persistent;

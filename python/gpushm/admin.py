@@ -27,7 +27,7 @@ class BufferInfo:
     id: int
     name: str
     kind: str                     #: "buffer" or "event"
-    backend: str                  #: "host", "cuda-fd", "cuda-ipc"; "" for events
+    backend: str                  #: "host", "cuda-fd", "cuda-ipc", "cuda-fabric"; "" for events
     size: int
     allocated: int                #: bytes reserved for it
     device: int                   #: the daemon's ordinal; -1 for host memory

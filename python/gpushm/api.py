@@ -70,7 +70,7 @@ def _device_backend(conn: Connection, kind: str, backend: Optional[Union[str, in
     if kind == "cpu":
         return "host"
     default = conn.default_backend
-    return default if default in ("cuda-fd", "cuda-ipc") else "cuda-fd"
+    return default if default in ("cuda-fd", "cuda-ipc", "cuda-fabric") else "cuda-fd"
 
 
 def _create_tensors(name: str, specs: Sequence[_manifest.TensorSpec], size: int, device: DeviceLike,

@@ -28,7 +28,7 @@ from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    last_error_message, lib, map_device_flag, strerror, text)
 from .errors import CODES, ClosedError, make_error
 
-BACKENDS = {"default": 0, "host": 1, "cuda-ipc": 2, "cuda-fd": 3}
+BACKENDS = {"default": 0, "host": 1, "cuda-ipc": 2, "cuda-fd": 3, "cuda-fabric": 5}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 LIFETIMES = {"persistent": 0, "session": 1}
 LIFETIME_NAMES = {v: k for k, v in LIFETIMES.items()}

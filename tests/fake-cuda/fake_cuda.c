@@ -240,6 +240,14 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
   case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
     *v = 1;
     break;
+  /* As the lent H100s answer (measured), unless a test asks otherwise: fabric memory
+   * then still needs an IMEX channel (GPUSHM_FAKE_CUDA_IMEX=1 plays one). */
+  case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
+    *v = !getenv("GPUSHM_FAKE_CUDA_NO_DMABUF");
+    break;
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+    *v = !getenv("GPUSHM_FAKE_CUDA_NO_FABRIC") && !(no_vmm && *no_vmm == '1');
+    break;
   default:
     *v = 0;
   }
@@ -474,8 +482,10 @@ struct fake_vmm {
   int device;
   int imported;
   CUdeviceptr mapped_at; /* 0: not mapped */
+  int fabric; /* made with CU_MEM_HANDLE_TYPE_FABRIC */
 };
 #define VMM_MAGIC 0x766d6d68616e646cull
+#define FABRIC_MAGIC 0x666162726963686eull
 static struct fake_vmm *vmms;
 
 static void vmm_link(struct fake_vmm *m)
@@ -528,6 +538,9 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     return CUDA_ERROR_INVALID_VALUE;
   if (size == 0 || size % FAKE_GRANULE)
     return CUDA_ERROR_INVALID_VALUE;
+  /* What the driver answers without an IMEX channel (measured: driver 580, H100). */
+  if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) && !getenv("GPUSHM_FAKE_CUDA_IMEX"))
+    return CUDA_ERROR_NOT_PERMITTED;
   pthread_mutex_lock(&lock);
   if (size > device_memory() - used[dev]) {
     pthread_mutex_unlock(&lock);
@@ -549,7 +562,8 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
   }
   used[dev] += size;
   pthread_mutex_unlock(&lock);
-  *m = (struct fake_vmm){ NULL, VMM_MAGIC, fd, size, dev, 0, 0 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, fd, size, dev, 0, 0,
+                          (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0 };
   vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
   return CUDA_SUCCESS;
@@ -579,6 +593,22 @@ static CUresult fake_cuMemExportToShareableHandle(void *shareable, CUmemGenericA
   struct fake_vmm *m = vmm_of(handle);
   int fd;
 
+  if (m && !flags && type == CU_MEM_HANDLE_TYPE_FABRIC) {
+    /* A fabric handle names the exporter's memfd, as the IPC handles here do: any
+     * process with an IMEX channel (GPUSHM_FAKE_CUDA_IMEX) opens it from /proc. */
+    struct fake_handle fh;
+    if (!m->fabric)
+      return CUDA_ERROR_INVALID_VALUE;
+    memset(&fh, 0, sizeof fh);
+    fh.magic = FABRIC_MAGIC;
+    fh.pid = (int32_t)getpid();
+    fh.fd = m->fd;
+    fh.size = m->size;
+    fh.device = m->device;
+    memset(shareable, 0, sizeof(CUmemFabricHandle));
+    memcpy(((CUmemFabricHandle *)shareable)->data, &fh, sizeof fh);
+    return CUDA_SUCCESS;
+  }
   if (!m || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
     return CUDA_ERROR_INVALID_VALUE;
   if ((fd = fcntl(m->fd, F_DUPFD, 0)) < 0) /* no close-on-exec, like the driver's */
@@ -607,22 +637,79 @@ static CUresult fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
                                                     void *os_handle,
                                                     CUmemAllocationHandleType type)
 {
-  int fd = (int)(intptr_t)os_handle, dup_fd;
+  int fd = (int)(intptr_t)os_handle, dup_fd, opened = -1;
   struct fake_vmm *m;
   off_t size;
 
+  if (type == CU_MEM_HANDLE_TYPE_FABRIC) {
+    struct fake_handle fh;
+    char path[64];
+    if (!getenv("GPUSHM_FAKE_CUDA_IMEX"))
+      return CUDA_ERROR_NOT_PERMITTED;
+    memcpy(&fh, ((const CUmemFabricHandle *)os_handle)->data, sizeof fh);
+    if (fh.magic != FABRIC_MAGIC)
+      return CUDA_ERROR_INVALID_HANDLE;
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", fh.pid, fh.fd);
+    if ((opened = open(path, O_RDWR | O_CLOEXEC)) < 0)
+      return CUDA_ERROR_INVALID_HANDLE;
+    fd = opened;
+    type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  }
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
     return CUDA_ERROR_INVALID_VALUE;
-  if ((size = lseek(fd, 0, SEEK_END)) <= 0)
+  if ((size = lseek(fd, 0, SEEK_END)) <= 0) {
+    if (opened >= 0)
+      close(opened);
     return CUDA_ERROR_INVALID_HANDLE;
+  }
   if ((dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0 || !(m = calloc(1, sizeof *m))) {
     if (dup_fd >= 0)
       close(dup_fd);
+    if (opened >= 0)
+      close(opened);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *m = (struct fake_vmm){ NULL, VMM_MAGIC, dup_fd, (size_t)size, memfd_device(fd), 1, 0 };
+  *m = (struct fake_vmm){ NULL, VMM_MAGIC, dup_fd, (size_t)size, memfd_device(fd), 1, 0, 0 };
+  if (opened >= 0)
+    close(opened);
   vmm_link(m);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
+  return CUDA_SUCCESS;
+}
+
+/* A dma-buf of a range: of a cuMemAlloc allocation or of a mapped VMM range, as the
+ * driver gives (measured: page-aligned, inside one allocation; memory opened through
+ * legacy IPC is refused with INVALID_VALUE).  Here a memfd of the range's size. */
+static CUresult fake_cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+                                                   CUmemRangeHandleType type,
+                                                   unsigned long long flags)
+{
+  uintptr_t p = (uintptr_t)dptr;
+  int found = 0, fd;
+
+  if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (flags)
+    return CUDA_ERROR_NOT_SUPPORTED; /* no PCIe BAR1 mapping here, as on the lent host */
+  if (!size || p % 4096 || size % 4096)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (struct fake_alloc *a = allocs; a && !found; a = a->next)
+    if (p >= a->base && p - a->base < a->size)
+      found = a->fd >= 0 && size <= a->size - (p - a->base) ? 1 : -1;
+  for (struct fake_vmm *v = vmms; v && !found; v = v->next)
+    if (v->mapped_at && p >= v->mapped_at && p - v->mapped_at < v->size)
+      found = size <= v->size - (p - v->mapped_at) ? 1 : -1;
+  pthread_mutex_unlock(&lock);
+  if (found != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((fd = memfd_create("fake-dmabuf", MFD_CLOEXEC)) < 0)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, (off_t)size) < 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(int *)handle = fd;
   return CUDA_SUCCESS;
 }
 
@@ -1017,7 +1104,7 @@ static const struct {
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
   FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
   FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
-  FAKE_ENTRY(cuDeviceCanAccessPeer),
+  FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuMemGetHandleForAddressRange),
 #undef FAKE_ENTRY
 };
 

@@ -121,7 +121,7 @@ static void test_config(const char *out)
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":2: socket-mode: invalid value"));
   write_file(conf, "default-backend = cuda\n");
   CHECK(daemon_run(out, arg, NULL) == 2 &&
-        file_contains(out, ":1: default-backend: invalid value 'cuda' (expected host, cuda-fd, cuda-ipc or auto)"));
+        file_contains(out, ":1: default-backend: invalid value 'cuda' (expected host, cuda-fd, cuda-ipc, cuda-fabric or auto)"));
   write_file(conf, "allow-legacy-ipc = maybe\n");
   CHECK(daemon_run(out, arg, NULL) == 2 && file_contains(out, ":1: allow-legacy-ipc: invalid value"));
   write_file(conf, "max-clients = 4\nmystery-knob = 1\n");
