@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -361,6 +362,34 @@ static int role_fabric_importer(char **argv)
   return 0;
 }
 
+/* Child, as uid 65534, on a 0644 fabric buffer argv[2] it may read: a read-write open
+ * is refused, and the read-only open it gets carries no fabric handle and exports no
+ * dma-buf (either would let it write).  The driver is loaded by a first open as root. */
+static int role_fabric_nobody(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  uint8_t handle[GPUSHM_FABRIC_HANDLE_BYTES];
+  int fd = -1;
+
+  cuda_test_setup(0);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_open(conn, argv[2], 0, &b), GPUSHM_E_PERM);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  CHECK(cuda_test_verify(cuda_test_dptr(b), MIB, 0xfab));
+  CHECK_ERR(gpushm_buffer_fabric_handle(b, handle), GPUSHM_E_PERM);
+  CHECK_ERR(gpushm_buffer_export_dmabuf(b, 0, MIB, &fd), GPUSHM_E_PERM);
+  CHECK(fd == -1);
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return 0;
+}
+
 static bool imex_channel_here(void)
 {
   glob_t g;
@@ -384,6 +413,7 @@ static void test_fabric(gpushm_t *conn)
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_FABRIC;
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  opts.mode = 0644;
   r = gpushm_buffer_create(conn, "fabric", MIB, &opts, &b);
   if (!imex) {
     char why[512];
@@ -408,6 +438,7 @@ static void test_fabric(gpushm_t *conn)
   for (int i = 0; i < GPUSHM_FABRIC_HANDLE_BYTES; i++)
     snprintf(hex + 2 * i, 3, "%02x", handle[i]);
   check_child(spawn("fabric-importer", "fabric", hex));
+  check_child(spawn("fabric-nobody", "fabric", NULL));
   {
     char line[2 * GPUSHM_FABRIC_HANDLE_BYTES + 16];
     snprintf(line, sizeof line, "fabric    %s\n", hex);
@@ -415,7 +446,8 @@ static void test_fabric(gpushm_t *conn)
   }
   CHECK_OK(gpushm_buffer_close(b));
   test_log("cuda-fabric: handle to read-write opens only, the same for each, imported by "
-           "another process through the driver");
+           "another process through the driver; uid 65534 reading a 0644 one gets neither "
+           "handle nor dma-buf");
 }
 
 int main(int argc, char **argv)
@@ -430,6 +462,8 @@ int main(int argc, char **argv)
       return role_receiver(argv);
     if (strcmp(argv[1], "fabric-importer") == 0)
       return role_fabric_importer(argv);
+    if (strcmp(argv[1], "fabric-nobody") == 0)
+      return role_fabric_nobody(argv);
     return 2;
   }
   {
