@@ -1515,6 +1515,13 @@ static int cmd_doctor(struct ctl *ctl, int argc, char **argv)
 {
   (void)argc;
   (void)argv;
+  if (ctl->backend == GPUSHM_BACKEND_CUDA_FABRIC) {
+    /* Its rows (cuda-fabric/...) come with every run; it is for other nodes, so no
+     * verdict about this process is given for it. */
+    fprintf(stderr, "gpushmctl: doctor judges host, cuda-ipc or cuda-fd; every run reports "
+            "cuda-fabric in its own rows\n");
+    return EXIT_USAGE;
+  }
   return ctl_doctor(ctl->socket, ctl->backend);
 }
 

@@ -63,6 +63,7 @@ golden() {
 expect 1 "$ctl" doctor; contains "daemon/connect"; contains "cannot connect to gpushmd"
 contains "verdict: no backend works for this process: see daemon/connect"
 expect 2 "$ctl" doctor --backend nvlink; contains "unknown backend"
+expect 2 "$ctl" doctor --backend cuda-fabric; contains "reports cuda-fabric in its own rows"
 expect 2 "$ctl" doctor --json; contains "doctor takes no --json"
 
 # --- a host-only daemon (no CUDA driver anywhere): host works, the device backends say why not
