@@ -546,7 +546,6 @@ static void check_events(struct doctor *d)
  * create tells, so one is tried (session lifetime, unlinked at once).  This process's
  * own channel is what importing a handle on a node needs: said, not judged. */
 #define FABRIC_BIT (1u << GPUSHM_BACKEND_CUDA_FABRIC)
-#define IMEX_CHANNELS_DIR "/dev/nvidia-caps-imex-channels"
 static void check_fabric(struct doctor *d)
 {
   gpushm_create_opts_t opts;
@@ -577,11 +576,11 @@ static void check_fabric(struct doctor *d)
              gpushm_last_error_message());
     }
   }
-  if ((dir = opendir(IMEX_CHANNELS_DIR))) {
+  if ((dir = opendir(GPUSHM_IMEX_CHANNELS_DIR))) {
     while ((e = readdir(dir)))
       if (strncmp(e->d_name, "channel", 7) == 0) {
         char path[300];
-        snprintf(path, sizeof path, "%s/%s", IMEX_CHANNELS_DIR, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", GPUSHM_IMEX_CHANNELS_DIR, e->d_name);
         if (access(path, R_OK | W_OK) == 0) {
           snprintf(channel, sizeof channel, "%s", path);
           break;
@@ -594,7 +593,7 @@ static void check_fabric(struct doctor *d)
            "channel %s, which importing a fabric handle needs", channel);
   else
     report(d, AFFECTS_NONE, "cuda-fabric", "channel", ST_NA, "no IMEX channel this process may "
-           "use (%s/channelN): it could not import a fabric handle", IMEX_CHANNELS_DIR);
+           "use (%s/channelN): it could not import a fabric handle", GPUSHM_IMEX_CHANNELS_DIR);
 }
 
 /* The path end to end: create (which maps it here), open read-only (a second mapping

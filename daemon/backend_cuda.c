@@ -638,9 +638,6 @@ static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uin
   return r == CUDA_SUCCESS ? ret : cuda_failure(r, what, err, errlen);
 }
 
-/* Where an IMEX channel would be, for the message that says there is none. */
-#define IMEX_CHANNELS_DIR "/dev/nvidia-caps-imex-channels"
-
 static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
                      struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen)
 {
@@ -684,8 +681,8 @@ static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
     free(vm);
     snprintf(err, errlen, "unsupported: cuda-fabric on device %d: no IMEX channel: the driver "
              "makes fabric memory only for a process that can open an IMEX channel (%s/"
-             "channelN; %s)", device, IMEX_CHANNELS_DIR,
-             access(IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
+             "channelN; %s)", device, GPUSHM_IMEX_CHANNELS_DIR,
+             access(GPUSHM_IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
                                                   : "there is no such directory here");
     return GPUSHM_E_UNSUPPORTED;
   }

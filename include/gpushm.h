@@ -280,6 +280,9 @@ GPUSHM_API const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t
 GPUSHM_API int gpushm_buffer_export_dmabuf(gpushm_buffer_t *buf, uint64_t offset, uint64_t size,
                                            int *fd_out);
 #define GPUSHM_FABRIC_HANDLE_BYTES 64
+/* Where the NVIDIA driver's IMEX channels are (channel0, channel1, ...): a process makes
+ * or imports fabric memory only if it can open one. */
+#define GPUSHM_IMEX_CHANNELS_DIR "/dev/nvidia-caps-imex-channels"
 /* A cuda-fabric buffer's fabric handle, which came with a read-write open: another node
  * of the NVLink domain imports it with cuMemImportFromShareableHandle(...,
  * CU_MEM_HANDLE_TYPE_FABRIC) and maps the whole allocation read-write.  It is a bearer

@@ -5,4 +5,6 @@
 [ -r "$GPUSHM_FAKE_CUDA_LIB" ] || { echo "no fake driver (built without CUDA)"; exit 77; }
 test=${GPUSHM_TEST_BUILDDIR:-.}/tests/gpu/test-cuda-multinode
 GPUSHM_CUDA_LIBRARY=$GPUSHM_FAKE_CUDA_LIB "$test" || exit 1
+GPUSHM_CUDA_LIBRARY=$GPUSHM_FAKE_CUDA_LIB \
+  GPUSHM_CUDA_FAULTS=cuMemGetHandleForAddressRange=CUDA_ERROR_OUT_OF_MEMORY "$test" || exit 1
 GPUSHM_CUDA_LIBRARY=$GPUSHM_FAKE_CUDA_LIB GPUSHM_FAKE_CUDA_IMEX=1 exec "$test"

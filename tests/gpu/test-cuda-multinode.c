@@ -393,7 +393,7 @@ static int role_fabric_nobody(char **argv)
 static bool imex_channel_here(void)
 {
   glob_t g;
-  bool any = glob("/dev/nvidia-caps-imex-channels/channel*", 0, NULL, &g) == 0;
+  bool any = glob(GPUSHM_IMEX_CHANNELS_DIR "/channel*", 0, NULL, &g) == 0;
 
   if (any)
     globfree(&g);
@@ -477,6 +477,18 @@ int main(int argc, char **argv)
   cuda_test_setup(1);
   daemon_start(&d, "--allow-legacy-ipc=yes", NULL);
   conn = daemon_connect(&d);
+  if (getenv("GPUSHM_CUDA_FAULTS")) {
+    /* test-cuda-multinode-fake.sh: the driver refuses the dma-buf (out of memory) */
+    gpushm_buffer_t *b = create(conn, "dmabuf-fault", CARVED_BYTES, GPUSHM_BACKEND_CUDA_FD);
+    int fd = 0;
+    CHECK_ERR(gpushm_buffer_export_dmabuf(b, 0, CARVED_BYTES, &fd), GPUSHM_E_NOMEM);
+    CHECK(fd == -1 && strstr(gpushm_last_error_message(), "cuMemGetHandleForAddressRange"));
+    CHECK_OK(gpushm_buffer_close(b));
+    test_log("dma-buf: the driver's refusal reaches the caller, no fd handed out");
+    gpushm_disconnect(conn);
+    daemon_stop(&d);
+    return 0;
+  }
 
   test_dmabuf_ranges(conn);
   test_dmabuf_refused_backends(conn);
