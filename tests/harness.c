@@ -14,6 +14,18 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *test_self_path(void)
+{
+  static char path[4096];
+
+  if (!path[0]) {
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    CHECK(n > 0);
+    path[n] = '\0';
+  }
+  return path;
+}
+
 void test_log(const char *fmt, ...)
 {
   va_list ap;

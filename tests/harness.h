@@ -93,6 +93,10 @@ void *shared_memfd_mapping(const char *name);
 unsigned file_count_lines(const char *path, const char *text);
 /* Whether the file at path (its first 16 KiB) contains text. */
 int file_contains(const char *path, const char *text);
+/* This test program's path, for re-running itself in a child role: a path rather than
+ * /proc/self/exe, which names whoever looks, so that it survives a child's change of
+ * uid and shows in the daemon's client list as the test. */
+const char *test_self_path(void);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

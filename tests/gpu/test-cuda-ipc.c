@@ -624,13 +624,7 @@ int main(int argc, char **argv)
       return role_refused(argv);
     return 2;
   }
-  {
-    static char path[4096];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    CHECK(n > 0);
-    path[n] = '\0';
-    self = path;
-  }
+  self = test_self_path();
   fake = getenv("GPUSHM_CUDA_LIBRARY") && strstr(getenv("GPUSHM_CUDA_LIBRARY"), "fake");
   cuda_test_parent_outside_mps();
   cuda_test_setup(1);

@@ -10,7 +10,9 @@
  *   - cuda-fabric: refused naming the missing IMEX channel where there is none, and
  *     where there is one (GPUSHM_FAKE_CUDA_IMEX=1 plays it): the handle comes with
  *     read-write opens only, is the same for every opener, and imports the memory (read
- *     in a child through cuMemImportFromShareableHandle, as another node would).
+ *     in a child through cuMemImportFromShareableHandle, as another node would);
+ *   - with the fake driver's fault injection: the driver refusing the dma-buf, and
+ *     gpushmd's fabric export failing (the create fails, nothing stays allocated).
  * Children are started with exec: CUDA does not survive fork() alone. */
 #include "config.h"
 #include "cuda-test.h"
@@ -450,6 +452,38 @@ static void test_fabric(gpushm_t *conn)
            "handle nor dma-buf");
 }
 
+/* test-cuda-multinode-fake.sh, with an IMEX channel and the driver refusing, here the
+ * dma-buf and in gpushmd the third shareable-handle export (the first two: the carved
+ * buffer's segment, the fabric buffer's fd; the third: its fabric handle). */
+static void test_driver_refusals(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "dmabuf-fault", CARVED_BYTES, GPUSHM_BACKEND_CUDA_FD), *fb;
+  gpushm_create_opts_t opts;
+  gpushm_stats_t *s;
+  uint64_t free_before, allocated_before;
+  int fd = 0;
+
+  CHECK_ERR(gpushm_buffer_export_dmabuf(b, 0, CARVED_BYTES, &fd), GPUSHM_E_NOMEM);
+  CHECK(fd == -1 && strstr(gpushm_last_error_message(), "cuMemGetHandleForAddressRange"));
+  test_log("dma-buf: the driver's refusal reaches the caller, no fd handed out");
+
+  s = daemon_stats(&d);
+  free_before = gpushm_device_stats_free_memory(gpushm_stats_device(s, 0));
+  allocated_before = gpushm_stats_bytes_allocated(s);
+  gpushm_stats_free(s);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FABRIC;
+  CHECK_ERR(gpushm_buffer_create(conn, "fabric-fault", MIB, &opts, &fb), GPUSHM_E_NOMEM);
+  CHECK(strstr(gpushm_last_error_message(), "cuMemExportToShareableHandle(FABRIC)"));
+  CHECK(find_buffer(conn, "fabric-fault") == NULL);
+  s = daemon_stats(&d);
+  CHECK(gpushm_device_stats_free_memory(gpushm_stats_device(s, 0)) == free_before);
+  CHECK(gpushm_stats_bytes_allocated(s) == allocated_before);
+  gpushm_stats_free(s);
+  CHECK_OK(gpushm_buffer_close(b));
+  test_log("cuda-fabric: a refused fabric export fails the create and frees its memory");
+}
+
 int main(int argc, char **argv)
 {
   gpushm_t *conn;
@@ -466,25 +500,13 @@ int main(int argc, char **argv)
       return role_fabric_nobody(argv);
     return 2;
   }
-  {
-    static char path[4096];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    CHECK(n > 0);
-    path[n] = '\0';
-    self = path;
-  }
+  self = test_self_path();
   cuda_test_parent_outside_mps();
   cuda_test_setup(1);
   daemon_start(&d, "--allow-legacy-ipc=yes", NULL);
   conn = daemon_connect(&d);
   if (getenv("GPUSHM_CUDA_FAULTS")) {
-    /* test-cuda-multinode-fake.sh: the driver refuses the dma-buf (out of memory) */
-    gpushm_buffer_t *b = create(conn, "dmabuf-fault", CARVED_BYTES, GPUSHM_BACKEND_CUDA_FD);
-    int fd = 0;
-    CHECK_ERR(gpushm_buffer_export_dmabuf(b, 0, CARVED_BYTES, &fd), GPUSHM_E_NOMEM);
-    CHECK(fd == -1 && strstr(gpushm_last_error_message(), "cuMemGetHandleForAddressRange"));
-    CHECK_OK(gpushm_buffer_close(b));
-    test_log("dma-buf: the driver's refusal reaches the caller, no fd handed out");
+    test_driver_refusals(conn);
     gpushm_disconnect(conn);
     daemon_stop(&d);
     return 0;
