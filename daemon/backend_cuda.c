@@ -683,7 +683,7 @@ static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
              "makes fabric memory only for a process that can open an IMEX channel (%s/"
              "channelN; %s)", device, GPUSHM_IMEX_CHANNELS_DIR,
              access(GPUSHM_IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
-                                                  : "there is no such directory here");
+                                                         : "there is no such directory here");
     return GPUSHM_E_UNSUPPORTED;
   }
   if (r != CUDA_SUCCESS) {
