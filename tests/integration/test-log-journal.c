@@ -177,6 +177,22 @@ static off_t file_size(const char *path)
   return st.st_size;
 }
 
+/* A daemon logging to log that refuses one create (a quota warning), then stops. */
+static void run_one_refusal(const char *log)
+{
+  struct test_daemon d = { .log_path = log };
+  gpushm_buffer_t *b, *refused;
+  gpushm_t *conn;
+
+  daemon_start(&d, "--max-buffers-per-uid", "1", NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "jt.keep", 4096, NULL, &b));
+  CHECK_ERR(gpushm_buffer_create(conn, "jt.over", 4096, NULL, &refused), GPUSHM_E_LIMIT);
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 #ifdef HAVE_LIBSYSTEMD
 static void test_fields(const char *log)
 {
@@ -254,19 +270,10 @@ static void test_fields(const char *log)
  * priority as a "<N>" prefix. */
 static void test_prefixes(const char *log)
 {
-  struct test_daemon d = { .log_path = log };
-  gpushm_buffer_t *b, *refused;
-  gpushm_t *conn;
 
   touch(log);
   journal_stream_is(log);
-  daemon_start(&d, "--max-buffers-per-uid", "1", NULL);
-  conn = daemon_connect(&d);
-  CHECK_OK(gpushm_buffer_create(conn, "jt.keep", 4096, NULL, &b));
-  CHECK_ERR(gpushm_buffer_create(conn, "jt.over", 4096, NULL, &refused), GPUSHM_E_LIMIT);
-  CHECK_OK(gpushm_buffer_close(b));
-  gpushm_disconnect(conn);
-  daemon_stop(&d);
+  run_one_refusal(log);
   CHECK(file_size(log) > 0);
   CHECK(file_count_lines(log, "<4>client ") == 1);
   drain();
@@ -278,9 +285,6 @@ static void test_prefixes(const char *log)
 /* JOURNAL_STREAM inherited, but stderr is another file: text, and nothing sent. */
 static void test_not_the_stream(const char *log, const char *other)
 {
-  struct test_daemon d = { .log_path = log };
-  gpushm_buffer_t *b, *refused;
-  gpushm_t *conn;
   unsigned before;
 
   touch(log);
@@ -288,13 +292,7 @@ static void test_not_the_stream(const char *log, const char *other)
   journal_stream_is(other);
   drain();
   before = n_entries;
-  daemon_start(&d, "--max-buffers-per-uid", "1", NULL);
-  conn = daemon_connect(&d);
-  CHECK_OK(gpushm_buffer_create(conn, "jt.keep", 4096, NULL, &b));
-  CHECK_ERR(gpushm_buffer_create(conn, "jt.over", 4096, NULL, &refused), GPUSHM_E_LIMIT);
-  CHECK_OK(gpushm_buffer_close(b));
-  gpushm_disconnect(conn);
-  daemon_stop(&d);
+  run_one_refusal(log);
   CHECK(file_count_lines(log, "gpushmd: warn: client ") == 1);
   CHECK(file_contains(log, "create refused: uid 0 already has 1 buffers"));
   drain();
