@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const fn_names[CUDA_FN_COUNT] = {
 #define CUDA_FN_NAME_(name, version) #name,
@@ -74,6 +75,7 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   }
   if (drv->cuDriverGetVersion(&drv->driver_version) != CUDA_SUCCESS)
     drv->driver_version = 0;
+  drv->trace = getenv("GPUSHM_CUDA_TRACE") && strcmp(getenv("GPUSHM_CUDA_TRACE"), "1") == 0;
   if (faults && cuda_driver_set_faults(drv, faults, err, errlen) < 0) {
     cuda_driver_unload(drv);
     return GPUSHM_E_UNSUPPORTED;
@@ -157,6 +159,17 @@ CUresult cuda_fault_hit(struct cuda_fault *fault)
     return CUDA_SUCCESS;
   n = __atomic_add_fetch(&fault->calls, 1, __ATOMIC_RELAXED);
   return n >= fault->fail_from ? fault->error : CUDA_SUCCESS;
+}
+
+void cuda_trace(const struct cuda_driver *drv, enum cuda_fn fn, CUresult r)
+{
+  const char *name = NULL;
+
+  if (r != CUDA_SUCCESS && drv->cuGetErrorName)
+    drv->cuGetErrorName(r, &name);
+  /* one write per line, so lines of several processes sharing stderr stay whole */
+  fprintf(stderr, "cuda[%d]: %s -> %s\n", (int)getpid(), fn_names[fn],
+          r == CUDA_SUCCESS ? "ok" : name ? name : "error");
 }
 
 const char *cuda_error_text(const struct cuda_driver *drv, CUresult r, char *buf, size_t len)

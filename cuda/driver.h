@@ -6,7 +6,8 @@
  * GPUSHM_CUDA_FAULTS="cuMemAlloc=CUDA_ERROR_OUT_OF_MEMORY,cuMemFree=700@3" makes
  * cuMemAlloc always fail with OUT_OF_MEMORY and cuMemFree fail from its third call on
  * (error given by name or number).  Tests use it to cover error paths with and
- * without a GPU.  GPUSHM_CUDA_LIBRARY names another driver library (the test fake). */
+ * without a GPU.  GPUSHM_CUDA_LIBRARY names another driver library (the test fake).
+ * GPUSHM_CUDA_TRACE=1 writes each call (pid, name, result) to stderr as it returns. */
 #ifndef GPUSHM_CUDA_DRIVER_H
 #define GPUSHM_CUDA_DRIVER_H
 
@@ -33,6 +34,7 @@
   X(cuCtxPushCurrent, 4000)             \
   X(cuCtxPopCurrent, 4000)              \
   X(cuDeviceCanAccessPeer, 4000)        \
+  X(cuCtxEnablePeerAccess, 4000)        \
   X(cuStreamGetCtx, 9020)               \
   X(cuCtxSynchronize, 2000)             \
   X(cuMemAlloc, 3020)                   \
@@ -96,6 +98,7 @@ struct cuda_fault {
 struct cuda_driver {
   void *lib;
   int driver_version;
+  bool trace; /* GPUSHM_CUDA_TRACE=1: every call and its result to stderr */
 #define CUDA_FN_FIELD_(name, version) PFN_##name##_v##version name;
   CUDA_DRIVER_FUNCS(CUDA_FN_FIELD_)
 #undef CUDA_FN_FIELD_
@@ -103,8 +106,13 @@ struct cuda_driver {
 };
 
 /* Calls drv->fn(...) unless a fault is injected for it. */
-#define CU_CALL(drv, fn, ...) \
-  (cuda_fault_hit(&(drv)->faults[CUDA_FN_##fn]) ?: (drv)->fn(__VA_ARGS__))
+#define CU_CALL(drv, fn, ...)                                                          \
+  ({                                                                                   \
+    CUresult cu_call_r_ = cuda_fault_hit(&(drv)->faults[CUDA_FN_##fn]) ?: (drv)->fn(__VA_ARGS__); \
+    if (__builtin_expect((drv)->trace, 0))                                             \
+      cuda_trace(drv, CUDA_FN_##fn, cu_call_r_);                                       \
+    cu_call_r_;                                                                        \
+  })
 
 /* Loads the driver library and resolves the table (does not call cuInit).  Returns 0,
  * or -1 with err saying why (no driver installed, a driver too old). */
@@ -114,6 +122,8 @@ void cuda_driver_unload(struct cuda_driver *drv);
 int cuda_driver_set_faults(struct cuda_driver *drv, const char *spec, char *err, size_t errlen);
 
 CUresult cuda_fault_hit(struct cuda_fault *fault);
+/* One line per call: what a crash inside the driver was last asked to do. */
+void cuda_trace(const struct cuda_driver *drv, enum cuda_fn fn, CUresult r);
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)"-style text; never NULL. */
 const char *cuda_error_text(const struct cuda_driver *drv, CUresult r, char *buf, size_t len);
 /* Errors after which the context (and so the process) cannot recover. */
