@@ -235,7 +235,7 @@ static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  &buf->sync_event, &event_device);
     if (r == 0 && event_device != buf->home_device) {
-      client_cuda_destroy_event(buf->sync_event, event_device);
+      client_cuda_destroy_event(buf->sync_event);
       buf->sync_event = NULL;
       return client_error(GPUSHM_E_PROTO, "the event of %s is on another device than its memory",
                           buf->name);
@@ -396,7 +396,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
     buf->ptr = NULL;
   }
   if (is_event(buf) && buf->ptr)
-    r = client_cuda_destroy_event(buf->ptr, buf->device);
+    r = client_cuda_destroy_event(buf->ptr);
   else if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
     munmap(buf->ptr, buf->map_len);
   else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
@@ -405,7 +405,7 @@ static int unmap_buffer(struct gpushm_buffer *buf)
     r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
   buf->ptr = NULL;
   if (buf->sync_event)
-    r2 = client_cuda_destroy_event(buf->sync_event, buf->home_device);
+    r2 = client_cuda_destroy_event(buf->sync_event);
   buf->sync_event = NULL;
   buf->sync_method = GPUSHM_SYNC_NONE;
   buf->fence_dptr = 0;

@@ -285,29 +285,33 @@ int client_cuda_close_ipc(void *ptr, int map_device)
                    CU_CALL(&cl.drv, cuIpcCloseMemHandle, (CUdeviceptr)(uintptr_t)ptr));
 }
 
-/* Inter-process events: opened in their own device's primary context (an event
- * belongs to one device: it is recorded on that device's streams only, while a stream
- * of any device can wait for it). */
-int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
-                             size_t uuid_len, int ordinal, void **event, int *event_device)
-{
-  CUipcEventHandle h;
-  CUevent ev;
-  CUcontext prev;
-  CUresult r;
-  int dev, map, ret;
+/* An inter-process event as this process holds it: one CUevent per device, each opened
+ * from the same handle in that device's primary context — the event's own device's
+ * first (records go there only), every other device's on its first wait.  One object
+ * cannot serve two devices: on the real driver (580, two H100s) a stream of device 1
+ * waiting on an IPC event opened in device 0's context kills the process with SIGSEGV
+ * inside the driver, whichever context is current, while the same handle opened again
+ * in device 1's context is an event of its own that device 1's streams wait on. */
+struct client_cuda_event {
+  CUipcEventHandle handle;
+  int device; /* where it lives and is recorded */
+  CUevent on[GPUSHM_LIMIT_DEVICES]; /* by device; set once, under event_lock */
+};
 
-  if ((ret = begin_import(handle_len, sizeof h.reserved, "an event handle", uuid, uuid_len,
-                          ordinal, -1, &dev, &map, &prev)) < 0)
+static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Opens ev's handle in device d's primary context as ev->on[d]. */
+static int open_event_on(struct client_cuda_event *ev, int d)
+{
+  CUcontext prev;
+  CUevent e;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(d, &prev)) < 0)
     return ret;
-  if (map != dev) { /* the event's own device, whatever context the caller has */
-    leave_device(map, prev);
-    if ((ret = enter_device(dev, &prev)) < 0)
-      return ret;
-  }
-  memcpy(h.reserved, handle, sizeof h.reserved);
-  r = CU_CALL(&cl.drv, cuIpcOpenEventHandle, &ev, h);
-  leave_device(dev, prev);
+  r = CU_CALL(&cl.drv, cuIpcOpenEventHandle, &e, ev->handle);
+  leave_device(d, prev);
   if (r != CUDA_SUCCESS) {
     /* Legacy IPC events live in a /dev/shm file of mode 0600 owned by the exporting
      * process: another uid cannot open them. */
@@ -320,9 +324,47 @@ int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uin
     }
     return ret;
   }
+  __atomic_store_n(&ev->on[d], e, __ATOMIC_RELEASE);
+  return 0;
+}
+
+int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                             size_t uuid_len, int ordinal, void **event, int *event_device)
+{
+  struct client_cuda_event *ev;
+  CUcontext prev;
+  int dev, map, ret;
+
+  if ((ret = begin_import(handle_len, sizeof ev->handle.reserved, "an event handle", uuid,
+                          uuid_len, ordinal, -1, &dev, &map, &prev)) < 0)
+    return ret;
+  leave_device(map, prev);
+  if (!(ev = calloc(1, sizeof *ev)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  memcpy(ev->handle.reserved, handle, sizeof ev->handle.reserved);
+  ev->device = dev;
+  if ((ret = open_event_on(ev, dev)) < 0) {
+    free(ev);
+    return ret;
+  }
   *event = ev;
   *event_device = dev;
   return 0;
+}
+
+int client_cuda_destroy_event(void *event)
+{
+  struct client_cuda_event *ev = event;
+  int r = 0, r2;
+
+  for (int d = 0; d < (int)GPUSHM_LIMIT_DEVICES; d++) {
+    if (!ev->on[d])
+      continue;
+    r2 = ON_DEVICE(d, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, ev->on[d]));
+    r = r < 0 ? r : r2;
+  }
+  free(ev);
+  return r;
 }
 
 /* cuda-fd: import the fd (a capability: only a process sent it can), reserve an
@@ -437,11 +479,6 @@ int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_devi
   return r1 < 0 ? r1 : r2;
 }
 
-int client_cuda_destroy_event(void *event, int event_device)
-{
-  return ON_DEVICE(event_device, "cuEventDestroy", CU_CALL(&cl.drv, cuEventDestroy, (CUevent)event));
-}
-
 int client_cuda_stream(void *stream, int map_device, struct client_stream *out)
 {
   CUcontext ctx;
@@ -481,14 +518,29 @@ int client_cuda_stream(void *stream, int map_device, struct client_stream *out)
 
 int client_cuda_record(void *event, const struct client_stream *s)
 {
+  const struct client_cuda_event *ev = event;
   return ON_STREAM(s, "cuEventRecord",
-                   CU_CALL(&cl.drv, cuEventRecord, (CUevent)event, (CUstream)s->stream));
+                   CU_CALL(&cl.drv, cuEventRecord, ev->on[ev->device], (CUstream)s->stream));
 }
 
+/* With the event object of the stream's device, opened there on first need. */
 int client_cuda_wait(void *event, const struct client_stream *s)
 {
+  struct client_cuda_event *ev = event;
+  CUevent e = __atomic_load_n(&ev->on[s->device], __ATOMIC_ACQUIRE);
+  int r = 0;
+
+  if (!e) {
+    pthread_mutex_lock(&event_lock);
+    if (!ev->on[s->device])
+      r = open_event_on(ev, s->device);
+    pthread_mutex_unlock(&event_lock);
+    if (r < 0)
+      return r;
+    e = ev->on[s->device];
+  }
   return ON_STREAM(s, "cuStreamWaitEvent",
-                   CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)s->stream, (CUevent)event, 0));
+                   CU_CALL(&cl.drv, cuStreamWaitEvent, (CUstream)s->stream, e, 0));
 }
 
 static int device_attribute(int local_device, CUdevice_attribute a, int *value)
@@ -791,7 +843,7 @@ int client_cuda_clear(void *dptr, uint64_t len, int map_device)
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }
 
-int client_cuda_destroy_event(void *event, int local_device)
+int client_cuda_destroy_event(void *event)
 {
   return client_error(GPUSHM_E_UNSUPPORTED, "unsupported: libgpushm was built without CUDA");
 }

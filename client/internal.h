@@ -227,10 +227,11 @@ int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out
 /* Zeroes len bytes of device memory (a carved slot the daemon said to clear), through the
  * library's own stream on map_device, and waits for it. */
 int client_cuda_clear(void *dptr, uint64_t len, int map_device);
-/* Events live on their own device (*event_device). */
+/* Events live on their own device (*event_device), where they are recorded; a stream of
+ * any device may wait on them (client_cuda_wait opens them there as needed). */
 int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
                              size_t uuid_len, int ordinal, void **event, int *event_device);
-int client_cuda_destroy_event(void *event, int event_device);
+int client_cuda_destroy_event(void *event);
 /* A caller's stream, resolved once per call: its context and device (NULL: the
  * legacy default stream of map_device's primary context). */
 struct client_stream {

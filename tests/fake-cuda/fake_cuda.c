@@ -6,18 +6,22 @@
  * per process, like cuMemGetInfo's view from the daemon.
  *
  * GPUSHM_FAKE_CUDA_DEVICES (default 1) and GPUSHM_FAKE_CUDA_MEMORY (bytes, default
- * 4 GiB) shape the fake devices; GPUSHM_FAKE_CUDA_REVERSE_ORDER=1 numbers them
+ * 4 GiB) shape the fake devices, of which CUDA_VISIBLE_DEVICES (ordinals) shows some
+ * in its order, as the real driver does; GPUSHM_FAKE_CUDA_REVERSE_ORDER=1 numbers them
  * backwards, as CUDA_VISIBLE_DEVICES=1,0 would (each UUID stays with its device);
  * GPUSHM_FAKE_CUDA_NO_VMM=1 takes away virtual memory
  * management, GPUSHM_FAKE_CUDA_MIG=1 makes them MIG instances,
  * GPUSHM_FAKE_CUDA_NO_P2P=1 takes away peer access between them.  Like the real
  * driver, it refuses IPC handles between sibling PID namespaces, records events only
- * on their own device's streams, and lets stream work touch only memory its device
+ * on their own device's streams, kills a process whose stream waits on an IPC event
+ * opened in another device's context (SIGSEGV, as the real one does), and lets stream work touch only memory its device
  * was granted (a fault there is CUDA_ERROR_ILLEGAL_ADDRESS from the call). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,11 +57,51 @@ static int initialized;
 static size_t used[64];
 static __thread CUcontext current;
 
-static int device_count(void)
+static int installed_devices(void)
 {
   const char *s = getenv("GPUSHM_FAKE_CUDA_DEVICES");
   int n = s ? atoi(s) : 1;
   return n < 0 ? 0 : n > 64 ? 64 : n;
+}
+
+/* CUDA_VISIBLE_DEVICES as the real driver reads it (ordinals only): the devices listed,
+ * in that order, up to the first entry that names none. */
+static int visible[64], n_visible = -1;
+
+static void read_visible_devices(void)
+{
+  const char *list = getenv("CUDA_VISIBLE_DEVICES");
+  int installed = installed_devices(), n = 0;
+
+  if (!list) {
+    while (n < installed)
+      visible[n] = n, n++;
+  }
+  while (list && *list && n < 64) {
+    char *end;
+    long i = strtol(list, &end, 10);
+    if (end == list || i < 0 || i >= installed || (*end && *end != ','))
+      break;
+    visible[n++] = (int)i;
+    list = *end ? end + 1 : end;
+  }
+  __atomic_store_n(&n_visible, n, __ATOMIC_RELEASE); /* threads that race write the same */
+}
+
+static int device_count(void)
+{
+  int n = __atomic_load_n(&n_visible, __ATOMIC_ACQUIRE);
+  if (n < 0) {
+    read_visible_devices();
+    n = n_visible;
+  }
+  return n;
+}
+
+/* The installed device behind this process's ordinal d: what its UUID and name follow. */
+static int physical_device(int d)
+{
+  return d >= 0 && d < device_count() ? visible[d] : d;
 }
 
 static size_t device_memory(void)
@@ -199,7 +243,7 @@ static CUresult fake_cuDeviceGet(CUdevice *d, int ordinal)
 static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
 {
   const char *mig = getenv("GPUSHM_FAKE_CUDA_MIG");
-  snprintf(name, (size_t)len, "gpushm fake GPU %d%s", d,
+  snprintf(name, (size_t)len, "gpushm fake GPU %d%s", physical_device(d),
            mig && *mig == '1' ? " MIG 1g.10gb" : "");
   return CUDA_SUCCESS;
 }
@@ -209,7 +253,8 @@ static CUresult fake_cuDeviceGetUuid(CUuuid *uuid, CUdevice d)
   const char *reverse = getenv("GPUSHM_FAKE_CUDA_REVERSE_ORDER");
 
   memset(uuid->bytes, 0xfa, sizeof uuid->bytes);
-  uuid->bytes[15] = (char)(reverse && *reverse == '1' ? device_count() - 1 - d : d);
+  d = physical_device(d);
+  uuid->bytes[15] = (char)(reverse && *reverse == '1' ? installed_devices() - 1 - d : d);
   return CUDA_SUCCESS;
 }
 
@@ -800,6 +845,7 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 struct fake_event {
   uint64_t magic;
   int device;
+  bool opened_from_ipc; /* cuIpcOpenEventHandle's, in the context current then */
 };
 #define EVENT_MAGIC 0x6576656e74ull
 
@@ -844,11 +890,23 @@ static CUresult fake_cuEventSynchronize(CUevent ev)
   return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* As the real driver (580, two H100s): a stream of one device waiting on an IPC event
+ * opened in another device's context kills the process with SIGSEGV inside the driver
+ * (a plain event of another device is waited on fine, and so is the same handle opened
+ * again in the stream's device's context). */
 static CUresult fake_cuStreamWaitEvent(CUstream s, CUevent ev, unsigned flags)
 {
-  (void)s;
+  const struct fake_event *e = (const struct fake_event *)ev;
   (void)flags;
-  return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!e)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (e->opened_from_ipc && e->device != stream_device(s)) {
+    fprintf(stderr, "fake cuda: cuStreamWaitEvent: a stream of device %d waits on an IPC event "
+            "opened in device %d's context: the real driver segfaults here\n", stream_device(s),
+            e->device);
+    raise(SIGSEGV);
+  }
+  return CUDA_SUCCESS;
 }
 
 static CUresult fake_cuIpcGetEventHandle(CUipcEventHandle *h, CUevent ev)
@@ -867,7 +925,10 @@ static CUresult fake_cuIpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
   memcpy(&magic, h.reserved, sizeof magic);
   if (magic != EVENT_MAGIC)
     return CUDA_ERROR_INVALID_HANDLE;
-  return fake_cuEventCreate(ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+  CUresult r = fake_cuEventCreate(ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS)
+    ((struct fake_event *)*ev)->opened_from_ipc = true;
+  return r;
 }
 
 static CUresult fake_cuStreamCreate(CUstream *s, unsigned flags)
@@ -913,6 +974,15 @@ static CUresult fake_cuCtxPopCurrent(CUcontext *ctx)
   current = pushed;
   pushed = NULL;
   return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned flags)
+{
+  int peer_device = (int)((uintptr_t)peer - 0x1000);
+  if (!current || flags || peer_device < 0 || peer_device >= device_count())
+    return CUDA_ERROR_INVALID_VALUE;
+  return peer_access(current_device(), peer_device) ? CUDA_SUCCESS
+                                                    : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 }
 
 static CUresult fake_cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
@@ -1104,7 +1174,8 @@ static const struct {
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
   FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
   FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
-  FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuMemGetHandleForAddressRange),
+  FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuCtxEnablePeerAccess),
+  FAKE_ENTRY(cuMemGetHandleForAddressRange),
 #undef FAKE_ENTRY
 };
 

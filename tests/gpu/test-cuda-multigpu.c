@@ -166,6 +166,47 @@ static int role_consumer(char **argv)
   return 0;
 }
 
+/* CUDA_VISIBLE_DEVICES (set by the parent) reorders or hides devices here: the buffer is
+ * found by its device's UUID, never by the daemon's ordinal.  argv: self visible BACKEND
+ * NAME HOME SEED EXPECT, EXPECT this process's ordinal of the daemon's device HOME, or
+ * -1 where that device is hidden. */
+static int role_visible(char **argv)
+{
+  gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
+  const char *name = argv[3];
+  uint32_t seed = (uint32_t)strtoul(argv[5], NULL, 0);
+  int expect = atoi(argv[6]), count = 0;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  CUstream s;
+
+  cuda_test_setup(1);
+  CU_CHECK(CU_CALL(&drv, cuDeviceGetCount, &count));
+  for (int i = 0; i < count && i < 2; i++) {
+    CUdevice dev;
+    CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, i));
+    CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx[i], dev));
+    load_kernels(i);
+  }
+  snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
+  conn = daemon_connect(&d);
+  if (expect < 0) {
+    CHECK(gpushm_buffer_open(conn, name, 0, &b) == GPUSHM_E_UNSUPPORTED);
+    CHECK(strstr(gpushm_last_error_message(), "not visible to this process"));
+  } else {
+    CHECK(expect < count);
+    CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(expect), &b));
+    CHECK(gpushm_buffer_backend(b) == backend);
+    CHECK(gpushm_buffer_device(b) == expect && gpushm_buffer_map_device(b) == expect);
+    s = stream_on(expect);
+    verify_on(expect, s, cuda_test_dptr(b), seed);
+    CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  gpushm_disconnect(conn);
+  return 0;
+}
+
 /* Without peer access (fake only): a requested other device is refused, naming both;
  * the default falls back to the buffer's own.  argv: self no-p2p NAME HOME */
 static int role_no_p2p(char **argv)
@@ -211,6 +252,25 @@ static int role_sync(char **argv)
   conn = daemon_connect(&d);
   on_home = stream_on(home);
   on_map = stream_on(map);
+  if (backend == GPUSHM_BACKEND_CUDA_IPC) {
+    /* A named event of the home device, recorded behind the producer's slow kernel:
+     * waited on by the other device's stream, it alone orders the check after the
+     * writes (the real driver kills a process that waits there on the event object of
+     * the home device's context: the library opens the handle again for this one). */
+    char event_name[80];
+    gpushm_event_t *ev;
+    snprintf(event_name, sizeof event_name, "%s-event", name);
+    CHECK_OK(gpushm_event_open(conn, event_name, &ev));
+    CHECK_OK(gpushm_event_wait(ev, on_map));
+    CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(map), &b));
+    verify_on(map, on_map, cuda_test_dptr(b), seed);
+    CHECK(gpushm_event_record(ev, on_map) == GPUSHM_E_UNSUPPORTED);
+    CHECK_OK(gpushm_event_record(ev, on_home));
+    CHECK_OK(gpushm_event_wait(ev, on_home));
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, on_home));
+    CHECK_OK(gpushm_buffer_close(b));
+    CHECK_OK(gpushm_event_close(ev));
+  }
   CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(map), &b));
   CHECK(gpushm_buffer_map_device(b) == map);
   CHECK_OK(gpushm_buffer_acquire(b, on_map, 1, 30000));
@@ -271,8 +331,8 @@ static int role_faults(char **argv)
   return 0;
 }
 
-static pid_t spawn(const char *role, const char *a, const char *b, const char *c,
-                   const char *e, const char *extra_env)
+static pid_t spawn_with(const char *role, const char *a, const char *b, const char *c,
+                        const char *e, const char *f, const char *extra_env)
 {
   pid_t pid;
 
@@ -283,10 +343,16 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
     setenv("GPUSHM_SOCKET", d.socket, 1);
     if (extra_env)
       putenv((char *)extra_env);
-    execl(self, self, role, a, b, c, e, (char *)NULL);
+    execl(self, self, role, a, b, c, e, f, (char *)NULL);
     _exit(127);
   }
   return pid;
+}
+
+static pid_t spawn(const char *role, const char *a, const char *b, const char *c,
+                   const char *e, const char *extra_env)
+{
+  return spawn_with(role, a, b, c, e, NULL, extra_env);
 }
 
 static gpushm_buffer_t *create_on(gpushm_t *conn, const char *name, gpushm_backend_t backend,
@@ -322,6 +388,24 @@ static void test_kernels_on_both(gpushm_t *conn, gpushm_backend_t backend, int h
   CHECK(got[0] == WRITTEN_WORD && got[1] == WRITTEN_WORD + 1);
   test_log("%s: a buffer on device %d used by kernels of devices 0 and 1, one mapping each",
            backend_name(backend), home);
+  /* Other ordinals in the consumer: reversed, this device alone, the other alone. */
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[home]));
+  cuda_test_fill(cuda_test_dptr(b), SIZE, seed); /* the words the consumer wrote */
+  {
+    static const struct { const char *env; int expect_of_home[2]; } views[] = {
+      { "CUDA_VISIBLE_DEVICES=1,0", { 1, 0 } },
+      { "CUDA_VISIBLE_DEVICES=0", { 0, -1 } },
+      { "CUDA_VISIBLE_DEVICES=1", { -1, 0 } },
+    };
+    for (size_t v = 0; v < sizeof views / sizeof views[0]; v++) {
+      char expect_text[8];
+      snprintf(expect_text, sizeof expect_text, "%d", views[v].expect_of_home[home]);
+      check_child(spawn_with("visible", backend_text, name, home_text, seed_text, expect_text,
+                             views[v].env));
+    }
+    test_log("%s: found by UUID under CUDA_VISIBLE_DEVICES=1,0, =0 and =1 in the consumer "
+             "(refused where its device is hidden)", backend_name(backend));
+  }
   if (!kernels)
     check_child(spawn("no-p2p", name, home_text, NULL, NULL, "GPUSHM_FAKE_CUDA_NO_P2P=1"));
   CHECK_OK(gpushm_unlink(conn, name));
@@ -332,6 +416,7 @@ static void test_sync_across(gpushm_t *conn, gpushm_backend_t backend, int home)
 {
   char name[64], backend_text[8], home_text[8], seed_text[16];
   uint32_t seed = 0x2000u * (unsigned)backend + (unsigned)home;
+  gpushm_event_t *ev = NULL;
   gpushm_buffer_t *b;
   CUstream s;
   pid_t pid;
@@ -341,25 +426,40 @@ static void test_sync_across(gpushm_t *conn, gpushm_backend_t backend, int home)
   snprintf(backend_text, sizeof backend_text, "%d", (int)backend);
   snprintf(home_text, sizeof home_text, "%d", home);
   snprintf(seed_text, sizeof seed_text, "%u", seed);
-  pid = spawn("sync", backend_text, name, home_text, seed_text, NULL);
+  if (backend == GPUSHM_BACKEND_CUDA_IPC) {
+    char event_name[80];
+    gpushm_create_opts_t opts;
+    gpushm_create_opts_init(&opts);
+    opts.device = home;
+    snprintf(event_name, sizeof event_name, "%s-event", name);
+    CHECK_OK(gpushm_event_create(conn, event_name, &opts, &ev));
+  }
   s = stream_on(home);
   if (kernels) {
-    /* Still writing for 300 ms when released: only the acquire keeps the consumer's
-     * kernel on the other device from reading early. */
+    /* Still writing for a second when released (and the consumer's CUDA start takes
+     * 0.1-0.4 s): only the acquire, or the event, keeps the consumer's kernel on the
+     * other device from reading early. */
     CUdeviceptr p = cuda_test_dptr(b);
-    unsigned long long words = WORDS, delay_ns = 300000000ull;
+    unsigned long long words = WORDS, delay_ns = 1000000000ull;
     void *args[] = { &p, &words, &seed, &delay_ns };
     CU_CHECK(CU_CALL(&drv, cuLaunchKernel, fill_fn, 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
   } else {
     cuda_test_fill(cuda_test_dptr(b), SIZE, seed);
   }
+  if (ev)
+    CHECK_OK(gpushm_event_record(ev, s));
+  pid = spawn("sync", backend_text, name, home_text, seed_text, NULL);
   CHECK_OK(gpushm_buffer_release(b, s, NULL));
   check_child(pid);
+  if (ev)
+    CHECK_OK(gpushm_event_close(ev));
   CHECK(gpushm_buffer_release_seq(b) == 2);
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
   test_log("%s: released on device %d, acquired and verified on device %d; other streams "
-           "refused by name", backend_name(backend), home, 1 - home);
+           "refused by name%s", backend_name(backend), home, 1 - home,
+           backend == GPUSHM_BACKEND_CUDA_IPC ? "; a named event of the releasing device waited "
+                                                "on there" : "");
   CHECK_OK(gpushm_unlink(conn, name));
   CHECK_OK(gpushm_buffer_close(b));
   if (!kernels && backend == GPUSHM_BACKEND_CUDA_FD) {
@@ -382,6 +482,8 @@ int main(int argc, char **argv)
 
   if (argc > 1 && strcmp(argv[1], "consumer") == 0)
     return role_consumer(argv);
+  if (argc > 1 && strcmp(argv[1], "visible") == 0)
+    return role_visible(argv);
   if (argc > 1 && strcmp(argv[1], "no-p2p") == 0)
     return role_no_p2p(argv);
   if (argc > 1 && strcmp(argv[1], "sync") == 0)
