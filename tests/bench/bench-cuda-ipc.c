@@ -5,6 +5,9 @@
  *                                 access, then unmap + free + release)
  *   cached reopen             vs  one socket round trip (what it avoids)
  *   copy out of an import     vs  the same copy between local buffers
+ *   two GPUs: a copy into device 1 out of a buffer of device 0 mapped for device 1
+ *   (cuda-ipc and cuda-fd)    vs  a raw peer copy (cuMemAlloc on device 0, peer access
+ *                                 enabled, the same copy)
  * Not part of `make check` (no timing assertions there); run by gpu-host-test. */
 #include "config.h"
 #include "cuda-test.h"
@@ -38,6 +41,73 @@ static double median(double *v, int n)
   return v[n / 2];
 }
 
+
+/* Best of 10 copies of COPY_BYTES from src to dst in the current context: bytes/s / 1e9. */
+static double copy_gbs(CUdeviceptr dst, CUdeviceptr src)
+{
+  double best = 1e30, t;
+
+  for (int i = 0; i < 10; i++) {
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+    t = now_us();
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoD, dst, src, COPY_BYTES));
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+    t = now_us() - t;
+    best = t < best ? t : best;
+  }
+  return COPY_BYTES / best / 1e3;
+}
+
+/* Two GPUs: copies into device 1 out of device 0's memory, over NVLink or PCIe as the
+ * host has it.  The floor is the driver's own peer copy; gpushm's buffers (of device 0,
+ * cuda-ipc NAME and cuda-fd FD_NAME) are opened mapped for device 1. */
+static void peer_copy_rows(gpushm_t *conn, const char *name, const char *fd_name)
+{
+  CUcontext ctx[2];
+  CUdeviceptr raw_src, dst;
+  gpushm_buffer_t *b;
+  double raw_gbs, gbs[2];
+  int count = 0, can = 0;
+  CUresult r;
+
+  CU_CHECK(CU_CALL(&drv, cuDeviceGetCount, &count));
+  if (count < 2) {
+    printf("bench: peer copy rows: one GPU here (they need two)\n");
+    return;
+  }
+  for (int i = 0; i < 2; i++) {
+    CUdevice dev;
+    CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, i));
+    CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx[i], dev));
+  }
+  CU_CHECK(CU_CALL(&drv, cuDeviceCanAccessPeer, &can, 1, 0));
+  if (!can) {
+    printf("bench: peer copy rows: device 1 has no peer access to device 0\n");
+    return;
+  }
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[0]));
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &raw_src, COPY_BYTES));
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[1]));
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &dst, COPY_BYTES));
+  r = CU_CALL(&drv, cuCtxEnablePeerAccess, ctx[0], 0);
+  CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  raw_gbs = copy_gbs(dst, raw_src);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(gpushm_buffer_open(conn, i ? fd_name : name, GPUSHM_MAP_DEVICE(1), &b));
+    CHECK(gpushm_buffer_device(b) == 0 && gpushm_buffer_map_device(b) == 1);
+    CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[1]));
+    gbs[i] = copy_gbs(dst, cuda_test_dptr(b));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  printf("bench: 1 GiB peer copy dev0 -> dev1, raw    %8.0f GB/s\n", raw_gbs);
+  printf("bench: 1 GiB peer copy, cuda-ipc mapped on dev1 %4.0f GB/s   ratio to raw %.3f "
+         "(target >= 0.98)\n", gbs[0], gbs[0] / raw_gbs);
+  printf("bench: 1 GiB peer copy, cuda-fd mapped on dev1  %4.0f GB/s   ratio to raw %.3f "
+         "(target >= 0.98)\n", gbs[1], gbs[1] / raw_gbs);
+  CU_CHECK(CU_CALL(&drv, cuMemFree, dst));
+  CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[0]));
+  CU_CHECK(CU_CALL(&drv, cuMemFree, raw_src));
+}
 
 /* Child: everything measured from a consumer's side. argv: self child NAME HANDLE_HEX */
 static int child(char **argv)
@@ -125,6 +195,7 @@ static int child(char **argv)
   CU_CHECK(CU_CALL(&drv, cuMemFree, local_a));
   CU_CHECK(CU_CALL(&drv, cuMemFree, local_b));
   CHECK_OK(gpushm_buffer_close(b));
+  peer_copy_rows(conn, argv[2], "bench-fd-1g");
   gpushm_disconnect(conn);
   return 0;
 }
@@ -181,6 +252,8 @@ int main(int argc, char **argv)
          median(create_us + 1, 19));
   CHECK_OK(gpushm_buffer_create(conn, "bench-fd", 64ull << 20, &opts, &b));
   CHECK_OK(gpushm_buffer_close(b)); /* kept by its name */
+  CHECK_OK(gpushm_buffer_create(conn, "bench-fd-1g", COPY_BYTES, &opts, &b));
+  CHECK_OK(gpushm_buffer_close(b)); /* kept by its name, for the peer copy rows */
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
   CHECK_OK(gpushm_buffer_create(conn, "bench", COPY_BYTES, &opts, &b));
 

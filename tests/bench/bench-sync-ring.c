@@ -8,7 +8,10 @@
  * (cuMemcpyDtoDAsync into a results array) and releases it back.  Neither side ever
  * waits for the GPU: only for published release numbers.  Every frame's word is
  * checked at the end.  Prints frames/s per method (median of 3) and the ratio
- * fences / events; scripts/gpu-host-test runs it without and with MPS.
+ * fences / events; scripts/gpu-host-test runs it without and with MPS.  With two GPUs,
+ * the fence ring and its raw floor run again with the consumer on device 1 (slots of
+ * device 0 mapped for it; IPC events cannot take part: an event is recorded only on its
+ * own device's streams, and that consumer releases from device 1).
  * Not part of `make check` (no timing assertions there). */
 #include "config.h"
 #include "cuda-test.h"
@@ -56,14 +59,15 @@ static void raw_write(gpushm_buffer_t *b, CUstream s, uint64_t value)
 }
 
 
-/* Consumer: argv: self consumer BACKEND FRAMES RESULT_FD.  Writes its frames/s (a
- * double) to RESULT_FD; exits 3 if a frame's word was wrong. */
+/* Consumer: argv: self consumer BACKEND FRAMES RESULT_FD DEVICE.  Works on DEVICE (the
+ * slots mapped for it); writes its frames/s (a double) to RESULT_FD; exits 3 if a
+ * frame's word was wrong. */
 static int consumer(char **argv)
 {
   gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
   bool raw = backend == RAW;
   unsigned frames = (unsigned)atoi(argv[3]), bad = 0;
-  int result_fd = atoi(argv[4]);
+  int result_fd = atoi(argv[4]), device = atoi(argv[5]);
   gpushm_buffer_t *slots[SLOTS];
   uint32_t *words = calloc(frames, sizeof *words);
   CUdeviceptr results;
@@ -72,6 +76,13 @@ static int consumer(char **argv)
   double t0 = 0, rate;
 
   cuda_test_setup(1);
+  if (device != 0) {
+    CUcontext ctx;
+    CUdevice dev;
+    CU_CHECK(CU_CALL(&drv, cuDeviceGet, &dev, device));
+    CU_CHECK(CU_CALL(&drv, cuDevicePrimaryCtxRetain, &ctx, dev));
+    CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx));
+  }
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   CU_CHECK(CU_CALL(&drv, cuMemAlloc, &results, frames * sizeof *words));
   snprintf(d.socket, sizeof d.socket, "%s", getenv("GPUSHM_SOCKET"));
@@ -79,7 +90,7 @@ static int consumer(char **argv)
   for (unsigned i = 0; i < SLOTS; i++) {
     char name[64];
     slot_name(name, sizeof name, backend, i);
-    CHECK_OK(gpushm_buffer_open(conn, name, 0, &slots[i]));
+    CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(device), &slots[i]));
   }
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
@@ -114,14 +125,15 @@ static int consumer(char **argv)
   return bad ? 3 : 0;
 }
 
-/* One run of the ring over backend's sync buffers; returns the consumer's frames/s. */
+/* One run of the ring over backend's sync buffers (of device 0), the consumer on
+ * consumer_device; returns the consumer's frames/s. */
 static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames,
-                       gpushm_sync_method_t expect)
+                       gpushm_sync_method_t expect, int consumer_device)
 {
   bool raw = backend == RAW;
   gpushm_buffer_t *slots[SLOTS];
   gpushm_create_opts_t opts;
-  char frames_text[16], backend_text[8], fd_text[8];
+  char frames_text[16], backend_text[8], fd_text[8], device_text[8];
   int pipe_fds[2];
   double rate = 0;
   CUstream s;
@@ -142,12 +154,13 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
   snprintf(frames_text, sizeof frames_text, "%u", frames);
   snprintf(backend_text, sizeof backend_text, "%d", (int)backend);
   snprintf(fd_text, sizeof fd_text, "%d", pipe_fds[1]);
+  snprintf(device_text, sizeof device_text, "%d", consumer_device);
   fflush(stdout);
   pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
     setenv("GPUSHM_SOCKET", d.socket, 1);
-    execl(self, self, "consumer", backend_text, frames_text, fd_text, (char *)NULL);
+    execl(self, self, "consumer", backend_text, frames_text, fd_text, device_text, (char *)NULL);
     _exit(127);
   }
   close(pipe_fds[1]);
@@ -190,6 +203,7 @@ int main(int argc, char **argv)
   unsigned frames = argc > 1 && strcmp(argv[1], "consumer") ? (unsigned)atoi(argv[1]) : 20000;
   double fence[RUNS], event[RUNS], floor_[RUNS], f, e, raw;
   gpushm_t *conn;
+  int count = 0;
 
   if (argc > 1 && strcmp(argv[1], "consumer") == 0)
     return consumer(argv);
@@ -198,9 +212,9 @@ int main(int argc, char **argv)
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
   for (int r = 0; r < RUNS; r++) {
-    event[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_IPC_EVENT);
-    fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE);
-    floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE);
+    event[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_IPC_EVENT, 0);
+    fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE, 0);
+    floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE, 0);
   }
   f = median3(fence);
   e = median3(event);
@@ -216,6 +230,25 @@ int main(int argc, char **argv)
   printf("bench:   ratio fences / events %.3f   (target %s)\n", f / e,
          mps ? ">= 1.0, and fences >= 130000 frames/s" : ">= 0.98");
   printf("bench:   ratio fences / raw floor %.3f\n", f / raw);
+  CU_CHECK(CU_CALL(&drv, cuDeviceGetCount, &count));
+  if (count >= 2) {
+    for (int r = 0; r < RUNS; r++) {
+      fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE, 1);
+      floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE, 1);
+    }
+    f = median3(fence);
+    raw = median3(floor_);
+    printf("bench: sync ring across GPUs %s, producer on device 0, consumer on device 1:\n",
+           mps ? "under MPS" : "without MPS");
+    printf("bench:   fences (cuda-fd)     %8.0f frames/s   (runs %.0f %.0f %.0f)\n", f, fence[0],
+           fence[1], fence[2]);
+    printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
+           floor_[0], floor_[1], floor_[2]);
+    printf("bench:   ratio fences / raw floor %.3f\n", f / raw);
+    printf("bench:   IPC events: not across GPUs (recorded only on their own device's streams)\n");
+  } else {
+    printf("bench: sync ring across GPUs: one GPU here (it needs two)\n");
+  }
   gpushm_disconnect(conn);
   daemon_stop(&d);
   return 0;
