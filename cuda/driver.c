@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "gpushm.h"
 #include "driver.h"
@@ -9,7 +10,7 @@
 #include <unistd.h>
 
 static const char *const fn_names[CUDA_FN_COUNT] = {
-#define CUDA_FN_NAME_(name, version) #name,
+#define CUDA_FN_NAME_(name, version, params) #name,
   CUDA_DRIVER_FUNCS(CUDA_FN_NAME_)
 #undef CUDA_FN_NAME_
 };
@@ -37,12 +38,12 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   PFN_cuGetProcAddress_v12000 get_proc;
   const char *faults = getenv("GPUSHM_CUDA_FAULTS");
   void **slots[CUDA_FN_COUNT] = {
-#define CUDA_FN_SLOT_(name, version) (void **)&drv->name,
+#define CUDA_FN_SLOT_(name, version, params) (void **)&drv->name,
     CUDA_DRIVER_FUNCS(CUDA_FN_SLOT_)
 #undef CUDA_FN_SLOT_
   };
   static const int versions[CUDA_FN_COUNT] = {
-#define CUDA_FN_VERSION_(name, version) version,
+#define CUDA_FN_VERSION_(name, version, params) version,
     CUDA_DRIVER_FUNCS(CUDA_FN_VERSION_)
 #undef CUDA_FN_VERSION_
   };

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CUDA driver, loaded at run time: every entry point gpushm uses, resolved once
  * through cuGetProcAddress into one table shared by daemon, library and tests.
  * Nothing links against libcuda, so the same binaries run on hosts without a GPU.
@@ -11,79 +12,79 @@
 #ifndef GPUSHM_CUDA_DRIVER_H
 #define GPUSHM_CUDA_DRIVER_H
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
+#include "cuda_api.h"
 #include <stdbool.h>
 #include <stddef.h>
 
-/* name, ABI version of the PFN typedef (and the version asked of cuGetProcAddress) */
-#define CUDA_DRIVER_FUNCS(X)            \
-  X(cuInit, 2000)                       \
-  X(cuDriverGetVersion, 2020)           \
-  X(cuDeviceGetCount, 2000)             \
-  X(cuDeviceGet, 2000)                  \
-  X(cuDeviceGetName, 2000)              \
-  X(cuDeviceGetUuid, 11040)             \
-  X(cuDeviceTotalMem, 3020)             \
-  X(cuDeviceGetAttribute, 2000)         \
-  X(cuDevicePrimaryCtxRetain, 7000)     \
-  X(cuDevicePrimaryCtxRelease, 11000)   \
-  X(cuCtxSetCurrent, 4000)              \
-  X(cuCtxGetCurrent, 4000)              \
-  X(cuCtxGetDevice, 2000)               \
-  X(cuCtxPushCurrent, 4000)             \
-  X(cuCtxPopCurrent, 4000)              \
-  X(cuDeviceCanAccessPeer, 4000)        \
-  X(cuCtxEnablePeerAccess, 4000)        \
-  X(cuStreamGetCtx, 9020)               \
-  X(cuCtxSynchronize, 2000)             \
-  X(cuMemAlloc, 3020)                   \
-  X(cuMemFree, 3020)                    \
-  X(cuMemGetInfo, 3020)                 \
-  X(cuMemcpyDtoH, 3020)                 \
-  X(cuMemcpyHtoD, 3020)                 \
-  X(cuMemcpyDtoD, 3020)                 \
-  X(cuMemsetD32, 3020)                  \
-  X(cuMemsetD32Async, 3020)             \
-  X(cuMemcpyDtoDAsync, 3020)            \
-  X(cuMemcpyDtoHAsync, 3020)            \
-  X(cuMemcpyHtoDAsync, 3020)            \
-  X(cuIpcGetMemHandle, 4010)            \
-  X(cuIpcOpenMemHandle, 11000)          \
-  X(cuIpcCloseMemHandle, 4010)          \
-  X(cuMemGetAllocationGranularity, 10020) \
-  X(cuMemCreate, 10020)                 \
-  X(cuMemRelease, 10020)                \
-  X(cuMemExportToShareableHandle, 10020) \
-  X(cuMemImportFromShareableHandle, 10020) \
-  X(cuMemAddressReserve, 10020)         \
-  X(cuMemAddressFree, 10020)            \
-  X(cuMemMap, 10020)                    \
-  X(cuMemUnmap, 10020)                  \
-  X(cuMemSetAccess, 10020)              \
-  X(cuMemGetHandleForAddressRange, 11070) \
-  X(cuEventCreate, 2000)                \
-  X(cuEventDestroy, 4000)               \
-  X(cuEventRecord, 2000)                \
-  X(cuEventQuery, 2000)                 \
-  X(cuEventSynchronize, 2000)           \
-  X(cuStreamWaitEvent, 3020)            \
-  X(cuStreamWriteValue64, 11070)        \
-  X(cuStreamWaitValue64, 11070)         \
-  X(cuIpcGetEventHandle, 4010)          \
-  X(cuIpcOpenEventHandle, 4010)         \
-  X(cuStreamCreate, 2000)               \
-  X(cuStreamDestroy, 4000)              \
-  X(cuStreamSynchronize, 2000)          \
-  X(cuModuleLoadData, 2000)             \
-  X(cuModuleGetFunction, 2000)          \
-  X(cuModuleUnload, 2000)               \
-  X(cuLaunchKernel, 4000)               \
-  X(cuGetErrorName, 6000)               \
-  X(cuGetErrorString, 6000)
+/* name, ABI version (asked of cuGetProcAddress: the version whose prototype this is),
+ * parameters — as the driver API reference gives them for that version */
+#define CUDA_DRIVER_FUNCS(X) \
+  X(cuInit, 2000, (unsigned int flags)) \
+  X(cuDriverGetVersion, 2020, (int *version)) \
+  X(cuDeviceGetCount, 2000, (int *count)) \
+  X(cuDeviceGet, 2000, (CUdevice *device, int ordinal)) \
+  X(cuDeviceGetName, 2000, (char *name, int len, CUdevice device)) \
+  X(cuDeviceGetUuid, 11040, (CUuuid *uuid, CUdevice device)) \
+  X(cuDeviceTotalMem, 3020, (size_t *bytes, CUdevice device)) \
+  X(cuDeviceGetAttribute, 2000, (int *value, CUdevice_attribute attribute, CUdevice device)) \
+  X(cuDevicePrimaryCtxRetain, 7000, (CUcontext *ctx, CUdevice device)) \
+  X(cuDevicePrimaryCtxRelease, 11000, (CUdevice device)) \
+  X(cuCtxSetCurrent, 4000, (CUcontext ctx)) \
+  X(cuCtxGetCurrent, 4000, (CUcontext *ctx)) \
+  X(cuCtxGetDevice, 2000, (CUdevice *device)) \
+  X(cuCtxPushCurrent, 4000, (CUcontext ctx)) \
+  X(cuCtxPopCurrent, 4000, (CUcontext *ctx)) \
+  X(cuDeviceCanAccessPeer, 4000, (int *can_access, CUdevice device, CUdevice peer)) \
+  X(cuCtxEnablePeerAccess, 4000, (CUcontext peer, unsigned int flags)) \
+  X(cuStreamGetCtx, 9020, (CUstream stream, CUcontext *ctx)) \
+  X(cuCtxSynchronize, 2000, (void)) \
+  X(cuMemAlloc, 3020, (CUdeviceptr *dptr, size_t bytes)) \
+  X(cuMemFree, 3020, (CUdeviceptr dptr)) \
+  X(cuMemGetInfo, 3020, (size_t *free_bytes, size_t *total_bytes)) \
+  X(cuMemcpyDtoH, 3020, (void *dst, CUdeviceptr src, size_t bytes)) \
+  X(cuMemcpyHtoD, 3020, (CUdeviceptr dst, const void *src, size_t bytes)) \
+  X(cuMemcpyDtoD, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes)) \
+  X(cuMemsetD32, 3020, (CUdeviceptr dst, unsigned int value, size_t count)) \
+  X(cuMemsetD32Async, 3020, (CUdeviceptr dst, unsigned int value, size_t count, CUstream stream)) \
+  X(cuMemcpyDtoDAsync, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
+  X(cuMemcpyDtoHAsync, 3020, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
+  X(cuMemcpyHtoDAsync, 3020, (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)) \
+  X(cuIpcGetMemHandle, 4010, (CUipcMemHandle *handle, CUdeviceptr dptr)) \
+  X(cuIpcOpenMemHandle, 11000, (CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)) \
+  X(cuIpcCloseMemHandle, 4010, (CUdeviceptr dptr)) \
+  X(cuMemGetAllocationGranularity, 10020, (size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)) \
+  X(cuMemCreate, 10020, (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)) \
+  X(cuMemRelease, 10020, (CUmemGenericAllocationHandle handle)) \
+  X(cuMemExportToShareableHandle, 10020, (void *shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type, unsigned long long flags)) \
+  X(cuMemImportFromShareableHandle, 10020, (CUmemGenericAllocationHandle *handle, void *os_handle, CUmemAllocationHandleType type)) \
+  X(cuMemAddressReserve, 10020, (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \
+  X(cuMemAddressFree, 10020, (CUdeviceptr ptr, size_t size)) \
+  X(cuMemMap, 10020, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)) \
+  X(cuMemUnmap, 10020, (CUdeviceptr ptr, size_t size)) \
+  X(cuMemSetAccess, 10020, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)) \
+  X(cuMemGetHandleForAddressRange, 11070, (void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type, unsigned long long flags)) \
+  X(cuEventCreate, 2000, (CUevent *event, unsigned int flags)) \
+  X(cuEventDestroy, 4000, (CUevent event)) \
+  X(cuEventRecord, 2000, (CUevent event, CUstream stream)) \
+  X(cuEventQuery, 2000, (CUevent event)) \
+  X(cuEventSynchronize, 2000, (CUevent event)) \
+  X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags)) \
+  X(cuStreamWriteValue64, 11070, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)) \
+  X(cuStreamWaitValue64, 11070, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)) \
+  X(cuIpcGetEventHandle, 4010, (CUipcEventHandle *handle, CUevent event)) \
+  X(cuIpcOpenEventHandle, 4010, (CUevent *event, CUipcEventHandle handle)) \
+  X(cuStreamCreate, 2000, (CUstream *stream, unsigned int flags)) \
+  X(cuStreamDestroy, 4000, (CUstream stream)) \
+  X(cuStreamSynchronize, 2000, (CUstream stream)) \
+  X(cuModuleLoadData, 2000, (CUmodule *module, const void *image)) \
+  X(cuModuleGetFunction, 2000, (CUfunction *function, CUmodule module, const char *name)) \
+  X(cuModuleUnload, 2000, (CUmodule module)) \
+  X(cuLaunchKernel, 4000, (CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void **params, void **extra)) \
+  X(cuGetErrorName, 6000, (CUresult error, const char **name)) \
+  X(cuGetErrorString, 6000, (CUresult error, const char **text))
 
 enum cuda_fn {
-#define CUDA_FN_ENUM_(name, version) CUDA_FN_##name,
+#define CUDA_FN_ENUM_(name, version, params) CUDA_FN_##name,
   CUDA_DRIVER_FUNCS(CUDA_FN_ENUM_)
 #undef CUDA_FN_ENUM_
   CUDA_FN_COUNT
@@ -99,7 +100,7 @@ struct cuda_driver {
   void *lib;
   int driver_version;
   bool trace; /* GPUSHM_CUDA_TRACE=1: every call and its result to stderr */
-#define CUDA_FN_FIELD_(name, version) PFN_##name##_v##version name;
+#define CUDA_FN_FIELD_(name, version, params) CUresult (*name) params;
   CUDA_DRIVER_FUNCS(CUDA_FN_FIELD_)
 #undef CUDA_FN_FIELD_
   struct cuda_fault faults[CUDA_FN_COUNT];

@@ -74,7 +74,6 @@ int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *f
  * host buffer of size bytes, after checking it is one. */
 int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t *allocated,
                        char *err, size_t errlen);
-#ifdef HAVE_CUDA
 extern const struct backend backend_cuda_ipc;
 extern const struct backend backend_cuda_fd;
 extern const struct backend backend_cuda_fabric;
@@ -85,6 +84,5 @@ extern const struct backend backend_cuda_fabric;
  * fails) the fd is left to the caller. */
 int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_t allocated,
                           struct backend_mem *mem, int *device, char *err, size_t errlen);
-#endif
 
 #endif

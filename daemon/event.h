@@ -20,8 +20,6 @@ struct event_source {
   const char *(*unavailable)(const struct event_source *src);
 };
 
-#ifdef HAVE_CUDA
 extern const struct event_source event_cuda_ipc;
-#endif
 
 #endif

@@ -5,9 +5,7 @@
 #include "list_codec.h"
 #include "log.h"
 #include "wire.h"
-#ifdef HAVE_CUDA
 #include "backend_cuda.h"
-#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +43,6 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
 {
   *out = NULL;
   *n_out = 0;
-#ifdef HAVE_CUDA
   int n = backend_cuda_device_count();
   Gpushm__Device *devs, **ptrs;
   struct cuda_device_info *infos;
@@ -70,9 +67,6 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
   }
   *out = ptrs;
   *n_out = (size_t)n;
-#else
-  (void)ctx;
-#endif
   return 0;
 }
 
@@ -193,11 +187,9 @@ static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
   info->name = (char *)b->name;
   info->size = b->size;
   info->allocated = b->allocated;
-#ifdef HAVE_CUDA
   /* points into the backend's device table, which outlives the reply */
   if (b->device >= 0 && (info->device_uuid.data = (uint8_t *)backend_cuda_device_uuid(b->device)))
     info->device_uuid.len = 16;
-#endif
   info->backend = wire_backend(b);
   info->device = b->device;
   info->owner_uid = (uint32_t)b->owner_uid;
@@ -280,7 +272,6 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   const struct reg_object *b;
   int r;
 
-#ifdef HAVE_CUDA
   /* What the create will use, the daemon's default-backend included: any device
    * backend (or event) needs the device's context, made off the loop. */
   int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->client);
@@ -289,7 +280,6 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     ctx->wait_device = cr->device;
     return HANDLER_WAIT_DEVICE;
   }
-#endif
   r = registry_create(call->reg, call->client, &args, &ctx->export, ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;

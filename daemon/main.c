@@ -5,9 +5,7 @@
 #include "options.h"
 #include "sd.h"
 #include "server.h"
-#ifdef HAVE_CUDA
 #include "backend_cuda.h"
-#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -277,7 +275,6 @@ int main(int argc, char **argv)
   fatal_timer.data = &srv;
   uv_timer_init(&loop, &watchdog_timer);
   watchdog_timer.data = &srv;
-#ifdef HAVE_CUDA
   /* CUDA does not survive fork() without exec(): initialise it in the process that
    * serves, never before any forking.  Before adoption, which imports cuda-fd buffers
    * again (a sticky error there stops the daemon through the fatal timer). */
@@ -290,7 +287,6 @@ int main(int argc, char **argv)
       log_info("default-backend auto: %s%s%s%s", srv.reg.cuda_fd_usable ? "cuda-fd" : "host",
                why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
   }
-#endif
   persist_init(&srv.persist);
   srv.reg.persist_dedicated = srv.persist.enabled;
   adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
@@ -300,9 +296,7 @@ int main(int argc, char **argv)
   if (server_start(&srv, &loop, err, sizeof err) < 0) {
     log_error("%s", err);
     registry_destroy(&srv.reg);
-#ifdef HAVE_CUDA
     backend_cuda_shutdown();
-#endif
     uv_close((uv_handle_t *)&fatal_timer, NULL);
     uv_close((uv_handle_t *)&watchdog_timer, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
@@ -327,9 +321,7 @@ int main(int argc, char **argv)
 
   log_client_warnings_flush();
   registry_destroy(&srv.reg);
-#ifdef HAVE_CUDA
   backend_cuda_shutdown();
-#endif
   status_page_destroy(&srv.status);
   uv_loop_close(&loop);
   log_info("stopped");

@@ -4,9 +4,7 @@
 #include "log.h"
 #include "shm_layout.h"
 #include "wire.h"
-#ifdef HAVE_CUDA
 #include "backend_cuda.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +72,6 @@ static bool record_of(const struct reg_object *b, char *out, size_t len)
     memory_record(b, out, len);
     return true;
   }
-#ifdef HAVE_CUDA
   if (b->backend->kind == GPUSHM_BACKEND_CUDA_FD) {
     const uint8_t *uuid = backend_cuda_device_uuid(b->device);
     struct reg_adopt_args a = {
@@ -84,7 +81,6 @@ static bool record_of(const struct reg_object *b, char *out, size_t len)
     };
     return uuid && device_record(&a, record_flags(b), uuid, out, len);
   }
-#endif
   return false;
 }
 
@@ -380,7 +376,6 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
       drop_metadata(e.args.id);
     return false;
   }
-#ifdef HAVE_CUDA
   {
     struct backend_mem mem;
     char err[256];
@@ -409,16 +404,6 @@ static bool adopt_device(struct persist *p, struct registry *reg, struct sdn_pas
             "store", e.name, (unsigned long long)e.args.id, (unsigned long long)e.args.size,
             e.args.device);
   return true;
-#else
-  (void)p;
-  (void)reg;
-  drop_device(record, &e, fd, "this gpushmd is built without CUDA");
-  if (c >= 0)
-    drop(passed->stored_names[c], control.fd, "its buffer is unusable");
-  if (e.args.metadata_len)
-    drop_metadata(e.args.id);
-  return false;
-#endif
 }
 
 unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed)

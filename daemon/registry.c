@@ -94,12 +94,10 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   if (!reg->limits.default_mode)
     reg->limits.default_mode = 0600;
   reg->backends[GPUSHM_BACKEND_HOST] = &backend_host;
-#ifdef HAVE_CUDA
   reg->backends[GPUSHM_BACKEND_CUDA_IPC] = &backend_cuda_ipc;
   reg->backends[GPUSHM_BACKEND_CUDA_FD] = &backend_cuda_fd;
   reg->backends[GPUSHM_BACKEND_CUDA_FABRIC] = &backend_cuda_fabric;
   reg->events = &event_cuda_ipc;
-#endif
   return 0;
 }
 

@@ -3,9 +3,7 @@
 #include "fence_repair.h"
 #include "gpushm.h"
 #include "log.h"
-#ifdef HAVE_CUDA
 #include "backend_cuda.h"
-#endif
 
 #include <dirent.h>
 #include <limits.h>
@@ -314,7 +312,6 @@ static void on_hello_sweep(uv_timer_t *timer)
   }
 }
 
-#ifdef HAVE_CUDA
 static void warm_work(uv_work_t *req)
 {
   struct device_warmup *w = req->data;
@@ -348,11 +345,9 @@ static void warm_done(uv_work_t *req, int status)
       session_resume(s, r, err);
   }
 }
-#endif
 
 static void warm_device(void *ctx, int device)
 {
-#ifdef HAVE_CUDA
   struct server *srv = ctx;
   struct device_warmup *w = &srv->warmups[device];
 
@@ -368,10 +363,6 @@ static void warm_device(void *ctx, int device)
     warm_work(&w->work);
     warm_done(&w->work, 0);
   }
-#else
-  (void)ctx;
-  (void)device;
-#endif
 }
 
 /* A process that held cuda-fd sync buffers read-write has exited (detached.h). */

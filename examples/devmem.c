@@ -4,17 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef HAVE_CUDA
 #include "driver.h"
 static struct cuda_driver drv;
 static int loaded;
-#endif
 
 int devmem_attach(gpushm_buffer_t *buf)
 {
   if (gpushm_buffer_backend(buf) == GPUSHM_BACKEND_HOST)
     return 0;
-#ifdef HAVE_CUDA
   char err[256];
   CUcontext ctx;
   CUdevice dev;
@@ -30,9 +27,6 @@ int devmem_attach(gpushm_buffer_t *buf)
       CU_CALL(&drv, cuCtxSetCurrent, ctx) != CUDA_SUCCESS)
     return -1;
   return 0;
-#else
-  return -1;
-#endif
 }
 
 int devmem_write(gpushm_buffer_t *buf, uint64_t offset, const void *src, uint64_t n)
@@ -41,12 +35,8 @@ int devmem_write(gpushm_buffer_t *buf, uint64_t offset, const void *src, uint64_
     memcpy((char *)gpushm_buffer_ptr(buf) + offset, src, n);
     return 0;
   }
-#ifdef HAVE_CUDA
   return CU_CALL(&drv, cuMemcpyHtoD, (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(buf) + offset,
                  src, n) == CUDA_SUCCESS ? 0 : -1;
-#else
-  return -1;
-#endif
 }
 
 int devmem_read(gpushm_buffer_t *buf, uint64_t offset, void *dst, uint64_t n)
@@ -55,12 +45,8 @@ int devmem_read(gpushm_buffer_t *buf, uint64_t offset, void *dst, uint64_t n)
     memcpy(dst, (const char *)gpushm_buffer_ptr(buf) + offset, n);
     return 0;
   }
-#ifdef HAVE_CUDA
   return CU_CALL(&drv, cuMemcpyDtoH, dst, (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(buf) + offset,
                  n) == CUDA_SUCCESS ? 0 : -1;
-#else
-  return -1;
-#endif
 }
 
 const char *devmem_where(gpushm_buffer_t *buf)

@@ -4,6 +4,7 @@
 #define GPUSHM_TEST_HARNESS_H
 
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -97,6 +98,10 @@ int file_contains(const char *path, const char *text);
  * /proc/self/exe, which names whoever looks, so that it survives a child's change of
  * uid and shows in the daemon's client list as the test. */
 const char *test_self_path(void);
+/* Raises this process's soft open-file limit to at least need, as far as the hard limit
+ * allows (a fresh machine's soft limit is 1024); false when the hard limit is lower,
+ * with why saying so. */
+bool test_raise_nofile(unsigned long need, char *why, size_t why_len);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

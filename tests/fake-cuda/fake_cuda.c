@@ -17,7 +17,7 @@
  * opened in another device's context (SIGSEGV, as the real one does), and lets stream work touch only memory its device
  * was granted (a fault there is CUDA_ERROR_ILLEGAL_ADDRESS from the call). */
 #define _GNU_SOURCE
-#include <cuda.h>
+#include "cuda_api.h"
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1179,6 +1179,9 @@ static const struct {
 #undef FAKE_ENTRY
 };
 
+/* The one symbol the loader looks up by name (cuda/cuda_api.h declares no functions). */
+FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                      cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                       cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {

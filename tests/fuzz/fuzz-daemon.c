@@ -18,9 +18,7 @@
 #include "log.h"
 #include "server.h"
 #include "wire.h"
-#ifdef HAVE_CUDA
 #include "backend_cuda.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -439,12 +437,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   (void)argv;
   signal(SIGPIPE, SIG_IGN);
   verbose = getenv("GPUSHM_FUZZ_VERBOSE") != NULL;
-#ifdef HAVE_CUDA
   /* Device memory is out of scope, and the target must not behave differently on a
    * host with a GPU: the CUDA backends stay "unavailable". */
   setenv("GPUSHM_CUDA_LIBRARY", "/nonexistent/libcuda-fuzz.so.1", 1);
   backend_cuda_init();
-#endif
   if ((devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
     fail("/dev/null: %s", strerror(errno));
   srv.cfg = (struct server_config){

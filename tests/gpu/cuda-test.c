@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "cuda-test.h"
 
@@ -43,6 +44,19 @@ void cuda_test_child_env(void)
   else
     unsetenv("CUDA_MPS_PIPE_DIRECTORY");
   unsetenv(SAVED_MPS_PIPE);
+}
+
+CUresult cuda_test_load_module(const char *ptx, CUmodule *mod)
+{
+  CUresult r = CU_CALL(&drv, cuModuleLoadData, mod, ptx);
+
+  if (r != CUDA_ERROR_NOT_SUPPORTED && !ptx[0]) {
+    test_log("this test was built without nvcc, so it has no kernels to run on this GPU: "
+             "configure with the CUDA toolkit (--with-cuda=DIR) to test on a GPU");
+    exit(1);
+  }
+  CU_CHECK(r == CUDA_ERROR_NOT_SUPPORTED ? CUDA_SUCCESS : r);
+  return r;
 }
 
 CUdeviceptr cuda_test_dptr(gpushm_buffer_t *b)

@@ -31,6 +31,11 @@ void cuda_test_setup(int skip_without_gpu);
 void cuda_test_parent_outside_mps(void);
 void cuda_test_child_env(void);
 
+/* Loads the test kernels (ptx, from tests/gpu/kernels.cu) into the current context:
+ * CUDA_SUCCESS, or CUDA_ERROR_NOT_SUPPORTED from a driver that runs no kernels (the
+ * fake).  A real driver given no PTX (a build without nvcc) ends the test, saying so. */
+CUresult cuda_test_load_module(const char *ptx, CUmodule *mod);
+
 /* A buffer's device pointer (for the device it is mapped for). */
 CUdeviceptr cuda_test_dptr(gpushm_buffer_t *b);
 /* A known pattern: word i of a buffer filled with seed. */

@@ -67,13 +67,8 @@ static void load_kernels(int device)
   CUresult r;
 
   CU_CHECK(CU_CALL(&drv, cuCtxSetCurrent, ctx[device]));
-  r = CU_CALL(&drv, cuModuleLoadData, &modules[device], test_kernels_ptx);
-  if (r == CUDA_ERROR_NOT_SUPPORTED) {
-    kernels = false; /* the fake driver */
-    return;
-  }
-  CU_CHECK(r);
-  kernels = true;
+  r = cuda_test_load_module(test_kernels_ptx, &modules[device]);
+  kernels = r != CUDA_ERROR_NOT_SUPPORTED; /* the fake driver runs none */
 }
 
 static CUfunction function(int device, const char *name)

@@ -52,12 +52,11 @@ static void cuda_setup(int skip_without_gpu)
   CUresult r;
 
   cuda_test_setup(skip_without_gpu);
-  r = CU_CALL(&drv, cuModuleLoadData, &mod, test_kernels_ptx);
+  r = cuda_test_load_module(test_kernels_ptx, &mod);
   if (r == CUDA_ERROR_NOT_SUPPORTED) {
     test_log("this driver runs no kernels (the fake one?)");
     exit(skip_without_gpu ? TEST_SKIP : 1);
   }
-  CU_CHECK(r);
   CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &fill_fn, mod, "slow_fill"));
   CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &verify_fn, mod, "verify"));
 }

@@ -4,6 +4,7 @@ buffer's references.  Run by tests/python/test-python.sh, which sets GPUSHMD,
 GPUSHM_LIBRARY (the built libgpushm) and PYTHONPATH (python/)."""
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import shutil
@@ -22,17 +23,9 @@ FAKE_CUDA = os.environ.get("GPUSHM_FAKE_CUDA_LIB")
 HAVE_FAKE_CUDA = bool(FAKE_CUDA and os.access(FAKE_CUDA, os.R_OK))
 
 
-def _configured_with_cuda() -> bool:
-    try:
-        with open(os.path.join(BUILD, "config.h")) as f:
-            return any(line.split()[:2] == ["#define", "HAVE_CUDA"] for line in f)
-    except OSError:
-        return False
-
-
-#: make check names the fake driver (GPUSHM_FAKE_CUDA_LIB) and builds it wherever
-#: configure found CUDA's headers: missing there, it is a build regression, not a skip.
-FAKE_CUDA_EXPECTED = bool(BUILD and FAKE_CUDA and _configured_with_cuda())
+#: make check names the fake driver (GPUSHM_FAKE_CUDA_LIB) and every build makes it:
+#: missing there, it is a build regression, not a skip.
+FAKE_CUDA_EXPECTED = bool(BUILD and FAKE_CUDA)
 
 
 def require_built(path: str, what: str, expected: bool) -> None:
@@ -169,3 +162,39 @@ def run_python(code: str, *, user: int | None = None, check: bool = True,
 
 def can_switch_user() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def other_user_env(user: int = 65534) -> dict:
+    """What run_python(user=...) needs so that user can import the package and load the
+    library under test: nothing more where the tree is readable to it; a world-readable
+    copy of both where it is not (a checkout in a 0700 home).  Skips, saying why,
+    without root and setpriv, or where user cannot run this Python at all."""
+    if not can_switch_user():
+        pytest.skip("needs root and setpriv")
+    import gpushm
+    package = os.path.dirname(gpushm.__file__)
+    library = os.environ.get("GPUSHM_LIBRARY", "")
+    probe = ("import os, sys; print(' '.join(p for p in sys.argv[1:] "
+             "if p and not os.access(p, os.R_OK | (os.X_OK if os.path.isdir(p) else 0))))")
+    p = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+                        sys.executable, "-c", probe, package, library],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        pytest.skip(f"uid {user} cannot run {sys.executable} here: {p.stderr.strip()[-200:]}")
+    if not p.stdout.strip():
+        return {}
+    copy = tempfile.mkdtemp(prefix="gpushm-other-user-")
+    atexit.register(shutil.rmtree, copy, True)
+    os.chmod(copy, 0o755)
+    shutil.copytree(package, os.path.join(copy, "gpushm"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONPATH": copy}
+    if library:
+        env["GPUSHM_LIBRARY"] = os.path.join(copy, os.path.basename(library))
+        shutil.copy(os.path.realpath(library), env["GPUSHM_LIBRARY"])
+    for root, dirs, files in os.walk(copy):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return env

@@ -39,5 +39,5 @@ if nm -D --undefined-only "$lib" 2>/dev/null | grep -q ' __asan_'; then
   export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 fi
 
-exec "$py" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+exec "$py" -m pytest -q -rs -p no:cacheprovider -o console_output_style=classic \
   --rootdir "$src/tests/python" "$src/tests/python"

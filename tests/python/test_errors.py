@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gpushm
-from conftest import Daemon, can_switch_user, daemon_refs, run_python
+from conftest import Daemon, daemon_refs, other_user_env, run_python
 
 
 def test_not_found(conn):
@@ -161,8 +161,8 @@ def test_invalid_name_and_argument(conn):
         conn.create("py-too-big", 1 << 50)  # past GPUSHM_LIMIT_BUFFER_SIZE
 
 
-@pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv")
 def test_permission_denied_as_another_user(conn, name):
+    env = other_user_env(65534)
     conn.create(name, 64, mode=0o644).close()
     run_python(f"""
 import errno, gpushm
@@ -179,7 +179,7 @@ try:
     raise SystemExit("unlinked")
 except gpushm.PermissionDenied:
     pass
-""", user=65534)
+""", user=65534, env=env)
 
 
 def test_timeout_on_acquire(conn, name):

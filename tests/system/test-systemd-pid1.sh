@@ -67,57 +67,8 @@ suite=$(. /etc/os-release 2>/dev/null && [ "${ID:-}" = debian ] && echo "${VERSI
 
 # --- root file system, cached by package list ---------------------------------------
 # procps: kill(1) for the checks; passwd: useradd.
-packages="systemd,systemd-sysv,dbus,libsystemd0,libuv1,libprotobuf-c1,util-linux,passwd,procps"
-cache=${GPUSHM_TEST_ROOTFS_CACHE:-/var/cache/gpushm-test}
-key=$(printf '%s minbase %s\n' "$suite" "$packages" | sha256sum | cut -c1-12)
-rootfs=$cache/$suite-$key
-
-apt_mirror() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    # deb822: the first stanza whose Suites list the release itself (not -security)
-    awk -v s="$suite" '
-      /^URIs:/ { u = $2 }
-      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) ok = 1 }
-      /^[ \t]*$/ { if (u != "" && ok) { print u; exit } u = ""; ok = 0 }
-      END { if (u != "" && ok) print u }' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    sed -n "s/^deb\( \[[^]]*\]\)\? \([^ ]*\) $suite .*/\2/p" "$f"
-  done
-}
-
-if [ ! -x "$rootfs/lib/systemd/systemd" ]; then
-  command -v debootstrap >/dev/null || skip "debootstrap missing and no cached root file system at $rootfs"
-  mirror=${GPUSHM_TEST_MIRROR:-$(apt_mirror | head -n1)}
-  mirror=${mirror:-http://deb.debian.org/debian}
-  mkdir -p "$cache"
-  exec 9>"$cache/.lock"
-  flock 9   # another run may be bootstrapping the same list
-  if [ ! -x "$rootfs/lib/systemd/systemd" ]; then
-    probe=$(mktemp -d)
-    chmod 755 "$probe"   # apt-helper downloads as _apt
-    if ! timeout 30 /usr/lib/apt/apt-helper download-file "$mirror/dists/$suite/Release" \
-         "$probe/Release" >/dev/null 2>&1; then
-      rm -rf "$probe"
-      skip "cannot reach the Debian mirror $mirror (no network) and no cached root file system"
-    fi
-    rm -rf "$probe"
-    say "# bootstrapping $suite ($packages) from $mirror into $rootfs"
-    rm -rf "$rootfs.new"
-    if ! debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs.new" "$mirror" \
-         > "$cache/debootstrap-$key.log" 2>&1; then
-      tail -n 20 "$cache/debootstrap-$key.log"
-      rm -rf "$rootfs.new"
-      die "debootstrap failed although the mirror answered (log: $cache/debootstrap-$key.log)"
-    fi
-    rm -f "$rootfs.new"/var/cache/apt/archives/*.deb
-    mv "$rootfs.new" "$rootfs"
-  fi
-  exec 9>&-
-fi
+. "$src/tests/system/rootfs.sh"
+rootfs_bootstrap "$suite" "systemd,systemd-sysv,dbus,libsystemd0,libuv1,libprotobuf-c1,util-linux,passwd,procps"
 
 # --- build for /usr and install into a throw-away layer over the cache ------------
 work=$b/tests/system/pid1
@@ -192,10 +143,7 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$run/upper" "$run/work" "$root"
-if ! mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$run/upper,workdir=$run/work" "$root" 2>/dev/null; then
-  cp -a "$rootfs/." "$root/"   # no overlayfs here: a copy keeps the cache clean all the same
-fi
+rootfs_layer "$run"
 if [ -n "$debs" ]; then
   mkdir -p "$root/var/tmp/gpushm-debs"
   # shellcheck disable=SC2086  # a list of paths without spaces (checked above)

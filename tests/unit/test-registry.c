@@ -283,12 +283,18 @@ static void test_permissions(void)
   registry_destroy(&reg);
 }
 
-static void test_many_buffers_ids_and_names(void)
+/* 3000 whole host buffers hold 3000 memfds: returns false (saying why) where the hard
+ * open-file limit does not allow them. */
+static bool test_many_buffers_ids_and_names(void)
 {
   struct reg_client a;
-  char name[32];
+  char name[32], why[160];
   uint64_t last = 0;
 
+  if (!test_raise_nofile(3000 + 64, why, sizeof why)) {
+    test_log("many buffers: not run: %s", why);
+    return false;
+  }
   setup(5000, 0);
   registry_client_init(&a, 1, 1, 1000, 1000);
   /* enough to grow the name table and the id index several times */
@@ -309,6 +315,7 @@ static void test_many_buffers_ids_and_names(void)
   CHECK(registry_index_after(&reg, 0) == 0);
   CHECK(registry_index_after(&reg, last) == reg.n_buffers);
   registry_destroy(&reg);
+  return true;
 }
 
 static void test_refs_per_holding_limit(void)
@@ -473,6 +480,6 @@ int main(void)
   test_quotas();
   test_bad_arguments();
   test_permissions();
-  test_many_buffers_ids_and_names();
-  return 0;
+  /* last: the others have run when it cannot */
+  return test_many_buffers_ids_and_names() ? 0 : TEST_SKIP;
 }

@@ -1,0 +1,97 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The README's two quick-start commands on a freshly bootstrapped Debian 12, run as a new
+# user runs them: a minbase root with git and nothing else (no CUDA toolkit, no build
+# tools), the tree cloned into root's home (mode 0700, as Debian makes it), the default
+# open-file limit (1024 soft), then `scripts/demo` and `scripts/test` exactly as the
+# README writes them, each of which must pass.  Prints how long each took, dependency
+# installation included.
+#
+# Usage: tests/system/test-fresh-machine.sh [CHECKOUT]  (default: this script's tree)
+# What is cloned is CHECKOUT's committed HEAD, as a user's `git clone` gets it.
+# Needs root, and a Debian mirror or the cached root file system (tests/system/rootfs.sh).
+#   GPUSHM_TEST_APT_ARCHIVES  a directory of .debs apt may take instead of downloading
+#                             them again (default /var/cache/apt/archives of this host;
+#                             "none": download everything)
+# Exit status: 0 both commands passed, 1 one failed, 77 this machine cannot run the test
+# (one line says why).
+set -eu
+set -o pipefail
+
+say() { printf '%s\n' "$*"; }
+skip() { say "SKIP: $*"; exit 77; }
+die() { say "FAIL: $*"; exit 1; }
+
+src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+[ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot, mounts)"
+for tool in git unshare chroot flock sha256sum; do
+  command -v "$tool" >/dev/null || skip "$tool missing"
+done
+git -C "$src" rev-parse --verify -q HEAD >/dev/null || skip "$src is not a git checkout"
+suite=$(. /etc/os-release 2>/dev/null && [ "${ID:-}" = debian ] && echo "${VERSION_CODENAME:-}") || true
+[ -n "$suite" ] || skip "host is not Debian (it bootstraps its own release)"
+[ "$suite" = bookworm ] || say "# host is Debian $suite; the fresh machine is bookworm all the same"
+
+. "$src/tests/system/rootfs.sh"
+# What a "minbase + git" install has: no compiler, no toolkit, no procps.
+rootfs_bootstrap bookworm "git,ca-certificates"
+
+run=$(mktemp -d /var/tmp/gpushm-fresh.XXXXXX)
+root=$run/root
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if mountpoint -q "$root"; then
+    umount "$root" 2>/dev/null || { sleep 1; umount "$root" 2>/dev/null; } || umount -l "$root" || true
+  fi
+  mountpoint -q "$root" || rm -rf "$run"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+rootfs_layer "$run"
+
+home=$root/root
+[ "$(stat -c %a "$home")" = 700 ] || die "the bootstrapped root's home is $(stat -c %a "$home"), not 0700"
+git clone -q --no-hardlinks "$src" "$home/gpushm"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+archives=${GPUSHM_TEST_APT_ARCHIVES:-/var/cache/apt/archives}
+[ "$archives" = none ] || [ -d "$archives" ] || archives=none
+
+# Debian's default for a login: soft 1024, hard 524288 (systemd's DefaultLimitNOFILE),
+# or this machine's hard limit where that is lower.
+hard=$(ulimit -Hn)
+[ "$hard" = unlimited ] || [ "$hard" -ge 524288 ] && hard=524288
+
+# cmd NAME COMMAND: runs COMMAND in the tree, in the fresh root, in mount and PID
+# namespaces of its own (its /proc, /sys, /dev, and apt's download cache if shared).
+cmd() {
+  local name=$1 command=$2 t0 rc=0
+  t0=$(date +%s)
+  unshare --mount --pid --fork --propagation private bash -c '
+    set -e
+    root=$1 archives=$2 soft_hard=$3 command=$4
+    mount -t proc proc "$root/proc"
+    mount -t sysfs sysfs "$root/sys"
+    mount --rbind /dev "$root/dev"
+    mount -t tmpfs tmpfs "$root/tmp"
+    [ "$archives" = none ] || mount --bind "$archives" "$root/var/cache/apt/archives"
+    exec chroot "$root" /usr/bin/prlimit --nofile="$soft_hard" \
+      /usr/bin/env -i HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 TERM=dumb \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      /bin/sh -c "cd /root/gpushm && $command"
+  ' fresh "$root" "$archives" "1024:$hard" "$command" > "$run/$name.log" 2>&1 || rc=$?
+  elapsed=$(( $(date +%s) - t0 ))
+  if [ "$rc" -ne 0 ]; then
+    say "# --- the last lines of $name's output"
+    tail -n 60 "$run/$name.log" | sed 's/^/# /'
+    die "'$command' failed on the fresh machine (exit $rc, after ${elapsed} s)"
+  fi
+  say "# $command: passed in ${elapsed} s: $(tail -n 1 "$run/$name.log")"
+}
+
+cmd demo scripts/demo
+cmd test scripts/test
+say "fresh Debian 12 (minbase + git, tree in a 0700 home, 1024 open files): both README commands passed"
