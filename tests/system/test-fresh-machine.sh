@@ -23,8 +23,8 @@ skip() { say "SKIP: $*"; exit 77; }
 die() { say "FAIL: $*"; exit 1; }
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
-[ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot, mounts)"
-for tool in git unshare chroot flock sha256sum; do
+[ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, namespaces, mounts)"
+for tool in git unshare pivot_root mountpoint flock sha256sum; do
   command -v "$tool" >/dev/null || skip "$tool missing"
 done
 git -C "$src" rev-parse --verify -q HEAD >/dev/null || skip "$src is not a git checkout"
@@ -67,6 +67,8 @@ hard=$(ulimit -Hn)
 
 # cmd NAME COMMAND: runs COMMAND in the tree, in the fresh root, in mount and PID
 # namespaces of its own (its /proc, /sys, /dev, and apt's download cache if shared).
+# The fresh root becomes the namespace's root (pivot_root, not chroot): tests that
+# enter a mount namespace of theirs (nsenter --mount) must land in it, not out here.
 cmd() {
   local name=$1 command=$2 t0 rc=0
   t0=$(date +%s)
@@ -78,7 +80,14 @@ cmd() {
     mount --rbind /dev "$root/dev"
     mount -t tmpfs tmpfs "$root/tmp"
     [ "$archives" = none ] || mount --bind "$archives" "$root/var/cache/apt/archives"
-    exec chroot "$root" /usr/bin/prlimit --nofile="$soft_hard" \
+    mountpoint -q "$root" || mount --bind "$root" "$root"
+    cd "$root"
+    mkdir -p .pivot-old
+    pivot_root . .pivot-old
+    umount -l /.pivot-old
+    rmdir /.pivot-old
+    cd /
+    exec /usr/bin/prlimit --nofile="$soft_hard" \
       /usr/bin/env -i HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 TERM=dumb \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       /bin/sh -c "cd /root/gpushm && $command"
