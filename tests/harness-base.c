@@ -25,6 +25,15 @@ const char *test_self_path(void)
   return path;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define HAVE_SANITIZER_REPORT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HAVE_SANITIZER_REPORT 1
+#endif
+#endif
+
+#ifndef HAVE_SANITIZER_REPORT /* AddressSanitizer's own report says more */
 /* A test process that crashes prints where (GPU hosts have no debugger): the frames,
  * then the mappings they lie in, so `addr2line -e FILE OFFSET` can name each line.
  * Then it dies of the same signal, so its parent sees what it always saw. */
@@ -47,17 +56,8 @@ static void crash_report(int sig)
   raise(sig);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define HAVE_SANITIZER_REPORT 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HAVE_SANITIZER_REPORT 1
-#endif
-#endif
-
 __attribute__((constructor)) static void install_crash_report(void)
 {
-#ifndef HAVE_SANITIZER_REPORT /* AddressSanitizer's own report says more */
   static char alt_stack[64 * 1024];
   stack_t ss = { .ss_sp = alt_stack, .ss_size = sizeof alt_stack };
   struct sigaction sa = { .sa_handler = crash_report, .sa_flags = SA_ONSTACK | SA_RESETHAND };
@@ -70,8 +70,8 @@ __attribute__((constructor)) static void install_crash_report(void)
   sigaction(SIGBUS, &sa, NULL);
   sigaction(SIGILL, &sa, NULL);
   sigaction(SIGFPE, &sa, NULL);
-#endif
 }
+#endif
 
 bool test_raise_nofile(unsigned long need, char *why, size_t why_len)
 {

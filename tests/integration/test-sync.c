@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -215,9 +216,28 @@ static uint64_t now_ms(void)
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Whether process pid's only thread is blocked in a futex wait now (/proc says which
+ * system call a blocked task is in). */
+static bool blocked_in_futex(pid_t pid)
+{
+  char path[64], line[256];
+  FILE *f;
+  long nr = -1;
+
+  snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+  if (!(f = fopen(path, "r")))
+    return false;
+  if (fgets(line, sizeof line, f))
+    nr = strtol(line, NULL, 10);
+  fclose(f);
+  return nr == SYS_futex;
+}
+
 /* A consumer waiting for a release sleeps (on a futex) instead of spinning or napping:
  * over a second of waiting it is switched out a handful of times, not hundreds; and a
- * release wakes it at once, long before its fallback recheck would. */
+ * release wakes it at once, long before its fallback recheck (200 ms) would: the
+ * release comes as soon as /proc shows the consumer asleep in its futex wait, so a
+ * consumer left to its recheck would sleep on for most of those 200 ms. */
 static void test_acquire_sleeps(void)
 {
   gpushm_t *conn = daemon_connect(&d);
@@ -253,13 +273,16 @@ static void test_acquire_sleeps(void)
   }
   close(ready[1]); /* a child that fails ends the read below */
   CHECK(read(ready[0], &c, 1) == 1);
-  usleep(300 * 1000); /* asleep in the second acquire by now */
+  for (int i = 0; !blocked_in_futex(pid); i++) {
+    CHECK(i < 10000); /* 10 s */
+    usleep(1000);
+  }
   released_at = now_ms();
   CHECK_OK(gpushm_buffer_release(buf, NULL, NULL));
   CHECK(wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   woke_at = now_ms();
   test_log("woken %llu ms after the release", (unsigned long long)(woke_at - released_at));
-  CHECK(woke_at - released_at < 150);
+  CHECK(woke_at - released_at < 100);
   CHECK_OK(gpushm_unlink(conn, "sleeper"));
   CHECK_OK(gpushm_buffer_close(buf));
   gpushm_disconnect(conn);
