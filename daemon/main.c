@@ -1,11 +1,11 @@
 /* gpushmd: owns shared GPU/host buffers on behalf of cooperating processes. */
 #include "config.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 #include "options.h"
-#include "sd.h"
-#include "server.h"
-#include "backend_cuda.h"
+#include "util/sd.h"
+#include "server/server.h"
+#include "backends/backend_cuda.h"
 
 #include <errno.h>
 #include <getopt.h>

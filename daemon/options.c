@@ -1,7 +1,7 @@
 #include "config.h"
 #include "options.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "host_memory.h"
+#include "util/host_memory.h"
 
 /* Whole-string unsigned parse with an optional binary-unit suffix. */
 static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, uint64_t *out)

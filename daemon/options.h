@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "registry.h"
-#include "server.h"
+#include "registry/registry.h"
+#include "server/server.h"
 
 #define GPUSHMD_DEFAULT_CONFIG "/etc/gpushm/gpushmd.conf"
 

@@ -1,10 +1,10 @@
 #include "config.h"
-#include "persist.h"
+#include "server/persist.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 #include "shm_layout.h"
 #include "wire.h"
-#include "backend_cuda.h"
+#include "backends/backend_cuda.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 #include "config.h"
 #include "gpushm.h"
-#include "transport.h"
+#include "server/transport.h"
 #include "gpushm_limits.h"
 
 #include <errno.h>

@@ -1,11 +1,11 @@
 #include "config.h"
-#include "handlers.h"
-#include "detached.h"
+#include "server/handlers.h"
+#include "server/detached.h"
 #include "gpushm.h"
 #include "list_codec.h"
-#include "log.h"
+#include "util/log.h"
 #include "wire.h"
-#include "backend_cuda.h"
+#include "backends/backend_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,13 +3,13 @@
  * cuIpcGetMemHandle when first handed to a client, freed with cuMemFree when the
  * registry drops the last reference); and inter-process events. */
 #include "config.h"
-#include "backend.h"
-#include "backend_cuda.h"
-#include "event.h"
+#include "backends/backend.h"
+#include "backends/backend_cuda.h"
+#include "backends/event.h"
 #include "driver.h"
 #include "gpushm.h"
 #include "gpushm_limits.h"
-#include "log.h"
+#include "util/log.h"
 #include "shm_layout.h"
 
 #include <errno.h>

@@ -27,8 +27,8 @@
 #include <uv.h>
 
 #include "gpushm_limits.h"
-#include "list.h"
-#include "registry.h"
+#include "util/list.h"
+#include "registry/registry.h"
 
 struct detached_buffer {
   uint64_t id;

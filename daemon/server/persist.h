@@ -9,8 +9,8 @@
 
 #include <stdbool.h>
 
-#include "registry.h"
-#include "sd.h"
+#include "registry/registry.h"
+#include "util/sd.h"
 
 struct persist {
   bool enabled;

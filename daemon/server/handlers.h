@@ -11,9 +11,9 @@
 
 #include "gpushm.pb-c.h"
 #include "gpushm_limits.h"
-#include "log.h"
-#include "registry.h"
-#include "status.h"
+#include "util/log.h"
+#include "registry/registry.h"
+#include "server/status.h"
 
 /* Request counters are kept by the request's body case (a small protocol number). */
 #define HANDLER_REQUEST_TYPES 32

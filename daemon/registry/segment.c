@@ -1,7 +1,7 @@
 #include "config.h"
-#include "segment.h"
+#include "registry/segment.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

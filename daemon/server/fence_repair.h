@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "registry.h"
+#include "registry/registry.h"
 
 /* For client_id's process (pid), which has exited, and the buffers its connection held
  * read-write: raises each fence its releases left short, logging each (a failure as an

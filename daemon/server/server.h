@@ -7,14 +7,14 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "detached.h"
-#include "handlers.h"
-#include "list.h"
-#include "persist.h"
-#include "registry.h"
-#include "session.h"
-#include "status.h"
-#include "transport.h"
+#include "server/detached.h"
+#include "server/handlers.h"
+#include "util/list.h"
+#include "server/persist.h"
+#include "registry/registry.h"
+#include "server/session.h"
+#include "server/status.h"
+#include "server/transport.h"
 
 struct uid_conns;
 

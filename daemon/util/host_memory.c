@@ -1,5 +1,5 @@
 #include "config.h"
-#include "host_memory.h"
+#include "util/host_memory.h"
 #include "gpushm_limits.h"
 
 #include <inttypes.h>

@@ -1,6 +1,6 @@
 /* Host backend: a sealed memfd per buffer.  Clients mmap the fd they are sent. */
 #include "config.h"
-#include "backend.h"
+#include "backends/backend.h"
 #include "gpushm.h"
 #include "gpushm_limits.h"
 

@@ -1,6 +1,6 @@
 #include "config.h"
 #include "gpushm.h"
-#include "sd.h"
+#include "util/sd.h"
 
 #include <errno.h>
 #include <fcntl.h>

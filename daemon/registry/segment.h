@@ -18,9 +18,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "gpushm_limits.h"
-#include "list.h"
+#include "util/list.h"
 
 struct reg_client;
 

@@ -1,9 +1,9 @@
 #include "config.h"
-#include "server.h"
-#include "fence_repair.h"
+#include "server/server.h"
+#include "server/fence_repair.h"
 #include "gpushm.h"
-#include "log.h"
-#include "backend_cuda.h"
+#include "util/log.h"
+#include "backends/backend_cuda.h"
 
 #include <dirent.h>
 #include <limits.h>

@@ -9,11 +9,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "backend.h"
-#include "event.h"
-#include "list.h"
-#include "segment.h"
-#include "sync.h"
+#include "backends/backend.h"
+#include "backends/event.h"
+#include "util/list.h"
+#include "registry/segment.h"
+#include "registry/sync.h"
 #include "gpushm_limits.h"
 
 struct reg_client {

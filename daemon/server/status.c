@@ -1,5 +1,5 @@
 #include "config.h"
-#include "status.h"
+#include "server/status.h"
 #include "gpushm.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 #include "config.h"
-#include "fence_repair.h"
+#include "server/fence_repair.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 #include "shm_layout.h"
 
 unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t client_id, pid_t pid,

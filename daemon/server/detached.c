@@ -1,6 +1,6 @@
 #include "config.h"
-#include "detached.h"
-#include "log.h"
+#include "server/detached.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,9 +1,9 @@
 #include "config.h"
-#include "session.h"
+#include "server/session.h"
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
 #include "list_codec.h"
-#include "log.h"
+#include "util/log.h"
 #include "wire.h"
 
 #include <errno.h>

@@ -9,11 +9,11 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "handlers.h"
-#include "list.h"
-#include "log.h"
-#include "registry.h"
-#include "transport.h"
+#include "server/handlers.h"
+#include "util/list.h"
+#include "util/log.h"
+#include "registry/registry.h"
+#include "server/transport.h"
 
 struct session;
 

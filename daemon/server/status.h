@@ -2,7 +2,7 @@
 #ifndef GPUSHMD_STATUS_H
 #define GPUSHMD_STATUS_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "shm_layout.h"
 
 struct status_page_owner {

@@ -1,7 +1,7 @@
 #include "config.h"
 #include "gpushm.h"
 #include "gpushm_limits.h"
-#include "log.h"
+#include "util/log.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "event.h"
+#include "backends/backend.h"
+#include "backends/event.h"
 
 struct sync_state {
   struct backend_mem control;

@@ -1,7 +1,7 @@
 #include "config.h"
-#include "sync.h"
+#include "registry/sync.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 #include "shm_layout.h"
 
 #include <errno.h>

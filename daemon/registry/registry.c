@@ -1,9 +1,9 @@
 #include "config.h"
-#include "registry.h"
+#include "registry/registry.h"
 #include "gpushm.h"
-#include "log.h"
+#include "util/log.h"
 #include "shm_layout.h"
-#include "sync.h"
+#include "registry/sync.h"
 #include "wire.h"
 
 #include <errno.h>
