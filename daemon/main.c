@@ -1,11 +1,20 @@
-/* gpushmd: owns shared GPU/host buffers on behalf of cooperating processes. */
+/* SPDX-License-Identifier: MIT */
+/* gpushmd: owns shared GPU/host buffers on behalf of cooperating processes.  The
+ * composition root: settings, then the registry with the backends this build offers,
+ * CUDA (in the serving process), the fd store, the server; signals; the loop. */
 #include "config.h"
-#include "gpushm.h"
-#include "util/log.h"
-#include "options.h"
-#include "util/sd.h"
-#include "server/server.h"
+#include "backends/backend.h"
 #include "backends/backend_cuda.h"
+#include "backends/event.h"
+#include "gpushm.h"
+#include "offer.h"
+#include "options.h"
+#include "protocol.h"
+#include "registry/registry.h"
+#include "server/persist.h"
+#include "server/server.h"
+#include "util/log.h"
+#include "util/sd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -117,8 +126,16 @@ static uv_signal_t signal_handles[N_SIGNALS];
 static uv_timer_t fatal_timer;
 static uv_timer_t watchdog_timer;
 static struct given_flags given;
+static struct server_config current_cfg; /* what the socket was bound with, and since */
 /* EX_SOFTWARE: the service manager restarts a daemon that exits with it. */
 static int exit_status;
+
+/* What the daemon is made of (main() builds it; the signal handlers reach it here). */
+static struct {
+  struct registry reg;
+  struct persist persist;
+  struct server *srv;
+} d;
 
 static void stop_daemon(struct server *srv)
 {
@@ -134,18 +151,11 @@ static void stop_daemon(struct server *srv)
     uv_close((uv_handle_t *)&fatal_timer, NULL);
 }
 
-static void status_line(const struct server *srv, char *out, size_t len)
-{
-  snprintf(out, len, "%u clients, %u buffers, %llu bytes (%llu of host memory)", srv->n_clients,
-           (unsigned)srv->reg.n_buffers, (unsigned long long)srv->reg.bytes_allocated,
-           (unsigned long long)srv->reg.host_bytes);
-}
-
 /* Fed from the loop itself: a wedged loop stops the pings and systemd restarts us. */
 static void on_watchdog(uv_timer_t *timer)
 {
   char status[160];
-  status_line(timer->data, status, sizeof status);
+  server_status_line(timer->data, status, sizeof status);
   sdn_notify_status(status);
   sdn_notify_watchdog();
 }
@@ -161,12 +171,12 @@ static void reload(struct server *srv)
   if (load_settings(&given, &next, err, sizeof err) < 0) {
     log_error("reload failed, keeping the current settings: %s", err);
   } else {
-    if (strcmp(next.cfg.socket_path, srv->cfg.socket_path) != 0 ||
-        next.cfg.socket_mode != srv->cfg.socket_mode)
+    if (strcmp(next.cfg.socket_path, current_cfg.socket_path) != 0 ||
+        next.cfg.socket_mode != current_cfg.socket_mode)
       log_warn("reload: socket settings take effect only when gpushmd restarts");
-    server_reconfigure(srv, &next.cfg);
-    srv->reg.limits = next.limits;
-    srv->reg.segs.pool_limit = next.limits.pool_bytes;
+    server_reload(srv, &next.cfg);
+    current_cfg = next.cfg;
+    registry_set_limits(&d.reg, &next.limits);
     log_set_level((enum log_level)next.log_level);
     log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
     log_budget(&next);
@@ -189,7 +199,7 @@ static void on_signal(uv_signal_t *handle, int signum)
     reload(srv);
     break;
   case SIGUSR1:
-    status_line(srv, status, sizeof status);
+    server_status_line(srv, status, sizeof status);
     log_info("status: %s", status);
     break;
   default:
@@ -229,13 +239,13 @@ static void stay_outside_mps(void)
 
 int main(int argc, char **argv)
 {
-  static struct server srv; /* large receive buffers: keep them off the stack */
   struct settings settings;
   struct sdn_passed passed;
   uv_loop_t loop;
   char err[512];
   uint64_t watchdog_usec;
   unsigned adopted;
+  const char *why;
 
   stay_outside_mps();
   if (parse_args(argc, argv, &given) < 0)
@@ -245,71 +255,72 @@ int main(int argc, char **argv)
     return 2;
   }
   log_set_level((enum log_level)settings.log_level);
-  srv.cfg = settings.cfg;
-  if (registry_init(&srv.reg, &settings.limits) < 0) {
+  current_cfg = settings.cfg;
+  if (registry_init(&d.reg, &settings.limits) < 0) {
     fprintf(stderr, "gpushmd: out of memory\n");
     return 1;
   }
+  offer_backends(&d.reg);
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
+  /* Before anything opens an fd: what systemd passed is numbered from 3 on. */
   if (sdn_take_passed(&passed, err, sizeof err) < 0) {
     log_error("%s", err);
-    registry_destroy(&srv.reg);
+    registry_destroy(&d.reg);
     return 1;
   }
-  if (passed.socket_fd >= 0) {
-    server_adopt_socket(&srv, passed.socket_fd);
-    log_info("serving on the socket from systemd");
-  } else if (server_listen(&srv, err, sizeof err) < 0) {
+  uv_loop_init(&loop);
+  persist_init(&d.persist);
+  if (!(d.srv = server_new(&loop, &settings.cfg, &d.reg, &d.persist, err, sizeof err))) {
     log_error("%s", err);
     for (size_t i = 0; i < passed.n_stored; i++)
       close(passed.stored_fds[i]); /* still in systemd's store for the next try */
     sdn_passed_free(&passed);
-    registry_destroy(&srv.reg);
-    return 1;
-  }
-  log_budget(&settings);
-  uv_loop_init(&loop);
-  uv_timer_init(&loop, &fatal_timer);
-  fatal_timer.data = &srv;
-  uv_timer_init(&loop, &watchdog_timer);
-  watchdog_timer.data = &srv;
-  /* CUDA does not survive fork() without exec(): initialise it in the process that
-   * serves, never before any forking.  Before adoption, which imports cuda-fd buffers
-   * again (a sticky error there stops the daemon through the fatal timer). */
-  backend_cuda_set_fatal_hook(on_fatal, &srv);
-  backend_cuda_init();
-  {
-    const char *why;
-    srv.reg.cuda_fd_usable = backend_cuda_fd_usable(&why);
-    if (srv.reg.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)
-      log_info("default-backend auto: %s%s%s%s", srv.reg.cuda_fd_usable ? "cuda-fd" : "host",
-               why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
-  }
-  persist_init(&srv.persist);
-  srv.reg.persist_dedicated = srv.persist.enabled;
-  adopted = persist_adopt(&srv.persist, &srv.reg, &passed);
-  sdn_passed_free(&passed);
-  if (adopted)
-    log_info("%u persistent buffers are back from systemd's fd store", adopted);
-  if (server_start(&srv, &loop, err, sizeof err) < 0) {
-    log_error("%s", err);
-    registry_destroy(&srv.reg);
-    backend_cuda_shutdown();
-    uv_close((uv_handle_t *)&fatal_timer, NULL);
-    uv_close((uv_handle_t *)&watchdog_timer, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
+    registry_destroy(&d.reg);
     uv_loop_close(&loop);
     return 1;
   }
+  if (passed.socket_fd >= 0) {
+    server_adopt_socket(d.srv, passed.socket_fd);
+    log_info("serving on the socket from systemd");
+  } else if (server_listen(d.srv, err, sizeof err) < 0) {
+    log_error("%s", err);
+    for (size_t i = 0; i < passed.n_stored; i++)
+      close(passed.stored_fds[i]); /* still in systemd's store for the next try */
+    sdn_passed_free(&passed);
+    goto fail_early;
+  }
+  log_budget(&settings);
+  uv_timer_init(&loop, &fatal_timer);
+  fatal_timer.data = d.srv;
+  uv_timer_init(&loop, &watchdog_timer);
+  watchdog_timer.data = d.srv;
+  /* CUDA does not survive fork() without exec(): initialise it in the process that
+   * serves, never before any forking.  Before adoption, which imports cuda-fd buffers
+   * again (a sticky error there stops the daemon through the fatal timer). */
+  backend_cuda_set_fatal_hook(on_fatal, d.srv);
+  backend_cuda_init();
+  registry_set_auto_backend(&d.reg, backend_cuda_fd_usable(&why) ? GPUSHM_BACKEND_CUDA_FD
+                                                                  : GPUSHM_BACKEND_HOST);
+  if (settings.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)
+    log_info("default-backend auto: %s%s%s%s",
+             registry_default_backend(&d.reg, NULL) == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "host",
+             why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
+  registry_set_persist_dedicated(&d.reg, persist_enabled(&d.persist));
+  adopted = persist_adopt(&d.persist, &d.reg, &passed);
+  sdn_passed_free(&passed);
+  if (adopted)
+    log_info("%u persistent buffers are back from systemd's fd store", adopted);
+  server_start(d.srv);
   for (size_t i = 0; i < N_SIGNALS; i++) {
     uv_signal_init(&loop, &signal_handles[i]);
-    signal_handles[i].data = &srv;
+    signal_handles[i].data = d.srv;
     uv_signal_start(&signal_handles[i], on_signal, handled_signals[i]);
   }
   log_info("gpushmd %s listening on %s (instance %016" PRIx64 ")", PACKAGE_VERSION,
-           srv.socket_inherited ? "the socket from systemd" : srv.cfg.socket_path, srv.instance_id);
+           server_socket_inherited(d.srv) ? "the socket from systemd" : current_cfg.socket_path,
+           server_instance_id(d.srv));
   /* Ready only now: listening, devices probed. */
   sdn_notify_ready("serving");
   if ((watchdog_usec = sdn_watchdog_usec()) > 0) {
@@ -320,10 +331,18 @@ int main(int argc, char **argv)
   uv_run(&loop, UV_RUN_DEFAULT);
 
   log_client_warnings_flush();
-  registry_destroy(&srv.reg);
+  registry_destroy(&d.reg);
   backend_cuda_shutdown();
-  status_page_destroy(&srv.status);
+  server_free(d.srv);
   uv_loop_close(&loop);
   log_info("stopped");
   return exit_status;
+
+fail_early:
+  server_shutdown(d.srv);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  server_free(d.srv);
+  registry_destroy(&d.reg);
+  uv_loop_close(&loop);
+  return 1;
 }

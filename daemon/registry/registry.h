@@ -1,7 +1,10 @@
-/* The daemon's registry, the only owner of shared objects: buffers (memory from a
- * backend) and events, by id and name (one namespace), references per client, per-uid
- * quotas, lifetimes.  Knows nothing of sockets; a client is a credential set with a
- * list of holdings. */
+/* SPDX-License-Identifier: MIT */
+/* The daemon's registry, the only owner of shared objects: names and ids (names.h),
+ * references per client, per-uid quotas (quota.h), lifetimes.  What an object holds
+ * outside the registry (memory, segments' slots, events, sync objects) belongs to its
+ * kind (kind.h), and the memory to the backends the composition root registers.  Knows
+ * nothing of sockets or of the protocol; a client is a credential set with a list of
+ * holdings, and what its library can take comes with each call (struct reg_policy). */
 #ifndef GPUSHMD_REGISTRY_H
 #define GPUSHMD_REGISTRY_H
 
@@ -11,81 +14,15 @@
 
 #include "backends/backend.h"
 #include "backends/event.h"
-#include "util/list.h"
-#include "registry/segment.h"
-#include "registry/sync.h"
 #include "gpushm_limits.h"
+#include "registry/names.h"
+#include "registry/object.h"
+#include "registry/quota.h"
+#include "registry/segment.h"
 
-struct reg_client {
-  uint32_t id;
-  pid_t pid;
-  uid_t uid;
-  gid_t gid;
-  gid_t *groups; /* supplementary groups, from SO_PEERGROUPS */
-  unsigned n_groups;
-  bool admin;    /* root or the admin group: may list and unlink every user's buffers */
-  /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
-   * when it names no backend, so the daemon's default-backend does not apply to it. */
-  bool default_host_only;
-  /* Its library understands carved buffers (GPUSHM_FEATURE_SEGMENTS in its Hello): only
-   * such a client's creates are carved, and only such a client may open a carved one. */
-  bool segments;
-  struct list holdings; /* reg_holding.client_link */
-  struct list mappings; /* seg_mapping.client_link: segments it maps */
-};
-
-enum reg_kind {
-  REG_BUFFER = 0, /* memory from a backend */
-  REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
-};
-
-struct reg_object {
-  enum reg_kind kind;
-  uint64_t id;
-  char name[GPUSHM_LIMIT_NAME_LEN + 1];
-  bool linked;
-  uint64_t size;
-  uint64_t allocated;
-  const struct backend *backend; /* buffers */
-  int device;
-  uid_t owner_uid;
-  gid_t owner_gid;
-  uint32_t mode;
-  int lifetime;                     /* gpushm_lifetime_t */
-  const struct reg_client *creator; /* session lifetime: until it disconnects */
-  pid_t creator_pid;
-  uint64_t created_unix_ms;
-  uint32_t refs;
-  uint32_t n_holders;
-  struct list holdings; /* reg_holding.buffer_link */
-  struct backend_mem mem;           /* buffers with an allocation of their own */
-  struct segment *segment;          /* carved buffers: their segment (mem unused) */
-  uint32_t slot;                    /* and their slot in it */
-  bool dirty;                       /* until its creator has it: the creator clears it */
-  void *event;                      /* events: made by registry.events */
-  bool sync; /* sync_state holds its control block (and event) */
-  uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
-  struct sync_state sync_state;
-  struct reg_object *name_next; /* hash chain, while linked */
-  bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
-  bool persisted; /* deposited in systemd's fd store */
-  uint8_t *metadata; /* set at create, immutable; NULL when none */
-  uint32_t metadata_len;
-};
-
-struct reg_holding {
-  struct reg_object *buffer;
-  struct reg_client *client;
-  uint32_t refs;
-  /* Opened read-write at least once while held: the client may have published
-   * releases (read-only openers cannot), whose fence writes a death can lose. */
-  bool read_write;
-  struct list client_link;
-  struct list buffer_link;
-};
-
-/* default-backend = auto: cuda-fd where the daemon's first GPU can share memory as fd
- * capabilities, else host.  What the system service's installed settings ask for. */
+/* default-backend = auto: what registry_set_auto_backend() said (cuda-fd where the
+ * daemon's first GPU can share memory as fd capabilities, else host).  What the system
+ * service's installed settings ask for. */
 #define REG_DEFAULT_BACKEND_AUTO (-1)
 
 struct reg_limits {
@@ -106,7 +43,7 @@ struct reg_create_args {
   enum reg_kind kind;
   const char *name;
   uint64_t size; /* events: 0 */
-  int backend; /* buffers: gpushm_backend_t; 0 = host */
+  int backend; /* buffers: gpushm_backend_t; 0 = the default backend */
   int device;
   uint32_t mode; /* 0 = default */
   int lifetime;
@@ -115,8 +52,6 @@ struct reg_create_args {
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
   size_t metadata_len;
 };
-
-struct reg_uid_usage;
 
 /* A ready export: what a client is sent to reach an object it now holds a reference
  * to.  The fds are the caller's: the memory's own (if its backend has one), then the
@@ -155,26 +90,38 @@ struct reg_adopt_args {
   size_t metadata_len;
 };
 
+/* How an object presents itself in listings and logs, whatever its kind. */
+struct reg_description {
+  const char *kind;  /* "buffer", "sync buffer", "event" */
+  int backend;       /* gpushm_backend_t; 0 for an event */
+  bool sync;
+  uint64_t segment_id; /* 0: not carved */
+};
+
+/* The registry's totals, for stats and status lines. */
+struct reg_totals {
+  size_t objects;
+  uint32_t linked;
+  uint64_t bytes_allocated;
+  uint64_t host_bytes;
+  uint64_t next_id;
+};
+
 struct registry {
-  struct reg_object **by_id; /* ascending id: ids only grow, so appending keeps order */
-  size_t n_buffers, cap_buffers;
-  struct reg_object **names; /* hash table of linked names */
-  size_t n_name_buckets;
-  uint32_t n_linked;
+  struct names names;
+  struct quota quota;
   uint64_t next_id;
   uint64_t bytes_allocated;
-  uint64_t host_bytes; /* what the host-memory budget counts */
-  struct reg_uid_usage *usage;
   struct reg_limits limits;
-  const struct backend *backends[GPUSHM_BACKEND_COUNT]; /* NULL = unsupported */
+  const struct backend *backends[GPUSHM_BACKEND_COUNT]; /* NULL = not offered */
   const struct event_source *events;                    /* NULL = no events */
   /* Told whenever a name goes away, before the request that caused it is answered,
-   * and whenever a create made a new buffer (on_unlink_ctx is passed to both). */
+   * and whenever a create made a new buffer (hooks_ctx is passed to both). */
   void (*on_unlink)(void *ctx, struct reg_object *buffer);
   void (*on_created)(void *ctx, struct reg_object *buffer);
-  void *on_unlink_ctx;
-  /* Whether cuda-fd works on the first GPU (set at start): what "auto" resolves to. */
-  bool cuda_fd_usable;
+  void *hooks_ctx;
+  /* What default-backend = auto resolves to (registry_set_auto_backend). */
+  int auto_backend;
   struct seg_table segs;
   /* Persistent host and cuda-fd buffers go to systemd's fd store, one allocation each:
    * they are not carved while it is reachable (docs/segments.md). */
@@ -184,21 +131,34 @@ struct registry {
 int registry_init(struct registry *reg, const struct reg_limits *limits);
 /* Frees every buffer, whoever holds it; for shutdown. */
 void registry_destroy(struct registry *reg);
+/* The composition root's choices: which backends and events clients may use, what
+ * "auto" means, whether persistent buffers get allocations of their own, and who is
+ * told of unlinks and creates. */
+void registry_add_backend(struct registry *reg, const struct backend *be);
+void registry_set_events(struct registry *reg, const struct event_source *events);
+void registry_set_auto_backend(struct registry *reg, int backend);
+void registry_set_persist_dedicated(struct registry *reg, bool dedicated);
+void registry_set_hooks(struct registry *reg, void (*on_unlink)(void *, struct reg_object *),
+                        void (*on_created)(void *, struct reg_object *), void *ctx);
+/* Settings a reload may change. */
+void registry_set_limits(struct registry *reg, const struct reg_limits *limits);
 
 void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid_t uid, gid_t gid);
 /* Releases all the client's references and unlinks the session buffers it created. */
 void registry_client_gone(struct registry *reg, struct reg_client *client);
 
 /* All return 0 or a negative GPUSHM_E_* code with err filled in.  Create and open add
- * one reference for the client and fill out with a ready export; when they fail,
- * nothing is left behind (no reference, no name, no fd). */
+ * one reference for the client and fill out with a ready export for a library that can
+ * take what policy says; when they fail, nothing is left behind (no reference, no
+ * name, no fd). */
 int registry_create(struct registry *reg, struct reg_client *client,
-                    const struct reg_create_args *args, struct reg_export *out,
-                    char *err, size_t errlen);
+                    const struct reg_policy *policy, const struct reg_create_args *args,
+                    struct reg_export *out, char *err, size_t errlen);
 /* kind: what the caller means to open; the other kind under that name or id is an
  * error.  A caller that may not see the object (registry_may_see, or an admin) is told
  * it does not exist. */
-int registry_open(struct registry *reg, struct reg_client *client, const char *name, uint64_t id,
+int registry_open(struct registry *reg, struct reg_client *client,
+                  const struct reg_policy *policy, const char *name, uint64_t id,
                   bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
                   size_t errlen);
 /* Closes the export's fds (those not sent). */
@@ -221,21 +181,33 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *args, stru
 /* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
+void registry_totals(const struct registry *reg, struct reg_totals *out);
+void registry_describe(const struct reg_object *obj, struct reg_description *out);
 
-struct reg_object *registry_find_id(const struct registry *reg, uint64_t id);
-/* Index of the first buffer whose id is greater than after_id (n_buffers if none). */
+/* Objects in ascending id order: the count, the one at index i, the index of the first
+ * whose id is greater than after_id (the count if none). */
+size_t registry_count(const struct registry *reg);
+struct reg_object *registry_at(const struct registry *reg, size_t i);
 size_t registry_index_after(const struct registry *reg, uint64_t after_id);
+struct reg_object *registry_find_id(const struct registry *reg, uint64_t id);
 uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_client *client);
 bool registry_client_in_group(const struct reg_client *client, gid_t gid);
 bool registry_may_access(const struct reg_client *client, const struct reg_object *buffer,
                          bool write);
-/* Whether creates and opens may use this backend now (allow-legacy-ipc). */
+/* The backend of that kind clients may be offered (NULL: none), and whether creates and
+ * opens may use it now (allow-legacy-ipc). */
+const struct backend *registry_backend(const struct registry *reg, int kind);
 bool registry_backend_allowed(const struct registry *reg, const struct backend *be);
+/* Whether events can be made now. */
+bool registry_events_available(const struct registry *reg);
 /* Whether the client may learn that the buffer exists: root, the owner, whoever may
  * read it, and its holders. */
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
+/* The segments, for stats and for the processes that keep mapping them (detached.h). */
+struct seg_table *registry_segments(struct registry *reg);
 
-/* The backend GPUSHM_BACKEND_DEFAULT means now for client (never 0 nor auto). */
-int registry_default_backend(const struct registry *reg, const struct reg_client *client);
+/* The backend GPUSHM_BACKEND_DEFAULT means now for a library with that policy (NULL:
+ * any recent one); never 0 nor auto. */
+int registry_default_backend(const struct registry *reg, const struct reg_policy *policy);
 
 #endif

@@ -74,13 +74,12 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
  * These two translate at the edge. */
 static Gpushm__Backend wire_backend(const struct reg_object *obj)
 {
-  return obj->kind == REG_EVENT ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT
-                                : (Gpushm__Backend)obj->backend->kind;
-}
+  struct reg_description d;
 
-static bool events_available(const struct registry *reg)
-{
-  return reg->events && !(reg->events->unavailable && reg->events->unavailable(reg->events));
+  if (obj->kind == REG_EVENT)
+    return GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  registry_describe(obj, &d);
+  return (Gpushm__Backend)d.backend;
 }
 
 /* The inode of this process's PID namespace (0 where /proc is not mounted), which
@@ -139,11 +138,11 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   snprintf(call->hello_name, sizeof call->hello_name, "%s", hello->client_name);
 
   for (int kind = 1; kind < GPUSHM_BACKEND_COUNT; kind++) {
-    const struct backend *be = call->reg->backends[kind];
+    const struct backend *be = registry_backend(call->reg, kind);
     if (be && !(be->unavailable && be->unavailable(be)) && registry_backend_allowed(call->reg, be))
       ctx->backends[n_backends++] = (Gpushm__Backend)kind;
   }
-  if (events_available(call->reg))
+  if (registry_events_available(call->reg))
     ctx->backends[n_backends++] = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
   gpushm__hello_reply__init(&ctx->body.hello);
   ctx->body.hello.protocol_version = version;
@@ -171,6 +170,7 @@ static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
                       Gpushm__Holder *holders, Gpushm__Holder **ptrs)
 {
   size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
+  struct reg_description d;
   size_t i = 0;
 
   gpushm__buffer_info__init(info);
@@ -197,8 +197,9 @@ static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
   info->mode = b->mode;
   info->lifetime = (Gpushm__Lifetime)b->lifetime;
   info->linked = b->linked;
-  info->sync = b->sync;
-  info->segment_id = b->segment ? b->segment->id : 0;
+  registry_describe(b, &d);
+  info->sync = d.sync;
+  info->segment_id = d.segment_id;
   info->refs = b->refs;
   info->my_refs = registry_client_refs(b, asker);
   info->created_unix_ms = b->created_unix_ms;
@@ -272,15 +273,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   const struct reg_object *b;
   int r;
 
-  /* What the create will use, the daemon's default-backend included: any device
-   * backend (or event) needs the device's context, made off the loop. */
-  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->client);
-  if (effective != GPUSHM_BACKEND_HOST && cr->device >= 0 &&
-      cr->device < backend_cuda_device_count() && !backend_cuda_device_ready(cr->device)) {
-    ctx->wait_device = cr->device;
-    return HANDLER_WAIT_DEVICE;
-  }
-  r = registry_create(call->reg, call->client, &args, &ctx->export, ctx->msg, sizeof ctx->msg);
+  r = registry_create(call->reg, call->client, call->policy, &args, &ctx->export, ctx->msg,
+                      sizeof ctx->msg);
   if (r < 0)
     return r;
   b = ctx->export.buffer;
@@ -296,6 +290,16 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   return reply_open(call, ctx);
 }
 
+/* What the create will use, the daemon's default-backend included: any device backend
+ * (or an event) needs the device's context. */
+static int create_device(const struct handler_call *call, const Gpushm__Request *req)
+{
+  const Gpushm__CreateRequest *cr = req->create;
+  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->policy);
+
+  return effective != GPUSHM_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
+}
+
 static int handle_open(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__OpenRequest *o = req->open;
@@ -309,7 +313,7 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
     id = o->id;
   else
     return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
-  r = registry_open(call->reg, call->client, name, id, o->read_only,
+  r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
                     o->event ? REG_EVENT : REG_BUFFER, &ctx->export, ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
@@ -379,8 +383,8 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
   if (!(page = reply_malloc(ctx, budget + LIST_CODEC_MORE_SIZE)))
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
   end = page;
-  for (; i < reg->n_buffers && n < max; i++) {
-    const struct reg_object *b = reg->by_id[i];
+  for (; i < registry_count(reg) && n < max; i++) {
+    const struct reg_object *b = registry_at(reg, i);
     size_t info_size;
 
     if (!visible_to(b, call->client, all))
@@ -392,7 +396,7 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
     end = list_codec_put_entry(end, &ctx->info, info_size);
     n++;
   }
-  end = list_codec_put_more(end, i < reg->n_buffers);
+  end = list_codec_put_more(end, i < registry_count(reg));
   ctx->list_page = page;
   ctx->list_page_len = (size_t)(end - page);
   ctx->reply.body_case = GPUSHM__REPLY__BODY_LIST;
@@ -499,8 +503,8 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
 
   if (!usage || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
-  for (size_t i = 0; i < reg->n_buffers; i++) {
-    const struct reg_object *b = reg->by_id[i];
+  for (size_t i = 0; i < registry_count(reg); i++) {
+    const struct reg_object *b = registry_at(reg, i);
     size_t u = 0;
     while (u < n && !(usage[u].backend == wire_backend(b) && usage[u].device == b->device))
       u++;
@@ -751,6 +755,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   const struct handler_server *srv = call->srv;
   const struct registry *reg = call->reg;
   Gpushm__StatsReply *s = &ctx->body.stats;
+  struct reg_totals totals;
   int r;
 
   gpushm__stats_reply__init(s);
@@ -758,9 +763,10 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->instance_id = srv->instance_id;
   s->uptime_ms = srv->uptime_ms(srv->ctx);
   s->clients = srv->n_clients(srv->ctx);
-  s->buffers = (uint32_t)reg->n_buffers;
-  s->buffers_linked = reg->n_linked;
-  s->bytes_allocated = reg->bytes_allocated;
+  registry_totals(reg, &totals);
+  s->buffers = (uint32_t)totals.objects;
+  s->buffers_linked = totals.linked;
+  s->bytes_allocated = totals.bytes_allocated;
   s->requests = srv->counters->requests;
   s->request_errors = srv->counters->request_errors;
   s->protocol_errors = srv->counters->protocol_errors;
@@ -768,7 +774,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->fences_raised = srv->counters->fences_raised;
   s->oneway_errors = srv->counters->oneway_errors;
   s->open_fds = srv->open_fds();
-  s->next_buffer_id = reg->next_id;
+  s->next_buffer_id = totals.next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
       (r = fill_request_counts(srv->counters, ctx, s)) < 0 ||
       (r = fill_opens(srv->counters, ctx, s)) < 0 || (r = fill_usage(reg, ctx, s)) < 0 ||
@@ -832,23 +838,68 @@ static int handle_ping(struct handler_call *call, const Gpushm__Request *req, st
   return 0;
 }
 
-/* Policy lives here: the session checks needs_hello, admin_only and oneway before a
- * handler runs.  Finer rules (list "all", other users' clients) depend on the request's
- * fields and stay in the handlers.  One-way requests are those whose reply carries
- * nothing the client needs (no body, no fds): releasing, never acquiring. */
+/* Policy lives here: handler_check() applies needs_hello, admin_only, oneway_ok, since
+ * and feature before a handler runs, and the session warms what device() names.  Finer
+ * rules (list "all", other users' clients) depend on the request's fields and stay in
+ * the handlers.  One-way requests are those whose reply carries nothing the client
+ * needs (no body, no fds): releasing, never acquiring.  Unmap is for libraries that map
+ * segments, which say so at Hello. */
 static const struct handler handlers[] = {
-  [GPUSHM__REQUEST__BODY_HELLO] = { "hello", false, false, false, handle_hello },
-  [GPUSHM__REQUEST__BODY_CREATE] = { "create", true, false, false, handle_create },
-  [GPUSHM__REQUEST__BODY_OPEN] = { "open", true, false, false, handle_open },
-  [GPUSHM__REQUEST__BODY_CLOSE] = { "close", true, false, true, handle_close },
-  [GPUSHM__REQUEST__BODY_UNLINK] = { "unlink", true, false, true, handle_unlink },
-  [GPUSHM__REQUEST__BODY_LIST] = { "list", true, false, false, handle_list },
-  [GPUSHM__REQUEST__BODY_STATS] = { "stats", true, false, false, handle_stats },
-  [GPUSHM__REQUEST__BODY_PING] = { "ping", true, false, false, handle_ping },
-  [GPUSHM__REQUEST__BODY_CLIENTS] = { "clients", true, false, false, handle_clients },
-  [GPUSHM__REQUEST__BODY_DISCONNECT] = { "disconnect", true, false, false, handle_disconnect },
-  [GPUSHM__REQUEST__BODY_UNMAP] = { "unmap", true, false, true, handle_unmap },
+  [GPUSHM__REQUEST__BODY_HELLO] = { .name = "hello", .fn = handle_hello },
+  [GPUSHM__REQUEST__BODY_CREATE] = { .name = "create", .needs_hello = true,
+                                     .device = create_device, .fn = handle_create },
+  [GPUSHM__REQUEST__BODY_OPEN] = { .name = "open", .needs_hello = true, .fn = handle_open },
+  [GPUSHM__REQUEST__BODY_CLOSE] = { .name = "close", .needs_hello = true, .oneway_ok = true,
+                                    .fn = handle_close },
+  [GPUSHM__REQUEST__BODY_UNLINK] = { .name = "unlink", .needs_hello = true, .oneway_ok = true,
+                                     .fn = handle_unlink },
+  [GPUSHM__REQUEST__BODY_LIST] = { .name = "list", .needs_hello = true, .fn = handle_list },
+  [GPUSHM__REQUEST__BODY_STATS] = { .name = "stats", .needs_hello = true, .fn = handle_stats },
+  [GPUSHM__REQUEST__BODY_PING] = { .name = "ping", .needs_hello = true, .fn = handle_ping },
+  [GPUSHM__REQUEST__BODY_CLIENTS] = { .name = "clients", .needs_hello = true,
+                                      .fn = handle_clients },
+  [GPUSHM__REQUEST__BODY_DISCONNECT] = { .name = "disconnect", .needs_hello = true,
+                                         .fn = handle_disconnect },
+  [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
+                                    .feature = GPUSHM_FEATURE_SEGMENTS, .fn = handle_unmap },
 };
+
+int handler_check(const struct handler *h, unsigned body_case, uint64_t request_id, bool oneway,
+                  const struct handler_peer_state *peer, char *msg, size_t msg_len)
+{
+  if (request_id == 0) {
+    snprintf(msg, msg_len, "request id 0 is reserved");
+    return GPUSHM_E_PROTO;
+  }
+  if (!peer->hello_done && (!h || h->needs_hello)) {
+    snprintf(msg, msg_len, "the first request must be hello");
+    return GPUSHM_E_PROTO;
+  }
+  if (oneway && (!h || !h->oneway_ok)) {
+    snprintf(msg, msg_len, "only close, unlink and unmap may be sent one-way");
+    return GPUSHM_E_PROTO;
+  }
+  if (!h) {
+    /* A newer client may know requests this daemon does not: answer, don't hang up. */
+    snprintf(msg, msg_len, "unknown request type %u", body_case);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (h->admin_only && !peer->admin) {
+    snprintf(msg, msg_len, "%s needs root or the admin group", h->name);
+    return GPUSHM_E_PERM;
+  }
+  if (peer->hello_done && h->since > peer->protocol_version) {
+    snprintf(msg, msg_len, "%s needs protocol version %u; this connection speaks %u", h->name,
+             h->since, peer->protocol_version);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (h->feature && !(peer->features & h->feature)) {
+    snprintf(msg, msg_len, "%s needs feature 0x%llx, which this connection's hello did not name",
+             h->name, (unsigned long long)h->feature);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  return 0;
+}
 
 const struct handler *handler_find(unsigned body_case)
 {

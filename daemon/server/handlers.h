@@ -75,6 +75,7 @@ struct handler_call {
   struct registry *reg;
   const struct handler_server *srv;
   struct reg_client *client;
+  const struct reg_policy *policy; /* what the client's library can take (from its Hello) */
   const struct log_client *log_client; /* the same client, as log lines name it */
   bool hello_done;
   /* hello's result, applied by the session on success: the name the client gave, the
@@ -94,7 +95,6 @@ struct handler_reply {
   int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
   unsigned n_fds;
   char msg[256];
-  int wait_device; /* with HANDLER_WAIT_DEVICE */
   union {
     Gpushm__HelloReply hello;
     Gpushm__OpenReply open;
@@ -116,22 +116,38 @@ struct handler_reply {
   size_t n_owned;
 };
 
-/* Handlers return 0, a negative GPUSHM_E_* (GPUSHM_E_PROTO: a violation that ends the
- * session), or this: the request needs device out->wait_device warmed first (its
- * primary context made, 100-350 ms, which must not happen on the loop).  The session
- * then parks the request and runs it again once the server has warmed the device. */
-#define HANDLER_WAIT_DEVICE 1
-
+/* Handlers return 0 or a negative GPUSHM_E_* (GPUSHM_E_PROTO: a violation that ends the
+ * session). */
 typedef int handler_fn(struct handler_call *call, const Gpushm__Request *req,
                        struct handler_reply *out);
+/* The device whose primary context the request needs, or -1: the session makes sure it
+ * is warm (100-350 ms, off the loop) before the handler runs. */
+typedef int handler_device_fn(const struct handler_call *call, const Gpushm__Request *req);
 
+/* One request type and its policy, all checked by handler_check() before it runs. */
 struct handler {
   const char *name;
   bool needs_hello; /* before Hello this request is a protocol violation */
   bool admin_only;  /* refused with GPUSHM_E_PERM to anyone but root and the admin group */
   bool oneway_ok;   /* may be sent one-way (no reply); else that is a protocol violation */
+  unsigned since;   /* the protocol version that brought it (0: every version) */
+  uint64_t feature; /* a GPUSHM_FEATURE_* the client must have named at Hello; 0: none */
+  handler_device_fn *device;
   handler_fn *fn;
 };
+
+/* What the session knows of its client when a request comes. */
+struct handler_peer_state {
+  bool hello_done;
+  bool admin;
+  unsigned protocol_version; /* negotiated at Hello */
+  uint64_t features;         /* named in its Hello */
+};
+
+/* Whether a request of type h (NULL: unknown) may run for that client: 0; a GPUSHM_E_*
+ * to answer with (msg says why); or GPUSHM_E_PROTO, a violation that ends the session. */
+int handler_check(const struct handler *h, unsigned body_case, uint64_t request_id, bool oneway,
+                  const struct handler_peer_state *peer, char *msg, size_t msg_len);
 
 /* The entry for a request's body case, or NULL for one this daemon does not know. */
 const struct handler *handler_find(unsigned body_case);

@@ -114,6 +114,11 @@ static int deposit_metadata(const struct reg_object *b)
   return r;
 }
 
+bool persist_enabled(const struct persist *p)
+{
+  return p->enabled;
+}
+
 void persist_init(struct persist *p)
 {
   memset(p, 0, sizeof *p);

@@ -21,6 +21,7 @@ struct persist {
 
 /* Decides whether deposits are possible and logs what that means for restarts. */
 void persist_init(struct persist *p);
+bool persist_enabled(const struct persist *p);
 /* Registry hooks: deposit a new persistent buffer; withdraw one whose name went away. */
 void persist_created(struct persist *p, struct reg_object *buffer);
 void persist_unlinked(struct persist *p, struct reg_object *buffer);

@@ -1,189 +1,50 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/server.h"
-#include "server/fence_repair.h"
+#include "backends/cuda_warmup.h"
 #include "gpushm.h"
+#include "registry/registry.h"
+#include "server/detached.h"
+#include "server/fence_repair.h"
+#include "server/handlers.h"
+#include "server/listener.h"
+#include "server/persist.h"
+#include "server/session.h"
+#include "server/status.h"
+#include "server/transport.h"
+#include "util/list.h"
 #include "util/log.h"
-#include "backends/backend_cuda.h"
 
 #include <dirent.h>
-#include <limits.h>
-#include <stdbool.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-/* Bounded so a connect storm cannot hold the loop away from existing clients. */
-#define ACCEPTS_PER_WAKEUP 64
-
-static int make_parent_dirs(const char *path, char *err, size_t errlen)
-{
-  char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
-  snprintf(dir, sizeof dir, "%s", path);
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-      snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
-      return GPUSHM_E_IO;
-    }
-    *p = '/';
-  }
-  return 0;
-}
-
-static bool trusted_owner(uid_t uid)
-{
-  return uid == 0 || uid == geteuid();
-}
-
-/* Whoever can replace the socket's directory, or any directory above it, can put their
- * own server where clients look for gpushmd (sshd's StrictModes reasoning).  Every
- * directory on the way must belong to root or to us and be writable by nobody else --
- * except sticky ones above the last (/tmp), where others cannot replace our entries --
- * and every symlink on the way must belong to root or to us too. */
-static int check_socket_dir(const char *path, char *err, size_t errlen)
-{
-  char dir[PATH_MAX], resolved[PATH_MAX], *slash;
-  struct stat st;
-
-  snprintf(dir, sizeof dir, "%s", path);
-  if (!(slash = strrchr(dir, '/')))
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == dir)
-    dir[1] = '\0';
-  else
-    *slash = '\0';
-  /* The symlinks as written... */
-  for (char *p = dir;; p++) {
-    char saved = *p;
-    if (saved != '/' && saved != '\0')
-      continue;
-    *p = '\0';
-    if (p > dir && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_owner(st.st_uid)) {
-      snprintf(err, errlen, "refusing socket directory %s: symlink %s belongs to uid %u",
-               path, dir, (unsigned)st.st_uid);
-      return GPUSHM_E_PERM;
-    }
-    *p = saved;
-    if (!saved)
-      break;
-  }
-  /* ...then every directory they lead to. */
-  if (!realpath(dir, resolved)) {
-    snprintf(err, errlen, "resolving %s: %s", dir, strerror(errno));
-    return GPUSHM_E_IO;
-  }
-  for (char *p = resolved;; p++) {
-    char saved = *p;
-    bool last = saved == '\0';
-    if (saved != '/' && !last)
-      continue;
-    *p = '\0';
-    if (stat(p == resolved ? "/" : resolved, &st) < 0) {
-      snprintf(err, errlen, "checking %s: %s", resolved, strerror(errno));
-      return GPUSHM_E_IO;
-    }
-    if (!trusted_owner(st.st_uid)) {
-      snprintf(err, errlen, "refusing socket directory %s: %s belongs to uid %u (it must belong "
-               "to root or to gpushmd's user)", path, p == resolved ? "/" : resolved,
-               (unsigned)st.st_uid);
-      return GPUSHM_E_PERM;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st.st_mode & S_ISVTX))) {
-      snprintf(err, errlen, "refusing socket directory %s: %s is writable by %s (mode %04o)",
-               path, p == resolved ? "/" : resolved,
-               st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777));
-      return GPUSHM_E_PERM;
-    }
-    *p = saved;
-    if (last)
-      break;
-  }
-  return 0;
-}
-
-/* A socket file left behind by a daemon that died is replaced; one that a live daemon
- * answers on is not. */
-static int remove_stale_socket(const struct sockaddr_un *addr, char *err, size_t errlen)
-{
-  struct stat st;
-  int probe, r;
-
-  if (lstat(addr->sun_path, &st) < 0)
-    return 0;
-  if (!S_ISSOCK(st.st_mode)) {
-    snprintf(err, errlen, "%s exists and is not a socket", addr->sun_path);
-    return GPUSHM_E_IO;
-  }
-  probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (probe < 0) {
-    snprintf(err, errlen, "socket: %s", strerror(errno));
-    return GPUSHM_E_IO;
-  }
-  r = connect(probe, (const struct sockaddr *)addr, sizeof *addr);
-  close(probe);
-  if (r == 0) {
-    snprintf(err, errlen, "another gpushmd is serving %s", addr->sun_path);
-    return GPUSHM_E_IO;
-  }
-  if (errno != ECONNREFUSED) {
-    snprintf(err, errlen, "probing %s: %s", addr->sun_path, strerror(errno));
-    return GPUSHM_E_IO;
-  }
-  log_info("removing stale socket %s", addr->sun_path);
-  if (unlink(addr->sun_path) < 0 && errno != ENOENT) {
-    snprintf(err, errlen, "removing stale %s: %s", addr->sun_path, strerror(errno));
-    return GPUSHM_E_IO;
-  }
-  return 0;
-}
-
-int server_listen(struct server *srv, char *err, size_t errlen)
-{
-  struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  const char *path = srv->cfg.socket_path;
-  mode_t old_umask;
-  int fd, r;
-
-  if (strlen(path) >= sizeof addr.sun_path) {
-    snprintf(err, errlen, "socket path longer than %zu bytes", sizeof addr.sun_path - 1);
-    return GPUSHM_E_IO;
-  }
-  memcpy(addr.sun_path, path, strlen(path) + 1);
-  if (make_parent_dirs(path, err, errlen) < 0 || check_socket_dir(path, err, errlen) < 0 ||
-      remove_stale_socket(&addr, err, errlen) < 0)
-    return GPUSHM_E_IO;
-  fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    snprintf(err, errlen, "socket: %s", strerror(errno));
-    return GPUSHM_E_IO;
-  }
-  /* The socket file gets its mode at bind time: no window with a wider one. */
-  old_umask = umask(~srv->cfg.socket_mode & 0777);
-  r = bind(fd, (struct sockaddr *)&addr, sizeof addr);
-  umask(old_umask);
-  if (r < 0 || listen(fd, SOMAXCONN) < 0) {
-    snprintf(err, errlen, "%s %s: %s", r < 0 ? "bind" : "listen", path, strerror(errno));
-    close(fd);
-    return GPUSHM_E_IO;
-  }
-  srv->listen_fd = fd;
-  return 0;
-}
-
-void server_adopt_socket(struct server *srv, int fd)
-{
-  srv->listen_fd = fd;
-  srv->socket_inherited = true;
-}
+struct server {
+  uv_loop_t *loop;
+  struct server_config cfg;
+  struct registry *reg;
+  struct persist *persist; /* NULL: none */
+  struct listener listener;
+  struct status_page_owner status;
+  bool serving;
+  uv_timer_t hello_sweep; /* closes connections that never said Hello */
+  struct list sessions; /* session.link, in ascending client id */
+  uint32_t n_clients;
+  uint32_t next_client_id;
+  uint64_t instance_id;
+  uint64_t started_ms; /* uv_now() at start */
+  struct handler_counters counters;
+  struct detached_set detached; /* live processes whose connection ended while holding */
+  struct cuda_warmup warmup;
+  /* What sessions and handlers see of the server. */
+  struct transport_limits transport_limits;
+  struct session_env session_env;
+  struct handler_server handler_server;
+};
 
 uint32_t server_count_open_fds(void)
 {
@@ -198,103 +59,6 @@ uint32_t server_count_open_fds(void)
       n++;
   closedir(d);
   return n - 1; /* the directory's own fd */
-}
-
-struct uid_conns {
-  uid_t uid;
-  uint32_t n;
-  struct uid_conns *next;
-};
-
-uint32_t server_uid_conns(struct server *srv, uid_t uid, int delta)
-{
-  struct uid_conns **p, *u;
-  uint32_t n;
-
-  for (p = &srv->uid_conns; (u = *p) && u->uid != uid; p = &u->next)
-    ;
-  if (!u) {
-    if (delta <= 0 || !(u = calloc(1, sizeof *u)))
-      return delta > 0 ? UINT32_MAX : 0; /* no memory: the caller refuses the client */
-    u->uid = uid;
-    *p = u;
-  }
-  u->n += (uint32_t)delta;
-  n = u->n;
-  if (n == 0) {
-    *p = u->next;
-    free(u);
-  }
-  return n;
-}
-
-/* Limits are checked with the client's identity in hand: non-admins stop at
- * max-clients and at max-clients-per-uid, so no user can take every slot; admins have
- * a reserve beyond max-clients to inspect and repair a full daemon. */
-static void admit(struct server *srv, struct session *c)
-{
-  char why[128];
-  uint32_t mine = server_uid_conns(srv, c->client.uid, 0);
-
-  if (c->client.admin) {
-    if (srv->n_clients <= srv->cfg.max_clients + GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS)
-      return;
-    snprintf(why, sizeof why, "too many clients connected to gpushmd (%u, admin reserve used up)",
-             srv->n_clients - 1);
-  } else if (srv->n_clients > srv->cfg.max_clients) {
-    snprintf(why, sizeof why, "too many clients connected to gpushmd (limit %u)",
-             srv->cfg.max_clients);
-  } else if (mine > srv->cfg.max_clients_per_uid) {
-    snprintf(why, sizeof why, "uid %u already has %u connections to gpushmd (limit %u)",
-             (unsigned)c->client.uid, mine - 1, srv->cfg.max_clients_per_uid);
-  } else {
-    return;
-  }
-  srv->counters.clients_dropped++;
-  session_close(c, GPUSHM_E_LIMIT, why);
-}
-
-static void on_listen_readable(uv_poll_t *handle, int status, int events);
-
-static void on_accept_backoff(uv_timer_t *timer)
-{
-  struct server *srv = timer->data;
-  if (srv->listening)
-    uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen_readable);
-}
-
-static void on_listen_readable(uv_poll_t *handle, int status, int events)
-{
-  struct server *srv = handle->data;
-  struct session *c;
-
-  for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
-    int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED)
-        continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        /* The pending connection stays queued and the fd stays readable: stop
-         * watching it for a while instead of spinning. */
-        /* once per episode: this repeats every back-off period until fds free up */
-        log_msg(srv->accept_starved ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARN,
-                "accept: %s; pausing accepts for %u ms at a time", strerror(errno),
-                GPUSHM_ACCEPT_BACKOFF_MS);
-        srv->accept_starved = true;
-        uv_poll_stop(&srv->listen_poll);
-        uv_timer_start(&srv->accept_backoff, on_accept_backoff, GPUSHM_ACCEPT_BACKOFF_MS, 0);
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        log_warn("accept: %s", strerror(errno));
-      }
-      return;
-    }
-    if (srv->accept_starved) {
-      log_info("accepting clients again");
-      srv->accept_starved = false;
-    }
-    if ((c = server_connect(srv, fd)))
-      admit(srv, c);
-  }
 }
 
 static void on_hello_sweep(uv_timer_t *timer)
@@ -312,57 +76,23 @@ static void on_hello_sweep(uv_timer_t *timer)
   }
 }
 
-static void warm_work(uv_work_t *req)
-{
-  struct device_warmup *w = req->data;
-  w->result = backend_cuda_warm(w->device);
-}
-
 /* Back on the loop: every request parked on the device goes on (or gets the error). */
-static void warm_done(uv_work_t *req, int status)
+static void on_device_warm(void *ctx, int device, int status, const char *why)
 {
-  struct device_warmup *w = req->data;
-  struct server *srv = w->srv;
-  char err[256] = "";
-  int r;
+  struct server *srv = ctx;
 
-  w->busy = false;
-  if (status < 0) {
-    snprintf(err, sizeof err, "warming device %d: %s", w->device, uv_strerror(status));
-    r = GPUSHM_E_IO;
-  } else {
-    r = backend_cuda_warm_result(w->device, w->result, err, sizeof err);
-  }
-  if (r == 0)
-    log_info("device %d ready (context made in %llu ms, off the event loop)", w->device,
-             (unsigned long long)(uv_now(srv->loop) - w->started_ms));
-  else
-    log_warn("device %d: %s", w->device, err);
   for (struct list *l = srv->sessions.next, *next; l != &srv->sessions; l = next) {
     struct session *s = list_entry(l, struct session, link);
     next = l->next;
-    if (s->waiting_device == w->device)
-      session_resume(s, r, err);
+    if (s->waiting_device == device)
+      session_resume(s, status, why);
   }
 }
 
 static void warm_device(void *ctx, int device)
 {
   struct server *srv = ctx;
-  struct device_warmup *w = &srv->warmups[device];
-
-  if (w->busy)
-    return; /* its end resumes every session parked on it */
-  w->busy = true;
-  w->srv = srv;
-  w->device = device;
-  w->work.data = w;
-  w->started_ms = uv_now(srv->loop);
-  if (uv_queue_work(srv->loop, &w->work, warm_work, warm_done) < 0) {
-    /* Cannot happen with these arguments; if it did, block rather than lose requests. */
-    warm_work(&w->work);
-    warm_done(&w->work, 0);
-  }
+  cuda_warmup_start(&srv->warmup, device);
 }
 
 /* A process that held cuda-fd sync buffers read-write has exited (detached.h). */
@@ -370,7 +100,7 @@ static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, const uint
                             size_t n)
 {
   struct server *srv = ctx;
-  srv->counters.fences_raised += fence_repair(&srv->reg, srv->instance_id, client_id, pid, ids, n);
+  srv->counters.fences_raised += fence_repair(srv->reg, srv->instance_id, client_id, pid, ids, n);
 }
 
 static void on_session_gone(void *ctx, struct session *s)
@@ -379,13 +109,16 @@ static void on_session_gone(void *ctx, struct session *s)
 
   list_del(&s->link);
   srv->n_clients--;
-  server_uid_conns(srv, s->client.uid, -1);
+  listener_left(&srv->listener, s->client.uid);
   /* Not while stopping: every connection ends then, and nobody is left to ask. */
-  if (srv->listening)
+  if (srv->serving)
     detached_track(&srv->detached, &s->client);
 }
 
-struct session *server_connect(struct server *srv, int fd)
+/* A session for fd, counted by the listener; *status: what admission said (0, or a
+ * GPUSHM_E_* with why).  NULL if the session could not be set up. */
+static struct session *add_session(struct server *srv, int fd, int *status, char *why,
+                                   size_t why_len)
 {
   struct session *s = session_start(&srv->session_env, fd, ++srv->next_client_id,
                                     srv->cfg.has_admin_group ? &srv->cfg.admin_gid : NULL);
@@ -394,12 +127,35 @@ struct session *server_connect(struct server *srv, int fd)
     return NULL;
   list_add_tail(&srv->sessions, &s->link);
   srv->n_clients++;
-  if (server_uid_conns(srv, s->client.uid, +1) == UINT32_MAX) {
-    /* Uncounted, it would slip past the per-uid cap: refuse it instead. */
-    session_close(s, GPUSHM_E_NOMEM, "daemon out of memory");
+  *status = listener_admit(&srv->listener, s->client.uid, s->client.admin, why, why_len);
+  return s;
+}
+
+struct session *server_connect(struct server *srv, int fd)
+{
+  char why[128];
+  int status;
+  struct session *s = add_session(srv, fd, &status, why, sizeof why);
+
+  /* No limits here: only a client the listener could not count is refused. */
+  if (s && status == GPUSHM_E_NOMEM) {
+    session_close(s, status, why);
     return NULL;
   }
   return s;
+}
+
+static void on_accept(void *ctx, int fd)
+{
+  struct server *srv = ctx;
+  char why[128];
+  int status;
+  struct session *s = add_session(srv, fd, &status, why, sizeof why);
+
+  if (s && status < 0) {
+    srv->counters.clients_dropped++;
+    session_close(s, status, why);
+  }
 }
 
 /* The handlers' view of the server. */
@@ -445,58 +201,64 @@ static void handler_disconnect(void *ctx, uint32_t client_id, int status, const 
   }
 }
 
-static void on_unlink(void *ctx, struct reg_object *buffer)
+static void on_unlink(void *ctx, struct reg_object *obj)
 {
   struct server *srv = ctx;
+
   status_page_bump_unlink(&srv->status);
-  persist_unlinked(&srv->persist, buffer);
-  log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.buffer = buffer->name, .buffer_id = buffer->id),
-            "'%s' (id %llu) unlinked", buffer->name, (unsigned long long)buffer->id);
+  if (srv->persist)
+    persist_unlinked(srv->persist, obj);
+  log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.buffer = obj->name, .buffer_id = obj->id),
+            "'%s' (id %llu) unlinked", obj->name, (unsigned long long)obj->id);
 }
 
-static void on_created(void *ctx, struct reg_object *buffer)
+static void on_created(void *ctx, struct reg_object *obj)
 {
   struct server *srv = ctx;
-  persist_created(&srv->persist, buffer);
+
+  if (srv->persist)
+    persist_created(srv->persist, obj);
 }
 
-static void close_listener(struct server *srv)
+struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, struct registry *reg,
+                          struct persist *persist, char *err, size_t errlen)
 {
-  close(srv->listen_fd);
-  srv->listen_fd = -1;
-  if (!srv->socket_inherited && unlink(srv->cfg.socket_path) < 0 && errno != ENOENT)
-    log_warn("removing %s: %s", srv->cfg.socket_path, strerror(errno));
-}
+  struct server *srv = calloc(1, sizeof *srv);
 
-int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
-{
+  if (!srv) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
   srv->loop = loop;
+  srv->cfg = *cfg;
+  srv->reg = reg;
+  srv->persist = persist;
+  srv->listener.fd = -1;
+  listener_set_limits(&srv->listener, cfg->max_clients, cfg->max_clients_per_uid);
   list_init(&srv->sessions);
   if (getrandom(&srv->instance_id, sizeof srv->instance_id, 0) != sizeof srv->instance_id) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
-    close_listener(srv);
-    return GPUSHM_E_IO;
+    free(srv);
+    return NULL;
   }
   if (status_page_create(&srv->status, err, errlen) < 0) {
-    close_listener(srv);
-    return GPUSHM_E_IO;
+    free(srv);
+    return NULL;
   }
-  srv->reg.on_unlink = on_unlink;
-  srv->reg.on_created = on_created;
-  srv->reg.on_unlink_ctx = srv;
-  srv->started_ms = uv_now(loop);
+  registry_set_hooks(reg, on_unlink, on_created, srv);
   detached_init(&srv->detached, loop, on_process_exit, srv);
-  srv->detached.segs = &srv->reg.segs;
+  srv->detached.segs = registry_segments(reg);
+  cuda_warmup_init(&srv->warmup, loop, on_device_warm, srv);
   srv->transport_limits = (struct transport_limits){
-    .max_queued_frames = srv->cfg.max_queued_frames,
-    .max_queued_bytes = srv->cfg.max_queued_bytes,
+    .max_queued_frames = cfg->max_queued_frames,
+    .max_queued_bytes = cfg->max_queued_bytes,
   };
   srv->handler_server = (struct handler_server){
     .ctx = srv,
     .instance_id = srv->instance_id,
     .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
                 GPUSHM_FEATURE_METADATA |
-                (srv->persist.enabled ? GPUSHM_FEATURE_FDSTORE : 0),
+                (persist && persist_enabled(persist) ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
     .uptime_ms = handler_uptime_ms,
@@ -508,29 +270,42 @@ int server_start(struct server *srv, uv_loop_t *loop, char *err, size_t errlen)
   };
   srv->session_env = (struct session_env){
     .loop = loop,
-    .reg = &srv->reg,
+    .reg = reg,
     .limits = &srv->transport_limits,
     .handler_server = &srv->handler_server,
     .counters = &srv->counters,
     .gone = on_session_gone,
+    .device_ready = cuda_warmup_ready,
     .warm_device = warm_device,
     .ctx = srv,
   };
-  uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
-  srv->listen_poll.data = srv;
-  uv_timer_init(loop, &srv->accept_backoff);
-  srv->accept_backoff.data = srv;
-  /* A few sweeps per deadline bound how late a silent connection is closed. */
   uv_timer_init(loop, &srv->hello_sweep);
   srv->hello_sweep.data = srv;
-  uv_timer_start(&srv->hello_sweep, on_hello_sweep, srv->cfg.hello_timeout_ms / 4 + 1,
-                 srv->cfg.hello_timeout_ms / 4 + 1);
-  srv->listening = true;
-  uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen_readable);
-  return 0;
+  return srv;
 }
 
-void server_reconfigure(struct server *srv, const struct server_config *cfg)
+int server_listen(struct server *srv, char *err, size_t errlen)
+{
+  return listener_bind(&srv->listener, srv->cfg.socket_path, srv->cfg.socket_mode, err, errlen);
+}
+
+void server_adopt_socket(struct server *srv, int fd)
+{
+  listener_adopt(&srv->listener, fd);
+}
+
+void server_start(struct server *srv)
+{
+  /* A few sweeps per deadline bound how late a silent connection is closed. */
+  uint32_t sweep_ms = srv->cfg.hello_timeout_ms / 4 + 1;
+
+  srv->started_ms = uv_now(srv->loop);
+  srv->serving = true;
+  uv_timer_start(&srv->hello_sweep, on_hello_sweep, sweep_ms, sweep_ms);
+  listener_start(&srv->listener, srv->loop, on_accept, srv);
+}
+
+void server_reload(struct server *srv, const struct server_config *cfg)
 {
   struct server_config next = *cfg;
   uint32_t sweep_ms = next.hello_timeout_ms / 4 + 1;
@@ -539,23 +314,54 @@ void server_reconfigure(struct server *srv, const struct server_config *cfg)
   memcpy(next.socket_path, srv->cfg.socket_path, sizeof next.socket_path);
   next.socket_mode = srv->cfg.socket_mode;
   srv->cfg = next;
+  listener_set_limits(&srv->listener, next.max_clients, next.max_clients_per_uid);
   srv->transport_limits.max_queued_frames = next.max_queued_frames;
   srv->transport_limits.max_queued_bytes = next.max_queued_bytes;
-  if (srv->listening)
+  if (srv->serving)
     uv_timer_start(&srv->hello_sweep, on_hello_sweep, sweep_ms, sweep_ms);
 }
 
 void server_shutdown(struct server *srv)
 {
-  if (!srv->listening)
+  if (!srv->serving && srv->listener.fd < 0)
     return;
-  srv->listening = false;
-  uv_poll_stop(&srv->listen_poll);
-  uv_close((uv_handle_t *)&srv->listen_poll, NULL);
-  uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
-  uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
-  close_listener(srv);
+  srv->serving = false;
+  if (!uv_is_closing((uv_handle_t *)&srv->hello_sweep))
+    uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
+  listener_stop(&srv->listener);
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);
   detached_shutdown(&srv->detached);
+}
+
+void server_free(struct server *srv)
+{
+  if (!srv)
+    return;
+  status_page_destroy(&srv->status);
+  free(srv);
+}
+
+uint64_t server_instance_id(const struct server *srv)
+{
+  return srv->instance_id;
+}
+
+bool server_socket_inherited(const struct server *srv)
+{
+  return srv->listener.inherited;
+}
+
+uint32_t server_client_count(const struct server *srv)
+{
+  return srv->n_clients;
+}
+
+void server_status_line(const struct server *srv, char *out, size_t len)
+{
+  struct reg_totals t;
+
+  registry_totals(srv->reg, &t);
+  snprintf(out, len, "%u clients, %zu buffers, %llu bytes (%llu of host memory)", srv->n_clients,
+           t.objects, (unsigned long long)t.bytes_allocated, (unsigned long long)t.host_bytes);
 }

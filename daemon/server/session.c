@@ -94,7 +94,19 @@ static Gpushm__Request *request_keep(const Gpushm__Request *req)
   return copy;
 }
 
-static void free_session(struct session *s)
+void session_ref(struct session *s)
+{
+  s->refs++;
+}
+
+void session_unref(struct session *s)
+{
+  if (--s->refs == 0)
+    free(s);
+}
+
+/* Ends the session: what it holds goes now; the memory when the last reference does. */
+static void end_session(struct session *s)
 {
   if (s->closing)
     return;
@@ -108,10 +120,7 @@ static void free_session(struct session *s)
   s->parked = NULL;
   registry_client_gone(s->env->reg, &s->client);
   transport_free(s->transport);
-  if (s->resuming)
-    s->free_deferred = true;
-  else
-    free(s);
+  session_unref(s);
 }
 
 void session_close(struct session *s, int status, const char *why)
@@ -122,7 +131,7 @@ void session_close(struct session *s, int status, const char *why)
   if (s->closing)
     return;
   if (status == 0) {
-    free_session(s);
+    end_session(s);
     return;
   }
   if (status == GPUSHM_E_PROTO)
@@ -137,7 +146,7 @@ void session_close(struct session *s, int status, const char *why)
   len = wire_encode(tx, WIRE_TYPE_REPLY, &reply.base, 0);
   if (len > 0)
     transport_send_last(s->transport, tx, (size_t)len);
-  free_session(s);
+  end_session(s);
 }
 
 /* Sends a reply with n_fds fds, which are consumed either way. */
@@ -198,81 +207,14 @@ static void observe(struct handler_counters *counters, unsigned slot, uint64_t s
   handler_observe_latency(counters, slot, now > since_ns ? now - since_ns : 0);
 }
 
-/* Policy from the table first, then the handler; a violation ends the session.
- * Returns true if the session kept req (parked until a device is warm).  since_ns: when
- * its frame arrived. */
-static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+/* The request was refused or answered: counts it, says so where operators need to
+ * hear, and sends the reply (nothing for a one-way request). */
+static void finish(struct session *s, const Gpushm__Request *req, int status,
+                   struct handler_reply *reply, unsigned slot, uint64_t since_ns)
 {
   struct handler_counters *counters = s->env->counters;
-  unsigned body = (unsigned)req->body_case;
-  unsigned slot = body < HANDLER_REQUEST_TYPES ? body : 0;
-  const struct handler *h = handler_find(body);
-  struct handler_call call = {
-    .reg = s->env->reg,
-    .srv = s->env->handler_server,
-    .client = &s->client,
-    .log_client = &s->log,
-    .hello_done = s->hello_done,
-  };
-  struct handler_reply storage, *reply = &storage;
-  int status;
+  const char *what = handler_name((unsigned)req->body_case);
 
-  if (!again) {
-    counters->requests++;
-    counters->by_type[slot]++;
-  }
-  if (req->request_id == 0) {
-    session_close(s, GPUSHM_E_PROTO, "request id 0 is reserved");
-    observe(counters, slot, since_ns);
-    return false;
-  }
-  if (!s->hello_done && (!h || h->needs_hello)) {
-    session_close(s, GPUSHM_E_PROTO, "the first request must be hello");
-    observe(counters, slot, since_ns);
-    return false;
-  }
-  if (req->oneway && (!h || !h->oneway_ok)) {
-    session_close(s, GPUSHM_E_PROTO, "only close, unlink and unmap may be sent one-way");
-    observe(counters, slot, since_ns);
-    return false;
-  }
-  handler_reply_init(reply, req->request_id);
-  if (!h) {
-    /* A newer client may know requests this daemon does not: answer, don't hang up. */
-    snprintf(reply->msg, sizeof reply->msg, "unknown request type %u", body);
-    status = GPUSHM_E_UNSUPPORTED;
-  } else if (h->admin_only && !s->client.admin) {
-    snprintf(reply->msg, sizeof reply->msg, "%s needs root or the admin group", h->name);
-    status = GPUSHM_E_PERM;
-  } else {
-    status = h->fn(&call, req, reply);
-  }
-  if (status == HANDLER_WAIT_DEVICE && !again) {
-    /* Parked, it outlives the arena it was decoded into. */
-    Gpushm__Request *kept = request_keep(req);
-    if (kept) {
-      req = kept;
-    } else {
-      snprintf(reply->msg, sizeof reply->msg, "out of memory");
-      status = GPUSHM_E_NOMEM;
-    }
-  }
-  if (status == HANDLER_WAIT_DEVICE) {
-    handler_reply_free(reply);
-    s->parked = req;
-    s->parked_since_ns = since_ns;
-    s->waiting_device = reply->wait_device;
-    transport_pause(s->transport, true);
-    s->env->warm_device(s->env->ctx, reply->wait_device);
-    return true;
-  }
-  if (status == GPUSHM_E_PROTO) {
-    handler_reply_error(reply, status);
-    session_close(s, GPUSHM_E_PROTO, reply->msg);
-    handler_reply_free(reply);
-    observe(counters, slot, since_ns);
-    return false;
-  }
   if (status < 0) {
     counters->request_errors++;
     counters->errors_by_type[slot]++;
@@ -284,17 +226,10 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64
       log_event(LOG_LEVEL_WARN,
                 LOG_FIELDS(.client = &s->log, .reason = reply->msg, .ratelimit = &s->warnings),
                 "client %u (pid %d, uid %u): %s refused: %s", s->client.id, (int)s->client.pid,
-                (unsigned)s->client.uid, handler_name(body), reply->msg);
+                (unsigned)s->client.uid, what, reply->msg);
     else
-      log_debug("client %u: %s failed: %s", s->client.id, handler_name(body), reply->msg);
+      log_debug("client %u: %s failed: %s", s->client.id, what, reply->msg);
     handler_reply_error(reply, status);
-  } else if (body == GPUSHM__REQUEST__BODY_HELLO) {
-    s->hello_done = true;
-    s->protocol_version = call.hello_version;
-    s->client_features = call.hello_features;
-    s->client.default_host_only = !call.hello_ranged;
-    s->client.segments = (call.hello_features & GPUSHM_FEATURE_SEGMENTS) != 0;
-    memcpy(s->name, call.hello_name, sizeof s->name);
   }
   if (req->oneway) {
     /* Nobody waits for an answer: a failure is counted, and said once per connection
@@ -305,24 +240,103 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64
         log_event(LOG_LEVEL_WARN,
                   LOG_FIELDS(.client = &s->log, .reason = reply->msg, .ratelimit = &s->warnings),
                   "client %u (pid %d): one-way %s failed: %s (further failures of this "
-                  "connection are only counted)", s->client.id, (int)s->client.pid,
-                  handler_name(body), reply->msg);
+                  "connection are only counted)", s->client.id, (int)s->client.pid, what,
+                  reply->msg);
       s->oneway_failed = true;
     }
     while (reply->n_fds)
       close(reply->fds[--reply->n_fds]);
-    handler_reply_free(reply);
-    observe(counters, slot, since_ns);
-    return false;
+  } else {
+    if (status >= 0 && reply->reply.body_case == GPUSHM__REPLY__BODY_OPEN)
+      handler_count_open(counters, reply->reply.open);
+    if (reply->list_page && reply->reply.body_case == GPUSHM__REPLY__BODY_LIST)
+      send_list_page(s, reply->reply.request_id, reply->list_page, reply->list_page_len);
+    else
+      send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   }
-  if (status >= 0 && reply->reply.body_case == GPUSHM__REPLY__BODY_OPEN)
-    handler_count_open(counters, reply->reply.open);
-  if (reply->list_page && reply->reply.body_case == GPUSHM__REPLY__BODY_LIST)
-    send_list_page(s, reply->reply.request_id, reply->list_page, reply->list_page_len);
-  else
-    send_reply(s, &reply->reply, reply->fds, reply->n_fds);
   handler_reply_free(reply);
   observe(counters, slot, since_ns);
+}
+
+/* Parks req until device is warm (the server then calls session_resume); this client's
+ * later requests wait in its socket meanwhile, so replies keep their order.  Returns
+ * false (and answers the request) if it could not be kept. */
+static bool park(struct session *s, const Gpushm__Request *req, bool again, int device,
+                 uint64_t since_ns)
+{
+  /* Parked, it outlives the arena it was decoded into (again: it is the heap copy). */
+  Gpushm__Request *kept = again ? (Gpushm__Request *)req : request_keep(req);
+
+  if (!kept)
+    return false;
+  s->parked = kept;
+  s->parked_since_ns = since_ns;
+  s->waiting_device = device;
+  transport_pause(s->transport, true);
+  s->env->warm_device(s->env->ctx, device);
+  return true;
+}
+
+/* Checks the request against its table entry, makes sure the device it needs is warm
+ * (parking it otherwise), runs its handler and finishes it.  A violation ends the
+ * session.  Returns true if the session kept req (parked).  since_ns: when its frame
+ * arrived. */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+{
+  unsigned body = (unsigned)req->body_case;
+  unsigned slot = body < HANDLER_REQUEST_TYPES ? body : 0;
+  const struct handler *h = handler_find(body);
+  const struct handler_peer_state peer = {
+    .hello_done = s->hello_done,
+    .admin = s->client.admin,
+    .protocol_version = s->protocol_version,
+    .features = s->client_features,
+  };
+  struct handler_call call = {
+    .reg = s->env->reg,
+    .srv = s->env->handler_server,
+    .client = &s->client,
+    .policy = &s->policy,
+    .log_client = &s->log,
+    .hello_done = s->hello_done,
+  };
+  struct handler_reply storage, *reply = &storage;
+  int status, device;
+
+  if (!again) {
+    s->env->counters->requests++;
+    s->env->counters->by_type[slot]++;
+  }
+  handler_reply_init(reply, req->request_id);
+  status = handler_check(h, body, req->request_id, req->oneway, &peer, reply->msg,
+                         sizeof reply->msg);
+  if (status == 0 && h->device && (device = h->device(&call, req)) >= 0 &&
+      !s->env->device_ready(device)) {
+    if (park(s, req, again, device, since_ns))
+      return true;
+    snprintf(reply->msg, sizeof reply->msg, "out of memory");
+    status = GPUSHM_E_NOMEM;
+  }
+  if (status == 0)
+    status = h->fn(&call, req, reply);
+  if (status == GPUSHM_E_PROTO) {
+    handler_reply_error(reply, status);
+    session_close(s, GPUSHM_E_PROTO, reply->msg);
+    handler_reply_free(reply);
+    observe(s->env->counters, slot, since_ns);
+    return false;
+  }
+  if (status >= 0 && body == GPUSHM__REQUEST__BODY_HELLO) {
+    s->hello_done = true;
+    s->protocol_version = call.hello_version;
+    s->client_features = call.hello_features;
+    s->policy = (struct reg_policy){
+      .carved = (call.hello_features & GPUSHM_FEATURE_SEGMENTS) != 0,
+      .default_host_only = !call.hello_ranged,
+    };
+    memcpy(s->name, call.hello_name, sizeof s->name);
+  }
+  finish(s, req, status, reply, slot, since_ns);
   return false;
 }
 
@@ -335,31 +349,23 @@ void session_resume(struct session *s, int status, const char *why)
   s->waiting_device = -1;
   if (!req)
     return;
-  /* The reply below may end the connection (free_session()); s stays until the end. */
-  s->resuming = true;
+  /* The reply below may end the connection; s stays until the end of this call. */
+  session_ref(s);
   if (status < 0) {
-    Gpushm__Reply reply = GPUSHM__REPLY__INIT;
+    struct handler_reply reply;
     unsigned body = (unsigned)req->body_case;
-    s->env->counters->request_errors++;
-    s->env->counters->errors_by_type[body < HANDLER_REQUEST_TYPES ? body : 0]++;
-    reply.request_id = req->request_id;
-    reply.status = -status;
-    reply.message = (char *)why;
-    send_reply(s, &reply, NULL, 0);
-    observe(s->env->counters, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
+    handler_reply_init(&reply, req->request_id);
+    snprintf(reply.msg, sizeof reply.msg, "%s", why);
+    finish(s, req, status, &reply, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
   } else {
     /* parked again: the device went cold meanwhile, and req is the session's again */
     parked_again = dispatch(s, req, true, s->parked_since_ns);
   }
   if (!parked_again)
     gpushm__request__free_unpacked(req, NULL);
-  s->resuming = false;
-  if (s->free_deferred) {
-    free(s);
-    return;
-  }
   if (!s->closing && !parked_again)
     transport_pause(s->transport, false);
+  session_unref(s);
 }
 
 static bool on_frame(void *ctx, const struct wire_frame *frame)
@@ -468,6 +474,7 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
     return NULL;
   }
   s->env = env;
+  s->refs = 1; /* the session's own, given up as it ends */
   s->waiting_device = -1;
   clock_gettime(CLOCK_REALTIME, &now);
   s->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;

@@ -26,8 +26,10 @@ struct session_env {
   struct handler_counters *counters;
   /* Told once, as the session ends, before it is freed. */
   void (*gone)(void *ctx, struct session *s);
-  /* Asks for device to be warmed off the loop; the server then calls session_resume
-   * on every session parked on it. */
+  /* Whether requests on device can go on now; if not, warm_device asks for it to be
+   * warmed off the loop, and the server then calls session_resume on every session
+   * parked on it. */
+  bool (*device_ready)(int device);
   void (*warm_device)(void *ctx, int device);
   void *ctx;
 };
@@ -40,11 +42,11 @@ struct session {
   bool hello_done;
   unsigned protocol_version; /* negotiated at Hello */
   uint64_t client_features;  /* GPUSHM_FEATURE_* the client understands */
+  struct reg_policy policy;  /* what the registry may send it, from the above */
   bool closing;
-  /* session_resume() is running: a reply it sends can end the connection (a failed
-   * send closes it at once), and the session must outlive that call. */
-  bool resuming;
-  bool free_deferred; /* ended while resuming: session_resume() frees it */
+  /* References: the session's own, until it ends, and one held across any call that
+   * may end it while still using it (session_resume). */
+  unsigned refs;
   bool oneway_failed; /* a one-way request failed: logged once, then counted only */
   char name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   struct log_client log;          /* who this client is, for log lines (name: ours) */
@@ -66,6 +68,8 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
 /* The device the parked request waits for is warm (status 0) or could not be warmed
  * (a GPUSHM_E_* and why, which become that request's answer). */
 void session_resume(struct session *s, int status, const char *why);
+void session_ref(struct session *s);
+void session_unref(struct session *s);
 /* Ends the session: status 0 quietly, otherwise with a connection-level error (request
  * id 0) saying why.  Releases its references; frees it. */
 void session_close(struct session *s, int status, const char *why);

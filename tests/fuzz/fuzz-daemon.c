@@ -15,10 +15,13 @@
 #include "fuzz-format.h"
 #include "gpushm.h"
 #include "gpushm.pb-c.h"
-#include "log.h"
-#include "server.h"
+#include "util/log.h"
+#include "offer.h"
+#include "registry/registry.h"
+#include "server/server.h"
+#include "server/session.h"
 #include "wire.h"
-#include "backend_cuda.h"
+#include "backends/backend_cuda.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +77,9 @@ struct peer {
   const struct identity *who;
 };
 
-static struct server srv; /* large receive buffers: not on the stack */
+static struct registry reg;
+static struct server *srv; /* made anew for every input (start_daemon) */
+static struct server_config cfg;
 static uv_loop_t loop;
 static struct peer peers[2];
 static bool auto_hello;
@@ -233,10 +238,10 @@ static unsigned live_peers(void)
  * gone, as it must on end of stream. */
 static void settle(void)
 {
-  for (int pass = 0; srv.n_clients > live_peers(); pass++) {
+  for (int pass = 0; server_client_count(srv) > live_peers(); pass++) {
     if (pass == FUZZ_MAX_PASSES)
       fail("%u connections still open %d loop passes after their clients hung up",
-           srv.n_clients - live_peers(), FUZZ_MAX_PASSES);
+           server_client_count(srv) - live_peers(), FUZZ_MAX_PASSES);
     uv_run(&loop, UV_RUN_NOWAIT);
   }
   /* once more, for the close callbacks of handles closed in the last pass */
@@ -321,7 +326,7 @@ static void connect_peer(int i)
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
     fail("socketpair: %s", strerror(errno));
-  if (!(c = server_connect(&srv, sv[0])))
+  if (!(c = server_connect(srv, sv[0])))
     fail("server_connect refused a socketpair");
   free(c->client.groups);
   if (!(c->client.groups = malloc(sizeof *c->client.groups)))
@@ -375,13 +380,14 @@ static void run_record(unsigned sel, const uint8_t *bytes, size_t len)
  * nobody holds, and the totals must agree with them. */
 static void check_registry(void)
 {
-  const struct registry *reg = &srv.reg;
+  struct reg_totals totals;
   uint64_t bytes = 0;
 
-  if (srv.n_clients != 0 || !list_empty(&srv.sessions))
-    fail("%u clients still registered after all hung up", srv.n_clients);
-  for (size_t i = 0; i < reg->n_buffers; i++) {
-    const struct reg_object *b = reg->by_id[i];
+  if (server_client_count(srv) != 0)
+    fail("%u clients still registered after all hung up", server_client_count(srv));
+  registry_totals(&reg, &totals);
+  for (size_t i = 0; i < registry_count(&reg); i++) {
+    const struct reg_object *b = registry_at(&reg, i);
     if (b->refs || b->n_holders || !list_empty(&b->holdings))
       fail("'%s' (id %llu) still has %u references, %u holders with no client connected",
            b->name, (unsigned long long)b->id, b->refs, b->n_holders);
@@ -391,48 +397,56 @@ static void check_registry(void)
     if (b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->creator)
       fail("session buffer '%s' (id %llu) outlived its creator", b->name,
            (unsigned long long)b->id);
-    if (i > 0 && reg->by_id[i - 1]->id >= b->id)
+    if (i > 0 && registry_at(&reg, i - 1)->id >= b->id)
       fail("buffer ids out of order at index %zu", i);
     bytes += b->allocated;
   }
-  if (bytes != reg->bytes_allocated)
+  if (bytes != totals.bytes_allocated)
     fail("registry counts %llu bytes, its buffers %llu",
-         (unsigned long long)reg->bytes_allocated, (unsigned long long)bytes);
-  if (reg->n_linked != reg->n_buffers)
-    fail("registry counts %u linked names for %zu buffers", reg->n_linked, reg->n_buffers);
+         (unsigned long long)totals.bytes_allocated, (unsigned long long)bytes);
+  if (totals.linked != totals.objects)
+    fail("registry counts %u linked names for %zu buffers", totals.linked, totals.objects);
 }
 
-/* Persistent buffers outlive their clients by design: start every input from an
- * empty registry so that inputs stay independent. */
-static void reset_registry(void)
-{
-  /* set by server_start, cleared by registry_init */
-  void (*on_unlink)(void *, struct reg_object *) = srv.reg.on_unlink;
-  void (*on_created)(void *, struct reg_object *) = srv.reg.on_created;
-  void *on_unlink_ctx = srv.reg.on_unlink_ctx;
-
-  /* Its clients are this process, alive: each that hung up holding buffers is tracked
-   * with a pidfd, which the next input must not inherit; their holds on segments go
-   * before the registry does. */
-  detached_forget_all(&srv.detached);
-  registry_destroy(&srv.reg);
-  if (registry_init(&srv.reg, &limits) < 0)
-    fail("registry_init: out of memory");
-  srv.reg.on_unlink = on_unlink;
-  srv.reg.on_created = on_created;
-  srv.reg.on_unlink_ctx = on_unlink_ctx;
-  srv.counters = (struct handler_counters){ 0 };
-  srv.next_client_id = 0;
-  uv_run(&loop, UV_RUN_NOWAIT);
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+/* A daemon of its own for every input, so that inputs stay independent (persistent
+ * buffers outlive their clients by design) and a crash reproduces from its file alone:
+ * a registry, and a server on a listener nobody connects to (it never wakes the loop;
+ * an abstract name leaves nothing behind). */
+static void start_daemon(void)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   socklen_t addr_len;
   char err[256];
   int fd;
 
+  if (registry_init(&reg, &limits) < 0)
+    fail("registry_init: out of memory");
+  offer_backends(&reg);
+  if (!(srv = server_new(&loop, &cfg, &reg, NULL, err, sizeof err)))
+    fail("server_new: %s", err);
+  fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "gpushm-fuzz-daemon-%d", (int)getpid());
+  addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(addr.sun_path + 1));
+  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, addr_len) < 0 || listen(fd, 1) < 0)
+    fail("listening socket: %s", strerror(errno));
+  server_adopt_socket(srv, fd);
+  server_start(srv);
+}
+
+/* Its clients are this process, alive: each that hung up holding buffers is tracked
+ * with a pidfd, which the next input must not inherit; the server lets go of them (and
+ * of their holds on segments) before the registry goes. */
+static void stop_daemon(void)
+{
+  server_shutdown(srv);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  server_free(srv);
+  srv = NULL;
+  registry_destroy(&reg);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
   (void)argc;
   (void)argv;
   signal(SIGPIPE, SIG_IGN);
@@ -443,7 +457,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   backend_cuda_init();
   if ((devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
     fail("/dev/null: %s", strerror(errno));
-  srv.cfg = (struct server_config){
+  cfg = (struct server_config){
     .socket_path = "(fuzz)",
     .socket_mode = 0666,
     .max_clients = GPUSHM_DEFAULT_MAX_CLIENTS,
@@ -454,30 +468,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     .has_admin_group = true,
     .admin_gid = FUZZ_ADMIN_GID,
   };
-  if (registry_init(&srv.reg, &limits) < 0)
-    fail("registry_init: out of memory");
-  /* server_start wants a listener; one nobody connects to never wakes the loop, and
-   * an abstract name leaves nothing behind. */
-  fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "gpushm-fuzz-daemon-%d", (int)getpid());
-  addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(addr.sun_path + 1));
-  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, addr_len) < 0 || listen(fd, 1) < 0)
-    fail("listening socket: %s", strerror(errno));
-  server_adopt_socket(&srv, fd);
   uv_loop_init(&loop);
-  if (server_start(&srv, &loop, err, sizeof err) < 0)
-    fail("server_start: %s", err);
   peers[0].fd = peers[1].fd = -1;
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-  uint32_t fds_before = server_count_open_fds();
+  uint32_t fds_before;
   size_t pos = 1;
 
   if (size < 1)
     return 0;
+  fds_before = server_count_open_fds();
+  start_daemon();
   peers[0].who = &identities[0];
   peers[1].who = &identities[1 + (data[0] & FUZZ_D_IDENTITY_MASK)];
   auto_hello = data[0] & FUZZ_D_AUTO_HELLO;
@@ -497,7 +501,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   hangup(0);
   hangup(1);
   check_registry();
-  reset_registry();
+  stop_daemon();
   if (server_count_open_fds() != fds_before)
     fail("%u fds open after the input, %u before", server_count_open_fds(), fds_before);
   return 0;

@@ -2,7 +2,7 @@
  * quotas, permissions, id uniqueness. */
 #include "config.h"
 #include "harness.h"
-#include "registry.h"
+#include "registry/registry.h"
 
 #include <fcntl.h>
 #include <stdint.h>
@@ -13,6 +13,8 @@
 
 static struct registry reg;
 static char err[256];
+/* A recent library that does not carve (segments are their own test). */
+static const struct reg_policy policy = { .carved = false };
 static unsigned unlink_events;
 
 static void count_unlink(void *ctx, struct reg_object *b)
@@ -26,7 +28,8 @@ static void setup(uint32_t max_buffers, uint64_t max_bytes)
 {
   struct reg_limits limits = { .max_buffers_per_uid = max_buffers, .max_bytes_per_uid = max_bytes };
   CHECK(registry_init(&reg, &limits) == 0);
-  reg.on_unlink = count_unlink;
+  registry_add_backend(&reg, &backend_host);
+  registry_set_hooks(&reg, count_unlink, NULL, NULL);
   unlink_events = 0;
 }
 
@@ -36,7 +39,7 @@ static int create_ref(struct reg_client *c, const struct reg_create_args *args,
                       struct reg_object **out, bool *created)
 {
   struct reg_export e;
-  int r = registry_create(&reg, c, args, &e, err, sizeof err);
+  int r = registry_create(&reg, c, &policy, args, &e, err, sizeof err);
 
   if (r == 0) {
     CHECK(e.n_fds == 1 && !e.read_only); /* host memory: its memfd */
@@ -53,7 +56,7 @@ static int open_ref(struct reg_client *c, const char *name, uint64_t id, bool wr
                     struct reg_object **out)
 {
   struct reg_export e;
-  int r = registry_open(&reg, c, name, id, !write, REG_BUFFER, &e, err, sizeof err);
+  int r = registry_open(&reg, c, &policy, name, id, !write, REG_BUFFER, &e, err, sizeof err);
 
   if (r == 0) {
     CHECK(e.n_fds == 1 && e.read_only == !write);
@@ -106,7 +109,7 @@ static void test_refcounts_and_unlink_while_open(void)
   CHECK(open_ref(&b, "frames", 0, false, &opened) == GPUSHM_E_NOENT);
   CHECK(open_ref(&b, NULL, id, false, &opened) == GPUSHM_E_NOENT);
   CHECK(registry_find_id(&reg, id) == buf && !buf->linked);
-  CHECK(reg.n_buffers == 1 && reg.n_linked == 0);
+  CHECK(registry_count(&reg) == 1 && reg.names.n_linked == 0);
 
   /* a new buffer may take the name; it gets a new id */
   struct reg_object *again = create(&a, "frames", 100, 0600, GPUSHM_LIFETIME_PERSISTENT);
@@ -118,13 +121,13 @@ static void test_refcounts_and_unlink_while_open(void)
   CHECK(registry_find_id(&reg, id) == buf);
   CHECK(registry_close(&reg, &b, id, false, false, false, err, sizeof err) == 0); /* the last reference */
   CHECK(registry_find_id(&reg, id) == NULL);
-  CHECK(reg.n_buffers == 1 && reg.bytes_allocated == again->allocated);
+  CHECK(registry_count(&reg) == 1 && reg.bytes_allocated == again->allocated);
 
   /* persistent: stays with no references until unlinked */
   CHECK(registry_close(&reg, &a, again->id, false, false, false, err, sizeof err) == 0);
-  CHECK(reg.n_buffers == 1 && again->refs == 0);
+  CHECK(registry_count(&reg) == 1 && again->refs == 0);
   CHECK(registry_unlink(&reg, &a, "frames", err, sizeof err) == 0);
-  CHECK(reg.n_buffers == 0 && reg.bytes_allocated == 0);
+  CHECK(registry_count(&reg) == 0 && reg.bytes_allocated == 0);
   registry_client_gone(&reg, &a);
   registry_client_gone(&reg, &b);
   registry_destroy(&reg);
@@ -146,7 +149,7 @@ static void test_exclusive_and_open_existing(void)
   CHECK(create_ref(&a, &args, &b2, &created) == 0);
   CHECK(b2 == b1 && !created && b1->refs == 2);
   registry_client_gone(&reg, &a);
-  CHECK(b1->refs == 0 && reg.n_buffers == 1);
+  CHECK(b1->refs == 0 && registry_count(&reg) == 1);
   registry_destroy(&reg);
 }
 
@@ -168,11 +171,11 @@ static void test_session_lifetime(void)
 
   registry_client_gone(&reg, &creator);
   /* session buffers lose their names; one still held keeps its memory */
-  CHECK(reg.n_buffers == 2 && reg.n_linked == 1);
+  CHECK(registry_count(&reg) == 2 && reg.names.n_linked == 1);
   CHECK(registry_find_id(&reg, p->id) == p && p->linked && p->refs == 0);
   CHECK(registry_find_id(&reg, held_id) == held && !held->linked && held->creator == NULL);
   registry_client_gone(&reg, &other);
-  CHECK(reg.n_buffers == 1);
+  CHECK(registry_count(&reg) == 1);
   registry_destroy(&reg);
 }
 
@@ -235,7 +238,7 @@ static void test_bad_arguments(void)
   CHECK(create_ref(&a, &args, &buf, &created) == GPUSHM_E_UNSUPPORTED);
   args.backend = 9;
   CHECK(create_ref(&a, &args, &buf, &created) == GPUSHM_E_UNSUPPORTED);
-  CHECK(reg.n_buffers == 0);
+  CHECK(registry_count(&reg) == 0);
   registry_destroy(&reg);
 }
 
@@ -279,7 +282,7 @@ static void test_permissions(void)
   registry_client_gone(&reg, &owner);
   registry_client_gone(&reg, &group_member);
   registry_client_gone(&reg, &supplementary);
-  CHECK(reg.n_buffers == 0);
+  CHECK(registry_count(&reg) == 0);
   registry_destroy(&reg);
 }
 
@@ -309,11 +312,11 @@ static bool test_many_buffers_ids_and_names(void)
     CHECK(registry_unlink(&reg, &a, name, err, sizeof err) == 0);
   }
   registry_client_gone(&reg, &a); /* drops every reference: the unlinked half is freed */
-  CHECK(reg.n_buffers == 1500 && reg.n_linked == 1500);
-  for (size_t i = 1; i < reg.n_buffers; i++)
-    CHECK(reg.by_id[i - 1]->id < reg.by_id[i]->id);
+  CHECK(registry_count(&reg) == 1500 && reg.names.n_linked == 1500);
+  for (size_t i = 1; i < registry_count(&reg); i++)
+    CHECK(registry_at(&reg, i - 1)->id < registry_at(&reg, i)->id);
   CHECK(registry_index_after(&reg, 0) == 0);
-  CHECK(registry_index_after(&reg, last) == reg.n_buffers);
+  CHECK(registry_index_after(&reg, last) == registry_count(&reg));
   registry_destroy(&reg);
   return true;
 }
@@ -360,7 +363,7 @@ static void test_failed_export_leaves_nothing(void)
     registry_destroy(&reg);
     return;
   }
-  r = registry_create(&reg, &a, &args, &e, err, sizeof err);
+  r = registry_create(&reg, &a, &policy, &args, &e, err, sizeof err);
   CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
   if (r == 0) {
     /* the limit was not enforced (valgrind keeps its own): nothing to learn here */
@@ -370,7 +373,7 @@ static void test_failed_export_leaves_nothing(void)
     return;
   }
   CHECK(r == GPUSHM_E_LIMIT && e.n_fds == 0);
-  CHECK(reg.n_buffers == 0 && reg.n_linked == 0 && reg.bytes_allocated == 0 && reg.host_bytes == 0);
+  CHECK(registry_count(&reg) == 0 && reg.names.n_linked == 0 && reg.bytes_allocated == 0 && reg.quota.host_bytes == 0);
   CHECK(unlink_events == 0 && list_empty(&a.holdings));
   registry_uid_usage(&reg, 1000, &buffers, &bytes, &host);
   CHECK(buffers == 0 && bytes == 0 && host == 0);
@@ -430,42 +433,42 @@ static void test_events_are_their_own_kind(void)
   setup(16, 0);
   registry_client_init(&a, 1, 100, 1000, 1000);
   /* Without an event source, a clear refusal. */
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_UNSUPPORTED);
-  reg.events = &fake_events;
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == GPUSHM_E_UNSUPPORTED);
+  registry_set_events(&reg, &fake_events);
   ev.size = 1;
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
   ev.size = 0;
   ev.sync = true;
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == GPUSHM_E_INVAL);
   ev.sync = false;
   fake_events_fail = 1;
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == GPUSHM_E_CUDA);
-  CHECK(reg.n_buffers == 0 && reg.n_linked == 0);
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == GPUSHM_E_CUDA);
+  CHECK(registry_count(&reg) == 0 && reg.names.n_linked == 0);
   fake_events_fail = 0;
 
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == 0);
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == 0);
   CHECK(e.created && e.n_fds == 0 && e.handle_len == 64 && e.handle[0] == 103);
   CHECK(e.buffer->kind == REG_EVENT && e.buffer->backend == NULL && e.buffer->size == 0 &&
         e.buffer->allocated == 0 && e.buffer->device == 3);
   CHECK(fake_events_live == 1);
   /* One namespace: a buffer of the same name is refused, even with open-existing. */
-  CHECK(registry_create(&reg, &a, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
+  CHECK(registry_create(&reg, &a, &policy, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
   buf.open_existing = true;
-  CHECK(registry_create(&reg, &a, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
+  CHECK(registry_create(&reg, &a, &policy, &buf, &e, err, sizeof err) == GPUSHM_E_EXIST);
   CHECK(strstr(err, "already exists as an event") != NULL);
   /* Open as the wrong kind: refused before any reference is taken. */
-  CHECK(registry_open(&reg, &a, "ev", 0, false, REG_BUFFER, &e, err, sizeof err) == GPUSHM_E_INVAL);
+  CHECK(registry_open(&reg, &a, &policy, "ev", 0, false, REG_BUFFER, &e, err, sizeof err) == GPUSHM_E_INVAL);
   CHECK(registry_client_refs(registry_find_id(&reg, 1), &a) == 1);
-  CHECK(registry_open(&reg, &a, "ev", 0, false, REG_EVENT, &e, err, sizeof err) == 0);
+  CHECK(registry_open(&reg, &a, &policy, "ev", 0, false, REG_EVENT, &e, err, sizeof err) == 0);
   CHECK(registry_client_refs(e.buffer, &a) == 2);
   /* Open-existing as an event joins it. */
   ev.open_existing = true;
-  CHECK(registry_create(&reg, &a, &ev, &e, err, sizeof err) == 0 && !e.created);
+  CHECK(registry_create(&reg, &a, &policy, &ev, &e, err, sizeof err) == 0 && !e.created);
   /* Unlinked while held: the source releases it with the last reference only. */
   CHECK(registry_unlink(&reg, &a, "ev", err, sizeof err) == 0);
   CHECK(fake_events_live == 1);
   registry_client_gone(&reg, &a);
-  CHECK(fake_events_live == 0 && reg.n_buffers == 0);
+  CHECK(fake_events_live == 0 && registry_count(&reg) == 0);
   registry_destroy(&reg);
 }
 

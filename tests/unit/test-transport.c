@@ -5,7 +5,7 @@
 #include "config.h"
 #include "harness.h"
 #include "gpushm.pb-c.h"
-#include "transport.h"
+#include "server/transport.h"
 #include "wire.h"
 
 #include <errno.h>

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Named inter-process events, from the registry's event source (the composition root
+ * sets it: CUDA IPC events).  An event has no size, no memory and no sync objects. */
+#include "config.h"
+#include "registry/kind.h"
+#include "gpushm.h"
+
+#include <stdio.h>
+
+static int event_check(const struct registry *reg, const struct reg_create_args *args,
+                       const struct reg_policy *policy, const struct backend **be, char *err,
+                       size_t errlen)
+{
+  const char *why;
+
+  (void)policy;
+  *be = NULL;
+  if (args->size != 0 || args->sync || args->metadata_len) {
+    snprintf(err, errlen, "an event has no size, no sync and no metadata of its own");
+    return GPUSHM_E_INVAL;
+  }
+  if (!reg->events) {
+    snprintf(err, errlen, "unsupported: this gpushmd offers no events");
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (reg->events->unavailable && (why = reg->events->unavailable(reg->events))) {
+    snprintf(err, errlen, "unsupported: events unavailable: %s", why);
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  return 0;
+}
+
+static void event_estimate(const struct registry *reg, const struct reg_create_args *args,
+                           const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+{
+  (void)reg;
+  (void)args;
+  (void)be;
+  *bytes = 0;
+  *host_bytes = 0;
+}
+
+static int event_alloc(struct registry *reg, struct reg_object *obj,
+                       const struct reg_create_args *args, const struct backend *be,
+                       const struct reg_client *client, char *err, size_t errlen)
+{
+  (void)be;
+  (void)client;
+  obj->device = args->device;
+  return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
+}
+
+static int event_export(struct registry *reg, struct reg_object *obj, struct reg_client *client,
+                        const struct reg_policy *policy, bool read_only, struct reg_export *out,
+                        char *err, size_t errlen)
+{
+  (void)client;
+  (void)policy;
+  (void)read_only;
+  return reg->events->export(reg->events, obj->event, out->handle, &out->handle_len, err, errlen);
+}
+
+static void event_release(struct registry *reg, struct reg_object *obj)
+{
+  reg->events->release(reg->events, obj->event);
+  obj->event = NULL;
+}
+
+static void event_describe(const struct reg_object *obj, struct reg_description *out)
+{
+  (void)obj;
+  out->kind = "event";
+  out->backend = 0;
+  out->sync = false;
+  out->segment_id = 0;
+}
+
+const struct reg_kind_ops reg_kind_event = {
+  .name = "event",
+  .kind = REG_EVENT,
+  .check = event_check,
+  .estimate = event_estimate,
+  .alloc = event_alloc,
+  .export = event_export,
+  .release = event_release,
+  .describe = event_describe,
+};

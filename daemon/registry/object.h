@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/* What the registry keeps: clients (a credential set with a list of holdings), the
+ * objects they share, and who holds what.  The registry (registry.h) is their only
+ * owner; an object's kind (kind.h) owns what the object holds outside the registry. */
+#ifndef GPUSHMD_REGISTRY_OBJECT_H
+#define GPUSHMD_REGISTRY_OBJECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backends/backend.h"
+#include "registry/names.h"
+#include "registry/segment.h"
+#include "registry/sync.h"
+#include "util/list.h"
+
+struct reg_client {
+  uint32_t id;
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+  gid_t *groups; /* supplementary groups, from SO_PEERGROUPS */
+  unsigned n_groups;
+  bool admin;    /* root or the admin group: may list and unlink every user's buffers */
+  struct list holdings; /* reg_holding.client_link */
+  struct list mappings; /* seg_mapping.client_link: segments it maps */
+};
+
+/* What a client's library can take, as its session negotiated it at Hello: the session
+ * computes it from the features the client named, the registry applies it to what the
+ * client creates and is sent. */
+struct reg_policy {
+  /* Its library understands carved buffers (GPUSHM_FEATURE_SEGMENTS): only such a
+   * client's creates are carved, and only such a client may open a carved one. */
+  bool carved;
+  /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
+   * when it names no backend, so the daemon's default-backend does not apply to it. */
+  bool default_host_only;
+};
+
+/* What a name denotes to clients; one namespace holds both. */
+enum reg_kind {
+  REG_BUFFER = 0, /* memory from a backend: a whole allocation, or a slot of a segment */
+  REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
+  REG_KIND_COUNT
+};
+
+struct reg_kind_ops;
+
+/* The key's fields, twice: as struct reg_key for the indexes (names.h), and by name
+ * here, so that obj->name and obj->id read as they always did. */
+#define REG_KEY_FIELDS                                                                   \
+  uint64_t id;                                                                           \
+  bool linked;                                                                           \
+  struct reg_key *name_next;                                                             \
+  char name[GPUSHM_LIMIT_NAME_LEN + 1]
+
+struct reg_object {
+  union {
+    struct reg_key key;
+    struct {
+      REG_KEY_FIELDS;
+    };
+  };
+  enum reg_kind kind;
+  const struct reg_kind_ops *ops; /* what holds its contents */
+  uint64_t size;
+  uint64_t allocated;
+  uint64_t host_bytes; /* of its memory, host memory: what the host budget counts */
+  const struct backend *backend; /* buffers */
+  int device;
+  uid_t owner_uid;
+  gid_t owner_gid;
+  uint32_t mode;
+  int lifetime;                     /* gpushm_lifetime_t */
+  const struct reg_client *creator; /* session lifetime: until it disconnects */
+  pid_t creator_pid;
+  uint64_t created_unix_ms;
+  uint32_t refs;
+  uint32_t n_holders;
+  struct list holdings; /* reg_holding.buffer_link */
+  bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
+  bool persisted; /* deposited in systemd's fd store */
+  bool dirty;     /* until its creator has it: the creator clears it */
+  uint8_t *metadata; /* set at create, immutable; NULL when none */
+  uint32_t metadata_len;
+  /* Whole buffers (kind_buffer.c): their allocation and sync objects. */
+  struct backend_mem mem;
+  bool sync; /* sync_state holds its control block (and event) */
+  uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
+  struct sync_state sync_state;
+  /* Carved buffers (kind_slot.c): their segment and slot in it. */
+  struct segment *segment;
+  uint32_t slot;
+  /* Events (kind_event.c). */
+  void *event;
+};
+
+_Static_assert(offsetof(struct reg_object, key) == 0, "the key comes first");
+
+struct reg_holding {
+  struct reg_object *buffer;
+  struct reg_client *client;
+  uint32_t refs;
+  /* Opened read-write at least once while held: the client may have published
+   * releases (read-only openers cannot), whose fence writes a death can lose. */
+  bool read_write;
+  struct list client_link;
+  struct list buffer_link;
+};
+
+#endif
