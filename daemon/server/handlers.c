@@ -893,7 +893,7 @@ int handler_check(const struct handler *h, unsigned body_case, uint64_t request_
              h->since, peer->protocol_version);
     return GPUSHM_E_UNSUPPORTED;
   }
-  if (h->feature && !(peer->features & h->feature)) {
+  if ((peer->features & h->feature) != h->feature) {
     snprintf(msg, msg_len, "%s needs feature 0x%llx, which this connection's hello did not name",
              h->name, (unsigned long long)h->feature);
     return GPUSHM_E_UNSUPPORTED;

@@ -243,6 +243,23 @@ int main(void)
   expect_dropped(fd, "length"), fatal++;
   good_client_still_served();
 
+  /* A request needing a feature its client's hello did not name (unmap: segments, which
+   * a hello without features does not know) is refused, and the connection stays. */
+  fd = raw_hello();
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__UnmapRequest unmap = GPUSHM__UNMAP_REQUEST__INIT;
+    unmap.segment_id = 1;
+    req.request_id = 7;
+    req.body_case = GPUSHM__REQUEST__BODY_UNMAP;
+    req.unmap = &unmap;
+    raw_send(fd, tx, encode(&req), NULL, 0);
+    expect_status(fd, 7, GPUSHM_E_UNSUPPORTED);
+    raw_send(fd, tx, ping_frame(8), NULL, 0);
+    expect_status(fd, 8, 0);
+    close(fd);
+  }
+
   /* fd count: fds the header does not announce, one it announces but lacks, too many
    * to fit the daemon's control buffer */
   fd = raw_connect();
