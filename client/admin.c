@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +29,8 @@
 #define MSG_detached_buffer Gpushm__DetachedBuffer
 #define MSG_segment_usage Gpushm__SegmentUsage
 #define MSG_open_stats Gpushm__OpenCount
+#define MSG_metric Gpushm__Metric
+#define MSG_metric_label Gpushm__MetricLabel
 
 /* One line per accessor, three kinds of line:
  *   NUM(object, field, C type, value):  gpushm_<object>_<field>(), value read from the
@@ -136,7 +139,17 @@
   NUM(usage, backend, gpushm_backend_t, client_backend_of_wire(m->backend))               \
   NUM(usage, device, int32_t, m->device)                                                  \
   NUM(usage, buffers, uint32_t, m->buffers)                                               \
-  NUM(usage, bytes, uint64_t, m->bytes)
+  NUM(usage, bytes, uint64_t, m->bytes)                                                   \
+  LIST(stats, metric, gpushm_metric_t, metrics)                                           \
+  TEXT(metric, name, name)                                                                \
+  TEXT(metric, help, help)                                                                \
+  NUM(metric, type, gpushm_metric_type_t, (gpushm_metric_type_t)m->type)                  \
+  TEXT(metric, unit, unit)                                                                \
+  NUM(metric, value, uint64_t, m->value)                                                  \
+  NUM(metric, exponent, int32_t, m->exponent)                                             \
+  LIST(metric, label, gpushm_metric_label_t, labels)                                      \
+  TEXT(metric_label, name, name)                                                          \
+  TEXT(metric_label, value, value)
 
 #define ADMIN_MSG(object, o) ((const MSG_##object *)(const void *)(o))
 
@@ -198,6 +211,40 @@ int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 {
   const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);
   return copy_uuid(m ? &m->uuid : NULL, uuid, "dev");
+}
+
+const char *gpushm_metric_value_text(const gpushm_metric_t *metric, char *out, size_t len)
+{
+  const Gpushm__Metric *m = ADMIN_MSG(metric, metric);
+  char digits[32];
+  int n, point;
+
+  if (!out || !len)
+    return out;
+  out[0] = '\0';
+  if (!m)
+    return out;
+  n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)m->value);
+  if (m->exponent >= 0) {
+    /* whole: the digits and as many zeros (a daemon sends small exponents) */
+    snprintf(out, len, "%s%.*s", digits, m->exponent > 18 ? 18 : (int)m->exponent,
+             "000000000000000000");
+    return out;
+  }
+  point = n + m->exponent; /* digits before the point */
+  if (point > 0)
+    snprintf(out, len, "%.*s.%s", point, digits, digits + point);
+  else
+    snprintf(out, len, "0.%.*s%s", -point > 18 ? 18 : -point, "000000000000000000", digits);
+  /* no trailing zeros after the point, nor a bare point */
+  if (strchr(out, '.')) {
+    size_t end = strlen(out);
+    while (end > 0 && out[end - 1] == '0')
+      out[--end] = '\0';
+    if (end > 0 && out[end - 1] == '.')
+      out[--end] = '\0';
+  }
+  return out;
 }
 
 /* The latency histogram: repeated numbers, not messages, so not in the table. */

@@ -5,6 +5,7 @@
 #include "format.h"
 #include "gpushm-admin.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -1010,35 +1011,6 @@ static void prom_seconds(uint64_t ns)
   printf("%" PRIu64 "%s%s", ns / 1000000000u, n ? "." : "", frac);
 }
 
-/* One gauge or counter per segment figure, by backend and device. */
-#define PROM_SEGMENTS(X)                                                                  \
-  X("gpushm_segments", "gauge", "Segments holding buffers or mapped by clients.", segments) \
-  X("gpushm_segment_bytes", "gauge", "Memory of those segments.", bytes)                  \
-  X("gpushm_segment_used_bytes", "gauge", "Of it, slots holding buffers.", bytes_used)    \
-  X("gpushm_segment_mappings", "gauge", "Segment mappings clients hold (connection, access).", \
-    mappings)                                                                             \
-  X("gpushm_pool_segments", "gauge", "Empty segments kept warm for their class.", pooled)  \
-  X("gpushm_pool_bytes", "gauge", "Memory of the warm pools.", pooled_bytes)              \
-  X("gpushm_carved_buffers_total", "counter", "Buffers carved out of segments.", carved)  \
-  X("gpushm_segment_allocations_total", "counter", "Segment allocations (driver calls).",  \
-    driver_allocs)
-
-static void prom_segments(const gpushm_stats_t *s)
-{
-  if (!gpushm_stats_segment_usage_count(s))
-    return;
-#define PROM_SEGMENT_(name, type, help, field)                                            \
-  prom_family(name, type, help);                                                          \
-  for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {                      \
-    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);                   \
-    printf(name "{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",                           \
-           backend_name(GPUSHM_KIND_BUFFER, gpushm_segment_usage_backend(u)),             \
-           gpushm_segment_usage_device(u), (uint64_t)gpushm_segment_usage_##field(u));    \
-  }
-  PROM_SEGMENTS(PROM_SEGMENT_)
-#undef PROM_SEGMENT_
-}
-
 static const char *usage_backend_name(const gpushm_usage_t *u)
 {
   return backend_name(gpushm_usage_kind(u), gpushm_usage_backend(u));
@@ -1120,85 +1092,71 @@ static void prom_devices(const gpushm_stats_t *s, bool free_memory)
   }
 }
 
+/* Metric and label names come from the daemon: only what Prometheus's grammar allows
+ * ([a-zA-Z_][a-zA-Z0-9_]*) is printed, so a row can inject nothing into the text. */
+static bool prom_name_ok(const char *name)
+{
+  if (!*name || (!isalpha((unsigned char)*name) && *name != '_'))
+    return false;
+  for (; *name; name++)
+    if (!isalnum((unsigned char)*name) && *name != '_')
+      return false;
+  return true;
+}
+
+static bool metric_ok(const gpushm_metric_t *m)
+{
+  if (!prom_name_ok(gpushm_metric_name(m)))
+    return false;
+  for (size_t i = 0; i < gpushm_metric_label_count(m); i++)
+    if (!prom_name_ok(gpushm_metric_label_name(gpushm_metric_label(m, i))))
+      return false;
+  return true;
+}
+
+/* A metric row's labels as Prometheus writes them: {a="x",b="y"}, or nothing. */
+static void prom_labels(const gpushm_metric_t *m)
+{
+  size_t n = gpushm_metric_label_count(m);
+
+  for (size_t i = 0; i < n; i++) {
+    const gpushm_metric_label_t *l = gpushm_metric_label(m, i);
+    printf("%s%s=\"", i ? "," : "{", gpushm_metric_label_name(l));
+    prom_label(gpushm_metric_label_value(l));
+    printf("\"%s", i + 1 == n ? "}" : "");
+  }
+}
+
+/* The daemon's rows as they come (each metric's samples together), with a HELP and a
+ * TYPE line before the first sample of each; then what rows do not carry: the build
+ * (this gpushmctl's version too), the latency histograms, the devices. */
 static void prometheus_stats(const gpushm_stats_t *s)
 {
-  uint32_t buffers = gpushm_stats_buffers(s), linked = gpushm_stats_buffers_linked(s);
+  const char *previous = "";
+  char value[48];
 
   prom_family("gpushm_build_info", "gauge", "Always 1: the versions of gpushmd and of the "
               "gpushmctl that wrote this.");
   printf("gpushm_build_info{version=\"");
   prom_label(gpushm_stats_daemon_version(s));
   printf("\",ctl_version=\"%s\"} 1\n", PACKAGE_VERSION);
-  prom_family("gpushm_uptime_seconds", "gauge", "Time since gpushmd started.");
-  printf("gpushm_uptime_seconds ");
-  prom_seconds(gpushm_stats_uptime_ms(s) * 1000000u);
-  putchar('\n');
-  prom_family("gpushm_clients", "gauge", "Connected clients.");
-  printf("gpushm_clients %u\n", gpushm_stats_clients(s));
-  /* linked + unlinked is every buffer: a partition of one count, so one metric. */
-  prom_family("gpushm_buffers", "gauge", "Buffers and events, by whether their name is still "
-              "linked (unlinked ones live until their last holder closes them).");
-  printf("gpushm_buffers{state=\"linked\"} %u\n", linked);
-  printf("gpushm_buffers{state=\"unlinked\"} %u\n", buffers - linked);
-  if (gpushm_stats_usage_count(s)) {
-    prom_family("gpushm_allocated_bytes", "gauge", "Memory held for buffers, by backend and device.");
-    for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
-      const gpushm_usage_t *u = gpushm_stats_usage(s, i);
-      printf("gpushm_allocated_bytes{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
-             usage_backend_name(u), gpushm_usage_device(u), gpushm_usage_bytes(u));
-    }
-  }
-  prom_family("gpushm_requests_total", "counter", "Requests handled, by type.");
-  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
-    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
-    printf("gpushm_requests_total{type=\"");
-    prom_label(gpushm_request_stats_type(rq));
-    printf("\"} %" PRIu64 "\n", gpushm_request_stats_count(rq));
-  }
-  prom_family("gpushm_request_errors_total", "counter", "Requests answered with an error, by type.");
-  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
-    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
-    printf("gpushm_request_errors_total{type=\"");
-    prom_label(gpushm_request_stats_type(rq));
-    printf("\"} %" PRIu64 "\n", gpushm_request_stats_errors(rq));
+  if (!gpushm_stats_metric_count(s))
+    printf("# gpushmd %s sends no metric rows (older than 0.7): only the above and below\n",
+           gpushm_stats_daemon_version(s));
+  for (size_t i = 0; i < gpushm_stats_metric_count(s); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(s, i);
+    const char *name = gpushm_metric_name(m);
+    if (!metric_ok(m))
+      continue;
+    if (strcmp(name, previous) != 0)
+      prom_family(name, gpushm_metric_type(m) == GPUSHM_METRIC_COUNTER ? "counter" : "gauge",
+                  gpushm_metric_help(m));
+    previous = name;
+    printf("%s", name);
+    prom_labels(m);
+    printf(" %s\n", gpushm_metric_value_text(m, value, sizeof value));
   }
   prom_latency(s);
-  if (gpushm_stats_opens_count(s)) {
-    prom_family("gpushm_opens_total", "counter", "Buffers and events opened (creates that found "
-                "one included), by backend and device.");
-    for (size_t i = 0; i < gpushm_stats_opens_count(s); i++) {
-      const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
-      printf("gpushm_opens_total{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
-             open_backend_name(o), gpushm_open_stats_device(o), gpushm_open_stats_opens(o));
-    }
-    prom_family("gpushm_creates_total", "counter", "Buffers and events created, by backend and "
-                "device.");
-    for (size_t i = 0; i < gpushm_stats_opens_count(s); i++) {
-      const gpushm_open_stats_t *o = gpushm_stats_opens(s, i);
-      printf("gpushm_creates_total{backend=\"%s\",device=\"%d\"} %" PRIu64 "\n",
-             open_backend_name(o), gpushm_open_stats_device(o), gpushm_open_stats_creates(o));
-    }
-  }
-  prom_family("gpushm_detached_processes", "gauge", "Live processes whose connection ended "
-              "while they held buffers (they may still map them).");
-  printf("gpushm_detached_processes %u\n", gpushm_stats_detached_total(s));
-  prom_family("gpushm_pinned_after_release_bytes", "gauge", "Memory gpushmd freed that such "
-              "processes still map.");
-  printf("gpushm_pinned_after_release_bytes %" PRIu64 "\n", gpushm_stats_bytes_pinned_after_release(s));
-  prom_family("gpushm_fences_raised_total", "counter", "Sync buffer fences gpushmd raised for "
-              "releasers that died before their GPU wrote them.");
-  printf("gpushm_fences_raised_total %" PRIu64 "\n", gpushm_stats_fences_raised(s));
-  prom_family("gpushm_oneway_errors_total", "counter", "One-way requests (last closes) gpushmd "
-              "refused.");
-  printf("gpushm_oneway_errors_total %" PRIu64 "\n", gpushm_stats_oneway_errors(s));
-  prom_segments(s);
-  prom_family("gpushm_protocol_errors_total", "counter", "Clients ended for protocol errors.");
-  printf("gpushm_protocol_errors_total %" PRIu64 "\n", gpushm_stats_protocol_errors(s));
-  prom_family("gpushm_clients_dropped_total", "counter", "Clients refused or dropped (limits, "
-              "not reading).");
-  printf("gpushm_clients_dropped_total %" PRIu64 "\n", gpushm_stats_clients_dropped(s));
-  prom_family("gpushm_open_fds", "gauge", "File descriptors gpushmd has open.");
-  printf("gpushm_open_fds %u\n", gpushm_stats_open_fds(s));
   prom_devices(s, false);
   prom_devices(s, true);
 }
@@ -1282,6 +1240,25 @@ static void json_stats(const gpushm_stats_t *s)
     }
     printf("]}");
   }
+  printf("],\"metrics\":[");
+  for (size_t i = 0; i < gpushm_stats_metric_count(s); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(s, i);
+    char value[48];
+    printf("%s{\"name\":", i ? "," : "");
+    json_string(gpushm_metric_name(m));
+    printf(",\"type\":\"%s\",\"unit\":",
+           gpushm_metric_type(m) == GPUSHM_METRIC_COUNTER ? "counter" : "gauge");
+    json_string(gpushm_metric_unit(m));
+    printf(",\"labels\":{");
+    for (size_t k = 0; k < gpushm_metric_label_count(m); k++) {
+      const gpushm_metric_label_t *l = gpushm_metric_label(m, k);
+      printf("%s", k ? "," : "");
+      json_string(gpushm_metric_label_name(l));
+      putchar(':');
+      json_string(gpushm_metric_label_value(l));
+    }
+    printf("},\"value\":%s}", gpushm_metric_value_text(m, value, sizeof value));
+  }
   printf("],\"devices\":[");
   for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
     const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
@@ -1296,6 +1273,46 @@ static void json_stats(const gpushm_stats_t *s)
            gpushm_device_stats_total_memory(d), gpushm_device_stats_free_memory(d));
   }
   printf("]}\n");
+}
+
+/* The metrics the lines of text_stats() show in their own words; any other row the
+ * daemon sends (a counter newer than this list) is shown as it comes. */
+static const char *const text_shown_metrics[] = {
+  "gpushm_uptime_seconds", "gpushm_clients", "gpushm_buffers", "gpushm_allocated_bytes",
+  "gpushm_requests_total", "gpushm_request_errors_total", "gpushm_opens_total",
+  "gpushm_creates_total", "gpushm_detached_processes", "gpushm_pinned_after_release_bytes",
+  "gpushm_fences_raised_total", "gpushm_oneway_errors_total", "gpushm_segments",
+  "gpushm_segment_bytes", "gpushm_segment_used_bytes", "gpushm_segment_mappings",
+  "gpushm_pool_segments", "gpushm_pool_bytes", "gpushm_carved_buffers_total",
+  "gpushm_segment_allocations_total", "gpushm_protocol_errors_total",
+  "gpushm_clients_dropped_total", "gpushm_open_fds",
+};
+
+static void text_other_metrics(const gpushm_stats_t *s)
+{
+  bool heading = false;
+  char value[48];
+
+  for (size_t i = 0; i < gpushm_stats_metric_count(s); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(s, i);
+    bool shown = false;
+    for (size_t k = 0; k < sizeof text_shown_metrics / sizeof text_shown_metrics[0]; k++)
+      shown |= strcmp(gpushm_metric_name(m), text_shown_metrics[k]) == 0;
+    if (shown)
+      continue;
+    if (!heading)
+      printf("other metrics:\n");
+    heading = true;
+    printf("  %s", text(gpushm_metric_name(m), 0));
+    for (size_t k = 0; k < gpushm_metric_label_count(m); k++) {
+      const gpushm_metric_label_t *l = gpushm_metric_label(m, k);
+      printf("%s%s=%s", k ? ", " : " (", text(gpushm_metric_label_name(l), 0),
+             text(gpushm_metric_label_value(l), 0));
+    }
+    printf("%s %s%s%s\n", gpushm_metric_label_count(m) ? ")" : "",
+           gpushm_metric_value_text(m, value, sizeof value), *gpushm_metric_unit(m) ? " " : "",
+           text(gpushm_metric_unit(m), 0));
+  }
 }
 
 static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
@@ -1365,6 +1382,7 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
                        : "free unknown (not in use)");
   }
   printf("open fds:       %u\n", gpushm_stats_open_fds(s));
+  text_other_metrics(s);
 }
 
 static int cmd_stats(struct ctl *ctl, int argc, char **argv)

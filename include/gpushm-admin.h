@@ -45,6 +45,8 @@ typedef struct gpushm_detached gpushm_detached_t;           /* a process that ma
 typedef struct gpushm_detached_buffer gpushm_detached_buffer_t;
 typedef struct gpushm_segment_usage gpushm_segment_usage_t; /* segments by backend, device */
 typedef struct gpushm_open_stats gpushm_open_stats_t;       /* opens by backend, device */
+typedef struct gpushm_metric gpushm_metric_t;               /* one sample of a counter or gauge */
+typedef struct gpushm_metric_label gpushm_metric_label_t;
 typedef struct gpushm_local_device_list gpushm_local_device_list_t;
 typedef struct gpushm_local_device gpushm_local_device_t;   /* a GPU this process sees */
 
@@ -267,6 +269,31 @@ GPUSHM_API gpushm_backend_t gpushm_open_stats_backend(const gpushm_open_stats_t 
 GPUSHM_API int32_t gpushm_open_stats_device(const gpushm_open_stats_t *o);
 GPUSHM_API uint64_t gpushm_open_stats_opens(const gpushm_open_stats_t *o);
 GPUSHM_API uint64_t gpushm_open_stats_creates(const gpushm_open_stats_t *o);
+
+/* Since 0.7: every counter and gauge of the daemon as a row that describes itself, in
+ * the daemon's order (samples of one metric together), so that a tool shows the rows
+ * it does not know.  Names follow Prometheus's rules (gpushm_<what>[_<unit>][_total]);
+ * empty from older daemons, whose figures are in the accessors above. */
+typedef enum {
+  GPUSHM_METRIC_GAUGE = 0,
+  GPUSHM_METRIC_COUNTER = 1,
+} gpushm_metric_type_t;
+GPUSHM_API size_t gpushm_stats_metric_count(const gpushm_stats_t *stats);
+GPUSHM_API const gpushm_metric_t *gpushm_stats_metric(const gpushm_stats_t *stats, size_t i);
+GPUSHM_API const char *gpushm_metric_name(const gpushm_metric_t *m);
+GPUSHM_API const char *gpushm_metric_help(const gpushm_metric_t *m);
+GPUSHM_API gpushm_metric_type_t gpushm_metric_type(const gpushm_metric_t *m);
+/* "bytes", "seconds" or "": how a reader shows the value. */
+GPUSHM_API const char *gpushm_metric_unit(const gpushm_metric_t *m);
+/* The value is value * 10^exponent (exact: uptime in ms is exponent -3 of seconds). */
+GPUSHM_API uint64_t gpushm_metric_value(const gpushm_metric_t *m);
+GPUSHM_API int32_t gpushm_metric_exponent(const gpushm_metric_t *m);
+/* The value as exact decimal text ("12.345"); returns out (empty for NULL m). */
+GPUSHM_API const char *gpushm_metric_value_text(const gpushm_metric_t *m, char *out, size_t len);
+GPUSHM_API size_t gpushm_metric_label_count(const gpushm_metric_t *m);
+GPUSHM_API const gpushm_metric_label_t *gpushm_metric_label(const gpushm_metric_t *m, size_t i);
+GPUSHM_API const char *gpushm_metric_label_name(const gpushm_metric_label_t *l);
+GPUSHM_API const char *gpushm_metric_label_value(const gpushm_metric_label_t *l);
 
 /* ---- the daemon as this connection met it (gpushmctl doctor) ------------------- */
 

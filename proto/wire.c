@@ -1,5 +1,6 @@
 #include "config.h"
 #include "wire.h"
+#include "gpushm.pb-c.h"
 
 #include <errno.h>
 #include <string.h>
@@ -298,4 +299,26 @@ int wire_text_valid(const char *s, size_t max_len)
     p += extra + 1;
   }
   return 1;
+}
+
+static const char *const backend_names[] = {
+  [GPUSHM__BACKEND__BACKEND_HOST] = "host",
+  [GPUSHM__BACKEND__BACKEND_CUDA_IPC] = "cuda-ipc",
+  [GPUSHM__BACKEND__BACKEND_CUDA_FD] = "cuda-fd",
+  [GPUSHM__BACKEND__BACKEND_CUDA_EVENT] = "cuda-event",
+  [GPUSHM__BACKEND__BACKEND_CUDA_FABRIC] = "cuda-fabric",
+};
+
+const char *wire_backend_name(int backend)
+{
+  return backend >= 0 && (size_t)backend < sizeof backend_names / sizeof backend_names[0]
+           ? backend_names[backend] : NULL;
+}
+
+int wire_backend_value(const char *name)
+{
+  for (size_t i = 0; name && i < sizeof backend_names / sizeof backend_names[0]; i++)
+    if (backend_names[i] && strcmp(backend_names[i], name) == 0)
+      return (int)i;
+  return -1;
 }

@@ -72,4 +72,10 @@ int wire_text_valid(const char *s, size_t max_len);
  * '.' or '-' (no hidden-file or option look-alikes). */
 int wire_name_valid(const char *name);
 
+/* The one table of backend names, by the wire's Backend values: "host", "cuda-ipc",
+ * "cuda-fd", "cuda-event" (BACKEND_CUDA_EVENT: an event, which the API calls a kind),
+ * "cuda-fabric".  NULL / -1 for what it does not know. */
+const char *wire_backend_name(int backend);
+int wire_backend_value(const char *name);
+
 #endif

@@ -65,47 +65,91 @@ static bool check_same_string(const char *a, const char *b)
   return strcmp(a ? a : "", b ? b : "") == 0;
 }
 
-/* Every field either side knows; *why names the first difference. */
-static bool check_same_info(const Gpushm__BufferInfo *a, const Gpushm__BufferInfo *b,
-                            const char **why)
+/* Two messages of one type, field by field as the schema (their descriptor) has them,
+ * at every depth: a field added to gpushm.proto is compared without a line here.
+ * *why names the first field that differs. */
+static bool check_same_message(const ProtobufCMessage *a, const ProtobufCMessage *b,
+                               const ProtobufCMessageDescriptor *d, const char **why);
+
+static bool check_same_value(const ProtobufCFieldDescriptor *f, const void *x, const void *y,
+                             const char **why)
 {
-#define SAME(f)                                                                          \
-  do {                                                                                   \
-    if (a->f != b->f) {                                                                  \
-      *why = #f;                                                                         \
-      return false;                                                                      \
-    }                                                                                    \
-  } while (0)
-  SAME(id); SAME(size); SAME(backend); SAME(device); SAME(owner_uid); SAME(owner_gid);
-  SAME(mode); SAME(lifetime); SAME(refs); SAME(my_refs); SAME(created_unix_ms);
-  SAME(creator_pid); SAME(holders_total); SAME(n_holders); SAME(allocated);
-  SAME(segment_id); SAME(device_uuid.len); SAME(metadata.len);
-  if (!a->linked != !b->linked || !a->sync != !b->sync) {
-    *why = "linked or sync";
-    return false;
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+  case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_ENUM:
+  case PROTOBUF_C_TYPE_FLOAT:
+    return memcmp(x, y, 4) == 0;
+  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE:
+    return memcmp(x, y, 8) == 0;
+  case PROTOBUF_C_TYPE_BOOL:
+    return !*(const protobuf_c_boolean *)x == !*(const protobuf_c_boolean *)y;
+  case PROTOBUF_C_TYPE_STRING:
+    return check_same_string(*(char *const *)x, *(char *const *)y);
+  case PROTOBUF_C_TYPE_BYTES: {
+    const ProtobufCBinaryData *p = x, *q = y;
+    return p->len == q->len && (!p->len || memcmp(p->data, q->data, p->len) == 0);
   }
-  if (!check_same_string(a->name, b->name)) {
-    *why = "name";
-    return false;
+  case PROTOBUF_C_TYPE_MESSAGE: {
+    const ProtobufCMessage *p = *(ProtobufCMessage *const *)x, *q = *(ProtobufCMessage *const *)y;
+    if (!p || !q)
+      return !p == !q;
+    return check_same_message(p, q, f->descriptor, why);
   }
-  if (a->device_uuid.len && memcmp(a->device_uuid.data, b->device_uuid.data, a->device_uuid.len)) {
-    *why = "device_uuid";
-    return false;
   }
-  if (a->metadata.len && memcmp(a->metadata.data, b->metadata.data, a->metadata.len)) {
-    *why = "metadata";
-    return false;
+  return false;
+}
+
+static size_t check_value_size(const ProtobufCFieldDescriptor *f)
+{
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE:
+    return 8;
+  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
+  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
+  default: return 4;
   }
-  for (size_t i = 0; i < a->n_holders; i++) {
-    const Gpushm__Holder *x = a->holders[i], *y = b->holders[i];
-    if (x->client_id != y->client_id || x->pid != y->pid || x->uid != y->uid ||
-        x->refs != y->refs) {
-      *why = "holders";
+}
+
+static bool check_same_message(const ProtobufCMessage *a, const ProtobufCMessage *b,
+                               const ProtobufCMessageDescriptor *d, const char **why)
+{
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    const char *x = (const char *)a + f->offset, *y = (const char *)b + f->offset;
+    bool same = true;
+
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t n = *(const size_t *)((const char *)a + f->quantifier_offset);
+      size_t size = check_value_size(f);
+      if (n != *(const size_t *)((const char *)b + f->quantifier_offset)) {
+        same = false;
+      } else {
+        const char *xs = *(char *const *)x, *ys = *(char *const *)y;
+        for (size_t k = 0; k < n && same; k++)
+          same = check_same_value(f, xs + k * size, ys + k * size, why);
+      }
+    } else {
+      same = check_same_value(f, x, y, why);
+    }
+    if (!same) {
+      if (f->type != PROTOBUF_C_TYPE_MESSAGE || !*why || !**why)
+        *why = f->name;
       return false;
     }
   }
   return true;
-#undef SAME
+}
+
+/* Every field either side knows; *why names the first difference. */
+static bool check_same_info(const Gpushm__BufferInfo *a, const Gpushm__BufferInfo *b,
+                            const char **why)
+{
+  *why = "";
+  return check_same_message(&a->base, &b->base, &gpushm__buffer_info__descriptor, why);
 }
 
 static bool check_same_reply(const Gpushm__Reply *a, const Gpushm__Reply *b, const char **why)

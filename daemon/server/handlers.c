@@ -1,5 +1,6 @@
 #include "config.h"
 #include "server/handlers.h"
+#include "server/metrics.h"
 #include "server/detached.h"
 #include "gpushm.h"
 #include "list_codec.h"
@@ -781,6 +782,15 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
       (r = fill_segments(reg, ctx, s)) < 0 ||
       (srv->detached && (r = fill_detached(reg, srv->detached, call->client, ctx, s)) < 0))
     return r;
+  /* Last: some rows read what the fields above computed. */
+  {
+    const struct metrics_source src = { .reg = reg, .counters = srv->counters, .srv = srv,
+                                        .stats = s };
+    void *block = NULL;
+    if (ctx->n_owned == HANDLER_OWNED_MAX || metrics_fill(&src, s, &block) < 0)
+      return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    reply_own(ctx, block);
+  }
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
   ctx->reply.stats = s;
   return 0;

@@ -270,6 +270,24 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "gpushm_stats_oneway_errors": (c_uint64, [_P]),
 }
 
+#: Declared where the library has them (newer than the package's minimum); callers
+#: check with hasattr(lib, name).
+OPTIONAL_PROTOTYPES = {
+    # 0.7: metric rows that describe themselves
+    "gpushm_stats_metric_count": (c_size_t, [_P]),
+    "gpushm_stats_metric": (c_void_p, [_P, c_size_t]),
+    "gpushm_metric_name": (c_char_p, [_P]),
+    "gpushm_metric_help": (c_char_p, [_P]),
+    "gpushm_metric_type": (c_int, [_P]),
+    "gpushm_metric_unit": (c_char_p, [_P]),
+    "gpushm_metric_value": (c_uint64, [_P]),
+    "gpushm_metric_exponent": (c_int32, [_P]),
+    "gpushm_metric_label_count": (c_size_t, [_P]),
+    "gpushm_metric_label": (c_void_p, [_P, c_size_t]),
+    "gpushm_metric_label_name": (c_char_p, [_P]),
+    "gpushm_metric_label_value": (c_char_p, [_P]),
+}
+
 
 class LibraryError(ImportError):
     """libgpushm could not be loaded, or is too old for this package."""
@@ -346,6 +364,11 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, argtypes) in OPTIONAL_PROTOTYPES.items():
+        if hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
     return lib
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ctypes
 from ctypes import byref, c_size_t, c_uint8, c_void_p
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from fractions import Fraction
+from typing import Dict, List, Optional, Tuple, Union
 
 from ._lib import KIND_EVENT, lib, text
 from .core import BACKEND_NAMES, LIFETIME_NAMES, check
@@ -82,6 +83,19 @@ class Usage:
 
 
 @dataclass
+class Metric:
+    """One sample of a gpushmd counter or gauge, as the daemon describes it (0.7): its
+    Prometheus name, help text, type, unit ("bytes", "seconds" or ""), labels and value
+    (exact where the daemon sent a whole number)."""
+    name: str
+    help: str
+    type: str                     #: "counter" or "gauge"
+    unit: str
+    labels: Dict[str, str]
+    value: Union[int, Fraction]
+
+
+@dataclass
 class Stats:
     daemon_version: str
     instance_id: int
@@ -102,6 +116,15 @@ class Stats:
     bytes_pinned_after_release: int
     fences_raised: int
     oneway_errors: int
+    #: Every counter and gauge as the daemon describes it (empty from daemons before 0.7).
+    metrics: List[Metric] = field(default_factory=list)
+
+    def metric(self, name: str, **labels: str) -> Optional[Metric]:
+        """The sample of that name whose labels include these, or None."""
+        for m in self.metrics:
+            if m.name == name and all(m.labels.get(k) == v for k, v in labels.items()):
+                return m
+        return None
 
 
 def _uuid(fn, obj: int) -> Optional[bytes]:
@@ -183,6 +206,27 @@ def list_clients(conn: int) -> List[ClientInfo]:
         lib.gpushm_client_list_free(out)
 
 
+def _metrics(s: int) -> List[Metric]:
+    if not hasattr(lib, "gpushm_stats_metric_count"):
+        return []  # a library older than 0.7
+    out = []
+    for i in range(lib.gpushm_stats_metric_count(s)):
+        m = lib.gpushm_stats_metric(s, i)
+        labels = {}
+        for k in range(lib.gpushm_metric_label_count(m)):
+            lb = lib.gpushm_metric_label(m, k)
+            labels[text(lib.gpushm_metric_label_name(lb))] = text(lib.gpushm_metric_label_value(lb))
+        value, exponent = lib.gpushm_metric_value(m), lib.gpushm_metric_exponent(m)
+        exact: Union[int, Fraction] = (value * 10 ** exponent if exponent >= 0
+                                       else Fraction(value, 10 ** -exponent))
+        if isinstance(exact, Fraction) and exact.denominator == 1:
+            exact = exact.numerator
+        out.append(Metric(text(lib.gpushm_metric_name(m)), text(lib.gpushm_metric_help(m)),
+                          "counter" if lib.gpushm_metric_type(m) == 1 else "gauge",
+                          text(lib.gpushm_metric_unit(m)), labels, exact))
+    return out
+
+
 def daemon_stats(conn: int) -> Stats:
     out = c_void_p()
     check(lib.gpushm_stats(conn, byref(out)), "stats")
@@ -229,6 +273,7 @@ def daemon_stats(conn: int) -> Stats:
             bytes_pinned_after_release=lib.gpushm_stats_bytes_pinned_after_release(s),
             fences_raised=lib.gpushm_stats_fences_raised(s),
             oneway_errors=lib.gpushm_stats_oneway_errors(s),
+            metrics=_metrics(s),
         )
     finally:
         lib.gpushm_stats_free(s)

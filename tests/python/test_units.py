@@ -108,6 +108,14 @@ def test_admin_dataclasses(conn, name):
         assert s.requests_by_type["create"][0] >= 1 and s.daemon_version == conn.daemon_version
         assert s.instance_id == conn.instance_id
         assert any(u.backend == "host" and u.buffers >= 1 for u in s.usage)
+        # The rows that describe themselves: the same figures, by Prometheus's names.
+        assert s.metric("gpushm_clients").value == s.clients
+        assert s.metric("gpushm_buffers", state="linked").type == "gauge"
+        assert s.metric("gpushm_requests_total", type="create").value >= 1
+        assert s.metric("gpushm_creates_total", backend="host", device="-1").type == "counter"
+        up = s.metric("gpushm_uptime_seconds")
+        assert up.unit == "seconds" and abs(float(up.value) - s.uptime_ms / 1000) < 5
+        assert s.metric("gpushm_no_such_metric") is None
 
 
 def test_package_builds_offline(tmp_path):
@@ -129,3 +137,12 @@ def test_package_builds_offline(tmp_path):
     assert all(n in record for n in sources)
     sdist = gpushm_build.build_sdist(str(tmp_path))
     assert sdist.endswith(".tar.gz")
+
+
+def test_star_import_shadows_no_builtin():
+    """`from gpushm import *` must not replace open() or list() in the importer."""
+    import builtins
+    shadowing = [n for n in gpushm.__all__ if hasattr(builtins, n)]
+    assert shadowing == [], shadowing
+    assert all(hasattr(gpushm, n) for n in gpushm.__all__)
+    assert gpushm.open and gpushm.list is gpushm.list_buffers

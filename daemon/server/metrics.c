@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+#include "server/metrics.h"
+#include "gpushm.h"
+#include "registry/segment.h"
+#include "wire.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define METRIC_MAX_LABELS 2
+#define METRIC_LABEL_VALUE_MAX 48
+
+/* One sample, with room for its labels. */
+struct sample {
+  Gpushm__Metric m;
+  Gpushm__MetricLabel labels[METRIC_MAX_LABELS];
+  Gpushm__MetricLabel *label_ptrs[METRIC_MAX_LABELS];
+  char values[METRIC_MAX_LABELS][METRIC_LABEL_VALUE_MAX];
+};
+
+struct metric_family;
+
+/* Where samples go: counted first (samples NULL), then written. */
+struct sink {
+  const struct metric_family *family;
+  struct sample *samples;
+  Gpushm__Metric **ptrs;
+  size_t n;
+};
+
+struct metric_family {
+  const char *name;
+  const char *help;
+  Gpushm__MetricType type;
+  const char *unit;
+  int exponent;
+  /* A plain counter of struct handler_counters: its offset there is all it needs. */
+  bool is_counter_field;
+  size_t counter_field;
+  /* Otherwise: adds its samples. */
+  void (*samples)(const struct metrics_source *src, struct sink *k);
+};
+
+/* Adds one sample; label names with NULL values are left out. */
+static void emit(struct sink *k, uint64_t value, const char *l1, const char *v1, const char *l2,
+                 const char *v2)
+{
+  const char *names[METRIC_MAX_LABELS] = { l1, l2 }, *values[METRIC_MAX_LABELS] = { v1, v2 };
+  const struct metric_family *f = k->family;
+  struct sample *s;
+
+  if (!k->samples) {
+    k->n++;
+    return;
+  }
+  s = &k->samples[k->n];
+  gpushm__metric__init(&s->m);
+  s->m.name = (char *)f->name;
+  s->m.help = (char *)f->help;
+  s->m.type = f->type;
+  s->m.unit = (char *)(f->unit ? f->unit : "");
+  s->m.exponent = f->exponent;
+  s->m.value = value;
+  for (unsigned i = 0; i < METRIC_MAX_LABELS; i++) {
+    if (!names[i] || !values[i])
+      continue;
+    gpushm__metric_label__init(&s->labels[s->m.n_labels]);
+    snprintf(s->values[s->m.n_labels], METRIC_LABEL_VALUE_MAX, "%s", values[i]);
+    s->labels[s->m.n_labels].name = (char *)names[i];
+    s->labels[s->m.n_labels].value = s->values[s->m.n_labels];
+    s->label_ptrs[s->m.n_labels] = &s->labels[s->m.n_labels];
+    s->m.n_labels++;
+  }
+  s->m.labels = s->label_ptrs;
+  k->ptrs[k->n++] = &s->m;
+}
+
+static const char *backend_label(int wire_backend)
+{
+  const char *name = wire_backend_name(wire_backend);
+  return name ? name : "unknown";
+}
+
+static const char *device_label(int device, char buf[16])
+{
+  snprintf(buf, 16, "%d", device);
+  return buf;
+}
+
+static void uptime(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->srv->uptime_ms(src->srv->ctx), NULL, NULL, NULL, NULL);
+}
+
+static void clients(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->srv->n_clients(src->srv->ctx), NULL, NULL, NULL, NULL);
+}
+
+static void open_fds(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->srv->open_fds(), NULL, NULL, NULL, NULL);
+}
+
+/* linked + unlinked is every object: a partition of one count, so one metric. */
+static void buffers(const struct metrics_source *src, struct sink *k)
+{
+  struct reg_totals t;
+
+  registry_totals(src->reg, &t);
+  emit(k, t.linked, "state", "linked", NULL, NULL);
+  emit(k, t.objects - t.linked, "state", "unlinked", NULL, NULL);
+}
+
+/* Bytes by (wire backend, device), from the stats' own usage rows. */
+static void allocated(const struct metrics_source *src, struct sink *k)
+{
+  char dev[16];
+
+  for (size_t i = 0; i < src->stats->n_usage; i++) {
+    const Gpushm__Usage *u = src->stats->usage[i];
+    emit(k, u->bytes, "backend", backend_label(u->backend), "device", device_label(u->device, dev));
+  }
+}
+
+static void requests(const struct metrics_source *src, struct sink *k, bool errors)
+{
+  for (unsigned t = 0; t < HANDLER_REQUEST_TYPES; t++) {
+    if (!src->counters->by_type[t])
+      continue;
+    emit(k, errors ? src->counters->errors_by_type[t] : src->counters->by_type[t], "type",
+         handler_name(t), NULL, NULL);
+  }
+}
+
+static void requests_total(const struct metrics_source *src, struct sink *k)
+{
+  requests(src, k, false);
+}
+
+static void request_errors_total(const struct metrics_source *src, struct sink *k)
+{
+  requests(src, k, true);
+}
+
+static void opens(const struct metrics_source *src, struct sink *k, bool creates)
+{
+  const struct handler_counters *c = src->counters;
+  char dev[16];
+
+  for (unsigned b = 0; b <= GPUSHM_BACKEND_COUNT; b++)
+    for (unsigned d = 0; d <= GPUSHM_LIMIT_DEVICES; d++) {
+      if (!c->opens[b][d] && !c->creates[b][d])
+        continue;
+      emit(k, creates ? c->creates[b][d] : c->opens[b][d], "backend", backend_label((int)b),
+           "device", device_label((int)d - 1, dev));
+    }
+}
+
+static void opens_total(const struct metrics_source *src, struct sink *k)
+{
+  opens(src, k, false);
+}
+
+static void creates_total(const struct metrics_source *src, struct sink *k)
+{
+  opens(src, k, true);
+}
+
+static void detached_processes(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->stats->detached_total, NULL, NULL, NULL, NULL);
+}
+
+static void pinned_after_release(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->stats->bytes_pinned_after_release, NULL, NULL, NULL, NULL);
+}
+
+/* The segment figures by backend and device, from the stats' own segment rows. */
+#define SEGMENT_FAMILY(fn, field)                                                         \
+  static void fn(const struct metrics_source *src, struct sink *k)                        \
+  {                                                                                       \
+    char dev[16];                                                                         \
+    for (size_t i = 0; i < src->stats->n_segments; i++) {                                 \
+      const Gpushm__SegmentUsage *u = src->stats->segments[i];                            \
+      emit(k, u->field, "backend", backend_label(u->backend), "device",                    \
+           device_label(u->device, dev));                                                 \
+    }                                                                                     \
+  }
+SEGMENT_FAMILY(segments, segments)
+SEGMENT_FAMILY(segment_bytes, bytes)
+SEGMENT_FAMILY(segment_used_bytes, bytes_used)
+SEGMENT_FAMILY(segment_mappings, mappings)
+SEGMENT_FAMILY(pool_segments, pooled)
+SEGMENT_FAMILY(pool_bytes, pooled_bytes)
+SEGMENT_FAMILY(carved_total, carved)
+SEGMENT_FAMILY(segment_allocations_total, driver_allocs)
+
+#define GAUGE(n, h, fn) { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .samples = fn }
+#define GAUGE_BYTES(n, h, fn)                                                              \
+  { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "bytes", .samples = fn }
+#define COUNTER(n, h, fn) { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_COUNTER, .samples = fn }
+/* A counter of struct handler_counters: one row is all a new one takes. */
+#define COUNTER_FIELD(n, h, field)                                                         \
+  { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_COUNTER,                     \
+    .is_counter_field = true, .counter_field = offsetof(struct handler_counters, field) }
+
+/* Named by Prometheus's rules (prometheus.io/docs/practices/naming): one metric per
+ * meaning, labels only where the series of a metric add up to something (a
+ * partition), base units in the name (_bytes, _seconds), _total on counters only.
+ * docs/metrics.md lists them; tests/integration/test-metrics.sh holds the rendered text
+ * to the exposition format, to promtool and to that list. */
+static const struct metric_family families[] = {
+  { .name = "gpushm_uptime_seconds", .help = "Time since gpushmd started.",
+    .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "seconds", .exponent = -3,
+    .samples = uptime },
+  GAUGE("gpushm_clients", "Connected clients.", clients),
+  GAUGE("gpushm_buffers", "Buffers and events, by whether their name is still linked "
+        "(unlinked ones live until their last holder closes them).", buffers),
+  GAUGE_BYTES("gpushm_allocated_bytes", "Memory held for buffers, by backend and device.",
+              allocated),
+  COUNTER("gpushm_requests_total", "Requests handled, by type.", requests_total),
+  COUNTER("gpushm_request_errors_total", "Requests answered with an error, by type.",
+          request_errors_total),
+  COUNTER("gpushm_opens_total", "Buffers and events opened (creates that found one "
+          "included), by backend and device.", opens_total),
+  COUNTER("gpushm_creates_total", "Buffers and events created, by backend and device.",
+          creates_total),
+  GAUGE("gpushm_detached_processes", "Live processes whose connection ended while they held "
+        "buffers (they may still map them).", detached_processes),
+  GAUGE_BYTES("gpushm_pinned_after_release_bytes", "Memory gpushmd freed that such processes "
+              "still map.", pinned_after_release),
+  COUNTER_FIELD("gpushm_fences_raised_total", "Sync buffer fences gpushmd raised for "
+                "releasers that died before their GPU wrote them.", fences_raised),
+  COUNTER_FIELD("gpushm_oneway_errors_total", "One-way requests (last closes) gpushmd "
+                "refused.", oneway_errors),
+  GAUGE("gpushm_segments", "Segments holding buffers or mapped by clients.", segments),
+  GAUGE_BYTES("gpushm_segment_bytes", "Memory of those segments.", segment_bytes),
+  GAUGE_BYTES("gpushm_segment_used_bytes", "Of it, slots holding buffers.", segment_used_bytes),
+  GAUGE("gpushm_segment_mappings", "Segment mappings clients hold (connection, access).",
+        segment_mappings),
+  GAUGE("gpushm_pool_segments", "Empty segments kept warm for their class.", pool_segments),
+  GAUGE_BYTES("gpushm_pool_bytes", "Memory of the warm pools.", pool_bytes),
+  COUNTER("gpushm_carved_buffers_total", "Buffers carved out of segments.", carved_total),
+  COUNTER("gpushm_segment_allocations_total", "Segment allocations (driver calls).",
+          segment_allocations_total),
+  COUNTER_FIELD("gpushm_protocol_errors_total", "Clients ended for protocol errors.",
+                protocol_errors),
+  COUNTER_FIELD("gpushm_clients_dropped_total", "Clients refused or dropped (limits, not "
+                "reading).", clients_dropped),
+  GAUGE("gpushm_open_fds", "File descriptors gpushmd has open.", open_fds),
+};
+
+static void run_families(const struct metrics_source *src, struct sink *k)
+{
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+    const struct metric_family *f = &families[i];
+    k->family = f;
+    if (f->is_counter_field) {
+      uint64_t v;
+      memcpy(&v, (const char *)src->counters + f->counter_field, sizeof v);
+      emit(k, v, NULL, NULL, NULL, NULL);
+    } else {
+      f->samples(src, k);
+    }
+  }
+}
+
+int metrics_fill(const struct metrics_source *src, Gpushm__StatsReply *s, void **block)
+{
+  struct sink k = { 0 };
+  size_t n;
+  void *mem;
+
+  run_families(src, &k); /* counts */
+  n = k.n;
+  if (!(mem = calloc(1, n * (sizeof(struct sample) + sizeof(Gpushm__Metric *)) + 1)))
+    return GPUSHM_E_NOMEM;
+  k = (struct sink){ .samples = mem, .ptrs = (Gpushm__Metric **)((struct sample *)mem + n) };
+  run_families(src, &k);
+  s->metrics = k.ptrs;
+  s->n_metrics = k.n;
+  *block = mem;
+  return 0;
+}
