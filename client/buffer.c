@@ -1,9 +1,15 @@
-/* Buffers and the process-wide open cache.
+/* Buffers: the handles callers hold and the mappings behind them.
  *
- * A buffer is mapped once per process and access mode, whichever connection opened
- * it, and holds one daemon reference.  Later opens only count up; the last close
- * unmaps first and then releases the daemon's reference, so the daemon never frees
- * memory this process still maps. */
+ * A mapping (struct client_mapping) is what this process maps of one object: per daemon
+ * instance, object, access and map device, shared by every connection's handle of it
+ * (CUDA maps a handle once per context and process).  A handle (gpushm_buffer_t) is one
+ * connection's opens of one mapping and holds that connection's daemon reference: an
+ * open through a connection that has a handle costs no round trip; through another
+ * connection, one round trip (a reference of its own) and no driver call.  So what
+ * happens to one connection (an admin's disconnect, a timeout) leaves the handles of the
+ * others alone, and two parts of one process share memory, never references.  The last
+ * handle of a mapping unmaps it and then releases its reference: unmap before release,
+ * always, so that the daemon never frees memory this process still maps. */
 #include "config.h"
 #include "internal.h"
 #include "shm_layout.h"
@@ -21,11 +27,15 @@
 
 #define CACHE_BUCKETS 256u
 
+/* One lock for the handle tables (every connection's), the mapping table and the
+ * counts in both: an open is a lookup in them, and a fork must find them consistent. */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct gpushm_buffer *by_id[CACHE_BUCKETS];
-static struct gpushm_buffer *by_name[CACHE_BUCKETS];
-/* A forked child's view of its parent's cache: kept reachable, never used. */
-static struct gpushm_buffer *inherited[CACHE_BUCKETS];
+static struct gpushm_buffer *handles_by_id[CACHE_BUCKETS];
+static struct gpushm_buffer *handles_by_name[CACHE_BUCKETS];
+static struct client_mapping *mappings[CACHE_BUCKETS];
+/* A forked child's view of its parent's tables: kept reachable, never used. */
+static struct gpushm_buffer *inherited_handles;
+static struct client_mapping *inherited_mappings;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void cache_prefork(void)
@@ -39,21 +49,27 @@ static void cache_postfork_parent(void)
 }
 
 /* The child shares its parent's sockets, which it must not talk on: it starts with
- * an empty cache.  Its inherited mappings stay until it exits; the entries are parked
+ * empty tables.  Its inherited mappings stay until it exits; the entries are parked
  * where they stay reachable rather than leaked. */
 static void cache_postfork_child(void)
 {
   for (unsigned i = 0; i < CACHE_BUCKETS; i++) {
-    struct gpushm_buffer *b = by_id[i], *next;
-    for (; b; b = next) {
-      next = b->next_by_id;
-      b->inherited = true;
-      b->next_by_id = inherited[i];
-      inherited[i] = b;
+    for (struct gpushm_buffer *h = handles_by_id[i], *next; h; h = next) {
+      next = h->next_by_id;
+      h->inherited = true;
+      h->next_by_id = inherited_handles;
+      inherited_handles = h;
+    }
+    for (struct client_mapping *m = mappings[i], *next; m; m = next) {
+      next = m->next;
+      m->inherited = true;
+      m->next = inherited_mappings;
+      inherited_mappings = m;
     }
   }
-  memset(by_id, 0, sizeof by_id);
-  memset(by_name, 0, sizeof by_name);
+  memset(handles_by_id, 0, sizeof handles_by_id);
+  memset(handles_by_name, 0, sizeof handles_by_name);
+  memset(mappings, 0, sizeof mappings);
   pthread_mutex_unlock(&cache_lock);
 }
 
@@ -75,9 +91,9 @@ static unsigned name_bucket(const char *name)
   return h % CACHE_BUCKETS;
 }
 
-static bool is_event(const struct gpushm_buffer *b)
+static bool is_event(const struct client_mapping *m)
 {
-  return b->kind == GPUSHM_KIND_EVENT;
+  return m->kind == GPUSHM_KIND_EVENT;
 }
 
 /* GPUSHM_MAP_DEVICE(n) in flags: n; else -1 (the default rule). */
@@ -96,65 +112,95 @@ struct map_want {
   int current_device;
 };
 
-/* Host buffers and events are the same for every device; a device buffer's entry
+/* Host buffers and events are the same for every device; a device buffer's mapping
  * serves only the device it is mapped for. */
-static bool serves_device(const struct gpushm_buffer *b, struct map_want *want)
+static bool serves_device(const struct client_mapping *m, struct map_want *want)
 {
   int device;
 
-  if (is_event(b) || b->backend == GPUSHM_BACKEND_HOST)
+  if (is_event(m) || m->backend == GPUSHM_BACKEND_HOST)
     return true;
   if (want->map_request < 0 && want->current_device == CURRENT_UNKNOWN)
     want->current_device = client_cuda_current_device();
   device = want->map_request >= 0 ? want->map_request
-           : want->current_device >= 0 ? want->current_device : b->home_device;
-  return b->device == device;
+           : want->current_device >= 0 ? want->current_device : m->home_device;
+  return m->device == device;
 }
 
-/* A cached entry serves an open only for the same access, kind and device: a
- * buffer's id or name never yields an event, nor the other way round. */
-static struct gpushm_buffer *cache_find_id(uint64_t instance_id, uint64_t id, bool read_only,
+/* A mapping serves an open only for the same access, kind and device: a buffer's id
+ * or name never yields an event, nor the other way round. */
+static bool serves(const struct client_mapping *m, bool read_only, bool event,
+                   struct map_want *want)
+{
+  return m->read_only == read_only && is_event(m) == event && serves_device(m, want);
+}
+
+static struct client_mapping *mapping_find(uint64_t instance_id, uint64_t id, bool read_only,
                                            bool event, struct map_want *want)
 {
-  for (struct gpushm_buffer *b = by_id[id_bucket(instance_id, id)]; b; b = b->next_by_id)
-    if (b->id == id && b->instance_id == instance_id && b->read_only == read_only &&
-        is_event(b) == event && serves_device(b, want))
-      return b;
+  for (struct client_mapping *m = mappings[id_bucket(instance_id, id)]; m; m = m->next)
+    if (m->id == id && m->instance_id == instance_id && serves(m, read_only, event, want))
+      return m;
   return NULL;
 }
 
-static struct gpushm_buffer *cache_find_name(const gpushm_t *conn, const char *name, bool read_only,
-                                             bool event, struct map_want *want)
+static void mapping_insert(struct client_mapping *m)
+{
+  unsigned i = id_bucket(m->instance_id, m->id);
+  m->next = mappings[i];
+  mappings[i] = m;
+}
+
+static void mapping_remove(struct client_mapping *m)
+{
+  struct client_mapping **p = &mappings[id_bucket(m->instance_id, m->id)];
+  while (*p != m)
+    p = &(*p)->next;
+  *p = m->next;
+}
+
+/* conn's handle of that object, for an open with that access, kind and device. */
+static struct gpushm_buffer *handle_find_id(const gpushm_t *conn, uint64_t id, bool read_only,
+                                            bool event, struct map_want *want)
+{
+  for (struct gpushm_buffer *h = handles_by_id[id_bucket(conn->instance_id, id)]; h;
+       h = h->next_by_id)
+    if (h->conn == conn && h->map->id == id && serves(h->map, read_only, event, want))
+      return h;
+  return NULL;
+}
+
+static struct gpushm_buffer *handle_find_name(const gpushm_t *conn, const char *name,
+                                              bool read_only, bool event, struct map_want *want)
 {
   uint64_t generation = client_unlink_generation(conn);
-  for (struct gpushm_buffer *b = by_name[name_bucket(name)]; b; b = b->next_by_name)
-    if (b->instance_id == conn->instance_id && b->read_only == read_only &&
-        is_event(b) == event && b->name_generation == generation &&
-        strcmp(b->name, name) == 0 && serves_device(b, want))
-      return b;
+  for (struct gpushm_buffer *h = handles_by_name[name_bucket(name)]; h; h = h->next_by_name)
+    if (h->conn == conn && h->name_generation == generation &&
+        strcmp(h->map->name, name) == 0 && serves(h->map, read_only, event, want))
+      return h;
   return NULL;
 }
 
-static void cache_insert(struct gpushm_buffer *buf)
+static void handle_insert(struct gpushm_buffer *h)
 {
-  unsigned i = id_bucket(buf->instance_id, buf->id);
-  buf->next_by_id = by_id[i];
-  by_id[i] = buf;
-  i = name_bucket(buf->name);
-  buf->next_by_name = by_name[i];
-  by_name[i] = buf;
+  unsigned i = id_bucket(h->conn->instance_id, h->map->id);
+  h->next_by_id = handles_by_id[i];
+  handles_by_id[i] = h;
+  i = name_bucket(h->map->name);
+  h->next_by_name = handles_by_name[i];
+  handles_by_name[i] = h;
 }
 
-static void cache_remove(struct gpushm_buffer *buf)
+static void handle_remove(struct gpushm_buffer *h)
 {
-  struct gpushm_buffer **p = &by_id[id_bucket(buf->instance_id, buf->id)];
-  while (*p != buf)
+  struct gpushm_buffer **p = &handles_by_id[id_bucket(h->conn->instance_id, h->map->id)];
+  while (*p != h)
     p = &(*p)->next_by_id;
-  *p = buf->next_by_id;
-  p = &by_name[name_bucket(buf->name)];
-  while (*p != buf)
+  *p = h->next_by_id;
+  p = &handles_by_name[name_bucket(h->map->name)];
+  while (*p != h)
     p = &(*p)->next_by_name;
-  *p = buf->next_by_name;
+  *p = h->next_by_name;
 }
 
 static int release_on_daemon(gpushm_t *conn, uint64_t id)
@@ -173,7 +219,7 @@ static int release_on_daemon(gpushm_t *conn, uint64_t id)
   return 0;
 }
 
-static int map_host(struct gpushm_buffer *buf, int fd)
+static int map_host(struct client_mapping *buf, int fd)
 {
   struct stat st;
   void *p;
@@ -192,7 +238,7 @@ static int map_host(struct gpushm_buffer *buf, int fd)
   return 0;
 }
 
-static int map_control(struct gpushm_buffer *buf, int fd)
+static int map_control(struct client_mapping *buf, int fd)
 {
   struct stat st;
   void *p;
@@ -212,13 +258,13 @@ static int map_control(struct gpushm_buffer *buf, int fd)
   return 0;
 }
 
-static int unmap_buffer(struct gpushm_buffer *buf);
+static int unmap_mapping(struct client_mapping *buf);
 
 /* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc),
  * else the fence in the buffer's allocation, GPU-side where the device can, CPU-side
  * where it cannot.  The fence's place comes with the reply; checked all the same: it
  * must lie in this mapping, past the buffer's data. */
-static int attach_sync(struct gpushm_buffer *buf, const Gpushm__OpenReply *open)
+static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;
   uint64_t fence;
@@ -277,8 +323,8 @@ int client_explain_ipc_failure(gpushm_t *conn)
 
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
-static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
-                      const Gpushm__OpenReply *open, int map_request)
+static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct client_fds *fds,
+                       const Gpushm__OpenReply *open, int map_request)
 {
   const Gpushm__BufferInfo *info = open->info;
   struct client_devices devices;
@@ -303,7 +349,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
                                  map_request, &buf->ptr, &devices);
       if (r == GPUSHM_E_CUDA)
-        r = client_explain_ipc_failure(buf->conn);
+        r = client_explain_ipc_failure(conn);
       if (r == 0) {
         buf->home_device = devices.home;
         buf->device = devices.map;
@@ -349,7 +395,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
     int saved = r;
     char why[256];
     snprintf(why, sizeof why, "%s", gpushm_last_error_message());
-    unmap_buffer(buf);
+    unmap_mapping(buf);
     client_error(saved, "%s", why);
   }
   return r;
@@ -361,7 +407,7 @@ static int map_buffer(struct gpushm_buffer *buf, const struct client_fds *fds,
  * has passed both (a write that lands also ends a wait for it).  Returns false if it has
  * not within GPUSHM_FENCE_DRAIN_TIMEOUT_MS (a releaser died with its write queued, a
  * stream is stuck): the caller then keeps the mapping for the life of the process. */
-static bool drain_fence(struct gpushm_buffer *buf)
+static bool drain_fence(struct client_mapping *buf)
 {
   struct timespec pause = { 0, 50000 }, now, deadline;
   uint64_t value = 0, target = buf->fence_written > buf->fence_waited ? buf->fence_written
@@ -381,7 +427,7 @@ static bool drain_fence(struct gpushm_buffer *buf)
 }
 
 /* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
-static int unmap_buffer(struct gpushm_buffer *buf)
+static int unmap_mapping(struct client_mapping *buf)
 {
   int r = 0, r2 = 0;
 
@@ -430,32 +476,45 @@ static int check_open_reply(const Gpushm__OpenReply *open, bool event)
   return 0;
 }
 
-/* A new cache entry for the buffer an open reply names (not mapped yet). */
-static struct gpushm_buffer *new_entry(gpushm_t *conn, const Gpushm__OpenReply *open,
-                                       uint64_t generation)
+/* A new mapping of the object an open reply names (not mapped yet). */
+static struct client_mapping *new_mapping(const gpushm_t *conn, const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;
-  struct gpushm_buffer *buf = calloc(1, sizeof *buf + info->metadata.len);
+  struct client_mapping *m = calloc(1, sizeof *m + info->metadata.len);
 
-  if (!buf)
+  if (!m)
     return NULL;
   if (info->metadata.len)
-    memcpy(buf->metadata, info->metadata.data, info->metadata.len);
-  buf->metadata_len = info->metadata.len;
-  buf->instance_id = conn->instance_id;
-  buf->id = info->id;
-  buf->read_only = open->read_only;
-  memcpy(buf->name, info->name, strlen(info->name) + 1);
-  buf->name_generation = generation;
-  buf->refs = 1;
-  buf->conn = conn;
-  buf->kind = client_kind_of_wire(info->backend);
-  buf->backend = client_backend_of_wire(info->backend);
-  buf->owner_uid = info->owner_uid;
-  buf->owner_gid = info->owner_gid;
-  buf->device = buf->home_device = info->device;
-  buf->size = info->size;
-  return buf;
+    memcpy(m->metadata, info->metadata.data, info->metadata.len);
+  m->metadata_len = info->metadata.len;
+  m->instance_id = conn->instance_id;
+  m->id = info->id;
+  m->read_only = open->read_only;
+  memcpy(m->name, info->name, strlen(info->name) + 1);
+  m->users = 1;
+  m->kind = client_kind_of_wire(info->backend);
+  m->backend = client_backend_of_wire(info->backend);
+  m->owner_uid = info->owner_uid;
+  m->owner_gid = info->owner_gid;
+  m->device = m->home_device = info->device;
+  m->size = info->size;
+  return m;
+}
+
+/* A handle for conn on m (one user of it the caller has counted), its name confirmed
+ * at generation; NULL when out of memory. */
+static struct gpushm_buffer *new_handle(gpushm_t *conn, struct client_mapping *m,
+                                        uint64_t generation)
+{
+  struct gpushm_buffer *h = calloc(1, sizeof *h);
+
+  if (!h)
+    return NULL;
+  h->map = m;
+  h->conn = conn;
+  h->refs = 1;
+  h->name_generation = generation;
+  return h;
 }
 
 /* Drops a reference the daemon counts for this connection (its lock held). */
@@ -471,19 +530,71 @@ static void release_locked(gpushm_t *conn, uint64_t id, bool unlink)
   (void)client_send_oneway_locked(conn, &req);
 }
 
+/* Under the cache lock: conn's handle of m's object for this open, now that the daemon
+ * has counted one more reference for conn.  Another thread of conn may have made that
+ * handle meanwhile: it takes the open, and *extra says the reference (and the user of m
+ * the caller counted) are to be given back.  Else a new handle on m, inserted.  NULL:
+ * out of memory (the same to give back). */
+static struct gpushm_buffer *join_handle(gpushm_t *conn, struct client_mapping *m,
+                                         uint64_t generation, bool *extra)
+{
+  struct map_want mapped = { m->device, -1 };
+  struct gpushm_buffer *h = handle_find_id(conn, m->id, m->read_only, is_event(m), &mapped);
+
+  *extra = h != NULL;
+  if (h) {
+    h->refs++;
+    if (h->name_generation < generation)
+      h->name_generation = generation; /* the daemon just confirmed the name */
+    return h;
+  }
+  if (!(h = new_handle(conn, m, generation)))
+    return NULL;
+  handle_insert(h);
+  client_conn_ref(conn);
+  return h;
+}
+
+/* One user of m less (under the cache lock); true when it was the last: m is out of
+ * the table then, for the caller to end (end_mapping) once the lock is let go. */
+static bool unuse_mapping(struct client_mapping *m)
+{
+  if (--m->users)
+    return false;
+  mapping_remove(m);
+  return true;
+}
+
+/* A mapping nobody uses any more, ended before the daemon's reference goes: unmapped (a
+ * slot's segment stays mapped, idle: client/segment.c), then freed.  0 or the unmap's
+ * error. */
+static int end_mapping(struct client_mapping *m)
+{
+  int r = 0;
+
+  if (m->segment)
+    client_segment_put(m->segment);
+  else
+    r = unmap_mapping(m);
+  free(m);
+  return r;
+}
+
 /* adopt_reply for a carved buffer, with conn->lock held from the request on (see
  * client/segment.c): no driver call when this process maps its segment already. */
 static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct map_want *want,
                         struct client_fds *fds, uint64_t generation, gpushm_buffer_t **out)
 {
   struct client_devices devices;
-  struct gpushm_buffer *buf, *existing;
+  struct client_mapping *m, *existing;
+  struct gpushm_buffer *h;
   struct client_segment *seg;
   struct map_want mapped;
+  bool extra, last;
   void *ptr;
   int r;
 
-  if (!(buf = new_entry(conn, open, generation))) {
+  if (!(m = new_mapping(conn, open))) {
     client_close_fds(fds);
     if (open->segment_attached) /* the daemon counts the mapping: it is not made */
       client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
@@ -493,106 +604,116 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   r = client_segment_attach(conn, open, open->read_only, fds, want->map_request, &seg, &ptr,
                             &devices);
   if (r < 0) {
-    release_locked(conn, buf->id, false);
-    free(buf);
+    release_locked(conn, m->id, false);
+    free(m);
     return r;
   }
-  buf->segment = seg;
-  buf->ptr = ptr;
-  buf->home_device = devices.home;
-  buf->device = devices.map;
+  m->segment = seg;
+  m->ptr = ptr;
+  m->home_device = devices.home;
+  m->device = devices.map;
   /* A new buffer reads as zeros: a reused slot of device memory is cleared here, in this
    * process's context, before the create returns.  (An opener quicker than that could
    * read what the slot held: a buffer of the same owner and mode, which it may read.) */
-  if (open->created && open->clear && buf->backend != GPUSHM_BACKEND_HOST &&
-      (r = client_cuda_clear(ptr, open->info->allocated, buf->device)) < 0) {
+  if (open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST &&
+      (r = client_cuda_clear(ptr, open->info->allocated, m->device)) < 0) {
     client_segment_unuse(seg);
-    release_locked(conn, buf->id, true); /* nobody is to find it uncleared */
-    free(buf);
+    release_locked(conn, m->id, true); /* nobody is to find it uncleared */
+    free(m);
     return r;
   }
 
-  mapped = (struct map_want){ buf->device, -1 };
+  mapped = (struct map_want){ m->device, -1 };
   pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, false, &mapped);
-  if (existing) {
-    existing->refs++;
-    if (existing->name_generation < generation)
-      existing->name_generation = generation;
-    pthread_mutex_unlock(&cache_lock);
+  if ((existing = mapping_find(m->instance_id, m->id, m->read_only, false, &mapped))) {
+    /* mapped already, through another handle: that mapping holds the segment too */
+    existing->users++;
     client_segment_unuse(seg);
-    release_locked(conn, buf->id, false);
-    free(buf);
-    *out = existing;
-    return 0;
+    free(m);
+    m = existing;
+  } else {
+    mapping_insert(m);
   }
-  client_conn_ref(conn);
-  cache_insert(buf);
+  h = join_handle(conn, m, generation, &extra);
+  last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
-  *out = buf;
+  if (!h || extra) {
+    uint64_t id = m->id;
+    if (last)
+      end_mapping(m);
+    release_locked(conn, id, false);
+  }
+  if (!h)
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  *out = h;
   return 0;
 }
 
-/* Turns an open/create reply into a cached handle: maps a new buffer, or joins the
- * entry another thread or connection made meanwhile and gives back the extra daemon
- * reference.  event: what was asked for, which the reply must be. */
+/* Turns an open/create reply into conn's handle: maps a new mapping, or joins the one
+ * another handle (of any connection) or thread made meanwhile.  event: what was asked
+ * for, which the reply must be. */
 static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
                        struct map_want *want, struct client_fds *fds, uint64_t generation,
                        gpushm_buffer_t **out)
 {
-  struct map_want mapped;
   const Gpushm__BufferInfo *info = open->info;
-  struct gpushm_buffer *buf, *existing;
+  struct client_mapping *m, *existing;
+  struct gpushm_buffer *h;
+  struct map_want mapped;
+  bool extra, last;
   int r;
 
-  if (!(buf = new_entry(conn, open, generation))) {
+  pthread_mutex_lock(&cache_lock);
+  existing = mapping_find(conn->instance_id, info->id, open->read_only, event, want);
+  if (existing)
+    existing->users++;
+  pthread_mutex_unlock(&cache_lock);
+  if (existing) {
+    client_close_fds(fds); /* mapped already: what came to map it is not needed */
+    m = existing;
+  } else {
+    if (!(m = new_mapping(conn, open))) {
+      client_close_fds(fds);
+      release_on_daemon(conn, info->id);
+      return client_error(GPUSHM_E_NOMEM, "out of memory");
+    }
+    /* Map outside the lock: mapping device memory can take a while. */
+    r = map_mapping(m, conn, fds, open, want->map_request);
     client_close_fds(fds);
-    release_on_daemon(conn, info->id);
+    if (r < 0) {
+      release_on_daemon(conn, m->id);
+      free(m);
+      return r;
+    }
+    /* Whatever was asked, this mapping is for m->device: another thread may have
+     * mapped the same one meanwhile. */
+    mapped = (struct map_want){ m->device, -1 };
+    pthread_mutex_lock(&cache_lock);
+    existing = mapping_find(m->instance_id, m->id, m->read_only, is_event(m), &mapped);
+    if (existing) {
+      existing->users++;
+      pthread_mutex_unlock(&cache_lock);
+      unmap_mapping(m);
+      free(m);
+      m = existing;
+    } else {
+      mapping_insert(m);
+      pthread_mutex_unlock(&cache_lock);
+    }
+  }
+  pthread_mutex_lock(&cache_lock);
+  h = join_handle(conn, m, generation, &extra);
+  last = (!h || extra) && unuse_mapping(m);
+  pthread_mutex_unlock(&cache_lock);
+  if (!h || extra) {
+    uint64_t id = m->id;
+    if (last)
+      end_mapping(m); /* unmap before release */
+    release_on_daemon(conn, id);
+  }
+  if (!h)
     return client_error(GPUSHM_E_NOMEM, "out of memory");
-  }
-
-  pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf), want);
-  if (existing) {
-    existing->refs++;
-    if (existing->name_generation < generation)
-      existing->name_generation = generation; /* the daemon just confirmed the name */
-    pthread_mutex_unlock(&cache_lock);
-    client_close_fds(fds);
-    free(buf);
-    release_on_daemon(conn, info->id);
-    *out = existing;
-    return 0;
-  }
-  pthread_mutex_unlock(&cache_lock);
-
-  /* Map outside the lock: mapping device memory can take a while. */
-  r = map_buffer(buf, fds, open, want->map_request);
-  client_close_fds(fds);
-  if (r < 0) {
-    release_on_daemon(conn, buf->id);
-    free(buf);
-    return r;
-  }
-
-  /* Whatever was asked, this mapping is for buf->device: another thread may have
-   * mapped the same one meanwhile. */
-  mapped = (struct map_want){ buf->device, -1 };
-  pthread_mutex_lock(&cache_lock);
-  existing = cache_find_id(buf->instance_id, buf->id, buf->read_only, is_event(buf), &mapped);
-  if (existing) {
-    existing->refs++;
-    pthread_mutex_unlock(&cache_lock);
-    unmap_buffer(buf);
-    release_on_daemon(conn, buf->id);
-    free(buf);
-    *out = existing;
-    return 0;
-  }
-  client_conn_ref(conn);
-  cache_insert(buf);
-  pthread_mutex_unlock(&cache_lock);
-  *out = buf;
+  *out = h;
   return 0;
 }
 
@@ -736,8 +857,8 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
   pthread_mutex_lock(&cache_lock);
-  hit = name ? cache_find_name(conn, name, read_only, event, &want)
-             : cache_find_id(conn->instance_id, id, read_only, event, &want);
+  hit = name ? handle_find_name(conn, name, read_only, event, &want)
+             : handle_find_id(conn, id, read_only, event, &want);
   if (hit)
     hit->refs++;
   pthread_mutex_unlock(&cache_lock);
@@ -781,9 +902,9 @@ static int unlink_entry(struct gpushm_buffer *buf)
   Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
 
   if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY))
-    return gpushm_unlink(buf->conn, buf->name);
-  body.name = buf->name;
-  body.id = buf->id;
+    return gpushm_unlink(buf->conn, buf->map->name);
+  body.name = buf->map->name;
+  body.id = buf->map->id;
   req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
   req.unlink = &body;
   return client_send_oneway(buf->conn, &req);
@@ -798,11 +919,11 @@ static int release_entry(struct gpushm_buffer *buf, bool unlink)
   int r;
 
   if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY)) {
-    int unlinked = unlink ? gpushm_unlink(buf->conn, buf->name) : 0;
-    r = release_on_daemon(buf->conn, buf->id);
+    int unlinked = unlink ? gpushm_unlink(buf->conn, buf->map->name) : 0;
+    r = release_on_daemon(buf->conn, buf->map->id);
     return r < 0 ? r : unlinked;
   }
-  body.id = buf->id;
+  body.id = buf->map->id;
   body.unlink = unlink;
   req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
   req.close = &body;
@@ -816,13 +937,14 @@ static int inherited_error(const struct gpushm_buffer *buf)
 {
   return client_error(GPUSHM_E_INVAL, "'%s' was opened by the parent of this process, "
                       "before fork(): the child leaves it alone (it is unmapped when the "
-                      "child exits)", buf->name);
+                      "child exits)", buf->map->name);
 }
 
 static int close_entry(gpushm_buffer_t *buf, bool unlink)
 {
+  struct client_mapping *m;
   gpushm_t *conn;
-  bool last;
+  bool last_open, last_user = false;
   int r, unmapped = 0;
 
   client_clear_error();
@@ -833,23 +955,31 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
     pthread_mutex_unlock(&cache_lock);
     return inherited_error(buf);
   }
-  last = --buf->refs == 0;
-  if (last)
-    cache_remove(buf);
+  m = buf->map;
+  last_open = --buf->refs == 0;
+  if (last_open) {
+    handle_remove(buf);
+    last_user = unuse_mapping(m);
+  }
   pthread_mutex_unlock(&cache_lock);
-  if (!last)
+  if (!last_open)
     return unlink ? unlink_entry(buf) : 0;
 
   conn = buf->conn;
-  if (buf->segment) {
+  if (!last_user) {
+    /* Another connection's handle maps it still, with a reference of its own. */
+    r = release_entry(buf, unlink);
+  } else if (m->segment) {
     /* The segment stays mapped (idle) after the release: the daemon counts the mapping
      * until this process says it unmapped it, so it frees nothing this process maps. */
     r = release_entry(buf, unlink);
-    client_segment_put(buf->segment);
+    client_segment_put(m->segment);
+    free(m);
   } else {
     /* unmap before release, always: the daemon may free the memory at once */
-    unmapped = unmap_buffer(buf);
+    unmapped = unmap_mapping(m);
     r = release_entry(buf, unlink);
+    free(m);
   }
   client_conn_unref(conn);
   free(buf);
@@ -867,8 +997,8 @@ int gpushm_buffer_ref(gpushm_buffer_t *buf)
   client_clear_error();
   if (!buf)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
-  if (is_event(buf))
-    return client_error(GPUSHM_E_INVAL, "'%s' is an event, not a buffer", buf->name);
+  if (is_event(buf->map))
+    return client_error(GPUSHM_E_INVAL, "'%s' is an event, not a buffer", buf->map->name);
   pthread_mutex_lock(&cache_lock);
   if (buf->inherited) {
     pthread_mutex_unlock(&cache_lock);
@@ -881,7 +1011,7 @@ int gpushm_buffer_ref(gpushm_buffer_t *buf)
   if (refs >= GPUSHM_LIMIT_BUFFER_REFS)
     return client_error(GPUSHM_E_LIMIT, "'%s' has %u opens in this process, the most "
                         "gpushm_buffer_ref() takes (GPUSHM_BUFFER_REFS_MAX): are tensors of "
-                        "it leaking?", buf->name, refs);
+                        "it leaking?", buf->map->name, refs);
   return 0;
 }
 
@@ -916,44 +1046,49 @@ int gpushm_unlink(gpushm_t *conn, const char *name)
   return 0;
 }
 
+gpushm_t *gpushm_buffer_connection(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->conn : NULL;
+}
+
 void *gpushm_buffer_ptr(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->ptr : NULL;
+  return buf ? buf->map->ptr : NULL;
 }
 
 uint64_t gpushm_buffer_size(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->size : 0;
+  return buf ? buf->map->size : 0;
 }
 
 uint64_t gpushm_buffer_id(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->id : 0;
+  return buf ? buf->map->id : 0;
 }
 
 const char *gpushm_buffer_name(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->name : NULL;
+  return buf ? buf->map->name : NULL;
 }
 
 int gpushm_buffer_device(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->home_device : -1;
+  return buf ? buf->map->home_device : -1;
 }
 
 int gpushm_buffer_map_device(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->device : -1;
+  return buf ? buf->map->device : -1;
 }
 
 gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->backend : GPUSHM_BACKEND_DEFAULT;
+  return buf ? buf->map->backend : GPUSHM_BACKEND_DEFAULT;
 }
 
 int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf)
 {
-  return buf ? buf->read_only : 0;
+  return buf ? buf->map->read_only : 0;
 }
 
 int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid)
@@ -962,15 +1097,17 @@ int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, uint32_t *gid
   if (!buf)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
   if (uid)
-    *uid = buf->owner_uid;
+    *uid = buf->map->owner_uid;
   if (gid)
-    *gid = buf->owner_gid;
+    *gid = buf->map->owner_gid;
   return 0;
 }
 
 const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size)
 {
+  const struct client_mapping *m = buf ? buf->map : NULL;
+
   if (size)
-    *size = buf && buf->metadata_len ? buf->metadata_len : 0;
-  return buf && buf->metadata_len ? buf->metadata : NULL;
+    *size = m && m->metadata_len ? m->metadata_len : 0;
+  return m && m->metadata_len ? m->metadata : NULL;
 }

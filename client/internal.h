@@ -38,21 +38,18 @@ struct gpushm {
   uint8_t tx[WIRE_FRAME_MAX];
 };
 
-struct gpushm_buffer {
-  struct gpushm_buffer *next_by_id, *next_by_name;
+/* What this process maps of one object: per daemon instance, object, access and map
+ * device, shared by the handles of every connection that opened it (CUDA maps a handle
+ * once per context and process), unmapped when the last of them closes. */
+struct client_mapping {
+  struct client_mapping *next; /* the process-wide table's chain */
+  unsigned users; /* handles on it; under the cache lock */
+  bool inherited; /* mapped by the parent of this (forked) process: never unmapped here */
   uint64_t instance_id;
   uint64_t id;
   bool read_only;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
-  /* The daemon's unlink generation read before the name was resolved: while it is
-   * unchanged, the name still means this buffer. */
-  uint64_t name_generation;
-  unsigned refs; /* opens in this process; under the cache lock */
-  /* Opened by the parent of this (forked) process: never closed here, since its socket
-   * and its cache are the parent's.  Under the cache lock. */
-  bool inherited;
-  gpushm_t *conn; /* holds the daemon's reference */
-  gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: this is a gpushm_event_t */
+  gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: its handles are gpushm_event_t */
   gpushm_backend_t backend; /* buffers only; 0 for an event */
   uint32_t owner_uid, owner_gid;
   /* CUDA backends, this process's ordinals: where the memory (or event) lives, and
@@ -63,7 +60,7 @@ struct gpushm_buffer {
   struct sync_control *control;
   gpushm_sync_method_t sync_method;
   char sync_why[128];      /* why a fallback method was taken */
-  void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the CUevent, on home_device */
+  void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the event, on home_device */
   uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
   uint64_t fence_written;  /* the last value this process queued for the fence */
   uint64_t fence_waited;   /* the highest value a stream of this process waits for */
@@ -77,10 +74,24 @@ struct gpushm_buffer {
   /* cuda-fabric, read-write opens: what other nodes import (the reply's fabric_handle) */
   bool has_fabric_handle;
   uint8_t fabric_handle[GPUSHM_FABRIC_HANDLE_BYTES];
-  /* What the buffer was created with, from the open reply: with the entry, so that it
-   * goes with it. */
+  /* What the buffer was created with, from the open reply. */
   size_t metadata_len;
   uint8_t metadata[];
+};
+
+/* A handle: one connection's opens of one mapping, holding that connection's daemon
+ * reference (gpushm_buffer_t, gpushm_event_t). */
+struct gpushm_buffer {
+  struct gpushm_buffer *next_by_id, *next_by_name; /* the handle table's chains */
+  struct client_mapping *map;
+  gpushm_t *conn; /* holds the daemon's reference; a reference to it is held */
+  unsigned refs;  /* opens through conn; under the cache lock */
+  /* The daemon's unlink generation read before the name was resolved: while it is
+   * unchanged, the name still means this buffer. */
+  uint64_t name_generation;
+  /* Opened by the parent of this (forked) process: never closed here, since its socket
+   * is the parent's.  Under the cache lock. */
+  bool inherited;
 };
 
 /* The wire spells an event as a backend (BACKEND_CUDA_EVENT); the API has kinds. */

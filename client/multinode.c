@@ -7,9 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-int gpushm_buffer_export_dmabuf(gpushm_buffer_t *buf, uint64_t offset, uint64_t size,
+int gpushm_buffer_export_dmabuf(gpushm_buffer_t *handle, uint64_t offset, uint64_t size,
                                 int *fd_out)
 {
+  const struct client_mapping *buf = handle ? handle->map : NULL;
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), span, start;
 
   client_clear_error();
@@ -18,7 +19,7 @@ int gpushm_buffer_export_dmabuf(gpushm_buffer_t *buf, uint64_t offset, uint64_t 
   *fd_out = -1;
   if (!buf || buf->kind != GPUSHM_KIND_BUFFER)
     return client_error(GPUSHM_E_INVAL, "not a buffer");
-  if (buf->inherited)
+  if (handle->inherited)
     return client_error(GPUSHM_E_INVAL, "'%s' was opened by the parent of this process: CUDA "
                         "does not carry over fork()", buf->name);
   if (buf->backend == GPUSHM_BACKEND_HOST)
@@ -51,9 +52,11 @@ int gpushm_buffer_export_dmabuf(gpushm_buffer_t *buf, uint64_t offset, uint64_t 
   return client_cuda_export_dmabuf((char *)buf->ptr + offset, size, buf->device, fd_out);
 }
 
-int gpushm_buffer_fabric_handle(const gpushm_buffer_t *buf,
+int gpushm_buffer_fabric_handle(const gpushm_buffer_t *buffer,
                                 uint8_t handle[GPUSHM_FABRIC_HANDLE_BYTES])
 {
+  const struct client_mapping *buf = buffer ? buffer->map : NULL;
+
   client_clear_error();
   if (!buf || !handle || buf->kind != GPUSHM_KIND_BUFFER)
     return client_error(GPUSHM_E_INVAL, "not a buffer, or handle is NULL");

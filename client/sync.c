@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A gpushm_event_t is a cache entry of kind GPUSHM_KIND_EVENT. */
-#define EVENT_ENTRY(ev) ((struct gpushm_buffer *)(ev))
+/* A gpushm_event_t is a handle whose mapping is of kind GPUSHM_KIND_EVENT. */
+#define EVENT_ENTRY(ev) (((const struct gpushm_buffer *)(ev))->map)
 
 /* client_create() ignores opts->backend and refuses GPUSHM_CREATE_SYNC for events. */
 int gpushm_event_create(gpushm_t *conn, const char *name, const gpushm_create_opts_t *opts,
@@ -81,7 +81,7 @@ const char *gpushm_event_name(const gpushm_event_t *event)
   return event ? EVENT_ENTRY(event)->name : NULL;
 }
 
-static int check_sync(const struct gpushm_buffer *buf, const void *stream)
+static int check_sync(const struct client_mapping *buf, const void *stream)
 {
   if (!buf)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
@@ -95,7 +95,7 @@ static int check_sync(const struct gpushm_buffer *buf, const void *stream)
 /* A fence is reachable only from the device the buffer is mapped for: stream work of
  * another device on it would fault (a sticky error for the whole process), so such a
  * stream is refused before anything is queued. */
-static int check_fence_stream(const struct gpushm_buffer *buf, const struct client_stream *s)
+static int check_fence_stream(const struct client_mapping *buf, const struct client_stream *s)
 {
   if (s->device == buf->device)
     return 0;
@@ -106,7 +106,7 @@ static int check_fence_stream(const struct gpushm_buffer *buf, const struct clie
 }
 
 /* Resolves stream for a release (record true) or an acquire of buf's sync method. */
-static int sync_stream(const struct gpushm_buffer *buf, void *stream, bool record,
+static int sync_stream(const struct client_mapping *buf, void *stream, bool record,
                        struct client_stream *s)
 {
   int r;
@@ -126,8 +126,10 @@ static int sync_stream(const struct gpushm_buffer *buf, void *stream, bool recor
   }
 }
 
-gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *buf, const char **why)
+gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *handle, const char **why)
 {
+  const struct client_mapping *buf = handle ? handle->map : NULL;
+
   if (why)
     *why = buf ? buf->sync_why : "";
   return buf && buf->control ? buf->sync_method : GPUSHM_SYNC_NONE;
@@ -151,7 +153,8 @@ static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const stru
  * A concurrent release (unsupported, but not to be made worse) can take the number
  * first; then the marker is repeated for the next one, so every published number has
  * its marker queued before anyone can see it. */
-static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uint64_t *seq)
+static int publish(struct client_mapping *buf, const gpushm_t *conn, const struct client_stream *s,
+                   uint64_t *seq)
 {
   struct sync_control *ctl = buf->control;
   uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
@@ -190,7 +193,7 @@ static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uin
      * data and the fence itself: a forged one makes the daemon do no more than the
      * forger could do directly, raise the fence to a published number. */
     __atomic_store_n(&ctl->released_by[(n + 1) % GPUSHM_LIMIT_RELEASERS_KEPT],
-                     sync_releaser(sync_releaser_id(buf->conn->instance_id, buf->conn->client_id),
+                     sync_releaser(sync_releaser_id(conn->instance_id, conn->client_id),
                                    n + 1), __ATOMIC_RELAXED);
   } while (!__atomic_compare_exchange_n(&ctl->release_seq, &n, n + 1, false,
                                         __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
@@ -198,8 +201,9 @@ static int publish(struct gpushm_buffer *buf, const struct client_stream *s, uin
   return 0;
 }
 
-int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
+int gpushm_buffer_release(gpushm_buffer_t *handle, void *stream, uint64_t *seq)
 {
+  struct client_mapping *buf = handle ? handle->map : NULL;
   struct client_stream s;
   uint64_t n;
   int r;
@@ -210,7 +214,8 @@ int gpushm_buffer_release(gpushm_buffer_t *buf, void *stream, uint64_t *seq)
   if (buf->read_only)
     return client_error(GPUSHM_E_PERM, "'%s' is open read-only: releasing publishes a write, "
                         "open it read-write to hand it back", buf->name);
-  if ((r = sync_stream(buf, stream, true, &s)) < 0 || (r = publish(buf, &s, &n)) < 0)
+  if ((r = sync_stream(buf, stream, true, &s)) < 0 ||
+      (r = publish(buf, handle->conn, &s, &n)) < 0)
     return r;
   /* Read-only openers cannot announce that they sleep (their control block is
    * read-only), so every release wakes: a few hundred ns when nobody waits. */
@@ -248,7 +253,7 @@ static uint64_t now_ns(void)
  * futex for a device write: poll. */
 #define FENCE_POLL_NS 20000
 
-static int wait_fence_on_cpu(struct gpushm_buffer *buf, uint64_t target, int timeout_ms,
+static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t target, int timeout_ms,
                              uint64_t deadline)
 {
   uint64_t value;
@@ -265,8 +270,9 @@ static int wait_fence_on_cpu(struct gpushm_buffer *buf, uint64_t target, int tim
   return r;
 }
 
-int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int timeout_ms)
+int gpushm_buffer_acquire(gpushm_buffer_t *handle, void *stream, uint64_t seq, int timeout_ms)
 {
+  struct client_mapping *buf = handle ? handle->map : NULL;
   struct client_stream s;
   uint64_t deadline = 0, cur;
   int r;
@@ -319,7 +325,9 @@ int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_t seq, int 
   }
 }
 
-uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf)
+uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *handle)
 {
+  const struct client_mapping *buf = handle ? handle->map : NULL;
+
   return buf && buf->control ? __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) : 0;
 }

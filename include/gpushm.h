@@ -249,6 +249,9 @@ GPUSHM_API int gpushm_unlink(gpushm_t *conn, const char *name);
 GPUSHM_API int gpushm_buffer_close_unlink(gpushm_buffer_t *buf);
 
 /* Host address (host backend) or device pointer (CUDA backends). */
+/* The connection buf was opened through, which holds its daemon reference (since 0.7):
+ * each connection of a process has handles of its own, on the mappings they share. */
+GPUSHM_API gpushm_t *gpushm_buffer_connection(const gpushm_buffer_t *buf);
 GPUSHM_API void *gpushm_buffer_ptr(const gpushm_buffer_t *buf);
 GPUSHM_API uint64_t gpushm_buffer_size(const gpushm_buffer_t *buf);
 GPUSHM_API uint64_t gpushm_buffer_id(const gpushm_buffer_t *buf);

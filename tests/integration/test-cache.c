@@ -1,6 +1,8 @@
-/* The process-wide open cache: a reopen costs no round trip and no second daemon
- * reference; names are re-resolved after an unlink; connections share the cache;
- * concurrent threads keep the counts straight. */
+/* Handles and mappings: a reopen through the same connection costs no round trip and
+ * no second daemon reference; names are re-resolved after an unlink; another connection
+ * of the process gets a handle and a reference of its own on the same mapping (one
+ * round trip, no second mapping), so what happens to one connection leaves the other's
+ * handles alone; concurrent threads keep the counts straight. */
 #include "config.h"
 #include "harness.h"
 
@@ -58,16 +60,34 @@ static void *hammer(void *arg)
   for (int i = 0; i < 2000; i++) {
     gpushm_buffer_t *b;
     CHECK_OK(gpushm_buffer_open(w->conn, "hot", 0, &b));
-    CHECK(b == w->expected);
+    /* c1's own handle; c2's handle of its own, on the same mapping */
+    CHECK(w->conn == gpushm_buffer_connection(w->expected) ? b == w->expected
+                                                           : b != w->expected);
+    CHECK(gpushm_buffer_ptr(b) == gpushm_buffer_ptr(w->expected));
     CHECK_OK(gpushm_buffer_close(b));
   }
   return NULL;
 }
 
+/* The daemon's id of the connection named name. */
+static uint32_t client_named(gpushm_t *conn, const char *name)
+{
+  gpushm_client_list_t *list;
+  uint32_t id = 0;
+
+  CHECK_OK(gpushm_clients(conn, &list));
+  for (size_t i = 0; i < gpushm_client_list_count(list); i++)
+    if (strcmp(gpushm_client_info_name(gpushm_client_list_get(list, i)), name) == 0)
+      id = gpushm_client_info_client_id(gpushm_client_list_get(list, i));
+  gpushm_client_list_free(list);
+  CHECK(id != 0);
+  return id;
+}
+
 int main(void)
 {
   gpushm_t *c1, *c2;
-  gpushm_buffer_t *buf, *again, *by_id, *ro, *fresh, *hot;
+  gpushm_buffer_t *buf, *again, *by_id, *ro, *fresh, *hot, *other, *other_again;
   const gpushm_buffer_info_t *info;
   uint64_t before, old_id;
 
@@ -86,22 +106,35 @@ int main(void)
   CHECK(again == buf && by_id == buf);
   CHECK(my_refs(c1, "cached") == 1);
 
-  /* Another connection of this process shares the cache too. */
+  /* Another connection of this process: a handle and a daemon reference of its own
+   * (one round trip), on the same mapping (the same memory, not mapped again); then
+   * reopens through it are cached too. */
   before = requests(c1);
-  CHECK_OK(gpushm_buffer_open(c2, "cached", 0, &again));
-  CHECK(again == buf);
-  CHECK(requests(c1) == before + 1);
-  CHECK(my_refs(c2, "cached") == 0);
+  CHECK_OK(gpushm_buffer_open(c2, "cached", 0, &other));
+  CHECK(other != buf && gpushm_buffer_ptr(other) == gpushm_buffer_ptr(buf));
+  CHECK(gpushm_buffer_connection(other) == c2 && gpushm_buffer_connection(buf) == c1);
+  /* the open and the stats call (and, unordered with them, c2's one-way notice that it
+   * does not map the segment again: c1's mapping of it serves) */
+  {
+    uint64_t n = requests(c1) - before;
+    CHECK(n >= 2 && n <= 3);
+  }
+  CHECK(my_refs(c2, "cached") == 1 && my_refs(c1, "cached") == 1);
+  before = requests(c1);
+  CHECK_OK(gpushm_buffer_open(c2, "cached", 0, &other_again));
+  CHECK(other_again == other && requests(c1) == before + 1);
 
   /* A different access mode is a separate mapping and reference. */
   CHECK_OK(gpushm_buffer_open(c1, "cached", GPUSHM_OPEN_READONLY, &ro));
   CHECK(ro != buf && my_refs(c1, "cached") == 2);
 
-  /* Three of the four opens of buf closed: still mapped, still referenced. */
+  /* Two of c1's three opens of buf closed, and both of c2's: still mapped (by c1's
+   * handle), still referenced by c1, no longer by c2. */
   CHECK_OK(gpushm_buffer_close(by_id));
   CHECK_OK(gpushm_buffer_close(again));
-  CHECK_OK(gpushm_buffer_close(again));
-  CHECK(my_refs(c1, "cached") == 2);
+  CHECK_OK(gpushm_buffer_close(other_again));
+  CHECK_OK(gpushm_buffer_close(other));
+  CHECK(my_refs(c1, "cached") == 2 && my_refs(c2, "cached") == 0);
   CHECK(((volatile char *)gpushm_buffer_ptr(buf))[0] == 0);
 
   /* Unlink + recreate under the same name elsewhere: the name is re-resolved, and
@@ -111,7 +144,8 @@ int main(void)
   CHECK_OK(gpushm_buffer_create(c2, "cached", 8192, NULL, &fresh));
   CHECK(gpushm_buffer_id(fresh) != old_id);
   CHECK_OK(gpushm_buffer_open(c1, "cached", 0, &again));
-  CHECK(again == fresh && gpushm_buffer_size(again) == 8192);
+  CHECK(gpushm_buffer_id(again) == gpushm_buffer_id(fresh) && gpushm_buffer_size(again) == 8192);
+  CHECK(again != fresh && gpushm_buffer_ptr(again) == gpushm_buffer_ptr(fresh));
   CHECK_OK(gpushm_buffer_close(again));
   /* the unlinked one cannot be reopened by id: no new holders after unlink */
   CHECK_OK(gpushm_buffer_close(ro));
@@ -133,6 +167,31 @@ int main(void)
     CHECK(my_refs(c1, "hot") == 1);
     CHECK_OK(gpushm_buffer_close(hot));
     CHECK(my_refs(c1, "hot") == 0);
+  }
+
+  /* An admin's disconnect of one connection leaves the other's handles alone: c2's
+   * handle keeps its mapping and its reference, reopens and closes as before. */
+  {
+    gpushm_t *victim, *admin = daemon_connect(&d);
+    gpushm_buffer_t *mine, *theirs, *mine_again, *refused;
+    CHECK_OK(gpushm_connect(d.socket, "cache-victim", &victim));
+    CHECK_OK(gpushm_buffer_create(victim, "shared", 4096, NULL, &theirs));
+    memset(gpushm_buffer_ptr(theirs), 0x5a, 4096);
+    CHECK_OK(gpushm_buffer_open(c2, "shared", 0, &mine));
+    CHECK(mine != theirs && gpushm_buffer_ptr(mine) == gpushm_buffer_ptr(theirs));
+    CHECK_OK(gpushm_client_disconnect(admin, client_named(admin, "cache-victim")));
+    CHECK(my_refs(c2, "shared") == 1);
+    CHECK(((volatile unsigned char *)gpushm_buffer_ptr(mine))[4095] == 0x5a);
+    CHECK_OK(gpushm_buffer_open(c2, "shared", 0, &mine_again));
+    CHECK(mine_again == mine);
+    CHECK_OK(gpushm_buffer_close(mine_again));
+    CHECK(gpushm_buffer_open(victim, "shared", GPUSHM_OPEN_READONLY, &refused) < 0);
+    CHECK_OK(gpushm_buffer_close(mine)); /* c2's reference, released through c2 */
+    CHECK(my_refs(c2, "shared") == 0);
+    gpushm_buffer_close(theirs); /* its connection is gone: nothing to release */
+    gpushm_disconnect(victim);
+    CHECK_OK(gpushm_unlink(admin, "shared"));
+    gpushm_disconnect(admin);
   }
 
   /* The connection lives on while a buffer opened through it is open. */

@@ -43,11 +43,23 @@ static void test_events(void)
   CHECK(gpushm_buffer_info_backend(info) == GPUSHM_BACKEND_DEFAULT);
   CHECK(gpushm_buffer_info_size(info) == 0 && gpushm_buffer_info_refs(info) == 1);
 
-  /* cached once per process, whichever connection asks */
+  /* opened once per process (the same event object), a handle per connection: the
+   * other connection's open is one request, its reopen none */
   CHECK_OK(gpushm_stats(conn, &s1));
   CHECK_OK(gpushm_event_open(other, "ready", &again));
   CHECK_OK(gpushm_stats(conn, &s2));
-  CHECK(again == ev && gpushm_stats_requests(s2) == gpushm_stats_requests(s1) + 1);
+  CHECK(again != ev && gpushm_stats_requests(s2) == gpushm_stats_requests(s1) + 2);
+  gpushm_stats_free(s1);
+  gpushm_stats_free(s2);
+  CHECK_OK(gpushm_stats(conn, &s1));
+  {
+    gpushm_event_t *third;
+    CHECK_OK(gpushm_event_open(other, "ready", &third));
+    CHECK(third == again);
+    CHECK_OK(gpushm_event_close(third));
+  }
+  CHECK_OK(gpushm_stats(conn, &s2));
+  CHECK(gpushm_stats_requests(s2) == gpushm_stats_requests(s1) + 1);
   gpushm_stats_free(s1);
   gpushm_stats_free(s2);
   CHECK_OK(gpushm_event_record(ev, NULL));
