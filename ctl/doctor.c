@@ -9,7 +9,9 @@
  * does not offer, one probe create (session lifetime, the daemon's default mode) that
  * the daemon refuses with its reason — and, should it not refuse, unlinked at once. */
 #include "config.h"
-#include "ctl.h"
+#include "doctor.h"
+#include "escape.h"
+#include "format.h"
 #include "gpushm-admin.h"
 
 #include <ctype.h>
@@ -89,7 +91,7 @@ static void report(struct doctor *d, int what, const char *scope, const char *ch
   va_end(ap);
   snprintf(name, sizeof name, "%s/%s", scope, check);
   /* The detail carries the daemon's words, device names, paths: escaped like any output. */
-  printf("%-24s %-6s %s\n", name, status_names[st], ctl_text(detail, 0));
+  printf("%-24s %-6s %s\n", name, status_names[st], text(detail, 0));
   if (st != ST_FAIL)
     return;
   for (int b = 1; b < N_BACKENDS; b++) {
@@ -103,19 +105,6 @@ static void report(struct doctor *d, int what, const char *scope, const char *ch
 static bool offers(const struct doctor *d, int backend)
 {
   return d->offered & (1u << backend);
-}
-
-const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len)
-{
-  snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-           u[10], u[11], u[12], u[13], u[14], u[15]);
-  return buf;
-}
-
-bool ctl_is_mig(const char *device_name)
-{
-  return strstr(device_name, " MIG ") != NULL;
 }
 
 static const char *ns_text(uint64_t ino, char *buf, size_t len)
@@ -144,7 +133,7 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
   if (!path || !*path)
     path = GPUSHM_DEFAULT_SOCKET;
   printf("gpushmctl doctor: this process is uid %u, pid %d; gpushmd socket %s\n",
-         (unsigned)geteuid(), (int)getpid(), ctl_text(path, 0));
+         (unsigned)geteuid(), (int)getpid(), text(path, 0));
   printf("%-24s %-6s %s\n", "CHECK", "RESULT", "DETAIL");
   if ((r = gpushm_connect(socket, "gpushmctl-doctor", &d->conn)) < 0) {
     report(d, AFFECTS_ALL, "daemon", "connect", ST_FAIL, "%s: %s", gpushm_strerror(r),

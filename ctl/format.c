@@ -125,3 +125,17 @@ const char *format_age(uint64_t ms, char *buf, size_t len)
   append(buf, at, len, minor_unit);
   return buf;
 }
+
+const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len)
+{
+  snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+           u[10], u[11], u[12], u[13], u[14], u[15]);
+  return buf;
+}
+
+bool ctl_is_mig(const char *device_name)
+{
+  return strstr(device_name, " MIG ") != NULL;
+}
+

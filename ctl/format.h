@@ -21,4 +21,12 @@ const char *format_size(uint64_t bytes, bool exact, char *buf, size_t len);
 /* An age as "42s", "5m", "3h07m" or "2d04h". */
 const char *format_age(uint64_t ms, char *buf, size_t len);
 
+/* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi, CUDA_VISIBLE_DEVICES and
+ * NVIDIA's DCGM exporter spell it (MIG- for a MIG instance), so that gpushm's metrics
+ * join theirs on it. */
+#define CTL_UUID_TEXT_LEN 41
+const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len);
+/* A MIG instance, by the name the driver gives it. */
+bool ctl_is_mig(const char *device_name);
+
 #endif
