@@ -9,7 +9,9 @@
  * a field the daemon starts reporting costs its line in gpushm.proto, the daemon's
  * filler, one line in the table and its declaration in gpushm-admin.h. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "conn.h"
+#include "buffer.h"
 
 #include <stddef.h>
 #include <stdio.h>

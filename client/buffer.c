@@ -11,7 +11,11 @@
  * handle of a mapping unmaps it and then releases its reference: unmap before release,
  * always, so that the daemon never frees memory this process still maps. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "conn.h"
+#include "device.h"
+#include "segment.h"
+#include "buffer.h"
 #include "shm_layout.h"
 
 #include <errno.h>
@@ -307,19 +311,6 @@ static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open
 /* The driver's words for a failed cuIpcOpenMemHandle (CUDA_ERROR_INVALID_CONTEXT
  * between containers) do not name the cause; where the PID namespaces explain it, the
  * error says so and what works instead.  Returns the error to report. */
-int client_explain_ipc_failure(gpushm_t *conn)
-{
-  char driver[200], why[160];
-
-  /* Only the error sibling namespaces give (measured): out of memory stays itself. */
-  if (!strstr(gpushm_last_error_message(), "CUDA_ERROR_INVALID_CONTEXT") ||
-      !client_ipc_namespace_problem(conn, why, sizeof why))
-    return GPUSHM_E_CUDA;
-  snprintf(driver, sizeof driver, "%s", gpushm_last_error_message());
-  return client_error(GPUSHM_E_UNSUPPORTED, "%s; %s: legacy CUDA IPC does not work between "
-                      "sibling PID namespaces (containers): use the cuda-fd backend (gpushmd "
-                      "default-backend = cuda-fd)", driver, why);
-}
 
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
@@ -1110,4 +1101,15 @@ const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size)
   if (size)
     *size = m && m->metadata_len ? m->metadata_len : 0;
   return m && m->metadata_len ? m->metadata : NULL;
+}
+
+void gpushm_disconnect(gpushm_t *conn)
+{
+  if (!conn)
+    return;
+  /* Idle segments mapped through it would keep the socket open for nothing.  Here, not
+   * in conn.c, so that the connection knows nothing of what is mapped through it. */
+  __atomic_store_n(&conn->user_gone, true, __ATOMIC_RELEASE);
+  client_segment_disconnect(conn);
+  client_conn_unref(conn);
 }

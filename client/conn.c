@@ -1,6 +1,7 @@
 /* Connection to gpushmd: connect + hello, synchronous request/reply. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "conn.h"
 #include "list_codec.h"
 
 #include <errno.h>
@@ -349,16 +350,6 @@ void client_conn_unref(gpushm_t *conn)
   free(conn);
 }
 
-void gpushm_disconnect(gpushm_t *conn)
-{
-  if (!conn)
-    return;
-  /* Idle segments mapped through it would keep the socket open for nothing. */
-  __atomic_store_n(&conn->user_gone, true, __ATOMIC_RELEASE);
-  client_segment_disconnect(conn);
-  client_conn_unref(conn);
-}
-
 uint64_t gpushm_instance_id(const gpushm_t *conn)
 {
   return conn ? conn->instance_id : 0;
@@ -623,4 +614,18 @@ int gpushm_ping(gpushm_t *conn)
     return r;
   gpushm__reply__free_unpacked(reply, NULL);
   return 0;
+}
+
+int client_explain_ipc_failure(gpushm_t *conn)
+{
+  char driver[200], why[160];
+
+  /* Only the error sibling namespaces give (measured): out of memory stays itself. */
+  if (!strstr(gpushm_last_error_message(), "CUDA_ERROR_INVALID_CONTEXT") ||
+      !client_ipc_namespace_problem(conn, why, sizeof why))
+    return GPUSHM_E_CUDA;
+  snprintf(driver, sizeof driver, "%s", gpushm_last_error_message());
+  return client_error(GPUSHM_E_UNSUPPORTED, "%s; %s: legacy CUDA IPC does not work between "
+                      "sibling PID namespaces (containers): use the cuda-fd backend (gpushmd "
+                      "default-backend = cuda-fd)", driver, why);
 }

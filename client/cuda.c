@@ -5,8 +5,13 @@
  * reaches as a peer), in that device's primary context, leaving the caller's current
  * context as it was; stream work run in the stream's own context. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "device.h"
+#include "gpushm.h"
+#include "gpushm-admin.h"
+#include "gpushm_limits.h"
 
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

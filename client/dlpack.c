@@ -2,10 +2,13 @@
  * (gpushm-dlpack.h).  Built on the public API alone: a tensor is one more open of its
  * buffer (gpushm_buffer_ref), which its deleter closes. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "gpushm.h"
 #include "gpushm-dlpack.h"
+#include "gpushm_limits.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>

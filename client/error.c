@@ -1,5 +1,6 @@
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "gpushm.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,7 +2,9 @@
  * of a range, for RDMA registration, and a cuda-fabric buffer's fabric handle.  Both
  * are read-write access wherever they go, so read-only opens get neither. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "device.h"
+#include "buffer.h"
 
 #include <string.h>
 #include <unistd.h>

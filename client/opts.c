@@ -1,6 +1,9 @@
 /* Sized option structs: how an option struct grows without breaking binaries. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "gpushm.h"
+
+#include <stdint.h>
 
 #include <string.h>
 

@@ -15,7 +15,10 @@
  * daemon's count and this table agree at every request.  Lock order: conn->lock, then
  * seg_lock; never seg_lock with the buffer cache's lock. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "conn.h"
+#include "device.h"
+#include "segment.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 /* Named events and acquire/release ordering on sync buffers. */
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "device.h"
+#include "buffer.h"
 
 #include <limits.h>
 #include <linux/futex.h>

@@ -322,3 +322,10 @@ int wire_backend_value(const char *name)
       return (int)i;
   return -1;
 }
+
+const char *wire_request_name(unsigned body_case)
+{
+  const ProtobufCFieldDescriptor *f =
+    protobuf_c_message_descriptor_get_field(&gpushm__request__descriptor, body_case);
+  return f && (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ? f->name : "unknown";
+}

@@ -78,4 +78,8 @@ int wire_name_valid(const char *name);
 const char *wire_backend_name(int backend);
 int wire_backend_value(const char *name);
 
+/* A request's name ("create") by its Request.body case: the schema's field name, so
+ * the daemon's counters, logs and errors name requests as the schema does. */
+const char *wire_request_name(unsigned body_case);
+
 #endif

@@ -62,20 +62,9 @@ void registry_set_limits(struct registry *reg, const struct reg_limits *limits)
   reg->segs.pool_limit = limits->pool_bytes;
 }
 
-void registry_add_backend(struct registry *reg, const struct backend *be)
-{
-  if (be->kind >= 1 && be->kind < GPUSHM_BACKEND_COUNT)
-    reg->backends[be->kind] = be;
-}
-
 void registry_set_events(struct registry *reg, const struct event_source *events)
 {
   reg->events = events;
-}
-
-void registry_set_auto_backend(struct registry *reg, int backend)
-{
-  reg->auto_backend = backend;
 }
 
 void registry_set_persist_dedicated(struct registry *reg, bool dedicated)
@@ -146,11 +135,6 @@ struct reg_object *registry_find_id(const struct registry *reg, uint64_t id)
 struct seg_table *registry_segments(struct registry *reg)
 {
   return &reg->segs;
-}
-
-const struct backend *registry_backend(const struct registry *reg, int kind)
-{
-  return kind >= 1 && kind < GPUSHM_BACKEND_COUNT ? reg->backends[kind] : NULL;
 }
 
 bool registry_events_available(const struct registry *reg)
@@ -337,51 +321,6 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
     free_object(reg, obj);
 }
 
-void registry_export_close_fds(struct reg_export *e)
-{
-  while (e->n_fds)
-    close(e->fds[--e->n_fds]);
-}
-
-bool registry_backend_allowed(const struct registry *reg, const struct backend *be)
-{
-  return be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
-}
-
-int reg_legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
-                         size_t errlen)
-{
-  if (registry_backend_allowed(reg, be))
-    return 0;
-  snprintf(err, errlen, "unsupported: cuda-ipc is off on this gpushmd (allow-legacy-ipc): its "
-           "handles are bearer tokens any local process can forge; use cuda-fd");
-  return GPUSHM_E_UNSUPPORTED;
-}
-
-int reg_resolve_backend(const struct registry *reg, int backend, const struct reg_policy *policy,
-                        const struct backend **be, char *err, size_t errlen)
-{
-  const char *why;
-
-  if (!backend)
-    backend = registry_default_backend(reg, policy);
-  if (backend < 1 || backend >= GPUSHM_BACKEND_COUNT) {
-    /* A newer client may know backends this daemon does not. */
-    snprintf(err, errlen, "unknown backend %d (this daemon knows 1-%d)", backend,
-             GPUSHM_BACKEND_COUNT - 1);
-    return GPUSHM_E_UNSUPPORTED;
-  }
-  if (!(*be = reg->backends[backend])) {
-    snprintf(err, errlen, "unsupported: this gpushmd does not offer backend %d", backend);
-    return GPUSHM_E_UNSUPPORTED;
-  }
-  if ((*be)->unavailable && (why = (*be)->unavailable(*be))) {
-    snprintf(err, errlen, "unsupported: %s backend unavailable: %s", (*be)->name, why);
-    return GPUSHM_E_UNSUPPORTED;
-  }
-  return reg_legacy_ipc_check(reg, *be, err, errlen);
-}
-
 /* What a client needs to reach the object; on failure no fd is left open. */
 static int export_object(struct registry *reg, struct reg_object *obj, struct reg_client *client,
                          const struct reg_policy *policy, bool read_only, struct reg_export *out,
@@ -411,20 +350,6 @@ static const char *kind_name(const struct reg_object *obj)
   struct reg_description d;
   obj->ops->describe(obj, &d);
   return d.kind;
-}
-
-int registry_default_backend(const struct registry *reg, const struct reg_policy *policy)
-{
-  if (policy && policy->default_host_only)
-    return GPUSHM_BACKEND_HOST;
-  switch (reg->limits.default_backend) {
-  case 0:
-    return GPUSHM_BACKEND_HOST;
-  case REG_DEFAULT_BACKEND_AUTO:
-    return reg->auto_backend;
-  default:
-    return reg->limits.default_backend;
-  }
 }
 
 /* What every kind's create must satisfy, before the kind checks its own. */

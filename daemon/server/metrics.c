@@ -132,7 +132,7 @@ static void requests(const struct metrics_source *src, struct sink *k, bool erro
     if (!src->counters->by_type[t])
       continue;
     emit(k, errors ? src->counters->errors_by_type[t] : src->counters->by_type[t], "type",
-         handler_name(t), NULL, NULL);
+         wire_request_name(t), NULL, NULL);
   }
 }
 

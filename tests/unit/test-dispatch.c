@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "gpushm.h"
 #include "server/handlers.h"
+#include "wire.h"
 
 #include <string.h>
 
@@ -53,6 +54,16 @@ int main(void)
   /* The table itself: unmap is for libraries that map segments. */
   CHECK(handler_find(GPUSHM__REQUEST__BODY_UNMAP)->feature == GPUSHM_FEATURE_SEGMENTS);
   CHECK(handler_find(GPUSHM__REQUEST__BODY_CREATE)->device != NULL);
+  /* Counters are named by the schema (wire_request_name), errors by the table: the same
+   * word for every request, and every request of the schema has a handler. */
+  for (unsigned i = 0; i < gpushm__request__descriptor.n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &gpushm__request__descriptor.fields[i];
+    if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+      continue;
+    CHECK(handler_find(f->id) != NULL);
+    CHECK(strcmp(handler_find(f->id)->name, wire_request_name(f->id)) == 0);
+  }
+  CHECK(strcmp(wire_request_name(GPUSHM__REQUEST__BODY__NOT_SET), "unknown") == 0);
   test_log("handler_check: ids, hello first, one-way, unknown, admin, since, feature");
   return 0;
 }

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/* Buffers and events (buffer.c): the process-wide mappings and the per-connection
+ * handles on them. */
+#ifndef GPUSHM_CLIENT_BUFFER_H
+#define GPUSHM_CLIENT_BUFFER_H
+
+#include "conn.h"
+
+struct client_segment;
+
+/* What this process maps of one object: per daemon instance, object, access and map
+ * device, shared by the handles of every connection that opened it (CUDA maps a handle
+ * once per context and process), unmapped when the last of them closes. */
+struct client_mapping {
+  struct client_mapping *next; /* the process-wide table's chain */
+  unsigned users; /* handles on it; under the cache lock */
+  bool inherited; /* mapped by the parent of this (forked) process: never unmapped here */
+  uint64_t instance_id;
+  uint64_t id;
+  bool read_only;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  gpushm_kind_t kind;       /* GPUSHM_KIND_EVENT: its handles are gpushm_event_t */
+  gpushm_backend_t backend; /* buffers only; 0 for an event */
+  uint32_t owner_uid, owner_gid;
+  /* CUDA backends, this process's ordinals: where the memory (or event) lives, and
+   * the device it is mapped for (ptr is that device's; events: the same). */
+  int home_device;
+  int device;
+  /* sync buffers */
+  struct sync_control *control;
+  gpushm_sync_method_t sync_method;
+  char sync_why[128];      /* why a fallback method was taken */
+  void *sync_event;        /* GPUSHM_SYNC_IPC_EVENT: the event, on home_device */
+  uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
+  uint64_t fence_written;  /* the last value this process queued for the fence */
+  uint64_t fence_waited;   /* the highest value a stream of this process waits for */
+  uint64_t size;
+  void *ptr;
+  size_t map_len;       /* host and cuda-fd: what is mapped */
+  /* Carved buffers: the segment mapping ptr lies in (NULL: an allocation of its own,
+   * mapped for this buffer alone). */
+  struct client_segment *segment;
+  uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
+  /* cuda-fabric, read-write opens: what other nodes import (the reply's fabric_handle) */
+  bool has_fabric_handle;
+  uint8_t fabric_handle[GPUSHM_FABRIC_HANDLE_BYTES];
+  /* What the buffer was created with, from the open reply. */
+  size_t metadata_len;
+  uint8_t metadata[];
+};
+
+/* A handle: one connection's opens of one mapping, holding that connection's daemon
+ * reference (gpushm_buffer_t, gpushm_event_t). */
+struct gpushm_buffer {
+  struct gpushm_buffer *next_by_id, *next_by_name; /* the handle table's chains */
+  struct client_mapping *map;
+  gpushm_t *conn; /* holds the daemon's reference; a reference to it is held */
+  unsigned refs;  /* opens through conn; under the cache lock */
+  /* The daemon's unlink generation read before the name was resolved: while it is
+   * unchanged, the name still means this buffer. */
+  uint64_t name_generation;
+  /* Opened by the parent of this (forked) process: never closed here, since its socket
+   * is the parent's.  Under the cache lock. */
+  bool inherited;
+};
+
+/* Create and open as buffers or (event true) events, through the process cache. */
+int client_create(gpushm_t *conn, const char *name, uint64_t size,
+                  const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out);
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
+                gpushm_buffer_t **out);
+
+#endif

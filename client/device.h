@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* The library's CUDA side (cuda.c): importing, mapping and ordering device memory
+ * and events; the driver is loaded only when a process needs it. */
+#ifndef GPUSHM_CLIENT_DEVICE_H
+#define GPUSHM_CLIENT_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CUDA (client/cuda.c).  A device buffer lives on its home device and is mapped for
+ * its map device, whose kernels and streams use the pointer: by default the calling
+ * thread's current context's device, else home; map_request >= 0 names it
+ * (GPUSHM_MAP_DEVICE).  Devices are this process's ordinals. */
+struct client_devices {
+  int home, map;
+};
+/* The device of the calling thread's current context; -1 when none is current or
+ * CUDA was never needed by this process (the driver is not loaded for this). */
+int client_cuda_current_device(void);
+/* Legacy IPC: maps a daemon-exported handle of the device with that UUID (or ordinal,
+ * when no UUID is given), and unmaps it. */
+int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                           size_t uuid_len, int ordinal, int map_request, void **ptr,
+                           struct client_devices *devices);
+int client_cuda_close_ipc(void *ptr, int map_device);
+/* cuda-fd: imports the fd (the caller still closes it), maps size bytes for the map
+ * device read-only or read-write; *handle receives the imported allocation handle. */
+int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *uuid,
+                          size_t uuid_len, int ordinal, int map_request, void **ptr,
+                          uint64_t *handle, struct client_devices *devices);
+int client_cuda_close_fd(void *ptr, uint64_t size, uint64_t handle, int map_device);
+/* The pieces of the above, for segments (one import, a mapping per map device):
+ * resolve where a buffer lives and is to be mapped; import an fd; map an imported
+ * allocation for a device; unmap it; release the import. */
+int client_cuda_resolve(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,
+                        struct client_devices *devices);
+int client_cuda_fd_import(int fd, int device, uint64_t *handle);
+int client_cuda_fd_map(uint64_t handle, uint64_t size, bool read_only, int map_device, void **ptr);
+int client_cuda_fd_unmap(void *ptr, uint64_t size, int map_device);
+int client_cuda_fd_release(uint64_t handle);
+/* A dma-buf fd for [dptr, dptr + size) of memory mapped for device (page-aligned, the
+ * caller checked); GPUSHM_E_UNSUPPORTED where the device has no dma-buf support. */
+int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out);
+/* Zeroes len bytes of device memory (a carved slot the daemon said to clear), through the
+ * library's own stream on map_device, and waits for it. */
+int client_cuda_clear(void *dptr, uint64_t len, int map_device);
+/* Events live on their own device (*event_device), where they are recorded; a stream of
+ * any device may wait on them (client_cuda_wait opens them there as needed). */
+int client_cuda_import_event(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,
+                             size_t uuid_len, int ordinal, void **event, int *event_device);
+int client_cuda_destroy_event(void *event);
+/* A caller's stream, resolved once per call: its context and device (NULL: the
+ * legacy default stream of map_device's primary context). */
+struct client_stream {
+  void *stream;
+  void *ctx; /* CUcontext */
+  int device;
+};
+int client_cuda_stream(void *stream, int map_device, struct client_stream *out);
+/* Fences of cuda-fd sync buffers (8 bytes of device memory at fence_dptr, in the
+ * mapping for map_device).  support: 0 when the device's streams can write and wait
+ * on them, 1 (why says what is missing: the caller falls back to the CPU) or a
+ * GPUSHM_E_*.  read/store: by the CPU, through the library's own stream, never
+ * waiting for the caller's. */
+int client_cuda_fence_support(int local_device, char *why, size_t why_len);
+int client_cuda_fence_read(uint64_t fence_dptr, uint64_t *value, int map_device);
+int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int map_device);
+int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
+int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
+int client_cuda_stream_sync(const struct client_stream *s);
+int client_cuda_record(void *event, const struct client_stream *s);
+int client_cuda_wait(void *event, const struct client_stream *s);
+
+#endif

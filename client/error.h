@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* The library's last-error record (error.c) and sized option structs (opts.c). */
+#ifndef GPUSHM_CLIENT_ERROR_H
+#define GPUSHM_CLIENT_ERROR_H
+
+#include <stddef.h>
+
+/* Reads a caller's sized option struct (its first member: uint32_t size) into known, the
+ * library's own layout of known_size bytes, which holds the defaults; min_size is the
+ * first published layout's size.  what names the struct in error messages. */
+int client_copy_opts(void *known, size_t known_size, const void *user, size_t min_size,
+                     const char *what);
+
+/* Records the detail for gpushm_last_error_message() and returns err. */
+int client_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void client_clear_error(void);
+
+#endif
