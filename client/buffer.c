@@ -106,6 +106,10 @@ static int map_request_of(unsigned flags)
   return (int)((flags & GPUSHM_MAP_DEVICE_MASK) >> GPUSHM_MAP_DEVICE_SHIFT) - 1;
 }
 
+static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
+static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+                    int map_request, bool event, gpushm_buffer_t **out);
+
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
  * for the device of the caller's current context (current_device: -1 none, or
  * CURRENT_UNKNOWN until a device buffer's entry needs it, so that cached opens of host
@@ -789,6 +793,19 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
   want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN };
+  if (opts.open) {
+    gpushm_open_opts_t open_opts;
+
+    if ((r = read_open_opts(opts.open, &open_opts)) < 0)
+      return r;
+    if (open_opts.flags)
+      return client_error(GPUSHM_E_INVAL, "create_opts.open->flags must be 0: a creator "
+                          "opens read-write");
+    if (opts.flags & GPUSHM_MAP_DEVICE_MASK)
+      return client_error(GPUSHM_E_INVAL, "the map device is named twice: in create flags "
+                          "(GPUSHM_MAP_DEVICE) and in create_opts.open");
+    want.map_request = open_opts.map_device;
+  }
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
   /* An event's backend is the wire's business: opts.backend is ignored for events, and
@@ -828,22 +845,70 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   return open_round_trip(conn, &req, event, &want, out);
 }
 
+void gpushm_open_opts_init(gpushm_open_opts_t *opts)
+{
+  memset(opts, 0, sizeof *opts);
+  opts->size = sizeof *opts;
+  opts->map_device = GPUSHM_DEVICE_AUTO;
+}
+
+/* A caller's open options, checked: flags known, the map device a device or AUTO. */
+static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts)
+{
+  int r;
+
+  gpushm_open_opts_init(opts);
+  if (user && (r = client_copy_opts(opts, sizeof *opts, user, GPUSHM_OPEN_OPTS_SIZE_V1,
+                                    "gpushm_open_opts_t")) < 0)
+    return r;
+  if (opts->flags & ~GPUSHM_OPEN_READONLY)
+    return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x%s", opts->flags,
+                        opts->flags & GPUSHM_MAP_DEVICE_MASK
+                          ? " (the map device is gpushm_open_opts_t.map_device)" : "");
+  if (opts->map_device != GPUSHM_DEVICE_AUTO &&
+      (opts->map_device < 0 || opts->map_device >= (int32_t)GPUSHM_LIMIT_DEVICES))
+    return client_error(GPUSHM_E_INVAL, "map_device %d is neither GPUSHM_DEVICE_AUTO nor a "
+                        "device ordinal below %u", opts->map_device, GPUSHM_LIMIT_DEVICES);
+  return 0;
+}
+
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
                 gpushm_buffer_t **out)
 {
-  Gpushm__Request req = GPUSHM__REQUEST__INIT;
-  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
-  bool read_only = (flags & GPUSHM_OPEN_READONLY) != 0;
-  struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN };
-  struct gpushm_buffer *hit;
+  client_clear_error();
+  if (flags & ~(GPUSHM_OPEN_READONLY | (event ? 0 : GPUSHM_MAP_DEVICE_MASK)))
+    return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
+  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, map_request_of(flags),
+                  event, out);
+}
+
+int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
+                          const gpushm_open_opts_t *user_opts, gpushm_buffer_t **out)
+{
+  gpushm_open_opts_t opts;
+  int r;
 
   client_clear_error();
+  if ((r = read_open_opts(user_opts, &opts)) < 0)
+    return r;
+  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, opts.map_device,
+                  false, out);
+}
+
+/* An open of a buffer (or event) by name, or by id where name is NULL, for that access
+ * and map device (-1: the default rule). */
+static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+                    int map_request, bool event, gpushm_buffer_t **out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+  struct map_want want = { map_request, CURRENT_UNKNOWN };
+  struct gpushm_buffer *hit;
+
   pthread_once(&atfork_once, register_atfork);
   if (!conn || !out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
   *out = NULL;
-  if (flags & ~(GPUSHM_OPEN_READONLY | (event ? 0 : GPUSHM_MAP_DEVICE_MASK)))
-    return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
   if (name && !wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 

@@ -210,7 +210,7 @@ bool client_ipc_namespace_problem(const gpushm_t *conn, char *why, size_t len)
  * own uid, or by the uid $GPUSHM_DAEMON_UID names. */
 static int check_daemon_identity(gpushm_t *conn, const char *path)
 {
-  const char *configured = getenv("GPUSHM_DAEMON_UID");
+  const char *configured = secure_getenv("GPUSHM_DAEMON_UID");
   struct ucred cred;
   socklen_t len = sizeof cred;
   char *end;
@@ -238,14 +238,16 @@ static int check_daemon_identity(gpushm_t *conn, const char *path)
 
 static int env_timeout_ms(void)
 {
-  const char *v = getenv("GPUSHM_TIMEOUT_MS");
+  const char *v = secure_getenv("GPUSHM_TIMEOUT_MS");
   char *end;
   long ms;
 
   if (!v || !*v)
     return GPUSHM_DEFAULT_TIMEOUT_MS;
   ms = strtol(v, &end, 10);
-  return *end || ms < 0 || ms > INT_MAX ? GPUSHM_DEFAULT_TIMEOUT_MS : (int)ms;
+  if (*end || ms > INT_MAX)
+    return GPUSHM_DEFAULT_TIMEOUT_MS;
+  return ms < 0 ? 0 : (int)ms; /* negative: for ever, which the socket spells 0 */
 }
 
 static int apply_timeout(int fd, int ms)
@@ -260,8 +262,10 @@ int gpushm_set_timeout(gpushm_t *conn, int timeout_ms)
   int r = 0;
 
   client_clear_error();
-  if (!conn || timeout_ms < 0)
-    return client_error(GPUSHM_E_INVAL, "conn must not be NULL and timeout_ms not negative");
+  if (!conn)
+    return client_error(GPUSHM_E_INVAL, "conn must not be NULL");
+  if (timeout_ms < 0)
+    timeout_ms = 0; /* for ever, as SO_RCVTIMEO spells it */
   pthread_mutex_lock(&conn->lock);
   if (apply_timeout(conn->fd, timeout_ms) < 0)
     r = client_error(GPUSHM_E_IO, "setting the timeout: %s", strerror(errno));
@@ -282,7 +286,7 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
     return client_error(GPUSHM_E_INVAL, "out is NULL");
   *out = NULL;
   if (!socket_path || !*socket_path)
-    socket_path = getenv("GPUSHM_SOCKET");
+    socket_path = secure_getenv("GPUSHM_SOCKET");
   if (!socket_path || !*socket_path)
     socket_path = GPUSHM_DEFAULT_SOCKET;
   if (strlen(socket_path) >= sizeof addr.sun_path)

@@ -696,6 +696,7 @@ int client_cuda_stream_sync(const struct client_stream *s)
 /* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */
 static bool visible_devices_are_mig(void)
 {
+  /* getenv, not secure_getenv: the driver reads it so, and ours must agree with it. */
   const char *v = getenv("CUDA_VISIBLE_DEVICES");
 
   if (!v || !*v)

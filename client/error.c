@@ -1,6 +1,7 @@
 #include "config.h"
 #include "error.h"
 #include "gpushm.h"
+#include "wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,4 +51,14 @@ unsigned gpushm_version(void)
 const char *gpushm_version_string(void)
 {
   return PACKAGE_VERSION;
+}
+
+const char *gpushm_backend_name(int backend)
+{
+  return wire_backend_name(backend);
+}
+
+int gpushm_backend_from_name(const char *name)
+{
+  return wire_backend_value(name);
 }

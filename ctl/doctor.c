@@ -68,7 +68,13 @@ struct doctor {
 };
 
 static const char *const status_names[] = { "ok", "FAIL", "n-a" };
-static const char *const backend_names[N_BACKENDS] = { "default", "host", "cuda-ipc", "cuda-fd" };
+
+/* "default" for 0, else the library's name of it. */
+static const char *backend_label(int backend)
+{
+  const char *name = gpushm_backend_name(backend);
+  return backend == GPUSHM_BACKEND_DEFAULT ? "default" : name ? name : "unknown";
+}
 
 static bool affects(int what, int backend)
 {
@@ -159,7 +165,7 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
   for (int b = 1; b < N_BACKENDS; b++)
     if (offers(d, b))
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "",
-               backend_names[b]);
+               backend_label(b));
   if (d->offered & (1u << GPUSHM_BACKEND_CUDA_FABRIC))
     snprintf(list + strlen(list), sizeof list - strlen(list), "%scuda-fabric", *list ? ", " : "");
   if (d->offered & EVENTS_BIT)
@@ -172,7 +178,7 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
     def = 0;
   } else {
     report(d, AFFECTS_NONE, "daemon", "backends", ST_OK, "offered: %s; default: %s",
-           *list ? list : "none", def ? backend_names[def] : "host (gpushmd does not say)");
+           *list ? list : "none", def ? backend_label(def) : "host (gpushmd does not say)");
   }
   d->judged = requested ? (gpushm_backend_t)requested : def ? def : GPUSHM_BACKEND_HOST;
   d->judged_why = requested ? "asked for" : "gpushmd's default";
@@ -419,7 +425,7 @@ static void check_offered(struct doctor *d, int b)
   int r;
 
   if (offers(d, b)) {
-    report(d, b, backend_names[b], "offered", ST_OK, "gpushmd offers it%s",
+    report(d, b, backend_label(b), "offered", ST_OK, "gpushmd offers it%s",
            b == (int)gpushm_daemon_default_backend(d->conn) ? " (its default)" : "");
     return;
   }
@@ -432,11 +438,11 @@ static void check_offered(struct doctor *d, int b)
     /* Offered since Hello: say so, and leave nothing behind. */
     gpushm_unlink(d->conn, name);
     gpushm_buffer_close(buf);
-    report(d, b, backend_names[b], "offered", ST_OK, "gpushmd offers it now");
+    report(d, b, backend_label(b), "offered", ST_OK, "gpushmd offers it now");
     d->offered |= 1u << b;
     return;
   }
-  report(d, b, backend_names[b], "offered", ST_FAIL, "gpushmd does not offer it: %s",
+  report(d, b, backend_label(b), "offered", ST_FAIL, "gpushmd does not offer it: %s",
          gpushm_last_error_message());
 }
 
@@ -446,14 +452,14 @@ static void check_backend_devices(struct doctor *d, int b)
   if (!d->cuda_checked)
     return;
   if (!d->local)
-    report(d, b, backend_names[b], "devices", ST_NA, "no CUDA in this process (see process/cuda)");
+    report(d, b, backend_label(b), "devices", ST_NA, "no CUDA in this process (see process/cuda)");
   else if (d->n_daemon_devices == 0)
-    report(d, b, backend_names[b], "devices", ST_FAIL, "gpushmd lists no GPU");
+    report(d, b, backend_label(b), "devices", ST_FAIL, "gpushmd lists no GPU");
   else if (d->matched == 0)
-    report(d, b, backend_names[b], "devices", ST_FAIL, "none of gpushmd's %zu GPU(s) is visible "
+    report(d, b, backend_label(b), "devices", ST_FAIL, "none of gpushmd's %zu GPU(s) is visible "
            "to this process", d->n_daemon_devices);
   else
-    report(d, b, backend_names[b], "devices", ST_OK, "%zu of gpushmd's %zu GPU(s) visible here "
+    report(d, b, backend_label(b), "devices", ST_OK, "%zu of gpushmd's %zu GPU(s) visible here "
            "(matched by UUID)", d->matched, d->n_daemon_devices);
   if (b != GPUSHM_BACKEND_CUDA_FD || d->matched == 0)
     return;
@@ -597,12 +603,12 @@ static void trial(struct doctor *d, gpushm_backend_t b)
   int r;
 
   if (!offers(d, b)) {
-    report(d, b, backend_names[b], "trial", ST_NA, "not tried: gpushmd does not offer %s",
-           backend_names[b]);
+    report(d, b, backend_label(b), "trial", ST_NA, "not tried: gpushmd does not offer %s",
+           backend_label(b));
     return;
   }
   if (b != GPUSHM_BACKEND_HOST && d->mps_blocks) {
-    report(d, b, backend_names[b], "trial", ST_NA, "not tried: a CUDA context here would wait "
+    report(d, b, backend_label(b), "trial", ST_NA, "not tried: a CUDA context here would wait "
            "for the other uid's MPS server (see mps/server)");
     return;
   }
@@ -641,7 +647,7 @@ static void trial(struct doctor *d, gpushm_backend_t b)
   rw = NULL;
   if (r < 0)
     goto failed;
-  report(d, b, backend_names[b], "trial", ST_OK, "created %s (%u bytes, mode 0600, session "
+  report(d, b, backend_label(b), "trial", ST_OK, "created %s (%u bytes, mode 0600, session "
          "lifetime), opened it read-only, unlinked and closed it: %s", name, TRIAL_SIZE,
          b == GPUSHM_BACKEND_HOST ? "written and read back"
                                   : "device memory mapped in this process twice");
@@ -656,7 +662,7 @@ failed_why:
     gpushm_unlink(d->conn, name);
     gpushm_buffer_close(rw);
   }
-  report(d, b, backend_names[b], "trial", ST_FAIL, "%s %s: %s: %s", step, name,
+  report(d, b, backend_label(b), "trial", ST_FAIL, "%s %s: %s: %s", step, name,
          gpushm_strerror(r), why);
 }
 
@@ -666,7 +672,7 @@ static int verdict(struct doctor *d)
 
   printf("summary:");
   for (int i = 1; i < N_BACKENDS; i++) {
-    printf("%s %s %s", i > 1 ? "," : "", backend_names[i], d->failed[i] ? "FAIL" : "ok");
+    printf("%s %s %s", i > 1 ? "," : "", backend_label(i), d->failed[i] ? "FAIL" : "ok");
     if (d->failed[i])
       printf(" (%s)", d->first_failure[i]);
     else if (i != b)
@@ -678,11 +684,11 @@ static int verdict(struct doctor *d)
     return EXIT_FAILED;
   }
   if (d->failed[b]) {
-    printf("verdict: %s (%s) does NOT work for this process: see %s\n", backend_names[b],
+    printf("verdict: %s (%s) does NOT work for this process: see %s\n", backend_label(b),
            d->judged_why, d->first_failure[b]);
     return EXIT_FAILED;
   }
-  printf("verdict: %s (%s) works for this process\n", backend_names[b], d->judged_why);
+  printf("verdict: %s (%s) works for this process\n", backend_label(b), d->judged_why);
   return 0;
 }
 

@@ -180,15 +180,8 @@ static const char *process_name(uint32_t pid, char *buf, size_t len)
  * wire spells them: "cuda-event" in the backend column. */
 static const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
 {
-  if (kind == GPUSHM_KIND_EVENT)
-    return "cuda-event";
-  switch (backend) {
-  case GPUSHM_BACKEND_HOST: return "host";
-  case GPUSHM_BACKEND_CUDA_IPC: return "cuda-ipc";
-  case GPUSHM_BACKEND_CUDA_FD: return "cuda-fd";
-  case GPUSHM_BACKEND_CUDA_FABRIC: return "cuda-fabric";
-  default: return "unknown";
-  }
+  const char *name = kind == GPUSHM_KIND_EVENT ? "cuda-event" : gpushm_backend_name(backend);
+  return name ? name : "unknown";
 }
 
 /* A table: cells are collected (escaped: any may come from outside), then printed with
@@ -1456,6 +1449,7 @@ int main(int argc, char **argv)
   optind = 0; /* 0, not 1: GNU getopt then forgets the first scan's state */
   while ((opt = getopt_long(argc, argv, "s:h", long_options, NULL)) != -1) {
     const char *name = NULL;
+    int b;
     char *end;
     switch (opt) {
     case 'h':
@@ -1487,14 +1481,10 @@ int main(int argc, char **argv)
       break;
     case 'B':
       name = "backend";
-      if (strcmp(optarg, "host") == 0)
-        ctl.backend = GPUSHM_BACKEND_HOST;
-      else if (strcmp(optarg, "cuda-ipc") == 0)
-        ctl.backend = GPUSHM_BACKEND_CUDA_IPC;
-      else if (strcmp(optarg, "cuda-fd") == 0)
-        ctl.backend = GPUSHM_BACKEND_CUDA_FD;
-      else if (strcmp(optarg, "cuda-fabric") == 0)
-        ctl.backend = GPUSHM_BACKEND_CUDA_FABRIC;
+      b = gpushm_backend_from_name(optarg);
+      /* cuda-event names what events report, not a backend to make buffers with */
+      if (b > 0 && b != 4)
+        ctl.backend = (gpushm_backend_t)b;
       else {
         fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc, cuda-fd or "
                 "cuda-fabric)\n", optarg);

@@ -34,9 +34,12 @@ static const struct {
 
 int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
 {
-  const char *path = getenv("GPUSHM_CUDA_LIBRARY");
+  /* secure_getenv: a setuid or setgid program linking the library must not load a
+   * caller's "libcuda" (the same for what tests use to break and watch it). */
+  const char *path = secure_getenv("GPUSHM_CUDA_LIBRARY");
   PFN_cuGetProcAddress_v12000 get_proc;
-  const char *faults = getenv("GPUSHM_CUDA_FAULTS");
+  const char *faults = secure_getenv("GPUSHM_CUDA_FAULTS");
+  const char *trace;
   void **slots[CUDA_FN_COUNT] = {
 #define CUDA_FN_SLOT_(name, version, params) (void **)&drv->name,
     CUDA_DRIVER_FUNCS(CUDA_FN_SLOT_)
@@ -76,7 +79,8 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   }
   if (drv->cuDriverGetVersion(&drv->driver_version) != CUDA_SUCCESS)
     drv->driver_version = 0;
-  drv->trace = getenv("GPUSHM_CUDA_TRACE") && strcmp(getenv("GPUSHM_CUDA_TRACE"), "1") == 0;
+  trace = secure_getenv("GPUSHM_CUDA_TRACE");
+  drv->trace = trace && strcmp(trace, "1") == 0;
   if (faults && cuda_driver_set_faults(drv, faults, err, errlen) < 0) {
     cuda_driver_unload(drv);
     return GPUSHM_E_UNSUPPORTED;

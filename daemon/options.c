@@ -2,6 +2,8 @@
 #include "options.h"
 #include "gpushm.h"
 #include "util/log.h"
+#include "gpushm.pb-c.h"
+#include "wire.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -126,24 +128,17 @@ static int set_max_queued(struct settings *s, const char *v)
 
 static int set_default_backend(struct settings *s, const char *v)
 {
-  static const struct {
-    const char *name;
-    int backend;
-  } names[] = { { "host", GPUSHM_BACKEND_HOST },
-                { "cuda-ipc", GPUSHM_BACKEND_CUDA_IPC },
-                { "cuda-fd", GPUSHM_BACKEND_CUDA_FD },
-                { "cuda-fabric", GPUSHM_BACKEND_CUDA_FABRIC } };
+  int backend = wire_backend_value(v);
+
   if (strcmp(v, "auto") == 0) {
     s->limits.default_backend = REG_DEFAULT_BACKEND_AUTO;
     return 0;
   }
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (strcmp(v, names[i].name) == 0) {
-      s->limits.default_backend = names[i].backend;
-      return 0;
-    }
-  }
-  return GPUSHM_E_INVAL;
+  /* cuda-event is what events report, not where buffers come from */
+  if (backend < 1 || backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
+    return GPUSHM_E_INVAL;
+  s->limits.default_backend = backend;
+  return 0;
 }
 
 static int set_allow_legacy_ipc(struct settings *s, const char *v)

@@ -37,7 +37,7 @@ extern "C" {
 
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
-#define GPUSHM_VERSION_MINOR 6
+#define GPUSHM_VERSION_MINOR 7
 #define GPUSHM_VERSION_PATCH 0
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
@@ -154,6 +154,11 @@ typedef struct gpushm_create_opts {
    * buffer (GPUSHM_CREATE_OPEN_EXISTING) gets that buffer's. */
   uint32_t metadata_size;
   const void *metadata;
+  /* How the creator's own open maps the buffer (its map device): NULL, as
+   * gpushm_buffer_open_ex() with defaults (or GPUSHM_MAP_DEVICE in flags, the older
+   * spelling; naming both is GPUSHM_E_INVAL).  Its flags must be 0: a creator opens
+   * read-write.  Since 0.7. */
+  const struct gpushm_open_opts *open;
   /* New fields go here, zero meaning what older libraries do. */
 } gpushm_create_opts_t;
 
@@ -163,6 +168,37 @@ typedef struct gpushm_create_opts {
 /* The size of the first published gpushm_create_opts_t (gpushm 0.2): up to flags. */
 #define GPUSHM_CREATE_OPTS_SIZE_V1 24u
 
+/* A map device chosen by the rule at GPUSHM_MAP_DEVICE: the current context's device,
+ * else the memory's own. */
+#define GPUSHM_DEVICE_AUTO (-1)
+
+/* Options of gpushm_buffer_open_ex(), sized as gpushm_create_opts_t is (same rules):
+ * initialise with gpushm_open_opts_init(), then change fields.  Since 0.7. */
+typedef struct gpushm_open_opts {
+  uint32_t size;      /* sizeof(gpushm_open_opts_t) when initialised */
+  uint32_t flags;     /* GPUSHM_OPEN_READONLY; GPUSHM_MAP_DEVICE bits are GPUSHM_E_INVAL */
+  /* The device (this process's ordinal, 0-31) whose kernels and
+   * streams will use a device buffer, as GPUSHM_MAP_DEVICE describes; GPUSHM_DEVICE_AUTO
+   * (what init sets) for the default rule.  Ignored for host buffers. */
+  int32_t map_device;
+  /* New fields go here, zero meaning what this version does. */
+} gpushm_open_opts_t;
+
+/* The size of the first published gpushm_open_opts_t (gpushm 0.7). */
+#define GPUSHM_OPEN_OPTS_SIZE_V1 12u
+
+/* Timeouts in milliseconds, everywhere in this API: a negative value waits for ever,
+ * GPUSHM_TIMEOUT_INFINITE says so by name.  (gpushm_set_timeout() also takes 0 for
+ * ever, as it did before 0.7.) */
+#define GPUSHM_TIMEOUT_INFINITE (-1)
+
+/* Backend names as configuration files, gpushmctl and Python spell them: "host",
+ * "cuda-ipc", "cuda-fd", "cuda-fabric", and "cuda-event" for value 4 (what lists
+ * report for events).  NULL for a value this library does not know; from_name gives
+ * -1 for a name it does not know (and for "default", which is no backend).  Since 0.7. */
+GPUSHM_API const char *gpushm_backend_name(int backend);
+GPUSHM_API int gpushm_backend_from_name(const char *name);
+
 /* Library version at run time, as GPUSHM_VERSION_HEX. */
 GPUSHM_API unsigned gpushm_version(void);
 GPUSHM_API const char *gpushm_version_string(void);
@@ -170,8 +206,11 @@ GPUSHM_API const char *gpushm_strerror(int err);
 /* Detail of the calling thread's last failure ("" if none); valid until its next call. */
 GPUSHM_API const char *gpushm_last_error_message(void);
 
-/* Connect and every request time out after this long unless $GPUSHM_TIMEOUT_MS or
- * gpushm_set_timeout() say otherwise. */
+/* Connect and every request time out after this long unless $GPUSHM_TIMEOUT_MS (a
+ * negative number: never) or gpushm_set_timeout() say otherwise.  The library reads
+ * its environment ($GPUSHM_SOCKET, $GPUSHM_DAEMON_UID, $GPUSHM_TIMEOUT_MS,
+ * $GPUSHM_CUDA_LIBRARY) with secure_getenv(): a setuid or setgid program, or one that
+ * gained capabilities, ignores them and uses the defaults. */
 #define GPUSHM_DEFAULT_TIMEOUT_MS 10000
 
 /* socket_path NULL: $GPUSHM_SOCKET, else GPUSHM_DEFAULT_SOCKET.  client_name (may be
@@ -204,8 +243,8 @@ GPUSHM_API gpushm_backend_t gpushm_daemon_default_backend(const gpushm_t *conn);
 GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
 GPUSHM_API const char *gpushm_daemon_version(const gpushm_t *conn);
 
-/* Bounds each later request on conn (sending it and waiting for the reply); 0 waits for
- * ever.  A request that times out leaves the connection unusable (GPUSHM_E_DISCONNECTED
+/* Bounds each later request on conn (sending it and waiting for the reply); a negative
+ * timeout (GPUSHM_TIMEOUT_INFINITE), or 0, waits for ever.  A request that times out leaves the connection unusable (GPUSHM_E_DISCONNECTED
  * after it): its reply could still arrive and answer the wrong request. */
 GPUSHM_API int gpushm_set_timeout(gpushm_t *conn, int timeout_ms);
 /* Drops the caller's handle.  The socket stays open while buffers opened through it
@@ -226,6 +265,12 @@ GPUSHM_API int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned fla
                                   gpushm_buffer_t **out);
 GPUSHM_API int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags,
                                      gpushm_buffer_t **out);
+/* Defaults (read-write, GPUSHM_DEVICE_AUTO) and opts->size. */
+GPUSHM_API void gpushm_open_opts_init(gpushm_open_opts_t *opts);
+/* Opens a buffer by name, or by id where name is NULL, as gpushm_buffer_open() does;
+ * opts NULL: defaults.  Since 0.7. */
+GPUSHM_API int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
+                                     const gpushm_open_opts_t *opts, gpushm_buffer_t **out);
 /* Drops one open.  The last close in the process unmaps (a carved buffer's segment stays
  * mapped while idle, see GPUSHM_FEATURE_SEGMENTS), then releases the daemon's reference
  * without waiting for its reply where the daemon offers GPUSHM_FEATURE_ONEWAY (a failure

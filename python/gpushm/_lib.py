@@ -273,6 +273,9 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
 #: Declared where the library has them (newer than the package's minimum); callers
 #: check with hasattr(lib, name).
 OPTIONAL_PROTOTYPES = {
+    # 0.7: one table of backend names, the library's
+    "gpushm_backend_name": (c_char_p, [c_int]),
+    "gpushm_backend_from_name": (c_int, [c_char_p]),
     # 0.7: metric rows that describe themselves
     "gpushm_stats_metric_count": (c_size_t, [_P]),
     "gpushm_stats_metric": (c_void_p, [_P, c_size_t]),

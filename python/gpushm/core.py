@@ -28,7 +28,23 @@ from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    last_error_message, lib, map_device_flag, strerror, text)
 from .errors import CODES, ClosedError, make_error
 
-BACKENDS = {"default": 0, "host": 1, "cuda-ipc": 2, "cuda-fd": 3, "cuda-fabric": 5}
+
+
+def _backends() -> Dict[str, int]:
+    """Backend names by value, as the library spells them (gpushm_backend_name, 0.7).  A
+    library before 0.7 knows exactly the backends of 0.6.  Value 4 names what events
+    report (cuda-event), no backend to create buffers with."""
+    if not hasattr(lib, "gpushm_backend_name"):
+        return {"default": 0, "host": 1, "cuda-ipc": 2, "cuda-fd": 3, "cuda-fabric": 5}
+    names = {"default": 0}
+    for value in range(1, 32):
+        name = lib.gpushm_backend_name(value)
+        if name and value != 4:
+            names[name.decode()] = value
+    return names
+
+
+BACKENDS = _backends()
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 LIFETIMES = {"persistent": 0, "session": 1}
 LIFETIME_NAMES = {v: k for k, v in LIFETIMES.items()}

@@ -155,6 +155,28 @@ static int role_consumer(char **argv)
   CHECK(again == on[home]);
   CHECK_OK(gpushm_buffer_close(again));
   CHECK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(7), &again) == GPUSHM_E_INVAL);
+  /* The same through open options: the map device is a field, not flag bits. */
+  for (int map = 0; map < 2; map++) {
+    gpushm_open_opts_t o;
+
+    gpushm_open_opts_init(&o);
+    o.map_device = map;
+    CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &again));
+    CHECK(again == on[map] && gpushm_buffer_map_device(again) == map);
+    CHECK_OK(gpushm_buffer_close(again));
+    o.flags = GPUSHM_MAP_DEVICE(map);
+    CHECK(gpushm_buffer_open_ex(conn, name, 0, &o, &again) == GPUSHM_E_INVAL);
+  }
+  {
+    gpushm_open_opts_t o;
+
+    gpushm_open_opts_init(&o);
+    CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &again)); /* AUTO, nothing current */
+    CHECK(again == on[home]);
+    CHECK_OK(gpushm_buffer_close(again));
+    o.map_device = 7;
+    CHECK(gpushm_buffer_open_ex(conn, name, 0, &o, &again) == GPUSHM_E_INVAL);
+  }
   for (int map = 0; map < 2; map++)
     CHECK_OK(gpushm_buffer_close(on[map])); /* no sticky error from any of it */
   gpushm_disconnect(conn);

@@ -113,6 +113,113 @@ static void test_sized_opts(gpushm_t *conn)
   CHECK_OK(gpushm_unlink(conn, "sized"));
 }
 
+/* gpushm_buffer_open_ex(): sized as the create options are; by name or id; its map
+ * device a field (checked here, used on two GPUs by test-cuda-multigpu); a creator's
+ * map device in create_opts.open, named once. */
+static void test_open_opts(gpushm_t *conn)
+{
+  struct {
+    gpushm_open_opts_t known;
+    uint32_t future[2];
+  } newer;
+  gpushm_open_opts_t o;
+  gpushm_create_opts_t c;
+  gpushm_buffer_t *b, *again, *ro;
+
+  CHECK_OK(gpushm_buffer_create(conn, "open-ex", 64, NULL, &b));
+  gpushm_open_opts_init(&o);
+  CHECK(o.size == sizeof o && sizeof o >= GPUSHM_OPEN_OPTS_SIZE_V1 &&
+        o.map_device == GPUSHM_DEVICE_AUTO && o.flags == 0);
+  CHECK_OK(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again));
+  CHECK(again == b);
+  CHECK_OK(gpushm_buffer_close(again));
+  CHECK_OK(gpushm_buffer_open_ex(conn, NULL, gpushm_buffer_id(b), NULL, &again)); /* by id */
+  CHECK(again == b);
+  CHECK_OK(gpushm_buffer_close(again));
+  o.flags = GPUSHM_OPEN_READONLY;
+  CHECK_OK(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &ro));
+  CHECK(ro != b && gpushm_buffer_is_readonly(ro));
+  CHECK_OK(gpushm_buffer_close(ro));
+  /* a map device is a field: in flags it is refused, saying where it goes */
+  o.flags = GPUSHM_MAP_DEVICE(0);
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "map_device") != NULL);
+  o.flags = 0x2;
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  o.flags = 0;
+  o.map_device = 32; /* GPUSHM_LIMIT_DEVICES */
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  o.map_device = -2;
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  o.map_device = 0; /* host memory: the same mapping for every device */
+  CHECK_OK(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again));
+  CHECK(again == b);
+  CHECK_OK(gpushm_buffer_close(again));
+  gpushm_open_opts_init(&o);
+  o.size = GPUSHM_OPEN_OPTS_SIZE_V1 - 4;
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  memset(&newer, 0, sizeof newer);
+  gpushm_open_opts_init(&newer.known);
+  newer.known.size = sizeof newer;
+  CHECK_OK(gpushm_buffer_open_ex(conn, "open-ex", 0, &newer.known, &again));
+  CHECK_OK(gpushm_buffer_close(again));
+  newer.future[0] = 1;
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &newer.known, &again),
+            GPUSHM_E_UNSUPPORTED);
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "no-such", 0, NULL, &again), GPUSHM_E_NOENT);
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "bad/name", 0, NULL, &again), GPUSHM_E_NAME);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "open-ex"));
+
+  /* a creator's open options: the map device once, and no flags */
+  gpushm_create_opts_init(&c);
+  gpushm_open_opts_init(&o);
+  o.map_device = 0;
+  c.open = &o;
+  CHECK_OK(gpushm_buffer_create(conn, "open-ex", 64, &c, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "open-ex"));
+  c.flags = GPUSHM_MAP_DEVICE(0);
+  CHECK_ERR(gpushm_buffer_create(conn, "open-ex", 64, &c, &b), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "twice") != NULL);
+  c.flags = 0;
+  o.flags = GPUSHM_OPEN_READONLY;
+  CHECK_ERR(gpushm_buffer_create(conn, "open-ex", 64, &c, &b), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_buffer_open(conn, "open-ex", 0, &b), GPUSHM_E_NOENT); /* nothing made */
+}
+
+/* One timeout convention: negative waits for ever, everywhere. */
+static void test_timeouts(gpushm_t *conn)
+{
+  CHECK_OK(gpushm_set_timeout(conn, GPUSHM_TIMEOUT_INFINITE));
+  CHECK_OK(gpushm_ping(conn));
+  CHECK_OK(gpushm_set_timeout(conn, -5));
+  CHECK_OK(gpushm_set_timeout(conn, 0)); /* for ever too, as before 0.7 */
+  CHECK_OK(gpushm_set_timeout(conn, GPUSHM_DEFAULT_TIMEOUT_MS));
+  CHECK_ERR(gpushm_set_timeout(NULL, 10), GPUSHM_E_INVAL);
+}
+
+/* The one table of backend names, both ways. */
+static void test_backend_names(void)
+{
+  static const struct {
+    int value;
+    const char *name;
+  } known[] = { { GPUSHM_BACKEND_HOST, "host" }, { GPUSHM_BACKEND_CUDA_IPC, "cuda-ipc" },
+                { GPUSHM_BACKEND_CUDA_FD, "cuda-fd" }, { 4, "cuda-event" },
+                { GPUSHM_BACKEND_CUDA_FABRIC, "cuda-fabric" } };
+
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+    CHECK(gpushm_backend_name(known[i].value) &&
+          strcmp(gpushm_backend_name(known[i].value), known[i].name) == 0);
+    CHECK(gpushm_backend_from_name(known[i].name) == known[i].value);
+  }
+  CHECK(gpushm_backend_name(0) == NULL && gpushm_backend_name(-1) == NULL &&
+        gpushm_backend_name(99) == NULL);
+  CHECK(gpushm_backend_from_name("default") == -1 && gpushm_backend_from_name("HOST") == -1 &&
+        gpushm_backend_from_name("") == -1 && gpushm_backend_from_name(NULL) == -1);
+}
+
 static uint32_t pooled_segments(const gpushm_stats_t *s)
 {
   uint32_t n = 0;
@@ -163,6 +270,9 @@ int main(void)
   CHECK_ERR(gpushm_buffer_create(conn, "flagged", 1, &opts, &again), GPUSHM_E_INVAL);
   CHECK_ERR(gpushm_unlink(conn, "missing"), GPUSHM_E_NOENT);
   test_sized_opts(conn);
+  test_open_opts(conn);
+  test_timeouts(conn);
+  test_backend_names();
 
   CHECK_OK(gpushm_unlink(conn, "shared"));
   CHECK_OK(gpushm_buffer_close(buf));
