@@ -165,12 +165,15 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 }
 
 /* Fills info for one buffer as seen by asker, its holders into holders and ptrs
- * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or for as many as b has). */
+ * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or for as many as b has; NULL: none,
+ * holders_total still counts them). */
 static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
                       const struct reg_client *asker, bool with_metadata,
                       Gpushm__Holder *holders, Gpushm__Holder **ptrs)
 {
-  size_t n = b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders : GPUSHM_LIMIT_HOLDERS_LISTED;
+  size_t n = !holders ? 0
+             : b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders
+                                                         : GPUSHM_LIMIT_HOLDERS_LISTED;
   struct reg_description d;
   size_t i = 0;
 
@@ -226,7 +229,8 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
 {
   struct reg_export *e = &ctx->export;
 
-  fill_info(&ctx->info, e->buffer, call->client, true, ctx->holders, ctx->holder_ptrs);
+  /* No holders: an open's cost must not grow with them (list and show name them). */
+  fill_info(&ctx->info, e->buffer, call->client, true, NULL, NULL);
   memcpy(ctx->fds, e->fds, sizeof(int) * e->n_fds);
   ctx->n_fds = e->n_fds;
   e->n_fds = 0;
