@@ -285,6 +285,20 @@ static void drop_device(const char *record, const struct device_entry *e, int fd
 /* A sync buffer's control block, deposited beside its memory record: taken out of passed
  * and adopted.  Returns its slot in passed (for a later drop), or -1 with why: missing,
  * or unusable (then dropped from the store). */
+/* The fd the store passed under that record name, now the caller's (*index: where it
+ * was, for its name); -1 when there is none. */
+static int take_stored(struct sdn_passed *passed, const char *name, size_t *index)
+{
+  for (size_t i = 0; i < passed->n_stored; i++)
+    if (passed->stored_fds[i] >= 0 && strcmp(passed->stored_names[i], name) == 0) {
+      int fd = passed->stored_fds[i];
+      passed->stored_fds[i] = -1;
+      *index = i;
+      return fd;
+    }
+  return -1;
+}
+
 static ssize_t take_control(struct sdn_passed *passed, uint64_t id, struct backend_mem *control,
                             const char **why)
 {
@@ -293,15 +307,10 @@ static ssize_t take_control(struct sdn_passed *passed, uint64_t id, struct backe
   int fd;
 
   control_record(id, want, sizeof want);
-  for (c = 0; c < passed->n_stored; c++)
-    if (passed->stored_fds[c] >= 0 && strcmp(passed->stored_names[c], want) == 0)
-      break;
-  if (c == passed->n_stored) {
+  if ((fd = take_stored(passed, want, &c)) < 0) {
     *why = "its control block is missing";
     return -1;
   }
-  fd = passed->stored_fds[c];
-  passed->stored_fds[c] = -1;
   if (backend_host_adopt(fd, SYNC_CONTROL_SIZE, control, NULL, err, sizeof err) < 0) {
     drop(passed->stored_names[c], fd, err);
     *why = "its control block is unusable";
@@ -324,15 +333,10 @@ static ssize_t take_metadata(struct sdn_passed *passed, uint64_t id, uint8_t *ou
   int fd;
 
   metadata_record(id, want, sizeof want);
-  for (m = 0; m < passed->n_stored; m++)
-    if (passed->stored_fds[m] >= 0 && strcmp(passed->stored_names[m], want) == 0)
-      break;
-  if (m == passed->n_stored) {
+  if ((fd = take_stored(passed, want, &m)) < 0) {
     *why = "its metadata is missing";
     return -1;
   }
-  fd = passed->stored_fds[m];
-  passed->stored_fds[m] = -1;
   n = pread(fd, out, GPUSHM_LIMIT_METADATA, 0);
   /* the daemon wrote at most the limit: more is not its record */
   if (n <= 0 || pread(fd, &extra, 1, n) != 0) {
