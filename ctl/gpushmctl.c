@@ -761,7 +761,7 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
 /* --prometheus follows Prometheus's naming rules (prometheus.io/docs/practices/naming):
  * one metric per meaning, labels only where the series of a metric add up to something
  * (a partition), base units in the name (_bytes, _seconds), _total on counters only.
- * README.md's metrics table lists them; tests/integration/test-metrics.sh holds every
+ * docs/metrics.md lists them; tests/integration/test-metrics.sh holds every
  * line to the text format and to promtool. */
 static void prom_family(const char *name, const char *type, const char *help)
 {
