@@ -281,7 +281,7 @@ static bool park(struct session *s, const Gpushm__Request *req, bool again, int 
  * (parking it otherwise), runs its handler and finishes it.  A violation ends the
  * session.  Returns true if the session kept req (parked).  since_ns: when its frame
  * arrived. */
-static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+static bool run_request(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
 {
   unsigned body = (unsigned)req->body_case;
   unsigned slot = body < HANDLER_REQUEST_TYPES ? body : 0;
@@ -338,6 +338,18 @@ static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64
   }
   finish(s, req, status, reply, slot, since_ns);
   return false;
+}
+
+/* run_request() with a reference held: a violation, or a reply the transport cannot
+ * queue, ends the session midway, and what follows still reads it. */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+{
+  bool parked;
+
+  session_ref(s);
+  parked = run_request(s, req, again, since_ns);
+  session_unref(s);
+  return parked;
 }
 
 void session_resume(struct session *s, int status, const char *why)
