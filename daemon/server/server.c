@@ -31,6 +31,7 @@ struct server {
   struct listener listener;
   struct status_page_owner status;
   bool serving;
+  bool shut; /* server_shutdown() ran */
   uv_timer_t hello_sweep; /* closes connections that never said Hello */
   struct list sessions; /* session.link, in ascending client id */
   uint32_t n_clients;
@@ -323,8 +324,11 @@ void server_reload(struct server *srv, const struct server_config *cfg)
 
 void server_shutdown(struct server *srv)
 {
-  if (!srv->serving && srv->listener.fd < 0)
+  /* Also for a server that never served (its socket was another daemon's): the loop
+   * can close only once every handle server_new() made is closed. */
+  if (srv->shut)
     return;
+  srv->shut = true;
   srv->serving = false;
   if (!uv_is_closing((uv_handle_t *)&srv->hello_sweep))
     uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
