@@ -1302,6 +1302,11 @@ gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf)
   return buf ? buf->map->backend : GPUSHM_BACKEND_DEFAULT;
 }
 
+gpushm_kind_t gpushm_buffer_kind(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->map->kind : GPUSHM_KIND_BUFFER;
+}
+
 int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf)
 {
   return buf ? buf->map->read_only : 0;

@@ -419,7 +419,7 @@ static int send_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, int *s
   long len;
 
   req->request_id = ++conn->next_request_id;
-  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
+  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, send_fd >= 0 ? 1 : 0);
   if (len < 0)
     return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
   *sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, send_fd >= 0 ? &send_fd : NULL,

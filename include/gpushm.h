@@ -323,6 +323,8 @@ GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_map_device(const gpushm_buffer_t *buf);
 GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
+/* GPUSHM_KIND_BUFFER, or GPUSHM_KIND_IMAGE for an image (gpushm-graphics.h).  Since 0.7. */
+GPUSHM_API gpushm_kind_t gpushm_buffer_kind(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
 /* The buffer's owner (its creator's uid and gid).  Names are global: a consumer that
  * opens a name another user could have created first checks who owns what it got. */
