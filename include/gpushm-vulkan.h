@@ -134,9 +134,9 @@ static inline int gpushm_vk__zero(const uint8_t u[16])
 static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_info_t *info)
 {
   GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
-  VkPhysicalDeviceDriverProperties driver = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
-  VkPhysicalDeviceIDProperties id = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
-  VkPhysicalDeviceProperties2 props = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &id };
+  VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
+  VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+  VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
   char want[40], have[40];
 
   if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER)
@@ -229,15 +229,18 @@ static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_
   GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
   GPUSHM_VK__FN(vk, PFN_vkGetMemoryHostPointerPropertiesEXT,
                 vkGetMemoryHostPointerPropertiesEXT, 1);
-  VkMemoryDedicatedAllocateInfo dedicated = { VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
-                                              NULL, dedicated_image, dedicated_buffer };
-  VkImportMemoryFdInfoKHR import_fd = { VK_STRUCTURE_TYPE_IMPORT_MEMORY_FD_INFO_KHR, NULL,
-                                        VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT, fd };
+  VkMemoryDedicatedAllocateInfo dedicated = {
+    .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+    .image = dedicated_image, .buffer = dedicated_buffer };
+  VkImportMemoryFdInfoKHR import_fd = { .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_FD_INFO_KHR,
+                                        .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+                                        .fd = fd };
   VkImportMemoryHostPointerInfoEXT import_host = {
-    VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT, NULL,
-    VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, info->host_pointer };
-  VkMemoryAllocateInfo alloc = { VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, NULL,
-                                 info->allocation_size, 0 };
+    .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+    .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+    .pHostPointer = info->host_pointer };
+  VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                 .allocationSize = info->allocation_size };
   uint32_t allowed = req->memoryTypeBits;
   VkResult r;
   int ret;
@@ -253,7 +256,7 @@ static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_
                            (unsigned long long)req->size, (unsigned long long)req->alignment);
   }
   if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER) {
-    VkMemoryHostPointerPropertiesEXT hp = { VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT };
+    VkMemoryHostPointerPropertiesEXT hp = { .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT };
     if (!vkGetMemoryHostPointerPropertiesEXT)
       return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "host memory needs "
                              "VK_EXT_external_memory_host on the device");
@@ -325,8 +328,8 @@ static inline int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
   GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
   GPUSHM_VK__FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements, 1);
   GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
-  VkExternalMemoryBufferCreateInfo ext = { VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO };
-  VkBufferCreateInfo bci = { VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, &ext };
+  VkExternalMemoryBufferCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO };
+  VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext };
   gpushm_memory_info_t info;
   VkMemoryRequirements req;
   VkResult r;
@@ -379,7 +382,7 @@ static inline VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage)
 static inline VkImageCreateInfo gpushm_vk__image_info(const gpushm_image_desc_t *d,
                                                       VkImageTiling tiling, const void *next)
 {
-  VkImageCreateInfo ici = { VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, next };
+  VkImageCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, .pNext = next };
   ici.imageType = d->depth > 1 ? VK_IMAGE_TYPE_3D : VK_IMAGE_TYPE_2D;
   ici.format = (VkFormat)gpushm_format_vk((int)d->format);
   ici.extent.width = d->width;
@@ -419,7 +422,7 @@ static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf
   GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
   GPUSHM_VK__FN(vk, PFN_vkGetImageSubresourceLayout, vkGetImageSubresourceLayout, 1);
   GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
-  VkExternalMemoryImageCreateInfo ext = { VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO };
+  VkExternalMemoryImageCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO };
   VkImageSubresource sub = { VK_IMAGE_ASPECT_COLOR_BIT, 0, 0 };
   gpushm_memory_info_t info = { .size = sizeof info };
   gpushm_vk_buffer_t rows;
@@ -465,8 +468,9 @@ static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, 
   GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
   GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
   GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
-  VkExternalMemoryImageCreateInfo ext = { VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
-                                          NULL, VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkExternalMemoryImageCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
   gpushm_image_desc_t d;
   gpushm_memory_info_t info;
   VkMemoryRequirements req;
@@ -517,9 +521,9 @@ static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, 
 static inline int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t *m)
 {
   GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
-  VkPhysicalDeviceDriverProperties driver = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
-  VkPhysicalDeviceIDProperties id = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
-  VkPhysicalDeviceProperties2 props = { VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &id };
+  VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
+  VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+  VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
 
   if (!vkGetPhysicalDeviceProperties2)
     return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed");
@@ -530,7 +534,7 @@ static inline int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t 
   }
   memcpy(m->device_uuid, id.deviceUUID, sizeof m->device_uuid);
   memcpy(m->driver_uuid, id.driverUUID, sizeof m->driver_uuid);
-  snprintf(m->driver_info, sizeof m->driver_info, "%s", driver.driverInfo);
+  snprintf(m->driver_info, sizeof m->driver_info, "%.63s", driver.driverInfo);
   return 0;
 }
 
@@ -543,15 +547,16 @@ static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkI
   GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements2, vkGetImageMemoryRequirements2, 1);
   GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
   GPUSHM_VK__FN(vk, PFN_vkGetMemoryFdKHR, vkGetMemoryFdKHR, 1);
-  VkMemoryDedicatedRequirements dreq = { VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS };
-  VkMemoryRequirements2 req = { VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, &dreq };
-  VkMemoryDedicatedAllocateInfo dedicated = { VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
-                                              NULL, image, buffer };
-  VkExportMemoryAllocateInfo export_info = { VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO, NULL,
-                                             VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
-  VkMemoryAllocateInfo alloc = { VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &export_info };
-  VkMemoryGetFdInfoKHR get_fd = { VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR, NULL, VK_NULL_HANDLE,
-                                  VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkMemoryDedicatedRequirements dreq = { .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS };
+  VkMemoryRequirements2 req = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, .pNext = &dreq };
+  VkMemoryDedicatedAllocateInfo dedicated = {
+    .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, .image = image, .buffer = buffer };
+  VkExportMemoryAllocateInfo export_info = {
+    .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &export_info };
+  VkMemoryGetFdInfoKHR get_fd = { .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                                  .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
   GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
   VkResult r;
   int ret;
@@ -560,12 +565,12 @@ static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkI
     return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "VK_KHR_external_memory_fd is not "
                            "enabled on the device");
   if (image) {
-    VkImageMemoryRequirementsInfo2 ri = { VK_STRUCTURE_TYPE_IMAGE_MEMORY_REQUIREMENTS_INFO_2,
-                                          NULL, image };
+    VkImageMemoryRequirementsInfo2 ri = {
+      .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_REQUIREMENTS_INFO_2, .image = image };
     vkGetImageMemoryRequirements2(vk->device, &ri, &req);
   } else {
-    VkBufferMemoryRequirementsInfo2 ri = { VK_STRUCTURE_TYPE_BUFFER_MEMORY_REQUIREMENTS_INFO_2,
-                                           NULL, buffer };
+    VkBufferMemoryRequirementsInfo2 ri = {
+      .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_REQUIREMENTS_INFO_2, .buffer = buffer };
     vkGetBufferMemoryRequirements2(vk->device, &ri, &req);
   }
   if (dreq.prefersDedicatedAllocation || dreq.requiresDedicatedAllocation) {
@@ -599,8 +604,9 @@ static inline int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const 
 {
   GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
   GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
-  VkExternalMemoryImageCreateInfo ext = { VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
-                                          NULL, VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkExternalMemoryImageCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
   gpushm_external_memory_t m;
   VkImageCreateInfo ici;
   VkResult r;
@@ -648,9 +654,10 @@ static inline int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const
 {
   GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
   GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
-  VkExternalMemoryBufferCreateInfo ext = { VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
-                                           NULL, VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
-  VkBufferCreateInfo bci = { VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, &ext };
+  VkExternalMemoryBufferCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext };
   gpushm_external_memory_t m;
   VkResult r;
   int fd = -1, ret;
