@@ -32,7 +32,7 @@ struct vkc_buffer {
   VkDeviceSize size;
 };
 
-static int vkc_has_extension(VkPhysicalDevice phys, const char *name)
+static inline int vkc_has_extension(VkPhysicalDevice phys, const char *name)
 {
   uint32_t n = 0;
   VkExtensionProperties *e;
@@ -50,7 +50,7 @@ static int vkc_has_extension(VkPhysicalDevice phys, const char *name)
 
 /* Opens the device: the one whose deviceUUID is uuid (NULL: $GPUSHM_VK_DEVICE's index,
  * else the first that exports OPAQUE_FD memory).  0, or -1 with why. */
-static int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t len)
+static inline int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t len)
 {
   VkApplicationInfo app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                             .pApplicationName = "gpushm", .applicationVersion = 1,
@@ -124,7 +124,7 @@ static int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t len)
   return 0;
 }
 
-static void vkc_close(struct vkc *c)
+static inline void vkc_close(struct vkc *c)
 {
   if (c->device) {
     vkDeviceWaitIdle(c->device);
@@ -136,7 +136,7 @@ static void vkc_close(struct vkc *c)
   memset(c, 0, sizeof *c);
 }
 
-static VkCommandBuffer vkc_begin(struct vkc *c)
+static inline VkCommandBuffer vkc_begin(struct vkc *c)
 {
   VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                      .commandPool = c->pool,
@@ -151,7 +151,7 @@ static VkCommandBuffer vkc_begin(struct vkc *c)
 }
 
 /* Ends, submits and waits for cb: 0 or the VkResult. */
-static int vkc_submit(struct vkc *c, VkCommandBuffer cb)
+static inline int vkc_submit(struct vkc *c, VkCommandBuffer cb)
 {
   VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                       .pCommandBuffers = &cb };
@@ -165,7 +165,7 @@ static int vkc_submit(struct vkc *c, VkCommandBuffer cb)
 }
 
 /* A host-visible, coherent buffer of size bytes, mapped. */
-static int vkc_host_buffer(struct vkc *c, VkDeviceSize size, struct vkc_buffer *out)
+static inline int vkc_host_buffer(struct vkc *c, VkDeviceSize size, struct vkc_buffer *out)
 {
   VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
                              .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -195,7 +195,7 @@ static int vkc_host_buffer(struct vkc *c, VkDeviceSize size, struct vkc_buffer *
   return 0;
 }
 
-static void vkc_free_buffer(struct vkc *c, struct vkc_buffer *b)
+static inline void vkc_free_buffer(struct vkc *c, struct vkc_buffer *b)
 {
   if (b->map)
     vkUnmapMemory(c->device, b->memory);
@@ -204,7 +204,7 @@ static void vkc_free_buffer(struct vkc *c, struct vkc_buffer *b)
   memset(b, 0, sizeof *b);
 }
 
-static void vkc_barrier_image(VkCommandBuffer cb, VkImage image, VkImageLayout from,
+static inline void vkc_barrier_image(VkCommandBuffer cb, VkImage image, VkImageLayout from,
                               VkImageLayout to, uint32_t levels, uint32_t layers)
 {
   VkImageMemoryBarrier b = { .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER };
@@ -221,7 +221,7 @@ static void vkc_barrier_image(VkCommandBuffer cb, VkImage image, VkImageLayout f
 
 /* Copies level 0, layer 0 of image (in layout from, left in GENERAL) into buffer,
  * row_length texels a row (0: tight). */
-static void vkc_copy_image_to_buffer(VkCommandBuffer cb, VkImage image, VkImageLayout from,
+static inline void vkc_copy_image_to_buffer(VkCommandBuffer cb, VkImage image, VkImageLayout from,
                                      VkExtent3D extent, uint32_t levels, uint32_t layers,
                                      VkBuffer buffer)
 {
@@ -235,7 +235,7 @@ static void vkc_copy_image_to_buffer(VkCommandBuffer cb, VkImage image, VkImageL
 
 /* Copies buffer (row_length texels a row; 0: tight) into level 0, layer 0 of image,
  * which is left in VK_IMAGE_LAYOUT_GENERAL, the layout gpushm images change hands in. */
-static void vkc_copy_buffer_to_image(VkCommandBuffer cb, VkBuffer buffer, uint32_t row_length,
+static inline void vkc_copy_buffer_to_image(VkCommandBuffer cb, VkBuffer buffer, uint32_t row_length,
                                      VkImage image, VkImageLayout from, VkExtent3D extent,
                                      uint32_t levels, uint32_t layers)
 {
