@@ -353,13 +353,17 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
 }
 
 /* run_request() with a reference held: a violation, or a reply the transport cannot
- * queue, ends the session midway, and what follows still reads it. */
-static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+ * queue, ends the session midway, and what follows still reads it.  fd: the one the
+ * request came with (-1: none), the session's while it runs. */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns,
+                     int fd)
 {
   bool parked;
 
   session_ref(s);
+  s->request_fd = fd; /* the request's, while it runs */
   parked = run_request(s, req, again, since_ns);
+  s->request_fd = -1;
   session_unref(s);
   return parked;
 }
@@ -383,9 +387,7 @@ void session_resume(struct session *s, int status, const char *why)
     finish(s, req, status, &reply, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
   } else {
     /* parked again: the device went cold meanwhile, and req is the session's again */
-    s->request_fd = s->parked_fd;
-    parked_again = dispatch(s, req, true, s->parked_since_ns);
-    s->request_fd = -1;
+    parked_again = dispatch(s, req, true, s->parked_since_ns, s->parked_fd);
   }
   if (!parked_again) {
     gpushm__request__free_unpacked(req, NULL);
@@ -430,10 +432,8 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
   /* A client that waits for no reply (one-way releases, sent in runs) has likely
    * written the next request already; one that waits for this reply has not. */
   oneway = req->oneway;
-  s->request_fd = frame->n_fds ? frame->fds[0] : -1;
   /* Parked or not, req itself is done with: a parked request is a heap copy. */
-  (void)dispatch(s, req, false, since_ns);
-  s->request_fd = -1;
+  (void)dispatch(s, req, false, since_ns, frame->n_fds ? frame->fds[0] : -1);
   arena_reset();
   return oneway;
 }

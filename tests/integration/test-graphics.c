@@ -260,6 +260,7 @@ static void test_registered(struct test_daemon *daemon, gpushm_t *conn)
     CHECK_OK(gpushm_register_memory(c, "exported-image", &m, &opts, &img));
     CHECK(gpushm_buffer_kind(img) == GPUSHM_KIND_IMAGE);
     close(fd);
+    gpushm_disconnect(conn); /* the parent's, inherited: only this copy goes */
     _exit(0); /* without closing: the daemon's references go with the connection */
   }
   check_child(pid);
@@ -270,6 +271,7 @@ static void test_registered(struct test_daemon *daemon, gpushm_t *conn)
   /* another uid imports both */
   pid = fork_as(65534, 65534);
   if (pid == 0) {
+    gpushm_disconnect(conn);
     consume_registered(daemon->socket, uuid);
     consume_registered_image(daemon->socket);
     _exit(0);
@@ -387,6 +389,7 @@ static void test_permissions_and_quota(const struct test_daemon *daemon, gpushm_
     /* its own registrations pay its quota: 2 MiB over the 1.5 MiB the daemon allows */
     CHECK_OK(gpushm_register_memory(c, "mine-1", &mine, NULL, &x));
     CHECK_ERR(gpushm_register_memory(c, "mine-2", &mine, NULL, &x), GPUSHM_E_LIMIT);
+    gpushm_disconnect(conn);
     _exit(0);
   }
   check_child(pid);
@@ -401,11 +404,13 @@ static void test_permissions_and_quota(const struct test_daemon *daemon, gpushm_
            "taken; its own registrations charged to its quota");
 }
 
+/* File-scope: a forked child's copy stays reachable (never leaked) when it exits. */
+static gpushm_t *conn;
+
 int main(void)
 {
   struct test_daemon d = { 0 };
   const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
-  gpushm_t *conn;
 
   if (!fake || !*fake) {
     fprintf(stderr, "GPUSHM_FAKE_CUDA_LIB is not set (make check sets it)\n");
