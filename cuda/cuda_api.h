@@ -207,6 +207,24 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
   unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
+/* Surface objects over arrays (the GPU tests read images with them). */
+typedef unsigned long long CUsurfObject;
+typedef enum CUresourcetype_enum {
+  CU_RESOURCE_TYPE_ARRAY = 0x00
+} CUresourcetype;
+typedef struct CUDA_RESOURCE_DESC_st {
+  CUresourcetype resType;
+  union {
+    struct {
+      CUarray hArray;
+    } array;
+    struct {
+      int reserved[32];
+    } reserved;
+  } res;
+  unsigned int flags;
+} CUDA_RESOURCE_DESC;
+
 typedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
   unsigned long long offset;
   CUDA_ARRAY3D_DESCRIPTOR arrayDesc;

@@ -87,6 +87,8 @@
   X(cuMipmappedArrayGetLevel, 5000, (CUarray *level_array, CUmipmappedArray mipmap, unsigned int level)) \
   X(cuMipmappedArrayDestroy, 5000, (CUmipmappedArray mipmap)) \
   X(cuArray3DGetDescriptor, 3020, (CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)) \
+  X(cuSurfObjectCreate, 5000, (CUsurfObject *surf, const CUDA_RESOURCE_DESC *desc)) \
+  X(cuSurfObjectDestroy, 5000, (CUsurfObject surf)) \
   X(cuGetErrorName, 6000, (CUresult error, const char **name)) \
   X(cuGetErrorString, 6000, (CUresult error, const char **text))
 

@@ -210,14 +210,12 @@ static inline int gpushm_vk__memory_type(gpushm_vk_t *vk, uint32_t allowed, uint
                          allowed);
 }
 
-/* Usage an open may not ask for: writes, on a read-only open (Vulkan cannot narrow an
- * OPAQUE_FD to reading, so this stops bugs, not a hostile process). */
-#define GPUSHM_VK__BUFFER_WRITES                                                           \
-  (VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |                \
-   VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT)
+/* Usage an open may not ask for: what only writes, on a read-only open (Vulkan cannot
+ * narrow an OPAQUE_FD to reading, so this stops bugs, not a hostile process; storage
+ * usage stays, a shader may only read it). */
+#define GPUSHM_VK__BUFFER_WRITES VK_BUFFER_USAGE_TRANSFER_DST_BIT
 #define GPUSHM_VK__IMAGE_WRITES                                                            \
-  (VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_STORAGE_BIT |                         \
-   VK_IMAGE_USAGE_COLOR_ATTACHMENT_BIT)
+  (VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_COLOR_ATTACHMENT_BIT)
 
 /* Allocates memory importing what info describes (the fd given is consumed either way)
  * for an object with those requirements. */
@@ -432,7 +430,10 @@ static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf
   VkImage image;
   int ret;
 
+  /* rows for copies and for compute shaders (storage buffers), written only by a
+   * read-write open */
   ret = gpushm_vk_import_buffer(vk, buf, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                  VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
                                   ((gpushm_buffer_memory_info(buf, &info) == 0 &&
                                     !(info.access & GPUSHM_OPEN_READONLY))
                                      ? VK_BUFFER_USAGE_TRANSFER_DST_BIT : 0), &rows);

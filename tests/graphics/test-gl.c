@@ -8,8 +8,7 @@
 #include "config.h"
 #include "harness.h"
 #include "vk-context.h"
-#include "egl-context.h"
-#include "gpushm-gl.h"
+#include "gl-verify.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -127,6 +126,9 @@ static void consumer(void)
       fprintf(stderr, "word %u = 0x%08x, want 0x%08x\n", i, got[i], word(i, 0x91000000u));
       exit(1);
     }
+  /* the same by a GL compute shader, which a wrong pattern fails */
+  CHECK(glv_words(&gl, buffer, (uint32_t)(size / 4), 0x91000000u) == 0);
+  CHECK(glv_words(&gl, buffer, (uint32_t)(size / 4), 0x91000001u) == (long)(size / 4));
   img = open_for_graphics(conn, "tex-for-gl");
   if (gpushm_gl_import_texture(&gl, img, &texture, &tex_memory) < 0) {
     fprintf(stderr, "import texture: %s\n", gl.error);

@@ -14,20 +14,23 @@
 #define _GNU_SOURCE
 #include "config.h"
 #include "harness.h"
-#include "vk-context.h"
+#include "vk-verify.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define W 64
+/* not a multiple of 64 texels: a linear image of it has rows longer than its texels */
+#define W 60
 #define H 32
 
 static const char *socket_path;
 
+/* The pattern of tests/gpu/kernels.cu (and of the verify shaders): texel (x, y) of a
+ * W-wide image is word y * W + x. */
 static uint32_t texel(uint32_t x, uint32_t y, uint32_t seed)
 {
-  return seed ^ (x * 2654435761u) ^ (y * 40503u);
+  return ((y * W + x) * 2654435761u) ^ seed;
 }
 
 static void open_vk(struct vkc *c)
@@ -89,8 +92,8 @@ static void registrar(void)
   d.width = W;
   d.height = H;
   d.tiling = GPUSHM_TILING_OPTIMAL;
-  d.usage = GPUSHM_IMAGE_USAGE_SAMPLED | GPUSHM_IMAGE_USAGE_TRANSFER_SRC |
-            GPUSHM_IMAGE_USAGE_TRANSFER_DST;
+  d.usage = GPUSHM_IMAGE_USAGE_SAMPLED | GPUSHM_IMAGE_USAGE_STORAGE |
+            GPUSHM_IMAGE_USAGE_TRANSFER_SRC | GPUSHM_IMAGE_USAGE_TRANSFER_DST;
   if (gpushm_vk_create_image(&c.gpushm, conn, "vk-image", &d, &opts, &vi, &img) < 0) {
     fprintf(stderr, "gpushm_vk_create_image: %s\n", c.gpushm.error);
     exit(1);
@@ -145,7 +148,8 @@ static void consumer(void)
   /* write usage on a read-only open: refused before anything is imported */
   CHECK_ERR(gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_DST_BIT, &vb),
             GPUSHM_E_PERM);
-  if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) < 0) {
+  if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                              VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, &vb) < 0) {
     fprintf(stderr, "import buffer: %s\n", c.gpushm.error);
     exit(1);
   }
@@ -153,6 +157,9 @@ static void consumer(void)
   vkCmdCopyBuffer(cb, vb.buffer, rb.buffer, 1, &whole);
   CHECK(vkc_submit(&c, cb) == 0);
   CHECK(pattern_ok(rb.map, W, 0xb0ff0000u));
+  /* the same by a compute shader, which a wrong pattern fails */
+  CHECK(vkv_words(&c, vb.buffer, 0, W * H * 4, W * H, 0xb0ff0000u, 0, 0) == 0);
+  CHECK(vkv_words(&c, vb.buffer, 0, W * H * 4, W * H, 0xb0ff0001u, 0, 0) == W * H);
   gpushm_vk_destroy_buffer(&c.gpushm, &vb);
 
   img = open_for_graphics(conn, "vk-image", GPUSHM_OPEN_READONLY);
@@ -166,6 +173,8 @@ static void consumer(void)
   vkc_copy_image_to_buffer(cb, vi.image, vi.old_layout, vi.extent, 1, 1, rb.buffer);
   CHECK(vkc_submit(&c, cb) == 0);
   CHECK(pattern_ok(rb.map, W, 0x1a6e0000u));
+  CHECK(vkv_image(&c, vi.image, vi.format, W, H, 0x1a6e0000u) == 0);
+  CHECK(vkv_image(&c, vi.image, vi.format, W, H, 0x1a6e0001u) == W * H);
   gpushm_vk_destroy_image(&c.gpushm, &vi);
   CHECK_OK(gpushm_buffer_close(img));
   CHECK_OK(gpushm_buffer_close(b));
@@ -213,12 +222,12 @@ static void host_memory(void)
   CHECK(pattern_ok(rb.map, W, 0x40570000u));
   CHECK(((uint32_t *)gpushm_buffer_ptr(b))[0] == 0x600df111u &&
         ((uint32_t *)gpushm_buffer_ptr(b))[63] == 0x600df111u &&
-        ((uint32_t *)gpushm_buffer_ptr(b))[64] == texel(0, 1, 0x40570000u));
+        ((uint32_t *)gpushm_buffer_ptr(b))[64] == texel(64 % W, 64 / W, 0x40570000u));
   gpushm_vk_destroy_buffer(&c.gpushm, &vb);
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_unlink(conn, "host-words"));
 
-  /* a linear image gpushmd allocated: rows 256 bytes apart */
+  /* a linear image gpushmd allocated: rows 256 bytes apart, 240 of them texels */
   gpushm_image_desc_init(&d);
   d.width = W;
   d.height = H;
@@ -230,7 +239,14 @@ static void host_memory(void)
     fprintf(stderr, "import linear image: %s\n", c.gpushm.error);
     exit(1);
   }
-  CHECK(vi.buffer && vi.row_length == W);
+  CHECK(vi.buffer && vi.row_length == 64 && vi.row_length != W);
+  /* its rows by a compute shader, a row_length apart */
+  CHECK(vkv_words(&c, vi.buffer, 0, d.row_pitch * H, W * H, 0x11ea0000u, vi.row_length, W) == 0);
+  CHECK(vkv_words(&c, vi.buffer, 0, d.row_pitch * H, W * H, 0x11ea0001u, vi.row_length, W) ==
+        W * H);
+  /* and copied into an image of this device, checked as one */
+  CHECK(vkv_linear_as_image(&c, &vi, &d, 0x11ea0000u) == 0);
+  CHECK(vkv_linear_as_image(&c, &vi, &d, 0x11ea0001u) == W * H);
   {
     VkBufferCopy rows = { 0, 0, d.row_pitch * H };
     struct vkc_buffer wide;
@@ -238,7 +254,7 @@ static void host_memory(void)
     cb = vkc_begin(&c);
     vkCmdCopyBuffer(cb, vi.buffer, wide.buffer, 1, &rows);
     CHECK(vkc_submit(&c, cb) == 0);
-    CHECK(pattern_ok(wide.map, W, 0x11ea0000u));
+    CHECK(pattern_ok(wide.map, vi.row_length, 0x11ea0000u));
     vkc_free_buffer(&c, &wide);
   }
   if (vi.image) { /* this device lays out a LINEAR image with the same pitch */

@@ -126,7 +126,13 @@ struct cuda_api_fact {
   CUDA_API_FIELD(CUDA_ARRAY3D_DESCRIPTOR, Flags)                                \
   CUDA_API_SIZE(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC)                      \
   CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC, arrayDesc)          \
-  CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC, numLevels)
+  CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC, numLevels)          \
+  CUDA_API_SIZE(CUsurfObject)                                                   \
+  CUDA_API_CONST(CU_RESOURCE_TYPE_ARRAY)                                        \
+  CUDA_API_SIZE(CUDA_RESOURCE_DESC)                                             \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, res)                                       \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, res.array.hArray)                          \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, flags)
 
 /* The toolkit's list (cuda-api-toolkit.c, built only where cuda.h is installed). */
 extern const struct cuda_api_fact cuda_api_toolkit_facts[];
