@@ -1284,6 +1284,20 @@ static CUresult fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *desc, CUarr
   return CUDA_SUCCESS;
 }
 
+/* Surface objects serve kernels, which the fake does not run: made and destroyed only. */
+static CUresult fake_cuSurfObjectCreate(CUsurfObject *surf, const CUDA_RESOURCE_DESC *desc)
+{
+  if (!surf || !desc || desc->resType != CU_RESOURCE_TYPE_ARRAY || !desc->res.array.hArray)
+    return CUDA_ERROR_INVALID_VALUE;
+  *surf = (CUsurfObject)(uintptr_t)desc->res.array.hArray;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuSurfObjectDestroy(CUsurfObject surf)
+{
+  return surf ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 static CUresult fake_cuGetErrorName(CUresult r, const char **s)
 {
   switch (r) {
@@ -1338,6 +1352,7 @@ static const struct {
   FAKE_ENTRY(cuExternalMemoryGetMappedBuffer), FAKE_ENTRY(cuExternalMemoryGetMappedMipmappedArray),
   FAKE_ENTRY(cuDestroyExternalMemory), FAKE_ENTRY(cuMipmappedArrayGetLevel),
   FAKE_ENTRY(cuMipmappedArrayDestroy), FAKE_ENTRY(cuArray3DGetDescriptor),
+  FAKE_ENTRY(cuSurfObjectCreate), FAKE_ENTRY(cuSurfObjectDestroy),
 #undef FAKE_ENTRY
 };
 
