@@ -52,6 +52,24 @@ static enum fd_class classify(int fd, uint64_t *memfd_size, char *what, size_t l
   return FD_OTHER;
 }
 
+static int seal_against_shrinking(int fd, uint64_t *size, char *err, size_t errlen)
+{
+  int seals = fcntl(fd, F_GET_SEALS);
+  struct stat st;
+
+  if (seals < 0 || (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)) {
+    snprintf(err, errlen, "the memfd can still be shrunk, and allows no F_SEAL_SHRINK (create "
+             "it with MFD_ALLOW_SEALING): importers' mappings would fault");
+    return GPUSHM_E_INVAL;
+  }
+  if (fstat(fd, &st) < 0) {
+    snprintf(err, errlen, "fstat of the memfd: %s", strerror(errno));
+    return GPUSHM_E_INVAL;
+  }
+  *size = (uint64_t)st.st_size;
+  return 0;
+}
+
 static int external_check(const struct registry *reg, const struct reg_create_args *args,
                           const struct reg_policy *policy, const struct backend **be,
                           char *err, size_t errlen)
@@ -95,6 +113,10 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
   }
   switch (classify(x->fd, &memfd_size, what, sizeof what)) {
   case FD_MEMFD:
+    /* Sealed against shrinking before its size is read: a memfd cut short later would
+     * fault every importer's mapping (SIGBUS).  Mesa seals its exports itself. */
+    if ((r = seal_against_shrinking(x->fd, &memfd_size, err, errlen)) < 0)
+      return r;
     if (memfd_size < x->allocation_size) {
       snprintf(err, errlen, "the memfd holds %llu bytes, not the %llu claimed",
                (unsigned long long)memfd_size, (unsigned long long)x->allocation_size);

@@ -162,7 +162,7 @@ static void mismatch(void)
   gpushm_gl_t gl;
   GLuint buffer, memory;
   char why[256];
-  int fd = memfd_create("elsewhere", MFD_CLOEXEC);
+  int fd = memfd_create("elsewhere", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
   CHECK(fd >= 0 && ftruncate(fd, 1 << 16) == 0);
   CHECK_OK(gpushm_connect(socket_path, "gl-mismatch", &conn));

@@ -285,7 +285,7 @@ static void mismatch(void)
   gpushm_buffer_t *reg, *b;
   gpushm_t *conn;
   struct vkc c;
-  int fd = memfd_create("elsewhere", MFD_CLOEXEC);
+  int fd = memfd_create("elsewhere", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
   CHECK(fd >= 0 && ftruncate(fd, 1 << 16) == 0);
   CHECK_OK(gpushm_connect(socket_path, "vk-mismatch", &conn));

@@ -11,6 +11,7 @@
 #include "gpushm.h"
 #include "gpushm-graphics.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -39,7 +40,7 @@ static int check_words(const uint32_t *words, size_t n, uint32_t seed)
 /* A memfd of MEM_BYTES holding the pattern: what a graphics API exported. */
 static int exported_memory(uint32_t seed)
 {
-  int fd = memfd_create("graphics-export", MFD_CLOEXEC);
+  int fd = memfd_create("graphics-export", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   uint32_t *p;
 
   CHECK(fd >= 0 && ftruncate(fd, MEM_BYTES) == 0);
@@ -182,6 +183,9 @@ static void consume_registered(const char *socket, const uint8_t uuid[16])
   CHECK_OK(gpushm_buffer_memory_fd(b, &fd));
   p = mmap(NULL, MEM_BYTES, PROT_READ, MAP_SHARED, fd, 0);
   CHECK(p != MAP_FAILED && check_words(p, MEM_BYTES / 4, PATTERN));
+  /* sealed by gpushmd: nobody cuts the memory from under another importer's mapping */
+  CHECK(ftruncate(fd, 4096) < 0 && errno == EPERM);
+  CHECK(check_words(p, MEM_BYTES / 4, PATTERN));
   munmap(p, MEM_BYTES);
   close(fd);
   CHECK_OK(gpushm_buffer_memory_fd(b, &fd));
@@ -308,14 +312,20 @@ static void test_refusals(gpushm_t *conn)
     CHECK(strstr(gpushm_last_error_message(), refused_msgs[i]) != NULL);
   }
   /* a memfd smaller than claimed */
-  small = memfd_create("small", MFD_CLOEXEC);
+  small = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   CHECK(small >= 0 && ftruncate(small, 4096) == 0);
   m = memory_of(small, uuid);
   CHECK_ERR(gpushm_register_memory(conn, "foreign", &m, NULL, &b), GPUSHM_E_INVAL);
   CHECK(strstr(gpushm_last_error_message(), "4096") != NULL);
+  /* a memfd that could be cut short after its size was checked, and cannot be sealed */
+  m.fd = memfd_create("unsealable", MFD_CLOEXEC);
+  CHECK(m.fd >= 0 && ftruncate(m.fd, MEM_BYTES) == 0);
+  CHECK_ERR(gpushm_register_memory(conn, "foreign", &m, NULL, &b), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "MFD_ALLOW_SEALING") != NULL);
+  close(m.fd);
   /* a buffer larger than its allocation; a linear image that does not fit in it */
   m = memory_of(fds[3], uuid);
-  m.fd = memfd_create("sized", MFD_CLOEXEC);
+  m.fd = memfd_create("sized", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   CHECK(m.fd >= 0 && ftruncate(m.fd, MEM_BYTES) == 0);
   m.data_size = MEM_BYTES + 1;
   CHECK_ERR(gpushm_register_memory(conn, "foreign", &m, NULL, &b), GPUSHM_E_INVAL);
@@ -348,7 +358,8 @@ static void test_refusals(gpushm_t *conn)
   close(pipefd[1]);
   close(sv[1]);
   close(small);
-  test_log("registration refusals: a pipe, a socket, /dev/null, a file, a short memfd, a "
+  test_log("registration refusals: a pipe, a socket, /dev/null, a file, a short memfd, an "
+           "unsealable memfd, a "
            "buffer past its allocation, a linear image past it, a missing fd");
 }
 
