@@ -40,7 +40,7 @@ def test_image_formats(conn, name):
 def test_optimal_image_refused_with_what_reads_it(conn, name):
     # an optimal-tiling image is registered memory (here a memfd stands for a Vulkan export)
     import os
-    fd = os.memfd_create("export")
+    fd = os.memfd_create("export", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # gpushmd seals it
     os.ftruncate(fd, 1 << 20)
 
     class ExternalMemory(ctypes.Structure):
