@@ -4,23 +4,11 @@
  * (gpushmctl links neither) and comparing their devices' UUIDs with the CUDA devices'. */
 #include "config.h"
 #include "doctor-graphics.h"
+#include "gpushm-graphics.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
-
-static void uuid_text(const uint8_t u[16], char out[40])
-{
-  static const char hex[] = "0123456789abcdef";
-  size_t n = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[n++] = '-';
-    out[n++] = hex[u[i] >> 4];
-    out[n++] = hex[u[i] & 15];
-  }
-  out[n] = '\0';
-}
 
 static int cuda_match(const uint8_t (*cuda)[16], size_t n_cuda, const uint8_t uuid[16])
 {
@@ -93,7 +81,7 @@ static void probe_vulkan(const uint8_t (*cuda)[16], size_t n_cuda, struct graphi
     int match;
     char uuid[40];
     properties(devices[i], &p);
-    uuid_text(id.deviceUUID, uuid);
+    gpushm__uuid_text(id.deviceUUID, uuid);
     match = cuda_match(cuda, n_cuda, id.deviceUUID);
     importers += fd && match >= 0;
     len += (size_t)snprintf(out->detail + len, sizeof out->detail - len, "%s%s (%s): %s%s%s",
@@ -193,7 +181,7 @@ static void probe_gl(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_f
   }
   if (fd && get_uuid)
     get_uuid(GL_DEVICE_UUID_EXT_, 0, uuid);
-  uuid_text(uuid, text);
+  gpushm__uuid_text(uuid, text);
   match = cuda_match(cuda, n_cuda, uuid);
   out->status = !fd ? GRAPHICS_FAIL : n_cuda && match < 0 ? GRAPHICS_FAIL : GRAPHICS_OK;
   snprintf(out->detail, sizeof out->detail, "%s (%s): %s",

@@ -124,19 +124,6 @@ static inline int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *
   return 0;
 }
 
-static inline void gpushm_gl__uuid(const uint8_t u[16], char out[40])
-{
-  static const char hex[] = "0123456789abcdef";
-  size_t n = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[n++] = '-';
-    out[n++] = hex[u[i] >> 4];
-    out[n++] = hex[u[i] & 15];
-  }
-  out[n] = '\0';
-}
-
 /* Whether memory info describes imports into this context's device and driver. */
 static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info)
 {
@@ -152,8 +139,8 @@ static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_in
   gl->GetUnsignedBytevEXT(GPUSHM_GL_DRIVER_UUID_EXT, driver);
   renderer = (const char *)gl->GetString(GL_RENDERER);
   version = (const char *)gl->GetString(GL_VERSION);
-  gpushm_gl__uuid(info->device_uuid, want);
-  gpushm_gl__uuid(device, have);
+  gpushm__uuid_text(info->device_uuid, want);
+  gpushm__uuid_text(device, have);
   if (memcmp(info->device_uuid, zero, 16) != 0 && memcmp(info->device_uuid, device, 16) != 0)
     return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
                            "%s); this GL context is %s on %s (%s): memory imports only on "
@@ -162,8 +149,8 @@ static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_in
                            renderer ? renderer : "?", have, version ? version : "?");
   if (memcmp(info->driver_uuid, zero, 16) != 0) {
     if (memcmp(info->driver_uuid, driver, 16) != 0) {
-      gpushm_gl__uuid(info->driver_uuid, want);
-      gpushm_gl__uuid(driver, have);
+      gpushm__uuid_text(info->driver_uuid, want);
+      gpushm__uuid_text(driver, have);
       return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
                              "(%s); this GL's is %s (%s)", want, info->driver_info, have,
                              version ? version : "?");

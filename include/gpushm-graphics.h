@@ -177,6 +177,21 @@ GPUSHM_API int gpushm_buffer_memory_info(const gpushm_buffer_t *buf, gpushm_memo
  * GPUSHM_DEVICE_NONE; GPUSHM_E_INVAL for other opens and host memory. */
 GPUSHM_API int gpushm_buffer_memory_fd(gpushm_buffer_t *buf, int *fd_out);
 
+/* A device or driver UUID as Vulkan tools print it (8-4-4-4-12 hex digits): what the
+ * helpers' refusals name.  Not part of the ABI: compiled into whoever calls it. */
+static inline void gpushm__uuid_text(const uint8_t u[16], char out[40])
+{
+  static const char hex[] = "0123456789abcdef";
+  size_t n = 0;
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10)
+      out[n++] = '-';
+    out[n++] = hex[u[i] >> 4];
+    out[n++] = hex[u[i] & 15];
+  }
+  out[n] = '\0';
+}
+
 #ifdef __cplusplus
 }
 #endif

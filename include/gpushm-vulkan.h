@@ -107,19 +107,6 @@ static inline PFN_vkVoidFunction gpushm_vk__device_fn(gpushm_vk_t *vk, const cha
   type name = (type)((device_level) ? gpushm_vk__device_fn((vk), #name)                    \
                                     : gpushm_vk__instance_fn((vk), #name))
 
-static inline void gpushm_vk__uuid(const uint8_t u[16], char out[40])
-{
-  static const char hex[] = "0123456789abcdef";
-  size_t n = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[n++] = '-';
-    out[n++] = hex[u[i] >> 4];
-    out[n++] = hex[u[i] & 15];
-  }
-  out[n] = '\0';
-}
-
 static inline int gpushm_vk__zero(const uint8_t u[16])
 {
   for (int i = 0; i < 16; i++)
@@ -150,8 +137,8 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
     id.pNext = &driver;
     vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
   }
-  gpushm_vk__uuid(info->device_uuid, want);
-  gpushm_vk__uuid(id.deviceUUID, have);
+  gpushm__uuid_text(info->device_uuid, want);
+  gpushm__uuid_text(id.deviceUUID, have);
   if (!gpushm_vk__zero(info->device_uuid) &&
       memcmp(info->device_uuid, id.deviceUUID, VK_UUID_SIZE) != 0)
     return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
@@ -162,8 +149,8 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
                            driver.driverInfo[0] ? driver.driverInfo : "unknown");
   if (!gpushm_vk__zero(info->driver_uuid)) {
     if (memcmp(info->driver_uuid, id.driverUUID, VK_UUID_SIZE) != 0) {
-      gpushm_vk__uuid(info->driver_uuid, want);
-      gpushm_vk__uuid(id.driverUUID, have);
+      gpushm__uuid_text(info->driver_uuid, want);
+      gpushm__uuid_text(id.driverUUID, have);
       return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
                              "(%s); this one is %s (%s): memory imports only into the "
                              "driver that made it", want, info->driver_info, have,
