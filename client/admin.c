@@ -47,7 +47,8 @@
   TEXT(buffer_info, name, name)                                                           \
   NUM(buffer_info, size, uint64_t, m->size)                                               \
   NUM(buffer_info, allocated, uint64_t, m->allocated)                                     \
-  NUM(buffer_info, kind, gpushm_kind_t, client_kind_of_wire(m->backend))                  \
+  NUM(buffer_info, kind, gpushm_kind_t,                                                   \
+      m->image ? GPUSHM_KIND_IMAGE : client_kind_of_wire(m->backend))                     \
   NUM(buffer_info, backend, gpushm_backend_t, client_backend_of_wire(m->backend))         \
   NUM(buffer_info, device, int32_t, m->device)                                            \
   NUM(buffer_info, owner_uid, uint32_t, m->owner_uid)                                     \
@@ -207,6 +208,28 @@ const void *gpushm_buffer_info_metadata(const gpushm_buffer_info_t *info, size_t
   if (size)
     *size = has ? m->metadata.len : 0;
   return has ? m->metadata.data : NULL;
+}
+
+int gpushm_buffer_info_image(const gpushm_buffer_info_t *info, gpushm_image_desc_t *out)
+{
+  const Gpushm__BufferInfo *m = ADMIN_MSG(buffer_info, info);
+  const Gpushm__ImageDesc *d = m ? m->image : NULL;
+
+  client_clear_error();
+  if (!d || !out)
+    return client_error(GPUSHM_E_INVAL, "not an image");
+  memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
+  out->format = d->format;
+  out->width = d->width;
+  out->height = d->height;
+  out->depth = d->depth;
+  out->mip_levels = d->mip_levels;
+  out->array_layers = d->array_layers;
+  out->tiling = d->tiling;
+  out->usage = d->usage;
+  out->row_pitch = d->row_pitch;
+  return 0;
 }
 
 int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])

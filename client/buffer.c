@@ -16,6 +16,7 @@
 #include "device.h"
 #include "segment.h"
 #include "buffer.h"
+#include "formats.h"
 #include "shm_layout.h"
 
 #include <errno.h>
@@ -106,9 +107,13 @@ static int map_request_of(unsigned flags)
   return (int)((flags & GPUSHM_MAP_DEVICE_MASK) >> GPUSHM_MAP_DEVICE_SHIFT) - 1;
 }
 
+struct map_want;
 static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
-                    int map_request, bool event, gpushm_buffer_t **out);
+                    struct map_want *want, bool event, gpushm_buffer_t **out);
+static int create_with(gpushm_t *conn, const char *name, uint64_t size,
+                       const gpushm_create_opts_t *user_opts, bool event,
+                       const Gpushm__ImageDesc *image, gpushm_buffer_t **out);
 
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
  * for the device of the caller's current context (current_device: -1 none, or
@@ -118,6 +123,7 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
 struct map_want {
   int map_request;
   int current_device;
+  bool write_discard; /* the open promises GPUSHM_OPEN_WRITE_DISCARD */
 };
 
 /* Host buffers and events are the same for every device; a device buffer's mapping
@@ -128,6 +134,9 @@ static bool serves_device(const struct client_mapping *m, struct map_want *want)
 
   if (is_event(m) || m->backend == GPUSHM_BACKEND_HOST)
     return true;
+  /* A graphics importer's open keeps the fd and maps nothing: a mapping of its own. */
+  if (want->map_request == GPUSHM_DEVICE_NONE || m->device == GPUSHM_DEVICE_NONE)
+    return want->map_request == m->device;
   if (want->map_request < 0 && want->current_device == CURRENT_UNKNOWN)
     want->current_device = client_cuda_current_device();
   device = want->map_request >= 0 ? want->map_request
@@ -316,6 +325,59 @@ static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open
  * between containers) do not name the cause; where the PID namespaces explain it, the
  * error says so and what works instead.  Returns the error to report. */
 
+/* A graphics importer's open (GPUSHM_DEVICE_NONE) of fd memory: nothing is mapped, the
+ * fd is kept for gpushm_buffer_memory_fd() to hand dups of (an import consumes its fd).
+ * Legacy IPC memory and sync buffers' fences (issue 27's timelines) have no such use. */
+static int keep_memory_fd(struct client_mapping *buf, const struct client_fds *fds,
+                          const Gpushm__OpenReply *open)
+{
+  if (buf->backend == GPUSHM_BACKEND_CUDA_IPC)
+    return client_error(GPUSHM_E_UNSUPPORTED, "%s is cuda-ipc memory, which imports into no "
+                        "graphics API: open it with a CUDA map device", buf->name);
+  if (open->has_control)
+    return client_error(GPUSHM_E_UNSUPPORTED, "%s is a sync buffer, whose ordering lives in "
+                        "CUDA: a graphics importer cannot take part in it", buf->name);
+  if ((buf->memory_fd = fcntl(fds->fd[0], F_DUPFD_CLOEXEC, 3)) < 0)
+    return client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "keeping the fd of "
+                        "%s: %s", buf->name, strerror(errno));
+  buf->device = GPUSHM_DEVICE_NONE;
+  buf->map_len = buf->backend == GPUSHM_BACKEND_EXTERNAL ? buf->ext_allocation_size
+                                                         : buf->allocated;
+  return 0;
+}
+
+/* Registered memory in CUDA: imported on the device of its UUID; a buffer or linear
+ * image mapped whole, an optimal image as a mipmapped array (no pointer). */
+static int map_external(struct client_mapping *buf, int fd, int map_request)
+{
+  const struct format_info *f = format_info(buf->image.format);
+  struct client_devices devices;
+  int r;
+
+  if (buf->is_image && buf->image.tiling == GPUSHM_TILING_OPTIMAL && (!f || !f->cuda_format))
+    return client_error(GPUSHM_E_UNSUPPORTED, "%s is a %s image, which no CUDA array can "
+                        "hold: open it with GPUSHM_DEVICE_NONE for a graphics API", buf->name,
+                        f ? f->name : "unknown-format");
+  r = client_cuda_import_external(fd, buf->ext_allocation_size, buf->ext_dedicated,
+                                  buf->device_uuid, map_request, &buf->cuda_external, &devices);
+  if (r < 0)
+    return r;
+  buf->home_device = devices.home;
+  buf->device = devices.map;
+  if (buf->is_image && buf->image.tiling == GPUSHM_TILING_OPTIMAL)
+    r = client_cuda_external_mipmap(buf->cuda_external, &buf->image, f->cuda_format,
+                                    f->cuda_channels, buf->device, &buf->cuda_mipmap);
+  else
+    r = client_cuda_external_buffer(buf->cuda_external, buf->size, buf->device, &buf->ptr);
+  if (r < 0) {
+    client_cuda_external_destroy(buf->cuda_external, NULL, NULL, buf->device);
+    buf->cuda_external = NULL;
+    return r;
+  }
+  buf->map_len = buf->size;
+  return 0;
+}
+
 /* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
  * control block (the last fd) and the buffer's event. */
 static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct client_fds *fds,
@@ -327,8 +389,12 @@ static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct 
                                             client_backend_is_fd_device(buf->backend)) ? 1 : 0;
   int r;
 
+  if (buf->backend == GPUSHM_BACKEND_EXTERNAL)
+    memory_fds = 1;
   if (fds->n != memory_fds + (open->has_control ? 1 : 0))
     return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for %s", fds->n, buf->name);
+  if (map_request == GPUSHM_DEVICE_NONE && !is_event(buf) && buf->backend != GPUSHM_BACKEND_HOST)
+    return keep_memory_fd(buf, fds, open);
   if (is_event(buf)) {
     r = client_cuda_import_event(open->ipc_handle.data, open->ipc_handle.len,
                                  info->device_uuid.data, info->device_uuid.len, info->device,
@@ -376,6 +442,9 @@ static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct 
         buf->home_device = devices.home;
         buf->device = devices.map;
       }
+      break;
+    case GPUSHM_BACKEND_EXTERNAL:
+      r = map_external(buf, fds->fd[0], map_request);
       break;
     default:
       return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
@@ -444,7 +513,15 @@ static int unmap_mapping(struct client_mapping *buf)
     r = client_cuda_close_ipc(buf->ptr, buf->device);
   else if (client_backend_is_fd_device(buf->backend) && buf->ptr)
     r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
+  else if (buf->cuda_external)
+    r = client_cuda_external_destroy(buf->cuda_external, buf->ptr, buf->cuda_mipmap,
+                                     buf->device);
+  buf->cuda_external = NULL;
+  buf->cuda_mipmap = NULL;
   buf->ptr = NULL;
+  if (buf->memory_fd >= 0)
+    close(buf->memory_fd);
+  buf->memory_fd = -1;
   if (buf->sync_event)
     r2 = client_cuda_destroy_event(buf->sync_event);
   buf->sync_event = NULL;
@@ -493,6 +570,35 @@ static struct client_mapping *new_mapping(const gpushm_t *conn, const Gpushm__Op
   m->owner_gid = info->owner_gid;
   m->device = m->home_device = info->device;
   m->size = info->size;
+  m->allocated = info->allocated;
+  m->memory_fd = -1;
+  if (info->device_uuid.len == sizeof m->device_uuid)
+    memcpy(m->device_uuid, info->device_uuid.data, sizeof m->device_uuid);
+  if (info->image) {
+    m->is_image = true;
+    m->kind = GPUSHM_KIND_IMAGE;
+    m->image.size = sizeof m->image;
+    m->image.format = info->image->format;
+    m->image.width = info->image->width;
+    m->image.height = info->image->height;
+    m->image.depth = info->image->depth;
+    m->image.mip_levels = info->image->mip_levels;
+    m->image.array_layers = info->image->array_layers;
+    m->image.tiling = info->image->tiling;
+    m->image.usage = info->image->usage;
+    m->image.row_pitch = info->image->row_pitch;
+  }
+  if (info->external) {
+    const Gpushm__ExternalMemory *x = info->external;
+    m->ext_allocation_size = x->allocation_size;
+    m->ext_memory_type_index = x->memory_type_index;
+    m->ext_dedicated = x->dedicated;
+    if (x->device_uuid.len == 16)
+      memcpy(m->device_uuid, x->device_uuid.data, 16);
+    if (x->driver_uuid.len == 16)
+      memcpy(m->ext_driver_uuid, x->driver_uuid.data, 16);
+    snprintf(m->ext_driver_info, sizeof m->ext_driver_info, "%s", x->driver_info);
+  }
   return m;
 }
 
@@ -531,20 +637,22 @@ static void release_locked(gpushm_t *conn, uint64_t id, bool unlink)
  * the caller counted) are to be given back.  Else a new handle on m, inserted.  NULL:
  * out of memory (the same to give back). */
 static struct gpushm_buffer *join_handle(gpushm_t *conn, struct client_mapping *m,
-                                         uint64_t generation, bool *extra)
+                                         uint64_t generation, bool write_discard, bool *extra)
 {
-  struct map_want mapped = { m->device, -1 };
+  struct map_want mapped = { m->device, -1, false };
   struct gpushm_buffer *h = handle_find_id(conn, m->id, m->read_only, is_event(m), &mapped);
 
   *extra = h != NULL;
   if (h) {
     h->refs++;
+    h->write_discard = h->write_discard && write_discard;
     if (h->name_generation < generation)
       h->name_generation = generation; /* the daemon just confirmed the name */
     return h;
   }
   if (!(h = new_handle(conn, m, generation)))
     return NULL;
+  h->write_discard = write_discard;
   handle_insert(h);
   client_conn_ref(conn);
   return h;
@@ -604,6 +712,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
     return r;
   }
   m->segment = seg;
+  m->slot_offset = open->segment_offset;
   m->ptr = ptr;
   m->home_device = devices.home;
   m->device = devices.map;
@@ -611,14 +720,20 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
    * process's context, before the create returns.  (An opener quicker than that could
    * read what the slot held: a buffer of the same owner and mode, which it may read.) */
   if (open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST &&
-      (r = client_cuda_clear(ptr, open->info->allocated, m->device)) < 0) {
+      m->device == GPUSHM_DEVICE_NONE)
+    r = client_error(GPUSHM_E_UNSUPPORTED, "'%s' takes a reused slot of device memory, which "
+                     "its creator clears through CUDA: create it with a CUDA map device (or "
+                     "larger than the carve limit, docs/segments.md)", m->name);
+  else if (open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST)
+    r = client_cuda_clear(ptr, open->info->allocated, m->device);
+  if (r < 0) {
     client_segment_unuse(seg);
     release_locked(conn, m->id, true); /* nobody is to find it uncleared */
     free(m);
     return r;
   }
 
-  mapped = (struct map_want){ m->device, -1 };
+  mapped = (struct map_want){ m->device, -1, false };
   pthread_mutex_lock(&cache_lock);
   if ((existing = mapping_find(m->instance_id, m->id, m->read_only, false, &mapped))) {
     /* mapped already, through another handle: that mapping holds the segment too */
@@ -629,7 +744,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   } else {
     mapping_insert(m);
   }
-  h = join_handle(conn, m, generation, &extra);
+  h = join_handle(conn, m, generation, want->write_discard, &extra);
   last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
   if (!h || extra) {
@@ -682,7 +797,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
     }
     /* Whatever was asked, this mapping is for m->device: another thread may have
      * mapped the same one meanwhile. */
-    mapped = (struct map_want){ m->device, -1 };
+    mapped = (struct map_want){ m->device, -1, false };
     pthread_mutex_lock(&cache_lock);
     existing = mapping_find(m->instance_id, m->id, m->read_only, is_event(m), &mapped);
     if (existing) {
@@ -697,7 +812,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
     }
   }
   pthread_mutex_lock(&cache_lock);
-  h = join_handle(conn, m, generation, &extra);
+  h = join_handle(conn, m, generation, want->write_discard, &extra);
   last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
   if (!h || extra) {
@@ -712,7 +827,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   return 0;
 }
 
-static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
+static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, bool event,
                            struct map_want *want, gpushm_buffer_t **out)
 {
   /* Read before asking: a name cached with this generation is at worst re-checked. */
@@ -722,7 +837,7 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, bool event,
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  if ((r = client_call_locked(conn, req, &reply, &fds)) < 0) {
+  if ((r = client_call_locked_fd(conn, req, send_fd, &reply, &fds)) < 0) {
     pthread_mutex_unlock(&conn->lock);
     return r;
   }
@@ -772,6 +887,28 @@ int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
 int client_create(gpushm_t *conn, const char *name, uint64_t size,
                   const gpushm_create_opts_t *user_opts, bool event, gpushm_buffer_t **out)
 {
+  return create_with(conn, name, size, user_opts, event, NULL, out);
+}
+
+int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
+                        const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
+{
+  return create_with(conn, name, 0, opts, false, desc, out);
+}
+
+int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out)
+{
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+
+  pthread_once(&atfork_once, register_atfork);
+  *out = NULL;
+  return open_round_trip(conn, req, send_fd, false, &want, out);
+}
+
+static int create_with(gpushm_t *conn, const char *name, uint64_t size,
+                       const gpushm_create_opts_t *user_opts, bool event,
+                       const Gpushm__ImageDesc *image, gpushm_buffer_t **out)
+{
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
   gpushm_create_opts_t opts;
@@ -792,15 +929,16 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
     return r;
   if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
-  want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN };
+  want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN, false };
   if (opts.open) {
     gpushm_open_opts_t open_opts;
 
     if ((r = read_open_opts(opts.open, &open_opts)) < 0)
       return r;
-    if (open_opts.flags)
-      return client_error(GPUSHM_E_INVAL, "create_opts.open->flags must be 0: a creator "
-                          "opens read-write");
+    if (open_opts.flags & GPUSHM_OPEN_READONLY)
+      return client_error(GPUSHM_E_INVAL, "create_opts.open->flags: a creator opens "
+                          "read-write");
+    want.write_discard = (open_opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0;
     if (opts.flags & GPUSHM_MAP_DEVICE_MASK)
       return client_error(GPUSHM_E_INVAL, "the map device is named twice: in create flags "
                           "(GPUSHM_MAP_DEVICE) and in create_opts.open");
@@ -824,6 +962,15 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   body.lifetime = (Gpushm__Lifetime)opts.lifetime;
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
+  if (image) {
+    if (!(conn->features & GPUSHM_FEATURE_GRAPHICS))
+      return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s makes no images "
+                          "(GPUSHM_FEATURE_GRAPHICS)", conn->daemon_version);
+    if (body.sync || body.open_existing)
+      return client_error(GPUSHM_E_INVAL, "an image is made once, without sync of its own: "
+                          "no GPUSHM_CREATE_SYNC or GPUSHM_CREATE_OPEN_EXISTING");
+    body.image = (Gpushm__ImageDesc *)image;
+  }
   if (opts.metadata_size) {
     if (event)
       return client_error(GPUSHM_E_INVAL, "an event carries no metadata");
@@ -842,7 +989,7 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
   }
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
-  return open_round_trip(conn, &req, event, &want, out);
+  return open_round_trip(conn, &req, -1, event, &want, out);
 }
 
 void gpushm_open_opts_init(gpushm_open_opts_t *opts)
@@ -861,48 +1008,59 @@ static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *op
   if (user && (r = client_copy_opts(opts, sizeof *opts, user, GPUSHM_OPEN_OPTS_SIZE_V1,
                                     "gpushm_open_opts_t")) < 0)
     return r;
-  if (opts->flags & ~GPUSHM_OPEN_READONLY)
+  if (opts->flags & ~(GPUSHM_OPEN_READONLY | GPUSHM_OPEN_WRITE_DISCARD))
     return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x%s", opts->flags,
                         opts->flags & GPUSHM_MAP_DEVICE_MASK
                           ? " (the map device is gpushm_open_opts_t.map_device)" : "");
-  if (opts->map_device != GPUSHM_DEVICE_AUTO &&
+  if ((opts->flags & GPUSHM_OPEN_READONLY) && (opts->flags & GPUSHM_OPEN_WRITE_DISCARD))
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
+                        "GPUSHM_OPEN_READONLY");
+  if (opts->map_device != GPUSHM_DEVICE_AUTO && opts->map_device != GPUSHM_DEVICE_NONE &&
       (opts->map_device < 0 || opts->map_device >= (int32_t)GPUSHM_LIMIT_DEVICES))
-    return client_error(GPUSHM_E_INVAL, "map_device %d is neither GPUSHM_DEVICE_AUTO nor a "
-                        "device ordinal below %u", opts->map_device, GPUSHM_LIMIT_DEVICES);
+    return client_error(GPUSHM_E_INVAL, "map_device %d is neither GPUSHM_DEVICE_AUTO, "
+                        "GPUSHM_DEVICE_NONE nor a device ordinal below %u", opts->map_device,
+                        GPUSHM_LIMIT_DEVICES);
   return 0;
 }
 
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
                 gpushm_buffer_t **out)
 {
+  struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN,
+                           (flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
+
   client_clear_error();
-  if (flags & ~(GPUSHM_OPEN_READONLY | (event ? 0 : GPUSHM_MAP_DEVICE_MASK)))
+  if (flags & ~(GPUSHM_OPEN_READONLY |
+                (event ? 0 : GPUSHM_MAP_DEVICE_MASK | GPUSHM_OPEN_WRITE_DISCARD)))
     return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
-  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, map_request_of(flags),
-                  event, out);
+  if ((flags & GPUSHM_OPEN_READONLY) && (flags & GPUSHM_OPEN_WRITE_DISCARD))
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
+                        "GPUSHM_OPEN_READONLY");
+  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, event, out);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
                           const gpushm_open_opts_t *user_opts, gpushm_buffer_t **out)
 {
   gpushm_open_opts_t opts;
+  struct map_want want;
   int r;
 
   client_clear_error();
   if ((r = read_open_opts(user_opts, &opts)) < 0)
     return r;
-  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, opts.map_device,
-                  false, out);
+  want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
+                            (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
+  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want, false, out);
 }
 
 /* An open of a buffer (or event) by name, or by id where name is NULL, for that access
- * and map device (-1: the default rule). */
+ * and want (its map device, -1 for the default rule). */
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
-                    int map_request, bool event, gpushm_buffer_t **out)
+                    struct map_want *want, bool event, gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
-  struct map_want want = { map_request, CURRENT_UNKNOWN };
   struct gpushm_buffer *hit;
 
   pthread_once(&atfork_once, register_atfork);
@@ -913,10 +1071,12 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
   pthread_mutex_lock(&cache_lock);
-  hit = name ? handle_find_name(conn, name, read_only, event, &want)
-             : handle_find_id(conn, id, read_only, event, &want);
-  if (hit)
+  hit = name ? handle_find_name(conn, name, read_only, event, want)
+             : handle_find_id(conn, id, read_only, event, want);
+  if (hit) {
     hit->refs++;
+    hit->write_discard = hit->write_discard && want->write_discard;
+  }
   pthread_mutex_unlock(&cache_lock);
   if (hit) {
     *out = hit;
@@ -934,7 +1094,7 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
   body.event = event;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
-  return open_round_trip(conn, &req, event, &want, out);
+  return open_round_trip(conn, &req, -1, event, want, out);
 }
 
 int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_buffer_t **out)
@@ -1140,6 +1300,11 @@ int gpushm_buffer_map_device(const gpushm_buffer_t *buf)
 gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf)
 {
   return buf ? buf->map->backend : GPUSHM_BACKEND_DEFAULT;
+}
+
+gpushm_kind_t gpushm_buffer_kind(const gpushm_buffer_t *buf)
+{
+  return buf ? buf->map->kind : GPUSHM_KIND_BUFFER;
 }
 
 int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf)

@@ -5,6 +5,7 @@
 #define GPUSHM_CLIENT_BUFFER_H
 
 #include "conn.h"
+#include "gpushm-graphics.h"
 
 struct client_segment;
 
@@ -40,10 +41,27 @@ struct client_mapping {
   /* Carved buffers: the segment mapping ptr lies in (NULL: an allocation of its own,
    * mapped for this buffer alone). */
   struct client_segment *segment;
+  uint64_t slot_offset; /* where in it */
   uint64_t cuda_handle; /* cuda-fd: the imported CUmemGenericAllocationHandle */
   /* cuda-fabric, read-write opens: what other nodes import (the reply's fabric_handle) */
   bool has_fabric_handle;
   uint8_t fabric_handle[GPUSHM_FABRIC_HANDLE_BYTES];
+  /* Graphics (graphics.c).  The image's description (is_image), registered memory's
+   * import parameters (backend GPUSHM_BACKEND_EXTERNAL), and for a GPUSHM_DEVICE_NONE
+   * open of fd memory the fd an importer gets dups of.  A CUDA open of registered memory
+   * holds the driver's import and, for optimal images, its mipmapped array. */
+  bool is_image;
+  gpushm_image_desc_t image;
+  uint64_t allocated;          /* the daemon's allocation (info.allocated) */
+  uint8_t device_uuid[16];     /* where the memory lives; zero for host memory */
+  uint64_t ext_allocation_size;
+  uint32_t ext_memory_type_index;
+  bool ext_dedicated;
+  uint8_t ext_driver_uuid[16];
+  char ext_driver_info[64];
+  int memory_fd;               /* -1: none kept */
+  void *cuda_external;         /* CUexternalMemory */
+  void *cuda_mipmap;           /* CUmipmappedArray */
   /* What the buffer was created with, from the open reply. */
   size_t metadata_len;
   uint8_t metadata[];
@@ -62,6 +80,8 @@ struct gpushm_buffer {
   /* Opened by the parent of this (forked) process: never closed here, since its socket
    * is the parent's.  Under the cache lock. */
   bool inherited;
+  /* Every open of it promised GPUSHM_OPEN_WRITE_DISCARD.  Under the cache lock. */
+  bool write_discard;
 };
 
 /* Create and open as buffers or (event true) events, through the process cache. */
@@ -69,5 +89,11 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
                   const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out);
 int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
                 gpushm_buffer_t **out);
+/* An image create (desc checked by the caller, the wire's spelling), and a registration
+ * whose request goes with send_fd: adopted as opens, the registrar's mapping nothing
+ * (GPUSHM_DEVICE_NONE). */
+int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
+                        const gpushm_create_opts_t *opts, gpushm_buffer_t **out);
+int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out);
 
 #endif

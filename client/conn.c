@@ -72,6 +72,8 @@ static int take_hello_reply(gpushm_t *conn, const Gpushm__HelloReply *h)
       h->default_backend != GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
     conn->default_backend = (gpushm_backend_t)h->default_backend;
   conn->daemon_pid_namespace = h->pid_namespace;
+  snprintf(conn->driver_version, sizeof conn->driver_version, "%s",
+           h->driver_version ? h->driver_version : "");
   return 0;
 }
 
@@ -87,7 +89,9 @@ static int hello(gpushm_t *conn, const char *client_name)
   body.protocol_version = GPUSHM_PROTOCOL_VERSION;
   body.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
   body.max_version = GPUSHM_PROTOCOL_VERSION;
-  body.features = GPUSHM_FEATURE_SEGMENTS;
+  /* What this library understands: carved replies, and images and registered memory in
+   * open replies (a daemon makes neither for a library that did not say so). */
+  body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS;
   body.client_name = (char *)(client_name ? client_name : "");
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;
@@ -410,15 +414,16 @@ typedef Gpushm__Reply *reply_unpack_fn(ProtobufCAllocator *alloc, size_t len,
 
 /* Numbers and sends req; *sent is wire_send_frame()'s result.  Fails only when req
  * does not fit a frame. */
-static int send_locked(gpushm_t *conn, Gpushm__Request *req, int *sent)
+static int send_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, int *sent)
 {
   long len;
 
   req->request_id = ++conn->next_request_id;
-  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, 0);
+  len = wire_encode(conn->tx, WIRE_TYPE_REQUEST, &req->base, send_fd >= 0 ? 1 : 0);
   if (len < 0)
     return client_error(GPUSHM_E_LIMIT, "request exceeds the frame size limit");
-  *sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, NULL, 0, 0);
+  *sent = wire_send_frame(conn->fd, conn->tx, (size_t)len, send_fd >= 0 ? &send_fd : NULL,
+                          send_fd >= 0 ? 1 : 0, 0);
   return 0;
 }
 
@@ -489,7 +494,7 @@ static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm_
   return 0;
 }
 
-static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
+static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm__Reply **out,
                        struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
 {
   int r, sent;
@@ -498,7 +503,7 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out
     fds->n = 0;
   if (conn->broken)
     return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
-  if ((r = send_locked(conn, req, &sent)) < 0)
+  if ((r = send_locked(conn, req, send_fd, &sent)) < 0)
     return r;
   return receive_locked(conn, req->request_id, sent, out, fds, alloc, unpack, NULL);
 }
@@ -509,7 +514,7 @@ static int call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  r = call_locked(conn, req, out, fds, alloc, unpack);
+  r = call_locked(conn, req, -1, out, fds, alloc, unpack);
   pthread_mutex_unlock(&conn->lock);
   return r;
 }
@@ -542,7 +547,7 @@ static void send_next_page(struct reply_hook *hook, const struct wire_frame *fra
       request_id == walk->expect_id && more && last_id > walk->req->list->after_id &&
       frame->n_fds == 0) {
     walk->req->list->after_id = last_id;
-    walk->sent_next = send_locked(walk->conn, walk->req, &walk->sent) == 0;
+    walk->sent_next = send_locked(walk->conn, walk->req, -1, &walk->sent) == 0;
   }
 }
 
@@ -558,7 +563,7 @@ int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocat
   if (conn->broken)
     r = client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   else
-    r = send_locked(conn, req, &sent);
+    r = send_locked(conn, req, -1, &sent);
   while (r == 0) {
     uint64_t after_id = req->list->after_id;
     walk.expect_id = req->request_id;
@@ -571,7 +576,7 @@ int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocat
       break; /* the last page */
     if (r > 0 && !walk.sent_next) {
       req->list->after_id = after_id;
-      r = send_locked(conn, req, &sent);
+      r = send_locked(conn, req, -1, &sent);
       continue;
     }
     /* the decode must agree with the peek that asked for the next page */
@@ -593,7 +598,13 @@ int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocat
 int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
                        struct client_fds *fds)
 {
-  return call_locked(conn, req, out, fds, NULL, gpushm__reply__unpack);
+  return call_locked(conn, req, -1, out, fds, NULL, gpushm__reply__unpack);
+}
+
+int client_call_locked_fd(gpushm_t *conn, Gpushm__Request *req, int send_fd,
+                          Gpushm__Reply **out, struct client_fds *fds)
+{
+  return call_locked(conn, req, send_fd, out, fds, NULL, gpushm__reply__unpack);
 }
 
 int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,

@@ -34,6 +34,7 @@ struct gpushm {
   uint32_t daemon_pid, daemon_uid;
   Gpushm__Reply *hello; /* kept for the devices it lists */
   char daemon_version[32];
+  char driver_version[32];   /* the NVIDIA driver's, from Hello ("" where unknown) */
   uint64_t next_request_id;
   const struct status_page *status;
   uint8_t rx[WIRE_RECV_BUF];
@@ -79,6 +80,9 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
  * this segment already" must be acted on before anyone can unmap it). */
 int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
                        struct client_fds *fds);
+/* The same, the request sent with send_fd (-1: none), which stays the caller's. */
+int client_call_locked_fd(gpushm_t *conn, Gpushm__Request *req, int send_fd,
+                          Gpushm__Reply **out, struct client_fds *fds);
 /* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */
 int client_send_oneway(gpushm_t *conn, Gpushm__Request *req);
 int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);

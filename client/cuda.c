@@ -11,6 +11,7 @@
 #include "gpushm-admin.h"
 #include "gpushm_limits.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -392,6 +393,132 @@ int client_cuda_import_fd(int fd, uint64_t size, bool read_only, const uint8_t *
   }
   *handle_out = handle;
   return 0;
+}
+
+/* Registered memory (external memory, to the driver): imported in the map device's
+ * context; the import owns its own dup of fd. */
+int client_cuda_import_external(int fd, uint64_t allocation_size, bool dedicated,
+                                const uint8_t uuid[16], int map_request, void **ext_out,
+                                struct client_devices *devices)
+{
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
+  CUexternalMemory ext = NULL;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = client_cuda_resolve(uuid, 16, -1, map_request, devices)) < 0)
+    return ret;
+  /* The memory of another device is no peer's to map: imports are per device. */
+  if (devices->map != devices->home)
+    return client_error(GPUSHM_E_UNSUPPORTED, "registered memory maps only on its own device "
+                        "(%d here), not device %d", devices->home, devices->map);
+  if ((desc.handle.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
+    return client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "dup: %s",
+                        strerror(errno));
+  desc.size = allocation_size;
+  desc.flags = dedicated ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
+  if ((ret = enter_device(devices->map, &prev)) < 0) {
+    close(desc.handle.fd);
+    return ret;
+  }
+  r = CU_CALL(&cl.drv, cuImportExternalMemory, &ext, &desc);
+  leave_device(devices->map, prev);
+  if (r != CUDA_SUCCESS) {
+    close(desc.handle.fd); /* ownership passes to CUDA on success only */
+    return cuda_error(r, "cuImportExternalMemory");
+  }
+  *ext_out = ext;
+  return 0;
+}
+
+int client_cuda_external_buffer(void *ext, uint64_t size, int device, void **ptr)
+{
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC desc = { .offset = 0, .size = size };
+  CUdeviceptr p = 0;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuExternalMemoryGetMappedBuffer, &p, (CUexternalMemory)ext, &desc);
+  leave_device(device, prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuExternalMemoryGetMappedBuffer");
+  *ptr = (void *)(uintptr_t)p;
+  return 0;
+}
+
+int client_cuda_external_mipmap(void *ext, const gpushm_image_desc_t *image, uint32_t cu_format,
+                                uint32_t channels, int device, void **mipmap)
+{
+  CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC desc = {
+    .offset = 0,
+    .arrayDesc = {
+      .Width = image->width,
+      /* CUDA's 1D arrays have height 0, its 2D ones depth 0 (layered: the layers) */
+      .Height = image->height,
+      .Depth = image->array_layers > 1 ? image->array_layers
+               : image->depth > 1 ? image->depth : 0,
+      .Format = (CUarray_format)cu_format,
+      .NumChannels = channels,
+      .Flags = (image->array_layers > 1 ? CUDA_ARRAY3D_LAYERED : 0) |
+               (image->usage & GPUSHM_IMAGE_USAGE_STORAGE ? CUDA_ARRAY3D_SURFACE_LDST : 0) |
+               (image->usage & GPUSHM_IMAGE_USAGE_COLOR_ATTACHMENT
+                  ? CUDA_ARRAY3D_COLOR_ATTACHMENT : 0),
+    },
+    .numLevels = image->mip_levels,
+  };
+  CUmipmappedArray m = NULL;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuExternalMemoryGetMappedMipmappedArray, &m, (CUexternalMemory)ext, &desc);
+  leave_device(device, prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuExternalMemoryGetMappedMipmappedArray");
+  *mipmap = m;
+  return 0;
+}
+
+int client_cuda_mipmap_level(void *mipmap, uint32_t level, int device, void **array)
+{
+  CUarray a = NULL;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuMipmappedArrayGetLevel, &a, (CUmipmappedArray)mipmap, level);
+  leave_device(device, prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuMipmappedArrayGetLevel");
+  *array = a;
+  return 0;
+}
+
+int client_cuda_external_destroy(void *ext, void *ptr, void *mipmap, int device)
+{
+  CUcontext prev;
+  CUresult r = CUDA_SUCCESS, r2;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  if (ptr)
+    r = CU_CALL(&cl.drv, cuMemFree, (CUdeviceptr)(uintptr_t)ptr);
+  if (mipmap && (r2 = CU_CALL(&cl.drv, cuMipmappedArrayDestroy, (CUmipmappedArray)mipmap)) &&
+      r == CUDA_SUCCESS)
+    r = r2;
+  if ((r2 = CU_CALL(&cl.drv, cuDestroyExternalMemory, (CUexternalMemory)ext)) && r == CUDA_SUCCESS)
+    r = r2;
+  leave_device(device, prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "releasing registered memory");
 }
 
 int client_cuda_resolve(const uint8_t *uuid, size_t uuid_len, int ordinal, int map_request,

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpushm-graphics.h"
+
 /* CUDA (client/cuda.c).  A device buffer lives on its home device and is mapped for
  * its map device, whose kernels and streams use the pointer: by default the calling
  * thread's current context's device, else home; map_request >= 0 names it
@@ -42,6 +44,17 @@ int client_cuda_fd_release(uint64_t handle);
 /* A dma-buf fd for [dptr, dptr + size) of memory mapped for device (page-aligned, the
  * caller checked); GPUSHM_E_UNSUPPORTED where the device has no dma-buf support. */
 int client_cuda_export_dmabuf(void *dptr, uint64_t size, int device, int *fd_out);
+/* Registered memory (graphics.c, buffer.c): imported on its own device (the UUID's; a
+ * map device elsewhere is GPUSHM_E_UNSUPPORTED), then mapped as a buffer (*ptr) or as an
+ * image's mipmapped array, whose levels are CUarrays; destroy takes back all of it. */
+int client_cuda_import_external(int fd, uint64_t allocation_size, bool dedicated,
+                                const uint8_t uuid[16], int map_request, void **ext_out,
+                                struct client_devices *devices);
+int client_cuda_external_buffer(void *ext, uint64_t size, int device, void **ptr);
+int client_cuda_external_mipmap(void *ext, const gpushm_image_desc_t *image, uint32_t cu_format,
+                                uint32_t channels, int device, void **mipmap);
+int client_cuda_mipmap_level(void *mipmap, uint32_t level, int device, void **array);
+int client_cuda_external_destroy(void *ext, void *ptr, void *mipmap, int device);
 /* Zeroes len bytes of device memory (a carved slot the daemon said to clear), through the
  * library's own stream on map_device, and waits for it. */
 int client_cuda_clear(void *dptr, uint64_t len, int map_device);

@@ -21,6 +21,7 @@
 #include "segment.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct client_segment {
   void *host;
   int home;            /* device memory: this process's ordinal of its device */
   uint64_t import;     /* cuda-fd: the imported allocation handle */
+  int fd;              /* cuda-fd: the segment's fd, kept for graphics importers; -1 */
   uint8_t handle[64];  /* cuda-ipc: the handle bytes */
   size_t handle_len;
   void *dev[GPUSHM_LIMIT_DEVICES]; /* by map device */
@@ -147,6 +149,9 @@ static int unmap_all(struct client_segment *seg)
   if (seg->import && (r2 = client_cuda_fd_release(seg->import)) < 0 && r == 0)
     r = r2;
   seg->import = 0;
+  if (seg->fd >= 0)
+    close(seg->fd);
+  seg->fd = -1;
   return r;
 }
 
@@ -284,9 +289,11 @@ static int map_device_segment(struct client_segment *seg, const struct client_fd
     return 0;
   if (seg->backend == GPUSHM_BACKEND_CUDA_FD) {
     if (!seg->import) {
-      if (fds->n != 1)
+      /* The fd that came, or the one kept when a graphics open mapped it first. */
+      int fd = fds->n == 1 ? fds->fd[0] : seg->fd;
+      if (fd < 0 || fds->n > 1)
         return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for a cuda-fd segment", fds->n);
-      if ((r = client_cuda_fd_import(fds->fd[0], devices->map, &seg->import)) < 0)
+      if ((r = client_cuda_fd_import(fd, devices->map, &seg->import)) < 0)
         return r;
     }
     return client_cuda_fd_map(seg->import, seg->size, seg->read_only, devices->map,
@@ -334,6 +341,7 @@ static struct client_segment *new_segment(gpushm_t *conn, const Gpushm__OpenRepl
   seg->size = open->segment_size;
   seg->conn = conn;
   seg->home = -1;
+  seg->fd = -1;
   if (backend == GPUSHM_BACKEND_CUDA_IPC) {
     memcpy(seg->handle, open->ipc_handle.data, open->ipc_handle.len);
     seg->handle_len = open->ipc_handle.len;
@@ -357,7 +365,16 @@ int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool re
     return r;
   }
   devices->home = devices->map = -1;
-  if (backend != GPUSHM_BACKEND_HOST &&
+  if (backend == GPUSHM_BACKEND_CUDA_IPC && map_request == GPUSHM_DEVICE_NONE) {
+    client_close_fds(fds);
+    if (open->segment_attached)
+      send_unmap_locked(conn, info->segment_id, read_only);
+    return client_error(GPUSHM_E_UNSUPPORTED, "cuda-ipc memory imports into no graphics API: "
+                        "open it with a CUDA map device");
+  }
+  if (map_request == GPUSHM_DEVICE_NONE)
+    devices->home = devices->map = GPUSHM_DEVICE_NONE;
+  else if (backend != GPUSHM_BACKEND_HOST &&
       (r = client_cuda_resolve(info->device_uuid.data, info->device_uuid.len, info->device,
                                map_request, devices)) < 0) {
     client_close_fds(fds);
@@ -397,9 +414,17 @@ int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool re
       r = fds->n == 1 ? map_host_segment(seg, fds->fd[0])
                       : client_error(GPUSHM_E_PROTO, "daemon sent %u fds for a host segment",
                                      fds->n);
+    } else if (backend == GPUSHM_BACKEND_CUDA_FD) {
+      /* Kept whoever opens first: a later graphics open of another slot in it gets no fd
+       * of its own (this process maps the segment already, as the daemon counts it). */
+      if (fds->n != 1)
+        r = client_error(GPUSHM_E_PROTO, "daemon sent %u fds for a cuda-fd segment", fds->n);
+      else if ((seg->fd = fcntl(fds->fd[0], F_DUPFD_CLOEXEC, 3)) < 0)
+        r = client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "keeping a segment's "
+                         "fd: %s", strerror(errno));
     }
   }
-  if (r == 0 && backend != GPUSHM_BACKEND_HOST) {
+  if (r == 0 && backend != GPUSHM_BACKEND_HOST && map_request != GPUSHM_DEVICE_NONE) {
     /* A segment in the table may be mapped for this device by another thread (of
      * another connection) right now: one of them maps it. */
     if (!fresh)
@@ -427,8 +452,24 @@ int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool re
     table[bucket(seg->instance_id, seg->id)] = seg;
     pthread_mutex_unlock(&seg_lock);
   }
-  *ptr = (char *)(backend == GPUSHM_BACKEND_HOST ? seg->host : seg->dev[devices->map]) +
-         open->segment_offset;
+  *ptr = backend == GPUSHM_BACKEND_HOST ? (char *)seg->host + open->segment_offset
+         : map_request == GPUSHM_DEVICE_NONE ? NULL
+                                             : (char *)seg->dev[devices->map] + open->segment_offset;
   *out = seg;
   return 0;
+}
+
+int client_segment_fd(const struct client_segment *seg)
+{
+  return seg->fd;
+}
+
+uint64_t client_segment_size(const struct client_segment *seg)
+{
+  return seg->size;
+}
+
+void *client_segment_host(const struct client_segment *seg)
+{
+  return seg->host;
 }

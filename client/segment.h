@@ -19,6 +19,11 @@ int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool re
 /* A buffer in it was closed (its daemon reference released): the segment stays mapped
  * while idle, up to GPUSHM_LIMIT_IDLE_SEGMENTS per process, least recently used out. */
 void client_segment_put(struct client_segment *seg);
+/* For graphics importers of a carved buffer: the segment's fd (cuda-fd; -1 otherwise),
+ * its size, and its host mapping (host segments). */
+int client_segment_fd(const struct client_segment *seg);
+uint64_t client_segment_size(const struct client_segment *seg);
+void *client_segment_host(const struct client_segment *seg);
 /* Unmaps the idle segments conn brought (gpushm_disconnect). */
 void client_segment_disconnect(gpushm_t *conn);
 /* With conn->lock held, where evicting could take it again: drops a use without

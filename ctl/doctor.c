@@ -10,6 +10,7 @@
  * the daemon refuses with its reason — and, should it not refuse, unlinked at once. */
 #include "config.h"
 #include "doctor.h"
+#include "doctor-graphics.h"
 #include "escape.h"
 #include "format.h"
 #include "gpushm-admin.h"
@@ -34,6 +35,7 @@
 /* Indexed by gpushm_backend_t; 0 is "the default".  cuda-fabric (5) is not judged for
  * this process: check_fabric() says why. */
 #define N_BACKENDS 4
+#define GPUSHM_LIMIT_DEVICES_LISTED 32u
 /* report()'s affects: no backend, or every device backend. */
 #define AFFECTS_NONE 0
 #define AFFECTS_CUDA (-1)
@@ -666,6 +668,24 @@ failed_why:
          gpushm_strerror(r), why);
 }
 
+/* What graphics programs here can import (docs/graphics.md); informs, never decides. */
+static void check_graphics(struct doctor *d)
+{
+  static const enum status of[] = { [GRAPHICS_OK] = ST_OK, [GRAPHICS_FAIL] = ST_FAIL,
+                                    [GRAPHICS_NA] = ST_NA };
+  uint8_t uuids[GPUSHM_LIMIT_DEVICES_LISTED][16];
+  struct graphics_finding vulkan, gl;
+  size_t n = 0;
+
+  for (size_t i = 0; d->local && i < gpushm_local_device_list_count(d->local) &&
+                     n < GPUSHM_LIMIT_DEVICES_LISTED; i++)
+    if (gpushm_local_device_uuid(gpushm_local_device_list_get(d->local, i), uuids[n]) == 0)
+      n++;
+  doctor_graphics((const uint8_t(*)[16])uuids, n, &vulkan, &gl);
+  report(d, AFFECTS_NONE, "graphics", "vulkan", of[vulkan.status], "%s", vulkan.detail);
+  report(d, AFFECTS_NONE, "graphics", "gl", of[gl.status], "%s", gl.detail);
+}
+
 static int verdict(struct doctor *d)
 {
   int b = d->judged;
@@ -716,6 +736,7 @@ int ctl_doctor(const char *socket, uint32_t backend)
   check_fabric(&d);
   check_events(&d);
   check_fences(&d);
+  check_graphics(&d);
   rc = verdict(&d);
   gpushm_local_device_list_free(d.local);
   gpushm_disconnect(d.conn);

@@ -5,6 +5,7 @@
 #include "escape.h"
 #include "format.h"
 #include "gpushm-admin.h"
+#include "gpushm-graphics.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -30,6 +31,7 @@ struct ctl {
   uint32_t mode;
   uint32_t backend;
   const char *metadata; /* create --metadata */
+  uint32_t format;      /* create-image --format */
   gpushm_t *conn;
 };
 
@@ -454,8 +456,32 @@ static const char *metadata_text(const gpushm_buffer_info_t *b, bool *is_text, c
   return base64(data, len, out);
 }
 
+/* "100x30 rgba8-unorm linear" (depth, levels and layers where more than one); false
+ * for what is not an image. */
+static bool image_text(const gpushm_buffer_info_t *b, char *out, size_t len)
+{
+  gpushm_image_desc_t d;
+  const char *format;
+  int n;
+
+  if (gpushm_buffer_info_image(b, &d) < 0)
+    return false;
+  format = gpushm_format_name((int)d.format);
+  n = snprintf(out, len, "%ux%u", d.width, d.height);
+  if (d.depth > 1)
+    n += snprintf(out + n, len - (size_t)n, "x%u", d.depth);
+  n += snprintf(out + n, len - (size_t)n, " %s %s", format ? format : "unknown-format",
+                d.tiling == GPUSHM_TILING_LINEAR ? "linear" : "optimal");
+  if (d.mip_levels > 1)
+    n += snprintf(out + n, len - (size_t)n, " %u-levels", d.mip_levels);
+  if (d.array_layers > 1)
+    snprintf(out + n, len - (size_t)n, " %u-layers", d.array_layers);
+  return true;
+}
+
 static void json_buffer(const gpushm_buffer_info_t *b)
 {
+  gpushm_image_desc_t image;
   char user[64];
   uint32_t owner_uid = gpushm_buffer_info_owner_uid(b);
   uint64_t created = gpushm_buffer_info_created_unix_ms(b);
@@ -483,7 +509,18 @@ static void json_buffer(const gpushm_buffer_info_t *b)
     json_string(process_name(gpushm_holder_pid(holder), comm, sizeof comm));
     putchar('}');
   }
-  printf("],\"metadata\":");
+  printf("]");
+  if (gpushm_buffer_info_image(b, &image) == 0) {
+    const char *format = gpushm_format_name((int)image.format);
+    printf(",\"image\":{\"format\":\"%s\",\"width\":%u,\"height\":%u,\"depth\":%u,"
+           "\"mip_levels\":%u,\"array_layers\":%u,\"tiling\":\"%s\",\"usage\":%u,"
+           "\"row_pitch\":%" PRIu64 "}",
+           format ? format : "unknown", image.width, image.height, image.depth,
+           image.mip_levels, image.array_layers,
+           image.tiling == GPUSHM_TILING_LINEAR ? "linear" : "optimal", image.usage,
+           image.row_pitch);
+  }
+  printf(",\"metadata\":");
   {
     static char meta[METADATA_TEXT_SIZE];
     bool is_text;
@@ -502,6 +539,8 @@ static void table_buffer(struct ctl *ctl, struct table *t, const gpushm_buffer_i
 {
   bool event = gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT;
   char id[24], dev[24], size[32], user[64], mode[12], refs[24], age[32], holders[512];
+  char state[160], image[96];
+  bool is_image;
 
   format_decimal(gpushm_buffer_info_id(b), id);
   if (gpushm_buffer_info_device(b) < 0)
@@ -511,12 +550,15 @@ static void table_buffer(struct ctl *ctl, struct table *t, const gpushm_buffer_i
   format_mode(gpushm_buffer_info_mode(b), mode);
   format_decimal(gpushm_buffer_info_refs(b), refs);
   holders_text(b, holders, sizeof holders);
+  is_image = image_text(b, image, sizeof image);
+  snprintf(state, sizeof state, "%s%s%s",
+           gpushm_buffer_info_linked(b) ? (gpushm_buffer_info_sync(b) ? "linked,sync" : "linked")
+                                        : "unlinked-held",
+           is_image ? " image " : "", is_image ? image : "");
   table_add(t, gpushm_buffer_info_name(b), id, info_backend_name(b), dev,
             event ? "-" : format_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
             user_name(gpushm_buffer_info_owner_uid(b), user, sizeof user), mode, refs,
-            lifetime_name(b),
-            gpushm_buffer_info_linked(b) ? (gpushm_buffer_info_sync(b) ? "linked,sync" : "linked")
-                                         : "unlinked-held",
+            lifetime_name(b), state,
             format_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age), holders);
 }
 
@@ -678,6 +720,23 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     if (gpushm_buffer_info_segment_id(b))
       printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
              "and mode)\n", gpushm_buffer_info_segment_id(b));
+    {
+      gpushm_image_desc_t d;
+      char image[96];
+      if (image_text(b, image, sizeof image) && gpushm_buffer_info_image(b, &d) == 0) {
+        printf("image:      %s", image);
+        if (d.tiling == GPUSHM_TILING_LINEAR)
+          printf(", row pitch %" PRIu64, d.row_pitch);
+        printf(", usage%s%s%s%s%s\n", d.usage & GPUSHM_IMAGE_USAGE_SAMPLED ? " sampled" : "",
+               d.usage & GPUSHM_IMAGE_USAGE_STORAGE ? " storage" : "",
+               d.usage & GPUSHM_IMAGE_USAGE_COLOR_ATTACHMENT ? " color-attachment" : "",
+               d.usage & GPUSHM_IMAGE_USAGE_TRANSFER_SRC ? " transfer-src" : "",
+               d.usage & GPUSHM_IMAGE_USAGE_TRANSFER_DST ? " transfer-dst" : "");
+      }
+      if (gpushm_buffer_info_backend(b) == GPUSHM_BACKEND_EXTERNAL)
+        printf("registered: memory a process exported from a graphics API (it lives while "
+               "gpushmd or an importer holds it)\n");
+    }
     {
       static char meta[METADATA_TEXT_SIZE];
       bool is_text;
@@ -1227,6 +1286,62 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
+/* WxH, each 1..GPUSHM_LIMIT_IMAGE_DIM (the daemon says which is too large). */
+static int parse_extent(const char *arg, uint32_t *w, uint32_t *h)
+{
+  char *x, *end;
+  unsigned long a, b;
+
+  errno = 0;
+  a = strtoul(arg, &x, 10);
+  if (x == arg || *x != 'x')
+    return -1;
+  b = strtoul(x + 1, &end, 10);
+  if (end == x + 1 || *end || errno || !a || !b || a > UINT32_MAX || b > UINT32_MAX)
+    return -1;
+  *w = (uint32_t)a;
+  *h = (uint32_t)b;
+  return 0;
+}
+
+static int check_create_image(int argc, char **argv)
+{
+  uint32_t w, h;
+  (void)argc;
+  if (parse_extent(argv[1], &w, &h) < 0) {
+    fprintf(stderr, "gpushmctl: create-image: bad extent '%s' (WIDTHxHEIGHT)\n", argv[1]);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* A linear image gpushmd allocates (optimal ones come from a Vulkan process). */
+static int cmd_create_image(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_create_opts_t opts;
+  gpushm_image_desc_t d;
+  gpushm_buffer_t *b;
+  int r;
+
+  (void)argc;
+  gpushm_image_desc_init(&d);
+  parse_extent(argv[1], &d.width, &d.height); /* checked by check_create_image */
+  if (ctl->format)
+    d.format = ctl->format;
+  gpushm_create_opts_init(&opts);
+  opts.backend = ctl->backend;
+  opts.device = ctl->device;
+  opts.mode = ctl->mode;
+  opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
+  if ((r = gpushm_image_create(ctl->conn, argv[0], &d, &opts, &b)) < 0)
+    return fail("create-image", r);
+  gpushm_buffer_image_desc(b, &d);
+  printf("%s %" PRIu64 " %" PRIu64 "\n", text(gpushm_buffer_name(b), 0), gpushm_buffer_id(b),
+         d.row_pitch);
+  gpushm_buffer_close(b);
+  return 0;
+}
+
 static int cmd_unlink(struct ctl *ctl, int argc, char **argv)
 {
   int r = gpushm_unlink(ctl->conn, argv[0]);
@@ -1322,6 +1437,9 @@ static const struct cmd_entry commands[] = {
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
     "device,mode,session,backend,sync,metadata", 2, 2, cmd_create, check_create, false },
+  { "create-image", NULL, "NAME WIDTHxHEIGHT",
+    "create a linear image (prints its name, id and row pitch)",
+    "device,mode,session,backend,format", 2, 2, cmd_create_image, check_create_image, false },
   { "unlink", "destroy", "NAME", "remove a buffer's or event's name; memory goes with its last holder",
     "", 1, 1, cmd_unlink, NULL, false },
   { "disconnect", NULL, "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
@@ -1346,6 +1464,7 @@ static const struct option long_options[] = {
   { "backend", required_argument, NULL, 'B' },
   { "sync", no_argument, NULL, 'y' },
   { "metadata", required_argument, NULL, 'M' },
+  { "format", required_argument, NULL, 'F' },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -1380,6 +1499,7 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
       "default)" },
     { "sync", "--sync         with acquire/release ordering" },
     { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
+    { "format", "--format F     image format, default rgba8-unorm (docs/graphics.md)" },
   };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
           cmd->args, cmd->summary);
@@ -1463,6 +1583,14 @@ int main(int argc, char **argv)
     case 'S': name = "session"; ctl.session = true; break;
     case 'y': name = "sync"; ctl.sync = true; break;
     case 'M': name = "metadata"; ctl.metadata = optarg; break;
+    case 'F':
+      name = "format";
+      if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {
+        fprintf(stderr, "gpushmctl: unknown format '%s' (rgba8-unorm, r32-sfloat, ...: "
+                "docs/graphics.md)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'd':
       name = "device";
       ctl.device = (int)strtol(optarg, &end, 10);

@@ -80,6 +80,15 @@
   X(cuModuleGetFunction, 2000, (CUfunction *function, CUmodule module, const char *name)) \
   X(cuModuleUnload, 2000, (CUmodule module)) \
   X(cuLaunchKernel, 4000, (CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void **params, void **extra)) \
+  X(cuImportExternalMemory, 10000, (CUexternalMemory *ext, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)) \
+  X(cuExternalMemoryGetMappedBuffer, 10000, (CUdeviceptr *dptr, CUexternalMemory ext, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc)) \
+  X(cuExternalMemoryGetMappedMipmappedArray, 10000, (CUmipmappedArray *mipmap, CUexternalMemory ext, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *desc)) \
+  X(cuDestroyExternalMemory, 10000, (CUexternalMemory ext)) \
+  X(cuMipmappedArrayGetLevel, 5000, (CUarray *level_array, CUmipmappedArray mipmap, unsigned int level)) \
+  X(cuMipmappedArrayDestroy, 5000, (CUmipmappedArray mipmap)) \
+  X(cuArray3DGetDescriptor, 3020, (CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)) \
+  X(cuSurfObjectCreate, 5000, (CUsurfObject *surf, const CUDA_RESOURCE_DESC *desc)) \
+  X(cuSurfObjectDestroy, 5000, (CUsurfObject surf)) \
   X(cuGetErrorName, 6000, (CUresult error, const char **name)) \
   X(cuGetErrorString, 6000, (CUresult error, const char **text))
 

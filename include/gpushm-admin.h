@@ -95,6 +95,10 @@ GPUSHM_API uint64_t gpushm_buffer_info_segment_id(const gpushm_buffer_info_t *in
  * without GPUSHM_LIST_METADATA); lives as long as the list. */
 GPUSHM_API const void *gpushm_buffer_info_metadata(const gpushm_buffer_info_t *info,
                                                    size_t *size);
+/* An image's description (gpushm-graphics.h); GPUSHM_E_INVAL for what is not one. */
+struct gpushm_image_desc;
+GPUSHM_API int gpushm_buffer_info_image(const gpushm_buffer_info_t *info,
+                                        struct gpushm_image_desc *out);
 /* References held by all connections, and by the asking one. */
 GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);

@@ -91,13 +91,18 @@ typedef enum gpushm_backend {
    * saying which is missing.  Every buffer is an allocation of its own (never carved
    * from a segment: the handle reaches the whole allocation, beyond this host).  Not
    * kept across daemon restarts.  docs/multinode.md. */
-  GPUSHM_BACKEND_CUDA_FABRIC = 5
+  GPUSHM_BACKEND_CUDA_FABRIC = 5,
+  /* Memory a process exported from a graphics API and registered under a name
+   * (gpushm_register_memory(), gpushm-graphics.h); never a create's backend. */
+  GPUSHM_BACKEND_EXTERNAL = 6
 } gpushm_backend_t;
 
-/* What a name denotes: a buffer (gpushm_buffer_t) or an event (gpushm_event_t). */
+/* What a name denotes: a buffer (gpushm_buffer_t), an event (gpushm_event_t) or an
+ * image (a gpushm_buffer_t with an image description, gpushm-graphics.h). */
 typedef enum gpushm_kind {
   GPUSHM_KIND_BUFFER = 1,
-  GPUSHM_KIND_EVENT = 2
+  GPUSHM_KIND_EVENT = 2,
+  GPUSHM_KIND_IMAGE = 3
 } gpushm_kind_t;
 
 typedef enum gpushm_lifetime {
@@ -110,8 +115,13 @@ typedef enum gpushm_lifetime {
  * another user created first is GPUSHM_E_EXIST (it may be a squatter). */
 #define GPUSHM_CREATE_OPEN_EXISTING 0x1u
 #define GPUSHM_CREATE_SYNC 0x2u          /* give the buffer acquire/release ordering */
-/* gpushm_buffer_open() flags */
+/* gpushm_buffer_open() flags: the access an open asks for, as the CUDA driver's map
+ * flags say it (docs/graphics.md has what each backend and API enforces). */
 #define GPUSHM_OPEN_READONLY 0x1u
+/* The opener will overwrite what it uses without reading it first: graphics helpers
+ * import images with their contents discarded (Vulkan: from VK_IMAGE_LAYOUT_UNDEFINED;
+ * GL: invalidated).  A promise, not a protection; not with GPUSHM_OPEN_READONLY. */
+#define GPUSHM_OPEN_WRITE_DISCARD 0x2u
 /* In gpushm_buffer_open() flags and gpushm_create_opts.flags: the device (this
  * process's ordinal) whose kernels and streams will use a device buffer, its map
  * device.  Without it: the device of the calling thread's current CUDA context, or,
@@ -171,15 +181,19 @@ typedef struct gpushm_create_opts {
 /* A map device chosen by the rule at GPUSHM_MAP_DEVICE: the current context's device,
  * else the memory's own. */
 #define GPUSHM_DEVICE_AUTO (-1)
+/* No CUDA mapping: the open keeps the memory's fd for a graphics API to import
+ * (gpushm_buffer_memory_fd(), gpushm-graphics.h); host buffers are mapped as always. */
+#define GPUSHM_DEVICE_NONE (-2)
 
 /* Options of gpushm_buffer_open_ex(), sized as gpushm_create_opts_t is (same rules):
  * initialise with gpushm_open_opts_init(), then change fields.  Since 0.7. */
 typedef struct gpushm_open_opts {
   uint32_t size;      /* sizeof(gpushm_open_opts_t) when initialised */
-  uint32_t flags;     /* GPUSHM_OPEN_READONLY; GPUSHM_MAP_DEVICE bits are GPUSHM_E_INVAL */
+  uint32_t flags;     /* GPUSHM_OPEN_*; GPUSHM_MAP_DEVICE bits are GPUSHM_E_INVAL */
   /* The device (this process's ordinal, 0-31) whose kernels and
    * streams will use a device buffer, as GPUSHM_MAP_DEVICE describes; GPUSHM_DEVICE_AUTO
-   * (what init sets) for the default rule.  Ignored for host buffers. */
+   * (what init sets) for the default rule; GPUSHM_DEVICE_NONE for a graphics importer.
+   * Ignored for host buffers. */
   int32_t map_device;
   /* New fields go here, zero meaning what this version does. */
 } gpushm_open_opts_t;
@@ -230,6 +244,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_ONEWAY 0x8ull
 /* Buffers carry the metadata they were created with (gpushm_create_opts.metadata). */
 #define GPUSHM_FEATURE_METADATA 0x10ull
+/* Images and registered graphics memory (gpushm-graphics.h). */
+#define GPUSHM_FEATURE_GRAPHICS 0x20ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -244,7 +260,8 @@ GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
 GPUSHM_API const char *gpushm_daemon_version(const gpushm_t *conn);
 
 /* Bounds each later request on conn (sending it and waiting for the reply); a negative
- * timeout (GPUSHM_TIMEOUT_INFINITE), or 0, waits for ever.  A request that times out leaves the connection unusable (GPUSHM_E_DISCONNECTED
+ * timeout (GPUSHM_TIMEOUT_INFINITE), or 0, waits for ever.  A request that times out
+ * leaves the connection unusable (GPUSHM_E_DISCONNECTED
  * after it): its reply could still arrive and answer the wrong request. */
 GPUSHM_API int gpushm_set_timeout(gpushm_t *conn, int timeout_ms);
 /* Drops the caller's handle.  The socket stays open while buffers opened through it
@@ -306,6 +323,8 @@ GPUSHM_API const char *gpushm_buffer_name(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_device(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_map_device(const gpushm_buffer_t *buf);
 GPUSHM_API gpushm_backend_t gpushm_buffer_backend(const gpushm_buffer_t *buf);
+/* GPUSHM_KIND_BUFFER, or GPUSHM_KIND_IMAGE for an image (gpushm-graphics.h).  Since 0.7. */
+GPUSHM_API gpushm_kind_t gpushm_buffer_kind(const gpushm_buffer_t *buf);
 GPUSHM_API int gpushm_buffer_is_readonly(const gpushm_buffer_t *buf);
 /* The buffer's owner (its creator's uid and gid).  Names are global: a consumer that
  * opens a name another user could have created first checks who owns what it got. */

@@ -40,6 +40,18 @@
  * keeps (a view in every slot of a list of a million). */
 #define GPUSHM_LIMIT_BUFFER_REFS       (1u << 20)
 
+/* Images (docs/graphics.md): extents, mip levels and layers, as Vulkan guarantees
+ * every device supports at least (maxImageDimension2D 4096 is the floor; 16384 is what
+ * desktop GPUs and lavapipe offer), and the row pitch a linear image may ask for. */
+#define GPUSHM_LIMIT_IMAGE_DIM         16384u
+#define GPUSHM_LIMIT_IMAGE_DEPTH       2048u
+#define GPUSHM_LIMIT_IMAGE_LAYERS      2048u
+#define GPUSHM_LIMIT_IMAGE_LEVELS      15u  /* a full chain of 16384 */
+#define GPUSHM_LIMIT_IMAGE_ROW_PITCH   (16384u * 16u)
+/* What rows of a linear image default to being aligned to: CUDA's texture pitch
+ * alignment and Vulkan's optimal buffer copy row pitch divide it on the GPUs measured. */
+#define GPUSHM_IMAGE_ROW_ALIGN         256u
+
 /* Dimensions of a tensor made of a buffer (gpushm_buffer_dlpack()); NumPy's own limit
  * before 2.0. */
 #define GPUSHM_LIMIT_TENSOR_NDIM       32u

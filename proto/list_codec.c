@@ -73,6 +73,18 @@ static uint64_t wire_int32(int32_t v)
     }                                                                                    \
   } while (0)
 
+#define SUBMESSAGE(field, msg, prefix)                                                 \
+  do {                                                                                 \
+    if (msg) {                                                                         \
+      size_t l_ = prefix##__get_packed_size(msg);                                      \
+      if (p) {                                                                         \
+        p = put_varint(put_tag(p, (field), WT_LEN), l_);                               \
+        p += prefix##__pack(msg, p);                                                   \
+      }                                                                                \
+      n += tag_size(field) + varint_size(l_) + l_;                                     \
+    }                                                                                  \
+  } while (0)
+
 static size_t holder_body(uint8_t *p, const Gpushm__Holder *h)
 {
   size_t n = 0;
@@ -118,11 +130,16 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
   VARINT(19, info->sync ? 1 : 0);
   VARINT(20, info->segment_id);
   BYTES(21, info->metadata.data, info->metadata.len);
+  /* Images and registered memory are few and their descriptions small: protobuf-c packs
+   * them (the speed of a long list is in the fields above). */
+  SUBMESSAGE(22, info->image, gpushm__image_desc);
+  SUBMESSAGE(23, info->external, gpushm__external_memory);
   return n;
 }
 
 #undef VARINT
 #undef BYTES
+#undef SUBMESSAGE
 
 size_t list_codec_info_size(const Gpushm__BufferInfo *info)
 {
@@ -389,8 +406,20 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
           !get_bytes(alloc, &s, field == 18 ? &info->device_uuid : &info->metadata))
         return false;
       continue;
+    case 22:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) ||
+          !(info->image = gpushm__image_desc__unpack(alloc, (size_t)(s.end - s.p), s.p)))
+        return false;
+      continue;
+    case 23:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) || !(info->external = gpushm__external_memory__unpack(
+                                  alloc, (size_t)(s.end - s.p), s.p)))
+        return false;
+      continue;
     }
-    if (field > 21) {
+    if (field > 23) {
       if (!skip_field(&r, wire_type))
         return false;
       continue;

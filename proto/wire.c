@@ -307,6 +307,7 @@ static const char *const backend_names[] = {
   [GPUSHM__BACKEND__BACKEND_CUDA_FD] = "cuda-fd",
   [GPUSHM__BACKEND__BACKEND_CUDA_EVENT] = "cuda-event",
   [GPUSHM__BACKEND__BACKEND_CUDA_FABRIC] = "cuda-fabric",
+  [GPUSHM__BACKEND__BACKEND_EXTERNAL] = "external",
 };
 
 const char *wire_backend_name(int backend)

@@ -9,8 +9,10 @@
 
 /* Memory backends are gpushm_backend_t values 1 up to below this.  (The wire's
  * BACKEND_CUDA_EVENT, 4, names an event, which is no backend: proto/gpushm.proto; its
- * slots in tables indexed by backend stay empty.) */
-#define GPUSHM_BACKEND_COUNT 6
+ * slots in tables indexed by backend stay empty.) */ 
+/* 6, external, is memory a client registered: a kind of object (registry/kind_external.c)
+ * with no backend to allocate from; tables indexed by backend count it. */
+#define GPUSHM_BACKEND_COUNT 7
 
 struct backend_mem {
   int fd;       /* host: the sealed memfd; cuda-fd: the exported handle; -1 otherwise */
@@ -64,6 +66,13 @@ struct backend {
                      uint64_t value, uint64_t *was, char *err, size_t errlen);
   /* NULL when usable, else why not (shown to clients that ask for it). */
   const char *(*unavailable)(const struct backend *be);
+  /* Memory another API exported as an fd of this backend's driver (registered memory):
+   * whether it really is an allocation of at least size bytes on the device with that
+   * UUID, found by importing it (*device: that device's ordinal).  The fd stays the
+   * caller's.  NULL: the backend cannot tell. */
+  int (*verify_external)(const struct backend *be, int fd, uint64_t size, bool dedicated,
+                         const uint8_t device_uuid[16], int *device, char *err,
+                         size_t errlen);
 };
 
 extern const struct backend backend_host;

@@ -46,6 +46,7 @@ static struct {
   char unavailable[320];
   int n_devices;
   struct cuda_device devices[GPUSHM_LIMIT_DEVICES];
+  char driver_version[32]; /* the NVIDIA kernel driver's, "" where unknown */
   void (*fatal_hook)(void *ctx, const char *why);
   void *fatal_ctx;
 } cuda = { .unavailable = "CUDA support not initialised" };
@@ -129,6 +130,30 @@ bool backend_cuda_fd_usable(const char **why)
   return no == NULL;
 }
 
+/* The NVIDIA kernel driver's version, which graphics importers of cuda-fd memory compare
+ * with their own (OPAQUE_FD memory imports only into the driver that made it; CUDA's API
+ * reports no driver UUID).  $GPUSHM_NVIDIA_VERSION_FILE stands in for it in tests. */
+static void read_driver_version(void)
+{
+  const char *path = getenv("GPUSHM_NVIDIA_VERSION_FILE");
+  FILE *f = fopen(path && *path ? path : "/sys/module/nvidia/version", "re");
+  size_t n;
+
+  cuda.driver_version[0] = '\0';
+  if (!f)
+    return;
+  n = fread(cuda.driver_version, 1, sizeof cuda.driver_version - 1, f);
+  fclose(f);
+  while (n && (cuda.driver_version[n - 1] == '\n' || cuda.driver_version[n - 1] == ' '))
+    n--;
+  cuda.driver_version[n] = '\0';
+}
+
+const char *backend_cuda_driver_version(void)
+{
+  return cuda.driver_version;
+}
+
 void backend_cuda_init(void)
 {
   char err[256];
@@ -181,6 +206,7 @@ void backend_cuda_init(void)
   }
   cuda.n_devices = count;
   cuda.unavailable[0] = '\0';
+  read_driver_version();
 }
 
 void backend_cuda_shutdown(void)
@@ -913,6 +939,67 @@ static const char *fabric_unavailable(const struct backend *be)
 
 /* Never carved (no alloc_segment): a fabric handle reaches its whole allocation, and
  * travels beyond this host, so an allocation holds one buffer. */
+/* Registered memory (kind_external.c): imported into CUDA on the device of its UUID and
+ * mapped whole, which the driver refuses for an fd that is not an allocation of at
+ * least size bytes; then let go.  The import takes its own dup (CUDA owns an fd it
+ * imported), so the caller's stays open. */
+static int fd_verify_external(const struct backend *be, int fd, uint64_t size, bool dedicated,
+                              const uint8_t device_uuid[16], int *device, char *err,
+                              size_t errlen)
+{
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC whole = { .offset = 0, .size = size };
+  CUexternalMemory ext = NULL;
+  CUdeviceptr ptr = 0;
+  char name[UUID_TEXT_LEN], what[160];
+  CUresult r;
+  int i, ret;
+
+  (void)be;
+  uuid_text(device_uuid, name);
+  for (i = 0; i < cuda.n_devices && memcmp(cuda.devices[i].uuid, device_uuid, 16) != 0; i++)
+    ;
+  if (i == cuda.n_devices) {
+    snprintf(err, errlen, "the memory's device %s is not one of gpushmd's", name);
+    return GPUSHM_E_INVAL;
+  }
+  if ((ret = use_device(i, err, errlen)) < 0)
+    return ret;
+  if ((desc.handle.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    snprintf(err, errlen, "dup: %s", strerror(errno));
+    return GPUSHM_E_IO;
+  }
+  desc.size = size;
+  desc.flags = dedicated ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
+  if ((r = CU_CALL(&cuda.drv, cuImportExternalMemory, &ext, &desc)) != CUDA_SUCCESS) {
+    close(desc.handle.fd);
+    snprintf(what, sizeof what, "the fd is not memory of %llu bytes on device %d (%s): "
+             "cuImportExternalMemory", (unsigned long long)size, i, name);
+    cuda_failure(r, what, err, errlen);
+    return GPUSHM_E_INVAL;
+  }
+  r = CU_CALL(&cuda.drv, cuExternalMemoryGetMappedBuffer, &ptr, ext, &whole);
+  if (r == CUDA_SUCCESS)
+    CU_CALL(&cuda.drv, cuMemFree, ptr);
+  CU_CALL(&cuda.drv, cuDestroyExternalMemory, ext);
+  if (r != CUDA_SUCCESS) {
+    snprintf(what, sizeof what, "the fd's memory on device %d (%s) is smaller than the %llu "
+             "bytes claimed: cuExternalMemoryGetMappedBuffer", i, name, (unsigned long long)size);
+    cuda_failure(r, what, err, errlen);
+    return GPUSHM_E_INVAL;
+  }
+  *device = i;
+  return 0;
+}
+
+int backend_cuda_device_of_uuid(const uint8_t uuid[16])
+{
+  for (int i = 0; i < cuda.n_devices; i++)
+    if (memcmp(cuda.devices[i].uuid, uuid, 16) == 0)
+      return i;
+  return -1;
+}
+
 const struct backend backend_cuda_fabric = {
   .name = "cuda-fabric",
   .kind = GPUSHM_BACKEND_CUDA_FABRIC,
@@ -937,4 +1024,5 @@ const struct backend backend_cuda_fd = {
   .fence_in_allocation = true,
   .fence_raise = fd_fence_raise,
   .unavailable = cuda_unavailable,
+  .verify_external = fd_verify_external,
 };

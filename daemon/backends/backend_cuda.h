@@ -38,5 +38,9 @@ int backend_cuda_warm(int i);
 int backend_cuda_warm_result(int i, int cu_result, char *err, size_t errlen);
 /* Device i's UUID (16 bytes), or NULL; no driver call. */
 const uint8_t *backend_cuda_device_uuid(int i);
+/* The ordinal of the device with that UUID; -1 where gpushmd has none. */
+int backend_cuda_device_of_uuid(const uint8_t uuid[16]);
+/* The NVIDIA kernel driver's version ("580.159.04"), "" where there is none. */
+const char *backend_cuda_driver_version(void);
 
 #endif

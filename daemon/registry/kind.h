@@ -48,6 +48,8 @@ struct reg_kind_ops {
 extern const struct reg_kind_ops reg_kind_buffer; /* kind_buffer.c: an allocation of its own */
 extern const struct reg_kind_ops reg_kind_slot;   /* kind_slot.c: a slot of a segment */
 extern const struct reg_kind_ops reg_kind_event;  /* kind_event.c */
+extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear image */
+extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
 
 /* What kinds share (registry.c). */
 /* The backend a create means: its own, or the default for that policy; checked to be

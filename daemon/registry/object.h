@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "backends/backend.h"
+#include "formats.h"
 #include "registry/names.h"
 #include "registry/segment.h"
 #include "registry/sync.h"
@@ -95,6 +96,22 @@ struct reg_object {
   uint32_t slot;
   /* Events (kind_event.c). */
   void *event;
+  /* Images (kind_image.c, and registered ones): their description; NULL otherwise. */
+  struct image_params *image;
+  /* Registered memory (kind_external.c); NULL otherwise. */
+  struct reg_external *external;
+};
+
+/* Memory a client exported from a graphics API and registered (kind_external.c). */
+struct reg_external {
+  int fd;                     /* the daemon's copy: each open gets a dup */
+  uint64_t allocation_size;
+  uint32_t memory_type_index;
+  bool dedicated;
+  bool nvidia;                /* NVIDIA memory, verified by importing it into CUDA */
+  uint8_t device_uuid[16];
+  uint8_t driver_uuid[16];
+  char driver_info[64];
 };
 
 _Static_assert(offsetof(struct reg_object, key) == 0, "the key comes first");

@@ -20,6 +20,17 @@ static const struct reg_kind_ops *const requested_kinds[REG_KIND_COUNT] = {
   [REG_EVENT] = &reg_kind_event,
 };
 
+/* What kind a create starts from: a buffer that describes an image or brings registered
+ * memory is of that kind from the start (its checks are its own). */
+static const struct reg_kind_ops *requested_ops(const struct reg_create_args *args)
+{
+  if (args->kind == REG_BUFFER && args->external)
+    return &reg_kind_external;
+  if (args->kind == REG_BUFFER && args->image)
+    return &reg_kind_image;
+  return requested_kinds[args->kind];
+}
+
 static uint64_t now_unix_ms(void)
 {
   struct timespec ts;
@@ -104,6 +115,11 @@ void registry_totals(const struct registry *reg, struct reg_totals *out)
   out->bytes_allocated = reg->bytes_allocated;
   out->host_bytes = reg->quota.host_bytes;
   out->next_id = reg->next_id;
+}
+
+bool registry_can_adopt(const struct reg_object *obj)
+{
+  return obj->ops->adopt != NULL;
 }
 
 void registry_describe(const struct reg_object *obj, struct reg_description *out)
@@ -399,7 +415,8 @@ static int join_existing(struct registry *reg, struct reg_client *client,
              "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
     return GPUSHM_E_EXIST;
   }
-  if (found->kind != args->kind || found->backend != be || found->sync != args->sync) {
+  if (found->kind != args->kind || found->backend != be || found->sync != args->sync ||
+      found->image || found->external) {
     if (found->backend)
       snprintf(err, errlen, "'%s' already exists as a %s %s", args->name, found->backend->name,
                kind_name(found));
@@ -425,7 +442,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   memset(out, 0, sizeof *out);
   if ((r = check_common(args, err, errlen)) < 0)
     return r;
-  ops = requested_kinds[args->kind];
+  ops = requested_ops(args);
   if (ops->check && (r = ops->check(reg, args, policy, &be, err, errlen)) < 0)
     return r;
   if ((found = names_lookup(&reg->names, args->name)))

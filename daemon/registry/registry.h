@@ -51,6 +51,12 @@ struct reg_create_args {
   bool sync;
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
   size_t metadata_len;
+  /* An image (kind_image.c): its description, checked and completed (image_check());
+   * size is its linear bytes. */
+  const struct image_params *image;
+  /* Registering (kind_external.c): the memory, whose fd (the request's) stays the
+   * caller's, and what an importer must repeat; image as above, any tiling. */
+  const struct reg_external *external;
 };
 
 /* A ready export: what a client is sent to reach an object it now holds a reference
@@ -205,6 +211,10 @@ bool registry_events_available(const struct registry *reg);
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
 /* The segments, for stats and for the processes that keep mapping them (detached.h). */
 struct seg_table *registry_segments(struct registry *reg);
+
+/* Whether obj's kind can be adopted after a restart (registry_adopt()), so worth
+ * keeping across one. */
+bool registry_can_adopt(const struct reg_object *obj);
 
 /* The backend GPUSHM_BACKEND_DEFAULT means now for a library with that policy (NULL:
  * any recent one); never 0 nor auto. */

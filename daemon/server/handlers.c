@@ -157,6 +157,7 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   ctx->body.hello.client_id = call->client->id;
   ctx->body.hello.default_backend = (Gpushm__Backend)registry_default_backend(call->reg, NULL);
   ctx->body.hello.pid_namespace = own_pid_namespace();
+  ctx->body.hello.driver_version = (char *)backend_cuda_driver_version();
   if ((r = fill_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;
@@ -167,10 +168,38 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
 /* Fills info for one buffer as seen by asker, its holders into holders and ptrs
  * (room for GPUSHM_LIMIT_HOLDERS_LISTED each, or for as many as b has; NULL: none,
  * holders_total still counts them). */
-static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
+static void fill_image(Gpushm__ImageDesc *out, const struct image_params *p)
+{
+  gpushm__image_desc__init(out);
+  out->format = p->format;
+  out->width = p->width;
+  out->height = p->height;
+  out->depth = p->depth;
+  out->mip_levels = p->mip_levels;
+  out->array_layers = p->array_layers;
+  out->tiling = (Gpushm__ImageTiling)p->tiling;
+  out->usage = p->usage;
+  out->row_pitch = p->row_pitch;
+}
+
+static void fill_external(Gpushm__ExternalMemory *out, const struct reg_external *x)
+{
+  gpushm__external_memory__init(out);
+  out->allocation_size = x->allocation_size;
+  out->memory_type_index = x->memory_type_index;
+  out->dedicated = x->dedicated;
+  out->device_uuid.data = (uint8_t *)x->device_uuid;
+  out->device_uuid.len = sizeof x->device_uuid;
+  out->driver_uuid.data = (uint8_t *)x->driver_uuid;
+  out->driver_uuid.len = sizeof x->driver_uuid;
+  out->driver_info = (char *)x->driver_info;
+}
+
+static void fill_info(struct handler_reply *ctx, const struct reg_object *b,
                       const struct reg_client *asker, bool with_metadata,
                       Gpushm__Holder *holders, Gpushm__Holder **ptrs)
 {
+  Gpushm__BufferInfo *info = &ctx->info;
   size_t n = !holders ? 0
              : b->n_holders < GPUSHM_LIMIT_HOLDERS_LISTED ? b->n_holders
                                                          : GPUSHM_LIMIT_HOLDERS_LISTED;
@@ -215,6 +244,14 @@ static void fill_info(Gpushm__BufferInfo *info, const struct reg_object *b,
     info->metadata.data = b->metadata;
     info->metadata.len = b->metadata_len;
   }
+  if (b->image) {
+    fill_image(&ctx->info_image, b->image);
+    info->image = &ctx->info_image;
+  }
+  if (b->external) {
+    fill_external(&ctx->info_external, b->external);
+    info->external = &ctx->info_external;
+  }
 }
 
 static void close_ctx_fds(struct handler_reply *ctx)
@@ -230,7 +267,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   struct reg_export *e = &ctx->export;
 
   /* No holders: an open's cost must not grow with them (list and show name them). */
-  fill_info(&ctx->info, e->buffer, call->client, true, NULL, NULL);
+  fill_info(ctx, e->buffer, call->client, true, NULL, NULL);
   memcpy(ctx->fds, e->fds, sizeof(int) * e->n_fds);
   ctx->n_fds = e->n_fds;
   e->n_fds = 0;
@@ -238,7 +275,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.info = &ctx->info;
   ctx->body.open.created = e->created;
   ctx->body.open.read_only = e->read_only;
-  if (e->buffer->kind == REG_BUFFER && e->buffer->backend->kind == GPUSHM_BACKEND_CUDA_FABRIC) {
+  if (e->buffer->backend && e->buffer->backend->kind == GPUSHM_BACKEND_CUDA_FABRIC) {
     ctx->body.open.fabric_handle.data = e->handle;
     ctx->body.open.fabric_handle.len = e->handle_len;
   } else {
@@ -258,6 +295,15 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   return 0;
 }
 
+static struct image_params image_params_of(const Gpushm__ImageDesc *d)
+{
+  return (struct image_params){
+    .format = d->format, .width = d->width, .height = d->height, .depth = d->depth,
+    .mip_levels = d->mip_levels, .array_layers = d->array_layers, .tiling = d->tiling,
+    .usage = d->usage, .row_pitch = d->row_pitch,
+  };
+}
+
 static int handle_create(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__CreateRequest *cr = req->create;
@@ -275,9 +321,22 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .metadata = cr->metadata.data,
     .metadata_len = cr->metadata.len,
   };
+  struct image_params image;
   const struct reg_object *b;
   int r;
 
+  if (cr->image) {
+    /* A field an older client cannot send; a newer one names the feature with it. */
+    if (!(call->features & GPUSHM_FEATURE_GRAPHICS))
+      return fail(ctx, GPUSHM_E_UNSUPPORTED, "images need GPUSHM_FEATURE_GRAPHICS at hello");
+    if (event || cr->size)
+      return fail(ctx, GPUSHM_E_INVAL, "an image is no event, and its size is its own");
+    image = image_params_of(cr->image);
+    if ((r = image_check(&image, ctx->msg, sizeof ctx->msg)) < 0)
+      return r;
+    args.image = &image;
+    args.size = image_linear_bytes(&image);
+  }
   r = registry_create(call->reg, call->client, call->policy, &args, &ctx->export, ctx->msg,
                       sizeof ctx->msg);
   if (r < 0)
@@ -293,6 +352,67 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
               (unsigned long long)b->id, (unsigned long long)b->size);
   }
   return reply_open(call, ctx);
+}
+
+
+/* Registered memory: kept as the registry's kind_external, which checks the fd. */
+static int handle_register(struct handler_call *call, const Gpushm__Request *req,
+                           struct handler_reply *ctx)
+{
+  const Gpushm__RegisterRequest *rr = req->register_memory;
+  const Gpushm__ExternalMemory *m = rr->memory;
+  struct reg_external external = { .fd = call->fd };
+  struct reg_create_args args = {
+    .kind = REG_BUFFER,
+    .name = rr->name,
+    .size = rr->size,
+    .device = -1,
+    .mode = rr->mode,
+    .lifetime = rr->lifetime,
+    .metadata = rr->metadata.data,
+    .metadata_len = rr->metadata.len,
+    .external = &external,
+  };
+  struct image_params image;
+  int r;
+
+  if (!m)
+    return fail(ctx, GPUSHM_E_INVAL, "a registration describes its memory");
+  if (m->device_uuid.len != 16 || m->driver_uuid.len != 16 || strlen(m->driver_info) >= 64)
+    return fail(ctx, GPUSHM_E_INVAL, "device and driver UUIDs are 16 bytes, driver info at "
+                "most 63");
+  external.allocation_size = m->allocation_size;
+  external.memory_type_index = m->memory_type_index;
+  external.dedicated = m->dedicated;
+  memcpy(external.device_uuid, m->device_uuid.data, 16);
+  memcpy(external.driver_uuid, m->driver_uuid.data, 16);
+  snprintf(external.driver_info, sizeof external.driver_info, "%s", m->driver_info);
+  if (rr->image) {
+    image = image_params_of(rr->image);
+    args.image = &image;
+  }
+  r = registry_create(call->reg, call->client, call->policy, &args, &ctx->export, ctx->msg,
+                      sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  log_event(LOG_LEVEL_DEBUG,
+            LOG_FIELDS(.client = call->log_client, .buffer = rr->name,
+                       .buffer_id = ctx->export.buffer->id, .bytes = m->allocation_size,
+                       .has_bytes = true),
+            "client %u registered '%s' (id %llu, %llu bytes of %s memory)", call->client->id,
+            rr->name, (unsigned long long)ctx->export.buffer->id,
+            (unsigned long long)m->allocation_size,
+            ctx->export.buffer->external->nvidia ? "NVIDIA" : "memfd");
+  return reply_open(call, ctx);
+}
+
+/* NVIDIA memory is checked by importing it on its device: that device's context. */
+static int register_device(const struct handler_call *call, const Gpushm__Request *req)
+{
+  const Gpushm__ExternalMemory *m = req->register_memory->memory;
+
+  (void)call;
+  return m && m->device_uuid.len == 16 ? backend_cuda_device_of_uuid(m->device_uuid.data) : -1;
 }
 
 /* What the create will use, the daemon's default-backend included: any device backend
@@ -394,7 +514,7 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
 
     if (!visible_to(b, call->client, all))
       continue;
-    fill_info(&ctx->info, b, call->client, req->list->metadata, ctx->holders, ctx->holder_ptrs);
+    fill_info(ctx, b, call->client, req->list->metadata, ctx->holders, ctx->holder_ptrs);
     info_size = list_codec_info_size(&ctx->info);
     if ((size_t)(end - page) + list_codec_entry_size(info_size) > budget)
       break;
@@ -874,6 +994,10 @@ static const struct handler handlers[] = {
                                       .fn = handle_clients },
   [GPUSHM__REQUEST__BODY_DISCONNECT] = { .name = "disconnect", .needs_hello = true,
                                          .fn = handle_disconnect },
+  [GPUSHM__REQUEST__BODY_REGISTER_MEMORY] = { .name = "register_memory", .needs_hello = true,
+                                              .feature = GPUSHM_FEATURE_GRAPHICS,
+                                              .takes_fd = true, .device = register_device,
+                                              .fn = handle_register },
   [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
                                     .feature = GPUSHM_FEATURE_SEGMENTS, .fn = handle_unmap },
 };

@@ -78,12 +78,15 @@ struct handler_call {
   const struct reg_policy *policy; /* what the client's library can take (from its Hello) */
   const struct log_client *log_client; /* the same client, as log lines name it */
   bool hello_done;
+  uint64_t features; /* what the client named at Hello (GPUSHM_FEATURE_*) */
   /* hello's result, applied by the session on success: the name the client gave, the
    * negotiated protocol version and the features the client understands */
   char hello_name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
   unsigned hello_version;
   uint64_t hello_features;
   bool hello_ranged; /* a version range: gpushm 0.2 or later */
+  int fd; /* the fd the request came with (handlers whose row takes one), else -1;
+           * the session's: a handler that keeps it takes a dup */
 };
 
 /* Allocations one reply may own: stats, the largest, makes 16 (a list page makes one). */
@@ -107,6 +110,8 @@ struct handler_reply {
   const uint8_t *list_page;
   size_t list_page_len;
   Gpushm__BufferInfo info;
+  Gpushm__ImageDesc info_image;        /* info's, for images */
+  Gpushm__ExternalMemory info_external; /* info's, for registered memory */
   /* the open reply's holders: inline, so that nothing can fail once an export is out */
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
@@ -132,6 +137,8 @@ struct handler {
   bool oneway_ok;   /* may be sent one-way (no reply); else that is a protocol violation */
   unsigned since;   /* the protocol version that brought it (0: every version) */
   uint64_t feature; /* a GPUSHM_FEATURE_* the client must have named at Hello; 0: none */
+  bool takes_fd;    /* the request comes with one fd; any other request with an fd, or
+                     * this one with more, is a violation */
   handler_device_fn *device;
   handler_fn *fn;
 };

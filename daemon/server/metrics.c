@@ -3,6 +3,7 @@
 #include "server/metrics.h"
 #include "gpushm.h"
 #include "registry/segment.h"
+#include "formats.h"
 #include "wire.h"
 
 #include <stdint.h>
@@ -113,6 +114,37 @@ static void buffers(const struct metrics_source *src, struct sink *k)
   registry_totals(src->reg, &t);
   emit(k, t.linked, "state", "linked", NULL, NULL);
   emit(k, t.objects - t.linked, "state", "unlinked", NULL, NULL);
+}
+
+/* Images by format and tiling (a partition of all images), and their memory: one pass
+ * over the objects, as stats is asked for rarely. */
+static void images(const struct metrics_source *src, struct sink *k, bool bytes)
+{
+  uint64_t n[32][2] = { { 0 } }, b[32][2] = { { 0 } };
+  size_t count = registry_count(src->reg);
+
+  for (size_t i = 0; i < count; i++) {
+    const struct reg_object *obj = registry_at(src->reg, i);
+    if (obj->image && obj->image->format < 32 && obj->image->tiling < 2) {
+      n[obj->image->format][obj->image->tiling]++;
+      b[obj->image->format][obj->image->tiling] += obj->allocated;
+    }
+  }
+  for (uint32_t f = 0; f < 32; f++)
+    for (uint32_t t = 0; t < 2; t++)
+      if (n[f][t])
+        emit(k, bytes ? b[f][t] : n[f][t], "format", format_info(f) ? format_info(f)->name : "?",
+             "tiling", t == IMAGE_TILING_LINEAR ? "linear" : "optimal");
+}
+
+static void images_count(const struct metrics_source *src, struct sink *k)
+{
+  images(src, k, false);
+}
+
+static void image_bytes(const struct metrics_source *src, struct sink *k)
+{
+  images(src, k, true);
 }
 
 /* Bytes by (wire backend, device), from the stats' own usage rows. */
@@ -253,6 +285,8 @@ static const struct metric_family families[] = {
   COUNTER_FIELD("gpushm_clients_dropped_total", "Clients refused or dropped (limits, not "
                 "reading).", clients_dropped),
   GAUGE("gpushm_open_fds", "File descriptors gpushmd has open.", open_fds),
+  GAUGE("gpushm_images", "Images, by format and tiling (docs/graphics.md).", images_count),
+  GAUGE_BYTES("gpushm_image_bytes", "Memory of those images.", image_bytes),
 };
 
 static void run_families(const struct metrics_source *src, struct sink *k)

@@ -135,7 +135,10 @@ void persist_created(struct persist *p, struct reg_object *b)
   unsigned need = fds_of(b);
   int r;
 
-  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER)
+  /* Only kinds that can be adopted again are worth a record (no images, no registered
+   * memory). */
+  if (!p->enabled || b->lifetime != GPUSHM_LIFETIME_PERSISTENT || b->kind != REG_BUFFER ||
+      !registry_can_adopt(b))
     return;
   /* Device memory of the legacy-IPC backend and events die with the daemon's context; a
    * cuda-fd allocation lives on in its exported fd, a sync buffer's fence with it. */

@@ -7,6 +7,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +119,9 @@ static void end_session(struct session *s)
   if (s->parked)
     gpushm__request__free_unpacked(s->parked, NULL);
   s->parked = NULL;
+  if (s->parked_fd >= 0)
+    close(s->parked_fd);
+  s->parked_fd = -1;
   registry_client_gone(s->env->reg, &s->client);
   transport_free(s->transport);
   session_unref(s);
@@ -269,6 +273,12 @@ static bool park(struct session *s, const Gpushm__Request *req, bool again, int 
 
   if (!kept)
     return false;
+  /* Its fd outlives the frame's (the transport closes those) as a copy of its own. */
+  if (!again && s->request_fd >= 0 &&
+      (s->parked_fd = fcntl(s->request_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    gpushm__request__free_unpacked(kept, NULL);
+    return false;
+  }
   s->parked = kept;
   s->parked_since_ns = since_ns;
   s->waiting_device = device;
@@ -299,6 +309,8 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     .policy = &s->policy,
     .log_client = &s->log,
     .hello_done = s->hello_done,
+    .features = s->client_features,
+    .fd = s->request_fd,
   };
   struct handler_reply storage, *reply = &storage;
   int status, device;
@@ -341,13 +353,17 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
 }
 
 /* run_request() with a reference held: a violation, or a reply the transport cannot
- * queue, ends the session midway, and what follows still reads it. */
-static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns)
+ * queue, ends the session midway, and what follows still reads it.  fd: the one the
+ * request came with (-1: none), the session's while it runs. */
+static bool dispatch(struct session *s, Gpushm__Request *req, bool again, uint64_t since_ns,
+                     int fd)
 {
   bool parked;
 
   session_ref(s);
+  s->request_fd = fd; /* the request's, while it runs */
   parked = run_request(s, req, again, since_ns);
+  s->request_fd = -1;
   session_unref(s);
   return parked;
 }
@@ -371,10 +387,14 @@ void session_resume(struct session *s, int status, const char *why)
     finish(s, req, status, &reply, body < HANDLER_REQUEST_TYPES ? body : 0, s->parked_since_ns);
   } else {
     /* parked again: the device went cold meanwhile, and req is the session's again */
-    parked_again = dispatch(s, req, true, s->parked_since_ns);
+    parked_again = dispatch(s, req, true, s->parked_since_ns, s->parked_fd);
   }
-  if (!parked_again)
+  if (!parked_again) {
     gpushm__request__free_unpacked(req, NULL);
+    if (s->parked_fd >= 0)
+      close(s->parked_fd);
+    s->parked_fd = -1;
+  }
   if (!s->closing && !parked_again)
     transport_pause(s->transport, false);
   session_unref(s);
@@ -388,10 +408,6 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
   bool oneway;
   const uint64_t since_ns = monotonic_ns();
 
-  if (frame->n_fds) {
-    session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors");
-    return false;
-  }
   if (wire_check_strings(&gpushm__request__descriptor, frame->body, frame->header.body_len,
                          &why) < 0) {
     session_close(s, GPUSHM_E_PROTO, why);
@@ -403,11 +419,21 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
     session_close(s, GPUSHM_E_PROTO, "malformed request body");
     return false;
   }
+  /* Only a request whose row takes an fd may carry one, and one at most. */
+  if (frame->n_fds) {
+    const struct handler *h = handler_find((unsigned)req->body_case);
+    if (!h || !h->takes_fd || frame->n_fds > 1) {
+      arena_reset();
+      session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors (a registration "
+                    "carries one)");
+      return false;
+    }
+  }
   /* A client that waits for no reply (one-way releases, sent in runs) has likely
    * written the next request already; one that waits for this reply has not. */
   oneway = req->oneway;
   /* Parked or not, req itself is done with: a parked request is a heap copy. */
-  (void)dispatch(s, req, false, since_ns);
+  (void)dispatch(s, req, false, since_ns, frame->n_fds ? frame->fds[0] : -1);
   arena_reset();
   return oneway;
 }
@@ -488,6 +514,8 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
   s->env = env;
   s->refs = 1; /* the session's own, given up as it ends */
   s->waiting_device = -1;
+  s->request_fd = -1;
+  s->parked_fd = -1;
   clock_gettime(CLOCK_REALTIME, &now);
   s->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
   s->accepted_loop_ms = uv_now(env->loop);

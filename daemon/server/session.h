@@ -58,6 +58,10 @@ struct session {
   Gpushm__Request *parked;
   uint64_t parked_since_ns; /* when the parked request's frame came (CLOCK_MONOTONIC) */
   int waiting_device;
+  /* The fd the request being handled came with (-1: none; the transport's, closed after
+   * it), and a parked request's own copy of its fd. */
+  int request_fd;
+  int parked_fd;
 };
 
 /* Takes ownership of fd (an accepted, non-blocking socket) and reads the peer's

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from ._lib import LIBRARY_PATH, LIBRARY_VERSION, LibraryError
 from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Metric, Stats, Usage
-from .api import (BUNDLE_ALIGN, clients, connect, default_connection, empty, open, open_bundle,
-                  share, share_bundle, stats, unlink)
+from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connection, empty, open,
+                  open_bundle, share, share_bundle, stats, unlink)
 from .api import list_buffers
 from .api import list_buffers as list  # gpushm.list(); not in __all__: it would shadow list()
-from .core import Buffer, Connection, Event, Tensor, stream_handle
+from .core import Buffer, Connection, Event, ImageInfo, Tensor, stream_handle
 from .dtypes import DType, dtype
 from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected, Error, Exists,
                      InvalidArgument, InvalidName, LimitExceeded, ManifestError, NotFound,
@@ -32,16 +32,17 @@ FEATURE_FDSTORE = 0x2
 FEATURE_SEGMENTS = 0x4
 FEATURE_ONEWAY = 0x8
 FEATURE_METADATA = 0x10
+FEATURE_GRAPHICS = 0x20
 
 # What `from gpushm import *` brings: never a name that would shadow a builtin there
 # (gpushm.open and gpushm.list stay, spelt with their module; list_buffers is list).
 __all__ = [
     "Buffer", "BufferInfo", "BUNDLE_ALIGN", "ClientInfo", "ClosedError", "CODES", "ConnectFailed",
     "Connection", "CudaError", "DeviceStats", "Disconnected", "DType", "Error", "Event", "Exists",
-    "Holder", "InvalidArgument", "InvalidName", "LIBRARY_PATH", "LIBRARY_VERSION", "LibraryError",
+    "Holder", "ImageInfo", "InvalidArgument", "InvalidName", "LIBRARY_PATH", "LIBRARY_VERSION", "LibraryError",
     "LimitExceeded", "ManifestError", "Metric", "NotFound", "OutOfMemory", "PermissionDenied",
     "ProtocolError", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "clients", "connect", "default_connection",
-    "dtype", "empty", "list_buffers", "open_bundle", "share", "share_bundle", "stats",
+    "create_image", "dtype", "empty", "list_buffers", "open_bundle", "share", "share_bundle", "stats",
     "stream_handle", "unlink",
 ]

@@ -41,6 +41,23 @@ class CreateOpts(ctypes.Structure):
     ]
 
 
+class ImageDesc(ctypes.Structure):
+    """gpushm_image_desc_t (gpushm 0.7, gpushm-graphics.h): sized as CreateOpts is."""
+    _fields_ = [
+        ("size", c_uint32),
+        ("format", c_uint32),
+        ("width", c_uint32),
+        ("height", c_uint32),
+        ("depth", c_uint32),
+        ("mip_levels", c_uint32),
+        ("array_layers", c_uint32),
+        ("tiling", c_uint32),
+        ("usage", c_uint32),
+        ("reserved", c_uint32),
+        ("row_pitch", c_uint64),
+    ]
+
+
 class DLDataType(ctypes.Structure):
     _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
 
@@ -273,6 +290,13 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
 #: Declared where the library has them (newer than the package's minimum); callers
 #: check with hasattr(lib, name).
 OPTIONAL_PROTOTYPES = {
+    # 0.7: images (gpushm-graphics.h)
+    "gpushm_buffer_kind": (c_int, [_P]),
+    "gpushm_buffer_image_desc": (c_int, [_P, ctypes.POINTER(ImageDesc)]),
+    "gpushm_image_create": (c_int, [_P, c_char_p, ctypes.POINTER(ImageDesc),
+                                    ctypes.POINTER(CreateOpts), ctypes.POINTER(c_void_p)]),
+    "gpushm_format_name": (c_char_p, [c_int]),
+    "gpushm_format_from_name": (c_int, [c_char_p]),
     # 0.7: one table of backend names, the library's
     "gpushm_backend_name": (c_char_p, [c_int]),
     "gpushm_backend_from_name": (c_int, [c_char_p]),

@@ -195,6 +195,10 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
         map_device = index if kind == "cuda" else None
     buf = c.open(name, readonly=readonly, map_device=map_device)
     try:
+        if buf.image is not None and dtype is None and shape is None and strides is None:
+            # a linear image is (height, width, channels) of its format, rows apart by its
+            # pitch; an optimal one has no pointer: a clear error, not bytes
+            return Tensor(buf, buf.image_spec())
         if dtype is not None or shape is not None or strides is not None:
             dt = dtypes.dtype(dtype if dtype is not None else "uint8")
             if shape is None:
@@ -212,6 +216,29 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
             if tensor is None or spec.name == tensor:
                 return Tensor(buf, spec)
         raise KeyError(f"{name!r} has no tensor {tensor!r}")
+    except BaseException:
+        buf.close()
+        raise
+
+
+def create_image(name: str, width: int, height: int, *, format: str = "rgba8-unorm",
+                 device: DeviceLike = None, mode: int = 0o600,
+                 lifetime: Union[str, int] = "persistent",
+                 conn: Optional[Connection] = None) -> Tensor:
+    """Creates a linear image (docs/graphics.md) and returns it as a tensor of
+    (height, width, channels) texels, its rows as the image's pitch lays them: in device
+    memory (cuda-fd) for ``device="cuda"`` or ``"cuda:N"``, else in host memory.  Vulkan
+    and GL processes import it; CUDA kernels, PyTorch and CuPy write it in place."""
+    c = _conn(conn)
+    backend, index = "host", 0
+    if device is not None:
+        kind, idx = parse_device(device)
+        if kind == "cuda":
+            backend, index = "cuda-fd", idx or 0
+    buf = c.create_image(name, width, height, format=format, backend=backend, device=index,
+                         mode=mode, lifetime=lifetime)
+    try:
+        return Tensor(buf, buf.image_spec())
     except BaseException:
         buf.close()
         raise

@@ -14,6 +14,7 @@ Lifetime rules (docs/python.md):
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import operator
 import os
 import sys
@@ -24,9 +25,10 @@ from . import _capsule, dtypes
 from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_SYNC, DLPACK_LEGACY,
-                   LIST_ALL, LIST_METADATA, OPEN_READONLY, CreateOpts, DLDataType, TensorDesc,
-                   last_error_message, lib, map_device_flag, strerror, text)
-from .errors import CODES, ClosedError, make_error
+                   LIBRARY_VERSION, LIST_ALL, LIST_METADATA, OPEN_READONLY, CreateOpts,
+                   DLDataType, ImageDesc, TensorDesc, last_error_message, lib, map_device_flag,
+                   strerror, text)
+from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
 
 
 
@@ -46,6 +48,31 @@ def _backends() -> Dict[str, int]:
 
 BACKENDS = _backends()
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
+#: Image formats (gpushm-graphics.h) as tensors see their texels: dtype, channels.
+IMAGE_FORMATS = {
+    "r8-unorm": ("uint8", 1), "rg8-unorm": ("uint8", 2), "rgba8-unorm": ("uint8", 4),
+    "rgba8-srgb": ("uint8", 4), "bgra8-unorm": ("uint8", 4), "r16-unorm": ("uint16", 1),
+    "rgba16-unorm": ("uint16", 4), "r16-sfloat": ("float16", 1), "rg16-sfloat": ("float16", 2),
+    "rgba16-sfloat": ("float16", 4), "r32-sfloat": ("float32", 1), "rg32-sfloat": ("float32", 2),
+    "rgba32-sfloat": ("float32", 4), "r32-uint": ("uint32", 1), "rgba32-uint": ("uint32", 4),
+    "rgb10a2-unorm": ("uint32", 1), "d32-sfloat": ("float32", 1),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+    """An image's description (gpushm_image_desc_t)."""
+    format: str
+    width: int
+    height: int
+    depth: int
+    mip_levels: int
+    array_layers: int
+    tiling: str          #: "linear" (rows row_pitch bytes apart) or "optimal" (the device's)
+    usage: int           #: GPUSHM_IMAGE_USAGE_* bits
+    row_pitch: int       #: linear images: bytes from one row to the next
+
+
 LIFETIMES = {"persistent": 0, "session": 1}
 LIFETIME_NAMES = {v: k for k, v in LIFETIMES.items()}
 SYNC_METHODS = {0: "none", 1: "host", 2: "ipc-event", 3: "gpu-fence", 4: "cpu-fence"}
@@ -325,6 +352,35 @@ class Connection(_Handle):
               f"create {name!r}")
         return Buffer(_handle(out, "create"), self)
 
+    def create_image(self, name: str, width: int, height: int, *, format: str = "rgba8-unorm",
+                     backend: Union[str, int] = "default", device: int = 0, mode: int = 0o600,
+                     lifetime: Union[str, int] = "persistent", row_pitch: int = 0,
+                     usage: int = 0x19) -> "Buffer":
+        """Creates a linear image (gpushm_image_create: rows row_pitch bytes apart, 0 for
+        the default) and opens it read-write.  Optimal-tiling images come from a Vulkan
+        process (gpushm_vk_create_image)."""
+        cap, c = self._live()
+        if not hasattr(lib, "gpushm_image_create"):
+            raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} makes no "
+                              f"images (0.7 does)")
+        fmt = lib.gpushm_format_from_name(c_string(format, "format"))
+        if not fmt:
+            raise InvalidArgument(f"unknown image format {format!r}: one of "
+                                  f"{', '.join(IMAGE_FORMATS)}")
+        d = ImageDesc(size=ctypes.sizeof(ImageDesc), format=fmt, width=width, height=height,
+                      depth=1, mip_levels=1, array_layers=1, tiling=0, usage=usage,
+                      row_pitch=row_pitch)
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.backend = _backend_value(backend)
+        opts.device = non_negative(device, "device")
+        opts.mode = mode
+        opts.lifetime = _lifetime_value(lifetime)
+        out = c_void_p()
+        check(lib.gpushm_image_create(c, c_string(name, "name"), byref(d), byref(opts), byref(out)),
+              f"create image {name!r}")
+        return Buffer(_handle(out, "create image"), self)
+
     def open(self, name: Union[str, int], *, readonly: bool = False,
              map_device: Optional[int] = None) -> "Buffer":
         """Opens a buffer by name (str) or id (int) (gpushm_buffer_open)."""
@@ -397,6 +453,19 @@ class Connection(_Handle):
         return f"<gpushm.Connection to gpushmd {self.daemon_version}>"
 
 
+def _image_info(pointer: int) -> Optional[ImageInfo]:
+    """The image a handle is, or None (a buffer, or a library before 0.7)."""
+    if not hasattr(lib, "gpushm_buffer_kind") or lib.gpushm_buffer_kind(pointer) != 3:
+        return None
+    d = ImageDesc()
+    d.size = ctypes.sizeof(ImageDesc)
+    check(lib.gpushm_buffer_image_desc(pointer, byref(d)), "image description")
+    name = lib.gpushm_format_name(d.format)
+    return ImageInfo(text(name) if name else f"format-{d.format}", d.width, d.height, d.depth,
+                     d.mip_levels, d.array_layers, "linear" if d.tiling == 0 else "optimal",
+                     d.usage, d.row_pitch)
+
+
 class Buffer(_Handle):
     """An open buffer, holding one open of it (gpushm_buffer_open/create).  Its memory
     stays mapped while this handle or any view made from it is open."""
@@ -422,6 +491,7 @@ class Buffer(_Handle):
         at = lib.gpushm_buffer_metadata(pointer, byref(n))
         self._metadata = ctypes.string_at(at, n.value) if at else b""
         self._data = lib.gpushm_buffer_ptr(pointer) or 0
+        self._image = _image_info(pointer)
         # the stream of the last acquire() through this handle (CUDA array interface)
         self._acquired_stream: Optional[int] = None
         self._acquired = False
@@ -437,6 +507,30 @@ class Buffer(_Handle):
     @property
     def id(self) -> int:
         return self._id
+
+    @property
+    def image(self) -> Optional[ImageInfo]:
+        """What image this is (None: a buffer)."""
+        return self._image
+
+    def image_spec(self) -> _manifest.TensorSpec:
+        """A linear image's texels as a tensor: (height, width, channels) of its format's
+        dtype, rows row_pitch bytes apart.  An optimal-tiling image has no such layout:
+        Unsupported, saying what reads it."""
+        img = self._image
+        if img is None:
+            raise InvalidArgument(f"{self.name!r} is not an image")
+        if img.tiling != "linear":
+            raise Unsupported(f"{self.name!r} is an optimal-tiling image, laid out as its "
+                              f"device likes: no pointer or strides describe it.  CUDA reads it "
+                              f"as a CUarray (gpushm_image_cuda_array() in C), Vulkan and GL "
+                              f"import it (gpushm-vulkan.h, gpushm-gl.h)")
+        if img.format not in IMAGE_FORMATS:
+            raise Unsupported(f"{self.name!r}: no tensor dtype for image format {img.format}")
+        name, channels = IMAGE_FORMATS[img.format]
+        dt = dtypes.dtype(name)
+        return _manifest.make_spec("", dt, (img.height, img.width, channels),
+                                   (img.row_pitch // dt.itemsize, channels, 1), 0)
 
     @property
     def size(self) -> int:

@@ -1125,6 +1125,179 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* External memory: what a Vulkan process exports, a memfd here (as Mesa's lavapipe
+ * makes it).  The import owns the fd; a mapped buffer is an allocation of the device
+ * (cuMemFree takes it back); a mipmapped array holds its levels one after another. */
+struct fake_ext {
+  int fd;
+  uint64_t size;
+  int device;
+};
+
+struct fake_array {
+  CUDA_ARRAY3D_DESCRIPTOR desc;
+  void *data;
+};
+
+struct fake_mipmap {
+  void *base;
+  size_t len;
+  unsigned levels;
+  struct fake_array level[16];
+};
+
+static CUresult fake_cuImportExternalMemory(CUexternalMemory *out,
+                                            const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)
+{
+  struct fake_ext *x;
+  off_t size;
+  int dev = current_device();
+
+  if (dev < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (desc->type != CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD || desc->handle.fd < 0 ||
+      (desc->flags & ~(unsigned)CUDA_EXTERNAL_MEMORY_DEDICATED) || !desc->size)
+    return CUDA_ERROR_INVALID_VALUE;
+  /* what is not memory, or holds less than claimed, is refused as the driver does */
+  if ((size = lseek(desc->handle.fd, 0, SEEK_END)) <= 0 || (uint64_t)size < desc->size)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!(x = calloc(1, sizeof *x)))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *x = (struct fake_ext){ desc->handle.fd, desc->size, dev };
+  *out = (CUexternalMemory)x;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuExternalMemoryGetMappedBuffer(CUdeviceptr *p, CUexternalMemory ext,
+                                                     const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *d)
+{
+  struct fake_ext *x = (struct fake_ext *)ext;
+  struct fake_alloc *a;
+  void *base;
+  int fd;
+
+  if (!x || d->offset || !d->size || d->size > x->size || d->flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  base = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED || !(a = calloc(1, sizeof *a))) {
+    if (base != MAP_FAILED)
+      munmap(base, d->size);
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&lock);
+  *a = (struct fake_alloc){ allocs, (uintptr_t)base, d->size, fd, x->device };
+  allocs = a;
+  used[x->device] += d->size;
+  pthread_mutex_unlock(&lock);
+  access_set((uintptr_t)base, d->size, 1ull << x->device);
+  *p = (CUdeviceptr)(uintptr_t)base;
+  return CUDA_SUCCESS;
+}
+
+static size_t fake_element_bytes(CUarray_format f, unsigned channels)
+{
+  size_t e = f == CU_AD_FORMAT_UNSIGNED_INT8 ? 1
+             : f == CU_AD_FORMAT_UNSIGNED_INT16 || f == CU_AD_FORMAT_HALF ? 2
+             : f == CU_AD_FORMAT_UNSIGNED_INT32 || f == CU_AD_FORMAT_FLOAT ? 4 : 0;
+  return channels == 1 || channels == 2 || channels == 4 ? e * channels : 0;
+}
+
+static CUresult fake_cuExternalMemoryGetMappedMipmappedArray(
+  CUmipmappedArray *out, CUexternalMemory ext, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *d)
+{
+  struct fake_ext *x = (struct fake_ext *)ext;
+  const CUDA_ARRAY3D_DESCRIPTOR *a = &d->arrayDesc;
+  size_t texel = fake_element_bytes(a->Format, a->NumChannels), need = 0;
+  size_t w = a->Width, h = a->Height ? a->Height : 1, depth = a->Depth ? a->Depth : 1;
+  struct fake_mipmap *m;
+
+  if (!x || !texel || !a->Width || !d->numLevels || d->numLevels > 16 || d->offset)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned l = 0; l < d->numLevels; l++) {
+    size_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1;
+    size_t ld = (a->Flags & CUDA_ARRAY3D_LAYERED) ? depth : depth >> l ? depth >> l : 1;
+    need += lw * lh * ld * texel;
+  }
+  if (need > x->size || !(m = calloc(1, sizeof *m)))
+    return need > x->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+  m->len = x->size;
+  m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, x->fd, 0);
+  if (m->base == MAP_FAILED) {
+    free(m);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  m->levels = d->numLevels;
+  for (unsigned l = 0, at = 0; l < d->numLevels; l++) {
+    CUDA_ARRAY3D_DESCRIPTOR ld = *a;
+    ld.Width = w >> l ? w >> l : 1;
+    ld.Height = a->Height ? (h >> l ? h >> l : 1) : 0;
+    if (a->Depth && !(a->Flags & CUDA_ARRAY3D_LAYERED))
+      ld.Depth = depth >> l ? depth >> l : 1;
+    m->level[l] = (struct fake_array){ ld, (char *)m->base + at };
+    at += (unsigned)(ld.Width * (ld.Height ? ld.Height : 1) * (ld.Depth ? ld.Depth : 1) * texel);
+  }
+  *out = (CUmipmappedArray)m;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMipmappedArrayGetLevel(CUarray *out, CUmipmappedArray mipmap,
+                                              unsigned int level)
+{
+  struct fake_mipmap *m = (struct fake_mipmap *)mipmap;
+
+  if (!m || level >= m->levels)
+    return CUDA_ERROR_INVALID_VALUE;
+  *out = (CUarray)&m->level[level];
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuMipmappedArrayDestroy(CUmipmappedArray mipmap)
+{
+  struct fake_mipmap *m = (struct fake_mipmap *)mipmap;
+
+  if (!m)
+    return CUDA_ERROR_INVALID_VALUE;
+  munmap(m->base, m->len);
+  free(m);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDestroyExternalMemory(CUexternalMemory ext)
+{
+  struct fake_ext *x = (struct fake_ext *)ext;
+
+  if (!x)
+    return CUDA_ERROR_INVALID_VALUE;
+  close(x->fd);
+  free(x);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)
+{
+  if (!array)
+    return CUDA_ERROR_INVALID_VALUE;
+  *desc = ((struct fake_array *)array)->desc;
+  return CUDA_SUCCESS;
+}
+
+/* Surface objects serve kernels, which the fake does not run: made and destroyed only. */
+static CUresult fake_cuSurfObjectCreate(CUsurfObject *surf, const CUDA_RESOURCE_DESC *desc)
+{
+  if (!surf || !desc || desc->resType != CU_RESOURCE_TYPE_ARRAY || !desc->res.array.hArray)
+    return CUDA_ERROR_INVALID_VALUE;
+  *surf = (CUsurfObject)(uintptr_t)desc->res.array.hArray;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuSurfObjectDestroy(CUsurfObject surf)
+{
+  return surf ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 static CUresult fake_cuGetErrorName(CUresult r, const char **s)
 {
   switch (r) {
@@ -1175,7 +1348,11 @@ static const struct {
   FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
   FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
   FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuCtxEnablePeerAccess),
-  FAKE_ENTRY(cuMemGetHandleForAddressRange),
+  FAKE_ENTRY(cuMemGetHandleForAddressRange), FAKE_ENTRY(cuImportExternalMemory),
+  FAKE_ENTRY(cuExternalMemoryGetMappedBuffer), FAKE_ENTRY(cuExternalMemoryGetMappedMipmappedArray),
+  FAKE_ENTRY(cuDestroyExternalMemory), FAKE_ENTRY(cuMipmappedArrayGetLevel),
+  FAKE_ENTRY(cuMipmappedArrayDestroy), FAKE_ENTRY(cuArray3DGetDescriptor),
+  FAKE_ENTRY(cuSurfObjectCreate), FAKE_ENTRY(cuSurfObjectDestroy),
 #undef FAKE_ENTRY
 };
 

@@ -39,3 +39,27 @@ extern "C" __global__ void verify(const unsigned *p, unsigned long long n, unsig
   if (bad)
     atomicAdd(errors, bad);
 }
+
+// A linear image's rows, width texels of the pattern each, pitch_words apart: what a
+// CUDA producer writes into a gpushm image (texel (x, y) is word y * width + x).
+extern "C" __global__ void fill_rows(unsigned *p, unsigned width, unsigned height,
+                                     unsigned long long pitch_words, unsigned seed)
+{
+  unsigned x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x < width && y < height)
+    p[y * pitch_words + x] = pattern_word((unsigned long long)y * width + x, seed);
+}
+
+// Counts the texels of a 32-bit-per-texel CUDA array (an RGBA8 image, through a surface
+// object) that differ from the pattern.
+extern "C" __global__ void verify_surface(unsigned long long surface, unsigned width,
+                                          unsigned height, unsigned seed, unsigned *errors)
+{
+  unsigned x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  unsigned v;
+  if (x >= width || y >= height)
+    return;
+  surf2Dread(&v, (cudaSurfaceObject_t)surface, x * 4, y);
+  if (v != pattern_word((unsigned long long)y * width + x, seed))
+    atomicAdd(errors, 1u);
+}

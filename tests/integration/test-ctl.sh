@@ -42,6 +42,9 @@ expect 2 "$ctl" show
 expect 2 "$ctl" list --prometheus; contains "list takes no --prometheus"
 expect 2 "$ctl" create x 12Q; contains "bad size"
 expect 2 "$ctl" create x 1 --mode 999; contains "bad mode"
+expect 2 "$ctl" create-image x 64; contains "bad extent"
+expect 2 "$ctl" create-image x 64x0; contains "bad extent"
+expect 2 "$ctl" create-image x 64x64 --format rgba7; contains "unknown format"
 expect 0 "$ctl" list --help; contains "--all"
 for c in list "show x" clients stats "create x 1" "unlink x" "destroy x" events ping version; do
   expect 1 "$ctl" $c; contains "cannot connect to gpushmd"
@@ -190,5 +193,13 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
 else
   echo "# not root (or no setpriv/nogroup): permission cases left to test-permissions"
 fi
+# --- an image: made, listed and shown with its format and size; the daemon's limits
+expect 0 "$ctl" create-image picture 100x30 --format r32-sfloat --mode 0644
+contains "picture"; contains " 512"
+expect 0 "$ctl" list; contains "image 100x30 r32-sfloat linear"
+expect 0 "$ctl" show picture; contains "image:      100x30 r32-sfloat linear, row pitch 512"
+expect 0 "$ctl" show picture --json; contains '"image":{"format":"r32-sfloat","width":100'
+expect 1 "$ctl" create-image huge 20000x2; contains "over the limits"
+expect 0 "$ctl" unlink picture
 stop_daemon
 echo "gpushmctl tests passed"

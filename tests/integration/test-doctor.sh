@@ -46,7 +46,8 @@ normalize() {
     -e 's/uid [0-9]+ \(root\)/uid UID/g; s/uid [0-9]+/uid UID/g; s/its uid \([0-9]+\)/its uid (UID)/g' \
     -e 's/, pid [0-9]+ here/, pid PID here/' \
     -e "s/pid:\[[0-9]+\]( \(the host's\))?/pid:[NS]/g" \
-    -e 's/gpushmctl-doctor\.[0-9]+\.[0-9a-f]{8}/gpushmctl-doctor.PID.NONCE/g'
+    -e 's/gpushmctl-doctor\.[0-9]+\.[0-9a-f]{8}/gpushmctl-doctor.PID.NONCE/g' \
+    -e 's@^(graphics/[a-z]+ +)(ok|FAIL|n-a) +.*@\1STATUS  (this machine'"'"'s graphics drivers)@'
 }
 # golden NAME CODE ARGS...: doctor's output, normalised, must equal tests/golden/NAME
 golden() {

@@ -282,6 +282,30 @@ int main(void)
     raw_send(fd, tx, len, many, 12);
   }
   expect_dropped(fd, "truncated"), fatal++;
+  /* fds announced and sent, on a request that takes none; two on the one that takes one
+   * (register_memory) */
+  fd = raw_connect();
+  {
+    size_t len = ping_frame(1);
+    header()->n_fds = 1;
+    raw_send(fd, tx, len, &pipefd[0], 1);
+  }
+  expect_dropped(fd, "carry no file descriptors"), fatal++;
+  fd = raw_connect();
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__RegisterRequest reg = GPUSHM__REGISTER_REQUEST__INIT;
+    int two[2] = { pipefd[0], pipefd[1] };
+    size_t len;
+    reg.name = "two-fds";
+    req.request_id = 1;
+    req.body_case = GPUSHM__REQUEST__BODY_REGISTER_MEMORY;
+    req.register_memory = &reg;
+    len = encode(&req);
+    header()->n_fds = 2;
+    raw_send(fd, tx, len, two, 2);
+  }
+  expect_dropped(fd, "carry no file descriptors"), fatal++;
   fd = raw_hello();
   {
     size_t len = ping_frame(2);

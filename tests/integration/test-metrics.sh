@@ -122,6 +122,17 @@ assert le[-1] >= 25 and le[-1] <= p["count"], (le, p)
 assert p["latency_sum_ns"] > 0, p
 assert {"backend": "host", "device": -1, "opens": 1, "creates": 1} in s["opens"], s["opens"]
 ' || fail "stats --json histogram"
+# an image: counted by format and tiling, its memory beside
+"$ctl" create-image picture 100x30 >/dev/null
+"$ctl" stats --prometheus > "$dir/mi"
+$check "$dir/mi" || fail "stats --prometheus with an image: $(cat "$dir/mi")"
+promtool_check "$dir/mi"
+documented "$dir/mi"
+grep -qx 'gpushm_images{format="rgba8-unorm",tiling="linear"} 1' "$dir/mi" ||
+  fail "images: $(grep image "$dir/mi")"
+grep -qx 'gpushm_image_bytes{format="rgba8-unorm",tiling="linear"} 16384' "$dir/mi" ||
+  fail "image_bytes: $(grep image "$dir/mi")"
+"$ctl" unlink picture >/dev/null
 stop_daemon
 
 # Devices (fake driver, two GPUs): memory as two metrics, labelled with UUID and name;
@@ -131,6 +142,7 @@ if [ -r "${GPUSHM_FAKE_CUDA_LIB:-}" ]; then
   export GPUSHM_CUDA_LIBRARY="$GPUSHM_FAKE_CUDA_LIB" GPUSHM_FAKE_CUDA_DEVICES=2
   start_daemon
   "$ctl" create dev0 1M --backend cuda-fd --device 0 >/dev/null
+  "$ctl" create-image pic 8x8 --backend host >/dev/null # every documented metric shows
   "$ctl" stats --prometheus > "$dir/m3"
   $check "$dir/m3" || fail "stats --prometheus with devices: $(cat "$dir/m3")"
   promtool_check "$dir/m3"

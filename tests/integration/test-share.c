@@ -144,12 +144,14 @@ static void test_open_opts(gpushm_t *conn)
   o.flags = GPUSHM_MAP_DEVICE(0);
   CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
   CHECK(strstr(gpushm_last_error_message(), "map_device") != NULL);
-  o.flags = 0x2;
+  o.flags = 0x4;
+  CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
+  o.flags = GPUSHM_OPEN_READONLY | GPUSHM_OPEN_WRITE_DISCARD; /* a promise to write */
   CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
   o.flags = 0;
   o.map_device = 32; /* GPUSHM_LIMIT_DEVICES */
   CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
-  o.map_device = -2;
+  o.map_device = -3; /* -1 and -2 are AUTO and NONE */
   CHECK_ERR(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again), GPUSHM_E_INVAL);
   o.map_device = 0; /* host memory: the same mapping for every device */
   CHECK_OK(gpushm_buffer_open_ex(conn, "open-ex", 0, &o, &again));

@@ -106,7 +106,33 @@ struct cuda_api_fact {
   CUDA_API_CONST(CU_MEM_ACCESS_FLAGS_PROT_READWRITE)                            \
   CUDA_API_CONST(CU_MEM_ALLOC_GRANULARITY_MINIMUM)                              \
   CUDA_API_CONST(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)                           \
-  CUDA_API_CONST(CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD)
+  CUDA_API_CONST(CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD)                       \
+  CUDA_API_CONST(CUDA_EXTERNAL_MEMORY_DEDICATED)                                \
+  CUDA_API_CONST(CU_AD_FORMAT_UNSIGNED_INT8)                                    \
+  CUDA_API_CONST(CU_AD_FORMAT_UNSIGNED_INT16)                                   \
+  CUDA_API_CONST(CU_AD_FORMAT_UNSIGNED_INT32)                                   \
+  CUDA_API_CONST(CU_AD_FORMAT_HALF)                                             \
+  CUDA_API_CONST(CU_AD_FORMAT_FLOAT)                                            \
+  CUDA_API_CONST(CUDA_ARRAY3D_LAYERED)                                          \
+  CUDA_API_CONST(CUDA_ARRAY3D_SURFACE_LDST)                                     \
+  CUDA_API_CONST(CUDA_ARRAY3D_COLOR_ATTACHMENT)                                 \
+  CUDA_API_SIZE(CUarray)                                                        \
+  CUDA_API_SIZE(CUmipmappedArray)                                               \
+  CUDA_API_SIZE(CUarray_format)                                                 \
+  CUDA_API_SIZE(CUDA_ARRAY3D_DESCRIPTOR)                                        \
+  CUDA_API_FIELD(CUDA_ARRAY3D_DESCRIPTOR, Depth)                                \
+  CUDA_API_FIELD(CUDA_ARRAY3D_DESCRIPTOR, Format)                               \
+  CUDA_API_FIELD(CUDA_ARRAY3D_DESCRIPTOR, NumChannels)                          \
+  CUDA_API_FIELD(CUDA_ARRAY3D_DESCRIPTOR, Flags)                                \
+  CUDA_API_SIZE(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC)                      \
+  CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC, arrayDesc)          \
+  CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC, numLevels)          \
+  CUDA_API_SIZE(CUsurfObject)                                                   \
+  CUDA_API_CONST(CU_RESOURCE_TYPE_ARRAY)                                        \
+  CUDA_API_SIZE(CUDA_RESOURCE_DESC)                                             \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, res)                                       \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, res.array.hArray)                          \
+  CUDA_API_FIELD(CUDA_RESOURCE_DESC, flags)
 
 /* The toolkit's list (cuda-api-toolkit.c, built only where cuda.h is installed). */
 extern const struct cuda_api_fact cuda_api_toolkit_facts[];

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/* Registered memory: an allocation a client exported from a graphics API (Vulkan
+ * OPAQUE_FD) and gave gpushmd under a name, a buffer or an image.  gpushmd keeps a copy
+ * of the fd and sends each opener a dup; the memory lives while gpushmd or any importer
+ * holds it, so the registrar may exit.  Nothing a client says about the fd is taken on
+ * trust: NVIDIA memory is imported into CUDA (the backend's verify_external) at the
+ * size claimed, a memfd (what Mesa's lavapipe exports) must be that large, and any
+ * other kind of fd is refused. */
+#include "config.h"
+#include "registry/kind.h"
+#include "gpushm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+/* The character devices of NVIDIA's kernel driver (/dev/nvidia*, major 195), behind
+ * which its OPAQUE_FD exports live. */
+#define NVIDIA_DEVICE_MAJOR 195u
+
+enum fd_class { FD_OTHER, FD_MEMFD, FD_NVIDIA };
+
+static enum fd_class classify(int fd, uint64_t *memfd_size, char *what, size_t len)
+{
+  char link[64], target[256];
+  struct stat st;
+  ssize_t n;
+
+  if (fstat(fd, &st) < 0) {
+    snprintf(what, len, "an fd that cannot be stat'ed");
+    return FD_OTHER;
+  }
+  if (S_ISCHR(st.st_mode) && major(st.st_rdev) == NVIDIA_DEVICE_MAJOR)
+    return FD_NVIDIA;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  n = readlink(link, target, sizeof target - 1);
+  target[n > 0 ? n : 0] = '\0';
+  if (S_ISREG(st.st_mode) && strncmp(target, "/memfd:", 7) == 0) {
+    *memfd_size = (uint64_t)st.st_size;
+    return FD_MEMFD;
+  }
+  snprintf(what, len, "%s%s%s",
+           S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
+           : S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+           : S_ISREG(st.st_mode) ? "a file" : "an fd",
+           *target ? " " : "", target);
+  return FD_OTHER;
+}
+
+static int seal_against_shrinking(int fd, uint64_t *size, char *err, size_t errlen)
+{
+  int seals = fcntl(fd, F_GET_SEALS);
+  struct stat st;
+
+  if (seals < 0 || (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)) {
+    snprintf(err, errlen, "the memfd can still be shrunk, and allows no F_SEAL_SHRINK (create "
+             "it with MFD_ALLOW_SEALING): importers' mappings would fault");
+    return GPUSHM_E_INVAL;
+  }
+  if (fstat(fd, &st) < 0) {
+    snprintf(err, errlen, "fstat of the memfd: %s", strerror(errno));
+    return GPUSHM_E_INVAL;
+  }
+  *size = (uint64_t)st.st_size;
+  return 0;
+}
+
+static int external_check(const struct registry *reg, const struct reg_create_args *args,
+                          const struct reg_policy *policy, const struct backend **be,
+                          char *err, size_t errlen)
+{
+  const struct reg_external *x = args->external;
+  uint64_t memfd_size = 0;
+  char what[300];
+  int r;
+
+  (void)policy;
+  *be = NULL;
+  if (args->sync || args->open_existing || args->backend) {
+    snprintf(err, errlen, "registered memory is registered once, with no backend or sync "
+             "of its own");
+    return GPUSHM_E_INVAL;
+  }
+  if (x->fd < 0) {
+    snprintf(err, errlen, "a registration carries the memory's fd");
+    return GPUSHM_E_INVAL;
+  }
+  if (!x->allocation_size || x->allocation_size > GPUSHM_LIMIT_BUFFER_SIZE) {
+    snprintf(err, errlen, "allocation size must be 1..%llu bytes",
+             (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
+    return GPUSHM_E_INVAL;
+  }
+  if (!args->size || args->size > x->allocation_size) {
+    snprintf(err, errlen, "size %llu must be 1..%llu (the allocation)",
+             (unsigned long long)args->size, (unsigned long long)x->allocation_size);
+    return GPUSHM_E_INVAL;
+  }
+  if (args->image) {
+    struct image_params p = *args->image;
+    if ((r = image_check(&p, err, errlen)) < 0)
+      return r;
+    if (image_linear_bytes(&p) > x->allocation_size) {
+      snprintf(err, errlen, "a linear image of %llu bytes in an allocation of %llu",
+               (unsigned long long)image_linear_bytes(&p),
+               (unsigned long long)x->allocation_size);
+      return GPUSHM_E_INVAL;
+    }
+  }
+  switch (classify(x->fd, &memfd_size, what, sizeof what)) {
+  case FD_MEMFD:
+    /* Sealed against shrinking before its size is read: a memfd cut short later would
+     * fault every importer's mapping (SIGBUS).  Mesa seals its exports itself. */
+    if ((r = seal_against_shrinking(x->fd, &memfd_size, err, errlen)) < 0)
+      return r;
+    if (memfd_size < x->allocation_size) {
+      snprintf(err, errlen, "the memfd holds %llu bytes, not the %llu claimed",
+               (unsigned long long)memfd_size, (unsigned long long)x->allocation_size);
+      return GPUSHM_E_INVAL;
+    }
+    return 0;
+  case FD_NVIDIA:
+    *be = registry_backend(reg, GPUSHM_BACKEND_CUDA_FD);
+    if (!*be || !(*be)->verify_external || ((*be)->unavailable && (*be)->unavailable(*be))) {
+      snprintf(err, errlen, "unsupported: NVIDIA memory is checked through CUDA, which this "
+               "gpushmd lacks");
+      return GPUSHM_E_UNSUPPORTED;
+    }
+    return 0;
+  default:
+    snprintf(err, errlen, "the fd is %s, not memory a graphics API exported", what);
+    return GPUSHM_E_INVAL;
+  }
+}
+
+static void external_estimate(const struct registry *reg, const struct reg_create_args *args,
+                              const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+{
+  (void)reg;
+  (void)be;
+  /* The pages are charged to the registrar's cgroup, not the daemon's host budget; its
+   * uid pays for what gpushmd keeps alive. */
+  *bytes = args->external->allocation_size;
+  *host_bytes = 0;
+}
+
+static int external_alloc(struct registry *reg, struct reg_object *obj,
+                          const struct reg_create_args *args, const struct backend *be,
+                          const struct reg_client *client, char *err, size_t errlen)
+{
+  struct reg_external *x = calloc(1, sizeof *x);
+  int device = -1, r;
+
+  (void)reg;
+  (void)client;
+  if (!x || (args->image && !(obj->image = malloc(sizeof *obj->image)))) {
+    free(x);
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  *x = *args->external;
+  x->driver_info[sizeof x->driver_info - 1] = '\0';
+  if (be && (r = be->verify_external(be, args->external->fd, x->allocation_size, x->dedicated,
+                                     x->device_uuid, &device, err, errlen)) < 0)
+    goto fail;
+  x->nvidia = be != NULL;
+  if ((x->fd = fcntl(args->external->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    snprintf(err, errlen, "keeping the fd: %s", strerror(errno));
+    r = GPUSHM_E_IO;
+    goto fail;
+  }
+  if (args->image)
+    *obj->image = *args->image;
+  obj->external = x;
+  obj->device = device;
+  obj->allocated = x->allocation_size;
+  obj->host_bytes = 0;
+  return 0;
+fail:
+  free(obj->image);
+  obj->image = NULL;
+  free(x);
+  return r;
+}
+
+/* Every opener gets a dup of the same file: an OPAQUE_FD cannot be narrowed to reading,
+ * so a read-only open of registered memory stops bugs in the importer's own code (the
+ * helpers refuse write usage on one), not a hostile holder (docs/graphics.md). */
+static int external_export(struct registry *reg, struct reg_object *obj,
+                           struct reg_client *client, const struct reg_policy *policy,
+                           bool read_only, struct reg_export *out, char *err, size_t errlen)
+{
+  int fd;
+
+  (void)reg;
+  (void)client;
+  (void)policy;
+  (void)read_only;
+  if ((fd = fcntl(obj->external->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    snprintf(err, errlen, "dup: %s", strerror(errno));
+    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+  }
+  out->fds[out->n_fds++] = fd;
+  return 0;
+}
+
+static void external_release(struct registry *reg, struct reg_object *obj)
+{
+  (void)reg;
+  close(obj->external->fd);
+  free(obj->external);
+  obj->external = NULL;
+  free(obj->image);
+  obj->image = NULL;
+}
+
+static void external_describe(const struct reg_object *obj, struct reg_description *out)
+{
+  out->kind = obj->image ? "registered image" : "registered memory";
+  out->backend = GPUSHM_BACKEND_EXTERNAL;
+  out->sync = false;
+  out->segment_id = 0;
+}
+
+/* No adopt: registered memory does not come back after a restart (docs/graphics.md). */
+const struct reg_kind_ops reg_kind_external = {
+  .name = "registered memory",
+  .kind = REG_BUFFER,
+  .check = external_check,
+  .estimate = external_estimate,
+  .alloc = external_alloc,
+  .export = external_export,
+  .release = external_release,
+  .describe = external_describe,
+};

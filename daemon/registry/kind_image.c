@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* Images gpushmd allocates: linear ones (rows row_pitch bytes apart, what CUDA kernels
+ * write and every graphics API can import), each an allocation of its own (GL and
+ * Vulkan import whole allocations, and a texture at an offset in a shared one is where
+ * drivers disagree: docs/graphics.md).  Their memory is a whole buffer's (kind_buffer.c);
+ * optimal-tiling images come from a Vulkan process, registered (kind_external.c). */
+#include "config.h"
+#include "registry/kind.h"
+#include "gpushm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int image_kind_check(const struct registry *reg, const struct reg_create_args *args,
+                            const struct reg_policy *policy, const struct backend **be,
+                            char *err, size_t errlen)
+{
+  struct image_params p = *args->image;
+  int r;
+
+  if (args->sync || args->open_existing) {
+    snprintf(err, errlen, "an image is made once, without sync of its own: no %s",
+             args->sync ? "sync" : "open-existing");
+    return GPUSHM_E_INVAL;
+  }
+  if ((r = image_check(&p, err, errlen)) < 0)
+    return r;
+  if (p.tiling != IMAGE_TILING_LINEAR) {
+    snprintf(err, errlen, "unsupported: gpushmd allocates linear images; an optimal-tiling "
+             "image is allocated by a Vulkan process and registered (gpushm_vk_create_image)");
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  if (args->size != image_linear_bytes(&p) || p.row_pitch != args->image->row_pitch) {
+    snprintf(err, errlen, "image size %llu is not its rows' (%llu × %u)",
+             (unsigned long long)args->size, (unsigned long long)p.row_pitch, p.height);
+    return GPUSHM_E_INVAL;
+  }
+  if ((r = reg_resolve_backend(reg, args->backend, policy, be, err, errlen)) < 0)
+    return r;
+  if ((*be)->kind == GPUSHM_BACKEND_CUDA_IPC) {
+    snprintf(err, errlen, "unsupported: cuda-ipc memory imports into no graphics API; an "
+             "image lives in host, cuda-fd or cuda-fabric memory");
+    return GPUSHM_E_UNSUPPORTED;
+  }
+  return 0;
+}
+
+static void image_estimate(const struct registry *reg, const struct reg_create_args *args,
+                           const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+{
+  reg_kind_buffer.estimate(reg, args, be, bytes, host_bytes);
+}
+
+static int image_alloc(struct registry *reg, struct reg_object *obj,
+                       const struct reg_create_args *args, const struct backend *be,
+                       const struct reg_client *client, char *err, size_t errlen)
+{
+  int r;
+
+  if (!(obj->image = malloc(sizeof *obj->image))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  *obj->image = *args->image;
+  if ((r = reg_kind_buffer.alloc(reg, obj, args, be, client, err, errlen)) < 0) {
+    free(obj->image);
+    obj->image = NULL;
+  }
+  return r;
+}
+
+static int image_export(struct registry *reg, struct reg_object *obj, struct reg_client *client,
+                        const struct reg_policy *policy, bool read_only,
+                        struct reg_export *out, char *err, size_t errlen)
+{
+  return reg_kind_buffer.export(reg, obj, client, policy, read_only, out, err, errlen);
+}
+
+static void image_release(struct registry *reg, struct reg_object *obj)
+{
+  reg_kind_buffer.release(reg, obj);
+  free(obj->image);
+  obj->image = NULL;
+}
+
+static void image_describe(const struct reg_object *obj, struct reg_description *out)
+{
+  reg_kind_buffer.describe(obj, out);
+  out->kind = "image";
+}
+
+/* No adopt: an image does not come back after a restart (docs/graphics.md). */
+const struct reg_kind_ops reg_kind_image = {
+  .name = "image",
+  .kind = REG_BUFFER,
+  .check = image_kind_check,
+  .estimate = image_estimate,
+  .alloc = image_alloc,
+  .export = image_export,
+  .release = image_release,
+  .describe = image_describe,
+};

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* A headless OpenGL (EGL) consumer of frame-producer's frames: device memory is imported
+ * (its rows as a buffer object, uploaded into a texture), host memory is copied in
+ * (GL imports none); each frame is read back from the texture, checked and written as
+ * a PNG.
+ *   usage: frame-gl-consumer DIR [FRAME...]   (default frames 10 30 50) */
+#include "config.h"
+#include "egl-context.h"
+#include "frame-consumer.h"
+#include "gpushm-gl.h"
+
+int main(int argc, char **argv)
+{
+  static const unsigned defaults[] = { 10, 30, 50 };
+  static uint8_t rgba[FRAME_WIDTH * FRAME_HEIGHT * 4];
+  const char *dir = argc > 1 ? argv[1] : ".";
+  void (*get_texture)(GLuint, GLint, GLenum, GLenum, GLsizei, void *);
+  gpushm_memory_info_t info = { .size = sizeof info };
+  gpushm_image_desc_t desc;
+  gpushm_buffer_t *image, *seq;
+  GLuint rows = 0, memory = 0, texture;
+  gpushm_t *conn;
+  struct eglc e;
+  gpushm_gl_t gl;
+  char why[256] = "";
+  int kept = 0, wanted = argc > 2 ? argc - 2 : 3, tries = 0;
+
+  if (gpushm_connect(NULL, "frame-gl-consumer", &conn) < 0 || consumer_open(conn, &image, &seq) < 0 ||
+      gpushm_buffer_image_desc(image, &desc) < 0 || gpushm_buffer_memory_info(image, &info) < 0)
+    return 1;
+  if (eglc_open(&e, why, sizeof why) < 0 || gpushm_gl_init(&gl, eglc_proc) < 0) {
+    fprintf(stderr, "frame-gl-consumer: %s%s\n", why, gl.error);
+    return 1;
+  }
+  *(void **)&get_texture = eglc_proc("glGetTextureImage");
+  if (info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD &&
+      gpushm_gl_import_buffer(&gl, image, 0, &rows, &memory) < 0) {
+    fprintf(stderr, "frame-gl-consumer: import: %s\n", gl.error);
+    return 1;
+  }
+  gl.CreateTextures(GL_TEXTURE_2D, 1, &texture);
+  gl.TextureStorage2D(texture, 1, gpushm_format_gl((int)desc.format), (GLsizei)desc.width,
+                      (GLsizei)desc.height);
+  printf("frame-gl-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE,
+         gl.GetString(GL_RENDERER), rows ? "device" : "host (copied in)");
+  for (int i = 0; i < wanted; i++) {
+    unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
+    int r;
+    if (gpushm_buffer_acquire(seq, NULL, want, 10000) < 0) {
+      fprintf(stderr, "frame-gl-consumer: frame %u: %s\n", want, gpushm_last_error_message());
+      return 1;
+    }
+    if (rows) {
+      if (gpushm_gl_upload_linear(&gl, image, rows, texture) < 0) {
+        fprintf(stderr, "frame-gl-consumer: %s\n", gl.error);
+        return 1;
+      }
+    } else {
+      gl.PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH, (GLint)(desc.row_pitch / 4));
+      gl.TextureSubImage2D(texture, 0, 0, 0, (GLsizei)desc.width, (GLsizei)desc.height, GL_RGBA,
+                           GL_UNSIGNED_BYTE, gpushm_buffer_ptr(image));
+      gl.PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH, 0);
+    }
+    get_texture(texture, 0, GL_RGBA, GL_UNSIGNED_BYTE, sizeof rgba, rgba);
+    if (gl.GetError() != GL_NO_ERROR)
+      return 1;
+    if ((r = consumer_keep(dir, "gl", rgba, &got)) < 0)
+      return 1;
+    if (r == 0) {
+      fprintf(stderr, "frame-gl-consumer: frame %u read while being written; again\n", want);
+      if (++tries > 20)
+        return 1;
+      i--;
+      continue;
+    }
+    kept++;
+  }
+  printf("frame-gl-consumer: %d frames, each identical to what the producer rendered\n", kept);
+  gl.DeleteTextures(1, &texture);
+  if (rows) {
+    gl.DeleteBuffers(1, &rows);
+    gl.DeleteMemoryObjectsEXT(1, &memory);
+  }
+  eglc_close(&e);
+  gpushm_buffer_close(image);
+  gpushm_buffer_close(seq);
+  gpushm_disconnect(conn);
+  return 0;
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* A headless Vulkan consumer of frame-producer's frames: imports the image's rows
+ * (device memory; host memory opened read-only is copied in through a staging buffer,
+ * as Vulkan imports only writable host pages), waits for frame numbers, copies each
+ * frame into an image of its own device and back out, checks it and writes a PNG.
+ *   usage: frame-vk-consumer DIR [FRAME...]   (default frames 10 30 50) */
+#include "config.h"
+#include "frame-consumer.h"
+#include "vk-context.h"
+
+int main(int argc, char **argv)
+{
+  static const unsigned defaults[] = { 10, 30, 50 };
+  const char *dir = argc > 1 ? argv[1] : ".";
+  gpushm_memory_info_t info = { .size = sizeof info };
+  gpushm_image_desc_t desc;
+  gpushm_vk_image_t vi;
+  gpushm_buffer_t *image, *seq;
+  struct vkc_buffer out, staging = { 0 };
+  VkBuffer rows_buffer;
+  uint32_t row_length;
+  int tries = 0;
+  gpushm_t *conn;
+  struct vkc c;
+  VkImage own;
+  VkDeviceMemory own_memory;
+  char why[256];
+  int kept = 0, wanted = argc > 2 ? argc - 2 : 3;
+
+  if (gpushm_connect(NULL, "frame-vk-consumer", &conn) < 0 || consumer_open(conn, &image, &seq) < 0 ||
+      gpushm_buffer_image_desc(image, &desc) < 0 || gpushm_buffer_memory_info(image, &info) < 0)
+    return 1;
+  /* the Vulkan device the memory lives on (any, for host memory) */
+  if (vkc_open(&c, info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? info.device_uuid : NULL, why,
+               sizeof why) < 0) {
+    fprintf(stderr, "frame-vk-consumer: %s\n", why);
+    return 1;
+  }
+  memset(&vi, 0, sizeof vi);
+  if (info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD) {
+    if (gpushm_vk_import_image(&c.gpushm, image, &vi) < 0) {
+      fprintf(stderr, "frame-vk-consumer: import: %s\n", c.gpushm.error);
+      return 1;
+    }
+    rows_buffer = vi.buffer;
+    row_length = vi.row_length;
+  } else {
+    if (vkc_host_buffer(&c, desc.row_pitch * desc.height, &staging) < 0)
+      return 1;
+    rows_buffer = staging.buffer;
+    row_length = (uint32_t)(desc.row_pitch / 4);
+  }
+  {
+    VkImageCreateInfo ici = gpushm_vk__image_info(&desc, VK_IMAGE_TILING_OPTIMAL, NULL);
+    VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO };
+    VkMemoryRequirements req;
+    ici.usage = VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_TRANSFER_SRC_BIT;
+    if (vkCreateImage(c.device, &ici, NULL, &own) != VK_SUCCESS)
+      return 1;
+    vkGetImageMemoryRequirements(c.device, own, &req);
+    ai.allocationSize = req.size;
+    if (gpushm_vk__memory_type(&c.gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
+                               &ai.memoryTypeIndex) < 0 ||
+        vkAllocateMemory(c.device, &ai, NULL, &own_memory) != VK_SUCCESS ||
+        vkBindImageMemory(c.device, own, own_memory, 0) != VK_SUCCESS ||
+        vkc_host_buffer(&c, FRAME_WIDTH * FRAME_HEIGHT * 4, &out) < 0)
+      return 1;
+  }
+  printf("frame-vk-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE, c.props.deviceName,
+         info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? "device" : "host");
+  for (int i = 0; i < wanted; i++) {
+    unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
+    VkCommandBuffer cb;
+    int r;
+    if (gpushm_buffer_acquire(seq, NULL, want, 10000) < 0) {
+      fprintf(stderr, "frame-vk-consumer: frame %u: %s\n", want, gpushm_last_error_message());
+      return 1;
+    }
+    if (staging.map)
+      memcpy(staging.map, gpushm_buffer_ptr(image), desc.row_pitch * desc.height);
+    cb = vkc_begin(&c);
+    vkc_copy_buffer_to_image(cb, rows_buffer, row_length, own, VK_IMAGE_LAYOUT_UNDEFINED,
+                             (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1);
+    vkc_copy_image_to_buffer(cb, own, VK_IMAGE_LAYOUT_GENERAL,
+                             (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1, out.buffer);
+    if (vkc_submit(&c, cb) != 0)
+      return 1;
+    if ((r = consumer_keep(dir, "vk", out.map, &got)) < 0)
+      return 1;
+    if (r == 0) { /* torn: the producer wrote the next frame meanwhile; read again */
+      fprintf(stderr, "frame-vk-consumer: frame %u read while being written; again\n", want);
+      if (++tries > 20)
+        return 1;
+      i--;
+      continue;
+    }
+    kept++;
+  }
+  printf("frame-vk-consumer: %d frames, each identical to what the producer rendered\n", kept);
+  vkDestroyImage(c.device, own, NULL);
+  vkFreeMemory(c.device, own_memory, NULL);
+  vkc_free_buffer(&c, &out);
+  if (staging.map)
+    vkc_free_buffer(&c, &staging);
+  else
+    gpushm_vk_destroy_image(&c.gpushm, &vi);
+  vkc_close(&c);
+  gpushm_buffer_close(image);
+  gpushm_buffer_close(seq);
+  gpushm_disconnect(conn);
+  return 0;
+}

@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpushm-gl.h — gpushm objects in OpenGL, header-only (docs/graphics.md).
+ *
+ * Compiled into the program that includes it, with that program's GL: needs a current
+ * GL 4.5 context (EGL headless works: EGL_PLATFORM_DEVICE_EXT or surfaceless) with
+ * GL_EXT_memory_object_fd.  Entry points come from the get_proc the program gives
+ * (eglGetProcAddress, glXGetProcAddress).
+ *
+ *  - gpushm_gl_import_buffer(): gpushm fd memory (cuda-fd, registered) as a GL buffer
+ *    object over a memory object.  Host memory has no GL import: copy it in
+ *    (glBufferSubData from gpushm_buffer_ptr()).
+ *  - gpushm_gl_import_texture(): an optimal-tiling image (registered by a Vulkan
+ *    process) as a texture over its memory.  A linear image's rows are a buffer:
+ *    import it and upload (gpushm_gl_upload_linear(): GL_PIXEL_UNPACK_BUFFER with
+ *    GL_UNPACK_ROW_LENGTH).
+ *
+ * The device is checked first: GL_DEVICE_UUID_EXT against where the memory lives, and
+ * the driver (GL_DRIVER_UUID_EXT, or the NVIDIA version in GL_VERSION).  Functions
+ * return 0 or a negative GPUSHM_E_* code, the reason in gl->error.  Import objects open
+ * with map_device GPUSHM_DEVICE_NONE.
+ */
+#ifndef GPUSHM_GL_H
+#define GPUSHM_GL_H
+
+#include <GL/gl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpushm-graphics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GL_EXT_memory_object(_fd) and the GL 4.5 calls used, by value: the program's GL
+ * headers may predate them. */
+#define GPUSHM_GL_TEXTURE_TILING_EXT 0x9580
+#define GPUSHM_GL_DEDICATED_MEMORY_OBJECT_EXT 0x9581
+#define GPUSHM_GL_OPTIMAL_TILING_EXT 0x9584
+#define GPUSHM_GL_HANDLE_TYPE_OPAQUE_FD_EXT 0x9586
+#define GPUSHM_GL_NUM_DEVICE_UUIDS_EXT 0x9596
+#define GPUSHM_GL_DEVICE_UUID_EXT 0x9597
+#define GPUSHM_GL_DRIVER_UUID_EXT 0x9598
+#define GPUSHM_GL_PIXEL_UNPACK_BUFFER 0x88EC
+#define GPUSHM_GL_UNPACK_ROW_LENGTH 0x0CF2
+#define GPUSHM_GL_TEXTURE_2D_ARRAY 0x8C1A
+#define GPUSHM_GL_TEXTURE_3D 0x806F
+
+typedef struct gpushm_gl {
+  void (*CreateMemoryObjectsEXT)(GLsizei, GLuint *);
+  void (*DeleteMemoryObjectsEXT)(GLsizei, const GLuint *);
+  void (*MemoryObjectParameterivEXT)(GLuint, GLenum, const GLint *);
+  void (*ImportMemoryFdEXT)(GLuint, GLuint64, GLenum, GLint);
+  void (*NamedBufferStorageMemEXT)(GLuint, GLsizeiptr, GLuint, GLuint64);
+  void (*TextureStorageMem2DEXT)(GLuint, GLsizei, GLenum, GLsizei, GLsizei, GLuint, GLuint64);
+  void (*TextureStorageMem3DEXT)(GLuint, GLsizei, GLenum, GLsizei, GLsizei, GLsizei, GLuint,
+                                 GLuint64);
+  void (*GetUnsignedBytevEXT)(GLenum, GLubyte *);
+  void (*GetUnsignedBytei_vEXT)(GLenum, GLuint, GLubyte *);
+  void (*CreateBuffers)(GLsizei, GLuint *);
+  void (*DeleteBuffers)(GLsizei, const GLuint *);
+  void (*CreateTextures)(GLenum, GLsizei, GLuint *);
+  void (*DeleteTextures)(GLsizei, const GLuint *);
+  void (*TextureParameteri)(GLuint, GLenum, GLint);
+  void (*TextureStorage2D)(GLuint, GLsizei, GLenum, GLsizei, GLsizei);
+  void (*TextureSubImage2D)(GLuint, GLint, GLint, GLint, GLsizei, GLsizei, GLenum, GLenum,
+                            const void *);
+  void (*BindBuffer)(GLenum, GLuint);
+  void (*PixelStorei)(GLenum, GLint);
+  void (*InvalidateBufferData)(GLuint);
+  void (*InvalidateTexImage)(GLuint, GLint);
+  GLenum (*GetError)(void);
+  const GLubyte *(*GetString)(GLenum);
+  char error[512]; /* why the last call failed */
+} gpushm_gl_t;
+
+static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(gl->error, sizeof gl->error, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* Loads the entry points from the current context's implementation. */
+static inline int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *name))
+{
+  memset(gl, 0, sizeof *gl);
+#define GPUSHM_GL__LOAD(field, name)                                                       \
+  do {                                                                                     \
+    void *p_ = get_proc(name);                                                             \
+    memcpy(&gl->field, &p_, sizeof p_);                                                    \
+    if (!p_)                                                                               \
+      return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "no %s in this GL (it needs "       \
+                             "GL_EXT_memory_object_fd and GL 4.5)", name);                \
+  } while (0)
+  GPUSHM_GL__LOAD(CreateMemoryObjectsEXT, "glCreateMemoryObjectsEXT");
+  GPUSHM_GL__LOAD(DeleteMemoryObjectsEXT, "glDeleteMemoryObjectsEXT");
+  GPUSHM_GL__LOAD(MemoryObjectParameterivEXT, "glMemoryObjectParameterivEXT");
+  GPUSHM_GL__LOAD(ImportMemoryFdEXT, "glImportMemoryFdEXT");
+  GPUSHM_GL__LOAD(NamedBufferStorageMemEXT, "glNamedBufferStorageMemEXT");
+  GPUSHM_GL__LOAD(TextureStorageMem2DEXT, "glTextureStorageMem2DEXT");
+  GPUSHM_GL__LOAD(TextureStorageMem3DEXT, "glTextureStorageMem3DEXT");
+  GPUSHM_GL__LOAD(GetUnsignedBytevEXT, "glGetUnsignedBytevEXT");
+  GPUSHM_GL__LOAD(GetUnsignedBytei_vEXT, "glGetUnsignedBytei_vEXT");
+  GPUSHM_GL__LOAD(CreateBuffers, "glCreateBuffers");
+  GPUSHM_GL__LOAD(DeleteBuffers, "glDeleteBuffers");
+  GPUSHM_GL__LOAD(CreateTextures, "glCreateTextures");
+  GPUSHM_GL__LOAD(DeleteTextures, "glDeleteTextures");
+  GPUSHM_GL__LOAD(TextureParameteri, "glTextureParameteri");
+  GPUSHM_GL__LOAD(TextureStorage2D, "glTextureStorage2D");
+  GPUSHM_GL__LOAD(TextureSubImage2D, "glTextureSubImage2D");
+  GPUSHM_GL__LOAD(BindBuffer, "glBindBuffer");
+  GPUSHM_GL__LOAD(PixelStorei, "glPixelStorei");
+  GPUSHM_GL__LOAD(InvalidateBufferData, "glInvalidateBufferData");
+  GPUSHM_GL__LOAD(InvalidateTexImage, "glInvalidateTexImage");
+  GPUSHM_GL__LOAD(GetError, "glGetError");
+  GPUSHM_GL__LOAD(GetString, "glGetString");
+#undef GPUSHM_GL__LOAD
+  return 0;
+}
+
+/* Whether memory info describes imports into this context's device and driver. */
+static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info)
+{
+  static const uint8_t zero[16];
+  GLubyte device[16] = { 0 }, driver[16] = { 0 };
+  const char *renderer, *version;
+  char want[40], have[40];
+
+  if (info->handle_type != GPUSHM_EXTERNAL_OPAQUE_FD)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "GL imports no host memory: copy it "
+                           "in (glBufferSubData from gpushm_buffer_ptr())");
+  gl->GetUnsignedBytei_vEXT(GPUSHM_GL_DEVICE_UUID_EXT, 0, device);
+  gl->GetUnsignedBytevEXT(GPUSHM_GL_DRIVER_UUID_EXT, driver);
+  renderer = (const char *)gl->GetString(GL_RENDERER);
+  version = (const char *)gl->GetString(GL_VERSION);
+  gpushm__uuid_text(info->device_uuid, want);
+  gpushm__uuid_text(device, have);
+  if (memcmp(info->device_uuid, zero, 16) != 0 && memcmp(info->device_uuid, device, 16) != 0)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
+                           "%s); this GL context is %s on %s (%s): memory imports only on "
+                           "its own device", want, info->driver_info[0] ? info->driver_info
+                                                                        : "unknown",
+                           renderer ? renderer : "?", have, version ? version : "?");
+  if (memcmp(info->driver_uuid, zero, 16) != 0) {
+    if (memcmp(info->driver_uuid, driver, 16) != 0) {
+      gpushm__uuid_text(info->driver_uuid, want);
+      gpushm__uuid_text(driver, have);
+      return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
+                             "(%s); this GL's is %s (%s)", want, info->driver_info, have,
+                             version ? version : "?");
+    }
+  } else if (info->driver_info[0] && version && !strstr(version, info->driver_info)) {
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory belongs to NVIDIA driver %s; "
+                           "this GL is %s", info->driver_info, version);
+  }
+  return 0;
+}
+
+/* The object's memory as a GL memory object (its fd given to GL). */
+static inline int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
+                                    gpushm_memory_info_t *info, GLuint *memory)
+{
+  GLint dedicated = GL_TRUE;
+  GLenum e;
+  int fd, r;
+
+  memset(info, 0, sizeof *info);
+  info->size = sizeof *info;
+  *memory = 0;
+  if ((r = gpushm_buffer_memory_info(buf, info)) < 0)
+    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  if ((r = gpushm_gl_check_device(gl, info)) < 0)
+    return r;
+  if ((r = gpushm_buffer_memory_fd(buf, &fd)) < 0)
+    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  gl->GetError();
+  gl->CreateMemoryObjectsEXT(1, memory);
+  if (info->flags & GPUSHM_EXTERNAL_DEDICATED)
+    gl->MemoryObjectParameterivEXT(*memory, GPUSHM_GL_DEDICATED_MEMORY_OBJECT_EXT, &dedicated);
+  gl->ImportMemoryFdEXT(*memory, info->allocation_size, GPUSHM_GL_HANDLE_TYPE_OPAQUE_FD_EXT, fd);
+  if ((e = gl->GetError()) != GL_NO_ERROR) {
+    close(fd); /* GL owns the fd only once the import succeeded */
+    gl->DeleteMemoryObjectsEXT(1, memory);
+    *memory = 0;
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "glImportMemoryFdEXT: GL error 0x%x", e);
+  }
+  return 0;
+}
+
+/* A GL buffer over the object's bytes (size bytes from its start: 0 for all of them). */
+static inline int gpushm_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t size,
+                                          GLuint *buffer, GLuint *memory)
+{
+  gpushm_memory_info_t info;
+  GLenum e;
+  int r;
+
+  *buffer = 0;
+  if ((r = gpushm_gl__memory(gl, buf, &info, memory)) < 0)
+    return r;
+  if (!size)
+    size = info.data_size;
+  gl->CreateBuffers(1, buffer);
+  gl->NamedBufferStorageMemEXT(*buffer, (GLsizeiptr)size, *memory, info.offset);
+  if (info.access & GPUSHM_OPEN_WRITE_DISCARD)
+    gl->InvalidateBufferData(*buffer);
+  if ((e = gl->GetError()) != GL_NO_ERROR) {
+    gl->DeleteBuffers(1, buffer);
+    gl->DeleteMemoryObjectsEXT(1, memory);
+    *buffer = *memory = 0;
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "glNamedBufferStorageMemEXT of %llu bytes "
+                           "at %llu: GL error 0x%x", (unsigned long long)size,
+                           (unsigned long long)info.offset, e);
+  }
+  return 0;
+}
+
+/* An optimal image as a texture (GL_TEXTURE_2D, _2D_ARRAY for layers, _3D for depth). */
+static inline int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf,
+                                           GLuint *texture, GLuint *memory)
+{
+  gpushm_memory_info_t info;
+  gpushm_image_desc_t d;
+  GLenum target, e, format;
+  int r;
+
+  *texture = *memory = 0;
+  gpushm_image_desc_init(&d);
+  if ((r = gpushm_buffer_image_desc(buf, &d)) < 0)
+    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  if (d.tiling != GPUSHM_TILING_OPTIMAL)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "a linear image's rows are a buffer: "
+                           "gpushm_gl_import_buffer() and gpushm_gl_upload_linear()");
+  if (!(format = gpushm_format_gl((int)d.format)))
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "GL has no internal format for %s",
+                           gpushm_format_name((int)d.format));
+  if ((r = gpushm_gl__memory(gl, buf, &info, memory)) < 0)
+    return r;
+  target = d.depth > 1 ? GPUSHM_GL_TEXTURE_3D
+           : d.array_layers > 1 ? GPUSHM_GL_TEXTURE_2D_ARRAY : GL_TEXTURE_2D;
+  gl->CreateTextures(target, 1, texture);
+  gl->TextureParameteri(*texture, GPUSHM_GL_TEXTURE_TILING_EXT, GPUSHM_GL_OPTIMAL_TILING_EXT);
+  if (target == GL_TEXTURE_2D)
+    gl->TextureStorageMem2DEXT(*texture, (GLsizei)d.mip_levels, format, (GLsizei)d.width,
+                               (GLsizei)d.height, *memory, 0);
+  else
+    gl->TextureStorageMem3DEXT(*texture, (GLsizei)d.mip_levels, format, (GLsizei)d.width,
+                               (GLsizei)d.height,
+                               (GLsizei)(d.depth > 1 ? d.depth : d.array_layers), *memory, 0);
+  if (info.access & GPUSHM_OPEN_WRITE_DISCARD)
+    for (uint32_t level = 0; level < d.mip_levels; level++)
+      gl->InvalidateTexImage(*texture, (GLint)level);
+  if ((e = gl->GetError()) != GL_NO_ERROR) {
+    gl->DeleteTextures(1, texture);
+    gl->DeleteMemoryObjectsEXT(1, memory);
+    *texture = *memory = 0;
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "glTextureStorageMem*DEXT: GL error 0x%x",
+                           e);
+  }
+  return 0;
+}
+
+/* The client format and type that upload a format's texels as they lie in memory. */
+static inline int gpushm_gl__pixel(int format, GLenum *base, GLenum *type)
+{
+  switch (format) {
+  case GPUSHM_FORMAT_R8_UNORM: *base = GL_RED; *type = GL_UNSIGNED_BYTE; return 0;
+  case GPUSHM_FORMAT_RG8_UNORM: *base = 0x8227 /* GL_RG */; *type = GL_UNSIGNED_BYTE; return 0;
+  case GPUSHM_FORMAT_RGBA8_UNORM:
+  case GPUSHM_FORMAT_RGBA8_SRGB: *base = GL_RGBA; *type = GL_UNSIGNED_BYTE; return 0;
+  case GPUSHM_FORMAT_R16_UNORM: *base = GL_RED; *type = GL_UNSIGNED_SHORT; return 0;
+  case GPUSHM_FORMAT_RGBA16_UNORM: *base = GL_RGBA; *type = GL_UNSIGNED_SHORT; return 0;
+  case GPUSHM_FORMAT_R16_SFLOAT: *base = GL_RED; *type = 0x140B /* GL_HALF_FLOAT */; return 0;
+  case GPUSHM_FORMAT_RG16_SFLOAT: *base = 0x8227; *type = 0x140B; return 0;
+  case GPUSHM_FORMAT_RGBA16_SFLOAT: *base = GL_RGBA; *type = 0x140B; return 0;
+  case GPUSHM_FORMAT_R32_SFLOAT: *base = GL_RED; *type = GL_FLOAT; return 0;
+  case GPUSHM_FORMAT_RG32_SFLOAT: *base = 0x8227; *type = GL_FLOAT; return 0;
+  case GPUSHM_FORMAT_RGBA32_SFLOAT: *base = GL_RGBA; *type = GL_FLOAT; return 0;
+  case GPUSHM_FORMAT_R32_UINT: *base = 0x8D94 /* GL_RED_INTEGER */; *type = GL_UNSIGNED_INT; return 0;
+  case GPUSHM_FORMAT_RGBA32_UINT: *base = 0x8D99 /* GL_RGBA_INTEGER */; *type = GL_UNSIGNED_INT; return 0;
+  case GPUSHM_FORMAT_RGB10A2_UNORM: *base = GL_RGBA; *type = 0x8368 /* _2_10_10_10_REV */; return 0;
+  default: return -1;
+  }
+}
+
+/* Copies a linear image's rows (rows: its imported buffer) into texture, which the caller
+ * made with room for the image (glTextureStorage2D of its format, one level). */
+static inline int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf, GLuint rows,
+                                          GLuint texture)
+{
+  gpushm_image_desc_t d;
+  GLenum base, type, e;
+  int r;
+
+  gpushm_image_desc_init(&d);
+  if ((r = gpushm_buffer_image_desc(buf, &d)) < 0)
+    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  if (d.tiling != GPUSHM_TILING_LINEAR || gpushm_gl__pixel((int)d.format, &base, &type) < 0)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "not a linear image GL can upload");
+  gl->BindBuffer(GPUSHM_GL_PIXEL_UNPACK_BUFFER, rows);
+  gl->PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH,
+                  (GLint)(d.row_pitch / gpushm_format_texel_bytes((int)d.format)));
+  gl->TextureSubImage2D(texture, 0, 0, 0, (GLsizei)d.width, (GLsizei)d.height, base, type, 0);
+  gl->PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH, 0);
+  gl->BindBuffer(GPUSHM_GL_PIXEL_UNPACK_BUFFER, 0);
+  if ((e = gl->GetError()) != GL_NO_ERROR)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "uploading the rows: GL error 0x%x", e);
+  return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUSHM_GL_H */

@@ -1,0 +1,687 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpushm-vulkan.h — gpushm objects in Vulkan, header-only (docs/graphics.md).
+ *
+ * Compiled into the program that includes it, with that program's Vulkan headers and
+ * loader: libgpushm itself depends on no graphics API.  Needs Vulkan 1.1 and, on the
+ * VkDevice, VK_KHR_external_memory_fd (gpushm fd memory and registered memory) and
+ * VK_EXT_external_memory_host (gpushm host memory).
+ *
+ *  - gpushm_vk_import_buffer(): a buffer (or a linear image's rows) as a VkBuffer bound
+ *    to the imported memory.  cuda-fd memory imports only on the GPU it lives on and in
+ *    the driver that made it: checked first (gpushm_vk_check_device()), refused with a
+ *    message naming both sides.
+ *  - gpushm_vk_import_image(): an image as a VkImage.  Optimal images (registered by a
+ *    Vulkan process) are rebuilt exactly as their creator made them; a linear image
+ *    comes as a VkBuffer of rows, and as a LINEAR VkImage too where this device lays
+ *    such an image out with the same row pitch (else copy: vkCmdCopyBufferToImage
+ *    with bufferRowLength = row_length).
+ *  - gpushm_vk_create_image() / gpushm_vk_create_buffer(): exportable memory made here
+ *    and registered with gpushmd under a name (gpushm_register_memory()).
+ *
+ * Images change hands in VK_IMAGE_LAYOUT_GENERAL: a producer leaves them there; a
+ * consumer transitions from old_layout (GENERAL, or UNDEFINED, which discards the
+ * contents, for an open that promised GPUSHM_OPEN_WRITE_DISCARD).
+ *
+ * Every function returns 0 or a negative GPUSHM_E_* code, the reason in vk->error.  The
+ * object to import must be open with map_device GPUSHM_DEVICE_NONE (host buffers: any).
+ */
+#ifndef GPUSHM_VULKAN_H
+#define GPUSHM_VULKAN_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <vulkan/vulkan.h>
+
+#include "gpushm-graphics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpushm_vk {
+  VkInstance instance;
+  VkPhysicalDevice physical_device;
+  VkDevice device;
+  /* NULL: the loader's vkGetInstanceProcAddr, linked */
+  PFN_vkGetInstanceProcAddr get_instance_proc_addr;
+  char error[512]; /* why the last call failed */
+} gpushm_vk_t;
+
+typedef struct gpushm_vk_buffer {
+  VkBuffer buffer;
+  VkDeviceMemory memory;
+  VkDeviceSize offset; /* where the object starts in memory (bound there) */
+  VkDeviceSize size;
+} gpushm_vk_buffer_t;
+
+typedef struct gpushm_vk_image {
+  VkImage image;       /* VK_NULL_HANDLE: a linear image to copy from buffer */
+  VkDeviceMemory memory;
+  VkFormat format;
+  VkExtent3D extent;
+  uint32_t mip_levels, array_layers;
+  VkImageLayout old_layout; /* what to transition from (see the top of this file) */
+  /* Linear images: their rows as a buffer (row_length texels apart). */
+  VkBuffer buffer;
+  uint32_t row_length;
+} gpushm_vk_image_t;
+
+/* ---- implementation ------------------------------------------------------------- */
+
+static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(vk->error, sizeof vk->error, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+static inline int gpushm_vk__result(gpushm_vk_t *vk, VkResult r, const char *what)
+{
+  int err = r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY
+              ? GPUSHM_E_NOMEM
+            : r == VK_ERROR_INVALID_EXTERNAL_HANDLE ? GPUSHM_E_INVAL
+                                                    : GPUSHM_E_UNSUPPORTED;
+  return gpushm_vk__fail(vk, err, "%s failed: VkResult %d", what, (int)r);
+}
+
+static inline PFN_vkVoidFunction gpushm_vk__instance_fn(gpushm_vk_t *vk, const char *name)
+{
+  PFN_vkGetInstanceProcAddr gipa = vk->get_instance_proc_addr ? vk->get_instance_proc_addr
+                                                               : vkGetInstanceProcAddr;
+  return gipa(vk->instance, name);
+}
+
+static inline PFN_vkVoidFunction gpushm_vk__device_fn(gpushm_vk_t *vk, const char *name)
+{
+  PFN_vkGetDeviceProcAddr gdpa =
+    (PFN_vkGetDeviceProcAddr)gpushm_vk__instance_fn(vk, "vkGetDeviceProcAddr");
+  return gdpa ? gdpa(vk->device, name) : NULL;
+}
+
+#define GPUSHM_VK__FN(vk, type, name, device_level)                                        \
+  type name = (type)((device_level) ? gpushm_vk__device_fn((vk), #name)                    \
+                                    : gpushm_vk__instance_fn((vk), #name))
+
+static inline int gpushm_vk__zero(const uint8_t u[16])
+{
+  for (int i = 0; i < 16; i++)
+    if (u[i])
+      return 0;
+  return 1;
+}
+
+/* Whether memory described by info can be imported on vk's physical device: the same
+ * device (deviceUUID), the same driver (driverUUID, or the NVIDIA driver's version
+ * where gpushmd's own memory knows no driverUUID).  Host memory imports anywhere. */
+static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_info_t *info)
+{
+  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
+  VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
+  VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+  VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
+  char want[40], have[40];
+
+  if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER)
+    return 0;
+  if (!vkGetPhysicalDeviceProperties2)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed "
+                           "(vkGetPhysicalDeviceProperties2)");
+  vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
+  /* driverInfo is Vulkan 1.2's (VK_KHR_driver_properties before) */
+  if (props.properties.apiVersion >= VK_API_VERSION_1_2) {
+    id.pNext = &driver;
+    vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
+  }
+  gpushm__uuid_text(info->device_uuid, want);
+  gpushm__uuid_text(id.deviceUUID, have);
+  if (!gpushm_vk__zero(info->device_uuid) &&
+      memcmp(info->device_uuid, id.deviceUUID, VK_UUID_SIZE) != 0)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
+                           "%s); this Vulkan device is %s, %s (driver %s): memory imports "
+                           "only on its own device", want,
+                           info->driver_info[0] ? info->driver_info : "unknown",
+                           props.properties.deviceName, have,
+                           driver.driverInfo[0] ? driver.driverInfo : "unknown");
+  if (!gpushm_vk__zero(info->driver_uuid)) {
+    if (memcmp(info->driver_uuid, id.driverUUID, VK_UUID_SIZE) != 0) {
+      gpushm__uuid_text(info->driver_uuid, want);
+      gpushm__uuid_text(id.driverUUID, have);
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
+                             "(%s); this one is %s (%s): memory imports only into the "
+                             "driver that made it", want, info->driver_info, have,
+                             driver.driverInfo);
+    }
+  } else if (info->driver_info[0] && driver.driverInfo[0] &&
+             strcmp(info->driver_info, driver.driverInfo) != 0) {
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory belongs to NVIDIA driver %s; "
+                           "this Vulkan driver is %s: memory imports only into the driver "
+                           "that made it", info->driver_info, driver.driverInfo);
+  }
+  return 0;
+}
+
+/* The memory type for an import: the one named, else the first DEVICE_LOCAL one the
+ * import allows (what cuda-fd memory imports as), else the first it allows. */
+static inline int gpushm_vk__memory_type(gpushm_vk_t *vk, uint32_t allowed, uint32_t named,
+                                         uint32_t *out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceMemoryProperties,
+                vkGetPhysicalDeviceMemoryProperties, 0);
+  VkPhysicalDeviceMemoryProperties mp;
+
+  if (named != GPUSHM_MEMORY_TYPE_ANY) {
+    if (named >= 32 || !(allowed & (1u << named)))
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "memory type %u is not one this "
+                             "import allows (0x%x)", named, allowed);
+    *out = named;
+    return 0;
+  }
+  vkGetPhysicalDeviceMemoryProperties(vk->physical_device, &mp);
+  for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+    if ((allowed & (1u << i)) &&
+        (mp.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
+      *out = i;
+      return 0;
+    }
+  for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+    if (allowed & (1u << i)) {
+      *out = i;
+      return 0;
+    }
+  return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "no memory type for the import (0x%x)",
+                         allowed);
+}
+
+/* Usage an open may not ask for: what only writes, on a read-only open (Vulkan cannot
+ * narrow an OPAQUE_FD to reading, so this stops bugs, not a hostile process; storage
+ * usage stays, a shader may only read it). */
+#define GPUSHM_VK__BUFFER_WRITES VK_BUFFER_USAGE_TRANSFER_DST_BIT
+#define GPUSHM_VK__IMAGE_WRITES                                                            \
+  (VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_COLOR_ATTACHMENT_BIT)
+
+/* Allocates memory importing what info describes (the fd given is consumed either way)
+ * for an object with those requirements. */
+static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_info_t *info,
+                                           int fd, const VkMemoryRequirements *req,
+                                           VkBuffer dedicated_buffer, VkImage dedicated_image,
+                                           VkDeviceMemory *out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetMemoryHostPointerPropertiesEXT,
+                vkGetMemoryHostPointerPropertiesEXT, 1);
+  VkMemoryDedicatedAllocateInfo dedicated = {
+    .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+    .image = dedicated_image, .buffer = dedicated_buffer };
+  VkImportMemoryFdInfoKHR import_fd = { .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_FD_INFO_KHR,
+                                        .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+                                        .fd = fd };
+  VkImportMemoryHostPointerInfoEXT import_host = {
+    .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+    .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+    .pHostPointer = info->host_pointer };
+  VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                 .allocationSize = info->allocation_size };
+  uint32_t allowed = req->memoryTypeBits;
+  VkResult r;
+  int ret;
+
+  if (info->offset % (req->alignment ? req->alignment : 1) ||
+      info->offset + req->size > info->allocation_size) {
+    if (fd >= 0)
+      close(fd);
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the object lies at offset %llu of "
+                           "%llu bytes; this device wants %llu bytes aligned to %llu",
+                           (unsigned long long)info->offset,
+                           (unsigned long long)info->allocation_size,
+                           (unsigned long long)req->size, (unsigned long long)req->alignment);
+  }
+  if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER) {
+    VkMemoryHostPointerPropertiesEXT hp = { .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT };
+    if (!vkGetMemoryHostPointerPropertiesEXT)
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "host memory needs "
+                             "VK_EXT_external_memory_host on the device");
+    r = vkGetMemoryHostPointerPropertiesEXT(vk->device,
+                                            VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+                                            info->host_pointer, &hp);
+    if (r != VK_SUCCESS)
+      return gpushm_vk__result(vk, r, "vkGetMemoryHostPointerPropertiesEXT");
+    allowed &= hp.memoryTypeBits;
+    alloc.pNext = &import_host;
+  } else {
+    import_fd.pNext = dedicated_buffer || dedicated_image ? &dedicated : NULL;
+    alloc.pNext = &import_fd;
+  }
+  if ((ret = gpushm_vk__memory_type(vk, allowed, info->memory_type_index,
+                                    &alloc.memoryTypeIndex)) < 0) {
+    if (fd >= 0)
+      close(fd);
+    return ret;
+  }
+  r = vkAllocateMemory(vk->device, &alloc, NULL, out);
+  if (r != VK_SUCCESS) {
+    if (fd >= 0)
+      close(fd); /* an import owns its fd on success only */
+    return gpushm_vk__result(vk, r, "vkAllocateMemory (import)");
+  }
+  return 0;
+}
+
+static inline int gpushm_vk__info(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_memory_info_t *info,
+                                  int *fd)
+{
+  int r;
+
+  memset(info, 0, sizeof *info);
+  info->size = sizeof *info;
+  *fd = -1;
+  if ((r = gpushm_buffer_memory_info(buf, info)) < 0)
+    return gpushm_vk__fail(vk, r, "%s", gpushm_last_error_message());
+  if ((r = gpushm_vk_check_device(vk, info)) < 0)
+    return r;
+  if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER) {
+    if (info->access & GPUSHM_OPEN_READONLY)
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "host memory opened read-only is "
+                             "mapped read-only, which Vulkan cannot import: open it "
+                             "read-write");
+    return 0;
+  }
+  if ((r = gpushm_buffer_memory_fd(buf, fd)) < 0)
+    return gpushm_vk__fail(vk, r, "%s", gpushm_last_error_message());
+  return 0;
+}
+
+static inline void gpushm_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t *b)
+{
+  GPUSHM_VK__FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer, 1);
+  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  if (b->buffer)
+    vkDestroyBuffer(vk->device, b->buffer, NULL);
+  if (b->memory)
+    vkFreeMemory(vk->device, b->memory, NULL);
+  memset(b, 0, sizeof *b);
+}
+
+/* A VkBuffer of usage over the object's bytes (a linear image: its rows). */
+static inline int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+                                          VkBufferUsageFlags usage, gpushm_vk_buffer_t *out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements, 1);
+  GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
+  VkExternalMemoryBufferCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO };
+  VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext };
+  gpushm_memory_info_t info;
+  VkMemoryRequirements req;
+  VkResult r;
+  int fd, ret;
+
+  memset(out, 0, sizeof *out);
+  if ((ret = gpushm_vk__info(vk, buf, &info, &fd)) < 0)
+    return ret;
+  if ((info.access & GPUSHM_OPEN_READONLY) && (usage & GPUSHM_VK__BUFFER_WRITES)) {
+    if (fd >= 0)
+      close(fd);
+    return gpushm_vk__fail(vk, GPUSHM_E_PERM, "a read-only open is imported for reading: "
+                           "usage 0x%x writes", (unsigned)usage);
+  }
+  ext.handleTypes = info.handle_type == GPUSHM_EXTERNAL_HOST_POINTER
+                      ? VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
+                      : VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  bci.size = info.data_size;
+  bci.usage = usage;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if ((r = vkCreateBuffer(vk->device, &bci, NULL, &out->buffer)) != VK_SUCCESS) {
+    if (fd >= 0)
+      close(fd);
+    return gpushm_vk__result(vk, r, "vkCreateBuffer");
+  }
+  vkGetBufferMemoryRequirements(vk->device, out->buffer, &req);
+  ret = gpushm_vk__import_memory(vk, &info, fd, &req,
+                                 (info.flags & GPUSHM_EXTERNAL_DEDICATED) ? out->buffer : VK_NULL_HANDLE,
+                                 VK_NULL_HANDLE, &out->memory);
+  if (ret == 0 && (r = vkBindBufferMemory(vk->device, out->buffer, out->memory, info.offset)) != VK_SUCCESS)
+    ret = gpushm_vk__result(vk, r, "vkBindBufferMemory");
+  if (ret < 0) {
+    gpushm_vk_destroy_buffer(vk, out);
+    return ret;
+  }
+  out->offset = info.offset;
+  out->size = info.data_size;
+  return 0;
+}
+
+static inline VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage)
+{
+  return (usage & GPUSHM_IMAGE_USAGE_SAMPLED ? VK_IMAGE_USAGE_SAMPLED_BIT : 0) |
+         (usage & GPUSHM_IMAGE_USAGE_STORAGE ? VK_IMAGE_USAGE_STORAGE_BIT : 0) |
+         (usage & GPUSHM_IMAGE_USAGE_COLOR_ATTACHMENT ? VK_IMAGE_USAGE_COLOR_ATTACHMENT_BIT : 0) |
+         (usage & GPUSHM_IMAGE_USAGE_TRANSFER_SRC ? VK_IMAGE_USAGE_TRANSFER_SRC_BIT : 0) |
+         (usage & GPUSHM_IMAGE_USAGE_TRANSFER_DST ? VK_IMAGE_USAGE_TRANSFER_DST_BIT : 0);
+}
+
+static inline VkImageCreateInfo gpushm_vk__image_info(const gpushm_image_desc_t *d,
+                                                      VkImageTiling tiling, const void *next)
+{
+  VkImageCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, .pNext = next };
+  ici.imageType = d->depth > 1 ? VK_IMAGE_TYPE_3D : VK_IMAGE_TYPE_2D;
+  ici.format = (VkFormat)gpushm_format_vk((int)d->format);
+  ici.extent.width = d->width;
+  ici.extent.height = d->height;
+  ici.extent.depth = d->depth;
+  ici.mipLevels = d->mip_levels;
+  ici.arrayLayers = d->array_layers;
+  ici.samples = VK_SAMPLE_COUNT_1_BIT;
+  ici.tiling = tiling;
+  ici.usage = gpushm_vk_image_usage(d->usage);
+  ici.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  ici.initialLayout = VK_IMAGE_LAYOUT_UNDEFINED;
+  return ici;
+}
+
+static inline void gpushm_vk_destroy_image(gpushm_vk_t *vk, gpushm_vk_image_t *img)
+{
+  GPUSHM_VK__FN(vk, PFN_vkDestroyImage, vkDestroyImage, 1);
+  GPUSHM_VK__FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer, 1);
+  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  if (img->image)
+    vkDestroyImage(vk->device, img->image, NULL);
+  if (img->buffer)
+    vkDestroyBuffer(vk->device, img->buffer, NULL);
+  if (img->memory)
+    vkFreeMemory(vk->device, img->memory, NULL);
+  memset(img, 0, sizeof *img);
+}
+
+/* A linear image: its rows as a buffer, and as a LINEAR image where this device's
+ * layout of one has the same row pitch (aliasing the same memory). */
+static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+                                           const gpushm_image_desc_t *d, gpushm_vk_image_t *out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
+  GPUSHM_VK__FN(vk, PFN_vkDestroyImage, vkDestroyImage, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetImageSubresourceLayout, vkGetImageSubresourceLayout, 1);
+  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  VkExternalMemoryImageCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO };
+  VkImageSubresource sub = { VK_IMAGE_ASPECT_COLOR_BIT, 0, 0 };
+  gpushm_memory_info_t info = { .size = sizeof info };
+  gpushm_vk_buffer_t rows;
+  VkSubresourceLayout layout;
+  VkMemoryRequirements req;
+  VkImageCreateInfo ici;
+  VkImage image;
+  int ret;
+
+  /* rows for copies and for compute shaders (storage buffers), written only by a
+   * read-write open */
+  ret = gpushm_vk_import_buffer(vk, buf, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                  VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                  ((gpushm_buffer_memory_info(buf, &info) == 0 &&
+                                    !(info.access & GPUSHM_OPEN_READONLY))
+                                     ? VK_BUFFER_USAGE_TRANSFER_DST_BIT : 0), &rows);
+  if (ret < 0)
+    return ret;
+  out->buffer = rows.buffer;
+  out->memory = rows.memory;
+  out->row_length = (uint32_t)(d->row_pitch / gpushm_format_texel_bytes((int)d->format));
+  ext.handleTypes = info.handle_type == GPUSHM_EXTERNAL_HOST_POINTER
+                      ? VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
+                      : VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  ici = gpushm_vk__image_info(d, VK_IMAGE_TILING_LINEAR, &ext);
+  if ((info.access & GPUSHM_OPEN_READONLY))
+    ici.usage &= ~(VkImageUsageFlags)GPUSHM_VK__IMAGE_WRITES;
+  if (!ici.usage || vkCreateImage(vk->device, &ici, NULL, &image) != VK_SUCCESS)
+    return 0; /* no LINEAR image of this kind here: the buffer is the way */
+  vkGetImageSubresourceLayout(vk->device, image, &sub, &layout);
+  vkGetImageMemoryRequirements(vk->device, image, &req);
+  if (layout.offset != 0 || layout.rowPitch != d->row_pitch ||
+      (req.alignment && rows.offset % req.alignment) || !(req.memoryTypeBits) ||
+      rows.offset + req.size > info.allocation_size ||
+      vkBindImageMemory(vk->device, image, out->memory, rows.offset) != VK_SUCCESS) {
+    vkDestroyImage(vk->device, image, NULL);
+    return 0;
+  }
+  out->image = image;
+  return 0;
+}
+
+/* The image buf is (open with GPUSHM_DEVICE_NONE, or host memory). */
+static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_vk_image_t *out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
+  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  VkExternalMemoryImageCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  gpushm_image_desc_t d;
+  gpushm_memory_info_t info;
+  VkMemoryRequirements req;
+  VkImageCreateInfo ici;
+  VkResult r;
+  int fd, ret;
+
+  memset(out, 0, sizeof *out);
+  gpushm_image_desc_init(&d);
+  if ((ret = gpushm_buffer_image_desc(buf, &d)) < 0)
+    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  out->format = (VkFormat)gpushm_format_vk((int)d.format);
+  out->extent.width = d.width;
+  out->extent.height = d.height;
+  out->extent.depth = d.depth;
+  out->mip_levels = d.mip_levels;
+  out->array_layers = d.array_layers;
+  if ((ret = gpushm_vk__info(vk, buf, &info, &fd)) < 0)
+    return ret;
+  out->old_layout = (info.access & GPUSHM_OPEN_WRITE_DISCARD) ? VK_IMAGE_LAYOUT_UNDEFINED
+                                                              : VK_IMAGE_LAYOUT_GENERAL;
+  if (d.tiling == GPUSHM_TILING_LINEAR) {
+    if (fd >= 0)
+      close(fd); /* gpushm_vk_import_buffer() takes its own */
+    if ((ret = gpushm_vk__import_linear(vk, buf, &d, out)) < 0)
+      gpushm_vk_destroy_image(vk, out);
+    return ret;
+  }
+  ici = gpushm_vk__image_info(&d, VK_IMAGE_TILING_OPTIMAL, &ext);
+  if ((info.access & GPUSHM_OPEN_READONLY))
+    ici.usage &= ~(VkImageUsageFlags)GPUSHM_VK__IMAGE_WRITES;
+  if ((r = vkCreateImage(vk->device, &ici, NULL, &out->image)) != VK_SUCCESS) {
+    close(fd);
+    return gpushm_vk__result(vk, r, "vkCreateImage");
+  }
+  vkGetImageMemoryRequirements(vk->device, out->image, &req);
+  ret = gpushm_vk__import_memory(vk, &info, fd, &req, VK_NULL_HANDLE,
+                                 (info.flags & GPUSHM_EXTERNAL_DEDICATED) ? out->image : VK_NULL_HANDLE,
+                                 &out->memory);
+  if (ret == 0 && (r = vkBindImageMemory(vk->device, out->image, out->memory, 0)) != VK_SUCCESS)
+    ret = gpushm_vk__result(vk, r, "vkBindImageMemory");
+  if (ret < 0)
+    gpushm_vk_destroy_image(vk, out);
+  return ret;
+}
+
+/* What registering memory of this device needs to say about it. */
+static inline int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t *m)
+{
+  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
+  VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
+  VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+  VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
+
+  if (!vkGetPhysicalDeviceProperties2)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed");
+  vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
+  if (props.properties.apiVersion >= VK_API_VERSION_1_2) {
+    id.pNext = &driver;
+    vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
+  }
+  memcpy(m->device_uuid, id.deviceUUID, sizeof m->device_uuid);
+  memcpy(m->driver_uuid, id.driverUUID, sizeof m->driver_uuid);
+  snprintf(m->driver_info, sizeof m->driver_info, "%.63s", driver.driverInfo);
+  return 0;
+}
+
+/* Exportable memory for requirements req (dedicated to image or buffer where the driver
+ * prefers it), its fd in *fd. */
+static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkImage image,
+                                           gpushm_external_memory_t *m, VkDeviceMemory *out, int *fd)
+{
+  GPUSHM_VK__FN(vk, PFN_vkGetBufferMemoryRequirements2, vkGetBufferMemoryRequirements2, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements2, vkGetImageMemoryRequirements2, 1);
+  GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
+  GPUSHM_VK__FN(vk, PFN_vkGetMemoryFdKHR, vkGetMemoryFdKHR, 1);
+  VkMemoryDedicatedRequirements dreq = { .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS };
+  VkMemoryRequirements2 req = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, .pNext = &dreq };
+  VkMemoryDedicatedAllocateInfo dedicated = {
+    .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, .image = image, .buffer = buffer };
+  VkExportMemoryAllocateInfo export_info = {
+    .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &export_info };
+  VkMemoryGetFdInfoKHR get_fd = { .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                                  .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  VkResult r;
+  int ret;
+
+  if (!vkGetMemoryFdKHR)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "VK_KHR_external_memory_fd is not "
+                           "enabled on the device");
+  if (image) {
+    VkImageMemoryRequirementsInfo2 ri = {
+      .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_REQUIREMENTS_INFO_2, .image = image };
+    vkGetImageMemoryRequirements2(vk->device, &ri, &req);
+  } else {
+    VkBufferMemoryRequirementsInfo2 ri = {
+      .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_REQUIREMENTS_INFO_2, .buffer = buffer };
+    vkGetBufferMemoryRequirements2(vk->device, &ri, &req);
+  }
+  if (dreq.prefersDedicatedAllocation || dreq.requiresDedicatedAllocation) {
+    export_info.pNext = &dedicated;
+    m->flags |= GPUSHM_EXTERNAL_DEDICATED;
+  }
+  alloc.allocationSize = req.memoryRequirements.size;
+  if ((ret = gpushm_vk__memory_type(vk, req.memoryRequirements.memoryTypeBits,
+                                    GPUSHM_MEMORY_TYPE_ANY, &alloc.memoryTypeIndex)) < 0)
+    return ret;
+  if ((r = vkAllocateMemory(vk->device, &alloc, NULL, out)) != VK_SUCCESS)
+    return gpushm_vk__result(vk, r, "vkAllocateMemory (exportable)");
+  get_fd.memory = *out;
+  if ((r = vkGetMemoryFdKHR(vk->device, &get_fd, fd)) != VK_SUCCESS) {
+    vkFreeMemory(vk->device, *out, NULL);
+    *out = VK_NULL_HANDLE;
+    return gpushm_vk__result(vk, r, "vkGetMemoryFdKHR");
+  }
+  m->allocation_size = alloc.allocationSize;
+  m->memory_type_index = alloc.memoryTypeIndex;
+  return 0;
+}
+
+/* Makes an exportable optimal-tiling image of desc here (tiling must be optimal),
+ * registers it as name (opts: mode, lifetime, metadata), and gives back the image
+ * (bound, in VK_IMAGE_LAYOUT_UNDEFINED) and the registration's handle. */
+static inline int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+                                         const gpushm_image_desc_t *desc,
+                                         const gpushm_create_opts_t *opts,
+                                         gpushm_vk_image_t *out, gpushm_buffer_t **buf_out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
+  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  VkExternalMemoryImageCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  gpushm_external_memory_t m;
+  VkImageCreateInfo ici;
+  VkResult r;
+  int fd = -1, ret;
+
+  memset(out, 0, sizeof *out);
+  *buf_out = NULL;
+  if (desc->tiling != GPUSHM_TILING_OPTIMAL || !gpushm_format_vk((int)desc->format))
+    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "gpushm_vk_create_image makes optimal-tiling "
+                           "images of a known format (linear ones: gpushm_image_create)");
+  gpushm_external_memory_init(&m);
+  if ((ret = gpushm_vk__describe(vk, &m)) < 0)
+    return ret;
+  ici = gpushm_vk__image_info(desc, VK_IMAGE_TILING_OPTIMAL, &ext);
+  if ((r = vkCreateImage(vk->device, &ici, NULL, &out->image)) != VK_SUCCESS)
+    return gpushm_vk__result(vk, r, "vkCreateImage (exportable)");
+  ret = gpushm_vk__export_memory(vk, VK_NULL_HANDLE, out->image, &m, &out->memory, &fd);
+  if (ret == 0 && (r = vkBindImageMemory(vk->device, out->image, out->memory, 0)) != VK_SUCCESS)
+    ret = gpushm_vk__result(vk, r, "vkBindImageMemory");
+  if (ret == 0) {
+    m.fd = fd;
+    m.image = desc;
+    if ((ret = gpushm_register_memory(conn, name, &m, opts, buf_out)) < 0)
+      gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  }
+  if (fd >= 0)
+    close(fd); /* gpushmd keeps its own copy */
+  if (ret < 0) {
+    gpushm_vk_destroy_image(vk, out);
+    return ret;
+  }
+  out->format = ici.format;
+  out->extent = ici.extent;
+  out->mip_levels = ici.mipLevels;
+  out->array_layers = ici.arrayLayers;
+  out->old_layout = VK_IMAGE_LAYOUT_UNDEFINED;
+  return 0;
+}
+
+/* The same for a buffer of size bytes and usage. */
+static inline int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+                                          VkDeviceSize size, VkBufferUsageFlags usage,
+                                          const gpushm_create_opts_t *opts, gpushm_vk_buffer_t *out,
+                                          gpushm_buffer_t **buf_out)
+{
+  GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
+  GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
+  VkExternalMemoryBufferCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext };
+  gpushm_external_memory_t m;
+  VkResult r;
+  int fd = -1, ret;
+
+  memset(out, 0, sizeof *out);
+  *buf_out = NULL;
+  gpushm_external_memory_init(&m);
+  if ((ret = gpushm_vk__describe(vk, &m)) < 0)
+    return ret;
+  bci.size = size;
+  bci.usage = usage;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if ((r = vkCreateBuffer(vk->device, &bci, NULL, &out->buffer)) != VK_SUCCESS)
+    return gpushm_vk__result(vk, r, "vkCreateBuffer (exportable)");
+  ret = gpushm_vk__export_memory(vk, out->buffer, VK_NULL_HANDLE, &m, &out->memory, &fd);
+  if (ret == 0 && (r = vkBindBufferMemory(vk->device, out->buffer, out->memory, 0)) != VK_SUCCESS)
+    ret = gpushm_vk__result(vk, r, "vkBindBufferMemory");
+  if (ret == 0) {
+    m.fd = fd;
+    m.data_size = size;
+    if ((ret = gpushm_register_memory(conn, name, &m, opts, buf_out)) < 0)
+      gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  }
+  if (fd >= 0)
+    close(fd);
+  if (ret < 0) {
+    gpushm_vk_destroy_buffer(vk, out);
+    return ret;
+  }
+  out->size = size;
+  return 0;
+}
+
+#undef GPUSHM_VK__FN
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUSHM_VULKAN_H */

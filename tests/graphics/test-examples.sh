@@ -1,0 +1,19 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The graphics examples as a user runs them (examples/graphics/run-examples.sh): the
+# producer animates an image, the Vulkan and GL consumers each take three frames, check
+# them against what the producer rendered and write PNGs.
+set -eu
+b=${GPUSHM_TEST_BUILDDIR:?}
+s=${GPUSHM_TEST_SRCDIR:?}
+out=$(mktemp -d /tmp/gpushm-frames.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+for p in frame-producer frame-vk-consumer frame-gl-consumer; do
+  [ -x "$b/examples/graphics/$p" ] || { echo "FAIL: examples/graphics/$p not built"; exit 1; }
+done
+unset GPUSHM_SOCKET
+sh "$s/examples/graphics/run-examples.sh" "$b" "$out"
+n=$(ls "$out"/*.png | wc -l)
+[ "$n" -ge 6 ] || { echo "FAIL: $n frames written"; exit 1; }
+head -c 8 "$(ls "$out"/vk-frame-*.png | head -n 1)" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" ||
+  { echo "FAIL: not a PNG"; exit 1; }
