@@ -77,6 +77,10 @@ typedef struct gpushm_gl {
   char error[512]; /* why the last call failed */
 } gpushm_gl_t;
 
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...);
 static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...)
 {
   va_list ap;

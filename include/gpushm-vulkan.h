@@ -71,6 +71,10 @@ typedef struct gpushm_vk_image {
 
 /* ---- implementation ------------------------------------------------------------- */
 
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...);
 static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...)
 {
   va_list ap;
