@@ -7,8 +7,17 @@
 #include "gpushm-graphics.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpushm_limits.h"
 
 static int cuda_match(const uint8_t (*cuda)[16], size_t n_cuda, const uint8_t uuid[16])
 {
@@ -204,9 +213,63 @@ static void probe_gl(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_f
 }
 #endif
 
+static void unanswered(struct graphics_finding *f, const char *why)
+{
+  f->status = GRAPHICS_FAIL;
+  snprintf(f->detail, sizeof f->detail, "%s", why);
+}
+
+/* The drivers are probed in a child process: a broken ICD that crashes or hangs costs
+ * that child, not gpushmctl, and what the drivers allocate and never free (Mesa's, once
+ * the loader has unloaded it) dies with the child instead of failing leak checks. */
 void doctor_graphics(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_finding *vulkan,
                      struct graphics_finding *gl)
 {
-  probe_vulkan(cuda, n_cuda, vulkan);
-  probe_gl(cuda, n_cuda, gl);
+  const char *env = getenv("GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS");
+  int timeout_ms = env && atoi(env) > 0 ? atoi(env) : GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS;
+  struct graphics_finding found[2];
+  struct pollfd p;
+  char why[160];
+  size_t got = 0;
+  int fds[2], status;
+  pid_t pid;
+
+  if (pipe2(fds, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+    snprintf(why, sizeof why, "cannot start the probe: %s", strerror(errno));
+    unanswered(vulkan, why);
+    unanswered(gl, why);
+    return;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    probe_vulkan(cuda, n_cuda, &found[0]);
+    probe_gl(cuda, n_cuda, &found[1]);
+    _exit(write(fds[1], found, sizeof found) == (ssize_t)sizeof found ? 0 : 1);
+  }
+  close(fds[1]);
+  p = (struct pollfd){ .fd = fds[0], .events = POLLIN };
+  while (got < sizeof found && poll(&p, 1, timeout_ms) > 0) {
+    ssize_t n = read(fds[0], (char *)found + got, sizeof found - got);
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+  }
+  close(fds[0]);
+  if (got < sizeof found)
+    kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (got == sizeof found) {
+    *vulkan = found[0];
+    *gl = found[1];
+    return;
+  }
+  if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
+    snprintf(why, sizeof why, "the graphics drivers' probe crashed (signal %d): a graphics "
+             "program here would too", WTERMSIG(status));
+  else
+    snprintf(why, sizeof why, "the graphics drivers did not answer within %d ms "
+             "(GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS)", timeout_ms);
+  unanswered(vulkan, why);
+  unanswered(gl, why);
 }

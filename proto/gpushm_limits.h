@@ -52,6 +52,11 @@
  * alignment and Vulkan's optimal buffer copy row pitch divide it on the GPUs measured. */
 #define GPUSHM_IMAGE_ROW_ALIGN         256u
 
+/* How long gpushmctl doctor waits for its child probing the Vulkan and GL drivers
+ * (GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS in the environment overrides it): lavapipe takes
+ * ~0.2 s, a hung driver would take for ever. */
+#define GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS 10000
+
 /* Dimensions of a tensor made of a buffer (gpushm_buffer_dlpack()); NumPy's own limit
  * before 2.0. */
 #define GPUSHM_LIMIT_TENSOR_NDIM       32u

@@ -76,6 +76,24 @@ contains "cuda-fd/offered          FAIL   gpushmd does not offer it: unsupported
 contains "verdict: cuda-fd (asked for) does NOT work for this process"
 # the trial leaves nothing behind
 expect 0 "$ctl" list --all; [ "$(echo "$out" | wc -l)" = 1 ] || fail "doctor left a buffer: $out"
+# a Vulkan driver that crashes or hangs as it loads costs the probe's child, not doctor:
+# both graphics rows say so, the verdict stands
+icd=$GPUSHM_TEST_BUILDDIR/tests/integration/.libs/libbroken-icd.so
+if [ -r "$icd" ] && "$ctl" doctor 2>&1 | grep -q '^graphics/vulkan .*no Vulkan loader'; then
+  echo "# no Vulkan loader here: the broken-driver cases need one"
+elif [ -r "$icd" ]; then
+  printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
+    "$icd" > "$dir/broken-icd.json"
+  expect 0 env VK_DRIVER_FILES="$dir/broken-icd.json" VK_ICD_FILENAMES="$dir/broken-icd.json" \
+    GPUSHM_TEST_ICD=crash "$ctl" doctor
+  contains "graphics/vulkan          FAIL   the graphics drivers' probe crashed (signal 11)"
+  contains "graphics/gl              FAIL   the graphics drivers' probe crashed (signal 11)"
+  contains "verdict: host (gpushmd's default) works for this process"
+  expect 0 env VK_DRIVER_FILES="$dir/broken-icd.json" VK_ICD_FILENAMES="$dir/broken-icd.json" \
+    GPUSHM_TEST_ICD=hang GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS=300 "$ctl" doctor
+  contains "graphics/vulkan          FAIL   the graphics drivers did not answer within 300 ms"
+  contains "verdict: host (gpushmd's default) works for this process"
+fi
 stop_daemon
 
 if [ ! -r "${GPUSHM_FAKE_CUDA_LIB:-}" ]; then
