@@ -267,6 +267,9 @@ void doctor_graphics(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_f
   if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
     snprintf(why, sizeof why, "the graphics drivers' probe crashed (signal %d): a graphics "
              "program here would too", WTERMSIG(status));
+  else if (WIFEXITED(status)) /* a sanitizer's handler turns a crash into an exit */
+    snprintf(why, sizeof why, "the graphics drivers' probe crashed (exit status %d): a "
+             "graphics program here would too", WEXITSTATUS(status));
   else
     snprintf(why, sizeof why, "the graphics drivers did not answer within %d ms "
              "(GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS)", timeout_ms);

@@ -86,8 +86,9 @@ elif [ -r "$icd" ]; then
     "$icd" > "$dir/broken-icd.json"
   expect 0 env VK_DRIVER_FILES="$dir/broken-icd.json" VK_ICD_FILENAMES="$dir/broken-icd.json" \
     GPUSHM_TEST_ICD=crash "$ctl" doctor
-  contains "graphics/vulkan          FAIL   the graphics drivers' probe crashed (signal 11)"
-  contains "graphics/gl              FAIL   the graphics drivers' probe crashed (signal 11)"
+  # (signal 11; under a sanitizer, whose handler catches it, an exit status)
+  contains "graphics/vulkan          FAIL   the graphics drivers' probe crashed ("
+  contains "graphics/gl              FAIL   the graphics drivers' probe crashed ("
   contains "verdict: host (gpushmd's default) works for this process"
   expect 0 env VK_DRIVER_FILES="$dir/broken-icd.json" VK_ICD_FILENAMES="$dir/broken-icd.json" \
     GPUSHM_TEST_ICD=hang GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS=300 "$ctl" doctor
