@@ -19,6 +19,7 @@
 
 #include "gpushm_limits.h"
 
+#if defined(HAVE_VULKAN_HEADERS) || defined(HAVE_EGL_HEADERS)
 static int cuda_match(const uint8_t (*cuda)[16], size_t n_cuda, const uint8_t uuid[16])
 {
   for (size_t i = 0; i < n_cuda; i++)
@@ -26,6 +27,7 @@ static int cuda_match(const uint8_t (*cuda)[16], size_t n_cuda, const uint8_t uu
       return (int)i;
   return -1;
 }
+#endif
 
 #ifdef HAVE_VULKAN_HEADERS
 #include <vulkan/vulkan.h>
