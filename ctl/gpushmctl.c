@@ -1381,8 +1381,9 @@ static int cmd_disconnect(struct ctl *ctl, int argc, char **argv)
   parse_client_id(argv[0], &id);
   if ((r = gpushm_client_disconnect(ctl->conn, id)) < 0)
     return fail("disconnect", r);
-  printf("client %u disconnected: its references are released; memory it has mapped stays "
-         "mapped in that process\n", id);
+  printf("client %u disconnected: its references are released; host memory nobody else "
+         "holds is taken back from that process, device memory it maps stays allocated "
+         "until it exits\n", id);
   return 0;
 }
 

@@ -671,6 +671,7 @@ void registry_destroy(struct registry *reg)
    * daemon, so nobody is told of unlinks. */
   reg->on_unlink = NULL;
   reg->on_created = NULL;
+  reg->stopping = true; /* and their memory stays as it is, for the same reason */
   while (registry_count(reg)) {
     struct reg_object *obj = registry_at(reg, registry_count(reg) - 1);
     while (obj->holdings.next != &obj->holdings) {

@@ -132,6 +132,9 @@ struct registry {
   /* Persistent host and cuda-fd buffers go to systemd's fd store, one allocation each:
    * they are not carved while it is reachable (docs/segments.md). */
   bool persist_dedicated;
+  /* registry_destroy is freeing everything: memory persists for the next daemon rather
+   * than being taken back (kind_buffer.c). */
+  bool stopping;
 };
 
 int registry_init(struct registry *reg, const struct reg_limits *limits);

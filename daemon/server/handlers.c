@@ -761,7 +761,8 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
     for (size_t i = 0; i < d->n; i++) {
       const struct detached_buffer *b = &d->buffers[i];
       bool gone = registry_find_id(reg, b->id) == NULL; /* ids are never reused */
-      if (gone) {
+      /* Host memory was taken back as it was freed (kind_buffer.c): nobody pins it. */
+      if (gone && b->backend != GPUSHM_BACKEND_HOST) {
         if (n_released == cap) {
           struct released_bytes *grown = realloc(released, (cap = cap ? 2 * cap : 64) * sizeof *grown);
           if (!grown) {
