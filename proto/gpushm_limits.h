@@ -66,6 +66,12 @@
 /* Connections one uid may hold, so that one user cannot take every slot (admins are
  * exempt). */
 #define GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID 256u
+/* The last max-clients / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV connections are kept for uids
+ * holding fewer than that many / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV (at least 1): a few
+ * uids that each fill their per-uid limit cannot lock another uid out (1024 and 256:
+ * four uids hold 896, and 128 slots stay for others, 16 per uid). */
+#define GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV 8u
+#define GPUSHM_LIMIT_NEWCOMER_SHARE_DIV 8u
 /* Connections admins (root, --admin-group) may open beyond max-clients: a daemon that
  * is full can still be inspected and repaired. */
 #define GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS 16u

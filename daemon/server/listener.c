@@ -222,10 +222,13 @@ void listener_set_limits(struct listener *l, uint32_t max_clients, uint32_t max_
 }
 
 /* Limits are checked with the client's identity in hand: non-admins stop at
- * max-clients and at max-clients-per-uid, so no user can take every slot; admins have
- * a reserve beyond max-clients to inspect and repair a full daemon. */
+ * max-clients and at max-clients-per-uid, so no user can take every slot, and the last
+ * slots go only to uids that hold few, so that a few users cannot take them all either;
+ * admins have a reserve beyond max-clients to inspect and repair a full daemon. */
 int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t why_len)
 {
+  const uint32_t kept = l->max_clients / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV;
+  const uint32_t few = kept / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV ? kept / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV : 1;
   uint32_t mine;
 
   l->n_clients++;
@@ -245,6 +248,10 @@ int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t 
   } else if (mine > l->max_clients_per_uid) {
     snprintf(why, why_len, "uid %u already has %u connections to gpushmd (limit %u)",
              (unsigned)uid, mine - 1, l->max_clients_per_uid);
+  } else if (l->n_clients > l->max_clients - kept && mine > few) {
+    snprintf(why, why_len, "gpushmd is nearly full (%u of %u clients): its last %u slots are "
+             "kept for users holding fewer than %u connections, and uid %u holds %u",
+             l->n_clients - 1, l->max_clients, kept, few, (unsigned)uid, mine - 1);
   } else {
     return 0;
   }

@@ -2,6 +2,7 @@
  * admins, a Hello deadline for silent sockets) and client timeouts against a daemon
  * that stopped answering.  Needs root to act as other uids; skips otherwise. */
 #include "config.h"
+#include "gpushm_limits.h"
 #include "harness.h"
 #include "raw.h"
 
@@ -110,6 +111,44 @@ static void test_limits(void)
   daemon_stop(&d);
 }
 
+/* Issue 29, item 3: four uids that each take all the per-uid limit allows fill all but
+ * the last slots, which stay for a fifth uid; root keeps its reserve. */
+static void test_fair_share(void)
+{
+  enum { MAX = 64, PER_UID = 16, KEPT = MAX / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV };
+  static const uid_t uids[5] = { 65530, 65531, 65532, 65533, NOBODY };
+  int report[2], release[2];
+  pid_t pids[5];
+  gpushm_t *admin;
+  uint32_t n;
+
+  daemon_start(&d, "--max-clients", "64", "--max-clients-per-uid", "16", NULL);
+  CHECK(pipe(report) == 0 && pipe(release) == 0);
+  watcher = daemon_connect(&d);
+  n = 1;
+  CHECK(wait_until(clients_are, &d, &n));
+  for (int i = 0; i < 3; i++) {
+    pids[i] = hold_as(uids[i], PER_UID, report, release);
+    expect_held(report, PER_UID, 0);
+  }
+  /* the fourth gets what is left before the kept slots (the watcher holds one)... */
+  pids[3] = hold_as(uids[3], PER_UID, report, release);
+  expect_held(report, MAX - KEPT - 1 - 3 * PER_UID, GPUSHM_E_LIMIT);
+  /* ...and a fifth uid still gets in, though no more than its share of them */
+  pids[4] = hold_as(uids[4], PER_UID, report, release);
+  expect_held(report, KEPT / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV ? KEPT / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV : 1,
+              GPUSHM_E_LIMIT);
+  CHECK_OK(gpushm_connect(d.socket, "admin", &admin));
+  gpushm_disconnect(admin);
+  CHECK(write(release[1], "xxxxx", 5) == 5);
+  for (int i = 0; i < 5; i++)
+    check_child(pids[i]);
+  close(report[0]), close(report[1]), close(release[0]), close(release[1]);
+  gpushm_disconnect(watcher);
+  daemon_stop(&d);
+  test_log("four uids filling their limits left the last %u of %u slots to a fifth", KEPT, MAX);
+}
+
 static void test_hello_deadline(void)
 {
   uint8_t buf[WIRE_RECV_BUF];
@@ -215,6 +254,7 @@ int main(void)
     return TEST_SKIP;
   }
   test_limits();
+  test_fair_share();
   test_hello_deadline();
   test_client_timeouts();
   test_connect_timeout();
