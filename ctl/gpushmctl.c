@@ -4,6 +4,7 @@
 #include "doctor.h"
 #include "escape.h"
 #include "format.h"
+#include "textfile.h"
 #include "gpushm-admin.h"
 #include "gpushm-graphics.h"
 
@@ -32,6 +33,7 @@ struct ctl {
   uint32_t backend;
   const char *metadata; /* create --metadata */
   uint32_t format;      /* create-image --format */
+  const char *textfile; /* stats --textfile */
   gpushm_t *conn;
 };
 
@@ -1214,11 +1216,26 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
 
 static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
+  struct textfile tf;
   gpushm_stats_t *s;
+  char err[512];
   int r = gpushm_stats(ctl->conn, &s);
 
   if (r < 0)
     return fail("stats", r);
+  /* --textfile: the output replaces that file whole, or not at all */
+  if (ctl->textfile) {
+    fflush(stdout);
+    if (textfile_begin(&tf, ctl->textfile, err, sizeof err) < 0 ||
+        (dup2(tf.fd, STDOUT_FILENO) < 0 && (snprintf(err, sizeof err, "dup2: %s",
+                                                     strerror(errno)), 1))) {
+      if (tf.fd >= 0)
+        textfile_abort(&tf);
+      fprintf(stderr, "gpushmctl: stats: %s\n", err);
+      gpushm_stats_free(s);
+      return EXIT_FAILED;
+    }
+  }
   if (ctl->prometheus)
     prometheus_stats(s);
   else if (ctl->json)
@@ -1226,6 +1243,17 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
   else
     text_stats(ctl, s);
   gpushm_stats_free(s);
+  if (ctl->textfile) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+      fprintf(stderr, "gpushmctl: stats: writing %s failed: %s\n", ctl->textfile, strerror(errno));
+      textfile_abort(&tf);
+      return EXIT_FAILED;
+    }
+    if (textfile_commit(&tf, err, sizeof err) < 0) {
+      fprintf(stderr, "gpushmctl: stats: %s\n", err);
+      return EXIT_FAILED;
+    }
+  }
   return 0;
 }
 
@@ -1434,7 +1462,7 @@ static const struct cmd_entry commands[] = {
     cmd_show, NULL, false },
   { "clients", NULL, "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients,
     NULL, false },
-  { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
+  { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes,textfile", 0, 0,
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
     "device,mode,session,backend,sync,metadata", 2, 2, cmd_create, check_create, false },
@@ -1466,6 +1494,7 @@ static const struct option long_options[] = {
   { "sync", no_argument, NULL, 'y' },
   { "metadata", required_argument, NULL, 'M' },
   { "format", required_argument, NULL, 'F' },
+  { "textfile", required_argument, NULL, 'T' },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -1501,6 +1530,8 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "sync", "--sync         with acquire/release ordering" },
     { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
     { "format", "--format F     image format, default rgba8-unorm (docs/graphics.md)" },
+    { "textfile", "--textfile FILE  replace FILE whole with the output (node_exporter's "
+      "textfile collector; links in its directory are not followed)" },
   };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
           cmd->args, cmd->summary);
@@ -1584,6 +1615,7 @@ int main(int argc, char **argv)
     case 'S': name = "session"; ctl.session = true; break;
     case 'y': name = "sync"; ctl.sync = true; break;
     case 'M': name = "metadata"; ctl.metadata = optarg; break;
+    case 'T': name = "textfile"; ctl.textfile = optarg; break;
     case 'F':
       name = "format";
       if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {
