@@ -525,6 +525,34 @@ static void test_unsafe_socket_dirs(void)
   CHECK(file_contains(out, "symlink"));
   CHECK(file_contains(out, "belongs to uid 65534"));
 
+  /* issue 29, item 5: the directories a path lacks are made only once the way to them
+   * is checked: through someone else's link into a root-only directory, nothing is
+   * created there */
+  snprintf(dir, sizeof dir, "%s/rootonly", base);
+  CHECK(mkdir(dir, 0700) == 0);
+  snprintf(sock, sizeof sock, "%s/trap", base);
+  CHECK(symlink(dir, sock) == 0 && lchown(sock, NOBODY, NOBODY) == 0);
+  snprintf(sock, sizeof sock, "%s/trap/made/here/gpushmd.sock", base);
+  CHECK(daemon_run(out, "--socket", sock, NULL) == 1);
+  CHECK(file_contains(out, "symlink") && file_contains(out, "belongs to uid 65534"));
+  snprintf(sock, sizeof sock, "%s/made", dir);
+  CHECK(access(sock, F_OK) < 0 && errno == ENOENT);
+  /* and a missing directory in a directory someone else owns is not made either */
+  snprintf(sock, sizeof sock, "%s/nobodys/made/gpushmd.sock", base);
+  CHECK(daemon_run(out, "--socket", sock, NULL) == 1);
+  CHECK(file_contains(out, "belongs to uid 65534"));
+  snprintf(sock, sizeof sock, "%s/nobodys/made", base);
+  CHECK(access(sock, F_OK) < 0 && errno == ENOENT);
+  /* a good path: what is missing is made */
+  snprintf(sock, sizeof sock, "%s/safe/a/b/gpushmd.sock", base);
+  {
+    struct test_daemon q = { 0 };
+    snprintf(q.dir, sizeof q.dir, "%s/safe/a/b", base);
+    snprintf(q.socket, sizeof q.socket, "%s", sock);
+    daemon_respawn(&q, NULL); /* on q.socket: serves there once it is made */
+    daemon_stop(&q);
+  }
+
   snprintf(sock, sizeof sock, "rm -rf %s", base);
   CHECK(system(sock) == 0);
 }
