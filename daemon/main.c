@@ -106,6 +106,29 @@ static void log_budget(const struct settings *s)
              "gpushmd and lose every buffer");
 }
 
+/* A socket gpushmd bound itself: said once, since a hand-started daemon is where a
+ * socket open to every user goes unnoticed. */
+static void log_who_may_connect(const struct settings *s)
+{
+  const uint32_t m = s->cfg.socket_mode;
+
+  if (m & 0006)
+    /* a warning only where nobody chose it */
+    log_msg(s->socket_mode_set ? LOG_LEVEL_INFO : LOG_LEVEL_WARN,
+            "socket %s (mode %04o): every local user may connect%s", s->cfg.socket_path,
+             (unsigned)m, s->cfg.has_socket_group ? ""
+             : geteuid() == 0 ? "; create the group " GPUSHM_SOCKET_GROUP " (groupadd --system "
+               GPUSHM_SOCKET_GROUP ") or pass --socket-group/--socket-mode to restrict it"
+             : "; pass --socket-mode 0600 to keep it to this user");
+  else if ((m & 0060) && s->cfg.has_socket_group)
+    log_info("socket %s (mode %04o, group %s): root, uid %u and members of %s may connect",
+             s->cfg.socket_path, (unsigned)m, s->socket_group, (unsigned)geteuid(),
+             s->socket_group);
+  else
+    log_info("socket %s (mode %04o): root and uid %u may connect", s->cfg.socket_path,
+             (unsigned)m, (unsigned)geteuid());
+}
+
 /* Every client and buffer costs fds; take what the hard limit allows. */
 static void raise_fd_limit(void)
 {
@@ -172,7 +195,9 @@ static void reload(struct server *srv)
     log_error("reload failed, keeping the current settings: %s", err);
   } else {
     if (strcmp(next.cfg.socket_path, current_cfg.socket_path) != 0 ||
-        next.cfg.socket_mode != current_cfg.socket_mode)
+        next.cfg.socket_mode != current_cfg.socket_mode ||
+        next.cfg.has_socket_group != current_cfg.has_socket_group ||
+        next.cfg.socket_gid != current_cfg.socket_gid)
       log_warn("reload: socket settings take effect only when gpushmd restarts");
     server_reload(srv, &next.cfg);
     current_cfg = next.cfg;
@@ -290,6 +315,8 @@ int main(int argc, char **argv)
       close(passed.stored_fds[i]); /* still in systemd's store for the next try */
     sdn_passed_free(&passed);
     goto fail_early;
+  } else {
+    log_who_may_connect(&settings);
   }
   log_budget(&settings);
   uv_timer_init(&loop, &fatal_timer);

@@ -70,7 +70,25 @@ static int set_socket(struct settings *s, const char *v)
 
 static int set_socket_mode(struct settings *s, const char *v)
 {
+  s->socket_mode_set = true;
   return u32(v, 8, 0, 0777, &s->cfg.socket_mode);
+}
+
+static int set_socket_group(struct settings *s, const char *v)
+{
+  struct group *g;
+
+  s->socket_group_auto = strcmp(v, "auto") == 0;
+  s->cfg.has_socket_group = false;
+  s->socket_group[0] = '\0';
+  if (s->socket_group_auto || strcmp(v, "none") == 0)
+    return 0;
+  if (!(g = getgrnam(v)) || strlen(v) >= sizeof s->socket_group)
+    return GPUSHM_E_INVAL;
+  s->cfg.has_socket_group = true;
+  s->cfg.socket_gid = g->gr_gid;
+  snprintf(s->socket_group, sizeof s->socket_group, "%s", v);
+  return 0;
 }
 
 static int set_default_mode(struct settings *s, const char *v)
@@ -178,8 +196,12 @@ static const struct setting {
   { "socket", 's', set_socket, "PATH",
     "listen on PATH (default $GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ")",
     "a socket path of at most 107 bytes" },
-  { "socket-mode", 0, set_socket_mode, "MODE", "permission bits of the socket file (0666)",
+  { "socket-mode", 0, set_socket_mode, "MODE",
+    "permission bits of the socket file (0660 with a socket group, else 0666)",
     "octal permission bits, at most 0777" },
+  { "socket-group", 0, set_socket_group, "GROUP|auto|none",
+    "the socket file's group (auto: " GPUSHM_SOCKET_GROUP " where it exists and gpushmd "
+    "runs as root, as the packaged unit has it)", "auto, none or the name of an existing group" },
   { "default-mode", 0, set_default_mode, "MODE",
     "buffer mode when a client gives none (0600)", "octal permission bits, 1 to 0777" },
   { "max-clients", 0, set_max_clients, "N",
@@ -229,6 +251,7 @@ void settings_init(struct settings *s)
   memset(s, 0, sizeof *s);
   set_socket(s, env_socket && *env_socket ? env_socket : GPUSHM_DEFAULT_SOCKET);
   s->cfg.socket_mode = 0666;
+  s->socket_group_auto = true;
   s->cfg.max_clients = GPUSHM_DEFAULT_MAX_CLIENTS;
   s->cfg.max_clients_per_uid = GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID;
   s->cfg.hello_timeout_ms = GPUSHM_DEFAULT_HELLO_TIMEOUT_MS;
@@ -246,6 +269,17 @@ void settings_init(struct settings *s)
 
 void settings_resolve(struct settings *s)
 {
+  struct group *g;
+
+  /* A daemon started by hand gets the packaged socket unit's policy where it can: the
+   * group's members (and root) may connect, not every user. */
+  if (s->socket_group_auto && geteuid() == 0 && (g = getgrnam(GPUSHM_SOCKET_GROUP))) {
+    s->cfg.has_socket_group = true;
+    s->cfg.socket_gid = g->gr_gid;
+    snprintf(s->socket_group, sizeof s->socket_group, "%s", GPUSHM_SOCKET_GROUP);
+  }
+  if (!s->socket_mode_set)
+    s->cfg.socket_mode = s->cfg.has_socket_group ? 0660 : 0666;
   if (s->host_budget_auto)
     s->limits.host_budget = host_memory_auto_budget(s->host_budget_why, sizeof s->host_budget_why);
   else

@@ -20,6 +20,9 @@ struct settings {
   bool host_budget_auto;
   bool host_bytes_per_uid_auto;
   bool legacy_ipc_auto;
+  bool socket_mode_set;     /* else 0660 with a socket group, 0666 without */
+  bool socket_group_auto;   /* the group gpushm where it exists and gpushmd is root */
+  char socket_group[64];    /* its name, for the start-up log */
   int log_level;            /* enum log_level */
   char host_budget_why[256]; /* how the budget was derived, for the start-up log */
 };

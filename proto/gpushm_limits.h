@@ -62,6 +62,9 @@
 #define GPUSHM_LIMIT_TENSOR_NDIM       32u
 
 /* Daemon defaults; each can be changed with a gpushmd flag of the same meaning. */
+/* The group the packaged socket unit gives the socket (SocketGroup=), which a daemon
+ * started by hand as root takes too where it exists (--socket-group auto). */
+#define GPUSHM_SOCKET_GROUP "gpushm"
 #define GPUSHM_DEFAULT_MAX_CLIENTS         1024u
 /* Connections one uid may hold, so that one user cannot take every slot (admins are
  * exempt). */

@@ -188,7 +188,8 @@ static int remove_stale_socket(const struct sockaddr_un *addr, char *err, size_t
   return 0;
 }
 
-int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err, size_t errlen)
+int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid_t *group,
+                  char *err, size_t errlen)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   mode_t old_umask;
@@ -210,6 +211,13 @@ int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err
   old_umask = umask(~mode & 0777);
   r = bind(fd, (struct sockaddr *)&addr, sizeof addr);
   umask(old_umask);
+  /* The group before listen: until then nobody can connect, whatever the mode says. */
+  if (r == 0 && group && chown(path, (uid_t)-1, *group) < 0) {
+    snprintf(err, errlen, "giving %s to group %u: %s", path, (unsigned)*group, strerror(errno));
+    close(fd);
+    unlink(path);
+    return GPUSHM_E_IO;
+  }
   if (r < 0 || listen(fd, SOMAXCONN) < 0) {
     snprintf(err, errlen, "%s %s: %s", r < 0 ? "bind" : "listen", path, strerror(errno));
     close(fd);

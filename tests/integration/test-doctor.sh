@@ -32,7 +32,7 @@ contains() { case "$out" in *"$1"*) ;; *) fail "output lacks '$1': $out" ;; esac
 lacks() { case "$out" in *"$1"*) fail "output has '$1': $out" ;; esac; }
 wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "timed out: $1"; sleep 0.02; done; }
 start_daemon() {
-  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level error "$@" &
+  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level error "$@" &
   daemon=$!
   wait_for '"$ctl" ping >/dev/null 2>&1'
 }

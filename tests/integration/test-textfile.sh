@@ -35,7 +35,7 @@ rc_of env GPUSHM_TEXTFILE_NAME=gpushm.txt "$script"; [ "$rc" = 2 ] || fail "a na
 rc_of env GPUSHM_TEXTFILE_NAME=../x.prom "$script"; [ "$rc" = 2 ] || fail "a name with a slash was accepted"
 
 export GPUSHMCTL="$b/ctl/gpushmctl" GPUSHM_SOCKET="$dir/gpushmd.sock"
-"$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level warn & daemon=$!
+"$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level warn & daemon=$!
 i=0; until "$GPUSHMCTL" ping >/dev/null 2>&1; do i=$((i + 1)); [ $i -lt 500 ] || fail "no daemon"; sleep 0.02; done
 
 "$script" || fail "against gpushmd"
