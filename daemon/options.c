@@ -139,6 +139,32 @@ static int set_max_host_bytes(struct settings *s, const char *v)
            ? 0 : number(v, 10, true, 0, UINT64_MAX, &s->limits.max_host_bytes_per_uid);
 }
 
+/* SIZE (of every device), N% (of each device's memory), auto or 0 (none). */
+static int set_max_device_bytes(struct settings *s, const char *v)
+{
+  size_t len = strlen(v);
+  uint64_t n;
+
+  s->device_quota_percent = 0;
+  s->device_quota_bytes = 0;
+  if (strcmp(v, "auto") == 0) {
+    s->device_quota_percent = GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT;
+    return 0;
+  }
+  if (len > 1 && v[len - 1] == '%') {
+    char digits[8];
+    if (len - 1 >= sizeof digits)
+      return GPUSHM_E_INVAL;
+    memcpy(digits, v, len - 1);
+    digits[len - 1] = '\0';
+    if (number(digits, 10, false, 1, 100, &n) < 0)
+      return GPUSHM_E_INVAL;
+    s->device_quota_percent = (uint32_t)n;
+    return 0;
+  }
+  return number(v, 10, true, 0, UINT64_MAX, &s->device_quota_bytes);
+}
+
 static int set_max_queued(struct settings *s, const char *v)
 {
   return u32(v, 10, 1, 1u << 20, &s->cfg.max_queued_frames);
@@ -223,6 +249,9 @@ static const struct setting {
   { "max-host-bytes-per-uid", 0, set_max_host_bytes, "SIZE|auto",
     "host memory one uid may own (auto: half the budget; 0 = no limit)",
     "'auto' or bytes, with an optional K, M, G or T" },
+  { "max-device-bytes-per-uid", 0, set_max_device_bytes, "SIZE|N%|auto",
+    "device memory one uid may own on each GPU (auto: 50% of each GPU's memory; "
+    "0 = no limit)", "'auto', a percentage from 1% to 100%, or bytes with an optional K, M, G or T" },
   { "pool-bytes", 0, set_pool_bytes, "SIZE",
     "empty segments each permission class keeps warm per device, K/M/G/T suffixes (256M; "
     "0 = none)", "bytes, with an optional K, M, G or T" },
@@ -263,8 +292,23 @@ void settings_init(struct settings *s)
   s->limits.pool_bytes = GPUSHM_DEFAULT_POOL_BYTES;
   s->host_budget_auto = true;
   s->host_bytes_per_uid_auto = true;
+  s->device_quota_percent = GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT;
   s->legacy_ipc_auto = true;
   s->log_level = LOG_LEVEL_INFO;
+}
+
+/* Exact for any 64-bit size (50% of 4 GiB is 2 GiB, not 2 GiB less 48 bytes). */
+static uint64_t percent_of(uint64_t bytes, uint32_t percent)
+{
+  return bytes / 100 * percent + bytes % 100 * percent / 100;
+}
+
+void device_quota_resolve(struct settings *s, const uint64_t *device_bytes, int n)
+{
+  for (int i = 0; i < (int)GPUSHM_LIMIT_DEVICES; i++)
+    s->limits.max_device_bytes_per_uid[i] =
+      i >= n ? 0 : s->device_quota_percent ? percent_of(device_bytes[i], s->device_quota_percent)
+                                           : s->device_quota_bytes;
 }
 
 void settings_resolve(struct settings *s)

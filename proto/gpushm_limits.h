@@ -89,6 +89,9 @@
 #define GPUSHM_AUTO_BUDGET_PERCENT_OF_CGROUP 75u
 /* Host bytes one uid may own by default: this share of the host-memory budget. */
 #define GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT 50u
+/* Device memory one uid may hold on each GPU by default (--max-device-bytes-per-uid
+ * auto): half of it, so that one user cannot take a whole GPU from the others. */
+#define GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT 50u
 /* Persistent buffers deposited in systemd's fd store (one fd each, host or cuda-fd; two
  * for a host sync buffer); matches FileDescriptorStoreMax= in gpushmd.service.  Beyond
  * it buffers still work but would not survive a restart (logged). */

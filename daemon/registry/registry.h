@@ -37,6 +37,9 @@ struct reg_limits {
    * are neither created nor exported. */
   bool allow_legacy_ipc;
   uint64_t pool_bytes; /* empty segments kept warm per class */
+  /* device memory one uid may hold on each device, by ordinal; 0: none (the composition
+   * root derives it from each device's size: max-device-bytes-per-uid) */
+  uint64_t max_device_bytes_per_uid[GPUSHM_LIMIT_DEVICES];
 };
 
 struct reg_create_args {
