@@ -27,7 +27,7 @@
 
 struct ctl {
   const char *socket;
-  bool json, bytes, all, prometheus, session, sync;
+  bool json, bytes, all, prometheus, session, sync, strict_mode;
   int device;
   uint32_t mode;
   uint32_t backend;
@@ -680,6 +680,24 @@ static void show_detached(struct ctl *ctl, uint64_t id)
   gpushm_stats_free(s);
 }
 
+/* Read-only for group or others is kept by the host backend alone: a reader of device
+ * or registered memory is sent what maps it read-write (docs/security.md).  Said where
+ * the mode is shown, since the mode alone reads as a promise. */
+static void advisory_read_only(const gpushm_buffer_info_t *b)
+{
+  const uint32_t mode = gpushm_buffer_info_mode(b);
+  const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
+  const gpushm_backend_t backend = gpushm_buffer_info_backend(b);
+
+  if ((!group && !other) || backend == GPUSHM_BACKEND_HOST ||
+      gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT)
+    return;
+  printf("            read-only for %s is not enforced: %s hands readers %s that maps it "
+         "read-write (docs/security.md)\n", group && other ? "group and others" : group ? "group"
+         : "others", backend == GPUSHM_BACKEND_EXTERNAL ? "registered memory" : info_backend_name(b),
+         backend == GPUSHM_BACKEND_CUDA_IPC ? "an IPC handle" : "an fd");
+}
+
 static int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_buffer_list_t *list;
@@ -719,6 +737,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
            text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
            gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
+    advisory_read_only(b);
     if (gpushm_buffer_info_segment_id(b))
       printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
              "and mode)\n", gpushm_buffer_info_segment_id(b));
@@ -1302,7 +1321,8 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   opts.device = ctl->device;
   opts.mode = ctl->mode;
   opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
-  opts.flags = ctl->sync ? GPUSHM_CREATE_SYNC : 0;
+  opts.flags = (ctl->sync ? GPUSHM_CREATE_SYNC : 0) |
+               (ctl->strict_mode ? GPUSHM_CREATE_STRICT_MODE : 0);
   if (ctl->metadata) {
     opts.metadata = ctl->metadata;
     opts.metadata_size = (uint32_t)strnlen(ctl->metadata, GPUSHM_METADATA_MAX + 1);
@@ -1465,7 +1485,7 @@ static const struct cmd_entry commands[] = {
   { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes,textfile", 0, 0,
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
-    "device,mode,session,backend,sync,metadata", 2, 2, cmd_create, check_create, false },
+    "device,mode,session,backend,sync,metadata,strict-mode", 2, 2, cmd_create, check_create, false },
   { "create-image", NULL, "NAME WIDTHxHEIGHT",
     "create a linear image (prints its name, id and row pitch)",
     "device,mode,session,backend,format", 2, 2, cmd_create_image, check_create_image, false },
@@ -1492,6 +1512,7 @@ static const struct option long_options[] = {
   { "session", no_argument, NULL, 'S' },
   { "backend", required_argument, NULL, 'B' },
   { "sync", no_argument, NULL, 'y' },
+  { "strict-mode", no_argument, NULL, 'X' },
   { "metadata", required_argument, NULL, 'M' },
   { "format", required_argument, NULL, 'F' },
   { "textfile", required_argument, NULL, 'T' },
@@ -1528,6 +1549,8 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "backend", "--backend B    host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's "
       "default)" },
     { "sync", "--sync         with acquire/release ordering" },
+    { "strict-mode", "--strict-mode  refuse a mode the backend cannot keep (read-only for "
+      "group or others on device memory: docs/security.md)" },
     { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
     { "format", "--format F     image format, default rgba8-unorm (docs/graphics.md)" },
     { "textfile", "--textfile FILE  replace FILE whole with the output (node_exporter's "
@@ -1614,6 +1637,7 @@ int main(int argc, char **argv)
     case 'p': name = "prometheus"; ctl.prometheus = true; break;
     case 'S': name = "session"; ctl.session = true; break;
     case 'y': name = "sync"; ctl.sync = true; break;
+    case 'X': name = "strict-mode"; ctl.strict_mode = true; break;
     case 'M': name = "metadata"; ctl.metadata = optarg; break;
     case 'T': name = "textfile"; ctl.textfile = optarg; break;
     case 'F':

@@ -196,6 +196,14 @@ static int set_allow_legacy_ipc(struct settings *s, const char *v)
   return 0;
 }
 
+static int set_strict_modes(struct settings *s, const char *v)
+{
+  if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
+    return GPUSHM_E_INVAL;
+  s->limits.strict_modes = v[0] == 'y';
+  return 0;
+}
+
 static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
@@ -265,6 +273,10 @@ static const struct setting {
     "create and export legacy CUDA IPC buffers, whose handles any local process can forge "
     "(auto: only when gpushmd does not run as root, i.e. serves one user)",
     "yes, no or auto" },
+  { "strict-modes", 0, set_strict_modes, "yes|no",
+    "refuse creates whose mode gives group or others read-only access to device memory, "
+    "which its readers can map read-write (no: allowed, read-only stops bugs, not users)",
+    "yes or no" },
   { "admin-group", 0, set_admin_group, "GROUP",
     "members may list, destroy and disconnect every user's buffers and clients",
     "the name of an existing group" },

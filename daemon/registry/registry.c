@@ -421,6 +421,30 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
   return 0;
 }
 
+/* Mode bits a device backend cannot keep: read without write for group or others.  Its
+ * readers are sent a handle or fd that the driver maps read-write for whoever holds it
+ * (docs/security.md), so such a mode would promise what nobody enforces.  Registered
+ * memory is the same: every opener gets a dup of the registrant's fd. */
+static int check_mode_kept(const struct registry *reg, const struct reg_create_args *args,
+                           const struct backend *be, char *err, size_t errlen)
+{
+  const uint32_t mode = args->mode ? args->mode : reg->limits.default_mode;
+  const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
+
+  /* registered memory is an OPAQUE_FD (or a memfd) every opener gets a dup of */
+  if ((!args->external && (!be || be->kind == GPUSHM_BACKEND_HOST)) || (!group && !other))
+    return 0;
+  snprintf(err, errlen, "mode %04o gives %s read-only access, which %s cannot keep (readers get "
+           "an %s that maps it read-write): use 0%o, 0%o or the host backend%s; "
+           "docs/security.md", mode, group && other ? "group and others" : group ? "its group"
+           : "others", args->external ? "registered memory" : be->name,
+           !args->external && be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
+           mode | (group ? 020 : 0) | (other ? 02 : 0),
+           mode & ~(uint32_t)(group ? 040 : 0) & ~(uint32_t)(other ? 04 : 0),
+           args->strict_mode ? "" : " (gpushmd's strict-modes setting)");
+  return GPUSHM_E_INVAL;
+}
+
 /* open-existing: the caller's own object of the same kind, backend and sync, opened. */
 static int join_existing(struct registry *reg, struct reg_client *client,
                          const struct reg_policy *policy, struct reg_object *found,
@@ -474,6 +498,9 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return join_existing(reg, client, policy, object_of(found), args, be, out, err, errlen);
   if (ops->select)
     ops = ops->select(reg, args, policy, be);
+  if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT &&
+      (r = check_mode_kept(reg, args, be, err, errlen)) < 0)
+    return r;
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
   ops->estimate(reg, args, be, &bytes, &host);

@@ -37,6 +37,7 @@ struct reg_limits {
    * are neither created nor exported. */
   bool allow_legacy_ipc;
   uint64_t pool_bytes; /* empty segments kept warm per class */
+  bool strict_modes;   /* every create as if it asked for strict_mode */
   /* device memory one uid may hold on each device, by ordinal; 0: none (the composition
    * root derives it from each device's size: max-device-bytes-per-uid) */
   uint64_t max_device_bytes_per_uid[GPUSHM_LIMIT_DEVICES];
@@ -52,6 +53,7 @@ struct reg_create_args {
   int lifetime;
   bool open_existing;
   bool sync;
+  bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
   size_t metadata_len;
   /* An image (kind_image.c): its description, checked and completed (image_check());

@@ -318,6 +318,7 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
     .sync = cr->sync,
+    .strict_mode = cr->strict_mode,
     .metadata = cr->metadata.data,
     .metadata_len = cr->metadata.len,
   };
