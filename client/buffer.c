@@ -927,8 +927,13 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   if (user_opts && (r = client_copy_opts(&opts, sizeof opts, user_opts,
                                          GPUSHM_CREATE_OPTS_SIZE_V1, "gpushm_create_opts_t")) < 0)
     return r;
-  if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_MAP_DEVICE_MASK))
+  if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_CREATE_STRICT_MODE |
+                     GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
+  /* An older daemon would drop the field and keep the mode it cannot keep. */
+  if ((opts.flags & GPUSHM_CREATE_STRICT_MODE) && !(conn->features & GPUSHM_FEATURE_STRICT_MODE))
+    return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s cannot be asked to refuse modes its "
+                        "backends do not keep (GPUSHM_FEATURE_STRICT_MODE)", conn->daemon_version);
   want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN, false };
   if (opts.open) {
     gpushm_open_opts_t open_opts;
@@ -962,6 +967,7 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   body.lifetime = (Gpushm__Lifetime)opts.lifetime;
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
+  body.strict_mode = (opts.flags & GPUSHM_CREATE_STRICT_MODE) != 0;
   if (image) {
     if (!(conn->features & GPUSHM_FEATURE_GRAPHICS))
       return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s makes no images "

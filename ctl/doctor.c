@@ -668,6 +668,97 @@ failed_why:
          gpushm_strerror(r), why);
 }
 
+/* The value of the stats row NAME whose labels include memory=MEMORY (and device=DEVICE
+ * when given); false where gpushmd sends none (no such limit, or an older gpushmd). */
+static bool stats_row(const gpushm_stats_t *st, const char *name, const char *memory,
+                      const char *device, uint64_t *value)
+{
+  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
+    bool memory_ok = !memory, device_ok = !device;
+    if (strcmp(gpushm_metric_name(m), name) != 0)
+      continue;
+    for (size_t j = 0; j < gpushm_metric_label_count(m); j++) {
+      const gpushm_metric_label_t *l = gpushm_metric_label(m, j);
+      if (memory && strcmp(gpushm_metric_label_name(l), "memory") == 0)
+        memory_ok = strcmp(gpushm_metric_label_value(l), memory) == 0;
+      if (device && strcmp(gpushm_metric_label_name(l), "device") == 0)
+        device_ok = strcmp(gpushm_metric_label_value(l), device) == 0;
+    }
+    if (memory_ok && device_ok) {
+      *value = gpushm_metric_value(m);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* One quota row: what this uid may hold, what its linked buffers take of it. */
+static void report_quota(struct doctor *d, int what, const char *check, const char *of,
+                         bool limited, uint64_t limit, uint64_t used, const char *setting)
+{
+  if (!limited) {
+    report(d, AFFECTS_NONE, "quota", check, ST_OK, "no per-uid limit on %s (%s 0); this uid's "
+           "buffers hold %llu MiB of it", of, setting, (unsigned long long)(used >> 20));
+    return;
+  }
+  /* A full quota fails every create of the memory it covers: that decides. */
+  report(d, used >= limit ? what : AFFECTS_NONE, "quota", check, used >= limit ? ST_FAIL : ST_OK,
+         "this uid may hold %llu MiB of %s (%s); its buffers hold %llu MiB%s",
+         (unsigned long long)(limit >> 20), of, setting, (unsigned long long)(used >> 20),
+         used >= limit ? ": unlink some, or ask the operator to raise the limit" : "");
+}
+
+/* The per-uid memory limits gpushmd enforces (docs/security.md), against what this uid's
+ * linked buffers hold: a create refused for quota reads as out-of-memory otherwise. */
+static void check_quota(struct doctor *d)
+{
+  gpushm_stats_t *st = NULL;
+  gpushm_buffer_list_t *list = NULL;
+  uint64_t host_used = 0, all_used = 0, device_used[GPUSHM_LIMIT_DEVICES_LISTED] = { 0 };
+  uint64_t limit = 0;
+  bool limited;
+  const uid_t me = getuid();
+
+  if (gpushm_stats(d->conn, &st) < 0 || gpushm_list(d->conn, 0, &list) < 0) {
+    report(d, AFFECTS_NONE, "quota", "limits", ST_NA, "gpushmd did not say: %s",
+           gpushm_last_error_message());
+    gpushm_stats_free(st);
+    return;
+  }
+  for (size_t i = 0; i < gpushm_buffer_list_count(list); i++) {
+    const gpushm_buffer_info_t *b = gpushm_buffer_list_get(list, i);
+    int32_t dev = gpushm_buffer_info_device(b);
+    if (gpushm_buffer_info_owner_uid(b) != me)
+      continue;
+    all_used += gpushm_buffer_info_allocated(b);
+    if (gpushm_buffer_info_backend(b) == GPUSHM_BACKEND_HOST)
+      host_used += gpushm_buffer_info_allocated(b);
+    else if (dev >= 0 && dev < (int32_t)GPUSHM_LIMIT_DEVICES_LISTED)
+      device_used[dev] += gpushm_buffer_info_allocated(b);
+  }
+  if (stats_row(st, "gpushm_uid_limit_bytes", "any", NULL, &limit))
+    report_quota(d, AFFECTS_ALL, "memory", "memory of any kind", true, limit, all_used,
+                 "max-bytes-per-uid");
+  limited = stats_row(st, "gpushm_uid_limit_bytes", "host", NULL, &limit);
+  report_quota(d, GPUSHM_BACKEND_HOST, "host", "host memory", limited, limit, host_used,
+               "max-host-bytes-per-uid");
+  for (size_t i = 0; i < gpushm_daemon_device_count(d->conn); i++) {
+    int ordinal = gpushm_device_stats_ordinal(gpushm_daemon_device(d->conn, i));
+    char label[16], check[24], of[40];
+    if (ordinal < 0 || ordinal >= (int)GPUSHM_LIMIT_DEVICES_LISTED)
+      continue;
+    snprintf(label, sizeof label, "%d", ordinal);
+    snprintf(check, sizeof check, "device-%d", ordinal);
+    snprintf(of, sizeof of, "device %d's memory", ordinal);
+    limited = stats_row(st, "gpushm_uid_limit_bytes", "device", label, &limit);
+    report_quota(d, AFFECTS_CUDA, check, of, limited, limit, device_used[ordinal],
+                 "max-device-bytes-per-uid");
+  }
+  gpushm_buffer_list_free(list);
+  gpushm_stats_free(st);
+}
+
 /* What graphics programs here can import (docs/graphics.md); informs, never decides. */
 static void check_graphics(struct doctor *d)
 {
@@ -736,6 +827,7 @@ int ctl_doctor(const char *socket, uint32_t backend)
   check_fabric(&d);
   check_events(&d);
   check_fences(&d);
+  check_quota(&d);
   check_graphics(&d);
   rc = verdict(&d);
   gpushm_local_device_list_free(d.local);

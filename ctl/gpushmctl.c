@@ -4,6 +4,7 @@
 #include "doctor.h"
 #include "escape.h"
 #include "format.h"
+#include "textfile.h"
 #include "gpushm-admin.h"
 #include "gpushm-graphics.h"
 
@@ -26,12 +27,13 @@
 
 struct ctl {
   const char *socket;
-  bool json, bytes, all, prometheus, session, sync;
+  bool json, bytes, all, prometheus, session, sync, strict_mode;
   int device;
   uint32_t mode;
   uint32_t backend;
   const char *metadata; /* create --metadata */
   uint32_t format;      /* create-image --format */
+  const char *textfile; /* stats --textfile */
   gpushm_t *conn;
 };
 
@@ -678,6 +680,24 @@ static void show_detached(struct ctl *ctl, uint64_t id)
   gpushm_stats_free(s);
 }
 
+/* Read-only for group or others is kept by the host backend alone: a reader of device
+ * or registered memory is sent what maps it read-write (docs/security.md).  Said where
+ * the mode is shown, since the mode alone reads as a promise. */
+static void advisory_read_only(const gpushm_buffer_info_t *b)
+{
+  const uint32_t mode = gpushm_buffer_info_mode(b);
+  const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
+  const gpushm_backend_t backend = gpushm_buffer_info_backend(b);
+
+  if ((!group && !other) || backend == GPUSHM_BACKEND_HOST ||
+      gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT)
+    return;
+  printf("            read-only for %s is not enforced: %s hands readers %s that maps it "
+         "read-write (docs/security.md)\n", group && other ? "group and others" : group ? "group"
+         : "others", backend == GPUSHM_BACKEND_EXTERNAL ? "registered memory" : info_backend_name(b),
+         backend == GPUSHM_BACKEND_CUDA_IPC ? "an IPC handle" : "an fd");
+}
+
 static int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_buffer_list_t *list;
@@ -717,6 +737,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
     printf("owner:      %s (uid %u, gid %u)\nmode:       %04o\nlifetime:   %s\n",
            text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
            gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
+    advisory_read_only(b);
     if (gpushm_buffer_info_segment_id(b))
       printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
              "and mode)\n", gpushm_buffer_info_segment_id(b));
@@ -1214,11 +1235,26 @@ static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
 
 static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
+  struct textfile tf;
   gpushm_stats_t *s;
+  char err[512];
   int r = gpushm_stats(ctl->conn, &s);
 
   if (r < 0)
     return fail("stats", r);
+  /* --textfile: the output replaces that file whole, or not at all */
+  if (ctl->textfile) {
+    fflush(stdout);
+    if (textfile_begin(&tf, ctl->textfile, err, sizeof err) < 0 ||
+        (dup2(tf.fd, STDOUT_FILENO) < 0 && (snprintf(err, sizeof err, "dup2: %s",
+                                                     strerror(errno)), 1))) {
+      if (tf.fd >= 0)
+        textfile_abort(&tf);
+      fprintf(stderr, "gpushmctl: stats: %s\n", err);
+      gpushm_stats_free(s);
+      return EXIT_FAILED;
+    }
+  }
   if (ctl->prometheus)
     prometheus_stats(s);
   else if (ctl->json)
@@ -1226,6 +1262,17 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
   else
     text_stats(ctl, s);
   gpushm_stats_free(s);
+  if (ctl->textfile) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+      fprintf(stderr, "gpushmctl: stats: writing %s failed: %s\n", ctl->textfile, strerror(errno));
+      textfile_abort(&tf);
+      return EXIT_FAILED;
+    }
+    if (textfile_commit(&tf, err, sizeof err) < 0) {
+      fprintf(stderr, "gpushmctl: stats: %s\n", err);
+      return EXIT_FAILED;
+    }
+  }
   return 0;
 }
 
@@ -1274,7 +1321,8 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
   opts.device = ctl->device;
   opts.mode = ctl->mode;
   opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
-  opts.flags = ctl->sync ? GPUSHM_CREATE_SYNC : 0;
+  opts.flags = (ctl->sync ? GPUSHM_CREATE_SYNC : 0) |
+               (ctl->strict_mode ? GPUSHM_CREATE_STRICT_MODE : 0);
   if (ctl->metadata) {
     opts.metadata = ctl->metadata;
     opts.metadata_size = (uint32_t)strnlen(ctl->metadata, GPUSHM_METADATA_MAX + 1);
@@ -1381,8 +1429,9 @@ static int cmd_disconnect(struct ctl *ctl, int argc, char **argv)
   parse_client_id(argv[0], &id);
   if ((r = gpushm_client_disconnect(ctl->conn, id)) < 0)
     return fail("disconnect", r);
-  printf("client %u disconnected: its references are released; memory it has mapped stays "
-         "mapped in that process\n", id);
+  printf("client %u disconnected: its references are released; host memory nobody else "
+         "holds is taken back from that process, device memory it maps stays allocated "
+         "until it exits\n", id);
   return 0;
 }
 
@@ -1433,10 +1482,10 @@ static const struct cmd_entry commands[] = {
     cmd_show, NULL, false },
   { "clients", NULL, "", "connected clients and what they hold", "json,bytes", 0, 0, cmd_clients,
     NULL, false },
-  { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes", 0, 0,
+  { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes,textfile", 0, 0,
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
-    "device,mode,session,backend,sync,metadata", 2, 2, cmd_create, check_create, false },
+    "device,mode,session,backend,sync,metadata,strict-mode", 2, 2, cmd_create, check_create, false },
   { "create-image", NULL, "NAME WIDTHxHEIGHT",
     "create a linear image (prints its name, id and row pitch)",
     "device,mode,session,backend,format", 2, 2, cmd_create_image, check_create_image, false },
@@ -1463,8 +1512,10 @@ static const struct option long_options[] = {
   { "session", no_argument, NULL, 'S' },
   { "backend", required_argument, NULL, 'B' },
   { "sync", no_argument, NULL, 'y' },
+  { "strict-mode", no_argument, NULL, 'X' },
   { "metadata", required_argument, NULL, 'M' },
   { "format", required_argument, NULL, 'F' },
+  { "textfile", required_argument, NULL, 'T' },
   { "help", no_argument, NULL, 'h' },
   { NULL, 0, NULL, 0 },
 };
@@ -1498,8 +1549,12 @@ static void command_usage(const struct cmd_entry *cmd, FILE *out)
     { "backend", "--backend B    host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's "
       "default)" },
     { "sync", "--sync         with acquire/release ordering" },
+    { "strict-mode", "--strict-mode  refuse a mode the backend cannot keep (read-only for "
+      "group or others on device memory: docs/security.md)" },
     { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
     { "format", "--format F     image format, default rgba8-unorm (docs/graphics.md)" },
+    { "textfile", "--textfile FILE  replace FILE whole with the output (node_exporter's "
+      "textfile collector; links in its directory are not followed)" },
   };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
           cmd->args, cmd->summary);
@@ -1582,7 +1637,9 @@ int main(int argc, char **argv)
     case 'p': name = "prometheus"; ctl.prometheus = true; break;
     case 'S': name = "session"; ctl.session = true; break;
     case 'y': name = "sync"; ctl.sync = true; break;
+    case 'X': name = "strict-mode"; ctl.strict_mode = true; break;
     case 'M': name = "metadata"; ctl.metadata = optarg; break;
+    case 'T': name = "textfile"; ctl.textfile = optarg; break;
     case 'F':
       name = "format";
       if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {

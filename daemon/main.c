@@ -106,6 +106,50 @@ static void log_budget(const struct settings *s)
              "gpushmd and lose every buffer");
 }
 
+/* The device-memory quota per uid from each GPU's size (after backend_cuda_init). */
+static void resolve_device_quota(struct settings *s)
+{
+  uint64_t sizes[GPUSHM_LIMIT_DEVICES];
+  struct cuda_device_info info;
+  int n = backend_cuda_device_count();
+
+  if (n > (int)GPUSHM_LIMIT_DEVICES)
+    n = (int)GPUSHM_LIMIT_DEVICES;
+  for (int i = 0; i < n; i++)
+    sizes[i] = backend_cuda_device_info(i, &info) == 0 ? info.total_memory : 0;
+  device_quota_resolve(s, sizes, n < 0 ? 0 : n);
+  for (int i = 0; i < n; i++)
+    log_info("device %d: at most %llu MiB of its %llu MiB per uid (%s)", i,
+             (unsigned long long)(s->limits.max_device_bytes_per_uid[i] >> 20),
+             (unsigned long long)(sizes[i] >> 20),
+             !s->limits.max_device_bytes_per_uid[i] ? "no limit: max-device-bytes-per-uid 0"
+             : s->device_quota_percent ? "max-device-bytes-per-uid, a share of it"
+                                       : "max-device-bytes-per-uid");
+}
+
+/* A socket gpushmd bound itself: said once, since a hand-started daemon is where a
+ * socket open to every user goes unnoticed. */
+static void log_who_may_connect(const struct settings *s)
+{
+  const uint32_t m = s->cfg.socket_mode;
+
+  if (m & 0006)
+    /* a warning only where nobody chose it */
+    log_msg(s->socket_mode_set ? LOG_LEVEL_INFO : LOG_LEVEL_WARN,
+            "socket %s (mode %04o): every local user may connect%s", s->cfg.socket_path,
+             (unsigned)m, s->cfg.has_socket_group ? ""
+             : geteuid() == 0 ? "; create the group " GPUSHM_SOCKET_GROUP " (groupadd --system "
+               GPUSHM_SOCKET_GROUP ") or pass --socket-group/--socket-mode to restrict it"
+             : "; pass --socket-mode 0600 to keep it to this user");
+  else if ((m & 0060) && s->cfg.has_socket_group)
+    log_info("socket %s (mode %04o, group %s): root, uid %u and members of %s may connect",
+             s->cfg.socket_path, (unsigned)m, s->socket_group, (unsigned)geteuid(),
+             s->socket_group);
+  else
+    log_info("socket %s (mode %04o): root and uid %u may connect", s->cfg.socket_path,
+             (unsigned)m, (unsigned)geteuid());
+}
+
 /* Every client and buffer costs fds; take what the hard limit allows. */
 static void raise_fd_limit(void)
 {
@@ -172,10 +216,13 @@ static void reload(struct server *srv)
     log_error("reload failed, keeping the current settings: %s", err);
   } else {
     if (strcmp(next.cfg.socket_path, current_cfg.socket_path) != 0 ||
-        next.cfg.socket_mode != current_cfg.socket_mode)
+        next.cfg.socket_mode != current_cfg.socket_mode ||
+        next.cfg.has_socket_group != current_cfg.has_socket_group ||
+        next.cfg.socket_gid != current_cfg.socket_gid)
       log_warn("reload: socket settings take effect only when gpushmd restarts");
     server_reload(srv, &next.cfg);
     current_cfg = next.cfg;
+    resolve_device_quota(&next);
     registry_set_limits(&d.reg, &next.limits);
     log_set_level((enum log_level)next.log_level);
     log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
@@ -290,6 +337,8 @@ int main(int argc, char **argv)
       close(passed.stored_fds[i]); /* still in systemd's store for the next try */
     sdn_passed_free(&passed);
     goto fail_early;
+  } else {
+    log_who_may_connect(&settings);
   }
   log_budget(&settings);
   uv_timer_init(&loop, &fatal_timer);
@@ -301,6 +350,8 @@ int main(int argc, char **argv)
    * again (a sticky error there stops the daemon through the fatal timer). */
   backend_cuda_set_fatal_hook(on_fatal, d.srv);
   backend_cuda_init();
+  resolve_device_quota(&settings);
+  registry_set_limits(&d.reg, &settings.limits);
   registry_set_auto_backend(&d.reg, backend_cuda_fd_usable(&why) ? GPUSHM_BACKEND_CUDA_FD
                                                                   : GPUSHM_BACKEND_HOST);
   if (settings.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)

@@ -70,7 +70,25 @@ static int set_socket(struct settings *s, const char *v)
 
 static int set_socket_mode(struct settings *s, const char *v)
 {
+  s->socket_mode_set = true;
   return u32(v, 8, 0, 0777, &s->cfg.socket_mode);
+}
+
+static int set_socket_group(struct settings *s, const char *v)
+{
+  struct group *g;
+
+  s->socket_group_auto = strcmp(v, "auto") == 0;
+  s->cfg.has_socket_group = false;
+  s->socket_group[0] = '\0';
+  if (s->socket_group_auto || strcmp(v, "none") == 0)
+    return 0;
+  if (!(g = getgrnam(v)) || strlen(v) >= sizeof s->socket_group)
+    return GPUSHM_E_INVAL;
+  s->cfg.has_socket_group = true;
+  s->cfg.socket_gid = g->gr_gid;
+  snprintf(s->socket_group, sizeof s->socket_group, "%s", v);
+  return 0;
 }
 
 static int set_default_mode(struct settings *s, const char *v)
@@ -121,6 +139,32 @@ static int set_max_host_bytes(struct settings *s, const char *v)
            ? 0 : number(v, 10, true, 0, UINT64_MAX, &s->limits.max_host_bytes_per_uid);
 }
 
+/* SIZE (of every device), N% (of each device's memory), auto or 0 (none). */
+static int set_max_device_bytes(struct settings *s, const char *v)
+{
+  size_t len = strlen(v);
+  uint64_t n;
+
+  s->device_quota_percent = 0;
+  s->device_quota_bytes = 0;
+  if (strcmp(v, "auto") == 0) {
+    s->device_quota_percent = GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT;
+    return 0;
+  }
+  if (len > 1 && v[len - 1] == '%') {
+    char digits[8];
+    if (len - 1 >= sizeof digits)
+      return GPUSHM_E_INVAL;
+    memcpy(digits, v, len - 1);
+    digits[len - 1] = '\0';
+    if (number(digits, 10, false, 1, 100, &n) < 0)
+      return GPUSHM_E_INVAL;
+    s->device_quota_percent = (uint32_t)n;
+    return 0;
+  }
+  return number(v, 10, true, 0, UINT64_MAX, &s->device_quota_bytes);
+}
+
 static int set_max_queued(struct settings *s, const char *v)
 {
   return u32(v, 10, 1, 1u << 20, &s->cfg.max_queued_frames);
@@ -152,6 +196,14 @@ static int set_allow_legacy_ipc(struct settings *s, const char *v)
   return 0;
 }
 
+static int set_strict_modes(struct settings *s, const char *v)
+{
+  if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
+    return GPUSHM_E_INVAL;
+  s->limits.strict_modes = v[0] == 'y';
+  return 0;
+}
+
 static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
@@ -178,8 +230,12 @@ static const struct setting {
   { "socket", 's', set_socket, "PATH",
     "listen on PATH (default $GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ")",
     "a socket path of at most 107 bytes" },
-  { "socket-mode", 0, set_socket_mode, "MODE", "permission bits of the socket file (0666)",
+  { "socket-mode", 0, set_socket_mode, "MODE",
+    "permission bits of the socket file (0660 with a socket group, else 0666)",
     "octal permission bits, at most 0777" },
+  { "socket-group", 0, set_socket_group, "GROUP|auto|none",
+    "the socket file's group (auto: " GPUSHM_SOCKET_GROUP " where it exists and gpushmd "
+    "runs as root, as the packaged unit has it)", "auto, none or the name of an existing group" },
   { "default-mode", 0, set_default_mode, "MODE",
     "buffer mode when a client gives none (0600)", "octal permission bits, 1 to 0777" },
   { "max-clients", 0, set_max_clients, "N",
@@ -201,6 +257,9 @@ static const struct setting {
   { "max-host-bytes-per-uid", 0, set_max_host_bytes, "SIZE|auto",
     "host memory one uid may own (auto: half the budget; 0 = no limit)",
     "'auto' or bytes, with an optional K, M, G or T" },
+  { "max-device-bytes-per-uid", 0, set_max_device_bytes, "SIZE|N%|auto",
+    "device memory one uid may own on each GPU (auto: 50% of each GPU's memory; "
+    "0 = no limit)", "'auto', a percentage from 1% to 100%, or bytes with an optional K, M, G or T" },
   { "pool-bytes", 0, set_pool_bytes, "SIZE",
     "empty segments each permission class keeps warm per device, K/M/G/T suffixes (256M; "
     "0 = none)", "bytes, with an optional K, M, G or T" },
@@ -214,6 +273,10 @@ static const struct setting {
     "create and export legacy CUDA IPC buffers, whose handles any local process can forge "
     "(auto: only when gpushmd does not run as root, i.e. serves one user)",
     "yes, no or auto" },
+  { "strict-modes", 0, set_strict_modes, "yes|no",
+    "refuse creates whose mode gives group or others read-only access to device memory, "
+    "which its readers can map read-write (no: allowed, read-only stops bugs, not users)",
+    "yes or no" },
   { "admin-group", 0, set_admin_group, "GROUP",
     "members may list, destroy and disconnect every user's buffers and clients",
     "the name of an existing group" },
@@ -229,6 +292,7 @@ void settings_init(struct settings *s)
   memset(s, 0, sizeof *s);
   set_socket(s, env_socket && *env_socket ? env_socket : GPUSHM_DEFAULT_SOCKET);
   s->cfg.socket_mode = 0666;
+  s->socket_group_auto = true;
   s->cfg.max_clients = GPUSHM_DEFAULT_MAX_CLIENTS;
   s->cfg.max_clients_per_uid = GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID;
   s->cfg.hello_timeout_ms = GPUSHM_DEFAULT_HELLO_TIMEOUT_MS;
@@ -240,12 +304,38 @@ void settings_init(struct settings *s)
   s->limits.pool_bytes = GPUSHM_DEFAULT_POOL_BYTES;
   s->host_budget_auto = true;
   s->host_bytes_per_uid_auto = true;
+  s->device_quota_percent = GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT;
   s->legacy_ipc_auto = true;
   s->log_level = LOG_LEVEL_INFO;
 }
 
+/* Exact for any 64-bit size (50% of 4 GiB is 2 GiB, not 2 GiB less 48 bytes). */
+static uint64_t percent_of(uint64_t bytes, uint32_t percent)
+{
+  return bytes / 100 * percent + bytes % 100 * percent / 100;
+}
+
+void device_quota_resolve(struct settings *s, const uint64_t *device_bytes, int n)
+{
+  for (int i = 0; i < (int)GPUSHM_LIMIT_DEVICES; i++)
+    s->limits.max_device_bytes_per_uid[i] =
+      i >= n ? 0 : s->device_quota_percent ? percent_of(device_bytes[i], s->device_quota_percent)
+                                           : s->device_quota_bytes;
+}
+
 void settings_resolve(struct settings *s)
 {
+  struct group *g;
+
+  /* A daemon started by hand gets the packaged socket unit's policy where it can: the
+   * group's members (and root) may connect, not every user. */
+  if (s->socket_group_auto && geteuid() == 0 && (g = getgrnam(GPUSHM_SOCKET_GROUP))) {
+    s->cfg.has_socket_group = true;
+    s->cfg.socket_gid = g->gr_gid;
+    snprintf(s->socket_group, sizeof s->socket_group, "%s", GPUSHM_SOCKET_GROUP);
+  }
+  if (!s->socket_mode_set)
+    s->cfg.socket_mode = s->cfg.has_socket_group ? 0660 : 0666;
   if (s->host_budget_auto)
     s->limits.host_budget = host_memory_auto_budget(s->host_budget_why, sizeof s->host_budget_why);
   else

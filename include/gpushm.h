@@ -115,6 +115,13 @@ typedef enum gpushm_lifetime {
  * another user created first is GPUSHM_E_EXIST (it may be a squatter). */
 #define GPUSHM_CREATE_OPEN_EXISTING 0x1u
 #define GPUSHM_CREATE_SYNC 0x2u          /* give the buffer acquire/release ordering */
+/* Refuse (GPUSHM_E_INVAL, saying why) mode bits the backend cannot keep: read without
+ * write for group or others on cuda-ipc, cuda-fd or cuda-fabric, whose readers receive
+ * a handle or fd that maps the memory read-write (docs/security.md).  The host backend
+ * keeps them.  A daemon's strict-modes setting does this for every create.  Needs
+ * GPUSHM_FEATURE_STRICT_MODE (GPUSHM_E_UNSUPPORTED otherwise: an older daemon would
+ * ignore it).  Since 0.7. */
+#define GPUSHM_CREATE_STRICT_MODE 0x4u
 /* gpushm_buffer_open() flags: the access an open asks for, as the CUDA driver's map
  * flags say it (docs/graphics.md has what each backend and API enforces). */
 #define GPUSHM_OPEN_READONLY 0x1u
@@ -246,6 +253,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_METADATA 0x10ull
 /* Images and registered graphics memory (gpushm-graphics.h). */
 #define GPUSHM_FEATURE_GRAPHICS 0x20ull
+/* Creates may ask for their mode bits to be kept as written (GPUSHM_CREATE_STRICT_MODE). */
+#define GPUSHM_FEATURE_STRICT_MODE 0x40ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend

@@ -62,10 +62,19 @@
 #define GPUSHM_LIMIT_TENSOR_NDIM       32u
 
 /* Daemon defaults; each can be changed with a gpushmd flag of the same meaning. */
+/* The group the packaged socket unit gives the socket (SocketGroup=), which a daemon
+ * started by hand as root takes too where it exists (--socket-group auto). */
+#define GPUSHM_SOCKET_GROUP "gpushm"
 #define GPUSHM_DEFAULT_MAX_CLIENTS         1024u
 /* Connections one uid may hold, so that one user cannot take every slot (admins are
  * exempt). */
 #define GPUSHM_DEFAULT_MAX_CLIENTS_PER_UID 256u
+/* The last max-clients / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV connections are kept for uids
+ * holding fewer than that many / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV (at least 1): a few
+ * uids that each fill their per-uid limit cannot lock another uid out (1024 and 256:
+ * four uids hold 896, and 128 slots stay for others, 16 per uid). */
+#define GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV 8u
+#define GPUSHM_LIMIT_NEWCOMER_SHARE_DIV 8u
 /* Connections admins (root, --admin-group) may open beyond max-clients: a daemon that
  * is full can still be inspected and repaired. */
 #define GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS 16u
@@ -80,6 +89,9 @@
 #define GPUSHM_AUTO_BUDGET_PERCENT_OF_CGROUP 75u
 /* Host bytes one uid may own by default: this share of the host-memory budget. */
 #define GPUSHM_AUTO_HOST_BYTES_PER_UID_PERCENT 50u
+/* Device memory one uid may hold on each GPU by default (--max-device-bytes-per-uid
+ * auto): half of it, so that one user cannot take a whole GPU from the others. */
+#define GPUSHM_AUTO_DEVICE_BYTES_PER_UID_PERCENT 50u
 /* Persistent buffers deposited in systemd's fd store (one fd each, host or cuda-fd; two
  * for a host sync buffer); matches FileDescriptorStoreMax= in gpushmd.service.  Beyond
  * it buffers still work but would not survive a restart (logged). */

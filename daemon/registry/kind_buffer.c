@@ -155,7 +155,15 @@ static int buffer_export(struct registry *reg, struct reg_object *obj, struct re
 
 static void buffer_release(struct registry *reg, struct reg_object *obj)
 {
-  (void)reg;
+  /* The last reference is gone, yet a process may still map the memory: one that kept
+   * the fd it was sent past its close, or one whose connection ended while it held the
+   * buffer.  Neither holds it any more; host memory is taken back from them (their
+   * mappings read zeros, and what they write again is charged to their own cgroup), so
+   * that what gpushmd counts as freed is freed, and nobody can keep pages charged to
+   * gpushmd's cgroup past its budget.  Device memory has no such way back
+   * (docs/cuda.md: memory a process keeps after the daemon let go). */
+  if (!reg->stopping && obj->backend->discard_range)
+    obj->backend->discard_range(obj->backend, &obj->mem, 0, obj->allocated);
   obj->backend->release(obj->backend, &obj->mem);
   if (obj->sync)
     sync_release(&obj->sync_state);

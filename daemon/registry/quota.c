@@ -3,6 +3,7 @@
 #include "registry/quota.h"
 #include "gpushm.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,8 +12,14 @@ struct quota_usage {
   uint32_t objects;
   uint64_t bytes;
   uint64_t host_bytes;
+  uint64_t device_bytes[GPUSHM_LIMIT_DEVICES];
   struct quota_usage *next;
 };
+
+static bool on_a_device(const struct quota_cost *c)
+{
+  return c->device >= 0 && (unsigned)c->device < GPUSHM_LIMIT_DEVICES;
+}
 
 void quota_destroy(struct quota *q)
 {
@@ -24,7 +31,7 @@ void quota_destroy(struct quota *q)
   q->host_bytes = 0;
 }
 
-void quota_charge(struct quota *q, uid_t uid, uint64_t bytes, uint64_t host)
+void quota_charge(struct quota *q, uid_t uid, const struct quota_cost *c)
 {
   struct quota_usage *u;
 
@@ -38,11 +45,13 @@ void quota_charge(struct quota *q, uid_t uid, uint64_t bytes, uint64_t host)
     q->usage = u;
   }
   u->objects++;
-  u->bytes += bytes;
-  u->host_bytes += host;
+  u->bytes += c->bytes;
+  u->host_bytes += c->host;
+  if (on_a_device(c))
+    u->device_bytes[c->device] += c->device_bytes;
 }
 
-void quota_release(struct quota *q, uid_t uid, uint64_t bytes, uint64_t host)
+void quota_release(struct quota *q, uid_t uid, const struct quota_cost *c)
 {
   struct quota_usage **p, *u;
 
@@ -51,8 +60,12 @@ void quota_release(struct quota *q, uid_t uid, uint64_t bytes, uint64_t host)
       continue;
     /* Saturating: a charge skipped for lack of memory must not wrap the counters. */
     u->objects -= u->objects ? 1 : 0;
-    u->bytes -= u->bytes < bytes ? u->bytes : bytes;
-    u->host_bytes -= u->host_bytes < host ? u->host_bytes : host;
+    u->bytes -= u->bytes < c->bytes ? u->bytes : c->bytes;
+    u->host_bytes -= u->host_bytes < c->host ? u->host_bytes : c->host;
+    if (on_a_device(c)) {
+      uint64_t *d = &u->device_bytes[c->device];
+      *d -= *d < c->device_bytes ? *d : c->device_bytes;
+    }
     if (u->objects == 0) {
       *p = u->next;
       free(u);
@@ -83,9 +96,19 @@ void quota_of(const struct quota *q, uid_t uid, uint32_t *objects, uint64_t *byt
   *host_bytes = u ? u->host_bytes : 0;
 }
 
-int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid, uint64_t bytes,
-                uint64_t host, char *err, size_t errlen)
+uint64_t quota_device_of(const struct quota *q, uid_t uid, int device)
 {
+  const struct quota_usage *u = q->usage;
+
+  while (u && u->uid != uid)
+    u = u->next;
+  return u && device >= 0 && (unsigned)device < GPUSHM_LIMIT_DEVICES ? u->device_bytes[device] : 0;
+}
+
+int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid,
+                const struct quota_cost *c, char *err, size_t errlen)
+{
+  const uint64_t bytes = c->bytes, host = c->host;
   uint32_t objects;
   uint64_t used, host_used;
 
@@ -105,6 +128,18 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
              (unsigned)uid, (unsigned long long)(host_used + host),
              (unsigned long long)lim->max_host_bytes_per_uid);
     return GPUSHM_E_LIMIT;
+  }
+  if (on_a_device(c) && lim->max_device_bytes_per_uid &&
+      lim->max_device_bytes_per_uid[c->device]) {
+    uint64_t max = lim->max_device_bytes_per_uid[c->device];
+    uint64_t dev_used = quota_device_of(q, uid, c->device);
+    if (c->device_bytes > (max > dev_used ? max - dev_used : 0)) {
+      snprintf(err, errlen, "uid %u would hold %llu bytes of device %d's memory (limit %llu: "
+               "max-device-bytes-per-uid)", (unsigned)uid,
+               (unsigned long long)(dev_used + c->device_bytes), c->device,
+               (unsigned long long)max);
+      return GPUSHM_E_LIMIT;
+    }
   }
   if (lim->host_budget && host > (lim->host_budget > q->host_bytes
                                     ? lim->host_budget - q->host_bytes : 0)) {

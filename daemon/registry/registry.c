@@ -50,6 +50,7 @@ static struct quota_limits quota_limits_of(const struct reg_limits *l)
     .max_bytes_per_uid = l->max_bytes_per_uid,
     .max_host_bytes_per_uid = l->max_host_bytes_per_uid,
     .host_budget = l->host_budget,
+    .max_device_bytes_per_uid = l->max_device_bytes_per_uid,
   };
 }
 
@@ -221,6 +222,30 @@ uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_
   return h ? h->refs : 0;
 }
 
+/* What obj costs its uid: device memory is what is not host memory, of its device. */
+static struct quota_cost cost_of(const struct reg_object *obj)
+{
+  return (struct quota_cost){
+    .bytes = obj->allocated,
+    .host = obj->host_bytes,
+    .device = obj->device,
+    .device_bytes = obj->device >= 0 && obj->allocated > obj->host_bytes
+                      ? obj->allocated - obj->host_bytes : 0,
+  };
+}
+
+static void charge_quota(struct registry *reg, uid_t uid, const struct reg_object *obj)
+{
+  const struct quota_cost c = cost_of(obj);
+  quota_charge(&reg->quota, uid, &c);
+}
+
+static void release_quota(struct registry *reg, uid_t uid, const struct reg_object *obj)
+{
+  const struct quota_cost c = cost_of(obj);
+  quota_release(&reg->quota, uid, &c);
+}
+
 static void free_object(struct registry *reg, struct reg_object *obj)
 {
   /* Unlink and free differ when holders keep an unlinked buffer: operators asking
@@ -234,7 +259,7 @@ static void free_object(struct registry *reg, struct reg_object *obj)
   reg->bytes_allocated -= obj->allocated;
   quota_host_sub(&reg->quota, obj->host_bytes);
   if (!obj->charged_to_holders)
-    quota_release(&reg->quota, obj->owner_uid, obj->allocated, obj->host_bytes);
+    release_quota(reg, obj->owner_uid, obj);
   obj->ops->release(reg, obj);
   free(obj->metadata);
   free(obj);
@@ -268,14 +293,14 @@ static bool uid_holds(const struct reg_object *buffer, uid_t uid, const struct r
  * the owner may create again at once. */
 static void charge_holders(struct registry *reg, struct reg_object *obj)
 {
-  quota_release(&reg->quota, obj->owner_uid, obj->allocated, obj->host_bytes);
+  release_quota(reg, obj->owner_uid, obj);
   for (const struct list *l = obj->holdings.next; l != &obj->holdings; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, buffer_link);
     bool seen = false;
     for (const struct list *e = obj->holdings.next; e != l && !seen; e = e->next)
       seen = list_entry(e, struct reg_holding, buffer_link)->client->uid == h->client->uid;
     if (!seen)
-      quota_charge(&reg->quota, h->client->uid, obj->allocated, obj->host_bytes);
+      charge_quota(reg, h->client->uid, obj);
   }
   obj->charged_to_holders = true;
 }
@@ -327,7 +352,7 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
   obj->refs -= count;
   if (h->refs == 0) {
     if (obj->charged_to_holders && !uid_holds(obj, h->client->uid, h))
-      quota_release(&reg->quota, h->client->uid, obj->allocated, obj->host_bytes);
+      release_quota(reg, h->client->uid, obj);
     list_del(&h->client_link);
     list_del(&h->buffer_link);
     obj->n_holders--;
@@ -396,6 +421,30 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
   return 0;
 }
 
+/* Mode bits a device backend cannot keep: read without write for group or others.  Its
+ * readers are sent a handle or fd that the driver maps read-write for whoever holds it
+ * (docs/security.md), so such a mode would promise what nobody enforces.  Registered
+ * memory is the same: every opener gets a dup of the registrant's fd. */
+static int check_mode_kept(const struct registry *reg, const struct reg_create_args *args,
+                           const struct backend *be, char *err, size_t errlen)
+{
+  const uint32_t mode = args->mode ? args->mode : reg->limits.default_mode;
+  const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
+
+  /* registered memory is an OPAQUE_FD (or a memfd) every opener gets a dup of */
+  if ((!args->external && (!be || be->kind == GPUSHM_BACKEND_HOST)) || (!group && !other))
+    return 0;
+  snprintf(err, errlen, "mode %04o gives %s read-only access, which %s cannot keep (readers get "
+           "an %s that maps it read-write): use 0%o, 0%o or the host backend%s; "
+           "docs/security.md", mode, group && other ? "group and others" : group ? "its group"
+           : "others", args->external ? "registered memory" : be->name,
+           !args->external && be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
+           mode | (group ? 020 : 0) | (other ? 02 : 0),
+           mode & ~(uint32_t)(group ? 040 : 0) & ~(uint32_t)(other ? 04 : 0),
+           args->strict_mode ? "" : " (gpushmd's strict-modes setting)");
+  return GPUSHM_E_INVAL;
+}
+
 /* open-existing: the caller's own object of the same kind, backend and sync, opened. */
 static int join_existing(struct registry *reg, struct reg_client *client,
                          const struct reg_policy *policy, struct reg_object *found,
@@ -449,11 +498,21 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return join_existing(reg, client, policy, object_of(found), args, be, out, err, errlen);
   if (ops->select)
     ops = ops->select(reg, args, policy, be);
+  if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT &&
+      (r = check_mode_kept(reg, args, be, err, errlen)) < 0)
+    return r;
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
   ops->estimate(reg, args, be, &bytes, &host);
-  if ((r = quota_check(&reg->quota, &limits, client->uid, bytes, host, err, errlen)) < 0)
-    return r;
+  {
+    /* registered memory's device is known once its fd is checked: the check after
+     * allocating counts it */
+    const bool device = be && be->kind != GPUSHM_BACKEND_HOST && !args->external;
+    const struct quota_cost c = { bytes, host, device ? args->device : -1,
+                                  device && bytes > host ? bytes - host : 0 };
+    if ((r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen)) < 0)
+      return r;
+  }
   if (names_reserve(&reg->names) < 0 || !(obj = calloc(1, sizeof *obj)))
     goto oom;
   if (copy_metadata(obj, args->metadata, args->metadata_len) < 0) {
@@ -468,8 +527,11 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return r;
   }
   /* Again with the rounded size: the backend's granule may push it over the quota. */
-  if ((r = quota_check(&reg->quota, &limits, client->uid, obj->allocated, obj->host_bytes, err,
-                       errlen)) < 0) {
+  {
+    const struct quota_cost c = cost_of(obj);
+    r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen);
+  }
+  if (r < 0) {
     ops->release(reg, obj);
     free(obj->metadata);
     free(obj);
@@ -488,7 +550,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   obj->created_unix_ms = now_unix_ms();
   list_init(&obj->holdings);
 
-  quota_charge(&reg->quota, client->uid, obj->allocated, obj->host_bytes);
+  charge_quota(reg, client->uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
   reg->bytes_allocated += obj->allocated;
   ids_add(&reg->names, &obj->key);
@@ -671,6 +733,7 @@ void registry_destroy(struct registry *reg)
    * daemon, so nobody is told of unlinks. */
   reg->on_unlink = NULL;
   reg->on_created = NULL;
+  reg->stopping = true; /* and their memory stays as it is, for the same reason */
   while (registry_count(reg)) {
     struct reg_object *obj = registry_at(reg, registry_count(reg) - 1);
     while (obj->holdings.next != &obj->holdings) {
@@ -739,7 +802,7 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   if (reg->next_id <= a->id)
     reg->next_id = a->id + 1;
   names_link(&reg->names, &obj->key);
-  quota_charge(&reg->quota, a->owner_uid, obj->allocated, obj->host_bytes);
+  charge_quota(reg, a->owner_uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
   reg->bytes_allocated += obj->allocated;
   return 0;

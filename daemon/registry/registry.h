@@ -37,6 +37,10 @@ struct reg_limits {
    * are neither created nor exported. */
   bool allow_legacy_ipc;
   uint64_t pool_bytes; /* empty segments kept warm per class */
+  bool strict_modes;   /* every create as if it asked for strict_mode */
+  /* device memory one uid may hold on each device, by ordinal; 0: none (the composition
+   * root derives it from each device's size: max-device-bytes-per-uid) */
+  uint64_t max_device_bytes_per_uid[GPUSHM_LIMIT_DEVICES];
 };
 
 struct reg_create_args {
@@ -49,6 +53,7 @@ struct reg_create_args {
   int lifetime;
   bool open_existing;
   bool sync;
+  bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
   size_t metadata_len;
   /* An image (kind_image.c): its description, checked and completed (image_check());
@@ -132,6 +137,9 @@ struct registry {
   /* Persistent host and cuda-fd buffers go to systemd's fd store, one allocation each:
    * they are not carved while it is reachable (docs/segments.md). */
   bool persist_dedicated;
+  /* registry_destroy is freeing everything: memory persists for the next daemon rather
+   * than being taken back (kind_buffer.c). */
+  bool stopping;
 };
 
 int registry_init(struct registry *reg, const struct reg_limits *limits);

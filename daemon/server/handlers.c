@@ -318,6 +318,7 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
     .sync = cr->sync,
+    .strict_mode = cr->strict_mode,
     .metadata = cr->metadata.data,
     .metadata_len = cr->metadata.len,
   };
@@ -761,7 +762,8 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
     for (size_t i = 0; i < d->n; i++) {
       const struct detached_buffer *b = &d->buffers[i];
       bool gone = registry_find_id(reg, b->id) == NULL; /* ids are never reused */
-      if (gone) {
+      /* Host memory was taken back as it was freed (kind_buffer.c): nobody pins it. */
+      if (gone && b->backend != GPUSHM_BACKEND_HOST) {
         if (n_released == cap) {
           struct released_bytes *grown = realloc(released, (cap = cap ? 2 * cap : 64) * sizeof *grown);
           if (!grown) {

@@ -19,24 +19,6 @@
 /* Bounded so a connect storm cannot hold the loop away from existing clients. */
 #define ACCEPTS_PER_WAKEUP 64
 
-static int make_parent_dirs(const char *path, char *err, size_t errlen)
-{
-  char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
-  snprintf(dir, sizeof dir, "%s", path);
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-      snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
-      return GPUSHM_E_IO;
-    }
-    *p = '/';
-  }
-  return 0;
-}
-
 static bool trusted_owner(uid_t uid)
 {
   return uid == 0 || uid == geteuid();
@@ -47,18 +29,15 @@ static bool trusted_owner(uid_t uid)
  * directory on the way must belong to root or to us and be writable by nobody else --
  * except sticky ones above the last (/tmp), where others cannot replace our entries --
  * and every symlink on the way must belong to root or to us too. */
-static int check_socket_dir(const char *path, char *err, size_t errlen)
+/* dir: the socket's directory (final: it must exist and be checked as the last), or
+ * the part of the way to it that exists so far (not final: sticky is fine at its end,
+ * since what is created inside it is ours). */
+static int check_dirs(const char *path, const char *dir_in, bool final, char *err, size_t errlen)
 {
-  char dir[PATH_MAX], resolved[PATH_MAX], *slash;
+  char dir[PATH_MAX], resolved[PATH_MAX];
   struct stat st;
 
-  snprintf(dir, sizeof dir, "%s", path);
-  if (!(slash = strrchr(dir, '/')))
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == dir)
-    dir[1] = '\0';
-  else
-    *slash = '\0';
+  snprintf(dir, sizeof dir, "%s", dir_in);
   /* The symlinks as written... */
   for (char *p = dir;; p++) {
     char saved = *p;
@@ -95,7 +74,7 @@ static int check_socket_dir(const char *path, char *err, size_t errlen)
                (unsigned)st.st_uid);
       return GPUSHM_E_PERM;
     }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st.st_mode & S_ISVTX))) {
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && ((last && final) || !(st.st_mode & S_ISVTX))) {
       snprintf(err, errlen, "refusing socket directory %s: %s is writable by %s (mode %04o)",
                path, p == resolved ? "/" : resolved,
                st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777));
@@ -106,6 +85,71 @@ static int check_socket_dir(const char *path, char *err, size_t errlen)
       break;
   }
   return 0;
+}
+
+/* The socket's directory: what exists of the way to it is checked before anything is
+ * created, so a refused path creates nothing (a directory made through someone else's
+ * symlink would land wherever it points: issue 29); each missing directory is then made
+ * (0755) in a checked one, and the whole way is checked again. */
+static int make_socket_dir(const char *path, char *err, size_t errlen)
+{
+  char dir[PATH_MAX], *slash, *missing = NULL;
+  struct stat st;
+  int r;
+
+  snprintf(dir, sizeof dir, "%s", path);
+  if (!(slash = strrchr(dir, '/')))
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  /* the first component that does not exist (lstat: a dangling link exists) */
+  for (char *p = dir + 1;; p++) {
+    char saved = *p;
+    if (saved != '/' && saved != '\0')
+      continue;
+    *p = '\0';
+    if (lstat(dir, &st) < 0) {
+      if (errno != ENOENT) {
+        snprintf(err, errlen, "checking %s: %s", dir, strerror(errno));
+        return GPUSHM_E_IO;
+      }
+      *p = saved;
+      missing = p - 1;
+      while (missing > dir && missing[-1] != '/')
+        missing--;
+      break;
+    }
+    *p = saved;
+    if (!saved)
+      break;
+  }
+  if (!missing)
+    return check_dirs(path, dir, true, err, errlen);
+  if (missing > dir + 1) {
+    missing[-1] = '\0';
+    r = check_dirs(path, dir, false, err, errlen);
+    missing[-1] = '/';
+  } else {
+    r = check_dirs(path, missing == dir ? "." : "/", false, err, errlen);
+  }
+  if (r < 0)
+    return r;
+  for (char *p = missing;; p++) {
+    char saved = *p;
+    if (saved != '/' && saved != '\0')
+      continue;
+    *p = '\0';
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+      snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
+      return GPUSHM_E_IO;
+    }
+    *p = saved;
+    if (!saved)
+      break;
+  }
+  return check_dirs(path, dir, true, err, errlen);
 }
 
 /* A socket file left behind by a daemon that died is replaced; one that a live daemon
@@ -144,7 +188,8 @@ static int remove_stale_socket(const struct sockaddr_un *addr, char *err, size_t
   return 0;
 }
 
-int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err, size_t errlen)
+int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid_t *group,
+                  char *err, size_t errlen)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   mode_t old_umask;
@@ -155,8 +200,7 @@ int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err
     return GPUSHM_E_IO;
   }
   memcpy(addr.sun_path, path, strlen(path) + 1);
-  if (make_parent_dirs(path, err, errlen) < 0 || check_socket_dir(path, err, errlen) < 0 ||
-      remove_stale_socket(&addr, err, errlen) < 0)
+  if (make_socket_dir(path, err, errlen) < 0 || remove_stale_socket(&addr, err, errlen) < 0)
     return GPUSHM_E_IO;
   fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -167,6 +211,13 @@ int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err
   old_umask = umask(~mode & 0777);
   r = bind(fd, (struct sockaddr *)&addr, sizeof addr);
   umask(old_umask);
+  /* The group before listen: until then nobody can connect, whatever the mode says. */
+  if (r == 0 && group && chown(path, (uid_t)-1, *group) < 0) {
+    snprintf(err, errlen, "giving %s to group %u: %s", path, (unsigned)*group, strerror(errno));
+    close(fd);
+    unlink(path);
+    return GPUSHM_E_IO;
+  }
   if (r < 0 || listen(fd, SOMAXCONN) < 0) {
     snprintf(err, errlen, "%s %s: %s", r < 0 ? "bind" : "listen", path, strerror(errno));
     close(fd);
@@ -222,10 +273,13 @@ void listener_set_limits(struct listener *l, uint32_t max_clients, uint32_t max_
 }
 
 /* Limits are checked with the client's identity in hand: non-admins stop at
- * max-clients and at max-clients-per-uid, so no user can take every slot; admins have
- * a reserve beyond max-clients to inspect and repair a full daemon. */
+ * max-clients and at max-clients-per-uid, so no user can take every slot, and the last
+ * slots go only to uids that hold few, so that a few users cannot take them all either;
+ * admins have a reserve beyond max-clients to inspect and repair a full daemon. */
 int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t why_len)
 {
+  const uint32_t kept = l->max_clients / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV;
+  const uint32_t few = kept / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV ? kept / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV : 1;
   uint32_t mine;
 
   l->n_clients++;
@@ -245,6 +299,10 @@ int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t 
   } else if (mine > l->max_clients_per_uid) {
     snprintf(why, why_len, "uid %u already has %u connections to gpushmd (limit %u)",
              (unsigned)uid, mine - 1, l->max_clients_per_uid);
+  } else if (l->n_clients > l->max_clients - kept && mine > few) {
+    snprintf(why, why_len, "gpushmd is nearly full (%u of %u clients): its last %u slots are "
+             "kept for users holding fewer than %u connections, and uid %u holds %u",
+             l->n_clients - 1, l->max_clients, kept, few, (unsigned)uid, mine - 1);
   } else {
     return 0;
   }

@@ -35,7 +35,8 @@ struct listener {
 /* Binds path (mode: the socket file's, from the start): checks the whole path first
  * and creates nothing on a path it refuses, creates the missing directories, refuses a
  * path a live daemon serves, replaces a stale socket.  0 or a GPUSHM_E_* with err. */
-int listener_bind(struct listener *l, const char *path, uint32_t mode, char *err, size_t errlen);
+int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid_t *group,
+                  char *err, size_t errlen);
 /* Serves on a listening socket someone else made (systemd socket activation). */
 void listener_adopt(struct listener *l, int fd);
 /* Starts accepting on loop: each new connection's fd goes to on_accept. */

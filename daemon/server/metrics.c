@@ -212,6 +212,27 @@ static void pinned_after_release(const struct metrics_source *src, struct sink *
   emit(k, src->stats->bytes_pinned_after_release, NULL, NULL, NULL, NULL);
 }
 
+/* What one uid may hold (rows only for limits that are set). */
+static void uid_limits(const struct metrics_source *src, struct sink *k)
+{
+  const struct reg_limits *l = &src->reg->limits;
+  char dev[16];
+
+  if (l->max_bytes_per_uid)
+    emit(k, l->max_bytes_per_uid, "memory", "any", NULL, NULL);
+  if (l->max_host_bytes_per_uid)
+    emit(k, l->max_host_bytes_per_uid, "memory", "host", NULL, NULL);
+  for (int i = 0; i < (int)GPUSHM_LIMIT_DEVICES; i++)
+    if (l->max_device_bytes_per_uid[i])
+      emit(k, l->max_device_bytes_per_uid[i], "memory", "device", "device", device_label(i, dev));
+}
+
+static void host_budget(const struct metrics_source *src, struct sink *k)
+{
+  if (src->reg->limits.host_budget)
+    emit(k, src->reg->limits.host_budget, NULL, NULL, NULL, NULL);
+}
+
 /* The segment figures by backend and device, from the stats' own segment rows. */
 #define SEGMENT_FAMILY(fn, field)                                                         \
   static void fn(const struct metrics_source *src, struct sink *k)                        \
@@ -285,6 +306,11 @@ static const struct metric_family families[] = {
   COUNTER_FIELD("gpushm_clients_dropped_total", "Clients refused or dropped (limits, not "
                 "reading).", clients_dropped),
   GAUGE("gpushm_open_fds", "File descriptors gpushmd has open.", open_fds),
+  GAUGE_BYTES("gpushm_uid_limit_bytes", "Memory one uid may hold: of any kind, of host "
+              "memory, of each GPU (max-bytes-, max-host-bytes-, max-device-bytes-per-uid).",
+              uid_limits),
+  GAUGE_BYTES("gpushm_host_budget_bytes", "Host memory all buffers together may use.",
+              host_budget),
   GAUGE("gpushm_images", "Images, by format and tiling (docs/graphics.md).", images_count),
   GAUGE_BYTES("gpushm_image_bytes", "Memory of those images.", image_bytes),
 };

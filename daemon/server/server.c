@@ -258,7 +258,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .ctx = srv,
     .instance_id = srv->instance_id,
     .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
-                GPUSHM_FEATURE_METADATA | GPUSHM_FEATURE_GRAPHICS |
+                GPUSHM_FEATURE_METADATA | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_STRICT_MODE |
                 (persist && persist_enabled(persist) ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
@@ -287,7 +287,8 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
 
 int server_listen(struct server *srv, char *err, size_t errlen)
 {
-  return listener_bind(&srv->listener, srv->cfg.socket_path, srv->cfg.socket_mode, err, errlen);
+  return listener_bind(&srv->listener, srv->cfg.socket_path, srv->cfg.socket_mode,
+                       srv->cfg.has_socket_group ? &srv->cfg.socket_gid : NULL, err, errlen);
 }
 
 void server_adopt_socket(struct server *srv, int fd)
@@ -314,6 +315,8 @@ void server_reload(struct server *srv, const struct server_config *cfg)
   /* The socket is bound once; connections already open keep their slots. */
   memcpy(next.socket_path, srv->cfg.socket_path, sizeof next.socket_path);
   next.socket_mode = srv->cfg.socket_mode;
+  next.has_socket_group = srv->cfg.has_socket_group;
+  next.socket_gid = srv->cfg.socket_gid;
   srv->cfg = next;
   listener_set_limits(&srv->listener, next.max_clients, next.max_clients_per_uid);
   srv->transport_limits.max_queued_frames = next.max_queued_frames;

@@ -21,6 +21,8 @@ struct session;
 struct server_config {
   char socket_path[108]; /* sizeof sun_path */
   uint32_t socket_mode;
+  bool has_socket_group;
+  gid_t socket_gid;      /* the socket file's group, if has_socket_group */
   uint32_t max_clients;
   uint32_t max_clients_per_uid; /* admins are exempt */
   uint32_t hello_timeout_ms;

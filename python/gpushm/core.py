@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import _capsule, dtypes
 from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
-                   CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_SYNC, DLPACK_LEGACY,
-                   LIBRARY_VERSION, LIST_ALL, LIST_METADATA, OPEN_READONLY, CreateOpts,
-                   DLDataType, ImageDesc, TensorDesc, last_error_message, lib, map_device_flag,
-                   strerror, text)
+                   CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_STRICT_MODE,
+                   CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL, LIST_METADATA,
+                   OPEN_READONLY, CreateOpts, DLDataType, ImageDesc, TensorDesc,
+                   last_error_message, lib, map_device_flag, strerror, text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
 
 
@@ -328,9 +328,12 @@ class Connection(_Handle):
     def create(self, name: str, size: int, *, backend: Union[str, int] = "default",
                device: int = 0, mode: int = 0o600, lifetime: Union[str, int] = "persistent",
                sync: bool = False, open_existing: bool = False,
-               metadata: Optional[bytes] = None, map_device: Optional[int] = None) -> "Buffer":
+               metadata: Optional[bytes] = None, map_device: Optional[int] = None,
+               strict_mode: bool = False) -> "Buffer":
         """Creates a buffer and opens it read-write (gpushm_buffer_create).  ``metadata``:
-        up to 4096 immutable bytes every opener gets (LimitExceeded above)."""
+        up to 4096 immutable bytes every opener gets (LimitExceeded above).  ``strict_mode``:
+        refuse a mode the backend cannot keep (read-only for group or others on device
+        memory, docs/security.md)."""
         cap, c = self._live()
         raw = c_string(name, "name")
         opts = CreateOpts()
@@ -340,6 +343,7 @@ class Connection(_Handle):
         opts.mode = mode
         opts.lifetime = _lifetime_value(lifetime)
         opts.flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
+                      | (CREATE_STRICT_MODE if strict_mode else 0)
                       | (map_device_flag(non_negative(map_device, "map_device"))
                          if map_device is not None else 0))
         meta = None

@@ -4,10 +4,12 @@
  * loop.  Each record of the input is sent as one datagram from a client's end of a
  * socketpair whose other end the daemon serves (server_connect, as after accept), so the
  * daemon's own receive, frame checks, protobuf decoding, dispatch, registry and host
- * backend handle it as they would a real client's.  Input format: fuzz-format.h.
+ * backend (and, with GPUSHM_FUZZ_CUDA_LIBRARY naming the fake driver, the CUDA backends)
+ * handle it as they would a real client's.  Input format: fuzz-format.h.
  *
  * Oracles besides ASan/UBSan/LSan: every reply is a well-formed frame carrying the
- * fds its body promises; the daemon logs no error (it logs one only for its own bugs);
+ * fds its body promises (memory of fd backends, control blocks; IPC handles of their
+ * size, never as fds); the daemon logs no error (it logs one only for its own bugs);
  * once both clients have gone, no buffer is referenced, no session or unlinked buffer
  * survives, the byte accounting adds up, and no fd is left open.  Each input starts
  * from an empty registry, so a crash reproduces from its input file alone. */
@@ -43,11 +45,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_MAX_BYTES_PER_UID (16ull << 20)
 #define FUZZ_MAX_BUFFERS_PER_UID 128u
 #define FUZZ_ADMIN_GID 4242u
+/* CU_IPC_HANDLE_SIZE: what a cuda-ipc or event open reply's handle holds. */
+#define FUZZ_CU_IPC_HANDLE_SIZE 64u
 /* Loop passes after each record: enough for a repeated frame (more than one wakeup's
  * worth) and for queued replies to be flushed once drained. */
 #define FUZZ_PUMP_PASSES 4
-/* A hangup must be noticed within this many loop passes. */
-#define FUZZ_MAX_PASSES 1000
+/* A hangup must be noticed within this many loop passes: the first FUZZ_SPIN_PASSES
+ * back to back, the rest 100 us apart (2 s in all). */
+#define FUZZ_SPIN_PASSES 1000
+#define FUZZ_MAX_PASSES (FUZZ_SPIN_PASSES + 20000)
 
 struct identity {
   uid_t uid;
@@ -160,9 +166,24 @@ static void check_reply(size_t len, int msg_flags, unsigned n_fds)
     expected = 1; /* the status page */
   } else if (reply->body_case == GPUSHM__REPLY__BODY_OPEN) {
     const Gpushm__OpenReply *open = reply->open;
+    Gpushm__Backend be;
+    bool mapped_here, fd_memory;
     if (!open->info)
       fail("open reply without buffer info");
-    expected = (open->info->backend == GPUSHM__BACKEND__BACKEND_HOST) + open->has_control;
+    be = open->info->backend;
+    /* a carved buffer's memory comes only with the first open that maps its segment */
+    mapped_here = !open->info->segment_id || open->segment_attached;
+    fd_memory = be == GPUSHM__BACKEND__BACKEND_HOST || be == GPUSHM__BACKEND__BACKEND_CUDA_FD ||
+                be == GPUSHM__BACKEND__BACKEND_CUDA_FABRIC || be == GPUSHM__BACKEND__BACKEND_EXTERNAL;
+    expected = (fd_memory && mapped_here) + open->has_control;
+    /* legacy IPC memory and events travel as handles, never as fds */
+    if ((be == GPUSHM__BACKEND__BACKEND_CUDA_IPC && mapped_here) ||
+        be == GPUSHM__BACKEND__BACKEND_CUDA_EVENT) {
+      if (open->ipc_handle.len != FUZZ_CU_IPC_HANDLE_SIZE)
+        fail("a %s open reply with an IPC handle of %zu bytes",
+             be == GPUSHM__BACKEND__BACKEND_CUDA_IPC ? "cuda-ipc" : "cuda-event",
+             open->ipc_handle.len);
+    }
   }
   if (reply->status == 0 && n_fds != expected)
     fail("reply (body %d) carries %u fds, its body implies %u", (int)reply->body_case, n_fds,
@@ -240,9 +261,14 @@ static void settle(void)
 {
   for (int pass = 0; server_client_count(srv) > live_peers(); pass++) {
     if (pass == FUZZ_MAX_PASSES)
-      fail("%u connections still open %d loop passes after their clients hung up",
-           server_client_count(srv) - live_peers(), FUZZ_MAX_PASSES);
+      fail("%u connections still open %d loop passes (%d ms) after their clients hung up",
+           server_client_count(srv) - live_peers(), FUZZ_MAX_PASSES,
+           (FUZZ_MAX_PASSES - FUZZ_SPIN_PASSES) / 10);
     uv_run(&loop, UV_RUN_NOWAIT);
+    /* a session may wait for work on libuv's threads (a device's context being
+     * retained, with the CUDA backends): give them time, not just passes */
+    if (pass >= FUZZ_SPIN_PASSES)
+      usleep(100);
   }
   /* once more, for the close callbacks of handles closed in the last pass */
   uv_run(&loop, UV_RUN_NOWAIT);
@@ -447,13 +473,17 @@ static void stop_daemon(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+  const char *cuda;
+
   (void)argc;
   (void)argv;
   signal(SIGPIPE, SIG_IGN);
   verbose = getenv("GPUSHM_FUZZ_VERBOSE") != NULL;
-  /* Device memory is out of scope, and the target must not behave differently on a
-   * host with a GPU: the CUDA backends stay "unavailable". */
-  setenv("GPUSHM_CUDA_LIBRARY", "/nonexistent/libcuda-fuzz.so.1", 1);
+  /* The target must not behave differently on a host with a GPU: without
+   * GPUSHM_FUZZ_CUDA_LIBRARY (scripts/fuzz's daemon-cuda names the fake driver there)
+   * the CUDA backends stay "unavailable". */
+  cuda = getenv("GPUSHM_FUZZ_CUDA_LIBRARY");
+  setenv("GPUSHM_CUDA_LIBRARY", cuda && *cuda ? cuda : "/nonexistent/libcuda-fuzz.so.1", 1);
   backend_cuda_init();
   if ((devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
     fail("/dev/null: %s", strerror(errno));

@@ -38,7 +38,7 @@ cleanup() {
 trap cleanup EXIT
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
 export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
-"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --log-level warn --default-backend cuda-fd &
+"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level warn --default-backend cuda-fd &
 daemon=$!
 i=0
 until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do

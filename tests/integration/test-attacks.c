@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -292,6 +293,98 @@ static void test_pinning(void)
   daemon_stop(&q);
 }
 
+/* Opens name read-only over a raw connection and keeps the fd it was sent; with
+ * send_close, gives the reference back properly first (else the connection just ends).
+ * Reports 'r', waits for the owner to free the buffer, then checks what the fd holds. */
+static void keep_fd_past_close(const char *name, bool send_close, int ready, int go)
+{
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME], status_fd, sock = raw_connect(d.socket);
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CloseRequest close_req = GPUSHM__CLOSE_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  const unsigned char *p;
+  struct stat st;
+  unsigned n;
+  char c;
+
+  CHECK(raw_hello(sock, "keeper", &status_fd) == 0);
+  close(status_fd);
+  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+  {
+    Gpushm__OpenRequest open = GPUSHM__OPEN_REQUEST__INIT;
+    open.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    open.name = (char *)name;
+    open.read_only = 1;
+    req.open = &open;
+    CHECK((reply = raw_call(sock, &req, fds, &n)) != NULL && reply->status == 0 && n == 1);
+    close_req.id = reply->open->info->id;
+    gpushm__reply__free_unpacked(reply, NULL);
+  }
+  p = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fds[0], 0);
+  CHECK(p != MAP_FAILED && intact(p, SIZE, 0x4b));
+  if (send_close) {
+    close_req.read_only = 1;
+    req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
+    req.close = &close_req;
+    CHECK((reply = raw_call(sock, &req, NULL, &n)) != NULL && reply->status == 0);
+    gpushm__reply__free_unpacked(reply, NULL);
+  }
+  close(sock);
+  CHECK(write(ready, "r", 1) == 1);
+  CHECK(read(go, &c, 1) == 1);
+  CHECK(fstat(fds[0], &st) == 0);
+  CHECK(st.st_blocks == 0);                /* no pages left to charge to anyone */
+  CHECK(p[0] == 0 && p[SIZE - 1] == 0);    /* nor any of the owner's data */
+  munmap((void *)p, SIZE);
+  close(fds[0]);
+}
+
+static int only_owner_holds(const struct test_daemon *daemon, void *name)
+{
+  gpushm_t *c = daemon_connect(daemon);
+  const gpushm_buffer_info_t *b = find_buffer(c, name);
+  int one = b && gpushm_buffer_info_refs(b) == 1;
+  gpushm_disconnect(c);
+  return one;
+}
+
+/* Issue 29, item 1: uid 65534 keeps the fd of another user's host buffer past its close
+ * (or past its connection) and waits for the owner to free it.  Its pages used to stay
+ * allocated, charged to gpushmd's cgroup outside its budget, until gpushmd was
+ * OOM-killed; now they are taken back as the buffer is freed. */
+static void test_kept_fd(gpushm_t *conn)
+{
+  for (int send_close = 0; send_close < 2; send_close++) {
+    gpushm_create_opts_t opts;
+    gpushm_buffer_t *b;
+    int ready[2], go[2];
+    pid_t pid;
+    char c;
+
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_HOST;
+    opts.mode = 0644;
+    CHECK_OK(gpushm_buffer_create(conn, "kept", SIZE * 2, &opts, &b)); /* past the carve limit */
+    fill(gpushm_buffer_ptr(b), SIZE, 0x4b);
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    if ((pid = fork_as(NOBODY, NOBODY)) == 0) {
+      keep_fd_past_close("kept", send_close, ready[1], go[0]);
+      _exit(0);
+    }
+    CHECK(read(ready[0], &c, 1) == 1);
+    /* once the daemon has seen the keeper's close (or end), the owner's is the last */
+    CHECK(wait_until(only_owner_holds, &d, (void *)"kept"));
+    CHECK_OK(gpushm_unlink(conn, "kept"));
+    CHECK_OK(gpushm_buffer_close(b));
+    CHECK_OK(gpushm_ping(conn)); /* the close may be one-way: answered in order after it */
+    CHECK(write(go[1], "g", 1) == 1);
+    check_child(pid);
+    close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+  }
+  test_log("host memory whose fd uid 65534 kept past its close, or past its connection, "
+           "holds no pages once freed");
+}
+
 static uint32_t own_client_id(gpushm_t *conn)
 {
   gpushm_client_list_t *clients;
@@ -432,6 +525,34 @@ static void test_unsafe_socket_dirs(void)
   CHECK(file_contains(out, "symlink"));
   CHECK(file_contains(out, "belongs to uid 65534"));
 
+  /* issue 29, item 5: the directories a path lacks are made only once the way to them
+   * is checked: through someone else's link into a root-only directory, nothing is
+   * created there */
+  snprintf(dir, sizeof dir, "%s/rootonly", base);
+  CHECK(mkdir(dir, 0700) == 0);
+  snprintf(sock, sizeof sock, "%s/trap", base);
+  CHECK(symlink(dir, sock) == 0 && lchown(sock, NOBODY, NOBODY) == 0);
+  snprintf(sock, sizeof sock, "%s/trap/made/here/gpushmd.sock", base);
+  CHECK(daemon_run(out, "--socket", sock, NULL) == 1);
+  CHECK(file_contains(out, "symlink") && file_contains(out, "belongs to uid 65534"));
+  snprintf(sock, sizeof sock, "%s/made", dir);
+  CHECK(access(sock, F_OK) < 0 && errno == ENOENT);
+  /* and a missing directory in a directory someone else owns is not made either */
+  snprintf(sock, sizeof sock, "%s/nobodys/made/gpushmd.sock", base);
+  CHECK(daemon_run(out, "--socket", sock, NULL) == 1);
+  CHECK(file_contains(out, "belongs to uid 65534"));
+  snprintf(sock, sizeof sock, "%s/nobodys/made", base);
+  CHECK(access(sock, F_OK) < 0 && errno == ENOENT);
+  /* a good path: what is missing is made */
+  snprintf(sock, sizeof sock, "%s/safe/a/b/gpushmd.sock", base);
+  {
+    struct test_daemon q = { 0 };
+    snprintf(q.dir, sizeof q.dir, "%s/safe/a/b", base);
+    snprintf(q.socket, sizeof q.socket, "%s", sock);
+    daemon_respawn(&q, NULL); /* on q.socket: serves there once it is made */
+    daemon_stop(&q);
+  }
+
   snprintf(sock, sizeof sock, "rm -rf %s", base);
   CHECK(system(sock) == 0);
 }
@@ -452,6 +573,7 @@ int main(void)
   test_squatting(root_conn);
   test_info_leak(root_conn);
   test_disconnect(root_conn);
+  test_kept_fd(root_conn);
   gpushm_disconnect(root_conn);
   daemon_stop(&d);
   test_pinning();

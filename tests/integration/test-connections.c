@@ -2,14 +2,18 @@
  * admins, a Hello deadline for silent sockets) and client timeouts against a daemon
  * that stopped answering.  Needs root to act as other uids; skips otherwise. */
 #include "config.h"
+#include "gpushm_limits.h"
 #include "harness.h"
 #include "raw.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +114,44 @@ static void test_limits(void)
   daemon_stop(&d);
 }
 
+/* Issue 29, item 3: four uids that each take all the per-uid limit allows fill all but
+ * the last slots, which stay for a fifth uid; root keeps its reserve. */
+static void test_fair_share(void)
+{
+  enum { MAX = 64, PER_UID = 16, KEPT = MAX / GPUSHM_LIMIT_NEWCOMER_SLOTS_DIV };
+  static const uid_t uids[5] = { 65530, 65531, 65532, 65533, NOBODY };
+  int report[2], release[2];
+  pid_t pids[5];
+  gpushm_t *admin;
+  uint32_t n;
+
+  daemon_start(&d, "--max-clients", "64", "--max-clients-per-uid", "16", NULL);
+  CHECK(pipe(report) == 0 && pipe(release) == 0);
+  watcher = daemon_connect(&d);
+  n = 1;
+  CHECK(wait_until(clients_are, &d, &n));
+  for (int i = 0; i < 3; i++) {
+    pids[i] = hold_as(uids[i], PER_UID, report, release);
+    expect_held(report, PER_UID, 0);
+  }
+  /* the fourth gets what is left before the kept slots (the watcher holds one)... */
+  pids[3] = hold_as(uids[3], PER_UID, report, release);
+  expect_held(report, MAX - KEPT - 1 - 3 * PER_UID, GPUSHM_E_LIMIT);
+  /* ...and a fifth uid still gets in, though no more than its share of them */
+  pids[4] = hold_as(uids[4], PER_UID, report, release);
+  expect_held(report, KEPT / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV ? KEPT / GPUSHM_LIMIT_NEWCOMER_SHARE_DIV : 1,
+              GPUSHM_E_LIMIT);
+  CHECK_OK(gpushm_connect(d.socket, "admin", &admin));
+  gpushm_disconnect(admin);
+  CHECK(write(release[1], "xxxxx", 5) == 5);
+  for (int i = 0; i < 5; i++)
+    check_child(pids[i]);
+  close(report[0]), close(report[1]), close(release[0]), close(release[1]);
+  gpushm_disconnect(watcher);
+  daemon_stop(&d);
+  test_log("four uids filling their limits left the last %u of %u slots to a fifth", KEPT, MAX);
+}
+
 static void test_hello_deadline(void)
 {
   uint8_t buf[WIRE_RECV_BUF];
@@ -208,6 +250,89 @@ static void test_connect_timeout(void)
   rmdir(dir);
 }
 
+/* gpushmd as a user starts it by hand (no harness settings): socket at path, stderr to
+ * log; returns its pid once it answers. */
+static pid_t start_by_hand(const char *path, const char *log, const char *group)
+{
+  const char *daemon = getenv("GPUSHMD");
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    CHECK(freopen(log, "w", stderr) != NULL);
+    if (group)
+      execl(daemon, daemon, "--socket", path, "--log-level", "info", "--socket-group", group,
+            (char *)NULL);
+    else
+      execl(daemon, daemon, "--socket", path, "--log-level", "info", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && access(path, F_OK) < 0; i++)
+    usleep(20 * 1000);
+  CHECK(access(path, F_OK) == 0);
+  return pid;
+}
+
+/* Whether uid (with gid as its only group) may connect: 0, 1 (permission denied), 2. */
+static int connects_as(uid_t uid, gid_t gid, const char *path)
+{
+  int status;
+  pid_t pid = fork_as(uid, gid);
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *c;
+    int r = gpushm_connect(path, "who", &c);
+    if (r == 0)
+      gpushm_disconnect(c);
+    _exit(r == 0 ? 0 : strstr(gpushm_last_error_message(), strerror(EACCES)) ? 1 : 2);
+  }
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* Issue 29, item 6: a daemon started by hand no longer opens its socket to every user
+ * without saying so.  With a group (named, or gpushm where it exists: the packaged
+ * unit's policy) the socket is 0660 and that group's: a member connects, another uid
+ * cannot; without one it is 0666 and the start-up log warns who may connect. */
+static void test_socket_access(void)
+{
+  char dir[] = "/tmp/gpushm-access.XXXXXX", path[128], log[128];
+  struct group *gpushm = getgrnam(GPUSHM_SOCKET_GROUP);
+  struct stat st;
+  pid_t pid;
+
+  CHECK(mkdtemp(dir) != NULL && chmod(dir, 0755) == 0);
+  snprintf(path, sizeof path, "%s/gpushmd.sock", dir);
+  snprintf(log, sizeof log, "%s/log", dir);
+
+  pid = start_by_hand(path, log, "nogroup");
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0660 && st.st_gid == 65534);
+  CHECK(connects_as(NOBODY, 65534, path) == 0);       /* a member of nogroup */
+  CHECK(connects_as(OTHER, OTHER, path) == 1);        /* anyone else: permission denied */
+  CHECK(kill(pid, SIGTERM) == 0 && waitpid(pid, NULL, 0) == pid);
+  CHECK(file_contains(log, "members of nogroup may connect"));
+
+  pid = start_by_hand(path, log, "none");
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0666);
+  CHECK(connects_as(OTHER, OTHER, path) == 0);
+  CHECK(kill(pid, SIGTERM) == 0 && waitpid(pid, NULL, 0) == pid);
+  CHECK(file_contains(log, "warn") && file_contains(log, "every local user may connect"));
+
+  /* the default: gpushm's where the group exists, else open and said so */
+  pid = start_by_hand(path, log, NULL);
+  CHECK(stat(path, &st) == 0);
+  if (gpushm) {
+    CHECK((st.st_mode & 0777) == 0660 && st.st_gid == gpushm->gr_gid);
+    CHECK(connects_as(OTHER, OTHER, path) == 1);
+  } else {
+    CHECK((st.st_mode & 0777) == 0666 && file_contains(log, "groupadd --system gpushm"));
+  }
+  CHECK(kill(pid, SIGTERM) == 0 && waitpid(pid, NULL, 0) == pid);
+  unlink(log);
+  CHECK(rmdir(dir) == 0);
+  test_log("by hand: socket 0660 of its group (%s), or 0666 with a warning",
+           gpushm ? "the group gpushm exists here" : "no group gpushm here");
+}
+
 int main(void)
 {
   if (geteuid() != 0) {
@@ -215,6 +340,8 @@ int main(void)
     return TEST_SKIP;
   }
   test_limits();
+  test_fair_share();
+  test_socket_access();
   test_hello_deadline();
   test_client_timeouts();
   test_connect_timeout();

@@ -33,7 +33,7 @@ wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "time
 #                                 \xf0\x80\x80\x80\xf4\x90\x80\x80ok
 comms="1b5b324afffe9b33316d07 e280ae6576696cc29b5c780a7a 636166c3a9e697a5eda080e280 f0808080f49080806f6b"
 
-"$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level warn &
+"$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level warn &
 daemon=$!
 wait_for '"$ctl" ping >/dev/null 2>&1'
 "$ctl" create shared 1M --mode 0644 >/dev/null

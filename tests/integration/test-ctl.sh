@@ -29,7 +29,7 @@ expect() {
 contains() { case "$out" in *"$1"*) ;; *) fail "output lacks '$1': $out" ;; esac; }
 wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "timed out: $1"; sleep 0.02; done; }
 start_daemon() {
-  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level warn "$@" &
+  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level warn "$@" &
   daemon=$!
   wait_for '"$ctl" ping >/dev/null 2>&1'
 }
@@ -201,5 +201,33 @@ expect 0 "$ctl" show picture; contains "image:      100x30 r32-sfloat linear, ro
 expect 0 "$ctl" show picture --json; contains '"image":{"format":"r32-sfloat","width":100'
 expect 1 "$ctl" create-image huge 20000x2; contains "over the limits"
 expect 0 "$ctl" unlink picture
+# read-only kept by the host backend is shown as a mode; a host buffer can be strict
+expect 0 "$ctl" create kept 4096 --backend host --mode 0644 --strict-mode
+expect 0 "$ctl" show kept
+case "$out" in *"not enforced"*) fail "a host buffer's read-only is kept: $out" ;; esac
+expect 0 "$ctl" unlink kept
 stop_daemon
+
+# --- read-only of device memory (the fake driver): shown as not enforced, refused when
+# the creator or the daemon asks for strict modes
+if [ -r "${GPUSHM_FAKE_CUDA_LIB:-}" ]; then
+  export GPUSHM_CUDA_LIBRARY=$GPUSHM_FAKE_CUDA_LIB
+  start_daemon
+  expect 0 "$ctl" create readers 4096 --backend cuda-fd --mode 0644
+  expect 0 "$ctl" show readers
+  contains "read-only for group and others is not enforced: cuda-fd hands readers an fd that maps it read-write"
+  expect 1 "$ctl" create strict 4096 --backend cuda-fd --mode 0640 --strict-mode
+  contains "mode 0640 gives its group read-only access, which cuda-fd cannot keep"
+  contains "use 0660, 0600 or the host backend; docs/security.md"
+  expect 0 "$ctl" create strict 4096 --backend cuda-fd --mode 0660 --strict-mode
+  expect 0 "$ctl" show strict
+  case "$out" in *"not enforced"*) fail "0660 promises no read-only: $out" ;; esac
+  stop_daemon
+  start_daemon --strict-modes yes
+  expect 1 "$ctl" create readers2 4096 --backend cuda-fd --mode 0604
+  contains "mode 0604 gives others read-only access"; contains "strict-modes setting"
+  expect 0 "$ctl" create readers2 4096 --backend host --mode 0604
+  stop_daemon
+  unset GPUSHM_CUDA_LIBRARY
+fi
 echo "gpushmctl tests passed"

@@ -1,9 +1,12 @@
+/* SPDX-License-Identifier: MIT */
 /* Memory a live process keeps after its connection ended: an admin disconnects a client
- * that maps a session buffer (which the daemon then frees) and one it shares; the process
- * still reads its data, statistics list it with both buffers and count the freed one as
- * pinned, a non-admin sees the totals but not the process; once it exits it is gone from
- * the list.  A client that simply exits is not listed (for long).  Every limit on it is
- * crossed (test_limits). */
+ * that maps session buffers (which the daemon then frees) and one it shares.  Freed host
+ * memory is taken back (the process's mapping reads zeros, the pages are gone); freed
+ * device memory (cuda-fd, with the fake driver) stays pinned by the process, and
+ * statistics list it with its buffers and count that as pinned; a non-admin sees the
+ * totals but not the process; once it exits it is gone from the list.  A client that
+ * simply exits is not listed (for long).  Every limit on it is crossed (test_limits).
+ * (An fd kept past a close: test-attacks.) */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
@@ -17,6 +20,7 @@
 #define MiB (1u << 20)
 
 static struct test_daemon d;
+static bool have_fake_gpu; /* the daemon and this test use the fake CUDA driver */
 
 static int detached_is(const struct test_daemon *daemon, void *want)
 {
@@ -41,7 +45,7 @@ static pid_t holder_as(uid_t uid, const int ready_pipe[2], const int go_pipe[2],
   if (pid == 0) {
     int ready = ready_pipe[1], go = go_pipe[0];
     gpushm_t *conn;
-    gpushm_buffer_t *mine = NULL, *b;
+    gpushm_buffer_t *mine = NULL, *dev = NULL, *b;
     char c;
 
     close(ready_pipe[0]);
@@ -53,16 +57,27 @@ static pid_t holder_as(uid_t uid, const int ready_pipe[2], const int go_pipe[2],
       char name[64];
       gpushm_create_opts_init(&opts);
       opts.lifetime = GPUSHM_LIFETIME_SESSION; /* goes with its creator's connection */
+      opts.backend = GPUSHM_BACKEND_HOST;
       snprintf(name, sizeof name, "mine-%d", (int)getpid());
-      CHECK_OK(gpushm_buffer_create(conn, name, MiB, &opts, &mine));
-      memset(gpushm_buffer_ptr(mine), 0x6d, MiB);
+      /* past the carve limit: an allocation of its own */
+      CHECK_OK(gpushm_buffer_create(conn, name, 2 * MiB, &opts, &mine));
+      memset(gpushm_buffer_ptr(mine), 0x6d, 2 * MiB);
+      if (have_fake_gpu) {
+        opts.backend = GPUSHM_BACKEND_CUDA_FD;
+        snprintf(name, sizeof name, "dev-%d", (int)getpid());
+        CHECK_OK(gpushm_buffer_create(conn, name, 4 * MiB, &opts, &dev));
+        memset(gpushm_buffer_ptr(dev), 0x64, 4 * MiB); /* the fake's device memory */
+      }
     }
     for (; names && *names; names++)
       CHECK_OK(gpushm_buffer_open(conn, *names, GPUSHM_OPEN_READONLY, &b));
     CHECK(write(ready, "r", 1) == 1);
     while (read(go, &c, 1) == 1 && c == 'c') {
-      const unsigned char *p = gpushm_buffer_ptr(mine);
-      CHECK(p[0] == 0x6d && p[MiB - 1] == 0x6d); /* still mapped, still there */
+      const unsigned char *p = gpushm_buffer_ptr(mine), *q = dev ? gpushm_buffer_ptr(dev) : NULL;
+      /* freed host memory was taken back: still mapped (no fault), zeros; device
+       * memory stays what it was in the process that maps it */
+      CHECK(p[0] == 0 && p[2 * MiB - 1] == 0);
+      CHECK(!q || (q[0] == 0x64 && q[4 * MiB - 1] == 0x64));
       CHECK(write(ready, "c", 1) == 1);
     }
     _exit(0);
@@ -78,7 +93,9 @@ static void test_disconnected_holder(gpushm_t *conn)
   const gpushm_detached_t *det;
   int ready[2], go[2];
   uint32_t one = 1, none = 0;
+  uint64_t released = 0, pinned = 0;
   bool saw_mine = false, saw_shared = false;
+  size_t n;
   pid_t pid;
   char c;
 
@@ -92,24 +109,34 @@ static void test_disconnected_holder(gpushm_t *conn)
   s = daemon_stats(&d);
   CHECK(gpushm_stats_detached_count(s) == 1 && (det = gpushm_stats_detached(s, 0)));
   CHECK(gpushm_detached_pid(det) == (uint32_t)pid && gpushm_detached_uid(det) == geteuid());
-  CHECK(gpushm_detached_buffers_total(det) == 2 && gpushm_detached_buffer_count(det) == 2);
-  for (size_t i = 0; i < 2; i++) {
+  n = have_fake_gpu ? 3 : 2;
+  CHECK(gpushm_detached_buffers_total(det) == n && gpushm_detached_buffer_count(det) == n);
+  for (size_t i = 0; i < n; i++) {
     const gpushm_detached_buffer_t *db = gpushm_detached_buffer(det, i);
-    if (strcmp(gpushm_detached_buffer_name(db), "shared") == 0) {
+    const char *name = gpushm_detached_buffer_name(db);
+    if (strcmp(name, "shared") == 0) {
       saw_shared = true;
       CHECK(!gpushm_detached_buffer_released(db)); /* this process still holds it */
+      continue;
+    }
+    /* session buffers of the disconnected client: the daemon freed them */
+    CHECK(gpushm_detached_buffer_released(db));
+    released += gpushm_detached_buffer_allocated(db);
+    if (strncmp(name, "mine-", 5) == 0) {
+      saw_mine = gpushm_detached_buffer_backend(db) == GPUSHM_BACKEND_HOST;
     } else {
-      saw_mine = strncmp(gpushm_detached_buffer_name(db), "mine-", 5) == 0;
-      /* a session buffer of the disconnected client: the daemon freed it */
-      CHECK(gpushm_detached_buffer_released(db) && gpushm_detached_buffer_backend(db) == GPUSHM_BACKEND_HOST);
-      CHECK(gpushm_stats_bytes_pinned_after_release(s) == gpushm_detached_buffer_allocated(db));
-      CHECK(gpushm_detached_bytes_released(det) == gpushm_detached_buffer_allocated(db));
+      CHECK(strncmp(name, "dev-", 4) == 0 &&
+            gpushm_detached_buffer_backend(db) == GPUSHM_BACKEND_CUDA_FD);
+      pinned = gpushm_detached_buffer_allocated(db);
     }
   }
   CHECK(saw_mine && saw_shared);
+  CHECK(gpushm_detached_bytes_released(det) == released);
+  /* host memory was taken back as it was freed: only device memory stays pinned */
+  CHECK(gpushm_stats_bytes_pinned_after_release(s) == pinned);
   gpushm_stats_free(s);
 
-  /* The memory is there for the process that maps it... */
+  /* The process's mappings hold what the daemon left there... */
   CHECK(write(go[1], "c", 1) == 1);
   CHECK(read(ready[0], &c, 1) == 1 && c == 'c');
   /* ...and a non-admin sees that there is such memory, not whose or what */
@@ -121,7 +148,7 @@ static void test_disconnected_holder(gpushm_t *conn)
       gpushm_stats_t *st;
       CHECK_OK(gpushm_stats(mine, &st));
       CHECK(gpushm_stats_detached_total(st) == 1 && gpushm_stats_detached_count(st) == 0);
-      CHECK(gpushm_stats_bytes_pinned_after_release(st) == MiB);
+      CHECK(gpushm_stats_bytes_pinned_after_release(st) == (have_fake_gpu ? 4 * MiB : 0));
       gpushm_stats_free(st);
       gpushm_disconnect(mine);
       _exit(0);
@@ -254,6 +281,7 @@ static void test_limits(gpushm_t *conn)
 
 int main(void)
 {
+  const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
   gpushm_t *conn;
 
   if (geteuid() != 0) {
@@ -261,6 +289,10 @@ int main(void)
     return TEST_SKIP;
   }
   signal(SIGPIPE, SIG_IGN);
+  if (fake && access(fake, R_OK) == 0) {
+    setenv("GPUSHM_CUDA_LIBRARY", fake, 1); /* the daemon's driver, and the children's */
+    have_fake_gpu = true;
+  }
   daemon_start(&d, "--max-clients-per-uid", "400", "--default-mode", "0644", NULL);
   conn = daemon_connect(&d);
   test_disconnected_holder(conn);

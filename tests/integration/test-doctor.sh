@@ -32,13 +32,13 @@ contains() { case "$out" in *"$1"*) ;; *) fail "output lacks '$1': $out" ;; esac
 lacks() { case "$out" in *"$1"*) fail "output has '$1': $out" ;; esac; }
 wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "timed out: $1"; sleep 0.02; done; }
 start_daemon() {
-  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level error "$@" &
+  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level error "$@" &
   daemon=$!
   wait_for '"$ctl" ping >/dev/null 2>&1'
 }
 stop_daemon() { kill "$daemon"; wait "$daemon" || true; daemon=""; }
 # Masks what differs between runs and machines: versions, uids, pids, namespace inodes,
-# the trial buffer's nonce, the temporary directory.
+# the trial buffer's nonce, the temporary directory, the host quota (from this machine's RAM).
 normalize() {
   sed -E -e "s|$dir|DIR|g" \
     -e 's/this process is uid [0-9]+, pid [0-9]+/this process is uid UID, pid PID/' \
@@ -47,7 +47,8 @@ normalize() {
     -e 's/, pid [0-9]+ here/, pid PID here/' \
     -e "s/pid:\[[0-9]+\]( \(the host's\))?/pid:[NS]/g" \
     -e 's/gpushmctl-doctor\.[0-9]+\.[0-9a-f]{8}/gpushmctl-doctor.PID.NONCE/g' \
-    -e 's@^(graphics/[a-z]+ +)(ok|FAIL|n-a) +.*@\1STATUS  (this machine'"'"'s graphics drivers)@'
+    -e 's@^(graphics/[a-z]+ +)(ok|FAIL|n-a) +.*@\1STATUS  (this machine'"'"'s graphics drivers)@' \
+    -e 's@^(quota/host +ok +this uid may hold )[0-9]+ MiB@\1N MiB@'
 }
 # golden NAME CODE ARGS...: doctor's output, normalised, must equal tests/golden/NAME
 golden() {

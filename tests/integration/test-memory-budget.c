@@ -1,14 +1,17 @@
 /* Host memory is capped before the kernel would step in: creates beyond the daemon's
  * host-memory budget fail with GPUSHM_E_NOMEM, beyond a uid's host quota with
- * GPUSHM_E_LIMIT, and the daemon lives on.  With a memory cgroup (where this machine
+ * GPUSHM_E_LIMIT, and the daemon lives on.  Device memory has a per-uid quota too (by
+ * default half of each GPU, through the fake driver here), so one uid cannot take a GPU.  With a memory cgroup (where this machine
  * lets the test make one) the default budget is derived from the cgroup's limit, and a
  * client asking for more than the cgroup holds gets an error, not an OOM-killed daemon. */
 #include "config.h"
 #include "harness.h"
+#include "gpushm-admin.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -144,13 +147,133 @@ static void test_cgroup_budget(void)
   CHECK(rmdir(cgroup) == 0);
 }
 
+/* gpushm_uid_limit_bytes{memory="device",device=DEVICE}, or 0 where the daemon sends
+ * no such row (no limit). */
+static uint64_t device_limit_row(const struct test_daemon *d, const char *device)
+{
+  gpushm_stats_t *st = daemon_stats(d);
+  uint64_t value = 0;
+
+  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
+    bool is_device = false, this_device = false;
+    if (strcmp(gpushm_metric_name(m), "gpushm_uid_limit_bytes") != 0)
+      continue;
+    for (size_t j = 0; j < gpushm_metric_label_count(m); j++) {
+      const gpushm_metric_label_t *l = gpushm_metric_label(m, j);
+      if (strcmp(gpushm_metric_label_name(l), "memory") == 0)
+        is_device = strcmp(gpushm_metric_label_value(l), "device") == 0;
+      if (strcmp(gpushm_metric_label_name(l), "device") == 0)
+        this_device = strcmp(gpushm_metric_label_value(l), device) == 0;
+    }
+    if (is_device && this_device)
+      value = gpushm_metric_value(m);
+  }
+  gpushm_stats_free(st);
+  return value;
+}
+
+static int create_on_gpu(gpushm_t *conn, const char *name, uint64_t size, gpushm_buffer_t **out)
+{
+  gpushm_create_opts_t opts;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.device = 0;
+  opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  opts.mode = 0644;
+  return gpushm_buffer_create(conn, name, size, &opts, out);
+}
+
+/* The default device quota is half of each GPU (the fake's is 256 MiB here): uid 65534
+ * gets 128 MiB of it and is refused beyond, with the setting's name; root still
+ * creates; an explicit size and 0 (no limit) are obeyed. */
+static void test_device_quota(void)
+{
+  struct test_daemon d = { 0 };
+  static gpushm_t *conn;
+  gpushm_buffer_t *r, *big;
+  pid_t pid;
+
+  setenv("GPUSHM_FAKE_CUDA_MEMORY", "268435456", 1);
+  daemon_start(&d, NULL);
+  CHECK(device_limit_row(&d, "0") == 128 * MiB);
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *x, *y;
+    CHECK_OK(create_on_gpu(mine, "nobody-1", 96 * MiB, &x));
+    CHECK_OK(gpushm_buffer_close(x));
+    CHECK_ERR(create_on_gpu(mine, "nobody-2", 64 * MiB, &y), GPUSHM_E_LIMIT);
+    CHECK(strstr(gpushm_last_error_message(), "uid 65534 would hold 167772160 bytes of device "
+                 "0's memory (limit 134217728: max-device-bytes-per-uid)") != NULL);
+    /* closing does not free a persistent buffer: still refused */
+    CHECK_ERR(create_on_gpu(mine, "nobody-2", 64 * MiB, &y), GPUSHM_E_LIMIT);
+    CHECK_OK(create_on_gpu(mine, "nobody-3", 32 * MiB, &y)); /* exactly the rest */
+    CHECK_OK(gpushm_buffer_close(y));
+    CHECK_OK(gpushm_ping(mine));
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  /* the GPU is not nobody's: root has its own half */
+  conn = daemon_connect(&d);
+  CHECK_OK(create_on_gpu(conn, "root-1", 96 * MiB, &r));
+  CHECK_OK(gpushm_buffer_close(r));
+  /* what nobody unlinks comes back to it */
+  CHECK_OK(gpushm_unlink(conn, "nobody-1"));
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *y;
+    CHECK_OK(create_on_gpu(mine, "nobody-2", 64 * MiB, &y));
+    CHECK_OK(gpushm_buffer_close(y));
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  daemon_start(&d, "--max-device-bytes-per-uid", "32M", NULL);
+  CHECK(device_limit_row(&d, "0") == 32 * MiB);
+  conn = daemon_connect(&d);
+  CHECK_ERR(create_on_gpu(conn, "big", 64 * MiB, &big), GPUSHM_E_LIMIT);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  daemon_start(&d, "--max-device-bytes-per-uid", "0", NULL);
+  CHECK(device_limit_row(&d, "0") == 0);
+  conn = daemon_connect(&d);
+  CHECK_OK(create_on_gpu(conn, "big", 192 * MiB, &big));
+  CHECK_OK(gpushm_buffer_close(big));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+
+  daemon_start(&d, "--max-device-bytes-per-uid", "25%", NULL);
+  CHECK(device_limit_row(&d, "0") == 64 * MiB);
+  daemon_stop(&d);
+  CHECK(daemon_run(NULL, "--max-device-bytes-per-uid", "101%", NULL) != 0);
+  CHECK(daemon_run(NULL, "--max-device-bytes-per-uid", "half", NULL) != 0);
+  unsetenv("GPUSHM_FAKE_CUDA_MEMORY");
+}
+
 int main(void)
 {
+  const char *fake;
+
   if (geteuid() != 0) {
     test_log("needs root to act as another uid and to make cgroups; skipping");
     return TEST_SKIP;
   }
   test_explicit_budget();
   test_cgroup_budget();
+  fake = getenv("GPUSHM_FAKE_CUDA_LIB");
+  if (fake && access(fake, R_OK) == 0) {
+    setenv("GPUSHM_CUDA_LIBRARY", fake, 1);
+    test_device_quota();
+  } else {
+    test_log("built without CUDA headers: no fake driver for the device quota");
+  }
   return 0;
 }

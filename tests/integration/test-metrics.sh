@@ -34,7 +34,7 @@ EOS
 }
 wait_for() { i=0; until eval "$1"; do i=$((i + 1)); [ $i -lt 500 ] || fail "timed out: $1"; sleep 0.02; done; }
 start_daemon() {
-  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --log-level warn "$@" &
+  "$GPUSHMD" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 --log-level warn "$@" &
   daemon=$!
   wait_for '"$ctl" ping >/dev/null 2>&1'
 }

@@ -96,7 +96,7 @@ in_container() {
 start_daemon() {
   rm -f "$sock"
   env ${cuda_lib:+GPUSHM_CUDA_LIBRARY=$cuda_lib} unshare -p -f -m -i --mount-proc --kill-child=TERM \
-    "$daemon_bin" --socket "$sock" --socket-mode 0666 --log-level warn "$@" &
+    "$daemon_bin" --socket "$sock" --socket-group none --socket-mode 0666 --log-level warn "$@" &
   daemon=$!
   i=0
   until [ -S "$sock" ]; do

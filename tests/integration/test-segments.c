@@ -538,7 +538,9 @@ static void test_oom_with_warm_pool(void)
   int n = 0, r;
 
   setenv("GPUSHM_FAKE_CUDA_MEMORY", "16777216", 1);
-  daemon_start(&d, "--pool-bytes", "1G", "--allow-legacy-ipc", "yes", NULL);
+  /* the device runs out, not the uid's quota (half of it by default) */
+  daemon_start(&d, "--pool-bytes", "1G", "--allow-legacy-ipc", "yes",
+               "--max-device-bytes-per-uid", "0", NULL);
   conn = daemon_connect(&d);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;

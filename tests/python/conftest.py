@@ -65,8 +65,10 @@ class Daemon:
         wrap = (["valgrind", "-q", "--error-exitcode=99", "--leak-check=full",
                  "--errors-for-leak-kinds=definite"]
                 if os.environ.get("GPUSHM_TEST_VALGRIND") else [])
-        self.proc = subprocess.Popen([*wrap, GPUSHMD, "--socket", self.socket, "--log-level",
-                                      "warn", *args], env=native_env(env))
+        # other uids connect in some tests, whatever groups this machine has
+        self.proc = subprocess.Popen([*wrap, GPUSHMD, "--socket", self.socket, "--socket-group",
+                                      "none", "--socket-mode", "0666", "--log-level", "warn",
+                                      *args], env=native_env(env))
         import gpushm
         deadline = time.monotonic() + 20
         while True:

@@ -135,3 +135,15 @@ def test_cuda_array_interface_never_says_per_thread(name, monkeypatch):
     consumer.buffer.acquire(None, seq=1, timeout=5)
     assert consumer.__cuda_array_interface__["stream"] == 1
     monkeypatch.undo()
+
+
+def test_strict_mode(conn, name):
+    # read-only for others is what device memory cannot keep: refused when asked for
+    with pytest.raises(gpushm.InvalidArgument, match="gives group and others read-only access"):
+        conn.create(name, 4096, backend="cuda-fd", mode=0o644, strict_mode=True)
+    with conn.create(name, 4096, backend="cuda-fd", mode=0o666, strict_mode=True):
+        pass
+    with conn.create(name + "-host", 4096, backend="host", mode=0o644, strict_mode=True):
+        pass
+    conn.unlink(name)
+    conn.unlink(name + "-host")
