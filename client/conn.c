@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Connection to gpushmd: connect + hello, synchronous request/reply. */
 #include "config.h"
 #include "error.h"

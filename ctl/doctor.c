@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl doctor: from the caller's own process, which backends work against this
  * gpushmd, and why the others do not.
  *

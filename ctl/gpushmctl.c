@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl: the admin CLI for gpushmd, built on the public libgpushm API only.
  * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
 #include "config.h"

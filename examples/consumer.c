@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Demo consumer: opens the producer's buffer by name, checks every word, answers with
  * its own pattern.  Usage: gpushm-consumer [NAME] */
 #include "gpushm.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Runs gpushmd on a private socket, a producer that creates and fills a 64 MiB
 # buffer, and a consumer in another process that verifies it and answers; the
 # producer verifies the answer.  Usage: examples/demo.sh [BUILD_DIR]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The demo's access to a buffer's bytes, wherever they live: plain loads and stores
  * for host buffers, cuMemcpy through gpushm's driver table for device buffers. */
 #ifndef GPUSHM_EXAMPLE_DEVMEM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Demo producer: creates a shared buffer — with the daemon's default backend (GPU
  * memory as POSIX-fd capabilities when gpushmd is started with --default-backend
  * cuda-fd and has a GPU), else in host memory — fills it, waits for the consumer's

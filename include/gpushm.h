@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpushm — share GPU (and host) memory between cooperating processes through
  * the gpushmd daemon, which owns every buffer and frees it only when no process

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Persistent buffers across daemon restarts.  Each persistent host buffer's memfd, and
  * each persistent cuda-fd buffer's exported fd, is deposited in systemd's fd store under
  * a name that is its registry record (id, owner, mode, size, name; for device memory also

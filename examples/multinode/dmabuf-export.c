@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The local half of sending a gpushm buffer to another node (docs/multinode.md): opens
  * a cuda-fd or cuda-fabric buffer read-write, exports it whole as a dma-buf and prints
  * what an RDMA registration of it takes, and a cuda-fabric buffer's fabric handle.  It

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* C consumer of a Python producer's tensor: opens the buffer torch_producer.py shared,
  * prints its manifest, checks x[i] = i / 2 (float32) over the whole buffer and removes
  * the name.  Usage: c-consumer [NAME]

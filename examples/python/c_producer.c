@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* C producer for a Python consumer: creates a named buffer whose metadata is the
  * gpushm Python package's manifest (float32[N]), fills it with x[i] = i / 2 and exits;
  * the buffer outlives it (gpushmd owns it).  torch_consumer.py opens it as a tensor.

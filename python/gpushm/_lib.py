@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """libgpushm through ctypes: finding it, checking its version, and every prototype.
 
 Every function this package calls is declared here with explicit ``restype`` and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Connections, buffers, tensors and events: the C library's handles, as Python objects
 that close themselves.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gpushm.Error and its subclasses: one per GPUSHM_E_* code of include/gpushm.h.
 
 Each also derives from the built-in exception a Python program would catch for the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The figures of issue 12, each printed beside its floor or peer measured in the same
  * run, with its target and "met" / "NOT met" (or "skipped: why"):
  *   1  fresh 1 MiB device hand-off, serial        vs raw cuMemAlloc + CUDA IPC, no daemon

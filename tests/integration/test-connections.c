@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Connection limits a hostile uid runs into (per-uid cap, max-clients with a reserve for
  * admins, a Hello deadline for silent sockets) and client timeouts against a daemon
  * that stopped answering.  Needs root to act as other uids; skips otherwise. */

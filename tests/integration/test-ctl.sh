@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmctl against a real gpushmd: golden JSON output (parsed, normalised, compared),
 # table and show output, stats in all three forms, a killed holder disappearing,
 # permission cases as another uid with and without the admin group, every command's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmd as a process: options, socket ownership (stale replaced, live or foreign
  * refused), shutdown with clients attached, and accept back-off when out of fds. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Host memory is capped before the kernel would step in: creates beyond the daemon's
  * host-memory budget fail with GPUSHM_E_NOMEM, beyond a uid's host quota with
  * GPUSHM_E_LIMIT, and the daemon lives on.  Device memory has a per-uid quota too (by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Every failure is a gpushm.Error subclass carrying the library's code and the daemon's
 words, and the built-in exception a Python program would catch: each provoked for real
 where a test can, and the whole GPUSHM_E_* map checked against the library."""

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The Debian packages (debian/), built and used as a user would: from a clean copy of
 # the source tree, dpkg-buildpackage -b; lintian with no errors; apt-get install of the
 # five packages; the INSTALLED gpushmd, with the installed settings file, on a private
