@@ -219,4 +219,7 @@ for f in /etc/systemd/system/sockets.target.wants/gpushmd.socket /var/cache/gpus
 done
 [ -z "$left" ] || die "left after purge:$left"
 ok "apt-get purge left none of the packages' files"
+# Debian leaves system groups in place (the README says so, and how to remove it)
+getent group gpushm >/dev/null || die "purge removed group gpushm (the README says it stays)"
+ok "group gpushm stays after purge, as the README says"
 say "# test-debian-packages: $(( $(date +%s) - t0 )) s in all"
