@@ -6,7 +6,7 @@
  * of everything before it exits: an exporter that really sends keeps the open, the fd
  * and its registration until the engine says the remote side is done.
  * Usage: dmabuf-export BUFFER_NAME [SOCKET] */
-#include "gpushm.h"
+#include <gpushm.h>
 
 #include <stdint.h>
 #include <stdio.h>
