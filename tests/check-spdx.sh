@@ -23,7 +23,7 @@ missing=$(list | while IFS= read -r f; do
     debian/*.symbols|debian/not-installed|debian/source/format) continue ;;
     # what autotools, the build and packaging generate in a tarball's tree
     Makefile.in|configure|aclocal.m4|config.h.in|build-aux/*|m4/libtool.m4|m4/lt*.m4|\
-    *.pb-c.c|*.pb-c.h) continue ;;
+    *.pb-c.c|*.pb-c.h|*.spv.h) continue ;;
   esac
   [ -f "$f" ] || continue
   grep -q 'SPDX-License-Identifier: MIT' "$f" || echo "$f"
