@@ -695,6 +695,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   struct client_segment *seg;
   struct map_want mapped;
   bool extra, last;
+  uint64_t id;
   void *ptr;
   int r;
 
@@ -746,10 +747,10 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
     mapping_insert(m);
   }
   h = join_handle(conn, m, generation, want->write_discard, &extra);
+  id = m->id; /* read under the lock: unless last, m is another handle's from here */
   last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
   if (!h || extra) {
-    uint64_t id = m->id;
     if (last)
       end_mapping(m);
     release_locked(conn, id, false);
@@ -772,6 +773,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   struct gpushm_buffer *h;
   struct map_want mapped;
   bool extra, last;
+  uint64_t id;
   int r;
 
   pthread_mutex_lock(&cache_lock);
@@ -814,10 +816,10 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   }
   pthread_mutex_lock(&cache_lock);
   h = join_handle(conn, m, generation, want->write_discard, &extra);
+  id = m->id; /* read under the lock: unless last, m is another handle's from here */
   last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
   if (!h || extra) {
-    uint64_t id = m->id;
     if (last)
       end_mapping(m); /* unmap before release */
     release_on_daemon(conn, id);
@@ -1135,22 +1137,38 @@ static int unlink_entry(struct gpushm_buffer *buf)
 
 /* The daemon's reference goes (and the name, with unlink): one request, not waited for
  * where the daemon offers that. */
-static int release_entry(struct gpushm_buffer *buf, bool unlink)
+/* What a last close tells the daemon, copied under cache_lock: once the lock is dropped,
+ * another connection's last close of the same mapping may free it. */
+struct release {
+  gpushm_t *conn;
+  uint64_t id;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+};
+
+static struct release release_of(const struct gpushm_buffer *buf)
+{
+  struct release rel = { .conn = buf->conn, .id = buf->map->id };
+
+  memcpy(rel.name, buf->map->name, sizeof rel.name);
+  return rel;
+}
+
+static int release_entry(const struct release *rel, bool unlink)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CloseRequest body = GPUSHM__CLOSE_REQUEST__INIT;
   int r;
 
-  if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY)) {
-    int unlinked = unlink ? gpushm_unlink(buf->conn, buf->map->name) : 0;
-    r = release_on_daemon(buf->conn, buf->map->id);
+  if (!(rel->conn->features & GPUSHM_FEATURE_ONEWAY)) {
+    int unlinked = unlink ? gpushm_unlink(rel->conn, rel->name) : 0;
+    r = release_on_daemon(rel->conn, rel->id);
     return r < 0 ? r : unlinked;
   }
-  body.id = buf->map->id;
+  body.id = rel->id;
   body.unlink = unlink;
   req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
   req.close = &body;
-  return client_send_oneway(buf->conn, &req);
+  return client_send_oneway(rel->conn, &req);
 }
 
 /* Garbage collectors (a Python object's, a tensor's deleter) close what they hold
@@ -1166,6 +1184,7 @@ static int inherited_error(const struct gpushm_buffer *buf)
 static int close_entry(gpushm_buffer_t *buf, bool unlink)
 {
   struct client_mapping *m;
+  struct release rel;
   gpushm_t *conn;
   bool last_open, last_user = false;
   int r, unmapped = 0;
@@ -1181,6 +1200,7 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
   m = buf->map;
   last_open = --buf->refs == 0;
   if (last_open) {
+    rel = release_of(buf);
     handle_remove(buf);
     last_user = unuse_mapping(m);
   }
@@ -1190,18 +1210,19 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
 
   conn = buf->conn;
   if (!last_user) {
-    /* Another connection's handle maps it still, with a reference of its own. */
-    r = release_entry(buf, unlink);
+    /* Another connection's handle maps it still, with a reference of its own: m is
+     * that handle's now, and may be gone by the time the request is sent. */
+    r = release_entry(&rel, unlink);
   } else if (m->segment) {
     /* The segment stays mapped (idle) after the release: the daemon counts the mapping
      * until this process says it unmapped it, so it frees nothing this process maps. */
-    r = release_entry(buf, unlink);
+    r = release_entry(&rel, unlink);
     client_segment_put(m->segment);
     free(m);
   } else {
     /* unmap before release, always: the daemon may free the memory at once */
     unmapped = unmap_mapping(m);
-    r = release_entry(buf, unlink);
+    r = release_entry(&rel, unlink);
     free(m);
   }
   client_conn_unref(conn);

@@ -324,10 +324,11 @@ static void keep_fd_past_close(const char *name, bool send_close, int ready, int
   p = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fds[0], 0);
   CHECK(p != MAP_FAILED && intact(p, SIZE, 0x4b));
   if (send_close) {
+    int none[GPUSHM_LIMIT_FDS_PER_FRAME]; /* a close's reply carries none */
     close_req.read_only = 1;
     req.body_case = GPUSHM__REQUEST__BODY_CLOSE;
     req.close = &close_req;
-    CHECK((reply = raw_call(sock, &req, NULL, &n)) != NULL && reply->status == 0);
+    CHECK((reply = raw_call(sock, &req, none, &n)) != NULL && reply->status == 0 && n == 0);
     gpushm__reply__free_unpacked(reply, NULL);
   }
   close(sock);

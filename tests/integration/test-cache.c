@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 static struct test_daemon d;
 
@@ -67,6 +68,29 @@ static void *hammer(void *arg)
     CHECK(gpushm_buffer_ptr(b) == gpushm_buffer_ptr(w->expected));
     CHECK_OK(gpushm_buffer_close(b));
   }
+  return NULL;
+}
+
+/* Opens and closes "cold" through its own connection while others do the same, for a
+ * while: no handle keeps the mapping between them, so one thread's close (not the
+ * mapping's last user) races another's last close, which frees the mapping.  The window
+ * is a few instructions wide: it takes some 10^5 closes to hit it (the benchmark's
+ * 64 clients did, 26 times a run), hence time rather than a count. */
+static void *cold_hammer(void *arg)
+{
+  gpushm_t *conn = arg;
+  struct timespec start, now;
+
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do {
+    gpushm_buffer_t *b;
+    for (int i = 0; i < 100; i++) {
+      CHECK_OK(gpushm_buffer_open(conn, "cold", 0, &b));
+      CHECK_OK(gpushm_buffer_close(b));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec - start.tv_sec < 3);
+  CHECK_OK(gpushm_ping(conn)); /* after its one-way closes */
   return NULL;
 }
 
@@ -168,6 +192,29 @@ int main(void)
     CHECK(my_refs(c1, "hot") == 1);
     CHECK_OK(gpushm_buffer_close(hot));
     CHECK(my_refs(c1, "hot") == 0);
+  }
+
+  /* Closes racing a mapping's last close (a close read the freed mapping's id once, and
+   * the daemon kept that connection's reference until it ended): every connection's
+   * references are back to none (ASan would also report the read). */
+  {
+    enum { N = 64 };
+    pthread_t threads[N];
+    gpushm_t *conns[N];
+    gpushm_buffer_t *cold;
+    CHECK_OK(gpushm_buffer_create(c1, "cold", 4096, NULL, &cold));
+    CHECK_OK(gpushm_buffer_close(cold));
+    for (int i = 0; i < N; i++) {
+      conns[i] = daemon_connect(&d);
+      CHECK(pthread_create(&threads[i], NULL, cold_hammer, conns[i]) == 0);
+    }
+    for (int i = 0; i < N; i++)
+      CHECK(pthread_join(threads[i], NULL) == 0);
+    for (int i = 0; i < N; i++) {
+      CHECK(my_refs(conns[i], "cold") == 0);
+      gpushm_disconnect(conns[i]);
+    }
+    CHECK_OK(gpushm_unlink(c1, "cold"));
   }
 
   /* An admin's disconnect of one connection leaves the other's handles alone: c2's

@@ -199,6 +199,12 @@ static void test_device_quota(void)
   setenv("GPUSHM_FAKE_CUDA_MEMORY", "268435456", 1);
   daemon_start(&d, NULL);
   CHECK(device_limit_row(&d, "0") == 128 * MiB);
+  /* root's first: the GPU is not the first comer's (and the driver is then loaded in
+   * this process, which the children inherit: uid 65534 could not read it from a build
+   * tree in a 0700 home) */
+  conn = daemon_connect(&d);
+  CHECK_OK(create_on_gpu(conn, "root-1", 96 * MiB, &r));
+  CHECK_OK(gpushm_buffer_close(r));
   pid = fork_as(65534, 65534);
   if (pid == 0) {
     gpushm_t *mine = daemon_connect(&d);
@@ -217,9 +223,8 @@ static void test_device_quota(void)
     _exit(0);
   }
   check_child(pid);
-  /* the GPU is not nobody's: root has its own half */
-  conn = daemon_connect(&d);
-  CHECK_OK(create_on_gpu(conn, "root-1", 96 * MiB, &r));
+  /* root's half was its own: still room for it */
+  CHECK_OK(create_on_gpu(conn, "root-2", 32 * MiB, &r));
   CHECK_OK(gpushm_buffer_close(r));
   /* what nobody unlinks comes back to it */
   CHECK_OK(gpushm_unlink(conn, "nobody-1"));
