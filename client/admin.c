@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Calls for admin tools (gpushm-admin.h): the buffer list, clients, daemon statistics.
  *
  * The objects they return are the daemon's unpacked replies, kept alive as they came:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Buffers: the handles callers hold and the mappings behind them.
  *
  * A mapping (struct client_mapping) is what this process maps of one object: per daemon

@@ -1,6 +1,8 @@
+/* SPDX-License-Identifier: MIT */
 /* Connection to gpushmd: connect + hello, synchronous request/reply. */
 #include "config.h"
 #include "error.h"
+#include "connect_error.h"
 #include "conn.h"
 #include "list_codec.h"
 
@@ -282,6 +284,7 @@ int gpushm_set_timeout(gpushm_t *conn, int timeout_ms)
 int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **out)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  enum socket_source source = SOCKET_GIVEN;
   gpushm_t *conn;
   int r;
 
@@ -289,10 +292,14 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
   if (!out)
     return client_error(GPUSHM_E_INVAL, "out is NULL");
   *out = NULL;
-  if (!socket_path || !*socket_path)
+  if (!socket_path || !*socket_path) {
+    source = SOCKET_FROM_ENV;
     socket_path = secure_getenv("GPUSHM_SOCKET");
-  if (!socket_path || !*socket_path)
+  }
+  if (!socket_path || !*socket_path) {
+    source = SOCKET_DEFAULT;
     socket_path = GPUSHM_DEFAULT_SOCKET;
+  }
   if (strlen(socket_path) >= sizeof addr.sun_path)
     return client_error(GPUSHM_E_INVAL, "socket path too long: %s", socket_path);
   if (client_name && strlen(client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
@@ -325,8 +332,7 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
                        "%d ms (its listen queue is full: stopped or overloaded)", socket_path,
                        conn->timeout_ms);
     else
-      r = client_error(GPUSHM_E_CONNECT, "cannot connect to gpushmd at %s: %s", socket_path,
-                       strerror(errno));
+      r = client_connect_error(socket_path, source, errno);
     goto fail;
   }
   if ((r = check_daemon_identity(conn, socket_path)) < 0 || (r = hello(conn, client_name)) < 0)

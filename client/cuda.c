@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The library's CUDA side: the driver, loaded on first need; devices matched by UUID
  * (ordinals differ between processes under CUDA_VISIBLE_DEVICES); IPC handles opened
  * and fd handles imported and mapped for the device whose kernels will use them (the

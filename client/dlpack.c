@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Open buffers as DLPack tensors, and the Python capsules that carry them
  * (gpushm-dlpack.h).  Built on the public API alone: a tensor is one more open of its
  * buffer (gpushm_buffer_ref), which its deleter closes. */

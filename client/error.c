@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "error.h"
 #include "gpushm.h"
@@ -8,10 +9,12 @@
 
 /* Room for a driver's words and what to do about them. */
 static __thread char last_error[512];
+static __thread int last_errno;
 
 int client_error(int err, const char *fmt, ...)
 {
   va_list ap;
+  last_errno = 0;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
@@ -21,11 +24,22 @@ int client_error(int err, const char *fmt, ...)
 void client_clear_error(void)
 {
   last_error[0] = '\0';
+  last_errno = 0;
+}
+
+void client_set_errno(int err)
+{
+  last_errno = err;
 }
 
 const char *gpushm_last_error_message(void)
 {
   return last_error;
+}
+
+int gpushm_last_error_errno(void)
+{
+  return last_errno;
 }
 
 const char *gpushm_strerror(int err)

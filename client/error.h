@@ -14,5 +14,7 @@ int client_copy_opts(void *known, size_t known_size, const void *user, size_t mi
 /* Records the detail for gpushm_last_error_message() and returns err. */
 int client_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void client_clear_error(void);
+/* The system error behind the last one recorded (after client_error(), which clears it). */
+void client_set_errno(int err);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What a buffer gives engines that move it off this host (docs/multinode.md): a dma-buf
  * of a range, for RDMA registration, and a cuda-fabric buffer's fabric handle.  Both
  * are read-write access wherever they go, so read-only opens get neither. */

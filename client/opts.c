@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Sized option structs: how an option struct grows without breaking binaries. */
 #include "config.h"
 #include "error.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Segments on the client side: the process-wide table of mapped segments.
  *
  * A carved buffer lies in a segment, an allocation that holds buffers of one permission

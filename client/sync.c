@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Named events and acquire/release ordering on sync buffers. */
 #include "config.h"
 #include "error.h"

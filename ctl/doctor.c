@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl doctor: from the caller's own process, which backends work against this
  * gpushmd, and why the others do not.
  *
@@ -12,6 +13,7 @@
 #include "doctor.h"
 #include "doctor-graphics.h"
 #include "escape.h"
+#include "fail.h"
 #include "format.h"
 #include "gpushm-admin.h"
 
@@ -134,7 +136,7 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
 {
   const char *path = socket && *socket ? socket : getenv("GPUSHM_SOCKET");
   gpushm_backend_t def;
-  char list[96] = "";
+  char list[96] = "", line[600];
   uint32_t pid, uid;
   int r;
 
@@ -144,8 +146,8 @@ static int check_connect(struct doctor *d, const char *socket, uint32_t requeste
          (unsigned)geteuid(), (int)getpid(), text(path, 0));
   printf("%-24s %-6s %s\n", "CHECK", "RESULT", "DETAIL");
   if ((r = gpushm_connect(socket, "gpushmctl-doctor", &d->conn)) < 0) {
-    report(d, AFFECTS_ALL, "daemon", "connect", ST_FAIL, "%s: %s", gpushm_strerror(r),
-           gpushm_last_error_message());
+    report(d, AFFECTS_ALL, "daemon", "connect", ST_FAIL, "%s",
+           ctl_error_text(r, gpushm_last_error_message(), line, sizeof line));
     d->judged = requested ? (gpushm_backend_t)requested : GPUSHM_BACKEND_DEFAULT;
     d->judged_why = requested ? "asked for" : "gpushmd's default";
     return r;
@@ -601,7 +603,7 @@ static void trial(struct doctor *d, gpushm_backend_t b)
   gpushm_create_opts_t opts;
   gpushm_buffer_t *rw = NULL, *ro = NULL;
   const char *step;
-  char name[96], why[600];
+  char name[96], why[600], line[700];
   int r;
 
   if (!offers(d, b)) {
@@ -664,8 +666,8 @@ failed_why:
     gpushm_unlink(d->conn, name);
     gpushm_buffer_close(rw);
   }
-  report(d, b, backend_label(b), "trial", ST_FAIL, "%s %s: %s: %s", step, name,
-         gpushm_strerror(r), why);
+  report(d, b, backend_label(b), "trial", ST_FAIL, "%s %s: %s", step, name,
+         ctl_error_text(r, why, line, sizeof line));
 }
 
 /* The value of the stats row NAME whose labels include memory=MEMORY (and device=DEVICE

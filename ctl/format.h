@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl's number formatting: what snprintf would print, without its format parsing
  * or its floating point (a 100k-row listing formats some 500k numbers, and snprintf
  * was a quarter of its time).  Each writes into buf and returns it. */

@@ -1,8 +1,11 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl: the admin CLI for gpushmd, built on the public libgpushm API only.
  * Exit status: 0 ok, 1 the operation failed (the daemon's reason on stderr), 2 usage. */
 #include "config.h"
 #include "doctor.h"
+#include "dump.h"
 #include "escape.h"
+#include "fail.h"
 #include "format.h"
 #include "textfile.h"
 #include "gpushm-admin.h"
@@ -34,6 +37,7 @@ struct ctl {
   const char *metadata; /* create --metadata */
   uint32_t format;      /* create-image --format */
   const char *textfile; /* stats --textfile */
+  struct dump_request dump;
   gpushm_t *conn;
 };
 
@@ -47,20 +51,12 @@ struct cmd_entry {
   int (*run)(struct ctl *ctl, int argc, char **argv);
   /* Optional: checks the arguments before connecting (usage errors exit 2 even with
    * no daemon running). */
-  int (*check)(int argc, char **argv);
+  int (*check)(struct ctl *ctl, int argc, char **argv);
   /* run connects by itself (doctor: a failed connect is one of its findings). */
   bool connects_itself;
 };
 
 /* ---- output helpers ------------------------------------------------------------ */
-
-static int fail(const char *what, int r)
-{
-  const char *detail = gpushm_last_error_message(); /* the daemon's words, often */
-  fprintf(stderr, "gpushmctl: %s: %s%s%s\n", what, gpushm_strerror(r), *detail ? ": " : "",
-          text(detail, 0));
-  return EXIT_FAILED;
-}
 
 static uint64_t now_ms(void)
 {
@@ -621,7 +617,7 @@ static int list_buffers(struct ctl *ctl, bool events_only)
                                    (ctl->json ? GPUSHM_LIST_METADATA : 0), &list);
 
   if (r < 0)
-    return fail(events_only ? "events" : "list", r);
+    return ctl_fail(events_only ? "events" : "list", r);
   print_buffers(ctl, list, events_only);
   gpushm_buffer_list_free(list);
   return 0;
@@ -698,26 +694,64 @@ static void advisory_read_only(const gpushm_buffer_info_t *b)
          backend == GPUSHM_BACKEND_CUDA_IPC ? "an IPC handle" : "an fd");
 }
 
-static int cmd_show(struct ctl *ctl, int argc, char **argv)
+/* Whether arg is an id: all digits, as show and dump take it. */
+static bool arg_is_id(const char *arg, uint64_t *id)
 {
-  gpushm_buffer_list_t *list;
-  const gpushm_buffer_info_t *b = NULL;
   char *end;
-  uint64_t id = strtoull(argv[0], &end, 10);
-  bool by_id = *argv[0] && !*end;
-  int r = gpushm_list(ctl->conn, (ctl->all ? GPUSHM_LIST_ALL : 0) | GPUSHM_LIST_METADATA, &list);
 
-  if (r < 0)
-    return fail("show", r);
-  /* a linked name wins over an unlinked one of the same name */
+  if (!isdigit((unsigned char)*arg))
+    return false;
+  errno = 0;
+  *id = strtoull(arg, &end, 10);
+  return !*end && !errno;
+}
+
+/* The entry arg names in list: by id (when by_id), else by name, where a linked one
+ * wins over unlinked ones of that name; NULL if none. */
+static const gpushm_buffer_info_t *find_listed(const gpushm_buffer_list_t *list, const char *arg,
+                                               bool by_id, uint64_t id)
+{
+  const gpushm_buffer_info_t *b = NULL;
+
   for (size_t i = 0; i < gpushm_buffer_list_count(list); i++) {
     const gpushm_buffer_info_t *info = gpushm_buffer_list_get(list, i);
     if ((by_id && gpushm_buffer_info_id(info) == id) ||
-        (!by_id && strcmp(gpushm_buffer_info_name(info), argv[0]) == 0 &&
+        (!by_id && strcmp(gpushm_buffer_info_name(info), arg) == 0 &&
          (!b || gpushm_buffer_info_linked(info))))
       b = info;
   }
-  if (!b) {
+  return b;
+}
+
+/* One line per holder (and how many more the daemon did not list). */
+static void print_holders(const gpushm_buffer_info_t *b)
+{
+  size_t n = gpushm_buffer_info_holder_count(b);
+
+  for (size_t h = 0; h < n; h++) {
+    const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
+    char comm[32], who[64];
+    printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", gpushm_holder_pid(holder),
+           text(process_name(gpushm_holder_pid(holder), comm, sizeof comm), 16),
+           gpushm_holder_uid(holder),
+           text(user_name(gpushm_holder_uid(holder), who, sizeof who), 0),
+           gpushm_holder_refs(holder), gpushm_holder_client_id(holder));
+  }
+  if (gpushm_buffer_info_holders_total(b) > n)
+    printf("  and %zu more\n", (size_t)gpushm_buffer_info_holders_total(b) - n);
+}
+
+static int cmd_show(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b;
+  uint64_t id = 0;
+  bool by_id = arg_is_id(argv[0], &id);
+  int r = gpushm_list(ctl->conn, (ctl->all ? GPUSHM_LIST_ALL : 0) | GPUSHM_LIST_METADATA, &list);
+
+  if (r < 0)
+    return ctl_fail("show", r);
+  if (!(b = find_listed(list, argv[0], by_id, id))) {
     fprintf(stderr, "gpushmctl: show: no buffer or event '%s' visible to you\n", argv[0]);
     gpushm_buffer_list_free(list);
     return EXIT_FAILED;
@@ -774,15 +808,7 @@ static int cmd_show(struct ctl *ctl, int argc, char **argv)
            gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
            format_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age),
            gpushm_buffer_info_refs(b), gpushm_buffer_info_holders_total(b));
-    for (size_t h = 0; h < gpushm_buffer_info_holder_count(b); h++) {
-      const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
-      char comm[32], who[64];
-      printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", gpushm_holder_pid(holder),
-             text(process_name(gpushm_holder_pid(holder), comm, sizeof comm), 16),
-             gpushm_holder_uid(holder),
-             text(user_name(gpushm_holder_uid(holder), who, sizeof who), 0),
-             gpushm_holder_refs(holder), gpushm_holder_client_id(holder));
-    }
+    print_holders(b);
     show_detached(ctl, gpushm_buffer_info_id(b));
   }
   gpushm_buffer_list_free(list);
@@ -796,7 +822,7 @@ static int cmd_clients(struct ctl *ctl, int argc, char **argv)
   int r = gpushm_clients(ctl->conn, &clients);
 
   if (r < 0)
-    return fail("clients", r);
+    return ctl_fail("clients", r);
   n = gpushm_client_list_count(clients);
   if (ctl->json) {
     putchar('[');
@@ -1241,7 +1267,7 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
   int r = gpushm_stats(ctl->conn, &s);
 
   if (r < 0)
-    return fail("stats", r);
+    return ctl_fail("stats", r);
   /* --textfile: the output replaces that file whole, or not at all */
   if (ctl->textfile) {
     fflush(stdout);
@@ -1276,18 +1302,22 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
+/* Bytes, or with a binary suffix in either case (K or k, M or m, ...; "KiB" and "KB"
+ * too).  Digits first: strtoull would take " -1" or "+1" and a minus wraps. */
 static int parse_size(const char *s, uint64_t *out)
 {
   char *end;
   unsigned long long v;
   unsigned shift = 0;
 
+  if (!isdigit((unsigned char)*s))
+    return -1;
   errno = 0;
   v = strtoull(s, &end, 10);
-  if (errno || end == s || *s == '-')
+  if (errno || end == s)
     return -1;
   if (*end) {
-    const char *units = "KMGT", *u = strchr(units, *end);
+    const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
     if (!u || (end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0))
       return -1;
     shift = 10u * (unsigned)(u - units + 1);
@@ -1298,11 +1328,14 @@ static int parse_size(const char *s, uint64_t *out)
   return 0;
 }
 
-static int check_create(int argc, char **argv)
+static int check_create(struct ctl *ctl, int argc, char **argv)
 {
   uint64_t size;
+  (void)ctl;
+  (void)argc;
   if (parse_size(argv[1], &size) < 0 || size == 0) {
-    fprintf(stderr, "gpushmctl: create: bad size '%s' (bytes, or with K, M, G, T)\n", argv[1]);
+    fprintf(stderr, "gpushmctl: create: bad size '%s' (bytes, or with K, M, G, T: binary, "
+            "either case)\n", argv[1]);
     return EXIT_USAGE;
   }
   return 0;
@@ -1328,7 +1361,7 @@ static int cmd_create(struct ctl *ctl, int argc, char **argv)
     opts.metadata_size = (uint32_t)strnlen(ctl->metadata, GPUSHM_METADATA_MAX + 1);
   }
   if ((r = gpushm_buffer_create(ctl->conn, argv[0], size, &opts, &b)) < 0)
-    return fail("create", r);
+    return ctl_fail("create", r);
   printf("%s %" PRIu64 "\n", text(gpushm_buffer_name(b), 0), gpushm_buffer_id(b));
   gpushm_buffer_close(b);
   return 0;
@@ -1352,9 +1385,10 @@ static int parse_extent(const char *arg, uint32_t *w, uint32_t *h)
   return 0;
 }
 
-static int check_create_image(int argc, char **argv)
+static int check_create_image(struct ctl *ctl, int argc, char **argv)
 {
   uint32_t w, h;
+  (void)ctl;
   (void)argc;
   if (parse_extent(argv[1], &w, &h) < 0) {
     fprintf(stderr, "gpushmctl: create-image: bad extent '%s' (WIDTHxHEIGHT)\n", argv[1]);
@@ -1382,7 +1416,7 @@ static int cmd_create_image(struct ctl *ctl, int argc, char **argv)
   opts.mode = ctl->mode;
   opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
   if ((r = gpushm_image_create(ctl->conn, argv[0], &d, &opts, &b)) < 0)
-    return fail("create-image", r);
+    return ctl_fail("create-image", r);
   gpushm_buffer_image_desc(b, &d);
   printf("%s %" PRIu64 " %" PRIu64 "\n", text(gpushm_buffer_name(b), 0), gpushm_buffer_id(b),
          d.row_pitch);
@@ -1390,34 +1424,77 @@ static int cmd_create_image(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
-static int cmd_unlink(struct ctl *ctl, int argc, char **argv)
+/* After an unlink: who still holds the buffer, whose memory stays until they let go
+ * (the name alone no longer tells it from others unlinked before, hence the id). */
+static void report_holders(struct ctl *ctl, const char *name, uint64_t id)
 {
-  int r = gpushm_unlink(ctl->conn, argv[0]);
-  return r < 0 ? fail("unlink", r) : 0;
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b;
+  char size[32];
+
+  if (gpushm_list(ctl->conn, 0, &list) < 0)
+    return;
+  if ((b = find_listed(list, name, true, id)) && gpushm_buffer_info_holders_total(b)) {
+    uint32_t n = gpushm_buffer_info_holders_total(b);
+    const char *who = n == 1 ? "it lets" : "they let";
+    printf("unlinked '%s': still held by %u client%s, so ", text(name, 0), n, n == 1 ? "" : "s");
+    if (gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT)
+      printf("the event lives until %s go:\n", who);
+    else
+      printf("its %s stay allocated until %s go (gpushmctl disconnect CLIENT ends a holder's "
+             "connection):\n", format_size(gpushm_buffer_info_allocated(b), ctl->bytes, size,
+                                            sizeof size), who);
+    print_holders(b);
+  }
+  gpushm_buffer_list_free(list);
 }
 
+static int cmd_unlink(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b;
+  uint64_t id = 0;
+  int r;
+
+  (void)argc;
+  if (gpushm_list(ctl->conn, 0, &list) == 0) {
+    if ((b = find_listed(list, argv[0], false, 0)) && gpushm_buffer_info_linked(b))
+      id = gpushm_buffer_info_id(b);
+    gpushm_buffer_list_free(list);
+  }
+  if ((r = gpushm_unlink(ctl->conn, argv[0])) < 0)
+    return ctl_fail("unlink", r);
+  if (id)
+    report_holders(ctl, argv[0], id);
+  return 0;
+}
+
+/* Digits only: strtoul would take "-1" (as ULONG_MAX) and " 1". */
 static int parse_client_id(const char *arg, uint32_t *id)
 {
   char *end;
   unsigned long v;
 
+  if (!isdigit((unsigned char)*arg))
+    return -1;
   errno = 0;
   v = strtoul(arg, &end, 10);
-  if (!*arg || *end || errno || v == 0 || v > UINT32_MAX)
+  if (*end || errno || v == 0 || v > UINT32_MAX)
     return -1;
   *id = (uint32_t)v;
   return 0;
 }
 
-static int check_disconnect(int argc, char **argv)
+static int check_disconnect(struct ctl *ctl, int argc, char **argv)
 {
   uint32_t id;
+  (void)ctl;
   (void)argc;
   if (parse_client_id(argv[0], &id) == 0)
     return 0;
-  fprintf(stderr, "gpushmctl: disconnect: '%s' is not a client id (see gpushmctl clients)\n",
-          argv[0]);
-  return 2;
+  fprintf(stderr, "gpushmctl: disconnect: bad client id '%s' (a number from 1, as gpushmctl "
+          "clients lists them)\n", argv[0]);
+  return EXIT_USAGE;
 }
 
 static int cmd_disconnect(struct ctl *ctl, int argc, char **argv)
@@ -1427,8 +1504,14 @@ static int cmd_disconnect(struct ctl *ctl, int argc, char **argv)
 
   (void)argc;
   parse_client_id(argv[0], &id);
-  if ((r = gpushm_client_disconnect(ctl->conn, id)) < 0)
-    return fail("disconnect", r);
+  if ((r = gpushm_client_disconnect(ctl->conn, id)) == GPUSHM_E_NOENT) {
+    /* others' clients are as invisible as in the listing: say so, not "no such buffer" */
+    fprintf(stderr, "gpushmctl: disconnect: no client with id %u among those you may end "
+            "(gpushmctl clients lists them)\n", id);
+    return EXIT_FAILED;
+  }
+  if (r < 0)
+    return ctl_fail("disconnect", r);
   printf("client %u disconnected: its references are released; host memory nobody else "
          "holds is taken back from that process, device memory it maps stays allocated "
          "until it exits\n", id);
@@ -1444,18 +1527,30 @@ static int cmd_ping(struct ctl *ctl, int argc, char **argv)
   r = gpushm_ping(ctl->conn);
   clock_gettime(CLOCK_MONOTONIC, &b);
   if (r < 0)
-    return fail("ping", r);
+    return ctl_fail("ping", r);
   printf("gpushmd answered in %.1f us\n", (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3);
   return 0;
 }
 
+static void print_versions(void)
+{
+  printf("gpushmctl %s (libgpushm %s)\n", PACKAGE_VERSION, gpushm_version_string());
+}
+
+/* This side's versions first: they are known whether or not gpushmd answers. */
 static int cmd_version(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_stats_t *s;
   int r;
-  printf("gpushmctl %s (libgpushm %s)\n", PACKAGE_VERSION, gpushm_version_string());
+
+  (void)argc;
+  (void)argv;
+  print_versions();
+  fflush(stdout);
+  if ((r = gpushm_connect(ctl->socket, "gpushmctl", &ctl->conn)) < 0)
+    return ctl_fail("version: gpushmd could not be reached", r);
   if ((r = gpushm_stats(ctl->conn, &s)) < 0)
-    return fail("version", r);
+    return ctl_fail("version: gpushmd did not say its version", r);
   printf("gpushmd %s\n", text(gpushm_stats_daemon_version(s), 0));
   gpushm_stats_free(s);
   return 0;
@@ -1473,6 +1568,35 @@ static int cmd_doctor(struct ctl *ctl, int argc, char **argv)
     return EXIT_USAGE;
   }
   return ctl_doctor(ctl->socket, ctl->backend);
+}
+
+static int check_dump(struct ctl *ctl, int argc, char **argv)
+{
+  (void)argc;
+  if (ctl->dump.raw && isatty(STDOUT_FILENO)) {
+    fprintf(stderr, "gpushmctl: dump: --format raw writes the bytes as they are, and standard "
+            "output is a terminal: redirect it to a file or a pipe (gpushmctl dump %s --format "
+            "raw > FILE), or leave out --format for hex\n", text(argv[0], 0));
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+static int cmd_dump(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_buffer_list_t *list;
+  int r;
+
+  (void)argc;
+  ctl->dump.arg = argv[0];
+  ctl->dump.by_id = arg_is_id(argv[0], &ctl->dump.id);
+  /* the listing says what it is (events and optimal-tiling images are refused before
+   * any open); the open itself decides whether this user may read it */
+  if ((r = gpushm_list(ctl->conn, 0, &list)) < 0)
+    return ctl_fail("dump", r);
+  r = ctl_dump(ctl->conn, find_listed(list, argv[0], ctl->dump.by_id, ctl->dump.id), &ctl->dump);
+  gpushm_buffer_list_free(list);
+  return r;
 }
 
 static const struct cmd_entry commands[] = {
@@ -1494,12 +1618,15 @@ static const struct cmd_entry commands[] = {
   { "disconnect", NULL, "CLIENT", "end a client's connection, releasing its references", "", 1, 1,
     cmd_disconnect, check_disconnect, false },
   { "events", NULL, "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL, false },
+  { "dump", NULL, "NAME|ID", "print a buffer's bytes (hex as xxd -a, or raw), read-only",
+    "offset,length,format", 1, 1, cmd_dump, check_dump, false },
   { "ping", NULL, "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL, false },
   { "version", NULL, "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version,
-    NULL, false },
+    NULL, true },
   { "doctor", NULL, "", "which backends work for this process, and why the others do not",
     "backend", 0, 0, cmd_doctor, NULL, true },
 };
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static const struct option long_options[] = {
   { "socket", required_argument, NULL, 's' },
@@ -1516,56 +1643,99 @@ static const struct option long_options[] = {
   { "metadata", required_argument, NULL, 'M' },
   { "format", required_argument, NULL, 'F' },
   { "textfile", required_argument, NULL, 'T' },
+  { "offset", required_argument, NULL, 'O' },
+  { "length", required_argument, NULL, 'L' },
   { "help", no_argument, NULL, 'h' },
+  { "version", no_argument, NULL, 'V' },
   { NULL, 0, NULL, 0 },
 };
+
+/* A command's options, as --help lists them (and as the shell completions in
+ * completion/ offer them: tests/integration/test-completion.sh holds the two together). */
+static const struct option_help {
+  const char *name, *arg, *text;
+} option_help[] = {
+  { "all", NULL, "every user's buffers (root or the daemon's admin group)" },
+  { "json", NULL, "machine-readable output (stable field names)" },
+  { "bytes", NULL, "exact byte counts instead of KiB/MiB/GiB" },
+  { "prometheus", NULL, "Prometheus text exposition format" },
+  { "device", "N", "CUDA device (daemon's ordinal), default 0" },
+  { "mode", "MODE", "permission bits, octal, default 0600" },
+  { "session", NULL, "unlinked when gpushmctl disconnects (for tests)" },
+  { "backend", "B", "host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's default)" },
+  { "sync", NULL, "with acquire/release ordering" },
+  { "strict-mode", NULL, "refuse a mode the backend cannot keep (read-only for group or others "
+    "on device memory: docs/security.md)" },
+  { "metadata", "TEXT", "kept with the buffer, shown by show and list --json" },
+  { "format", "F", "image format, default rgba8-unorm (docs/graphics.md)" },
+  { "textfile", "FILE", "replace FILE whole with the output (node_exporter's textfile "
+    "collector; links in its directory are not followed)" },
+  { "offset", "N", "start N bytes in (K, M, G, T suffixes), default 0" },
+  { "length", "N", "that many bytes (K, M, G, T suffixes), default to the end" },
+};
+
+/* --format is an image format to create-image and an output form to dump. */
+static const struct option_help dump_format_help = {
+  "format", "F", "hex (default: as xxd -a) or raw (the bytes, not to a terminal)"
+};
+
+/* Whether name is an item of the comma-separated list (whole items: "mode" is not
+ * "strict-mode"). */
+static bool has_item(const char *list, const char *name)
+{
+  size_t n = strlen(name);
+
+  for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+    if (strncmp(p, name, n) == 0 && (p[n] == ',' || !p[n]))
+      return true;
+  }
+  return false;
+}
+
+/* Columns of NAME ARGS before the summaries: the longest that fits, others on a line
+ * of their own. */
+#define USAGE_COLUMN 24
 
 static void usage(FILE *out)
 {
   fprintf(out, "Usage: gpushmctl [--socket PATH] COMMAND [OPTION]... [ARG]...\n"
+               "       gpushmctl --version\n"
                "Inspect and manage the buffers gpushmd shares.\n\nCommands:\n");
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    fprintf(out, "  %-10s %-9s %s", commands[i].name, commands[i].args, commands[i].summary);
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", commands[i].name, *commands[i].args ? " " : "",
+             commands[i].args);
+    if (strlen(left) > USAGE_COLUMN)
+      fprintf(out, "  %s\n  %-*s %s", left, USAGE_COLUMN, "", commands[i].summary);
+    else
+      fprintf(out, "  %-*s %s", USAGE_COLUMN, left, commands[i].summary);
     if (commands[i].alias)
       fprintf(out, " (also '%s')", commands[i].alias);
     fputc('\n', out);
   }
   fprintf(out, "\n'gpushmctl COMMAND --help' lists a command's options.  The socket is\n"
-               "$GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ".\n"
+               "$GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ".  Words after '--',\n"
+               "and negative numbers anywhere, are arguments, not options.\n"
                "Exit status: 0 ok, 1 the operation failed (doctor: the backend it judges\n"
                "does not work for this process), 2 usage error.\n");
 }
 
+#define OPTION_COLUMN 17
+
 static void command_usage(const struct cmd_entry *cmd, FILE *out)
 {
-  static const struct { const char *name, *text; } help[] = {
-    { "all", "--all          every user's buffers (root or the daemon's admin group)" },
-    { "json", "--json         machine-readable output (stable field names)" },
-    { "bytes", "--bytes        exact byte counts instead of KiB/MiB/GiB" },
-    { "prometheus", "--prometheus   Prometheus text exposition format" },
-    { "device", "--device N     CUDA device (daemon's ordinal), default 0" },
-    { "mode", "--mode MODE    permission bits, octal, default 0600" },
-    { "session", "--session      unlinked when gpushmctl disconnects (for tests)" },
-    { "backend", "--backend B    host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's "
-      "default)" },
-    { "sync", "--sync         with acquire/release ordering" },
-    { "strict-mode", "--strict-mode  refuse a mode the backend cannot keep (read-only for "
-      "group or others on device memory: docs/security.md)" },
-    { "metadata", "--metadata TEXT  kept with the buffer, shown by show and list --json" },
-    { "format", "--format F     image format, default rgba8-unorm (docs/graphics.md)" },
-    { "textfile", "--textfile FILE  replace FILE whole with the output (node_exporter's "
-      "textfile collector; links in its directory are not followed)" },
-  };
   fprintf(out, "Usage: gpushmctl %s%s%s [OPTION]...\n%s\n", cmd->name, *cmd->args ? " " : "",
           cmd->args, cmd->summary);
-  for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
-    if (strstr(cmd->options, help[i].name))
-      fprintf(out, "  %s\n", help[i].text);
-}
-
-static bool accepts(const struct cmd_entry *cmd, const char *option)
-{
-  return strstr(cmd->options, option) != NULL;
+  for (size_t i = 0; i < sizeof option_help / sizeof option_help[0]; i++) {
+    const struct option_help *h = &option_help[i];
+    char left[32];
+    if (!has_item(cmd->options, h->name))
+      continue;
+    if (strcmp(h->name, "format") == 0 && strcmp(cmd->name, "dump") == 0)
+      h = &dump_format_help;
+    snprintf(left, sizeof left, "--%s%s%s", h->name, h->arg ? " " : "", h->arg ? h->arg : "");
+    fprintf(out, "  %-*s %s\n", OPTION_COLUMN, left, h->text);
+  }
 }
 
 /* Output is buffered and mostly written at exit: a full disk or a closed pipe shows
@@ -1579,11 +1749,68 @@ static void close_stdout(void)
   }
 }
 
+/* Whether the option argv[i] (not of the form --name=VALUE) takes the next word as its
+ * value: getopt_long's rules, unambiguous prefixes of long names included. */
+static bool takes_value(const char *arg)
+{
+  size_t n;
+  bool value = false, found = false;
+
+  if (arg[1] != '-')
+    return arg[1] == 's' && !arg[2]; /* -s PATH; "-sPATH" carries its value */
+  arg += 2;
+  if (strchr(arg, '='))
+    return false;
+  n = strlen(arg);
+  for (const struct option *o = long_options; o->name; o++) {
+    if (strncmp(o->name, arg, n) != 0)
+      continue;
+    if (!o->name[n])
+      return o->has_arg == required_argument; /* an exact match wins */
+    value |= o->has_arg == required_argument;
+    found = true;
+  }
+  return found && value;
+}
+
+/* The command's words, split into options (with their values) for getopt and arguments:
+ * '--' ends the options, and a word that starts with '-' and a digit is an argument
+ * (a negative number: "create x -1", "disconnect -1"), so that it reaches the
+ * command's own check and its error, not getopt's "invalid option -- '1'".  Options may
+ * still come after arguments, as getopt_long allows. */
+static void split_words(int argc, char **argv, char **opts, int *n_opts, char **args, int *n_args)
+{
+  int i = 1;
+
+  *n_opts = *n_args = 0;
+  opts[(*n_opts)++] = argv[0];
+  for (; i < argc; i++) {
+    const char *w = argv[i];
+    if (strcmp(w, "--") == 0) {
+      i++;
+      break;
+    }
+    if (w[0] != '-' || !w[1] || isdigit((unsigned char)w[1])) {
+      args[(*n_args)++] = argv[i];
+      continue;
+    }
+    opts[(*n_opts)++] = argv[i];
+    if (takes_value(w) && i + 1 < argc)
+      opts[(*n_opts)++] = argv[++i];
+  }
+  for (; i < argc; i++)
+    args[(*n_args)++] = argv[i];
+  opts[*n_opts] = NULL;
+  args[*n_args] = NULL;
+}
+
 int main(int argc, char **argv)
 {
   struct ctl ctl = { .mode = 0 };
   const struct cmd_entry *cmd = NULL;
-  int opt, r;
+  char **opts, **args;
+  int opt, r, n_opts, n_args;
+  uint64_t size;
 
   /* LC_CTYPE only: it says whether the terminal takes UTF-8 and how wide characters are;
    * numbers and messages stay in the C locale. */
@@ -1595,11 +1822,15 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
   atexit(close_stdout);
   /* global options come before the command, the command's after it */
-  while ((opt = getopt_long(argc, argv, "+s:h", long_options, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "+s:hV", long_options, NULL)) != -1) {
     if (opt == 's') {
       ctl.socket = optarg;
     } else if (opt == 'h') {
       usage(stdout);
+      return 0;
+    } else if (opt == 'V') {
+      /* this side only: no daemon is asked (gpushmctl version asks it too) */
+      print_versions();
       return 0;
     } else {
       usage(stderr);
@@ -1610,7 +1841,7 @@ int main(int argc, char **argv)
     usage(stderr);
     return EXIT_USAGE;
   }
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+  for (size_t i = 0; i < N_COMMANDS; i++)
     if (strcmp(argv[optind], commands[i].name) == 0 ||
         (commands[i].alias && strcmp(argv[optind], commands[i].alias) == 0))
       cmd = &commands[i];
@@ -1621,8 +1852,11 @@ int main(int argc, char **argv)
   }
   argc -= optind;
   argv += optind;
+  opts = xalloc(calloc((size_t)argc + 1, sizeof *opts));
+  args = xalloc(calloc((size_t)argc + 1, sizeof *args));
+  split_words(argc, argv, opts, &n_opts, args, &n_args);
   optind = 0; /* 0, not 1: GNU getopt then forgets the first scan's state */
-  while ((opt = getopt_long(argc, argv, "s:h", long_options, NULL)) != -1) {
+  while ((opt = getopt_long(n_opts, opts, "+s:h", long_options, NULL)) != -1) {
     const char *name = NULL;
     int b;
     char *end;
@@ -1640,13 +1874,33 @@ int main(int argc, char **argv)
     case 'X': name = "strict-mode"; ctl.strict_mode = true; break;
     case 'M': name = "metadata"; ctl.metadata = optarg; break;
     case 'T': name = "textfile"; ctl.textfile = optarg; break;
+    case 'V': name = "version"; break;
     case 'F':
       name = "format";
-      if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {
+      if (strcmp(cmd->name, "dump") == 0) {
+        if (strcmp(optarg, "hex") != 0 && strcmp(optarg, "raw") != 0) {
+          fprintf(stderr, "gpushmctl: dump: unknown format '%s' (hex or raw)\n", optarg);
+          return EXIT_USAGE;
+        }
+        ctl.dump.raw = optarg[0] == 'r';
+      } else if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {
         fprintf(stderr, "gpushmctl: unknown format '%s' (rgba8-unorm, r32-sfloat, ...: "
                 "docs/graphics.md)\n", optarg);
         return EXIT_USAGE;
       }
+      break;
+    case 'O':
+    case 'L':
+      name = opt == 'O' ? "offset" : "length";
+      if (parse_size(optarg, &size) < 0) {
+        fprintf(stderr, "gpushmctl: bad %s '%s' (bytes, or with K, M, G, T: binary, either "
+                "case)\n", name, optarg);
+        return EXIT_USAGE;
+      }
+      if (opt == 'O')
+        ctl.dump.offset = size;
+      else
+        ctl.dump.length = size, ctl.dump.has_length = true;
       break;
     case 'd':
       name = "device";
@@ -1680,20 +1934,25 @@ int main(int argc, char **argv)
       command_usage(cmd, stderr);
       return EXIT_USAGE;
     }
-    if (!accepts(cmd, name)) {
+    if (!has_item(cmd->options, name)) {
       fprintf(stderr, "gpushmctl: %s takes no --%s\n", cmd->name, name);
       return EXIT_USAGE;
     }
   }
-  if (argc - optind < cmd->min_args || argc - optind > cmd->max_args) {
+  /* what getopt left (words after an option that lacked its value) are arguments too */
+  for (int i = optind; i < n_opts; i++)
+    args[n_args++] = opts[i];
+  if (n_args < cmd->min_args || n_args > cmd->max_args) {
     command_usage(cmd, stderr);
     return EXIT_USAGE;
   }
-  if (cmd->check && (r = cmd->check(argc - optind, argv + optind)) != 0)
+  if (cmd->check && (r = cmd->check(&ctl, n_args, args)) != 0)
     return r;
   if (!cmd->connects_itself && (r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
-    return fail("connect", r);
-  r = cmd->run(&ctl, argc - optind, argv + optind);
+    return ctl_fail("connect", r);
+  r = cmd->run(&ctl, n_args, args);
   gpushm_disconnect(ctl.conn);
+  free(opts);
+  free(args);
   return r;
 }

@@ -382,6 +382,7 @@ int main(int argc, char **argv)
   uv_run(&loop, UV_RUN_DEFAULT);
 
   log_client_warnings_flush();
+  persist_report_dropped(&d.persist, &d.reg);
   registry_destroy(&d.reg);
   backend_cuda_shutdown();
   server_free(d.srv);

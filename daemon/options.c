@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "options.h"
 #include "gpushm.h"
@@ -31,8 +32,9 @@ static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, u
   if (errno || end == s)
     return GPUSHM_E_INVAL;
   if (allow_suffix && *end) {
+    /* binary either way: k is KiB as K is (no one means 1000 bytes to a buffer) */
     const char *units = "KMGT";
-    const char *u = strchr(units, *end);
+    const char *u = strchr(units, toupper((unsigned char)*end));
     if (!u || end[1])
       return GPUSHM_E_INVAL;
     shift = 10u * (unsigned)(u - units + 1);
@@ -249,20 +251,22 @@ static const struct setting {
     "a number" },
   { "max-bytes-per-uid", 0, set_max_bytes, "SIZE",
     "bytes of any memory one uid may own, K/M/G/T suffixes (0 = no limit)",
-    "bytes, with an optional K, M, G or T" },
+    "bytes, with an optional K, M, G or T (either case)" },
   { "host-memory-budget", 0, set_host_budget, "SIZE|auto",
     "host memory all buffers together may use (auto: 50% of RAM or 75% of the cgroup "
     "memory limit, whichever is smaller; 0 = no limit)",
-    "'auto' or bytes, with an optional K, M, G or T" },
+    "'auto' or bytes, with an optional K, M, G or T (either case)" },
   { "max-host-bytes-per-uid", 0, set_max_host_bytes, "SIZE|auto",
     "host memory one uid may own (auto: half the budget; 0 = no limit)",
-    "'auto' or bytes, with an optional K, M, G or T" },
+    "'auto' or bytes, with an optional K, M, G or T (either case)" },
   { "max-device-bytes-per-uid", 0, set_max_device_bytes, "SIZE|N%|auto",
     "device memory one uid may own on each GPU (auto: 50% of each GPU's memory; "
-    "0 = no limit)", "'auto', a percentage from 1% to 100%, or bytes with an optional K, M, G or T" },
+    "0 = no limit)",
+    "'auto', a percentage from 1% to 100%, or bytes with an optional K, M, G or T "
+    "(either case)" },
   { "pool-bytes", 0, set_pool_bytes, "SIZE",
     "empty segments each permission class keeps warm per device, K/M/G/T suffixes (256M; "
-    "0 = none)", "bytes, with an optional K, M, G or T" },
+    "0 = none)", "bytes, with an optional K, M, G or T (either case)" },
   { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
   { "default-backend", 0, set_default_backend, "BACKEND",
@@ -393,23 +397,58 @@ const char *options_short_name(int c)
   return NULL;
 }
 
+/* --help: the help text of every option starts in one column and is wrapped to fit 80
+ * columns; a flag too long for its column has a line of its own. */
+#define HELP_COLUMN 32
+#define HELP_WIDTH 79
+
+static void help_entry(FILE *out, const char *flag, const char *help)
+{
+  size_t col = 2 + strlen(flag);
+
+  fprintf(out, "  %s", flag);
+  if (col + 1 > HELP_COLUMN) {
+    fputc('\n', out);
+    col = 0;
+  }
+  fprintf(out, "%*s", (int)(HELP_COLUMN - col), "");
+  while (*help) {
+    size_t take = strlen(help), room = HELP_WIDTH - HELP_COLUMN;
+    if (take > room) {
+      /* the last space that leaves the line within the width (a longer word overflows) */
+      take = room;
+      while (take > 0 && help[take] != ' ')
+        take--;
+      if (!take)
+        take = strcspn(help, " ");
+    }
+    fprintf(out, "%.*s\n", (int)take, help);
+    help += take;
+    while (*help == ' ')
+      help++;
+    if (*help)
+      fprintf(out, "%*s", HELP_COLUMN, "");
+  }
+}
+
 void options_usage(FILE *out)
 {
   fprintf(out,
     "Usage: gpushmd [OPTION]...\n"
-    "Share GPU and host memory between processes: gpushmd owns each buffer and frees it\n"
-    "only when no process holds it.\n\n"
-    "  -c, --config=FILE    settings file (default " GPUSHMD_DEFAULT_CONFIG " if it exists);\n"
-    "                       each option below is also a key there; SIGHUP re-reads it\n");
+    "Share GPU and host memory between processes: gpushmd owns each buffer and\n"
+    "frees it only when no process holds it.\n\n");
+  help_entry(out, "-c, --config=FILE", "settings file (default " GPUSHMD_DEFAULT_CONFIG " if it "
+             "exists); each option below is also a key there; SIGHUP re-reads it");
   for (size_t i = 0; i < N_SETTINGS; i++) {
     const struct setting *st = &settings_table[i];
     char flag[64];
     snprintf(flag, sizeof flag, "%c%c%c --%s=%s", st->short_name ? '-' : ' ',
              st->short_name ? st->short_name : ' ', st->short_name ? ',' : ' ', st->name, st->arg);
-    fprintf(out, "  %-33s %s\n", flag, st->help);
+    help_entry(out, flag, st->help);
   }
-  fprintf(out, "  -h, --help                        show this help\n"
-               "  -V, --version                     show the version\n");
+  help_entry(out, "-h, --help", "show this help");
+  help_entry(out, "-V, --version", "show the version");
+  fprintf(out, "\nSIZE is bytes, or with a binary K, M, G or T in either case (1k = 1024).\n");
 }
 
 static char *trim(char *s)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmd's settings: one table serves the command line, the config file, the usage
  * text and SIGHUP reloads, so every option is also a config key of the same name
  * (without the leading dashes). */

@@ -1,6 +1,8 @@
+/* SPDX-License-Identifier: MIT */
 /* Demo consumer: opens the producer's buffer by name, checks every word, answers with
  * its own pattern.  Usage: gpushm-consumer [NAME] */
-#include "gpushm.h"
+#include <gpushm.h>
+
 #include "pattern.h"
 
 #include <stdlib.h>
@@ -24,8 +26,10 @@ int main(int argc, char **argv)
   int64_t bad;
   int r;
 
-  if (strlen(name) > 100)
+  if (strlen(name) > 100) {
+    fprintf(stderr, "consumer: a name of at most 100 bytes, please\n");
     return 2;
+  }
   if ((r = gpushm_connect(NULL, "gpushm-consumer", &conn)) < 0)
     die("connect", r);
   snprintf(state_name, sizeof state_name, "%s.state", name);
@@ -52,11 +56,15 @@ int main(int argc, char **argv)
   }
   printf("consumer: '%s': %llu words of %s verified, answering\n", name,
          (unsigned long long)h->words, devmem_where(buf));
-  if (demo_fill(buf, h->words, 2) < 0)
+  if (demo_fill(buf, h->words, 2) < 0) {
+    fprintf(stderr, "consumer: cannot write the answer\n");
     return 1;
+  }
   __atomic_store_n(&h->state, DEMO_CONSUMED, __ATOMIC_RELEASE);
-  gpushm_buffer_close(buf);
-  gpushm_buffer_close(state);
+  if ((r = gpushm_buffer_close(buf)) < 0)
+    die("close", r);
+  if ((r = gpushm_buffer_close(state)) < 0)
+    die("close hand-shake buffer", r);
   gpushm_disconnect(conn);
   return 0;
 }

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Runs gpushmd on a private socket, a producer that creates and fills a 64 MiB
 # buffer, and a consumer in another process that verifies it and answers; the
 # producer verifies the answer.  Usage: examples/demo.sh [BUILD_DIR]
@@ -12,8 +13,9 @@ export GPUSHM_SOCKET="$dir/gpushmd.sock"
 "$build/daemon/gpushmd" --log-level info --default-backend cuda-fd &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$dir"' EXIT
+# A ping, not the socket file: that appears at bind(), before gpushmd listens.
 i=0
-until [ -S "$GPUSHM_SOCKET" ]; do
+until "$build/ctl/gpushmctl" ping >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 500 ] || { echo "demo: gpushmd did not start"; exit 1; }
   sleep 0.01
 done

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared by the demo producer and consumer.  The payload (GPU or host memory) carries
  * a pattern each side checks; a small host buffer NAME.state carries the hand-shake. */
 #ifndef GPUSHM_EXAMPLE_PATTERN_H

@@ -1,11 +1,14 @@
+/* SPDX-License-Identifier: MIT */
 /* Demo producer: creates a shared buffer — with the daemon's default backend (GPU
  * memory as POSIX-fd capabilities when gpushmd is started with --default-backend
  * cuda-fd and has a GPU), else in host memory — fills it, waits for the consumer's
- * answer and checks it.
+ * answer and checks it.  With "host" it needs no GPU and no CUDA driver, nor does the
+ * consumer then (README.md).
  * Usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda-fd|cuda-ipc [MODE]]]]
  * MODE (octal, default 0644) is the buffers' permission bits: 0666 lets a consumer of
  * another uid answer (it opens them read-write). */
-#include "gpushm.h"
+#include <gpushm.h>
+
 #include "pattern.h"
 
 #include <stdlib.h>
@@ -83,8 +86,10 @@ int main(int argc, char **argv)
     return 1;
   }
   printf("producer: consumer's answer verified (%llu words)\n", (unsigned long long)words);
-  gpushm_buffer_close(buf);
-  gpushm_buffer_close(state);
+  if ((r = gpushm_buffer_close(buf)) < 0)
+    die("close", r);
+  if ((r = gpushm_buffer_close(state)) < 0)
+    die("close hand-shake buffer", r);
   gpushm_disconnect(conn);
   return 0;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpushm-admin.h — what admin tools (gpushmctl, monitoring, bindings) ask gpushmd:
  * the buffer list, the connected clients, the daemon's statistics, and ending another

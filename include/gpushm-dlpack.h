@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpushm-dlpack.h — open buffers as DLPack tensors, and the Python capsules that carry
  * them, so that a framework (PyTorch, CuPy, NumPy, JAX, ...) uses gpushm memory without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpushm — share GPU (and host) memory between cooperating processes through
  * the gpushmd daemon, which owns every buffer and frees it only when no process
@@ -226,6 +227,10 @@ GPUSHM_API const char *gpushm_version_string(void);
 GPUSHM_API const char *gpushm_strerror(int err);
 /* Detail of the calling thread's last failure ("" if none); valid until its next call. */
 GPUSHM_API const char *gpushm_last_error_message(void);
+/* The system error (an errno value) behind the calling thread's last failure where the
+ * library knows one — ENOENT, ECONNREFUSED, EACCES, ... for a connect that failed —
+ * else 0.  Since 0.7. */
+GPUSHM_API int gpushm_last_error_errno(void);
 
 /* Connect and every request time out after this long unless $GPUSHM_TIMEOUT_MS (a
  * negative number: never) or gpushm_set_timeout() say otherwise.  The library reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every limit gpushm enforces, named in one place.  Each has a test that crosses it. */
 #ifndef GPUSHM_LIMITS_H
 #define GPUSHM_LIMITS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Hand-coded BufferInfo list pages: see list_codec.h for why.  Field numbers and types
  * are BufferInfo's, Holder's, ListReply's and Reply's in gpushm.proto; proto3 rules:
  * a scalar at its zero value, an empty string or bytes is left out, and int32 and enum

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Buffer-list pages coded by hand, bytes identical to protobuf-c's.
  *
  * A list of 100k buffers is some 250 pages of ~400 BufferInfo entries.  protobuf-c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Protocol constants, kept beside the schema (gpushm.proto) they version. */
 #ifndef GPUSHM_PROTOCOL_H
 #define GPUSHM_PROTOCOL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Layouts of the memory gpushmd shares with clients (memfds, mapped by both sides).
  *
  * Each starts with a 64-bit magic naming what it is; then comes the one word gpushm

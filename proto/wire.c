@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "wire.h"
 #include "gpushm.pb-c.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Framing shared by gpushmd and libgpushm: one frame per SOCK_SEQPACKET datagram,
  * a fixed header, a packed protobuf body, and fds by SCM_RIGHTS on the same datagram. */
 #ifndef GPUSHM_WIRE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test helper: a host buffer with a deterministic pattern, for checks that span
  * processes and daemon restarts (tests/system/test-systemd-pid1.sh).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* systemd's side of the file-descriptor store, played by a test: a notify socket the
  * daemons it starts report to (NOTIFY_SOCKET; FDSTORE=1 / FDSTOREREMOVE=1 with FDNAME),
  * the deposited fds kept under their names, and the hand-over to the next daemon

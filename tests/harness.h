@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test helpers: assertions that say where and why, and a real gpushmd on a
  * temporary socket. */
 #ifndef GPUSHM_TEST_HARNESS_H

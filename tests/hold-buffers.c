@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test helper: opens the named buffers, creates READY_FILE, then holds them until
  * killed.  Usage: hold-buffers READY_FILE NAME...
  * $HOLD_COMM_HEX: first set the process name (comm) to these bytes, given in hex, as a

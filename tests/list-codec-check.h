@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What test-list-codec and fuzz-list-codec both check: that list_codec_unpack_reply()
  * reads a body exactly as protobuf-c does.  Static functions: each includer gets its
  * own copy (the fuzz target is built with other flags). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Speaking the wire protocol directly, as a hostile client would: the fds the daemon
  * hands out can then be examined for what a receiver could do with them. */
 #ifndef GPUSHM_TEST_RAW_H

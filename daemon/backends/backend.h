@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Where a buffer's memory comes from.  The registry owns buffers; a backend only
  * allocates, exports and frees their memory. */
 #ifndef GPUSHMD_BACKEND_H

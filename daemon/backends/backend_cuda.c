@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's CUDA side: the driver, devices and their primary contexts; the legacy
  * IPC backend (cuMemAlloc in the device's primary context, exported with
  * cuIpcGetMemHandle when first handed to a client, freed with cuMemFree when the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's CUDA side: driver, devices, retained primary contexts. */
 #ifndef GPUSHMD_BACKEND_CUDA_H
 #define GPUSHMD_BACKEND_CUDA_H

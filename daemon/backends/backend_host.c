@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Host backend: a sealed memfd per buffer.  Clients mmap the fd they are sent. */
 #include "config.h"
 #include "backends/backend.h"

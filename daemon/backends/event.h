@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Where an event comes from.  Events are objects of their own kind in the registry:
  * no size, no memory, no backend; a sync buffer on a device owns one too.  The only
  * source today is a CUDA inter-process event; memory fences are the next. */

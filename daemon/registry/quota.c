@@ -105,28 +105,56 @@ uint64_t quota_device_of(const struct quota *q, uid_t uid, int device)
   return u && device >= 0 && (unsigned)device < GPUSHM_LIMIT_DEVICES ? u->device_bytes[device] : 0;
 }
 
+/* An amount read at a glance that still says the exact figure: "5 MiB" where it is a
+ * whole number of its unit, else "6319125500 bytes (5.9 GiB)". */
+static const char *size_text(uint64_t bytes, char *buf, size_t len)
+{
+  static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+  unsigned u = 0;
+
+  if (bytes < 1024) {
+    snprintf(buf, len, "%llu bytes", (unsigned long long)bytes);
+    return buf;
+  }
+  while (u + 1 < sizeof units / sizeof units[0] && bytes >> (10 * (u + 2)))
+    u++;
+  if (!(bytes & ((UINT64_C(1) << (10 * (u + 1))) - 1)))
+    snprintf(buf, len, "%llu %s", (unsigned long long)(bytes >> (10 * (u + 1))), units[u]);
+  else
+    snprintf(buf, len, "%llu bytes (%.1f %s)", (unsigned long long)bytes,
+             (double)bytes / (double)(UINT64_C(1) << (10 * (u + 1))), units[u]);
+  return buf;
+}
+
+/* Whoever is refused learns which setting holds them back and who may change it: a
+ * client's user cannot, the daemon's administrator can. */
+#define RAISE(setting) "gpushmd's administrator may raise " setting " in gpushmd.conf"
+
 int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid,
                 const struct quota_cost *c, char *err, size_t errlen)
 {
   const uint64_t bytes = c->bytes, host = c->host;
   uint32_t objects;
   uint64_t used, host_used;
+  char a[48], b[48], n[48];
 
   quota_of(q, uid, &objects, &used, &host_used);
   if (objects >= lim->max_objects_per_uid) {
-    snprintf(err, errlen, "uid %u already has %u buffers (limit %u)", (unsigned)uid, objects,
-             lim->max_objects_per_uid);
+    snprintf(err, errlen, "uid %u already has %u buffers (limit %u; " RAISE("max-buffers-per-uid")
+             ")", (unsigned)uid, objects, lim->max_objects_per_uid);
     return GPUSHM_E_LIMIT;
   }
   if (lim->max_bytes_per_uid && bytes > lim->max_bytes_per_uid - used) {
-    snprintf(err, errlen, "uid %u would hold %llu bytes (limit %llu)", (unsigned)uid,
-             (unsigned long long)(used + bytes), (unsigned long long)lim->max_bytes_per_uid);
+    snprintf(err, errlen, "uid %u would hold %s (limit %s; " RAISE("max-bytes-per-uid") ")",
+             (unsigned)uid, size_text(used + bytes, a, sizeof a),
+             size_text(lim->max_bytes_per_uid, b, sizeof b));
     return GPUSHM_E_LIMIT;
   }
   if (lim->max_host_bytes_per_uid && host > lim->max_host_bytes_per_uid - host_used) {
-    snprintf(err, errlen, "uid %u would hold %llu bytes of host memory (limit %llu)",
-             (unsigned)uid, (unsigned long long)(host_used + host),
-             (unsigned long long)lim->max_host_bytes_per_uid);
+    snprintf(err, errlen, "uid %u would hold %s of host memory (limit %s; "
+             RAISE("max-host-bytes-per-uid") ")", (unsigned)uid,
+             size_text(host_used + host, a, sizeof a),
+             size_text(lim->max_host_bytes_per_uid, b, sizeof b));
     return GPUSHM_E_LIMIT;
   }
   if (on_a_device(c) && lim->max_device_bytes_per_uid &&
@@ -134,18 +162,19 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
     uint64_t max = lim->max_device_bytes_per_uid[c->device];
     uint64_t dev_used = quota_device_of(q, uid, c->device);
     if (c->device_bytes > (max > dev_used ? max - dev_used : 0)) {
-      snprintf(err, errlen, "uid %u would hold %llu bytes of device %d's memory (limit %llu: "
-               "max-device-bytes-per-uid)", (unsigned)uid,
-               (unsigned long long)(dev_used + c->device_bytes), c->device,
-               (unsigned long long)max);
+      snprintf(err, errlen, "uid %u would hold %s of device %d's memory (limit %s; "
+               RAISE("max-device-bytes-per-uid") ")", (unsigned)uid,
+               size_text(dev_used + c->device_bytes, a, sizeof a), c->device,
+               size_text(max, b, sizeof b));
       return GPUSHM_E_LIMIT;
     }
   }
   if (lim->host_budget && host > (lim->host_budget > q->host_bytes
                                     ? lim->host_budget - q->host_bytes : 0)) {
-    snprintf(err, errlen, "gpushmd's host-memory budget is used up: %llu of %llu bytes "
-             "allocated, %llu more asked for", (unsigned long long)q->host_bytes,
-             (unsigned long long)lim->host_budget, (unsigned long long)host);
+    snprintf(err, errlen, "gpushmd's host-memory budget is used up: %s of %s allocated, %s more "
+             "asked for (" RAISE("host-memory-budget") ")",
+             size_text(q->host_bytes, a, sizeof a), size_text(lim->host_budget, b, sizeof b),
+             size_text(host, n, sizeof n));
     return GPUSHM_E_NOMEM;
   }
   return 0;

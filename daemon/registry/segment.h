@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Segments: small buffers carved out of larger shared allocations.
  *
  * A mapping of one buffer's memory exposes the whole allocation it lies in (a memfd, an

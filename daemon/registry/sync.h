@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A sync buffer's synchronisation objects: the release sequence's control block
  * (host memory, so CPU and GPU holders alike can publish and read it; layout in
  * proto/shm_layout.h) and, for cuda-ipc memory, an event (cuda-fd buffers carry their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Processes that may still map memory the daemon no longer counts against them.
  *
  * A connection can end while its process lives on: gpushmctl disconnect, a protocol

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/fence_repair.h"
 #include "gpushm.h"

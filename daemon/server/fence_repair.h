@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fences a dead releaser left short.  A cuda-fd sync buffer's release N is published as
  * soon as its fence write is queued behind the releaser's work; a releaser whose process
  * dies before its GPU runs that write (SIGKILL, a crash) takes the write with it, and

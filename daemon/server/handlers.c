@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/handlers.h"
 #include "server/metrics.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Request handlers: one table entry per request type carries the policy (needs a
  * Hello first, admins only) and the function that turns a decoded request into
  * registry calls and a reply.  Handlers return a status and never close anything:

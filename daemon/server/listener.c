@@ -19,6 +19,12 @@
 /* Bounded so a connect storm cannot hold the loop away from existing clients. */
 #define ACCEPTS_PER_WAKEUP 64
 
+/* What the operator does about a refused path. */
+#define SOCKET_FIX                                                                       \
+  "put the socket in a directory that only root (or gpushmd's user) owns and writes "     \
+  "(--socket /run/gpushm/gpushmd.sock, or $XDG_RUNTIME_DIR/gpushm/gpushmd.sock for a "     \
+  "per-user gpushmd), or make that directory so (chown root DIR; chmod go-w DIR)"
+
 static bool trusted_owner(uid_t uid)
 {
   return uid == 0 || uid == geteuid();
@@ -45,8 +51,8 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
       continue;
     *p = '\0';
     if (p > dir && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_owner(st.st_uid)) {
-      snprintf(err, errlen, "refusing socket directory %s: symlink %s belongs to uid %u",
-               path, dir, (unsigned)st.st_uid);
+      snprintf(err, errlen, "refusing socket %s: the symlink %s on its way belongs to uid %u, "
+               "who could point it elsewhere; %s", path, dir, (unsigned)st.st_uid, SOCKET_FIX);
       return GPUSHM_E_PERM;
     }
     *p = saved;
@@ -69,15 +75,16 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
       return GPUSHM_E_IO;
     }
     if (!trusted_owner(st.st_uid)) {
-      snprintf(err, errlen, "refusing socket directory %s: %s belongs to uid %u (it must belong "
-               "to root or to gpushmd's user)", path, p == resolved ? "/" : resolved,
-               (unsigned)st.st_uid);
+      snprintf(err, errlen, "refusing socket %s: directory %s on its way belongs to uid %u "
+               "(it must belong to root or to gpushmd's user); %s", path,
+               p == resolved ? "/" : resolved, (unsigned)st.st_uid, SOCKET_FIX);
       return GPUSHM_E_PERM;
     }
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && ((last && final) || !(st.st_mode & S_ISVTX))) {
-      snprintf(err, errlen, "refusing socket directory %s: %s is writable by %s (mode %04o)",
-               path, p == resolved ? "/" : resolved,
-               st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777));
+      snprintf(err, errlen, "refusing socket %s: directory %s on its way is writable by %s "
+               "(mode %04o), who could replace it; %s", path, p == resolved ? "/" : resolved,
+               st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777),
+               SOCKET_FIX);
       return GPUSHM_E_PERM;
     }
     *p = saved;

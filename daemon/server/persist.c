@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/persist.h"
 #include "gpushm.h"
@@ -179,6 +180,39 @@ void persist_created(struct persist *p, struct reg_object *b)
   }
   p->stored += need;
   b->persisted = true;
+}
+
+void persist_report_dropped(const struct persist *p, const struct registry *reg)
+{
+  unsigned n = 0;
+  uint64_t bytes = 0;
+  char amount[64];
+
+  for (size_t i = 0; i < registry_count(reg); i++) {
+    const struct reg_object *b = registry_at(reg, i);
+    if (b->kind != REG_BUFFER || !b->linked || b->lifetime != GPUSHM_LIFETIME_PERSISTENT ||
+        b->persisted)
+      continue;
+    n++;
+    bytes += b->size;
+  }
+  if (!n)
+    return;
+  if (bytes >= 1u << 20)
+    snprintf(amount, sizeof amount, "%" PRIu64 " bytes, %.1f MiB", bytes,
+             (double)bytes / (1u << 20));
+  else
+    snprintf(amount, sizeof amount, "%" PRIu64 " bytes", bytes);
+  /* Said at the stop, where it happens: the start-up line saying that persistent buffers
+   * will not survive is long gone from the terminal of a daemon started by hand. */
+  if (!p->enabled)
+    log_warn("stopping drops %u persistent buffer%s (%s): gpushmd was not run by systemd (no "
+             "NOTIFY_SOCKET), so no fd store keeps them for the next start", n,
+             n == 1 ? "" : "s", amount);
+  else
+    log_warn("stopping drops %u persistent buffer%s (%s) that systemd's fd store does not hold "
+             "(cuda-ipc or cuda-fabric memory, images, registered memory, or buffers created "
+             "once the store was full)", n, n == 1 ? "" : "s", amount);
 }
 
 void persist_unlinked(struct persist *p, struct reg_object *b)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Persistent buffers across daemon restarts.  Each persistent host buffer's memfd, and
  * each persistent cuda-fd buffer's exported fd, is deposited in systemd's fd store under
  * a name that is its registry record (id, owner, mode, size, name; for device memory also
@@ -25,6 +26,9 @@ bool persist_enabled(const struct persist *p);
 /* Registry hooks: deposit a new persistent buffer; withdraw one whose name went away. */
 void persist_created(struct persist *p, struct reg_object *buffer);
 void persist_unlinked(struct persist *p, struct reg_object *buffer);
+/* At shutdown: warns, with their number and bytes, of the linked persistent buffers that
+ * this stop loses because the fd store does not hold them (none without systemd). */
+void persist_report_dropped(const struct persist *p, const struct registry *reg);
 /* Adopts the buffers a previous daemon deposited; consumes passed's stored fds (the
  * ones that do not make a valid buffer, or whose device or import fails, are closed and
  * dropped from the store, with a warning).  Needs the CUDA backend initialised when

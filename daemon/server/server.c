@@ -134,7 +134,7 @@ static struct session *add_session(struct server *srv, int fd, int *status, char
 
 struct session *server_connect(struct server *srv, int fd)
 {
-  char why[128];
+  char why[256];
   int status;
   struct session *s = add_session(srv, fd, &status, why, sizeof why);
 
@@ -149,7 +149,7 @@ struct session *server_connect(struct server *srv, int fd)
 static void on_accept(void *ctx, int fd)
 {
   struct server *srv = ctx;
-  char why[128];
+  char why[256];
   int status;
   struct session *s = add_session(srv, fd, &status, why, sizeof why);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One client: its identity (SO_PEERCRED, SO_PEERGROUPS, admin), its Hello state, its
  * transport and its registry holdings.  Turns each decoded request into a handler
  * call through the handler table and sends the reply.  The only place that ends a

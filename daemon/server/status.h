@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's side of the shared status page (layout: proto/shm_layout.h). */
 #ifndef GPUSHMD_STATUS_H
 #define GPUSHMD_STATUS_H

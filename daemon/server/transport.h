@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One peer's socket: non-blocking SEQPACKET frame I/O with fd passing, a reply queue
  * with caps, back-pressure.  Knows frames, not what is in them: whoever owns it gets
  * each received frame through on_frame and every end of the connection through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "util/host_memory.h"
 #include "gpushm_limits.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* How much host memory gpushmd may commit for buffers.  memfd pages are charged to
  * the daemon's own cgroup, so without a budget below its memory limit the kernel's OOM
  * killer would answer a large create by killing the daemon, and every buffer with it. */

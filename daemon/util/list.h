@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Intrusive doubly linked list. */
 #ifndef GPUSHMD_LIST_H
 #define GPUSHMD_LIST_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's log.  Lines go to stderr as text, or, when stderr is systemd's journal
  * stream (JOURNAL_STREAM names it) and libsystemd is built in, to the journal as
  * entries whose fields (GPUSHM_BUFFER=, GPUSHM_CLIENT_PID=, ...) operators can match

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* systemd integration: inherited fds (the listening socket and the fd store), readiness,
  * status, reload, watchdog.  Without libsystemd these do nothing and nothing is
  * inherited.  Prefixed sdn_ (sd_ is libsystemd's namespace, which this file calls). */

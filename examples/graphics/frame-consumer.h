@@ -9,8 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <gpushm-graphics.h>
+
 #include "frames.h"
-#include "gpushm-graphics.h"
 #include "png.h"
 
 /* Opens the image for graphics (GPUSHM_DEVICE_NONE) and its sequence, waiting up to 10 s
@@ -21,14 +22,16 @@ static inline int consumer_open(gpushm_t *conn, gpushm_buffer_t **image, gpushm_
   gpushm_open_opts_init(&o);
   o.map_device = GPUSHM_DEVICE_NONE;
   o.flags = GPUSHM_OPEN_READONLY;
+  *image = NULL;
   for (int i = 0; i < 1000; i++) {
     struct timespec pause = { 0, 10000000 };
-    if (gpushm_buffer_open_ex(conn, FRAME_IMAGE, 0, &o, image) == 0 &&
+    /* the image first: the producer creates it before the sequence */
+    if ((*image || gpushm_buffer_open_ex(conn, FRAME_IMAGE, 0, &o, image) == 0) &&
         gpushm_buffer_open(conn, FRAME_SEQ, GPUSHM_OPEN_READONLY, seq) == 0)
       return 0;
     nanosleep(&pause, NULL);
   }
-  fprintf(stderr, "no %s from a producer within 10 s: %s\n", FRAME_IMAGE,
+  fprintf(stderr, "no %s from a producer within 10 s: %s\n", *image ? FRAME_SEQ : FRAME_IMAGE,
           gpushm_last_error_message());
   return -1;
 }

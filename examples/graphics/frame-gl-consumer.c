@@ -3,11 +3,19 @@
  * (its rows as a buffer object, uploaded into a texture), host memory is copied in
  * (GL imports none); each frame is read back from the texture, checked and written as
  * a PNG.
- *   usage: frame-gl-consumer DIR [FRAME...]   (default frames 10 30 50) */
-#include "config.h"
+ *   usage: frame-gl-consumer DIR [FRAME...]   (default frames 10 30 50; where one has
+ *   gone by, a later one) */
+#include <gpushm-gl.h>
+
 #include "egl-context.h"
 #include "frame-consumer.h"
-#include "gpushm-gl.h"
+
+static int fail(const char *what, int r)
+{
+  fprintf(stderr, "frame-gl-consumer: %s: %s: %s\n", what, gpushm_strerror(r),
+          gpushm_last_error_message());
+  return 1;
+}
 
 int main(int argc, char **argv)
 {
@@ -19,35 +27,57 @@ int main(int argc, char **argv)
   gpushm_image_desc_t desc;
   gpushm_buffer_t *image, *seq;
   GLuint rows = 0, memory = 0, texture;
+  GLenum format;
   gpushm_t *conn;
   struct eglc e;
   gpushm_gl_t gl;
   char why[256] = "";
-  int kept = 0, wanted = argc > 2 ? argc - 2 : 3, tries = 0;
+  unsigned last = 0;
+  int kept = 0, wanted = argc > 2 ? argc - 2 : 3, tries = 0, r;
 
-  if (gpushm_connect(NULL, "frame-gl-consumer", &conn) < 0 || consumer_open(conn, &image, &seq) < 0 ||
-      gpushm_buffer_image_desc(image, &desc) < 0 || gpushm_buffer_memory_info(image, &info) < 0)
+  if ((r = gpushm_connect(NULL, "frame-gl-consumer", &conn)) < 0)
+    return fail("connect", r);
+  if (consumer_open(conn, &image, &seq) < 0)
     return 1;
-  if (eglc_open(&e, why, sizeof why) < 0 || gpushm_gl_init(&gl, eglc_proc) < 0) {
-    fprintf(stderr, "frame-gl-consumer: %s%s\n", why, gl.error);
+  if ((r = gpushm_buffer_image_desc(image, &desc)) < 0)
+    return fail("image layout", r);
+  if ((r = gpushm_buffer_memory_info(image, &info)) < 0)
+    return fail("memory info", r);
+  if (eglc_open(&e, why, sizeof why) < 0) {
+    fprintf(stderr, "frame-gl-consumer: %s\n", why);
     return 1;
   }
-  *(void **)&get_texture = eglc_proc("glGetTextureImage");
+  if (gpushm_gl_init(&gl, eglc_proc) < 0) {
+    fprintf(stderr, "frame-gl-consumer: %s\n", gl.error);
+    return 1;
+  }
+  if (!(format = gpushm_format_gl((int)desc.format))) {
+    fprintf(stderr, "frame-gl-consumer: image format %u has no GL format\n", (unsigned)desc.format);
+    return 1;
+  }
+  if (!(*(void **)&get_texture = eglc_proc("glGetTextureImage"))) {
+    fprintf(stderr, "frame-gl-consumer: no glGetTextureImage (GL 4.5)\n");
+    return 1;
+  }
   if (info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD &&
       gpushm_gl_import_buffer(&gl, image, 0, &rows, &memory) < 0) {
     fprintf(stderr, "frame-gl-consumer: import: %s\n", gl.error);
     return 1;
   }
   gl.CreateTextures(GL_TEXTURE_2D, 1, &texture);
-  gl.TextureStorage2D(texture, 1, gpushm_format_gl((int)desc.format), (GLsizei)desc.width,
-                      (GLsizei)desc.height);
+  gl.TextureStorage2D(texture, 1, format, (GLsizei)desc.width, (GLsizei)desc.height);
   printf("frame-gl-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE,
          gl.GetString(GL_RENDERER), rows ? "device" : "host (copied in)");
   for (int i = 0; i < wanted; i++) {
     unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
-    int r;
-    if (gpushm_buffer_acquire(seq, NULL, want, 10000) < 0) {
-      fprintf(stderr, "frame-gl-consumer: frame %u: %s\n", want, gpushm_last_error_message());
+    GLenum error;
+    /* A consumer that started late finds later frames than it asked for: it keeps the
+     * next one it has not kept instead of the same one twice. */
+    if (want <= last)
+      want = last + 1;
+    if ((r = gpushm_buffer_acquire(seq, NULL, want, 10000)) < 0) {
+      fprintf(stderr, "frame-gl-consumer: frame %u: %s: %s\n", want, gpushm_strerror(r),
+              gpushm_last_error_message());
       return 1;
     }
     if (rows) {
@@ -62,10 +92,14 @@ int main(int argc, char **argv)
       gl.PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH, 0);
     }
     get_texture(texture, 0, GL_RGBA, GL_UNSIGNED_BYTE, sizeof rgba, rgba);
-    if (gl.GetError() != GL_NO_ERROR)
+    if ((error = gl.GetError()) != GL_NO_ERROR) {
+      fprintf(stderr, "frame-gl-consumer: frame %u: GL error 0x%x\n", want, error);
       return 1;
-    if ((r = consumer_keep(dir, "gl", rgba, &got)) < 0)
+    }
+    if ((r = consumer_keep(dir, "gl", rgba, &got)) < 0) {
+      fprintf(stderr, "frame-gl-consumer: cannot write frame %u into %s\n", got, dir);
       return 1;
+    }
     if (r == 0) {
       fprintf(stderr, "frame-gl-consumer: frame %u read while being written; again\n", want);
       if (++tries > 20)
@@ -74,6 +108,7 @@ int main(int argc, char **argv)
       continue;
     }
     kept++;
+    last = got;
   }
   printf("frame-gl-consumer: %d frames, each identical to what the producer rendered\n", kept);
   gl.DeleteTextures(1, &texture);
@@ -82,8 +117,10 @@ int main(int argc, char **argv)
     gl.DeleteMemoryObjectsEXT(1, &memory);
   }
   eglc_close(&e);
-  gpushm_buffer_close(image);
-  gpushm_buffer_close(seq);
+  if ((r = gpushm_buffer_close(image)) < 0)
+    return fail("close image", r);
+  if ((r = gpushm_buffer_close(seq)) < 0)
+    return fail("close sequence", r);
   gpushm_disconnect(conn);
   return 0;
 }

@@ -3,10 +3,17 @@
  * (device memory; host memory opened read-only is copied in through a staging buffer,
  * as Vulkan imports only writable host pages), waits for frame numbers, copies each
  * frame into an image of its own device and back out, checks it and writes a PNG.
- *   usage: frame-vk-consumer DIR [FRAME...]   (default frames 10 30 50) */
-#include "config.h"
+ *   usage: frame-vk-consumer DIR [FRAME...]   (default frames 10 30 50; where one has
+ *   gone by, a later one) */
 #include "frame-consumer.h"
 #include "vk-context.h"
+
+static int fail(const char *what, int r)
+{
+  fprintf(stderr, "frame-vk-consumer: %s: %s: %s\n", what, gpushm_strerror(r),
+          gpushm_last_error_message());
+  return 1;
+}
 
 int main(int argc, char **argv)
 {
@@ -25,11 +32,17 @@ int main(int argc, char **argv)
   VkImage own;
   VkDeviceMemory own_memory;
   char why[256];
-  int kept = 0, wanted = argc > 2 ? argc - 2 : 3;
+  unsigned last = 0;
+  int kept = 0, wanted = argc > 2 ? argc - 2 : 3, r;
 
-  if (gpushm_connect(NULL, "frame-vk-consumer", &conn) < 0 || consumer_open(conn, &image, &seq) < 0 ||
-      gpushm_buffer_image_desc(image, &desc) < 0 || gpushm_buffer_memory_info(image, &info) < 0)
+  if ((r = gpushm_connect(NULL, "frame-vk-consumer", &conn)) < 0)
+    return fail("connect", r);
+  if (consumer_open(conn, &image, &seq) < 0)
     return 1;
+  if ((r = gpushm_buffer_image_desc(image, &desc)) < 0)
+    return fail("image layout", r);
+  if ((r = gpushm_buffer_memory_info(image, &info)) < 0)
+    return fail("memory info", r);
   /* the Vulkan device the memory lives on (any, for host memory) */
   if (vkc_open(&c, info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? info.device_uuid : NULL, why,
                sizeof why) < 0) {
@@ -45,8 +58,10 @@ int main(int argc, char **argv)
     rows_buffer = vi.buffer;
     row_length = vi.row_length;
   } else {
-    if (vkc_host_buffer(&c, desc.row_pitch * desc.height, &staging) < 0)
+    if (vkc_host_buffer(&c, desc.row_pitch * desc.height, &staging) < 0) {
+      fprintf(stderr, "frame-vk-consumer: no host-visible staging buffer\n");
       return 1;
+    }
     rows_buffer = staging.buffer;
     row_length = (uint32_t)(desc.row_pitch / 4);
   }
@@ -55,25 +70,36 @@ int main(int argc, char **argv)
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO };
     VkMemoryRequirements req;
     ici.usage = VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_TRANSFER_SRC_BIT;
-    if (vkCreateImage(c.device, &ici, NULL, &own) != VK_SUCCESS)
+    if (vkCreateImage(c.device, &ici, NULL, &own) != VK_SUCCESS) {
+      fprintf(stderr, "frame-vk-consumer: vkCreateImage failed\n");
       return 1;
+    }
     vkGetImageMemoryRequirements(c.device, own, &req);
     ai.allocationSize = req.size;
     if (gpushm_vk__memory_type(&c.gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
-                               &ai.memoryTypeIndex) < 0 ||
-        vkAllocateMemory(c.device, &ai, NULL, &own_memory) != VK_SUCCESS ||
-        vkBindImageMemory(c.device, own, own_memory, 0) != VK_SUCCESS ||
-        vkc_host_buffer(&c, FRAME_WIDTH * FRAME_HEIGHT * 4, &out) < 0)
+                               &ai.memoryTypeIndex) < 0) {
+      fprintf(stderr, "frame-vk-consumer: %s\n", c.gpushm.error);
       return 1;
+    }
+    if (vkAllocateMemory(c.device, &ai, NULL, &own_memory) != VK_SUCCESS ||
+        vkBindImageMemory(c.device, own, own_memory, 0) != VK_SUCCESS ||
+        vkc_host_buffer(&c, FRAME_WIDTH * FRAME_HEIGHT * 4, &out) < 0) {
+      fprintf(stderr, "frame-vk-consumer: no memory for its own image and read-back\n");
+      return 1;
+    }
   }
   printf("frame-vk-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE, c.props.deviceName,
          info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? "device" : "host");
   for (int i = 0; i < wanted; i++) {
     unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
     VkCommandBuffer cb;
-    int r;
-    if (gpushm_buffer_acquire(seq, NULL, want, 10000) < 0) {
-      fprintf(stderr, "frame-vk-consumer: frame %u: %s\n", want, gpushm_last_error_message());
+    /* A consumer that started late finds later frames than it asked for: it keeps the
+     * next one it has not kept instead of the same one twice. */
+    if (want <= last)
+      want = last + 1;
+    if ((r = gpushm_buffer_acquire(seq, NULL, want, 10000)) < 0) {
+      fprintf(stderr, "frame-vk-consumer: frame %u: %s: %s\n", want, gpushm_strerror(r),
+              gpushm_last_error_message());
       return 1;
     }
     if (staging.map)
@@ -83,10 +109,14 @@ int main(int argc, char **argv)
                              (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1);
     vkc_copy_image_to_buffer(cb, own, VK_IMAGE_LAYOUT_GENERAL,
                              (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1, out.buffer);
-    if (vkc_submit(&c, cb) != 0)
+    if ((r = vkc_submit(&c, cb)) != 0) {
+      fprintf(stderr, "frame-vk-consumer: vkQueueSubmit: VkResult %d\n", r);
       return 1;
-    if ((r = consumer_keep(dir, "vk", out.map, &got)) < 0)
+    }
+    if ((r = consumer_keep(dir, "vk", out.map, &got)) < 0) {
+      fprintf(stderr, "frame-vk-consumer: cannot write frame %u into %s\n", got, dir);
       return 1;
+    }
     if (r == 0) { /* torn: the producer wrote the next frame meanwhile; read again */
       fprintf(stderr, "frame-vk-consumer: frame %u read while being written; again\n", want);
       if (++tries > 20)
@@ -95,6 +125,7 @@ int main(int argc, char **argv)
       continue;
     }
     kept++;
+    last = got;
   }
   printf("frame-vk-consumer: %d frames, each identical to what the producer rendered\n", kept);
   vkDestroyImage(c.device, own, NULL);
@@ -105,8 +136,10 @@ int main(int argc, char **argv)
   else
     gpushm_vk_destroy_image(&c.gpushm, &vi);
   vkc_close(&c);
-  gpushm_buffer_close(image);
-  gpushm_buffer_close(seq);
+  if ((r = gpushm_buffer_close(image)) < 0)
+    return fail("close image", r);
+  if ((r = gpushm_buffer_close(seq)) < 0)
+    return fail("close sequence", r);
   gpushm_disconnect(conn);
   return 0;
 }

@@ -3,26 +3,48 @@
 # The graphics examples end to end: frame-producer animates an image (device memory
 # with a GPU, else host memory), frame-vk-consumer and frame-gl-consumer each take
 # frames 10, 30 and 50 and write them as PNGs, each frame checked against what the
-# producer rendered.  Uses $GPUSHM_SOCKET's daemon, else starts one of its own.
-# Usage: run-examples.sh BUILD_DIR [OUT_DIR]
+# producer rendered.  Uses $GPUSHM_SOCKET's daemon, else starts one of its own: the build
+# directory's gpushmd, else the installed one.
+# Usage: run-examples.sh DIR [OUT_DIR]
+#   DIR: gpushm's build directory, or the examples directory built with its Makefile
+#   ("make graphics": the installed libgpushm-dev's copy of examples/)
 set -eu
 b=$(cd "$1" && pwd)
 out=${2:-$PWD/frames}
+if [ -x "$b/examples/graphics/frame-producer" ]; then g=$b/examples/graphics; else g=$b/graphics; fi
 mkdir -p "$out"
 daemon=""
-cleanup() { [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null; return 0; }
+dir=""
+cleanup() {
+  if [ -n "$daemon" ]; then
+    kill "$daemon" 2>/dev/null || true
+    wait "$daemon" 2>/dev/null || true
+  fi
+  [ -z "$dir" ] || rm -rf "$dir"
+}
 trap cleanup EXIT
 if [ -z "${GPUSHM_SOCKET:-}" ]; then
+  gpushmd=$b/daemon/gpushmd
+  [ -x "$gpushmd" ] || gpushmd=$(PATH=$PATH:/usr/sbin:/sbin command -v gpushmd) ||
+    { echo "run-examples: no gpushmd in $b/daemon, and none installed"; exit 1; }
   dir=$(mktemp -d /tmp/gpushm-examples.XXXXXX)
   export GPUSHM_SOCKET="$dir/gpushmd.sock"
-  "$b/daemon/gpushmd" --socket "$GPUSHM_SOCKET" --default-backend auto --log-level warn &
+  "$gpushmd" --socket "$GPUSHM_SOCKET" --default-backend auto --log-level warn &
   daemon=$!
-  i=0; until [ -S "$GPUSHM_SOCKET" ]; do i=$((i + 1)); [ $i -lt 500 ] || exit 1; sleep 0.02; done
+  # A ping where gpushmctl is at hand: the socket file appears at bind(), before gpushmd
+  # listens, so a connect right after it may be refused.
+  ctl=$b/ctl/gpushmctl
+  [ -x "$ctl" ] || ctl=$(command -v gpushmctl) || ctl=true
+  i=0
+  until [ -S "$GPUSHM_SOCKET" ] && "$ctl" ping >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -lt 500 ] || { echo "run-examples: gpushmd did not start"; exit 1; }
+    sleep 0.02
+  done
 fi
-"$b/examples/graphics/frame-producer" 60 20 & producer=$!
+"$g/frame-producer" 60 20 & producer=$!
 rc=0
-"$b/examples/graphics/frame-vk-consumer" "$out" 10 30 50 & vk=$!
-"$b/examples/graphics/frame-gl-consumer" "$out" 10 30 50 & gl=$!
+"$g/frame-vk-consumer" "$out" 10 30 50 & vk=$!
+"$g/frame-gl-consumer" "$out" 10 30 50 & gl=$!
 wait "$vk" || rc=1
 wait "$gl" || rc=1
 wait "$producer" || rc=1

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <vulkan/vulkan.h>
 
-#include "gpushm-vulkan.h"
+#include <gpushm-vulkan.h>
 
 struct vkc {
   VkInstance instance;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The local half of sending a gpushm buffer to another node (docs/multinode.md): opens
  * a cuda-fd or cuda-fabric buffer read-write, exports it whole as a dma-buf and prints
  * what an RDMA registration of it takes, and a cuda-fabric buffer's fabric handle.  It
@@ -5,7 +6,7 @@
  * of everything before it exits: an exporter that really sends keeps the open, the fd
  * and its registration until the engine says the remote side is done.
  * Usage: dmabuf-export BUFFER_NAME [SOCKET] */
-#include "gpushm.h"
+#include <gpushm.h>
 
 #include <stdint.h>
 #include <stdio.h>

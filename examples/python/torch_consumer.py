@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch consumer: opens a buffer by name as a CUDA tensor, without a copy, and checks
 it on the GPU (the C producer, c_producer.c, wrote x[i] = i / 2 as float32).
 Usage: torch_consumer.py [NAME [N]]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch producer: puts a CUDA tensor into a gpushm buffer by name and exits.  The
 buffer outlives this process (gpushmd owns it); a consumer in any language opens it by
 name (c_consumer.c reads it back).  Usage: torch_producer.py [NAME [N]]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The PEP 517 build backend of the gpushm Python package, kept in its source tree.
 
 Why not setuptools: the package must install on GPU hosts without network access, into a
@@ -46,6 +47,10 @@ def _metadata() -> str:
     p = _project()
     lines = ["Metadata-Version: 2.1", f"Name: {p['name']}", f"Version: {p['version']}",
              f"Summary: {p.get('description', '')}"]
+    if "license" in p:
+        lines.append(f"License: {p['license']}")
+    for classifier in p.get("classifiers", []):
+        lines.append(f"Classifier: {classifier}")
     if "requires-python" in p:
         lines.append(f"Requires-Python: {p['requires-python']}")
     for dep in p.get("dependencies", []):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gpushm: share tensors between processes through gpushmd, without copies.
 
     import gpushm, torch

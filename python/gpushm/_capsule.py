@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """PyCapsules that own gpushm handles, closed by libgpushm's own C destructor.
 
 A capsule made here holds one thing (gpushm-dlpack.h's GPUSHM_CAPSULE_* kinds): a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Copies from a framework's array into a gpushm tensor, with that framework's own copy.
 
 The package has no CUDA runtime of its own: a device copy is done by PyTorch or CuPy,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """libgpushm through ctypes: finding it, checking its version, and every prototype.
 
 Every function this package calls is declared here with explicit ``restype`` and
@@ -291,6 +292,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
 #: Declared where the library has them (newer than the package's minimum); callers
 #: check with hasattr(lib, name).
 OPTIONAL_PROTOTYPES = {
+    # 0.7: the system error behind a failure (a connect's ENOENT, ECONNREFUSED, EACCES)
+    "gpushm_last_error_errno": (c_int, []),
     # 0.7: images (gpushm-graphics.h)
     "gpushm_buffer_kind": (c_int, [_P]),
     "gpushm_buffer_image_desc": (c_int, [_P, ctypes.POINTER(ImageDesc)]),
@@ -411,6 +414,11 @@ LIBRARY_PATH = _describe(lib)
 def last_error_message() -> str:
     msg = lib.gpushm_last_error_message()
     return msg.decode("utf-8", "replace") if msg else ""
+
+
+def last_error_errno() -> int:
+    """The errno behind the last failure, where the library knows one (else 0)."""
+    return lib.gpushm_last_error_errno() if hasattr(lib, "gpushm_last_error_errno") else 0
 
 
 def strerror(code: int) -> str:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What gpushmd reports (gpushm-admin.h), as plain dataclasses: the buffer list, the
 connected clients and the daemon's statistics.  Read through the library's accessors,
 never by mirroring its structs."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The few-lines API: tensors in and out of named buffers.
 
 Every function takes ``conn=`` (a Connection); without it, the process's default

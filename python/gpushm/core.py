@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Connections, buffers, tensors and events: the C library's handles, as Python objects
 that close themselves.
 
@@ -27,7 +28,8 @@ from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_STRICT_MODE,
                    CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL, LIST_METADATA,
                    OPEN_READONLY, CreateOpts, DLDataType, ImageDesc, TensorDesc,
-                   last_error_message, lib, map_device_flag, strerror, text)
+                   last_error_errno, last_error_message, lib, map_device_flag, strerror,
+                   text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
 
 
@@ -86,7 +88,7 @@ DeviceLike = Union[None, str, int, Any]
 def check(r: int, operation: str) -> int:
     """r, or the gpushm.Error for it (read right after the call, on the same thread)."""
     if r < 0:
-        raise make_error(r, last_error_message(), operation, strerror(r))
+        raise make_error(r, last_error_message(), operation, strerror(r), last_error_errno())
     return r
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Element types, without NumPy or PyTorch: a small table of what DLPack, the array
 interfaces and the manifest call each type.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gpushm.Error and its subclasses: one per GPUSHM_E_* code of include/gpushm.h.
 
 Each also derives from the built-in exception a Python program would catch for the same
@@ -122,8 +123,10 @@ _ERRNO_BY_CODE: Dict[int, Optional[int]] = {-num: e for num, _, e in _BY_NAME.va
 
 
 def make_error(code: int, detail: str, operation: str = "",
-               strerror: Optional[str] = None) -> Error:
-    """The exception for a GPUSHM_E_* code (an unknown code: plain Error)."""
+               strerror: Optional[str] = None, os_errno: int = 0) -> Error:
+    """The exception for a GPUSHM_E_* code (an unknown code: plain Error).  ``os_errno``:
+    the system error behind it where the library knows one (a failed connect's ENOENT,
+    ECONNREFUSED, EACCES), kept as the OSError's errno instead of the code's usual one."""
     cls = _CLASS_BY_CODE.get(code, Error)
     what = strerror or "error %d" % code
     text = f"{operation}: {what}" if operation else what
@@ -135,6 +138,6 @@ def make_error(code: int, detail: str, operation: str = "",
     err.operation = operation
     if isinstance(err, OSError):
         # OSError prints "[Errno N] strerror" once errno is set: the whole text goes there
-        err.errno = _ERRNO_BY_CODE.get(code)
+        err.errno = os_errno or _ERRNO_BY_CODE.get(code)
         err.strerror = text
     return err

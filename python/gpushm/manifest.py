@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tensor manifest a buffer's metadata carries: which tensors lie where in it.
 
 JSON, at most 4096 bytes (GPUSHM_METADATA_MAX), versioned::

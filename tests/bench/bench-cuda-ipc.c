@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Costs of sharing device memory through gpushmd, each printed with the floor it
  * is compared against, measured in the same run on the same GPU:
  *   open+close of a buffer    vs  raw cuIpcOpenMemHandle+Close plus two socket round trips

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Issue 26's speed targets, each beside its floor measured in the same run:
+/* The graphics rows' speed targets, each beside its floor measured in the same run
+ * (docs/graphics.md, docs/performance.md):
  *  [G1] importing a 64 MiB cuda-fd buffer into Vulkan through gpushm-vulkan.h (memory
  *       info, fd, device check, buffer, allocation, binding) against a raw
  *       vkAllocateMemory import of the same fd: target ratio <= 1.2;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A producer -> consumer ring over sync buffers: memory fences (cuda-fd) against IPC
  * events (cuda-ipc), the same work in the same run, alternating, 3 runs each; and the
  * floor, the same ring with raw fences (each side numbers the frames itself and queues

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """gpushm's Python figure beside torch-handoff.py's (run next to it by
 tests/gpu/test-python-gpu.sh): fresh 1 MiB CUDA tensors handed from a producer process to
 a consumer process, serially and with DEPTH in flight, the same way — except that the

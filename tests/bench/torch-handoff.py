@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch's peer figure for gpushm-bench rows 1 and 2 (issue 12): fresh 1 MiB CUDA
+# SPDX-License-Identifier: MIT
+"""PyTorch's peer figure for gpushm-bench rows 1 and 2 (docs/performance.md): fresh 1 MiB CUDA
 tensors handed from a producer process to a consumer process through a
 torch.multiprocessing queue, serially and with DEPTH in flight.  The consumer reads the
 first word (4 bytes to the host), checks it, drops the tensor and acks.

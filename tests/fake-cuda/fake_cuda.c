@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A stand-in for libcuda.so.1 on machines without a GPU (CI), loaded through
  * GPUSHM_CUDA_LIBRARY.  It implements the entry points gpushm resolves, with
  * "device memory" that really is shared between processes: each allocation is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: everything libgpushm does with what a daemon sends it.
  *
  * A fake daemon on a thread answers each request the library sends with the next

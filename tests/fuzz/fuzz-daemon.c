@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the daemon's request path, in process.
  *
  * Two client connections of different uids talk to a real struct server on a libuv

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Input formats of the libFuzzer targets, shared with the seed generator
  * (make-corpus.c) so that the seeds always parse the way the targets read them.
  * Both formats are tolerant: any byte string is a valid input, a record that runs

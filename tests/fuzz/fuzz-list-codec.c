@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the library's hand-coded list reply reader against protobuf-c.
  * The input is a reply body.  list_codec_unpack_reply() must refuse what protobuf-c
  * refuses and read everything else exactly as protobuf-c does (tests/list-codec-check.h);

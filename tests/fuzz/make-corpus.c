@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Writes the fuzz targets' seed corpora, built from valid frames of the real message
  * types, so that fuzzing starts from conversations that get deep into the daemon and
  * the library instead of dying in the frame checks:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the GPU tests and the benchmark share: the driver table, a checked call, and
  * a current context on device 0. */
 #ifndef GPUSHM_CUDA_TEST_H

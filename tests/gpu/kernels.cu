@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Device code for the GPU sync tests, compiled to PTX at build time and loaded with
 // cuModuleLoadData (the tests themselves are plain C on the driver API).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Device buffers through a real gpushmd, over each device backend in turn: legacy CUDA
  * IPC and cuda-fd (POSIX-fd capabilities).  Every consumer is a separate process
  * started with exec (CUDA does not survive fork() alone).  Skips (77) where there is

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The two-GPU test against the fake driver with two fake devices, so CI runs the
 # multi-device paths of daemon and library; the real-driver run is
 # tests/gpu/test-cuda-multigpu (on a machine with two GPUs).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Two GPUs: buffers on either device used by kernels and streams of either, over both
  * device backends.  The bug this guards (measured on an H200 pair): a buffer of
  * device 1 mapped in device 1's context and used by a device-0 kernel faulted with

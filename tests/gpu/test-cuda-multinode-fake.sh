@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tests/gpu/test-cuda-multinode against the fake driver: once as on the lent GPU host
 # (no IMEX channel: cuda-fabric refused), once with a channel (GPUSHM_FAKE_CUDA_IMEX=1:
 # the success path, handle imported by another process), and once with a channel and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What leaves the host (issue 15, docs/multinode.md), against the real driver on a GPU
  * host and the fake one in CI (test-cuda-multinode-fake.sh):
  *   - dma-buf export of cuda-fd buffers, carved and whole: the fd is a dma-buf of the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Persistent cuda-fd buffers across a daemon restart, against the fake driver, so that CI
 # (no GPU) runs adoption, a failed import, a device that is gone and one renumbered; the
 # real-driver run is tests/gpu/test-cuda-persist.

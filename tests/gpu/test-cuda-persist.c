@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Persistent cuda-fd buffers survive gpushmd killed with SIGKILL: each one's exported fd
  * waits in systemd's fd store (played by this test over NOTIFY_SOCKET, tests/fdstore.c)
  * and the next daemon imports it again on the device with the recorded UUID.  Data are

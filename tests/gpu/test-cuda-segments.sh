@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test-segments' device half with the real driver: classes on the GPU, a segment freed
 # only after its last mapper (device free memory back to baseline), no driver call for a
 # second buffer of a mapped segment.  The fake-driver run is in tests/integration.

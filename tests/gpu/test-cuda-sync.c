@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Stream-ordered producer -> consumer synchronisation on a real GPU, across
  * processes (consumers are exec'ed), through sync buffers and named events.
  *  - ordering: a producer kernel that writes only after 500 ms, released with no

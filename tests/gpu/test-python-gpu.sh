@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The Python package on a real GPU, with PyTorch and CuPy (the CI half, on the fake
 # driver, is tests/python/test-python.sh):
 #  - it installs with pip into a fresh virtualenv, offline (pip install --no-index);

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Holds a Prometheus text exposition (the file named, or stdin) to the format's grammar
 (prometheus.io/docs/instrumenting/exposition_formats) and to the naming rules gpushm
 follows (README.md, "Metrics").  Prints what is wrong and exits 1; exits 0 if nothing is.

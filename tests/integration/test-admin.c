@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The admin objects of gpushm-admin.h against a real gpushmd: every accessor reads what
  * the daemon reported, NULL objects read as 0 and "", indexes past the end give NULL,
  * and the calls check their arguments. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What a hostile local user (uid 65534) tries against gpushmd, and why each attempt now
  * fails: widening read-only fds, writing the shared status page or a sync buffer's
  * control block, squatting names, probing buffers it may not see, pinning others'

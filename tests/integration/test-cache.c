@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Handles and mappings: a reopen through the same connection costs no round trip and
  * no second daemon reference; names are re-resolved after an unlink; another connection
  * of the process gets a handle and a reference of its own on the same mapping (one

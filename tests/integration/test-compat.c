@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The protocol can evolve without stranding anyone: a 0.1 client's exact bytes (frozen
  * here, not generated from today's schema) still work against this daemon; a client
  * offering only future versions is told both ranges; the library keeps what the

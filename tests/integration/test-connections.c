@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Connection limits a hostile uid runs into (per-uid cap, max-clients with a reserve for
  * admins, a Hello deadline for silent sockets) and client timeouts against a daemon
  * that stopped answering.  Needs root to act as other uids; skips otherwise. */
@@ -7,6 +8,7 @@
 #include "raw.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
@@ -283,7 +285,7 @@ static int connects_as(uid_t uid, gid_t gid, const char *path)
     int r = gpushm_connect(path, "who", &c);
     if (r == 0)
       gpushm_disconnect(c);
-    _exit(r == 0 ? 0 : strstr(gpushm_last_error_message(), strerror(EACCES)) ? 1 : 2);
+    _exit(r == 0 ? 0 : gpushm_last_error_errno() == EACCES ? 1 : 2);
   }
   CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
   return WEXITSTATUS(status);
@@ -333,6 +335,80 @@ static void test_socket_access(void)
            gpushm ? "the group gpushm exists here" : "no group gpushm here");
 }
 
+/* Expects a connect to path to fail GPUSHM_E_CONNECT with errno err and a message
+ * holding text (the cause and its fix). */
+static void expect_connect_error(const char *path, int err, const char *text)
+{
+  gpushm_t *c = NULL;
+
+  CHECK_ERR(gpushm_connect(path, "lost", &c), GPUSHM_E_CONNECT);
+  CHECK(c == NULL);
+  CHECK(gpushm_last_error_errno() == err);
+  if (!strstr(gpushm_last_error_message(), text)) {
+    test_log("connect %s: '%s' lacks '%s'", path, gpushm_last_error_message(), text);
+    CHECK(!"the message names the cause");
+  }
+}
+
+/* A socket nothing listens on: what a gpushmd that was killed leaves behind. */
+static void make_stale_socket(const char *path, mode_t mode, gid_t gid)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+  CHECK(strlen(path) < sizeof addr.sun_path);
+  memcpy(addr.sun_path, path, strlen(path) + 1);
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0);
+  close(fd);
+  CHECK(chown(path, 0, gid) == 0 && chmod(path, mode) == 0);
+}
+
+/* Each reason a connect fails gets its own message with its fix, and its errno: nothing
+ * there, a directory or a file instead of a socket, a stale socket, a path through a
+ * file, a socket of a group the caller is not in, a directory it may not enter. */
+static void test_connect_errors(void)
+{
+  char dir[] = "/tmp/gpushm-connect-XXXXXX", path[256];
+  pid_t pid;
+
+  CHECK(mkdtemp(dir) != NULL && chmod(dir, 0755) == 0);
+  snprintf(path, sizeof path, "%s/gpushmd.sock", dir);
+  expect_connect_error(path, ENOENT, "no gpushmd socket at");
+  expect_connect_error(path, ENOENT, "(as given): gpushmd is not running there; start it");
+  setenv("GPUSHM_SOCKET", path, 1);
+  expect_connect_error(NULL, ENOENT, "(from $GPUSHM_SOCKET)");
+  unsetenv("GPUSHM_SOCKET");
+  expect_connect_error(dir, ECONNREFUSED, "is a directory, not gpushmd's socket");
+  snprintf(path, sizeof path, "%s/file", dir);
+  CHECK(close(open(path, O_CREAT | O_WRONLY, 0644)) == 0);
+  expect_connect_error(path, ECONNREFUSED, "is a regular file, not gpushmd's socket");
+  snprintf(path, sizeof path, "%s/file/gpushmd.sock", dir);
+  expect_connect_error(path, ENOTDIR, "a part of the path is not a directory");
+  snprintf(path, sizeof path, "%s/stale.sock", dir);
+  make_stale_socket(path, 0660, 0);
+  expect_connect_error(path, ECONNREFUSED, "nothing listens on");
+  expect_connect_error(path, ECONNREFUSED, "start gpushmd");
+  snprintf(path, sizeof path, "%s/private", dir);
+  CHECK(mkdir(path, 0700) == 0);
+  snprintf(path, sizeof path, "%s/stale.sock", dir);
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    char priv[300];
+    expect_connect_error(path, EACCES, "and this process (uid 65534) is not in group root: "
+                         "join it");
+    snprintf(priv, sizeof priv, "%s/private/gpushmd.sock", dir);
+    expect_connect_error(priv, EACCES, "may not enter directory");
+    _exit(0);
+  }
+  check_child(pid);
+  snprintf(path, sizeof path, "%s/private", dir);
+  CHECK(rmdir(path) == 0);
+  snprintf(path, sizeof path, "%s/stale.sock", dir);
+  CHECK(unlink(path) == 0);
+  snprintf(path, sizeof path, "%s/file", dir);
+  CHECK(unlink(path) == 0 && rmdir(dir) == 0);
+}
+
 int main(void)
 {
   if (geteuid() != 0) {
@@ -345,5 +421,6 @@ int main(void)
   test_hello_deadline();
   test_client_timeouts();
   test_connect_timeout();
+  test_connect_errors();
   return 0;
 }

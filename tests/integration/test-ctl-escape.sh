@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmctl printing strings it does not control.  Holders set their /proc/PID/comm
 # (any process may, to any bytes but NUL, with PR_SET_NAME) to terminal escapes, C1
 # and bidi controls, a backslash, a newline, ill-formed UTF-8 and legitimate

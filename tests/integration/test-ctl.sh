@@ -1,13 +1,17 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmctl against a real gpushmd: golden JSON output (parsed, normalised, compared),
 # table and show output, stats in all three forms, a killed holder disappearing,
 # permission cases as another uid with and without the admin group, every command's
-# error path and exit codes.
+# error path and exit codes, messages that say things once, dump against xxd.
 set -eu
 b=${GPUSHM_TEST_BUILDDIR:?}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 ctl=$b/ctl/gpushmctl
 hold=$b/tests/hold-buffers
+load=$b/tests/load-buffer
+# PACKAGE_VERSION, from the three lines configure reads it from
+version=$(sed -n 's/^#define GPUSHM_VERSION_[A-Z]* \([0-9]*\)$/\1/p' "$src/include/gpushm.h" | paste -sd. -)
 dir=$(mktemp -d /tmp/gpushm-ctl.XXXXXX)
 chmod 755 "$dir"
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
@@ -46,7 +50,22 @@ expect 2 "$ctl" create-image x 64; contains "bad extent"
 expect 2 "$ctl" create-image x 64x0; contains "bad extent"
 expect 2 "$ctl" create-image x 64x64 --format rgba7; contains "unknown format"
 expect 0 "$ctl" list --help; contains "--all"
-for c in list "show x" clients stats "create x 1" "unlink x" "destroy x" events ping version; do
+# sizes in either case; negative numbers reach the command's own check; '--' ends options
+expect 2 "$ctl" create x 1q; contains "bad size '1q'"
+expect 2 "$ctl" create x -1; contains "bad size '-1'"
+expect 2 "$ctl" create x 1 -- --mode; contains "Usage: gpushmctl create"
+expect 2 "$ctl" disconnect -1; contains "bad client id '-1'"
+expect 2 "$ctl" disconnect -- -1; contains "bad client id '-1'"
+expect 2 "$ctl" disconnect bob; contains "bad client id 'bob'"
+expect 2 "$ctl" dump x --offset -1; contains "bad offset '-1'"
+expect 2 "$ctl" dump x --format oct; contains "unknown format 'oct' (hex or raw)"
+expect 2 "$ctl" create x 1 --format r8-unorm; contains "create takes no --format"
+# the versions of this side, without a daemon; version then says it could not ask one
+expect 0 "$ctl" --version; contains "gpushmctl $version (libgpushm $version)"
+expect 0 "$ctl" -V; contains "gpushmctl $version (libgpushm $version)"
+expect 1 "$ctl" version; contains "gpushmctl $version (libgpushm $version)"
+contains "gpushmctl: version: gpushmd could not be reached: "
+for c in list "show x" clients stats "create x 1" "unlink x" "destroy x" events ping version "dump x"; do
   expect 1 "$ctl" $c; contains "cannot connect to gpushmd"
 done
 
@@ -54,7 +73,10 @@ start_daemon
 # --- buffers held by two processes
 expect 0 "$ctl" create frames 64M --mode 0644; contains "frames"
 expect 0 "$ctl" create small 100 --metadata '{"dtype":"f4"}'
-expect 1 "$ctl" create small 100; contains "already exists"
+# the library's words, without gpushm_strerror()'s said before them again
+expect 1 "$ctl" create small 100; [ "$out" = "gpushmctl: create: 'small' already exists" ] || fail "exists: $out"
+expect 1 "$ctl" create 'bad name' 1
+case "$out" in "gpushmctl: create: invalid buffer name: use 1-127 characters"*) ;; *) fail "bad name: $out" ;; esac
 "$hold" "$dir/ready1" frames small & h1=$!; holders="$h1"
 wait_for '[ -e "$dir/ready1" ]'
 "$hold" "$dir/ready2" frames & h2=$!; holders="$h1 $h2"
@@ -138,8 +160,11 @@ wait_for '! "$ctl" clients | grep -q " $h1 "'
 expect 0 "$ctl" show frames; contains "references: 1"
 case "$out" in *"pid $h1"*) fail "killed holder still listed: $out" ;; esac
 
-# --- unlink (and its old name, destroy): the name goes, a held buffer stays as unlinked-held
+# --- unlink (and its old name, destroy): the name goes, a held buffer stays as unlinked-held,
+# and unlink says who holds it
 expect 0 "$ctl" unlink frames
+contains "unlinked 'frames': still held by 1 client, so its 64 MiB stay allocated until it lets go"
+echo "$out" | grep -Eq "^  pid $h2 +hold-buffers +uid $(id -u) " || fail "unlink's holders: $out"
 expect 0 "$ctl" list; contains "unlinked-held"
 expect 1 "$ctl" destroy frames; contains "no buffer named 'frames'"
 # rows in name then id order whatever order the daemon made them in (it lists by id)
@@ -152,8 +177,9 @@ expect 0 "$ctl" unlink frames
 expect 0 "$ctl" unlink aaa
 
 # --- disconnect: the last holder's references go (so does the memory), the process lives on
-expect 2 "$ctl" disconnect bob; contains "not a client id"
-expect 1 "$ctl" disconnect 4000000000; contains "no client with id 4000000000"
+expect 1 "$ctl" disconnect 4000000000
+[ "$out" = "gpushmctl: disconnect: no client with id 4000000000 among those you may end (gpushmctl clients lists them)" ] ||
+  fail "disconnect of no client: $out"
 id2=$("$ctl" clients | awk -v pid="$h2" '$2 == pid {print $1}')
 [ -n "$id2" ] || fail "no client id for holder $h2"
 expect 0 "$ctl" disconnect "$id2"; contains "client $id2 disconnected"
@@ -162,6 +188,53 @@ expect 0 "$ctl" list --all
 case "$out" in *frames*) fail "a buffer nobody holds any more is still there: $out" ;; esac
 kill -0 "$h2" || fail "disconnect killed the holder process"
 expect 0 "$ctl" events; [ "$(echo "$out" | wc -l)" = 1 ] || fail "events: $out"
+
+# --- dump: a buffer's bytes as xxd -a lays them out, or raw; ranges checked; images as
+# their rows
+expect 0 "$ctl" version; contains "gpushmctl $version (libgpushm $version)"
+contains "gpushmd $version"
+expect 0 "$ctl" create lower 2k; contains "lower"
+expect 0 "$ctl" show lower --bytes; contains "size:       2048 ("
+expect 0 "$ctl" unlink lower
+{ printf 'Hello, world\n'; head -c 100 /dev/zero; printf abc; head -c 3000 /dev/urandom
+  head -c 4096 /dev/zero; printf end; } > "$dir/content"
+size=$(wc -c < "$dir/content")
+"$load" content "$dir/content" host 0644 || fail "load-buffer content"
+expect 0 "$ctl" dump content
+[ "$(echo "$out" | head -n 3)" = "00000000: 4865 6c6c 6f2c 2077 6f72 6c64 0a00 0000  Hello, world....
+00000010: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+*" ] || fail "dump: $out"
+echo "$out" | tail -n 2 | head -n 1 | grep -qx '\*' || fail "dump's last zero run: $out"
+if command -v xxd >/dev/null; then
+  "$ctl" dump content > "$dir/dump.hex"
+  xxd -a "$dir/content" | cmp -s - "$dir/dump.hex" || fail "dump differs from xxd -a"
+  "$ctl" dump content --offset 10 --length 300 > "$dir/dump.hex"
+  xxd -a -s 10 -l 300 "$dir/content" | cmp -s - "$dir/dump.hex" || fail "dump of a range differs from xxd -a"
+fi
+"$ctl" dump content --format raw > "$dir/dump.raw"
+cmp -s "$dir/content" "$dir/dump.raw" || fail "dump --format raw differs from what was loaded"
+cid=$("$ctl" show content --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+"$ctl" dump "$cid" --offset 1k --length 2K --format raw > "$dir/dump.raw"
+tail -c +1025 "$dir/content" | head -c 2048 | cmp -s - "$dir/dump.raw" || fail "dump of a range by id"
+expect 1 "$ctl" dump content --offset 1M
+[ "$out" = "gpushmctl: dump: offset 1048576 is past the end of 'content' ($size bytes)" ] || fail "offset: $out"
+expect 1 "$ctl" dump content --offset 100 --length "$size"
+contains "$size bytes from offset 100 run past the end of 'content' ($size bytes: at most $((size - 100)) from there)"
+expect 0 "$ctl" dump content --offset "$size"; [ -z "$out" ] || fail "an empty range: $out"
+expect 1 "$ctl" dump nothing-here; [ "$out" = "gpushmctl: dump: no buffer named 'nothing-here'" ] || fail "$out"
+# raw bytes are not for a terminal
+python3 - "$ctl" <<'EOF' || fail "dump --format raw to a terminal"
+import os, pty, subprocess, sys
+master, slave = pty.openpty()
+r = subprocess.run([sys.argv[1], "dump", "content", "--format", "raw"], stdout=slave,
+                   stderr=subprocess.PIPE)
+err = r.stderr.decode()
+assert r.returncode == 2 and "standard output is a terminal: redirect it" in err, (r.returncode, err)
+EOF
+# a linear image is its rows, row pitch apart: 30 rows of 512 bytes
+expect 0 "$ctl" create-image rows 100x30 --format r32-sfloat; contains " 512"
+[ "$("$ctl" dump rows --format raw | wc -c)" = 15360 ] || fail "dump of an image's rows"
+expect 0 "$ctl" unlink rows
 
 # --- another uid: no --all, no destroying root's buffers, sees only what it may open
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >/dev/null; then
@@ -181,6 +254,9 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
   expect 0 as_nobody list; contains "public"
   case "$out" in *small*) fail "nobody sees a 0600 buffer: $out" ;; esac
   expect 1 as_nobody unlink public; contains "belongs to uid 0"
+  # dump opens like any reader: the mode decides
+  expect 0 as_nobody dump content; contains "Hello, world"
+  expect 1 as_nobody dump small; [ "$out" = "gpushmctl: dump: no buffer named 'small'" ] || fail "$out"
   expect 0 as_nobody clients
   case "$out" in *hold-buffers*) fail "nobody sees root's clients: $out" ;; esac
   # with the admin group, its members may list and destroy everyone's buffers
@@ -213,6 +289,21 @@ stop_daemon
 if [ -r "${GPUSHM_FAKE_CUDA_LIB:-}" ]; then
   export GPUSHM_CUDA_LIBRARY=$GPUSHM_FAKE_CUDA_LIB
   start_daemon
+  # device memory is dumped through a copy to host
+  "$load" devbuf "$dir/content" cuda-fd || fail "load-buffer into cuda-fd memory"
+  "$ctl" dump devbuf --format raw > "$dir/dump.raw"
+  cmp -s "$dir/content" "$dir/dump.raw" || fail "dump of cuda-fd memory differs from what was loaded"
+  expect 0 "$ctl" dump devbuf --length 32
+  [ "$out" = "00000000: 4865 6c6c 6f2c 2077 6f72 6c64 0a00 0000  Hello, world....
+00000010: 0000 0000 0000 0000 0000 0000 0000 0000  ................" ] || fail "dump devbuf: $out"
+  # an event holds no memory: dump says so (the Python package makes one)
+  if GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1" PYTHONPATH="$src/python" python3 -c \
+      'import gpushm; gpushm.Connection().create_event("tick").close()' 2> "$dir/py.err"; then
+    expect 1 "$ctl" dump tick
+    [ "$out" = "gpushmctl: dump: 'tick' is an event, which holds no memory to dump" ] || fail "$out"
+  else
+    echo "# no event made (the Python package: $(cat "$dir/py.err")): dump's refusal of events untested"
+  fi
   expect 0 "$ctl" create readers 4096 --backend cuda-fd --mode 0644
   expect 0 "$ctl" show readers
   contains "read-only for group and others is not enforced: cuda-fd hands readers an fd that maps it read-write"

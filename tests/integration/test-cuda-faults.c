@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's CUDA error handling, without a GPU: the fake driver (or none) plus
  * injected faults.  No driver or no device: a clear "unsupported"; out of memory: a
  * clean error and a healthy daemon; a failed export: nothing left behind; a sticky

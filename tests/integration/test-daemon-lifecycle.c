@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmd as a process: options, socket ownership (stale replaced, live or foreign
  * refused), shutdown with clients attached, and accept back-off when out of fds. */
 #include "config.h"
@@ -24,6 +25,105 @@ static void test_options(const char *out)
   CHECK(daemon_run(out, "--socket-mode", "0999", NULL) == 2);
   CHECK(daemon_run(out, "--log-level", "chatty", NULL) == 2);
   CHECK(daemon_run(out, "stray-argument", NULL) == 2);
+}
+
+/* --help: every option's text starts in one column, wrapped lines too, within 80
+ * columns; a flag too long for its column stands on a line of its own. */
+static void test_help_columns(const char *out)
+{
+  char line[256];
+  size_t column = 0, options = 0;
+  FILE *f;
+
+  CHECK(daemon_run(out, "--help", NULL) == 0);
+  CHECK((f = fopen(out, "r")) != NULL);
+  while (fgets(line, sizeof line, f)) {
+    size_t len = strcspn(line, "\n"), at;
+    CHECK(len <= 79);
+    if ((strncmp(line, "  -", 3) == 0 && line[5] == ' ') || strncmp(line, "      --", 8) == 0)
+      at = 6; /* "-x, --name=ARG" or "    --name=ARG": the long flag from here */
+    else if (column && strspn(line, " ") == column && len > column)
+      at = 0; /* a wrapped line */
+    else
+      continue;
+    at += strcspn(line + at, " \n");
+    if (at == len)
+      continue; /* a long flag alone */
+    at += strspn(line + at, " ");
+    if (!column)
+      column = at;
+    if (at != column)
+      fprintf(stderr, "misaligned --help line: %s", line);
+    CHECK(at == column);
+    options++;
+  }
+  fclose(f);
+  CHECK(options > 20);
+}
+
+/* Size suffixes in either case, binary alike: 8k is 8 KiB, as 8K is; on the command
+ * line and in the settings file. */
+static void test_size_suffixes(void)
+{
+  struct test_daemon d = { 0 };
+  char conf[] = "/tmp/gpushm-test-conf.XXXXXX", arg[64];
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  int fd = mkstemp(conf);
+
+  CHECK(fd >= 0);
+  CHECK(write(fd, "pool-bytes = 1m\nhost-memory-budget = 1g\n", 40) == 40);
+  close(fd);
+  snprintf(arg, sizeof arg, "--config=%s", conf);
+  daemon_start(&d, arg, "--max-bytes-per-uid", "8k", NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_create(conn, "over", 8193, NULL, &b), GPUSHM_E_LIMIT);
+  CHECK(strstr(gpushm_last_error_message(), "(limit 8 KiB; gpushmd's administrator may raise "
+               "max-bytes-per-uid in gpushmd.conf)") != NULL);
+  CHECK_OK(gpushm_buffer_create(conn, "exact", 8192, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_unlink(conn, "exact"));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  CHECK(unlink(conf) == 0);
+}
+
+/* A daemon started by hand has no fd store to keep persistent buffers in: its stop
+ * says how many it drops, and why, where it happens (the start-up line saying so is
+ * long gone from the terminal); a stop that drops none says nothing. */
+static void test_stop_drops_persistent(void)
+{
+  char log[] = "/tmp/gpushm-test-log.XXXXXX";
+  int fd = mkstemp(log);
+  struct test_daemon d = { .log_path = log };
+  gpushm_create_opts_t session;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+
+  CHECK(fd >= 0);
+  close(fd);
+  unsetenv("NOTIFY_SOCKET"); /* make check may run under a service manager */
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(conn, "kept-1", 1 << 20, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_buffer_create(conn, "kept-2", 3 << 20, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  /* neither a session buffer nor an unlinked one is the stop's to drop */
+  gpushm_create_opts_init(&session);
+  session.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_buffer_create(conn, "session", 4096, &session, &b));
+  CHECK_OK(gpushm_buffer_create(conn, "gone", 4096, NULL, &b));
+  CHECK_OK(gpushm_unlink(conn, "gone"));
+  daemon_stop(&d);
+  gpushm_disconnect(conn);
+  CHECK(file_contains(log, "warn: stopping drops 2 persistent buffers (4194304 bytes, 4.0 MiB): "
+                           "gpushmd was not run by systemd (no NOTIFY_SOCKET), so no fd store "
+                           "keeps them for the next start"));
+  daemon_start(&d, NULL);
+  daemon_stop(&d);
+  CHECK(file_count_lines(log, "stopping drops") == 1);
+  CHECK(unlink(log) == 0);
 }
 
 static void test_socket_ownership(const char *out)
@@ -225,6 +325,9 @@ int main(void)
   CHECK(fd >= 0);
   close(fd);
   test_options(out);
+  test_help_columns(out);
+  test_size_suffixes();
+  test_stop_drops_persistent();
   test_socket_ownership(out);
   test_config(out);
   test_emfile_backoff();

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # docs/grafana/gpushm-dashboard.json: valid JSON; its expressions name only metrics that
 # docs/metrics.md lists, counters only under rate()/increase(), histogram buckets only
 # under histogram_quantile(); and, where promtool is installed, each parses as PromQL.

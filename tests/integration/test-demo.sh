@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The README's demo, as the suite runs it: host memory without a GPU driver, and GPU
 # memory through the fake driver where CUDA support is built.
 set -eu

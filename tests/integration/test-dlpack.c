@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Buffers as DLPack tensors (gpushm-dlpack.h) and the opens that keep them alive:
  *  - gpushm_buffer_ref() is one more open: the daemon's reference stays while any
  *    open is left and goes with the last close; its limit is crossed;

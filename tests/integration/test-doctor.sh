@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmctl doctor against real daemons: golden output (run-specific values masked) for a
 # host-only daemon, one on the fake CUDA driver with cuda-fd as its default, and one whose
 # fake GPU lacks virtual memory management; exit statuses for the default and for

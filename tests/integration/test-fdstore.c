@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Persistent buffers survive a daemon killed with SIGKILL, through the file-descriptor
  * store protocol of systemd (FDSTORE=1 / FDSTOREREMOVE=1 on NOTIFY_SOCKET, LISTEN_FDS
  * and LISTEN_FDNAMES on the next start), played by the test itself (tests/fdstore.c);

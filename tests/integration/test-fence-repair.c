@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fences a dead releaser left short, repaired by gpushmd (daemon/fence_repair.h), through
  * the fake driver: releasers are children whose fence writes never land
  * (GPUSHM_FAKE_CUDA_WRITE_DELAY_MS=-1, their GPU work never done), killed with SIGKILL.

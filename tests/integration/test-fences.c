@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Memory fences of cuda-fd sync buffers, through the fake driver (its stream writes land
  * at once, or after GPUSHM_FAKE_CUDA_WRITE_DELAY_MS; its stream waits fail where a real
  * stream would hang, so a wrong order shows as an error):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A holder killed with SIGKILL: the daemon releases its references when the socket
  * closes and frees memory nobody else holds. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Lifetimes: unlink while open (shm_unlink semantics), persistent buffers without
  * holders, session buffers whose creator goes away. */
 #include "config.h"

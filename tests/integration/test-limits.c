@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Each named limit, crossed against a real daemon: name length, buffers and bytes
  * per uid, clients, list paging (pages cut by the frame, not by a count), holders
  * listed. */

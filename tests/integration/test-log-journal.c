@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* With stderr connected to the journal (JOURNAL_STREAM names stderr's device and inode,
  * as systemd sets it for a service), the daemon's lines are journal entries with
  * GPUSHM_* fields: a private mount namespace puts a socket of ours where journald's is,

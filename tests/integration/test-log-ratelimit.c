@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A client that makes the daemon warn on every request (here: creates past its uid's
  * buffer quota) gets GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL lines, then one line
  * saying how many more there were; another client's warnings still show, and the

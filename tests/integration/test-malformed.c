@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Misbehaving clients — garbage, oversized frames, bad headers, fd mismatches,
  * undecodable bodies, protocol order violations, a client that never reads — end
  * only themselves, are told why, and leak nothing; a good client keeps working. */

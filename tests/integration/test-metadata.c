@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Metadata (gpushm_create_opts.metadata): set at create, immutable, in every open reply.
  *  - any bytes (NULs, invalid UTF-8) up to GPUSHM_METADATA_MAX come back byte for byte,
  *    in the creator, in another process (from its open reply), in a list that asks for

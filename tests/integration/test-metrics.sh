@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmctl stats --prometheus against a real gpushmd: every line in the text exposition
 # format and Prometheus's naming rules (tests/integration/check-metrics.py), promtool's
 # own check where promtool is installed, the request latency histogram consistent and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushm between containers, without a container runtime: gpushmd, the producer and the
 # consumer each run in PID + mount + IPC namespaces of their own (siblings, none of them
 # the host's namespace for these processes), the clients with a private /dev/shm, the

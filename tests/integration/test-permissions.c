@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Mode bits are checked against the peer's kernel-reported credentials.  Needs root
  * to run a client as another uid (nobody); skips otherwise. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Segments (docs/segments.md), with the host backend and, where it is built, the fake
  * CUDA driver:
  *  - two permission classes never share a segment (backend, device, uid, gid and mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Two processes share a host buffer through a real gpushmd and see each other's
  * writes; read-only opens are enforced by the kernel; create/open errors; sized
  * option structs from older and newer callers. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Named events and acquire/release without a GPU: events through the fake driver
  * (registry, cache, kinds, permissions, cleanup, injected creation failure), and the
  * release sequence for real on host sync buffers, ping-ponged between two processes. */

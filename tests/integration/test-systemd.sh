@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gpushmd under systemd's protocols, without needing systemd as PID 1:
 # - the generated units (gpushmd's, gpushm-textfile's) pass systemd-analyze verify with no
 #   complaint at all;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Fixtures of the Python package's tests: a real gpushmd on a temporary socket (the
 tests/integration pattern), connections, unique names, and the daemon's view of a
 buffer's references.  Run by tests/python/test-python.sh, which sets GPUSHMD,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The Python package (python/) against a real gpushmd: pytest over tests/python, with the
 # first of $GPUSHM_TEST_PYTHON, /usr/bin/python3 (Debian's python3-numpy and
 # python3-pytest: scripts/setup-debian installs them) and python3 that has both.  The

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Device memory against the fake CUDA driver (tests/fake-cuda: its "device memory" is
 shared host memory, so a test can read what a pointer points at): the CUDA array
 interface, DLPack's device and streams, map devices, sync buffers and events.  The real

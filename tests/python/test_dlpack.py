@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The DLPack and array-interface exports on host memory, read back field by field;
 read-only opens; and manifests from a hostile producer, which must raise, never yield a
 view past the buffer."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Every failure is a gpushm.Error subclass carrying the library's code and the daemon's
 words, and the built-in exception a Python program would catch: each provoked for real
 where a test can, and the whole GPUSHM_E_* map checked against the library."""
@@ -199,6 +200,11 @@ def test_connect_failed_and_disconnected(tmp_path):
     with pytest.raises(gpushm.ConnectFailed) as e:
         gpushm.connect(str(tmp_path / "nobody.sock"))
     assert isinstance(e.value, ConnectionError)
+    # the system's errno, not one for the code: each cause says what it is and what to do
+    assert e.value.errno == errno.ENOENT and "no gpushmd socket at" in str(e.value), e.value
+    with pytest.raises(gpushm.ConnectFailed) as e:
+        gpushm.connect(str(tmp_path))
+    assert e.value.errno == errno.ECONNREFUSED and "is a directory" in str(e.value), e.value
     d = Daemon()
     try:
         c = gpushm.connect(d.socket)

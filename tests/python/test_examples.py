@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """examples/python's C halves against the package, in host memory (the GPU run with
 PyTorch is tests/gpu/test-python-gpu.sh): a C producer's hand-written manifest opens as
 the right NumPy array, and a NumPy producer's buffer passes the C consumer's check."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Who keeps a buffer open: every view holds an open of its own, and the last one to go
 — not the Python handle — releases the daemon's reference.  Checked on the daemon's
 side (gpushm.list(): references), with each way a view is made; closed handles refuse

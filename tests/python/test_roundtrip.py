@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Tensors in and out of host buffers with NumPy: share/open round trips through another
 process, every dtype, the manifest as written, empty(), raw buffers of C producers,
 bundles."""

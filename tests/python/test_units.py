@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Pieces that need no daemon: dtypes, streams and devices as frameworks spell them, the
 manifest codec, the admin dataclasses (with a daemon), and the package's own build."""
 import sys

@@ -1,10 +1,13 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The Debian packages (debian/), built and used as a user would: from a clean copy of
 # the source tree, dpkg-buildpackage -b; lintian with no errors; apt-get install of the
 # five packages; the INSTALLED gpushmd, with the installed settings file, on a private
 # socket, driven by the installed gpushmctl, by a C program built with
-# "pkg-config gpushm" against libgpushm-dev, and by python3-gpushm; then apt-get purge,
-# after which no file the packages installed may be left.
+# "pkg-config gpushm" against libgpushm-dev, by the examples libgpushm-dev ships (built
+# with their Makefile outside the tree; the host-memory producer and consumer pair run),
+# and by python3-gpushm; then apt-get purge, after which no file the packages installed
+# may be left.
 #
 # Usage: tests/system/test-debian-packages.sh [SRCDIR]   (default: this script's tree)
 # Environment: GPUSHM_DEB_OUT  a directory to copy the built .deb files into (kept).
@@ -26,7 +29,7 @@ t0=$(date +%s)
 
 # --- can this machine run it? -----------------------------------------------------
 [ "$(id -u)" -eq 0 ] || skip "needs root (apt-get install and purge)"
-for tool in dpkg-buildpackage dh lintian apt-get pkg-config cc /usr/bin/python3; do
+for tool in dpkg-buildpackage dh lintian apt-get pkg-config cc make /usr/bin/python3; do
   command -v "$tool" >/dev/null || skip "$tool missing (scripts/setup-debian installs it)"
 done
 packages=$(sed -n 's/^Package: *//p' "$src/debian/control")
@@ -169,6 +172,44 @@ ldd ./client | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' ||
 ./client || die "the C client failed"
 ok "C client built with pkg-config gpushm, linked to the installed libgpushm.so.1"
 
+# The examples as libgpushm-dev installs them, copied out and built with their Makefile:
+# nothing but the installed headers, gpushm.pc and library may reach the compiler.
+exdir=/usr/share/doc/libgpushm-dev/examples
+grep -qx "$exdir/Makefile" "$work/files.libgpushm-dev" || die "libgpushm-dev ships no $exdir/Makefile"
+cp -r "$exdir" "$work/examples"
+make -C "$work/examples" all graphics CFLAGS="-O2 -Werror" > "$work/examples.log" 2>&1 ||
+  { cat "$work/examples.log"; die "the examples do not build against the installed packages"; }
+sed 's/^/#   /' "$work/examples.log"
+if grep -qF "$src" "$work/examples.log"; then
+  die "the examples' build names the source tree ($src)"
+fi
+# pkg-config leaves out the system's own include directory: any -I is somebody else's
+if grep -E -- '(^| )-I' "$work/examples.log"; then
+  die "the examples' compile lines add include directories"
+fi
+for p in gpushm-producer gpushm-consumer python/c-producer python/c-consumer \
+         multinode/dmabuf-export graphics/frame-producer; do
+  [ -x "$work/examples/$p" ] || die "make built no $p"
+  ldd "$work/examples/$p" | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' ||
+    die "$p does not use the installed libgpushm.so.1"
+done
+built_graphics=$(cd "$work/examples" && ls graphics/frame-*-consumer 2>/dev/null | paste -sd ' ' -) || true
+ok "examples built from $exdir with its Makefile (graphics consumers: ${built_graphics:-none, skipped})"
+
+# The host-memory pair runs on any machine: no driver, not even where there is a GPU.
+(cd "$work/examples" && GPUSHM_CUDA_LIBRARY=/nonexistent ./gpushm-producer deb-demo 8 host) \
+  > "$work/producer.log" 2>&1 &
+producer_pid=$!
+(cd "$work/examples" && GPUSHM_CUDA_LIBRARY=/nonexistent ./gpushm-consumer deb-demo) \
+  > "$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; die "gpushm-consumer failed"; }
+wait "$producer_pid" || { cat "$work/producer.log"; die "gpushm-producer failed"; }
+sed 's/^/#   /' "$work/producer.log" "$work/consumer.log"
+grep -q "^consumer: 'deb-demo': 1048576 words of host memory verified" "$work/consumer.log" ||
+  die "the consumer did not verify the producer's data"
+grep -q "^producer: consumer's answer verified (1048576 words)" "$work/producer.log" ||
+  die "the producer did not verify the consumer's answer"
+ok "examples' gpushm-producer and gpushm-consumer: 8 MiB of host memory verified both ways"
+
 # Python: the installed package, reading the C client's bytes; with NumPy, a round trip.
 /usr/bin/python3 - <<'EOF' || die "python3-gpushm failed"
 import gpushm
@@ -218,4 +259,7 @@ for f in /etc/systemd/system/sockets.target.wants/gpushmd.socket /var/cache/gpus
 done
 [ -z "$left" ] || die "left after purge:$left"
 ok "apt-get purge left none of the packages' files"
+# Debian leaves system groups in place (the README says so, and how to remove it)
+getent group gpushm >/dev/null || die "purge removed group gpushm (the README says it stays)"
+ok "group gpushm stays after purge, as the README says"
 say "# test-debian-packages: $(( $(date +%s) - t0 )) s in all"

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # gpushmd under a real systemd as PID 1.  tests/integration/test-systemd.sh fakes the
 # service manager's side of each protocol; this test boots a Debian container with
 # systemd-nspawn, installs the build into it as a package would (units, sysusers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gpushmctl's hand formatters print what the printf formats they replace print:
  * every size near each unit's boundaries and rounding ties (where "%.1f" rounds to
  * even), random sizes of every magnitude, every age unit's edges, every mode. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* list_codec against protobuf-c: for random buffer entries (zero and extreme values,
  * negative ints, names of every length and byte, holders, UUIDs) the hand-packed
  * entry, page and frame are byte for byte protobuf-c's, and the hand unpacker reads

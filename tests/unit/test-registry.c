@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Registry semantics without sockets: references, unlink while open, lifetimes,
  * quotas, permissions, id uniqueness. */
 #include "config.h"

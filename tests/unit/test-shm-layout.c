@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The header of shared-memory layouts: what a reader accepts (this layout, and the
  * 16-byte prefix gpushm 0.1 wrote) and what it refuses (another magic, an unknown
  * version, a size that does not cover what it reads or overruns the mapping); and the

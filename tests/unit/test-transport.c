@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The daemon's transport alone, on a socketpair and a libuv loop, without registry or
  * server: frames reach on_frame, bad frames and hang-ups reach on_close, replies
  * queued while the peer's buffer is full go out in order with their fds once it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Framing: header checks (every malformed case), encode/receive round trip with fds
  * over a real SEQPACKET pair, and name validation. */
 #include "config.h"
