@@ -1804,13 +1804,121 @@ static void split_words(int argc, char **argv, char **opts, int *n_opts, char **
   args[*n_args] = NULL;
 }
 
+/* The command's words, split by split_words(): its options parsed, its arguments
+ * checked, then the command run.  A function of its own so that main() frees the word
+ * arrays after every way out of it. */
+static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts, char **opts,
+                       char **args, int n_args)
+{
+  int opt, r;
+  uint64_t size;
+
+  optind = 0; /* 0, not 1: GNU getopt then forgets the first scan's state */
+  while ((opt = getopt_long(n_opts, opts, "+s:h", long_options, NULL)) != -1) {
+    const char *name = NULL;
+    int b;
+    char *end;
+    switch (opt) {
+    case 'h':
+      command_usage(cmd, stdout);
+      return 0;
+    case 's': ctl->socket = optarg; continue;
+    case 'j': name = "json"; ctl->json = true; break;
+    case 'b': name = "bytes"; ctl->bytes = true; break;
+    case 'a': name = "all"; ctl->all = true; break;
+    case 'p': name = "prometheus"; ctl->prometheus = true; break;
+    case 'S': name = "session"; ctl->session = true; break;
+    case 'y': name = "sync"; ctl->sync = true; break;
+    case 'X': name = "strict-mode"; ctl->strict_mode = true; break;
+    case 'M': name = "metadata"; ctl->metadata = optarg; break;
+    case 'T': name = "textfile"; ctl->textfile = optarg; break;
+    case 'V': name = "version"; break;
+    case 'F':
+      name = "format";
+      if (strcmp(cmd->name, "dump") == 0) {
+        if (strcmp(optarg, "hex") != 0 && strcmp(optarg, "raw") != 0) {
+          fprintf(stderr, "gpushmctl: dump: unknown format '%s' (hex or raw)\n", optarg);
+          return EXIT_USAGE;
+        }
+        ctl->dump.raw = optarg[0] == 'r';
+      } else if (!(ctl->format = (uint32_t)gpushm_format_from_name(optarg))) {
+        fprintf(stderr, "gpushmctl: unknown format '%s' (rgba8-unorm, r32-sfloat, ...: "
+                "docs/graphics.md)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'O':
+    case 'L':
+      name = opt == 'O' ? "offset" : "length";
+      if (parse_size(optarg, &size) < 0) {
+        fprintf(stderr, "gpushmctl: bad %s '%s' (bytes, or with K, M, G, T: binary, either "
+                "case)\n", name, optarg);
+        return EXIT_USAGE;
+      }
+      if (opt == 'O')
+        ctl->dump.offset = size;
+      else
+        ctl->dump.length = size, ctl->dump.has_length = true;
+      break;
+    case 'd':
+      name = "device";
+      ctl->device = (int)strtol(optarg, &end, 10);
+      if (*end || ctl->device < 0) {
+        fprintf(stderr, "gpushmctl: bad device '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'm':
+      name = "mode";
+      ctl->mode = (uint32_t)strtoul(optarg, &end, 8);
+      if (*end || !*optarg || ctl->mode > 0777) {
+        fprintf(stderr, "gpushmctl: bad mode '%s' (octal, at most 0777)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'B':
+      name = "backend";
+      b = gpushm_backend_from_name(optarg);
+      /* cuda-event names what events report, not a backend to make buffers with */
+      if (b > 0 && b != 4)
+        ctl->backend = (gpushm_backend_t)b;
+      else {
+        fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc, cuda-fd or "
+                "cuda-fabric)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    default:
+      command_usage(cmd, stderr);
+      return EXIT_USAGE;
+    }
+    if (!has_item(cmd->options, name)) {
+      fprintf(stderr, "gpushmctl: %s takes no --%s\n", cmd->name, name);
+      return EXIT_USAGE;
+    }
+  }
+  /* what getopt left (words after an option that lacked its value) are arguments too */
+  for (int i = optind; i < n_opts; i++)
+    args[n_args++] = opts[i];
+  if (n_args < cmd->min_args || n_args > cmd->max_args) {
+    command_usage(cmd, stderr);
+    return EXIT_USAGE;
+  }
+  if (cmd->check && (r = cmd->check(ctl, n_args, args)) != 0)
+    return r;
+  if (!cmd->connects_itself && (r = gpushm_connect(ctl->socket, "gpushmctl", &ctl->conn)) < 0)
+    return ctl_fail("connect", r);
+  r = cmd->run(ctl, n_args, args);
+  gpushm_disconnect(ctl->conn);
+  return r;
+}
+
 int main(int argc, char **argv)
 {
   struct ctl ctl = { .mode = 0 };
   const struct cmd_entry *cmd = NULL;
   char **opts, **args;
   int opt, r, n_opts, n_args;
-  uint64_t size;
 
   /* LC_CTYPE only: it says whether the terminal takes UTF-8 and how wide characters are;
    * numbers and messages stay in the C locale. */
@@ -1855,103 +1963,7 @@ int main(int argc, char **argv)
   opts = xalloc(calloc((size_t)argc + 1, sizeof *opts));
   args = xalloc(calloc((size_t)argc + 1, sizeof *args));
   split_words(argc, argv, opts, &n_opts, args, &n_args);
-  optind = 0; /* 0, not 1: GNU getopt then forgets the first scan's state */
-  while ((opt = getopt_long(n_opts, opts, "+s:h", long_options, NULL)) != -1) {
-    const char *name = NULL;
-    int b;
-    char *end;
-    switch (opt) {
-    case 'h':
-      command_usage(cmd, stdout);
-      return 0;
-    case 's': ctl.socket = optarg; continue;
-    case 'j': name = "json"; ctl.json = true; break;
-    case 'b': name = "bytes"; ctl.bytes = true; break;
-    case 'a': name = "all"; ctl.all = true; break;
-    case 'p': name = "prometheus"; ctl.prometheus = true; break;
-    case 'S': name = "session"; ctl.session = true; break;
-    case 'y': name = "sync"; ctl.sync = true; break;
-    case 'X': name = "strict-mode"; ctl.strict_mode = true; break;
-    case 'M': name = "metadata"; ctl.metadata = optarg; break;
-    case 'T': name = "textfile"; ctl.textfile = optarg; break;
-    case 'V': name = "version"; break;
-    case 'F':
-      name = "format";
-      if (strcmp(cmd->name, "dump") == 0) {
-        if (strcmp(optarg, "hex") != 0 && strcmp(optarg, "raw") != 0) {
-          fprintf(stderr, "gpushmctl: dump: unknown format '%s' (hex or raw)\n", optarg);
-          return EXIT_USAGE;
-        }
-        ctl.dump.raw = optarg[0] == 'r';
-      } else if (!(ctl.format = (uint32_t)gpushm_format_from_name(optarg))) {
-        fprintf(stderr, "gpushmctl: unknown format '%s' (rgba8-unorm, r32-sfloat, ...: "
-                "docs/graphics.md)\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    case 'O':
-    case 'L':
-      name = opt == 'O' ? "offset" : "length";
-      if (parse_size(optarg, &size) < 0) {
-        fprintf(stderr, "gpushmctl: bad %s '%s' (bytes, or with K, M, G, T: binary, either "
-                "case)\n", name, optarg);
-        return EXIT_USAGE;
-      }
-      if (opt == 'O')
-        ctl.dump.offset = size;
-      else
-        ctl.dump.length = size, ctl.dump.has_length = true;
-      break;
-    case 'd':
-      name = "device";
-      ctl.device = (int)strtol(optarg, &end, 10);
-      if (*end || ctl.device < 0) {
-        fprintf(stderr, "gpushmctl: bad device '%s'\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    case 'm':
-      name = "mode";
-      ctl.mode = (uint32_t)strtoul(optarg, &end, 8);
-      if (*end || !*optarg || ctl.mode > 0777) {
-        fprintf(stderr, "gpushmctl: bad mode '%s' (octal, at most 0777)\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    case 'B':
-      name = "backend";
-      b = gpushm_backend_from_name(optarg);
-      /* cuda-event names what events report, not a backend to make buffers with */
-      if (b > 0 && b != 4)
-        ctl.backend = (gpushm_backend_t)b;
-      else {
-        fprintf(stderr, "gpushmctl: unknown backend '%s' (host, cuda-ipc, cuda-fd or "
-                "cuda-fabric)\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    default:
-      command_usage(cmd, stderr);
-      return EXIT_USAGE;
-    }
-    if (!has_item(cmd->options, name)) {
-      fprintf(stderr, "gpushmctl: %s takes no --%s\n", cmd->name, name);
-      return EXIT_USAGE;
-    }
-  }
-  /* what getopt left (words after an option that lacked its value) are arguments too */
-  for (int i = optind; i < n_opts; i++)
-    args[n_args++] = opts[i];
-  if (n_args < cmd->min_args || n_args > cmd->max_args) {
-    command_usage(cmd, stderr);
-    return EXIT_USAGE;
-  }
-  if (cmd->check && (r = cmd->check(&ctl, n_args, args)) != 0)
-    return r;
-  if (!cmd->connects_itself && (r = gpushm_connect(ctl.socket, "gpushmctl", &ctl.conn)) < 0)
-    return ctl_fail("connect", r);
-  r = cmd->run(&ctl, n_args, args);
-  gpushm_disconnect(ctl.conn);
+  r = run_command(&ctl, cmd, n_opts, opts, args, n_args);
   free(opts);
   free(args);
   return r;
