@@ -1120,25 +1120,9 @@ int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags, gpushm_bu
   return client_open(conn, NULL, id, flags, false, out);
 }
 
-/* Removes the name while it still names buf: by id, one-way where the daemon can. */
-static int unlink_entry(struct gpushm_buffer *buf)
-{
-  Gpushm__Request req = GPUSHM__REQUEST__INIT;
-  Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
-
-  if (!(buf->conn->features & GPUSHM_FEATURE_ONEWAY))
-    return gpushm_unlink(buf->conn, buf->map->name);
-  body.name = buf->map->name;
-  body.id = buf->map->id;
-  req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
-  req.unlink = &body;
-  return client_send_oneway(buf->conn, &req);
-}
-
-/* The daemon's reference goes (and the name, with unlink): one request, not waited for
- * where the daemon offers that. */
-/* What a last close tells the daemon, copied under cache_lock: once the lock is dropped,
- * another connection's last close of the same mapping may free it. */
+/* What a close tells the daemon, copied under cache_lock: once the lock is dropped,
+ * another close (this handle's last, or another connection's of the same mapping) may
+ * free the handle and its mapping. */
 struct release {
   gpushm_t *conn;
   uint64_t id;
@@ -1153,6 +1137,24 @@ static struct release release_of(const struct gpushm_buffer *buf)
   return rel;
 }
 
+/* Removes the name while it still names the buffer: by id, one-way where the daemon
+ * can. */
+static int unlink_entry(const struct release *rel)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__UnlinkRequest body = GPUSHM__UNLINK_REQUEST__INIT;
+
+  if (!(rel->conn->features & GPUSHM_FEATURE_ONEWAY))
+    return gpushm_unlink(rel->conn, rel->name);
+  body.name = (char *)rel->name;
+  body.id = rel->id;
+  req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
+  req.unlink = &body;
+  return client_send_oneway(rel->conn, &req);
+}
+
+/* The daemon's reference goes (and the name, with unlink): one request, not waited for
+ * where the daemon offers that. */
 static int release_entry(const struct release *rel, bool unlink)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -1199,14 +1201,21 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
   }
   m = buf->map;
   last_open = --buf->refs == 0;
+  rel = release_of(buf);
   if (last_open) {
-    rel = release_of(buf);
     handle_remove(buf);
     last_user = unuse_mapping(m);
+  } else if (unlink) {
+    client_conn_ref(rel.conn); /* the handle's last close may end it meanwhile */
   }
   pthread_mutex_unlock(&cache_lock);
-  if (!last_open)
-    return unlink ? unlink_entry(buf) : 0;
+  if (!last_open) {
+    if (!unlink)
+      return 0;
+    r = unlink_entry(&rel);
+    client_conn_unref(rel.conn);
+    return r;
+  }
 
   conn = buf->conn;
   if (!last_user) {

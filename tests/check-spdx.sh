@@ -10,7 +10,8 @@ cd "$src"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git ls-files | head -n 1)" ]; then
   list() { git ls-files; }
 else
-  list() { find . -path ./.git -prune -o -type f -print | sed 's|^\./||'; }
+  # a tarball's tree also holds distcheck's build and install trees (_build/, _inst/)
+  list() { find . \( -path ./.git -o -path './_*' \) -prune -o -type f -print | sed 's|^\./||'; }
 fi
 missing=$(list | while IFS= read -r f; do
   case "$f" in

@@ -31,19 +31,56 @@ void quota_destroy(struct quota *q)
   q->host_bytes = 0;
 }
 
-void quota_charge(struct quota *q, uid_t uid, const struct quota_cost *c)
+static bool in_range(int device)
+{
+  return device >= 0 && (unsigned)device < GPUSHM_LIMIT_DEVICES;
+}
+
+/* uid's record, made if missing (NULL: out of memory, and the uid is merely
+ * under-counted). */
+static struct quota_usage *usage_of(struct quota *q, uid_t uid)
 {
   struct quota_usage *u;
 
   for (u = q->usage; u && u->uid != uid; u = u->next)
     ;
-  if (!u) {
-    if (!(u = calloc(1, sizeof *u)))
-      return; /* out of memory: the uid is merely under-counted */
+  if (!u && (u = calloc(1, sizeof *u))) {
     u->uid = uid;
     u->next = q->usage;
     q->usage = u;
   }
+  return u;
+}
+
+/* A record that counts nothing any more goes (a uid's segments count without objects). */
+static void drop_if_idle(struct quota *q, struct quota_usage *u)
+{
+  struct quota_usage **p;
+
+  if (u->objects)
+    return;
+  for (unsigned d = 0; d < GPUSHM_LIMIT_DEVICES; d++)
+    if (u->device_bytes[d])
+      return;
+  for (p = &q->usage; *p != u; p = &(*p)->next)
+    ;
+  *p = u->next;
+  free(u);
+}
+
+/* What is left of limit once used is taken (0 where used is over it already: a
+ * holder charged without a check, or a limit lowered by a reload). */
+static uint64_t room(uint64_t limit, uint64_t used)
+{
+  return limit > used ? limit - used : 0;
+}
+
+void quota_charge(struct quota *q, uid_t uid, const struct quota_cost *c)
+{
+  struct quota_usage *u = usage_of(q, uid);
+
+  if (!u)
+    return;
   u->objects++;
   u->bytes += c->bytes;
   u->host_bytes += c->host;
@@ -53,9 +90,9 @@ void quota_charge(struct quota *q, uid_t uid, const struct quota_cost *c)
 
 void quota_release(struct quota *q, uid_t uid, const struct quota_cost *c)
 {
-  struct quota_usage **p, *u;
+  struct quota_usage *u;
 
-  for (p = &q->usage; (u = *p); p = &u->next) {
+  for (u = q->usage; u; u = u->next) {
     if (u->uid != uid)
       continue;
     /* Saturating: a charge skipped for lack of memory must not wrap the counters. */
@@ -66,12 +103,35 @@ void quota_release(struct quota *q, uid_t uid, const struct quota_cost *c)
       uint64_t *d = &u->device_bytes[c->device];
       *d -= *d < c->device_bytes ? *d : c->device_bytes;
     }
-    if (u->objects == 0) {
-      *p = u->next;
-      free(u);
-    }
+    drop_if_idle(q, u);
     return;
   }
+}
+
+int quota_device_add(struct quota *q, uid_t uid, int device, uint64_t bytes)
+{
+  struct quota_usage *u;
+
+  if (!in_range(device) || !bytes)
+    return 0;
+  if (!(u = usage_of(q, uid)))
+    return GPUSHM_E_NOMEM;
+  u->device_bytes[device] += bytes;
+  return 0;
+}
+
+void quota_device_sub(struct quota *q, uid_t uid, int device, uint64_t bytes)
+{
+  struct quota_usage *u;
+
+  if (!in_range(device))
+    return;
+  for (u = q->usage; u && u->uid != uid; u = u->next)
+    ;
+  if (!u)
+    return;
+  u->device_bytes[device] -= u->device_bytes[device] < bytes ? u->device_bytes[device] : bytes;
+  drop_if_idle(q, u);
 }
 
 void quota_host_add(struct quota *q, uint64_t host)
@@ -102,7 +162,7 @@ uint64_t quota_device_of(const struct quota *q, uid_t uid, int device)
 
   while (u && u->uid != uid)
     u = u->next;
-  return u && device >= 0 && (unsigned)device < GPUSHM_LIMIT_DEVICES ? u->device_bytes[device] : 0;
+  return u && in_range(device) ? u->device_bytes[device] : 0;
 }
 
 /* An amount read at a glance that still says the exact figure: "5 MiB" where it is a
@@ -130,6 +190,24 @@ static const char *size_text(uint64_t bytes, char *buf, size_t len)
  * client's user cannot, the daemon's administrator can. */
 #define RAISE(setting) "gpushmd's administrator may raise " setting " in gpushmd.conf"
 
+int quota_check_device(const struct quota *q, const struct quota_limits *lim, uid_t uid,
+                       int device, uint64_t bytes, char *err, size_t errlen)
+{
+  uint64_t max, used;
+  char a[48], b[48];
+
+  if (!in_range(device) || !lim->max_device_bytes_per_uid ||
+      !(max = lim->max_device_bytes_per_uid[device]))
+    return 0;
+  used = quota_device_of(q, uid, device);
+  if (bytes <= room(max, used))
+    return 0;
+  snprintf(err, errlen, "uid %u would hold %s of device %d's memory (limit %s; "
+           RAISE("max-device-bytes-per-uid") ")", (unsigned)uid,
+           size_text(used + bytes, a, sizeof a), device, size_text(max, b, sizeof b));
+  return GPUSHM_E_LIMIT;
+}
+
 int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid,
                 const struct quota_cost *c, char *err, size_t errlen)
 {
@@ -137,6 +215,7 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
   uint32_t objects;
   uint64_t used, host_used;
   char a[48], b[48], n[48];
+  int r;
 
   quota_of(q, uid, &objects, &used, &host_used);
   if (objects >= lim->max_objects_per_uid) {
@@ -144,33 +223,23 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
              ")", (unsigned)uid, objects, lim->max_objects_per_uid);
     return GPUSHM_E_LIMIT;
   }
-  if (lim->max_bytes_per_uid && bytes > lim->max_bytes_per_uid - used) {
+  if (lim->max_bytes_per_uid && bytes > room(lim->max_bytes_per_uid, used)) {
     snprintf(err, errlen, "uid %u would hold %s (limit %s; " RAISE("max-bytes-per-uid") ")",
              (unsigned)uid, size_text(used + bytes, a, sizeof a),
              size_text(lim->max_bytes_per_uid, b, sizeof b));
     return GPUSHM_E_LIMIT;
   }
-  if (lim->max_host_bytes_per_uid && host > lim->max_host_bytes_per_uid - host_used) {
+  if (lim->max_host_bytes_per_uid && host > room(lim->max_host_bytes_per_uid, host_used)) {
     snprintf(err, errlen, "uid %u would hold %s of host memory (limit %s; "
              RAISE("max-host-bytes-per-uid") ")", (unsigned)uid,
              size_text(host_used + host, a, sizeof a),
              size_text(lim->max_host_bytes_per_uid, b, sizeof b));
     return GPUSHM_E_LIMIT;
   }
-  if (on_a_device(c) && lim->max_device_bytes_per_uid &&
-      lim->max_device_bytes_per_uid[c->device]) {
-    uint64_t max = lim->max_device_bytes_per_uid[c->device];
-    uint64_t dev_used = quota_device_of(q, uid, c->device);
-    if (c->device_bytes > (max > dev_used ? max - dev_used : 0)) {
-      snprintf(err, errlen, "uid %u would hold %s of device %d's memory (limit %s; "
-               RAISE("max-device-bytes-per-uid") ")", (unsigned)uid,
-               size_text(dev_used + c->device_bytes, a, sizeof a), c->device,
-               size_text(max, b, sizeof b));
-      return GPUSHM_E_LIMIT;
-    }
-  }
-  if (lim->host_budget && host > (lim->host_budget > q->host_bytes
-                                    ? lim->host_budget - q->host_bytes : 0)) {
+  if (on_a_device(c) &&
+      (r = quota_check_device(q, lim, uid, c->device, c->device_bytes, err, errlen)) < 0)
+    return r;
+  if (lim->host_budget && host > room(lim->host_budget, q->host_bytes)) {
     snprintf(err, errlen, "gpushmd's host-memory budget is used up: %s of %s allocated, %s more "
              "asked for (" RAISE("host-memory-budget") ")",
              size_text(q->host_bytes, a, sizeof a), size_text(lim->host_budget, b, sizeof b),

@@ -54,6 +54,29 @@ static struct quota_limits quota_limits_of(const struct reg_limits *l)
   };
 }
 
+/* A device segment is its class's uid's device memory (segment.h's seg_charge). */
+static int take_segment(void *ctx, uid_t uid, int device, uint64_t bytes, char *err,
+                        size_t errlen)
+{
+  struct registry *reg = ctx;
+  const struct quota_limits limits = quota_limits_of(&reg->limits);
+  int r;
+
+  if ((r = quota_check_device(&reg->quota, &limits, uid, device, bytes, err, errlen)) < 0)
+    return r;
+  if (quota_device_add(&reg->quota, uid, device, bytes) < 0) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  return 0;
+}
+
+static void give_back_segment(void *ctx, uid_t uid, int device, uint64_t bytes)
+{
+  struct registry *reg = ctx;
+  quota_device_sub(&reg->quota, uid, device, bytes);
+}
+
 int registry_init(struct registry *reg, const struct reg_limits *limits)
 {
   memset(reg, 0, sizeof *reg);
@@ -62,6 +85,7 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   reg->next_id = 1;
   reg->auto_backend = GPUSHM_BACKEND_HOST;
   seg_table_init(&reg->segs, limits->pool_bytes);
+  reg->segs.charge = (struct seg_charge){ take_segment, give_back_segment, reg };
   registry_set_limits(reg, limits);
   return 0;
 }
@@ -222,14 +246,15 @@ uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_
   return h ? h->refs : 0;
 }
 
-/* What obj costs its uid: device memory is what is not host memory, of its device. */
+/* What obj costs its uid: device memory is what is not host memory, of its device; a
+ * carved buffer's is its segment's, charged whole to the class's uid (seg_charge). */
 static struct quota_cost cost_of(const struct reg_object *obj)
 {
   return (struct quota_cost){
     .bytes = obj->allocated,
     .host = obj->host_bytes,
     .device = obj->device,
-    .device_bytes = obj->device >= 0 && obj->allocated > obj->host_bytes
+    .device_bytes = obj->device >= 0 && !obj->segment && obj->allocated > obj->host_bytes
                       ? obj->allocated - obj->host_bytes : 0,
   };
 }
@@ -426,9 +451,8 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
  * (docs/security.md), so such a mode would promise what nobody enforces.  Registered
  * memory is the same: every opener gets a dup of the registrant's fd. */
 static int check_mode_kept(const struct registry *reg, const struct reg_create_args *args,
-                           const struct backend *be, char *err, size_t errlen)
+                           uint32_t mode, const struct backend *be, char *err, size_t errlen)
 {
-  const uint32_t mode = args->mode ? args->mode : reg->limits.default_mode;
   const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
 
   /* registered memory is an OPAQUE_FD (or a memfd) every opener gets a dup of */
@@ -473,6 +497,12 @@ static int join_existing(struct registry *reg, struct reg_client *client,
       snprintf(err, errlen, "'%s' already exists as an %s", args->name, kind_name(found));
     return GPUSHM_E_EXIST;
   }
+  /* joining asks for the same promise of the mode it finds */
+  if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT) {
+    int r = check_mode_kept(reg, args, found->mode, found->backend, err, errlen);
+    if (r < 0)
+      return r;
+  }
   return registry_open(reg, client, policy, args->name, 0, false, args->kind, out, err, errlen);
 }
 
@@ -499,15 +529,18 @@ int registry_create(struct registry *reg, struct reg_client *client,
   if (ops->select)
     ops = ops->select(reg, args, policy, be);
   if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT &&
-      (r = check_mode_kept(reg, args, be, err, errlen)) < 0)
+      (r = check_mode_kept(reg, args, args->mode ? args->mode : reg->limits.default_mode, be,
+                           err, errlen)) < 0)
     return r;
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
   ops->estimate(reg, args, be, &bytes, &host);
   {
     /* registered memory's device is known once its fd is checked: the check after
-     * allocating counts it */
-    const bool device = be && be->kind != GPUSHM_BACKEND_HOST && !args->external;
+     * allocating counts it; a slot's device memory is its segment's, checked if one is
+     * taken (seg_charge) */
+    const bool device = be && be->kind != GPUSHM_BACKEND_HOST && !args->external &&
+                        ops != &reg_kind_slot;
     const struct quota_cost c = { bytes, host, device ? args->device : -1,
                                   device && bytes > host ? bytes - host : 0 };
     if ((r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen)) < 0)

@@ -215,12 +215,29 @@ static uint64_t next_segment_bytes(const struct seg_class *c, uint64_t slot, uns
   return (bytes + be->granule - 1) / be->granule * be->granule;
 }
 
+/* A device segment's bytes charged to its class's uid, or refused (seg_charge). */
+static int take_charge(struct seg_table *t, const struct seg_class *c, uint64_t bytes, char *err,
+                       size_t errlen)
+{
+  if (is_host(c->backend) || !t->charge.take)
+    return 0;
+  return t->charge.take(t->charge.ctx, c->key.uid, c->key.device, bytes, err, errlen);
+}
+
+static void give_back_charge(struct seg_table *t, struct segment *seg)
+{
+  if (seg->charged && t->charge.give_back)
+    t->charge.give_back(t->charge.ctx, seg->cls->key.uid, seg->cls->key.device, seg->charged);
+  seg->charged = 0;
+}
+
 /* A segment to slice for slot: a pooled one of the class, else a new allocation. */
 static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, unsigned bin,
                        struct segment **out, char *err, size_t errlen)
 {
   const struct backend *be = c->backend;
   struct segment *seg = NULL;
+  uint64_t charge;
   char label[64];
   int r;
 
@@ -231,12 +248,17 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
       break;
     }
   }
+  charge = seg ? seg->bytes : next_segment_bytes(c, slot, bin);
+  if ((r = take_charge(t, c, charge, err, errlen)) < 0)
+    return r;
   if (seg) {
     unpool(c, seg);
     seg->clean = false; /* freed device slots keep their data until cleared */
   } else {
-    uint64_t bytes = next_segment_bytes(c, slot, bin);
+    uint64_t bytes = charge;
     if (!(seg = calloc(1, sizeof *seg))) {
+      if (!is_host(be) && t->charge.give_back)
+        t->charge.give_back(t->charge.ctx, c->key.uid, c->key.device, charge);
       snprintf(err, errlen, "daemon out of memory");
       return GPUSHM_E_NOMEM;
     }
@@ -247,6 +269,8 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
       r = be->alloc_segment(be, bytes, c->key.device, label, &seg->mem, &seg->bytes, err, errlen);
     if (r < 0) {
       free(seg);
+      if (!is_host(be) && t->charge.give_back)
+        t->charge.give_back(t->charge.ctx, c->key.uid, c->key.device, charge);
       return r;
     }
     t->next_id++;
@@ -258,8 +282,10 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
               (unsigned long long)seg->id, (unsigned long long)seg->bytes, be->name,
               c->key.device, (unsigned)c->key.uid, c->key.mode, (unsigned long long)slot);
   }
+  seg->charged = is_host(be) || !t->charge.take ? 0 : charge;
   if (slice(c, seg, slot, bin) < 0) {
     snprintf(err, errlen, "daemon out of memory");
+    give_back_charge(t, seg);
     release_segment(c, seg);
     return GPUSHM_E_NOMEM;
   }
@@ -328,6 +354,7 @@ static void retire(struct seg_table *t, struct segment *seg)
   update_bin(seg);
   list_del(&seg->all_link);
   c->bin_slots[seg->bin] -= seg->n_slots;
+  give_back_charge(t, seg); /* pooled, it is nobody's until taken again */
   /* A retired segment may still be read by a process gpushmd cannot watch: its memory
    * never goes to another buffer. */
   if (!seg->retired && c->pool_bytes + seg->bytes <= t->pool_limit) {

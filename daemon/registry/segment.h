@@ -62,6 +62,7 @@ struct segment {
    * freed slot's memory given back, until they have exited (detached.h).  retired:
    * such a process could not be watched: it never is carved from again. */
   uint32_t n_detached;
+  uint64_t charged;  /* device bytes its class's uid is charged (seg_charge) */
   bool retired;
   bool in_bin;
   struct list all_link;  /* cls->all, or cls->pool while pooled */
@@ -95,8 +96,20 @@ struct seg_counters {
 
 #define SEG_CLASS_BUCKETS 256u
 
+/* A device segment's memory is its class's uid's, all of it, from when a segment is
+ * taken for the class (a new allocation, or out of the pool) until it is retired: its
+ * slots' buffers are that uid's, and one uid keeping a single slot of each segment (or
+ * mapping emptied ones) would otherwise hold whole segments charged for nothing.
+ * take() may refuse (its GPUSHM_E_* with err); NULL: nothing is charged. */
+struct seg_charge {
+  int (*take)(void *ctx, uid_t uid, int device, uint64_t bytes, char *err, size_t errlen);
+  void (*give_back)(void *ctx, uid_t uid, int device, uint64_t bytes);
+  void *ctx;
+};
+
 struct seg_table {
   struct seg_class *classes[SEG_CLASS_BUCKETS];
+  struct seg_charge charge;
   uint64_t next_id;
   uint64_t pool_limit; /* bytes per class */
   struct seg_counters counters[GPUSHM_BACKEND_COUNT][GPUSHM_LIMIT_DEVICES + 1];

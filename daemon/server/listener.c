@@ -6,6 +6,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -94,6 +95,61 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
   return 0;
 }
 
+/* The missing part of dir's way, from missing on, one directory at a time through
+ * directory fds: what someone made in its place after the check (a link, a file, a
+ * directory of theirs) is refused, never followed; then the whole way is checked again. */
+static int make_missing_dirs(const char *path, char *dir, char *missing, char *err,
+                             size_t errlen)
+{
+  struct stat st;
+  int dfd, fd;
+
+  if (missing == dir)
+    dfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  else if (missing == dir + 1)
+    dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  else {
+    missing[-1] = '\0';
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    missing[-1] = '/';
+  }
+  if (dfd < 0) {
+    snprintf(err, errlen, "opening the way to %s: %s", path, strerror(errno));
+    return GPUSHM_E_IO;
+  }
+  for (char *name = missing, *p = missing;; p++) {
+    char saved = *p;
+    if (saved != '/' && saved != '\0')
+      continue;
+    *p = '\0';
+    if (*name) {
+      if (mkdirat(dfd, name, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
+        close(dfd);
+        return GPUSHM_E_IO;
+      }
+      fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0 || fstat(fd, &st) < 0 || !trusted_owner(st.st_uid) ||
+          (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        snprintf(err, errlen, "refusing socket %s: %s appeared as someone else's (or as a "
+                 "link) while gpushmd made the way to it; %s", path, dir, SOCKET_FIX);
+        if (fd >= 0)
+          close(fd);
+        close(dfd);
+        return GPUSHM_E_PERM;
+      }
+      close(dfd);
+      dfd = fd;
+    }
+    *p = saved;
+    name = p + 1;
+    if (!saved)
+      break;
+  }
+  close(dfd);
+  return check_dirs(path, dir, true, err, errlen);
+}
+
 /* The socket's directory: what exists of the way to it is checked before anything is
  * created, so a refused path creates nothing (a directory made through someone else's
  * symlink would land wherever it points: issue 29); each missing directory is then made
@@ -143,20 +199,7 @@ static int make_socket_dir(const char *path, char *err, size_t errlen)
   }
   if (r < 0)
     return r;
-  for (char *p = missing;; p++) {
-    char saved = *p;
-    if (saved != '/' && saved != '\0')
-      continue;
-    *p = '\0';
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-      snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
-      return GPUSHM_E_IO;
-    }
-    *p = saved;
-    if (!saved)
-      break;
-  }
-  return check_dirs(path, dir, true, err, errlen);
+  return make_missing_dirs(path, dir, missing, err, errlen);
 }
 
 /* A socket file left behind by a daemon that died is replaced; one that a live daemon

@@ -269,6 +269,140 @@ static void test_device_quota(void)
   unsetenv("GPUSHM_FAKE_CUDA_MEMORY");
 }
 
+/* Live (not pooled) cuda-fd segment bytes of device 0, from the daemon's stats. */
+static uint64_t device_segment_bytes(const struct test_daemon *d)
+{
+  gpushm_stats_t *st = daemon_stats(d);
+  uint64_t bytes = 0;
+
+  for (size_t i = 0; i < gpushm_stats_segment_usage_count(st); i++) {
+    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(st, i);
+    if (gpushm_segment_usage_backend(u) == GPUSHM_BACKEND_CUDA_FD &&
+        gpushm_segment_usage_device(u) == 0)
+      bytes += gpushm_segment_usage_bytes(u);
+  }
+  gpushm_stats_free(st);
+  return bytes;
+}
+
+/* Carved buffers count their segments whole: uid 65534 spreading 1 MiB buffers over
+ * permission classes (each a segment of its own, 2 MiB at least) is refused once its
+ * segments fill its quota, not once its slots would; and segments it keeps alive with
+ * nothing in them (closed, unlinked, still mapped) still count. */
+static void test_device_quota_segments(void)
+{
+  struct test_daemon d = { 0 };
+  pid_t pid;
+
+  setenv("GPUSHM_FAKE_CUDA_MEMORY", "268435456", 1);
+  daemon_start(&d, "--max-device-bytes-per-uid", "16M", "--pool-bytes", "0", NULL);
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    static const uint32_t modes[] = { 0600, 0640, 0604, 0660, 0606, 0644, 0666, 0400, 0440,
+                                      0404, 0460, 0406, 0620, 0602, 0642, 0624, 0662 };
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *b[sizeof modes / sizeof modes[0]];
+    unsigned n = 0;
+    int r = 0;
+    for (; n < sizeof modes / sizeof modes[0]; n++) {
+      gpushm_create_opts_t opts;
+      char name[32];
+      gpushm_create_opts_init(&opts);
+      opts.backend = GPUSHM_BACKEND_CUDA_FD;
+      opts.mode = modes[n];
+      opts.lifetime = GPUSHM_LIFETIME_SESSION;
+      snprintf(name, sizeof name, "class-%u", n);
+      if ((r = gpushm_buffer_create(mine, name, MiB, &opts, &b[n])) < 0)
+        break;
+    }
+    CHECK_ERR(r, GPUSHM_E_LIMIT);
+    CHECK(strstr(gpushm_last_error_message(), "max-device-bytes-per-uid") != NULL);
+    CHECK(n >= 4 && n <= 8); /* 16 MiB of segments of 2 MiB or more: not 16 slots */
+    CHECK(device_segment_bytes(&d) <= 16 * MiB);
+    /* emptied but still mapped by this connection: the segments are still this uid's */
+    for (unsigned i = 0; i < n; i++)
+      CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+    CHECK_OK(gpushm_ping(mine));
+    {
+      gpushm_create_opts_t opts;
+      gpushm_buffer_t *more;
+      gpushm_create_opts_init(&opts);
+      opts.backend = GPUSHM_BACKEND_CUDA_FD;
+      opts.mode = 0422; /* a class of its own: a new segment */
+      opts.lifetime = GPUSHM_LIFETIME_SESSION;
+      if (device_segment_bytes(&d) > 14 * MiB)
+        CHECK_ERR(gpushm_buffer_create(mine, "one-more", MiB, &opts, &more), GPUSHM_E_LIMIT);
+    }
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  /* its connection gone, its segments went with it, and so did their charge */
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_create_opts_t opts;
+    gpushm_buffer_t *b;
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_CUDA_FD;
+    opts.lifetime = GPUSHM_LIFETIME_SESSION;
+    CHECK_OK(gpushm_buffer_create(mine, "again", 12 * MiB, &opts, &b));
+    CHECK_OK(gpushm_buffer_close(b));
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  daemon_stop(&d);
+  unsetenv("GPUSHM_FAKE_CUDA_MEMORY");
+}
+
+/* A uid can be over its limit without having asked: it holds another user's buffer that
+ * was unlinked (charged to its holders, unchecked), or a reload lowered the limit.  Then
+ * every create is refused, not waved through (the room left was computed by wrapping
+ * subtraction). */
+static void test_over_the_limit(void)
+{
+  struct test_daemon d = { 0 };
+  static gpushm_t *conn;
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *theirs;
+  int to_child[2], to_parent[2];
+  char go;
+  pid_t pid;
+
+  daemon_start(&d, "--max-host-bytes-per-uid", "8M", NULL);
+  conn = daemon_connect(&d);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST;
+  opts.mode = 0644;
+  CHECK_OK(gpushm_buffer_create(conn, "roots", 6 * MiB, &opts, &theirs));
+  CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
+  pid = fork_as(65534, 65534);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    gpushm_buffer_t *own, *held, *more;
+    CHECK_OK(gpushm_buffer_create(mine, "nobodys", 6 * MiB, &opts, &own));
+    CHECK_OK(gpushm_buffer_open(mine, "roots", GPUSHM_OPEN_READONLY, &held));
+    CHECK(write(to_parent[1], "h", 1) == 1);
+    CHECK(read(to_child[0], &go, 1) == 1); /* root unlinked it: 12 MiB are ours now */
+    CHECK_ERR(gpushm_buffer_create(mine, "more", MiB, &opts, &more), GPUSHM_E_LIMIT);
+    CHECK(strstr(gpushm_last_error_message(), "would hold 13 MiB of host memory (limit 8 MiB") !=
+          NULL);
+    CHECK_OK(gpushm_buffer_close(held));
+    CHECK_OK(gpushm_buffer_close(own));
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  CHECK(read(to_parent[0], &go, 1) == 1);
+  CHECK_OK(gpushm_buffer_close_unlink(theirs));
+  CHECK(write(to_child[1], "g", 1) == 1);
+  check_child(pid);
+  close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
+  CHECK_OK(gpushm_unlink(conn, "nobodys"));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   const char *fake;
@@ -278,11 +412,13 @@ int main(void)
     return TEST_SKIP;
   }
   test_explicit_budget();
+  test_over_the_limit();
   test_cgroup_budget();
   fake = getenv("GPUSHM_FAKE_CUDA_LIB");
   if (fake && access(fake, R_OK) == 0) {
     setenv("GPUSHM_CUDA_LIBRARY", fake, 1);
     test_device_quota();
+    test_device_quota_segments();
   } else {
     test_log("built without CUDA headers: no fake driver for the device quota");
   }

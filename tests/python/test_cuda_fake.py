@@ -148,3 +148,10 @@ def test_strict_mode(conn, name):
         pass
     conn.unlink(name)
     conn.unlink(name + "-host")
+    # joining an existing buffer asks the same of the mode it finds
+    with conn.create(name, 4096, backend="cuda-fd", mode=0o644):
+        with pytest.raises(gpushm.InvalidArgument, match="cannot keep"):
+            conn.create(name, 4096, backend="cuda-fd", mode=0o644, open_existing=True,
+                        strict_mode=True)
+        conn.create(name, 4096, backend="cuda-fd", mode=0o644, open_existing=True).close()
+    conn.unlink(name)
