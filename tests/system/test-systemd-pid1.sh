@@ -392,10 +392,11 @@ part_g() {
   rc=0
   out=$(as_other gpushmctl ping 2>&1) || rc=$?
   expect "not a member: gpushmctl ping exit status" 1 "$rc"
-  if printf '%s' "$out" | grep -q "Permission denied"; then
-    ok "not a member: refused with a permission error"
+  # the cause and its fix: the group it is not in, and how to join it
+  if printf '%s' "$out" | grep -q "permission denied: .* is not in group gpushm: join it"; then
+    ok "not a member: refused, told to join group gpushm"
   else
-    bad "not a member: refused with a permission error: got '$out'"
+    bad "not a member: refused, told to join group gpushm: got '$out'"
   fi
 }
 
