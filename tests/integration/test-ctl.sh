@@ -23,7 +23,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
 # expect CODE COMMAND...: runs it, keeps its output in $out, checks the exit status
 expect() {
   code=$1; shift
@@ -88,11 +88,11 @@ diff -u "$src/tests/golden/list.json" "$dir/list.json" || fail "list --json diff
 
 # the table: exact header, one aligned row per buffer, sorted by name, holders with names
 expect 0 "$ctl" list
-[ "$(echo "$out" | head -n 1 | tr -s ' ')" = "NAME ID BACKEND DEV SIZE OWNER MODE REFS LIFETIME STATE AGE HOLDERS" ] ||
+[ "$(printf '%s\n' "$out" | head -n 1 | tr -s ' ')" = "NAME ID BACKEND DEV SIZE OWNER MODE REFS LIFETIME STATE AGE HOLDERS" ] ||
   fail "list header: $out"
-echo "$out" | sed -n 2p | grep -Eq "^frames +[0-9]+ +host +- +64 MiB +[a-z0-9]+ +0644 +2 +persistent +linked +[0-9]+s +$h1\(hold-buffers\),$h2\(hold-buffers\)\$" ||
+printf '%s\n' "$out" | sed -n 2p | grep -Eq "^frames +[0-9]+ +host +- +64 MiB +[a-z0-9]+ +0644 +2 +persistent +linked +[0-9]+s +$h1\(hold-buffers\),$h2\(hold-buffers\)\$" ||
   fail "frames row: $out"
-echo "$out" | sed -n 3p | grep -Eq "^small +[0-9]+ +host +- +100 B .* 0600 +1 " || fail "small row: $out"
+printf '%s\n' "$out" | sed -n 3p | grep -Eq "^small +[0-9]+ +host +- +100 B .* 0600 +1 " || fail "small row: $out"
 expect 0 "$ctl" list --bytes; contains "67108864"
 # golden table output of show, with run-specific values masked
 user=$(id -un); uid=$(id -u); gid=$(id -g)
@@ -152,8 +152,8 @@ expect 0 "$ctl" unlink esc
 
 # --- clients, then a holder killed: gone from clients and from the holders
 expect 0 "$ctl" clients
-echo "$out" | grep -Eq "^[0-9]+ +$h1 +hold-buffers +[a-z0-9]+ +hold-buffers +2 " || fail "clients: $out"
-echo "$out" | grep -Eq "^[0-9]+ +$h2 +hold-buffers +[a-z0-9]+ +hold-buffers +1 " || fail "clients: $out"
+printf '%s\n' "$out" | grep -Eq "^[0-9]+ +$h1 +hold-buffers +[a-z0-9]+ +hold-buffers +2 " || fail "clients: $out"
+printf '%s\n' "$out" | grep -Eq "^[0-9]+ +$h2 +hold-buffers +[a-z0-9]+ +hold-buffers +1 " || fail "clients: $out"
 "$ctl" clients --json | python3 -c 'import json,sys; json.load(sys.stdin)' || fail "clients --json"
 kill -9 "$h1"; wait "$h1" 2>/dev/null || true; holders="$h2"
 wait_for '! "$ctl" clients | grep -q " $h1 "'
@@ -164,14 +164,14 @@ case "$out" in *"pid $h1"*) fail "killed holder still listed: $out" ;; esac
 # and unlink says who holds it
 expect 0 "$ctl" unlink frames
 contains "unlinked 'frames': still held by 1 client, so its 64 MiB stay allocated until it lets go"
-echo "$out" | grep -Eq "^  pid $h2 +hold-buffers +uid $(id -u) " || fail "unlink's holders: $out"
+printf '%s\n' "$out" | grep -Eq "^  pid $h2 +hold-buffers +uid $(id -u) " || fail "unlink's holders: $out"
 expect 0 "$ctl" list; contains "unlinked-held"
 expect 1 "$ctl" destroy frames; contains "no buffer named 'frames'"
 # rows in name then id order whatever order the daemon made them in (it lists by id)
 expect 0 "$ctl" create frames 1
 expect 0 "$ctl" create aaa 1
 expect 0 "$ctl" list --all
-[ "$(echo "$out" | awk 'NR > 1 {for (i = 2; i <= NF; i++) if ($i ~ /linked/) print $1 "," $i}' | tr '\n' ' ')" = "aaa,linked frames,unlinked-held frames,linked small,linked " ] ||
+[ "$(printf '%s\n' "$out" | awk 'NR > 1 {for (i = 2; i <= NF; i++) if ($i ~ /linked/) print $1 "," $i}' | tr '\n' ' ')" = "aaa,linked frames,unlinked-held frames,linked small,linked " ] ||
   fail "list order: $out"
 expect 0 "$ctl" unlink frames
 expect 0 "$ctl" unlink aaa
@@ -187,7 +187,7 @@ wait_for '! "$ctl" clients | grep -q " $h2 "'
 expect 0 "$ctl" list --all
 case "$out" in *frames*) fail "a buffer nobody holds any more is still there: $out" ;; esac
 kill -0 "$h2" || fail "disconnect killed the holder process"
-expect 0 "$ctl" events; [ "$(echo "$out" | wc -l)" = 1 ] || fail "events: $out"
+expect 0 "$ctl" events; [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "events: $out"
 
 # --- dump: a buffer's bytes as xxd -a lays them out, or raw; ranges checked; images as
 # their rows
@@ -201,10 +201,10 @@ expect 0 "$ctl" unlink lower
 size=$(wc -c < "$dir/content")
 "$load" content "$dir/content" host 0644 || fail "load-buffer content"
 expect 0 "$ctl" dump content
-[ "$(echo "$out" | head -n 3)" = "00000000: 4865 6c6c 6f2c 2077 6f72 6c64 0a00 0000  Hello, world....
+[ "$(printf '%s\n' "$out" | head -n 3)" = "00000000: 4865 6c6c 6f2c 2077 6f72 6c64 0a00 0000  Hello, world....
 00000010: 0000 0000 0000 0000 0000 0000 0000 0000  ................
 *" ] || fail "dump: $out"
-echo "$out" | tail -n 2 | head -n 1 | grep -qx '\*' || fail "dump's last zero run: $out"
+printf '%s\n' "$out" | tail -n 2 | head -n 1 | grep -qx '\*' || fail "dump's last zero run: $out"
 if command -v xxd >/dev/null; then
   "$ctl" dump content > "$dir/dump.hex"
   xxd -a "$dir/content" | cmp -s - "$dir/dump.hex" || fail "dump differs from xxd -a"
