@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* A headless OpenGL (EGL) consumer of frame-producer's frames: device memory is imported
  * (its rows as a buffer object, uploaded into a texture), host memory is copied in
- * (GL imports none); each frame is read back from the texture, checked and written as
- * a PNG.
+ * (GL imports none); a shader samples each frame's texture into one of this program's
+ * own (gl-sampler.h), which is read back, checked and written as a PNG.
  *   usage: frame-gl-consumer DIR [FRAME...]   (default frames 10 30 50; where one has
  *   gone by, a later one) */
 #include <gpushm-gl.h>
 
 #include "egl-context.h"
 #include "frame-consumer.h"
+#include "gl-sampler.h"
 
 static int fail(const char *what, int r)
 {
@@ -31,6 +32,7 @@ int main(int argc, char **argv)
   gpushm_t *conn;
   struct eglc e;
   gpushm_gl_t gl;
+  struct gl_sampler sampler;
   char why[256] = "";
   unsigned last = 0;
   int kept = 0, wanted = argc > 2 ? argc - 2 : 3, tries = 0, r;
@@ -66,6 +68,11 @@ int main(int argc, char **argv)
   }
   gl.CreateTextures(GL_TEXTURE_2D, 1, &texture);
   gl.TextureStorage2D(texture, 1, format, (GLsizei)desc.width, (GLsizei)desc.height);
+  if (gl_sampler_open(&sampler, &gl, eglc_proc, format, (GLsizei)desc.width,
+                      (GLsizei)desc.height, why, sizeof why) < 0) {
+    fprintf(stderr, "frame-gl-consumer: %s\n", why);
+    return 1;
+  }
   printf("frame-gl-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE,
          gl.GetString(GL_RENDERER), rows ? "device" : "host (copied in)");
   for (int i = 0; i < wanted; i++) {
@@ -91,7 +98,8 @@ int main(int argc, char **argv)
                            GL_UNSIGNED_BYTE, gpushm_buffer_ptr(image));
       gl.PixelStorei(GPUSHM_GL_UNPACK_ROW_LENGTH, 0);
     }
-    get_texture(texture, 0, GL_RGBA, GL_UNSIGNED_BYTE, sizeof rgba, rgba);
+    gl_sampler_draw(&sampler, &gl, texture);
+    get_texture(sampler.target, 0, GL_RGBA, GL_UNSIGNED_BYTE, sizeof rgba, rgba);
     if ((error = gl.GetError()) != GL_NO_ERROR) {
       fprintf(stderr, "frame-gl-consumer: frame %u: GL error 0x%x\n", want, error);
       return 1;
@@ -111,6 +119,7 @@ int main(int argc, char **argv)
     last = got;
   }
   printf("frame-gl-consumer: %d frames, each identical to what the producer rendered\n", kept);
+  gl_sampler_close(&sampler, &gl);
   gl.DeleteTextures(1, &texture);
   if (rows) {
     gl.DeleteBuffers(1, &rows);
