@@ -1201,7 +1201,9 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
   }
   m = buf->map;
   last_open = --buf->refs == 0;
-  rel = release_of(buf);
+  /* a close that is neither (a tensor of the buffer going) sends nothing: no copy */
+  if (last_open || unlink)
+    rel = release_of(buf);
   if (last_open) {
     handle_remove(buf);
     last_user = unuse_mapping(m);
