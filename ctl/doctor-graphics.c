@@ -236,6 +236,9 @@ void doctor_graphics(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_f
   int fds[2], status;
   pid_t pid;
 
+  /* The child inherits stdio's unwritten buffers: NVIDIA's driver flushes them as it
+   * loads, which printed the report so far twice when stdout was a file. */
+  fflush(NULL);
   if (pipe2(fds, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
     snprintf(why, sizeof why, "cannot start the probe: %s", strerror(errno));
     unanswered(vulkan, why);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* A Vulkan "driver" that misbehaves as it is loaded, for gpushmctl doctor's test: the
  * loader dlopens it from the ICD file the test names in VK_DRIVER_FILES, and it crashes
- * (GPUSHM_TEST_ICD=crash) or hangs (=hang) there, as a broken driver may. */
+ * (GPUSHM_TEST_ICD=crash) or hangs (=hang) there, as a broken driver may, or flushes
+ * every stdio stream of the process (=flush), as NVIDIA's does. */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +15,8 @@ __attribute__((constructor)) static void misbehave(void)
 
   if (how && strcmp(how, "crash") == 0)
     raise(SIGSEGV);
+  if (how && strcmp(how, "flush") == 0)
+    fflush(NULL);
   while (how && strcmp(how, "hang") == 0)
     pause();
 }

@@ -96,6 +96,12 @@ elif [ -r "$icd" ]; then
     GPUSHM_TEST_ICD=hang GPUSHM_DOCTOR_GRAPHICS_TIMEOUT_MS=300 "$ctl" doctor
   contains "graphics/vulkan          FAIL   the graphics drivers did not answer within 300 ms"
   contains "verdict: host (gpushmd's default) works for this process"
+  # a driver that flushes stdio as it loads (NVIDIA's does) in the probe's child: with
+  # stdout a file, the report is written once
+  env VK_DRIVER_FILES="$dir/broken-icd.json" VK_ICD_FILENAMES="$dir/broken-icd.json" \
+    GPUSHM_TEST_ICD=flush "$ctl" doctor > "$dir/flushed" 2>&1 || fail "doctor failed: $(cat "$dir/flushed")"
+  [ "$(grep -c '^verdict:' "$dir/flushed")" = 1 ] && [ "$(grep -c '^daemon/connect' "$dir/flushed")" = 1 ] ||
+    fail "doctor's report, stdout to a file, is not written exactly once: $(cat "$dir/flushed")"
 fi
 stop_daemon
 
