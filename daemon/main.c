@@ -328,6 +328,18 @@ int main(int argc, char **argv)
     uv_loop_close(&loop);
     return 1;
   }
+  /* Before the socket is bound: a stop asked for while CUDA initialises (hundreds of
+   * ms on a GPU) waits for the loop and removes the socket, where the default action
+   * would kill the daemon and leave it behind. */
+  uv_timer_init(&loop, &fatal_timer);
+  fatal_timer.data = d.srv;
+  uv_timer_init(&loop, &watchdog_timer);
+  watchdog_timer.data = d.srv;
+  for (size_t i = 0; i < N_SIGNALS; i++) {
+    uv_signal_init(&loop, &signal_handles[i]);
+    signal_handles[i].data = d.srv;
+    uv_signal_start(&signal_handles[i], on_signal, handled_signals[i]);
+  }
   if (passed.socket_fd >= 0) {
     server_adopt_socket(d.srv, passed.socket_fd);
     log_info("serving on the socket from systemd");
@@ -341,10 +353,6 @@ int main(int argc, char **argv)
     log_who_may_connect(&settings);
   }
   log_budget(&settings);
-  uv_timer_init(&loop, &fatal_timer);
-  fatal_timer.data = d.srv;
-  uv_timer_init(&loop, &watchdog_timer);
-  watchdog_timer.data = d.srv;
   /* CUDA does not survive fork() without exec(): initialise it in the process that
    * serves, never before any forking.  Before adoption, which imports cuda-fd buffers
    * again (a sticky error there stops the daemon through the fatal timer). */
@@ -364,11 +372,6 @@ int main(int argc, char **argv)
   if (adopted)
     log_info("%u persistent buffers are back from systemd's fd store", adopted);
   server_start(d.srv);
-  for (size_t i = 0; i < N_SIGNALS; i++) {
-    uv_signal_init(&loop, &signal_handles[i]);
-    signal_handles[i].data = d.srv;
-    uv_signal_start(&signal_handles[i], on_signal, handled_signals[i]);
-  }
   log_info("gpushmd %s listening on %s (instance %016" PRIx64 ")", PACKAGE_VERSION,
            server_socket_inherited(d.srv) ? "the socket from systemd" : current_cfg.socket_path,
            server_instance_id(d.srv));
@@ -391,7 +394,7 @@ int main(int argc, char **argv)
   return exit_status;
 
 fail_early:
-  server_shutdown(d.srv);
+  stop_daemon(d.srv);
   uv_run(&loop, UV_RUN_DEFAULT);
   server_free(d.srv);
   registry_destroy(&d.reg);

@@ -206,9 +206,15 @@ static CUresult device_access(CUstream s, CUdeviceptr addr, size_t n)
 static CUresult fake_cuInit(unsigned flags)
 {
   const char *log = getenv("GPUSHM_FAKE_CUDA_INIT_LOG"), *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const char *delay = getenv("GPUSHM_FAKE_CUDA_INIT_DELAY_MS");
   FILE *f;
 
   (void)flags;
+  /* A real cuInit takes 100-365 ms: what happens meanwhile (a stop, say) is tested so. */
+  if (delay && atol(delay) > 0) {
+    struct timespec ts = { atol(delay) / 1000, (atol(delay) % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+  }
   if (log && (f = fopen(log, "a"))) {
     fprintf(f, "%d %s\n", (int)getpid(), pipe ? pipe : "/tmp/nvidia-mps");
     fclose(f);

@@ -335,6 +335,37 @@ static void test_socket_access(void)
            gpushm ? "the group gpushm exists here" : "no group gpushm here");
 }
 
+/* A stop asked for while the daemon still initialises CUDA (a real cuInit takes 100-365
+ * ms; the fake one is slowed down to 800 ms here) still stops it cleanly: the socket,
+ * already bound, is removed and the log says why it stopped.  The default action of
+ * SIGTERM had killed it there and left the socket behind (issue 35, item 3). */
+static void test_stop_during_start(void)
+{
+  char dir[] = "/tmp/gpushm-stop.XXXXXX", path[128], log[128];
+  const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
+  int status;
+  pid_t pid;
+
+  if (!fake || access(fake, R_OK) < 0) {
+    test_log("stop during start-up: no fake CUDA driver (built without CUDA)");
+    return;
+  }
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/gpushmd.sock", dir);
+  snprintf(log, sizeof log, "%s/log", dir);
+  CHECK(setenv("GPUSHM_CUDA_LIBRARY", fake, 1) == 0);
+  CHECK(setenv("GPUSHM_FAKE_CUDA_INIT_DELAY_MS", "800", 1) == 0);
+  pid = start_by_hand(path, log, "none");
+  CHECK(unsetenv("GPUSHM_CUDA_LIBRARY") == 0 && unsetenv("GPUSHM_FAKE_CUDA_INIT_DELAY_MS") == 0);
+  CHECK(kill(pid, SIGTERM) == 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(access(path, F_OK) < 0 && errno == ENOENT);
+  CHECK(file_contains(log, "shutting down"));
+  unlink(log);
+  CHECK(rmdir(dir) == 0);
+  test_log("SIGTERM while CUDA initialises: gpushmd stops cleanly once it is up, socket removed");
+}
+
 /* Expects a connect to path to fail GPUSHM_E_CONNECT with errno err and a message
  * holding text (the cause and its fix). */
 static void expect_connect_error(const char *path, int err, const char *text)
@@ -418,6 +449,7 @@ int main(void)
   test_limits();
   test_fair_share();
   test_socket_access();
+  test_stop_during_start();
   test_hello_deadline();
   test_client_timeouts();
   test_connect_timeout();
