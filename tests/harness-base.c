@@ -36,7 +36,8 @@ const char *test_self_path(void)
 #ifndef HAVE_SANITIZER_REPORT /* AddressSanitizer's own report says more */
 /* A test process that crashes prints where (GPU hosts have no debugger): the frames,
  * then the mappings they lie in, so `addr2line -e FILE OFFSET` can name each line.
- * Then it dies of the same signal, so its parent sees what it always saw. */
+ * Then it dies of the same signal, so its parent sees what it always saw.  SIGQUIT is
+ * how a test's watchdog asks a stuck child the same (tests/gpu/test-cuda-kill-storm). */
 static void crash_report(int sig)
 {
   static const char head[] = "\n*** crashed; backtrace (then /proc/self/maps):\n";
@@ -70,6 +71,7 @@ __attribute__((constructor)) static void install_crash_report(void)
   sigaction(SIGBUS, &sa, NULL);
   sigaction(SIGILL, &sa, NULL);
   sigaction(SIGFPE, &sa, NULL);
+  sigaction(SIGQUIT, &sa, NULL);
 }
 #endif
 
