@@ -278,9 +278,9 @@ static int map_control(struct client_mapping *buf, int fd)
 
 static int unmap_mapping(struct client_mapping *buf);
 
-/* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc),
- * else the fence in the buffer's allocation, GPU-side where the device can, CPU-side
- * where it cannot.  The fence's place comes with the reply; checked all the same: it
+/* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc
+ * buffers created by a library before 0.7.1), else the fence in the buffer's allocation,
+ * GPU-side where the device can, CPU-side where it cannot.  The fence's place comes with the reply; checked all the same: it
  * must lie in this mapping, past the buffer's data. */
 static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open)
 {
@@ -311,7 +311,7 @@ static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open
   if (!(fence = open->fence_offset))
     return client_error(GPUSHM_E_PROTO, "device sync buffer %s came with neither an event "
                         "nor a fence", buf->name);
-  if (!client_backend_is_fd_device(buf->backend) || fence % 8 || fence < buf->size ||
+  if (buf->backend == GPUSHM_BACKEND_HOST || fence % 8 || fence < buf->size ||
       fence > buf->map_len - 8)
     return client_error(GPUSHM_E_PROTO, "the fence of %s is at offset %llu, outside its "
                         "allocation's spare bytes", buf->name, (unsigned long long)fence);
@@ -415,6 +415,9 @@ static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct 
       if (r == 0) {
         buf->home_device = devices.home;
         buf->device = devices.map;
+        /* The handle maps the whole allocation: a sync buffer's fence lies past its data. */
+        if (open->has_control && info->allocated >= buf->size)
+          buf->map_len = info->allocated;
       }
       break;
     case GPUSHM_BACKEND_CUDA_FABRIC:

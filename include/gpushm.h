@@ -260,6 +260,10 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_GRAPHICS 0x20ull
 /* Creates may ask for their mode bits to be kept as written (GPUSHM_CREATE_STRICT_MODE). */
 #define GPUSHM_FEATURE_STRICT_MODE 0x40ull
+/* cuda-ipc sync buffers are ordered by a memory fence in their allocation, which gpushmd
+ * raises when a releaser dies with its write queued (docs/sync.md), instead of an IPC
+ * event, which such a death leaves incomplete for ever. */
+#define GPUSHM_FEATURE_IPC_FENCES 0x80ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend

@@ -57,7 +57,7 @@ struct backend {
                         uint64_t len);
   uint64_t granule;
   /* A sync buffer's fence lives in its allocation, SYNC_DEVICE_FENCE_BYTES past its data
-   * (cuda-fd). */
+   * (cuda-fd, cuda-fabric; cuda-ipc for creators that know it: kind_buffer.c). */
   bool fence_in_allocation;
   /* With fence_in_allocation: raises the fence at offset to value if it holds less
    * (*was receives what it held), synchronously, through the daemon's own context, for

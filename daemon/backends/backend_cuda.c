@@ -36,6 +36,7 @@ struct cuda_device {
 
 struct cuda_mem {
   CUdeviceptr ptr;
+  uint64_t size; /* as allocated */
   int device;
   bool exported;
   CUipcMemHandle handle;
@@ -371,6 +372,7 @@ static int ipc_alloc(const struct backend *be, uint64_t size, int device, const 
     return cuda_failure(r, "zeroing a new allocation", err, errlen);
   }
   cm->device = device;
+  cm->size = rounded;
   mem->fd = -1;
   mem->priv = cm;
   *allocated = rounded;
@@ -445,6 +447,9 @@ static void ipc_release(const struct backend *be, struct backend_mem *mem)
   mem->priv = NULL;
 }
 
+static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                           uint64_t value, uint64_t *was, char *err, size_t errlen);
+
 const struct backend backend_cuda_ipc = {
   .name = "cuda-ipc",
   .kind = GPUSHM_BACKEND_CUDA_IPC,
@@ -454,6 +459,9 @@ const struct backend backend_cuda_ipc = {
   .alloc_segment = ipc_alloc,
   .zero_range = ipc_zero_range,
   .granule = CUDA_IPC_GRANULE,
+  /* for creators that know it (GPUSHM_FEATURE_IPC_FENCES); others get an IPC event */
+  .fence_in_allocation = true,
+  .fence_raise = ipc_fence_raise,
   .unavailable = cuda_unavailable,
 };
 
@@ -627,9 +635,39 @@ static int fd_zero(struct cuda_vmm *vm, char *err, size_t errlen)
 }
 
 /* Eight bytes each way, synchronous, on the loop: this runs only for a release whose
- * releaser has exited, and costs a mapping and two small copies, not worth a thread.
- * Read first, so that a fence already at or past value (the write landed after all, or
- * a later release's did) is never lowered. */
+ * releaser has exited, and costs two small copies, not worth a thread.  Read first, so
+ * that a fence already at or past value (the write landed after all, or a later
+ * release's did) is never lowered.  The fence's device context is current.  Returns
+ * 1 (raised), 0 (it was there already) or a driver error, *what naming the call. */
+static CUresult raise_fence_at(CUdeviceptr fence, uint64_t value, uint64_t *was, int *raised,
+                               const char **what)
+{
+  CUresult r;
+
+  *raised = 0;
+  *what = "cuMemcpyDtoH";
+  if ((r = CU_CALL(&cuda.drv, cuMemcpyDtoH, was, fence, sizeof *was)) != CUDA_SUCCESS ||
+      *was >= value)
+    return r;
+  /* From pageable memory the copy may still be on its way when the call returns. */
+  *what = "cuMemcpyHtoD";
+  if ((r = CU_CALL(&cuda.drv, cuMemcpyHtoD, fence, &value, sizeof value)) != CUDA_SUCCESS)
+    return r;
+  *what = "cuCtxSynchronize";
+  if ((r = CU_CALL(&cuda.drv, cuCtxSynchronize)) == CUDA_SUCCESS)
+    *raised = 1;
+  return r;
+}
+
+static int no_fence_at(uint64_t offset, uint64_t size, char *err, size_t errlen)
+{
+  if (offset % 8 == 0 && size >= SYNC_DEVICE_FENCE_BYTES && offset <= size - SYNC_DEVICE_FENCE_BYTES)
+    return 0;
+  snprintf(err, errlen, "no fence at offset %llu of the allocation", (unsigned long long)offset);
+  return GPUSHM_E_INVAL;
+}
+
+/* cuda-fd memory is mapped in the daemon only while the fence is raised. */
 static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                           uint64_t value, uint64_t *was, char *err, size_t errlen)
 {
@@ -637,32 +675,38 @@ static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uin
   const char *what;
   CUdeviceptr va;
   CUresult r;
-  int ret;
+  int ret, raised;
 
   (void)be;
-  if (!vm || offset % 8 != 0 || offset > vm->size - SYNC_DEVICE_FENCE_BYTES) {
-    snprintf(err, errlen, "no fence at offset %llu of the allocation", (unsigned long long)offset);
-    return GPUSHM_E_INVAL;
-  }
-  if ((ret = use_device(vm->device, err, errlen)) < 0)
+  if (!vm)
+    return no_fence_at(offset, 0, err, errlen);
+  if ((ret = no_fence_at(offset, vm->size, err, errlen)) < 0 ||
+      (ret = use_device(vm->device, err, errlen)) < 0)
     return ret;
   if ((r = fd_map(vm, &va, &what)) != CUDA_SUCCESS)
     return cuda_failure(r, what, err, errlen);
-  what = "cuMemcpyDtoH";
-  r = CU_CALL(&cuda.drv, cuMemcpyDtoH, was, va + offset, sizeof *was);
-  ret = 0;
-  if (r == CUDA_SUCCESS && *was < value) {
-    /* From pageable memory the copy may still be on its way when the call returns. */
-    what = "cuMemcpyHtoD";
-    if ((r = CU_CALL(&cuda.drv, cuMemcpyHtoD, va + offset, &value, sizeof value)) == CUDA_SUCCESS)
-      ret = 1;
-  }
-  if (ret == 1) {
-    what = "cuCtxSynchronize";
-    r = CU_CALL(&cuda.drv, cuCtxSynchronize);
-  }
+  r = raise_fence_at(va + offset, value, was, &raised, &what);
   fd_unmap(vm, va);
-  return r == CUDA_SUCCESS ? ret : cuda_failure(r, what, err, errlen);
+  return r == CUDA_SUCCESS ? raised : cuda_failure(r, what, err, errlen);
+}
+
+/* cuda-ipc memory is the daemon's own allocation, mapped in its context for good. */
+static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                           uint64_t value, uint64_t *was, char *err, size_t errlen)
+{
+  struct cuda_mem *cm = mem->priv;
+  const char *what;
+  CUresult r;
+  int ret, raised;
+
+  (void)be;
+  if (!cm)
+    return no_fence_at(offset, 0, err, errlen);
+  if ((ret = no_fence_at(offset, cm->size, err, errlen)) < 0 ||
+      (ret = use_device(cm->device, err, errlen)) < 0)
+    return ret;
+  r = raise_fence_at(cm->ptr + offset, value, was, &raised, &what);
+  return r == CUDA_SUCCESS ? raised : cuda_failure(r, what, err, errlen);
 }
 
 static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,

@@ -61,9 +61,21 @@ static uint64_t host_bytes_of(const struct reg_object *obj)
          (obj->sync ? SYNC_CONTROL_SIZE : 0);
 }
 
-/* Where a cuda-fd sync buffer's fence lives: the last 8 bytes of its allocation, as far
- * from its data as it gets (alloc asked for them; the backend zeroed them, as all new
- * memory); 0: no fence. */
+/* Whether a sync buffer made by this create is ordered by a fence in its allocation:
+ * cuda-fd's and cuda-fabric's always; cuda-ipc's when its creator's library knows fences
+ * there (GPUSHM_FEATURE_IPC_FENCES), else, as before 0.7.1, by an IPC event.  A fence can
+ * be raised by gpushmd for a releaser that died with its write queued; an IPC event
+ * recorded by a process that dies before the record runs never completes, nor does any
+ * record after it (docs/sync.md). */
+static bool fenced(const struct backend *be, const struct reg_create_args *args)
+{
+  return args->sync && be->fence_in_allocation &&
+         (be->kind != GPUSHM_BACKEND_CUDA_IPC || args->ipc_fence);
+}
+
+/* Where a sync buffer's fence lives: the last 8 bytes of its allocation, as far from its
+ * data as it gets (alloc asked for them; the backend zeroed them, as all new memory);
+ * 0: no fence. */
 static uint64_t fence_offset_of(const struct backend *be, uint64_t size, uint64_t allocated)
 {
   if (!be->fence_in_allocation || allocated < size + SYNC_DEVICE_FENCE_BYTES)
@@ -71,24 +83,23 @@ static uint64_t fence_offset_of(const struct backend *be, uint64_t size, uint64_
   return allocated - SYNC_DEVICE_FENCE_BYTES;
 }
 
-/* Legacy-IPC buffers also get an inter-process event.  The others synchronise on the
- * control block alone: host buffers on the CPU, cuda-fd buffers through their fence
- * word, which GPUs write and wait on -- IPC events open only for the daemon's uid and
- * only in its PID namespace, which is what cuda-fd exists to avoid. */
-static int alloc_sync(struct registry *reg, struct reg_object *obj, uint64_t size,
+/* Legacy-IPC buffers without a fence also get an inter-process event.  The others
+ * synchronise on the control block alone: host buffers on the CPU, device buffers
+ * through their fence word, which GPUs write and wait on. */
+static int alloc_sync(struct registry *reg, struct reg_object *obj, uint64_t size, bool fence,
                       const char *name, char *err, size_t errlen)
 {
   const struct event_source *events = NULL;
   int r;
 
-  if (obj->backend->kind == GPUSHM_BACKEND_CUDA_IPC && !(events = reg->events)) {
+  if (obj->backend->kind == GPUSHM_BACKEND_CUDA_IPC && !fence && !(events = reg->events)) {
     snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
     return GPUSHM_E_UNSUPPORTED;
   }
   r = sync_alloc(&obj->sync_state, events, obj->device, name, err, errlen);
   if (r == 0) {
     obj->sync = true;
-    obj->fence_offset = fence_offset_of(obj->backend, size, obj->allocated);
+    obj->fence_offset = fence ? fence_offset_of(obj->backend, size, obj->allocated) : 0;
   }
   return r;
 }
@@ -98,8 +109,9 @@ static int buffer_alloc(struct registry *reg, struct reg_object *obj,
                         const struct reg_client *client, char *err, size_t errlen)
 {
   int device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
-  /* A cuda-fd sync buffer's fence rides in its allocation, past the data. */
-  uint64_t size = args->size + (args->sync && be->fence_in_allocation ? SYNC_DEVICE_FENCE_BYTES : 0);
+  /* A sync buffer's fence rides in its allocation, past the data. */
+  const bool fence = fenced(be, args);
+  uint64_t size = args->size + (fence ? SYNC_DEVICE_FENCE_BYTES : 0);
   int r;
 
   (void)client;
@@ -111,7 +123,7 @@ static int buffer_alloc(struct registry *reg, struct reg_object *obj,
     return r;
   obj->backend = be;
   obj->device = device;
-  if (args->sync && (r = alloc_sync(reg, obj, args->size, args->name, err, errlen)) < 0) {
+  if (args->sync && (r = alloc_sync(reg, obj, args->size, fence, args->name, err, errlen)) < 0) {
     be->release(be, &obj->mem);
     obj->backend = NULL;
     return r;
@@ -130,9 +142,16 @@ static int buffer_export(struct registry *reg, struct reg_object *obj, struct re
   int r;
 
   (void)client;
-  (void)policy;
   if ((r = reg_legacy_ipc_check(reg, obj->backend, err, errlen)) < 0)
     return r;
+  /* An older library would take the missing event for a protocol error: refused by
+   * name instead, as carved buffers are. */
+  if (obj->backend->kind == GPUSHM_BACKEND_CUDA_IPC && obj->fence_offset && !policy->ipc_fences) {
+    snprintf(err, errlen, "'%s' is a cuda-ipc sync buffer ordered by a memory fence, which "
+             "this client's libgpushm (before 0.7.1: no GPUSHM_FEATURE_IPC_FENCES at hello) "
+             "does not know: upgrade it", obj->name);
+    return GPUSHM_E_UNSUPPORTED;
+  }
   r = obj->backend->export(obj->backend, &obj->mem, read_only, &mem, err, errlen);
   if (r < 0)
     return r;
@@ -192,7 +211,9 @@ static int buffer_adopt(struct registry *reg, struct reg_object *obj,
   if (control && (r = sync_adopt(&obj->sync_state, control, a->name, err, errlen)) < 0)
     return r;
   obj->sync = control != NULL;
-  obj->fence_offset = control ? fence_offset_of(be, a->size, a->allocated) : 0;
+  /* (cuda-ipc memory never persists: its handles die with the daemon's context) */
+  obj->fence_offset = control && be->kind != GPUSHM_BACKEND_CUDA_IPC
+                        ? fence_offset_of(be, a->size, a->allocated) : 0;
   obj->backend = be;
   obj->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : a->device;
   obj->allocated = a->allocated;

@@ -38,6 +38,9 @@ struct reg_policy {
   /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
    * when it names no backend, so the daemon's default-backend does not apply to it. */
   bool default_host_only;
+  /* Its library orders cuda-ipc sync buffers by a fence (GPUSHM_FEATURE_IPC_FENCES): its
+   * creates of them get one, and only such a client may open one that has one. */
+  bool ipc_fences;
 };
 
 /* What a name denotes to clients; one namespace holds both. */

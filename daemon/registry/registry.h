@@ -54,6 +54,8 @@ struct reg_create_args {
   bool open_existing;
   bool sync;
   bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
+  /* A cuda-ipc sync buffer gets a fence, not an IPC event (reg_policy.ipc_fences). */
+  bool ipc_fence;
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
   size_t metadata_len;
   /* An image (kind_image.c): its description, checked and completed (image_check());

@@ -126,14 +126,14 @@ static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
   return n;
 }
 
-/* Whether the holding may have left a fence write queued: a cuda-fd sync buffer (the
- * daemon can do nothing for a cuda-ipc one's event: docs/sync.md) opened read-write
+/* Whether the holding may have left a fence write queued: a sync buffer with a fence
+ * (the daemon can do nothing for an IPC event: docs/sync.md) opened read-write
  * (read-only openers cannot release). */
 static bool may_owe_fence(const struct reg_holding *h)
 {
   const struct reg_object *b = h->buffer;
   return h->refs && h->read_write && b->kind == REG_BUFFER && b->sync && b->backend &&
-         b->backend->fence_in_allocation;
+         b->fence_offset;
 }
 
 /* The segments the process maps: held by d until it exits, else (d NULL) retired. */

@@ -18,7 +18,7 @@ unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t clien
     int r;
 
     /* Freed since (ids are never reused): nobody holds it, so nobody waits on it. */
-    if (!b || !b->sync || !b->backend || !b->backend->fence_raise)
+    if (!b || !b->sync || !b->fence_offset || !b->backend || !b->backend->fence_raise)
       continue;
     if ((r = sync_signed_release(&b->sync_state, releaser, &seq, err, sizeof err)) < 0) {
       /* A scribbled header is a holder's doing, not the daemon's failing. */

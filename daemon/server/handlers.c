@@ -320,6 +320,7 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .open_existing = cr->open_existing,
     .sync = cr->sync,
     .strict_mode = cr->strict_mode,
+    .ipc_fence = call->policy->ipc_fences,
     .metadata = cr->metadata.data,
     .metadata_len = cr->metadata.len,
   };

@@ -259,6 +259,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .instance_id = srv->instance_id,
     .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
                 GPUSHM_FEATURE_METADATA | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_STRICT_MODE |
+                GPUSHM_FEATURE_IPC_FENCES |
                 (persist && persist_enabled(persist) ? GPUSHM_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,

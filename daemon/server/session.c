@@ -346,6 +346,7 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     s->policy = (struct reg_policy){
       .carved = (call.hello_features & GPUSHM_FEATURE_SEGMENTS) != 0,
       .default_host_only = !call.hello_ranged,
+      .ipc_fences = (call.hello_features & GPUSHM_FEATURE_IPC_FENCES) != 0,
     };
     memcpy(s->name, call.hello_name, sizeof s->name);
   }

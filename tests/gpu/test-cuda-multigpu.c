@@ -261,7 +261,6 @@ static int role_sync(char **argv)
   gpushm_buffer_t *b;
   gpushm_t *conn;
   uint64_t seq;
-  int r;
 
   setup_devices();
   load_kernels(home);
@@ -293,21 +292,13 @@ static int role_sync(char **argv)
   CHECK(gpushm_buffer_map_device(b) == map);
   CHECK_OK(gpushm_buffer_acquire(b, on_map, 1, 30000));
   verify_on(map, on_map, cuda_test_dptr(b), seed);
-  if (backend == GPUSHM_BACKEND_CUDA_FD) {
-    /* The fence is mapped for this device only: the other's streams are refused. */
-    CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
-    CHECK(gpushm_buffer_acquire(b, on_home, 1, 1000) == GPUSHM_E_UNSUPPORTED);
-    CHECK(strstr(gpushm_last_error_message(), "mapped for device"));
-    CHECK(gpushm_buffer_release(b, on_home, NULL) == GPUSHM_E_UNSUPPORTED);
-    CHECK_OK(gpushm_buffer_release(b, on_map, &seq));
-  } else {
-    /* The event lives on the memory's device: recorded only there, waited on anywhere. */
-    CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_IPC_EVENT);
-    r = gpushm_buffer_release(b, on_map, NULL);
-    CHECK(r == GPUSHM_E_UNSUPPORTED);
-    CHECK(strstr(gpushm_last_error_message(), "recorded only on streams of that device"));
-    CHECK_OK(gpushm_buffer_release(b, on_home, &seq));
-  }
+  /* The fence (cuda-ipc's too, since 0.7.1) is mapped for this device only: the other's
+   * streams are refused. */
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  CHECK(gpushm_buffer_acquire(b, on_home, 1, 1000) == GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "mapped for device"));
+  CHECK(gpushm_buffer_release(b, on_home, NULL) == GPUSHM_E_UNSUPPORTED);
+  CHECK_OK(gpushm_buffer_release(b, on_map, &seq));
   CHECK(seq == 2);
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, on_map));
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, on_home));

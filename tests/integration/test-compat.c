@@ -137,6 +137,55 @@ static void test_library_keeps_it(void)
   gpushm_disconnect(conn);
 }
 
+/* cuda-ipc sync buffers are ordered by a fence since 0.7.1 (GPUSHM_FEATURE_IPC_FENCES):
+ * a library from before keeps getting events for what it creates, which today's
+ * library then uses too, and is refused by name a fenced one it could not use (it
+ * took the missing event for a protocol error). */
+static void test_ipc_fences(void)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CreateRequest cr = GPUSHM__CREATE_REQUEST__INIT;
+  int sock = raw_connect(d.socket), status_fd, fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  gpushm_t *conn = daemon_connect(&d);
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b, *fenced;
+  Gpushm__Reply *r;
+  unsigned n = 0;
+
+  CHECK(gpushm_daemon_has(conn, GPUSHM_FEATURE_IPC_FENCES));
+  CHECK(raw_hello(sock, "gpushm-0.7.0", &status_fd) == 0); /* no GPUSHM_FEATURE_IPC_FENCES */
+  close(status_fd);
+  cr.name = "old-sync";
+  cr.size = 1 << 20;
+  cr.backend = GPUSHM__BACKEND__BACKEND_CUDA_IPC;
+  cr.sync = true;
+  req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+  req.create = &cr;
+  CHECK((r = raw_call(sock, &req, fds, &n)) != NULL && r->status == 0);
+  CHECK(r->open && r->open->sync_event_handle.len > 0 && r->open->fence_offset == 0);
+  for (unsigned i = 0; i < n; i++)
+    close(fds[i]);
+  gpushm__reply__free_unpacked(r, NULL);
+  CHECK_OK(gpushm_buffer_open(conn, "old-sync", 0, &b));
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_IPC_EVENT);
+  CHECK_OK(gpushm_buffer_close(b));
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  CHECK_OK(gpushm_buffer_create(conn, "new-sync", 1 << 20, &opts, &fenced));
+  CHECK(gpushm_buffer_sync_method(fenced, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  n = 0;
+  CHECK(raw_open(sock, "new-sync", 0, fds, &n) == -GPUSHM_E_UNSUPPORTED && n == 0);
+  close(sock);
+  CHECK_OK(gpushm_unlink(conn, "new-sync"));
+  CHECK_OK(gpushm_buffer_close(fenced));
+  CHECK_OK(gpushm_unlink(conn, "old-sync"));
+  gpushm_disconnect(conn);
+  test_log("cuda-ipc sync buffers: an old library's keep their event and work with today's; "
+           "a fenced one is refused to it by name");
+}
+
 int main(void)
 {
   const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -154,6 +203,7 @@ int main(void)
     setenv("GPUSHM_CUDA_LIBRARY", fake, 1);
     daemon_start(&d, "--default-backend", "cuda-fd", NULL);
     test_frozen_v1_client();
+    test_ipc_fences();
     daemon_stop(&d);
   }
   return 0;

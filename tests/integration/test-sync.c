@@ -4,6 +4,7 @@
  * release sequence for real on host sync buffers, ping-ponged between two processes. */
 #include "config.h"
 #include "harness.h"
+#include "raw.h"
 
 #include <pwd.h>
 #include <grp.h>
@@ -355,7 +356,34 @@ static void test_event_creation_failure(void)
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_IPC;
   opts.flags = GPUSHM_CREATE_SYNC;
-  CHECK_ERR(gpushm_buffer_create(conn, "no-sync", 1 << 20, &opts, &buf), GPUSHM_E_NOMEM);
+  /* a cuda-ipc sync buffer needs no event since 0.7.1: its fence is in its memory */
+  CHECK_OK(gpushm_buffer_create(conn, "fenced", 1 << 20, &opts, &buf));
+  CHECK(gpushm_buffer_sync_method(buf, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  CHECK_OK(gpushm_unlink(conn, "fenced"));
+  CHECK_OK(gpushm_buffer_close(buf));
+  /* one for a library that does not know that needs an event, and fails without one,
+   * leaving nothing behind */
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__CreateRequest cr = GPUSHM__CREATE_REQUEST__INIT;
+    int sock = raw_connect(d.socket), status_fd, fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+    unsigned n = 0;
+    Gpushm__Reply *reply;
+
+    CHECK(raw_hello(sock, "gpushm-0.7.0", &status_fd) == 0);
+    close(status_fd);
+    cr.name = "no-sync";
+    cr.size = 1 << 20;
+    cr.backend = GPUSHM__BACKEND__BACKEND_CUDA_IPC;
+    cr.sync = true;
+    req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+    req.create = &cr;
+    CHECK((reply = raw_call(sock, &req, fds, &n)) != NULL);
+    CHECK(reply->status == -GPUSHM_E_NOMEM && n == 0);
+    CHECK(strstr(reply->message, "cuEventCreate") != NULL);
+    gpushm__reply__free_unpacked(reply, NULL);
+    close(sock);
+  }
   s = daemon_stats(&d);
   /* the memory went back too */
   CHECK(gpushm_stats_buffers(s) == 0 && gpushm_stats_bytes_allocated(s) == 0);
