@@ -303,6 +303,9 @@ int main(int argc, char **argv)
   }
   log_set_level((enum log_level)settings.log_level);
   current_cfg = settings.cfg;
+  if (sdn_claim_notify_socket(err, sizeof err) < 0)
+    log_info("%s: ignored; no service manager keeps persistent buffers across restarts",
+             err);
   if (registry_init(&d.reg, &settings.limits) < 0) {
     fprintf(stderr, "gpushmd: out of memory\n");
     return 1;

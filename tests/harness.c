@@ -97,6 +97,13 @@ static void spawn(struct test_daemon *d, void (*in_child)(void *), void *arg, va
   if (d->pid == 0) {
     if (in_child)
       in_child(arg);
+    /* A test that plays the service manager (tests/fdstore.c) names the process its
+     * notify socket is for, as systemd does: gpushmd ignores one meant for another. */
+    if (getenv("NOTIFY_SOCKET")) {
+      char pid[16];
+      snprintf(pid, sizeof pid, "%d", (int)getpid());
+      setenv("SYSTEMD_EXEC_PID", pid, 1);
+    }
     if (d->log_path) {
       int fd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       CHECK(fd >= 0 && dup2(fd, 2) == 2);

@@ -126,7 +126,7 @@ void persist_init(struct persist *p)
   p->max = sdn_fdstore_max(GPUSHM_DEFAULT_FDSTORE_MAX);
   p->enabled = sdn_fdstore_reachable();
   if (!p->enabled)
-    log_info("not run by systemd (no NOTIFY_SOCKET): persistent buffers will not survive a "
+    log_info("not run by systemd (no NOTIFY_SOCKET of its own): persistent buffers will not survive a "
              "restart of gpushmd");
 }
 
@@ -207,7 +207,7 @@ void persist_report_dropped(const struct persist *p, const struct registry *reg)
    * will not survive is long gone from the terminal of a daemon started by hand. */
   if (!p->enabled)
     log_warn("stopping drops %u persistent buffer%s (%s): gpushmd was not run by systemd (no "
-             "NOTIFY_SOCKET), so no fd store keeps them for the next start", n,
+             "NOTIFY_SOCKET of its own), so no fd store keeps them for the next start", n,
              n == 1 ? "" : "s", amount);
   else
     log_warn("stopping drops %u persistent buffer%s (%s) that systemd's fd store does not hold "

@@ -22,6 +22,51 @@ void sdn_passed_free(struct sdn_passed *p)
   p->n_stored = 0;
 }
 
+/* The variables systemd sets to name the process it started.  NOTIFY_SOCKET names no
+ * process, and every child inherits it: a gpushmd started by hand from a shell of a
+ * service, or inside `systemd-nspawn --pipe`, would notify a manager that never started
+ * it and take it for one that keeps its persistent buffers. */
+static const char *const sdn_pid_vars[] = { "SYSTEMD_EXEC_PID", "LISTEN_PID", "WATCHDOG_PID" };
+
+static bool names_this_process(const char *value)
+{
+  char *end;
+  unsigned long pid = strtoul(value, &end, 10);
+  return !*end && end != value && pid == (unsigned long)getpid();
+}
+
+int sdn_claim_notify_socket(char *why, size_t whylen)
+{
+  const char *notify = getenv("NOTIFY_SOCKET"), *named = NULL, *value = NULL;
+
+  if (!notify || !*notify)
+    return 0;
+  for (size_t i = 0; i < sizeof sdn_pid_vars / sizeof sdn_pid_vars[0]; i++) {
+    const char *v = getenv(sdn_pid_vars[i]);
+    if (!v || !*v)
+      continue;
+    if (names_this_process(v))
+      return 1;
+    named = sdn_pid_vars[i];
+    value = v;
+  }
+  /* A container's main process: managers that start one with a notify socket
+   * (podman --sdnotify=container) name no pid, and nothing else can have inherited it. */
+  if (!named && getpid() == 1)
+    return 1;
+  if (named)
+    snprintf(why, whylen, "NOTIFY_SOCKET=%s is meant for pid %s (%s), not this process (pid %d)",
+             notify, value, named, (int)getpid());
+  else
+    snprintf(why, whylen, "NOTIFY_SOCKET=%s names no process: none of SYSTEMD_EXEC_PID, "
+             "LISTEN_PID, WATCHDOG_PID is set, so it was inherited, not given to this process "
+             "(pid %d) by a service manager", notify, (int)getpid());
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  unsetenv("WATCHDOG_PID");
+  return -1;
+}
+
 unsigned sdn_fdstore_max(unsigned fallback)
 {
   const char *v = getenv("FDSTORE");

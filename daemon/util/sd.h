@@ -27,6 +27,14 @@ int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen);
 /* Frees the arrays (not the fds: they have been handed on or closed). */
 void sdn_passed_free(struct sdn_passed *p);
 
+/* Whether $NOTIFY_SOCKET was given to this process by its service manager: 1 if a
+ * variable systemd sets for the process it starts ($SYSTEMD_EXEC_PID, $LISTEN_PID,
+ * $WATCHDOG_PID) names it, or none is set and it is PID 1 (a container's main process);
+ * 0 if there is none; -1 if it was inherited from whoever started this process, which
+ * is then dropped from the environment with the watchdog's variables (why says so).
+ * Called first: everything sdn_ does after goes by what is left. */
+int sdn_claim_notify_socket(char *why, size_t whylen);
+
 /* Whether fds can be deposited: a service manager is listening (NOTIFY_SOCKET). */
 bool sdn_fdstore_reachable(void);
 /* The store's capacity if systemd says it ($FDSTORE, systemd >= 254), else fallback. */

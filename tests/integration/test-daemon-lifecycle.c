@@ -118,7 +118,8 @@ static void test_stop_drops_persistent(void)
   daemon_stop(&d);
   gpushm_disconnect(conn);
   CHECK(file_contains(log, "warn: stopping drops 2 persistent buffers (4194304 bytes, 4.0 MiB): "
-                           "gpushmd was not run by systemd (no NOTIFY_SOCKET), so no fd store "
+                           "gpushmd was not run by systemd (no NOTIFY_SOCKET of its own), so no "
+                           "fd store "
                            "keeps them for the next start"));
   daemon_start(&d, NULL);
   daemon_stop(&d);

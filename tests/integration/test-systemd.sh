@@ -6,7 +6,10 @@
 # - socket activation (systemd-socket-activate --seqpacket): served on the inherited
 #   socket, which the daemon leaves in place; a wrong socket type is refused;
 # - readiness and watchdog on a NOTIFY_SOCKET: READY=1 only once connecting works,
-#   WATCHDOG=1 keeps coming at half the interval, STOPPING=1 on SIGTERM.
+#   WATCHDOG=1 keeps coming at half the interval, STOPPING=1 on SIGTERM;
+# - a NOTIFY_SOCKET meant for another process (SYSTEMD_EXEC_PID names another pid), or
+#   for nobody named (inherited, as in `systemd-nspawn --pipe`): never written to, no
+#   watchdog, and a stop warns about the persistent buffers it drops.
 set -eu
 b=${GPUSHM_TEST_BUILDDIR:?}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -106,8 +109,9 @@ notify.bind(notify_path)
 notify.settimeout(10)
 sock = os.path.join(work, "notified.sock")
 env = dict(os.environ, NOTIFY_SOCKET=notify_path, WATCHDOG_USEC="200000")
-proc = subprocess.Popen([daemon, "--socket", sock, "--config=/dev/null", "--log-level", "warn"],
-                        env=env)
+# as systemd: the variable names the process it is for (exec keeps the shell's pid)
+proc = subprocess.Popen(["sh", "-c", 'SYSTEMD_EXEC_PID=$$ exec "$0" "$@"', daemon, "--socket",
+                         sock, "--config=/dev/null", "--log-level", "warn"], env=env)
 messages = []
 ready_at = None
 while ready_at is None:
@@ -149,5 +153,46 @@ if not stopping:
 if proc.wait(10) != 0:
     fail("exit status %d" % proc.returncode)
 print("# READY=1 when serving, %d watchdog pings in 1 s, STOPPING=1 on SIGTERM" % pings)
+
+# Not meant for it: written to never, not even on stop; the persistent buffer it holds
+# is said to be dropped, as by any daemon no service manager keeps buffers for.
+ctl = os.path.join(os.path.dirname(os.path.dirname(daemon)), "ctl", "gpushmctl")
+for name, extra in (("another process's", {"SYSTEMD_EXEC_PID": str(os.getppid())}),
+                    ("nobody's", {})):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SYSTEMD_EXEC_PID", "LISTEN_PID", "WATCHDOG_PID")}
+    env.update(extra, NOTIFY_SOCKET=notify_path, WATCHDOG_USEC="200000")
+    sock = os.path.join(work, "foreign.sock")
+    log = os.path.join(work, "foreign.log")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([daemon, "--socket", sock, "--config=/dev/null", "--log-level",
+                                 "info", "--socket-group", "none"], env=env, stderr=f)
+    deadline = time.monotonic() + 10
+    while subprocess.run([ctl, "--socket", sock, "ping"], capture_output=True).returncode != 0:
+        if time.monotonic() > deadline:
+            fail("no answer from the daemon with %s notify socket" % name)
+        time.sleep(0.02)
+    subprocess.run([ctl, "--socket", sock, "create", "kept", "4096"], check=True,
+                   capture_output=True)
+    notify.settimeout(0.6)  # three watchdog intervals
+    try:
+        msg = notify.recv(4096).decode()
+        fail("gpushmd wrote to %s notify socket: %r" % (name, msg))
+    except socket.timeout:
+        pass
+    proc.send_signal(signal.SIGTERM)
+    if proc.wait(10) != 0:
+        fail("exit status %d" % proc.returncode)
+    notify.settimeout(0.2)
+    try:
+        fail("gpushmd wrote to %s notify socket on stop: %r" % (name, notify.recv(4096).decode()))
+    except socket.timeout:
+        pass
+    text = open(log).read()
+    if "not this process" not in text and "names no process" not in text:
+        fail("the log does not say why the notify socket was ignored: %s" % text)
+    if "stopping drops 1 persistent buffer" not in text:
+        fail("the stop did not warn about the persistent buffer it drops: %s" % text)
+print("# a notify socket meant for another process, or for none named: ignored, said so")
 PY
 echo "systemd integration tests passed"
