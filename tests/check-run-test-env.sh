@@ -1,0 +1,24 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/run-test hands a test a clean environment: a service manager's variables and the
+# runner's own GPUSHM_* go (they made the suite's daemons notify the runner's manager
+# and stop carving persistent buffers inside `systemd-nspawn --pipe`); the suite's
+# variables and its GPUSHM_TEST_* knobs stay.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$(env NOTIFY_SOCKET=/run/host/notify LISTEN_PID=1 LISTEN_FDS=1 LISTEN_FDNAMES=x \
+  WATCHDOG_USEC=1000 WATCHDOG_PID=1 SYSTEMD_EXEC_PID=1 GPUSHM_SOCKET=/elsewhere \
+  GPUSHM_CUDA_FAULTS=cuInit=1 GPUSHM_TEST_KNOB=kept GPUSHM_LIBDIR=/lib-dir \
+  GPUSHM_FAKE_CUDA_LIB=/fake.so GPUSHM_HEADERS=/h GPUSHMD=/gpushmd \
+  sh "$src/tests/run-test" /usr/bin/env)
+for gone in NOTIFY_SOCKET LISTEN_PID LISTEN_FDS LISTEN_FDNAMES WATCHDOG_USEC WATCHDOG_PID \
+  SYSTEMD_EXEC_PID GPUSHM_SOCKET GPUSHM_CUDA_FAULTS; do
+  if echo "$out" | grep -q "^$gone="; then
+    echo "FAIL: run-test passed the runner's $gone on to the test"; exit 1
+  fi
+done
+for kept in GPUSHM_TEST_KNOB=kept GPUSHM_LIBDIR=/lib-dir GPUSHM_FAKE_CUDA_LIB=/fake.so \
+  GPUSHM_HEADERS=/h GPUSHMD=/gpushmd; do
+  echo "$out" | grep -qx "$kept" || { echo "FAIL: run-test dropped $kept"; exit 1; }
+done
+echo "run-test: a service manager's variables and the runner's GPUSHM_* dropped, the suite's kept"
