@@ -5,7 +5,9 @@
 # tools), the tree cloned into root's home (mode 0700, as Debian makes it), the default
 # open-file limit (1024 soft), then `scripts/demo` and `scripts/test` exactly as the
 # README writes them, each of which must pass.  Prints how long each took, dependency
-# installation included.
+# installation included.  Then both again in the same root under `systemd-nspawn
+# --pipe`, where NOTIFY_SOCKET is set as for any service that runs them (its daemons
+# must not take it for theirs).
 #
 # Usage: tests/system/test-fresh-machine.sh [CHECKOUT]  (default: this script's tree)
 # What is cloned is CHECKOUT's committed HEAD, as a user's `git clone` gets it.
@@ -104,3 +106,31 @@ cmd() {
 cmd demo scripts/demo
 cmd test scripts/test
 say "fresh Debian 12 (minbase + git, tree in a 0700 home, 1024 open files): both README commands passed"
+
+# in_nspawn NAME COMMAND: COMMAND in the tree, in the same root, as the payload of
+# `systemd-nspawn --pipe` (what a service or CI job that runs the suite in a container
+# does): it must find NOTIFY_SOCKET set, or this case proves nothing.
+in_nspawn() {
+  local name=$1 command=$2 t0 rc=0 bind=
+  t0=$(date +%s)
+  [ "$archives" = none ] || bind="--bind=$archives:/var/cache/apt/archives"
+  systemd-nspawn --quiet --pipe --register=no --keep-unit -D "$root" $bind \
+    --rlimit=RLIMIT_NOFILE=1024:"$hard" --setenv=HOME=/root --setenv=LANG=C.UTF-8 \
+    --setenv=TERM=dumb /bin/sh -c \
+    "[ -n \"\${NOTIFY_SOCKET:-}\" ] || { echo 'no NOTIFY_SOCKET in the container'; exit 3; }; \
+     cd /root/gpushm && $command" > "$run/nspawn-$name.log" 2>&1 || rc=$?
+  elapsed=$(( $(date +%s) - t0 ))
+  if [ "$rc" -ne 0 ]; then
+    say "# --- the last lines of $name's output under systemd-nspawn --pipe"
+    tail -n 60 "$run/nspawn-$name.log" | sed 's/^/# /'
+    die "'$command' failed under systemd-nspawn --pipe (exit $rc, after ${elapsed} s)"
+  fi
+  say "# $command under systemd-nspawn --pipe: passed in ${elapsed} s: $(tail -n 1 "$run/nspawn-$name.log")"
+}
+command -v systemd-nspawn >/dev/null || skip "systemd-nspawn missing (apt-get install systemd-container)"
+if ! out=$(systemd-nspawn --quiet --pipe --register=no --keep-unit -D "$root" /bin/true 2>&1); then
+  skip "systemd-nspawn cannot run a container here: $out"
+fi
+in_nspawn demo scripts/demo
+in_nspawn test scripts/test
+say "and under systemd-nspawn --pipe (NOTIFY_SOCKET set): both README commands passed"
