@@ -229,10 +229,12 @@ static int check_daemon_identity(gpushm_t *conn, const char *path)
     return 0;
   if (configured && *configured) {
     unsigned long uid = strtoul(configured, &end, 10);
-    struct passwd *pw;
     if (*end) {
-      pw = getpwnam(configured);
-      uid = pw ? (unsigned long)pw->pw_uid : ULONG_MAX;
+      /* The _r form: the caller's, or another thread's, getpwnam() result stays theirs. */
+      struct passwd pwd, *pw = NULL;
+      char scratch[4096];
+      uid = getpwnam_r(configured, &pwd, scratch, sizeof scratch, &pw) == 0 && pw
+              ? (unsigned long)pw->pw_uid : ULONG_MAX;
     }
     if (uid == cred.uid)
       return 0;
@@ -599,12 +601,6 @@ int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocat
   }
   pthread_mutex_unlock(&conn->lock);
   return r < 0 ? r : 0;
-}
-
-int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **out,
-                       struct client_fds *fds)
-{
-  return call_locked(conn, req, -1, out, fds, NULL, gpushm__reply__unpack);
 }
 
 int client_call_locked_fd(gpushm_t *conn, Gpushm__Request *req, int send_fd,

@@ -77,10 +77,8 @@ bool client_fd_sealed(int fd);
 int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
                 struct client_fds *fds);
 /* The same with conn->lock held by the caller (segments: a reply that says "you map
- * this segment already" must be acted on before anyone can unmap it). */
-int client_call_locked(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
-                       struct client_fds *fds);
-/* The same, the request sent with send_fd (-1: none), which stays the caller's. */
+ * this segment already" must be acted on before anyone can unmap it), the request sent
+ * with send_fd (-1: none), which stays the caller's. */
 int client_call_locked_fd(gpushm_t *conn, Gpushm__Request *req, int send_fd,
                           Gpushm__Reply **out, struct client_fds *fds);
 /* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */

@@ -53,11 +53,14 @@ static bool in_group(gid_t gid)
   return false;
 }
 
+/* The _r form: a library must not clobber the caller's, or another thread's, result of
+ * getgrgid(). */
 static const char *group_name(gid_t gid, char *buf, size_t len)
 {
-  struct group *g = getgrgid(gid);
+  struct group grp, *g = NULL;
+  char scratch[4096];
 
-  if (g)
+  if (getgrgid_r(gid, &grp, scratch, sizeof scratch, &g) == 0 && g)
     snprintf(buf, len, "%s", g->gr_name);
   else
     snprintf(buf, len, "%u", (unsigned)gid);

@@ -20,8 +20,9 @@ int gpushm_buffer_export_dmabuf(gpushm_buffer_t *handle, uint64_t offset, uint64
   if (!fd_out)
     return client_error(GPUSHM_E_INVAL, "fd_out is NULL");
   *fd_out = -1;
-  if (!buf || buf->kind != GPUSHM_KIND_BUFFER)
-    return client_error(GPUSHM_E_INVAL, "not a buffer");
+  /* A linear image is memory with a row pitch, as a buffer is. */
+  if (!buf || (buf->kind != GPUSHM_KIND_BUFFER && buf->kind != GPUSHM_KIND_IMAGE))
+    return client_error(GPUSHM_E_INVAL, "not a buffer or image");
   if (handle->inherited)
     return client_error(GPUSHM_E_INVAL, "'%s' was opened by the parent of this process: CUDA "
                         "does not carry over fork()", buf->name);
@@ -61,8 +62,8 @@ int gpushm_buffer_fabric_handle(const gpushm_buffer_t *buffer,
   const struct client_mapping *buf = buffer ? buffer->map : NULL;
 
   client_clear_error();
-  if (!buf || !handle || buf->kind != GPUSHM_KIND_BUFFER)
-    return client_error(GPUSHM_E_INVAL, "not a buffer, or handle is NULL");
+  if (!buf || !handle || (buf->kind != GPUSHM_KIND_BUFFER && buf->kind != GPUSHM_KIND_IMAGE))
+    return client_error(GPUSHM_E_INVAL, "not a buffer or image, or handle is NULL");
   if (buf->backend != GPUSHM_BACKEND_CUDA_FABRIC)
     return client_error(GPUSHM_E_INVAL, "'%s' is not a cuda-fabric buffer", buf->name);
   if (!buf->has_fabric_handle)

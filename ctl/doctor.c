@@ -521,8 +521,9 @@ static void check_fences(struct doctor *d)
            "(cuStreamWaitValue64) on every GPU shared with gpushmd");
 }
 
-/* Legacy IPC events (named events, sync device buffers) are /dev/shm files of mode 0600
- * owned by gpushmd's uid: others are refused (measured: CUDA_ERROR_MAP_FAILED). */
+/* Legacy IPC events (named events; cuda-ipc sync buffers of libraries before 0.7.1) are
+ * /dev/shm files of mode 0600 owned by gpushmd's uid: others are refused (measured:
+ * CUDA_ERROR_MAP_FAILED). */
 static void check_events(struct doctor *d)
 {
   uint32_t uid = gpushm_daemon_uid(d->conn);
@@ -531,13 +532,13 @@ static void check_events(struct doctor *d)
     report(d, AFFECTS_NONE, "events", "uid", ST_NA, "gpushmd makes no events");
   else if (geteuid() == uid || geteuid() == 0)
     report(d, AFFECTS_NONE, "events", "uid", ST_OK, "uid %u may open gpushmd's IPC events "
-           "(named events, sync device buffers): they open for its uid (%u) or root",
-           (unsigned)geteuid(), uid);
+           "(named events; cuda-ipc sync buffers of libraries before 0.7.1): they open for "
+           "its uid (%u) or root", (unsigned)geteuid(), uid);
   else
     report(d, AFFECTS_NONE, "events", "uid", ST_FAIL, "uid %u cannot open gpushmd's IPC events "
-           "(named events, sync device buffers): they are /dev/shm files of mode 0600 of its uid "
-           "(%u), so only it and root open them; run a gpushmd as this uid for them",
-           (unsigned)geteuid(), uid);
+           "(named events; cuda-ipc sync buffers of libraries before 0.7.1): they are "
+           "/dev/shm files of mode 0600 of its uid (%u), so only it and root open them; run "
+           "a gpushmd as this uid for them", (unsigned)geteuid(), uid);
 }
 
 /* cuda-fabric is judged apart from the verdict: it is for other nodes of an NVLink

@@ -10,7 +10,8 @@
 
 /* Vulkan, GL and CUDA values as their headers define them (vulkan_core.h VkFormat,
  * glcorearb.h, cuda.h CUarray_format); tests/unit/test-formats checks them against
- * those headers where they are installed. */
+ * vulkan_core.h and glcorearb.h where they are installed, and against cuda/cuda_api.h
+ * (which tests/unit/test-cuda-api checks against cuda.h). */
 #define CU_U8 0x01u
 #define CU_U16 0x02u
 #define CU_U32 0x03u
@@ -52,11 +53,6 @@ uint32_t format_from_name(const char *name)
     if (formats[i].name && strcmp(formats[i].name, name) == 0)
       return i;
   return 0;
-}
-
-uint32_t format_count(void)
-{
-  return sizeof formats / sizeof formats[0];
 }
 
 static uint32_t max_levels(uint32_t w, uint32_t h, uint32_t d)

@@ -22,8 +22,6 @@ struct format_info {
 const struct format_info *format_info(uint32_t format);
 /* The format named so, or 0 (GPUSHM_FORMAT_UNDEFINED). */
 uint32_t format_from_name(const char *name);
-/* One past the highest format value. */
-uint32_t format_count(void);
 
 /* An image's description as the wire carries it (ImageDesc), checked the same way by
  * the library (early, for a clear error) and by the daemon (which trusts no client). */

@@ -103,11 +103,6 @@ void transport_free(struct transport *t)
   uv_close((uv_handle_t *)&t->poll, on_closed);
 }
 
-int transport_fd(const struct transport *t)
-{
-  return t->fd;
-}
-
 uint32_t transport_queued_frames(const struct transport *t)
 {
   return t->out_frames;

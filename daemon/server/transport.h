@@ -61,7 +61,6 @@ void transport_free(struct transport *t);
 
 /* Paused, no frame is read (they wait in the socket, in order); replies still go out. */
 void transport_pause(struct transport *t, bool paused);
-int transport_fd(const struct transport *t);
 uint32_t transport_queued_frames(const struct transport *t);
 
 #endif

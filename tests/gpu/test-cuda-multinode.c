@@ -17,6 +17,7 @@
  * Children are started with exec: CUDA does not survive fork() alone. */
 #include "config.h"
 #include "cuda-test.h"
+#include "gpushm-graphics.h"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -227,6 +228,35 @@ static void test_dmabuf_refused_backends(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close(ipc));
   CHECK_OK(gpushm_buffer_close(host));
   test_log("dma-buf: host, cuda-ipc and event refused (the driver's own IPC refusal checked)");
+}
+
+/* A linear image in cuda-fd memory is memory with a row pitch: its pages export as a
+ * buffer's do (both calls refused it as "not a buffer" in 0.7.0). */
+static void test_dmabuf_image(gpushm_t *conn)
+{
+  uint8_t handle[GPUSHM_FABRIC_HANDLE_BYTES];
+  gpushm_image_desc_t desc;
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *img;
+  uint64_t bytes;
+  int fd = -1;
+
+  gpushm_image_desc_init(&desc);
+  desc.width = 1920;
+  desc.height = 1080;
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  CHECK_OK(gpushm_image_create(conn, "dmabuf-image", &desc, &opts, &img));
+  bytes = (gpushm_buffer_size(img) + page_size() - 1) / page_size() * page_size();
+  CHECK_OK(gpushm_buffer_export_dmabuf(img, 0, bytes, &fd));
+  check_dmabuf(fd, bytes);
+  close(fd);
+  CHECK_ERR(gpushm_buffer_fabric_handle(img, handle), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "not a cuda-fabric buffer"));
+  CHECK_OK(gpushm_unlink(conn, "dmabuf-image"));
+  CHECK_OK(gpushm_buffer_close(img));
+  test_log("dma-buf: a 1920x1080 linear image in cuda-fd memory exported whole (%llu bytes)",
+           (unsigned long long)bytes);
 }
 
 /* Passed to another process, the dma-buf outlives the exporter's fd, buffer and
@@ -515,6 +545,7 @@ int main(int argc, char **argv)
 
   test_dmabuf_ranges(conn);
   test_dmabuf_refused_backends(conn);
+  test_dmabuf_image(conn);
   test_dmabuf_passed(conn);
   test_dmabuf_keeps_memory(conn);
   test_fabric(conn);
