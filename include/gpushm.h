@@ -407,30 +407,35 @@ GPUSHM_API const char *gpushm_event_name(const gpushm_event_t *event);
  * timeout_ms < 0 waits for ever; GPUSHM_E_TIMEOUT if seq is not published in time.
  *
  * How the GPU side is ordered depends on the backend (gpushm_buffer_sync_method()):
- *  - cuda-fd: a memory fence, 8 bytes of the buffer's own allocation past its data.
- *    Release enqueues a write of its number there (cuStreamWriteValue64); acquire makes
- *    stream wait until it reaches seq (cuStreamWaitValue64).  Works for every uid the
- *    buffer's mode admits and across PID namespaces.  Where the device lacks 64-bit
- *    stream memory operations, the fence is written and waited on by the CPU instead:
- *    release waits for stream to finish, acquire for the fence — correct, not
- *    asynchronous.  A releaser whose process dies with its fence write still queued
- *    (SIGKILL, a crash) takes the write with it; once that process has exited, gpushmd
- *    raises the fence to the dead releaser's release number (never higher, and only if
- *    it is below), so streams that acquire it go on, with whatever the dead releaser's
- *    work left in the buffer.  A releaser whose connection ended while its process
- *    lives is waited for: its write still lands.  Not for cuda-ipc events; limits and
- *    the rest in docs/sync.md.  Close a buffer only after the streams that used it are
- *    done; the last close waits for this process's own queued fence operations.
- *  - cuda-ipc: an inter-process event, recorded by release and waited on by acquire
- *    (cuStreamWaitEvent); only the daemon's uid (or root) can open it.
+ *  - cuda-fd, and cuda-ipc since 0.7.1: a memory fence, 8 bytes of the buffer's own
+ *    allocation past its data.  Release enqueues a write of its number there
+ *    (cuStreamWriteValue64); acquire makes stream wait until it reaches seq
+ *    (cuStreamWaitValue64).  A cuda-fd buffer's works for every uid its mode admits and
+ *    across PID namespaces; a cuda-ipc buffer's for whoever its memory opens for
+ *    (legacy IPC: one trust domain).  Where the device lacks 64-bit stream memory
+ *    operations, the fence is written and waited on by the CPU instead: release waits
+ *    for stream to finish, acquire for the fence — correct, not asynchronous.  A
+ *    releaser whose process dies with its fence write still queued (SIGKILL, a crash)
+ *    takes the write with it; once that process has exited, gpushmd raises the fence
+ *    to the dead releaser's release number (never higher, and only if it is below), so
+ *    streams that acquire it go on, with whatever the dead releaser's work left in the
+ *    buffer.  A releaser whose connection ended while its process lives is waited for:
+ *    its write still lands.  Limits and the rest in docs/sync.md.
+ *    Close a buffer only after the streams that used it are done; the last close waits
+ *    for this process's own queued fence operations.
+ *  - cuda-ipc buffers created by a library before 0.7.1: an inter-process event,
+ *    recorded by release and waited on by acquire (cuStreamWaitEvent); only the
+ *    daemon's uid (or root) can open it.  Not repaired: a releaser that dies before its
+ *    record runs leaves the event incomplete for ever, later records too.
  *  - host: stream must be NULL; release publishes with release ordering and acquire
  *    waits with acquire ordering (a CPU fence).
  *
  * Streams and devices: NULL means the legacy default stream of the buffer's map
  * device.  Fences are reached only from the map device: a stream of another device is
  * refused (GPUSHM_E_UNSUPPORTED, naming both devices) before anything is queued — open
- * the buffer for that device too and use that handle.  An IPC event is recorded only
- * on streams of the device the memory lives on, and waited on by streams of any.
+ * the buffer for that device too and use that handle.  An IPC event (cuda-ipc buffers
+ * made by a library before 0.7.1) is recorded only on streams of the device the memory
+ * lives on, and waited on by streams of any.
  *
  * Releasing is a write: it needs a read-write open (GPUSHM_E_PERM on a read-only one,
  * whose control block is mapped read-only so that it cannot forge the sequence).
@@ -448,9 +453,10 @@ GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
 typedef enum {
   GPUSHM_SYNC_NONE = 0,  /* not a sync buffer */
   GPUSHM_SYNC_HOST,      /* host memory: CPU release/acquire ordering */
-  GPUSHM_SYNC_IPC_EVENT, /* cuda-ipc: an inter-process CUDA event */
-  GPUSHM_SYNC_GPU_FENCE, /* cuda-fd: GPU-written, GPU-waited memory fence */
-  GPUSHM_SYNC_CPU_FENCE, /* cuda-fd, fallback: the same fence written/waited by the CPU */
+  GPUSHM_SYNC_IPC_EVENT, /* an inter-process CUDA event: cuda-ipc buffers made by a
+                          * library before 0.7.1 */
+  GPUSHM_SYNC_GPU_FENCE, /* cuda-fd, cuda-ipc: GPU-written, GPU-waited memory fence */
+  GPUSHM_SYNC_CPU_FENCE, /* fallback: the same fence written/waited by the CPU */
 } gpushm_sync_method_t;
 
 /* How this process orders releases and acquires of buf; *why (may be NULL) receives
