@@ -39,7 +39,7 @@ extern "C" {
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
 #define GPUSHM_VERSION_MINOR 7
-#define GPUSHM_VERSION_PATCH 0
+#define GPUSHM_VERSION_PATCH 1
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
 
