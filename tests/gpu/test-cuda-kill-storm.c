@@ -186,6 +186,8 @@ static int role_check(gpushm_backend_t backend, unsigned storm)
     CHECK_OK(gpushm_buffer_close(b));
   }
   gpushm_disconnect(conn);
+  CU_CHECK(CU_CALL(&drv, cuEventDestroy, done));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
   test_log("checker after storm %u: %u/%u opened, %u/%u acquired, %u problems", storm, opened,
            N_BUFFERS, acquired, syncs, problems);
   return problems ? 3 : 0;
