@@ -280,8 +280,8 @@ static int unmap_mapping(struct client_mapping *buf);
 
 /* What orders a device sync buffer's releases: the event the daemon sent (cuda-ipc
  * buffers created by a library before 0.7.1), else the fence in the buffer's allocation,
- * GPU-side where the device can, CPU-side where it cannot.  The fence's place comes with the reply; checked all the same: it
- * must lie in this mapping, past the buffer's data. */
+ * GPU-side where the device can, CPU-side where it cannot.  The fence's place comes with
+ * the reply; checked all the same: it must lie in this mapping, past the buffer's data. */
 static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open)
 {
   const Gpushm__BufferInfo *info = open->info;

@@ -661,7 +661,8 @@ static CUresult raise_fence_at(CUdeviceptr fence, uint64_t value, uint64_t *was,
 
 static int no_fence_at(uint64_t offset, uint64_t size, char *err, size_t errlen)
 {
-  if (offset % 8 == 0 && size >= SYNC_DEVICE_FENCE_BYTES && offset <= size - SYNC_DEVICE_FENCE_BYTES)
+  if (offset % 8 == 0 && size >= SYNC_DEVICE_FENCE_BYTES &&
+      offset <= size - SYNC_DEVICE_FENCE_BYTES)
     return 0;
   snprintf(err, errlen, "no fence at offset %llu of the allocation", (unsigned long long)offset);
   return GPUSHM_E_INVAL;

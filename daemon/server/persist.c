@@ -126,8 +126,8 @@ void persist_init(struct persist *p)
   p->max = sdn_fdstore_max(GPUSHM_DEFAULT_FDSTORE_MAX);
   p->enabled = sdn_fdstore_reachable();
   if (!p->enabled)
-    log_info("not run by systemd (no NOTIFY_SOCKET of its own): persistent buffers will not survive a "
-             "restart of gpushmd");
+    log_info("not run by systemd (no NOTIFY_SOCKET of its own): persistent buffers will not "
+             "survive a restart of gpushmd");
 }
 
 void persist_created(struct persist *p, struct reg_object *b)
