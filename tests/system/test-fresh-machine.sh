@@ -101,6 +101,7 @@ cmd() {
     die "'$command' failed on the fresh machine (exit $rc, after ${elapsed} s)"
   fi
   say "# $command: passed in ${elapsed} s: $(tail -n 1 "$run/$name.log")"
+  grep '^skipped ' "$run/$name.log" | sed 's/^/#   /' || true
 }
 
 cmd demo scripts/demo
@@ -129,6 +130,7 @@ in_nspawn() {
   # host without systemd as PID 1 never cleans up: not the command's last word)
   say "# $command under systemd-nspawn --pipe: passed in ${elapsed} s:" \
     "$(grep -v '^Attempted to remove disk file system' "$run/nspawn-$name.log" | tail -n 1)"
+  grep '^skipped ' "$run/nspawn-$name.log" | sed 's/^/#   /' || true
 }
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn missing (apt-get install systemd-container)"
 if ! out=$(systemd-nspawn --quiet --pipe --register=no --keep-unit -D "$root" /bin/true 2>&1); then
