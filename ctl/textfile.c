@@ -16,6 +16,50 @@ static int fail(char *err, size_t errlen, const char *what, const char *path)
   return -1;
 }
 
+/* Opens dir one component at a time, each relative to the last and with O_NOFOLLOW, so
+ * that a symbolic link anywhere on the way is refused, not only as its last component: a
+ * directory above whose owner swaps a subdirectory for a link (to a root-only place)
+ * cannot lead root's writes there, before or during the walk.  ".." is refused too (it
+ * would climb out of what was walked).  Returns the fd, or -1 with err set. */
+static int open_dir_nofollow(const char *dir, char *err, size_t errlen)
+{
+  char copy[4096], *save = NULL;
+  int fd;
+
+  if (strlen(dir) >= sizeof copy) {
+    snprintf(err, errlen, "directory name too long: %s", dir);
+    return -1;
+  }
+  memcpy(copy, dir, strlen(dir) + 1);
+  if ((fd = open(dir[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return fail(err, errlen, "opening the directory", dir[0] == '/' ? "/" : ".");
+  for (char *part = strtok_r(copy, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+    int next;
+    if (strcmp(part, ".") == 0)
+      continue;
+    if (strcmp(part, "..") == 0) {
+      snprintf(err, errlen, "%s: give the directory without '..'", dir);
+      close(fd);
+      return -1;
+    }
+    next = openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) {
+      int e = errno;
+      struct stat st;
+      if (fstatat(fd, part, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+        snprintf(err, errlen, "opening the directory %s: its component '%s' is a symbolic "
+                 "link, which is not followed (give the path it leads to)", dir, part);
+      else
+        snprintf(err, errlen, "opening the directory %s: '%s': %s", dir, part, strerror(e));
+      close(fd);
+      return -1;
+    }
+    close(fd);
+    fd = next;
+  }
+  return fd;
+}
+
 int textfile_begin(struct textfile *tf, const char *path, char *err, size_t errlen)
 {
   const char *slash = strrchr(path, '/');
@@ -30,9 +74,8 @@ int textfile_begin(struct textfile *tf, const char *path, char *err, size_t errl
     snprintf(err, errlen, "bad file name in %s", path);
     return -1;
   }
-  /* O_NOFOLLOW: the directory itself may not be a link someone planted */
-  if ((tf->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-    return fail(err, errlen, "opening the directory", dir);
+  if ((tf->dir_fd = open_dir_nofollow(dir, err, errlen)) < 0)
+    return -1;
   if (fstat(tf->dir_fd, &st) < 0) {
     fail(err, errlen, "fstat", dir);
     textfile_abort(tf);

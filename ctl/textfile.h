@@ -15,8 +15,11 @@ struct textfile {
   char name[256];
 };
 
-/* Opens path's directory (refusing a symlink, or one every user, or a group other than
- * root's, may write) and creates a new temporary file in it.  0, or -1 with err set. */
+/* Opens path's directory component by component, following no symbolic link anywhere
+ * on the way (refusing one, or a directory every user, or a group other than root's,
+ * may write) and creates a new temporary file in it.  0, or -1 with err set.  The
+ * directory may belong to another user (node_exporter's): that user can replace the
+ * file between writes, in a directory that is theirs. */
 int textfile_begin(struct textfile *tf, const char *path, char *err, size_t errlen);
 /* Makes the temporary file readable by all and renames it over the name: 0, or -1 with
  * err set and the temporary removed. */

@@ -4,17 +4,20 @@
  * all, never under a *.prom name early; a link the directory's owner plants at the
  * temporary's name or the final one leads nowhere (a root-only file stays as it was, its
  * mode too); a directory every user, or a group other than root's, may write is refused,
- * and so is a directory that is a link. */
+ * and so is a directory that is a link, or that is reached through one (a component
+ * above it that uid 65534 swapped for a link into a root-only directory). */
 #include "config.h"
 #include "harness.h"
 #include "textfile.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char top[256], dir[300], secret[300], path[400];
@@ -128,12 +131,55 @@ int main(void)
   snprintf(tmp_path, sizeof tmp_path, "%s/m.prom", link_path);
   CHECK(textfile_begin(&tf, tmp_path, err, sizeof err) < 0 && strstr(err, "opening the directory"));
   CHECK(textfile_begin(&tf, "/nonexistent/m.prom", err, sizeof err) < 0);
+  /* Issue 36, item 6: a link above the last component.  uid 65534's directory holds
+   * 'away', which it swaps for a link to a root-only place holding 'textfiles': root's
+   * writer must not follow it there. */
+  {
+    char attacker[400], rootonly[400], target[500], away[500], through[600], planted[700];
+    snprintf(attacker, sizeof attacker, "%s/attacker", top);
+    snprintf(rootonly, sizeof rootonly, "%s/root-only", top);
+    snprintf(target, sizeof target, "%s/textfiles", rootonly);
+    snprintf(away, sizeof away, "%s/away", attacker);
+    snprintf(through, sizeof through, "%s/textfiles/m.prom", away);
+    snprintf(planted, sizeof planted, "%s/m.prom", target);
+    CHECK(mkdir(attacker, 0755) == 0 && mkdir(rootonly, 0700) == 0 && mkdir(target, 0755) == 0);
+    CHECK(mkdir(away, 0755) == 0);
+    if (geteuid() == 0) {
+      CHECK(chown(attacker, 65534, 65534) == 0 && chown(away, 65534, 65534) == 0);
+    }
+    /* the swap, as uid 65534 where this runs as root */
+    {
+      pid_t pid = fork();
+      int status;
+      CHECK(pid >= 0);
+      if (pid == 0) {
+        if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0))
+          _exit(2);
+        _exit(rmdir(away) == 0 && symlink(rootonly, away) == 0 ? 0 : 1);
+      }
+      CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    CHECK(textfile_begin(&tf, through, err, sizeof err) < 0 && strstr(err, "symbolic link"));
+    CHECK(access(planted, F_OK) < 0);
+    {
+      DIR *d = opendir(target);
+      struct dirent *e;
+      int files = 0;
+      CHECK(d != NULL);
+      while ((e = readdir(d)))
+        files += e->d_name[0] != '.' || (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."));
+      closedir(d);
+      CHECK(files == 0); /* no temporary either */
+    }
+    snprintf(through, sizeof through, "%s/../node-exporter/m.prom", dir);
+    CHECK(textfile_begin(&tf, through, err, sizeof err) < 0 && strstr(err, "'..'"));
+  }
   n = entries(NULL, 0);
   CHECK(n == 1);
 
   snprintf(tmp_path, sizeof tmp_path, "rm -rf '%s'", top);
   CHECK(system(tmp_path) == 0);
   test_log("textfile: whole or nothing; links planted at either name lead nowhere; writable "
-           "and linked directories refused");
+           "and linked directories refused, and so are links above them");
   return 0;
 }
