@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -283,9 +284,24 @@ static void hangup(int i)
   settle();
 }
 
-/* Sends one datagram with n_fds copies of /dev/null; the loop runs while the socket
- * is full.  Returns false if the daemon has hung up. */
-static bool send_frame(int i, const uint8_t *data, size_t len, unsigned n_fds, bool drain_replies)
+/* What a registrant sends (issue 36, item 7): a memfd of kind % 3, sealed against
+ * shrinking and growing, unsealed, or small and unsealed (the caller grows it once the
+ * daemon has it). */
+static int make_memfd(unsigned kind)
+{
+  int fd = memfd_create("fuzz-registered", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+  if (fd < 0 || ftruncate(fd, kind % 3 == 2 ? 4096 : FUZZ_D_MEMFD_BYTES) < 0)
+    fail("memfd: %s", strerror(errno));
+  if (kind % 3 == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+    fail("sealing a memfd: %s", strerror(errno));
+  return fd;
+}
+
+/* Sends one datagram with n_fds fds (fd, repeated); the loop runs while the socket is
+ * full.  Returns false if the daemon has hung up. */
+static bool send_frame_fd(int i, const uint8_t *data, size_t len, unsigned n_fds, int fd,
+                          bool drain_replies)
 {
   union {
     struct cmsghdr align;
@@ -305,7 +321,7 @@ static bool send_frame(int i, const uint8_t *data, size_t len, unsigned n_fds, b
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
     for (unsigned k = 0; k < n_fds; k++)
-      memcpy(CMSG_DATA(c) + k * sizeof(int), &devnull, sizeof(int));
+      memcpy(CMSG_DATA(c) + k * sizeof(int), &fd, sizeof(int));
   }
   for (int attempt = 0; peers[i].fd >= 0; attempt++) {
     if (sendmsg(peers[i].fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
@@ -323,6 +339,11 @@ static bool send_frame(int i, const uint8_t *data, size_t len, unsigned n_fds, b
   drain(i);
   hangup(i);
   return false;
+}
+
+static bool send_frame(int i, const uint8_t *data, size_t len, unsigned n_fds, bool drain_replies)
+{
+  return send_frame_fd(i, data, len, n_fds, devnull, drain_replies);
 }
 
 static void send_hello(int i)
@@ -370,9 +391,10 @@ static void connect_peer(int i)
 
 static void run_record(unsigned sel, const uint8_t *bytes, size_t len)
 {
-  static const unsigned fd_counts[] = { 0, 0, 1, GPUSHM_LIMIT_FDS_PER_FRAME + 1 };
+  static const unsigned fd_counts[] = { 0, 1, 1, GPUSHM_LIMIT_FDS_PER_FRAME + 1 };
   int i = sel & FUZZ_D_CONN;
-  unsigned n_fds = fd_counts[(sel & FUZZ_D_FDS_MASK) >> FUZZ_D_FDS_SHIFT];
+  unsigned fds = (sel & FUZZ_D_FDS_MASK) >> FUZZ_D_FDS_SHIFT, n_fds = fd_counts[fds];
+  int memfd = fds == 1 ? make_memfd((unsigned)len) : -1;
   unsigned count = sel & FUZZ_D_REPEAT ? FUZZ_D_REPEAT_COUNT : 1;
   bool drain_replies = !(sel & FUZZ_D_NO_DRAIN);
   size_t frame_len;
@@ -397,10 +419,16 @@ static void run_record(unsigned sel, const uint8_t *bytes, size_t len)
     frame_len = len;
   }
   for (unsigned k = 0; k < count; k++)
-    if (!send_frame(i, tx, frame_len, n_fds, drain_replies))
+    if (!send_frame_fd(i, tx, frame_len, n_fds, memfd >= 0 ? memfd : devnull, drain_replies))
       break;
   if (!(sel & FUZZ_D_PIPELINE))
     pump(drain_replies);
+  if (memfd >= 0) {
+    /* A registrant that grows its memory once gpushmd has it; refused where sealed. */
+    if (len % 3 == 2)
+      (void)!ftruncate(memfd, FUZZ_D_MEMFD_GROWN);
+    close(memfd);
+  }
 }
 
 /* With no client left, every reference is gone: what remains are persistent buffers

@@ -22,7 +22,12 @@
 #define FUZZ_D_HEADER 0x02u
 /* sel: fds sent with the frame (requests carry none, so any is a protocol error) */
 #define FUZZ_D_FDS_SHIFT 2
-#define FUZZ_D_FDS_MASK 0x0cu /* 0, 1: none; 2: one; 3: five (over the limit) */
+/* 0: none; 1: one memfd (of the kind the record's length picks, modulo 3: sealed against
+ * shrinking and growing, unsealed, or one that grows to FUZZ_D_MEMFD_GROWN once sent),
+ * what register_memory takes; 2: one /dev/null; 3: over the limit, /dev/null */
+#define FUZZ_D_FDS_MASK 0x0cu
+#define FUZZ_D_MEMFD_BYTES 65536u
+#define FUZZ_D_MEMFD_GROWN (1u << 20)
 /* sel: hang this connection up (and let the daemon notice) before sending */
 #define FUZZ_D_RECONNECT 0x10u
 /* sel: send without running the daemon's loop: the next frames queue up behind it */

@@ -113,6 +113,41 @@ static void d_send(unsigned sel, Gpushm__Request *req)
   put(frame, len);
 }
 
+/* register_memory of the memfd the harness sends with it (FDS 1): a buffer, or a linear
+ * image when image is set. */
+static void d_register(unsigned sel, const char *name, uint64_t size, uint64_t allocation,
+                       uint32_t mode, bool image)
+{
+  static uint8_t uuid[16];
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__RegisterRequest body = GPUSHM__REGISTER_REQUEST__INIT;
+  Gpushm__ExternalMemory mem = GPUSHM__EXTERNAL_MEMORY__INIT;
+  Gpushm__ImageDesc desc = GPUSHM__IMAGE_DESC__INIT;
+
+  mem.allocation_size = allocation;
+  mem.device_uuid.data = uuid;
+  mem.device_uuid.len = sizeof uuid;
+  mem.driver_uuid.data = uuid;
+  mem.driver_uuid.len = sizeof uuid;
+  mem.driver_info = "fuzz";
+  body.name = (char *)name;
+  body.size = size;
+  body.mode = mode;
+  body.memory = &mem;
+  if (image) {
+    desc.format = 3; /* rgba8-unorm */
+    desc.width = 64;
+    desc.height = 64;
+    desc.depth = 1;
+    desc.mip_levels = 1;
+    desc.array_layers = 1;
+    body.image = &desc;
+  }
+  req.body_case = GPUSHM__REQUEST__BODY_REGISTER_MEMORY;
+  req.register_memory = &body;
+  d_send(sel | (1u << FUZZ_D_FDS_SHIFT), &req);
+}
+
 static void d_raw(unsigned sel, const void *bytes, size_t len)
 {
   put_byte(sel);
@@ -406,6 +441,35 @@ static void daemon_seeds(void)
   }
   d_stats(c0);
   finish("daemon", "protocol-errors");
+
+  /* Registered memory (issue 36, item 7): memfds sealed, unsealed and growing, as
+   * buffers and as linear images, opened read-only and read-write by the other uid,
+   * listed, unlinked.  Bodies only (no FUZZ_D_HEADER): the harness writes the header with
+   * the fd it attaches. */
+  begin();
+  put_byte(0);
+  for (unsigned conn = 0; conn < 2; conn++) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__Hello body = GPUSHM__HELLO__INIT;
+    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+    body.client_name = conn ? "importer" : "registrant";
+    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_IPC_FENCES;
+    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    d_send(conn ? FUZZ_D_CONN : 0, &req);
+  }
+  d_register(0, "reg-a", 4096, 4096, 0644, false);
+  d_register(0, "reg-bb", FUZZ_D_MEMFD_BYTES, FUZZ_D_MEMFD_BYTES, 0666, false);
+  d_register(0, "reg-ccc", 16384, FUZZ_D_MEMFD_BYTES, 0644, true);
+  d_register(0, "reg-dddd", 1, 4096, 0600, true);
+  d_open(c1, "reg-a", 0, true, false);
+  d_open(c1, "reg-bb", 0, false, false);
+  d_open(c1, "reg-ccc", 0, true, false);
+  d_list(c1, 0, 0, true);
+  d_unlink(c0, "reg-a");
+  d_close(c1, 1);
+  d_stats(c1);
+  finish("daemon", "register-memfd");
 
   /* Before hello, a second hello, a version the daemon does not speak. */
   begin();
