@@ -52,22 +52,80 @@ static enum fd_class classify(int fd, uint64_t *memfd_size, char *what, size_t l
   return FD_OTHER;
 }
 
-static int seal_against_shrinking(int fd, uint64_t *size, char *err, size_t errlen)
+static uint64_t page_rounded(uint64_t bytes)
 {
-  int seals = fcntl(fd, F_GET_SEALS);
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  return (bytes + page - 1) / page * page;
+}
+
+/* At least the claim: smaller, importers' mappings would fault.  Larger is what
+ * lavapipe exports (measured: 11816 bytes for an allocationSize of 7680, 69672 for
+ * 65536): allowed, up to the buffer limit, and charged whole (external_estimate). */
+static int memfd_size_fits(int fd, uint64_t claim, uint64_t *size, char *err, size_t errlen)
+{
   struct stat st;
 
-  if (seals < 0 || (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)) {
-    snprintf(err, errlen, "the memfd can still be shrunk, and allows no F_SEAL_SHRINK (create "
-             "it with MFD_ALLOW_SEALING): importers' mappings would fault");
-    return GPUSHM_E_INVAL;
-  }
   if (fstat(fd, &st) < 0) {
     snprintf(err, errlen, "fstat of the memfd: %s", strerror(errno));
     return GPUSHM_E_INVAL;
   }
   *size = (uint64_t)st.st_size;
+  if (*size < claim) {
+    snprintf(err, errlen, "the memfd holds %llu bytes, not the %llu claimed",
+             (unsigned long long)*size, (unsigned long long)claim);
+    return GPUSHM_E_INVAL;
+  }
+  if (*size > GPUSHM_LIMIT_BUFFER_SIZE) {
+    snprintf(err, errlen, "the memfd holds %llu bytes, past the limit of %llu",
+             (unsigned long long)*size, (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
+    return GPUSHM_E_LIMIT;
+  }
   return 0;
+}
+
+/* What gpushmd takes from a registrant of a memfd: changing its size, either way
+ * (F_SEAL_SHRINK: one cut short faults every importer's mapping; F_SEAL_GROW: one grown
+ * after registering pins memory its uid was charged nothing for), and adding seals
+ * (F_SEAL_SEAL: F_SEAL_FUTURE_WRITE added later fails importers' writable mappings).
+ * What it keeps: writing its own memory, punching holes included (zeros, which a write
+ * could put there as well).  It must have sent the memfd read-write: importers map it
+ * so.  Checked before sealing (a refused memfd is left as it came, but for a size that
+ * changes meanwhile), and its size again after. */
+static int seal_memfd(int fd, uint64_t claim, uint64_t *size, char *err, size_t errlen)
+{
+  const int need = F_SEAL_SHRINK | F_SEAL_GROW;
+  int flags = fcntl(fd, F_GETFL), seals = fcntl(fd, F_GET_SEALS), r;
+
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) {
+    snprintf(err, errlen, "the memfd was sent open %s: importers map registered memory "
+             "read-write; send an O_RDWR fd", flags >= 0 && (flags & O_ACCMODE) == O_WRONLY
+                                                ? "for writing only" : "for reading only");
+    return GPUSHM_E_INVAL;
+  }
+  if (seals < 0) {
+    snprintf(err, errlen, "the memfd allows no seals (create it with MFD_ALLOW_SEALING): "
+             "its size could change under importers");
+    return GPUSHM_E_INVAL;
+  }
+  if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) {
+    snprintf(err, errlen, "the memfd is sealed against writing: importers map registered "
+             "memory read-write");
+    return GPUSHM_E_INVAL;
+  }
+  if ((seals & need) != need && (seals & F_SEAL_SEAL)) {
+    snprintf(err, errlen, "the memfd takes no more seals (F_SEAL_SEAL: made without "
+             "MFD_ALLOW_SEALING, or sealed so) and lacks F_SEAL_SHRINK and F_SEAL_GROW: its "
+             "size could change under importers");
+    return GPUSHM_E_INVAL;
+  }
+  if ((r = memfd_size_fits(fd, claim, size, err, errlen)) < 0)
+    return r;
+  if (((seals & need) != need && fcntl(fd, F_ADD_SEALS, need & ~seals) < 0) ||
+      (!(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0)) {
+    snprintf(err, errlen, "sealing the memfd: %s", strerror(errno));
+    return GPUSHM_E_INVAL;
+  }
+  return memfd_size_fits(fd, claim, size, err, errlen);
 }
 
 static int external_check(const struct registry *reg, const struct reg_create_args *args,
@@ -110,19 +168,18 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
                (unsigned long long)x->allocation_size);
       return GPUSHM_E_INVAL;
     }
+    /* Importers map size bytes, and code that walks the rows walks all of them. */
+    if (args->size < image_linear_bytes(&p)) {
+      snprintf(err, errlen, "a linear image of %llu bytes of rows (row pitch %llu) registered "
+               "with a size of %llu: its size covers its rows",
+               (unsigned long long)image_linear_bytes(&p), (unsigned long long)p.row_pitch,
+               (unsigned long long)args->size);
+      return GPUSHM_E_INVAL;
+    }
   }
   switch (classify(x->fd, &memfd_size, what, sizeof what)) {
   case FD_MEMFD:
-    /* Sealed against shrinking before its size is read: a memfd cut short later would
-     * fault every importer's mapping (SIGBUS).  Mesa seals its exports itself. */
-    if ((r = seal_against_shrinking(x->fd, &memfd_size, err, errlen)) < 0)
-      return r;
-    if (memfd_size < x->allocation_size) {
-      snprintf(err, errlen, "the memfd holds %llu bytes, not the %llu claimed",
-               (unsigned long long)memfd_size, (unsigned long long)x->allocation_size);
-      return GPUSHM_E_INVAL;
-    }
-    return 0;
+    return seal_memfd(x->fd, x->allocation_size, &memfd_size, err, errlen);
   case FD_NVIDIA:
     *be = registry_backend(reg, GPUSHM_BACKEND_CUDA_FD);
     if (!*be || !(*be)->verify_external || ((*be)->unavailable && (*be)->unavailable(*be))) {
@@ -140,11 +197,18 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
 static void external_estimate(const struct registry *reg, const struct reg_create_args *args,
                               const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
 {
+  struct stat st;
+
   (void)reg;
-  (void)be;
   /* The pages are charged to the registrar's cgroup, not the daemon's host budget; its
-   * uid pays for what gpushmd keeps alive. */
+   * uid pays for what gpushmd keeps alive: all a memfd holds, in whole pages (be NULL;
+   * checked and sealed against growing by now), NVIDIA memory as claimed (its import
+   * checked that). */
   *bytes = args->external->allocation_size;
+  if (!be && fstat(args->external->fd, &st) == 0 && (uint64_t)st.st_size > *bytes)
+    *bytes = (uint64_t)st.st_size;
+  if (!be)
+    *bytes = page_rounded(*bytes);
   *host_bytes = 0;
 }
 
@@ -173,11 +237,26 @@ static int external_alloc(struct registry *reg, struct reg_object *obj,
     r = GPUSHM_E_IO;
     goto fail;
   }
-  if (args->image)
+  if (args->image) {
+    /* Kept as create keeps an image's: completed (a linear row pitch of 0 is the
+     * default one), which external_check found valid. */
     *obj->image = *args->image;
+    image_check(obj->image, err, errlen);
+  }
   obj->external = x;
   obj->device = device;
   obj->allocated = x->allocation_size;
+  if (!be) {
+    /* what the sealed memfd holds, which its uid is charged for */
+    struct stat st;
+    if (fstat(x->fd, &st) < 0) {
+      snprintf(err, errlen, "keeping the memfd: %s", strerror(errno));
+      close(x->fd);
+      r = GPUSHM_E_IO;
+      goto fail;
+    }
+    obj->allocated = page_rounded((uint64_t)st.st_size);
+  }
   obj->host_bytes = 0;
   return 0;
 fail:
@@ -189,7 +268,11 @@ fail:
 
 /* Every opener gets a dup of the same file: an OPAQUE_FD cannot be narrowed to reading,
  * so a read-only open of registered memory stops bugs in the importer's own code (the
- * helpers refuse write usage on one), not a hostile holder (docs/graphics.md). */
+ * helpers refuse write usage on one), not a hostile holder (docs/graphics.md).  Not even
+ * a memfd's: Mesa's drivers, which export those, import only what they can map
+ * read-write (measured: a read-only reopen failed lavapipe's vkAllocateMemory import
+ * with VK_ERROR_INVALID_EXTERNAL_HANDLE and llvmpipe's glNamedBufferStorageMemEXT with
+ * GL_OUT_OF_MEMORY). */
 static int external_export(struct registry *reg, struct reg_object *obj,
                            struct reg_client *client, const struct reg_policy *policy,
                            bool read_only, struct reg_export *out, char *err, size_t errlen)
