@@ -222,9 +222,13 @@ int gpushm_register_memory(gpushm_t *conn, const char *name, const gpushm_extern
   if (user_opts && (r = client_copy_opts(&opts, sizeof opts, user_opts,
                                          GPUSHM_CREATE_OPTS_SIZE_V1, "gpushm_create_opts_t")) < 0)
     return r;
-  if (opts.backend || opts.flags || opts.open)
+  if (opts.backend || (opts.flags & ~GPUSHM_CREATE_STRICT_MODE) || opts.open)
     return client_error(GPUSHM_E_INVAL, "registered memory has its own backend, and takes no "
-                        "create flags or open options");
+                        "create flags (but GPUSHM_CREATE_STRICT_MODE) or open options");
+  /* An older daemon would drop the field and keep the mode it cannot keep. */
+  if ((opts.flags & GPUSHM_CREATE_STRICT_MODE) && !(conn->features & GPUSHM_FEATURE_STRICT_MODE))
+    return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s cannot be asked to refuse modes its "
+                        "backends do not keep (GPUSHM_FEATURE_STRICT_MODE)", conn->daemon_version);
   if (mem.handle_type != GPUSHM_EXTERNAL_OPAQUE_FD || mem.fd < 0 ||
       (mem.flags & ~GPUSHM_EXTERNAL_DEDICATED))
     return client_error(GPUSHM_E_INVAL, "register an OPAQUE_FD (handle_type %u, fd %d, flags "
@@ -252,6 +256,7 @@ int gpushm_register_memory(gpushm_t *conn, const char *name, const gpushm_extern
               : mem.data_size ? mem.data_size : mem.allocation_size;
   body.mode = opts.mode;
   body.lifetime = (Gpushm__Lifetime)opts.lifetime;
+  body.strict_mode = (opts.flags & GPUSHM_CREATE_STRICT_MODE) != 0;
   body.memory = &memory;
   body.metadata.data = (uint8_t *)opts.metadata;
   body.metadata.len = opts.metadata_size;

@@ -145,7 +145,9 @@ typedef struct gpushm_external_memory {
 
 GPUSHM_API void gpushm_external_memory_init(gpushm_external_memory_t *mem);
 /* Registers mem under name; opts: mode, lifetime and metadata as for a create (NULL:
- * defaults; backend, device and flags must be defaults).  *out is an open of it that
+ * defaults; backend and device must be defaults, flags none but
+ * GPUSHM_CREATE_STRICT_MODE, which refuses a mode giving read-only access: registered
+ * memory's readers get what maps read-write, docs/security.md).  *out is an open of it that
  * maps nothing (the registrar has the memory).  The memory counts against the
  * caller's uid (allocation_size) as a buffer's would. */
 GPUSHM_API int gpushm_register_memory(gpushm_t *conn, const char *name,

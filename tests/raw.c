@@ -43,7 +43,35 @@ Gpushm__Reply *raw_call(int sock, Gpushm__Request *req, int *fds, unsigned *n_fd
   return reply;
 }
 
+Gpushm__Reply *raw_call_fd(int sock, Gpushm__Request *req, int send_fd, int *fds,
+                           unsigned *n_fds)
+{
+  struct wire_frame frame;
+  const char *why = NULL;
+  Gpushm__Reply *reply;
+  long len;
+
+  req->request_id = ++next_request_id;
+  len = wire_encode(tx, WIRE_TYPE_REQUEST, &req->base, 1);
+  CHECK(len > 0);
+  CHECK(wire_send_frame(sock, tx, (size_t)len, &send_fd, 1, 0) == 0);
+  if (wire_recv_frame(sock, rx, WIRE_TYPE_REPLY, 0, &frame, &why) < 0)
+    return NULL;
+  reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
+  CHECK(reply != NULL);
+  memcpy(fds, frame.fds, sizeof(int) * frame.n_fds);
+  *n_fds = frame.n_fds;
+  return reply;
+}
+
 int raw_hello(int sock, const char *client_name, int *status_fd)
+{
+  /* As the library: carved buffers come as their segment's fd, which is what attacks
+   * on a buffer's fd then attack. */
+  return raw_hello_features(sock, client_name, GPUSHM_FEATURE_SEGMENTS, status_fd);
+}
+
+int raw_hello_features(int sock, const char *client_name, uint64_t features, int *status_fd)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__Hello hello = GPUSHM__HELLO__INIT;
@@ -54,9 +82,7 @@ int raw_hello(int sock, const char *client_name, int *status_fd)
 
   hello.protocol_version = GPUSHM_PROTOCOL_VERSION;
   hello.client_name = (char *)client_name;
-  /* As the library: carved buffers come as their segment's fd, which is what attacks
-   * on a buffer's fd then attack. */
-  hello.features = GPUSHM_FEATURE_SEGMENTS;
+  hello.features = features;
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &hello;
   CHECK((reply = raw_call(sock, &req, fds, &n)) != NULL);

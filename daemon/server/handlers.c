@@ -372,6 +372,7 @@ static int handle_register(struct handler_call *call, const Gpushm__Request *req
     .device = -1,
     .mode = rr->mode,
     .lifetime = rr->lifetime,
+    .strict_mode = rr->strict_mode,
     .metadata = rr->metadata.data,
     .metadata_len = rr->metadata.len,
     .external = &external,

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "config.h"
 #include "harness.h"
+#include "raw.h"
 #include "gpushm.h"
 #include "gpushm-graphics.h"
 
@@ -415,6 +416,156 @@ static void test_permissions_and_quota(const struct test_daemon *daemon, gpushm_
            "taken; its own registrations charged to its quota");
 }
 
+/* Issue 36, items 1 and 3: uid 65534 as a registrant that changes its memfd once gpushmd
+ * has it.  Growing it would pin memory its uid is not charged for, adding
+ * F_SEAL_FUTURE_WRITE would fail importers' writable mappings: gpushmd seals against
+ * both (and against any further seal); a memfd sent without write access is refused;
+ * a memfd larger than its claim (as lavapipe exports them) is charged whole. */
+static void test_registrant_changes(const struct test_daemon *daemon)
+{
+  pid_t pid = fork_as(65534, 65534);
+
+  if (pid == 0) {
+    uint8_t uuid[16];
+    char path[64];
+    gpushm_t *c;
+    gpushm_buffer_t *x;
+    gpushm_external_memory_t m;
+    const gpushm_buffer_info_t *info;
+    int fd = memfd_create("registrant", MFD_CLOEXEC | MFD_ALLOW_SEALING), ro, wo;
+
+    first_device_uuid(uuid);
+    CHECK_OK(gpushm_connect(daemon->socket, "registrant", &c));
+    /* claims 4 KiB, holds 11816 bytes (lavapipe's size for an allocationSize of 7680) */
+    CHECK(fd >= 0 && ftruncate(fd, 11816) == 0);
+    m = memory_of(fd, uuid);
+    m.allocation_size = 4096;
+    CHECK_OK(gpushm_register_memory(c, "grower", &m, NULL, &x));
+    CHECK((info = find_buffer(c, "grower")) && gpushm_buffer_info_allocated(info) == 12288);
+    CHECK(ftruncate(fd, 256u << 20) < 0 && errno == EPERM);
+    CHECK(ftruncate(fd, 4096) < 0 && errno == EPERM);
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0 && errno == EPERM);
+    CHECK((fcntl(fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+          (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+    CHECK_OK(gpushm_buffer_close(x));
+    CHECK_OK(gpushm_unlink(c, "grower"));
+    close(fd);
+    /* sent open for reading only, or for writing only (nobody could map that) */
+    fd = exported_memory(3);
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    CHECK((ro = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+    CHECK((wo = open(path, O_WRONLY | O_CLOEXEC)) >= 0);
+    m = memory_of(ro, uuid);
+    CHECK_ERR(gpushm_register_memory(c, "half", &m, NULL, &x), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "for reading only"));
+    m = memory_of(wo, uuid);
+    CHECK_ERR(gpushm_register_memory(c, "half", &m, NULL, &x), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "for writing only"));
+    /* sealed against writing: importers could not map it */
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0);
+    m = memory_of(fd, uuid);
+    CHECK_ERR(gpushm_register_memory(c, "half", &m, NULL, &x), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "sealed against writing"));
+    CHECK(find_buffer(c, "half") == NULL);
+    close(ro);
+    close(wo);
+    close(fd);
+    gpushm_disconnect(c);
+    _exit(0);
+  }
+  check_child(pid);
+  test_log("registrant uid 65534: its memfd sealed against growing, shrinking and further "
+           "seals once registered, charged whole (11816 bytes claimed as 4096: 12288); "
+           "read-only, write-only and write-sealed memfds refused");
+}
+
+/* Issue 36, items 2 and 4, as uid 65534 speaking the protocol itself (the library sends
+ * a registered image's allocation as its size): a 64x64 RGBA8 linear image (16 KiB of
+ * rows) registered with a size of 4096 or 1 is refused, and one with row pitch 0 is kept
+ * completed, as a created image is; a strict-mode registration refuses a mode its
+ * readers would not be held to. */
+static void test_registered_image_sizes(const struct test_daemon *daemon)
+{
+  pid_t pid = fork_as(65534, 65534);
+
+  if (pid == 0) {
+    static const uint64_t sizes[] = { 4096, 1, 16384 };
+    uint8_t uuid[16];
+    int sock = raw_connect(daemon->socket), status_fd, fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+    int mem = exported_memory(4);
+    gpushm_create_opts_t opts;
+    gpushm_external_memory_t m;
+    gpushm_image_desc_t got;
+    gpushm_buffer_t *x;
+    gpushm_t *c;
+
+    first_device_uuid(uuid);
+    CHECK(raw_hello_features(sock, "raw-registrant", GPUSHM_FEATURE_SEGMENTS |
+                             GPUSHM_FEATURE_GRAPHICS, &status_fd) == 0);
+    close(status_fd);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      Gpushm__Request req = GPUSHM__REQUEST__INIT;
+      Gpushm__RegisterRequest body = GPUSHM__REGISTER_REQUEST__INIT;
+      Gpushm__ExternalMemory em = GPUSHM__EXTERNAL_MEMORY__INIT;
+      Gpushm__ImageDesc desc = GPUSHM__IMAGE_DESC__INIT;
+      Gpushm__Reply *r;
+      unsigned n = 0;
+
+      em.allocation_size = MEM_BYTES;
+      em.device_uuid = (ProtobufCBinaryData){ 16, uuid };
+      em.driver_uuid = (ProtobufCBinaryData){ 16, uuid };
+      em.driver_info = "raw";
+      desc.format = GPUSHM_FORMAT_RGBA8_UNORM;
+      desc.width = desc.height = 64;
+      desc.depth = desc.mip_levels = desc.array_layers = 1;
+      desc.usage = GPUSHM_IMAGE_USAGE_SAMPLED;
+      body.name = "raw-image";
+      body.size = sizes[i];
+      body.memory = &em;
+      body.image = &desc;
+      req.body_case = GPUSHM__REQUEST__BODY_REGISTER_MEMORY;
+      req.register_memory = &body;
+      CHECK((r = raw_call_fd(sock, &req, mem, fds, &n)) != NULL);
+      for (unsigned k = 0; k < n; k++)
+        close(fds[k]);
+      if (sizes[i] < 16384)
+        CHECK(r->status == -GPUSHM_E_INVAL && strstr(r->message, "covers its rows"));
+      else
+        CHECK(r->status == 0);
+      gpushm__reply__free_unpacked(r, NULL);
+    }
+    CHECK_OK(gpushm_connect(daemon->socket, "reader", &c));
+    {
+      gpushm_open_opts_t o;
+      gpushm_open_opts_init(&o);
+      o.map_device = GPUSHM_DEVICE_NONE;
+      CHECK_OK(gpushm_buffer_open_ex(c, "raw-image", 0, &o, &x));
+    }
+    CHECK_OK(gpushm_buffer_image_desc(x, &got));
+    CHECK(got.row_pitch == 256 && gpushm_buffer_size(x) == 16384);
+    CHECK_OK(gpushm_buffer_close(x));
+    close(sock); /* its session's registration goes: persistent, so unlink it */
+    CHECK_OK(gpushm_unlink(c, "raw-image"));
+    /* strict mode: 0644 would promise read-only to others, who get a read-write dup */
+    m = memory_of(mem, uuid);
+    gpushm_create_opts_init(&opts);
+    opts.flags = GPUSHM_CREATE_STRICT_MODE;
+    opts.mode = 0644;
+    CHECK_ERR(gpushm_register_memory(c, "strict", &m, &opts, &x), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "registered"));
+    opts.mode = 0600;
+    CHECK_OK(gpushm_register_memory(c, "strict", &m, &opts, &x));
+    CHECK_OK(gpushm_buffer_close(x));
+    CHECK_OK(gpushm_unlink(c, "strict"));
+    close(mem);
+    gpushm_disconnect(c);
+    _exit(0);
+  }
+  check_child(pid);
+  test_log("registered linear image as uid 65534 over the wire: sizes 4096 and 1 for 16 KiB "
+           "of rows refused, row pitch 0 kept as 256; strict mode refuses 0644, takes 0600");
+}
+
 /* File-scope: a forked child's copy stays reachable (never leaked) when it exits. */
 static gpushm_t *conn;
 
@@ -439,6 +590,8 @@ int main(void)
   CHECK(gpushm_daemon_has(conn, GPUSHM_FEATURE_GRAPHICS));
   test_linear_images(conn);
   test_registered(&d, conn);
+  test_registrant_changes(&d);
+  test_registered_image_sizes(&d);
   test_refusals(conn);
   gpushm_disconnect(conn);
   daemon_stop(&d);
