@@ -25,36 +25,22 @@ int raw_connect(const char *path)
 
 Gpushm__Reply *raw_call(int sock, Gpushm__Request *req, int *fds, unsigned *n_fds)
 {
-  struct wire_frame frame;
-  const char *why = NULL;
-  Gpushm__Reply *reply;
-  long len;
-
-  req->request_id = ++next_request_id;
-  len = wire_encode(tx, WIRE_TYPE_REQUEST, &req->base, 0);
-  CHECK(len > 0);
-  CHECK(send(sock, tx, (size_t)len, MSG_NOSIGNAL) == len);
-  if (wire_recv_frame(sock, rx, WIRE_TYPE_REPLY, 0, &frame, &why) < 0)
-    return NULL;
-  reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
-  CHECK(reply != NULL);
-  memcpy(fds, frame.fds, sizeof(int) * frame.n_fds);
-  *n_fds = frame.n_fds;
-  return reply;
+  return raw_call_fd(sock, req, -1, fds, n_fds);
 }
 
 Gpushm__Reply *raw_call_fd(int sock, Gpushm__Request *req, int send_fd, int *fds,
                            unsigned *n_fds)
 {
+  const unsigned n_send = send_fd >= 0 ? 1 : 0;
   struct wire_frame frame;
   const char *why = NULL;
   Gpushm__Reply *reply;
   long len;
 
   req->request_id = ++next_request_id;
-  len = wire_encode(tx, WIRE_TYPE_REQUEST, &req->base, 1);
+  len = wire_encode(tx, WIRE_TYPE_REQUEST, &req->base, n_send);
   CHECK(len > 0);
-  CHECK(wire_send_frame(sock, tx, (size_t)len, &send_fd, 1, 0) == 0);
+  CHECK(wire_send_frame(sock, tx, (size_t)len, &send_fd, n_send, 0) == 0);
   if (wire_recv_frame(sock, rx, WIRE_TYPE_REPLY, 0, &frame, &why) < 0)
     return NULL;
   reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);

@@ -13,7 +13,7 @@ int raw_connect(const char *path);
  * gpushm__reply__free_unpacked); the fds that came with it go to fds (room for
  * GPUSHM_LIMIT_FDS_PER_FRAME), their count to *n_fds.  NULL if the connection ended. */
 Gpushm__Reply *raw_call(int sock, Gpushm__Request *req, int *fds, unsigned *n_fds);
-/* raw_call with send_fd attached (register_memory); send_fd stays the caller's. */
+/* raw_call with send_fd attached (register_memory; -1: none); send_fd stays the caller's. */
 Gpushm__Reply *raw_call_fd(int sock, Gpushm__Request *req, int send_fd, int *fds,
                            unsigned *n_fds);
 /* Hello with client_name; returns the reply's status (0 or a positive error number)
