@@ -303,6 +303,8 @@ int gpushm_buffer_memory_info(const gpushm_buffer_t *buf, gpushm_memory_info_t *
       info.allocation_size = m->ext_allocation_size;
       info.memory_type_index = m->ext_memory_type_index;
       info.flags = m->ext_dedicated ? GPUSHM_EXTERNAL_DEDICATED : 0;
+      if (m->memory_fd >= 0 && (fcntl(m->memory_fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+        info.flags |= GPUSHM_EXTERNAL_READ_ONLY_FD;
       memcpy(info.driver_uuid, m->ext_driver_uuid, sizeof info.driver_uuid);
       snprintf(info.driver_info, sizeof info.driver_info, "%s", m->ext_driver_info);
     } else {

@@ -676,9 +676,10 @@ static void show_detached(struct ctl *ctl, uint64_t id)
   gpushm_stats_free(s);
 }
 
-/* Read-only for group or others is kept by the host backend alone: a reader of device
- * or registered memory is sent what maps it read-write (docs/security.md).  Said where
- * the mode is shown, since the mode alone reads as a promise. */
+/* Read-only for group or others is kept for host memory and registered memfds (on no
+ * device) alone: a reader of device memory or registered NVIDIA memory is sent what
+ * maps it read-write (docs/security.md).  Said where the mode is shown, since the mode
+ * alone reads as a promise. */
 static void advisory_read_only(const gpushm_buffer_info_t *b)
 {
   const uint32_t mode = gpushm_buffer_info_mode(b);
@@ -686,11 +687,12 @@ static void advisory_read_only(const gpushm_buffer_info_t *b)
   const gpushm_backend_t backend = gpushm_buffer_info_backend(b);
 
   if ((!group && !other) || backend == GPUSHM_BACKEND_HOST ||
-      gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT)
+      gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT ||
+      (backend == GPUSHM_BACKEND_EXTERNAL && gpushm_buffer_info_device(b) < 0))
     return;
   printf("            read-only for %s is not enforced: %s hands readers %s that maps it "
          "read-write (docs/security.md)\n", group && other ? "group and others" : group ? "group"
-         : "others", backend == GPUSHM_BACKEND_EXTERNAL ? "registered memory" : info_backend_name(b),
+         : "others", backend == GPUSHM_BACKEND_EXTERNAL ? "registered NVIDIA memory" : info_backend_name(b),
          backend == GPUSHM_BACKEND_CUDA_IPC ? "an IPC handle" : "an fd");
 }
 

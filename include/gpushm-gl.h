@@ -181,6 +181,10 @@ static inline int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
     return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
   if ((r = gpushm_gl_check_device(gl, info)) < 0)
     return r;
+  if (info->flags & GPUSHM_EXTERNAL_READ_ONLY_FD)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "registered memory (a memfd) opened "
+                           "read-only comes open for reading only, which Mesa's drivers "
+                           "cannot import: open it read-write");
   if ((r = gpushm_buffer_memory_fd(buf, &fd)) < 0)
     return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
   gl->GetError();

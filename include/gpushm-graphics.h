@@ -125,6 +125,10 @@ GPUSHM_API int gpushm_image_cuda_array(gpushm_buffer_t *buf, uint32_t level, voi
 #define GPUSHM_EXTERNAL_OPAQUE_FD 1u
 #define GPUSHM_EXTERNAL_HOST_POINTER 2u /* gpushm_memory_info_t only: host buffers */
 #define GPUSHM_EXTERNAL_DEDICATED 0x1u  /* a dedicated allocation (of the image or buffer) */
+/* gpushm_memory_info_t only: the fd is open for reading only, which the kernel keeps (a
+ * read-only open of a registered memfd).  Mesa's drivers import only memfds they can map
+ * read-write: their readers open read-write. */
+#define GPUSHM_EXTERNAL_READ_ONLY_FD 0x2u
 #define GPUSHM_MEMORY_TYPE_ANY 0xffffffffu
 
 typedef struct gpushm_external_memory {
@@ -146,8 +150,9 @@ typedef struct gpushm_external_memory {
 GPUSHM_API void gpushm_external_memory_init(gpushm_external_memory_t *mem);
 /* Registers mem under name; opts: mode, lifetime and metadata as for a create (NULL:
  * defaults; backend and device must be defaults, flags none but
- * GPUSHM_CREATE_STRICT_MODE, which refuses a mode giving read-only access: registered
- * memory's readers get what maps read-write, docs/security.md).  *out is an open of it that
+ * GPUSHM_CREATE_STRICT_MODE, which refuses a mode giving read-only access: readers of
+ * NVIDIA memory get what maps read-write, docs/security.md; a memfd's get a read-only
+ * reopen, and gpushmd makes its file mode 0400).  *out is an open of it that
  * maps nothing (the registrar has the memory).  The memory counts against the
  * caller's uid (allocation_size) as a buffer's would. */
 GPUSHM_API int gpushm_register_memory(gpushm_t *conn, const char *name,
@@ -164,7 +169,7 @@ typedef struct gpushm_memory_info {
   uint64_t data_size;         /* the object's bytes */
   uint32_t memory_type_index; /* GPUSHM_MEMORY_TYPE_ANY: the first DEVICE_LOCAL type the
                                * import allows (cuda-fd memory, as measured on H100) */
-  uint32_t flags;             /* GPUSHM_EXTERNAL_DEDICATED */
+  uint32_t flags;             /* GPUSHM_EXTERNAL_DEDICATED, _READ_ONLY_FD */
   uint8_t device_uuid[16];    /* zero for host memory */
   uint8_t driver_uuid[16];    /* zero where unknown (gpushmd's cuda-fd memory) */
   char driver_info[64];       /* the NVIDIA driver's version (cuda-fd), or the

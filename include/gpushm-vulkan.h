@@ -234,6 +234,12 @@ static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_
   VkResult r;
   int ret;
 
+  if (info->flags & GPUSHM_EXTERNAL_READ_ONLY_FD) {
+    close(fd);
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "registered memory (a memfd) opened "
+                           "read-only comes open for reading only, which Mesa's drivers "
+                           "cannot import: open it read-write");
+  }
   if (info->offset % (req->alignment ? req->alignment : 1) ||
       info->offset + req->size > info->allocation_size) {
     if (fd >= 0)

@@ -83,13 +83,30 @@ static int memfd_size_fits(int fd, uint64_t claim, uint64_t *size, char *err, si
   return 0;
 }
 
+/* A read-only opener is sent an O_RDONLY reopen of the memfd (external_export), which
+ * the kernel keeps read-only (no writable shared mapping, mprotect, write, fallocate or
+ * resize) unless its receiver can reopen it read-write through /proc/self/fd: memfds
+ * are born mode 0777.  0400, as gpushmd's own: the registrant's uid still owns the inode
+ * and could widen it again, but it can write its memory anyway.  A gpushmd that may not
+ * (not root, another uid's memfd) refuses it rather than hand out a read-only that is
+ * not. */
+static int narrow_file_mode(int fd, char *err, size_t errlen)
+{
+  if (fchmod(fd, 0400) == 0)
+    return 0;
+  snprintf(err, errlen, "gpushmd may not make the memfd read-only for its read-only "
+           "openers (fchmod 0400: %s): register as gpushmd's uid, or run gpushmd as root",
+           strerror(errno));
+  return GPUSHM_E_PERM;
+}
+
 /* What gpushmd takes from a registrant of a memfd: changing its size, either way
  * (F_SEAL_SHRINK: one cut short faults every importer's mapping; F_SEAL_GROW: one grown
  * after registering pins memory its uid was charged nothing for), and adding seals
  * (F_SEAL_SEAL: F_SEAL_FUTURE_WRITE added later fails importers' writable mappings).
  * What it keeps: writing its own memory, punching holes included (zeros, which a write
  * could put there as well).  It must have sent the memfd read-write: importers map it
- * so.  Checked before sealing (a refused memfd is left as it came, but for a size that
+ * so.  Its file mode is narrowed (narrow_file_mode) before sealing.  Checked before sealing (a refused memfd is left as it came, but for a size that
  * changes meanwhile), and its size again after. */
 static int seal_memfd(int fd, uint64_t claim, uint64_t *size, char *err, size_t errlen)
 {
@@ -118,7 +135,8 @@ static int seal_memfd(int fd, uint64_t claim, uint64_t *size, char *err, size_t 
              "size could change under importers");
     return GPUSHM_E_INVAL;
   }
-  if ((r = memfd_size_fits(fd, claim, size, err, errlen)) < 0)
+  if ((r = memfd_size_fits(fd, claim, size, err, errlen)) < 0 ||
+      (r = narrow_file_mode(fd, err, errlen)) < 0)
     return r;
   if (((seals & need) != need && fcntl(fd, F_ADD_SEALS, need & ~seals) < 0) ||
       (!(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0)) {
@@ -266,25 +284,32 @@ fail:
   return r;
 }
 
-/* Every opener gets a dup of the same file: an OPAQUE_FD cannot be narrowed to reading,
- * so a read-only open of registered memory stops bugs in the importer's own code (the
- * helpers refuse write usage on one), not a hostile holder (docs/graphics.md).  Not even
- * a memfd's: Mesa's drivers, which export those, import only what they can map
- * read-write (measured: a read-only reopen failed lavapipe's vkAllocateMemory import
- * with VK_ERROR_INVALID_EXTERNAL_HANDLE and llvmpipe's glNamedBufferStorageMemEXT with
- * GL_OUT_OF_MEMORY). */
+/* A read-only opener of a memfd gets a read-only reopen, which the kernel holds it to
+ * (narrow_file_mode); Mesa's drivers, which export memfds, import only what they can
+ * map read-write (measured: lavapipe's vkAllocateMemory fails such an import with
+ * VK_ERROR_INVALID_EXTERNAL_HANDLE, llvmpipe's glNamedBufferStorageMemEXT with
+ * GL_OUT_OF_MEMORY), so their readers open read-write, as host buffers' do.  Every other
+ * opener gets a dup of the file: NVIDIA's OPAQUE_FD cannot be narrowed, so a read-only
+ * open of it stops bugs in the importer's own code (the helpers refuse write usage on
+ * one), not a hostile holder (docs/security.md). */
 static int external_export(struct registry *reg, struct reg_object *obj,
                            struct reg_client *client, const struct reg_policy *policy,
                            bool read_only, struct reg_export *out, char *err, size_t errlen)
 {
+  char path[64];
   int fd;
 
   (void)reg;
   (void)client;
   (void)policy;
-  (void)read_only;
-  if ((fd = fcntl(obj->external->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
-    snprintf(err, errlen, "dup: %s", strerror(errno));
+  if (read_only && !obj->external->nvidia) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", obj->external->fd);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+  } else {
+    fd = fcntl(obj->external->fd, F_DUPFD_CLOEXEC, 3);
+  }
+  if (fd < 0) {
+    snprintf(err, errlen, "exporting registered memory: %s", strerror(errno));
     return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
   }
   out->fds[out->n_fds++] = fd;

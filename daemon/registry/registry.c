@@ -449,19 +449,20 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
 /* Mode bits a device backend cannot keep: read without write for group or others.  Its
  * readers are sent a handle or fd that the driver maps read-write for whoever holds it
  * (docs/security.md), so such a mode would promise what nobody enforces.  Registered
- * memory is the same: every opener gets a dup of the registrant's fd. */
+ * NVIDIA memory is the same: every opener gets a dup of the registrant's fd. */
 static int check_mode_kept(const struct registry *reg, const struct reg_create_args *args,
                            uint32_t mode, const struct backend *be, char *err, size_t errlen)
 {
   const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
 
-  /* registered memory is an OPAQUE_FD (or a memfd) every opener gets a dup of */
-  if ((!args->external && (!be || be->kind == GPUSHM_BACKEND_HOST)) || (!group && !other))
+  /* registered memory: a memfd's readers get a read-only reopen (be NULL), NVIDIA's
+   * (be cuda-fd, which checked it) a dup of the OPAQUE_FD */
+  if (!be || be->kind == GPUSHM_BACKEND_HOST || (!group && !other))
     return 0;
   snprintf(err, errlen, "mode %04o gives %s read-only access, which %s cannot keep (readers get "
            "an %s that maps it read-write): use 0%o, 0%o or the host backend%s; "
            "docs/security.md", mode, group && other ? "group and others" : group ? "its group"
-           : "others", args->external ? "registered memory" : be->name,
+           : "others", args->external ? "registered NVIDIA memory" : be->name,
            !args->external && be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
            mode | (group ? 020 : 0) | (other ? 02 : 0),
            mode & ~(uint32_t)(group ? 040 : 0) & ~(uint32_t)(other ? 04 : 0),

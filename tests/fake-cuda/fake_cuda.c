@@ -1153,6 +1153,14 @@ struct fake_mipmap {
   struct fake_array level[16];
 };
 
+/* A read-only open of a registered memfd arrives O_RDONLY: the stand-in for a device
+ * maps it as it may (real CUDA imports no memfd at all). */
+static int fake_ext_prot(int fd)
+{
+  int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+}
+
 static CUresult fake_cuImportExternalMemory(CUexternalMemory *out,
                                             const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)
 {
@@ -1187,7 +1195,7 @@ static CUresult fake_cuExternalMemoryGetMappedBuffer(CUdeviceptr *p, CUexternalM
     return CUDA_ERROR_INVALID_VALUE;
   if ((fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  base = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  base = mmap(NULL, d->size, fake_ext_prot(fd), MAP_SHARED, fd, 0);
   if (base == MAP_FAILED || !(a = calloc(1, sizeof *a))) {
     if (base != MAP_FAILED)
       munmap(base, d->size);
@@ -1231,7 +1239,7 @@ static CUresult fake_cuExternalMemoryGetMappedMipmappedArray(
   if (need > x->size || !(m = calloc(1, sizeof *m)))
     return need > x->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
   m->len = x->size;
-  m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, x->fd, 0);
+  m->base = mmap(NULL, m->len, fake_ext_prot(x->fd), MAP_SHARED, x->fd, 0);
   if (m->base == MAP_FAILED) {
     free(m);
     return CUDA_ERROR_OUT_OF_MEMORY;

@@ -215,6 +215,14 @@ static void vk_produce_buffer(const char *name, uint32_t seed)
   CHECK(vkc_host_buffer(&c, BUFFER_BYTES, &staging) == 0);
   gpushm_create_opts_init(&opts);
   opts.mode = 0644;
+  /* strict mode: 0644 would promise read-only to others, who get the OPAQUE_FD itself
+   * (registered NVIDIA memory cannot be narrowed, as a memfd is) */
+  opts.flags = GPUSHM_CREATE_STRICT_MODE;
+  CHECK(gpushm_vk_create_buffer(&c.gpushm, conn, name, BUFFER_BYTES,
+                                VK_BUFFER_USAGE_TRANSFER_DST_BIT, &opts, &vb, &b) ==
+        GPUSHM_E_INVAL);
+  CHECK(strstr(c.gpushm.error, "registered NVIDIA memory"));
+  opts.flags = 0;
   if (gpushm_vk_create_buffer(&c.gpushm, conn, name, BUFFER_BYTES,
                               VK_BUFFER_USAGE_TRANSFER_DST_BIT, &opts, &vb, &b) < 0) {
     fprintf(stderr, "gpushm_vk_create_buffer: %s\n", c.gpushm.error);

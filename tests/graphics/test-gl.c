@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* gpushm objects in OpenGL (gpushm-gl.h): a buffer and an optimal image a Vulkan
  * process exported and registered, imported by a headless GL process of another uid
- * (uid 65534 where root runs this) as a buffer object and a texture, read back; memory
- * of another device refused naming both.  CI: lavapipe → llvmpipe; the GPU host: the
+ * (uid 65534 where root runs this) as a buffer object and a texture, read back (a
+ * lavapipe memfd opened read-only comes read-only, which llvmpipe cannot import: refused
+ * naming the cure, then opened read-write); memory of another device refused naming
+ * both.  CI: lavapipe → llvmpipe; the GPU host: the
  * NVIDIA driver both sides. */
 #define _GNU_SOURCE
 #include "config.h"
 #include "harness.h"
 #include "vk-context.h"
 #include "gl-verify.h"
+#include "kept-read-only.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -46,7 +49,7 @@ static void registrar(void)
   CHECK_OK(gpushm_connect(socket_path, "gl-registrar", &conn));
   CHECK(vkc_host_buffer(&c, BUFFER_BYTES, &staging) == 0);
   gpushm_create_opts_init(&opts);
-  opts.mode = 0644;
+  opts.mode = 0666; /* read-write for a reader of lavapipe's memfds (kept-read-only.h) */
   if (gpushm_vk_create_buffer(&c.gpushm, conn, "for-gl", BUFFER_BYTES,
                               VK_BUFFER_USAGE_TRANSFER_DST_BIT, &opts, &vb, &b) < 0 ||
       (gpushm_image_desc_init(&d), d.width = W, d.height = H, d.tiling = GPUSHM_TILING_OPTIMAL,
@@ -72,15 +75,33 @@ static void registrar(void)
   gpushm_disconnect(conn);
 }
 
-static gpushm_buffer_t *open_for_graphics(gpushm_t *conn, const char *name)
+static gpushm_buffer_t *open_with(gpushm_t *conn, const char *name, unsigned flags)
 {
   gpushm_open_opts_t o;
   gpushm_buffer_t *b;
   gpushm_open_opts_init(&o);
   o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = GPUSHM_OPEN_READONLY;
+  o.flags = flags;
   CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
   return b;
+}
+
+/* Read-only where the memory imports so (NVIDIA's); a memfd kept read-only is refused
+ * by the helper, naming the cure, and opened read-write. */
+static gpushm_buffer_t *open_for_graphics(gpushm_gl_t *gl, gpushm_t *conn, const char *name,
+                                          bool texture)
+{
+  gpushm_buffer_t *b = open_with(conn, name, GPUSHM_OPEN_READONLY);
+  GLuint object = 0, memory = 0;
+
+  if (!kept_read_only(b))
+    return b;
+  CHECK_ERR(texture ? gpushm_gl_import_texture(gl, b, &object, &memory)
+                    : gpushm_gl_import_buffer(gl, b, 0, &object, &memory),
+            GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gl->error, "open it read-write") && object == 0 && memory == 0);
+  CHECK_OK(gpushm_buffer_close(b));
+  return open_with(conn, name, 0);
 }
 
 static void consumer(void)
@@ -113,7 +134,7 @@ static void consumer(void)
   *(void **)&get_texture = eglc_proc("glGetTextureImage");
   CHECK(got && get_buffer && get_texture);
   CHECK_OK(gpushm_connect(socket_path, "gl-consumer", &conn));
-  b = open_for_graphics(conn, "for-gl");
+  b = open_for_graphics(&gl, conn, "for-gl", false);
   if (gpushm_gl_import_buffer(&gl, b, size, &buffer, &memory) < 0) {
     fprintf(stderr, "import buffer: %s\n", gl.error);
     exit(1);
@@ -129,7 +150,7 @@ static void consumer(void)
   /* the same by a GL compute shader, which a wrong pattern fails */
   CHECK(glv_words(&gl, buffer, (uint32_t)(size / 4), 0x91000000u) == 0);
   CHECK(glv_words(&gl, buffer, (uint32_t)(size / 4), 0x91000001u) == (long)(size / 4));
-  img = open_for_graphics(conn, "tex-for-gl");
+  img = open_for_graphics(&gl, conn, "tex-for-gl", true);
   if (gpushm_gl_import_texture(&gl, img, &texture, &tex_memory) < 0) {
     fprintf(stderr, "import texture: %s\n", gl.error);
     exit(1);
@@ -173,7 +194,7 @@ static void mismatch(void)
   CHECK_OK(gpushm_register_memory(conn, "gl-elsewhere", &m, NULL, &reg));
   close(fd);
   CHECK(eglc_open(&e, why, sizeof why) == 0 && gpushm_gl_init(&gl, eglc_proc) == 0);
-  b = open_for_graphics(conn, "gl-elsewhere");
+  b = open_with(conn, "gl-elsewhere", GPUSHM_OPEN_READONLY);
   CHECK_ERR(gpushm_gl_import_buffer(&gl, b, 0, &buffer, &memory), GPUSHM_E_UNSUPPORTED);
   fprintf(stderr, "# %s\n", gl.error);
   CHECK(strstr(gl.error, "77777777-7777") && strstr(gl.error, (const char *)gl.GetString(GL_RENDERER)));

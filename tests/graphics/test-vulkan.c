@@ -5,7 +5,9 @@
  *    what the CPU wrote through gpushm, and the CPU what Vulkan wrote;
  *  - a buffer and an optimal image made exportable by one Vulkan process, filled,
  *    registered, the process gone; imported by another (uid 65534 where root runs
- *    this) and read back texel for texel;
+ *    this) and read back texel for texel: read-only where it is NVIDIA memory; a
+ *    lavapipe memfd opened read-only comes read-only, which Mesa cannot import (refused
+ *    by the helpers, naming the cure), so it is opened read-write;
  *  - a linear image gpushmd allocated, written by the CPU, read by Vulkan through the
  *    rows buffer (and the LINEAR image where the device lays it out alike);
  *  - refusals: memory of another device or driver (naming both), write usage on a
@@ -15,6 +17,7 @@
 #include "config.h"
 #include "harness.h"
 #include "vk-verify.h"
+#include "kept-read-only.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -81,7 +84,7 @@ static void registrar(void)
   CHECK_OK(gpushm_connect(socket_path, "vk-registrar", &conn));
   CHECK(vkc_host_buffer(&c, W * H * 4, &staging) == 0);
   gpushm_create_opts_init(&opts);
-  opts.mode = 0644;
+  opts.mode = 0666; /* read-write for a reader of lavapipe's memfds (kept-read-only.h) */
   if (gpushm_vk_create_buffer(&c.gpushm, conn, "vk-buffer", W * H * 4,
                               VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               &opts, &vb, &b) < 0) {
@@ -148,6 +151,13 @@ static void consumer(void)
   /* write usage on a read-only open: refused before anything is imported */
   CHECK_ERR(gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_DST_BIT, &vb),
             GPUSHM_E_PERM);
+  if (kept_read_only(b)) {
+    CHECK_ERR(gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb),
+              GPUSHM_E_UNSUPPORTED);
+    CHECK(strstr(c.gpushm.error, "open it read-write"));
+    CHECK_OK(gpushm_buffer_close(b));
+    b = open_for_graphics(conn, "vk-buffer", 0);
+  }
   if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                               VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, &vb) < 0) {
     fprintf(stderr, "import buffer: %s\n", c.gpushm.error);
@@ -163,6 +173,11 @@ static void consumer(void)
   gpushm_vk_destroy_buffer(&c.gpushm, &vb);
 
   img = open_for_graphics(conn, "vk-image", GPUSHM_OPEN_READONLY);
+  if (kept_read_only(img)) {
+    CHECK_ERR(gpushm_vk_import_image(&c.gpushm, img, &vi), GPUSHM_E_UNSUPPORTED);
+    CHECK_OK(gpushm_buffer_close(img));
+    img = open_for_graphics(conn, "vk-image", 0);
+  }
   if (gpushm_vk_import_image(&c.gpushm, img, &vi) < 0) {
     fprintf(stderr, "import image: %s\n", c.gpushm.error);
     exit(1);
