@@ -106,6 +106,16 @@
 #define GPUSHM_DEFAULT_MAX_QUEUED_BYTES    (1024u * 1024u)
 /* Frames handled for one client per loop wakeup, so one busy client cannot starve others. */
 #define GPUSHM_LIMIT_FRAMES_PER_WAKEUP     32u
+/* Requests whose cost grows with what gpushmd holds (stats, list, clients) may take,
+ * for all non-admins together, this share of the loop's time, in bursts of at most
+ * GPUSHM_LIMIT_COSTLY_BURST_US; past it they wait their turn, their connection paused
+ * (daemon/server/costly.h).  Admins never wait.  Without it, with 100,000 buffers, one
+ * uid's stats flood from 200 connections had root's ping at p50 158 ms (issue 36). */
+#define GPUSHM_LIMIT_COSTLY_SHARE_PERCENT  25u
+#define GPUSHM_LIMIT_COSTLY_BURST_US       2000u
+/* Counting gpushmd's open fds walks /proc/self/fd, thousands of entries with 100,000
+ * buffers: a non-admin's stats report the count as it was at most this long ago. */
+#define GPUSHM_LIMIT_OPEN_FDS_AGE_MS       1000u
 /* Warnings one connection can cause per request (refusals, failed one-way requests)
  * are logged at most this many per interval; the rest are counted and one line says how
  * many (at the first warning after the interval, or when the connection ends).  A

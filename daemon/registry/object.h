@@ -26,6 +26,7 @@ struct reg_client {
   bool admin;    /* root or the admin group: may list and unlink every user's buffers */
   struct list holdings; /* reg_holding.client_link */
   struct list mappings; /* seg_mapping.client_link: segments it maps */
+  struct list created;  /* reg_object.creator_link: what goes when it does */
 };
 
 /* What a client's library can take, as its session negotiated it at Hello: the session
@@ -79,6 +80,7 @@ struct reg_object {
   uint32_t mode;
   int lifetime;                     /* gpushm_lifetime_t */
   const struct reg_client *creator; /* session lifetime: until it disconnects */
+  struct list creator_link;         /* in creator->created, while creator is set */
   pid_t creator_pid;
   uint64_t created_unix_ms;
   uint32_t refs;

@@ -125,6 +125,7 @@ void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid
   client->gid = gid;
   list_init(&client->holdings);
   list_init(&client->mappings);
+  list_init(&client->created);
 }
 
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
@@ -140,6 +141,41 @@ void registry_totals(const struct registry *reg, struct reg_totals *out)
   out->bytes_allocated = reg->bytes_allocated;
   out->host_bytes = reg->quota.host_bytes;
   out->next_id = reg->next_id;
+}
+
+const struct reg_tally *registry_tally(const struct registry *reg)
+{
+  return &reg->tally;
+}
+
+int registry_listed_backend(const struct reg_object *obj)
+{
+  struct reg_description d;
+
+  if (obj->kind == REG_EVENT)
+    return REG_EVENT_BACKEND;
+  obj->ops->describe(obj, &d);
+  return d.backend;
+}
+
+/* sign: 1 as obj comes in, -1 as it goes (what came in with it, since neither its
+ * place, its image nor its allocation change meanwhile). */
+static void tally(struct registry *reg, const struct reg_object *obj, int sign)
+{
+  const int backend = registry_listed_backend(obj), device = obj->device + 1;
+  struct reg_count *c;
+
+  reg->bytes_allocated += sign > 0 ? obj->allocated : -obj->allocated;
+  if (backend >= 0 && backend < REG_TALLY_BACKENDS && device >= 0 && device < REG_TALLY_DEVICES) {
+    c = &reg->tally.place[backend][device];
+    c->objects += (uint64_t)(int64_t)sign;
+    c->bytes += sign > 0 ? obj->allocated : -obj->allocated;
+  }
+  if (obj->image && obj->image->format < REG_TALLY_FORMATS && obj->image->tiling < 2) {
+    c = &reg->tally.image[obj->image->format][obj->image->tiling];
+    c->objects += (uint64_t)(int64_t)sign;
+    c->bytes += sign > 0 ? obj->allocated : -obj->allocated;
+  }
 }
 
 bool registry_can_adopt(const struct reg_object *obj)
@@ -281,7 +317,9 @@ static void free_object(struct registry *reg, struct reg_object *obj)
             "'%s' (id %llu, %llu bytes) freed", obj->name, (unsigned long long)obj->id,
             (unsigned long long)obj->allocated);
   ids_remove(&reg->names, &obj->key);
-  reg->bytes_allocated -= obj->allocated;
+  tally(reg, obj, -1);
+  if (obj->creator)
+    list_del(&obj->creator_link);
   quota_host_sub(&reg->quota, obj->host_bytes);
   if (!obj->charged_to_holders)
     release_quota(reg, obj->owner_uid, obj);
@@ -580,13 +618,16 @@ int registry_create(struct registry *reg, struct reg_client *client,
   obj->mode = args->mode ? args->mode : reg->limits.default_mode;
   obj->lifetime = args->lifetime;
   obj->creator = args->lifetime == GPUSHM_LIFETIME_SESSION ? client : NULL;
+  list_init(&obj->creator_link);
+  if (obj->creator)
+    list_add_tail(&client->created, &obj->creator_link);
   obj->creator_pid = client->pid;
   obj->created_unix_ms = now_unix_ms();
   list_init(&obj->holdings);
 
   charge_quota(reg, client->uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
-  reg->bytes_allocated += obj->allocated;
+  tally(reg, obj, 1);
   ids_add(&reg->names, &obj->key);
   names_link(&reg->names, &obj->key);
 
@@ -737,19 +778,14 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
 void registry_client_gone(struct registry *reg, struct reg_client *client)
 {
   /* Unlink session objects first, so that dropping the last reference below frees
-   * them.  Unlinking one nobody holds frees it at once and shifts the id index down:
-   * the walk then stays at the same index. */
-  for (size_t i = 0; i < registry_count(reg);) {
-    struct reg_object *obj = registry_at(reg, i);
-    if (obj->linked && obj->creator == client) {
-      size_t before = registry_count(reg);
-      unlink_object(reg, obj);
-      if (registry_count(reg) < before)
-        continue; /* freed: the same index now holds the next object */
-    }
-    if (obj->creator == client)
-      obj->creator = NULL;
-    i++;
+   * them.  Its own list, in the order they were made: a walk of every object cost
+   * each disconnect time in proportion to all of them (issue 36). */
+  while (!list_empty(&client->created)) {
+    struct reg_object *obj = list_entry(client->created.next, struct reg_object, creator_link);
+    list_del(&obj->creator_link);
+    obj->creator = NULL;
+    if (obj->linked)
+      unlink_object(reg, obj); /* may free it */
   }
   while (client->holdings.next != &client->holdings) {
     struct reg_holding *h = list_entry(client->holdings.next, struct reg_holding, client_link);
@@ -831,6 +867,7 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   obj->lifetime = GPUSHM_LIFETIME_PERSISTENT;
   obj->created_unix_ms = a->created_unix_ms;
   list_init(&obj->holdings);
+  list_init(&obj->creator_link);
   /* Ids stay in order even when records come back in any order. */
   ids_add(&reg->names, &obj->key);
   if (reg->next_id <= a->id)
@@ -838,6 +875,6 @@ int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct 
   names_link(&reg->names, &obj->key);
   charge_quota(reg, a->owner_uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
-  reg->bytes_allocated += obj->allocated;
+  tally(reg, obj, 1);
   return 0;
 }

@@ -74,14 +74,12 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
 
 /* Protocol 1 spells an event as a backend of its own; the registry keeps kinds apart.
  * These two translate at the edge. */
+_Static_assert(REG_EVENT_BACKEND == GPUSHM__BACKEND__BACKEND_CUDA_EVENT,
+               "listings spell an event's backend as the wire does");
+
 static Gpushm__Backend wire_backend(const struct reg_object *obj)
 {
-  struct reg_description d;
-
-  if (obj->kind == REG_EVENT)
-    return GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
-  registry_describe(obj, &d);
-  return (Gpushm__Backend)d.backend;
+  return (Gpushm__Backend)registry_listed_backend(obj);
 }
 
 /* The inode of this process's PID namespace (0 where /proc is not mounted), which
@@ -622,33 +620,30 @@ static int fill_opens(const struct handler_counters *c, struct handler_reply *ct
   return 0;
 }
 
-/* Buffers and bytes by (backend, device), for capacity dashboards. */
+/* Buffers and bytes by (backend, device), for capacity dashboards: the registry's
+ * tally, rows only where something is. */
 static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpushm__StatsReply *s)
 {
-  const size_t max = (GPUSHM_BACKEND_COUNT + 1) * (GPUSHM_LIMIT_DEVICES + 1); /* + events */
+  const struct reg_tally *t = registry_tally(reg);
+  const size_t max = REG_TALLY_BACKENDS * REG_TALLY_DEVICES;
   Gpushm__Usage *usage = reply_calloc(ctx, max, sizeof *usage);
   Gpushm__Usage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
   size_t n = 0;
 
   if (!usage || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
-  for (size_t i = 0; i < registry_count(reg); i++) {
-    const struct reg_object *b = registry_at(reg, i);
-    size_t u = 0;
-    while (u < n && !(usage[u].backend == wire_backend(b) && usage[u].device == b->device))
-      u++;
-    if (u == n) {
-      if (n == max)
+  for (int b = 0; b < REG_TALLY_BACKENDS; b++)
+    for (int d = 0; d < REG_TALLY_DEVICES; d++) {
+      if (!t->place[b][d].objects)
         continue;
       gpushm__usage__init(&usage[n]);
-      usage[n].backend = wire_backend(b);
-      usage[n].device = b->device;
+      usage[n].backend = (Gpushm__Backend)b;
+      usage[n].device = d - 1;
+      usage[n].buffers = (uint32_t)t->place[b][d].objects;
+      usage[n].bytes = t->place[b][d].bytes;
       ptrs[n] = &usage[n];
       n++;
     }
-    usage[u].buffers++;
-    usage[u].bytes += b->allocated;
-  }
   s->usage = ptrs;
   s->n_usage = n;
   return 0;
@@ -903,7 +898,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   s->clients_dropped = srv->counters->clients_dropped;
   s->fences_raised = srv->counters->fences_raised;
   s->oneway_errors = srv->counters->oneway_errors;
-  s->open_fds = srv->open_fds();
+  s->open_fds = srv->open_fds(srv->ctx, call->client->admin);
   s->next_buffer_id = totals.next_id;
   if ((r = fill_devices(ctx, &s->devices, &s->n_devices)) < 0 ||
       (r = fill_request_counts(srv->counters, ctx, s)) < 0 ||
@@ -992,10 +987,12 @@ static const struct handler handlers[] = {
                                     .fn = handle_close },
   [GPUSHM__REQUEST__BODY_UNLINK] = { .name = "unlink", .needs_hello = true, .oneway_ok = true,
                                      .fn = handle_unlink },
-  [GPUSHM__REQUEST__BODY_LIST] = { .name = "list", .needs_hello = true, .fn = handle_list },
-  [GPUSHM__REQUEST__BODY_STATS] = { .name = "stats", .needs_hello = true, .fn = handle_stats },
+  [GPUSHM__REQUEST__BODY_LIST] = { .name = "list", .needs_hello = true, .costly = true,
+                                   .fn = handle_list },
+  [GPUSHM__REQUEST__BODY_STATS] = { .name = "stats", .needs_hello = true, .costly = true,
+                                    .fn = handle_stats },
   [GPUSHM__REQUEST__BODY_PING] = { .name = "ping", .needs_hello = true, .fn = handle_ping },
-  [GPUSHM__REQUEST__BODY_CLIENTS] = { .name = "clients", .needs_hello = true,
+  [GPUSHM__REQUEST__BODY_CLIENTS] = { .name = "clients", .needs_hello = true, .costly = true,
                                       .fn = handle_clients },
   [GPUSHM__REQUEST__BODY_DISCONNECT] = { .name = "disconnect", .needs_hello = true,
                                          .fn = handle_disconnect },

@@ -28,6 +28,7 @@ struct handler_counters {
   uint64_t clients_dropped;
   uint64_t fences_raised; /* for releasers that died with their fence write queued */
   uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
+  uint64_t costly_deferred; /* non-admins' costly requests that waited their turn */
   /* Per request type, how long handling took: requests per bucket (not cumulative:
    * stats adds them up), the last past every bound; and their sum. */
   uint64_t latency[HANDLER_REQUEST_TYPES][GPUSHM_LATENCY_BOUNDS + 1];
@@ -61,7 +62,9 @@ struct handler_server {
   const struct handler_counters *counters;
   uint64_t (*uptime_ms)(void *ctx);
   uint32_t (*n_clients)(void *ctx);
-  uint32_t (*open_fds)(void);
+  /* exact: counted now (a walk of /proc/self/fd); else as counted at most
+   * GPUSHM_LIMIT_OPEN_FDS_AGE_MS ago */
+  uint32_t (*open_fds)(void *ctx, bool exact);
   /* Calls fn for every client in ascending id order until it returns false; returns
    * true if fn stopped it early. */
   bool (*each_client)(void *ctx, bool (*fn)(void *arg, const struct handler_peer *peer),
@@ -140,6 +143,8 @@ struct handler {
   uint64_t feature; /* a GPUSHM_FEATURE_* the client must have named at Hello; 0: none */
   bool takes_fd;    /* the request comes with one fd; any other request with an fd, or
                      * this one with more, is a violation */
+  bool costly;      /* costs in proportion to what gpushmd holds: non-admins' share of
+                     * the loop for such requests is bounded (server/costly.h) */
   handler_device_fn *device;
   handler_fn *fn;
 };

@@ -103,7 +103,12 @@ static void clients(const struct metrics_source *src, struct sink *k)
 
 static void open_fds(const struct metrics_source *src, struct sink *k)
 {
-  emit(k, src->srv->open_fds(), NULL, NULL, NULL, NULL);
+  emit(k, src->stats->open_fds, NULL, NULL, NULL, NULL);
+}
+
+static void costly_deferred(const struct metrics_source *src, struct sink *k)
+{
+  emit(k, src->counters->costly_deferred, NULL, NULL, NULL, NULL);
 }
 
 /* linked + unlinked is every object: a partition of one count, so one metric. */
@@ -116,25 +121,18 @@ static void buffers(const struct metrics_source *src, struct sink *k)
   emit(k, t.objects - t.linked, "state", "unlinked", NULL, NULL);
 }
 
-/* Images by format and tiling (a partition of all images), and their memory: one pass
- * over the objects, as stats is asked for rarely. */
+/* Images by format and tiling (a partition of all images), and their memory: the
+ * registry's tally. */
 static void images(const struct metrics_source *src, struct sink *k, bool bytes)
 {
-  uint64_t n[32][2] = { { 0 } }, b[32][2] = { { 0 } };
-  size_t count = registry_count(src->reg);
+  const struct reg_tally *t = registry_tally(src->reg);
 
-  for (size_t i = 0; i < count; i++) {
-    const struct reg_object *obj = registry_at(src->reg, i);
-    if (obj->image && obj->image->format < 32 && obj->image->tiling < 2) {
-      n[obj->image->format][obj->image->tiling]++;
-      b[obj->image->format][obj->image->tiling] += obj->allocated;
-    }
-  }
-  for (uint32_t f = 0; f < 32; f++)
-    for (uint32_t t = 0; t < 2; t++)
-      if (n[f][t])
-        emit(k, bytes ? b[f][t] : n[f][t], "format", format_info(f) ? format_info(f)->name : "?",
-             "tiling", t == IMAGE_TILING_LINEAR ? "linear" : "optimal");
+  for (uint32_t f = 0; f < REG_TALLY_FORMATS; f++)
+    for (uint32_t tiling = 0; tiling < 2; tiling++)
+      if (t->image[f][tiling].objects)
+        emit(k, bytes ? t->image[f][tiling].bytes : t->image[f][tiling].objects, "format",
+             format_info(f) ? format_info(f)->name : "?", "tiling",
+             tiling == IMAGE_TILING_LINEAR ? "linear" : "optimal");
 }
 
 static void images_count(const struct metrics_source *src, struct sink *k)
@@ -306,6 +304,9 @@ static const struct metric_family families[] = {
   COUNTER_FIELD("gpushm_clients_dropped_total", "Clients refused or dropped (limits, not "
                 "reading).", clients_dropped),
   GAUGE("gpushm_open_fds", "File descriptors gpushmd has open.", open_fds),
+  COUNTER("gpushm_requests_deferred_total", "Requests whose cost grows with what gpushmd "
+          "holds (stats, list, clients) that non-admins sent past their share of the loop, "
+          "answered in turn.", costly_deferred),
   GAUGE_BYTES("gpushm_uid_limit_bytes", "Memory one uid may hold: of any kind, of host "
               "memory, of each GPU (max-bytes-, max-host-bytes-, max-device-bytes-per-uid).",
               uid_limits),

@@ -33,6 +33,10 @@ struct server {
   bool serving;
   bool shut; /* server_shutdown() ran */
   uv_timer_t hello_sweep; /* closes connections that never said Hello */
+  struct costly_share costly;
+  uint32_t open_fds;          /* as counted at open_fds_at_ms (uv_now) */
+  uint64_t open_fds_at_ms;
+  bool open_fds_counted;
   struct list sessions; /* session.link, in ascending client id */
   uint32_t n_clients;
   uint32_t next_client_id;
@@ -160,6 +164,19 @@ static void on_accept(void *ctx, int fd)
 }
 
 /* The handlers' view of the server. */
+static uint32_t handler_open_fds(void *ctx, bool exact)
+{
+  struct server *srv = ctx;
+  uint64_t now = uv_now(srv->loop);
+
+  if (exact || !srv->open_fds_counted || now - srv->open_fds_at_ms >= GPUSHM_LIMIT_OPEN_FDS_AGE_MS) {
+    srv->open_fds = server_count_open_fds();
+    srv->open_fds_at_ms = now;
+    srv->open_fds_counted = true;
+  }
+  return srv->open_fds;
+}
+
 static uint64_t handler_uptime_ms(void *ctx)
 {
   struct server *srv = ctx;
@@ -265,7 +282,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .counters = &srv->counters,
     .uptime_ms = handler_uptime_ms,
     .n_clients = handler_n_clients,
-    .open_fds = server_count_open_fds,
+    .open_fds = handler_open_fds,
     .each_client = handler_each_client,
     .disconnect = handler_disconnect,
     .detached = &srv->detached,
@@ -279,8 +296,10 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .gone = on_session_gone,
     .device_ready = cuda_warmup_ready,
     .warm_device = warm_device,
+    .costly = &srv->costly,
     .ctx = srv,
   };
+  costly_share_init(&srv->costly, loop, session_costly_turn);
   uv_timer_init(loop, &srv->hello_sweep);
   srv->hello_sweep.data = srv;
   return srv;
@@ -336,6 +355,7 @@ void server_shutdown(struct server *srv)
   srv->serving = false;
   if (!uv_is_closing((uv_handle_t *)&srv->hello_sweep))
     uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
+  costly_share_close(&srv->costly);
   listener_stop(&srv->listener);
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);

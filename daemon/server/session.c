@@ -117,6 +117,7 @@ static void end_session(struct session *s)
   log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = &s->log), "client %u (pid %d) disconnected",
             s->client.id, (int)s->client.pid);
   s->env->gone(s->env->ctx, s);
+  list_del(&s->costly_link); /* no more waiting for a turn */
   if (s->parked)
     gpushm__request__free_unpacked(s->parked, NULL);
   s->parked = NULL;
@@ -263,11 +264,11 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
   observe(counters, slot, since_ns);
 }
 
-/* Parks req until device is warm (the server then calls session_resume); this client's
- * later requests wait in its socket meanwhile, so replies keep their order.  Returns
- * false (and answers the request) if it could not be kept. */
-static bool park(struct session *s, const Gpushm__Request *req, bool again, int device,
-                 uint64_t since_ns)
+/* Parks req until it can run (device warm: the server calls session_resume; its turn
+ * in the costly share: session_costly_turn); this client's later requests wait in its
+ * socket meanwhile, so replies keep their order.  Returns false if it could not be
+ * kept (the caller answers it). */
+static bool park(struct session *s, const Gpushm__Request *req, bool again, uint64_t since_ns)
 {
   /* Parked, it outlives the arena it was decoded into (again: it is the heap copy). */
   Gpushm__Request *kept = again ? (Gpushm__Request *)req : request_keep(req);
@@ -282,9 +283,7 @@ static bool park(struct session *s, const Gpushm__Request *req, bool again, int 
   }
   s->parked = kept;
   s->parked_since_ns = since_ns;
-  s->waiting_device = device;
   transport_pause(s->transport, true);
-  s->env->warm_device(s->env->ctx, device);
   return true;
 }
 
@@ -314,7 +313,12 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     .fd = s->request_fd,
   };
   struct handler_reply storage, *reply = &storage;
+  const bool costly = h && h->costly && !s->client.admin;
+  const bool costly_turn = s->costly_turn; /* this request's, resumed in its turn */
+  uint64_t costly_since_ns = 0;
   int status, device;
+
+  s->costly_turn = false;
 
   if (!again) {
     s->env->counters->requests++;
@@ -325,10 +329,25 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
                          sizeof reply->msg);
   if (status == 0 && h->device && (device = h->device(&call, req)) >= 0 &&
       !s->env->device_ready(device)) {
-    if (park(s, req, again, device, since_ns))
+    if (park(s, req, again, since_ns)) {
+      s->waiting_device = device;
+      s->env->warm_device(s->env->ctx, device);
       return true;
+    }
     snprintf(reply->msg, sizeof reply->msg, "out of memory");
     status = GPUSHM_E_NOMEM;
+  }
+  if (status == 0 && costly) {
+    costly_since_ns = monotonic_ns();
+    if (!costly_turn && !costly_share_admit(s->env->costly, costly_since_ns)) {
+      if (park(s, req, again, since_ns)) {
+        s->env->counters->costly_deferred++;
+        costly_share_wait(s->env->costly, &s->costly_link);
+        return true;
+      }
+      snprintf(reply->msg, sizeof reply->msg, "out of memory");
+      status = GPUSHM_E_NOMEM;
+    }
   }
   if (status == 0)
     status = h->fn(&call, req, reply);
@@ -351,6 +370,8 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     memcpy(s->name, call.hello_name, sizeof s->name);
   }
   finish(s, req, status, reply, slot, since_ns);
+  if (costly_since_ns)
+    costly_share_charge(s->env->costly, monotonic_ns() - costly_since_ns);
   return false;
 }
 
@@ -400,6 +421,14 @@ void session_resume(struct session *s, int status, const char *why)
   if (!s->closing && !parked_again)
     transport_pause(s->transport, false);
   session_unref(s);
+}
+
+void session_costly_turn(struct list *costly_link)
+{
+  struct session *s = list_entry(costly_link, struct session, costly_link);
+
+  s->costly_turn = true;
+  session_resume(s, 0, NULL);
 }
 
 static bool on_frame(void *ctx, const struct wire_frame *frame)
@@ -518,6 +547,7 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
   s->waiting_device = -1;
   s->request_fd = -1;
   s->parked_fd = -1;
+  list_init(&s->costly_link);
   clock_gettime(CLOCK_REALTIME, &now);
   s->connected_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
   s->accepted_loop_ms = uv_now(env->loop);

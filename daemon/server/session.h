@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "server/costly.h"
 #include "server/handlers.h"
 #include "util/list.h"
 #include "util/log.h"
@@ -32,6 +33,9 @@ struct session_env {
    * parked on it. */
   bool (*device_ready)(int device);
   void (*warm_device)(void *ctx, int device);
+  /* Non-admins' costly requests wait here past their share; its resume callback is
+   * session_costly_turn. */
+  struct costly_share *costly;
   void *ctx;
 };
 
@@ -54,9 +58,12 @@ struct session {
   struct log_ratelimit warnings;  /* its per-request warnings */
   uint64_t connected_unix_ms;
   uint64_t accepted_loop_ms; /* uv_now() at accept, for the Hello deadline */
-  /* A request parked until device waiting_device is warm (-1: none); this client's
-   * later requests wait in its socket, so replies keep their order. */
+  /* A request parked until device waiting_device is warm (-1: none), or until its turn
+   * in the costly share (costly_link on its list); this client's later requests wait in
+   * its socket, so replies keep their order. */
   Gpushm__Request *parked;
+  struct list costly_link;
+  bool costly_turn; /* its turn came: the parked costly request runs without asking */
   uint64_t parked_since_ns; /* when the parked request's frame came (CLOCK_MONOTONIC) */
   int waiting_device;
   /* The fd the request being handled came with (-1: none; the transport's, closed after
@@ -73,6 +80,9 @@ struct session *session_start(const struct session_env *env, int fd, uint32_t id
 /* The device the parked request waits for is warm (status 0) or could not be warmed
  * (a GPUSHM_E_* and why, which become that request's answer). */
 void session_resume(struct session *s, int status, const char *why);
+/* The costly share's resume callback: the parked costly request of the session whose
+ * costly_link this is runs now. */
+void session_costly_turn(struct list *costly_link);
 void session_ref(struct session *s);
 void session_unref(struct session *s);
 /* Ends the session: status 0 quietly, otherwise with a connection-level error (request

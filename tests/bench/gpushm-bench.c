@@ -9,6 +9,8 @@
  *   5  100k 4 KiB host buffers, daemon fd limit 20000: the same rows
  *   6  cached reopen; copy out of an imported buffer vs a local copy
  *   7  a range of an fd allocation imported vs the whole segment mapped (no target)
+ *   8  root's ping while uid 65534 floods stats (100k host buffers) vs the same ping
+ *      without the flood
  * Host rows (3, 5, 6's reopen) run anywhere; device rows need a driver and a device.
  * Exits 0 whenever it could measure (unmet targets are findings, printed); non-zero
  * only for real failures: a crash, a daemon that died, data that came back wrong.
@@ -89,6 +91,13 @@
 #define TARGET_SIGTERM_MS 1000.0
 #define TARGET_REOPEN_US 1.0
 #define TARGET_COPY_RATIO 0.98
+/* Row 8: issue 36's flood, 200 connections of uid 65534 asking stats back to back, with
+ * root pinging meanwhile (at most FLOOD_PINGS, for at most FLOOD_SECONDS). */
+#define FLOOD_CONNECTIONS 200
+#define FLOOD_UID 65534
+#define FLOOD_PINGS 2000
+#define FLOOD_SECONDS 4.0
+#define TARGET_FLOOD_PING_P99_MS 10.0
 
 static bool quick;
 static char self[4096];
@@ -932,6 +941,9 @@ static double ctl_list_ms(const struct test_daemon *d)
 
 /* The rows of a daemon holding many buffers: create rate, list, ctl list, RSS per
  * buffer, SIGTERM to exit; stops the daemon. */
+static void row_flood(const char *id, const struct test_daemon *d, gpushm_t *conn,
+                      unsigned buffers);
+
 static void rows_many(const char *id, const char *kind, struct test_daemon *d,
                       gpushm_backend_t backend, uint64_t size, unsigned count, unsigned wanted,
                       int workers)
@@ -991,6 +1003,8 @@ static void rows_many(const char *id, const char *kind, struct test_daemon *d,
     row(id, what, (rss1 - rss0) * 1024.0 / created <= TARGET_RSS_PER_BUFFER,
         "%.0f bytes (VmRSS %ld -> %ld KiB) | target <= %.0f bytes", (rss1 - rss0) * 1024.0 / created,
         rss0, rss1, TARGET_RSS_PER_BUFFER);
+  if (backend == GPUSHM_BACKEND_HOST) /* after RSS: the flood's sessions cost memory too */
+    row_flood("8", d, conn, created);
   gpushm_disconnect(conn);
 
   /* exit seen without reaping (WNOWAIT), so that the harness reaps and cleans up */
@@ -1010,6 +1024,130 @@ static void rows_many(const char *id, const char *kind, struct test_daemon *d,
       TARGET_SIGTERM_MS);
   if (status != 0)
     failures++;
+}
+
+struct flooder {
+  gpushm_t *conn;
+  atomic_bool *stop;
+  unsigned long done;
+  int error;
+};
+
+static void *flood_stats(void *arg)
+{
+  struct flooder *f = arg;
+  gpushm_stats_t *s;
+
+  while (!atomic_load(f->stop)) {
+    if ((f->error = gpushm_stats(f->conn, &s)) < 0)
+      break;
+    gpushm_stats_free(s);
+    f->done++;
+  }
+  return NULL;
+}
+
+/* The flood: FLOOD_CONNECTIONS connections of this (unprivileged) process, a thread
+ * each asking stats back to back, from when it says "ready" on ready_fd until a byte
+ * arrives on stop_fd; then how many it got, and 0 or the first error, go to ready_fd. */
+static int flood_child(const char *socket, int ready_fd, int stop_fd)
+{
+  static struct flooder f[FLOOD_CONNECTIONS];
+  static pthread_t th[FLOOD_CONNECTIONS];
+  atomic_bool stop = false;
+  unsigned long total[2] = { 0, 0 };
+  char c;
+
+  for (unsigned i = 0; i < FLOOD_CONNECTIONS; i++) {
+    f[i].stop = &stop;
+    if ((f[i].error = gpushm_connect(socket, "stats-flood", &f[i].conn)) < 0) {
+      fprintf(stderr, "gpushm-bench: flood connection %u: %s\n", i, gpushm_last_error_message());
+      return 1;
+    }
+  }
+  for (unsigned i = 0; i < FLOOD_CONNECTIONS; i++)
+    CHECK(pthread_create(&th[i], NULL, flood_stats, &f[i]) == 0);
+  CHECK(write(ready_fd, "r", 1) == 1);
+  CHECK(read(stop_fd, &c, 1) == 1);
+  atomic_store(&stop, true);
+  for (unsigned i = 0; i < FLOOD_CONNECTIONS; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    total[0] += f[i].done;
+    if (f[i].error < 0 && !total[1]) {
+      total[1] = 1;
+      fprintf(stderr, "gpushm-bench: flood stats: %d\n", f[i].error);
+    }
+    gpushm_disconnect(f[i].conn);
+  }
+  CHECK(write(ready_fd, total, sizeof total) == (ssize_t)sizeof total);
+  return 0;
+}
+
+/* Root's pings, timed one by one, for at most FLOOD_PINGS or FLOOD_SECONDS. */
+static unsigned root_pings(gpushm_t *conn, double *ms)
+{
+  double start = now_us(), t;
+  unsigned n = 0;
+
+  while (n < FLOOD_PINGS && now_us() - start < FLOOD_SECONDS * 1e6) {
+    t = now_us();
+    CHECK_OK(gpushm_ping(conn));
+    ms[n++] = (now_us() - t) / 1e3;
+  }
+  return n;
+}
+
+/* Row 8: what a non-admin can take from an admin by asking for what costs the daemon
+ * in proportion to its objects (issue 36: with 100k buffers, root's ping went to p50
+ * 158 ms under this flood). */
+static void row_flood(const char *id, const struct test_daemon *d, gpushm_t *conn,
+                      unsigned buffers)
+{
+  static double quiet[FLOOD_PINGS], loud[FLOOD_PINGS];
+  const char *what = "root ping, uid 65534 floods stats";
+  int ready[2], stop[2], status;
+  unsigned long got[2] = { 0, 0 };
+  unsigned n_quiet, n_loud;
+  double t0, secs;
+  pid_t pid;
+  char c;
+
+  if (geteuid() != 0) {
+    skipped(id, what, "needs root (the flood runs as another uid)");
+    return;
+  }
+  n_quiet = root_pings(conn, quiet);
+  CHECK(pipe(ready) == 0 && pipe(stop) == 0);
+  pid = fork_as(FLOOD_UID, FLOOD_UID);
+  if (pid == 0) {
+    close(ready[0]);
+    close(stop[1]);
+    _exit(flood_child(d->socket, ready[1], stop[0]));
+  }
+  close(ready[1]);
+  close(stop[0]);
+  CHECK(read(ready[0], &c, 1) == 1);
+  t0 = now_us();
+  n_loud = root_pings(conn, loud);
+  CHECK(write(stop[1], "s", 1) == 1);
+  CHECK(read(ready[0], got, sizeof got) == (ssize_t)sizeof got);
+  secs = (now_us() - t0) / 1e6;
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(ready[0]);
+  close(stop[1]);
+  check_daemon_alive(d, "after the stats flood");
+  if (got[1])
+    failures++;
+  {
+    double q50 = percentile(quiet, n_quiet, 50), q99 = percentile(quiet, n_quiet, 99);
+    double l50 = percentile(loud, n_loud, 50), l99 = percentile(loud, n_loud, 99);
+    double lmax = percentile(loud, n_loud, 100);
+    row(id, what, l99 <= TARGET_FLOOD_PING_P99_MS,
+        "p50 %.3f ms, p99 %.3f ms, max %.1f ms (%u pings; %d connections got %.0f stats/s, "
+        "%u buffers) | without the flood p50 %.3f ms, p99 %.3f ms | p99 ratio %.1f | target "
+        "p99 <= %.0f ms", l50, l99, lmax, n_loud, FLOOD_CONNECTIONS, got[0] / secs, buffers,
+        q50, q99, l99 / q99, TARGET_FLOOD_PING_P99_MS);
+  }
 }
 
 static void row_host_many(void)
@@ -1278,7 +1416,7 @@ int main(int argc, char **argv)
   snprintf(daemon_path, sizeof daemon_path, "%s/daemon/gpushmd", GPUSHM_BENCH_BUILDDIR);
   setenv("GPUSHMD", daemon_path, 0);
   signal(SIGPIPE, SIG_IGN);
-  printf("gpushm-bench: rows 1-7, each figure beside its floor or peer from this run and its "
+  printf("gpushm-bench: rows 1-8, each figure beside its floor or peer from this run and its "
          "target (docs/performance.md)%s\n",
          quick ? " (--quick: fewer rounds and device buffers, 1 s rates; host rows as in full)"
                : "");
