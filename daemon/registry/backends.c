@@ -3,8 +3,7 @@
  * or an open may use.  Apart from registry.c so that the kinds, which registry.c
  * calls, call this and not back into registry.c. */
 #include "config.h"
-#include "registry/kind.h"
-#include "registry/registry.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 
 #include <stdio.h>

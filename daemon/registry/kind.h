@@ -3,11 +3,13 @@
  * described, adopted after a restart and given back.  The registry does names, ids,
  * references, quotas and lifetimes for every kind alike and calls these for the rest.
  * A new kind is a file with one of these and an entry in registry.c's table (or, for a
- * more particular form of a requested kind, its select()). */
+ * more particular form of a requested kind, its select()).  Kinds see the registry's
+ * state (state.h) and ask backends.h which backend a create means; registry.c, which
+ * calls them, they never call. */
 #ifndef GPUSHMD_REGISTRY_KIND_H
 #define GPUSHMD_REGISTRY_KIND_H
 
-#include "registry/registry.h"
+#include "registry/state.h"
 
 struct reg_kind_ops {
   const char *name; /* in errors: "buffer" */
@@ -50,14 +52,5 @@ extern const struct reg_kind_ops reg_kind_slot;   /* kind_slot.c: a slot of a se
 extern const struct reg_kind_ops reg_kind_event;  /* kind_event.c */
 extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear image */
 extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
-
-/* What kinds share (registry.c). */
-/* The backend a create means: its own, or the default for that policy; checked to be
- * known, offered, available and allowed (allow-legacy-ipc). */
-int reg_resolve_backend(const struct registry *reg, int backend, const struct reg_policy *policy,
-                        const struct backend **be, char *err, size_t errlen);
-/* Legacy IPC is for one trust domain: 0, or GPUSHM_E_UNSUPPORTED where it is off. */
-int reg_legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
-                         size_t errlen);
 
 #endif

@@ -5,6 +5,7 @@
  * a carved reply.  Every other buffer is carved (kind_slot.c). */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 #include "shm_layout.h"
 #include "wire.h"

@@ -3,6 +3,7 @@
  * sets it: CUDA IPC events).  An event has no size, no memory and no sync objects. */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 
 #include <stdio.h>

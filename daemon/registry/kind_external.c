@@ -8,6 +8,7 @@
  * other kind of fd is refused. */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 
 #include <errno.h>

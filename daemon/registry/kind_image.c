@@ -6,6 +6,7 @@
  * optimal-tiling images come from a Vulkan process, registered (kind_external.c). */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 
 #include <stdio.h>

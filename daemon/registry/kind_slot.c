@@ -4,6 +4,7 @@
  * a buffer in it is an offset and a size. */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/backends.h"
 #include "gpushm.h"
 
 #include <stdio.h>

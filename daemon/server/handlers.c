@@ -530,33 +530,7 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
   return 0;
 }
 
-static const uint64_t latency_bounds_ns[] = GPUSHM_LATENCY_BOUNDS_NS;
-_Static_assert(sizeof latency_bounds_ns / sizeof latency_bounds_ns[0] == GPUSHM_LATENCY_BOUNDS,
-               "GPUSHM_LATENCY_BOUNDS counts GPUSHM_LATENCY_BOUNDS_NS");
-
-void handler_observe_latency(struct handler_counters *c, unsigned slot, uint64_t ns)
-{
-  unsigned b = 0;
-
-  /* A linear scan: 16 compares cost less than the clock reads around the request. */
-  while (b < GPUSHM_LATENCY_BOUNDS && ns > latency_bounds_ns[b])
-    b++;
-  c->latency[slot][b]++;
-  c->latency_sum_ns[slot] += ns;
-}
-
-void handler_count_open(struct handler_counters *c, const Gpushm__OpenReply *open)
-{
-  const Gpushm__BufferInfo *info = open->info;
-  unsigned backend = info ? (unsigned)info->backend : 0;
-  int dev = info ? info->device : -1;
-
-  if (backend > GPUSHM_BACKEND_COUNT || dev >= (int)GPUSHM_LIMIT_DEVICES)
-    return;
-  (open->created ? c->creates : c->opens)[backend][dev < 0 ? 0 : (unsigned)dev + 1]++;
-}
-
-static int fill_request_counts(const struct handler_counters *counters,
+static int fill_request_counts(const struct request_counters *counters,
                                struct handler_reply *ctx, Gpushm__StatsReply *s)
 {
   const size_t n_le = GPUSHM_LATENCY_BOUNDS + 1;
@@ -587,13 +561,13 @@ static int fill_request_counts(const struct handler_counters *counters,
   }
   s->requests_by_type = ptrs;
   s->n_requests_by_type = n;
-  s->latency_bounds_ns = (uint64_t *)latency_bounds_ns; /* only read, by the packer */
+  s->latency_bounds_ns = (uint64_t *)counters_latency_bounds_ns; /* only read, by the packer */
   s->n_latency_bounds_ns = GPUSHM_LATENCY_BOUNDS;
   return 0;
 }
 
 /* Opens and creates by (wire backend, device), rows only where either happened. */
-static int fill_opens(const struct handler_counters *c, struct handler_reply *ctx,
+static int fill_opens(const struct request_counters *c, struct handler_reply *ctx,
                       Gpushm__StatsReply *s)
 {
   const size_t max = (GPUSHM_BACKEND_COUNT + 1) * (GPUSHM_LIMIT_DEVICES + 1);
@@ -908,8 +882,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
     return r;
   /* Last: some rows read what the fields above computed. */
   {
-    const struct metrics_source src = { .reg = reg, .counters = srv->counters, .srv = srv,
-                                        .stats = s };
+    const struct metrics_source src = { .reg = reg, .counters = srv->counters, .stats = s };
     void *block = NULL;
     if (ctx->n_owned == HANDLER_OWNED_MAX || metrics_fill(&src, s, &block) < 0)
       return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");

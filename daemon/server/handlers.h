@@ -14,35 +14,8 @@
 #include "gpushm_limits.h"
 #include "util/log.h"
 #include "registry/registry.h"
+#include "server/counters.h"
 #include "server/status.h"
-
-/* Request counters are kept by the request's body case (a small protocol number). */
-#define HANDLER_REQUEST_TYPES 32
-
-struct handler_counters {
-  uint64_t requests;
-  uint64_t request_errors;
-  uint64_t by_type[HANDLER_REQUEST_TYPES];
-  uint64_t errors_by_type[HANDLER_REQUEST_TYPES];
-  uint64_t protocol_errors;
-  uint64_t clients_dropped;
-  uint64_t fences_raised; /* for releasers that died with their fence write queued */
-  uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
-  uint64_t costly_deferred; /* non-admins' costly requests that waited their turn */
-  /* Per request type, how long handling took: requests per bucket (not cumulative:
-   * stats adds them up), the last past every bound; and their sum. */
-  uint64_t latency[HANDLER_REQUEST_TYPES][GPUSHM_LATENCY_BOUNDS + 1];
-  uint64_t latency_sum_ns[HANDLER_REQUEST_TYPES];
-  /* Successful opens and creates by wire backend (events included) and device + 1
-   * (0: host memory). */
-  uint64_t opens[GPUSHM_BACKEND_COUNT + 1][GPUSHM_LIMIT_DEVICES + 1];
-  uint64_t creates[GPUSHM_BACKEND_COUNT + 1][GPUSHM_LIMIT_DEVICES + 1];
-};
-
-/* Counts one request of body case slot that took ns nanoseconds. */
-void handler_observe_latency(struct handler_counters *c, unsigned slot, uint64_t ns);
-/* Counts a successful open or create reply (its buffer's backend and device). */
-void handler_count_open(struct handler_counters *c, const Gpushm__OpenReply *open);
 
 /* Another connected client, as the clients listing shows it. */
 struct handler_peer {
@@ -59,7 +32,7 @@ struct handler_server {
   uint64_t instance_id;
   uint64_t features; /* GPUSHM_FEATURE_* offered in Hello replies */
   const struct status_page_owner *status;
-  const struct handler_counters *counters;
+  const struct request_counters *counters;
   uint64_t (*uptime_ms)(void *ctx);
   uint32_t (*n_clients)(void *ctx);
   /* exact: counted now (a walk of /proc/self/fd); else as counted at most

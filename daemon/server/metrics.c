@@ -38,7 +38,7 @@ struct metric_family {
   Gpushm__MetricType type;
   const char *unit;
   int exponent;
-  /* A plain counter of struct handler_counters: its offset there is all it needs. */
+  /* A plain counter of struct request_counters: its offset there is all it needs. */
   bool is_counter_field;
   size_t counter_field;
   /* Otherwise: adds its samples. */
@@ -93,12 +93,12 @@ static const char *device_label(int device, char buf[16])
 
 static void uptime(const struct metrics_source *src, struct sink *k)
 {
-  emit(k, src->srv->uptime_ms(src->srv->ctx), NULL, NULL, NULL, NULL);
+  emit(k, src->stats->uptime_ms, NULL, NULL, NULL, NULL);
 }
 
 static void clients(const struct metrics_source *src, struct sink *k)
 {
-  emit(k, src->srv->n_clients(src->srv->ctx), NULL, NULL, NULL, NULL);
+  emit(k, src->stats->clients, NULL, NULL, NULL, NULL);
 }
 
 static void open_fds(const struct metrics_source *src, struct sink *k)
@@ -178,7 +178,7 @@ static void request_errors_total(const struct metrics_source *src, struct sink *
 
 static void opens(const struct metrics_source *src, struct sink *k, bool creates)
 {
-  const struct handler_counters *c = src->counters;
+  const struct request_counters *c = src->counters;
   char dev[16];
 
   for (unsigned b = 0; b <= GPUSHM_BACKEND_COUNT; b++)
@@ -255,10 +255,10 @@ SEGMENT_FAMILY(segment_allocations_total, driver_allocs)
 #define GAUGE_BYTES(n, h, fn)                                                              \
   { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "bytes", .samples = fn }
 #define COUNTER(n, h, fn) { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_COUNTER, .samples = fn }
-/* A counter of struct handler_counters: one row is all a new one takes. */
+/* A counter of struct request_counters: one row is all a new one takes. */
 #define COUNTER_FIELD(n, h, field)                                                         \
   { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_COUNTER,                     \
-    .is_counter_field = true, .counter_field = offsetof(struct handler_counters, field) }
+    .is_counter_field = true, .counter_field = offsetof(struct request_counters, field) }
 
 /* Named by Prometheus's rules (prometheus.io/docs/practices/naming): one metric per
  * meaning, labels only where the series of a metric add up to something (a

@@ -10,15 +10,14 @@
 
 #include "gpushm.pb-c.h"
 #include "registry/registry.h"
-#include "server/handlers.h"
+#include "server/counters.h"
 
-/* What the rows read: the registry, the request counters, the server's view; and the
- * reply so far, for what stats computes once for its other fields (the detached
- * processes' totals). */
+/* What the rows read: the registry, the request counters; and the reply so far, for
+ * what stats computes once for its other fields (uptime, clients, open fds, the
+ * detached processes' totals). */
 struct metrics_source {
   const struct registry *reg;
-  const struct handler_counters *counters;
-  const struct handler_server *srv;
+  const struct request_counters *counters;
   const Gpushm__StatsReply *stats;
 };
 

@@ -42,7 +42,7 @@ struct server {
   uint32_t next_client_id;
   uint64_t instance_id;
   uint64_t started_ms; /* uv_now() at start */
-  struct handler_counters counters;
+  struct request_counters counters;
   struct detached_set detached; /* live processes whose connection ended while holding */
   struct cuda_warmup warmup;
   /* What sessions and handlers see of the server. */

@@ -207,10 +207,10 @@ static uint64_t monotonic_ns(void)
 
 /* Every request that ends here (answered, one-way, or a protocol violation) is timed
  * from its frame's arrival: what its client waited for, in the daemon. */
-static void observe(struct handler_counters *counters, unsigned slot, uint64_t since_ns)
+static void observe(struct request_counters *counters, unsigned slot, uint64_t since_ns)
 {
   uint64_t now = monotonic_ns();
-  handler_observe_latency(counters, slot, now > since_ns ? now - since_ns : 0);
+  counters_observe_latency(counters, slot, now > since_ns ? now - since_ns : 0);
 }
 
 /* The request was refused or answered: counts it, says so where operators need to
@@ -218,7 +218,7 @@ static void observe(struct handler_counters *counters, unsigned slot, uint64_t s
 static void finish(struct session *s, const Gpushm__Request *req, int status,
                    struct handler_reply *reply, unsigned slot, uint64_t since_ns)
 {
-  struct handler_counters *counters = s->env->counters;
+  struct request_counters *counters = s->env->counters;
   const char *what = handler_name((unsigned)req->body_case);
 
   if (status < 0) {
@@ -254,7 +254,7 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
       close(reply->fds[--reply->n_fds]);
   } else {
     if (status >= 0 && reply->reply.body_case == GPUSHM__REPLY__BODY_OPEN)
-      handler_count_open(counters, reply->reply.open);
+      counters_count_open(counters, reply->reply.open);
     if (reply->list_page && reply->reply.body_case == GPUSHM__REPLY__BODY_LIST)
       send_list_page(s, reply->reply.request_id, reply->list_page, reply->list_page_len);
     else

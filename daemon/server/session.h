@@ -25,7 +25,7 @@ struct session_env {
   struct registry *reg;
   const struct transport_limits *limits;
   const struct handler_server *handler_server;
-  struct handler_counters *counters;
+  struct request_counters *counters;
   /* Told once, as the session ends, before it is freed. */
   void (*gone)(void *ctx, struct session *s);
   /* Whether requests on device can go on now; if not, warm_device asks for it to be

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/* The registry's state and the types its callers and its kinds pass: what kinds may read
+ * and fill (kind.h includes this, not registry.h, whose functions call the kinds). */
+#ifndef GPUSHMD_REGISTRY_STATE_H
+#define GPUSHMD_REGISTRY_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backends/backend.h"
+#include "backends/event.h"
+#include "gpushm_limits.h"
+#include "registry/names.h"
+#include "registry/object.h"
+#include "registry/quota.h"
+#include "registry/segment.h"
+
+/* default-backend = auto: what registry_set_auto_backend() said (cuda-fd where the
+ * daemon's first GPU can share memory as fd capabilities, else host).  What the system
+ * service's installed settings ask for. */
+#define REG_DEFAULT_BACKEND_AUTO (-1)
+
+struct reg_limits {
+  uint32_t max_buffers_per_uid;
+  uint64_t max_bytes_per_uid; /* 0: none */
+  uint32_t default_mode;
+  uint64_t host_budget;       /* host memory of all buffers together; 0: none */
+  uint64_t max_host_bytes_per_uid; /* 0: none */
+  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host;
+                               * REG_DEFAULT_BACKEND_AUTO: see registry_default_backend() */
+  /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
+   * are neither created nor exported. */
+  bool allow_legacy_ipc;
+  uint64_t pool_bytes; /* empty segments kept warm per class */
+  bool strict_modes;   /* every create as if it asked for strict_mode */
+  /* device memory one uid may hold on each device, by ordinal; 0: none (the composition
+   * root derives it from each device's size: max-device-bytes-per-uid) */
+  uint64_t max_device_bytes_per_uid[GPUSHM_LIMIT_DEVICES];
+};
+
+struct reg_create_args {
+  enum reg_kind kind;
+  const char *name;
+  uint64_t size; /* events: 0 */
+  int backend; /* buffers: gpushm_backend_t; 0 = the default backend */
+  int device;
+  uint32_t mode; /* 0 = default */
+  int lifetime;
+  bool open_existing;
+  bool sync;
+  bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
+  /* A cuda-ipc sync buffer gets a fence, not an IPC event (reg_policy.ipc_fences). */
+  bool ipc_fence;
+  const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
+  size_t metadata_len;
+  /* An image (kind_image.c): its description, checked and completed (image_check());
+   * size is its linear bytes. */
+  const struct image_params *image;
+  /* Registering (kind_external.c): the memory, whose fd (the request's) stays the
+   * caller's, and what an importer must repeat; image as above, any tiling. */
+  const struct reg_external *external;
+};
+
+/* A ready export: what a client is sent to reach an object it now holds a reference
+ * to.  The fds are the caller's: the memory's own (if its backend has one), then the
+ * control block's for a sync buffer. */
+struct reg_export {
+  struct reg_object *buffer;
+  bool created; /* by this create, not joined */
+  bool read_only;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds;
+  uint8_t handle[64]; /* the memory's handle bytes (backends that have them), or the event's */
+  size_t handle_len;
+  uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
+  size_t event_handle_len;
+  uint64_t fence_offset; /* a cuda-fd sync buffer's fence in its allocation */
+  /* Carved buffers: where in its segment; fds and handle are the segment's, and come
+   * only when attached (the client did not map it, with this access, over this
+   * connection: it is counted as mapping it from here on). */
+  uint64_t segment_id, segment_offset, segment_size;
+  bool segment_attached;
+  bool clear; /* created in a slot of device memory that the creator clears */
+};
+
+/* A persistent buffer coming back from systemd's fd store after a restart. */
+struct reg_adopt_args {
+  uint64_t id;
+  const char *name;
+  int backend;
+  int device; /* the device's ordinal now; -1 for host memory */
+  uint64_t size, allocated;
+  uid_t owner_uid;
+  gid_t owner_gid;
+  uint32_t mode;
+  uint64_t created_unix_ms;
+  const uint8_t *metadata; /* copied */
+  size_t metadata_len;
+};
+
+/* How an object presents itself in listings and logs, whatever its kind. */
+struct reg_description {
+  const char *kind;  /* "buffer", "sync buffer", "event" */
+  int backend;       /* gpushm_backend_t; 0 for an event */
+  bool sync;
+  uint64_t segment_id; /* 0: not carved */
+};
+
+/* The registry's totals, for stats and status lines. */
+struct reg_totals {
+  size_t objects;
+  uint32_t linked;
+  uint64_t bytes_allocated;
+  uint64_t host_bytes;
+  uint64_t next_id;
+};
+
+/* Objects and their bytes by where they are (listed backend, device) and, for images,
+ * by format and tiling: kept as objects come and go, since summing them for each stats
+ * request took ~2.7 ms of the only thread with 100,000 buffers (issue 36).  An event's
+ * listed backend is REG_EVENT_BACKEND; device -1 (host) is place[.][0]. */
+#define REG_EVENT_BACKEND 4 /* the wire's BACKEND_CUDA_EVENT */
+#define REG_TALLY_BACKENDS ((int)GPUSHM_BACKEND_COUNT + 1)
+#define REG_TALLY_DEVICES ((int)GPUSHM_LIMIT_DEVICES + 1)
+#define REG_TALLY_FORMATS 32
+struct reg_count {
+  uint64_t objects, bytes;
+};
+struct reg_tally {
+  struct reg_count place[REG_TALLY_BACKENDS][REG_TALLY_DEVICES];
+  struct reg_count image[REG_TALLY_FORMATS][2]; /* [format][IMAGE_TILING_*] */
+};
+
+struct registry {
+  struct names names;
+  struct reg_tally tally;
+  struct quota quota;
+  uint64_t next_id;
+  uint64_t bytes_allocated;
+  struct reg_limits limits;
+  const struct backend *backends[GPUSHM_BACKEND_COUNT]; /* NULL = not offered */
+  const struct event_source *events;                    /* NULL = no events */
+  /* Told whenever a name goes away, before the request that caused it is answered,
+   * and whenever a create made a new buffer (hooks_ctx is passed to both). */
+  void (*on_unlink)(void *ctx, struct reg_object *buffer);
+  void (*on_created)(void *ctx, struct reg_object *buffer);
+  void *hooks_ctx;
+  /* What default-backend = auto resolves to (registry_set_auto_backend). */
+  int auto_backend;
+  struct seg_table segs;
+  /* Persistent host and cuda-fd buffers go to systemd's fd store, one allocation each:
+   * they are not carved while it is reachable (docs/segments.md). */
+  bool persist_dedicated;
+  /* registry_destroy is freeing everything: memory persists for the next daemon rather
+   * than being taken back (kind_buffer.c). */
+  bool stopping;
+};
+
+#endif
