@@ -74,6 +74,17 @@ struct backend {
   int (*verify_external)(const struct backend *be, int fd, uint64_t size, bool dedicated,
                          const uint8_t device_uuid[16], int *device, char *err,
                          size_t errlen);
+  /* Persistence (NULL: this backend's memory dies with the daemon).  device_uuid: the
+   * UUID of device (NULL for host memory, which has none, and for an unknown device),
+   * what a record names it by (ordinals may differ at the next start).  adopt: takes
+   * over memory a previous daemon made (its fd, from systemd's fd store) as that of a
+   * buffer of size bytes on the device with that UUID (host memory: none): *device is
+   * its ordinal now (-1 for host memory); *allocated is what the record says for device
+   * memory, and is set for host memory.  On failure the fd is left to the caller. */
+  const uint8_t *(*device_uuid)(const struct backend *be, int device);
+  int (*adopt)(const struct backend *be, int fd, const uint8_t uuid[16], uint64_t size,
+               uint64_t *allocated, struct backend_mem *mem, int *device, char *err,
+               size_t errlen);
 };
 
 extern const struct backend backend_host;

@@ -1058,6 +1058,20 @@ const struct backend backend_cuda_fabric = {
   .unavailable = fabric_unavailable,
 };
 
+static const uint8_t *fd_device_uuid(const struct backend *be, int device)
+{
+  (void)be;
+  return backend_cuda_device_uuid(device);
+}
+
+static int fd_adopt(const struct backend *be, int fd, const uint8_t uuid[16], uint64_t size,
+                    uint64_t *allocated, struct backend_mem *mem, int *device, char *err,
+                    size_t errlen)
+{
+  (void)be;
+  return backend_cuda_fd_adopt(fd, uuid, size, *allocated, mem, device, err, errlen);
+}
+
 const struct backend backend_cuda_fd = {
   .name = "cuda-fd",
   .kind = GPUSHM_BACKEND_CUDA_FD,
@@ -1071,4 +1085,6 @@ const struct backend backend_cuda_fd = {
   .fence_raise = fd_fence_raise,
   .unavailable = cuda_unavailable,
   .verify_external = fd_verify_external,
+  .device_uuid = fd_device_uuid,
+  .adopt = fd_adopt,
 };

@@ -142,6 +142,16 @@ static void host_release(const struct backend *be, struct backend_mem *mem)
   mem->fd = -1;
 }
 
+static int host_adopt(const struct backend *be, int fd, const uint8_t uuid[16], uint64_t size,
+                      uint64_t *allocated, struct backend_mem *mem, int *device, char *err,
+                      size_t errlen)
+{
+  (void)be;
+  (void)uuid;
+  *device = -1;
+  return backend_host_adopt(fd, size, mem, allocated, err, errlen);
+}
+
 const struct backend backend_host = {
   .name = "host",
   .kind = GPUSHM_BACKEND_HOST,
@@ -152,6 +162,7 @@ const struct backend backend_host = {
   .zero_range = host_zero_range,
   .discard_range = host_discard_range,
   .granule = 4096,
+  .adopt = host_adopt,
 };
 
 int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t *allocated,

@@ -14,6 +14,10 @@
 struct reg_kind_ops {
   const char *name; /* in errors: "buffer" */
   enum reg_kind kind; /* what clients know it as */
+  size_t object_size; /* its own struct, which begins with struct reg_object */
+  /* How refusals name its memory where not by its backend's name ("registered NVIDIA
+   * memory"); NULL: the backend's name. */
+  const char *memory_name;
   /* A create's arguments, before any lookup or allocation: 0, or a GPUSHM_E_* with err
    * set.  *be: the backend its memory will come from (NULL for kinds without one). */
   int (*check)(const struct registry *reg, const struct reg_create_args *args,
@@ -25,10 +29,11 @@ struct reg_kind_ops {
                                        const struct reg_create_args *args,
                                        const struct reg_policy *policy,
                                        const struct backend *be);
-  /* What the create will cost its uid before anything is allocated; the registry
-   * checks the quota with these, and again with what alloc() set. */
+  /* What the create will cost its uid before anything is allocated (device memory
+   * included, where it is known and charged to the object itself); the registry checks
+   * the quota with it, and again with what alloc() set. */
   void (*estimate)(const struct registry *reg, const struct reg_create_args *args,
-                   const struct backend *be, uint64_t *bytes, uint64_t *host_bytes);
+                   const struct backend *be, struct quota_cost *cost);
   /* Fills obj's contents (memory, sync objects, slot, event) and obj->allocated,
    * obj->host_bytes, obj->backend, obj->device; on failure nothing is left allocated. */
   int (*alloc)(struct registry *reg, struct reg_object *obj, const struct reg_create_args *args,
@@ -41,10 +46,26 @@ struct reg_kind_ops {
   /* Gives back what obj holds outside the registry. */
   void (*release)(struct registry *reg, struct reg_object *obj);
   void (*describe)(const struct reg_object *obj, struct reg_description *out);
-  /* A persistent object coming back after a restart (NULL: the kind never persists);
-   * mem and control become obj's on success only. */
-  int (*adopt)(struct registry *reg, struct reg_object *obj, const struct reg_adopt_args *args,
-               struct backend_mem *mem, struct backend_mem *control, char *err, size_t errlen);
+  /* A sync buffer whose releaser died (releaser: its id in the control block): raises
+   * its fence to that releaser's last published release if its GPU never wrote it.
+   * 1 raised (*seq: to what, *was: what it held), 0 nothing to raise, or a negative
+   * GPUSHM_E_* with err set.  NULL: the kind has no fence. */
+  int (*raise_fence)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                     uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+  /* Persistence (NULL: the kind never outlives the daemon).  records: how many records
+   * deposit() would add for obj (0: this one does not persist).  deposit: adds them to
+   * store, 0 or a negative errno with nothing left behind; withdraw: removes them.
+   * adopt_record: record (with fd) is one deposit() made, back after a restart: 0, not
+   * this kind's (fd untouched); 1, *out is the object it brings back (this kind's parts
+   * set, its header in *a), fd and its companion records now obj's; or a negative
+   * GPUSHM_E_* with err saying why, its records removed from the store and fd closed. */
+  unsigned (*records)(const struct registry *reg, const struct reg_object *obj);
+  int (*deposit)(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
+                 char *err, size_t errlen);
+  void (*withdraw)(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
+  int (*adopt_record)(struct registry *reg, const char *record, int fd,
+                      const struct reg_store *store, struct reg_object **out,
+                      struct reg_adopt_args *a, char *err, size_t errlen);
 };
 
 extern const struct reg_kind_ops reg_kind_buffer; /* kind_buffer.c: an allocation of its own */
@@ -52,5 +73,11 @@ extern const struct reg_kind_ops reg_kind_slot;   /* kind_slot.c: a slot of a se
 extern const struct reg_kind_ops reg_kind_event;  /* kind_event.c */
 extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear image */
 extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
+
+/* The table (kinds.c): the kind a create starts from (args->kind checked valid), and
+ * the kinds whose objects outlive the daemon, asked in turn whose a record is
+ * (NULL-terminated). */
+const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args);
+extern const struct reg_kind_ops *const reg_persistent_kinds[];
 
 #endif

@@ -6,6 +6,8 @@
 #include "registry/backends.h"
 #include "gpushm.h"
 
+#include <string.h>
+
 #include <stdio.h>
 
 static int event_check(const struct registry *reg, const struct reg_create_args *args,
@@ -32,14 +34,18 @@ static int event_check(const struct registry *reg, const struct reg_create_args 
 }
 
 static void event_estimate(const struct registry *reg, const struct reg_create_args *args,
-                           const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+                           const struct backend *be, struct quota_cost *cost)
 {
   (void)reg;
   (void)args;
   (void)be;
-  *bytes = 0;
-  *host_bytes = 0;
+  *cost = (struct quota_cost){ .device = -1 };
 }
+
+struct reg_event {
+  struct reg_object obj;
+  void *event; /* the event source's */
+};
 
 static int event_alloc(struct registry *reg, struct reg_object *obj,
                        const struct reg_create_args *args, const struct backend *be,
@@ -48,7 +54,8 @@ static int event_alloc(struct registry *reg, struct reg_object *obj,
   (void)be;
   (void)client;
   obj->device = args->device;
-  return reg->events->alloc(reg->events, args->device, args->name, &obj->event, err, errlen);
+  return reg->events->alloc(reg->events, args->device, args->name,
+                            &((struct reg_event *)obj)->event, err, errlen);
 }
 
 static int event_export(struct registry *reg, struct reg_object *obj, struct reg_client *client,
@@ -58,27 +65,30 @@ static int event_export(struct registry *reg, struct reg_object *obj, struct reg
   (void)client;
   (void)policy;
   (void)read_only;
-  return reg->events->export(reg->events, obj->event, out->handle, &out->handle_len, err, errlen);
+  return reg->events->export(reg->events, ((struct reg_event *)obj)->event, out->handle,
+                             &out->handle_len, err, errlen);
 }
 
 static void event_release(struct registry *reg, struct reg_object *obj)
 {
-  reg->events->release(reg->events, obj->event);
-  obj->event = NULL;
+  struct reg_event *e = (struct reg_event *)obj;
+
+  reg->events->release(reg->events, e->event);
+  e->event = NULL;
 }
 
 static void event_describe(const struct reg_object *obj, struct reg_description *out)
 {
   (void)obj;
+  memset(out, 0, sizeof *out);
   out->kind = "event";
-  out->backend = 0;
-  out->sync = false;
-  out->segment_id = 0;
+  out->backend = REG_EVENT_BACKEND;
 }
 
 const struct reg_kind_ops reg_kind_event = {
   .name = "event",
   .kind = REG_EVENT,
+  .object_size = sizeof(struct reg_event),
   .check = event_check,
   .estimate = event_estimate,
   .alloc = event_alloc,

@@ -214,8 +214,9 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
 }
 
 static void external_estimate(const struct registry *reg, const struct reg_create_args *args,
-                              const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+                              const struct backend *be, struct quota_cost *cost)
 {
+  uint64_t *bytes = &cost->bytes;
   struct stat st;
 
   (void)reg;
@@ -228,41 +229,51 @@ static void external_estimate(const struct registry *reg, const struct reg_creat
     *bytes = (uint64_t)st.st_size;
   if (!be)
     *bytes = page_rounded(*bytes);
-  *host_bytes = 0;
+  /* its device is known once its fd is checked: the check after alloc() counts it */
+  cost->host = 0;
+  cost->device = -1;
+  cost->device_bytes = 0;
+}
+
+struct reg_registered {
+  struct reg_object obj;
+  struct reg_external x;
+  bool has_image;
+  struct image_params image;
+};
+
+static struct reg_registered *registered_of(struct reg_object *obj)
+{
+  return (struct reg_registered *)obj;
 }
 
 static int external_alloc(struct registry *reg, struct reg_object *obj,
                           const struct reg_create_args *args, const struct backend *be,
                           const struct reg_client *client, char *err, size_t errlen)
 {
-  struct reg_external *x = calloc(1, sizeof *x);
+  struct reg_registered *rr = registered_of(obj);
+  struct reg_external *x = &rr->x;
   int device = -1, r;
 
   (void)reg;
   (void)client;
-  if (!x || (args->image && !(obj->image = malloc(sizeof *obj->image)))) {
-    free(x);
-    snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
-  }
   *x = *args->external;
   x->driver_info[sizeof x->driver_info - 1] = '\0';
   if (be && (r = be->verify_external(be, args->external->fd, x->allocation_size, x->dedicated,
                                      x->device_uuid, &device, err, errlen)) < 0)
-    goto fail;
+    return r;
   x->nvidia = be != NULL;
   if ((x->fd = fcntl(args->external->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
     snprintf(err, errlen, "keeping the fd: %s", strerror(errno));
-    r = GPUSHM_E_IO;
-    goto fail;
+    return GPUSHM_E_IO;
   }
   if (args->image) {
     /* Kept as create keeps an image's: completed (a linear row pitch of 0 is the
      * default one), which external_check found valid. */
-    *obj->image = *args->image;
-    image_check(obj->image, err, errlen);
+    rr->image = *args->image;
+    rr->has_image = true;
+    image_check(&rr->image, err, errlen);
   }
-  obj->external = x;
   obj->device = device;
   obj->allocated = x->allocation_size;
   if (!be) {
@@ -271,18 +282,12 @@ static int external_alloc(struct registry *reg, struct reg_object *obj,
     if (fstat(x->fd, &st) < 0) {
       snprintf(err, errlen, "keeping the memfd: %s", strerror(errno));
       close(x->fd);
-      r = GPUSHM_E_IO;
-      goto fail;
+      return GPUSHM_E_IO;
     }
     obj->allocated = page_rounded((uint64_t)st.st_size);
   }
   obj->host_bytes = 0;
   return 0;
-fail:
-  free(obj->image);
-  obj->image = NULL;
-  free(x);
-  return r;
 }
 
 /* A read-only opener of a memfd gets a read-only reopen, which the kernel holds it to
@@ -297,17 +302,18 @@ static int external_export(struct registry *reg, struct reg_object *obj,
                            struct reg_client *client, const struct reg_policy *policy,
                            bool read_only, struct reg_export *out, char *err, size_t errlen)
 {
+  const struct reg_external *x = &registered_of(obj)->x;
   char path[64];
   int fd;
 
   (void)reg;
   (void)client;
   (void)policy;
-  if (read_only && !obj->external->nvidia) {
-    snprintf(path, sizeof path, "/proc/self/fd/%d", obj->external->fd);
+  if (read_only && !x->nvidia) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", x->fd);
     fd = open(path, O_RDONLY | O_CLOEXEC);
   } else {
-    fd = fcntl(obj->external->fd, F_DUPFD_CLOEXEC, 3);
+    fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 3);
   }
   if (fd < 0) {
     snprintf(err, errlen, "exporting registered memory: %s", strerror(errno));
@@ -320,25 +326,27 @@ static int external_export(struct registry *reg, struct reg_object *obj,
 static void external_release(struct registry *reg, struct reg_object *obj)
 {
   (void)reg;
-  close(obj->external->fd);
-  free(obj->external);
-  obj->external = NULL;
-  free(obj->image);
-  obj->image = NULL;
+  close(registered_of(obj)->x.fd);
 }
 
 static void external_describe(const struct reg_object *obj, struct reg_description *out)
 {
-  out->kind = obj->image ? "registered image" : "registered memory";
+  const struct reg_registered *rr = (const struct reg_registered *)obj;
+
+  memset(out, 0, sizeof *out);
+  out->kind = rr->has_image ? "registered image" : "registered memory";
   out->backend = GPUSHM_BACKEND_EXTERNAL;
-  out->sync = false;
-  out->segment_id = 0;
+  out->image = rr->has_image ? &rr->image : NULL;
+  out->external = &rr->x;
 }
 
-/* No adopt: registered memory does not come back after a restart (docs/graphics.md). */
+/* No persistence: registered memory does not come back after a restart
+ * (docs/graphics.md). */
 const struct reg_kind_ops reg_kind_external = {
   .name = "registered memory",
   .kind = REG_BUFFER,
+  .object_size = sizeof(struct reg_registered),
+  .memory_name = "registered NVIDIA memory", /* a memfd's modes are kept: never named */
   .check = external_check,
   .estimate = external_estimate,
   .alloc = external_alloc,

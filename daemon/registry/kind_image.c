@@ -5,7 +5,7 @@
  * drivers disagree: docs/graphics.md).  Their memory is a whole buffer's (kind_buffer.c);
  * optimal-tiling images come from a Vulkan process, registered (kind_external.c). */
 #include "config.h"
-#include "registry/kind.h"
+#include "registry/kind_buffer.h"
 #include "registry/backends.h"
 #include "gpushm.h"
 
@@ -48,27 +48,22 @@ static int image_kind_check(const struct registry *reg, const struct reg_create_
 }
 
 static void image_estimate(const struct registry *reg, const struct reg_create_args *args,
-                           const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+                           const struct backend *be, struct quota_cost *cost)
 {
-  reg_kind_buffer.estimate(reg, args, be, bytes, host_bytes);
+  reg_kind_buffer.estimate(reg, args, be, cost);
 }
+
+struct reg_image {
+  struct reg_buffer buf; /* first: the buffer kind's ops work on it */
+  struct image_params image;
+};
 
 static int image_alloc(struct registry *reg, struct reg_object *obj,
                        const struct reg_create_args *args, const struct backend *be,
                        const struct reg_client *client, char *err, size_t errlen)
 {
-  int r;
-
-  if (!(obj->image = malloc(sizeof *obj->image))) {
-    snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
-  }
-  *obj->image = *args->image;
-  if ((r = reg_kind_buffer.alloc(reg, obj, args, be, client, err, errlen)) < 0) {
-    free(obj->image);
-    obj->image = NULL;
-  }
-  return r;
+  ((struct reg_image *)obj)->image = *args->image;
+  return reg_kind_buffer.alloc(reg, obj, args, be, client, err, errlen);
 }
 
 static int image_export(struct registry *reg, struct reg_object *obj, struct reg_client *client,
@@ -81,20 +76,20 @@ static int image_export(struct registry *reg, struct reg_object *obj, struct reg
 static void image_release(struct registry *reg, struct reg_object *obj)
 {
   reg_kind_buffer.release(reg, obj);
-  free(obj->image);
-  obj->image = NULL;
 }
 
 static void image_describe(const struct reg_object *obj, struct reg_description *out)
 {
   reg_kind_buffer.describe(obj, out);
   out->kind = "image";
+  out->image = &((const struct reg_image *)obj)->image;
 }
 
-/* No adopt: an image does not come back after a restart (docs/graphics.md). */
+/* No persistence: an image does not come back after a restart (docs/graphics.md). */
 const struct reg_kind_ops reg_kind_image = {
   .name = "image",
   .kind = REG_BUFFER,
+  .object_size = sizeof(struct reg_image),
   .check = image_kind_check,
   .estimate = image_estimate,
   .alloc = image_alloc,

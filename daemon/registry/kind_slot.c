@@ -11,20 +11,35 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Its device memory is its segment's, charged whole to the class's uid when one is
+ * taken (seg_charge), not per slot. */
 static void slot_estimate(const struct registry *reg, const struct reg_create_args *args,
-                          const struct backend *be, uint64_t *bytes, uint64_t *host_bytes)
+                          const struct backend *be, struct quota_cost *cost)
 {
   uint64_t slot = seg_slot_size(be, args->size); /* a carved buffer takes its whole slot */
 
   (void)reg;
-  *bytes = slot;
-  *host_bytes = be->kind == GPUSHM_BACKEND_HOST ? slot : 0;
+  *cost = (struct quota_cost){ .bytes = slot, .host = be->kind == GPUSHM_BACKEND_HOST ? slot : 0,
+                               .device = -1 };
+}
+
+struct reg_slot {
+  struct reg_object obj;
+  struct segment *segment;
+  uint32_t slot;
+  bool dirty; /* until its creator has it: the creator clears it */
+};
+
+static struct reg_slot *slot_of(struct reg_object *obj)
+{
+  return (struct reg_slot *)obj;
 }
 
 static int slot_alloc(struct registry *reg, struct reg_object *obj,
                       const struct reg_create_args *args, const struct backend *be,
                       const struct reg_client *client, char *err, size_t errlen)
 {
+  struct reg_slot *s = slot_of(obj);
   int device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
   struct seg_key key = {
     .backend = be->kind, .device = device, .uid = client->uid, .gid = client->gid,
@@ -34,11 +49,10 @@ static int slot_alloc(struct registry *reg, struct reg_object *obj,
 
   /* The creator's library (one that knows segments: select() checked) clears device
    * memory in its own context. */
-  if ((r = seg_carve(&reg->segs, be, &key, args->size, true, &obj->segment, &obj->slot,
-                     &obj->dirty, err, errlen)) < 0)
+  if ((r = seg_carve(&reg->segs, be, &key, args->size, true, &s->segment, &s->slot,
+                     &s->dirty, err, errlen)) < 0)
     return r;
-  obj->mem = (struct backend_mem){ .fd = -1 };
-  obj->allocated = obj->segment->slot;
+  obj->allocated = s->segment->slot;
   obj->host_bytes = be->kind == GPUSHM_BACKEND_HOST ? obj->allocated : 0;
   obj->backend = be;
   obj->device = device;
@@ -46,12 +60,14 @@ static int slot_alloc(struct registry *reg, struct reg_object *obj,
 }
 
 /* The segment's fd or handle, only where this connection does not map it with this
- * access yet (it is counted as mapping it from then on); never sync. */
+ * access yet (it is counted as mapping it from then on); never sync.  The first export,
+ * its creator's, says whether the slot needs clearing. */
 static int slot_export(struct registry *reg, struct reg_object *obj, struct reg_client *client,
                        const struct reg_policy *policy, bool read_only, struct reg_export *out,
                        char *err, size_t errlen)
 {
-  struct segment *seg = obj->segment;
+  struct reg_slot *s = slot_of(obj);
+  struct segment *seg = s->segment;
   struct backend_export mem = { .fd = -1 };
   int r;
 
@@ -63,8 +79,10 @@ static int slot_export(struct registry *reg, struct reg_object *obj, struct reg_
     return GPUSHM_E_UNSUPPORTED;
   }
   out->segment_id = seg->id;
-  out->segment_offset = (uint64_t)obj->slot * seg->slot;
+  out->segment_offset = (uint64_t)s->slot * seg->slot;
   out->segment_size = seg->bytes;
+  out->clear = s->dirty;
+  s->dirty = false;
   if (seg_mapped_by(seg, client, read_only))
     return 0;
   r = obj->backend->export(obj->backend, &seg->mem, read_only, &mem, err, errlen);
@@ -86,21 +104,26 @@ static int slot_export(struct registry *reg, struct reg_object *obj, struct reg_
 
 static void slot_release(struct registry *reg, struct reg_object *obj)
 {
-  seg_free_slot(&reg->segs, obj->segment, obj->slot);
-  obj->segment = NULL;
+  struct reg_slot *s = slot_of(obj);
+
+  seg_free_slot(&reg->segs, s->segment, s->slot);
+  s->segment = NULL;
 }
 
 static void slot_describe(const struct reg_object *obj, struct reg_description *out)
 {
+  const struct reg_slot *s = (const struct reg_slot *)obj;
+
+  memset(out, 0, sizeof *out);
   out->kind = "buffer";
   out->backend = obj->backend->kind;
-  out->sync = false;
-  out->segment_id = obj->segment->id;
+  out->segment_id = s->segment->id;
 }
 
 const struct reg_kind_ops reg_kind_slot = {
   .name = "buffer",
   .kind = REG_BUFFER,
+  .object_size = sizeof(struct reg_slot),
   .estimate = slot_estimate,
   .alloc = slot_alloc,
   .export = slot_export,

@@ -61,6 +61,10 @@ struct reg_kind_ops;
   struct reg_key *name_next;                                                             \
   char name[GPUSHM_LIMIT_NAME_LEN + 1]
 
+/* An object's header: what the registry and its callers know of every kind alike.  It
+ * begins each kind's own struct (kind_*.c: a buffer's allocation and sync objects, a
+ * slot's segment, an event, an image's description, registered memory), which only
+ * that kind reads; others ask it through its ops (describe, export, deposit...). */
 struct reg_object {
   union {
     struct reg_key key;
@@ -73,7 +77,8 @@ struct reg_object {
   uint64_t size;
   uint64_t allocated;
   uint64_t host_bytes; /* of its memory, host memory: what the host budget counts */
-  const struct backend *backend; /* buffers */
+  const struct backend *backend; /* the allocator of its memory; NULL: none (events,
+                                  * registered memfds) */
   int device;
   uid_t owner_uid;
   gid_t owner_gid;
@@ -87,24 +92,9 @@ struct reg_object {
   uint32_t n_holders;
   struct list holdings; /* reg_holding.buffer_link */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
-  bool persisted; /* deposited in systemd's fd store */
-  bool dirty;     /* until its creator has it: the creator clears it */
+  bool persisted; /* deposited where it outlives a restart (systemd's fd store) */
   uint8_t *metadata; /* set at create, immutable; NULL when none */
   uint32_t metadata_len;
-  /* Whole buffers (kind_buffer.c): their allocation and sync objects. */
-  struct backend_mem mem;
-  bool sync; /* sync_state holds its control block (and event) */
-  uint64_t fence_offset; /* cuda-fd sync buffers: their fence, in their allocation; else 0 */
-  struct sync_state sync_state;
-  /* Carved buffers (kind_slot.c): their segment and slot in it. */
-  struct segment *segment;
-  uint32_t slot;
-  /* Events (kind_event.c). */
-  void *event;
-  /* Images (kind_image.c, and registered ones): their description; NULL otherwise. */
-  struct image_params *image;
-  /* Registered memory (kind_external.c); NULL otherwise. */
-  struct reg_external *external;
 };
 
 /* Memory a client exported from a graphics API and registered (kind_external.c). */

@@ -6,30 +6,13 @@
 #include "util/log.h"
 #include "wire.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* The kind a create of each requested kind starts from (its select() may pick a more
- * particular one). */
-static const struct reg_kind_ops *const requested_kinds[REG_KIND_COUNT] = {
-  [REG_BUFFER] = &reg_kind_buffer,
-  [REG_EVENT] = &reg_kind_event,
-};
-
-/* What kind a create starts from: a buffer that describes an image or brings registered
- * memory is of that kind from the start (its checks are its own). */
-static const struct reg_kind_ops *requested_ops(const struct reg_create_args *args)
-{
-  if (args->kind == REG_BUFFER && args->external)
-    return &reg_kind_external;
-  if (args->kind == REG_BUFFER && args->image)
-    return &reg_kind_image;
-  return requested_kinds[args->kind];
-}
 
 static uint64_t now_unix_ms(void)
 {
@@ -152,8 +135,6 @@ int registry_listed_backend(const struct reg_object *obj)
 {
   struct reg_description d;
 
-  if (obj->kind == REG_EVENT)
-    return REG_EVENT_BACKEND;
   obj->ops->describe(obj, &d);
   return d.backend;
 }
@@ -163,24 +144,21 @@ int registry_listed_backend(const struct reg_object *obj)
 static void tally(struct registry *reg, const struct reg_object *obj, int sign)
 {
   const int backend = registry_listed_backend(obj), device = obj->device + 1;
+  struct reg_description d;
   struct reg_count *c;
 
+  obj->ops->describe(obj, &d);
   reg->bytes_allocated += sign > 0 ? obj->allocated : -obj->allocated;
   if (backend >= 0 && backend < REG_TALLY_BACKENDS && device >= 0 && device < REG_TALLY_DEVICES) {
     c = &reg->tally.place[backend][device];
     c->objects += (uint64_t)(int64_t)sign;
     c->bytes += sign > 0 ? obj->allocated : -obj->allocated;
   }
-  if (obj->image && obj->image->format < REG_TALLY_FORMATS && obj->image->tiling < 2) {
-    c = &reg->tally.image[obj->image->format][obj->image->tiling];
+  if (d.image && d.image->format < REG_TALLY_FORMATS && d.image->tiling < 2) {
+    c = &reg->tally.image[d.image->format][d.image->tiling];
     c->objects += (uint64_t)(int64_t)sign;
     c->bytes += sign > 0 ? obj->allocated : -obj->allocated;
   }
-}
-
-bool registry_can_adopt(const struct reg_object *obj)
-{
-  return obj->ops->adopt != NULL;
 }
 
 void registry_describe(const struct reg_object *obj, struct reg_description *out)
@@ -286,11 +264,14 @@ uint32_t registry_client_refs(const struct reg_object *buffer, const struct reg_
  * carved buffer's is its segment's, charged whole to the class's uid (seg_charge). */
 static struct quota_cost cost_of(const struct reg_object *obj)
 {
+  struct reg_description d;
+
+  obj->ops->describe(obj, &d);
   return (struct quota_cost){
     .bytes = obj->allocated,
     .host = obj->host_bytes,
     .device = obj->device,
-    .device_bytes = obj->device >= 0 && !obj->segment && obj->allocated > obj->host_bytes
+    .device_bytes = obj->device >= 0 && !d.segment_id && obj->allocated > obj->host_bytes
                       ? obj->allocated - obj->host_bytes : 0,
   };
 }
@@ -488,20 +469,22 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
  * readers are sent a handle or fd that the driver maps read-write for whoever holds it
  * (docs/security.md), so such a mode would promise what nobody enforces.  Registered
  * NVIDIA memory is the same: every opener gets a dup of the registrant's fd. */
-static int check_mode_kept(const struct registry *reg, const struct reg_create_args *args,
-                           uint32_t mode, const struct backend *be, char *err, size_t errlen)
+static int check_mode_kept(const struct reg_create_args *args, uint32_t mode,
+                           const struct backend *be, const struct reg_kind_ops *ops, char *err,
+                           size_t errlen)
 {
   const bool group = (mode & 040) && !(mode & 020), other = (mode & 04) && !(mode & 02);
 
-  /* registered memory: a memfd's readers get a read-only reopen (be NULL), NVIDIA's
-   * (be cuda-fd, which checked it) a dup of the OPAQUE_FD */
+  /* no memory (events), or kept: host memory, registered memfds (be NULL: a read-only
+   * reopen); registered NVIDIA memory is checked by cuda-fd, and its readers get a dup
+   * of the OPAQUE_FD */
   if (!be || be->kind == GPUSHM_BACKEND_HOST || (!group && !other))
     return 0;
   snprintf(err, errlen, "mode %04o gives %s read-only access, which %s cannot keep (readers get "
            "an %s that maps it read-write): use 0%o, 0%o or the host backend%s; "
            "docs/security.md", mode, group && other ? "group and others" : group ? "its group"
-           : "others", args->external ? "registered NVIDIA memory" : be->name,
-           !args->external && be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
+           : "others", ops->memory_name ? ops->memory_name : be->name,
+           be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
            mode | (group ? 020 : 0) | (other ? 02 : 0),
            mode & ~(uint32_t)(group ? 040 : 0) & ~(uint32_t)(other ? 04 : 0),
            args->strict_mode ? "" : " (gpushmd's strict-modes setting)");
@@ -514,6 +497,8 @@ static int join_existing(struct registry *reg, struct reg_client *client,
                          const struct reg_create_args *args, const struct backend *be,
                          struct reg_export *out, char *err, size_t errlen)
 {
+  struct reg_description d;
+
   if (!args->open_existing) {
     snprintf(err, errlen, "'%s' already exists", args->name);
     return GPUSHM_E_EXIST;
@@ -527,8 +512,9 @@ static int join_existing(struct registry *reg, struct reg_client *client,
              "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
     return GPUSHM_E_EXIST;
   }
-  if (found->kind != args->kind || found->backend != be || found->sync != args->sync ||
-      found->image || found->external) {
+  registry_describe(found, &d);
+  if (found->kind != args->kind || found->backend != be || d.sync != args->sync || d.image ||
+      d.external) {
     if (found->backend)
       snprintf(err, errlen, "'%s' already exists as a %s %s", args->name, found->backend->name,
                kind_name(found));
@@ -537,8 +523,8 @@ static int join_existing(struct registry *reg, struct reg_client *client,
     return GPUSHM_E_EXIST;
   }
   /* joining asks for the same promise of the mode it finds */
-  if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT) {
-    int r = check_mode_kept(reg, args, found->mode, found->backend, err, errlen);
+  if (args->strict_mode || reg->limits.strict_modes) {
+    int r = check_mode_kept(args, found->mode, found->backend, found->ops, err, errlen);
     if (r < 0)
       return r;
   }
@@ -554,38 +540,31 @@ int registry_create(struct registry *reg, struct reg_client *client,
   const struct backend *be = NULL;
   struct reg_object *obj;
   struct reg_key *found;
-  uint64_t bytes, host;
   int r;
 
   memset(out, 0, sizeof *out);
   if ((r = check_common(args, err, errlen)) < 0)
     return r;
-  ops = requested_ops(args);
+  ops = reg_kind_for(args);
   if (ops->check && (r = ops->check(reg, args, policy, &be, err, errlen)) < 0)
     return r;
   if ((found = names_lookup(&reg->names, args->name)))
     return join_existing(reg, client, policy, object_of(found), args, be, out, err, errlen);
   if (ops->select)
     ops = ops->select(reg, args, policy, be);
-  if ((args->strict_mode || reg->limits.strict_modes) && args->kind != REG_EVENT &&
-      (r = check_mode_kept(reg, args, args->mode ? args->mode : reg->limits.default_mode, be,
+  if ((args->strict_mode || reg->limits.strict_modes) &&
+      (r = check_mode_kept(args, args->mode ? args->mode : reg->limits.default_mode, be, ops,
                            err, errlen)) < 0)
     return r;
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
-  ops->estimate(reg, args, be, &bytes, &host);
   {
-    /* registered memory's device is known once its fd is checked: the check after
-     * allocating counts it; a slot's device memory is its segment's, checked if one is
-     * taken (seg_charge) */
-    const bool device = be && be->kind != GPUSHM_BACKEND_HOST && !args->external &&
-                        ops != &reg_kind_slot;
-    const struct quota_cost c = { bytes, host, device ? args->device : -1,
-                                  device && bytes > host ? bytes - host : 0 };
+    struct quota_cost c;
+    ops->estimate(reg, args, be, &c);
     if ((r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen)) < 0)
       return r;
   }
-  if (names_reserve(&reg->names) < 0 || !(obj = calloc(1, sizeof *obj)))
+  if (names_reserve(&reg->names) < 0 || !(obj = calloc(1, ops->object_size)))
     goto oom;
   if (copy_metadata(obj, args->metadata, args->metadata_len) < 0) {
     free(obj);
@@ -637,8 +616,6 @@ int registry_create(struct registry *reg, struct reg_client *client,
     return r;
   }
   out->created = true;
-  out->clear = obj->dirty;
-  obj->dirty = false;
   if (reg->on_created)
     reg->on_created(reg->hooks_ctx, obj);
   return 0;
@@ -727,7 +704,11 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
              (unsigned long long)id);
     return GPUSHM_E_NOENT;
   }
-  segment_id = obj->segment ? obj->segment->id : 0;
+  {
+    struct reg_description d;
+    registry_describe(obj, &d);
+    segment_id = d.segment_id;
+  }
   if (unlink && obj->linked) {
     if (may_unlink(client, obj)) {
       unlink_object(reg, obj); /* held: it stays until the reference goes below */
@@ -824,57 +805,99 @@ void registry_destroy(struct registry *reg)
   memset(reg, 0, sizeof *reg);
 }
 
-int registry_adopt(struct registry *reg, const struct reg_adopt_args *a, struct backend_mem *mem,
-                   struct backend_mem *control, char *err, size_t errlen)
+
+unsigned registry_persist_records(const struct registry *reg, const struct reg_object *obj)
 {
-  const struct reg_kind_ops *ops = &reg_kind_buffer; /* only buffers persist */
-  struct reg_object *obj;
+  if (obj->lifetime != GPUSHM_LIFETIME_PERSISTENT || !obj->ops->records)
+    return 0;
+  return obj->ops->records(reg, obj);
+}
+
+int registry_deposit(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
+                     char *err, size_t errlen)
+{
   int r;
 
-  if (!wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u) ||
-      a->metadata_len > GPUSHM_LIMIT_METADATA) {
+  if (!registry_persist_records(reg, obj)) {
+    snprintf(err, errlen, "it does not outlive gpushmd");
+    return -EINVAL;
+  }
+  if ((r = obj->ops->deposit(reg, obj, store, err, errlen)) == 0)
+    obj->persisted = true;
+  return r;
+}
+
+void registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store)
+{
+  if (!obj->persisted)
+    return;
+  obj->ops->withdraw(reg, obj, store);
+  obj->persisted = false;
+}
+
+int registry_adopt_record(struct registry *reg, const char *record, int fd,
+                          const struct reg_store *store, char *err, size_t errlen)
+{
+  const struct reg_kind_ops *ops = NULL;
+  struct reg_adopt_args a;
+  struct reg_object *obj = NULL;
+  int r = 0;
+
+  for (size_t i = 0; reg_persistent_kinds[i] && !r; i++)
+    if ((r = (ops = reg_persistent_kinds[i])->adopt_record(reg, record, fd, store, &obj, &a, err,
+                                                           errlen)) < 0)
+      return r;
+  if (r == 0)
+    return 0;
+  obj->kind = ops->kind;
+  obj->ops = ops;
+  if (!wire_name_valid(a.name) || a.id == 0 || (a.mode & ~0777u) ||
+      a.metadata_len > GPUSHM_LIMIT_METADATA) {
     snprintf(err, errlen, "invalid record");
-    return GPUSHM_E_INVAL;
-  }
-  if (names_lookup(&reg->names, a->name) || registry_find_id(reg, a->id)) {
-    snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a->name,
-             (unsigned long long)a->id);
-    return GPUSHM_E_EXIST;
-  }
-  if (names_reserve(&reg->names) < 0 || !(obj = calloc(1, sizeof *obj))) {
+    r = GPUSHM_E_INVAL;
+  } else if (names_lookup(&reg->names, a.name) || registry_find_id(reg, a.id)) {
+    snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a.name,
+             (unsigned long long)a.id);
+    r = GPUSHM_E_EXIST;
+  } else if (names_reserve(&reg->names) < 0 || copy_metadata(obj, a.metadata, a.metadata_len) < 0) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    r = GPUSHM_E_NOMEM;
   }
-  if (copy_metadata(obj, a->metadata, a->metadata_len) < 0) {
-    free(obj);
-    snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
-  }
-  if ((r = ops->adopt(reg, obj, a, mem, control, err, errlen)) < 0) {
+  obj->id = a.id; /* the records withdraw() finds are named after the header */
+  snprintf(obj->name, sizeof obj->name, "%s", a.name);
+  obj->size = a.size;
+  obj->owner_uid = a.owner_uid;
+  obj->owner_gid = a.owner_gid;
+  obj->mode = a.mode;
+  obj->lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  obj->created_unix_ms = a.created_unix_ms;
+  obj->persisted = true;
+  list_init(&obj->holdings);
+  list_init(&obj->creator_link);
+  if (r < 0) {
+    obj->metadata_len = (uint32_t)a.metadata_len; /* names its records, as its flags do */
+    ops->withdraw(reg, obj, store);
+    ops->release(reg, obj);
     free(obj->metadata);
     free(obj);
     return r;
   }
-  obj->kind = ops->kind;
-  obj->ops = ops;
-  obj->id = a->id;
-  snprintf(obj->name, sizeof obj->name, "%s", a->name);
-  obj->persisted = true;
-  obj->size = a->size;
-  obj->owner_uid = a->owner_uid;
-  obj->owner_gid = a->owner_gid;
-  obj->mode = a->mode;
-  obj->lifetime = GPUSHM_LIFETIME_PERSISTENT;
-  obj->created_unix_ms = a->created_unix_ms;
-  list_init(&obj->holdings);
-  list_init(&obj->creator_link);
   /* Ids stay in order even when records come back in any order. */
   ids_add(&reg->names, &obj->key);
-  if (reg->next_id <= a->id)
-    reg->next_id = a->id + 1;
+  if (reg->next_id <= a.id)
+    reg->next_id = a.id + 1;
   names_link(&reg->names, &obj->key);
-  charge_quota(reg, a->owner_uid, obj);
+  charge_quota(reg, a.owner_uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
   tally(reg, obj, 1);
-  return 0;
+  return 1;
+}
+
+int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                         uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+{
+  *seq = *was = 0;
+  if (!obj->ops->raise_fence)
+    return 0;
+  return obj->ops->raise_fence(reg, obj, releaser, seq, was, err, errlen);
 }

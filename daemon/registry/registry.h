@@ -53,11 +53,25 @@ int registry_unmap(struct registry *reg, struct reg_client *client, uint64_t seg
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
                     char *err, size_t errlen);
 
-/* Takes the buffer back under its old id and name, unheld; mem (and control, for a sync
- * buffer) become the registry's on success only. */
-int registry_adopt(struct registry *reg, const struct reg_adopt_args *args, struct backend_mem *mem,
-                   struct backend_mem *control, char *err, size_t errlen);
-/* What a uid is charged with now. */
+/* Persistence (server/persist.c keeps the store).  How many records obj would take in
+ * it (0: it does not outlive gpushmd: a session object, or a kind or backend that dies
+ * with the daemon); deposit them (0, obj->persisted set; or a negative errno, err
+ * saying why, nothing left behind); withdraw them (obj->persisted cleared). */
+unsigned registry_persist_records(const struct registry *reg, const struct reg_object *obj);
+int registry_deposit(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
+                     char *err, size_t errlen);
+void registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
+/* A record from the store after a restart, with its fd: 1, the object it names is back
+ * (fd and its companion records are its own now); 0, no kind knows the record (fd left
+ * to the caller); or a negative GPUSHM_E_* with err saying why it cannot come back (its
+ * records removed from the store, fd closed). */
+int registry_adopt_record(struct registry *reg, const char *record, int fd,
+                          const struct reg_store *store, char *err, size_t errlen);
+/* A sync buffer whose releaser died: raises its fence to that releaser's last published
+ * release where its GPU never wrote it.  1 raised (*seq, *was: to what, from what), 0
+ * nothing to raise, or a negative GPUSHM_E_* with err set. */
+int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                         uint64_t *seq, uint64_t *was, char *err, size_t errlen);/* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 void registry_totals(const struct registry *reg, struct reg_totals *out);
@@ -84,9 +98,6 @@ bool registry_may_see(const struct reg_client *client, const struct reg_object *
 /* The segments, for stats and for the processes that keep mapping them (detached.h). */
 struct seg_table *registry_segments(struct registry *reg);
 
-/* Whether obj's kind can be adopted after a restart (registry_adopt()), so worth
- * keeping across one. */
-bool registry_can_adopt(const struct reg_object *obj);
 
 
 #endif

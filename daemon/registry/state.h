@@ -84,27 +84,47 @@ struct reg_export {
   bool clear; /* created in a slot of device memory that the creator clears */
 };
 
-/* A persistent buffer coming back from systemd's fd store after a restart. */
+/* A record's name, NUL included: systemd's FDNAME takes 255 characters, less the
+ * store's own prefix (server/persist.c). */
+#define REG_RECORD_MAX 248
+
+/* Where persistent objects wait out a restart of gpushmd (systemd's fd store, which
+ * server/persist.c speaks to): records, each a name a kind makes up and one fd. */
+struct reg_store {
+  void *ctx;
+  /* Keeps a copy of fd under record (fd stays the caller's): 0 or a negative errno. */
+  int (*add)(void *ctx, const char *record, int fd);
+  void (*remove)(void *ctx, const char *record);
+  /* After a restart: the fd kept under record, now the caller's (its record stays until
+   * removed); -1 when there is none. */
+  int (*take)(void *ctx, const char *record);
+};
+
+/* A persistent object coming back after a restart: its header, as its kind read it from
+ * its records (metadata and name point into this struct). */
 struct reg_adopt_args {
   uint64_t id;
   const char *name;
-  int backend;
-  int device; /* the device's ordinal now; -1 for host memory */
-  uint64_t size, allocated;
+  uint64_t size;
   uid_t owner_uid;
   gid_t owner_gid;
   uint32_t mode;
   uint64_t created_unix_ms;
   const uint8_t *metadata; /* copied */
   size_t metadata_len;
+  char name_buf[GPUSHM_LIMIT_NAME_LEN + 1];
+  uint8_t metadata_buf[GPUSHM_LIMIT_METADATA];
 };
 
-/* How an object presents itself in listings and logs, whatever its kind. */
+/* How an object presents itself in listings, replies and logs, whatever its kind. */
 struct reg_description {
   const char *kind;  /* "buffer", "sync buffer", "event" */
-  int backend;       /* gpushm_backend_t; 0 for an event */
+  int backend;       /* gpushm_backend_t, as listings spell it (an event: REG_EVENT_BACKEND) */
   bool sync;
+  bool fenced;       /* a sync buffer ordered by a fence in its memory (fence repair) */
   uint64_t segment_id; /* 0: not carved */
+  const struct image_params *image;       /* an image's description; NULL otherwise */
+  const struct reg_external *external;    /* registered memory; NULL otherwise */
 };
 
 /* The registry's totals, for stats and status lines. */

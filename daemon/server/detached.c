@@ -131,9 +131,12 @@ static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
  * (read-only openers cannot release). */
 static bool may_owe_fence(const struct reg_holding *h)
 {
-  const struct reg_object *b = h->buffer;
-  return h->refs && h->read_write && b->kind == REG_BUFFER && b->sync && b->backend &&
-         b->fence_offset;
+  struct reg_description d;
+
+  if (!h->refs || !h->read_write)
+    return false;
+  registry_describe(h->buffer, &d);
+  return d.fenced;
 }
 
 /* The segments the process maps: held by d until it exits, else (d NULL) retired. */

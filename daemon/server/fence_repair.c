@@ -13,24 +13,20 @@ unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t clien
 
   for (size_t i = 0; i < n; i++) {
     struct reg_object *b = registry_find_id(reg, ids[i]);
-    uint64_t seq, was = 0;
+    uint64_t seq, was;
     char err[256];
     int r;
 
     /* Freed since (ids are never reused): nobody holds it, so nobody waits on it. */
-    if (!b || !b->sync || !b->fence_offset || !b->backend || !b->backend->fence_raise)
+    if (!b)
       continue;
-    if ((r = sync_signed_release(&b->sync_state, releaser, &seq, err, sizeof err)) < 0) {
+    r = registry_raise_fence(reg, b, releaser, &seq, &was, err, sizeof err);
+    if (r < 0 && seq == 0) {
       /* A scribbled header is a holder's doing, not the daemon's failing. */
       log_msg(r == GPUSHM_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
               "'%s' (id %llu): client %u (pid %d) has exited, and its fence cannot be "
               "checked: %s", b->name, (unsigned long long)b->id, client_id, (int)pid, err);
-      continue;
-    }
-    if (seq == 0)
-      continue; /* none of the latest releases is its */
-    r = b->backend->fence_raise(b->backend, &b->mem, b->fence_offset, seq, &was, err, sizeof err);
-    if (r < 0) {
+    } else if (r < 0) {
       log_error("'%s' (id %llu): release %llu by client %u (pid %d), which has exited: raising "
                 "its fence failed, streams that acquire it may wait for ever: %s", b->name,
                 (unsigned long long)b->id, (unsigned long long)seq, client_id, (int)pid, err);
@@ -40,7 +36,7 @@ unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t clien
                "process exited before its GPU wrote the fence (it held %llu); fence raised: "
                "waiters go on with what its work left", b->name, (unsigned long long)b->id,
                (unsigned long long)seq, client_id, (int)pid, (unsigned long long)was);
-    } else {
+    } else if (seq) {
       log_debug("'%s': release %llu by client %u (pid %d, exited) had its fence written",
                 b->name, (unsigned long long)seq, client_id, (int)pid);
     }

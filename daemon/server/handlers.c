@@ -243,12 +243,12 @@ static void fill_info(struct handler_reply *ctx, const struct reg_object *b,
     info->metadata.data = b->metadata;
     info->metadata.len = b->metadata_len;
   }
-  if (b->image) {
-    fill_image(&ctx->info_image, b->image);
+  if (d.image) {
+    fill_image(&ctx->info_image, d.image);
     info->image = &ctx->info_image;
   }
-  if (b->external) {
-    fill_external(&ctx->info_external, b->external);
+  if (d.external) {
+    fill_external(&ctx->info_external, d.external);
     info->external = &ctx->info_external;
   }
 }
@@ -283,7 +283,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   }
   ctx->body.open.sync_event_handle.data = e->event_handle;
   ctx->body.open.sync_event_handle.len = e->event_handle_len;
-  ctx->body.open.has_control = e->buffer->sync;
+  ctx->body.open.has_control = ctx->info.sync; /* fill_info's, from the description */
   ctx->body.open.fence_offset = e->fence_offset;
   ctx->body.open.segment_offset = e->segment_offset;
   ctx->body.open.segment_size = e->segment_size;
@@ -404,7 +404,7 @@ static int handle_register(struct handler_call *call, const Gpushm__Request *req
             "client %u registered '%s' (id %llu, %llu bytes of %s memory)", call->client->id,
             rr->name, (unsigned long long)ctx->export.buffer->id,
             (unsigned long long)m->allocation_size,
-            ctx->export.buffer->external->nvidia ? "NVIDIA" : "memfd");
+            ctx->export.buffer->device >= 0 ? "NVIDIA" : "memfd");
   return reply_open(call, ctx);
 }
 

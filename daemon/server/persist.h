@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Persistent buffers across daemon restarts.  Each persistent host buffer's memfd, and
- * each persistent cuda-fd buffer's exported fd, is deposited in systemd's fd store under
- * a name that is its registry record (id, owner, mode, size, name; for device memory also
- * the allocated size and the device's UUID); a restarted daemon finds the fds in
- * LISTEN_FDS and adopts the buffers with their data, importing device memory again on
- * the device with that UUID. */
+/* Persistent objects across daemon restarts, in systemd's fd store: each kind that
+ * outlives the daemon deposits its objects there as records (a name and an fd: a host
+ * buffer's memfd, a cuda-fd buffer's exported fd, under its id, owner, mode, size and
+ * name; registry/kind_buffer.c), and a restarted daemon finds them in LISTEN_FDS and
+ * hands them back to the registry, which asks the kinds to adopt them. */
 #ifndef GPUSHMD_PERSIST_H
 #define GPUSHMD_PERSIST_H
 
@@ -24,8 +23,8 @@ struct persist {
 void persist_init(struct persist *p);
 bool persist_enabled(const struct persist *p);
 /* Registry hooks: deposit a new persistent buffer; withdraw one whose name went away. */
-void persist_created(struct persist *p, struct reg_object *buffer);
-void persist_unlinked(struct persist *p, struct reg_object *buffer);
+void persist_created(struct persist *p, struct registry *reg, struct reg_object *obj);
+void persist_unlinked(struct persist *p, struct registry *reg, struct reg_object *obj);
 /* At shutdown: warns, with their number and bytes, of the linked persistent buffers that
  * this stop loses because the fd store does not hold them (none without systemd). */
 void persist_report_dropped(const struct persist *p, const struct registry *reg);

@@ -225,7 +225,7 @@ static void on_unlink(void *ctx, struct reg_object *obj)
 
   status_page_bump_unlink(&srv->status);
   if (srv->persist)
-    persist_unlinked(srv->persist, obj);
+    persist_unlinked(srv->persist, srv->reg, obj);
   log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.buffer = obj->name, .buffer_id = obj->id),
             "'%s' (id %llu) unlinked", obj->name, (unsigned long long)obj->id);
 }
@@ -235,7 +235,7 @@ static void on_created(void *ctx, struct reg_object *obj)
   struct server *srv = ctx;
 
   if (srv->persist)
-    persist_created(srv->persist, obj);
+    persist_created(srv->persist, srv->reg, obj);
 }
 
 struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, struct registry *reg,
