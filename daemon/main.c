@@ -176,7 +176,7 @@ static int exit_status;
 
 /* What the daemon is made of (main() builds it; the signal handlers reach it here). */
 static struct {
-  struct registry reg;
+  struct registry *reg;
   struct persist persist;
   struct server *srv;
 } d;
@@ -223,7 +223,7 @@ static void reload(struct server *srv)
     server_reload(srv, &next.cfg);
     current_cfg = next.cfg;
     resolve_device_quota(&next);
-    registry_set_limits(&d.reg, &next.limits);
+    registry_set_limits(d.reg, &next.limits);
     log_set_level((enum log_level)next.log_level);
     log_info("reloaded settings from %s", given.config ? given.config : GPUSHMD_DEFAULT_CONFIG);
     log_budget(&next);
@@ -306,28 +306,28 @@ int main(int argc, char **argv)
   if (sdn_claim_notify_socket(err, sizeof err) < 0)
     log_info("%s: ignored; no service manager keeps persistent buffers across restarts",
              err);
-  if (registry_init(&d.reg, &settings.limits) < 0) {
+  if (!(d.reg = registry_new(&settings.limits))) {
     fprintf(stderr, "gpushmd: out of memory\n");
     return 1;
   }
-  offer_backends(&d.reg);
+  offer_backends(d.reg);
 
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
   /* Before anything opens an fd: what systemd passed is numbered from 3 on. */
   if (sdn_take_passed(&passed, err, sizeof err) < 0) {
     log_error("%s", err);
-    registry_destroy(&d.reg);
+    registry_free(d.reg);
     return 1;
   }
   uv_loop_init(&loop);
   persist_init(&d.persist);
-  if (!(d.srv = server_new(&loop, &settings.cfg, &d.reg, &d.persist, err, sizeof err))) {
+  if (!(d.srv = server_new(&loop, &settings.cfg, d.reg, &d.persist, err, sizeof err))) {
     log_error("%s", err);
     for (size_t i = 0; i < passed.n_stored; i++)
       close(passed.stored_fds[i]); /* still in systemd's store for the next try */
     sdn_passed_free(&passed);
-    registry_destroy(&d.reg);
+    registry_free(d.reg);
     uv_loop_close(&loop);
     return 1;
   }
@@ -362,15 +362,15 @@ int main(int argc, char **argv)
   backend_cuda_set_fatal_hook(on_fatal, d.srv);
   backend_cuda_init();
   resolve_device_quota(&settings);
-  registry_set_limits(&d.reg, &settings.limits);
-  registry_set_auto_backend(&d.reg, backend_cuda_fd_usable(&why) ? GPUSHM_BACKEND_CUDA_FD
+  registry_set_limits(d.reg, &settings.limits);
+  registry_set_auto_backend(d.reg, backend_cuda_fd_usable(&why) ? GPUSHM_BACKEND_CUDA_FD
                                                                   : GPUSHM_BACKEND_HOST);
   if (settings.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)
     log_info("default-backend auto: %s%s%s%s",
-             registry_default_backend(&d.reg, NULL) == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "host",
+             registry_default_backend(d.reg, NULL) == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "host",
              why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
-  registry_set_persist_dedicated(&d.reg, persist_enabled(&d.persist));
-  adopted = persist_adopt(&d.persist, &d.reg, &passed);
+  registry_set_persist_dedicated(d.reg, persist_enabled(&d.persist));
+  adopted = persist_adopt(&d.persist, d.reg, &passed);
   sdn_passed_free(&passed);
   if (adopted)
     log_info("%u persistent buffers are back from systemd's fd store", adopted);
@@ -388,8 +388,8 @@ int main(int argc, char **argv)
   uv_run(&loop, UV_RUN_DEFAULT);
 
   log_client_warnings_flush();
-  persist_report_dropped(&d.persist, &d.reg);
-  registry_destroy(&d.reg);
+  persist_report_dropped(&d.persist, d.reg);
+  registry_free(d.reg);
   backend_cuda_shutdown();
   server_free(d.srv);
   uv_loop_close(&loop);
@@ -400,7 +400,7 @@ fail_early:
   stop_daemon(d.srv);
   uv_run(&loop, UV_RUN_DEFAULT);
   server_free(d.srv);
-  registry_destroy(&d.reg);
+  registry_free(d.reg);
   uv_loop_close(&loop);
   return 1;
 }

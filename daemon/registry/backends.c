@@ -4,6 +4,7 @@
  * calls, call this and not back into registry.c. */
 #include "config.h"
 #include "registry/backends.h"
+#include "registry/state.h"
 #include "gpushm.h"
 
 #include <stdio.h>

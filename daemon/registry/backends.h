@@ -4,7 +4,9 @@
 #ifndef GPUSHMD_REGISTRY_BACKENDS_H
 #define GPUSHMD_REGISTRY_BACKENDS_H
 
-#include "registry/state.h"
+#include "registry/types.h"
+
+struct registry;
 
 /* The composition root's choices: which backends clients may use, what "auto" means. */
 void registry_add_backend(struct registry *reg, const struct backend *be);

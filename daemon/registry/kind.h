@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Kinds of objects: what each holds outside the registry and how it is made, sent,
+/* Private to daemon/registry/.  Kinds of objects: what each holds outside the registry and how it is made, sent,
  * described, adopted after a restart and given back.  The registry does names, ids,
  * references, quotas and lifetimes for every kind alike and calls these for the rest.
  * A new kind is a file with one of these and an entry in registry.c's table (or, for a
@@ -9,6 +9,7 @@
 #ifndef GPUSHMD_REGISTRY_KIND_H
 #define GPUSHMD_REGISTRY_KIND_H
 
+#include "registry/quota.h"
 #include "registry/state.h"
 
 struct reg_kind_ops {

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* A buffer with an allocation of its own (kind_buffer.c): what the buffer kind and the
- * kinds built on it (kind_image.c) keep beside the object's header. */
+/* Private to daemon/registry/: a buffer with an allocation of its own (kind_buffer.c),
+ * what the buffer kind and the kinds built on it (kind_image.c) keep beside the
+ * object's header. */
 #ifndef GPUSHMD_REGISTRY_KIND_BUFFER_H
 #define GPUSHMD_REGISTRY_KIND_BUFFER_H
 
 #include "registry/kind.h"
+#include "registry/sync.h"
 
 struct reg_buffer {
   struct reg_object obj;

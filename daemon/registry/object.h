@@ -10,10 +10,7 @@
 #include <sys/types.h>
 
 #include "backends/backend.h"
-#include "formats.h"
 #include "registry/names.h"
-#include "registry/segment.h"
-#include "registry/sync.h"
 #include "util/list.h"
 
 struct reg_client {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* What each uid is charged with (objects, bytes, host bytes, each device's bytes) and
+/* Private to daemon/registry/.  What each uid is charged with (objects, bytes, host bytes, each device's bytes) and
  * the checks against its limits and the daemon's host-memory budget.  Knows amounts,
  * not objects. */
 #ifndef GPUSHMD_REGISTRY_QUOTA_H

@@ -2,6 +2,7 @@
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/registry.h"
+#include "registry/state.h"
 #include "gpushm.h"
 #include "util/log.h"
 #include "wire.h"
@@ -71,6 +72,11 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
   reg->segs.charge = (struct seg_charge){ take_segment, give_back_segment, reg };
   registry_set_limits(reg, limits);
   return 0;
+}
+
+const struct reg_limits *registry_limits(const struct registry *reg)
+{
+  return &reg->limits;
 }
 
 void registry_set_limits(struct registry *reg, const struct reg_limits *limits)
@@ -187,9 +193,77 @@ struct reg_object *registry_find_id(const struct registry *reg, uint64_t id)
   return key ? object_of(key) : NULL;
 }
 
-struct seg_table *registry_segments(struct registry *reg)
+struct usage_walk {
+  struct reg_segment_usage *rows;
+  size_t n, max;
+};
+
+static void add_segment(void *arg, const struct seg_class *cls, const struct segment *seg,
+                        bool pooled)
 {
-  return &reg->segs;
+  struct usage_walk *w = arg;
+  struct reg_segment_usage *u = NULL;
+
+  for (size_t i = 0; i < w->n && !u; i++)
+    if (w->rows[i].backend == cls->key.backend && w->rows[i].device == cls->key.device)
+      u = &w->rows[i];
+  if (!u) {
+    if (w->n == w->max)
+      return;
+    u = &w->rows[w->n++];
+    *u = (struct reg_segment_usage){ .backend = cls->key.backend, .device = cls->key.device };
+  }
+  if (pooled) {
+    u->pooled++;
+    u->pooled_bytes += seg->bytes;
+    return;
+  }
+  u->segments++;
+  u->bytes += seg->bytes;
+  u->bytes_used += (uint64_t)seg->n_used * seg->slot;
+  u->mappings += seg->n_mappers;
+}
+
+size_t registry_segment_usage(const struct registry *reg, struct reg_segment_usage *out,
+                              size_t max)
+{
+  struct usage_walk w = { .rows = out, .max = max };
+
+  seg_each(&reg->segs, add_segment, &w);
+  for (size_t i = 0; i < w.n; i++) {
+    int dev = out[i].device;
+    const struct seg_counters *c =
+      &reg->segs.counters[out[i].backend][dev < 0 ? 0 : (unsigned)dev + 1];
+    out[i].carved = c->carved;
+    out[i].driver_allocs = c->driver_allocs;
+  }
+  return w.n;
+}
+
+void registry_client_mapped(const struct reg_client *client, uint32_t *segments, uint64_t *bytes)
+{
+  *segments = 0;
+  *bytes = 0;
+  for (const struct list *m = client->mappings.next; m != &client->mappings; m = m->next) {
+    (*segments)++;
+    *bytes += list_entry(m, struct seg_mapping, client_link)->seg->bytes;
+  }
+}
+
+ssize_t registry_detach_segments(struct registry *reg, struct reg_client *client,
+                                 struct segment ***segs)
+{
+  return seg_client_detach(&reg->segs, &client->mappings, segs);
+}
+
+void registry_undetach_segment(struct registry *reg, struct segment *seg)
+{
+  seg_undetach(&reg->segs, seg);
+}
+
+void registry_retire_segments(struct registry *reg, struct reg_client *client)
+{
+  seg_client_retire(&reg->segs, &client->mappings);
 }
 
 bool registry_events_available(const struct registry *reg)
@@ -803,6 +877,25 @@ void registry_destroy(struct registry *reg)
   names_destroy(&reg->names);
   quota_destroy(&reg->quota);
   memset(reg, 0, sizeof *reg);
+}
+
+struct registry *registry_new(const struct reg_limits *limits)
+{
+  struct registry *reg = malloc(sizeof *reg);
+
+  if (reg && registry_init(reg, limits) < 0) {
+    free(reg);
+    reg = NULL;
+  }
+  return reg;
+}
+
+void registry_free(struct registry *reg)
+{
+  if (!reg)
+    return;
+  registry_destroy(reg);
+  free(reg);
 }
 
 

@@ -9,11 +9,18 @@
 #define GPUSHMD_REGISTRY_H
 
 #include "registry/backends.h"
-#include "registry/state.h"
+#include "registry/types.h"
 
-int registry_init(struct registry *reg, const struct reg_limits *limits);
+/* Opaque above the registry: its callers see objects through this file's functions and
+ * types.h, never its state (state.h, private to daemon/registry/). */
+struct registry;
+struct segment;
+struct event_source;
+
+/* NULL: out of memory. */
+struct registry *registry_new(const struct reg_limits *limits);
 /* Frees every buffer, whoever holds it; for shutdown. */
-void registry_destroy(struct registry *reg);
+void registry_free(struct registry *reg);
 /* The composition root's choices: which backends and events clients may use, what
  * "auto" means, whether persistent buffers get allocations of their own, and who is
  * told of unlinks and creates. */
@@ -21,8 +28,9 @@ void registry_set_events(struct registry *reg, const struct event_source *events
 void registry_set_persist_dedicated(struct registry *reg, bool dedicated);
 void registry_set_hooks(struct registry *reg, void (*on_unlink)(void *, struct reg_object *),
                         void (*on_created)(void *, struct reg_object *), void *ctx);
-/* Settings a reload may change. */
+/* Settings a reload may change, and those in force. */
 void registry_set_limits(struct registry *reg, const struct reg_limits *limits);
+const struct reg_limits *registry_limits(const struct registry *reg);
 
 void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid_t uid, gid_t gid);
 /* Releases all the client's references and unlinks the session buffers it created. */
@@ -95,8 +103,20 @@ bool registry_events_available(const struct registry *reg);
 /* Whether the client may learn that the buffer exists: root, the owner, whoever may
  * read it, and its holders. */
 bool registry_may_see(const struct reg_client *client, const struct reg_object *buffer);
-/* The segments, for stats and for the processes that keep mapping them (detached.h). */
-struct seg_table *registry_segments(struct registry *reg);
+/* Segments by (backend, device), for stats: rows into out (at most max), their count. */
+size_t registry_segment_usage(const struct registry *reg, struct reg_segment_usage *out,
+                              size_t max);
+/* The segments a client maps over its connection: how many, and their bytes. */
+void registry_client_mapped(const struct reg_client *client, uint32_t *segments, uint64_t *bytes);
+/* A connection ends while its process, which held buffers, lives on (detached.h): its
+ * mappings turn into holds on their segments until registry_undetach_segment() (its
+ * exit); *segs (malloc'ed, one per mapping, to hand back) says which.  Returns the
+ * count, or a negative GPUSHM_E_NOMEM, after which they are retired instead.  Where the
+ * process cannot be watched, registry_retire_segments() retires what it maps. */
+ssize_t registry_detach_segments(struct registry *reg, struct reg_client *client,
+                                 struct segment ***segs);
+void registry_undetach_segment(struct registry *reg, struct segment *seg);
+void registry_retire_segments(struct registry *reg, struct reg_client *client);
 
 
 

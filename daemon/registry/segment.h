@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Segments: small buffers carved out of larger shared allocations.
+/* Private to daemon/registry/.  Segments: small buffers carved out of larger shared allocations.
  *
  * A mapping of one buffer's memory exposes the whole allocation it lies in (a memfd, an
  * exported cuda-fd allocation, a legacy IPC handle), so a segment holds buffers of one

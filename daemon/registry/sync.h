@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A sync buffer's synchronisation objects: the release sequence's control block
+/* Private to daemon/registry/.  A sync buffer's synchronisation objects: the release sequence's control block
  * (host memory, so CPU and GPU holders alike can publish and read it; layout in
  * proto/shm_layout.h) and, for cuda-ipc memory, an event (cuda-fd buffers carry their
  * fence in their own allocation).  The registry owns one per

@@ -45,7 +45,7 @@ static void forget(struct detached *d)
   struct detached_set *set = d->set;
 
   for (size_t i = 0; i < d->n_segments; i++)
-    seg_undetach(set->segs, d->segments[i]);
+    registry_undetach_segment(set->reg, d->segments[i]);
   free(d->segments);
   d->segments = NULL;
   d->n_segments = 0;
@@ -145,13 +145,13 @@ static void take_segments(struct detached_set *set, struct detached *d, struct r
   struct segment **segs;
   ssize_t n;
 
-  if (!set->segs)
+  if (!set->reg)
     return;
   if (!d) {
-    seg_client_retire(set->segs, &client->mappings);
+    registry_retire_segments(set->reg, client);
     return;
   }
-  if ((n = seg_client_detach(set->segs, &client->mappings, &segs)) > 0) {
+  if ((n = registry_detach_segments(set->reg, client, &segs)) > 0) {
     d->segments = segs;
     d->n_segments = (size_t)n;
   }

@@ -76,7 +76,7 @@ struct detached_set {
   uint64_t untracked; /* processes past GPUSHM_LIMIT_DETACHED_PROCESSES, not listed */
   detached_exit_fn *exited;
   void *exited_ctx;
-  struct seg_table *segs; /* where the segments such processes map are (may be NULL) */
+  struct registry *reg; /* whose segments such processes map (may be NULL: none) */
 };
 
 void detached_init(struct detached_set *set, uv_loop_t *loop, detached_exit_fn *exited,

@@ -623,64 +623,36 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
   return 0;
 }
 
-struct segment_walk {
-  const struct registry *reg;
-  Gpushm__SegmentUsage *rows, **ptrs;
-  size_t n, max;
-};
-
-static void add_segment(void *arg, const struct seg_class *cls, const struct segment *seg,
-                        bool pooled)
-{
-  struct segment_walk *w = arg;
-  Gpushm__SegmentUsage *u = NULL;
-
-  for (size_t i = 0; i < w->n && !u; i++)
-    if (w->rows[i].backend == (Gpushm__Backend)cls->key.backend &&
-        w->rows[i].device == cls->key.device)
-      u = &w->rows[i];
-  if (!u) {
-    if (w->n == w->max)
-      return;
-    u = &w->rows[w->n];
-    gpushm__segment_usage__init(u);
-    u->backend = (Gpushm__Backend)cls->key.backend;
-    u->device = cls->key.device;
-    w->ptrs[w->n++] = u;
-  }
-  if (pooled) {
-    u->pooled++;
-    u->pooled_bytes += seg->bytes;
-    return;
-  }
-  u->segments++;
-  u->bytes += seg->bytes;
-  u->bytes_used += (uint64_t)seg->n_used * seg->slot;
-  u->mappings += seg->n_mappers;
-}
-
 /* Segments by (backend, device): their memory, how much of it holds buffers, who maps
  * them, the warm pools, and what carving has saved (carved vs driver allocations). */
 static int fill_segments(const struct registry *reg, struct handler_reply *ctx,
                          Gpushm__StatsReply *s)
 {
   const size_t max = GPUSHM_BACKEND_COUNT * (GPUSHM_LIMIT_DEVICES + 1);
-  struct segment_walk w = { .reg = reg, .max = max };
+  struct reg_segment_usage *usage = reply_calloc(ctx, max, sizeof *usage);
+  Gpushm__SegmentUsage *rows = reply_calloc(ctx, max, sizeof *rows);
+  Gpushm__SegmentUsage **ptrs = reply_calloc(ctx, max, sizeof *ptrs);
+  size_t n;
 
-  w.rows = reply_calloc(ctx, max, sizeof *w.rows);
-  w.ptrs = reply_calloc(ctx, max, sizeof *w.ptrs);
-  if (!w.rows || !w.ptrs)
+  if (!usage || !rows || !ptrs)
     return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
-  seg_each(&reg->segs, add_segment, &w);
-  for (size_t i = 0; i < w.n; i++) {
-    int dev = w.rows[i].device;
-    const struct seg_counters *c =
-      &reg->segs.counters[w.rows[i].backend][dev < 0 ? 0 : (unsigned)dev + 1];
-    w.rows[i].carved = c->carved;
-    w.rows[i].driver_allocs = c->driver_allocs;
+  n = registry_segment_usage(reg, usage, max);
+  for (size_t i = 0; i < n; i++) {
+    gpushm__segment_usage__init(&rows[i]);
+    rows[i].backend = (Gpushm__Backend)usage[i].backend;
+    rows[i].device = usage[i].device;
+    rows[i].segments = usage[i].segments;
+    rows[i].bytes = usage[i].bytes;
+    rows[i].bytes_used = usage[i].bytes_used;
+    rows[i].mappings = usage[i].mappings;
+    rows[i].pooled = usage[i].pooled;
+    rows[i].pooled_bytes = usage[i].pooled_bytes;
+    rows[i].carved = usage[i].carved;
+    rows[i].driver_allocs = usage[i].driver_allocs;
+    ptrs[i] = &rows[i];
   }
-  s->segments = w.ptrs;
-  s->n_segments = w.n;
+  s->segments = ptrs;
+  s->n_segments = n;
   return 0;
 }
 
@@ -810,10 +782,7 @@ static bool add_client(void *arg, const struct handler_peer *peer)
     ci->buffers_held++;
     ci->bytes_held += hold->buffer->allocated;
   }
-  for (const struct list *m = other->mappings.next; m != &other->mappings; m = m->next) {
-    ci->segments_mapped++;
-    ci->segment_bytes_mapped += list_entry(m, struct seg_mapping, client_link)->seg->bytes;
-  }
+  registry_client_mapped(other, &ci->segments_mapped, &ci->segment_bytes_mapped);
   size = gpushm__client_info__get_packed_size(ci);
   size += 1 + varint_size(size);
   if (w->used + size > budget)

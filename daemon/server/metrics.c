@@ -2,7 +2,6 @@
 #include "config.h"
 #include "server/metrics.h"
 #include "gpushm.h"
-#include "registry/segment.h"
 #include "formats.h"
 #include "wire.h"
 
@@ -213,7 +212,7 @@ static void pinned_after_release(const struct metrics_source *src, struct sink *
 /* What one uid may hold (rows only for limits that are set). */
 static void uid_limits(const struct metrics_source *src, struct sink *k)
 {
-  const struct reg_limits *l = &src->reg->limits;
+  const struct reg_limits *l = registry_limits(src->reg);
   char dev[16];
 
   if (l->max_bytes_per_uid)
@@ -227,8 +226,8 @@ static void uid_limits(const struct metrics_source *src, struct sink *k)
 
 static void host_budget(const struct metrics_source *src, struct sink *k)
 {
-  if (src->reg->limits.host_budget)
-    emit(k, src->reg->limits.host_budget, NULL, NULL, NULL, NULL);
+  if (registry_limits(src->reg)->host_budget)
+    emit(k, registry_limits(src->reg)->host_budget, NULL, NULL, NULL, NULL);
 }
 
 /* The segment figures by backend and device, from the stats' own segment rows. */

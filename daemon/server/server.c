@@ -265,7 +265,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
   }
   registry_set_hooks(reg, on_unlink, on_created, srv);
   detached_init(&srv->detached, loop, on_process_exit, srv);
-  srv->detached.segs = registry_segments(reg);
+  srv->detached.reg = reg;
   cuda_warmup_init(&srv->warmup, loop, on_device_warm, srv);
   srv->transport_limits = (struct transport_limits){
     .max_queued_frames = cfg->max_queued_frames,

@@ -21,6 +21,7 @@
 #include "util/log.h"
 #include "offer.h"
 #include "registry/registry.h"
+#include "registry/state.h"
 #include "server/server.h"
 #include "server/session.h"
 #include "wire.h"

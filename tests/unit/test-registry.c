@@ -4,6 +4,7 @@
 #include "config.h"
 #include "harness.h"
 #include "registry/registry.h"
+#include "registry/state.h"
 
 #include <fcntl.h>
 #include <stdint.h>

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* What the registry's callers pass it and get back: the settings, a create's arguments,
+ * a ready export, an object's description, totals, and the store persistent objects
+ * wait in.  The registry itself is opaque to them (registry.h). */
+#ifndef GPUSHMD_REGISTRY_TYPES_H
+#define GPUSHMD_REGISTRY_TYPES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backends/backend.h"
+#include "formats.h"
+#include "gpushm_limits.h"
+#include "registry/object.h"
+
+/* default-backend = auto: what registry_set_auto_backend() said (cuda-fd where the
+ * daemon's first GPU can share memory as fd capabilities, else host).  What the system
+ * service's installed settings ask for. */
+#define REG_DEFAULT_BACKEND_AUTO (-1)
+
+struct reg_limits {
+  uint32_t max_buffers_per_uid;
+  uint64_t max_bytes_per_uid; /* 0: none */
+  uint32_t default_mode;
+  uint64_t host_budget;       /* host memory of all buffers together; 0: none */
+  uint64_t max_host_bytes_per_uid; /* 0: none */
+  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host;
+                               * REG_DEFAULT_BACKEND_AUTO: see registry_default_backend() */
+  /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
+   * are neither created nor exported. */
+  bool allow_legacy_ipc;
+  uint64_t pool_bytes; /* empty segments kept warm per class */
+  bool strict_modes;   /* every create as if it asked for strict_mode */
+  /* device memory one uid may hold on each device, by ordinal; 0: none (the composition
+   * root derives it from each device's size: max-device-bytes-per-uid) */
+  uint64_t max_device_bytes_per_uid[GPUSHM_LIMIT_DEVICES];
+};
+
+struct reg_create_args {
+  enum reg_kind kind;
+  const char *name;
+  uint64_t size; /* events: 0 */
+  int backend; /* buffers: gpushm_backend_t; 0 = the default backend */
+  int device;
+  uint32_t mode; /* 0 = default */
+  int lifetime;
+  bool open_existing;
+  bool sync;
+  bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
+  /* A cuda-ipc sync buffer gets a fence, not an IPC event (reg_policy.ipc_fences). */
+  bool ipc_fence;
+  const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */
+  size_t metadata_len;
+  /* An image (kind_image.c): its description, checked and completed (image_check());
+   * size is its linear bytes. */
+  const struct image_params *image;
+  /* Registering (kind_external.c): the memory, whose fd (the request's) stays the
+   * caller's, and what an importer must repeat; image as above, any tiling. */
+  const struct reg_external *external;
+};
+
+/* A ready export: what a client is sent to reach an object it now holds a reference
+ * to.  The fds are the caller's: the memory's own (if its backend has one), then the
+ * control block's for a sync buffer. */
+struct reg_export {
+  struct reg_object *buffer;
+  bool created; /* by this create, not joined */
+  bool read_only;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds;
+  uint8_t handle[64]; /* the memory's handle bytes (backends that have them), or the event's */
+  size_t handle_len;
+  uint8_t event_handle[64]; /* a device sync buffer's inter-process event */
+  size_t event_handle_len;
+  uint64_t fence_offset; /* a cuda-fd sync buffer's fence in its allocation */
+  /* Carved buffers: where in its segment; fds and handle are the segment's, and come
+   * only when attached (the client did not map it, with this access, over this
+   * connection: it is counted as mapping it from here on). */
+  uint64_t segment_id, segment_offset, segment_size;
+  bool segment_attached;
+  bool clear; /* created in a slot of device memory that the creator clears */
+};
+
+/* A record's name, NUL included: systemd's FDNAME takes 255 characters, less the
+ * store's own prefix (server/persist.c). */
+#define REG_RECORD_MAX 248
+
+/* Where persistent objects wait out a restart of gpushmd (systemd's fd store, which
+ * server/persist.c speaks to): records, each a name a kind makes up and one fd. */
+struct reg_store {
+  void *ctx;
+  /* Keeps a copy of fd under record (fd stays the caller's): 0 or a negative errno. */
+  int (*add)(void *ctx, const char *record, int fd);
+  void (*remove)(void *ctx, const char *record);
+  /* After a restart: the fd kept under record, now the caller's (its record stays until
+   * removed); -1 when there is none. */
+  int (*take)(void *ctx, const char *record);
+};
+
+
+/* How an object presents itself in listings, replies and logs, whatever its kind. */
+struct reg_description {
+  const char *kind;  /* "buffer", "sync buffer", "event" */
+  int backend;       /* gpushm_backend_t, as listings spell it (an event: REG_EVENT_BACKEND) */
+  bool sync;
+  bool fenced;       /* a sync buffer ordered by a fence in its memory (fence repair) */
+  uint64_t segment_id; /* 0: not carved */
+  const struct image_params *image;       /* an image's description; NULL otherwise */
+  const struct reg_external *external;    /* registered memory; NULL otherwise */
+};
+
+/* Segments of one (backend, device), as stats shows them. */
+struct reg_segment_usage {
+  int backend, device;
+  uint64_t segments, bytes, bytes_used, mappings; /* holding buffers or mapped */
+  uint64_t pooled, pooled_bytes;                  /* empty ones kept warm */
+  uint64_t carved, driver_allocs;                 /* buffers carved; segment allocations */
+};
+
+/* The registry's totals, for stats and status lines. */
+struct reg_totals {
+  size_t objects;
+  uint32_t linked;
+  uint64_t bytes_allocated;
+  uint64_t host_bytes;
+  uint64_t next_id;
+};
+
+/* Objects and their bytes by where they are (listed backend, device) and, for images,
+ * by format and tiling: kept as objects come and go, since summing them for each stats
+ * request took ~2.7 ms of the only thread with 100,000 buffers (issue 36).  An event's
+ * listed backend is REG_EVENT_BACKEND; device -1 (host) is place[.][0]. */
+#define REG_EVENT_BACKEND 4 /* the wire's BACKEND_CUDA_EVENT */
+#define REG_TALLY_BACKENDS ((int)GPUSHM_BACKEND_COUNT + 1)
+#define REG_TALLY_DEVICES ((int)GPUSHM_LIMIT_DEVICES + 1)
+#define REG_TALLY_FORMATS 32
+struct reg_count {
+  uint64_t objects, bytes;
+};
+struct reg_tally {
+  struct reg_count place[REG_TALLY_BACKENDS][REG_TALLY_DEVICES];
+  struct reg_count image[REG_TALLY_FORMATS][2]; /* [format][IMAGE_TILING_*] */
+};
+
+#endif
