@@ -53,20 +53,27 @@ struct reg_kind_ops {
    * GPUSHM_E_* with err set.  NULL: the kind has no fence. */
   int (*raise_fence)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                      uint64_t *seq, uint64_t *was, char *err, size_t errlen);
-  /* Persistence (NULL: the kind never outlives the daemon).  records: how many records
-   * deposit() would add for obj (0: this one does not persist).  deposit: adds them to
-   * store, 0 or a negative errno with nothing left behind; withdraw: removes them.
-   * adopt_record: record (with fd) is one deposit() made, back after a restart: 0, not
-   * this kind's (fd untouched); 1, *out is the object it brings back (this kind's parts
-   * set, its header in *a), fd and its companion records now obj's; or a negative
-   * GPUSHM_E_* with err saying why, its records removed from the store and fd closed. */
-  unsigned (*records)(const struct registry *reg, const struct reg_object *obj);
+  /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
+   * would (its backend's memory outlives the daemon).  deposit: adds what brings obj
+   * back to store; the number of store records that added (0: it rides on records it
+   * shares, a segment's), or a negative errno with nothing left behind.  withdraw:
+   * takes it out again; the number of records that removed.  adopt_record: record
+   * (with fd) came back after a restart: 0, not this kind's (fd untouched); 1, it was
+   * (fd and its companion records are the kind's, or gone from the store), each object
+   * it brings back handed to emit (which inserts it; on its refusal the kind releases
+   * the object and forgets it), *records the store records it holds now; or a negative
+   * GPUSHM_E_* with err saying why nothing came back, its records removed and fd
+   * closed. */
+  bool (*persists)(const struct registry *reg, const struct reg_object *obj);
+  /* How many store records deposit() would add now (what the store's room is checked
+   * against). */
+  unsigned (*deposit_records)(const struct registry *reg, const struct reg_object *obj);
   int (*deposit)(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
                  char *err, size_t errlen);
-  void (*withdraw)(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
+  int (*withdraw)(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
   int (*adopt_record)(struct registry *reg, const char *record, int fd,
-                      const struct reg_store *store, struct reg_object **out,
-                      struct reg_adopt_args *a, char *err, size_t errlen);
+                      const struct reg_store *store, const struct reg_adopt_sink *emit,
+                      unsigned *records, char *err, size_t errlen);
 };
 
 extern const struct reg_kind_ops reg_kind_buffer; /* kind_buffer.c: an allocation of its own */

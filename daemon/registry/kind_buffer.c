@@ -256,14 +256,21 @@ static bool persists(const struct backend *be)
   return be && be->adopt && (be->kind == GPUSHM_BACKEND_HOST || be->kind == GPUSHM_BACKEND_CUDA_FD);
 }
 
-static unsigned buffer_records(const struct registry *reg, const struct reg_object *obj)
+static bool buffer_persists(const struct registry *reg, const struct reg_object *obj)
 {
-  const struct reg_buffer *b = reg_buffer_of_const(obj);
-
   (void)reg;
-  if (!persists(obj->backend))
-    return 0;
-  return 1u + (b->sync ? 1u : 0u) + (obj->metadata_len ? 1u : 0u);
+  return persists(obj->backend);
+}
+
+static int records_of(const struct reg_buffer *b)
+{
+  return 1 + (b->sync ? 1 : 0) + (b->obj.metadata_len ? 1 : 0);
+}
+
+static unsigned buffer_deposit_records(const struct registry *reg, const struct reg_object *obj)
+{
+  (void)reg;
+  return (unsigned)records_of(reg_buffer_of_const(obj));
 }
 
 struct record_fields {
@@ -340,8 +347,8 @@ static int deposit_metadata(const struct reg_buffer *b, const struct reg_store *
   return r;
 }
 
-static void buffer_withdraw(struct registry *reg, struct reg_object *obj,
-                            const struct reg_store *store)
+static int buffer_withdraw(struct registry *reg, struct reg_object *obj,
+                           const struct reg_store *store)
 {
   const struct reg_buffer *b = reg_buffer_of(obj);
   char name[REG_RECORD_MAX];
@@ -357,6 +364,7 @@ static void buffer_withdraw(struct registry *reg, struct reg_object *obj,
     metadata_record(obj->id, name, sizeof name);
     store->remove(store->ctx, name);
   }
+  return records_of(b);
 }
 
 static int buffer_deposit(struct registry *reg, struct reg_object *obj,
@@ -390,7 +398,7 @@ static int buffer_deposit(struct registry *reg, struct reg_object *obj,
       store->remove(store->ctx, control);
     return r;
   }
-  return 0;
+  return records_of(b);
 }
 
 static int hex_digit(char c)
@@ -462,11 +470,12 @@ static ssize_t take_metadata(const struct reg_store *store, uint64_t id, struct 
 }
 
 static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
-                               const struct reg_store *store, struct reg_object **out,
-                               struct reg_adopt_args *a, char *err, size_t errlen)
+                               const struct reg_store *store, const struct reg_adopt_sink *emit,
+                               unsigned *records, char *err, size_t errlen)
 {
   const struct backend *be = NULL;
   struct record_fields f;
+  struct reg_adopt_args a;
   struct reg_buffer *b;
   struct backend_mem control = { .fd = -1 };
   char name[REG_RECORD_MAX], why[200];
@@ -477,15 +486,14 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
 
   if (strncmp(record, "m.", 2) != 0 && strncmp(record, "d.", 2) != 0)
     return 0;
-  *out = NULL;
-  parsed = parse_record(record, &f, a->name_buf, sizeof a->name_buf);
+  parsed = parse_record(record, &f, a.name_buf, sizeof a.name_buf);
   if (!parsed || !(be = registry_backend(reg, f.backend)) || !persists(be)) {
     snprintf(why, sizeof why, parsed ? "this daemon does not offer its backend"
                                      : "not a record this daemon understands");
     r = GPUSHM_E_INVAL;
     goto drop;
   }
-  if ((f.flags & RECORD_FLAG_METADATA) && (m = take_metadata(store, f.id, a, &missing)) < 0) {
+  if ((f.flags & RECORD_FLAG_METADATA) && (m = take_metadata(store, f.id, &a, &missing)) < 0) {
     snprintf(why, sizeof why, "%s", missing);
     r = GPUSHM_E_INVAL;
     goto drop;
@@ -514,7 +522,7 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
   }
   fd = -1; /* the memory's now */
   if (control.fd >= 0) {
-    if ((r = sync_adopt(&b->sync_state, &control, a->name_buf, why, sizeof why)) < 0) {
+    if ((r = sync_adopt(&b->sync_state, &control, a.name_buf, why, sizeof why)) < 0) {
       be->release(be, &b->mem);
       free(b);
       goto drop;
@@ -524,18 +532,26 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
     b->sync = true;
     b->fence_offset = fence_offset_of(be, f.size, b->obj.allocated);
   }
+  b->obj.ops = &reg_kind_buffer;
+  b->obj.kind = REG_BUFFER;
   b->obj.backend = be;
   b->obj.host_bytes = host_bytes_of(b);
-  a->id = f.id;
-  a->name = a->name_buf;
-  a->size = f.size;
-  a->owner_uid = f.uid;
-  a->owner_gid = f.gid;
-  a->mode = f.mode;
-  a->created_unix_ms = f.created;
-  a->metadata = m ? a->metadata_buf : NULL;
-  a->metadata_len = (size_t)m;
-  *out = &b->obj;
+  a.id = f.id;
+  a.name = a.name_buf;
+  a.size = f.size;
+  a.owner_uid = f.uid;
+  a.owner_gid = f.gid;
+  a.mode = f.mode;
+  a.created_unix_ms = f.created;
+  a.metadata = m ? a.metadata_buf : NULL;
+  a.metadata_len = (size_t)m;
+  if ((r = emit->emit(emit->ctx, &b->obj, &a, why, sizeof why)) < 0) {
+    buffer_release(reg, &b->obj);
+    free(b->obj.metadata);
+    free(b);
+    goto drop; /* its records are named as deposited: the flags say what it had */
+  }
+  *records = (unsigned)records_of(b);
   return 1;
 
 drop:
@@ -543,7 +559,7 @@ drop:
    * which is what its users know it by. */
   if (parsed)
     snprintf(err, errlen, "persistent %s buffer '%s' (id %llu): %s",
-             f.backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd", a->name_buf,
+             f.backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd", a.name_buf,
              (unsigned long long)f.id, why);
   else
     snprintf(err, errlen, "record '%s': %s", record, why);
@@ -577,7 +593,8 @@ const struct reg_kind_ops reg_kind_buffer = {
   .release = buffer_release,
   .describe = buffer_describe,
   .raise_fence = buffer_raise_fence,
-  .records = buffer_records,
+  .persists = buffer_persists,
+  .deposit_records = buffer_deposit_records,
   .deposit = buffer_deposit,
   .withdraw = buffer_withdraw,
   .adopt_record = buffer_adopt_record,

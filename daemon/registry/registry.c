@@ -899,11 +899,15 @@ void registry_free(struct registry *reg)
 }
 
 
-unsigned registry_persist_records(const struct registry *reg, const struct reg_object *obj)
+bool registry_persists(const struct registry *reg, const struct reg_object *obj)
 {
-  if (obj->lifetime != GPUSHM_LIFETIME_PERSISTENT || !obj->ops->records)
-    return 0;
-  return obj->ops->records(reg, obj);
+  return obj->lifetime == GPUSHM_LIFETIME_PERSISTENT && obj->ops->persists &&
+         obj->ops->persists(reg, obj);
+}
+
+unsigned registry_deposit_records(const struct registry *reg, const struct reg_object *obj)
+{
+  return registry_persists(reg, obj) ? obj->ops->deposit_records(reg, obj) : 0;
 }
 
 int registry_deposit(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
@@ -911,79 +915,78 @@ int registry_deposit(struct registry *reg, struct reg_object *obj, const struct 
 {
   int r;
 
-  if (!registry_persist_records(reg, obj)) {
+  if (!registry_persists(reg, obj)) {
     snprintf(err, errlen, "it does not outlive gpushmd");
     return -EINVAL;
   }
-  if ((r = obj->ops->deposit(reg, obj, store, err, errlen)) == 0)
+  if ((r = obj->ops->deposit(reg, obj, store, err, errlen)) >= 0)
     obj->persisted = true;
   return r;
 }
 
-void registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store)
+int registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store)
 {
   if (!obj->persisted)
-    return;
-  obj->ops->withdraw(reg, obj, store);
+    return 0;
   obj->persisted = false;
+  return obj->ops->withdraw(reg, obj, store);
 }
 
-int registry_adopt_record(struct registry *reg, const char *record, int fd,
-                          const struct reg_store *store, char *err, size_t errlen)
+/* The registry's end of reg_adopt_sink: an object a kind brought back, inserted under
+ * its old id and name, unheld. */
+static int adopted(void *ctx, struct reg_object *obj, const struct reg_adopt_args *a, char *err,
+                   size_t errlen)
 {
-  const struct reg_kind_ops *ops = NULL;
-  struct reg_adopt_args a;
-  struct reg_object *obj = NULL;
-  int r = 0;
+  struct registry *reg = ctx;
 
-  for (size_t i = 0; reg_persistent_kinds[i] && !r; i++)
-    if ((r = (ops = reg_persistent_kinds[i])->adopt_record(reg, record, fd, store, &obj, &a, err,
-                                                           errlen)) < 0)
-      return r;
-  if (r == 0)
-    return 0;
-  obj->kind = ops->kind;
-  obj->ops = ops;
-  if (!wire_name_valid(a.name) || a.id == 0 || (a.mode & ~0777u) ||
-      a.metadata_len > GPUSHM_LIMIT_METADATA) {
+  if (!wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u) ||
+      a->metadata_len > GPUSHM_LIMIT_METADATA) {
     snprintf(err, errlen, "invalid record");
-    r = GPUSHM_E_INVAL;
-  } else if (names_lookup(&reg->names, a.name) || registry_find_id(reg, a.id)) {
-    snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a.name,
-             (unsigned long long)a.id);
-    r = GPUSHM_E_EXIST;
-  } else if (names_reserve(&reg->names) < 0 || copy_metadata(obj, a.metadata, a.metadata_len) < 0) {
-    snprintf(err, errlen, "daemon out of memory");
-    r = GPUSHM_E_NOMEM;
+    return GPUSHM_E_INVAL;
   }
-  obj->id = a.id; /* the records withdraw() finds are named after the header */
-  snprintf(obj->name, sizeof obj->name, "%s", a.name);
-  obj->size = a.size;
-  obj->owner_uid = a.owner_uid;
-  obj->owner_gid = a.owner_gid;
-  obj->mode = a.mode;
+  if (names_lookup(&reg->names, a->name) || registry_find_id(reg, a->id)) {
+    snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a->name,
+             (unsigned long long)a->id);
+    return GPUSHM_E_EXIST;
+  }
+  if (names_reserve(&reg->names) < 0 || copy_metadata(obj, a->metadata, a->metadata_len) < 0) {
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  obj->id = a->id;
+  snprintf(obj->name, sizeof obj->name, "%s", a->name);
+  obj->size = a->size;
+  obj->owner_uid = a->owner_uid;
+  obj->owner_gid = a->owner_gid;
+  obj->mode = a->mode;
   obj->lifetime = GPUSHM_LIFETIME_PERSISTENT;
-  obj->created_unix_ms = a.created_unix_ms;
+  obj->created_unix_ms = a->created_unix_ms;
   obj->persisted = true;
   list_init(&obj->holdings);
   list_init(&obj->creator_link);
-  if (r < 0) {
-    obj->metadata_len = (uint32_t)a.metadata_len; /* names its records, as its flags do */
-    ops->withdraw(reg, obj, store);
-    ops->release(reg, obj);
-    free(obj->metadata);
-    free(obj);
-    return r;
-  }
   /* Ids stay in order even when records come back in any order. */
   ids_add(&reg->names, &obj->key);
-  if (reg->next_id <= a.id)
-    reg->next_id = a.id + 1;
+  if (reg->next_id <= a->id)
+    reg->next_id = a->id + 1;
   names_link(&reg->names, &obj->key);
-  charge_quota(reg, a.owner_uid, obj);
+  charge_quota(reg, a->owner_uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
   tally(reg, obj, 1);
-  return 1;
+  return 0;
+}
+
+int registry_adopt_record(struct registry *reg, const char *record, int fd,
+                          const struct reg_store *store, unsigned *records, char *err,
+                          size_t errlen)
+{
+  const struct reg_adopt_sink sink = { .emit = adopted, .ctx = reg };
+  int r = 0;
+
+  *records = 0;
+  for (size_t i = 0; reg_persistent_kinds[i] && !r; i++)
+    r = reg_persistent_kinds[i]->adopt_record(reg, record, fd, store, &sink, records, err,
+                                              errlen);
+  return r;
 }
 
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,

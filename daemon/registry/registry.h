@@ -61,20 +61,25 @@ int registry_unmap(struct registry *reg, struct reg_client *client, uint64_t seg
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
                     char *err, size_t errlen);
 
-/* Persistence (server/persist.c keeps the store).  How many records obj would take in
- * it (0: it does not outlive gpushmd: a session object, or a kind or backend that dies
- * with the daemon); deposit them (0, obj->persisted set; or a negative errno, err
- * saying why, nothing left behind); withdraw them (obj->persisted cleared). */
-unsigned registry_persist_records(const struct registry *reg, const struct reg_object *obj);
+/* Persistence (server/persist.c keeps the store).  Whether obj outlives gpushmd (not
+ * a session object, nor a kind or backend that dies with the daemon); deposit it (the
+ * store records that added, obj->persisted set; or a negative errno, err saying why,
+ * nothing left behind); withdraw it (the records that removed, obj->persisted
+ * cleared). */
+bool registry_persists(const struct registry *reg, const struct reg_object *obj);
 int registry_deposit(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
                      char *err, size_t errlen);
-void registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
-/* A record from the store after a restart, with its fd: 1, the object it names is back
- * (fd and its companion records are its own now); 0, no kind knows the record (fd left
- * to the caller); or a negative GPUSHM_E_* with err saying why it cannot come back (its
- * records removed from the store, fd closed). */
+int registry_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store);
+/* How many store records depositing obj would add now (for the store's room). */
+unsigned registry_deposit_records(const struct registry *reg, const struct reg_object *obj);
+/* A record from the store after a restart, with its fd: 1, a kind took it (fd and its
+ * companions are its own now), the objects it names back (those that could not come
+ * back logged and dropped), *records the store records they hold; 0, no kind knows it
+ * (fd left to the caller); or a negative GPUSHM_E_* with err saying why nothing came
+ * back (its records removed from the store, fd closed). */
 int registry_adopt_record(struct registry *reg, const char *record, int fd,
-                          const struct reg_store *store, char *err, size_t errlen);
+                          const struct reg_store *store, unsigned *records, char *err,
+                          size_t errlen);
 /* A sync buffer whose releaser died: raises its fence to that releaser's last published
  * release where its GPU never wrote it.  1 raised (*seq, *was: to what, from what), 0
  * nothing to raise, or a negative GPUSHM_E_* with err set. */

@@ -80,13 +80,12 @@ void persist_init(struct persist *p)
 
 void persist_created(struct persist *p, struct registry *reg, struct reg_object *obj)
 {
-  unsigned need;
   char err[256];
   int r;
 
-  if (!p->enabled || !(need = registry_persist_records(reg, obj)))
+  if (!p->enabled || !registry_persists(reg, obj))
     return;
-  if (p->stored + need > p->max) {
+  if (p->stored + registry_deposit_records(reg, obj) > p->max) {
     if (!p->warned_full)
       log_warn("systemd's fd store is full (%u fds): newer persistent buffers will not survive "
                "a restart", p->max);
@@ -98,7 +97,7 @@ void persist_created(struct persist *p, struct registry *reg, struct reg_object 
              "store failed: %s", obj->name, err);
     return;
   }
-  p->stored += need;
+  p->stored += (unsigned)r;
 }
 
 void persist_report_dropped(const struct persist *p, const struct registry *reg)
@@ -136,10 +135,7 @@ void persist_report_dropped(const struct persist *p, const struct registry *reg)
 
 void persist_unlinked(struct persist *p, struct registry *reg, struct reg_object *obj)
 {
-  if (!obj->persisted)
-    return;
-  p->stored -= registry_persist_records(reg, obj);
-  registry_withdraw(reg, obj, &fdstore);
+  p->stored -= (unsigned)registry_withdraw(reg, obj, &fdstore);
 }
 
 unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passed *passed)
@@ -155,24 +151,24 @@ unsigned persist_adopt(struct persist *p, struct registry *reg, struct sdn_passe
   for (size_t i = 0; i < passed->n_stored; i++) {
     const char *name = passed->stored_names[i];
     int fd = passed->stored_fds[i], r;
+    size_t before = registry_count(reg);
+    unsigned records;
 
     if (fd < 0 || strncmp(name, SDN_FDSTORE_PREFIX, prefix) != 0)
       continue;
     passed->stored_fds[i] = -1;
-    r = registry_adopt_record(reg, name + prefix, fd, &store, err, sizeof err);
+    r = registry_adopt_record(reg, name + prefix, fd, &store, &records, err, sizeof err);
     if (r == 0) {
       passed->stored_fds[i] = fd; /* a companion, or nobody's: seen below */
     } else if (r < 0) {
       log_warn("systemd's fd store: dropping %s", err);
     } else {
-      log_debug("'%s' is back from systemd's fd store", name);
-      adopted++;
+      log_debug("'%s' brought %zu objects back from systemd's fd store", name,
+                registry_count(reg) - before);
+      adopted += (unsigned)(registry_count(reg) - before);
+      p->stored += records;
     }
   }
-  /* what came back holds this many (a sweep rather than a count per record: companions
-   * are counted by their object's kind) */
-  for (size_t i = 0; i < registry_count(reg); i++)
-    p->stored += registry_at(reg, i)->persisted ? registry_persist_records(reg, registry_at(reg, i)) : 0;
   for (size_t i = 0; i < passed->n_stored; i++)
     if (passed->stored_fds[i] >= 0) {
       log_warn("dropping '%s' from systemd's fd store: no buffer claims it",
