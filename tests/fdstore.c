@@ -149,9 +149,10 @@ void fdstore_pass(void *arg)
     return;
   }
   names[0] = '\0';
-  /* Out of the way first, so that placing fd 3+i never overwrites one still needed. */
+  /* Out of the way first (past 3 + n), so that placing fd 3+i never overwrites one still
+   * needed. */
   for (int i = 0; i < fdstore_n; i++)
-    CHECK((high[i] = fcntl(fdstore[i].fd, F_DUPFD_CLOEXEC, 100)) >= 0);
+    CHECK((high[i] = fcntl(fdstore[i].fd, F_DUPFD_CLOEXEC, 3 + fdstore_n)) >= 0);
   for (int i = 0; i < fdstore_n; i++) {
     CHECK(dup2(high[i], 3 + i) == 3 + i);
     strcat(names, i ? ":" : "");

@@ -6,7 +6,7 @@
 #ifndef GPUSHM_TEST_FDSTORE_H
 #define GPUSHM_TEST_FDSTORE_H
 
-#define FDSTORE_MAX 64
+#define FDSTORE_MAX 1024
 
 struct fdstore_entry {
   char name[256];

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Buffers with an allocation of their own: sync buffers (their fence and control block
- * go with an allocation), buffers past the carve limit, persistent ones while systemd's
- * fd store keeps them (one fd a buffer), and those of clients that would not understand
- * a carved reply.  Every other buffer is carved (kind_slot.c). */
+ * go with an allocation), buffers past the carve limit, persistent cuda-fd ones while
+ * systemd's fd store keeps them (one fd a buffer), and those of clients that would not
+ * understand a carved reply.  Every other buffer is carved (kind_slot.c). */
 #include "config.h"
 #include "registry/kind_buffer.h"
 #include "registry/backends.h"
@@ -38,8 +38,9 @@ static uint64_t carve_slot(const struct registry *reg, const struct reg_create_a
 {
   if (args->sync || !policy->carved)
     return 0;
+  /* host slots persist through their segment (kind_slot.c); device ones do not yet */
   if (reg->persist_dedicated && args->lifetime == GPUSHM_LIFETIME_PERSISTENT &&
-      (be->kind == GPUSHM_BACKEND_HOST || be->kind == GPUSHM_BACKEND_CUDA_FD))
+      be->kind == GPUSHM_BACKEND_CUDA_FD)
     return 0;
   return seg_slot_size(be, args->size);
 }

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* Buffers carved out of a segment (segment.h): a slot of an allocation that holds
  * buffers of one permission class only.  The client maps the segment once per process;
- * a buffer in it is an offset and a size. */
+ * a buffer in it is an offset and a size.  Persistent host ones outlive the daemon
+ * through their segment (slot_store.h). */
 #include "config.h"
 #include "registry/kind.h"
+#include "registry/slot_store.h"
+#include "util/log.h"
 #include "registry/backends.h"
 #include "gpushm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -106,7 +110,10 @@ static void slot_release(struct registry *reg, struct reg_object *obj)
 {
   struct reg_slot *s = slot_of(obj);
 
-  seg_free_slot(&reg->segs, s->segment, s->slot);
+  /* Stopping: the segment goes whole with the table (seg_table_destroy), its memory
+   * as the last buffers left it, for the next daemon to adopt. */
+  if (!reg->stopping)
+    seg_free_slot(&reg->segs, s->segment, s->slot);
   s->segment = NULL;
 }
 
@@ -120,6 +127,152 @@ static void slot_describe(const struct reg_object *obj, struct reg_description *
   out->segment_id = s->segment->id;
 }
 
+/* ---- persistence: through the segment (slot_store.h) -------------------------------
+ * Host memory only: a carved cuda-fd buffer gets an allocation of its own while the
+ * store is reachable (kind_buffer.c), and persists as a buffer. */
+static bool slot_persists(const struct registry *reg, const struct reg_object *obj)
+{
+  (void)reg;
+  return obj->backend->kind == GPUSHM_BACKEND_HOST && obj->backend->adopt;
+}
+
+static unsigned slot_deposit_records(const struct registry *reg, const struct reg_object *obj)
+{
+  (void)reg;
+  return slot_store_deposited(((const struct reg_slot *)obj)->segment) ? 0 : 2;
+}
+
+static int slot_deposit(struct registry *reg, struct reg_object *obj, const struct reg_store *store,
+                        char *err, size_t errlen)
+{
+  struct reg_slot *s = slot_of(obj);
+  const struct slot_entry e = {
+    .id = obj->id, .size = obj->size, .created_unix_ms = obj->created_unix_ms,
+    .name = obj->name, .metadata = obj->metadata, .metadata_len = obj->metadata_len,
+  };
+
+  (void)reg;
+  return slot_store_deposit(s->segment, s->slot, &e, store, err, errlen);
+}
+
+static int slot_withdraw(struct registry *reg, struct reg_object *obj, const struct reg_store *store)
+{
+  struct reg_slot *s = slot_of(obj);
+
+  (void)reg;
+  return slot_store_withdraw(s->segment, s->slot, store);
+}
+
+/* Each persistent slot of an adopted segment, back as a buffer; one that cannot come
+ * back (a name taken since, an entry not whole) loses its entry and its slot. */
+static void adopt_slots(struct registry *reg, struct segment *seg,
+                        const struct slot_store_segment *ss, const struct reg_adopt_sink *emit)
+{
+  struct reg_adopt_args a;
+  struct slot_entry e;
+  char why[200];
+
+  for (uint32_t i = 0; i < seg->n_slots; i++) {
+    struct reg_slot *s;
+    int r = slot_store_entry(seg, i, &e);
+    if (r < 0)
+      log_warn("systemd's fd store: dropping the persistent buffer in slot %u of segment %llu: "
+               "its entry in the slot table is not whole", i, (unsigned long long)seg->id);
+    if (r <= 0)
+      continue;
+    if (e.size == 0 || e.size > seg->slot || !(s = calloc(1, sizeof *s))) {
+      log_warn("systemd's fd store: dropping persistent host buffer '%s' (id %llu) in segment "
+               "%llu: %s", e.name, (unsigned long long)e.id, (unsigned long long)seg->id,
+               e.size == 0 || e.size > seg->slot ? "its size does not fit its slot"
+                                                 : "daemon out of memory");
+      slot_store_clear(seg, i);
+      continue;
+    }
+    s->obj.ops = &reg_kind_slot;
+    s->obj.kind = REG_BUFFER;
+    s->obj.backend = seg->cls->backend;
+    s->obj.device = -1;
+    s->obj.allocated = seg->slot;
+    s->obj.host_bytes = seg->slot;
+    s->segment = seg;
+    s->slot = i;
+    a.id = e.id;
+    snprintf(a.name_buf, sizeof a.name_buf, "%s", e.name);
+    a.name = a.name_buf;
+    a.size = e.size;
+    a.owner_uid = ss->key.uid;
+    a.owner_gid = ss->key.gid;
+    a.mode = ss->key.mode;
+    a.created_unix_ms = e.created_unix_ms;
+    a.metadata_len = e.metadata_len;
+    a.metadata = e.metadata_len ? memcpy(a.metadata_buf, e.metadata, e.metadata_len) : NULL;
+    seg_adopt_slot(seg, i);
+    if (emit->emit(emit->ctx, &s->obj, &a, why, sizeof why) < 0) {
+      log_warn("systemd's fd store: dropping persistent host buffer '%s' (id %llu) in segment "
+               "%llu: %s", a.name_buf, (unsigned long long)a.id, (unsigned long long)seg->id,
+               why);
+      seg->n_used--; /* the slot it marked was the last: seg_adopt_slot() stacks in order */
+      slot_store_clear(seg, i);
+      free(s->obj.metadata);
+      free(s);
+    }
+  }
+}
+
+static int slot_adopt_record(struct registry *reg, const char *record, int fd,
+                             const struct reg_store *store, const struct reg_adopt_sink *emit,
+                             unsigned *records, char *err, size_t errlen)
+{
+  struct slot_store_segment ss;
+  const struct backend *be;
+  struct backend_mem mem;
+  struct segment *seg;
+  uint64_t allocated = 0;
+  char why[200];
+  int r, device;
+
+  if ((r = slot_store_open(record, store, &ss, why, sizeof why)) == 1)
+    return 0;
+  if (r == 0) {
+    if (!(be = registry_backend(reg, ss.backend)) || be->kind != GPUSHM_BACKEND_HOST ||
+        !be->adopt) {
+      snprintf(why, sizeof why, "not a host segment");
+      r = GPUSHM_E_INVAL;
+    } else if ((r = be->adopt(be, fd, NULL, ss.bytes, &allocated, &mem, &device, why,
+                              sizeof why)) == 0) {
+      fd = -1; /* the memory's now */
+      if ((r = seg_adopt(&reg->segs, be, &ss.key, ss.id, ss.slot, &mem, allocated, &seg, why,
+                         sizeof why)) < 0) {
+        be->release(be, &mem);
+      } else if (seg->n_slots != ss.n_slots) {
+        snprintf(why, sizeof why, "its slot table has %u slots, the segment %u", ss.n_slots,
+                 seg->n_slots);
+        r = GPUSHM_E_INVAL;
+        seg_adopt_done(&reg->segs, seg); /* nothing adopted: given back */
+      } else {
+        slot_store_attach(seg, &ss);
+        adopt_slots(reg, seg, &ss, emit);
+        *records = 2u - (unsigned)slot_store_adopted(seg, store);
+        seg_adopt_done(&reg->segs, seg);
+        return 1;
+      }
+    }
+    slot_store_discard(&ss);
+    if (r == 0)
+      r = GPUSHM_E_INVAL;
+  }
+  snprintf(err, errlen, "segment record '%s': %s", record, why);
+  {
+    char table[REG_RECORD_MAX];
+    snprintf(table, sizeof table, "t.%s", record + 2);
+    store->remove(store->ctx, table);
+  }
+  store->remove(store->ctx, record);
+  if (fd >= 0)
+    close(fd);
+  return r;
+}
+
 const struct reg_kind_ops reg_kind_slot = {
   .name = "buffer",
   .kind = REG_BUFFER,
@@ -129,4 +282,9 @@ const struct reg_kind_ops reg_kind_slot = {
   .export = slot_export,
   .release = slot_release,
   .describe = slot_describe,
+  .persists = slot_persists,
+  .deposit_records = slot_deposit_records,
+  .deposit = slot_deposit,
+  .withdraw = slot_withdraw,
+  .adopt_record = slot_adopt_record,
 };

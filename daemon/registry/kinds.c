@@ -22,4 +22,5 @@ const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args)
   return requested_kinds[args->kind];
 }
 
-const struct reg_kind_ops *const reg_persistent_kinds[] = { &reg_kind_buffer, NULL };
+const struct reg_kind_ops *const reg_persistent_kinds[] = { &reg_kind_buffer, &reg_kind_slot,
+                                                            NULL };

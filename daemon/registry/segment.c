@@ -116,6 +116,8 @@ static void release_segment(struct seg_class *c, struct segment *seg)
 {
   log_debug("segment %llu (%llu bytes) given back", (unsigned long long)seg->id,
             (unsigned long long)seg->bytes);
+  if (seg->persist_release)
+    seg->persist_release(seg->persist);
   c->backend->release(c->backend, &seg->mem);
   free(seg->free_slots);
   free(seg);
@@ -491,6 +493,75 @@ void seg_client_retire(struct seg_table *t, struct list *client_list)
     update_bin(seg);
   }
   seg_client_gone(t, client_list);
+}
+
+int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_key *key,
+              uint64_t id, uint64_t slot, struct backend_mem *mem, uint64_t bytes,
+              struct segment **out, char *err, size_t errlen)
+{
+  struct seg_class *c;
+  struct segment *seg;
+
+  if (seg_slot_size(be, slot) != slot || bytes < slot || id == 0) {
+    snprintf(err, errlen, "not a segment of this daemon's (%llu-byte slots in %llu bytes)",
+             (unsigned long long)slot, (unsigned long long)bytes);
+    return GPUSHM_E_INVAL;
+  }
+  if (!(c = find_class(t, key, be)) || !(seg = calloc(1, sizeof *seg))) {
+    if (c)
+      maybe_drop_class(t, c);
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  seg->id = id;
+  seg->cls = c;
+  seg->mem = *mem;
+  seg->bytes = bytes;
+  list_init(&seg->mappers);
+  if (slice(c, seg, slot, bin_of(slot)) < 0) {
+    free(seg);
+    maybe_drop_class(t, c);
+    snprintf(err, errlen, "daemon out of memory");
+    return GPUSHM_E_NOMEM;
+  }
+  /* no slot is fresh: what a buffer of the last daemon left is not known to be zero */
+  seg->n_fresh = seg->n_slots;
+  if (t->next_id <= id)
+    t->next_id = id + 1;
+  *out = seg;
+  return 0;
+}
+
+void seg_adopt_slot(struct segment *seg, uint32_t slot)
+{
+  /* marked on the free stack's slots until seg_adopt_done() stacks the others */
+  seg->free_slots[seg->n_used++] = slot;
+}
+
+void seg_adopt_done(struct seg_table *t, struct segment *seg)
+{
+  const struct backend *be = seg->cls->backend;
+  uint8_t *used = calloc(seg->n_slots, 1);
+
+  if (!used) {
+    /* cannot tell free from used: none is carved from again */
+    seg->retired = true;
+    seg->n_free = 0;
+  } else {
+    for (uint32_t i = 0; i < seg->n_used; i++)
+      used[seg->free_slots[i]] = 1;
+    seg->n_free = 0;
+    for (uint32_t i = seg->n_slots; i-- > 0;)
+      if (!used[i]) {
+        seg->free_slots[seg->n_free++] = i;
+        if (be->discard_range)
+          be->discard_range(be, &seg->mem, (uint64_t)i * seg->slot, seg->slot);
+      }
+    free(used);
+  }
+  update_bin(seg);
+  if (unheld(seg))
+    retire(t, seg);
 }
 
 void seg_each(const struct seg_table *t,

@@ -65,6 +65,10 @@ struct segment {
   uint64_t charged;  /* device bytes its class's uid is charged (seg_charge) */
   bool retired;
   bool in_bin;
+  /* What keeps its persistent slots across a restart (slot_store.c), released with it;
+   * NULL: none of its slots is deposited. */
+  void *persist;
+  void (*persist_release)(void *persist);
   struct list all_link;  /* cls->all, or cls->pool while pooled */
   struct list bin_link;  /* cls->bins[bin] while it has a free slot */
 };
@@ -155,6 +159,17 @@ void seg_client_gone(struct seg_table *t, struct list *client_list);
 ssize_t seg_client_detach(struct seg_table *t, struct list *client_list, struct segment ***segs);
 void seg_undetach(struct seg_table *t, struct segment *seg);
 void seg_client_retire(struct seg_table *t, struct list *client_list);
+
+/* After a restart: the segment id was, of class key, sliced into slot-byte slots, its
+ * memory mem (now the segment's), bytes long; every slot free until seg_adopt_slot()
+ * says it holds a buffer, and seg_adopt_done() then readies the others (their memory
+ * given back, to be zeroed as they are handed out) or gives the segment back if none
+ * came.  0 or a negative GPUSHM_E_* with err set (mem left to the caller). */
+int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_key *key,
+              uint64_t id, uint64_t slot, struct backend_mem *mem, uint64_t bytes,
+              struct segment **out, char *err, size_t errlen);
+void seg_adopt_slot(struct segment *seg, uint32_t slot);
+void seg_adopt_done(struct seg_table *t, struct segment *seg);
 
 /* Walks every segment (pooled ones with pooled true), for statistics. */
 void seg_each(const struct seg_table *t,

@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -76,6 +78,10 @@ static void test_restart_keeps_persistent_buffers(void)
   opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
   CHECK_OK(gpushm_buffer_create(conn, "gone-unlinked", 4096, &opts, &gone));
   CHECK_OK(gpushm_unlink(conn, "gone-unlinked"));
+  /* a carved buffer's segment came and went: its memory and slot table (systemd reads
+   * the notify socket as it goes; its queue holds 10 datagrams) */
+  fdstore_drain();
+  CHECK(fdstore_count(".s.") == 0 && fdstore_count(".t.") == 0);
   CHECK_OK(gpushm_buffer_create(conn, "gone-held", 4096, &opts, &held));
   holder = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(holder, "gone-held", GPUSHM_OPEN_READONLY, &b));
@@ -155,17 +161,18 @@ static void test_restart_keeps_persistent_buffers(void)
   CHECK(gpushm_buffer_id(b) > keep_id);
   CHECK_OK(gpushm_buffer_close(b));
   fdstore_drain();
-  /* the records it could not use were dropped from the store */
+  /* the records it could not use were dropped from the store; "new" is carved: its
+   * segment is kept as its memory and its slot table */
   CHECK(fdstore_find("gpushm1.m.garbage") < 0 && fdstore_find("gpushm1.c.999999") < 0);
   CHECK(fdstore_count(".dev-") == 0);
-  CHECK(fdstore_n == 4);
-  /* unlinking withdraws */
+  CHECK(fdstore_n == 5 && fdstore_find("gpushm1.s.") >= 0 && fdstore_find("gpushm1.t.") >= 0);
+  /* unlinking withdraws: a carved buffer's segment goes with its last persistent slot */
   CHECK_OK(gpushm_unlink(conn, "keep"));
   fdstore_drain();
-  CHECK(fdstore_n == 3);
+  CHECK(fdstore_n == 4);
   CHECK_OK(gpushm_unlink(conn, "new"));
   fdstore_drain();
-  CHECK(fdstore_n == 2);
+  CHECK(fdstore_n == 2 && fdstore_find("gpushm1.s.") < 0 && fdstore_find("gpushm1.t.") < 0);
   /* a clean stop leaves the rest for the next daemon */
   gpushm_disconnect(conn);
   CHECK(kill(d.pid, SIGTERM) == 0);
@@ -182,11 +189,12 @@ static void test_restart_keeps_persistent_buffers(void)
 }
 
 /* The store's capacity (systemd >= 254 says it in $FDSTORE) is crossed: buffers beyond
- * it still work, they are only not deposited, and a freed place is used again. */
+ * it still work, they are only not deposited, and a freed place is used again.  Buffers
+ * past the carve limit take a record each; carved ones share their segment's two. */
 static void test_store_capacity(void)
 {
   gpushm_t *conn;
-  gpushm_buffer_t *b[4];
+  gpushm_buffer_t *b[4], *small[3];
   char name[16];
 
   setenv("FDSTORE", "2", 1);
@@ -195,18 +203,39 @@ static void test_store_capacity(void)
   conn = daemon_connect(&d);
   for (int i = 0; i < 3; i++) {
     snprintf(name, sizeof name, "cap-%d", i);
-    CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &b[i]));
+    CHECK_OK(gpushm_buffer_create(conn, name, 2u << 20, NULL, &b[i]));
   }
   fdstore_drain();
   CHECK(fdstore_n == 2 && fdstore_find("gpushm1.m.") >= 0);
   for (int i = 0; i < fdstore_n; i++)
     CHECK(strstr(fdstore[i].name, "cap-2") == NULL);
   CHECK_OK(gpushm_unlink(conn, "cap-0"));
-  CHECK_OK(gpushm_buffer_create(conn, "cap-3", 4096, NULL, &b[3]));
+  CHECK_OK(gpushm_buffer_create(conn, "cap-3", 2u << 20, NULL, &b[3]));
   fdstore_drain();
-  CHECK(fdstore_n == 2);
-  for (int i = 0; i < 4; i++)
+  CHECK(fdstore_n == 2 && fdstore_count("cap-3") == 1);
+  /* a carved buffer needs its segment's two records: no room for them */
+  CHECK_OK(gpushm_buffer_create(conn, "cap-small-0", 4096, NULL, &small[0]));
+  fdstore_drain();
+  CHECK(fdstore_n == 2 && fdstore_find("gpushm1.s.") < 0);
+  for (int i = 0; i < 4; i++) {
     CHECK_OK(gpushm_buffer_close(b[i]));
+    snprintf(name, sizeof name, "cap-%d", i);
+    if (i)
+      CHECK_OK(gpushm_unlink(conn, name));
+  }
+  CHECK_OK(gpushm_unlink(conn, "cap-small-0"));
+  CHECK_OK(gpushm_buffer_close(small[0]));
+  fdstore_drain();
+  CHECK(fdstore_n == 0);
+  /* room for two records: three carved buffers of one segment fit in them */
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "small-%d", i);
+    CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &small[i]));
+  }
+  fdstore_drain();
+  CHECK(fdstore_n == 2 && fdstore_find("gpushm1.s.") >= 0 && fdstore_find("gpushm1.t.") >= 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(gpushm_buffer_close(small[i]));
   gpushm_disconnect(conn);
   daemon_stop(&d);
   fdstore_clear();
@@ -264,14 +293,15 @@ static void test_signals_and_reload(void)
 }
 
 /* Metadata goes into the store beside its buffer (a sealed memfd: FDNAME is too short
- * for it) and comes back byte for byte; a buffer whose metadata record is missing is
- * dropped, as one whose control block is; unlinking withdraws it. */
+ * for it), or for a carved buffer into its segment's slot table, and comes back byte for
+ * byte; a buffer whose metadata record is missing is dropped, as one whose control block
+ * is; unlinking withdraws it. */
 static void test_metadata_survives_restart(void)
 {
   static uint8_t meta[GPUSHM_METADATA_MAX], meta2[7] = { 'm', 0, 1, 2, 0xff, 'x', 0 };
   gpushm_create_opts_t opts;
   gpushm_t *conn;
-  gpushm_buffer_t *b, *k[3];
+  gpushm_buffer_t *b, *k[4];
   const void *got;
   size_t len;
   int x, seals;
@@ -283,16 +313,18 @@ static void test_metadata_survives_restart(void)
   gpushm_create_opts_init(&opts);
   opts.metadata = meta;
   opts.metadata_size = sizeof meta;
-  CHECK_OK(gpushm_buffer_create(conn, "meta", 4096, &opts, &k[0]));
+  CHECK_OK(gpushm_buffer_create(conn, "meta", 2u << 20, &opts, &k[0]));
+  CHECK_OK(gpushm_buffer_create(conn, "meta-carved", 4096, &opts, &k[3]));
   opts.metadata = meta2;
   opts.metadata_size = sizeof meta2;
   opts.flags = GPUSHM_CREATE_SYNC;
   CHECK_OK(gpushm_buffer_create(conn, "meta-sync", 4096, &opts, &k[1]));
   opts.flags = 0;
-  CHECK_OK(gpushm_buffer_create(conn, "meta-lost", 4096, &opts, &k[2]));
+  CHECK_OK(gpushm_buffer_create(conn, "meta-lost", 2u << 20, &opts, &k[2]));
   fdstore_drain();
-  /* three memory records, a control block, three metadata records */
-  CHECK(fdstore_n == 7 && fdstore_count(".x.") == 3);
+  /* three memory records, a control block, three metadata records; the carved one's
+   * segment: its memory and its slot table */
+  CHECK(fdstore_n == 9 && fdstore_count(".x.") == 3 && fdstore_count(".s.") == 1);
   /* what the store keeps cannot be changed by whoever gets the fd */
   CHECK((x = fdstore_find("gpushm1.x.")) >= 0);
   seals = fcntl(fdstore[x].fd, F_GET_SEALS);
@@ -306,11 +338,15 @@ static void test_metadata_survives_restart(void)
     fdstore_remove(lost);
   }
   daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     gpushm_buffer_close(k[i]);
   gpushm_disconnect(conn);
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_open(conn, "meta", GPUSHM_OPEN_READONLY, &b));
+  CHECK((got = gpushm_buffer_metadata(b, &len)) && len == sizeof meta &&
+        memcmp(got, meta, len) == 0);
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_OK(gpushm_buffer_open(conn, "meta-carved", GPUSHM_OPEN_READONLY, &b));
   CHECK((got = gpushm_buffer_metadata(b, &len)) && len == sizeof meta &&
         memcmp(got, meta, len) == 0);
   CHECK_OK(gpushm_buffer_close(b));
@@ -320,11 +356,148 @@ static void test_metadata_survives_restart(void)
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_ERR(gpushm_buffer_open(conn, "meta-lost", 0, &b), GPUSHM_E_NOENT);
   fdstore_drain();
-  CHECK(fdstore_n == 5 && fdstore_count(".x.") == 2);
+  CHECK(fdstore_n == 7 && fdstore_count(".x.") == 2);
   CHECK_OK(gpushm_unlink(conn, "meta"));
   CHECK_OK(gpushm_unlink(conn, "meta-sync"));
+  CHECK_OK(gpushm_unlink(conn, "meta-carved"));
   fdstore_drain();
   CHECK(fdstore_n == 0);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  fdstore_clear();
+}
+
+/* A slot table, as the daemon writes it (daemon/registry/slot_store.c, version 1): a
+ * 256-byte header whose first word is its magic, then 160-byte entries whose name
+ * starts 32 bytes in. */
+#define TABLE_HEADER 256u
+#define TABLE_ENTRY 160u
+#define ENTRY_NAME 32u
+
+/* What a hostile or broken store could hand a restarted daemon: a slot table entry
+ * that is not whole drops that buffer alone; a table that is not one the daemon wrote
+ * drops its segment's buffers, and both records leave the store. */
+static void test_slot_table_damage(void)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  char name[16];
+  uint8_t *map;
+  struct stat st;
+  int t;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "dmg-%d", i);
+    CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &b));
+    memset(gpushm_buffer_ptr(b), 0xa5, 4096);
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  gpushm_disconnect(conn);
+  fdstore_drain();
+  kill_daemon();
+  CHECK((t = fdstore_find("gpushm1.t.")) >= 0 && fstat(fdstore[t].fd, &st) == 0);
+  map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fdstore[t].fd, 0);
+  CHECK(map != MAP_FAILED);
+  for (size_t off = TABLE_HEADER; off + TABLE_ENTRY <= (size_t)st.st_size; off += TABLE_ENTRY)
+    if (strcmp((char *)map + off + ENTRY_NAME, "dmg-1") == 0) {
+      memset(map + off + ENTRY_NAME, 'x', TABLE_ENTRY - ENTRY_NAME); /* no end to the name */
+      break;
+    }
+  daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, "dmg-0", GPUSHM_OPEN_READONLY, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  CHECK_ERR(gpushm_buffer_open(conn, "dmg-1", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
+  CHECK_OK(gpushm_buffer_open(conn, "dmg-2", GPUSHM_OPEN_READONLY, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  /* the dropped buffer's slot is free again, and reads zeros to its next holder */
+  CHECK_OK(gpushm_buffer_create(conn, "dmg-new", 4096, NULL, &b));
+  for (int i = 0; i < 4096; i++)
+    CHECK(((const uint8_t *)gpushm_buffer_ptr(b))[i] == 0);
+  CHECK_OK(gpushm_unlink(conn, "dmg-new"));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  fdstore_drain();
+  kill_daemon();
+  *(uint32_t *)map ^= 1u; /* not the magic any more */
+  munmap(map, (size_t)st.st_size);
+  daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_open(conn, "dmg-0", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
+  gpushm_disconnect(conn);
+  fdstore_drain();
+  CHECK(fdstore_find("gpushm1.s.") < 0 && fdstore_find("gpushm1.t.") < 0);
+  daemon_stop(&d);
+  fdstore_clear();
+  test_log("a slot table entry that is not whole drops its buffer; a table that is not the "
+           "daemon's, its segment and both records");
+}
+
+static atomic_bool draining;
+
+/* systemd reads the notify socket as the daemon writes it: so does this while buffers
+ * are made (the socket queues 10 datagrams; a daemon past them waits). */
+static void *drain(void *arg)
+{
+  (void)arg;
+  while (atomic_load(&draining))
+    fdstore_drain();
+  return NULL;
+}
+
+/* Issue 37: 100,000 default (persistent, 4 KiB, host) buffers under an fd store take
+ * fewer than 1,000 fds, the daemon's and the store's, and all come back after a
+ * SIGKILL with their data: carved buffers persist through their segments (memory and
+ * slot table, two records each), not one record apiece.  Under valgrind, 10,000. */
+static void test_many_carved_buffers(void)
+{
+  const unsigned n = getenv("GPUSHM_TEST_VALGRIND") ? 10000u : 100000u;
+  gpushm_stats_t *st;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  pthread_t th;
+  char name[32];
+  unsigned fds;
+
+  daemon_start(&d, "--max-buffers-per-uid", "200000", NULL);
+  conn = daemon_connect(&d);
+  atomic_store(&draining, true);
+  CHECK(pthread_create(&th, NULL, drain, NULL) == 0);
+  for (unsigned i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "many-%u", i);
+    CHECK_OK(gpushm_buffer_create(conn, name, 4096, NULL, &b));
+    *(uint32_t *)gpushm_buffer_ptr(b) = i * 2654435761u;
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  atomic_store(&draining, false);
+  CHECK(pthread_join(th, NULL) == 0);
+  fdstore_drain();
+  st = daemon_stats(&d);
+  fds = gpushm_stats_open_fds(st);
+  gpushm_stats_free(st);
+  test_log("%u carved persistent buffers: %d store records, %u daemon fds", n, fdstore_n, fds);
+  CHECK(fdstore_n < 1000 && fds < 1000);
+  CHECK(fdstore_count(".m.") == 0 && fdstore_count(".s.") == fdstore_count(".t."));
+  gpushm_disconnect(conn);
+
+  kill_daemon();
+  daemon_respawn_with(&d, fdstore_pass, NULL, "--max-buffers-per-uid", "200000", NULL);
+  conn = daemon_connect(&d);
+  st = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(st) == n);
+  fds = gpushm_stats_open_fds(st);
+  gpushm_stats_free(st);
+  CHECK(fds < 1000);
+  for (unsigned i = 0; i < n; i += n / 1000) {
+    snprintf(name, sizeof name, "many-%u", i);
+    CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_OPEN_READONLY, &b));
+    CHECK(gpushm_buffer_size(b) == 4096 &&
+          *(const uint32_t *)gpushm_buffer_ptr(b) == i * 2654435761u);
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  test_log("all %u back after a SIGKILL, data intact; the new daemon holds %u fds", n, fds);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   fdstore_clear();
@@ -338,6 +511,8 @@ int main(void)
   test_store_capacity();
   test_signals_and_reload();
   test_metadata_survives_restart();
+  test_slot_table_damage();
+  test_many_carved_buffers();
   fdstore_close();
   rmdir(dir);
   return 0;

@@ -479,7 +479,9 @@ part_f() {
   c buffer-pattern write f-gone 65536 103 >/dev/null
   c gpushmctl unlink f-gone
   start_session_holder f-sess 65536 104
-  fdstore_expect "fd store: the two persistent buffers" 2
+  # f-p1 is past the carve limit: one record; f-p2 is carved: its segment's memory and
+  # slot table, two
+  fdstore_expect "fd store: the two persistent buffers" 3
   pid=$(svc MainPID)
   c systemctl restart gpushmd.service
   main_pid_changed_from "$pid" || die "systemctl restart left MainPID $(svc MainPID), $(svc ActiveState)"
@@ -489,14 +491,14 @@ part_f() {
   verify_ok f-p2 102 65537
   absent f-sess "a session buffer"
   absent f-gone "unlinked before the restart"
-  fdstore_expect "fd store after the restart" 2
+  fdstore_expect "fd store after the restart" 3
 
   say "# f2: systemctl kill -s KILL, then Restart=on-failure"
   c buffer-pattern write f-p3 123457 105 >/dev/null
   c buffer-pattern write f-gone2 4096 106 >/dev/null
   c gpushmctl unlink f-gone2
   start_session_holder f-sess2 8192 107
-  fdstore_expect "fd store: three persistent buffers" 3
+  fdstore_expect "fd store: three persistent buffers (f-p3 carved in a segment of its own)" 5
   pid=$(svc MainPID); n=$(svc NRestarts)
   c systemctl kill -s KILL gpushmd.service
   # No client connects meanwhile: the new daemon must come from the restart, not the socket.
@@ -512,7 +514,7 @@ part_f() {
   verify_ok f-p3 105 123457
   absent f-sess2 "a session buffer"
   absent f-gone2 "unlinked before the kill"
-  fdstore_expect "fd store after the kill" 3
+  fdstore_expect "fd store after the kill" 5
 
   for name in f-p1 f-p2 f-p3; do c gpushmctl unlink "$name" >/dev/null 2>&1 || true; done
   fdstore_expect "fd store once they are destroyed (FDSTOREREMOVE)" 0
