@@ -19,6 +19,7 @@
 #include "buffer.h"
 #include "formats.h"
 #include "shm_layout.h"
+#include "hash_table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,18 +32,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CACHE_BUCKETS 256u
-
 /* One lock for the handle tables (every connection's), the mapping table and the
- * counts in both: an open is a lookup in them, and a fork must find them consistent. */
+ * counts in both: an open is a lookup in them, and a fork must find them consistent.
+ * Handles live in their connection's tables (conn->handles_by_id, _by_name); only the
+ * mappings are the process's, since CUDA maps an import once per process. */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct gpushm_buffer *handles_by_id[CACHE_BUCKETS];
-static struct gpushm_buffer *handles_by_name[CACHE_BUCKETS];
-static struct client_mapping *mappings[CACHE_BUCKETS];
-/* A forked child's view of its parent's tables: kept reachable, never used. */
+static struct hash_table mappings;
+/* Connections with handles, for a fork to find them all (under the cache lock). */
+static gpushm_t *conns_with_handles;
+/* A forked child's view of its parent's handles and mappings: kept reachable, never
+ * used. */
 static struct gpushm_buffer *inherited_handles;
 static struct client_mapping *inherited_mappings;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+#define HANDLE_OF_ID(l) ((struct gpushm_buffer *)((char *)(l) - offsetof(struct gpushm_buffer, by_id)))
+#define HANDLE_OF_NAME(l) \
+  ((struct gpushm_buffer *)((char *)(l) - offsetof(struct gpushm_buffer, by_name)))
+#define MAPPING_OF(l) ((struct client_mapping *)((char *)(l) - offsetof(struct client_mapping, link)))
 
 static void cache_prefork(void)
 {
@@ -54,47 +61,55 @@ static void cache_postfork_parent(void)
   pthread_mutex_unlock(&cache_lock);
 }
 
+/* Empties a table into a list of what it held (its entries' links reused). */
+static struct hash_link *drain_table(struct hash_table *t)
+{
+  struct hash_link *all = NULL;
+  size_t n = t->buckets ? t->n_buckets : 1;
+  struct hash_link **b = t->buckets ? t->buckets : &t->first;
+
+  for (size_t i = 0; i < n; i++)
+    for (struct hash_link *l = b[i], *next; l; l = next) {
+      next = l->next;
+      l->next = all;
+      all = l;
+    }
+  hash_table_free(t);
+  return all;
+}
+
 /* The child shares its parent's sockets, which it must not talk on: it starts with
  * empty tables.  Its inherited mappings stay until it exits; the entries are parked
  * where they stay reachable rather than leaked. */
 static void cache_postfork_child(void)
 {
-  for (unsigned i = 0; i < CACHE_BUCKETS; i++) {
-    for (struct gpushm_buffer *h = handles_by_id[i], *next; h; h = next) {
-      next = h->next_by_id;
+  for (gpushm_t *c = conns_with_handles, *next; c; c = next) {
+    next = c->handles_next;
+    hash_table_free(&c->handles_by_name);
+    for (struct hash_link *l = drain_table(&c->handles_by_id), *n; l; l = n) {
+      struct gpushm_buffer *h = HANDLE_OF_ID(l);
+      n = l->next;
       h->inherited = true;
-      h->next_by_id = inherited_handles;
+      h->inherited_next = inherited_handles;
       inherited_handles = h;
     }
-    for (struct client_mapping *m = mappings[i], *next; m; m = next) {
-      next = m->next;
-      m->inherited = true;
-      m->next = inherited_mappings;
-      inherited_mappings = m;
-    }
+    c->handles_next = c->handles_prev = NULL;
+    c->handles_listed = false;
   }
-  memset(handles_by_id, 0, sizeof handles_by_id);
-  memset(handles_by_name, 0, sizeof handles_by_name);
-  memset(mappings, 0, sizeof mappings);
+  conns_with_handles = NULL;
+  for (struct hash_link *l = drain_table(&mappings), *n; l; l = n) {
+    struct client_mapping *m = MAPPING_OF(l);
+    n = l->next;
+    m->inherited = true;
+    m->inherited_next = inherited_mappings;
+    inherited_mappings = m;
+  }
   pthread_mutex_unlock(&cache_lock);
 }
 
 static void register_atfork(void)
 {
   pthread_atfork(cache_prefork, cache_postfork_parent, cache_postfork_child);
-}
-
-static unsigned id_bucket(uint64_t instance_id, uint64_t id)
-{
-  return (unsigned)((id ^ instance_id) * 0x9e3779b97f4a7c15ull >> 56) % CACHE_BUCKETS;
-}
-
-static unsigned name_bucket(const char *name)
-{
-  uint32_t h = 2166136261u;
-  for (; *name; name++)
-    h = (h ^ (unsigned char)*name) * 16777619u;
-  return h % CACHE_BUCKETS;
 }
 
 static bool is_event(const struct client_mapping *m)
@@ -156,69 +171,89 @@ static bool serves(const struct client_mapping *m, bool read_only, bool event,
 static struct client_mapping *mapping_find(uint64_t instance_id, uint64_t id, bool read_only,
                                            bool event, struct map_want *want)
 {
-  for (struct client_mapping *m = mappings[id_bucket(instance_id, id)]; m; m = m->next)
-    if (m->id == id && m->instance_id == instance_id && serves(m, read_only, event, want))
+  const uint64_t hash = hash_table_hash_ids(instance_id, id);
+
+  for (struct hash_link *l = hash_table_chain(&mappings, hash); l; l = l->next) {
+    struct client_mapping *m = MAPPING_OF(l);
+    if (l->hash == hash && m->id == id && m->instance_id == instance_id &&
+        serves(m, read_only, event, want))
       return m;
+  }
   return NULL;
 }
 
 static void mapping_insert(struct client_mapping *m)
 {
-  unsigned i = id_bucket(m->instance_id, m->id);
-  m->next = mappings[i];
-  mappings[i] = m;
+  hash_table_insert(&mappings, &m->link, hash_table_hash_ids(m->instance_id, m->id));
 }
 
 static void mapping_remove(struct client_mapping *m)
 {
-  struct client_mapping **p = &mappings[id_bucket(m->instance_id, m->id)];
-  while (*p != m)
-    p = &(*p)->next;
-  *p = m->next;
+  hash_table_remove(&mappings, &m->link);
 }
 
 /* conn's handle of that object, for an open with that access, kind and device. */
 static struct gpushm_buffer *handle_find_id(const gpushm_t *conn, uint64_t id, bool read_only,
                                             bool event, struct map_want *want)
 {
-  for (struct gpushm_buffer *h = handles_by_id[id_bucket(conn->instance_id, id)]; h;
-       h = h->next_by_id)
-    if (h->conn == conn && h->map->id == id && serves(h->map, read_only, event, want))
+  const uint64_t hash = hash_table_hash_ids(0, id);
+
+  for (struct hash_link *l = hash_table_chain(&conn->handles_by_id, hash); l; l = l->next) {
+    struct gpushm_buffer *h = HANDLE_OF_ID(l);
+    if (l->hash == hash && h->map->id == id && serves(h->map, read_only, event, want))
       return h;
+  }
   return NULL;
 }
 
 static struct gpushm_buffer *handle_find_name(const gpushm_t *conn, const char *name,
                                               bool read_only, bool event, struct map_want *want)
 {
-  uint64_t generation = client_unlink_generation(conn);
-  for (struct gpushm_buffer *h = handles_by_name[name_bucket(name)]; h; h = h->next_by_name)
-    if (h->conn == conn && h->name_generation == generation &&
+  const uint64_t hash = hash_table_hash_string(name), generation = client_unlink_generation(conn);
+
+  for (struct hash_link *l = hash_table_chain(&conn->handles_by_name, hash); l; l = l->next) {
+    struct gpushm_buffer *h = HANDLE_OF_NAME(l);
+    if (l->hash == hash && h->name_generation == generation &&
         strcmp(h->map->name, name) == 0 && serves(h->map, read_only, event, want))
       return h;
+  }
   return NULL;
 }
 
+/* A connection with handles is on the list a fork walks, from its first to its last. */
 static void handle_insert(struct gpushm_buffer *h)
 {
-  unsigned i = id_bucket(h->conn->instance_id, h->map->id);
-  h->next_by_id = handles_by_id[i];
-  handles_by_id[i] = h;
-  i = name_bucket(h->map->name);
-  h->next_by_name = handles_by_name[i];
-  handles_by_name[i] = h;
+  gpushm_t *c = h->conn;
+
+  hash_table_insert(&c->handles_by_id, &h->by_id, hash_table_hash_ids(0, h->map->id));
+  hash_table_insert(&c->handles_by_name, &h->by_name, hash_table_hash_string(h->map->name));
+  if (!c->handles_listed) {
+    c->handles_prev = NULL;
+    c->handles_next = conns_with_handles;
+    if (conns_with_handles)
+      conns_with_handles->handles_prev = c;
+    conns_with_handles = c;
+    c->handles_listed = true;
+  }
 }
 
 static void handle_remove(struct gpushm_buffer *h)
 {
-  struct gpushm_buffer **p = &handles_by_id[id_bucket(h->conn->instance_id, h->map->id)];
-  while (*p != h)
-    p = &(*p)->next_by_id;
-  *p = h->next_by_id;
-  p = &handles_by_name[name_bucket(h->map->name)];
-  while (*p != h)
-    p = &(*p)->next_by_name;
-  *p = h->next_by_name;
+  gpushm_t *c = h->conn;
+
+  hash_table_remove(&c->handles_by_id, &h->by_id);
+  hash_table_remove(&c->handles_by_name, &h->by_name);
+  if (c->handles_by_id.count == 0 && c->handles_listed) {
+    if (c->handles_prev)
+      c->handles_prev->handles_next = c->handles_next;
+    else
+      conns_with_handles = c->handles_next;
+    if (c->handles_next)
+      c->handles_next->handles_prev = c->handles_prev;
+    c->handles_listed = false;
+    hash_table_free(&c->handles_by_id);
+    hash_table_free(&c->handles_by_name);
+  }
 }
 
 static int release_on_daemon(gpushm_t *conn, uint64_t id)

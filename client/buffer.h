@@ -6,6 +6,7 @@
 
 #include "conn.h"
 #include "gpushm-graphics.h"
+#include "hash_table.h"
 
 struct client_segment;
 
@@ -13,7 +14,8 @@ struct client_segment;
  * device, shared by the handles of every connection that opened it (CUDA maps a handle
  * once per context and process), unmapped when the last of them closes. */
 struct client_mapping {
-  struct client_mapping *next; /* the process-wide table's chain */
+  struct hash_link link; /* in the process-wide table */
+  struct client_mapping *inherited_next; /* a forked child's list of its parent's */
   unsigned users; /* handles on it; under the cache lock */
   bool inherited; /* mapped by the parent of this (forked) process: never unmapped here */
   uint64_t instance_id;
@@ -70,7 +72,8 @@ struct client_mapping {
 /* A handle: one connection's opens of one mapping, holding that connection's daemon
  * reference (gpushm_buffer_t, gpushm_event_t). */
 struct gpushm_buffer {
-  struct gpushm_buffer *next_by_id, *next_by_name; /* the handle table's chains */
+  struct hash_link by_id, by_name; /* in its connection's handle tables */
+  struct gpushm_buffer *inherited_next; /* a forked child's list of its parent's */
   struct client_mapping *map;
   gpushm_t *conn; /* holds the daemon's reference; a reference to it is held */
   unsigned refs;  /* opens through conn; under the cache lock */

@@ -13,6 +13,7 @@
 #include "gpushm-admin.h"
 #include "gpushm.pb-c.h"
 #include "shm_layout.h"
+#include "hash_table.h"
 #include "wire.h"
 
 struct gpushm {
@@ -37,6 +38,12 @@ struct gpushm {
   char driver_version[32];   /* the NVIDIA driver's, from Hello ("" where unknown) */
   uint64_t next_request_id;
   const struct status_page *status;
+  /* Its handles (buffer.c, under its cache lock): by object id and by name, growable,
+   * so that an open stays as cheap with 100,000 of them as with 10; and the list of
+   * connections that have any, which a fork walks. */
+  struct hash_table handles_by_id, handles_by_name;
+  struct gpushm *handles_next, *handles_prev;
+  bool handles_listed;
   uint8_t rx[WIRE_RECV_BUF];
   uint8_t tx[WIRE_FRAME_MAX];
 };

@@ -120,7 +120,7 @@ static struct client_segment *lookup(uint64_t instance_id, uint64_t id, bool rea
   return NULL;
 }
 
-static void table_remove(struct client_segment *seg)
+static void segment_table_remove(struct client_segment *seg)
 {
   struct client_segment **p = &table[bucket(seg->instance_id, seg->id)];
   while (*p != seg)
@@ -194,7 +194,7 @@ static void evict(struct client_segment *seg)
     pthread_mutex_unlock(&conn->lock);
     return;
   }
-  table_remove(seg);
+  segment_table_remove(seg);
   pthread_mutex_unlock(&seg_lock);
   unmap_all(seg);
   send_unmap_locked(conn, seg->id, seg->read_only);

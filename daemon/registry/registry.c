@@ -318,10 +318,12 @@ static int not_found(const char *name, uint64_t id, char *err, size_t errlen)
 static struct reg_holding *find_holding(const struct reg_object *buffer,
                                         const struct reg_client *client)
 {
-  /* The client's side: a client usually holds few objects, while a hot object may have
-   * many holders, whose number must not make its opens dearer. */
-  for (struct list *l = client->holdings.next; l != &client->holdings; l = l->next) {
-    struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
+  /* The client's side, by id: a hot object may have many holders, a client many
+   * holdings, and neither number may make an open dearer. */
+  const uint64_t hash = hash_table_hash_ids(0, buffer->id);
+
+  for (struct hash_link *l = hash_table_chain(&client->holdings_by_id, hash); l; l = l->next) {
+    struct reg_holding *h = list_entry(l, struct reg_holding, by_id);
     if (h->buffer == buffer)
       return h;
   }
@@ -452,6 +454,7 @@ static int add_ref(struct reg_object *obj, struct reg_client *client, bool write
     h->client = client;
     list_add_tail(&client->holdings, &h->client_link);
     list_add_tail(&obj->holdings, &h->buffer_link);
+    hash_table_insert(&client->holdings_by_id, &h->by_id, hash_table_hash_ids(0, obj->id));
     obj->n_holders++;
   }
   h->refs++;
@@ -473,6 +476,7 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
       release_quota(reg, h->client->uid, obj);
     list_del(&h->client_link);
     list_del(&h->buffer_link);
+    hash_table_remove(&h->client->holdings_by_id, &h->by_id);
     obj->n_holders--;
     free(h);
   }
@@ -847,6 +851,7 @@ void registry_client_gone(struct registry *reg, struct reg_client *client)
     drop_refs(reg, h, h->refs);
   }
   seg_client_gone(&reg->segs, &client->mappings);
+  hash_table_free(&client->holdings_by_id);
   free(client->groups);
   client->groups = NULL;
   client->n_groups = 0;
@@ -865,6 +870,7 @@ void registry_destroy(struct registry *reg)
       struct reg_holding *h = list_entry(obj->holdings.next, struct reg_holding, buffer_link);
       list_del(&h->client_link);
       list_del(&h->buffer_link);
+      hash_table_remove(&h->client->holdings_by_id, &h->by_id);
       free(h);
     }
     obj->refs = 0;

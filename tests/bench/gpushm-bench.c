@@ -11,6 +11,7 @@
  *   7  a range of an fd allocation imported vs the whole segment mapped (no target)
  *   8  root's ping while uid 65534 floods stats (100k host buffers) vs the same ping
  *      without the flood
+ *   9  a cached open by name on a connection holding 100k handles vs one holding 10
  * Host rows (3, 5, 6's reopen) run anywhere; device rows need a driver and a device.
  * Exits 0 whenever it could measure (unmet targets are findings, printed); non-zero
  * only for real failures: a crash, a daemon that died, data that came back wrong.
@@ -98,6 +99,13 @@
 #define FLOOD_PINGS 2000
 #define FLOOD_SECONDS 4.0
 #define TARGET_FLOOD_PING_P99_MS 10.0
+/* Row 9: cached opens (and closes) by name, timed in batches: of the same ten names on
+ * both connections (what a lookup costs with 100k entries against 10), and for
+ * information of all the big one holds, visited out of order (memory latency too). */
+#define HANDLE_FEW 10u
+#define HANDLE_ROUNDS 200
+#define HANDLE_BATCH 1000
+#define TARGET_HANDLES_RATIO 1.2
 
 static bool quick;
 static char self[4096];
@@ -943,6 +951,7 @@ static double ctl_list_ms(const struct test_daemon *d)
  * buffer, SIGTERM to exit; stops the daemon. */
 static void row_flood(const char *id, const struct test_daemon *d, gpushm_t *conn,
                       unsigned buffers);
+static void row_handles(const char *id, const struct test_daemon *d, unsigned buffers);
 
 static void rows_many(const char *id, const char *kind, struct test_daemon *d,
                       gpushm_backend_t backend, uint64_t size, unsigned count, unsigned wanted,
@@ -1003,8 +1012,10 @@ static void rows_many(const char *id, const char *kind, struct test_daemon *d,
     row(id, what, (rss1 - rss0) * 1024.0 / created <= TARGET_RSS_PER_BUFFER,
         "%.0f bytes (VmRSS %ld -> %ld KiB) | target <= %.0f bytes", (rss1 - rss0) * 1024.0 / created,
         rss0, rss1, TARGET_RSS_PER_BUFFER);
-  if (backend == GPUSHM_BACKEND_HOST) /* after RSS: the flood's sessions cost memory too */
+  if (backend == GPUSHM_BACKEND_HOST) { /* after RSS: the flood's sessions cost memory too */
     row_flood("8", d, conn, created);
+    row_handles("9", d, created);
+  }
   gpushm_disconnect(conn);
 
   /* exit seen without reaping (WNOWAIT), so that the harness reaps and cleans up */
@@ -1148,6 +1159,72 @@ static void row_flood(const char *id, const struct test_daemon *d, gpushm_t *con
         "p99 <= %.0f ms", l50, l99, lmax, n_loud, FLOOD_CONNECTIONS, got[0] / secs, buffers,
         q50, q99, l99 / q99, TARGET_FLOOD_PING_P99_MS);
   }
+}
+
+/* ns per cached open + close by name through conn, cycling over its first n names. */
+static double cached_open_ns(gpushm_t *conn, unsigned n)
+{
+  static double batch[HANDLE_ROUNDS];
+  gpushm_buffer_t *b;
+  unsigned k = 0;
+  char name[32];
+
+  for (int r = 0; r < HANDLE_ROUNDS; r++) {
+    double t = now_us();
+    for (int i = 0; i < HANDLE_BATCH; i++) {
+      snprintf(name, sizeof name, "many-%06u", k);
+      k = (k + 7919) % n;
+      CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
+      CHECK_OK(gpushm_buffer_close(b));
+    }
+    batch[r] = (now_us() - t) * 1e3 / HANDLE_BATCH;
+  }
+  return percentile(batch, HANDLE_ROUNDS, 50);
+}
+
+/* Row 9: what a connection's handle count costs an open that it holds already (a
+ * lookup, no round trip): one connection holds every buffer, another ten. */
+static void row_handles(const char *id, const struct test_daemon *d, unsigned buffers)
+{
+  gpushm_buffer_t **held = malloc((size_t)buffers * sizeof *held);
+  gpushm_t *few = daemon_connect(d), *many = daemon_connect(d);
+  double t, ns_few, ns_many;
+  char name[32];
+
+  CHECK(held != NULL && buffers >= HANDLE_FEW);
+  t = now_us();
+  for (unsigned i = 0; i < buffers; i++) {
+    snprintf(name, sizeof name, "many-%06u", i);
+    CHECK_OK(gpushm_buffer_open(i < HANDLE_FEW ? few : many, name, 0, &held[i]));
+  }
+  for (unsigned i = 0; i < HANDLE_FEW; i++) {
+    gpushm_buffer_t *b;
+    snprintf(name, sizeof name, "many-%06u", i);
+    CHECK_OK(gpushm_buffer_open(many, name, 0, &b)); /* the many hold these ten too */
+  }
+  t = now_us() - t;
+  ns_few = cached_open_ns(few, HANDLE_FEW);
+  ns_many = cached_open_ns(many, HANDLE_FEW);
+  row(id, "cached open by name, 100k handles", ns_many / ns_few <= TARGET_HANDLES_RATIO,
+      "%.0f ns (open + close of the same %u names, median of %d batches of %d; %u handles "
+      "on the connection) | floor: %u handles, %.0f ns | ratio %.2f | target <= %.1f", ns_many,
+      HANDLE_FEW, HANDLE_ROUNDS, HANDLE_BATCH, buffers + HANDLE_FEW, HANDLE_FEW, ns_few,
+      ns_many / ns_few, TARGET_HANDLES_RATIO);
+  row(id, "  (all of them, out of order)", -1, "%.0f ns a cached open + close over all %u "
+      "names (memory latency, no target); opening them: %u uncached opens in %.0f ms",
+      cached_open_ns(many, buffers), buffers, buffers + HANDLE_FEW, t / 1e3);
+  for (unsigned i = 0; i < buffers; i++)
+    CHECK_OK(gpushm_buffer_close(held[i]));
+  for (unsigned i = 0; i < HANDLE_FEW; i++) {
+    gpushm_buffer_t *b;
+    snprintf(name, sizeof name, "many-%06u", i);
+    CHECK_OK(gpushm_buffer_open(many, name, 0, &b));
+    CHECK_OK(gpushm_buffer_close(b));
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  free(held);
+  gpushm_disconnect(few);
+  gpushm_disconnect(many);
 }
 
 static void row_host_many(void)
@@ -1416,7 +1493,7 @@ int main(int argc, char **argv)
   snprintf(daemon_path, sizeof daemon_path, "%s/daemon/gpushmd", GPUSHM_BENCH_BUILDDIR);
   setenv("GPUSHMD", daemon_path, 0);
   signal(SIGPIPE, SIG_IGN);
-  printf("gpushm-bench: rows 1-8, each figure beside its floor or peer from this run and its "
+  printf("gpushm-bench: rows 1-9, each figure beside its floor or peer from this run and its "
          "target (docs/performance.md)%s\n",
          quick ? " (--quick: fewer rounds and device buffers, 1 s rates; host rows as in full)"
                : "");
