@@ -322,21 +322,14 @@ int gpushm_buffer_memory_info(const gpushm_buffer_t *buf, gpushm_memory_info_t *
 
 int gpushm_buffer_memory_fd(gpushm_buffer_t *buf, int *fd_out)
 {
-  const struct client_mapping *m;
-  int fd;
+  gpushm_export_desc_t d = { .size = sizeof d };
+  int r;
 
   client_clear_error();
   if (!buf || !fd_out)
     return client_error(GPUSHM_E_INVAL, "buf and fd_out must not be NULL");
-  m = buf->map;
-  fd = m->memory_fd >= 0 ? m->memory_fd : m->segment ? client_segment_fd(m->segment) : -1;
-  if (m->device != GPUSHM_DEVICE_NONE || fd < 0)
-    return client_error(GPUSHM_E_INVAL, "'%s' keeps no fd: %s", m->name,
-                        m->backend == GPUSHM_BACKEND_HOST
-                          ? "host memory is imported by its pointer (gpushm_buffer_memory_info)"
-                          : "open it with map_device GPUSHM_DEVICE_NONE");
-  if ((*fd_out = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
-    return client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "dup: %s",
-                        strerror(errno));
+  if ((r = gpushm_buffer_export(buf, GPUSHM_EXPORT_OPAQUE_FD, 0, 0, &d)) < 0)
+    return r == GPUSHM_E_UNSUPPORTED ? GPUSHM_E_INVAL : r; /* as it always said */
+  *fd_out = d.fd;
   return 0;
 }

@@ -185,8 +185,12 @@ static inline int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
     return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "registered memory (a memfd) opened "
                            "read-only comes open for reading only, which Mesa's drivers "
                            "cannot import: open it read-write");
-  if ((r = gpushm_buffer_memory_fd(buf, &fd)) < 0)
-    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  {
+    gpushm_export_desc_t d = { .size = sizeof d };
+    if ((r = gpushm_buffer_export(buf, GPUSHM_EXPORT_OPAQUE_FD, 0, 0, &d)) < 0)
+      return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+    fd = d.fd;
+  }
   gl->GetError();
   gl->CreateMemoryObjectsEXT(1, memory);
   if (info->flags & GPUSHM_EXTERNAL_DEDICATED)

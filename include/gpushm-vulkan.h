@@ -300,8 +300,12 @@ static inline int gpushm_vk__info(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_
                              "read-write");
     return 0;
   }
-  if ((r = gpushm_buffer_memory_fd(buf, fd)) < 0)
-    return gpushm_vk__fail(vk, r, "%s", gpushm_last_error_message());
+  {
+    gpushm_export_desc_t d = { .size = sizeof d };
+    if ((r = gpushm_buffer_export(buf, GPUSHM_EXPORT_OPAQUE_FD, 0, 0, &d)) < 0)
+      return gpushm_vk__fail(vk, r, "%s", gpushm_last_error_message());
+    *fd = d.fd;
+  }
   return 0;
 }
 

@@ -38,8 +38,8 @@ extern "C" {
 
 /* The one definition of the version: configure.ac reads these three lines. */
 #define GPUSHM_VERSION_MAJOR 0
-#define GPUSHM_VERSION_MINOR 7
-#define GPUSHM_VERSION_PATCH 1
+#define GPUSHM_VERSION_MINOR 8
+#define GPUSHM_VERSION_PATCH 0
 #define GPUSHM_VERSION_HEX \
   ((GPUSHM_VERSION_MAJOR << 16) | (GPUSHM_VERSION_MINOR << 8) | GPUSHM_VERSION_PATCH)
 
@@ -350,6 +350,50 @@ GPUSHM_API int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, ui
 /* The metadata buf was created with (*size bytes; NULL and 0 if none), valid while buf
  * is open.  It came with the open: no round trip. */
 GPUSHM_API const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size);
+
+/* Handing memory to another engine (NIXL/UCX registration, Vulkan and GL through the
+ * graphics helpers, RDMA): one descriptor for every way, since 0.8 (docs/concepts.md,
+ * "Exporting").  The calls below it (dma-buf, fabric handle, and gpushm-graphics.h's
+ * memory fd) are this one with a type. */
+#define GPUSHM_EXPORT_DMABUF 1u       /* fd: a dma-buf of the range (a read-write CUDA open
+                                       * of cuda-fd or cuda-fabric memory) */
+#define GPUSHM_EXPORT_OPAQUE_FD 2u    /* fd: the whole allocation's OPAQUE_FD (an open with
+                                       * map_device GPUSHM_DEVICE_NONE of device or registered
+                                       * memory); the range lies at offset in it */
+#define GPUSHM_EXPORT_HOST_POINTER 3u /* ptr: this process's mapping of host memory (its
+                                       * first page); the range lies at offset from it */
+#define GPUSHM_EXPORT_FABRIC 4u       /* fabric_handle: a cuda-fabric buffer's (read-write) */
+#define GPUSHM_EXPORT_CUDA_VA 5u      /* ptr: the buffer's device address in this process (a
+                                       * CUDA open); the range lies at offset from it */
+/* flags */
+#define GPUSHM_EXPORT_DEDICATED 0x1u    /* the allocation is the object's alone */
+#define GPUSHM_EXPORT_READ_ONLY_FD 0x2u /* the fd is open for reading only (the kernel keeps
+                                         * it so: a registered memfd's read-only open) */
+
+typedef struct gpushm_export_desc {
+  uint32_t size;            /* sizeof(gpushm_export_desc_t), set by the caller */
+  uint32_t type;            /* GPUSHM_EXPORT_* */
+  int32_t fd;               /* DMABUF, OPAQUE_FD: new, close-on-exec, the caller's; else -1 */
+  uint32_t flags;           /* GPUSHM_EXPORT_DEDICATED, _READ_ONLY_FD */
+  void *ptr;                /* HOST_POINTER, CUDA_VA; else NULL */
+  uint64_t offset;          /* where the range starts in what fd or ptr reaches */
+  uint64_t length;          /* the range's bytes */
+  uint64_t allocation_size; /* what fd or ptr reaches: import or register it whole */
+  int32_t device;           /* CUDA_VA, DMABUF: this process's ordinal; else -1 */
+  uint32_t access;          /* the open's GPUSHM_OPEN_READONLY / _WRITE_DISCARD */
+  uint8_t device_uuid[16];  /* where the memory lives; zero for host memory */
+  uint8_t fabric_handle[64]; /* FABRIC */
+  uint32_t reserved[8];
+} gpushm_export_desc_t;
+#define GPUSHM_EXPORT_DESC_SIZE_V1 168u
+
+/* [offset, offset + length) of buf (length 0: to its end) as type says, in *out (its
+ * size set).  GPUSHM_E_UNSUPPORTED for a type buf's memory or open cannot give (naming
+ * the one that can), GPUSHM_E_PERM for a writable export of a read-only open,
+ * GPUSHM_E_INVAL for a range outside buf or an alignment the type needs (dma-buf: whole
+ * pages).  Nothing is sent to the daemon. */
+GPUSHM_API int gpushm_buffer_export(gpushm_buffer_t *buf, uint32_t type, uint64_t offset,
+                                    uint64_t length, gpushm_export_desc_t *out);
 
 /* Beyond one host (docs/multinode.md).  A dma-buf fd (close-on-exec, the caller's)
  * for [offset, offset + size) of a cuda-fd or cuda-fabric buffer this process has open

@@ -25,7 +25,7 @@ from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected,
                      Unsupported, VersionMismatch)
 from .manifest import TensorSpec
 
-__version__ = "0.7.1"
+__version__ = "0.8.0"
 
 #: GPUSHM_FEATURE_* bits (Connection.has_feature)
 FEATURE_DISCONNECT = 0x1
