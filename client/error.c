@@ -2,10 +2,37 @@
 #include "config.h"
 #include "error.h"
 #include "gpushm.h"
+#include "protocol.h"
 #include "wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+
+/* The public header spells the protocol's vocabulary (proto/protocol.h) for applications;
+ * the daemon speaks the protocol's.  They must agree, value for value. */
+#define SAME_ERROR_(name, num, text) \
+  _Static_assert((int)GPUSHM_E_##name == (int)PROTO_E_##name, "GPUSHM_E_" #name);
+PROTO_ERRNO_MAP(SAME_ERROR_)
+#undef SAME_ERROR_
+_Static_assert((int)GPUSHM_BACKEND_DEFAULT == (int)PROTO_BACKEND_DEFAULT &&
+               (int)GPUSHM_BACKEND_HOST == (int)PROTO_BACKEND_HOST &&
+               (int)GPUSHM_BACKEND_CUDA_IPC == (int)PROTO_BACKEND_CUDA_IPC &&
+               (int)GPUSHM_BACKEND_CUDA_FD == (int)PROTO_BACKEND_CUDA_FD &&
+               (int)GPUSHM_BACKEND_CUDA_FABRIC == (int)PROTO_BACKEND_CUDA_FABRIC &&
+               (int)GPUSHM_BACKEND_EXTERNAL == (int)PROTO_BACKEND_EXTERNAL,
+               "one numbering of backends");
+_Static_assert((int)GPUSHM_LIFETIME_PERSISTENT == (int)PROTO_LIFETIME_PERSISTENT &&
+               (int)GPUSHM_LIFETIME_SESSION == (int)PROTO_LIFETIME_SESSION,
+               "one numbering of lifetimes");
+_Static_assert(GPUSHM_FEATURE_DISCONNECT == PROTO_FEATURE_DISCONNECT &&
+               GPUSHM_FEATURE_FDSTORE == PROTO_FEATURE_FDSTORE &&
+               GPUSHM_FEATURE_SEGMENTS == PROTO_FEATURE_SEGMENTS &&
+               GPUSHM_FEATURE_ONEWAY == PROTO_FEATURE_ONEWAY &&
+               GPUSHM_FEATURE_METADATA == PROTO_FEATURE_METADATA &&
+               GPUSHM_FEATURE_GRAPHICS == PROTO_FEATURE_GRAPHICS &&
+               GPUSHM_FEATURE_STRICT_MODE == PROTO_FEATURE_STRICT_MODE &&
+               GPUSHM_FEATURE_IPC_FENCES == PROTO_FEATURE_IPC_FENCES, "one set of features");
 
 /* Room for a driver's words and what to do about them. */
 static __thread char last_error[512];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "driver.h"
 
 #include <dlfcn.h>
@@ -58,7 +58,7 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   drv->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!drv->lib) {
     snprintf(err, errlen, "no CUDA driver (%s)", dlerror());
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   /* cuGetProcAddress_v2 (CUDA 12.0+) hands out the entry point of the exact ABI
    * version asked for, so each pointer matches the typedef it is stored as. */
@@ -66,7 +66,7 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   if (!get_proc) {
     snprintf(err, errlen, "CUDA driver %s is older than 12.0 (no cuGetProcAddress_v2)", path);
     cuda_driver_unload(drv);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   for (int i = 0; i < CUDA_FN_COUNT; i++) {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -74,7 +74,7 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !*slots[i]) {
       snprintf(err, errlen, "CUDA driver %s lacks %s (version %d)", path, fn_names[i], versions[i]);
       cuda_driver_unload(drv);
-      return GPUSHM_E_UNSUPPORTED;
+      return PROTO_E_UNSUPPORTED;
     }
   }
   if (drv->cuDriverGetVersion(&drv->driver_version) != CUDA_SUCCESS)
@@ -83,7 +83,7 @@ int cuda_driver_load(struct cuda_driver *drv, char *err, size_t errlen)
   drv->trace = trace && strcmp(trace, "1") == 0;
   if (faults && cuda_driver_set_faults(drv, faults, err, errlen) < 0) {
     cuda_driver_unload(drv);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   return 0;
 }
@@ -102,7 +102,7 @@ static int parse_error(const char *text, size_t len, CUresult *out)
   unsigned long v;
 
   if (len == 0 || len >= sizeof buf)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   memcpy(buf, text, len);
   buf[len] = '\0';
   v = strtoul(buf, &end, 10);
@@ -118,7 +118,7 @@ static int parse_error(const char *text, size_t len, CUresult *out)
       return 0;
     }
   }
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 int cuda_driver_set_faults(struct cuda_driver *drv, const char *spec, char *err, size_t errlen)
@@ -153,7 +153,7 @@ int cuda_driver_set_faults(struct cuda_driver *drv, const char *spec, char *err,
   return 0;
 bad:
   snprintf(err, errlen, "bad GPUSHM_CUDA_FAULTS entry near '%s' (want NAME=ERROR[@N])", p);
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 CUresult cuda_fault_hit(struct cuda_fault *fault)

@@ -6,7 +6,7 @@
 #include "backends/backend.h"
 #include "backends/backend_cuda.h"
 #include "backends/event.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "offer.h"
 #include "options.h"
 #include "protocol.h"
@@ -58,19 +58,19 @@ static int parse_args(int argc, char **argv, struct given_flags *given)
     default:
       if (!(name = options_short_name(opt))) {
         options_usage(stderr);
-        return GPUSHM_E_INVAL;
+        return PROTO_E_INVAL;
       }
     }
     if (given->n == sizeof given->flag / sizeof given->flag[0]) {
       fprintf(stderr, "gpushmd: too many options\n");
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     }
     given->flag[given->n].name = name;
     given->flag[given->n++].value = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, "gpushmd: unexpected argument '%s'\n", argv[optind]);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   return 0;
 }
@@ -84,11 +84,11 @@ static int load_settings(const struct given_flags *given, struct settings *out, 
   settings_init(out);
   if (config_load(out, given->config ? given->config : GPUSHMD_DEFAULT_CONFIG,
                   given->config != NULL, err, errlen) < 0)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   for (size_t i = 0; i < given->n; i++) {
     if (option_apply(out, given->flag[i].name, given->flag[i].value, why, sizeof why) < 0) {
       snprintf(err, errlen, "--%s: %s", given->flag[i].name, why);
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     }
   }
   settings_resolve(out);
@@ -363,11 +363,11 @@ int main(int argc, char **argv)
   backend_cuda_init();
   resolve_device_quota(&settings);
   registry_set_limits(d.reg, &settings.limits);
-  registry_set_auto_backend(d.reg, backend_cuda_fd_usable(&why) ? GPUSHM_BACKEND_CUDA_FD
-                                                                  : GPUSHM_BACKEND_HOST);
+  registry_set_auto_backend(d.reg, backend_cuda_fd_usable(&why) ? PROTO_BACKEND_CUDA_FD
+                                                                  : PROTO_BACKEND_HOST);
   if (settings.limits.default_backend == REG_DEFAULT_BACKEND_AUTO)
     log_info("default-backend auto: %s%s%s%s",
-             registry_default_backend(d.reg, NULL) == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "host",
+             registry_default_backend(d.reg, NULL) == PROTO_BACKEND_CUDA_FD ? "cuda-fd" : "host",
              why ? " (cuda-fd: " : "", why ? why : "", why ? ")" : "");
   registry_set_persist_dedicated(d.reg, persist_enabled(&d.persist));
   adopted = persist_adopt(&d.persist, d.reg, &passed);

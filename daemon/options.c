@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "options.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 #include "gpushm.pb-c.h"
 #include "wire.h"
@@ -26,38 +26,38 @@ static int parse_u64(const char *s, int base, bool allow_suffix, uint64_t max, u
   unsigned shift = 0;
 
   if (!s[0] || s[0] == '-' || isspace((unsigned char)s[0]))
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   errno = 0;
   v = strtoull(s, &end, base);
   if (errno || end == s)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   if (allow_suffix && *end) {
     /* binary either way: k is KiB as K is (no one means 1000 bytes to a buffer) */
     const char *units = "KMGT";
     const char *u = strchr(units, toupper((unsigned char)*end));
     if (!u || end[1])
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     shift = 10u * (unsigned)(u - units + 1);
     end++;
     if (v > (UINT64_MAX >> shift))
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
   }
   if (*end || (v << shift) > max)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   *out = v << shift;
   return 0;
 }
 
 static int number(const char *v, int base, bool suffix, uint64_t min, uint64_t max, uint64_t *out)
 {
-  return parse_u64(v, base, suffix, max, out) < 0 || *out < min ? GPUSHM_E_INVAL : 0;
+  return parse_u64(v, base, suffix, max, out) < 0 || *out < min ? PROTO_E_INVAL : 0;
 }
 
 static int u32(const char *v, int base, uint64_t min, uint64_t max, uint32_t *out)
 {
   uint64_t n;
   if (number(v, base, false, min, max, &n) < 0)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   *out = (uint32_t)n;
   return 0;
 }
@@ -65,7 +65,7 @@ static int u32(const char *v, int base, uint64_t min, uint64_t max, uint32_t *ou
 static int set_socket(struct settings *s, const char *v)
 {
   if (!*v || strlen(v) >= sizeof s->cfg.socket_path)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   memcpy(s->cfg.socket_path, v, strlen(v) + 1);
   return 0;
 }
@@ -86,7 +86,7 @@ static int set_socket_group(struct settings *s, const char *v)
   if (s->socket_group_auto || strcmp(v, "none") == 0)
     return 0;
   if (!(g = getgrnam(v)) || strlen(v) >= sizeof s->socket_group)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   s->cfg.has_socket_group = true;
   s->cfg.socket_gid = g->gr_gid;
   snprintf(s->socket_group, sizeof s->socket_group, "%s", v);
@@ -156,11 +156,11 @@ static int set_max_device_bytes(struct settings *s, const char *v)
   if (len > 1 && v[len - 1] == '%') {
     char digits[8];
     if (len - 1 >= sizeof digits)
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     memcpy(digits, v, len - 1);
     digits[len - 1] = '\0';
     if (number(digits, 10, false, 1, 100, &n) < 0)
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     s->device_quota_percent = (uint32_t)n;
     return 0;
   }
@@ -182,7 +182,7 @@ static int set_default_backend(struct settings *s, const char *v)
   }
   /* cuda-event is what events report, not where buffers come from */
   if (backend < 1 || backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   s->limits.default_backend = backend;
   return 0;
 }
@@ -194,14 +194,14 @@ static int set_allow_legacy_ipc(struct settings *s, const char *v)
   else if (strcmp(v, "yes") == 0 || strcmp(v, "no") == 0)
     s->legacy_ipc_auto = false, s->limits.allow_legacy_ipc = v[0] == 'y';
   else
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   return 0;
 }
 
 static int set_strict_modes(struct settings *s, const char *v)
 {
   if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   s->limits.strict_modes = v[0] == 'y';
   return 0;
 }
@@ -210,7 +210,7 @@ static int set_admin_group(struct settings *s, const char *v)
 {
   struct group *g = getgrnam(v);
   if (!g)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   s->cfg.has_admin_group = true;
   s->cfg.admin_gid = g->gr_gid;
   return 0;
@@ -218,7 +218,7 @@ static int set_admin_group(struct settings *s, const char *v)
 
 static int set_log_level(struct settings *s, const char *v)
 {
-  return (s->log_level = log_parse_level(v)) < 0 ? GPUSHM_E_INVAL : 0;
+  return (s->log_level = log_parse_level(v)) < 0 ? PROTO_E_INVAL : 0;
 }
 
 static const struct setting {
@@ -230,7 +230,7 @@ static const struct setting {
   const char *expects; /* for errors */
 } settings_table[] = {
   { "socket", 's', set_socket, "PATH",
-    "listen on PATH (default $GPUSHM_SOCKET, else " GPUSHM_DEFAULT_SOCKET ")",
+    "listen on PATH (default $GPUSHM_SOCKET, else " PROTO_DEFAULT_SOCKET ")",
     "a socket path of at most 107 bytes" },
   { "socket-mode", 0, set_socket_mode, "MODE",
     "permission bits of the socket file (0660 with a socket group, else 0666)",
@@ -294,7 +294,7 @@ void settings_init(struct settings *s)
   const char *env_socket = getenv("GPUSHM_SOCKET");
 
   memset(s, 0, sizeof *s);
-  set_socket(s, env_socket && *env_socket ? env_socket : GPUSHM_DEFAULT_SOCKET);
+  set_socket(s, env_socket && *env_socket ? env_socket : PROTO_DEFAULT_SOCKET);
   s->cfg.socket_mode = 0666;
   s->socket_group_auto = true;
   s->cfg.max_clients = GPUSHM_DEFAULT_MAX_CLIENTS;
@@ -366,12 +366,12 @@ int option_apply(struct settings *s, const char *name, const char *value, char *
 
   if (!st) {
     snprintf(err, errlen, "unknown setting '%s'", name);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (st->set(s, value) == 0)
     return 0;
   snprintf(err, errlen, "invalid value '%s' (expected %s)", value, st->expects);
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 const struct option *options_getopt(void)

@@ -34,7 +34,7 @@ struct settings {
 
 /* Built-in defaults ($GPUSHM_SOCKET for the socket). */
 void settings_init(struct settings *s);
-/* Applies one setting; returns 0 or GPUSHM_E_INVAL with err saying what is wrong with it. */
+/* Applies one setting; returns 0 or PROTO_E_INVAL with err saying what is wrong with it. */
 int option_apply(struct settings *s, const char *name, const char *value, char *err, size_t errlen);
 /* Reads "key = value" lines ('#' comments, blank lines allowed) from a regular file (or
  * /dev/null).  A missing file is an error only if must_exist.  Errors name the file and

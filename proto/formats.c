@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "formats.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm_limits.h"
 
 #include <stdio.h>
@@ -72,57 +72,57 @@ int image_check(struct image_params *p, char *why, size_t len)
 
   if (!f) {
     snprintf(why, len, "unknown image format %u", p->format);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!p->width || !p->height || !p->depth || !p->mip_levels || !p->array_layers) {
     snprintf(why, len, "image extent %ux%ux%u, %u levels, %u layers: none may be 0",
              p->width, p->height, p->depth, p->mip_levels, p->array_layers);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (p->width > GPUSHM_LIMIT_IMAGE_DIM || p->height > GPUSHM_LIMIT_IMAGE_DIM ||
       p->depth > GPUSHM_LIMIT_IMAGE_DEPTH || p->array_layers > GPUSHM_LIMIT_IMAGE_LAYERS) {
     snprintf(why, len, "image %ux%ux%u with %u layers is over the limits (%u wide and high, "
              "%u deep, %u layers)", p->width, p->height, p->depth, p->array_layers,
              GPUSHM_LIMIT_IMAGE_DIM, GPUSHM_LIMIT_IMAGE_DEPTH, GPUSHM_LIMIT_IMAGE_LAYERS);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if (p->depth > 1 && p->array_layers > 1) {
     snprintf(why, len, "a 3D image (depth %u) has one layer, not %u", p->depth,
              p->array_layers);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (p->mip_levels > max_levels(p->width, p->height, p->depth)) {
     snprintf(why, len, "%u mip levels for %ux%ux%u: at most %u", p->mip_levels, p->width,
              p->height, p->depth, max_levels(p->width, p->height, p->depth));
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!p->usage || (p->usage & ~IMAGE_USAGE_ALL)) {
     snprintf(why, len, "image usage 0x%x: name at least one GPUSHM_IMAGE_USAGE_* and no "
              "other bits", p->usage);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (f->depth && (p->usage & IMAGE_USAGE_STORAGE)) {
     snprintf(why, len, "%s cannot be a storage image", f->name);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (p->tiling == IMAGE_TILING_OPTIMAL) {
     if (p->row_pitch) {
       snprintf(why, len, "an optimal-tiling image has no row pitch (%llu given)",
                (unsigned long long)p->row_pitch);
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     }
     return 0;
   }
   if (p->tiling != IMAGE_TILING_LINEAR) {
     snprintf(why, len, "unknown image tiling %u", p->tiling);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   /* What Vulkan guarantees of linear images, so every API can take one. */
   if (p->depth != 1 || p->mip_levels != 1 || p->array_layers != 1 || f->depth) {
     snprintf(why, len, "a linear image is 2D, one level, one layer, not a depth format "
              "(%ux%ux%u, %u levels, %u layers, %s): use optimal tiling", p->width, p->height,
              p->depth, p->mip_levels, p->array_layers, f->name);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   tight = (uint64_t)p->width * f->texel_bytes;
   if (!p->row_pitch)
@@ -132,12 +132,12 @@ int image_check(struct image_params *p, char *why, size_t len)
     snprintf(why, len, "row pitch %llu for %u texels of %u bytes: at least %llu, a multiple "
              "of %u", (unsigned long long)p->row_pitch, p->width, f->texel_bytes,
              (unsigned long long)tight, f->texel_bytes);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (p->row_pitch > GPUSHM_LIMIT_IMAGE_ROW_PITCH) {
     snprintf(why, len, "row pitch %llu is over the limit of %u bytes",
              (unsigned long long)p->row_pitch, GPUSHM_LIMIT_IMAGE_ROW_PITCH);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   return 0;
 }

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Memory backends are gpushm_backend_t values 1 up to below this.  (The wire's
+/* Memory backends are enum proto_backend values 1 up to below this.  (The wire's
  * BACKEND_CUDA_EVENT, 4, names an event, which is no backend: proto/gpushm.proto; its
  * slots in tables indexed by backend stay empty.) */ 
 /* 6, external, is memory a client registered: a kind of object (registry/kind_external.c)
@@ -30,14 +30,14 @@ struct backend_export {
 
 struct backend {
   const char *name;
-  int kind; /* gpushm_backend_t */
+  int kind; /* enum proto_backend */
   /* Reserves at least size bytes, zero-filled: memory one buffer held must never reach
    * the next one's owner, and a device allocator recycles within the daemon's context
-   * without clearing.  Returns 0 or a negative GPUSHM_E_* with err set. */
+   * without clearing.  Returns 0 or a negative PROTO_E_* with err set. */
   int (*alloc)(const struct backend *be, uint64_t size, int device, const char *label,
                struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
   /* What the client is sent to map the memory: fds are new and owned by the caller;
-   * read-only access is enforced where the backend can.  Returns 0 or GPUSHM_E_*. */
+   * read-only access is enforced where the backend can.  Returns 0 or PROTO_E_*. */
   int (*export)(const struct backend *be, struct backend_mem *mem, bool read_only,
                 struct backend_export *out, char *err, size_t errlen);
   void (*release)(const struct backend *be, struct backend_mem *mem);
@@ -62,7 +62,7 @@ struct backend {
   /* With fence_in_allocation: raises the fence at offset to value if it holds less
    * (*was receives what it held), synchronously, through the daemon's own context, for
    * a releaser that died with its write queued.  Returns 1 (raised), 0 (it was there
-   * already), or a negative GPUSHM_E_* with err set, the memory left as it was. */
+   * already), or a negative PROTO_E_* with err set, the memory left as it was. */
   int (*fence_raise)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                      uint64_t value, uint64_t *was, char *err, size_t errlen);
   /* NULL when usable, else why not (shown to clients that ask for it). */

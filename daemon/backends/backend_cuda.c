@@ -8,7 +8,7 @@
 #include "backends/backend_cuda.h"
 #include "backends/event.h"
 #include "driver.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm_limits.h"
 #include "util/log.h"
 #include "shm_layout.h"
@@ -83,7 +83,7 @@ static int cuda_failure(CUresult r, const char *what, char *err, size_t errlen)
     if (cuda.fatal_hook)
       cuda.fatal_hook(cuda.fatal_ctx, err);
   }
-  return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUSHM_E_NOMEM : GPUSHM_E_CUDA;
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? PROTO_E_NOMEM : PROTO_E_CUDA;
 }
 
 /* cuda-fd needs virtual memory management and POSIX-fd shareable handles. */
@@ -288,7 +288,7 @@ int backend_cuda_device_info(int i, struct cuda_device_info *info)
   char err[64];
 
   if (i < 0 || i >= cuda.n_devices)
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   d = &cuda.devices[i];
   memset(info, 0, sizeof *info);
   info->ordinal = i;
@@ -309,7 +309,7 @@ static int enter_client_device(int device, char *err, size_t errlen)
 {
   if (device < 0 || device >= cuda.n_devices) {
     snprintf(err, errlen, "no CUDA device %d (this host has %d)", device, cuda.n_devices);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   return use_device(device, err, errlen);
 }
@@ -353,7 +353,7 @@ static int ipc_alloc(const struct backend *be, uint64_t size, int device, const 
     return ret;
   if (!(cm = calloc(1, sizeof *cm))) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   r = CU_CALL(&cuda.drv, cuMemAlloc, &cm->ptr, rounded);
   if (r != CUDA_SUCCESS) {
@@ -452,14 +452,14 @@ static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, ui
 
 const struct backend backend_cuda_ipc = {
   .name = "cuda-ipc",
-  .kind = GPUSHM_BACKEND_CUDA_IPC,
+  .kind = PROTO_BACKEND_CUDA_IPC,
   .alloc = ipc_alloc,
   .export = ipc_export,
   .release = ipc_release,
   .alloc_segment = ipc_alloc,
   .zero_range = ipc_zero_range,
   .granule = CUDA_IPC_GRANULE,
-  /* for creators that know it (GPUSHM_FEATURE_IPC_FENCES); others get an IPC event */
+  /* for creators that know it (PROTO_FEATURE_IPC_FENCES); others get an IPC event */
   .fence_in_allocation = true,
   .fence_raise = ipc_fence_raise,
   .unavailable = cuda_unavailable,
@@ -486,7 +486,7 @@ static int event_alloc(const struct event_source *src, int device, const char *l
     return ret;
   if (!(ce = calloc(1, sizeof *ce))) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   r = CU_CALL(&cuda.drv, cuEventCreate, &ce->event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
   if (r != CUDA_SUCCESS) {
@@ -665,7 +665,7 @@ static int no_fence_at(uint64_t offset, uint64_t size, char *err, size_t errlen)
       offset <= size - SYNC_DEVICE_FENCE_BYTES)
     return 0;
   snprintf(err, errlen, "no fence at offset %llu of the allocation", (unsigned long long)offset);
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 /* cuda-fd memory is mapped in the daemon only while the fence is raised. */
@@ -726,12 +726,12 @@ static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
   if (cuda.devices[device].no_fd_memory) {
     snprintf(err, errlen, "unsupported: cuda-fd on device %d: %s", device,
              cuda.devices[device].no_fd_memory);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (fabric && cuda.devices[device].no_fabric) {
     snprintf(err, errlen, "unsupported: cuda-fabric on device %d: %s", device,
              cuda.devices[device].no_fabric);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   r = CU_CALL(&cuda.drv, cuMemGetAllocationGranularity, &granule, &prop,
               CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -740,12 +740,12 @@ static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
   if (granule == 0 || size > UINT64_MAX - granule) {
     snprintf(err, errlen, "cannot round %llu bytes to the device's granule of %zu",
              (unsigned long long)size, granule);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   rounded = (size + granule - 1) / granule * granule;
   if (!(vm = calloc(1, sizeof *vm))) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   r = CU_CALL(&cuda.drv, cuMemCreate, &vm->handle, (size_t)rounded, &prop, 0);
   if (r == CUDA_ERROR_NOT_PERMITTED && fabric) {
@@ -753,10 +753,10 @@ static int vmm_alloc(uint64_t size, int device, const char *label, bool fabric,
     free(vm);
     snprintf(err, errlen, "unsupported: cuda-fabric on device %d: no IMEX channel: the driver "
              "makes fabric memory only for a process that can open an IMEX channel (%s/"
-             "channelN; %s)", device, GPUSHM_IMEX_CHANNELS_DIR,
-             access(GPUSHM_IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
+             "channelN; %s)", device, PROTO_IMEX_CHANNELS_DIR,
+             access(PROTO_IMEX_CHANNELS_DIR, F_OK) == 0 ? "gpushmd may use none there"
                                                          : "there is no such directory here");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (r != CUDA_SUCCESS) {
     free(vm);
@@ -826,7 +826,7 @@ static int fd_export(const struct backend *be, struct backend_mem *mem, bool rea
   out->handle_len = 0;
   if ((out->fd = fcntl(mem->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
     snprintf(err, errlen, "dup of a cuda-fd handle: %s", strerror(errno));
-    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+    return errno == EMFILE || errno == ENFILE ? PROTO_E_LIMIT : PROTO_E_IO;
   }
   return 0;
 }
@@ -918,18 +918,18 @@ int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_
   if (cuda.n_devices == 0) {
     snprintf(err, errlen, "its device %s is unreachable: %s", name,
              cuda.unavailable[0] ? cuda.unavailable : "no CUDA device");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   /* By UUID: CUDA_VISIBLE_DEVICES or a changed PCI order renumbers devices between starts. */
   for (i = 0; i < cuda.n_devices && memcmp(cuda.devices[i].uuid, uuid, 16) != 0; i++)
     ;
   if (i == cuda.n_devices) {
     snprintf(err, errlen, "its device %s is not on this host (or not visible to gpushmd)", name);
-    return GPUSHM_E_NOENT;
+    return PROTO_E_NOENT;
   }
   if (cuda.devices[i].no_fd_memory) {
     snprintf(err, errlen, "device %d (%s): %s", i, name, cuda.devices[i].no_fd_memory);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   /* Creates retain a device's context on a worker thread so that the loop never waits
    * 100-350 ms; adoption runs before the loop serves anyone, so it retains it here, at
@@ -947,11 +947,11 @@ int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_
     snprintf(err, errlen, "%llu bytes allocated for %llu is not a whole number of the device's "
              "%zu-byte granules covering the buffer", (unsigned long long)allocated,
              (unsigned long long)size, granule);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!(vm = calloc(1, sizeof *vm))) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   /* The imported handle keeps the allocation alive while the daemon has it; the fd stays
    * the daemon's, to hand out dups of, as fd_alloc keeps the one it exported. */
@@ -1007,13 +1007,13 @@ static int fd_verify_external(const struct backend *be, int fd, uint64_t size, b
     ;
   if (i == cuda.n_devices) {
     snprintf(err, errlen, "the memory's device %s is not one of gpushmd's", name);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((ret = use_device(i, err, errlen)) < 0)
     return ret;
   if ((desc.handle.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
     snprintf(err, errlen, "dup: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   desc.size = size;
   desc.flags = dedicated ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
@@ -1022,7 +1022,7 @@ static int fd_verify_external(const struct backend *be, int fd, uint64_t size, b
     snprintf(what, sizeof what, "the fd is not memory of %llu bytes on device %d (%s): "
              "cuImportExternalMemory", (unsigned long long)size, i, name);
     cuda_failure(r, what, err, errlen);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   r = CU_CALL(&cuda.drv, cuExternalMemoryGetMappedBuffer, &ptr, ext, &whole);
   if (r == CUDA_SUCCESS)
@@ -1032,7 +1032,7 @@ static int fd_verify_external(const struct backend *be, int fd, uint64_t size, b
     snprintf(what, sizeof what, "the fd's memory on device %d (%s) is smaller than the %llu "
              "bytes claimed: cuExternalMemoryGetMappedBuffer", i, name, (unsigned long long)size);
     cuda_failure(r, what, err, errlen);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   *device = i;
   return 0;
@@ -1048,7 +1048,7 @@ int backend_cuda_device_of_uuid(const uint8_t uuid[16])
 
 const struct backend backend_cuda_fabric = {
   .name = "cuda-fabric",
-  .kind = GPUSHM_BACKEND_CUDA_FABRIC,
+  .kind = PROTO_BACKEND_CUDA_FABRIC,
   .alloc = fabric_alloc,
   .export = fabric_export,
   .release = fd_release,
@@ -1074,7 +1074,7 @@ static int fd_adopt(const struct backend *be, int fd, const uint8_t uuid[16], ui
 
 const struct backend backend_cuda_fd = {
   .name = "cuda-fd",
-  .kind = GPUSHM_BACKEND_CUDA_FD,
+  .kind = PROTO_BACKEND_CUDA_FD,
   .alloc = fd_alloc,
   .export = fd_export,
   .release = fd_release,

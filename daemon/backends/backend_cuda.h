@@ -35,7 +35,7 @@ bool backend_cuda_device_ready(int i);
 /* Retains device i's primary context; for a worker thread, one at a time per device.
  * Returns the CUresult. */
 int backend_cuda_warm(int i);
-/* Back on the loop: 0, or a GPUSHM_E_* with err (a sticky error stops the daemon). */
+/* Back on the loop: 0, or a PROTO_E_* with err (a sticky error stops the daemon). */
 int backend_cuda_warm_result(int i, int cu_result, char *err, size_t errlen);
 /* Device i's UUID (16 bytes), or NULL; no driver call. */
 const uint8_t *backend_cuda_device_uuid(int i);

@@ -2,7 +2,7 @@
 /* Host backend: a sealed memfd per buffer.  Clients mmap the fd they are sent. */
 #include "config.h"
 #include "backends/backend.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm_limits.h"
 
 #include <errno.h>
@@ -25,12 +25,12 @@ static int host_memfd(uint64_t size, const char *label, bool commit, struct back
   fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     snprintf(err, errlen, "memfd_create: %s", strerror(errno));
-    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+    return errno == EMFILE || errno == ENFILE ? PROTO_E_LIMIT : PROTO_E_IO;
   }
   if (ftruncate(fd, (off_t)rounded) < 0) {
     snprintf(err, errlen, "ftruncate %llu: %s", (unsigned long long)rounded, strerror(errno));
     close(fd);
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   /* Commit the pages now, as cuMemAlloc would: out-of-memory is a clean error at
    * create time, not a SIGBUS in some client later. */
@@ -39,13 +39,13 @@ static int host_memfd(uint64_t size, const char *label, bool commit, struct back
     snprintf(err, errlen, "cannot reserve %llu bytes of shared memory: %s",
              (unsigned long long)rounded, strerror(r));
     close(fd);
-    return r == ENOSPC || r == ENOMEM || r == EFBIG ? GPUSHM_E_NOMEM : GPUSHM_E_IO;
+    return r == ENOSPC || r == ENOMEM || r == EFBIG ? PROTO_E_NOMEM : PROTO_E_IO;
   }
   /* Clients may neither resize the object nor lift the seals. */
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
     snprintf(err, errlen, "sealing memfd: %s", strerror(errno));
     close(fd);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   /* memfds are born mode 0777: anyone handed a read-only fd could reopen it read-write
    * through /proc/self/fd/N.  Owner-read-only leaves that path to the daemon alone
@@ -53,7 +53,7 @@ static int host_memfd(uint64_t size, const char *label, bool commit, struct back
   if (fchmod(fd, 0400) < 0) {
     snprintf(err, errlen, "fchmod memfd: %s", strerror(errno));
     close(fd);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   mem->fd = fd;
   mem->priv = NULL;
@@ -89,12 +89,12 @@ static int host_zero_range(const struct backend *be, struct backend_mem *mem, ui
                 (off_t)len) < 0) {
     snprintf(err, errlen, "clearing %llu bytes of shared memory: %s", (unsigned long long)len,
              strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   if ((r = posix_fallocate(mem->fd, (off_t)offset, (off_t)len)) != 0) {
     snprintf(err, errlen, "cannot reserve %llu bytes of shared memory: %s",
              (unsigned long long)len, strerror(r));
-    return r == ENOSPC || r == ENOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_IO;
+    return r == ENOSPC || r == ENOMEM ? PROTO_E_NOMEM : PROTO_E_IO;
   }
   return 0;
 }
@@ -122,7 +122,7 @@ int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *f
   }
   if (fd < 0) {
     snprintf(err, errlen, "exporting memfd: %s", strerror(errno));
-    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+    return errno == EMFILE || errno == ENFILE ? PROTO_E_LIMIT : PROTO_E_IO;
   }
   *fd_out = fd;
   return 0;
@@ -154,7 +154,7 @@ static int host_adopt(const struct backend *be, int fd, const uint8_t uuid[16], 
 
 const struct backend backend_host = {
   .name = "host",
-  .kind = GPUSHM_BACKEND_HOST,
+  .kind = PROTO_BACKEND_HOST,
   .alloc = host_alloc,
   .export = host_export,
   .release = host_release,
@@ -181,11 +181,11 @@ int backend_host_adopt(int fd, uint64_t size, struct backend_mem *mem, uint64_t 
       (have = fcntl(fd, F_GET_SEALS)) < 0 || (have & seals) != seals) {
     snprintf(err, errlen, "not a sealed shared-memory object of %llu bytes",
              (unsigned long long)rounded);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((st.st_mode & 07777) != 0400 && fchmod(fd, 0400) < 0) {
     snprintf(err, errlen, "fchmod: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   mem->fd = fd;
   mem->priv = NULL;

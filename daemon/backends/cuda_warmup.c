@@ -2,7 +2,7 @@
 #include "config.h"
 #include "backends/cuda_warmup.h"
 #include "backends/backend_cuda.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -38,7 +38,7 @@ static void warm_done(uv_work_t *req, int status)
   d->busy = false;
   if (status < 0) {
     snprintf(err, sizeof err, "warming device %d: %s", d->device, uv_strerror(status));
-    r = GPUSHM_E_IO;
+    r = PROTO_E_IO;
   } else {
     r = backend_cuda_warm_result(d->device, d->result, err, sizeof err);
   }

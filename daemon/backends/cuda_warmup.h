@@ -2,7 +2,7 @@
 /* Making a device's primary context takes 100-350 ms, which must never happen on the
  * event loop: a request that needs a device not warm yet waits while the context is
  * made on libuv's thread pool, one warm-up per device at a time.  done() runs on the
- * loop with 0, or a GPUSHM_E_* and why (a sticky error also stops the daemon through
+ * loop with 0, or a PROTO_E_* and why (a sticky error also stops the daemon through
  * backend_cuda's fatal hook). */
 #ifndef GPUSHMD_CUDA_WARMUP_H
 #define GPUSHMD_CUDA_WARMUP_H

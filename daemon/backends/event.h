@@ -10,7 +10,7 @@
 
 struct event_source {
   const char *name;
-  /* Makes an event on device.  Returns 0 or a negative GPUSHM_E_* with err set. */
+  /* Makes an event on device.  Returns 0 or a negative PROTO_E_* with err set. */
   int (*alloc)(const struct event_source *src, int device, const char *label, void **event,
                char *err, size_t errlen);
   /* The handle bytes a client opens the event with (at most 64). */

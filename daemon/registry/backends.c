@@ -5,7 +5,7 @@
 #include "config.h"
 #include "registry/backends.h"
 #include "registry/state.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -28,7 +28,7 @@ const struct backend *registry_backend(const struct registry *reg, int kind)
 
 bool registry_backend_allowed(const struct registry *reg, const struct backend *be)
 {
-  return be->kind != GPUSHM_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
+  return be->kind != PROTO_BACKEND_CUDA_IPC || reg->limits.allow_legacy_ipc;
 }
 
 int reg_legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
@@ -38,7 +38,7 @@ int reg_legacy_ipc_check(const struct registry *reg, const struct backend *be, c
     return 0;
   snprintf(err, errlen, "unsupported: cuda-ipc is off on this gpushmd (allow-legacy-ipc): its "
            "handles are bearer tokens any local process can forge; use cuda-fd");
-  return GPUSHM_E_UNSUPPORTED;
+  return PROTO_E_UNSUPPORTED;
 }
 
 int reg_resolve_backend(const struct registry *reg, int backend, const struct reg_policy *policy,
@@ -52,15 +52,15 @@ int reg_resolve_backend(const struct registry *reg, int backend, const struct re
     /* A newer client may know backends this daemon does not. */
     snprintf(err, errlen, "unknown backend %d (this daemon knows 1-%d)", backend,
              GPUSHM_BACKEND_COUNT - 1);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (!(*be = reg->backends[backend])) {
     snprintf(err, errlen, "unsupported: this gpushmd does not offer backend %d", backend);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if ((*be)->unavailable && (why = (*be)->unavailable(*be))) {
     snprintf(err, errlen, "unsupported: %s backend unavailable: %s", (*be)->name, why);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   return reg_legacy_ipc_check(reg, *be, err, errlen);
 }
@@ -68,10 +68,10 @@ int reg_resolve_backend(const struct registry *reg, int backend, const struct re
 int registry_default_backend(const struct registry *reg, const struct reg_policy *policy)
 {
   if (policy && policy->default_host_only)
-    return GPUSHM_BACKEND_HOST;
+    return PROTO_BACKEND_HOST;
   switch (reg->limits.default_backend) {
   case 0:
-    return GPUSHM_BACKEND_HOST;
+    return PROTO_BACKEND_HOST;
   case REG_DEFAULT_BACKEND_AUTO:
     return reg->auto_backend;
   default:

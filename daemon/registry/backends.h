@@ -16,14 +16,14 @@ void registry_set_auto_backend(struct registry *reg, int backend);
  * opens may use it now (allow-legacy-ipc). */
 const struct backend *registry_backend(const struct registry *reg, int kind);
 bool registry_backend_allowed(const struct registry *reg, const struct backend *be);
-/* The backend GPUSHM_BACKEND_DEFAULT means now for a library with that policy (NULL:
+/* The backend PROTO_BACKEND_DEFAULT means now for a library with that policy (NULL:
  * any recent one); never 0 nor auto. */
 int registry_default_backend(const struct registry *reg, const struct reg_policy *policy);
 /* The backend a create means: its own, or the default for that policy; checked to be
  * known, offered, available and allowed (allow-legacy-ipc). */
 int reg_resolve_backend(const struct registry *reg, int backend, const struct reg_policy *policy,
                         const struct backend **be, char *err, size_t errlen);
-/* Legacy IPC is for one trust domain: 0, or GPUSHM_E_UNSUPPORTED where it is off. */
+/* Legacy IPC is for one trust domain: 0, or PROTO_E_UNSUPPORTED where it is off. */
 int reg_legacy_ipc_check(const struct registry *reg, const struct backend *be, char *err,
                          size_t errlen);
 

@@ -19,7 +19,7 @@ struct reg_kind_ops {
   /* How refusals name its memory where not by its backend's name ("registered NVIDIA
    * memory"); NULL: the backend's name. */
   const char *memory_name;
-  /* A create's arguments, before any lookup or allocation: 0, or a GPUSHM_E_* with err
+  /* A create's arguments, before any lookup or allocation: 0, or a PROTO_E_* with err
    * set.  *be: the backend its memory will come from (NULL for kinds without one). */
   int (*check)(const struct registry *reg, const struct reg_create_args *args,
                const struct reg_policy *policy, const struct backend **be, char *err,
@@ -50,7 +50,7 @@ struct reg_kind_ops {
   /* A sync buffer whose releaser died (releaser: its id in the control block): raises
    * its fence to that releaser's last published release if its GPU never wrote it.
    * 1 raised (*seq: to what, *was: what it held), 0 nothing to raise, or a negative
-   * GPUSHM_E_* with err set.  NULL: the kind has no fence. */
+   * PROTO_E_* with err set.  NULL: the kind has no fence. */
   int (*raise_fence)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                      uint64_t *seq, uint64_t *was, char *err, size_t errlen);
   /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
@@ -62,7 +62,7 @@ struct reg_kind_ops {
    * (fd and its companion records are the kind's, or gone from the store), each object
    * it brings back handed to emit (which inserts it; on its refusal the kind releases
    * the object and forgets it), *records the store records it holds now; or a negative
-   * GPUSHM_E_* with err saying why nothing came back, its records removed and fd
+   * PROTO_E_* with err saying why nothing came back, its records removed and fd
    * closed. */
   bool (*persists)(const struct registry *reg, const struct reg_object *obj);
   /* How many store records deposit() would add now (what the store's room is checked

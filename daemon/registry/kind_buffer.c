@@ -6,7 +6,7 @@
 #include "config.h"
 #include "registry/kind_buffer.h"
 #include "registry/backends.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "shm_layout.h"
 #include "wire.h"
 
@@ -26,7 +26,7 @@ static int buffer_check(const struct registry *reg, const struct reg_create_args
   if (args->size == 0 || args->size > GPUSHM_LIMIT_BUFFER_SIZE) {
     snprintf(err, errlen, "size must be 1..%llu bytes",
              (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   return reg_resolve_backend(reg, args->backend, policy, be, err, errlen);
 }
@@ -39,8 +39,8 @@ static uint64_t carve_slot(const struct registry *reg, const struct reg_create_a
   if (args->sync || !policy->carved)
     return 0;
   /* host slots persist through their segment (kind_slot.c); device ones do not yet */
-  if (reg->persist_dedicated && args->lifetime == GPUSHM_LIFETIME_PERSISTENT &&
-      be->kind == GPUSHM_BACKEND_CUDA_FD)
+  if (reg->persist_dedicated && args->lifetime == PROTO_LIFETIME_PERSISTENT &&
+      be->kind == PROTO_BACKEND_CUDA_FD)
     return 0;
   return seg_slot_size(be, args->size);
 }
@@ -58,9 +58,9 @@ static void buffer_estimate(const struct registry *reg, const struct reg_create_
 {
   (void)reg;
   cost->bytes = args->size;
-  cost->host = (be->kind == GPUSHM_BACKEND_HOST ? args->size : 0) +
+  cost->host = (be->kind == PROTO_BACKEND_HOST ? args->size : 0) +
                (args->sync ? SYNC_CONTROL_SIZE : 0);
-  cost->device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  cost->device = be->kind == PROTO_BACKEND_HOST ? -1 : args->device;
   cost->device_bytes = cost->device >= 0 && cost->bytes > cost->host ? cost->bytes - cost->host
                                                                      : 0;
 }
@@ -68,20 +68,20 @@ static void buffer_estimate(const struct registry *reg, const struct reg_create_
 /* Host memory a buffer commits: its pages (host backend) and its control block. */
 static uint64_t host_bytes_of(const struct reg_buffer *b)
 {
-  return (b->obj.backend->kind == GPUSHM_BACKEND_HOST ? b->obj.allocated : 0) +
+  return (b->obj.backend->kind == PROTO_BACKEND_HOST ? b->obj.allocated : 0) +
          (b->sync ? SYNC_CONTROL_SIZE : 0);
 }
 
 /* Whether a sync buffer made by this create is ordered by a fence in its allocation:
  * cuda-fd's and cuda-fabric's always; cuda-ipc's when its creator's library knows fences
- * there (GPUSHM_FEATURE_IPC_FENCES), else, as before 0.7.1, by an IPC event.  A fence can
+ * there (PROTO_FEATURE_IPC_FENCES), else, as before 0.7.1, by an IPC event.  A fence can
  * be raised by gpushmd for a releaser that died with its write queued; an IPC event
  * recorded by a process that dies before the record runs never completes, nor does any
  * record after it (docs/sync.md). */
 static bool fenced(const struct backend *be, const struct reg_create_args *args)
 {
   return args->sync && be->fence_in_allocation &&
-         (be->kind != GPUSHM_BACKEND_CUDA_IPC || args->ipc_fence);
+         (be->kind != PROTO_BACKEND_CUDA_IPC || args->ipc_fence);
 }
 
 /* Where a sync buffer's fence lives: the last 8 bytes of its allocation, as far from its
@@ -103,9 +103,9 @@ static int alloc_sync(struct registry *reg, struct reg_buffer *b, uint64_t size,
   const struct event_source *events = NULL;
   int r;
 
-  if (b->obj.backend->kind == GPUSHM_BACKEND_CUDA_IPC && !fence && !(events = reg->events)) {
+  if (b->obj.backend->kind == PROTO_BACKEND_CUDA_IPC && !fence && !(events = reg->events)) {
     snprintf(err, errlen, "sync needs CUDA events, which this daemon lacks");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   r = sync_alloc(&b->sync_state, events, b->obj.device, name, err, errlen);
   if (r == 0) {
@@ -120,7 +120,7 @@ static int buffer_alloc(struct registry *reg, struct reg_object *obj,
                         const struct reg_client *client, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
-  int device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  int device = be->kind == PROTO_BACKEND_HOST ? -1 : args->device;
   /* A sync buffer's fence rides in its allocation, past the data. */
   const bool fence = fenced(be, args);
   uint64_t size = args->size + (fence ? SYNC_DEVICE_FENCE_BYTES : 0);
@@ -129,7 +129,7 @@ static int buffer_alloc(struct registry *reg, struct reg_object *obj,
   (void)client;
   r = be->alloc(be, size, args->device, args->name, &b->mem, &obj->allocated, err, errlen);
   /* Warm pools are the first memory to give back. */
-  if (r == GPUSHM_E_NOMEM && seg_drain_pools(&reg->segs, be->kind, device))
+  if (r == PROTO_E_NOMEM && seg_drain_pools(&reg->segs, be->kind, device))
     r = be->alloc(be, size, args->device, args->name, &b->mem, &obj->allocated, err, errlen);
   if (r < 0)
     return r;
@@ -159,11 +159,11 @@ static int buffer_export(struct registry *reg, struct reg_object *obj, struct re
     return r;
   /* An older library would take the missing event for a protocol error: refused by
    * name instead, as carved buffers are. */
-  if (obj->backend->kind == GPUSHM_BACKEND_CUDA_IPC && b->fence_offset && !policy->ipc_fences) {
+  if (obj->backend->kind == PROTO_BACKEND_CUDA_IPC && b->fence_offset && !policy->ipc_fences) {
     snprintf(err, errlen, "'%s' is a cuda-ipc sync buffer ordered by a memory fence, which "
-             "this client's libgpushm (before 0.7.1: no GPUSHM_FEATURE_IPC_FENCES at hello) "
+             "this client's libgpushm (before 0.7.1: no PROTO_FEATURE_IPC_FENCES at hello) "
              "does not know: upgrade it", obj->name);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   r = obj->backend->export(obj->backend, &b->mem, read_only, &mem, err, errlen);
   if (r < 0)
@@ -254,7 +254,7 @@ static bool persists(const struct backend *be)
 {
   /* Legacy-IPC device memory and events die with the daemon's context; a cuda-fd
    * allocation lives on in its exported fd, a sync buffer's fence with it. */
-  return be && be->adopt && (be->kind == GPUSHM_BACKEND_HOST || be->kind == GPUSHM_BACKEND_CUDA_FD);
+  return be && be->adopt && (be->kind == PROTO_BACKEND_HOST || be->kind == PROTO_BACKEND_CUDA_FD);
 }
 
 static bool buffer_persists(const struct registry *reg, const struct reg_object *obj)
@@ -307,7 +307,7 @@ static bool memory_record(const struct reg_buffer *b, char *out, size_t len)
   const uint8_t *uuid;
   int n;
 
-  if (o->backend->kind == GPUSHM_BACKEND_HOST) {
+  if (o->backend->kind == PROTO_BACKEND_HOST) {
     n = snprintf(out, len, "m.%" PRIu64 ".%d.%u.%u.%u.%o.%" PRIu64 ".%" PRIu64 ".%s", f.id,
                  f.backend, f.flags, f.uid, f.gid, f.mode, f.size, f.created, f.name);
     return n > 0 && (size_t)n < len;
@@ -420,13 +420,13 @@ static bool parse_record(const char *record, struct record_fields *f, char *name
   if (strncmp(record, "m.", 2) == 0) {
     if (sscanf(record, "m.%llu.%d.%u.%u.%u.%o.%llu.%llu.%n", &id, &f->backend, &f->flags,
                &f->uid, &f->gid, &f->mode, &size, &created, &used) != 8 || used < 0 ||
-        !wire_name_valid(record + used) || f->backend != GPUSHM_BACKEND_HOST)
+        !wire_name_valid(record + used) || f->backend != PROTO_BACKEND_HOST)
       return false;
   } else if (strncmp(record, "d.", 2) == 0) {
     if (sscanf(record, "d.%llx.%d.%x.%x.%x.%o.%llx.%llx.%llx.%32[0-9a-f].%n", &id, &f->backend,
                &f->flags, &f->uid, &f->gid, &f->mode, &size, &allocated, &created, hex,
                &used) != 10 || used < 0 || strlen(hex) != 32 || !wire_name_valid(record + used) ||
-        f->backend != GPUSHM_BACKEND_CUDA_FD)
+        f->backend != PROTO_BACKEND_CUDA_FD)
       return false;
     for (int i = 0; i < 16; i++)
       f->uuid[i] = (uint8_t)(hex_digit(hex[2 * i]) << 4 | hex_digit(hex[2 * i + 1]));
@@ -439,7 +439,7 @@ static bool parse_record(const char *record, struct record_fields *f, char *name
   f->allocated = allocated;
   f->created = created;
   f->name = name;
-  if (f->backend == GPUSHM_BACKEND_CUDA_FD)
+  if (f->backend == PROTO_BACKEND_CUDA_FD)
     return device_record(f, canonical, sizeof canonical) && strcmp(canonical, record) == 0;
   return true;
 }
@@ -491,19 +491,19 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
   if (!parsed || !(be = registry_backend(reg, f.backend)) || !persists(be)) {
     snprintf(why, sizeof why, parsed ? "this daemon does not offer its backend"
                                      : "not a record this daemon understands");
-    r = GPUSHM_E_INVAL;
+    r = PROTO_E_INVAL;
     goto drop;
   }
   if ((f.flags & RECORD_FLAG_METADATA) && (m = take_metadata(store, f.id, &a, &missing)) < 0) {
     snprintf(why, sizeof why, "%s", missing);
-    r = GPUSHM_E_INVAL;
+    r = PROTO_E_INVAL;
     goto drop;
   }
   if (f.flags & RECORD_FLAG_SYNC) {
     control_record(f.id, name, sizeof name);
     if ((control_fd = store->take(store->ctx, name)) < 0) {
       snprintf(why, sizeof why, "its control block is missing");
-      r = GPUSHM_E_INVAL;
+      r = PROTO_E_INVAL;
       goto drop;
     }
     if ((r = backend_host.adopt(&backend_host, control_fd, NULL, SYNC_CONTROL_SIZE, NULL,
@@ -512,7 +512,7 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
   }
   if (!(b = calloc(1, sizeof *b))) {
     snprintf(why, sizeof why, "daemon out of memory");
-    r = GPUSHM_E_NOMEM;
+    r = PROTO_E_NOMEM;
     goto drop;
   }
   b->obj.allocated = f.allocated;
@@ -560,7 +560,7 @@ drop:
    * which is what its users know it by. */
   if (parsed)
     snprintf(err, errlen, "persistent %s buffer '%s' (id %llu): %s",
-             f.backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd", a.name_buf,
+             f.backend == PROTO_BACKEND_HOST ? "host" : "cuda-fd", a.name_buf,
              (unsigned long long)f.id, why);
   else
     snprintf(err, errlen, "record '%s': %s", record, why);

@@ -4,7 +4,7 @@
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/backends.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <string.h>
 
@@ -20,15 +20,15 @@ static int event_check(const struct registry *reg, const struct reg_create_args 
   *be = NULL;
   if (args->size != 0 || args->sync || args->metadata_len) {
     snprintf(err, errlen, "an event has no size, no sync and no metadata of its own");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!reg->events) {
     snprintf(err, errlen, "unsupported: this gpushmd offers no events");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (reg->events->unavailable && (why = reg->events->unavailable(reg->events))) {
     snprintf(err, errlen, "unsupported: events unavailable: %s", why);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   return 0;
 }

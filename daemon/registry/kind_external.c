@@ -9,7 +9,7 @@
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/backends.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,18 +68,18 @@ static int memfd_size_fits(int fd, uint64_t claim, uint64_t *size, char *err, si
 
   if (fstat(fd, &st) < 0) {
     snprintf(err, errlen, "fstat of the memfd: %s", strerror(errno));
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   *size = (uint64_t)st.st_size;
   if (*size < claim) {
     snprintf(err, errlen, "the memfd holds %llu bytes, not the %llu claimed",
              (unsigned long long)*size, (unsigned long long)claim);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (*size > GPUSHM_LIMIT_BUFFER_SIZE) {
     snprintf(err, errlen, "the memfd holds %llu bytes, past the limit of %llu",
              (unsigned long long)*size, (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   return 0;
 }
@@ -98,7 +98,7 @@ static int narrow_file_mode(int fd, char *err, size_t errlen)
   snprintf(err, errlen, "gpushmd may not make the memfd read-only for its read-only "
            "openers (fchmod 0400: %s): register as gpushmd's uid, or run gpushmd as root",
            strerror(errno));
-  return GPUSHM_E_PERM;
+  return PROTO_E_PERM;
 }
 
 /* What gpushmd takes from a registrant of a memfd: changing its size, either way
@@ -118,23 +118,23 @@ static int seal_memfd(int fd, uint64_t claim, uint64_t *size, char *err, size_t 
     snprintf(err, errlen, "the memfd was sent open %s: importers map registered memory "
              "read-write; send an O_RDWR fd", flags >= 0 && (flags & O_ACCMODE) == O_WRONLY
                                                 ? "for writing only" : "for reading only");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (seals < 0) {
     snprintf(err, errlen, "the memfd allows no seals (create it with MFD_ALLOW_SEALING): "
              "its size could change under importers");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) {
     snprintf(err, errlen, "the memfd is sealed against writing: importers map registered "
              "memory read-write");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((seals & need) != need && (seals & F_SEAL_SEAL)) {
     snprintf(err, errlen, "the memfd takes no more seals (F_SEAL_SEAL: made without "
              "MFD_ALLOW_SEALING, or sealed so) and lacks F_SEAL_SHRINK and F_SEAL_GROW: its "
              "size could change under importers");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((r = memfd_size_fits(fd, claim, size, err, errlen)) < 0 ||
       (r = narrow_file_mode(fd, err, errlen)) < 0)
@@ -142,7 +142,7 @@ static int seal_memfd(int fd, uint64_t claim, uint64_t *size, char *err, size_t 
   if (((seals & need) != need && fcntl(fd, F_ADD_SEALS, need & ~seals) < 0) ||
       (!(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0)) {
     snprintf(err, errlen, "sealing the memfd: %s", strerror(errno));
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   return memfd_size_fits(fd, claim, size, err, errlen);
 }
@@ -161,21 +161,21 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
   if (args->sync || args->open_existing || args->backend) {
     snprintf(err, errlen, "registered memory is registered once, with no backend or sync "
              "of its own");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (x->fd < 0) {
     snprintf(err, errlen, "a registration carries the memory's fd");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!x->allocation_size || x->allocation_size > GPUSHM_LIMIT_BUFFER_SIZE) {
     snprintf(err, errlen, "allocation size must be 1..%llu bytes",
              (unsigned long long)GPUSHM_LIMIT_BUFFER_SIZE);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!args->size || args->size > x->allocation_size) {
     snprintf(err, errlen, "size %llu must be 1..%llu (the allocation)",
              (unsigned long long)args->size, (unsigned long long)x->allocation_size);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (args->image) {
     struct image_params p = *args->image;
@@ -185,7 +185,7 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
       snprintf(err, errlen, "a linear image of %llu bytes in an allocation of %llu",
                (unsigned long long)image_linear_bytes(&p),
                (unsigned long long)x->allocation_size);
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     }
     /* Importers map size bytes, and code that walks the rows walks all of them. */
     if (args->size < image_linear_bytes(&p)) {
@@ -193,23 +193,23 @@ static int external_check(const struct registry *reg, const struct reg_create_ar
                "with a size of %llu: its size covers its rows",
                (unsigned long long)image_linear_bytes(&p), (unsigned long long)p.row_pitch,
                (unsigned long long)args->size);
-      return GPUSHM_E_INVAL;
+      return PROTO_E_INVAL;
     }
   }
   switch (classify(x->fd, &memfd_size, what, sizeof what)) {
   case FD_MEMFD:
     return seal_memfd(x->fd, x->allocation_size, &memfd_size, err, errlen);
   case FD_NVIDIA:
-    *be = registry_backend(reg, GPUSHM_BACKEND_CUDA_FD);
+    *be = registry_backend(reg, PROTO_BACKEND_CUDA_FD);
     if (!*be || !(*be)->verify_external || ((*be)->unavailable && (*be)->unavailable(*be))) {
       snprintf(err, errlen, "unsupported: NVIDIA memory is checked through CUDA, which this "
                "gpushmd lacks");
-      return GPUSHM_E_UNSUPPORTED;
+      return PROTO_E_UNSUPPORTED;
     }
     return 0;
   default:
     snprintf(err, errlen, "the fd is %s, not memory a graphics API exported", what);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
 }
 
@@ -265,7 +265,7 @@ static int external_alloc(struct registry *reg, struct reg_object *obj,
   x->nvidia = be != NULL;
   if ((x->fd = fcntl(args->external->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
     snprintf(err, errlen, "keeping the fd: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   if (args->image) {
     /* Kept as create keeps an image's: completed (a linear row pitch of 0 is the
@@ -282,7 +282,7 @@ static int external_alloc(struct registry *reg, struct reg_object *obj,
     if (fstat(x->fd, &st) < 0) {
       snprintf(err, errlen, "keeping the memfd: %s", strerror(errno));
       close(x->fd);
-      return GPUSHM_E_IO;
+      return PROTO_E_IO;
     }
     obj->allocated = page_rounded((uint64_t)st.st_size);
   }
@@ -317,7 +317,7 @@ static int external_export(struct registry *reg, struct reg_object *obj,
   }
   if (fd < 0) {
     snprintf(err, errlen, "exporting registered memory: %s", strerror(errno));
-    return errno == EMFILE || errno == ENFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO;
+    return errno == EMFILE || errno == ENFILE ? PROTO_E_LIMIT : PROTO_E_IO;
   }
   out->fds[out->n_fds++] = fd;
   return 0;
@@ -335,7 +335,7 @@ static void external_describe(const struct reg_object *obj, struct reg_descripti
 
   memset(out, 0, sizeof *out);
   out->kind = rr->has_image ? "registered image" : "registered memory";
-  out->backend = GPUSHM_BACKEND_EXTERNAL;
+  out->backend = PROTO_BACKEND_EXTERNAL;
   out->image = rr->has_image ? &rr->image : NULL;
   out->external = &rr->x;
 }

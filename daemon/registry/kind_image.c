@@ -7,7 +7,7 @@
 #include "config.h"
 #include "registry/kind_buffer.h"
 #include "registry/backends.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,26 +23,26 @@ static int image_kind_check(const struct registry *reg, const struct reg_create_
   if (args->sync || args->open_existing) {
     snprintf(err, errlen, "an image is made once, without sync of its own: no %s",
              args->sync ? "sync" : "open-existing");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((r = image_check(&p, err, errlen)) < 0)
     return r;
   if (p.tiling != IMAGE_TILING_LINEAR) {
     snprintf(err, errlen, "unsupported: gpushmd allocates linear images; an optimal-tiling "
              "image is allocated by a Vulkan process and registered (gpushm_vk_create_image)");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (args->size != image_linear_bytes(&p) || p.row_pitch != args->image->row_pitch) {
     snprintf(err, errlen, "image size %llu is not its rows' (%llu × %u)",
              (unsigned long long)args->size, (unsigned long long)p.row_pitch, p.height);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if ((r = reg_resolve_backend(reg, args->backend, policy, be, err, errlen)) < 0)
     return r;
-  if ((*be)->kind == GPUSHM_BACKEND_CUDA_IPC) {
+  if ((*be)->kind == PROTO_BACKEND_CUDA_IPC) {
     snprintf(err, errlen, "unsupported: cuda-ipc memory imports into no graphics API; an "
              "image lives in host, cuda-fd or cuda-fabric memory");
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   return 0;
 }

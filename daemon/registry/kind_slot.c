@@ -8,7 +8,7 @@
 #include "registry/slot_store.h"
 #include "util/log.h"
 #include "registry/backends.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static void slot_estimate(const struct registry *reg, const struct reg_create_ar
   uint64_t slot = seg_slot_size(be, args->size); /* a carved buffer takes its whole slot */
 
   (void)reg;
-  *cost = (struct quota_cost){ .bytes = slot, .host = be->kind == GPUSHM_BACKEND_HOST ? slot : 0,
+  *cost = (struct quota_cost){ .bytes = slot, .host = be->kind == PROTO_BACKEND_HOST ? slot : 0,
                                .device = -1 };
 }
 
@@ -44,7 +44,7 @@ static int slot_alloc(struct registry *reg, struct reg_object *obj,
                       const struct reg_client *client, char *err, size_t errlen)
 {
   struct reg_slot *s = slot_of(obj);
-  int device = be->kind == GPUSHM_BACKEND_HOST ? -1 : args->device;
+  int device = be->kind == PROTO_BACKEND_HOST ? -1 : args->device;
   struct seg_key key = {
     .backend = be->kind, .device = device, .uid = client->uid, .gid = client->gid,
     .mode = args->mode ? args->mode : reg->limits.default_mode,
@@ -57,7 +57,7 @@ static int slot_alloc(struct registry *reg, struct reg_object *obj,
                      &s->dirty, err, errlen)) < 0)
     return r;
   obj->allocated = s->segment->slot;
-  obj->host_bytes = be->kind == GPUSHM_BACKEND_HOST ? obj->allocated : 0;
+  obj->host_bytes = be->kind == PROTO_BACKEND_HOST ? obj->allocated : 0;
   obj->backend = be;
   obj->device = device;
   return 0;
@@ -80,7 +80,7 @@ static int slot_export(struct registry *reg, struct reg_object *obj, struct reg_
   if (!policy->carved) {
     snprintf(err, errlen, "unsupported: '%s' is carved out of a shared segment, which this "
              "gpushm library does not know (it is older than 0.3)", obj->name);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   out->segment_id = seg->id;
   out->segment_offset = (uint64_t)s->slot * seg->slot;
@@ -96,7 +96,7 @@ static int slot_export(struct registry *reg, struct reg_object *obj, struct reg_
     if (mem.fd >= 0)
       close(mem.fd);
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   if (mem.fd >= 0)
     out->fds[out->n_fds++] = mem.fd;
@@ -133,7 +133,7 @@ static void slot_describe(const struct reg_object *obj, struct reg_description *
 static bool slot_persists(const struct registry *reg, const struct reg_object *obj)
 {
   (void)reg;
-  return obj->backend->kind == GPUSHM_BACKEND_HOST && obj->backend->adopt;
+  return obj->backend->kind == PROTO_BACKEND_HOST && obj->backend->adopt;
 }
 
 static unsigned slot_deposit_records(const struct registry *reg, const struct reg_object *obj)
@@ -234,10 +234,10 @@ static int slot_adopt_record(struct registry *reg, const char *record, int fd,
   if ((r = slot_store_open(record, store, &ss, why, sizeof why)) == 1)
     return 0;
   if (r == 0) {
-    if (!(be = registry_backend(reg, ss.backend)) || be->kind != GPUSHM_BACKEND_HOST ||
+    if (!(be = registry_backend(reg, ss.backend)) || be->kind != PROTO_BACKEND_HOST ||
         !be->adopt) {
       snprintf(why, sizeof why, "not a host segment");
-      r = GPUSHM_E_INVAL;
+      r = PROTO_E_INVAL;
     } else if ((r = be->adopt(be, fd, NULL, ss.bytes, &allocated, &mem, &device, why,
                               sizeof why)) == 0) {
       fd = -1; /* the memory's now */
@@ -247,7 +247,7 @@ static int slot_adopt_record(struct registry *reg, const char *record, int fd,
       } else if (seg->n_slots != ss.n_slots) {
         snprintf(why, sizeof why, "its slot table has %u slots, the segment %u", ss.n_slots,
                  seg->n_slots);
-        r = GPUSHM_E_INVAL;
+        r = PROTO_E_INVAL;
         seg_adopt_done(&reg->segs, seg); /* nothing adopted: given back */
       } else {
         slot_store_attach(seg, &ss);
@@ -259,7 +259,7 @@ static int slot_adopt_record(struct registry *reg, const char *record, int fd,
     }
     slot_store_discard(&ss);
     if (r == 0)
-      r = GPUSHM_E_INVAL;
+      r = PROTO_E_INVAL;
   }
   snprintf(err, errlen, "segment record '%s': %s", record, why);
   {

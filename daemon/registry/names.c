@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "registry/names.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +28,7 @@ int names_init(struct names *ix)
   memset(ix, 0, sizeof *ix);
   ix->n_buckets = 64;
   ix->buckets = calloc(ix->n_buckets, sizeof *ix->buckets);
-  return ix->buckets ? 0 : GPUSHM_E_NOMEM;
+  return ix->buckets ? 0 : PROTO_E_NOMEM;
 }
 
 void names_destroy(struct names *ix)
@@ -44,7 +44,7 @@ static int buckets_grow(struct names *ix)
   struct reg_key **table = calloc(n, sizeof *table);
 
   if (!table)
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   for (size_t i = 0; i < ix->n_buckets; i++) {
     for (struct reg_key *k = ix->buckets[i], *next; k; k = next) {
       size_t h = name_hash(k->name) % n;
@@ -65,12 +65,12 @@ int names_reserve(struct names *ix)
     size_t cap = ix->cap ? ix->cap * 2 : 64;
     struct reg_key **grown = realloc(ix->by_id, cap * sizeof *grown);
     if (!grown)
-      return GPUSHM_E_NOMEM;
+      return PROTO_E_NOMEM;
     ix->by_id = grown;
     ix->cap = cap;
   }
   if (ix->n_linked + 1 > ix->n_buckets && buckets_grow(ix) < 0)
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   return 0;
 }
 

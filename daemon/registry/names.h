@@ -30,7 +30,7 @@ struct names {
 
 int names_init(struct names *ix);
 void names_destroy(struct names *ix);
-/* Room for one more object in both indexes; GPUSHM_E_NOMEM if there is none.  The adds
+/* Room for one more object in both indexes; PROTO_E_NOMEM if there is none.  The adds
  * below cannot fail after it. */
 int names_reserve(struct names *ix);
 struct reg_key *names_lookup(const struct names *ix, const char *name);

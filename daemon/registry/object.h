@@ -34,13 +34,13 @@ struct reg_client {
  * computes it from the features the client named, the registry applies it to what the
  * client creates and is sent. */
 struct reg_policy {
-  /* Its library understands carved buffers (GPUSHM_FEATURE_SEGMENTS): only such a
+  /* Its library understands carved buffers (PROTO_FEATURE_SEGMENTS): only such a
    * client's creates are carved, and only such a client may open a carved one. */
   bool carved;
   /* A gpushm 0.1 library (its Hello named no version range): it knows host memory only
    * when it names no backend, so the daemon's default-backend does not apply to it. */
   bool default_host_only;
-  /* Its library orders cuda-ipc sync buffers by a fence (GPUSHM_FEATURE_IPC_FENCES): its
+  /* Its library orders cuda-ipc sync buffers by a fence (PROTO_FEATURE_IPC_FENCES): its
    * creates of them get one, and only such a client may open one that has one. */
   bool ipc_fences;
 };
@@ -84,7 +84,7 @@ struct reg_object {
   uid_t owner_uid;
   gid_t owner_gid;
   uint32_t mode;
-  int lifetime;                     /* gpushm_lifetime_t */
+  int lifetime;                     /* enum proto_lifetime */
   const struct reg_client *creator; /* session lifetime: until it disconnects */
   struct list creator_link;         /* in creator->created, while creator is set */
   pid_t creator_pid;

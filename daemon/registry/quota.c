@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "registry/quota.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -115,7 +115,7 @@ int quota_device_add(struct quota *q, uid_t uid, int device, uint64_t bytes)
   if (!in_range(device) || !bytes)
     return 0;
   if (!(u = usage_of(q, uid)))
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   u->device_bytes[device] += bytes;
   return 0;
 }
@@ -205,7 +205,7 @@ int quota_check_device(const struct quota *q, const struct quota_limits *lim, ui
   snprintf(err, errlen, "uid %u would hold %s of device %d's memory (limit %s; "
            RAISE("max-device-bytes-per-uid") ")", (unsigned)uid,
            size_text(used + bytes, a, sizeof a), device, size_text(max, b, sizeof b));
-  return GPUSHM_E_LIMIT;
+  return PROTO_E_LIMIT;
 }
 
 int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid,
@@ -221,20 +221,20 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
   if (objects >= lim->max_objects_per_uid) {
     snprintf(err, errlen, "uid %u already has %u buffers (limit %u; " RAISE("max-buffers-per-uid")
              ")", (unsigned)uid, objects, lim->max_objects_per_uid);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if (lim->max_bytes_per_uid && bytes > room(lim->max_bytes_per_uid, used)) {
     snprintf(err, errlen, "uid %u would hold %s (limit %s; " RAISE("max-bytes-per-uid") ")",
              (unsigned)uid, size_text(used + bytes, a, sizeof a),
              size_text(lim->max_bytes_per_uid, b, sizeof b));
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if (lim->max_host_bytes_per_uid && host > room(lim->max_host_bytes_per_uid, host_used)) {
     snprintf(err, errlen, "uid %u would hold %s of host memory (limit %s; "
              RAISE("max-host-bytes-per-uid") ")", (unsigned)uid,
              size_text(host_used + host, a, sizeof a),
              size_text(lim->max_host_bytes_per_uid, b, sizeof b));
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if (on_a_device(c) &&
       (r = quota_check_device(q, lim, uid, c->device, c->device_bytes, err, errlen)) < 0)
@@ -244,7 +244,7 @@ int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid
              "asked for (" RAISE("host-memory-budget") ")",
              size_text(q->host_bytes, a, sizeof a), size_text(lim->host_budget, b, sizeof b),
              size_text(host, n, sizeof n));
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   return 0;
 }

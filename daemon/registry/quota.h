@@ -51,11 +51,11 @@ uint64_t quota_device_of(const struct quota *q, uid_t uid, int device);
  * seg_charge); add fails only for lack of memory. */
 int quota_device_add(struct quota *q, uid_t uid, int device, uint64_t bytes);
 void quota_device_sub(struct quota *q, uid_t uid, int device, uint64_t bytes);
-/* Whether uid may take bytes more of device's memory: 0 or GPUSHM_E_LIMIT with err. */
+/* Whether uid may take bytes more of device's memory: 0 or PROTO_E_LIMIT with err. */
 int quota_check_device(const struct quota *q, const struct quota_limits *lim, uid_t uid,
                        int device, uint64_t bytes, char *err, size_t errlen);
-/* Whether uid may take one more object costing c: 0, or GPUSHM_E_LIMIT (a per-uid
- * limit: the caller's problem) or GPUSHM_E_NOMEM (the daemon's budget, as an allocation
+/* Whether uid may take one more object costing c: 0, or PROTO_E_LIMIT (a per-uid
+ * limit: the caller's problem) or PROTO_E_NOMEM (the daemon's budget, as an allocation
  * failure would be) with err saying which. */
 int quota_check(const struct quota *q, const struct quota_limits *lim, uid_t uid,
                 const struct quota_cost *c, char *err, size_t errlen);

@@ -3,7 +3,7 @@
 #include "registry/kind.h"
 #include "registry/registry.h"
 #include "registry/state.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 #include "wire.h"
 
@@ -50,7 +50,7 @@ static int take_segment(void *ctx, uid_t uid, int device, uint64_t bytes, char *
     return r;
   if (quota_device_add(&reg->quota, uid, device, bytes) < 0) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   return 0;
 }
@@ -65,9 +65,9 @@ int registry_init(struct registry *reg, const struct reg_limits *limits)
 {
   memset(reg, 0, sizeof *reg);
   if (names_init(&reg->names) < 0)
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   reg->next_id = 1;
-  reg->auto_backend = GPUSHM_BACKEND_HOST;
+  reg->auto_backend = PROTO_BACKEND_HOST;
   seg_table_init(&reg->segs, limits->pool_bytes);
   reg->segs.charge = (struct seg_charge){ take_segment, give_back_segment, reg };
   registry_set_limits(reg, limits);
@@ -312,7 +312,7 @@ static int not_found(const char *name, uint64_t id, char *err, size_t errlen)
     snprintf(err, errlen, "no buffer named '%s'", name);
   else
     snprintf(err, errlen, "no buffer with id %llu", (unsigned long long)id);
-  return GPUSHM_E_NOENT;
+  return PROTO_E_NOENT;
 }
 
 static struct reg_holding *find_holding(const struct reg_object *buffer,
@@ -391,7 +391,7 @@ static int copy_metadata(struct reg_object *obj, const uint8_t *metadata, size_t
   if (!len)
     return 0;
   if (!(obj->metadata = malloc(len)))
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   memcpy(obj->metadata, metadata, len);
   obj->metadata_len = (uint32_t)len;
   return 0;
@@ -443,12 +443,12 @@ static int add_ref(struct reg_object *obj, struct reg_client *client, bool write
 
   if (h && h->refs >= GPUSHM_LIMIT_REFS_PER_HOLDING) {
     snprintf(err, errlen, "connection holds %u references to '%s' (limit)", h->refs, obj->name);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if (!h) {
     if (!(h = calloc(1, sizeof *h))) {
       snprintf(err, errlen, "out of memory");
-      return GPUSHM_E_NOMEM;
+      return PROTO_E_NOMEM;
     }
     h->buffer = obj;
     h->client = client;
@@ -521,24 +521,24 @@ static int check_common(const struct reg_create_args *args, char *err, size_t er
   if (!wire_name_valid(args->name)) {
     snprintf(err, errlen, "invalid name: use 1-%u characters of [A-Za-z0-9._-], not starting "
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
-    return GPUSHM_E_NAME;
+    return PROTO_E_NAME;
   }
   if (args->metadata_len > GPUSHM_LIMIT_METADATA) {
     snprintf(err, errlen, "metadata of %zu bytes is over the limit of %u", args->metadata_len,
              GPUSHM_LIMIT_METADATA);
-    return GPUSHM_E_LIMIT;
+    return PROTO_E_LIMIT;
   }
   if ((unsigned)args->kind >= REG_KIND_COUNT) {
     snprintf(err, errlen, "unknown object kind %d", (int)args->kind);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (args->mode & ~0777u) {
     snprintf(err, errlen, "mode %o has bits outside 0777", args->mode);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
-  if (args->lifetime != GPUSHM_LIFETIME_PERSISTENT && args->lifetime != GPUSHM_LIFETIME_SESSION) {
+  if (args->lifetime != PROTO_LIFETIME_PERSISTENT && args->lifetime != PROTO_LIFETIME_SESSION) {
     snprintf(err, errlen, "unknown lifetime %d", args->lifetime);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   return 0;
 }
@@ -556,17 +556,17 @@ static int check_mode_kept(const struct reg_create_args *args, uint32_t mode,
   /* no memory (events), or kept: host memory, registered memfds (be NULL: a read-only
    * reopen); registered NVIDIA memory is checked by cuda-fd, and its readers get a dup
    * of the OPAQUE_FD */
-  if (!be || be->kind == GPUSHM_BACKEND_HOST || (!group && !other))
+  if (!be || be->kind == PROTO_BACKEND_HOST || (!group && !other))
     return 0;
   snprintf(err, errlen, "mode %04o gives %s read-only access, which %s cannot keep (readers get "
            "an %s that maps it read-write): use 0%o, 0%o or the host backend%s; "
            "docs/security.md", mode, group && other ? "group and others" : group ? "its group"
            : "others", ops->memory_name ? ops->memory_name : be->name,
-           be->kind == GPUSHM_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
+           be->kind == PROTO_BACKEND_CUDA_IPC ? "IPC handle" : "fd",
            mode | (group ? 020 : 0) | (other ? 02 : 0),
            mode & ~(uint32_t)(group ? 040 : 0) & ~(uint32_t)(other ? 04 : 0),
            args->strict_mode ? "" : " (gpushmd's strict-modes setting)");
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 /* open-existing: the caller's own object of the same kind, backend and sync, opened. */
@@ -579,7 +579,7 @@ static int join_existing(struct registry *reg, struct reg_client *client,
 
   if (!args->open_existing) {
     snprintf(err, errlen, "'%s' already exists", args->name);
-    return GPUSHM_E_EXIST;
+    return PROTO_E_EXIST;
   }
   /* Joining a buffer someone else created would hand the caller memory its squatter
    * can read and write (names are global, like /dev/shm's): open-or-create joins only
@@ -588,7 +588,7 @@ static int join_existing(struct registry *reg, struct reg_client *client,
   if (found->owner_uid != client->uid) {
     snprintf(err, errlen, "'%s' already exists and belongs to another user; "
              "GPUSHM_CREATE_OPEN_EXISTING joins only buffers of your own uid", args->name);
-    return GPUSHM_E_EXIST;
+    return PROTO_E_EXIST;
   }
   registry_describe(found, &d);
   if (found->kind != args->kind || found->backend != be || d.sync != args->sync || d.image ||
@@ -598,7 +598,7 @@ static int join_existing(struct registry *reg, struct reg_client *client,
                kind_name(found));
     else
       snprintf(err, errlen, "'%s' already exists as an %s", args->name, kind_name(found));
-    return GPUSHM_E_EXIST;
+    return PROTO_E_EXIST;
   }
   /* joining asks for the same promise of the mode it finds */
   if (args->strict_mode || reg->limits.strict_modes) {
@@ -674,7 +674,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   obj->owner_gid = client->gid;
   obj->mode = args->mode ? args->mode : reg->limits.default_mode;
   obj->lifetime = args->lifetime;
-  obj->creator = args->lifetime == GPUSHM_LIFETIME_SESSION ? client : NULL;
+  obj->creator = args->lifetime == PROTO_LIFETIME_SESSION ? client : NULL;
   list_init(&obj->creator_link);
   if (obj->creator)
     list_add_tail(&client->created, &obj->creator_link);
@@ -700,7 +700,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
 
 oom:
   snprintf(err, errlen, "daemon out of memory");
-  return GPUSHM_E_NOMEM;
+  return PROTO_E_NOMEM;
 }
 
 static int lookup_name(const struct registry *reg, const char *name, struct reg_object **out,
@@ -710,11 +710,11 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
 
   if (!wire_name_valid(name)) {
     snprintf(err, errlen, "invalid name");
-    return GPUSHM_E_NAME;
+    return PROTO_E_NAME;
   }
   if (!(key = names_lookup(&reg->names, name))) {
     snprintf(err, errlen, "no buffer named '%s'", name);
-    return GPUSHM_E_NOENT;
+    return PROTO_E_NOENT;
   }
   *out = object_of(key);
   return 0;
@@ -746,13 +746,13 @@ int registry_open(struct registry *reg, struct reg_client *client,
   if (obj->kind != kind) {
     snprintf(err, errlen, "'%s' is %s", obj->name,
              kind == REG_EVENT ? "a buffer, not an event" : "an event, not a buffer");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!registry_may_access(client, obj, write)) {
     snprintf(err, errlen, "'%s' (mode %03o, owner %u:%u) denies %s access to uid %u",
              obj->name, obj->mode, (unsigned)obj->owner_uid, (unsigned)obj->owner_gid,
              write ? "read-write" : "read", (unsigned)client->uid);
-    return GPUSHM_E_PERM;
+    return PROTO_E_PERM;
   }
   if ((r = add_ref(obj, client, write, err, errlen)) < 0)
     return r;
@@ -780,7 +780,7 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
   if (!h) {
     snprintf(err, errlen, "this connection holds no reference to buffer %llu",
              (unsigned long long)id);
-    return GPUSHM_E_NOENT;
+    return PROTO_E_NOENT;
   }
   {
     struct reg_description d;
@@ -793,7 +793,7 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
     } else {
       snprintf(err, errlen, "'%s' belongs to uid %u: closed, not unlinked", obj->name,
                (unsigned)obj->owner_uid);
-      r = GPUSHM_E_PERM;
+      r = PROTO_E_PERM;
     }
   }
   drop_refs(reg, h, 1);
@@ -801,7 +801,7 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
       seg_unmap(&reg->segs, &client->mappings, segment_id, read_only) < 0 && r == 0) {
     snprintf(err, errlen, "this connection does not map segment %llu %s",
              (unsigned long long)segment_id, read_only ? "read-only" : "read-write");
-    r = GPUSHM_E_NOENT;
+    r = PROTO_E_NOENT;
   }
   return r;
 }
@@ -813,7 +813,7 @@ int registry_unmap(struct registry *reg, struct reg_client *client, uint64_t seg
     return 0;
   snprintf(err, errlen, "this connection does not map segment %llu %s",
            (unsigned long long)segment_id, read_only ? "read-only" : "read-write");
-  return GPUSHM_E_NOENT;
+  return PROTO_E_NOENT;
 }
 
 int registry_unlink(struct registry *reg, struct reg_client *client, const char *name,
@@ -828,7 +828,7 @@ int registry_unlink(struct registry *reg, struct reg_client *client, const char 
     return not_found(name, 0, err, errlen);
   if (!may_unlink(client, obj)) {
     snprintf(err, errlen, "'%s' belongs to uid %u", name, (unsigned)obj->owner_uid);
-    return GPUSHM_E_PERM;
+    return PROTO_E_PERM;
   }
   unlink_object(reg, obj);
   return 0;
@@ -907,7 +907,7 @@ void registry_free(struct registry *reg)
 
 bool registry_persists(const struct registry *reg, const struct reg_object *obj)
 {
-  return obj->lifetime == GPUSHM_LIFETIME_PERSISTENT && obj->ops->persists &&
+  return obj->lifetime == PROTO_LIFETIME_PERSISTENT && obj->ops->persists &&
          obj->ops->persists(reg, obj);
 }
 
@@ -948,16 +948,16 @@ static int adopted(void *ctx, struct reg_object *obj, const struct reg_adopt_arg
   if (!wire_name_valid(a->name) || a->id == 0 || (a->mode & ~0777u) ||
       a->metadata_len > GPUSHM_LIMIT_METADATA) {
     snprintf(err, errlen, "invalid record");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (names_lookup(&reg->names, a->name) || registry_find_id(reg, a->id)) {
     snprintf(err, errlen, "'%s' (id %llu) is already in the registry", a->name,
              (unsigned long long)a->id);
-    return GPUSHM_E_EXIST;
+    return PROTO_E_EXIST;
   }
   if (names_reserve(&reg->names) < 0 || copy_metadata(obj, a->metadata, a->metadata_len) < 0) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   obj->id = a->id;
   snprintf(obj->name, sizeof obj->name, "%s", a->name);
@@ -965,7 +965,7 @@ static int adopted(void *ctx, struct reg_object *obj, const struct reg_adopt_arg
   obj->owner_uid = a->owner_uid;
   obj->owner_gid = a->owner_gid;
   obj->mode = a->mode;
-  obj->lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  obj->lifetime = PROTO_LIFETIME_PERSISTENT;
   obj->created_unix_ms = a->created_unix_ms;
   obj->persisted = true;
   list_init(&obj->holdings);

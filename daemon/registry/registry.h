@@ -36,7 +36,7 @@ void registry_client_init(struct reg_client *client, uint32_t id, pid_t pid, uid
 /* Releases all the client's references and unlinks the session buffers it created. */
 void registry_client_gone(struct registry *reg, struct reg_client *client);
 
-/* All return 0 or a negative GPUSHM_E_* code with err filled in.  Create and open add
+/* All return 0 or a negative PROTO_E_* code with err filled in.  Create and open add
  * one reference for the client and fill out with a ready export for a library that can
  * take what policy says; when they fail, nothing is left behind (no reference, no
  * name, no fd). */
@@ -75,21 +75,21 @@ unsigned registry_deposit_records(const struct registry *reg, const struct reg_o
 /* A record from the store after a restart, with its fd: 1, a kind took it (fd and its
  * companions are its own now), the objects it names back (those that could not come
  * back logged and dropped), *records the store records they hold; 0, no kind knows it
- * (fd left to the caller); or a negative GPUSHM_E_* with err saying why nothing came
+ * (fd left to the caller); or a negative PROTO_E_* with err saying why nothing came
  * back (its records removed from the store, fd closed). */
 int registry_adopt_record(struct registry *reg, const char *record, int fd,
                           const struct reg_store *store, unsigned *records, char *err,
                           size_t errlen);
 /* A sync buffer whose releaser died: raises its fence to that releaser's last published
  * release where its GPU never wrote it.  1 raised (*seq, *was: to what, from what), 0
- * nothing to raise, or a negative GPUSHM_E_* with err set. */
+ * nothing to raise, or a negative PROTO_E_* with err set. */
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                          uint64_t *seq, uint64_t *was, char *err, size_t errlen);/* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 void registry_totals(const struct registry *reg, struct reg_totals *out);
 const struct reg_tally *registry_tally(const struct registry *reg);
-/* The backend as listings spell it (gpushm_backend_t, REG_EVENT_BACKEND for an event). */
+/* The backend as listings spell it (enum proto_backend, REG_EVENT_BACKEND for an event). */
 int registry_listed_backend(const struct reg_object *obj);
 void registry_describe(const struct reg_object *obj, struct reg_description *out);
 
@@ -116,7 +116,7 @@ void registry_client_mapped(const struct reg_client *client, uint32_t *segments,
 /* A connection ends while its process, which held buffers, lives on (detached.h): its
  * mappings turn into holds on their segments until registry_undetach_segment() (its
  * exit); *segs (malloc'ed, one per mapping, to hand back) says which.  Returns the
- * count, or a negative GPUSHM_E_NOMEM, after which they are retired instead.  Where the
+ * count, or a negative PROTO_E_NOMEM, after which they are retired instead.  Where the
  * process cannot be watched, registry_retire_segments() retires what it maps. */
 ssize_t registry_detach_segments(struct registry *reg, struct reg_client *client,
                                  struct segment ***segs);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "registry/segment.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -17,7 +17,7 @@ void seg_table_init(struct seg_table *t, uint64_t pool_limit)
 
 static bool is_host(const struct backend *be)
 {
-  return be->kind == GPUSHM_BACKEND_HOST;
+  return be->kind == PROTO_BACKEND_HOST;
 }
 
 uint64_t seg_slot_size(const struct backend *be, uint64_t size)
@@ -132,7 +132,7 @@ static int slice(struct seg_class *c, struct segment *seg, uint64_t slot, unsign
   if (n > SEG_MAX_SLOTS)
     n = SEG_MAX_SLOTS;
   if (!(stack = malloc(n * sizeof *stack)))
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   free(seg->free_slots);
   seg->free_slots = stack;
   seg->slot = slot;
@@ -189,7 +189,7 @@ uint64_t seg_drain_pools(struct seg_table *t, int backend, int device)
   }
   if (freed)
     log_info("gave back %llu bytes of pooled segments (%s memory, device %d) for an allocation "
-             "that ran out", (unsigned long long)freed, backend == GPUSHM_BACKEND_HOST ? "host"
+             "that ran out", (unsigned long long)freed, backend == PROTO_BACKEND_HOST ? "host"
              : "device", device);
   return freed;
 }
@@ -262,12 +262,12 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
       if (!is_host(be) && t->charge.give_back)
         t->charge.give_back(t->charge.ctx, c->key.uid, c->key.device, charge);
       snprintf(err, errlen, "daemon out of memory");
-      return GPUSHM_E_NOMEM;
+      return PROTO_E_NOMEM;
     }
     seg->id = t->next_id;
     snprintf(label, sizeof label, "gpushm-segment-%llu", (unsigned long long)seg->id);
     r = be->alloc_segment(be, bytes, c->key.device, label, &seg->mem, &seg->bytes, err, errlen);
-    if (r == GPUSHM_E_NOMEM && seg_drain_pools(t, c->key.backend, c->key.device))
+    if (r == PROTO_E_NOMEM && seg_drain_pools(t, c->key.backend, c->key.device))
       r = be->alloc_segment(be, bytes, c->key.device, label, &seg->mem, &seg->bytes, err, errlen);
     if (r < 0) {
       free(seg);
@@ -289,7 +289,7 @@ static int new_segment(struct seg_table *t, struct seg_class *c, uint64_t slot, 
     snprintf(err, errlen, "daemon out of memory");
     give_back_charge(t, seg);
     release_segment(c, seg);
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   *out = seg;
   return 0;
@@ -310,12 +310,12 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
   if (!slot) {
     snprintf(err, errlen, "%llu bytes of %s memory are not carved", (unsigned long long)size,
              be->name);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   bin = bin_of(slot);
   if (!(c = find_class(t, key, be))) {
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   if (!list_empty(&c->bins[bin])) {
     seg = list_entry(c->bins[bin].next, struct segment, bin_link);
@@ -404,7 +404,7 @@ int seg_map(struct segment *seg, struct reg_client *client, struct list *client_
   struct seg_mapping *m = calloc(1, sizeof *m);
 
   if (!m)
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   m->seg = seg;
   m->client = client;
   m->read_only = read_only;
@@ -435,7 +435,7 @@ int seg_unmap(struct seg_table *t, struct list *client_list, uint64_t segment_id
       return 0;
     }
   }
-  return GPUSHM_E_NOENT;
+  return PROTO_E_NOENT;
 }
 
 void seg_client_gone(struct seg_table *t, struct list *client_list)
@@ -455,7 +455,7 @@ ssize_t seg_client_detach(struct seg_table *t, struct list *client_list, struct 
     return 0;
   if (!(*segs = malloc(n * sizeof **segs))) {
     seg_client_retire(t, client_list);
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   n = 0;
   for (struct list *l = client_list->next; l != client_list; l = l->next) {
@@ -505,13 +505,13 @@ int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_ke
   if (seg_slot_size(be, slot) != slot || bytes < slot || id == 0) {
     snprintf(err, errlen, "not a segment of this daemon's (%llu-byte slots in %llu bytes)",
              (unsigned long long)slot, (unsigned long long)bytes);
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!(c = find_class(t, key, be)) || !(seg = calloc(1, sizeof *seg))) {
     if (c)
       maybe_drop_class(t, c);
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   seg->id = id;
   seg->cls = c;
@@ -522,7 +522,7 @@ int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_ke
     free(seg);
     maybe_drop_class(t, c);
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   /* no slot is fresh: what a buffer of the last daemon left is not known to be zero */
   seg->n_fresh = seg->n_slots;

@@ -27,7 +27,7 @@ struct reg_client;
 
 /* The permission class: two buffers share a segment only if all of this is equal. */
 struct seg_key {
-  int backend; /* gpushm_backend_t */
+  int backend; /* enum proto_backend */
   int device;  /* -1: host memory */
   uid_t uid;
   gid_t gid;
@@ -104,7 +104,7 @@ struct seg_counters {
  * taken for the class (a new allocation, or out of the pool) until it is retired: its
  * slots' buffers are that uid's, and one uid keeping a single slot of each segment (or
  * mapping emptied ones) would otherwise hold whole segments charged for nothing.
- * take() may refuse (its GPUSHM_E_* with err); NULL: nothing is charged. */
+ * take() may refuse (its PROTO_E_* with err); NULL: nothing is charged. */
 struct seg_charge {
   int (*take)(void *ctx, uid_t uid, int device, uint64_t bytes, char *err, size_t errlen);
   void (*give_back)(void *ctx, uid_t uid, int device, uint64_t bytes);
@@ -131,7 +131,7 @@ uint64_t seg_slot_size(const struct backend *be, uint64_t size);
  * (zeroed, committed): from a segment with a free slot, a pooled one, or a new
  * allocation.  Device memory is not cleared here when the creator clears it
  * (creator_clears): *dirty then says whether it must (the slot held an earlier buffer of
- * the class).  Returns 0 or a negative GPUSHM_E_* with err set. */
+ * the class).  Returns 0 or a negative PROTO_E_* with err set. */
 int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_key *key,
               uint64_t size, bool creator_clears, struct segment **out, uint32_t *slot,
               bool *dirty, char *err, size_t errlen);
@@ -144,16 +144,16 @@ uint64_t seg_drain_pools(struct seg_table *t, int backend, int device);
 
 bool seg_mapped_by(const struct segment *seg, const struct reg_client *client, bool read_only);
 /* Counts client as mapping seg with this access; client_list is the client's own list
- * of mappings.  GPUSHM_E_NOMEM, or 0. */
+ * of mappings.  PROTO_E_NOMEM, or 0. */
 int seg_map(struct segment *seg, struct reg_client *client, struct list *client_list,
             bool read_only);
-/* The client unmapped it: 0, or GPUSHM_E_NOENT when it did not map segment_id so. */
+/* The client unmapped it: 0, or PROTO_E_NOENT when it did not map segment_id so. */
 int seg_unmap(struct seg_table *t, struct list *client_list, uint64_t segment_id, bool read_only);
 /* A connection ends: its mappings go. */
 void seg_client_gone(struct seg_table *t, struct list *client_list);
 /* A connection ends while its process, which held buffers, lives on: its mappings turn
  * into holds on their segments until seg_undetach (its exit); *segs (malloc'ed, one per
- * mapping) says which.  Returns the count, or a negative GPUSHM_E_NOMEM, after which
+ * mapping) says which.  Returns the count, or a negative PROTO_E_NOMEM, after which
  * the segments are retired instead.  Where the process cannot be watched,
  * seg_client_retire retires what it maps. */
 ssize_t seg_client_detach(struct seg_table *t, struct list *client_list, struct segment ***segs);
@@ -164,7 +164,7 @@ void seg_client_retire(struct seg_table *t, struct list *client_list);
  * memory mem (now the segment's), bytes long; every slot free until seg_adopt_slot()
  * says it holds a buffer, and seg_adopt_done() then readies the others (their memory
  * given back, to be zeroed as they are handed out) or gives the segment back if none
- * came.  0 or a negative GPUSHM_E_* with err set (mem left to the caller). */
+ * came.  0 or a negative PROTO_E_* with err set (mem left to the caller). */
 int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_key *key,
               uint64_t id, uint64_t slot, struct backend_mem *mem, uint64_t bytes,
               struct segment **out, char *err, size_t errlen);

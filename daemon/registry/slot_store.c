@@ -8,7 +8,7 @@
  * written take memory). */
 #include "config.h"
 #include "registry/slot_store.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -215,12 +215,12 @@ int slot_store_open(const char *record, const struct reg_store *store,
     return 1; /* only the daemon's own spelling: withdrawing rebuilds it from the id */
   if ((fd = store->take(store->ctx, table)) < 0) {
     snprintf(err, errlen, "its slot table is missing");
-    return GPUSHM_E_INVAL;
+    return PROTO_E_INVAL;
   }
   if (!(t = calloc(1, sizeof *t))) {
     close(fd);
     snprintf(err, errlen, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   t->fd = fd;
   if (fstat(fd, &st) < 0 || st.st_size < (off_t)HEADER_BYTES ||
@@ -254,7 +254,7 @@ bad:
   close(fd);
   free(t);
   store->remove(store->ctx, table);
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 void slot_store_attach(struct segment *seg, struct slot_store_segment *s)

@@ -39,7 +39,7 @@ struct slot_store_segment {
   void *table; /* slot_store_attach() makes it seg's */
 };
 /* Reads the table under "t.<id>" (taken from store) for the segment record "s.<id>":
- * 0, *out filled; 1, record is no segment's (nothing taken); or a negative GPUSHM_E_*
+ * 0, *out filled; 1, record is no segment's (nothing taken); or a negative PROTO_E_*
  * with err set (the table's record removed). */
 int slot_store_open(const char *record, const struct reg_store *store,
                     struct slot_store_segment *out, char *err, size_t errlen);

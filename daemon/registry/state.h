@@ -21,7 +21,7 @@
 struct reg_adopt_args;
 
 /* Where a kind hands each object it brings back after a restart (its parts set, the
- * header in *a): 0, the registry has it; or a negative GPUSHM_E_* with err set, and the
+ * header in *a): 0, the registry has it; or a negative PROTO_E_* with err set, and the
  * object is the kind's again to release. */
 struct reg_adopt_sink {
   int (*emit)(void *ctx, struct reg_object *obj, const struct reg_adopt_args *a, char *err,

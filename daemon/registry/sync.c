@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "registry/sync.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 #include "shm_layout.h"
 
@@ -46,7 +46,7 @@ int sync_alloc(struct sync_state *s, const struct event_source *events, int devi
     return r;
   if (!(ctl = map_control(s->control.fd, err, errlen))) {
     sync_release(s);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   shm_layout_init(ctl, SYNC_CONTROL_MAGIC, sizeof *ctl);
   munmap(ctl, SYNC_CONTROL_SIZE);
@@ -67,7 +67,7 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, const ch
   const char *why;
 
   if (!ctl)
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   /* The record says what the fd is; the header is writable by every read-write holder,
    * so a scribbled one is restored rather than believed: writing a buffer must not be
    * a way to make the daemon drop it.  One of gpushm 0.1 is brought up to date.
@@ -103,7 +103,7 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
   ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, s->control.fd, 0);
   if (ctl == MAP_FAILED) {
     snprintf(err, errlen, "mapping its control block: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   /* The daemon wrote this header; a read-write holder may have scribbled on it since,
    * and then the block's fields are taken for nothing. */
@@ -111,7 +111,7 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
     snprintf(err, errlen, "its control block's header was overwritten (%s): who released it "
              "is not known", why);
     munmap(ctl, SYNC_CONTROL_SIZE);
-    return GPUSHM_E_PROTO;
+    return PROTO_E_PROTO;
   }
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   for (uint64_t n = last; n > 0 && last - n < GPUSHM_LIMIT_RELEASERS_KEPT; n--) {

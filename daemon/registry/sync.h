@@ -21,7 +21,7 @@ struct sync_state {
 };
 
 /* Makes the control block and, with an event source, the event on device.  Returns 0
- * or a negative GPUSHM_E_* with err set; on failure nothing is left allocated. */
+ * or a negative PROTO_E_* with err set; on failure nothing is left allocated. */
 int sync_alloc(struct sync_state *s, const struct event_source *events, int device,
                const char *label, char *err, size_t errlen);
 /* Takes over a control block a previous daemon made (systemd's fd store), writing
@@ -32,7 +32,7 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, const ch
 void sync_release(struct sync_state *s);
 /* The latest of the last GPUSHM_LIMIT_RELEASERS_KEPT published releases signed by
  * releaser_id (sync_releaser_id(), proto/shm_layout.h) in *seq, 0 if none.  Returns 0,
- * or a negative GPUSHM_E_* with err set (the block cannot be mapped, or its header was
+ * or a negative PROTO_E_* with err set (the block cannot be mapped, or its header was
  * overwritten and its signatures are not believed). */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
                         char *err, size_t errlen);

@@ -25,7 +25,7 @@ struct reg_limits {
   uint32_t default_mode;
   uint64_t host_budget;       /* host memory of all buffers together; 0: none */
   uint64_t max_host_bytes_per_uid; /* 0: none */
-  int default_backend;        /* what GPUSHM_BACKEND_DEFAULT means; 0: host;
+  int default_backend;        /* what PROTO_BACKEND_DEFAULT means; 0: host;
                                * REG_DEFAULT_BACKEND_AUTO: see registry_default_backend() */
   /* Legacy CUDA IPC handles are bearer tokens any local process can forge: off, they
    * are neither created nor exported. */
@@ -41,7 +41,7 @@ struct reg_create_args {
   enum reg_kind kind;
   const char *name;
   uint64_t size; /* events: 0 */
-  int backend; /* buffers: gpushm_backend_t; 0 = the default backend */
+  int backend; /* buffers: enum proto_backend; 0 = the default backend */
   int device;
   uint32_t mode; /* 0 = default */
   int lifetime;
@@ -102,7 +102,7 @@ struct reg_store {
 /* How an object presents itself in listings, replies and logs, whatever its kind. */
 struct reg_description {
   const char *kind;  /* "buffer", "sync buffer", "event" */
-  int backend;       /* gpushm_backend_t, as listings spell it (an event: REG_EVENT_BACKEND) */
+  int backend;       /* enum proto_backend, as listings spell it (an event: REG_EVENT_BACKEND) */
   bool sync;
   bool fenced;       /* a sync buffer ordered by a fence in its memory (fence repair) */
   uint64_t segment_id; /* 0: not carved */

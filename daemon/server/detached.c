@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "server/detached.h"
 #include "util/log.h"
 
@@ -259,7 +259,7 @@ void detached_track(struct detached_set *set, struct reg_client *client)
     db = &d->buffers[d->n++];
     db->id = b->id;
     snprintf(db->name, sizeof db->name, "%s", b->name);
-    db->backend = b->backend ? b->backend->kind : GPUSHM_BACKEND_EXTERNAL;
+    db->backend = b->backend ? b->backend->kind : PROTO_BACKEND_EXTERNAL;
     db->device = b->device;
     db->allocated = b->allocated;
   }

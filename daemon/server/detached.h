@@ -34,7 +34,7 @@
 struct detached_buffer {
   uint64_t id;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
-  int backend; /* gpushm_backend_t */
+  int backend; /* enum proto_backend */
   int device;
   uint64_t allocated;
 };

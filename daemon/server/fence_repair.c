@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/fence_repair.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 #include "shm_layout.h"
 
@@ -23,7 +23,7 @@ unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t clien
     r = registry_raise_fence(reg, b, releaser, &seq, &was, err, sizeof err);
     if (r < 0 && seq == 0) {
       /* A scribbled header is a holder's doing, not the daemon's failing. */
-      log_msg(r == GPUSHM_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
+      log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
               "'%s' (id %llu): client %u (pid %d) has exited, and its fence cannot be "
               "checked: %s", b->name, (unsigned long long)b->id, client_id, (int)pid, err);
     } else if (r < 0) {

@@ -3,7 +3,7 @@
 #include "server/handlers.h"
 #include "server/metrics.h"
 #include "server/detached.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "list_codec.h"
 #include "util/log.h"
 #include "wire.h"
@@ -55,7 +55,7 @@ static int fill_devices(struct handler_reply *ctx, Gpushm__Device ***out, size_t
   ptrs = reply_calloc(ctx, (size_t)n, sizeof *ptrs);
   infos = reply_calloc(ctx, (size_t)n, sizeof *infos);
   if (!devs || !ptrs || !infos)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   for (int i = 0; i < n; i++) {
     backend_cuda_device_info(i, &infos[i]);
     gpushm__device__init(&devs[i]);
@@ -114,22 +114,22 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   unsigned version = hi < GPUSHM_PROTOCOL_VERSION ? hi : GPUSHM_PROTOCOL_VERSION;
 
   if (call->hello_done)
-    return fail(ctx, GPUSHM_E_INVAL, "hello was already exchanged");
+    return fail(ctx, PROTO_E_INVAL, "hello was already exchanged");
   if (lo > hi)
-    return fail(ctx, GPUSHM_E_INVAL, "hello: min_version is above max_version");
+    return fail(ctx, PROTO_E_INVAL, "hello: min_version is above max_version");
   if (version < lo || version < GPUSHM_PROTOCOL_MIN_VERSION) {
     snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u-%u, daemon %u-%u", lo, hi,
              GPUSHM_PROTOCOL_MIN_VERSION, GPUSHM_PROTOCOL_VERSION);
-    return GPUSHM_E_VERSION;
+    return PROTO_E_VERSION;
   }
   call->hello_version = version;
   call->hello_features = hello->features;
   call->hello_ranged = hello->min_version || hello->max_version;
   if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
-    return fail(ctx, GPUSHM_E_LIMIT, "client name too long");
+    return fail(ctx, PROTO_E_LIMIT, "client name too long");
   /* Admin tools print it: no escape sequences, no invalid UTF-8. */
   if (!wire_text_valid(hello->client_name, GPUSHM_LIMIT_CLIENT_NAME_LEN))
-    return fail(ctx, GPUSHM_E_INVAL, "client name must be printable UTF-8 (no control "
+    return fail(ctx, PROTO_E_INVAL, "client name must be printable UTF-8 (no control "
                 "characters)");
   r = status_page_export(srv->status, &ctx->fds[0], ctx->msg, sizeof ctx->msg);
   if (r < 0)
@@ -274,7 +274,7 @@ static int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.info = &ctx->info;
   ctx->body.open.created = e->created;
   ctx->body.open.read_only = e->read_only;
-  if (e->buffer->backend && e->buffer->backend->kind == GPUSHM_BACKEND_CUDA_FABRIC) {
+  if (e->buffer->backend && e->buffer->backend->kind == PROTO_BACKEND_CUDA_FABRIC) {
     ctx->body.open.fabric_handle.data = e->handle;
     ctx->body.open.fabric_handle.len = e->handle_len;
   } else {
@@ -328,10 +328,10 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
 
   if (cr->image) {
     /* A field an older client cannot send; a newer one names the feature with it. */
-    if (!(call->features & GPUSHM_FEATURE_GRAPHICS))
-      return fail(ctx, GPUSHM_E_UNSUPPORTED, "images need GPUSHM_FEATURE_GRAPHICS at hello");
+    if (!(call->features & PROTO_FEATURE_GRAPHICS))
+      return fail(ctx, PROTO_E_UNSUPPORTED, "images need PROTO_FEATURE_GRAPHICS at hello");
     if (event || cr->size)
-      return fail(ctx, GPUSHM_E_INVAL, "an image is no event, and its size is its own");
+      return fail(ctx, PROTO_E_INVAL, "an image is no event, and its size is its own");
     image = image_params_of(cr->image);
     if ((r = image_check(&image, ctx->msg, sizeof ctx->msg)) < 0)
       return r;
@@ -379,9 +379,9 @@ static int handle_register(struct handler_call *call, const Gpushm__Request *req
   int r;
 
   if (!m)
-    return fail(ctx, GPUSHM_E_INVAL, "a registration describes its memory");
+    return fail(ctx, PROTO_E_INVAL, "a registration describes its memory");
   if (m->device_uuid.len != 16 || m->driver_uuid.len != 16 || strlen(m->driver_info) >= 64)
-    return fail(ctx, GPUSHM_E_INVAL, "device and driver UUIDs are 16 bytes, driver info at "
+    return fail(ctx, PROTO_E_INVAL, "device and driver UUIDs are 16 bytes, driver info at "
                 "most 63");
   external.allocation_size = m->allocation_size;
   external.memory_type_index = m->memory_type_index;
@@ -424,7 +424,7 @@ static int create_device(const struct handler_call *call, const Gpushm__Request 
   const Gpushm__CreateRequest *cr = req->create;
   int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->policy);
 
-  return effective != GPUSHM_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
+  return effective != PROTO_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
 }
 
 static int handle_open(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
@@ -439,7 +439,7 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
   else if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_ID)
     id = o->id;
   else
-    return fail(ctx, GPUSHM_E_INVAL, "open needs a name or an id");
+    return fail(ctx, PROTO_E_INVAL, "open needs a name or an id");
   r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
                     o->event ? REG_EVENT : REG_BUFFER, &ctx->export, ctx->msg, sizeof ctx->msg);
   if (r < 0)
@@ -471,7 +471,7 @@ static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, 
     if (!b || !b->linked || strcmp(b->name, u->name) != 0) {
       snprintf(ctx->msg, sizeof ctx->msg, "'%s' does not name buffer %llu (any more)", u->name,
                (unsigned long long)u->id);
-      return GPUSHM_E_NOENT;
+      return PROTO_E_NOENT;
     }
   }
   return registry_unlink(call->reg, call->client, u->name, ctx->msg, sizeof ctx->msg);
@@ -506,9 +506,9 @@ static int handle_list(struct handler_call *call, const Gpushm__Request *req, st
   uint8_t *page, *end;
 
   if (all && !call->client->admin)
-    return fail(ctx, GPUSHM_E_PERM, "listing every user's buffers needs root or the admin group");
+    return fail(ctx, PROTO_E_PERM, "listing every user's buffers needs root or the admin group");
   if (!(page = reply_malloc(ctx, budget + LIST_CODEC_MORE_SIZE)))
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   end = page;
   for (; i < registry_count(reg) && n < max; i++) {
     const struct reg_object *b = registry_at(reg, i);
@@ -540,7 +540,7 @@ static int fill_request_counts(const struct request_counters *counters,
   size_t n = 0;
 
   if (!counts || !ptrs || !le)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   for (unsigned t = 0; t < HANDLER_REQUEST_TYPES; t++) {
     uint64_t *row = &le[n * n_le], total = 0;
 
@@ -576,7 +576,7 @@ static int fill_opens(const struct request_counters *c, struct handler_reply *ct
   size_t n = 0;
 
   if (!rows || !ptrs)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   for (unsigned b = 0; b <= GPUSHM_BACKEND_COUNT; b++)
     for (unsigned d = 0; d <= GPUSHM_LIMIT_DEVICES; d++) {
       if (!c->opens[b][d] && !c->creates[b][d])
@@ -605,7 +605,7 @@ static int fill_usage(const struct registry *reg, struct handler_reply *ctx, Gpu
   size_t n = 0;
 
   if (!usage || !ptrs)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   for (int b = 0; b < REG_TALLY_BACKENDS; b++)
     for (int d = 0; d < REG_TALLY_DEVICES; d++) {
       if (!t->place[b][d].objects)
@@ -635,7 +635,7 @@ static int fill_segments(const struct registry *reg, struct handler_reply *ctx,
   size_t n;
 
   if (!usage || !rows || !ptrs)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   n = registry_segment_usage(reg, usage, max);
   for (size_t i = 0; i < n; i++) {
     gpushm__segment_usage__init(&rows[i]);
@@ -684,7 +684,7 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
   const struct list *l;
 
   if (!ds || !ptrs || !bs || !bptrs)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   for (l = set->list.next; l != &set->list; l = l->next) {
     const struct detached *d = list_entry(l, struct detached, link);
     Gpushm__Detached *out;
@@ -707,12 +707,12 @@ static int fill_detached(const struct registry *reg, const struct detached_set *
       const struct detached_buffer *b = &d->buffers[i];
       bool gone = registry_find_id(reg, b->id) == NULL; /* ids are never reused */
       /* Host memory was taken back as it was freed (kind_buffer.c): nobody pins it. */
-      if (gone && b->backend != GPUSHM_BACKEND_HOST) {
+      if (gone && b->backend != PROTO_BACKEND_HOST) {
         if (n_released == cap) {
           struct released_bytes *grown = realloc(released, (cap = cap ? 2 * cap : 64) * sizeof *grown);
           if (!grown) {
             free(released);
-            return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+            return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
           }
           released = grown;
         }
@@ -807,7 +807,7 @@ static int handle_clients(struct handler_call *call, const Gpushm__Request *req,
   w.infos = reply_calloc(ctx, w.max, sizeof *w.infos);
   w.ptrs = reply_calloc(ctx, w.max, sizeof *w.ptrs);
   if (!w.infos || !w.ptrs)
-    return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+    return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
   more = srv->each_client(srv->ctx, add_client, &w);
   gpushm__clients_reply__init(&ctx->body.clients);
   ctx->body.clients.n_clients = w.n;
@@ -854,7 +854,7 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
     const struct metrics_source src = { .reg = reg, .counters = srv->counters, .stats = s };
     void *block = NULL;
     if (ctx->n_owned == HANDLER_OWNED_MAX || metrics_fill(&src, s, &block) < 0)
-      return fail(ctx, GPUSHM_E_NOMEM, "daemon out of memory");
+      return fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
     reply_own(ctx, block);
   }
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
@@ -890,10 +890,10 @@ static int handle_disconnect(struct handler_call *call, const Gpushm__Request *r
   call->srv->each_client(call->srv->ctx, find_client, &f);
   if (!(other = f.found)) {
     snprintf(ctx->msg, sizeof ctx->msg, "no client with id %u", f.id);
-    return GPUSHM_E_NOENT;
+    return PROTO_E_NOENT;
   }
   if (other == call->client)
-    return fail(ctx, GPUSHM_E_INVAL, "that is this connection: close it instead");
+    return fail(ctx, PROTO_E_INVAL, "that is this connection: close it instead");
   snprintf(why, sizeof why, "disconnected by uid %u (client %u)", (unsigned)call->client->uid,
            call->client->id);
   log_event(LOG_LEVEL_INFO,
@@ -902,7 +902,7 @@ static int handle_disconnect(struct handler_call *call, const Gpushm__Request *r
                        .reason = why),
             "client %u (pid %d, uid %u) %s", other->id, (int)other->pid, (unsigned)other->uid, why);
   /* The server asks that client's session to end itself. */
-  call->srv->disconnect(call->srv->ctx, f.id, GPUSHM_E_DISCONNECTED, why);
+  call->srv->disconnect(call->srv->ctx, f.id, PROTO_E_DISCONNECTED, why);
   return 0;
 }
 
@@ -939,11 +939,11 @@ static const struct handler handlers[] = {
   [GPUSHM__REQUEST__BODY_DISCONNECT] = { .name = "disconnect", .needs_hello = true,
                                          .fn = handle_disconnect },
   [GPUSHM__REQUEST__BODY_REGISTER_MEMORY] = { .name = "register_memory", .needs_hello = true,
-                                              .feature = GPUSHM_FEATURE_GRAPHICS,
+                                              .feature = PROTO_FEATURE_GRAPHICS,
                                               .takes_fd = true, .device = register_device,
                                               .fn = handle_register },
   [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
-                                    .feature = GPUSHM_FEATURE_SEGMENTS, .fn = handle_unmap },
+                                    .feature = PROTO_FEATURE_SEGMENTS, .fn = handle_unmap },
 };
 
 int handler_check(const struct handler *h, unsigned body_case, uint64_t request_id, bool oneway,
@@ -951,34 +951,34 @@ int handler_check(const struct handler *h, unsigned body_case, uint64_t request_
 {
   if (request_id == 0) {
     snprintf(msg, msg_len, "request id 0 is reserved");
-    return GPUSHM_E_PROTO;
+    return PROTO_E_PROTO;
   }
   if (!peer->hello_done && (!h || h->needs_hello)) {
     snprintf(msg, msg_len, "the first request must be hello");
-    return GPUSHM_E_PROTO;
+    return PROTO_E_PROTO;
   }
   if (oneway && (!h || !h->oneway_ok)) {
     snprintf(msg, msg_len, "only close, unlink and unmap may be sent one-way");
-    return GPUSHM_E_PROTO;
+    return PROTO_E_PROTO;
   }
   if (!h) {
     /* A newer client may know requests this daemon does not: answer, don't hang up. */
     snprintf(msg, msg_len, "unknown request type %u", body_case);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if (h->admin_only && !peer->admin) {
     snprintf(msg, msg_len, "%s needs root or the admin group", h->name);
-    return GPUSHM_E_PERM;
+    return PROTO_E_PERM;
   }
   if (peer->hello_done && h->since > peer->protocol_version) {
     snprintf(msg, msg_len, "%s needs protocol version %u; this connection speaks %u", h->name,
              h->since, peer->protocol_version);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   if ((peer->features & h->feature) != h->feature) {
     snprintf(msg, msg_len, "%s needs feature 0x%llx, which this connection's hello did not name",
              h->name, (unsigned long long)h->feature);
-    return GPUSHM_E_UNSUPPORTED;
+    return PROTO_E_UNSUPPORTED;
   }
   return 0;
 }

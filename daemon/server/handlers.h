@@ -2,7 +2,7 @@
 /* Request handlers: one table entry per request type carries the policy (needs a
  * Hello first, admins only) and the function that turns a decoded request into
  * registry calls and a reply.  Handlers return a status and never close anything:
- * GPUSHM_E_PROTO from one is a protocol violation, and the caller's owner ends the
+ * PROTO_E_PROTO from one is a protocol violation, and the caller's owner ends the
  * connection.  What of the server they may use comes through struct handler_server. */
 #ifndef GPUSHMD_HANDLERS_H
 #define GPUSHMD_HANDLERS_H
@@ -30,7 +30,7 @@ struct detached_set;
 struct handler_server {
   void *ctx;
   uint64_t instance_id;
-  uint64_t features; /* GPUSHM_FEATURE_* offered in Hello replies */
+  uint64_t features; /* PROTO_FEATURE_* offered in Hello replies */
   const struct status_page_owner *status;
   const struct request_counters *counters;
   uint64_t (*uptime_ms)(void *ctx);
@@ -55,7 +55,7 @@ struct handler_call {
   const struct reg_policy *policy; /* what the client's library can take (from its Hello) */
   const struct log_client *log_client; /* the same client, as log lines name it */
   bool hello_done;
-  uint64_t features; /* what the client named at Hello (GPUSHM_FEATURE_*) */
+  uint64_t features; /* what the client named at Hello (PROTO_FEATURE_*) */
   /* hello's result, applied by the session on success: the name the client gave, the
    * negotiated protocol version and the features the client understands */
   char hello_name[GPUSHM_LIMIT_CLIENT_NAME_LEN + 1];
@@ -98,7 +98,7 @@ struct handler_reply {
   size_t n_owned;
 };
 
-/* Handlers return 0 or a negative GPUSHM_E_* (GPUSHM_E_PROTO: a violation that ends the
+/* Handlers return 0 or a negative PROTO_E_* (PROTO_E_PROTO: a violation that ends the
  * session). */
 typedef int handler_fn(struct handler_call *call, const Gpushm__Request *req,
                        struct handler_reply *out);
@@ -110,10 +110,10 @@ typedef int handler_device_fn(const struct handler_call *call, const Gpushm__Req
 struct handler {
   const char *name;
   bool needs_hello; /* before Hello this request is a protocol violation */
-  bool admin_only;  /* refused with GPUSHM_E_PERM to anyone but root and the admin group */
+  bool admin_only;  /* refused with PROTO_E_PERM to anyone but root and the admin group */
   bool oneway_ok;   /* may be sent one-way (no reply); else that is a protocol violation */
   unsigned since;   /* the protocol version that brought it (0: every version) */
-  uint64_t feature; /* a GPUSHM_FEATURE_* the client must have named at Hello; 0: none */
+  uint64_t feature; /* a PROTO_FEATURE_* the client must have named at Hello; 0: none */
   bool takes_fd;    /* the request comes with one fd; any other request with an fd, or
                      * this one with more, is a violation */
   bool costly;      /* costs in proportion to what gpushmd holds: non-admins' share of
@@ -130,8 +130,8 @@ struct handler_peer_state {
   uint64_t features;         /* named in its Hello */
 };
 
-/* Whether a request of type h (NULL: unknown) may run for that client: 0; a GPUSHM_E_*
- * to answer with (msg says why); or GPUSHM_E_PROTO, a violation that ends the session. */
+/* Whether a request of type h (NULL: unknown) may run for that client: 0; a PROTO_E_*
+ * to answer with (msg says why); or PROTO_E_PROTO, a violation that ends the session. */
 int handler_check(const struct handler *h, unsigned body_case, uint64_t request_id, bool oneway,
                   const struct handler_peer_state *peer, char *msg, size_t msg_len);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/listener.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm_limits.h"
 #include "util/log.h"
 
@@ -54,7 +54,7 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
     if (p > dir && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_owner(st.st_uid)) {
       snprintf(err, errlen, "refusing socket %s: the symlink %s on its way belongs to uid %u, "
                "who could point it elsewhere; %s", path, dir, (unsigned)st.st_uid, SOCKET_FIX);
-      return GPUSHM_E_PERM;
+      return PROTO_E_PERM;
     }
     *p = saved;
     if (!saved)
@@ -63,7 +63,7 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
   /* ...then every directory they lead to. */
   if (!realpath(dir, resolved)) {
     snprintf(err, errlen, "resolving %s: %s", dir, strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   for (char *p = resolved;; p++) {
     char saved = *p;
@@ -73,20 +73,20 @@ static int check_dirs(const char *path, const char *dir_in, bool final, char *er
     *p = '\0';
     if (stat(p == resolved ? "/" : resolved, &st) < 0) {
       snprintf(err, errlen, "checking %s: %s", resolved, strerror(errno));
-      return GPUSHM_E_IO;
+      return PROTO_E_IO;
     }
     if (!trusted_owner(st.st_uid)) {
       snprintf(err, errlen, "refusing socket %s: directory %s on its way belongs to uid %u "
                "(it must belong to root or to gpushmd's user); %s", path,
                p == resolved ? "/" : resolved, (unsigned)st.st_uid, SOCKET_FIX);
-      return GPUSHM_E_PERM;
+      return PROTO_E_PERM;
     }
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && ((last && final) || !(st.st_mode & S_ISVTX))) {
       snprintf(err, errlen, "refusing socket %s: directory %s on its way is writable by %s "
                "(mode %04o), who could replace it; %s", path, p == resolved ? "/" : resolved,
                st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 07777),
                SOCKET_FIX);
-      return GPUSHM_E_PERM;
+      return PROTO_E_PERM;
     }
     *p = saved;
     if (last)
@@ -115,7 +115,7 @@ static int make_missing_dirs(const char *path, char *dir, char *missing, char *e
   }
   if (dfd < 0) {
     snprintf(err, errlen, "opening the way to %s: %s", path, strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   for (char *name = missing, *p = missing;; p++) {
     char saved = *p;
@@ -126,7 +126,7 @@ static int make_missing_dirs(const char *path, char *dir, char *missing, char *e
       if (mkdirat(dfd, name, 0755) < 0 && errno != EEXIST) {
         snprintf(err, errlen, "creating %s: %s", dir, strerror(errno));
         close(dfd);
-        return GPUSHM_E_IO;
+        return PROTO_E_IO;
       }
       fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0 || fstat(fd, &st) < 0 || !trusted_owner(st.st_uid) ||
@@ -136,7 +136,7 @@ static int make_missing_dirs(const char *path, char *dir, char *missing, char *e
         if (fd >= 0)
           close(fd);
         close(dfd);
-        return GPUSHM_E_PERM;
+        return PROTO_E_PERM;
       }
       close(dfd);
       dfd = fd;
@@ -176,7 +176,7 @@ static int make_socket_dir(const char *path, char *err, size_t errlen)
     if (lstat(dir, &st) < 0) {
       if (errno != ENOENT) {
         snprintf(err, errlen, "checking %s: %s", dir, strerror(errno));
-        return GPUSHM_E_IO;
+        return PROTO_E_IO;
       }
       *p = saved;
       missing = p - 1;
@@ -213,27 +213,27 @@ static int remove_stale_socket(const struct sockaddr_un *addr, char *err, size_t
     return 0;
   if (!S_ISSOCK(st.st_mode)) {
     snprintf(err, errlen, "%s exists and is not a socket", addr->sun_path);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (probe < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   r = connect(probe, (const struct sockaddr *)addr, sizeof *addr);
   close(probe);
   if (r == 0) {
     snprintf(err, errlen, "another gpushmd is serving %s", addr->sun_path);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   if (errno != ECONNREFUSED) {
     snprintf(err, errlen, "probing %s: %s", addr->sun_path, strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   log_info("removing stale socket %s", addr->sun_path);
   if (unlink(addr->sun_path) < 0 && errno != ENOENT) {
     snprintf(err, errlen, "removing stale %s: %s", addr->sun_path, strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   return 0;
 }
@@ -247,15 +247,15 @@ int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid
 
   if (strlen(path) >= sizeof addr.sun_path) {
     snprintf(err, errlen, "socket path longer than %zu bytes", sizeof addr.sun_path - 1);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   memcpy(addr.sun_path, path, strlen(path) + 1);
   if (make_socket_dir(path, err, errlen) < 0 || remove_stale_socket(&addr, err, errlen) < 0)
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   /* The socket file gets its mode at bind time: no window with a wider one. */
   old_umask = umask(~mode & 0777);
@@ -266,12 +266,12 @@ int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid
     snprintf(err, errlen, "giving %s to group %u: %s", path, (unsigned)*group, strerror(errno));
     close(fd);
     unlink(path);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   if (r < 0 || listen(fd, SOMAXCONN) < 0) {
     snprintf(err, errlen, "%s %s: %s", r < 0 ? "bind" : "listen", path, strerror(errno));
     close(fd);
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   snprintf(l->path, sizeof l->path, "%s", path);
   l->fd = fd;
@@ -337,7 +337,7 @@ int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t 
     /* Uncounted, it would slip past the per-uid cap: refuse it instead. */
     l->n_clients--;
     snprintf(why, why_len, "daemon out of memory");
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   }
   if (admin) {
     if (l->n_clients <= l->max_clients + GPUSHM_LIMIT_ADMIN_RESERVED_CLIENTS)
@@ -356,7 +356,7 @@ int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t 
   } else {
     return 0;
   }
-  return GPUSHM_E_LIMIT;
+  return PROTO_E_LIMIT;
 }
 
 void listener_left(struct listener *l, uid_t uid)

@@ -34,7 +34,7 @@ struct listener {
 
 /* Binds path (mode: the socket file's, from the start): checks the whole path first
  * and creates nothing on a path it refuses, creates the missing directories, refuses a
- * path a live daemon serves, replaces a stale socket.  0 or a GPUSHM_E_* with err. */
+ * path a live daemon serves, replaces a stale socket.  0 or a PROTO_E_* with err. */
 int listener_bind(struct listener *l, const char *path, uint32_t mode, const gid_t *group,
                   char *err, size_t errlen);
 /* Serves on a listening socket someone else made (systemd socket activation). */
@@ -46,7 +46,7 @@ void listener_start(struct listener *l, uv_loop_t *loop, void (*on_accept)(void 
 void listener_stop(struct listener *l);
 /* The connection limits (a reload may change them; those connected keep their slots). */
 void listener_set_limits(struct listener *l, uint32_t max_clients, uint32_t max_clients_per_uid);
-/* A new client of uid: counted, then judged: 0, or GPUSHM_E_LIMIT/NOMEM with why (it is
+/* A new client of uid: counted, then judged: 0, or PROTO_E_LIMIT/NOMEM with why (it is
  * counted all the same, until listener_left()).  Admins stop only past max-clients
  * plus their reserve; nobody else past max-clients or max-clients-per-uid. */
 int listener_admit(struct listener *l, uid_t uid, bool admin, char *why, size_t why_len);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/metrics.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "formats.h"
 #include "wire.h"
 
@@ -339,7 +339,7 @@ int metrics_fill(const struct metrics_source *src, Gpushm__StatsReply *s, void *
   run_families(src, &k); /* counts */
   n = k.n;
   if (!(mem = calloc(1, n * (sizeof(struct sample) + sizeof(Gpushm__Metric *)) + 1)))
-    return GPUSHM_E_NOMEM;
+    return PROTO_E_NOMEM;
   k = (struct sink){ .samples = mem, .ptrs = (Gpushm__Metric **)((struct sample *)mem + n) };
   run_families(src, &k);
   s->metrics = k.ptrs;

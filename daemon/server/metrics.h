@@ -22,7 +22,7 @@ struct metrics_source {
 };
 
 /* Fills s->metrics from the table; the rows live in one allocation, returned in *block
- * for the caller to free with the reply.  0, or GPUSHM_E_NOMEM. */
+ * for the caller to free with the reply.  0, or PROTO_E_NOMEM. */
 int metrics_fill(const struct metrics_source *src, Gpushm__StatsReply *s, void **block);
 
 #endif

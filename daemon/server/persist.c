@@ -5,7 +5,7 @@
  * fds, says what is lost, and hands a restarted daemon's records to the registry. */
 #include "config.h"
 #include "server/persist.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -108,7 +108,7 @@ void persist_report_dropped(const struct persist *p, const struct registry *reg)
 
   for (size_t i = 0; i < registry_count(reg); i++) {
     const struct reg_object *b = registry_at(reg, i);
-    if (b->kind != REG_BUFFER || !b->linked || b->lifetime != GPUSHM_LIFETIME_PERSISTENT ||
+    if (b->kind != REG_BUFFER || !b->linked || b->lifetime != PROTO_LIFETIME_PERSISTENT ||
         b->persisted)
       continue;
     n++;

@@ -2,7 +2,7 @@
 #include "config.h"
 #include "server/server.h"
 #include "backends/cuda_warmup.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "registry/registry.h"
 #include "server/detached.h"
 #include "server/fence_repair.h"
@@ -77,7 +77,7 @@ static void on_hello_sweep(uv_timer_t *timer)
     struct session *s = list_entry(l, struct session, link);
     next = l->next;
     if (!s->hello_done && now - s->accepted_loop_ms >= srv->cfg.hello_timeout_ms)
-      session_close(s, GPUSHM_E_TIMEOUT, why);
+      session_close(s, PROTO_E_TIMEOUT, why);
   }
 }
 
@@ -121,7 +121,7 @@ static void on_session_gone(void *ctx, struct session *s)
 }
 
 /* A session for fd, counted by the listener; *status: what admission said (0, or a
- * GPUSHM_E_* with why).  NULL if the session could not be set up. */
+ * PROTO_E_* with why).  NULL if the session could not be set up. */
 static struct session *add_session(struct server *srv, int fd, int *status, char *why,
                                    size_t why_len)
 {
@@ -143,7 +143,7 @@ struct session *server_connect(struct server *srv, int fd)
   struct session *s = add_session(srv, fd, &status, why, sizeof why);
 
   /* No limits here: only a client the listener could not count is refused. */
-  if (s && status == GPUSHM_E_NOMEM) {
+  if (s && status == PROTO_E_NOMEM) {
     session_close(s, status, why);
     return NULL;
   }
@@ -274,10 +274,10 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
   srv->handler_server = (struct handler_server){
     .ctx = srv,
     .instance_id = srv->instance_id,
-    .features = GPUSHM_FEATURE_DISCONNECT | GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_ONEWAY |
-                GPUSHM_FEATURE_METADATA | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_STRICT_MODE |
-                GPUSHM_FEATURE_IPC_FENCES |
-                (persist && persist_enabled(persist) ? GPUSHM_FEATURE_FDSTORE : 0),
+    .features = PROTO_FEATURE_DISCONNECT | PROTO_FEATURE_SEGMENTS | PROTO_FEATURE_ONEWAY |
+                PROTO_FEATURE_METADATA | PROTO_FEATURE_GRAPHICS | PROTO_FEATURE_STRICT_MODE |
+                PROTO_FEATURE_IPC_FENCES |
+                (persist && persist_enabled(persist) ? PROTO_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
     .uptime_ms = handler_uptime_ms,

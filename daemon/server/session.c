@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/session.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm.pb-c.h"
 #include "list_codec.h"
 #include "util/log.h"
@@ -140,7 +140,7 @@ void session_close(struct session *s, int status, const char *why)
     end_session(s);
     return;
   }
-  if (status == GPUSHM_E_PROTO)
+  if (status == PROTO_E_PROTO)
     s->env->counters->protocol_errors++;
   log_event(LOG_LEVEL_WARN, LOG_FIELDS(.client = &s->log, .reason = why, .client_caused = true),
             "client %u (pid %d, uid %u): %s; closing it", s->client.id, (int)s->client.pid,
@@ -168,7 +168,7 @@ static void send_reply(struct session *s, const Gpushm__Reply *msg, const int *f
     log_error("reply to request %llu exceeds the frame limit",
               (unsigned long long)msg->request_id);
     error.request_id = msg->request_id;
-    error.status = -GPUSHM_E_LIMIT;
+    error.status = -PROTO_E_LIMIT;
     error.message = "reply would exceed the frame size limit";
     for (unsigned i = 0; i < n_fds; i++)
       close(fds[i]);
@@ -189,7 +189,7 @@ static void send_list_page(struct session *s, uint64_t request_id, const uint8_t
     log_error("list page for request %llu exceeds the frame limit",
               (unsigned long long)request_id);
     error.request_id = request_id;
-    error.status = -GPUSHM_E_LIMIT;
+    error.status = -PROTO_E_LIMIT;
     error.message = "reply would exceed the frame size limit";
     send_reply(s, &error, NULL, 0);
     return;
@@ -227,8 +227,8 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
     /* Refusals tell operators about quotas and permissions set too tight (or a client
      * probing them), CUDA failures about the GPU; other failures are the client's own
      * business. */
-    if (status == GPUSHM_E_LIMIT || status == GPUSHM_E_PERM || status == GPUSHM_E_NOMEM ||
-        status == GPUSHM_E_CUDA)
+    if (status == PROTO_E_LIMIT || status == PROTO_E_PERM || status == PROTO_E_NOMEM ||
+        status == PROTO_E_CUDA)
       log_event(LOG_LEVEL_WARN,
                 LOG_FIELDS(.client = &s->log, .reason = reply->msg, .ratelimit = &s->warnings),
                 "client %u (pid %d, uid %u): %s refused: %s", s->client.id, (int)s->client.pid,
@@ -335,7 +335,7 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
       return true;
     }
     snprintf(reply->msg, sizeof reply->msg, "out of memory");
-    status = GPUSHM_E_NOMEM;
+    status = PROTO_E_NOMEM;
   }
   if (status == 0 && costly) {
     costly_since_ns = monotonic_ns();
@@ -346,14 +346,14 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
         return true;
       }
       snprintf(reply->msg, sizeof reply->msg, "out of memory");
-      status = GPUSHM_E_NOMEM;
+      status = PROTO_E_NOMEM;
     }
   }
   if (status == 0)
     status = h->fn(&call, req, reply);
-  if (status == GPUSHM_E_PROTO) {
+  if (status == PROTO_E_PROTO) {
     handler_reply_error(reply, status);
-    session_close(s, GPUSHM_E_PROTO, reply->msg);
+    session_close(s, PROTO_E_PROTO, reply->msg);
     handler_reply_free(reply);
     observe(s->env->counters, slot, since_ns);
     return false;
@@ -363,9 +363,9 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     s->protocol_version = call.hello_version;
     s->client_features = call.hello_features;
     s->policy = (struct reg_policy){
-      .carved = (call.hello_features & GPUSHM_FEATURE_SEGMENTS) != 0,
+      .carved = (call.hello_features & PROTO_FEATURE_SEGMENTS) != 0,
       .default_host_only = !call.hello_ranged,
-      .ipc_fences = (call.hello_features & GPUSHM_FEATURE_IPC_FENCES) != 0,
+      .ipc_fences = (call.hello_features & PROTO_FEATURE_IPC_FENCES) != 0,
     };
     memcpy(s->name, call.hello_name, sizeof s->name);
   }
@@ -441,13 +441,13 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
 
   if (wire_check_strings(&gpushm__request__descriptor, frame->body, frame->header.body_len,
                          &why) < 0) {
-    session_close(s, GPUSHM_E_PROTO, why);
+    session_close(s, PROTO_E_PROTO, why);
     return false;
   }
   req = gpushm__request__unpack(&arena_allocator, frame->header.body_len, frame->body);
   if (!req) {
     arena_reset();
-    session_close(s, GPUSHM_E_PROTO, "malformed request body");
+    session_close(s, PROTO_E_PROTO, "malformed request body");
     return false;
   }
   /* Only a request whose row takes an fd may carry one, and one at most. */
@@ -455,7 +455,7 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
     const struct handler *h = handler_find((unsigned)req->body_case);
     if (!h || !h->takes_fd || frame->n_fds > 1) {
       arena_reset();
-      session_close(s, GPUSHM_E_PROTO, "requests carry no file descriptors (a registration "
+      session_close(s, PROTO_E_PROTO, "requests carry no file descriptors (a registration "
                     "carries one)");
       return false;
     }
@@ -475,7 +475,7 @@ static void on_close(void *ctx, enum transport_close_reason reason, const char *
 
   switch (reason) {
   case TRANSPORT_CLOSE_PROTOCOL:
-    session_close(s, GPUSHM_E_PROTO, why);
+    session_close(s, PROTO_E_PROTO, why);
     break;
   case TRANSPORT_CLOSE_SLOW_READER:
     log_event(LOG_LEVEL_WARN,

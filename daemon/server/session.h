@@ -46,7 +46,7 @@ struct session {
   struct list link; /* the server's list of sessions */
   bool hello_done;
   unsigned protocol_version; /* negotiated at Hello */
-  uint64_t client_features;  /* GPUSHM_FEATURE_* the client understands */
+  uint64_t client_features;  /* PROTO_FEATURE_* the client understands */
   struct reg_policy policy;  /* what the registry may send it, from the above */
   bool closing;
   /* References: the session's own, until it ends, and one held across any call that
@@ -78,7 +78,7 @@ struct session {
 struct session *session_start(const struct session_env *env, int fd, uint32_t id,
                               const gid_t *admin_gid);
 /* The device the parked request waits for is warm (status 0) or could not be warmed
- * (a GPUSHM_E_* and why, which become that request's answer). */
+ * (a PROTO_E_* and why, which become that request's answer). */
 void session_resume(struct session *s, int status, const char *why);
 /* The costly share's resume callback: the parked costly request of the session whose
  * costly_link this is runs now. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/status.h"
-#include "gpushm.h"
+#include "protocol.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@ int status_page_create(struct status_page_owner *sp, char *err, size_t errlen)
     snprintf(err, errlen, "mapping status page: %s", strerror(errno));
     backend_host.release(&backend_host, &sp->mem);
     sp->page = NULL;
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   shm_layout_init(sp->page, STATUS_PAGE_MAGIC, sizeof *sp->page);
   return 0;

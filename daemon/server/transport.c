@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "server/transport.h"
 #include "gpushm_limits.h"
 
@@ -138,7 +138,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
 
   if (t->ended) {
     close_fds(fds, n_fds);
-    return GPUSHM_E_DISCONNECTED;
+    return PROTO_E_DISCONNECTED;
   }
   /* Straight out when nothing waits ahead of it, so replies keep their order. */
   if (!t->out_head)
@@ -147,7 +147,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
     close_fds(fds, n_fds);
     if (r < 0) {
       end(t, TRANSPORT_CLOSE_IO, strerror(-r));
-      return GPUSHM_E_DISCONNECTED;
+      return PROTO_E_DISCONNECTED;
     }
     return 0;
   }
@@ -155,7 +155,7 @@ int transport_send(struct transport *t, const uint8_t *data, size_t len, const i
       t->out_bytes + len > t->limits->max_queued_bytes || !(f = malloc(sizeof *f + len))) {
     close_fds(fds, n_fds);
     end(t, TRANSPORT_CLOSE_SLOW_READER, "the peer stopped reading replies");
-    return GPUSHM_E_DISCONNECTED;
+    return PROTO_E_DISCONNECTED;
   }
   f->next = NULL;
   if (n_fds)

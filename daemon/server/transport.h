@@ -48,7 +48,7 @@ struct transport *transport_new(uv_loop_t *loop, int fd, uint8_t frame_type,
                                 const struct transport_ops *ops, void *ctx);
 /* Sends one encoded frame with n_fds fds, or queues it while the peer's buffer is
  * full; the fds are consumed either way.  A queue past its caps ends the connection
- * (on_close, TRANSPORT_CLOSE_SLOW_READER).  Returns 0, or GPUSHM_E_DISCONNECTED once
+ * (on_close, TRANSPORT_CLOSE_SLOW_READER).  Returns 0, or PROTO_E_DISCONNECTED once
  * the connection is ending. */
 int transport_send(struct transport *t, const uint8_t *data, size_t len, const int *fds,
                    unsigned n_fds);

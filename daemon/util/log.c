@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "gpushm_limits.h"
 #include "util/log.h"
 
@@ -36,7 +36,7 @@ int log_parse_level(const char *name)
   for (unsigned i = 0; i < sizeof level_names / sizeof level_names[0]; i++)
     if (strcmp(name, level_names[i]) == 0)
       return (int)i;
-  return GPUSHM_E_INVAL;
+  return PROTO_E_INVAL;
 }
 
 /* systemd's advice for services: JOURNAL_STREAM is inherited by everything the service

@@ -13,7 +13,7 @@
 enum log_level { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 
 void log_set_level(enum log_level level);
-/* Parses "error|warn|info|debug"; returns the level or GPUSHM_E_INVAL. */
+/* Parses "error|warn|info|debug"; returns the level or PROTO_E_INVAL. */
 int log_parse_level(const char *name);
 
 /* A connection's warning budget: GPUSHM_LIMIT_CLIENT_WARNINGS_PER_INTERVAL per

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "gpushm.h"
+#include "protocol.h"
 #include "util/sd.h"
 
 #include <errno.h>
@@ -91,7 +91,7 @@ int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen)
   out->socket_fd = -1;
   if (n < 0) {
     snprintf(err, errlen, "the fds systemd passed are unusable: %s", strerror(-n));
-    return GPUSHM_E_IO;
+    return PROTO_E_IO;
   }
   if (n > 0 && (!(out->stored_fds = calloc((size_t)n, sizeof *out->stored_fds)) ||
                 !(out->stored_names = calloc((size_t)n, sizeof *out->stored_names)))) {

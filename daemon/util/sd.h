@@ -21,7 +21,7 @@ struct sdn_passed {
   char **stored_names;
 };
 
-/* Returns 0, or a negative GPUSHM_E_* with err set when what was passed is unusable (more than one
+/* Returns 0, or a negative PROTO_E_* with err set when what was passed is unusable (more than one
  * socket, or one that is not a listening AF_UNIX SOCK_SEQPACKET socket). */
 int sdn_take_passed(struct sdn_passed *out, char *err, size_t errlen);
 /* Frees the arrays (not the fds: they have been handed on or closed). */

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "harness.h"
 #include "gpushm.pb-c.h"
+#include "protocol.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -183,8 +184,21 @@ static void test_names(void)
   CHECK(!wire_name_valid(name));
 }
 
+/* The daemon's vocabulary (proto/protocol.h) and the public header's spell the same
+ * things: the numbers are asserted where the library is built (client/error.c), the
+ * words here. */
+static void test_vocabulary(void)
+{
+#define SAME_TEXT_(name, num, text) CHECK(strcmp(gpushm_strerror(PROTO_E_##name), text) == 0);
+  PROTO_ERRNO_MAP(SAME_TEXT_)
+#undef SAME_TEXT_
+  CHECK(strcmp(GPUSHM_DEFAULT_SOCKET, PROTO_DEFAULT_SOCKET) == 0);
+  CHECK(strcmp(GPUSHM_IMEX_CHANNELS_DIR, PROTO_IMEX_CHANNELS_DIR) == 0);
+}
+
 int main(void)
 {
+  test_vocabulary();
   test_header_checks();
   test_round_trip();
   test_names();
