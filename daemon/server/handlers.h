@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Request handlers: one table entry per request type carries the policy (needs a
- * Hello first, admins only) and the function that turns a decoded request into
+/* Request handlers: one row per request type, in its family's table, carries the policy
+ * (needs a Hello first, admins only) and the function that turns a decoded request into
  * registry calls and a reply.  Handlers return a status and never close anything:
  * PROTO_E_PROTO from one is a protocol violation, and the caller's owner ends the
  * connection.  What of the server they may use comes through struct handler_server. */
@@ -121,6 +121,20 @@ struct handler {
   handler_device_fn *device;
   handler_fn *fn;
 };
+
+/* A family of requests, each its own file and table (family_core.c, family_admin.c,
+ * family_graphics.c): rows indexed by the request's body case, a version of its own
+ * for the rows' since to count in.  A new capability is a family, not rows in a shared
+ * file. */
+struct handler_family {
+  const char *name;
+  unsigned version;
+  const struct handler *rows;
+  size_t n_rows;
+};
+extern const struct handler_family handler_family_core;
+extern const struct handler_family handler_family_admin;
+extern const struct handler_family handler_family_graphics;
 
 /* What the session knows of its client when a request comes. */
 struct handler_peer_state {

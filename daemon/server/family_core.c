@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* The core family: hello, create, open, close, unlink, unmap, ping. */
+#include "config.h"
+#include "server/handlers.h"
+#include "server/reply.h"
+#include "protocol.h"
+#include "util/log.h"
+#include "wire.h"
+#include "backends/backend_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The inode of this process's PID namespace (0 where /proc is not mounted), which
+ * clients compare with theirs: legacy CUDA IPC fails between sibling namespaces, and
+ * a client can only say so if it knows where the daemon is.  It never changes. */
+static uint64_t own_pid_namespace(void)
+{
+  static uint64_t ino;
+  static bool known;
+  struct stat st;
+
+  if (!known) {
+    known = true;
+    if (stat("/proc/self/ns/pid", &st) == 0)
+      ino = (uint64_t)st.st_ino;
+  }
+  return ino;
+}
+
+static int handle_hello(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__Hello *hello = req->hello;
+  const struct handler_server *srv = call->srv;
+  size_t n_backends = 0;
+  int r;
+
+  /* A 0.1 client sends one version and no range: the range is [it, it]. */
+  unsigned lo = hello->min_version || hello->max_version ? hello->min_version
+                                                          : hello->protocol_version;
+  unsigned hi = hello->min_version || hello->max_version ? hello->max_version
+                                                          : hello->protocol_version;
+  unsigned version = hi < GPUSHM_PROTOCOL_VERSION ? hi : GPUSHM_PROTOCOL_VERSION;
+
+  if (call->hello_done)
+    return reply_fail(ctx, PROTO_E_INVAL, "hello was already exchanged");
+  if (lo > hi)
+    return reply_fail(ctx, PROTO_E_INVAL, "hello: min_version is above max_version");
+  if (version < lo || version < GPUSHM_PROTOCOL_MIN_VERSION) {
+    snprintf(ctx->msg, sizeof ctx->msg, "client speaks protocol %u-%u, daemon %u-%u", lo, hi,
+             GPUSHM_PROTOCOL_MIN_VERSION, GPUSHM_PROTOCOL_VERSION);
+    return PROTO_E_VERSION;
+  }
+  call->hello_version = version;
+  call->hello_features = hello->features;
+  call->hello_ranged = hello->min_version || hello->max_version;
+  if (strlen(hello->client_name) > GPUSHM_LIMIT_CLIENT_NAME_LEN)
+    return reply_fail(ctx, PROTO_E_LIMIT, "client name too long");
+  /* Admin tools print it: no escape sequences, no invalid UTF-8. */
+  if (!wire_text_valid(hello->client_name, GPUSHM_LIMIT_CLIENT_NAME_LEN))
+    return reply_fail(ctx, PROTO_E_INVAL, "client name must be printable UTF-8 (no control "
+                "characters)");
+  r = status_page_export(srv->status, &ctx->fds[0], ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  ctx->n_fds = 1;
+  snprintf(call->hello_name, sizeof call->hello_name, "%s", hello->client_name);
+
+  for (int kind = 1; kind < GPUSHM_BACKEND_COUNT; kind++) {
+    const struct backend *be = registry_backend(call->reg, kind);
+    if (be && !(be->unavailable && be->unavailable(be)) && registry_backend_allowed(call->reg, be))
+      ctx->backends[n_backends++] = (Gpushm__Backend)kind;
+  }
+  if (registry_events_available(call->reg))
+    ctx->backends[n_backends++] = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  gpushm__hello_reply__init(&ctx->body.hello);
+  ctx->body.hello.protocol_version = version;
+  ctx->body.hello.min_version = GPUSHM_PROTOCOL_MIN_VERSION;
+  ctx->body.hello.max_version = GPUSHM_PROTOCOL_VERSION;
+  ctx->body.hello.features = srv->features;
+  ctx->body.hello.daemon_version = PACKAGE_VERSION;
+  ctx->body.hello.instance_id = srv->instance_id;
+  ctx->body.hello.n_backends = n_backends;
+  ctx->body.hello.backends = ctx->backends;
+  ctx->body.hello.client_id = call->client->id;
+  ctx->body.hello.default_backend = (Gpushm__Backend)registry_default_backend(call->reg, NULL);
+  ctx->body.hello.pid_namespace = own_pid_namespace();
+  ctx->body.hello.driver_version = (char *)backend_cuda_driver_version();
+  if ((r = reply_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
+    return r;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;
+  ctx->reply.hello = &ctx->body.hello;
+  return 0;
+}
+
+static int handle_create(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__CreateRequest *cr = req->create;
+  const bool event = cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  struct reg_create_args args = {
+    .kind = event ? REG_EVENT : REG_BUFFER,
+    .name = cr->name,
+    .size = cr->size,
+    .backend = event ? 0 : (int)cr->backend,
+    .device = cr->device,
+    .mode = cr->mode,
+    .lifetime = cr->lifetime,
+    .open_existing = cr->open_existing,
+    .sync = cr->sync,
+    .strict_mode = cr->strict_mode,
+    .ipc_fence = call->policy->ipc_fences,
+    .metadata = cr->metadata.data,
+    .metadata_len = cr->metadata.len,
+  };
+  struct image_params image;
+  const struct reg_object *b;
+  int r;
+
+  if (cr->image) {
+    /* A field an older client cannot send; a newer one names the feature with it. */
+    if (!(call->features & PROTO_FEATURE_GRAPHICS))
+      return reply_fail(ctx, PROTO_E_UNSUPPORTED, "images need PROTO_FEATURE_GRAPHICS at hello");
+    if (event || cr->size)
+      return reply_fail(ctx, PROTO_E_INVAL, "an image is no event, and its size is its own");
+    image = reply_image_params(cr->image);
+    if ((r = image_check(&image, ctx->msg, sizeof ctx->msg)) < 0)
+      return r;
+    args.image = &image;
+    args.size = image_linear_bytes(&image);
+  }
+  r = registry_create(call->reg, call->client, call->policy, &args, &ctx->export, ctx->msg,
+                      sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  b = ctx->export.buffer;
+  if (ctx->export.created) {
+    log_event(LOG_LEVEL_DEBUG,
+              LOG_FIELDS(.client = call->log_client, .buffer = b->name, .buffer_id = b->id,
+                         .bytes = b->size, .has_bytes = true,
+                         .backend = b->backend ? b->backend->name : "event",
+                         .device = b->device, .has_device = b->backend != &backend_host),
+              "client %u created '%s' (id %llu, %llu bytes)", call->client->id, b->name,
+              (unsigned long long)b->id, (unsigned long long)b->size);
+  }
+  return reply_open(call, ctx);
+}
+
+/* What the create will use, the daemon's default-backend included: any device backend
+ * (or an event) needs the device's context. */
+static int create_device(const struct handler_call *call, const Gpushm__Request *req)
+{
+  const Gpushm__CreateRequest *cr = req->create;
+  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->policy);
+
+  return effective != PROTO_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
+}
+
+static int handle_open(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__OpenRequest *o = req->open;
+  const char *name = NULL;
+  uint64_t id = 0;
+  int r;
+
+  if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_NAME)
+    name = o->name;
+  else if (o->key_case == GPUSHM__OPEN_REQUEST__KEY_ID)
+    id = o->id;
+  else
+    return reply_fail(ctx, PROTO_E_INVAL, "open needs a name or an id");
+  r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
+                    o->event ? REG_EVENT : REG_BUFFER, &ctx->export, ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  return reply_open(call, ctx);
+}
+
+static int handle_close(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__CloseRequest *c = req->close;
+  return registry_close(call->reg, call->client, c->id, c->unlink, c->unmap_segment, c->read_only,
+                        ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_unmap(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  return registry_unmap(call->reg, call->client, req->unmap->segment_id, req->unmap->read_only,
+                        ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  const Gpushm__UnlinkRequest *u = req->unlink;
+
+  if (u->id) {
+    /* The name of a buffer the client holds, which someone may have unlinked and
+     * created again since: only while it still names that buffer. */
+    const struct reg_object *b = registry_find_id(call->reg, u->id);
+    if (!b || !b->linked || strcmp(b->name, u->name) != 0) {
+      snprintf(ctx->msg, sizeof ctx->msg, "'%s' does not name buffer %llu (any more)", u->name,
+               (unsigned long long)u->id);
+      return PROTO_E_NOENT;
+    }
+  }
+  return registry_unlink(call->reg, call->client, u->name, ctx->msg, sizeof ctx->msg);
+}
+
+static int handle_ping(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
+{
+  gpushm__ping_reply__init(&ctx->body.ping);
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_PING;
+  ctx->reply.ping = &ctx->body.ping;
+  return 0;
+}
+
+/* Policy lives in the rows: handler_check() applies needs_hello, admin_only, oneway_ok,
+ * since and feature before a handler runs, and the session warms what device() names.
+ * One-way requests are those whose reply carries nothing the client needs (no body, no
+ * fds): releasing, never acquiring.  Unmap is for libraries that map segments, which
+ * say so at Hello. */
+static const struct handler rows[] = {
+  [GPUSHM__REQUEST__BODY_HELLO] = { .name = "hello", .fn = handle_hello },
+  [GPUSHM__REQUEST__BODY_CREATE] = { .name = "create", .needs_hello = true,
+                                     .device = create_device, .fn = handle_create },
+  [GPUSHM__REQUEST__BODY_OPEN] = { .name = "open", .needs_hello = true, .fn = handle_open },
+  [GPUSHM__REQUEST__BODY_CLOSE] = { .name = "close", .needs_hello = true, .oneway_ok = true,
+                                    .fn = handle_close },
+  [GPUSHM__REQUEST__BODY_UNLINK] = { .name = "unlink", .needs_hello = true, .oneway_ok = true,
+                                     .fn = handle_unlink },
+  [GPUSHM__REQUEST__BODY_PING] = { .name = "ping", .needs_hello = true, .fn = handle_ping },
+  [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
+                                    .feature = PROTO_FEATURE_SEGMENTS, .fn = handle_unmap },
+};
+
+const struct handler_family handler_family_core = {
+  .name = "core", .version = 1, .rows = rows, .n_rows = sizeof rows / sizeof rows[0],
+};
