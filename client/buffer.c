@@ -20,6 +20,7 @@
 #include "formats.h"
 #include "shm_layout.h"
 #include "hash_table.h"
+#include "importers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -272,25 +273,6 @@ static int release_on_daemon(gpushm_t *conn, uint64_t id)
   return 0;
 }
 
-static int map_host(struct client_mapping *buf, int fd)
-{
-  struct stat st;
-  void *p;
-
-  /* A short object, or one that could still be shrunk, would SIGBUS on access: check
-   * instead of trusting. */
-  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < buf->size || !client_fd_sealed(fd))
-    return client_error(GPUSHM_E_PROTO, "shared memory object is smaller than the buffer or "
-                        "not sealed against shrinking");
-  p = mmap(NULL, buf->size, PROT_READ | (buf->read_only ? 0 : PROT_WRITE), MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return client_error(errno == ENOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_IO, "mmap %s: %s",
-                        buf->name, strerror(errno));
-  buf->ptr = p;
-  buf->map_len = buf->size;
-  return 0;
-}
-
 static int map_control(struct client_mapping *buf, int fd)
 {
   struct stat st;
@@ -382,114 +364,24 @@ static int keep_memory_fd(struct client_mapping *buf, const struct client_fds *f
   return 0;
 }
 
-/* Registered memory in CUDA: imported on the device of its UUID; a buffer or linear
- * image mapped whole, an optimal image as a mipmapped array (no pointer). */
-static int map_external(struct client_mapping *buf, int fd, int map_request)
-{
-  const struct format_info *f = format_info(buf->image.format);
-  struct client_devices devices;
-  int r;
-
-  if (buf->is_image && buf->image.tiling == GPUSHM_TILING_OPTIMAL && (!f || !f->cuda_format))
-    return client_error(GPUSHM_E_UNSUPPORTED, "%s is a %s image, which no CUDA array can "
-                        "hold: open it with GPUSHM_DEVICE_NONE for a graphics API", buf->name,
-                        f ? f->name : "unknown-format");
-  r = client_cuda_import_external(fd, buf->ext_allocation_size, buf->ext_dedicated,
-                                  buf->device_uuid, map_request, &buf->cuda_external, &devices);
-  if (r < 0)
-    return r;
-  buf->home_device = devices.home;
-  buf->device = devices.map;
-  if (buf->is_image && buf->image.tiling == GPUSHM_TILING_OPTIMAL)
-    r = client_cuda_external_mipmap(buf->cuda_external, &buf->image, f->cuda_format,
-                                    f->cuda_channels, buf->device, &buf->cuda_mipmap);
-  else
-    r = client_cuda_external_buffer(buf->cuda_external, buf->size, buf->device, &buf->ptr);
-  if (r < 0) {
-    client_cuda_external_destroy(buf->cuda_external, NULL, NULL, buf->device);
-    buf->cuda_external = NULL;
-    return r;
-  }
-  buf->map_len = buf->size;
-  return 0;
-}
-
-/* Maps what the reply carries: the memory (or the event) and, for sync buffers, the
- * control block (the last fd) and the buffer's event. */
+/* Maps what the reply carries: the memory (or the event), through its backend's
+ * importer, and for sync buffers the control block (the last fd) and the buffer's
+ * event or fence. */
 static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct client_fds *fds,
                        const Gpushm__OpenReply *open, int map_request)
 {
-  const Gpushm__BufferInfo *info = open->info;
-  struct client_devices devices;
-  unsigned memory_fds = !is_event(buf) && (buf->backend == GPUSHM_BACKEND_HOST ||
-                                            client_backend_is_fd_device(buf->backend)) ? 1 : 0;
+  const struct client_importer *imp = client_importer_of(buf);
+  const struct client_import in = { conn, open, fds, map_request };
   int r;
 
-  if (buf->backend == GPUSHM_BACKEND_EXTERNAL)
-    memory_fds = 1;
-  if (fds->n != memory_fds + (open->has_control ? 1 : 0))
+  if (!imp)
+    return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
+                        (int)buf->backend);
+  if (fds->n != imp->memory_fds + (open->has_control ? 1 : 0))
     return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for %s", fds->n, buf->name);
   if (map_request == GPUSHM_DEVICE_NONE && !is_event(buf) && buf->backend != GPUSHM_BACKEND_HOST)
     return keep_memory_fd(buf, fds, open);
-  if (is_event(buf)) {
-    r = client_cuda_import_event(open->ipc_handle.data, open->ipc_handle.len,
-                                 info->device_uuid.data, info->device_uuid.len, info->device,
-                                 &buf->ptr, &buf->device);
-    buf->home_device = buf->device;
-  } else {
-    switch (buf->backend) {
-    case GPUSHM_BACKEND_HOST:
-      r = map_host(buf, fds->fd[0]);
-      break;
-    case GPUSHM_BACKEND_CUDA_IPC:
-      r = client_cuda_import_ipc(open->ipc_handle.data, open->ipc_handle.len,
-                                 info->device_uuid.data, info->device_uuid.len, info->device,
-                                 map_request, &buf->ptr, &devices);
-      if (r == GPUSHM_E_CUDA)
-        r = client_explain_ipc_failure(conn);
-      if (r == 0) {
-        buf->home_device = devices.home;
-        buf->device = devices.map;
-        /* The handle maps the whole allocation: a sync buffer's fence lies past its data. */
-        if (open->has_control && info->allocated >= buf->size)
-          buf->map_len = info->allocated;
-      }
-      break;
-    case GPUSHM_BACKEND_CUDA_FABRIC:
-      /* Local processes map the fd; the handle is for other nodes, and only a
-       * read-write open gets it (it maps read-write wherever it is imported). */
-      if (open->fabric_handle.len != (buf->read_only ? 0 : GPUSHM_FABRIC_HANDLE_BYTES))
-        return client_error(GPUSHM_E_PROTO, "daemon sent a fabric handle of %zu bytes for "
-                            "%s, opened %s", open->fabric_handle.len, buf->name,
-                            buf->read_only ? "read-only" : "read-write");
-      if (!buf->read_only) {
-        memcpy(buf->fabric_handle, open->fabric_handle.data, GPUSHM_FABRIC_HANDLE_BYTES);
-        buf->has_fabric_handle = true;
-      }
-      /* fall through */
-    case GPUSHM_BACKEND_CUDA_FD:
-      /* The whole allocation is mapped (size rounded up to the device's granule). */
-      if (info->allocated < buf->size)
-        return client_error(GPUSHM_E_PROTO, "daemon says %s has %llu bytes allocated for %llu",
-                            buf->name, (unsigned long long)info->allocated,
-                            (unsigned long long)buf->size);
-      r = client_cuda_import_fd(fds->fd[0], info->allocated, buf->read_only,
-                                info->device_uuid.data, info->device_uuid.len, info->device,
-                                map_request, &buf->ptr, &buf->cuda_handle, &devices);
-      if (r == 0) {
-        buf->map_len = info->allocated;
-        buf->home_device = devices.home;
-        buf->device = devices.map;
-      }
-      break;
-    case GPUSHM_BACKEND_EXTERNAL:
-      r = map_external(buf, fds->fd[0], map_request);
-      break;
-    default:
-      return client_error(GPUSHM_E_UNSUPPORTED, "backend %d is not supported by this library",
-                          (int)buf->backend);
-    }
-  }
+  r = imp->map(buf, &in);
   if (r < 0 || !open->has_control)
     return r;
   if ((r = map_control(buf, fds->fd[fds->n - 1])) == 0)
@@ -544,17 +436,11 @@ static int unmap_mapping(struct client_mapping *buf)
                      GPUSHM_FENCE_DRAIN_TIMEOUT_MS);
     buf->ptr = NULL;
   }
-  if (is_event(buf) && buf->ptr)
-    r = client_cuda_destroy_event(buf->ptr);
-  else if (buf->backend == GPUSHM_BACKEND_HOST && buf->ptr)
-    munmap(buf->ptr, buf->map_len);
-  else if (buf->backend == GPUSHM_BACKEND_CUDA_IPC && buf->ptr)
-    r = client_cuda_close_ipc(buf->ptr, buf->device);
-  else if (client_backend_is_fd_device(buf->backend) && buf->ptr)
-    r = client_cuda_close_fd(buf->ptr, buf->map_len, buf->cuda_handle, buf->device);
-  else if (buf->cuda_external)
-    r = client_cuda_external_destroy(buf->cuda_external, buf->ptr, buf->cuda_mipmap,
-                                     buf->device);
+  if (buf->ptr || buf->cuda_external) {
+    const struct client_importer *imp = client_importer_of(buf);
+    if (imp)
+      r = imp->unmap(buf);
+  }
   buf->cuda_external = NULL;
   buf->cuda_mipmap = NULL;
   buf->ptr = NULL;
