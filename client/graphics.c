@@ -333,3 +333,66 @@ int gpushm_buffer_memory_fd(gpushm_buffer_t *buf, int *fd_out)
   *fd_out = d.fd;
   return 0;
 }
+
+const char *gpushm_uuid_text(const uint8_t u[16], char out[GPUSHM_UUID_TEXT_SIZE])
+{
+  static const char hex[] = "0123456789abcdef";
+  size_t n = 0;
+
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10)
+      out[n++] = '-';
+    out[n++] = hex[u[i] >> 4];
+    out[n++] = hex[u[i] & 15];
+  }
+  out[n] = '\0';
+  return out;
+}
+
+static bool all_zero(const uint8_t u[16])
+{
+  static const uint8_t zero[16];
+  return memcmp(u, zero, 16) == 0;
+}
+
+int gpushm_memory_info_match(const gpushm_memory_info_t *info, const uint8_t device_uuid[16],
+                             const uint8_t driver_uuid[16], const char *driver_text, char *why,
+                             size_t why_len)
+{
+  char want[GPUSHM_UUID_TEXT_SIZE], have[GPUSHM_UUID_TEXT_SIZE];
+  char scratch[8];
+
+  client_clear_error();
+  if (!why || !why_len) {
+    why = scratch;
+    why_len = sizeof scratch;
+  }
+  why[0] = '\0';
+  if (!info || !device_uuid)
+    return client_error(GPUSHM_E_INVAL, "info and device_uuid must not be NULL");
+  if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER)
+    return 0;
+  if (!all_zero(info->device_uuid) && memcmp(info->device_uuid, device_uuid, 16) != 0) {
+    snprintf(why, why_len, "the memory lives on device %s (driver %s), not on %s: memory "
+             "imports only on its own device", gpushm_uuid_text(info->device_uuid, want),
+             info->driver_info[0] ? info->driver_info : "unknown",
+             gpushm_uuid_text(device_uuid, have));
+    return client_error(GPUSHM_E_UNSUPPORTED, "%s", why);
+  }
+  if (!all_zero(info->driver_uuid)) {
+    if (driver_uuid && !all_zero(driver_uuid) && memcmp(info->driver_uuid, driver_uuid, 16) != 0) {
+      snprintf(why, why_len, "the memory was made by driver %s (%s), not by %s (%s): memory "
+               "imports only into the driver that made it",
+               gpushm_uuid_text(info->driver_uuid, want), info->driver_info,
+               gpushm_uuid_text(driver_uuid, have), driver_text ? driver_text : "?");
+      return client_error(GPUSHM_E_UNSUPPORTED, "%s", why);
+    }
+  } else if (info->driver_info[0] && driver_text && driver_text[0] &&
+             !strstr(driver_text, info->driver_info)) {
+    snprintf(why, why_len, "the memory belongs to NVIDIA driver %s, not to %s: memory imports "
+             "only into the driver that made it", info->driver_info, driver_text);
+    return client_error(GPUSHM_E_UNSUPPORTED, "%s", why);
+  }
+  return 0;
+}
+

@@ -92,7 +92,7 @@ static void probe_vulkan(const uint8_t (*cuda)[16], size_t n_cuda, struct graphi
     int match;
     char uuid[40];
     properties(devices[i], &p);
-    gpushm__uuid_text(id.deviceUUID, uuid);
+    gpushm_uuid_text(id.deviceUUID, uuid);
     match = cuda_match(cuda, n_cuda, id.deviceUUID);
     importers += fd && match >= 0;
     len += (size_t)snprintf(out->detail + len, sizeof out->detail - len, "%s%s (%s): %s%s%s",
@@ -192,7 +192,7 @@ static void probe_gl(const uint8_t (*cuda)[16], size_t n_cuda, struct graphics_f
   }
   if (fd && get_uuid)
     get_uuid(GL_DEVICE_UUID_EXT_, 0, uuid);
-  gpushm__uuid_text(uuid, text);
+  gpushm_uuid_text(uuid, text);
   match = cuda_match(cuda, n_cuda, uuid);
   out->status = !fd ? GRAPHICS_FAIL : n_cuda && match < 0 ? GRAPHICS_FAIL : GRAPHICS_OK;
   snprintf(out->detail, sizeof out->detail, "%s (%s): %s",

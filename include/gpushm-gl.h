@@ -131,10 +131,9 @@ static inline int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *
 /* Whether memory info describes imports into this context's device and driver. */
 static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info)
 {
-  static const uint8_t zero[16];
   GLubyte device[16] = { 0 }, driver[16] = { 0 };
   const char *renderer, *version;
-  char want[40], have[40];
+  char why[400];
 
   if (info->handle_type != GPUSHM_EXTERNAL_OPAQUE_FD)
     return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "GL imports no host memory: copy it "
@@ -143,26 +142,9 @@ static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_in
   gl->GetUnsignedBytevEXT(GPUSHM_GL_DRIVER_UUID_EXT, driver);
   renderer = (const char *)gl->GetString(GL_RENDERER);
   version = (const char *)gl->GetString(GL_VERSION);
-  gpushm__uuid_text(info->device_uuid, want);
-  gpushm__uuid_text(device, have);
-  if (memcmp(info->device_uuid, zero, 16) != 0 && memcmp(info->device_uuid, device, 16) != 0)
-    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
-                           "%s); this GL context is %s on %s (%s): memory imports only on "
-                           "its own device", want, info->driver_info[0] ? info->driver_info
-                                                                        : "unknown",
-                           renderer ? renderer : "?", have, version ? version : "?");
-  if (memcmp(info->driver_uuid, zero, 16) != 0) {
-    if (memcmp(info->driver_uuid, driver, 16) != 0) {
-      gpushm__uuid_text(info->driver_uuid, want);
-      gpushm__uuid_text(driver, have);
-      return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
-                             "(%s); this GL's is %s (%s)", want, info->driver_info, have,
-                             version ? version : "?");
-    }
-  } else if (info->driver_info[0] && version && !strstr(version, info->driver_info)) {
-    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "the memory belongs to NVIDIA driver %s; "
-                           "this GL is %s", info->driver_info, version);
-  }
+  if (gpushm_memory_info_match(info, device, driver, version, why, sizeof why) < 0)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "%s; this GL context is %s (%s)", why,
+                           renderer ? renderer : "?", version ? version : "?");
   return 0;
 }
 

@@ -184,20 +184,22 @@ GPUSHM_API int gpushm_buffer_memory_info(const gpushm_buffer_t *buf, gpushm_memo
  * GPUSHM_DEVICE_NONE; GPUSHM_E_INVAL for other opens and host memory. */
 GPUSHM_API int gpushm_buffer_memory_fd(gpushm_buffer_t *buf, int *fd_out);
 
-/* A device or driver UUID as Vulkan tools print it (8-4-4-4-12 hex digits): what the
- * helpers' refusals name.  Not part of the ABI: compiled into whoever calls it. */
-static inline void gpushm__uuid_text(const uint8_t u[16], char out[40])
-{
-  static const char hex[] = "0123456789abcdef";
-  size_t n = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[n++] = '-';
-    out[n++] = hex[u[i] >> 4];
-    out[n++] = hex[u[i] & 15];
-  }
-  out[n] = '\0';
-}
+/* A device or driver UUID as Vulkan tools print it (8-4-4-4-12 hex digits, and a NUL:
+ * GPUSHM_UUID_TEXT_SIZE bytes): what the helpers' refusals and gpushmctl doctor name.
+ * Returns out.  Since 0.8. */
+#define GPUSHM_UUID_TEXT_SIZE 37
+GPUSHM_API const char *gpushm_uuid_text(const uint8_t uuid[16], char out[GPUSHM_UUID_TEXT_SIZE]);
+
+/* Whether memory info describes can be imported by a device of these identities: its
+ * deviceUUID; its driverUUID (NULL or zero: unknown); text its driver says of itself
+ * (Vulkan's driverInfo, GL_VERSION; NULL: none), which must contain the NVIDIA driver
+ * version gpushmd's own memory names where it knows no driverUUID.  Host memory imports
+ * anywhere.  0, or GPUSHM_E_UNSUPPORTED with why saying which differs, naming both
+ * sides (the helpers add their API's names for the device).  Since 0.8. */
+GPUSHM_API int gpushm_memory_info_match(const gpushm_memory_info_t *info,
+                                        const uint8_t device_uuid[16],
+                                        const uint8_t driver_uuid[16], const char *driver_text,
+                                        char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

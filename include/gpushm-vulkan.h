@@ -128,7 +128,7 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
   VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
   VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
   VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
-  char want[40], have[40];
+  char why[400];
 
   if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER)
     return 0;
@@ -141,31 +141,12 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
     id.pNext = &driver;
     vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
   }
-  gpushm__uuid_text(info->device_uuid, want);
-  gpushm__uuid_text(id.deviceUUID, have);
-  if (!gpushm_vk__zero(info->device_uuid) &&
-      memcmp(info->device_uuid, id.deviceUUID, VK_UUID_SIZE) != 0)
-    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory lives on device %s (driver "
-                           "%s); this Vulkan device is %s, %s (driver %s): memory imports "
-                           "only on its own device", want,
-                           info->driver_info[0] ? info->driver_info : "unknown",
-                           props.properties.deviceName, have,
+  if (gpushm_memory_info_match(info, id.deviceUUID, id.driverUUID,
+                               driver.driverInfo[0] ? driver.driverInfo : NULL, why,
+                               sizeof why) < 0)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "%s; this Vulkan device is %s (driver "
+                           "%s)", why, props.properties.deviceName,
                            driver.driverInfo[0] ? driver.driverInfo : "unknown");
-  if (!gpushm_vk__zero(info->driver_uuid)) {
-    if (memcmp(info->driver_uuid, id.driverUUID, VK_UUID_SIZE) != 0) {
-      gpushm__uuid_text(info->driver_uuid, want);
-      gpushm__uuid_text(id.driverUUID, have);
-      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory was made by driver %s "
-                             "(%s); this one is %s (%s): memory imports only into the "
-                             "driver that made it", want, info->driver_info, have,
-                             driver.driverInfo);
-    }
-  } else if (info->driver_info[0] && driver.driverInfo[0] &&
-             strcmp(info->driver_info, driver.driverInfo) != 0) {
-    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "the memory belongs to NVIDIA driver %s; "
-                           "this Vulkan driver is %s: memory imports only into the driver "
-                           "that made it", info->driver_info, driver.driverInfo);
-  }
   return 0;
 }
 
