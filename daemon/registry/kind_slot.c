@@ -235,7 +235,7 @@ static int slot_adopt_record(struct registry *reg, const char *record, int fd,
     return 0;
   if (r == 0) {
     if (!(be = registry_backend(reg, ss.backend)) || be->kind != PROTO_BACKEND_HOST ||
-        !be->adopt) {
+        !be->adopt || ss.key.device != -1) {
       snprintf(why, sizeof why, "not a host segment");
       r = PROTO_E_INVAL;
     } else if ((r = be->adopt(be, fd, NULL, ss.bytes, &allocated, &mem, &device, why,

@@ -231,9 +231,7 @@ size_t registry_segment_usage(const struct registry *reg, struct reg_segment_usa
 
   seg_each(&reg->segs, add_segment, &w);
   for (size_t i = 0; i < w.n; i++) {
-    int dev = out[i].device;
-    const struct seg_counters *c =
-      &reg->segs.counters[out[i].backend][dev < 0 ? 0 : (unsigned)dev + 1];
+    const struct seg_counters *c = seg_counters(&reg->segs, out[i].backend, out[i].device);
     out[i].carved = c->carved;
     out[i].driver_allocs = c->driver_allocs;
   }

@@ -105,11 +105,17 @@ static void maybe_drop_class(struct seg_table *t, struct seg_class *c)
   free(c);
 }
 
+const struct seg_counters *seg_counters(const struct seg_table *t, int backend, int device)
+{
+  /* out of range (a slot table's header says what it likes) counts with host memory */
+  unsigned dev = device < 0 || (unsigned)device >= GPUSHM_LIMIT_DEVICES ? 0 : (unsigned)device + 1;
+  unsigned be = backend > 0 && backend < GPUSHM_BACKEND_COUNT ? (unsigned)backend : 0;
+  return &t->counters[be][dev];
+}
+
 static struct seg_counters *counters_of(struct seg_table *t, const struct seg_key *key)
 {
-  unsigned dev = key->device < 0 ? 0 : (unsigned)key->device + 1;
-  unsigned be = key->backend > 0 && key->backend < GPUSHM_BACKEND_COUNT ? (unsigned)key->backend : 0;
-  return &t->counters[be][dev <= GPUSHM_LIMIT_DEVICES ? dev : 0];
+  return (struct seg_counters *)seg_counters(t, key->backend, key->device);
 }
 
 static void release_segment(struct seg_class *c, struct segment *seg)
@@ -543,9 +549,12 @@ void seg_adopt_done(struct seg_table *t, struct segment *seg)
   const struct backend *be = seg->cls->backend;
   uint8_t *used = calloc(seg->n_slots, 1);
 
+  /* Retired: the last daemon's clients may outlive it and still map the whole segment, and
+   * this daemon cannot watch them (they are what seg_client_retire() guards against), so a
+   * free slot here may be written by one of them; nothing new is carved from it, and it is
+   * freed with its last adopted buffer. */
+  seg->retired = true;
   if (!used) {
-    /* cannot tell free from used: none is carved from again */
-    seg->retired = true;
     seg->n_free = 0;
   } else {
     for (uint32_t i = 0; i < seg->n_used; i++)

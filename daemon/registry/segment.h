@@ -162,14 +162,17 @@ void seg_client_retire(struct seg_table *t, struct list *client_list);
 
 /* After a restart: the segment id was, of class key, sliced into slot-byte slots, its
  * memory mem (now the segment's), bytes long; every slot free until seg_adopt_slot()
- * says it holds a buffer, and seg_adopt_done() then readies the others (their memory
- * given back, to be zeroed as they are handed out) or gives the segment back if none
- * came.  0 or a negative PROTO_E_* with err set (mem left to the caller). */
+ * says it holds a buffer, and seg_adopt_done() then gives the others' memory back and
+ * retires it (the last daemon's clients may still map it), or gives the segment back if
+ * none came.  0 or a negative PROTO_E_* with err set (mem left to the caller). */
 int seg_adopt(struct seg_table *t, const struct backend *be, const struct seg_key *key,
               uint64_t id, uint64_t slot, struct backend_mem *mem, uint64_t bytes,
               struct segment **out, char *err, size_t errlen);
 void seg_adopt_slot(struct segment *seg, uint32_t slot);
 void seg_adopt_done(struct seg_table *t, struct segment *seg);
+
+/* The carve counters of a backend and device (any numbers: out of range is host's). */
+const struct seg_counters *seg_counters(const struct seg_table *t, int backend, int device);
 
 /* Walks every segment (pooled ones with pooled true), for statistics. */
 void seg_each(const struct seg_table *t,

@@ -368,9 +368,10 @@ static void test_metadata_survives_restart(void)
 }
 
 /* A slot table, as the daemon writes it (daemon/registry/slot_store.c, version 1): a
- * 256-byte header whose first word is its magic, then 160-byte entries whose name
- * starts 32 bytes in. */
+ * 256-byte header whose first word is its magic and whose device is 36 bytes in, then
+ * 160-byte entries whose name starts 32 bytes in. */
 #define TABLE_HEADER 256u
+#define TABLE_DEVICE 36u /* after magic, version, segment id, bytes, slot, backend */
 #define TABLE_ENTRY 160u
 #define ENTRY_NAME 32u
 
@@ -382,9 +383,9 @@ static void test_slot_table_damage(void)
   gpushm_t *conn;
   gpushm_buffer_t *b;
   char name[16];
-  uint8_t *map;
-  struct stat st;
-  int t;
+  uint8_t *map, *seg_map;
+  struct stat st, seg_st;
+  int t, s;
 
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
@@ -412,8 +413,16 @@ static void test_slot_table_damage(void)
   CHECK_ERR(gpushm_buffer_open(conn, "dmg-1", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
   CHECK_OK(gpushm_buffer_open(conn, "dmg-2", GPUSHM_OPEN_READONLY, &b));
   CHECK_OK(gpushm_buffer_close(b));
-  /* the dropped buffer's slot is free again, and reads zeros to its next holder */
+  /* The last daemon's clients may still map the whole segment and write where the
+   * dropped buffer was (as this does, through the store's copy of its memfd): nothing
+   * new is carved from an adopted segment. */
+  CHECK((s = fdstore_find("gpushm1.s.")) >= 0 && fstat(fdstore[s].fd, &seg_st) == 0);
+  seg_map = mmap(NULL, (size_t)seg_st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 fdstore[s].fd, 0);
+  CHECK(seg_map != MAP_FAILED);
   CHECK_OK(gpushm_buffer_create(conn, "dmg-new", 4096, NULL, &b));
+  memset(seg_map, 0x5a, (size_t)seg_st.st_size);
+  munmap(seg_map, (size_t)seg_st.st_size);
   for (int i = 0; i < 4096; i++)
     CHECK(((const uint8_t *)gpushm_buffer_ptr(b))[i] == 0);
   CHECK_OK(gpushm_unlink(conn, "dmg-new"));
@@ -421,18 +430,36 @@ static void test_slot_table_damage(void)
   gpushm_disconnect(conn);
   fdstore_drain();
   kill_daemon();
-  *(uint32_t *)map ^= 1u; /* not the magic any more */
+  /* a host segment's table naming a device (out of any range: counted by device, it
+   * would index past the counters) */
+  *(int32_t *)(map + TABLE_DEVICE) = 1000;
   munmap(map, (size_t)st.st_size);
   daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
   conn = daemon_connect(&d);
   CHECK_ERR(gpushm_buffer_open(conn, "dmg-0", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
+  fdstore_drain();
+  CHECK(fdstore_find("gpushm1.s.") < 0 && fdstore_find("gpushm1.t.") < 0);
+  /* and one that is not the daemon's magic */
+  CHECK_OK(gpushm_buffer_create(conn, "dmg-3", 4096, NULL, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  fdstore_drain();
+  kill_daemon();
+  CHECK((t = fdstore_find("gpushm1.t.")) >= 0 && fstat(fdstore[t].fd, &st) == 0);
+  map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fdstore[t].fd, 0);
+  CHECK(map != MAP_FAILED);
+  *(uint32_t *)map ^= 1u;
+  munmap(map, (size_t)st.st_size);
+  daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
+  conn = daemon_connect(&d);
+  CHECK_ERR(gpushm_buffer_open(conn, "dmg-3", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
   gpushm_disconnect(conn);
   fdstore_drain();
   CHECK(fdstore_find("gpushm1.s.") < 0 && fdstore_find("gpushm1.t.") < 0);
   daemon_stop(&d);
   fdstore_clear();
-  test_log("a slot table entry that is not whole drops its buffer; a table that is not the "
-           "daemon's, its segment and both records");
+  test_log("a slot table entry that is not whole drops its buffer, and its slot is not "
+           "carved again; a table that is not the daemon's, its segment and both records");
 }
 
 static atomic_bool draining;
