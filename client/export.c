@@ -150,7 +150,10 @@ int gpushm_buffer_export(gpushm_buffer_t *handle, uint32_t type, uint64_t offset
   /* A linear image is memory with a row pitch, as a buffer is. */
   if (!m || (m->kind != GPUSHM_KIND_BUFFER && m->kind != GPUSHM_KIND_IMAGE))
     return client_error(GPUSHM_E_INVAL, "not a buffer or image");
-  if (handle->inherited)
+  /* A fabric handle is bytes and a kept memory fd is inherited with the others: both
+   * stay good in a child (as they were before this call existed); the rest are this
+   * process's mappings. */
+  if (handle->inherited && type != GPUSHM_EXPORT_FABRIC && type != GPUSHM_EXPORT_OPAQUE_FD)
     return client_error(GPUSHM_E_INVAL, "'%s' was opened by the parent of this process: what "
                         "it maps does not carry over fork()", m->name);
   /* A buffer's slot or allocation is whole pages, so the page its last byte is in is its
@@ -160,8 +163,12 @@ int gpushm_buffer_export(gpushm_buffer_t *handle, uint32_t type, uint64_t offset
     return client_error(GPUSHM_E_INVAL, "range of %llu bytes at offset %llu is outside '%s' "
                         "(%llu bytes)", (unsigned long long)length, (unsigned long long)offset,
                         m->name, (unsigned long long)m->size);
+  /* To its end: for a dma-buf the page's end, as a range must end on a page. */
   if (!length)
-    length = (m->size > offset ? m->size : limit) - offset;
+    length = (type == GPUSHM_EXPORT_DMABUF ? limit : m->size) - offset;
+  if (!length)
+    return client_error(GPUSHM_E_INVAL, "offset %llu is the end of '%s': nothing to export",
+                        (unsigned long long)offset, m->name);
   memset(&d, 0, sizeof d);
   d.size = size;
   d.type = type;

@@ -387,11 +387,13 @@ typedef struct gpushm_export_desc {
 } gpushm_export_desc_t;
 #define GPUSHM_EXPORT_DESC_SIZE_V1 168u
 
-/* [offset, offset + length) of buf (length 0: to its end) as type says, in *out (its
- * size set).  GPUSHM_E_UNSUPPORTED for a type buf's memory or open cannot give (naming
- * the one that can), GPUSHM_E_PERM for a writable export of a read-only open,
- * GPUSHM_E_INVAL for a range outside buf or an alignment the type needs (dma-buf: whole
- * pages).  Nothing is sent to the daemon. */
+/* [offset, offset + length) of buf (length 0: to its end; a dma-buf's, to the end of
+ * its last page) as type says, in *out (its size set).  GPUSHM_E_UNSUPPORTED for a type
+ * buf's memory or open cannot give (naming the one that can), GPUSHM_E_PERM for a
+ * writable export of a read-only open, GPUSHM_E_INVAL for an empty range, one outside buf,
+ * an alignment the type needs (dma-buf: whole pages), or, in a child after fork(), a
+ * type other than GPUSHM_EXPORT_OPAQUE_FD and GPUSHM_EXPORT_FABRIC (the parent's
+ * mappings).  Nothing is sent to the daemon. */
 GPUSHM_API int gpushm_buffer_export(gpushm_buffer_t *buf, uint32_t type, uint64_t offset,
                                     uint64_t length, gpushm_export_desc_t *out);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct test_daemon d;
@@ -118,11 +119,38 @@ static void test_device(gpushm_t *conn)
         e.ptr == NULL && (fcntl(e.fd, F_GETFD) & FD_CLOEXEC));
   close(e.fd);
   CHECK_ERR(gpushm_buffer_export(none, GPUSHM_EXPORT_CUDA_VA, 0, 0, &e), GPUSHM_E_UNSUPPORTED);
+  /* a child keeps its parent's fd (as gpushm_buffer_memory_fd always gave it), never its
+   * mappings */
+  {
+    pid_t pid = fork();
+    int status;
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      gpushm_export_desc_t c = desc();
+      int ok = gpushm_buffer_export(none, GPUSHM_EXPORT_OPAQUE_FD, 0, 0, &c) == GPUSHM_OK &&
+               c.fd >= 0 &&
+               gpushm_buffer_export(b, GPUSHM_EXPORT_CUDA_VA, 0, 0, &c) == GPUSHM_E_INVAL;
+      _exit(ok ? 0 : 1);
+    }
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
   CHECK_OK(gpushm_buffer_close(none));
   CHECK_OK(gpushm_buffer_close(ro));
   CHECK_OK(gpushm_buffer_close(b));
+  /* length 0 is to the end: for a dma-buf, of the last page, however long the buffer */
+  CHECK_OK(gpushm_buffer_create(conn, "x-dev-odd", 2 * (uint64_t)page + 100, &opts, &b));
+  e = desc();
+  CHECK_OK(gpushm_buffer_export(b, GPUSHM_EXPORT_DMABUF, (uint64_t)page, 0, &e));
+  CHECK(e.fd >= 0 && e.length == 2 * (uint64_t)page);
+  close(e.fd);
+  CHECK_ERR(gpushm_buffer_export(b, GPUSHM_EXPORT_DMABUF, 3 * (uint64_t)page, 0, &e),
+            GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "nothing to export"));
+  CHECK_OK(gpushm_buffer_close(b));
   test_log("cuda-fd: device address (read-only too), dma-buf of whole pages (read-write "
-           "only), the allocation's fd for graphics; the rest refused naming what works");
+           "only, length 0 to the last page's end), the allocation's fd for graphics (in a "
+           "forked child too); the rest refused naming what works");
 }
 
 /* Registered memory opened read-only by another uid: the fd comes read-only, and says so;
