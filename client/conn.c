@@ -135,6 +135,18 @@ unsigned gpushm_protocol_version(const gpushm_t *conn)
   return conn ? conn->protocol_version : 0;
 }
 
+unsigned gpushm_daemon_family_version(const gpushm_t *conn, const char *family)
+{
+  const Gpushm__HelloReply *h = conn && conn->hello ? conn->hello->hello : NULL;
+
+  if (!h || !family)
+    return 0;
+  for (size_t i = 0; i < h->n_families; i++)
+    if (h->families[i] && h->families[i]->name && strcmp(h->families[i]->name, family) == 0)
+      return h->families[i]->version;
+  return 0;
+}
+
 const char *gpushm_daemon_version(const gpushm_t *conn)
 {
   return conn ? conn->daemon_version : NULL;

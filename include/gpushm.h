@@ -276,6 +276,11 @@ GPUSHM_API gpushm_backend_t gpushm_daemon_default_backend(const gpushm_t *conn);
 /* The protocol version negotiated with the daemon, and the daemon's package version. */
 GPUSHM_API unsigned gpushm_protocol_version(const gpushm_t *conn);
 GPUSHM_API const char *gpushm_daemon_version(const gpushm_t *conn);
+/* The version of a request family ("core", "admin", "graphics", ...) the daemon serves:
+ * it rises when the family gains a request or a request a field (docs/protocol.md lists
+ * what each version brought).  0 for a family the daemon does not have, and for every
+ * family of a daemon before 0.8, which did not say: ask gpushm_daemon_has() there. */
+GPUSHM_API unsigned gpushm_daemon_family_version(const gpushm_t *conn, const char *family);
 
 /* Bounds each later request on conn (sending it and waiting for the reply); a negative
  * timeout (GPUSHM_TIMEOUT_INFINITE), or 0, waits for ever.  A request that times out

@@ -89,6 +89,14 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   ctx->body.hello.default_backend = (Gpushm__Backend)registry_default_backend(call->reg, NULL);
   ctx->body.hello.pid_namespace = own_pid_namespace();
   ctx->body.hello.driver_version = (char *)backend_cuda_driver_version();
+  for (size_t i = 0; i < srv->n_families && i < HANDLER_FAMILIES_MAX; i++) {
+    gpushm__request_family__init(&ctx->families[i]);
+    ctx->families[i].name = (char *)srv->families[i]->name;
+    ctx->families[i].version = srv->families[i]->version;
+    ctx->family_ptrs[i] = &ctx->families[i];
+    ctx->body.hello.n_families = i + 1;
+  }
+  ctx->body.hello.families = ctx->family_ptrs;
   if ((r = reply_devices(ctx, &ctx->body.hello.devices, &ctx->body.hello.n_devices)) < 0)
     return r;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_HELLO;

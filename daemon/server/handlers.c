@@ -15,6 +15,14 @@
 static const struct handler_family *const families[] = {
   &handler_family_core, &handler_family_admin, &handler_family_graphics,
 };
+_Static_assert(sizeof families / sizeof families[0] <= HANDLER_FAMILIES_MAX,
+               "a hello reply has room for every family");
+
+size_t handler_families(const struct handler_family *const **out)
+{
+  *out = families;
+  return sizeof families / sizeof families[0];
+}
 
 int handler_check(const struct handler *h, unsigned body_case, uint64_t request_id, bool oneway,
                   const struct handler_peer_state *peer, char *msg, size_t msg_len)

@@ -33,6 +33,10 @@ struct handler_server {
   uint64_t features; /* PROTO_FEATURE_* offered in Hello replies */
   const struct status_page_owner *status;
   const struct request_counters *counters;
+  /* the request families, as handler_families() gives them, for Hello to list (the
+   * families cannot ask handlers.c, which names them) */
+  const struct handler_family *const *families;
+  size_t n_families;
   uint64_t (*uptime_ms)(void *ctx);
   uint32_t (*n_clients)(void *ctx);
   /* exact: counted now (a walk of /proc/self/fd); else as counted at most
@@ -70,6 +74,8 @@ struct handler_call {
 #define HANDLER_OWNED_MAX 20
 
 /* A reply under construction, and the storage it points into. */
+#define HANDLER_FAMILIES_MAX 8 /* families a hello reply can list */
+
 struct handler_reply {
   Gpushm__Reply reply;
   int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
@@ -93,6 +99,8 @@ struct handler_reply {
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Backend backends[GPUSHM_BACKEND_COUNT + 1]; /* + events, spelt as a backend */
+  Gpushm__RequestFamily families[HANDLER_FAMILIES_MAX]; /* a hello reply's */
+  Gpushm__RequestFamily *family_ptrs[HANDLER_FAMILIES_MAX];
   struct reg_export export;
   void *owned[HANDLER_OWNED_MAX]; /* freed by handler_reply_free */
   size_t n_owned;
@@ -123,9 +131,10 @@ struct handler {
 };
 
 /* A family of requests, each its own file and table (family_core.c, family_admin.c,
- * family_graphics.c): rows indexed by the request's body case, a version of its own
- * for the rows' since to count in.  A new capability is a family, not rows in a shared
- * file. */
+ * family_graphics.c): rows indexed by the request's body case, and a version of its own
+ * that Hello tells clients (HelloReply.families), raised when the family gains a request
+ * or a request a field, so a client asks the family, not the whole protocol, before it
+ * uses one.  A new capability is a family, not rows in a shared file. */
 struct handler_family {
   const char *name;
   unsigned version;
@@ -135,6 +144,10 @@ struct handler_family {
 extern const struct handler_family handler_family_core;
 extern const struct handler_family handler_family_admin;
 extern const struct handler_family handler_family_graphics;
+
+/* Every family, as Hello lists them: *out (static), the count (at most
+ * HANDLER_FAMILIES_MAX). */
+size_t handler_families(const struct handler_family *const **out);
 
 /* What the session knows of its client when a request comes. */
 struct handler_peer_state {

@@ -287,6 +287,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .disconnect = handler_disconnect,
     .detached = &srv->detached,
   };
+  srv->handler_server.n_families = handler_families(&srv->handler_server.families);
   srv->session_env = (struct session_env){
     .loop = loop,
     .reg = reg,

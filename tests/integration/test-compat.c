@@ -130,6 +130,14 @@ static void test_library_keeps_it(void)
   CHECK(gpushm_daemon_has(conn, GPUSHM_FEATURE_DISCONNECT));
   CHECK(!gpushm_daemon_has(conn, GPUSHM_FEATURE_FDSTORE)); /* no service manager here */
   CHECK(gpushm_daemon_backends(conn) & (1u << GPUSHM_BACKEND_HOST));
+  /* the request families, each with its version (0: a family this daemon lacks) */
+  CHECK(gpushm_daemon_family_version(conn, "core") == 1);
+  CHECK(gpushm_daemon_family_version(conn, "admin") == 1);
+  CHECK(gpushm_daemon_family_version(conn, "graphics") == 1);
+  CHECK(gpushm_daemon_family_version(conn, "timelines") == 0);
+  CHECK(gpushm_daemon_family_version(conn, "Core") == 0);
+  CHECK(gpushm_daemon_family_version(conn, NULL) == 0);
+  CHECK(gpushm_daemon_family_version(NULL, "core") == 0);
   /* a backend value from the future is "unsupported", not "invalid" */
   gpushm_create_opts_init(&opts);
   opts.backend = 9;
