@@ -73,9 +73,9 @@ struct handler_call {
 /* Allocations one reply may own: stats, the largest, makes 16 (a list page makes one). */
 #define HANDLER_OWNED_MAX 20
 
-/* A reply under construction, and the storage it points into. */
 #define HANDLER_FAMILIES_MAX 8 /* families a hello reply can list */
 
+/* A reply under construction, and the storage it points into. */
 struct handler_reply {
   Gpushm__Reply reply;
   int fds[GPUSHM_LIMIT_FDS_PER_FRAME]; /* sent with the reply on success */
