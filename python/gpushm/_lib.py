@@ -163,6 +163,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "gpushm_daemon_default_backend": (c_int, [_P]),
     "gpushm_protocol_version": (c_uint, [_P]),
     "gpushm_daemon_version": (c_char_p, [_P]),
+    "gpushm_daemon_family_version": (c_uint, [_P, c_char_p]),
     "gpushm_set_timeout": (c_int, [_P, c_int]),
     "gpushm_disconnect": (None, [_P]),
     "gpushm_instance_id": (c_uint64, [_P]),

@@ -312,6 +312,12 @@ class Connection(_Handle):
         _, c = self._live()
         return BACKEND_NAMES.get(lib.gpushm_daemon_default_backend(c), "default")
 
+    def family_version(self, family: str) -> int:
+        """The version of a request family ("core", "admin", "graphics", ...) the daemon
+        serves; 0 for one it lacks, and for every family of a daemon before 0.8."""
+        _, c = self._live()
+        return lib.gpushm_daemon_family_version(c, family.encode())
+
     def has_feature(self, feature: int) -> bool:
         """Whether the daemon offers a GPUSHM_FEATURE_* bit."""
         _, c = self._live()

@@ -108,6 +108,8 @@ def test_admin_dataclasses(conn, name):
         assert isinstance(s, gpushm.Stats) and s.buffers >= 1 and s.clients >= 1
         assert s.requests_by_type["create"][0] >= 1 and s.daemon_version == conn.daemon_version
         assert s.instance_id == conn.instance_id
+        assert conn.family_version("core") >= 1 and conn.family_version("admin") >= 1
+        assert conn.family_version("no such family") == 0
         assert any(u.backend == "host" and u.buffers >= 1 for u in s.usage)
         # The rows that describe themselves: the same figures, by Prometheus's names.
         assert s.metric("gpushm_clients").value == s.clients
