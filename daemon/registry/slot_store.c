@@ -99,6 +99,18 @@ static void detach(struct segment *seg)
   seg->persist_release = NULL;
 }
 
+/* No slot of seg is kept any more: both its records leave the store.  Returns how many. */
+static int forget(struct segment *seg, const struct reg_store *store)
+{
+  char memory[REG_RECORD_MAX], table[REG_RECORD_MAX];
+
+  records_of(seg->id, memory, table);
+  store->remove(store->ctx, memory);
+  store->remove(store->ctx, table);
+  detach(seg);
+  return 2;
+}
+
 bool slot_store_deposited(const struct segment *seg)
 {
   return seg->persist != NULL;
@@ -179,7 +191,6 @@ int slot_store_deposit(struct segment *seg, uint32_t slot, const struct slot_ent
 int slot_store_withdraw(struct segment *seg, uint32_t slot, const struct reg_store *store)
 {
   struct slot_table *t = seg->persist;
-  char memory[REG_RECORD_MAX], table[REG_RECORD_MAX];
   struct table_entry *entry;
 
   if (!t || slot >= t->n_slots || !(entry = entry_of(t, slot))->id)
@@ -188,14 +199,8 @@ int slot_store_withdraw(struct segment *seg, uint32_t slot, const struct reg_sto
   if (entry->metadata_len)
     (void)fallocate(t->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                     (off_t)(meta_offset(t->n_slots) + (uint64_t)slot * META_BYTES), META_BYTES);
-  if (--t->n_entries)
-    return 0;
   /* its last: the segment needs no keeping */
-  records_of(seg->id, memory, table);
-  store->remove(store->ctx, memory);
-  store->remove(store->ctx, table);
-  detach(seg);
-  return 2;
+  return --t->n_entries ? 0 : forget(seg, store);
 }
 
 int slot_store_open(const char *record, const struct reg_store *store,
@@ -300,18 +305,11 @@ void slot_store_clear(struct segment *seg, uint32_t slot)
 int slot_store_adopted(struct segment *seg, const struct reg_store *store)
 {
   struct slot_table *t = seg->persist;
-  char memory[REG_RECORD_MAX], table[REG_RECORD_MAX];
 
   if (!t)
     return 0;
   t->n_entries = 0;
   for (uint32_t i = 0; i < t->n_slots; i++)
     t->n_entries += entry_of(t, i)->id != 0;
-  if (t->n_entries)
-    return 0;
-  records_of(seg->id, memory, table);
-  store->remove(store->ctx, memory);
-  store->remove(store->ctx, table);
-  detach(seg);
-  return 2;
+  return t->n_entries ? 0 : forget(seg, store);
 }

@@ -375,6 +375,21 @@ static void test_metadata_survives_restart(void)
 #define TABLE_ENTRY 160u
 #define ENTRY_NAME 32u
 
+/* The first stored record whose name starts with prefix, mapped read-write (what any
+ * holder of its fd can do), whole: *len bytes. */
+static uint8_t *map_stored(const char *prefix, size_t *len)
+{
+  struct stat st;
+  uint8_t *map;
+  int i;
+
+  CHECK((i = fdstore_find(prefix)) >= 0 && fstat(fdstore[i].fd, &st) == 0);
+  map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fdstore[i].fd, 0);
+  CHECK(map != MAP_FAILED);
+  *len = (size_t)st.st_size;
+  return map;
+}
+
 /* What a hostile or broken store could hand a restarted daemon: a slot table entry
  * that is not whole drops that buffer alone; a table that is not one the daemon wrote
  * drops its segment's buffers, and both records leave the store. */
@@ -384,8 +399,7 @@ static void test_slot_table_damage(void)
   gpushm_buffer_t *b;
   char name[16];
   uint8_t *map, *seg_map;
-  struct stat st, seg_st;
-  int t, s;
+  size_t len, seg_len;
 
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
@@ -398,10 +412,8 @@ static void test_slot_table_damage(void)
   gpushm_disconnect(conn);
   fdstore_drain();
   kill_daemon();
-  CHECK((t = fdstore_find("gpushm1.t.")) >= 0 && fstat(fdstore[t].fd, &st) == 0);
-  map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fdstore[t].fd, 0);
-  CHECK(map != MAP_FAILED);
-  for (size_t off = TABLE_HEADER; off + TABLE_ENTRY <= (size_t)st.st_size; off += TABLE_ENTRY)
+  map = map_stored("gpushm1.t.", &len);
+  for (size_t off = TABLE_HEADER; off + TABLE_ENTRY <= len; off += TABLE_ENTRY)
     if (strcmp((char *)map + off + ENTRY_NAME, "dmg-1") == 0) {
       memset(map + off + ENTRY_NAME, 'x', TABLE_ENTRY - ENTRY_NAME); /* no end to the name */
       break;
@@ -416,13 +428,10 @@ static void test_slot_table_damage(void)
   /* The last daemon's clients may still map the whole segment and write where the
    * dropped buffer was (as this does, through the store's copy of its memfd): nothing
    * new is carved from an adopted segment. */
-  CHECK((s = fdstore_find("gpushm1.s.")) >= 0 && fstat(fdstore[s].fd, &seg_st) == 0);
-  seg_map = mmap(NULL, (size_t)seg_st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                 fdstore[s].fd, 0);
-  CHECK(seg_map != MAP_FAILED);
+  seg_map = map_stored("gpushm1.s.", &seg_len);
   CHECK_OK(gpushm_buffer_create(conn, "dmg-new", 4096, NULL, &b));
-  memset(seg_map, 0x5a, (size_t)seg_st.st_size);
-  munmap(seg_map, (size_t)seg_st.st_size);
+  memset(seg_map, 0x5a, seg_len);
+  munmap(seg_map, seg_len);
   for (int i = 0; i < 4096; i++)
     CHECK(((const uint8_t *)gpushm_buffer_ptr(b))[i] == 0);
   CHECK_OK(gpushm_unlink(conn, "dmg-new"));
@@ -433,7 +442,7 @@ static void test_slot_table_damage(void)
   /* a host segment's table naming a device (out of any range: counted by device, it
    * would index past the counters) */
   *(int32_t *)(map + TABLE_DEVICE) = 1000;
-  munmap(map, (size_t)st.st_size);
+  munmap(map, len);
   daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
   conn = daemon_connect(&d);
   CHECK_ERR(gpushm_buffer_open(conn, "dmg-0", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
@@ -445,11 +454,9 @@ static void test_slot_table_damage(void)
   gpushm_disconnect(conn);
   fdstore_drain();
   kill_daemon();
-  CHECK((t = fdstore_find("gpushm1.t.")) >= 0 && fstat(fdstore[t].fd, &st) == 0);
-  map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fdstore[t].fd, 0);
-  CHECK(map != MAP_FAILED);
+  map = map_stored("gpushm1.t.", &len);
   *(uint32_t *)map ^= 1u;
-  munmap(map, (size_t)st.st_size);
+  munmap(map, len);
   daemon_respawn_with(&d, fdstore_pass, NULL, NULL);
   conn = daemon_connect(&d);
   CHECK_ERR(gpushm_buffer_open(conn, "dmg-3", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_NOENT);
