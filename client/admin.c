@@ -48,8 +48,7 @@
   TEXT(buffer_info, name, name)                                                           \
   NUM(buffer_info, size, uint64_t, m->size)                                               \
   NUM(buffer_info, allocated, uint64_t, m->allocated)                                     \
-  NUM(buffer_info, kind, gpushm_kind_t,                                                   \
-      m->image ? GPUSHM_KIND_IMAGE : client_kind_of_wire(m->backend))                     \
+  NUM(buffer_info, kind, gpushm_kind_t, client_kind_of_info(m))                           \
   NUM(buffer_info, backend, gpushm_backend_t, client_backend_of_wire(m->backend))         \
   NUM(buffer_info, device, int32_t, m->device)                                            \
   NUM(buffer_info, owner_uid, uint32_t, m->owner_uid)                                     \

@@ -465,9 +465,18 @@ static int check_open_reply(const Gpushm__OpenReply *open, bool event)
 {
   const Gpushm__BufferInfo *info = open->info;
 
+  gpushm_kind_t kind;
+
   if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN)
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
-  if ((client_kind_of_wire(info->backend) == GPUSHM_KIND_EVENT) != event)
+  kind = client_kind_of_info(info);
+  if (kind != GPUSHM_KIND_BUFFER && kind != GPUSHM_KIND_EVENT && kind != GPUSHM_KIND_IMAGE)
+    return client_error(GPUSHM_E_PROTO, "daemon answered an open with kind %d, which this "
+                        "libgpushm does not know", (int)kind);
+  if ((kind == GPUSHM_KIND_IMAGE) != (info->image != NULL))
+    return client_error(GPUSHM_E_PROTO, "malformed open reply: kind and image description "
+                        "disagree");
+  if ((kind == GPUSHM_KIND_EVENT) != event)
     return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s",
                         event ? "an event" : "a buffer", event ? "a buffer" : "an event");
   return 0;
@@ -489,7 +498,7 @@ static struct client_mapping *new_mapping(const gpushm_t *conn, const Gpushm__Op
   m->read_only = open->read_only;
   memcpy(m->name, info->name, strlen(info->name) + 1);
   m->users = 1;
-  m->kind = client_kind_of_wire(info->backend);
+  m->kind = client_kind_of_info(info);
   m->backend = client_backend_of_wire(info->backend);
   m->owner_uid = info->owner_uid;
   m->owner_gid = info->owner_gid;
@@ -501,7 +510,6 @@ static struct client_mapping *new_mapping(const gpushm_t *conn, const Gpushm__Op
     memcpy(m->device_uuid, info->device_uuid.data, sizeof m->device_uuid);
   if (info->image) {
     m->is_image = true;
-    m->kind = GPUSHM_KIND_IMAGE;
     m->image.size = sizeof m->image;
     m->image.format = info->image->format;
     m->image.width = info->image->width;
@@ -878,10 +886,15 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   }
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
-  /* An event's backend is the wire's business: opts.backend is ignored for events, and
-   * a buffer cannot ask for the value that spells one. */
+  /* opts.backend is ignored for events, which have none; a buffer cannot ask for the
+   * value that spelt one before Kind, which daemons before 0.8 (no "core" family) still
+   * need. */
+  body.kind = event ? GPUSHM__KIND__KIND_EVENT
+              : image ? GPUSHM__KIND__KIND_IMAGE
+                      : GPUSHM__KIND__KIND_BUFFER;
   if (event)
-    body.backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+    body.backend = gpushm_daemon_family_version(conn, "core") ? GPUSHM__BACKEND__BACKEND_UNSPECIFIED
+                                                              : GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
   else if (opts.backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
     return client_error(GPUSHM_E_INVAL, "backend %u is reserved: events are made with "
                         "gpushm_event_create()", opts.backend);

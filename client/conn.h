@@ -48,7 +48,24 @@ struct gpushm {
   uint8_t tx[WIRE_FRAME_MAX];
 };
 
-/* The wire spells an event as a backend (BACKEND_CUDA_EVENT); the API has kinds. */
+/* The wire's Kind and the API's are one numbering: a kind this library does not know
+ * (a newer daemon's) reaches listings as its number. */
+_Static_assert(GPUSHM__KIND__KIND_BUFFER == (int)GPUSHM_KIND_BUFFER &&
+               GPUSHM__KIND__KIND_EVENT == (int)GPUSHM_KIND_EVENT &&
+               GPUSHM__KIND__KIND_IMAGE == (int)GPUSHM_KIND_IMAGE, "kinds as the wire has them");
+
+/* What an object is: its kind, or from a daemon before 0.8 (no kind) what spelt it then,
+ * an event's backend and an image's description. */
+static inline gpushm_kind_t client_kind_of_info(const Gpushm__BufferInfo *info)
+{
+  if (info->kind != GPUSHM__KIND__KIND_UNSPECIFIED)
+    return (gpushm_kind_t)info->kind;
+  return info->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT ? GPUSHM_KIND_EVENT
+         : info->image                                        ? GPUSHM_KIND_IMAGE
+                                                              : GPUSHM_KIND_BUFFER;
+}
+
+/* Stats rows by backend (frozen before Kind) spell an event as BACKEND_CUDA_EVENT. */
 static inline gpushm_kind_t client_kind_of_wire(Gpushm__Backend backend)
 {
   return backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT ? GPUSHM_KIND_EVENT : GPUSHM_KIND_BUFFER;

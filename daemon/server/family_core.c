@@ -104,10 +104,43 @@ static int handle_hello(struct handler_call *call, const Gpushm__Request *req, s
   return 0;
 }
 
+/* Whether a create asks for an event: by its kind, or (a client before 0.8, or one that
+ * names no kind) by the backend that spelt one. */
+static bool create_is_event(const Gpushm__CreateRequest *cr)
+{
+  return cr->kind ? cr->kind == GPUSHM__KIND__KIND_EVENT
+                  : cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+}
+
+/* A kind that contradicts the rest of the request is refused, not guessed at. */
+static int check_create_kind(const Gpushm__CreateRequest *cr, struct handler_reply *ctx)
+{
+  switch (cr->kind) {
+  case GPUSHM__KIND__KIND_UNSPECIFIED:
+    return 0;
+  case GPUSHM__KIND__KIND_EVENT:
+    if (cr->backend && cr->backend != GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
+      return reply_fail(ctx, PROTO_E_INVAL, "an event has no backend");
+    return 0;
+  case GPUSHM__KIND__KIND_BUFFER:
+  case GPUSHM__KIND__KIND_IMAGE:
+    if (cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
+      return reply_fail(ctx, PROTO_E_INVAL, "backend 4 spells an event, not memory");
+    if ((cr->kind == GPUSHM__KIND__KIND_IMAGE) != (cr->image != NULL))
+      return reply_fail(ctx, PROTO_E_INVAL, cr->image ? "an image description in a create "
+                        "of kind buffer" : "a create of kind image needs its description");
+    return 0;
+  default:
+    snprintf(ctx->msg, sizeof ctx->msg, "kind %d is unknown to gpushmd %s", (int)cr->kind,
+             PACKAGE_VERSION);
+    return PROTO_E_UNSUPPORTED;
+  }
+}
+
 static int handle_create(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const Gpushm__CreateRequest *cr = req->create;
-  const bool event = cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+  const bool event = create_is_event(cr);
   struct reg_create_args args = {
     .kind = event ? REG_EVENT : REG_BUFFER,
     .name = cr->name,
@@ -127,6 +160,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
   const struct reg_object *b;
   int r;
 
+  if ((r = check_create_kind(cr, ctx)) < 0)
+    return r;
   if (cr->image) {
     /* A field an older client cannot send; a newer one names the feature with it. */
     if (!(call->features & PROTO_FEATURE_GRAPHICS))
@@ -161,7 +196,9 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
 static int create_device(const struct handler_call *call, const Gpushm__Request *req)
 {
   const Gpushm__CreateRequest *cr = req->create;
-  int effective = cr->backend ? (int)cr->backend : registry_default_backend(call->reg, call->policy);
+  int effective = create_is_event(cr) ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT
+                  : cr->backend       ? (int)cr->backend
+                                      : registry_default_backend(call->reg, call->policy);
 
   return effective != PROTO_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
 }

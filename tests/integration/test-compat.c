@@ -6,9 +6,15 @@
 #include "config.h"
 #include "harness.h"
 #include "raw.h"
+#include "gpushm-admin.h"
+#include "server/status.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct test_daemon d;
@@ -194,6 +200,189 @@ static void test_ipc_fences(void)
            "a fenced one is refused to it by name");
 }
 
+/* A create's kind (0.8) and what replies say of it: a kind that contradicts the rest of
+ * the request is refused, one from the future is "unsupported"; an event a 0.7 library
+ * makes the old way (backend 4) is an event, and every reply still spells an event's
+ * backend as 4 for readers before Kind. */
+static int raw_create_kind(int sock, const char *name, Gpushm__Kind kind, Gpushm__Backend backend,
+                           Gpushm__Kind *kind_out, Gpushm__Backend *backend_out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CreateRequest cr = GPUSHM__CREATE_REQUEST__INIT;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME], status;
+  unsigned n = 0;
+  Gpushm__Reply *r;
+
+  cr.name = (char *)name;
+  cr.size = kind == GPUSHM__KIND__KIND_EVENT || backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT
+              ? 0 : 4096;
+  cr.kind = kind;
+  cr.backend = backend;
+  cr.device = 0;
+  req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+  req.create = &cr;
+  CHECK((r = raw_call(sock, &req, fds, &n)) != NULL);
+  for (unsigned i = 0; i < n; i++)
+    close(fds[i]);
+  status = (int)r->status;
+  if (!status) {
+    CHECK(r->open && r->open->info);
+    *kind_out = r->open->info->kind;
+    *backend_out = r->open->info->backend;
+  }
+  gpushm__reply__free_unpacked(r, NULL);
+  return status;
+}
+
+static void test_kinds(void)
+{
+  int sock = raw_connect(d.socket), status_fd;
+  gpushm_t *conn = daemon_connect(&d);
+  gpushm_event_t *ev;
+  gpushm_buffer_list_t *list;
+  Gpushm__Backend backend;
+  Gpushm__Kind kind;
+  unsigned seen = 0;
+
+  CHECK(raw_hello(sock, "gpushm-0.7.0", &status_fd) == 0);
+  close(status_fd);
+  CHECK(raw_create_kind(sock, "old-event", GPUSHM__KIND__KIND_UNSPECIFIED,
+                        GPUSHM__BACKEND__BACKEND_CUDA_EVENT, &kind, &backend) == 0);
+  CHECK(kind == GPUSHM__KIND__KIND_EVENT && backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT);
+  CHECK(raw_create_kind(sock, "new-event", GPUSHM__KIND__KIND_EVENT,
+                        GPUSHM__BACKEND__BACKEND_UNSPECIFIED, &kind, &backend) == 0);
+  CHECK(kind == GPUSHM__KIND__KIND_EVENT && backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT);
+  CHECK(raw_create_kind(sock, "plain", GPUSHM__KIND__KIND_BUFFER, GPUSHM__BACKEND__BACKEND_HOST,
+                        &kind, &backend) == 0);
+  CHECK(kind == GPUSHM__KIND__KIND_BUFFER && backend == GPUSHM__BACKEND__BACKEND_HOST);
+  /* contradictions and the future */
+  CHECK(raw_create_kind(sock, "bad", GPUSHM__KIND__KIND_EVENT, GPUSHM__BACKEND__BACKEND_HOST,
+                        &kind, &backend) == -GPUSHM_E_INVAL);
+  CHECK(raw_create_kind(sock, "bad", GPUSHM__KIND__KIND_BUFFER,
+                        GPUSHM__BACKEND__BACKEND_CUDA_EVENT, &kind, &backend) == -GPUSHM_E_INVAL);
+  CHECK(raw_create_kind(sock, "bad", GPUSHM__KIND__KIND_IMAGE, GPUSHM__BACKEND__BACKEND_HOST,
+                        &kind, &backend) == -GPUSHM_E_INVAL);
+  CHECK(raw_create_kind(sock, "bad", (Gpushm__Kind)7, GPUSHM__BACKEND__BACKEND_HOST, &kind,
+                        &backend) == -GPUSHM_E_UNSUPPORTED);
+  /* today's library opens both events and lists each as the kind it is */
+  CHECK_OK(gpushm_event_open(conn, "old-event", &ev));
+  CHECK_OK(gpushm_event_close(ev));
+  CHECK_OK(gpushm_event_open(conn, "new-event", &ev));
+  CHECK_OK(gpushm_event_close(ev));
+  CHECK_OK(gpushm_list(conn, 0, &list));
+  for (size_t i = 0; i < gpushm_buffer_list_count(list); i++) {
+    const gpushm_buffer_info_t *info = gpushm_buffer_list_get(list, i);
+    const char *name = gpushm_buffer_info_name(info);
+    if (strcmp(name, "plain") == 0)
+      seen += gpushm_buffer_info_kind(info) == GPUSHM_KIND_BUFFER;
+    else if (strcmp(name, "old-event") == 0 || strcmp(name, "new-event") == 0)
+      seen += gpushm_buffer_info_kind(info) == GPUSHM_KIND_EVENT &&
+              gpushm_buffer_info_backend(info) == GPUSHM_BACKEND_DEFAULT;
+  }
+  CHECK(seen == 3);
+  gpushm_buffer_list_free(list);
+  close(sock);
+  gpushm_disconnect(conn);
+  test_log("kinds: a create's kind is checked against its backend and image; events made "
+           "the 0.7 way and the 0.8 way are alike, listed as events with no backend");
+}
+
+/* Against a daemon before 0.8, which sends no kind: today's library tells an event by
+ * its backend and an image by its description, as before.  A stand-in daemon answers a
+ * list with one of each. */
+static void serve_pre_kind_daemon(int listener, struct status_page_owner *page_owner)
+{
+  static uint8_t rx[WIRE_RECV_BUF], tx[WIRE_FRAME_MAX];
+  int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+  struct wire_frame frame;
+  const char *why = NULL;
+
+  CHECK(conn >= 0);
+  while (wire_recv_frame(conn, rx, WIRE_TYPE_REQUEST, 0, &frame, &why) == 0) {
+    Gpushm__Request *req = gpushm__request__unpack(NULL, frame.header.body_len, frame.body);
+    Gpushm__Reply r = GPUSHM__REPLY__INIT;
+    Gpushm__HelloReply h = GPUSHM__HELLO_REPLY__INIT;
+    Gpushm__ListReply l = GPUSHM__LIST_REPLY__INIT;
+    Gpushm__BufferInfo infos[3] = { GPUSHM__BUFFER_INFO__INIT, GPUSHM__BUFFER_INFO__INIT,
+                                    GPUSHM__BUFFER_INFO__INIT };
+    Gpushm__BufferInfo *ptrs[3] = { &infos[0], &infos[1], &infos[2] };
+    Gpushm__ImageDesc image = GPUSHM__IMAGE_DESC__INIT;
+    int page = -1;
+    long len;
+    char err[128];
+
+    CHECK(req);
+    r.request_id = req->request_id;
+    if (req->body_case == GPUSHM__REQUEST__BODY_HELLO) {
+      CHECK(status_page_export(page_owner, &page, err, sizeof err) == 0);
+      h.protocol_version = h.min_version = h.max_version = GPUSHM_PROTOCOL_VERSION;
+      h.daemon_version = "0.7.1";
+      h.instance_id = 7;
+      r.body_case = GPUSHM__REPLY__BODY_HELLO;
+      r.hello = &h;
+    } else if (req->body_case == GPUSHM__REQUEST__BODY_LIST) {
+      infos[0].name = "an-event";
+      infos[0].backend = GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
+      infos[1].name = "an-image";
+      infos[1].backend = GPUSHM__BACKEND__BACKEND_HOST;
+      infos[1].image = &image;
+      infos[2].name = "a-buffer";
+      infos[2].backend = GPUSHM__BACKEND__BACKEND_HOST;
+      l.buffers = ptrs;
+      l.n_buffers = 3;
+      r.body_case = GPUSHM__REPLY__BODY_LIST;
+      r.list = &l;
+    } else {
+      r.status = -GPUSHM_E_UNSUPPORTED;
+    }
+    len = wire_encode(tx, WIRE_TYPE_REPLY, &r.base, page >= 0);
+    CHECK(len > 0 && wire_send_frame(conn, tx, (size_t)len, &page, page >= 0, 0) == 0);
+    if (page >= 0)
+      close(page);
+    gpushm__request__free_unpacked(req, NULL);
+  }
+  close(conn);
+}
+
+static void test_pre_kind_daemon(void)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  char dir[] = "/tmp/gpushm-compat.XXXXXX", err[128];
+  struct status_page_owner page_owner;
+  int listener, status;
+  pid_t pid;
+
+  CHECK(mkdtemp(dir));
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s/0.7.sock", dir);
+  CHECK(status_page_create(&page_owner, err, sizeof err) == 0);
+  CHECK((listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) >= 0);
+  CHECK(bind(listener, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(listener, 1) == 0);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    gpushm_buffer_list_t *list;
+    gpushm_t *conn;
+
+    CHECK_OK(gpushm_connect(addr.sun_path, "compat", &conn));
+    CHECK(gpushm_daemon_family_version(conn, "core") == 0);
+    CHECK_OK(gpushm_list(conn, 0, &list));
+    CHECK(gpushm_buffer_list_count(list) == 3);
+    CHECK(gpushm_buffer_info_kind(gpushm_buffer_list_get(list, 0)) == GPUSHM_KIND_EVENT);
+    CHECK(gpushm_buffer_info_backend(gpushm_buffer_list_get(list, 0)) == GPUSHM_BACKEND_DEFAULT);
+    CHECK(gpushm_buffer_info_kind(gpushm_buffer_list_get(list, 1)) == GPUSHM_KIND_IMAGE);
+    CHECK(gpushm_buffer_info_kind(gpushm_buffer_list_get(list, 2)) == GPUSHM_KIND_BUFFER);
+    gpushm_buffer_list_free(list);
+    gpushm_disconnect(conn);
+    _exit(0);
+  }
+  serve_pre_kind_daemon(listener, &page_owner);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(listener);
+  unlink(addr.sun_path);
+  rmdir(dir);
+  status_page_destroy(&page_owner);
+  test_log("a daemon before Kind: events, images and buffers told apart as before");
+}
+
 int main(void)
 {
   const char *fake = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -204,6 +393,7 @@ int main(void)
   test_negotiation();
   test_library_keeps_it();
   daemon_stop(&d);
+  test_pre_kind_daemon();
   /* A daemon whose default is device memory (the installed settings on a GPU host)
    * still gives a 0.1 client host memory when it names no backend. */
   if (fake && access(fake, R_OK) == 0) {
@@ -212,6 +402,7 @@ int main(void)
     daemon_start(&d, "--default-backend", "cuda-fd", NULL);
     test_frozen_v1_client();
     test_ipc_fences();
+    test_kinds();
     daemon_stop(&d);
   }
   return 0;
