@@ -252,6 +252,18 @@ static void free_found_in(void)
   found_in = NULL;
 }
 
+gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags)
+{
+  gpushm_open_opts_t o;
+  gpushm_buffer_t *b;
+
+  gpushm_open_opts_init(&o);
+  o.map_device = GPUSHM_DEVICE_NONE;
+  o.flags = flags;
+  CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
+  return b;
+}
+
 const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name)
 {
   static bool registered;

@@ -77,6 +77,9 @@ gpushm_stats_t *daemon_stats(const struct test_daemon *d);
 /* Looks a buffer or event up by name in the list the connection sees (the last of that
  * name): NULL if there is none.  What it returns stays valid until the next call. */
 const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name);
+/* Opens name with no CUDA mapping (map_device GPUSHM_DEVICE_NONE), as exporters and
+ * graphics importers take it, with open flags; fails the test if it cannot. */
+gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags);
 /* Polls until pred(d) is true, up to about 10 s; false if it never was. */
 int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
                void *arg);

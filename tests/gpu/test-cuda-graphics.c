@@ -57,17 +57,6 @@ static void open_vk(struct vkc *c)
   }
 }
 
-static gpushm_buffer_t *open_for_graphics(gpushm_t *conn, const char *name)
-{
-  gpushm_open_opts_t o;
-  gpushm_buffer_t *b;
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = GPUSHM_OPEN_READONLY;
-  CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
-  return b;
-}
-
 /* ---- CUDA roles ------------------------------------------------------------------- */
 
 static void cuda_produce_buffer(const char *name, uint32_t seed)
@@ -282,7 +271,7 @@ static void vk_check_buffer(const char *name, uint32_t seed)
   struct vkc c;
 
   open_vk(&c);
-  b = open_for_graphics(conn, name);
+  b = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, &vb) < 0) {
     fprintf(stderr, "import: %s\n", c.gpushm.error);
     exit(1);
@@ -307,7 +296,7 @@ static void vk_check_linear(const char *name, uint32_t seed)
   struct vkc c;
 
   open_vk(&c);
-  img = open_for_graphics(conn, name);
+  img = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_buffer_image_desc(img, &desc));
   if (gpushm_vk_import_image(&c.gpushm, img, &vi) < 0) {
     fprintf(stderr, "import: %s\n", c.gpushm.error);
@@ -341,7 +330,7 @@ static void gl_check_buffer(const char *name, uint32_t seed)
     fprintf(stderr, "GL on a GPU host: %s %s\n", why, gl.error);
     exit(1);
   }
-  b = open_for_graphics(conn, name);
+  b = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   if (gpushm_gl_import_buffer(&gl, b, 0, &buffer, &memory) < 0) {
     fprintf(stderr, "import: %s\n", gl.error);
     exit(1);

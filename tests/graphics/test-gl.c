@@ -75,23 +75,12 @@ static void registrar(void)
   gpushm_disconnect(conn);
 }
 
-static gpushm_buffer_t *open_with(gpushm_t *conn, const char *name, unsigned flags)
-{
-  gpushm_open_opts_t o;
-  gpushm_buffer_t *b;
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = flags;
-  CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
-  return b;
-}
-
 /* Read-only where the memory imports so (NVIDIA's); a memfd kept read-only is refused
  * by the helper, naming the cure, and opened read-write. */
 static gpushm_buffer_t *open_for_graphics(gpushm_gl_t *gl, gpushm_t *conn, const char *name,
                                           bool texture)
 {
-  gpushm_buffer_t *b = open_with(conn, name, GPUSHM_OPEN_READONLY);
+  gpushm_buffer_t *b = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   GLuint object = 0, memory = 0;
 
   if (!kept_read_only(b))
@@ -101,7 +90,7 @@ static gpushm_buffer_t *open_for_graphics(gpushm_gl_t *gl, gpushm_t *conn, const
             GPUSHM_E_UNSUPPORTED);
   CHECK(strstr(gl->error, "open it read-write") && object == 0 && memory == 0);
   CHECK_OK(gpushm_buffer_close(b));
-  return open_with(conn, name, 0);
+  return open_unmapped(conn, name, 0);
 }
 
 static void consumer(void)
@@ -194,7 +183,7 @@ static void mismatch(void)
   CHECK_OK(gpushm_register_memory(conn, "gl-elsewhere", &m, NULL, &reg));
   close(fd);
   CHECK(eglc_open(&e, why, sizeof why) == 0 && gpushm_gl_init(&gl, eglc_proc) == 0);
-  b = open_with(conn, "gl-elsewhere", GPUSHM_OPEN_READONLY);
+  b = open_unmapped(conn, "gl-elsewhere", GPUSHM_OPEN_READONLY);
   CHECK_ERR(gpushm_gl_import_buffer(&gl, b, 0, &buffer, &memory), GPUSHM_E_UNSUPPORTED);
   fprintf(stderr, "# %s\n", gl.error);
   CHECK(strstr(gl.error, "77777777-7777") && strstr(gl.error, (const char *)gl.GetString(GL_RENDERER)));

@@ -120,18 +120,6 @@ static void registrar(void)
   gpushm_disconnect(conn);
 }
 
-static gpushm_buffer_t *open_for_graphics(gpushm_t *conn, const char *name, unsigned flags)
-{
-  gpushm_open_opts_t o;
-  gpushm_buffer_t *b;
-
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = flags;
-  CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
-  return b;
-}
-
 /* The consumer of what the registrar left. */
 static void consumer(void)
 {
@@ -147,7 +135,7 @@ static void consumer(void)
   open_vk(&c);
   CHECK_OK(gpushm_connect(socket_path, "vk-consumer", &conn));
   CHECK(vkc_host_buffer(&c, W * H * 4, &rb) == 0);
-  b = open_for_graphics(conn, "vk-buffer", GPUSHM_OPEN_READONLY);
+  b = open_unmapped(conn, "vk-buffer", GPUSHM_OPEN_READONLY);
   /* write usage on a read-only open: refused before anything is imported */
   CHECK_ERR(gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_DST_BIT, &vb),
             GPUSHM_E_PERM);
@@ -156,7 +144,7 @@ static void consumer(void)
               GPUSHM_E_UNSUPPORTED);
     CHECK(strstr(c.gpushm.error, "open it read-write"));
     CHECK_OK(gpushm_buffer_close(b));
-    b = open_for_graphics(conn, "vk-buffer", 0);
+    b = open_unmapped(conn, "vk-buffer", 0);
   }
   if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                               VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, &vb) < 0) {
@@ -172,11 +160,11 @@ static void consumer(void)
   CHECK(vkv_words(&c, vb.buffer, 0, W * H * 4, W * H, 0xb0ff0001u, 0, 0) == W * H);
   gpushm_vk_destroy_buffer(&c.gpushm, &vb);
 
-  img = open_for_graphics(conn, "vk-image", GPUSHM_OPEN_READONLY);
+  img = open_unmapped(conn, "vk-image", GPUSHM_OPEN_READONLY);
   if (kept_read_only(img)) {
     CHECK_ERR(gpushm_vk_import_image(&c.gpushm, img, &vi), GPUSHM_E_UNSUPPORTED);
     CHECK_OK(gpushm_buffer_close(img));
-    img = open_for_graphics(conn, "vk-image", 0);
+    img = open_unmapped(conn, "vk-image", 0);
   }
   if (gpushm_vk_import_image(&c.gpushm, img, &vi) < 0) {
     fprintf(stderr, "import image: %s\n", c.gpushm.error);
@@ -313,7 +301,7 @@ static void mismatch(void)
   CHECK_OK(gpushm_register_memory(conn, "elsewhere", &m, NULL, &reg));
   close(fd);
   open_vk(&c);
-  b = open_for_graphics(conn, "elsewhere", 0);
+  b = open_unmapped(conn, "elsewhere", 0);
   CHECK_ERR(gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb),
             GPUSHM_E_UNSUPPORTED);
   fprintf(stderr, "# %s\n", c.gpushm.error);

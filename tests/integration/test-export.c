@@ -23,18 +23,6 @@ static gpushm_export_desc_t desc(void)
   return (gpushm_export_desc_t){ .size = sizeof(gpushm_export_desc_t) };
 }
 
-static gpushm_buffer_t *open_none(gpushm_t *conn, const char *name, unsigned flags)
-{
-  gpushm_open_opts_t o;
-  gpushm_buffer_t *b;
-
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = flags;
-  CHECK_OK(gpushm_buffer_open_ex(conn, name, 0, &o, &b));
-  return b;
-}
-
 /* Host memory: its pointer, page-aligned, the range at its offset; no fd, no device
  * address, no dma-buf. */
 static void test_host(gpushm_t *conn)
@@ -112,7 +100,7 @@ static void test_device(gpushm_t *conn)
   CHECK(e.access == GPUSHM_OPEN_READONLY);
   CHECK_ERR(gpushm_buffer_export(ro, GPUSHM_EXPORT_DMABUF, 0, (uint64_t)page, &e), GPUSHM_E_PERM);
   /* for graphics: the allocation's fd, and the range's offset in it */
-  none = open_none(conn, "x-dev", 0);
+  none = open_unmapped(conn, "x-dev", 0);
   e = desc();
   CHECK_OK(gpushm_buffer_export(none, GPUSHM_EXPORT_OPAQUE_FD, 4096, 100, &e));
   CHECK(e.fd >= 0 && e.offset == 4096 && e.length == 100 && e.allocation_size >= (2u << 20) &&
@@ -183,7 +171,7 @@ static void test_registered(gpushm_t *conn)
     gpushm_t *c;
     gpushm_buffer_t *b;
     CHECK_OK(gpushm_connect(d.socket, "x-reader", &c));
-    b = open_none(c, "x-reg", GPUSHM_OPEN_READONLY);
+    b = open_unmapped(c, "x-reg", GPUSHM_OPEN_READONLY);
     CHECK_OK(gpushm_buffer_export(b, GPUSHM_EXPORT_OPAQUE_FD, 0, 0, &e));
     CHECK(e.allocation_size == 1 << 16 && e.offset == 0 && e.length == 1 << 16 &&
           (e.flags & GPUSHM_EXPORT_DEDICATED) && (e.flags & GPUSHM_EXPORT_READ_ONLY_FD) &&

@@ -170,10 +170,7 @@ static void consume_registered(const char *socket, const uint8_t uuid[16])
   int fd;
 
   CHECK_OK(gpushm_connect(socket, "graphics-consumer", &conn));
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = GPUSHM_OPEN_READONLY;
-  CHECK_OK(gpushm_buffer_open_ex(conn, "exported", 0, &o, &b));
+  b = open_unmapped(conn, "exported", GPUSHM_OPEN_READONLY);
   CHECK(gpushm_buffer_backend(b) == GPUSHM_BACKEND_EXTERNAL && gpushm_buffer_ptr(b) == NULL);
   CHECK_OK(gpushm_buffer_memory_info(b, &info));
   CHECK(info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD && info.allocation_size == MEM_BYTES &&
@@ -203,7 +200,8 @@ static void consume_registered(const char *socket, const uint8_t uuid[16])
   CHECK(check_words(p, MEM_BYTES / 4, PATTERN));
   munmap(p, MEM_BYTES);
   close(fd);
-  o.flags = 0;
+  gpushm_open_opts_init(&o);
+  o.map_device = GPUSHM_DEVICE_NONE;
   CHECK_ERR(gpushm_buffer_open_ex(conn, "exported", 0, &o, &again), GPUSHM_E_PERM);
   o.flags = GPUSHM_OPEN_READONLY;
   CHECK_OK(gpushm_buffer_memory_fd(b, &fd));
@@ -552,12 +550,7 @@ static void test_registered_image_sizes(const struct test_daemon *daemon)
       gpushm__reply__free_unpacked(r, NULL);
     }
     CHECK_OK(gpushm_connect(daemon->socket, "reader", &c));
-    {
-      gpushm_open_opts_t o;
-      gpushm_open_opts_init(&o);
-      o.map_device = GPUSHM_DEVICE_NONE;
-      CHECK_OK(gpushm_buffer_open_ex(c, "raw-image", 0, &o, &x));
-    }
+    x = open_unmapped(c, "raw-image", 0);
     CHECK_OK(gpushm_buffer_image_desc(x, &got));
     CHECK(got.row_pitch == 256 && gpushm_buffer_size(x) == 16384);
     CHECK_OK(gpushm_buffer_close(x));
