@@ -14,11 +14,14 @@
 #include "conn.h"
 #include "buffer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 /* The message behind each public type, for the table's generators. */
 #define MSG_buffer_info Gpushm__BufferInfo
@@ -238,30 +241,26 @@ int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
   return copy_uuid(m ? &m->uuid : NULL, uuid, "dev");
 }
 
-const char *gpushm_metric_value_text(const gpushm_metric_t *metric, char *out, size_t len)
+/* value * 10^exponent in decimal, exact: no trailing zeros after the point. */
+static const char *scaled_text(uint64_t value, int32_t exponent, char *out, size_t len)
 {
-  const Gpushm__Metric *m = ADMIN_MSG(metric, metric);
   char digits[32];
   int n, point;
 
   if (!out || !len)
     return out;
-  out[0] = '\0';
-  if (!m)
-    return out;
-  n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)m->value);
-  if (m->exponent >= 0) {
+  n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
+  if (exponent >= 0) {
     /* whole: the digits and as many zeros (a daemon sends small exponents) */
-    snprintf(out, len, "%s%.*s", digits, m->exponent > 18 ? 18 : (int)m->exponent,
+    snprintf(out, len, "%s%.*s", digits, exponent > 18 ? 18 : (int)exponent,
              "000000000000000000");
     return out;
   }
-  point = n + m->exponent; /* digits before the point */
+  point = n + exponent; /* digits before the point */
   if (point > 0)
     snprintf(out, len, "%.*s.%s", point, digits, digits + point);
   else
     snprintf(out, len, "0.%.*s%s", -point > 18 ? 18 : -point, "000000000000000000", digits);
-  /* no trailing zeros after the point, nor a bare point */
   if (strchr(out, '.')) {
     size_t end = strlen(out);
     while (end > 0 && out[end - 1] == '0')
@@ -270,6 +269,65 @@ const char *gpushm_metric_value_text(const gpushm_metric_t *metric, char *out, s
       out[--end] = '\0';
   }
   return out;
+}
+
+const char *gpushm_metric_value_text(const gpushm_metric_t *metric, char *out, size_t len)
+{
+  const Gpushm__Metric *m = ADMIN_MSG(metric, metric);
+
+  if (out && len)
+    out[0] = '\0';
+  return m ? scaled_text(m->value, m->exponent, out, len) : out;
+}
+
+/* A histogram's buckets as a reader may use them: one more than its bounds, the bounds
+ * ascending; anything else reads as no buckets (a daemon's bug must not print a
+ * histogram Prometheus rejects). */
+static const Gpushm__Metric *histogram_of(const gpushm_metric_t *metric)
+{
+  const Gpushm__Metric *m = ADMIN_MSG(metric, metric);
+
+  if (!m || m->type != GPUSHM__METRIC_TYPE__METRIC_HISTOGRAM || !m->n_bounds ||
+      m->n_buckets != m->n_bounds + 1)
+    return NULL;
+  for (size_t i = 1; i < m->n_bounds; i++)
+    if (m->bounds[i] <= m->bounds[i - 1])
+      return NULL;
+  return m;
+}
+
+uint64_t gpushm_metric_observations(const gpushm_metric_t *metric)
+{
+  const Gpushm__Metric *m = ADMIN_MSG(metric, metric);
+  return m && m->type == GPUSHM__METRIC_TYPE__METRIC_HISTOGRAM ? m->count : 0;
+}
+
+size_t gpushm_metric_bucket_count(const gpushm_metric_t *metric)
+{
+  const Gpushm__Metric *m = histogram_of(metric);
+  return m ? m->n_bounds : 0;
+}
+
+const char *gpushm_metric_bucket_le_text(const gpushm_metric_t *metric, size_t i, char *out,
+                                         size_t len)
+{
+  const Gpushm__Metric *m = histogram_of(metric);
+
+  if (out && len)
+    out[0] = '\0';
+  return m && i < m->n_bounds ? scaled_text(m->bounds[i], m->exponent, out, len) : out;
+}
+
+uint64_t gpushm_metric_bucket_observations(const gpushm_metric_t *metric, size_t i)
+{
+  const Gpushm__Metric *m = histogram_of(metric);
+  uint64_t total = 0;
+
+  if (!m || i >= m->n_bounds)
+    return 0;
+  for (size_t b = 0; b <= i; b++)
+    total += m->buckets[b];
+  return total;
 }
 
 /* The latency histogram: repeated numbers, not messages, so not in the table. */
@@ -581,12 +639,62 @@ void gpushm_client_list_free(gpushm_client_list_t *list)
 
 /* ---- statistics -------------------------------------------------------------------- */
 
+/* A daemon of 0.8 sends a metric's help with its first row only (so that the reply fits
+ * one frame): each later row of the same name points at that one, as if it had come
+ * with it... */
+static void share_help(Gpushm__StatsReply *s)
+{
+  for (size_t i = 1; i < s->n_metrics; i++) {
+    Gpushm__Metric *m = s->metrics[i], *prev = s->metrics[i - 1];
+    if (!*m->help && strcmp(m->name, prev->name) == 0)
+      m->help = prev->help;
+  }
+}
+
+/* ...until protobuf-c frees each string it unpacked, once: the borrowers go back to the
+ * empty default, from the last row, whose lender may borrow too. */
+static void unshare_help(Gpushm__StatsReply *s)
+{
+  for (size_t i = s->n_metrics; i-- > 1;)
+    if (s->metrics[i]->help == s->metrics[i - 1]->help)
+      s->metrics[i]->help = (char *)protobuf_c_empty_string;
+}
+
+/* A stats reply too large for a frame, from the sealed memfd it came in (nobody can
+ * change or resize it while it is read). */
+static int stats_from_memfd(int fd, Gpushm__StatsReply **out)
+{
+  struct stat st;
+  void *p;
+  int seals = fcntl(fd, F_GET_SEALS);
+
+  if (fstat(fd, &st) < 0 || seals < 0 ||
+      (seals & (F_SEAL_WRITE | F_SEAL_SHRINK)) != (F_SEAL_WRITE | F_SEAL_SHRINK))
+    return client_error(GPUSHM_E_PROTO, "stats reply in an unsealed file");
+  if (st.st_size <= 0 || (uint64_t)st.st_size > GPUSHM_LIMIT_STATS_REPLY)
+    return client_error(GPUSHM_E_PROTO, "stats reply of %lld bytes: more than "
+                        "GPUSHM_LIMIT_STATS_REPLY (%u) or none", (long long)st.st_size,
+                        GPUSHM_LIMIT_STATS_REPLY);
+  if ((p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+    return client_error(GPUSHM_E_NOMEM, "stats reply: mmap: %s", strerror(errno));
+  *out = gpushm__stats_reply__unpack(NULL, (size_t)st.st_size, p);
+  munmap(p, (size_t)st.st_size);
+  if (!*out)
+    return client_error(GPUSHM_E_PROTO, "malformed stats reply in its memfd");
+  if ((*out)->in_memfd) {
+    gpushm__stats_reply__free_unpacked(*out, NULL);
+    return client_error(GPUSHM_E_PROTO, "malformed stats reply in its memfd");
+  }
+  return 0;
+}
+
 int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__StatsRequest body = GPUSHM__STATS_REQUEST__INIT;
   Gpushm__Reply *reply;
   Gpushm__StatsReply *stats;
+  struct client_fds fds = { .n = 0 };
   int r;
 
   client_clear_error();
@@ -594,12 +702,19 @@ int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out)
     *out = NULL;
   if (!conn || !out)
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
+  /* Rows for everything (0.8): a daemon before it ignores the field and sends the rows
+   * it has.  Readers of this library render rows alone; those of older ones print the
+   * frozen fields as well, and ask for nothing. */
+  body.all_rows = true;
+  body.reply_in_memfd = true;
   req.body_case = GPUSHM__REQUEST__BODY_STATS;
   req.stats = &body;
-  if ((r = client_call(conn, &req, &reply, NULL)) < 0)
+  if ((r = client_call(conn, &req, &reply, &fds)) < 0)
     return r;
-  if (reply->body_case != GPUSHM__REPLY__BODY_STATS || !reply->stats) {
+  if (reply->body_case != GPUSHM__REPLY__BODY_STATS || !reply->stats ||
+      reply->stats->in_memfd != (fds.n == 1)) {
     gpushm__reply__free_unpacked(reply, NULL);
+    client_close_fds(&fds);
     return client_error(GPUSHM_E_PROTO, "malformed stats reply");
   }
   /* protobuf-c allocates each sub-message on its own: the body outlives its reply. */
@@ -607,14 +722,24 @@ int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out)
   reply->stats = NULL;
   reply->body_case = GPUSHM__REPLY__BODY__NOT_SET;
   gpushm__reply__free_unpacked(reply, NULL);
+  if (stats->in_memfd) {
+    gpushm__stats_reply__free_unpacked(stats, NULL);
+    r = stats_from_memfd(fds.fd[0], &stats);
+    client_close_fds(&fds);
+    if (r < 0)
+      return r;
+  }
+  share_help(stats);
   *out = (gpushm_stats_t *)(void *)stats;
   return 0;
 }
 
 void gpushm_stats_free(gpushm_stats_t *stats)
 {
-  if (stats)
+  if (stats) {
+    unshare_help((Gpushm__StatsReply *)(void *)stats);
     gpushm__stats_reply__free_unpacked((Gpushm__StatsReply *)(void *)stats, NULL);
+  }
 }
 
 int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id)

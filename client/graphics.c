@@ -334,18 +334,11 @@ int gpushm_buffer_memory_fd(gpushm_buffer_t *buf, int *fd_out)
   return 0;
 }
 
+_Static_assert(GPUSHM_UUID_TEXT_SIZE == WIRE_UUID_HEX_LEN, "one UUID text, one size");
+
 const char *gpushm_uuid_text(const uint8_t u[16], char out[GPUSHM_UUID_TEXT_SIZE])
 {
-  static const char hex[] = "0123456789abcdef";
-  size_t n = 0;
-
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[n++] = '-';
-    out[n++] = hex[u[i] >> 4];
-    out[n++] = hex[u[i] & 15];
-  }
-  out[n] = '\0';
+  wire_uuid_hex(u, out);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "escape.h"
 #include "fail.h"
 #include "format.h"
+#include "rows.h"
 #include "textfile.h"
 #include "gpushm-admin.h"
 #include "gpushm-graphics.h"
@@ -39,17 +40,6 @@ static void prom_family(const char *name, const char *type, const char *help)
   printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* ns as seconds, in decimal and exact (no float rounding in a bucket's le). */
-static void prom_seconds(uint64_t ns)
-{
-  char frac[16];
-  int n = snprintf(frac, sizeof frac, "%09" PRIu64, ns % 1000000000u);
-
-  while (n > 0 && frac[n - 1] == '0')
-    frac[--n] = '\0';
-  printf("%" PRIu64 "%s%s", ns / 1000000000u, n ? "." : "", frac);
-}
-
 static const char *usage_backend_name(const gpushm_usage_t *u)
 {
   return backend_name(gpushm_usage_kind(u), gpushm_usage_backend(u));
@@ -57,78 +47,15 @@ static const char *usage_backend_name(const gpushm_usage_t *u)
 
 /* A request type's buckets, if they match the daemon's bounds (else none: a histogram
  * with the wrong le values would be worse than a missing one). */
-static bool prom_has_latency(const gpushm_stats_t *s, const gpushm_request_stats_t *rq)
+static bool has_latency(const gpushm_stats_t *s, const gpushm_request_stats_t *rq)
 {
   size_t nb = gpushm_stats_latency_bound_count(s);
   return nb && gpushm_request_stats_latency_bucket_count(rq) == nb + 1;
 }
 
-static void prom_latency(const gpushm_stats_t *s)
-{
-  const char *name = "gpushm_request_duration_seconds";
-  size_t nb = gpushm_stats_latency_bound_count(s), shown = 0;
-
-  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
-    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
-    if (!prom_has_latency(s, rq))
-      continue;
-    if (!shown++)
-      prom_family(name, "histogram", "Time gpushmd spent on a request, from its arrival to "
-                  "its reply's hand-off to the socket, by type.");
-    for (size_t b = 0; b <= nb; b++) {
-      printf("%s_bucket{type=\"", name);
-      prom_label(gpushm_request_stats_type(rq));
-      printf("\",le=\"");
-      if (b < nb)
-        prom_seconds(gpushm_stats_latency_bound_ns(s, b));
-      else
-        printf("+Inf");
-      printf("\"} %" PRIu64 "\n", gpushm_request_stats_latency_le(rq, b));
-    }
-    printf("%s_sum{type=\"", name);
-    prom_label(gpushm_request_stats_type(rq));
-    printf("\"} ");
-    prom_seconds(gpushm_request_stats_latency_sum_ns(rq));
-    printf("\n%s_count{type=\"", name);
-    prom_label(gpushm_request_stats_type(rq));
-    printf("\"} %" PRIu64 "\n", gpushm_request_stats_latency_le(rq, nb));
-  }
-}
-
 static const char *open_backend_name(const gpushm_open_stats_t *o)
 {
   return backend_name(gpushm_open_stats_kind(o), gpushm_open_stats_backend(o));
-}
-
-/* The per-device gauges, labelled with what identifies a GPU across processes and
- * exporters (the ordinal alone differs under CUDA_VISIBLE_DEVICES). */
-static void prom_devices(const gpushm_stats_t *s, bool free_memory)
-{
-  size_t n = gpushm_stats_device_count(s), shown = 0;
-
-  for (size_t i = 0; i < n; i++) {
-    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
-    uint64_t v = free_memory ? gpushm_device_stats_free_memory(d)
-                             : gpushm_device_stats_total_memory(d);
-    uint8_t raw[16];
-    char uuid[CTL_UUID_TEXT_LEN + 1] = "";
-
-    /* Free memory is known only where gpushmd holds a context: a 0 there would read as
-     * a full GPU, so that series is left out instead. */
-    if (free_memory && !v)
-      continue;
-    if (!shown++)
-      prom_family(free_memory ? "gpushm_device_memory_free_bytes"
-                              : "gpushm_device_memory_total_bytes", "gauge",
-                  free_memory ? "Free device memory (devices gpushmd holds a context on)."
-                              : "Device memory.");
-    if (gpushm_device_stats_uuid(d, raw) == 0)
-      ctl_uuid_text(raw, ctl_is_mig(gpushm_device_stats_name(d)), uuid, sizeof uuid);
-    printf("gpushm_device_memory_%s_bytes{device=\"%d\",uuid=\"%s\",name=\"",
-           free_memory ? "free" : "total", gpushm_device_stats_ordinal(d), uuid);
-    prom_label(gpushm_device_stats_name(d));
-    printf("\"} %" PRIu64 "\n", v);
-  }
 }
 
 /* Metric and label names come from the daemon: only what Prometheus's grammar allows
@@ -153,8 +80,9 @@ static bool metric_ok(const gpushm_metric_t *m)
   return true;
 }
 
-/* A metric row's labels as Prometheus writes them: {a="x",b="y"}, or nothing. */
-static void prom_labels(const gpushm_metric_t *m)
+/* A metric row's labels as Prometheus writes them, {a="x",b="y"} or nothing, and a
+ * bucket's le last (NULL: none). */
+static void prom_labels_le(const gpushm_metric_t *m, const char *le)
 {
   size_t n = gpushm_metric_label_count(m);
 
@@ -162,17 +90,59 @@ static void prom_labels(const gpushm_metric_t *m)
     const gpushm_metric_label_t *l = gpushm_metric_label(m, i);
     printf("%s%s=\"", i ? "," : "{", gpushm_metric_label_name(l));
     prom_label(gpushm_metric_label_value(l));
-    printf("\"%s", i + 1 == n ? "}" : "");
+    printf("\"");
+  }
+  if (le)
+    printf("%sle=\"%s\"", n ? "," : "{", le);
+  if (n || le)
+    printf("}");
+}
+
+static void prom_labels(const gpushm_metric_t *m)
+{
+  prom_labels_le(m, NULL);
+}
+
+static const char *metric_type_name(const gpushm_metric_t *m)
+{
+  switch (gpushm_metric_type(m)) {
+  case GPUSHM_METRIC_COUNTER:
+    return "counter";
+  case GPUSHM_METRIC_HISTOGRAM:
+    return "histogram";
+  default:
+    return "gauge"; /* a type newer than this gpushmctl: its value is still a value */
   }
 }
 
-/* The daemon's rows as they come (each metric's samples together), with a HELP and a
- * TYPE line before the first sample of each; then what rows do not carry: the build
- * (this gpushmctl's version too), the latency histograms, the devices. */
-static void prometheus_stats(const gpushm_stats_t *s)
+/* A histogram row as Prometheus's samples: a _bucket for each bound and +Inf (its le
+ * the last label), its _sum and _count.  A row without buckets (malformed) is left out:
+ * a histogram Prometheus rejects would lose the whole scrape. */
+static void prom_histogram(const gpushm_metric_t *m)
 {
-  const char *previous = "";
-  char value[48];
+  const char *name = gpushm_metric_name(m);
+  size_t n = gpushm_metric_bucket_count(m);
+  char le[48], value[48];
+
+  for (size_t b = 0; b <= n; b++) {
+    printf("%s_bucket", name);
+    prom_labels_le(m, b < n ? gpushm_metric_bucket_le_text(m, b, le, sizeof le) : "+Inf");
+    printf(" %" PRIu64 "\n",
+           b < n ? gpushm_metric_bucket_observations(m, b) : gpushm_metric_observations(m));
+  }
+  printf("%s_sum", name);
+  prom_labels(m);
+  printf(" %s\n%s_count", gpushm_metric_value_text(m, value, sizeof value), name);
+  prom_labels(m);
+  printf(" %" PRIu64 "\n", gpushm_metric_observations(m));
+}
+
+/* The daemon's rows as they come (each metric's samples together), with a HELP and a
+ * TYPE line before the first sample of each; the build info, which names this
+ * gpushmctl too, is the one thing not a row. */
+static void prometheus_stats(struct ctl *ctl, const gpushm_stats_t *s)
+{
+  char previous[256] = "", value[48];
 
   prom_family("gpushm_build_info", "gauge", "Always 1: the versions of gpushmd and of the "
               "gpushmctl that wrote this.");
@@ -180,24 +150,29 @@ static void prometheus_stats(const gpushm_stats_t *s)
   prom_label(gpushm_stats_daemon_version(s));
   printf("\",ctl_version=\"%s\"} 1\n", PACKAGE_VERSION);
   if (!gpushm_stats_metric_count(s))
-    printf("# gpushmd %s sends no metric rows (older than 0.7): only the above and below\n",
+    printf("# gpushmd %s sends no metric rows (older than 0.7): only the above\n",
            gpushm_stats_daemon_version(s));
+  else if (gpushm_daemon_family_version(ctl->conn, "admin") < 2)
+    printf("# gpushmd %s sends no rows for the request latency histogram and device memory "
+           "(older than 0.8): they are left out\n", gpushm_stats_daemon_version(s));
   for (size_t i = 0; i < gpushm_stats_metric_count(s); i++) {
     const gpushm_metric_t *m = gpushm_stats_metric(s, i);
     const char *name = gpushm_metric_name(m);
-    if (!metric_ok(m))
+    bool histogram = gpushm_metric_type(m) == GPUSHM_METRIC_HISTOGRAM;
+    if (!metric_ok(m) || strlen(name) >= sizeof previous ||
+        (histogram && !gpushm_metric_bucket_count(m)))
       continue;
     if (strcmp(name, previous) != 0)
-      prom_family(name, gpushm_metric_type(m) == GPUSHM_METRIC_COUNTER ? "counter" : "gauge",
-                  gpushm_metric_help(m));
-    previous = name;
+      prom_family(name, metric_type_name(m), gpushm_metric_help(m));
+    snprintf(previous, sizeof previous, "%s", name);
+    if (histogram) {
+      prom_histogram(m);
+      continue;
+    }
     printf("%s", name);
     prom_labels(m);
     printf(" %s\n", gpushm_metric_value_text(m, value, sizeof value));
   }
-  prom_latency(s);
-  prom_devices(s, false);
-  prom_devices(s, true);
 }
 
 static void json_stats(const gpushm_stats_t *s)
@@ -218,7 +193,7 @@ static void json_stats(const gpushm_stats_t *s)
     json_string(gpushm_request_stats_type(rq));
     printf(":{\"count\":%" PRIu64 ",\"errors\":%" PRIu64, gpushm_request_stats_count(rq),
            gpushm_request_stats_errors(rq));
-    if (prom_has_latency(s, rq)) {
+    if (has_latency(s, rq)) {
       printf(",\"latency_sum_ns\":%" PRIu64 ",\"latency_le\":[",
              gpushm_request_stats_latency_sum_ns(rq));
       for (size_t b = 0; b < gpushm_request_stats_latency_bucket_count(rq); b++)
@@ -285,8 +260,7 @@ static void json_stats(const gpushm_stats_t *s)
     char value[48];
     printf("%s{\"name\":", i ? "," : "");
     json_string(gpushm_metric_name(m));
-    printf(",\"type\":\"%s\",\"unit\":",
-           gpushm_metric_type(m) == GPUSHM_METRIC_COUNTER ? "counter" : "gauge");
+    printf(",\"type\":\"%s\",\"unit\":", metric_type_name(m));
     json_string(gpushm_metric_unit(m));
     printf(",\"labels\":{");
     for (size_t k = 0; k < gpushm_metric_label_count(m); k++) {
@@ -296,7 +270,16 @@ static void json_stats(const gpushm_stats_t *s)
       putchar(':');
       json_string(gpushm_metric_label_value(l));
     }
-    printf("},\"value\":%s}", gpushm_metric_value_text(m, value, sizeof value));
+    printf("},\"value\":%s", gpushm_metric_value_text(m, value, sizeof value));
+    if (gpushm_metric_type(m) == GPUSHM_METRIC_HISTOGRAM) {
+      printf(",\"observations\":%" PRIu64 ",\"buckets\":[", gpushm_metric_observations(m));
+      for (size_t b = 0; b < gpushm_metric_bucket_count(m); b++)
+        printf("%s{\"le\":%s,\"observations\":%" PRIu64 "}", b ? "," : "",
+               gpushm_metric_bucket_le_text(m, b, value, sizeof value),
+               gpushm_metric_bucket_observations(m, b));
+      printf("]");
+    }
+    printf("}");
   }
   printf("],\"devices\":[");
   for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
@@ -324,7 +307,10 @@ static const char *const text_shown_metrics[] = {
   "gpushm_segment_bytes", "gpushm_segment_used_bytes", "gpushm_segment_mappings",
   "gpushm_pool_segments", "gpushm_pool_bytes", "gpushm_carved_buffers_total",
   "gpushm_segment_allocations_total", "gpushm_protocol_errors_total",
-  "gpushm_clients_dropped_total", "gpushm_open_fds",
+  "gpushm_clients_dropped_total", "gpushm_open_fds", "gpushm_backend_buffers",
+  "gpushm_device_memory_total_bytes", "gpushm_device_memory_free_bytes",
+  /* the text form has no line for latency: --prometheus and --json have it */
+  "gpushm_request_duration_seconds",
 };
 
 static void text_other_metrics(const gpushm_stats_t *s)
@@ -348,79 +334,143 @@ static void text_other_metrics(const gpushm_stats_t *s)
       printf("%s%s=%s", k ? ", " : " (", text(gpushm_metric_label_name(l), 0),
              text(gpushm_metric_label_value(l), 0));
     }
-    printf("%s %s%s%s\n", gpushm_metric_label_count(m) ? ")" : "",
+    printf("%s %s%s%s", gpushm_metric_label_count(m) ? ")" : "",
            gpushm_metric_value_text(m, value, sizeof value), *gpushm_metric_unit(m) ? " " : "",
            text(gpushm_metric_unit(m), 0));
+    /* a histogram's line says what a line can (its sum, and of how many); its buckets are
+     * for plots */
+    if (gpushm_metric_type(m) == GPUSHM_METRIC_HISTOGRAM)
+      printf(" in %" PRIu64 " observations", gpushm_metric_observations(m));
+    printf("\n");
   }
 }
 
+/* Where a row by backend and device is: "host", "cuda-fd, device 0". */
+static const char *text_where(const gpushm_metric_t *m, char *buf, size_t len)
+{
+  const char *backend = row_label(m, "backend"), *device = row_label(m, "device");
+
+  snprintf(buf, len, !device || *device == '-' ? "%s" : "%s, device %s",
+           text(backend ? backend : "?", 0), device ? device : "");
+  return buf;
+}
+
+static void text_segments(struct ctl *ctl, const gpushm_stats_t *s)
+{
+  const gpushm_metric_t *m;
+  size_t at = 0;
+
+  while ((m = row_find(s, &at, "gpushm_segments", NULL, NULL, NULL, NULL))) {
+    const char *b = row_label(m, "backend"), *d = row_label(m, "device");
+    char bytes[32], used[32], pool[32], where[64];
+    if (!b || !d)
+      continue;
+    printf("segments:       %s: %" PRIu64 ", %s (%s holding buffers), %" PRIu64 " mappings; "
+           "pool: %" PRIu64 ", %s; %" PRIu64 " buffers carved from %" PRIu64 " allocations\n",
+           text_where(m, where, sizeof where), row_whole(m, 0),
+           format_size(row_value(s, "gpushm_segment_bytes", "backend", b, "device", d),
+                       ctl->bytes, bytes, sizeof bytes),
+           format_size(row_value(s, "gpushm_segment_used_bytes", "backend", b, "device", d),
+                       ctl->bytes, used, sizeof used),
+           row_value(s, "gpushm_segment_mappings", "backend", b, "device", d),
+           row_value(s, "gpushm_pool_segments", "backend", b, "device", d),
+           format_size(row_value(s, "gpushm_pool_bytes", "backend", b, "device", d), ctl->bytes,
+                       pool, sizeof pool),
+           row_value(s, "gpushm_carved_buffers_total", "backend", b, "device", d),
+           row_value(s, "gpushm_segment_allocations_total", "backend", b, "device", d));
+  }
+}
+
+static void text_devices(struct ctl *ctl, const gpushm_stats_t *s)
+{
+  const gpushm_metric_t *m;
+  size_t at = 0;
+
+  while ((m = row_find(s, &at, "gpushm_device_memory_total_bytes", NULL, NULL, NULL, NULL))) {
+    const char *d = row_label(m, "device"), *name = row_label(m, "name");
+    const gpushm_metric_t *f = d ? row_find(s, NULL, "gpushm_device_memory_free_bytes",
+                                            "device", d, NULL, NULL) : NULL;
+    char total[32], free_memory[32];
+    if (!d)
+      continue;
+    printf("device %s:       %s, %s total, %s\n", text(d, 0), text(name ? name : "", 0),
+           format_size(row_whole(m, 0), ctl->bytes, total, sizeof total),
+           f ? format_size(row_whole(f, 0), ctl->bytes, free_memory, sizeof free_memory)
+             : "free unknown (not in use)");
+  }
+}
+
+/* Every figure from the rows (the typed fields are frozen); what is not a figure (the
+ * daemon's version and instance, the detached processes' listing) from its field. */
 static void text_stats(struct ctl *ctl, const gpushm_stats_t *s)
 {
-  char a[32], b[32], age[32];
-  uint32_t buffers = gpushm_stats_buffers(s), linked = gpushm_stats_buffers_linked(s);
+  char a[32], age[32], where[64];
+  const gpushm_metric_t *m;
+  size_t at = 0;
+  uint64_t linked = row_value(s, "gpushm_buffers", "state", "linked", NULL, NULL),
+           unlinked = row_value(s, "gpushm_buffers", "state", "unlinked", NULL, NULL),
+           detached = row_value(s, "gpushm_detached_processes", NULL, NULL, NULL, NULL),
+           oneway = row_value(s, "gpushm_oneway_errors_total", NULL, NULL, NULL, NULL),
+           fences = row_value(s, "gpushm_fences_raised_total", NULL, NULL, NULL, NULL);
 
-  printf("gpushmd:        %s (instance %016" PRIx64 "), up %s\n",
-         text(gpushm_stats_daemon_version(s), 0), gpushm_stats_instance_id(s),
-         format_age(gpushm_stats_uptime_ms(s), age, sizeof age));
-  printf("clients:        %u (dropped or refused so far: %" PRIu64 ")\n", gpushm_stats_clients(s),
-         gpushm_stats_clients_dropped(s));
-  printf("buffers:        %u (%u linked, %u unlinked but held)\n", buffers, linked,
-         buffers - linked);
+  printf("gpushmd:        %s (instance %016" PRIx64 ")", text(gpushm_stats_daemon_version(s), 0),
+         gpushm_stats_instance_id(s));
+  if ((m = row_find(s, NULL, "gpushm_uptime_seconds", NULL, NULL, NULL, NULL)))
+    printf(", up %s", format_age(row_whole(m, -3), age, sizeof age));
+  printf("\n");
+  if (!gpushm_stats_metric_count(s)) {
+    printf("note:           gpushmd sends no metric rows (older than 0.7): stats --json shows "
+           "its figures\n");
+    return;
+  }
+  if (gpushm_daemon_family_version(ctl->conn, "admin") < 2)
+    printf("note:           gpushmd is older than 0.8: buffers by backend and devices are not "
+           "shown (stats --json shows them)\n");
+  printf("clients:        %" PRIu64 " (dropped or refused so far: %" PRIu64 ")\n",
+         row_value(s, "gpushm_clients", NULL, NULL, NULL, NULL),
+         row_value(s, "gpushm_clients_dropped_total", NULL, NULL, NULL, NULL));
+  printf("buffers:        %" PRIu64 " (%" PRIu64 " linked, %" PRIu64 " unlinked but held)\n",
+         linked + unlinked, linked, unlinked);
   printf("allocated:      %s\n",
-         format_size(gpushm_stats_bytes_allocated(s), ctl->bytes, a, sizeof a));
-  for (size_t i = 0; i < gpushm_stats_usage_count(s); i++) {
-    const gpushm_usage_t *u = gpushm_stats_usage(s, i);
-    char where[32];
-    snprintf(where, sizeof where, gpushm_usage_device(u) < 0 ? "%s" : "%s, device %d",
-             usage_backend_name(u), gpushm_usage_device(u));
-    printf("  %-20s %u buffers, %s\n", where, gpushm_usage_buffers(u),
-           format_size(gpushm_usage_bytes(u), ctl->bytes, a, sizeof a));
+         format_size(row_sum(s, "gpushm_allocated_bytes"), ctl->bytes, a, sizeof a));
+  while ((m = row_find(s, &at, "gpushm_backend_buffers", NULL, NULL, NULL, NULL))) {
+    const char *b = row_label(m, "backend"), *d = row_label(m, "device");
+    if (!b || !d)
+      continue;
+    printf("  %-20s %" PRIu64 " buffers, %s\n", text_where(m, where, sizeof where),
+           row_whole(m, 0),
+           format_size(row_value(s, "gpushm_allocated_bytes", "backend", b, "device", d),
+                       ctl->bytes, a, sizeof a));
   }
-  for (size_t i = 0; i < gpushm_stats_segment_usage_count(s); i++) {
-    const gpushm_segment_usage_t *u = gpushm_stats_segment_usage(s, i);
-    char used[32], pool[32], where[32];
-    snprintf(where, sizeof where, gpushm_segment_usage_device(u) < 0 ? "%s" : "%s, device %d",
-             backend_name(GPUSHM_KIND_BUFFER, gpushm_segment_usage_backend(u)),
-             gpushm_segment_usage_device(u));
-    printf("segments:       %s: %u, %s (%s holding buffers), %u mappings; pool: %u, %s; "
-           "%" PRIu64 " buffers carved from %" PRIu64 " allocations\n", where,
-           gpushm_segment_usage_segments(u),
-           format_size(gpushm_segment_usage_bytes(u), ctl->bytes, a, sizeof a),
-           format_size(gpushm_segment_usage_bytes_used(u), ctl->bytes, used, sizeof used),
-           gpushm_segment_usage_mappings(u), gpushm_segment_usage_pooled(u),
-           format_size(gpushm_segment_usage_pooled_bytes(u), ctl->bytes, pool, sizeof pool),
-           gpushm_segment_usage_carved(u), gpushm_segment_usage_driver_allocs(u));
-  }
-  if (gpushm_stats_oneway_errors(s))
+  text_segments(ctl, s);
+  if (oneway)
     printf("one-way errors: %" PRIu64 " (last closes or unlinks gpushmd refused: its log says "
-           "why)\n", gpushm_stats_oneway_errors(s));
-  if (gpushm_stats_detached_total(s)) {
-    printf("detached:       %u processes may still map buffers after their connection ended; "
-           "%s freed by gpushmd is still pinned by them\n", gpushm_stats_detached_total(s),
-           format_size(gpushm_stats_bytes_pinned_after_release(s), ctl->bytes, a, sizeof a));
+           "why)\n", oneway);
+  if (detached) {
+    printf("detached:       %" PRIu64 " processes may still map buffers after their connection "
+           "ended; %s freed by gpushmd is still pinned by them\n", detached,
+           format_size(row_value(s, "gpushm_pinned_after_release_bytes", NULL, NULL, NULL, NULL),
+                       ctl->bytes, a, sizeof a));
+    /* a listing, not a figure: no row carries it */
     for (size_t i = 0; i < gpushm_stats_detached_count(s); i++)
       text_detached(ctl, gpushm_stats_detached(s, i), 0);
   }
-  if (gpushm_stats_fences_raised(s))
+  if (fences)
     printf("fences raised:  %" PRIu64 " (releasers died before their GPU wrote the fence; "
-           "waiters went on with what their work left)\n", gpushm_stats_fences_raised(s));
+           "waiters went on with what their work left)\n", fences);
   printf("requests:       %" PRIu64 " (%" PRIu64 " errors, %" PRIu64 " protocol errors)\n",
-         gpushm_stats_requests(s), gpushm_stats_request_errors(s), gpushm_stats_protocol_errors(s));
-  for (size_t i = 0; i < gpushm_stats_request_type_count(s); i++) {
-    const gpushm_request_stats_t *rq = gpushm_stats_request_type(s, i);
-    printf("  %s %" PRIu64 " (%" PRIu64 " errors)\n", text(gpushm_request_stats_type(rq), 20),
-           gpushm_request_stats_count(rq), gpushm_request_stats_errors(rq));
+         row_sum(s, "gpushm_requests_total"), row_sum(s, "gpushm_request_errors_total"),
+         row_value(s, "gpushm_protocol_errors_total", NULL, NULL, NULL, NULL));
+  at = 0;
+  while ((m = row_find(s, &at, "gpushm_requests_total", NULL, NULL, NULL, NULL))) {
+    const char *type = row_label(m, "type");
+    if (!type)
+      continue;
+    printf("  %s %" PRIu64 " (%" PRIu64 " errors)\n", text(type, 20), row_whole(m, 0),
+           row_value(s, "gpushm_request_errors_total", "type", type, NULL, NULL));
   }
-  for (size_t i = 0; i < gpushm_stats_device_count(s); i++) {
-    const gpushm_device_stats_t *d = gpushm_stats_device(s, i);
-    uint64_t free_memory = gpushm_device_stats_free_memory(d);
-    printf("device %d:       %s, %s total, %s\n", gpushm_device_stats_ordinal(d),
-           text(gpushm_device_stats_name(d), 0),
-           format_size(gpushm_device_stats_total_memory(d), ctl->bytes, a, sizeof a),
-           free_memory ? format_size(free_memory, ctl->bytes, b, sizeof b)
-                       : "free unknown (not in use)");
-  }
-  printf("open fds:       %u\n", gpushm_stats_open_fds(s));
+  text_devices(ctl, s);
+  printf("open fds:       %" PRIu64 "\n", row_value(s, "gpushm_open_fds", NULL, NULL, NULL, NULL));
   text_other_metrics(s);
 }
 
@@ -447,7 +497,7 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
     }
   }
   if (ctl->prometheus)
-    prometheus_stats(s);
+    prometheus_stats(ctl, s);
   else if (ctl->json)
     json_stats(s);
   else

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "format.h"
+#include "gpushm-graphics.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -129,9 +130,9 @@ const char *format_age(uint64_t ms, char *buf, size_t len)
 
 const char *ctl_uuid_text(const uint8_t u[16], bool mig, char *buf, size_t len)
 {
-  snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-           u[10], u[11], u[12], u[13], u[14], u[15]);
+  char hex[GPUSHM_UUID_TEXT_SIZE];
+
+  snprintf(buf, len, "%s-%s", mig ? "MIG" : "GPU", gpushm_uuid_text(u, hex));
   return buf;
 }
 

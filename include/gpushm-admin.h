@@ -149,6 +149,10 @@ GPUSHM_API int gpushm_client_disconnect(gpushm_t *conn, uint32_t client_id);
 
 /* ---- daemon statistics --------------------------------------------------------- */
 
+/* The typed accessors of this section are frozen since 0.8 (the figures are all in the
+ * metric rows below, gpushm_stats_metric()): they stay, and keep answering, but new
+ * figures come as rows only. */
+
 GPUSHM_API int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out);
 GPUSHM_API void gpushm_stats_free(gpushm_stats_t *stats);
 
@@ -278,10 +282,18 @@ GPUSHM_API uint64_t gpushm_open_stats_creates(const gpushm_open_stats_t *o);
 /* Since 0.7: every counter and gauge of the daemon as a row that describes itself, in
  * the daemon's order (samples of one metric together), so that a tool shows the rows
  * it does not know.  Names follow Prometheus's rules (gpushm_<what>[_<unit>][_total]);
- * empty from older daemons, whose figures are in the accessors above. */
+ * empty from older daemons, whose figures are in the accessors above.  From a 0.8
+ * daemon the rows carry everything the typed accessors above do (the latency histogram,
+ * device memory, buffers by backend; docs/metrics.md): those accessors are frozen, kept
+ * for the ABI and for daemons before 0.8, and gain no siblings; read new figures here.
+ * The daemon's identity (version, instance) and the detached processes' listing are
+ * not figures and stay where they are. */
 typedef enum {
   GPUSHM_METRIC_GAUGE = 0,
   GPUSHM_METRIC_COUNTER = 1,
+  /* 0.8: a histogram, one row per series: gpushm_metric_value() is the sum of what was
+   * observed; gpushm_metric_observations() how many, and the buckets below. */
+  GPUSHM_METRIC_HISTOGRAM = 2,
 } gpushm_metric_type_t;
 GPUSHM_API size_t gpushm_stats_metric_count(const gpushm_stats_t *stats);
 GPUSHM_API const gpushm_metric_t *gpushm_stats_metric(const gpushm_stats_t *stats, size_t i);
@@ -295,6 +307,15 @@ GPUSHM_API uint64_t gpushm_metric_value(const gpushm_metric_t *m);
 GPUSHM_API int32_t gpushm_metric_exponent(const gpushm_metric_t *m);
 /* The value as exact decimal text ("12.345"); returns out (empty for NULL m). */
 GPUSHM_API const char *gpushm_metric_value_text(const gpushm_metric_t *m, char *out, size_t len);
+/* GPUSHM_METRIC_HISTOGRAM rows (0.8; 0 and "" for others): how many observations, how
+ * many buckets (their bounds; the +Inf bucket, which holds them all, is not counted),
+ * bucket i's upper bound as gpushm_metric_value_text() writes a value (Prometheus's
+ * le), and how many observations were at most that (cumulative, as Prometheus's). */
+GPUSHM_API uint64_t gpushm_metric_observations(const gpushm_metric_t *m);
+GPUSHM_API size_t gpushm_metric_bucket_count(const gpushm_metric_t *m);
+GPUSHM_API const char *gpushm_metric_bucket_le_text(const gpushm_metric_t *m, size_t i,
+                                                    char *out, size_t len);
+GPUSHM_API uint64_t gpushm_metric_bucket_observations(const gpushm_metric_t *m, size_t i);
 GPUSHM_API size_t gpushm_metric_label_count(const gpushm_metric_t *m);
 GPUSHM_API const gpushm_metric_label_t *gpushm_metric_label(const gpushm_metric_t *m, size_t i);
 GPUSHM_API const char *gpushm_metric_label_name(const gpushm_metric_label_t *l);

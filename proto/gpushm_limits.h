@@ -146,7 +146,7 @@
 /* Live processes whose connection ended while they held buffers (they may still map
  * them: stats lists them) tracked at once, each with a pidfd; more are counted only.
  * Stats lists the first DETACHED_LISTED, each with its first DETACHED_BUFFERS_LISTED
- * buffers (and totals), which keeps the reply far below GPUSHM_LIMIT_FRAME_BODY. */
+ * buffers (and totals). */
 #define GPUSHM_LIMIT_DETACHED_PROCESSES       256u
 #define GPUSHM_LIMIT_DETACHED_LISTED          32u
 #define GPUSHM_LIMIT_DETACHED_BUFFERS_LISTED  4u
@@ -155,6 +155,11 @@
 /* Buffers remembered per process (ids, for the memory freed since); the rest count in
  * its totals only.  Bounds the daemon's memory and each stats request's work. */
 #define GPUSHM_LIMIT_DETACHED_BUFFERS_KEPT    1024u
+/* A stats reply is one frame at most for readers before 0.8.  With every device,
+ * backend, request type and detached process in use it can be larger (about 66 KiB at
+ * 32 devices): then it travels as a sealed memfd of at most this many bytes to a
+ * library that takes one (StatsRequest.reply_in_memfd), which refuses a larger one. */
+#define GPUSHM_LIMIT_STATS_REPLY              (4u * 1024u * 1024u)
 /* Where pidfd_open is missing (kernels before 5.3, valgrind), how often such processes
  * are checked for having exited; a pid reused within that time keeps its entry. */
 #define GPUSHM_DETACHED_SWEEP_MS              1000u

@@ -4,6 +4,7 @@
 #include "gpushm.pb-c.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -330,4 +331,30 @@ const char *wire_request_name(unsigned body_case)
   const ProtobufCFieldDescriptor *f =
     protobuf_c_message_descriptor_get_field(&gpushm__request__descriptor, body_case);
   return f && (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ? f->name : "unknown";
+}
+
+void wire_uuid_hex(const uint8_t uuid[16], char out[WIRE_UUID_HEX_LEN])
+{
+  static const char hex[] = "0123456789abcdef";
+  size_t n = 0;
+
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10)
+      out[n++] = '-';
+    out[n++] = hex[uuid[i] >> 4];
+    out[n++] = hex[uuid[i] & 15];
+  }
+  out[n] = '\0';
+}
+
+const char *wire_uuid_text(const uint8_t uuid[16], bool mig, char out[WIRE_UUID_TEXT_LEN])
+{
+  memcpy(out, mig ? "MIG-" : "GPU-", 4);
+  wire_uuid_hex(uuid, out + 4);
+  return out;
+}
+
+bool wire_is_mig_name(const char *device_name)
+{
+  return device_name && strstr(device_name, " MIG ") != NULL;
 }

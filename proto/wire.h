@@ -4,6 +4,7 @@
 #ifndef GPUSHM_WIRE_H
 #define GPUSHM_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <protobuf-c/protobuf-c.h>
@@ -82,5 +83,17 @@ int wire_backend_value(const char *name);
 /* A request's name ("create") by its Request.body case: the schema's field name, so
  * the daemon's counters, logs and errors name requests as the schema does. */
 const char *wire_request_name(unsigned body_case);
+
+/* The one way a UUID is written: 8-4-4-4-12 lowercase hex digits (with its NUL;
+ * gpushm_uuid_text() in the API, gpushmctl's ctl_uuid_text()). */
+#define WIRE_UUID_HEX_LEN 37
+void wire_uuid_hex(const uint8_t uuid[16], char out[WIRE_UUID_HEX_LEN]);
+/* A GPU's UUID as nvidia-smi, CUDA_VISIBLE_DEVICES and NVIDIA's DCGM exporter spell it
+ * (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; MIG- for a MIG instance), so that what
+ * gpushmd logs and exports joins what those show.  Returns out. */
+#define WIRE_UUID_TEXT_LEN 41 /* with its NUL */
+const char *wire_uuid_text(const uint8_t uuid[16], bool mig, char out[WIRE_UUID_TEXT_LEN]);
+/* Whether a device's name is a MIG instance's ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"). */
+bool wire_is_mig_name(const char *device_name);
 
 #endif

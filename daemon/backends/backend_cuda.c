@@ -12,6 +12,7 @@
 #include "gpushm_limits.h"
 #include "util/log.h"
 #include "shm_layout.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -894,27 +895,17 @@ static void fd_release(const struct backend *be, struct backend_mem *mem)
   mem->priv = NULL;
 }
 
-/* As nvidia-smi shows it, so that a log line names the GPU the way its admin knows it. */
-#define UUID_TEXT_LEN 41 /* "GPU-" + 32 hex digits + 4 dashes + NUL */
-static void uuid_text(const uint8_t uuid[16], char out[UUID_TEXT_LEN])
-{
-  size_t n = (size_t)snprintf(out, UUID_TEXT_LEN, "GPU-");
-  for (int i = 0; i < 16 && n < UUID_TEXT_LEN; i++)
-    n += (size_t)snprintf(out + n, UUID_TEXT_LEN - n, "%s%02x",
-                          i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", uuid[i]);
-}
-
 int backend_cuda_fd_adopt(int fd, const uint8_t uuid[16], uint64_t size, uint64_t allocated,
                           struct backend_mem *mem, int *device, char *err, size_t errlen)
 {
   CUmemAllocationProp prop;
   struct cuda_vmm *vm;
   size_t granule = 0;
-  char name[UUID_TEXT_LEN], what[128];
+  char name[WIRE_UUID_TEXT_LEN], what[128];
   CUresult r;
   int i, ret;
 
-  uuid_text(uuid, name);
+  wire_uuid_text(uuid, false, name);
   if (cuda.n_devices == 0) {
     snprintf(err, errlen, "its device %s is unreachable: %s", name,
              cuda.unavailable[0] ? cuda.unavailable : "no CUDA device");
@@ -997,12 +988,12 @@ static int fd_verify_external(const struct backend *be, int fd, uint64_t size, b
   CUDA_EXTERNAL_MEMORY_BUFFER_DESC whole = { .offset = 0, .size = size };
   CUexternalMemory ext = NULL;
   CUdeviceptr ptr = 0;
-  char name[UUID_TEXT_LEN], what[160];
+  char name[WIRE_UUID_TEXT_LEN], what[160];
   CUresult r;
   int i, ret;
 
   (void)be;
-  uuid_text(device_uuid, name);
+  wire_uuid_text(device_uuid, false, name);
   for (i = 0; i < cuda.n_devices && memcmp(cuda.devices[i].uuid, device_uuid, 16) != 0; i++)
     ;
   if (i == cuda.n_devices) {

@@ -11,9 +11,12 @@
 #include "wire.h"
 #include "backends/backend_cuda.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -358,6 +361,37 @@ static int handle_clients(struct handler_call *call, const Gpushm__Request *req,
   return 0;
 }
 
+/* s, too large for a frame, as a sealed memfd that comes with a reply saying so: one
+ * snapshot, however many devices, request types and detached processes it covers. */
+static int spill_stats(struct handler_reply *ctx, const Gpushm__StatsReply *s)
+{
+  Gpushm__StatsReply *pointer = reply_calloc(ctx, 1, sizeof *pointer);
+  size_t len = gpushm__stats_reply__get_packed_size(s);
+  uint8_t *packed;
+  int fd;
+
+  if (len > GPUSHM_LIMIT_STATS_REPLY)
+    return reply_fail(ctx, PROTO_E_LIMIT, "stats reply larger than GPUSHM_LIMIT_STATS_REPLY");
+  if (!pointer || !(packed = reply_malloc(ctx, len)))
+    return reply_fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
+  gpushm__stats_reply__pack(s, packed);
+  fd = memfd_create("gpushm-stats", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || write(fd, packed, len) != (ssize_t)len ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+    snprintf(ctx->msg, sizeof ctx->msg, "stats reply in a memfd: %s",
+             strerror(errno ? errno : EIO));
+    if (fd >= 0)
+      close(fd);
+    return PROTO_E_NOMEM;
+  }
+  gpushm__stats_reply__init(pointer);
+  pointer->in_memfd = true;
+  ctx->reply.stats = pointer;
+  ctx->fds[0] = fd;
+  ctx->n_fds = 1;
+  return 0;
+}
+
 static int handle_stats(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   const struct handler_server *srv = call->srv;
@@ -391,7 +425,8 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
     return r;
   /* Last: some rows read what the fields above computed. */
   {
-    const struct metrics_source src = { .reg = reg, .counters = srv->counters, .stats = s };
+    const struct metrics_source src = { .reg = reg, .counters = srv->counters, .stats = s,
+                                        .all_rows = req->stats->all_rows };
     void *block = NULL;
     if (ctx->n_owned == HANDLER_OWNED_MAX || metrics_fill(&src, s, &block) < 0)
       return reply_fail(ctx, PROTO_E_NOMEM, "daemon out of memory");
@@ -399,6 +434,10 @@ static int handle_stats(struct handler_call *call, const Gpushm__Request *req, s
   }
   ctx->reply.body_case = GPUSHM__REPLY__BODY_STATS;
   ctx->reply.stats = s;
+  /* The frame's header and the reply's own fields are well within this margin. */
+  if (gpushm__reply__get_packed_size(&ctx->reply) + 64 > GPUSHM_LIMIT_FRAME_BODY &&
+      req->stats->reply_in_memfd)
+    return spill_stats(ctx, s);
   return 0;
 }
 
@@ -461,5 +500,5 @@ static const struct handler rows[] = {
 };
 
 const struct handler_family handler_family_admin = {
-  .name = "admin", .version = 1, .rows = rows, .n_rows = sizeof rows / sizeof rows[0],
+  .name = "admin", .version = 2, .rows = rows, .n_rows = sizeof rows / sizeof rows[0],
 };

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define METRIC_MAX_LABELS 2
+#define METRIC_MAX_LABELS 3
 #define METRIC_LABEL_VALUE_MAX 48
 
 /* One sample, with room for its labels. */
@@ -26,6 +26,8 @@ struct metric_family;
 /* Where samples go: counted first (samples NULL), then written. */
 struct sink {
   const struct metric_family *family;
+  size_t family_start; /* the family's first sample */
+  bool help_once;      /* the reader takes a metric's help from its first row */
   struct sample *samples;
   Gpushm__Metric **ptrs;
   size_t n;
@@ -37,6 +39,9 @@ struct metric_family {
   Gpushm__MetricType type;
   const char *unit;
   int exponent;
+  /* Repeats what readers before 0.8 print from StatsReply's frozen fields: sent only to
+   * readers that ask (StatsRequest.all_rows), or such a reader would print it twice. */
+  bool all_rows_only;
   /* A plain counter of struct request_counters: its offset there is all it needs. */
   bool is_counter_field;
   size_t counter_field;
@@ -44,38 +49,58 @@ struct metric_family {
   void (*samples)(const struct metrics_source *src, struct sink *k);
 };
 
-/* Adds one sample; label names with NULL values are left out. */
-static void emit(struct sink *k, uint64_t value, const char *l1, const char *v1, const char *l2,
-                 const char *v2)
+/* A label; `kept` values outlive the reply's rows (they live in the reply), so they are
+ * pointed at rather than copied: a device's name may be longer than a copy's room. */
+struct label {
+  const char *name, *value;
+  bool kept;
+};
+
+/* Adds one sample; labels with NULL names or values are left out.  The sample, to add
+ * to; NULL while counting. */
+static Gpushm__Metric *emit_labels(struct sink *k, uint64_t value, const struct label *ls,
+                                   unsigned n)
 {
-  const char *names[METRIC_MAX_LABELS] = { l1, l2 }, *values[METRIC_MAX_LABELS] = { v1, v2 };
   const struct metric_family *f = k->family;
   struct sample *s;
 
   if (!k->samples) {
     k->n++;
-    return;
+    return NULL;
   }
   s = &k->samples[k->n];
   gpushm__metric__init(&s->m);
   s->m.name = (char *)f->name;
-  s->m.help = (char *)f->help;
+  s->m.help = (char *)(k->help_once && k->n != k->family_start ? "" : f->help);
   s->m.type = f->type;
   s->m.unit = (char *)(f->unit ? f->unit : "");
   s->m.exponent = f->exponent;
   s->m.value = value;
-  for (unsigned i = 0; i < METRIC_MAX_LABELS; i++) {
-    if (!names[i] || !values[i])
+  for (unsigned i = 0; i < n && i < METRIC_MAX_LABELS; i++) {
+    Gpushm__MetricLabel *l = &s->labels[s->m.n_labels];
+    if (!ls[i].name || !ls[i].value)
       continue;
-    gpushm__metric_label__init(&s->labels[s->m.n_labels]);
-    snprintf(s->values[s->m.n_labels], METRIC_LABEL_VALUE_MAX, "%s", values[i]);
-    s->labels[s->m.n_labels].name = (char *)names[i];
-    s->labels[s->m.n_labels].value = s->values[s->m.n_labels];
-    s->label_ptrs[s->m.n_labels] = &s->labels[s->m.n_labels];
+    gpushm__metric_label__init(l);
+    l->name = (char *)ls[i].name;
+    if (ls[i].kept) {
+      l->value = (char *)ls[i].value;
+    } else {
+      snprintf(s->values[s->m.n_labels], METRIC_LABEL_VALUE_MAX, "%s", ls[i].value);
+      l->value = s->values[s->m.n_labels];
+    }
+    s->label_ptrs[s->m.n_labels] = l;
     s->m.n_labels++;
   }
   s->m.labels = s->label_ptrs;
   k->ptrs[k->n++] = &s->m;
+  return &s->m;
+}
+
+static Gpushm__Metric *emit(struct sink *k, uint64_t value, const char *l1, const char *v1,
+                            const char *l2, const char *v2)
+{
+  const struct label ls[] = { { l1, v1, false }, { l2, v2, false } };
+  return emit_labels(k, value, ls, 2);
 }
 
 static const char *backend_label(int wire_backend)
@@ -250,6 +275,72 @@ SEGMENT_FAMILY(pool_bytes, pooled_bytes)
 SEGMENT_FAMILY(carved_total, carved)
 SEGMENT_FAMILY(segment_allocations_total, driver_allocs)
 
+/* Buffers by (wire backend, device): the count beside gpushm_allocated_bytes' memory. */
+static void backend_buffers(const struct metrics_source *src, struct sink *k)
+{
+  char dev[16];
+
+  for (size_t i = 0; i < src->stats->n_usage; i++) {
+    const Gpushm__Usage *u = src->stats->usage[i];
+    emit(k, u->buffers, "backend", backend_label(u->backend), "device",
+         device_label(u->device, dev));
+  }
+}
+
+/* Labelled with what names a GPU across processes and exporters (the ordinal alone
+ * differs under CUDA_VISIBLE_DEVICES): the UUID as DCGM spells it, and its name. */
+static void device_memory(const struct metrics_source *src, struct sink *k, bool free_memory)
+{
+  for (size_t i = 0; i < src->stats->n_devices; i++) {
+    const Gpushm__Device *d = src->stats->devices[i];
+    char dev[16], uuid[WIRE_UUID_TEXT_LEN] = "";
+    uint64_t v = free_memory ? d->free_memory : d->total_memory;
+
+    /* Free memory is known only where gpushmd holds a context: a 0 there would read as
+     * a full GPU, so that series is left out instead. */
+    if (free_memory && !v)
+      continue;
+    if (d->uuid.len == 16)
+      wire_uuid_text(d->uuid.data, wire_is_mig_name(d->name), uuid);
+    /* the name lives in the reply (reply_devices), as long as the rows */
+    emit_labels(k, v, (const struct label[]){ { "device", device_label(d->ordinal, dev), false },
+                                              { "uuid", uuid, false },
+                                              { "name", d->name, true } }, 3);
+  }
+}
+
+static void device_memory_total(const struct metrics_source *src, struct sink *k)
+{
+  device_memory(src, k, false);
+}
+
+static void device_memory_free(const struct metrics_source *src, struct sink *k)
+{
+  device_memory(src, k, true);
+}
+
+/* The request latency histogram: one row a request type, its buckets pointing at the
+ * counters themselves (the reply is packed before the loop turns). */
+static void latency(const struct metrics_source *src, struct sink *k)
+{
+  const struct request_counters *c = src->counters;
+
+  for (unsigned t = 0; t < HANDLER_REQUEST_TYPES; t++) {
+    Gpushm__Metric *m;
+
+    if (!c->by_type[t])
+      continue;
+    if (!(m = emit(k, c->latency_sum_ns[t], "type", wire_request_name(t), NULL, NULL)))
+      continue;
+    for (unsigned b = 0; b <= GPUSHM_LATENCY_BOUNDS; b++)
+      m->count += c->latency[t][b];
+    m->n_bounds = GPUSHM_LATENCY_BOUNDS;
+    m->bounds = (uint64_t *)counters_latency_bounds_ns;
+    m->n_buckets = GPUSHM_LATENCY_BOUNDS + 1;
+    m->buckets = (uint64_t *)c->latency[t];
+  }
+}
+
 #define GAUGE(n, h, fn) { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .samples = fn }
 #define GAUGE_BYTES(n, h, fn)                                                              \
   { .name = n, .help = h, .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "bytes", .samples = fn }
@@ -313,13 +404,30 @@ static const struct metric_family families[] = {
               host_budget),
   GAUGE("gpushm_images", "Images, by format and tiling (docs/graphics.md).", images_count),
   GAUGE_BYTES("gpushm_image_bytes", "Memory of those images.", image_bytes),
+  /* 0.8: what readers before it print from the frozen fields. */
+  { .name = "gpushm_backend_buffers", .help = "Buffers and events, by backend and device.",
+    .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .all_rows_only = true, .samples = backend_buffers },
+  { .name = "gpushm_device_memory_total_bytes", .help = "Device memory.",
+    .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "bytes", .all_rows_only = true,
+    .samples = device_memory_total },
+  { .name = "gpushm_device_memory_free_bytes",
+    .help = "Free device memory (devices gpushmd holds a context on).",
+    .type = GPUSHM__METRIC_TYPE__METRIC_GAUGE, .unit = "bytes", .all_rows_only = true,
+    .samples = device_memory_free },
+  { .name = "gpushm_request_duration_seconds", .help = "Time gpushmd spent on a request, "
+    "from its arrival to its reply's hand-off to the socket, by type.",
+    .type = GPUSHM__METRIC_TYPE__METRIC_HISTOGRAM, .unit = "seconds", .exponent = -9,
+    .all_rows_only = true, .samples = latency },
 };
 
 static void run_families(const struct metrics_source *src, struct sink *k)
 {
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const struct metric_family *f = &families[i];
+    if (f->all_rows_only && !src->all_rows)
+      continue;
     k->family = f;
+    k->family_start = k->n;
     if (f->is_counter_field) {
       uint64_t v;
       memcpy(&v, (const char *)src->counters + f->counter_field, sizeof v);
@@ -336,11 +444,15 @@ int metrics_fill(const struct metrics_source *src, Gpushm__StatsReply *s, void *
   size_t n;
   void *mem;
 
+  /* Help once a metric: what keeps the reply within a frame at every device and request
+   * type (test-stats-size); libgpushm 0.8, which asks for all rows, hands it to each. */
+  k.help_once = src->all_rows;
   run_families(src, &k); /* counts */
   n = k.n;
   if (!(mem = calloc(1, n * (sizeof(struct sample) + sizeof(Gpushm__Metric *)) + 1)))
     return PROTO_E_NOMEM;
-  k = (struct sink){ .samples = mem, .ptrs = (Gpushm__Metric **)((struct sample *)mem + n) };
+  k = (struct sink){ .samples = mem, .ptrs = (Gpushm__Metric **)((struct sample *)mem + n),
+                     .help_once = src->all_rows };
   run_families(src, &k);
   s->metrics = k.ptrs;
   s->n_metrics = k.n;

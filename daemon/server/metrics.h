@@ -6,6 +6,7 @@
 #ifndef GPUSHMD_METRICS_H
 #define GPUSHMD_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "gpushm.pb-c.h"
@@ -19,6 +20,9 @@ struct metrics_source {
   const struct registry *reg;
   const struct request_counters *counters;
   const Gpushm__StatsReply *stats;
+  /* The reader renders rows alone (StatsRequest.all_rows): send rows for what the
+   * frozen fields carry too. */
+  bool all_rows;
 };
 
 /* Fills s->metrics from the table; the rows live in one allocation, returned in *block

@@ -162,8 +162,10 @@ static void send_reply(struct session *s, const Gpushm__Reply *msg, const int *f
   long len = wire_encode(tx, WIRE_TYPE_REPLY, &msg->base, n_fds);
 
   if (len < 0) {
-    /* Replies are sized to fit by construction (list pages are packed to the limit),
-     * so this is a daemon bug; the client still gets an answer. */
+    /* Replies are sized to fit by construction (list pages are packed to the limit; a
+     * stats reply larger than a frame goes in a memfd), so this is a daemon bug, or a
+     * stats reply at the limits to a reader before 0.8, which cannot take a memfd; the
+     * client still gets an answer. */
     Gpushm__Reply error = GPUSHM__REPLY__INIT;
     log_error("reply to request %llu exceeds the frame limit",
               (unsigned long long)msg->request_id);

@@ -318,6 +318,10 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_metric_label": (c_void_p, [_P, c_size_t]),
     "gpushm_metric_label_name": (c_char_p, [_P]),
     "gpushm_metric_label_value": (c_char_p, [_P]),
+    "gpushm_metric_observations": (c_uint64, [_P]),
+    "gpushm_metric_bucket_count": (c_size_t, [_P]),
+    "gpushm_metric_bucket_le_text": (c_char_p, [_P, c_size_t, c_char_p, c_size_t]),
+    "gpushm_metric_bucket_observations": (c_uint64, [_P, c_size_t]),
 }
 
 

@@ -5,7 +5,7 @@ never by mirroring its structs."""
 from __future__ import annotations
 
 import ctypes
-from ctypes import byref, c_size_t, c_uint8, c_void_p
+from ctypes import byref, c_size_t, c_uint8, c_void_p, create_string_buffer
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Dict, List, Optional, Tuple, Union
@@ -87,13 +87,18 @@ class Usage:
 class Metric:
     """One sample of a gpushmd counter or gauge, as the daemon describes it (0.7): its
     Prometheus name, help text, type, unit ("bytes", "seconds" or ""), labels and value
-    (exact where the daemon sent a whole number)."""
+    (exact where the daemon sent a whole number).  A histogram (0.8) is one sample per
+    series: its value is the sum of what was observed, ``observations`` how many, and
+    ``buckets`` each bucket's upper bound (in the unit) with the observations at or
+    below it (cumulative, as Prometheus's ``le``; the +Inf bucket is ``observations``)."""
     name: str
     help: str
-    type: str                     #: "counter" or "gauge"
+    type: str                     #: "counter", "gauge" or (0.8) "histogram"
     unit: str
     labels: Dict[str, str]
     value: Union[int, Fraction]
+    observations: int = 0
+    buckets: List[Tuple[Union[int, Fraction], int]] = field(default_factory=list)
 
 
 @dataclass
@@ -207,6 +212,10 @@ def list_clients(conn: int) -> List[ClientInfo]:
         lib.gpushm_client_list_free(out)
 
 
+# gpushm_metric_type_t; a type newer than this reads as a gauge, as it always has.
+_METRIC_TYPES = {0: "gauge", 1: "counter", 2: "histogram"}
+
+
 def _metrics(s: int) -> List[Metric]:
     if not hasattr(lib, "gpushm_stats_metric_count"):
         return []  # a library older than 0.7
@@ -222,9 +231,17 @@ def _metrics(s: int) -> List[Metric]:
                                        else Fraction(value, 10 ** -exponent))
         if isinstance(exact, Fraction) and exact.denominator == 1:
             exact = exact.numerator
-        out.append(Metric(text(lib.gpushm_metric_name(m)), text(lib.gpushm_metric_help(m)),
-                          "counter" if lib.gpushm_metric_type(m) == 1 else "gauge",
-                          text(lib.gpushm_metric_unit(m)), labels, exact))
+        metric = Metric(text(lib.gpushm_metric_name(m)), text(lib.gpushm_metric_help(m)),
+                        _METRIC_TYPES.get(lib.gpushm_metric_type(m), "gauge"),
+                        text(lib.gpushm_metric_unit(m)), labels, exact)
+        if metric.type == "histogram":
+            metric.observations = lib.gpushm_metric_observations(m)
+            le = create_string_buffer(48)
+            for b in range(lib.gpushm_metric_bucket_count(m)):
+                bound = Fraction(text(lib.gpushm_metric_bucket_le_text(m, b, le, len(le))))
+                metric.buckets.append((bound.numerator if bound.denominator == 1 else bound,
+                                       lib.gpushm_metric_bucket_observations(m, b)))
+        out.append(metric)
     return out
 
 

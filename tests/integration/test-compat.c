@@ -138,7 +138,7 @@ static void test_library_keeps_it(void)
   CHECK(gpushm_daemon_backends(conn) & (1u << GPUSHM_BACKEND_HOST));
   /* the request families, each with its version (0: a family this daemon lacks) */
   CHECK(gpushm_daemon_family_version(conn, "core") == 1);
-  CHECK(gpushm_daemon_family_version(conn, "admin") == 1);
+  CHECK(gpushm_daemon_family_version(conn, "admin") == 2); /* 0.8: StatsRequest.all_rows */
   CHECK(gpushm_daemon_family_version(conn, "graphics") == 1);
   CHECK(gpushm_daemon_family_version(conn, "timelines") == 0);
   CHECK(gpushm_daemon_family_version(conn, "Core") == 0);
@@ -149,6 +149,127 @@ static void test_library_keeps_it(void)
   opts.backend = 9;
   CHECK_ERR(gpushm_buffer_create(conn, "future", 4096, &opts, &b), GPUSHM_E_UNSUPPORTED);
   gpushm_disconnect(conn);
+}
+
+static Gpushm__Reply *raw_stats(int sock, bool all_rows)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__StatsRequest sr = GPUSHM__STATS_REQUEST__INIT;
+  Gpushm__Reply *r;
+  unsigned n = 0;
+
+  sr.all_rows = all_rows;
+  req.body_case = GPUSHM__REQUEST__BODY_STATS;
+  req.stats = &sr;
+  CHECK((r = raw_call(sock, &req, NULL, &n)) != NULL && r->status == 0 && r->stats && n == 0);
+  return r;
+}
+
+/* The row named so whose labels include these (NULL ends them), or NULL. */
+static const Gpushm__Metric *row(const Gpushm__StatsReply *s, const char *name, const char *l1,
+                                 const char *v1, const char *l2, const char *v2)
+{
+  for (size_t i = 0; i < s->n_metrics; i++) {
+    const Gpushm__Metric *m = s->metrics[i];
+    unsigned want = (l1 != NULL) + (l2 != NULL), got = 0;
+    if (strcmp(m->name, name) != 0)
+      continue;
+    for (size_t k = 0; k < m->n_labels; k++)
+      got += (l1 && strcmp(m->labels[k]->name, l1) == 0 && strcmp(m->labels[k]->value, v1) == 0) +
+             (l2 && strcmp(m->labels[k]->name, l2) == 0 && strcmp(m->labels[k]->value, v2) == 0);
+    if (got == want)
+      return m;
+  }
+  return NULL;
+}
+
+static size_t rows_named(const Gpushm__StatsReply *s, const char *prefix)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_metrics; i++)
+    n += strncmp(s->metrics[i]->name, prefix, strlen(prefix)) == 0;
+  return n;
+}
+
+/* 0.8's rows carry what readers before it print from StatsReply's frozen fields: only
+ * to a reader that asks (all_rows), else such a reader prints those families twice.
+ * In one reply the rows and the frozen fields are one snapshot, so they must agree. */
+static void test_stats_rows(void)
+{
+  int sock = raw_connect(d.socket), status_fd;
+  gpushm_t *conn = daemon_connect(&d);
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  Gpushm__Reply *r;
+  const Gpushm__StatsReply *s;
+  char dev[16], uuid[WIRE_UUID_TEXT_LEN];
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  CHECK_OK(gpushm_buffer_create(conn, "rows", 4096, &opts, &b));
+  CHECK(raw_hello(sock, "gpushm-0.7.0", &status_fd) == 0);
+  close(status_fd);
+
+  r = raw_stats(sock, false);
+  s = r->stats;
+  CHECK(s->n_metrics > 0 && s->n_devices > 0 && s->n_usage > 0 && s->n_requests_by_type > 0);
+  CHECK(rows_named(s, "gpushm_backend_buffers") == 0);
+  CHECK(rows_named(s, "gpushm_device_memory_") == 0);
+  CHECK(rows_named(s, "gpushm_request_duration_seconds") == 0);
+  gpushm__reply__free_unpacked(r, NULL);
+
+  r = raw_stats(sock, true);
+  s = r->stats;
+  for (size_t i = 0; i < s->n_usage; i++) {
+    const Gpushm__Metric *m;
+    snprintf(dev, sizeof dev, "%d", s->usage[i]->device);
+    m = row(s, "gpushm_backend_buffers", "backend", wire_backend_name(s->usage[i]->backend),
+            "device", dev);
+    CHECK(m && m->value == s->usage[i]->buffers && m->type == GPUSHM__METRIC_TYPE__METRIC_GAUGE);
+  }
+  CHECK(rows_named(s, "gpushm_backend_buffers") == s->n_usage);
+  CHECK(rows_named(s, "gpushm_device_memory_total_bytes") == s->n_devices);
+  for (size_t i = 0; i < s->n_devices; i++) {
+    const Gpushm__Device *g = s->devices[i];
+    const Gpushm__Metric *t, *f;
+    snprintf(dev, sizeof dev, "%d", g->ordinal);
+    CHECK(g->uuid.len == 16);
+    wire_uuid_text(g->uuid.data, false, uuid);
+    t = row(s, "gpushm_device_memory_total_bytes", "device", dev, "uuid", uuid);
+    f = row(s, "gpushm_device_memory_free_bytes", "device", dev, "uuid", uuid);
+    CHECK(t && t->value == g->total_memory && strcmp(t->unit, "bytes") == 0);
+    CHECK(row(s, "gpushm_device_memory_total_bytes", "device", dev, "name", g->name) == t);
+    /* free only where it is known (a context): absent, not 0 */
+    CHECK(g->free_memory ? f && f->value == g->free_memory : !f);
+  }
+  CHECK(row(s, "gpushm_device_memory_free_bytes", NULL, NULL, NULL, NULL)); /* the buffer's */
+  /* the latency histogram: a row a request type, its buckets the fields' */
+  for (size_t i = 0; i < s->n_requests_by_type; i++) {
+    const Gpushm__RequestCount *rc = s->requests_by_type[i];
+    const Gpushm__Metric *m = row(s, "gpushm_request_duration_seconds", "type", rc->type, NULL,
+                                  NULL);
+    uint64_t cumulative = 0;
+    CHECK(rc->n_latency_le == s->n_latency_bounds_ns + 1);
+    CHECK(m && m->type == GPUSHM__METRIC_TYPE__METRIC_HISTOGRAM && m->exponent == -9 &&
+          strcmp(m->unit, "seconds") == 0 && m->value == rc->latency_sum_ns &&
+          m->count == rc->latency_le[rc->n_latency_le - 1]);
+    CHECK(m->n_bounds == s->n_latency_bounds_ns && m->n_buckets == m->n_bounds + 1 &&
+          memcmp(m->bounds, s->latency_bounds_ns, m->n_bounds * sizeof *m->bounds) == 0);
+    for (size_t k = 0; k < m->n_buckets; k++)
+      CHECK((cumulative += m->buckets[k]) == rc->latency_le[k]);
+  }
+  CHECK(rows_named(s, "gpushm_request_duration_seconds") == s->n_requests_by_type);
+  /* a metric's help on its first row only: what keeps the reply within a frame */
+  for (size_t i = 0; i < s->n_metrics; i++)
+    CHECK(i == 0 || strcmp(s->metrics[i]->name, s->metrics[i - 1]->name) != 0
+              ? *s->metrics[i]->help != '\0' : *s->metrics[i]->help == '\0');
+  gpushm__reply__free_unpacked(r, NULL);
+  close(sock);
+  CHECK_OK(gpushm_unlink(conn, "rows"));
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  test_log("stats rows for the frozen fields: not to a 0.7 reader; to one that asks, equal to "
+           "the fields of the same reply (buffers by backend, device memory, latency histogram)");
 }
 
 /* cuda-ipc sync buffers are ordered by a fence since 0.7.1 (GPUSHM_FEATURE_IPC_FENCES):
@@ -403,6 +524,7 @@ int main(void)
     test_frozen_v1_client();
     test_ipc_fences();
     test_kinds();
+    test_stats_rows();
     daemon_stop(&d);
   }
   return 0;

@@ -519,15 +519,19 @@ static void test_faults(void)
 static void ctl_shows(const struct test_daemon *t, const char *args, const char *text)
 {
   const char *builddir = getenv("GPUSHM_TEST_BUILDDIR");
-  char cmd[1024], out[16384];
-  size_t n;
+  /* --json lists every row (the latency histogram's too, 0.8): read it all, or
+   * gpushmctl dies writing into a closed pipe */
+  static char out[1 << 20];
+  char cmd[1024];
+  size_t n = 0, got;
   FILE *p;
 
   CHECK(builddir != NULL);
   snprintf(cmd, sizeof cmd, "GPUSHM_SOCKET='%s' '%s/ctl/gpushmctl' stats%s", t->socket,
            builddir, args);
   CHECK((p = popen(cmd, "r")) != NULL);
-  n = fread(out, 1, sizeof out - 1, p);
+  while (n < sizeof out - 1 && (got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0)
+    n += got;
   out[n] = '\0';
   CHECK(pclose(p) == 0);
   if (!strstr(out, text)) {

@@ -119,6 +119,14 @@ def test_admin_dataclasses(conn, name):
         up = s.metric("gpushm_uptime_seconds")
         assert up.unit == "seconds" and abs(float(up.value) - s.uptime_ms / 1000) < 5
         assert s.metric("gpushm_no_such_metric") is None
+        # 0.8: the latency histogram, a row a request type: cumulative buckets in seconds
+        h = s.metric("gpushm_request_duration_seconds", type="create")
+        assert h.type == "histogram" and h.unit == "seconds" and h.help
+        assert h.observations >= 1 and 0 < h.value
+        assert len(h.buckets) >= 2 and h.buckets[0][0] < h.buckets[-1][0] < 1000
+        counts = [n for _, n in h.buckets]
+        assert counts == sorted(counts) and counts[-1] <= h.observations
+        assert s.metric("gpushm_backend_buffers", backend="host", device="-1").value >= 1
 
 
 def test_package_builds_offline(tmp_path):
