@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpushm-gl.h — gpushm objects in OpenGL, header-only (docs/graphics.md).
+ * gpushm-gl.h — gpushm objects in OpenGL (docs/graphics.md).
  *
- * Compiled into the program that includes it, with that program's GL: needs a current
- * GL 4.5 context (EGL headless works: EGL_PLATFORM_DEVICE_EXT or surfaceless) with
- * GL_EXT_memory_object_fd.  Entry points come from the get_proc the program gives
- * (eglGetProcAddress, glXGetProcAddress).
+ * One source, two ways to use it, as gpushm-vulkan.h: linked (define GPUSHM_GL_SHARED,
+ * as pkg-config gpushm-gl does, and link libgpushm-gl, the one compiled copy), or
+ * header-only as before 0.8 (define nothing: static inline in the program).  Either
+ * way the program's GL is used: a current GL 4.5 context (EGL headless works:
+ * EGL_PLATFORM_DEVICE_EXT or surfaceless) with GL_EXT_memory_object_fd.  Entry points
+ * come from the get_proc the program gives (eglGetProcAddress, glXGetProcAddress);
+ * libgpushm-gl, given none, uses eglGetProcAddress of the libEGL the process has
+ * loaded, else of libEGL.so.1, which it loads (it links no GL or EGL).
  *
  *  - gpushm_gl_import_buffer(): gpushm fd memory (cuda-fd, registered) as a GL buffer
  *    object over a memory object.  Host memory has no GL import: copy it in
@@ -33,6 +37,18 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* GPUSHM_GL_IMPL is libgpushm-gl's own (client/gl_helpers.c): the exported copy, its
+ * helpers static to it.  gpushm_gl_t is that library's ABI: it grows no field. */
+#if defined(GPUSHM_GL_IMPL)
+#define GPUSHM_GL_API GPUSHM_API
+#define GPUSHM_GL__STATIC static
+#elif defined(GPUSHM_GL_SHARED)
+#define GPUSHM_GL_API GPUSHM_API
+#else
+#define GPUSHM_GL_API static inline
+#define GPUSHM_GL__STATIC static inline
 #endif
 
 /* GL_EXT_memory_object(_fd) and the GL 4.5 calls used, by value: the program's GL
@@ -77,11 +93,35 @@ typedef struct gpushm_gl {
   char error[512]; /* why the last call failed */
 } gpushm_gl_t;
 
+/* Loads the entry points from the current context's implementation through get_proc
+ * (NULL: header-only, GPUSHM_E_INVAL; libgpushm-gl: eglGetProcAddress, see above). */
+GPUSHM_GL_API int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *name));
+/* Whether memory info describes imports into this context's device and driver. */
+GPUSHM_GL_API int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info);
+/* A GL buffer over the object's bytes (size bytes from its start: 0 for all of them). */
+GPUSHM_GL_API int gpushm_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t size,
+                                          GLuint *buffer, GLuint *memory);
+/* An optimal image as a texture (GL_TEXTURE_2D, _2D_ARRAY for layers, _3D for depth). */
+GPUSHM_GL_API int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf,
+                                           GLuint *texture, GLuint *memory);
+/* Copies a linear image's rows (rows: its imported buffer) into texture, which the caller
+ * made with room for the image (glTextureStorage2D of its format, one level). */
+GPUSHM_GL_API int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf, GLuint rows,
+                                          GLuint texture);
+
+#if defined(GPUSHM_GL_IMPL) || !defined(GPUSHM_GL_SHARED)
+/* ---- implementation: header-only, or libgpushm-gl's ----------------------------- */
+
+#ifdef GPUSHM_GL_IMPL
+/* eglGetProcAddress of the process's EGL, found once (client/gl_helpers.c); NULL: none. */
+static void *(*gpushm_gl__egl_get_proc(void))(const char *name);
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...);
-static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...)
+GPUSHM_GL__STATIC int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...);
+GPUSHM_GL__STATIC int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -90,10 +130,18 @@ static inline int gpushm_gl__fail(gpushm_gl_t *gl, int err, const char *fmt, ...
   return err;
 }
 
-/* Loads the entry points from the current context's implementation. */
-static inline int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *name))
+GPUSHM_GL_API int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *name))
 {
   memset(gl, 0, sizeof *gl);
+#ifdef GPUSHM_GL_IMPL
+  if (!get_proc && !(get_proc = gpushm_gl__egl_get_proc()))
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "no get_proc given, and no EGL in this "
+                           "process nor a libEGL.so.1 to load");
+#else
+  if (!get_proc)
+    return gpushm_gl__fail(gl, GPUSHM_E_INVAL, "gpushm_gl_init needs get_proc "
+                           "(eglGetProcAddress, glXGetProcAddress)");
+#endif
 #define GPUSHM_GL__LOAD(field, name)                                                       \
   do {                                                                                     \
     void *p_ = get_proc(name);                                                             \
@@ -128,8 +176,7 @@ static inline int gpushm_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *
   return 0;
 }
 
-/* Whether memory info describes imports into this context's device and driver. */
-static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info)
+GPUSHM_GL_API int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_info_t *info)
 {
   GLubyte device[16] = { 0 }, driver[16] = { 0 };
   const char *renderer, *version;
@@ -149,8 +196,8 @@ static inline int gpushm_gl_check_device(gpushm_gl_t *gl, const gpushm_memory_in
 }
 
 /* The object's memory as a GL memory object (its fd given to GL). */
-static inline int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
-                                    gpushm_memory_info_t *info, GLuint *memory)
+GPUSHM_GL__STATIC int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
+                                        gpushm_memory_info_t *info, GLuint *memory)
 {
   GLint dedicated = GL_TRUE;
   GLenum e;
@@ -187,8 +234,7 @@ static inline int gpushm_gl__memory(gpushm_gl_t *gl, gpushm_buffer_t *buf,
   return 0;
 }
 
-/* A GL buffer over the object's bytes (size bytes from its start: 0 for all of them). */
-static inline int gpushm_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t size,
+GPUSHM_GL_API int gpushm_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t size,
                                           GLuint *buffer, GLuint *memory)
 {
   gpushm_memory_info_t info;
@@ -215,8 +261,7 @@ static inline int gpushm_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf,
   return 0;
 }
 
-/* An optimal image as a texture (GL_TEXTURE_2D, _2D_ARRAY for layers, _3D for depth). */
-static inline int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf,
+GPUSHM_GL_API int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf,
                                            GLuint *texture, GLuint *memory)
 {
   gpushm_memory_info_t info;
@@ -261,7 +306,7 @@ static inline int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf
 }
 
 /* The client format and type that upload a format's texels as they lie in memory. */
-static inline int gpushm_gl__pixel(int format, GLenum *base, GLenum *type)
+GPUSHM_GL__STATIC int gpushm_gl__pixel(int format, GLenum *base, GLenum *type)
 {
   switch (format) {
   case GPUSHM_FORMAT_R8_UNORM: *base = GL_RED; *type = GL_UNSIGNED_BYTE; return 0;
@@ -283,9 +328,7 @@ static inline int gpushm_gl__pixel(int format, GLenum *base, GLenum *type)
   }
 }
 
-/* Copies a linear image's rows (rows: its imported buffer) into texture, which the caller
- * made with room for the image (glTextureStorage2D of its format, one level). */
-static inline int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf, GLuint rows,
+GPUSHM_GL_API int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf, GLuint rows,
                                           GLuint texture)
 {
   gpushm_image_desc_t d;
@@ -307,6 +350,8 @@ static inline int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf,
     return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "uploading the rows: GL error 0x%x", e);
   return 0;
 }
+
+#endif /* GPUSHM_GL_IMPL || !GPUSHM_GL_SHARED */
 
 #ifdef __cplusplus
 }

@@ -4,8 +4,8 @@
  * OpenGL process needs to import a gpushm object (docs/graphics.md).
  *
  * Part of libgpushm, which gains no dependency for it: Vulkan and GL are reached by
- * the header-only helpers gpushm-vulkan.h and gpushm-gl.h, compiled into the program
- * that uses them, with that program's Vulkan or GL.
+ * the helpers gpushm-vulkan.h and gpushm-gl.h (libgpushm-vulkan and libgpushm-gl, or
+ * compiled into the program header-only), with that program's Vulkan or GL.
  *
  * Objects:
  *  - a buffer of any backend: cuda-fd memory imports into Vulkan and GL (the same GPU

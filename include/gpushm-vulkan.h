@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpushm-vulkan.h — gpushm objects in Vulkan, header-only (docs/graphics.md).
+ * gpushm-vulkan.h — gpushm objects in Vulkan (docs/graphics.md).
  *
- * Compiled into the program that includes it, with that program's Vulkan headers and
- * loader: libgpushm itself depends on no graphics API.  Needs Vulkan 1.1 and, on the
+ * One source, two ways to use it (the pattern of PipeWire's SPA_API_IMPL):
+ *  - linked: define GPUSHM_VK_SHARED (pkg-config gpushm-vulkan does) and link
+ *    libgpushm-vulkan, which holds the one compiled copy.  A fix reaches programs with
+ *    the library, and the library needs no Vulkan at link time: it uses the loader the
+ *    process has already loaded, else loads libvulkan.so.1;
+ *  - header-only, as before 0.8: define nothing, and every function is static inline
+ *    in the program, which links the Vulkan loader itself.
+ * libgpushm itself depends on no graphics API.  Needs Vulkan 1.1 and, on the
  * VkDevice, VK_KHR_external_memory_fd (gpushm fd memory and registered memory) and
  * VK_EXT_external_memory_host (gpushm host memory).
  *
@@ -41,11 +47,25 @@
 extern "C" {
 #endif
 
+/* GPUSHM_VK_IMPL is libgpushm-vulkan's own (client/vulkan_helpers.c): the exported
+ * copy, its helpers static to it.  The structs below are that library's ABI: they
+ * grow no field. */
+#if defined(GPUSHM_VK_IMPL)
+#define GPUSHM_VK_API GPUSHM_API
+#define GPUSHM_VK__STATIC static
+#elif defined(GPUSHM_VK_SHARED)
+#define GPUSHM_VK_API GPUSHM_API
+#else
+#define GPUSHM_VK_API static inline
+#define GPUSHM_VK__STATIC static inline
+#endif
+
 typedef struct gpushm_vk {
   VkInstance instance;
   VkPhysicalDevice physical_device;
   VkDevice device;
-  /* NULL: the loader's vkGetInstanceProcAddr, linked */
+  /* NULL: the loader's vkGetInstanceProcAddr (header-only: the one the program links;
+   * libgpushm-vulkan: the one the process has loaded, else libvulkan.so.1's) */
   PFN_vkGetInstanceProcAddr get_instance_proc_addr;
   char error[512]; /* why the last call failed */
 } gpushm_vk_t;
@@ -69,13 +89,51 @@ typedef struct gpushm_vk_image {
   uint32_t row_length;
 } gpushm_vk_image_t;
 
-/* ---- implementation ------------------------------------------------------------- */
+/* Whether memory described by info can be imported on vk's physical device: the same
+ * device (deviceUUID), the same driver (driverUUID, or the NVIDIA driver's version
+ * where gpushmd's own memory knows no driverUUID).  Host memory imports anywhere. */
+GPUSHM_VK_API int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_info_t *info);
+/* A VkBuffer of usage over the object's bytes (a linear image: its rows). */
+GPUSHM_VK_API int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+                                          VkBufferUsageFlags usage, gpushm_vk_buffer_t *out);
+GPUSHM_VK_API void gpushm_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t *b);
+/* The image buf is (open with GPUSHM_DEVICE_NONE, or host memory). */
+GPUSHM_VK_API int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+                                         gpushm_vk_image_t *out);
+GPUSHM_VK_API void gpushm_vk_destroy_image(gpushm_vk_t *vk, gpushm_vk_image_t *img);
+/* GPUSHM_IMAGE_USAGE_* as VkImageUsageFlags. */
+GPUSHM_VK_API VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage);
+/* What every importer creates an image of d with (format, extent, levels, layers, usage;
+ * pNext next), for a program's own image of the same kind, e.g. to copy into. */
+GPUSHM_VK_API VkImageCreateInfo gpushm_vk_image_create_info(const gpushm_image_desc_t *d,
+                                                            VkImageTiling tiling,
+                                                            const void *next);
+/* The memory type for an allocation the requirements allow (allowed: memoryTypeBits):
+ * the one named (not GPUSHM_MEMORY_TYPE_ANY), else the first DEVICE_LOCAL one, what
+ * cuda-fd memory imports as, else the first allowed. */
+GPUSHM_VK_API int gpushm_vk_memory_type(gpushm_vk_t *vk, uint32_t allowed, uint32_t named,
+                                        uint32_t *out);
+/* Makes an exportable optimal-tiling image of desc here (tiling must be optimal),
+ * registers it as name (opts: mode, lifetime, metadata), and gives back the image
+ * (bound, in VK_IMAGE_LAYOUT_UNDEFINED) and the registration's handle. */
+GPUSHM_VK_API int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+                                         const gpushm_image_desc_t *desc,
+                                         const gpushm_create_opts_t *opts,
+                                         gpushm_vk_image_t *out, gpushm_buffer_t **buf_out);
+/* The same for a buffer of size bytes and usage. */
+GPUSHM_VK_API int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+                                          VkDeviceSize size, VkBufferUsageFlags usage,
+                                          const gpushm_create_opts_t *opts,
+                                          gpushm_vk_buffer_t *out, gpushm_buffer_t **buf_out);
+
+#if defined(GPUSHM_VK_IMPL) || !defined(GPUSHM_VK_SHARED)
+/* ---- implementation: header-only, or libgpushm-vulkan's ------------------------- */
 
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...);
-static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...)
+GPUSHM_VK__STATIC int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...);
+GPUSHM_VK__STATIC int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -84,7 +142,7 @@ static inline int gpushm_vk__fail(gpushm_vk_t *vk, int err, const char *fmt, ...
   return err;
 }
 
-static inline int gpushm_vk__result(gpushm_vk_t *vk, VkResult r, const char *what)
+GPUSHM_VK__STATIC int gpushm_vk__result(gpushm_vk_t *vk, VkResult r, const char *what)
 {
   int err = r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY
               ? GPUSHM_E_NOMEM
@@ -93,38 +151,57 @@ static inline int gpushm_vk__result(gpushm_vk_t *vk, VkResult r, const char *wha
   return gpushm_vk__fail(vk, err, "%s failed: VkResult %d", what, (int)r);
 }
 
-static inline PFN_vkVoidFunction gpushm_vk__instance_fn(gpushm_vk_t *vk, const char *name)
+#ifdef GPUSHM_VK_IMPL
+/* The process's loader, found once (client/vulkan_helpers.c); NULL: none. */
+static PFN_vkGetInstanceProcAddr gpushm_vk__loader(void);
+#endif
+
+GPUSHM_VK__STATIC PFN_vkGetInstanceProcAddr gpushm_vk__gipa(const gpushm_vk_t *vk)
 {
-  PFN_vkGetInstanceProcAddr gipa = vk->get_instance_proc_addr ? vk->get_instance_proc_addr
-                                                               : vkGetInstanceProcAddr;
-  return gipa(vk->instance, name);
+  if (vk->get_instance_proc_addr)
+    return vk->get_instance_proc_addr;
+#ifdef GPUSHM_VK_IMPL
+  return gpushm_vk__loader();
+#else
+  return vkGetInstanceProcAddr;
+#endif
 }
 
-static inline PFN_vkVoidFunction gpushm_vk__device_fn(gpushm_vk_t *vk, const char *name)
+GPUSHM_VK__STATIC PFN_vkVoidFunction gpushm_vk__instance_fn(gpushm_vk_t *vk, const char *name)
 {
-  PFN_vkGetDeviceProcAddr gdpa =
-    (PFN_vkGetDeviceProcAddr)gpushm_vk__instance_fn(vk, "vkGetDeviceProcAddr");
-  return gdpa ? gdpa(vk->device, name) : NULL;
+  PFN_vkGetInstanceProcAddr gipa = gpushm_vk__gipa(vk);
+  return gipa ? gipa(vk->instance, name) : NULL;
 }
 
-#define GPUSHM_VK__FN(vk, type, name, device_level)                                        \
-  type name = (type)((device_level) ? gpushm_vk__device_fn((vk), #name)                    \
-                                    : gpushm_vk__instance_fn((vk), #name))
-
-static inline int gpushm_vk__zero(const uint8_t u[16])
+/* Why an entry point every Vulkan 1.1 instance has is missing. */
+GPUSHM_VK__STATIC int gpushm_vk__missing(gpushm_vk_t *vk, const char *name)
 {
-  for (int i = 0; i < 16; i++)
-    if (u[i])
-      return 0;
-  return 1;
+  if (!gpushm_vk__gipa(vk))
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "no Vulkan loader in this process, "
+                           "nor a libvulkan.so.1 to load: set "
+                           "gpushm_vk_t.get_instance_proc_addr");
+  return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed (%s)", name);
 }
 
-/* Whether memory described by info can be imported on vk's physical device: the same
- * device (deviceUUID), the same driver (driverUUID, or the NVIDIA driver's version
- * where gpushmd's own memory knows no driverUUID).  Host memory imports anywhere. */
-static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_info_t *info)
+/* gpushm_vk_t has no room to keep entry points (its layout is ABI), so each call looks
+ * up by name what it uses: vkGetDeviceProcAddr once (GPUSHM_VK__DEVICE_FNS), then each
+ * function once, at the top, never in a loop. */
+GPUSHM_VK__STATIC PFN_vkGetDeviceProcAddr gpushm_vk__gdpa(gpushm_vk_t *vk)
 {
-  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
+  return (PFN_vkGetDeviceProcAddr)gpushm_vk__instance_fn(vk, "vkGetDeviceProcAddr");
+}
+
+#define GPUSHM_VK__DEVICE_FNS(vk) PFN_vkGetDeviceProcAddr gpushm_vk__gdpa_ = gpushm_vk__gdpa(vk)
+/* (after GPUSHM_VK__DEVICE_FNS) */
+#define GPUSHM_VK__DEVICE_FN(vk, type, name)                                               \
+  type name = (type)(gpushm_vk__gdpa_ ? gpushm_vk__gdpa_((vk)->device, #name) : NULL)
+#define GPUSHM_VK__INSTANCE_FN(vk, type, name)                                             \
+  type name = (type)gpushm_vk__instance_fn((vk), #name)
+
+GPUSHM_VK_API int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_info_t *info)
+{
+  GPUSHM_VK__INSTANCE_FN(vk, PFN_vkGetPhysicalDeviceProperties2,
+                         vkGetPhysicalDeviceProperties2);
   VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
   VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
   VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
@@ -133,8 +210,7 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
   if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER)
     return 0;
   if (!vkGetPhysicalDeviceProperties2)
-    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed "
-                           "(vkGetPhysicalDeviceProperties2)");
+    return gpushm_vk__missing(vk, "vkGetPhysicalDeviceProperties2");
   vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
   /* driverInfo is Vulkan 1.2's (VK_KHR_driver_properties before) */
   if (props.properties.apiVersion >= VK_API_VERSION_1_2) {
@@ -150,13 +226,11 @@ static inline int gpushm_vk_check_device(gpushm_vk_t *vk, const gpushm_memory_in
   return 0;
 }
 
-/* The memory type for an import: the one named, else the first DEVICE_LOCAL one the
- * import allows (what cuda-fd memory imports as), else the first it allows. */
-static inline int gpushm_vk__memory_type(gpushm_vk_t *vk, uint32_t allowed, uint32_t named,
-                                         uint32_t *out)
+GPUSHM_VK_API int gpushm_vk_memory_type(gpushm_vk_t *vk, uint32_t allowed, uint32_t named,
+                                        uint32_t *out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceMemoryProperties,
-                vkGetPhysicalDeviceMemoryProperties, 0);
+  GPUSHM_VK__INSTANCE_FN(vk, PFN_vkGetPhysicalDeviceMemoryProperties,
+                         vkGetPhysicalDeviceMemoryProperties);
   VkPhysicalDeviceMemoryProperties mp;
 
   if (named != GPUSHM_MEMORY_TYPE_ANY) {
@@ -191,14 +265,15 @@ static inline int gpushm_vk__memory_type(gpushm_vk_t *vk, uint32_t allowed, uint
 
 /* Allocates memory importing what info describes (the fd given is consumed either way)
  * for an object with those requirements. */
-static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_info_t *info,
-                                           int fd, const VkMemoryRequirements *req,
-                                           VkBuffer dedicated_buffer, VkImage dedicated_image,
-                                           VkDeviceMemory *out)
+GPUSHM_VK__STATIC int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_info_t *info,
+                                               int fd, const VkMemoryRequirements *req,
+                                               VkBuffer dedicated_buffer, VkImage dedicated_image,
+                                               VkDeviceMemory *out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetMemoryHostPointerPropertiesEXT,
-                vkGetMemoryHostPointerPropertiesEXT, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkAllocateMemory, vkAllocateMemory);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetMemoryHostPointerPropertiesEXT,
+                       vkGetMemoryHostPointerPropertiesEXT);
   VkMemoryDedicatedAllocateInfo dedicated = {
     .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
     .image = dedicated_image, .buffer = dedicated_buffer };
@@ -247,8 +322,8 @@ static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_
     import_fd.pNext = dedicated_buffer || dedicated_image ? &dedicated : NULL;
     alloc.pNext = &import_fd;
   }
-  if ((ret = gpushm_vk__memory_type(vk, allowed, info->memory_type_index,
-                                    &alloc.memoryTypeIndex)) < 0) {
+  if ((ret = gpushm_vk_memory_type(vk, allowed, info->memory_type_index,
+                                   &alloc.memoryTypeIndex)) < 0) {
     if (fd >= 0)
       close(fd);
     return ret;
@@ -262,8 +337,8 @@ static inline int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_memory_
   return 0;
 }
 
-static inline int gpushm_vk__info(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_memory_info_t *info,
-                                  int *fd)
+GPUSHM_VK__STATIC int gpushm_vk__info(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_memory_info_t *info,
+                                      int *fd)
 {
   int r;
 
@@ -290,10 +365,11 @@ static inline int gpushm_vk__info(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_
   return 0;
 }
 
-static inline void gpushm_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t *b)
+GPUSHM_VK_API void gpushm_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t *b)
 {
-  GPUSHM_VK__FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer, 1);
-  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkFreeMemory, vkFreeMemory);
   if (b->buffer)
     vkDestroyBuffer(vk->device, b->buffer, NULL);
   if (b->memory)
@@ -301,13 +377,13 @@ static inline void gpushm_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t 
   memset(b, 0, sizeof *b);
 }
 
-/* A VkBuffer of usage over the object's bytes (a linear image: its rows). */
-static inline int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+GPUSHM_VK_API int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
                                           VkBufferUsageFlags usage, gpushm_vk_buffer_t *out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements, 1);
-  GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateBuffer, vkCreateBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory);
   VkExternalMemoryBufferCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO };
   VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext };
   gpushm_memory_info_t info;
@@ -350,7 +426,7 @@ static inline int gpushm_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
   return 0;
 }
 
-static inline VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage)
+GPUSHM_VK_API VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage)
 {
   return (usage & GPUSHM_IMAGE_USAGE_SAMPLED ? VK_IMAGE_USAGE_SAMPLED_BIT : 0) |
          (usage & GPUSHM_IMAGE_USAGE_STORAGE ? VK_IMAGE_USAGE_STORAGE_BIT : 0) |
@@ -359,8 +435,9 @@ static inline VkImageUsageFlags gpushm_vk_image_usage(uint32_t usage)
          (usage & GPUSHM_IMAGE_USAGE_TRANSFER_DST ? VK_IMAGE_USAGE_TRANSFER_DST_BIT : 0);
 }
 
-static inline VkImageCreateInfo gpushm_vk__image_info(const gpushm_image_desc_t *d,
-                                                      VkImageTiling tiling, const void *next)
+GPUSHM_VK_API VkImageCreateInfo gpushm_vk_image_create_info(const gpushm_image_desc_t *d,
+                                                            VkImageTiling tiling,
+                                                            const void *next)
 {
   VkImageCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, .pNext = next };
   ici.imageType = d->depth > 1 ? VK_IMAGE_TYPE_3D : VK_IMAGE_TYPE_2D;
@@ -378,11 +455,12 @@ static inline VkImageCreateInfo gpushm_vk__image_info(const gpushm_image_desc_t 
   return ici;
 }
 
-static inline void gpushm_vk_destroy_image(gpushm_vk_t *vk, gpushm_vk_image_t *img)
+GPUSHM_VK_API void gpushm_vk_destroy_image(gpushm_vk_t *vk, gpushm_vk_image_t *img)
 {
-  GPUSHM_VK__FN(vk, PFN_vkDestroyImage, vkDestroyImage, 1);
-  GPUSHM_VK__FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer, 1);
-  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroyImage, vkDestroyImage);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkFreeMemory, vkFreeMemory);
   if (img->image)
     vkDestroyImage(vk->device, img->image, NULL);
   if (img->buffer)
@@ -394,14 +472,15 @@ static inline void gpushm_vk_destroy_image(gpushm_vk_t *vk, gpushm_vk_image_t *i
 
 /* A linear image: its rows as a buffer, and as a LINEAR image where this device's
  * layout of one has the same row pitch (aliasing the same memory). */
-static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf,
-                                           const gpushm_image_desc_t *d, gpushm_vk_image_t *out)
+GPUSHM_VK__STATIC int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf,
+                                               const gpushm_image_desc_t *d, gpushm_vk_image_t *out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
-  GPUSHM_VK__FN(vk, PFN_vkDestroyImage, vkDestroyImage, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetImageSubresourceLayout, vkGetImageSubresourceLayout, 1);
-  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateImage, vkCreateImage);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroyImage, vkDestroyImage);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetImageSubresourceLayout, vkGetImageSubresourceLayout);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindImageMemory, vkBindImageMemory);
   VkExternalMemoryImageCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO };
   VkImageSubresource sub = { VK_IMAGE_ASPECT_COLOR_BIT, 0, 0 };
   gpushm_memory_info_t info = { .size = sizeof info };
@@ -427,7 +506,7 @@ static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf
   ext.handleTypes = info.handle_type == GPUSHM_EXTERNAL_HOST_POINTER
                       ? VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
                       : VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
-  ici = gpushm_vk__image_info(d, VK_IMAGE_TILING_LINEAR, &ext);
+  ici = gpushm_vk_image_create_info(d, VK_IMAGE_TILING_LINEAR, &ext);
   if ((info.access & GPUSHM_OPEN_READONLY))
     ici.usage &= ~(VkImageUsageFlags)GPUSHM_VK__IMAGE_WRITES;
   if (!ici.usage || vkCreateImage(vk->device, &ici, NULL, &image) != VK_SUCCESS)
@@ -445,12 +524,12 @@ static inline int gpushm_vk__import_linear(gpushm_vk_t *vk, gpushm_buffer_t *buf
   return 0;
 }
 
-/* The image buf is (open with GPUSHM_DEVICE_NONE, or host memory). */
-static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_vk_image_t *out)
+GPUSHM_VK_API int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, gpushm_vk_image_t *out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements, 1);
-  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateImage, vkCreateImage);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetImageMemoryRequirements, vkGetImageMemoryRequirements);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindImageMemory, vkBindImageMemory);
   VkExternalMemoryImageCreateInfo ext = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
@@ -482,7 +561,7 @@ static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, 
       gpushm_vk_destroy_image(vk, out);
     return ret;
   }
-  ici = gpushm_vk__image_info(&d, VK_IMAGE_TILING_OPTIMAL, &ext);
+  ici = gpushm_vk_image_create_info(&d, VK_IMAGE_TILING_OPTIMAL, &ext);
   if ((info.access & GPUSHM_OPEN_READONLY))
     ici.usage &= ~(VkImageUsageFlags)GPUSHM_VK__IMAGE_WRITES;
   if ((r = vkCreateImage(vk->device, &ici, NULL, &out->image)) != VK_SUCCESS) {
@@ -501,15 +580,16 @@ static inline int gpushm_vk_import_image(gpushm_vk_t *vk, gpushm_buffer_t *buf, 
 }
 
 /* What registering memory of this device needs to say about it. */
-static inline int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t *m)
+GPUSHM_VK__STATIC int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t *m)
 {
-  GPUSHM_VK__FN(vk, PFN_vkGetPhysicalDeviceProperties2, vkGetPhysicalDeviceProperties2, 0);
+  GPUSHM_VK__INSTANCE_FN(vk, PFN_vkGetPhysicalDeviceProperties2,
+                         vkGetPhysicalDeviceProperties2);
   VkPhysicalDeviceDriverProperties driver = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES };
   VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
   VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id };
 
   if (!vkGetPhysicalDeviceProperties2)
-    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "Vulkan 1.1 is needed");
+    return gpushm_vk__missing(vk, "vkGetPhysicalDeviceProperties2");
   vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
   if (props.properties.apiVersion >= VK_API_VERSION_1_2) {
     id.pNext = &driver;
@@ -523,13 +603,14 @@ static inline int gpushm_vk__describe(gpushm_vk_t *vk, gpushm_external_memory_t 
 
 /* Exportable memory for requirements req (dedicated to image or buffer where the driver
  * prefers it), its fd in *fd. */
-static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkImage image,
-                                           gpushm_external_memory_t *m, VkDeviceMemory *out, int *fd)
+GPUSHM_VK__STATIC int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkImage image,
+                                               gpushm_external_memory_t *m, VkDeviceMemory *out, int *fd)
 {
-  GPUSHM_VK__FN(vk, PFN_vkGetBufferMemoryRequirements2, vkGetBufferMemoryRequirements2, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetImageMemoryRequirements2, vkGetImageMemoryRequirements2, 1);
-  GPUSHM_VK__FN(vk, PFN_vkAllocateMemory, vkAllocateMemory, 1);
-  GPUSHM_VK__FN(vk, PFN_vkGetMemoryFdKHR, vkGetMemoryFdKHR, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetBufferMemoryRequirements2, vkGetBufferMemoryRequirements2);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetImageMemoryRequirements2, vkGetImageMemoryRequirements2);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkAllocateMemory, vkAllocateMemory);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetMemoryFdKHR, vkGetMemoryFdKHR);
   VkMemoryDedicatedRequirements dreq = { .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS };
   VkMemoryRequirements2 req = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, .pNext = &dreq };
   VkMemoryDedicatedAllocateInfo dedicated = {
@@ -540,7 +621,7 @@ static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkI
   VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &export_info };
   VkMemoryGetFdInfoKHR get_fd = { .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
                                   .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
-  GPUSHM_VK__FN(vk, PFN_vkFreeMemory, vkFreeMemory, 1);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkFreeMemory, vkFreeMemory);
   VkResult r;
   int ret;
 
@@ -561,8 +642,8 @@ static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkI
     m->flags |= GPUSHM_EXTERNAL_DEDICATED;
   }
   alloc.allocationSize = req.memoryRequirements.size;
-  if ((ret = gpushm_vk__memory_type(vk, req.memoryRequirements.memoryTypeBits,
-                                    GPUSHM_MEMORY_TYPE_ANY, &alloc.memoryTypeIndex)) < 0)
+  if ((ret = gpushm_vk_memory_type(vk, req.memoryRequirements.memoryTypeBits,
+                                   GPUSHM_MEMORY_TYPE_ANY, &alloc.memoryTypeIndex)) < 0)
     return ret;
   if ((r = vkAllocateMemory(vk->device, &alloc, NULL, out)) != VK_SUCCESS)
     return gpushm_vk__result(vk, r, "vkAllocateMemory (exportable)");
@@ -577,16 +658,14 @@ static inline int gpushm_vk__export_memory(gpushm_vk_t *vk, VkBuffer buffer, VkI
   return 0;
 }
 
-/* Makes an exportable optimal-tiling image of desc here (tiling must be optimal),
- * registers it as name (opts: mode, lifetime, metadata), and gives back the image
- * (bound, in VK_IMAGE_LAYOUT_UNDEFINED) and the registration's handle. */
-static inline int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+GPUSHM_VK_API int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
                                          const gpushm_image_desc_t *desc,
                                          const gpushm_create_opts_t *opts,
                                          gpushm_vk_image_t *out, gpushm_buffer_t **buf_out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkCreateImage, vkCreateImage, 1);
-  GPUSHM_VK__FN(vk, PFN_vkBindImageMemory, vkBindImageMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateImage, vkCreateImage);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindImageMemory, vkBindImageMemory);
   VkExternalMemoryImageCreateInfo ext = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
@@ -603,7 +682,7 @@ static inline int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const 
   gpushm_external_memory_init(&m);
   if ((ret = gpushm_vk__describe(vk, &m)) < 0)
     return ret;
-  ici = gpushm_vk__image_info(desc, VK_IMAGE_TILING_OPTIMAL, &ext);
+  ici = gpushm_vk_image_create_info(desc, VK_IMAGE_TILING_OPTIMAL, &ext);
   if ((r = vkCreateImage(vk->device, &ici, NULL, &out->image)) != VK_SUCCESS)
     return gpushm_vk__result(vk, r, "vkCreateImage (exportable)");
   ret = gpushm_vk__export_memory(vk, VK_NULL_HANDLE, out->image, &m, &out->memory, &fd);
@@ -629,14 +708,14 @@ static inline int gpushm_vk_create_image(gpushm_vk_t *vk, gpushm_t *conn, const 
   return 0;
 }
 
-/* The same for a buffer of size bytes and usage. */
-static inline int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
+GPUSHM_VK_API int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const char *name,
                                           VkDeviceSize size, VkBufferUsageFlags usage,
                                           const gpushm_create_opts_t *opts, gpushm_vk_buffer_t *out,
                                           gpushm_buffer_t **buf_out)
 {
-  GPUSHM_VK__FN(vk, PFN_vkCreateBuffer, vkCreateBuffer, 1);
-  GPUSHM_VK__FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory, 1);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateBuffer, vkCreateBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory);
   VkExternalMemoryBufferCreateInfo ext = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
@@ -674,7 +753,10 @@ static inline int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const
   return 0;
 }
 
-#undef GPUSHM_VK__FN
+#undef GPUSHM_VK__DEVICE_FN
+#undef GPUSHM_VK__INSTANCE_FN
+#undef GPUSHM_VK__DEVICE_FNS
+#endif /* GPUSHM_VK_IMPL || !GPUSHM_VK_SHARED */
 
 #ifdef __cplusplus
 }

@@ -66,7 +66,7 @@ int main(int argc, char **argv)
     row_length = (uint32_t)(desc.row_pitch / 4);
   }
   {
-    VkImageCreateInfo ici = gpushm_vk__image_info(&desc, VK_IMAGE_TILING_OPTIMAL, NULL);
+    VkImageCreateInfo ici = gpushm_vk_image_create_info(&desc, VK_IMAGE_TILING_OPTIMAL, NULL);
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO };
     VkMemoryRequirements req;
     ici.usage = VK_IMAGE_USAGE_TRANSFER_DST_BIT | VK_IMAGE_USAGE_TRANSFER_SRC_BIT;
@@ -76,8 +76,8 @@ int main(int argc, char **argv)
     }
     vkGetImageMemoryRequirements(c.device, own, &req);
     ai.allocationSize = req.size;
-    if (gpushm_vk__memory_type(&c.gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
-                               &ai.memoryTypeIndex) < 0) {
+    if (gpushm_vk_memory_type(&c.gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
+                              &ai.memoryTypeIndex) < 0) {
       fprintf(stderr, "frame-vk-consumer: %s\n", c.gpushm.error);
       return 1;
     }

@@ -83,8 +83,8 @@ static void raw_import(struct vkc *c, int fd, VkDeviceSize size, VkBuffer *buffe
 
   CHECK(vkCreateBuffer(c->device, &bci, NULL, buffer) == VK_SUCCESS);
   vkGetBufferMemoryRequirements(c->device, *buffer, &req);
-  CHECK(gpushm_vk__memory_type(&c->gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
-                               &ai.memoryTypeIndex) == 0);
+  CHECK(gpushm_vk_memory_type(&c->gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
+                              &ai.memoryTypeIndex) == 0);
   CHECK(vkAllocateMemory(c->device, &ai, NULL, memory) == VK_SUCCESS);
   CHECK(vkBindBufferMemory(c->device, *buffer, *memory, 0) == VK_SUCCESS);
 }

@@ -12,6 +12,9 @@
 #include "vk-context.h"
 #include "gl-verify.h"
 #include "kept-read-only.h"
+#include "header-only-gl.h"
+
+#include <stddef.h>
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -187,6 +190,20 @@ static void mismatch(void)
   CHECK_ERR(gpushm_gl_import_buffer(&gl, b, 0, &buffer, &memory), GPUSHM_E_UNSUPPORTED);
   fprintf(stderr, "# %s\n", gl.error);
   CHECK(strstr(gl.error, "77777777-7777") && strstr(gl.error, (const char *)gl.GetString(GL_RENDERER)));
+  {
+    /* Given no get_proc, libgpushm-gl finds this process's eglGetProcAddress: the same
+     * entry points.  The header-only copy, which links no EGL, asks for one; given it,
+     * it loads the same and refuses in the same words. */
+    gpushm_gl_t found, header_only;
+    CHECK(gpushm_gl_init(&found, NULL) == 0);
+    CHECK(memcmp(&found, &gl, offsetof(gpushm_gl_t, error)) == 0);
+    CHECK_ERR(header_only_gl_init(&header_only, NULL), GPUSHM_E_INVAL);
+    CHECK(header_only_gl_init(&header_only, eglc_proc) == 0);
+    CHECK(memcmp(&header_only, &gl, offsetof(gpushm_gl_t, error)) == 0);
+    CHECK_ERR(header_only_gl_import_buffer(&header_only, b, 0, &buffer, &memory),
+              GPUSHM_E_UNSUPPORTED);
+    CHECK(strcmp(header_only.error, gl.error) == 0);
+  }
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_buffer_close(reg));
   eglc_close(&e);
@@ -244,7 +261,8 @@ int main(void)
   test_log("GL: a buffer and an optimal image registered by a Vulkan process, imported "
            "by GL%s as a buffer object and a texture", geteuid() == 0 ? " as uid 65534" : "");
   CHECK(run(mismatch, false) == 0);
-  test_log("GL: memory of another device refused, naming both");
+  test_log("GL: memory of another device refused, naming both; entry points found without "
+           "a get_proc; the header-only build loads and refuses as libgpushm-gl does");
   daemon_stop(&d);
   return 0;
 }

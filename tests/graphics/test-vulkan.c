@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "vk-verify.h"
 #include "kept-read-only.h"
+#include "header-only.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -227,6 +228,17 @@ static void host_memory(void)
         ((uint32_t *)gpushm_buffer_ptr(b))[63] == 0x600df111u &&
         ((uint32_t *)gpushm_buffer_ptr(b))[64] == texel(64 % W, 64 / W, 0x40570000u));
   gpushm_vk_destroy_buffer(&c.gpushm, &vb);
+  /* the header-only copy imports the same memory alike */
+  CHECK(header_only_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) == 0);
+  CHECK(vb.size == W * H * 4);
+  memset(rb.map, 0, W * H * 4);
+  cb = vkc_begin(&c);
+  vkCmdCopyBuffer(cb, vb.buffer, rb.buffer, 1, &whole);
+  CHECK(vkc_submit(&c, cb) == 0);
+  CHECK(((uint32_t *)rb.map)[0] == 0x600df111u && ((uint32_t *)rb.map)[W * H - 1] ==
+        texel(W - 1, H - 1, 0x40570000u));
+  header_only_vk_destroy_buffer(&c.gpushm, &vb);
+  CHECK(!vb.buffer && !vb.memory);
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_unlink(conn, "host-words"));
 
@@ -306,6 +318,17 @@ static void mismatch(void)
             GPUSHM_E_UNSUPPORTED);
   fprintf(stderr, "# %s\n", c.gpushm.error);
   CHECK(strstr(c.gpushm.error, "77777777-7777") && strstr(c.gpushm.error, c.props.deviceName));
+  {
+    /* the header-only copy refuses it in the same words (one matcher: libgpushm's) */
+    char library_error[sizeof c.gpushm.error];
+    snprintf(library_error, sizeof library_error, "%s", c.gpushm.error);
+    c.gpushm.error[0] = 0;
+    CHECK_ERR(header_only_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb),
+              GPUSHM_E_UNSUPPORTED);
+    CHECK(strcmp(c.gpushm.error, library_error) == 0);
+  }
+  for (uint32_t usage = 0; usage < 64; usage++)
+    CHECK(gpushm_vk_image_usage(usage) == header_only_vk_image_usage(usage));
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_buffer_close(reg));
   CHECK_OK(gpushm_unlink(conn, "elsewhere"));
@@ -357,7 +380,8 @@ int main(void)
   CHECK(run(host_memory, false) == 0);
   test_log("Vulkan: host memory both ways; a linear image's rows");
   CHECK(run(mismatch, false) == 0);
-  test_log("Vulkan: memory of another device refused, naming both");
+  test_log("Vulkan: memory of another device refused, naming both; the header-only build "
+           "imports and refuses as libgpushm-vulkan does");
   daemon_stop(&d);
   return 0;
 }

@@ -145,7 +145,7 @@ static inline long vkv_image(struct vkc *c, VkImage image, VkFormat format, uint
 static inline long vkv_linear_as_image(struct vkc *c, const gpushm_vk_image_t *vi,
                                        const gpushm_image_desc_t *desc, uint32_t seed)
 {
-  VkImageCreateInfo ici = gpushm_vk__image_info(desc, VK_IMAGE_TILING_OPTIMAL, NULL);
+  VkImageCreateInfo ici = gpushm_vk_image_create_info(desc, VK_IMAGE_TILING_OPTIMAL, NULL);
   VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO };
   VkMemoryRequirements req;
   VkDeviceMemory memory;
@@ -158,8 +158,8 @@ static inline long vkv_linear_as_image(struct vkc *c, const gpushm_vk_image_t *v
     return -1;
   vkGetImageMemoryRequirements(c->device, own, &req);
   ai.allocationSize = req.size;
-  if (gpushm_vk__memory_type(&c->gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
-                             &ai.memoryTypeIndex) == 0 &&
+  if (gpushm_vk_memory_type(&c->gpushm, req.memoryTypeBits, GPUSHM_MEMORY_TYPE_ANY,
+                            &ai.memoryTypeIndex) == 0 &&
       vkAllocateMemory(c->device, &ai, NULL, &memory) == VK_SUCCESS) {
     if (vkBindImageMemory(c->device, own, memory, 0) == VK_SUCCESS) {
       cb = vkc_begin(c);

@@ -194,6 +194,12 @@ for p in gpushm-producer gpushm-consumer python/c-producer python/c-consumer \
     die "$p does not use the installed libgpushm.so.1"
 done
 built_graphics=$(cd "$work/examples" && ls graphics/frame-*-consumer 2>/dev/null | paste -sd ' ' -) || true
+# built with pkg-config gpushm-vulkan / gpushm-gl: the installed helper libraries
+for p in $built_graphics; do
+  case $p in *-vk-*) want=libgpushm-vulkan.so.0 ;; *) want=libgpushm-gl.so.0 ;; esac
+  ldd "$work/examples/$p" | grep -Eq "=> (/usr)?/lib/[^ ]*/${want%.so.0}\\.so\\.0 " ||
+    die "$p does not use the installed $want"
+done
 ok "examples built from $exdir with its Makefile (graphics consumers: ${built_graphics:-none, skipped})"
 
 # The host-memory pair runs on any machine: no driver, not even where there is a GPU.
