@@ -135,6 +135,7 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
    * them (the speed of a long list is in the fields above). */
   SUBMESSAGE(22, info->image, gpushm__image_desc);
   SUBMESSAGE(23, info->external, gpushm__external_memory);
+  VARINT(24, wire_int32((int32_t)info->kind));
   return n;
 }
 
@@ -420,7 +421,7 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
         return false;
       continue;
     }
-    if (field > 23) {
+    if (field > 24) {
       if (!skip_field(&r, wire_type))
         return false;
       continue;
@@ -432,6 +433,7 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
     case 1: info->id = v; break;
     case 3: info->size = v; break;
     case 4: info->backend = (Gpushm__Backend)(int32_t)(uint32_t)v; break;
+    case 24: info->kind = (Gpushm__Kind)(int32_t)(uint32_t)v; break;
     case 5: info->device = (int32_t)(uint32_t)v; break;
     case 6: info->owner_uid = (uint32_t)v; break;
     case 7: info->owner_gid = (uint32_t)v; break;
