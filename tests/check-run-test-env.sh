@@ -21,4 +21,19 @@ for kept in GPUSHM_TEST_KNOB=kept GPUSHM_LIBDIR=/lib-dir GPUSHM_FAKE_CUDA_LIB=/f
   GPUSHM_HEADERS=/h GPUSHMD=/gpushmd; do
   echo "$out" | grep -qx "$kept" || { echo "FAIL: run-test dropped $kept"; exit 1; }
 done
-echo "run-test: a service manager's variables and the runner's GPUSHM_* dropped, the suite's kept"
+# The GPU lock: a test that judges by the device's free memory starts only once the
+# tests running beside it are done.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/tests/gpu"
+printf '#!/bin/sh\necho exclusive >> "%s/order"\n' "$dir" > "$dir/tests/gpu/test-cuda-ipc"
+chmod +x "$dir/tests/gpu/test-cuda-ipc"
+env -u GPUSHM_TEST_GPU_LOCKED GPUSHM_TEST_BUILDDIR="$dir" sh "$src/tests/run-test" /bin/sh -c \
+  "touch '$dir/started'; sleep 1; echo shared >> '$dir/order'" &
+while [ ! -f "$dir/started" ]; do sleep 0.05; done
+env -u GPUSHM_TEST_GPU_LOCKED GPUSHM_TEST_BUILDDIR="$dir" sh "$src/tests/run-test" "$dir/tests/gpu/test-cuda-ipc"
+wait
+[ "$(cat "$dir/order")" = "$(printf 'shared\nexclusive')" ] ||
+  { echo "FAIL: a free-memory GPU test ran beside another test: $(cat "$dir/order")"; exit 1; }
+echo "run-test: a service manager's variables and the runner's GPUSHM_* dropped, the suite's" \
+  "kept; the free-memory GPU tests run alone"
