@@ -41,9 +41,11 @@ uint64_t row_whole(const gpushm_metric_t *m, int exponent)
   uint64_t v = m ? gpushm_metric_value(m) : 0;
   int shift = m ? gpushm_metric_exponent(m) - exponent : 0;
 
-  /* a daemon sends small exponents: each step is a digit */
+  /* a daemon sends small exponents: each step is a digit (past 19, a uint64 is gone) */
+  if (shift > 19)
+    return v ? UINT64_MAX : 0;
   for (; shift > 0 && v; shift--)
-    v *= 10;
+    v = v > UINT64_MAX / 10 ? UINT64_MAX : v * 10;
   for (; shift < 0 && v; shift++)
     v /= 10;
   return v;
