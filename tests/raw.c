@@ -45,8 +45,11 @@ Gpushm__Reply *raw_call_fd(int sock, Gpushm__Request *req, int send_fd, int *fds
     return NULL;
   reply = gpushm__reply__unpack(NULL, frame.header.body_len, frame.body);
   CHECK(reply != NULL);
-  memcpy(fds, frame.fds, sizeof(int) * frame.n_fds);
   *n_fds = frame.n_fds;
+  if (fds)
+    memcpy(fds, frame.fds, sizeof(int) * frame.n_fds);
+  else
+    wire_close_fds(&frame);
   return reply;
 }
 

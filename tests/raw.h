@@ -11,7 +11,8 @@
 int raw_connect(const char *path);
 /* Sends req (its request_id is set here) and returns the daemon's reply (free with
  * gpushm__reply__free_unpacked); the fds that came with it go to fds (room for
- * GPUSHM_LIMIT_FDS_PER_FRAME), their count to *n_fds.  NULL if the connection ended. */
+ * GPUSHM_LIMIT_FDS_PER_FRAME; NULL: they are closed), their count to *n_fds.  NULL if
+ * the connection ended. */
 Gpushm__Reply *raw_call(int sock, Gpushm__Request *req, int *fds, unsigned *n_fds);
 /* raw_call with send_fd attached (register_memory; -1: none); send_fd stays the caller's. */
 Gpushm__Reply *raw_call_fd(int sock, Gpushm__Request *req, int send_fd, int *fds,
