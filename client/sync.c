@@ -5,6 +5,7 @@
 #include "device.h"
 #include "buffer.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -138,52 +139,109 @@ gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *handle, co
   return buf && buf->control ? buf->sync_method : GPUSHM_SYNC_NONE;
 }
 
-/* The futex word is the low half of the 64-bit release sequence: it changes with every
- * release, which is all FUTEX_WAIT needs to tell "published meanwhile" from "sleep". */
-static uint32_t *seq_futex_word(struct sync_control *ctl)
-{
-  return (uint32_t *)&ctl->release_seq + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
-}
-
 /* Shared (not private) futex operations: waiters are other processes. */
 static long seq_futex(struct sync_control *ctl, int op, uint32_t val, const struct timespec *timeout)
 {
-  return syscall(SYS_futex, seq_futex_word(ctl), op, val, timeout, NULL, 0);
+  return syscall(SYS_futex, sync_seq_futex_word(ctl), op, val, timeout, NULL, 0);
 }
 
-/* Publishes the next number after the releaser's completion marker for it is on its
- * way: ordered(n) records the event, or writes n into the fence behind stream's work.
- * A concurrent release (unsupported, but not to be made worse) can take the number
- * first; then the marker is repeated for the next one, so every published number has
- * its marker queued before anyone can see it. */
+/* Caller-numbered releases, promises and waits for a value need a daemon that repairs
+ * them, and a fence or the host counter: an IPC event carries no number. */
+static int check_numbered(const gpushm_buffer_t *handle, const char *what)
+{
+  int r;
+
+  if ((r = client_need_feature(handle->conn, GPUSHM_FEATURE_PROMISES, what)) < 0)
+    return r;
+  if (handle->map->sync_method == GPUSHM_SYNC_IPC_EVENT)
+    return client_error(GPUSHM_E_UNSUPPORTED, "'%s' is ordered by a CUDA IPC event (a "
+                        "library before 0.7.1 created it), which carries no number: %s need "
+                        "a fence; recreate it", handle->map->name, what);
+  return 0;
+}
+
+static uint32_t releaser_id_of(const gpushm_t *conn)
+{
+  return sync_releaser_id(conn->instance_id, conn->client_id);
+}
+
+/* Whether buf's control block has the 0.8 fields: the daemon lays them out in every
+ * block it makes or adopts when it offers the feature (proto/shm_layout.h). */
+static bool has_promises(const gpushm_t *conn)
+{
+  return (conn->features & GPUSHM_FEATURE_PROMISES) != 0;
+}
+
+/* And whether they are believed: not under a header a holder scribbled over. */
+static bool promises_believed(const struct client_mapping *buf, const gpushm_t *conn)
+{
+  return has_promises(conn) && sync_control_intact(buf->control);
+}
+
+static void wake_value_waiters(struct sync_control *ctl)
+{
+  __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Another connection's live promise covering value makes it their only signaller. */
+static int check_unpromised(const struct client_mapping *buf, const gpushm_t *conn,
+                            uint64_t value, uint64_t last)
+{
+  const struct sync_promise *p;
+
+  if (!promises_believed(buf, conn) ||
+      !(p = sync_promise_covering(buf->control, value, last,
+                                  sync_promise_owner(releaser_id_of(conn)))))
+    return 0;
+  return client_error(GPUSHM_E_INVAL, "'%s': release %llu falls in values up to %llu that "
+                      "another connection promised, which makes it their only signaller",
+                      buf->name, (unsigned long long)value,
+                      (unsigned long long)__atomic_load_n(&p->upto, __ATOMIC_RELAXED));
+}
+
+/* Publishes a release after the releaser's completion marker for it is on its way:
+ * ordered(n) records the event, or writes n into the fence behind stream's work.  The
+ * number is the next one (want 0), or want, which must be above the counter.  A
+ * concurrent release (unsupported, but not to be made worse) can take the next number
+ * first; then the marker is repeated for the one after, so every published number has
+ * its marker queued before anyone can see it (a caller-chosen number that another
+ * release overtook is refused, its marker queued already). */
 static int publish(struct client_mapping *buf, const gpushm_t *conn, const struct client_stream *s,
-                   uint64_t *seq)
+                   uint64_t want, uint64_t *seq)
 {
   struct sync_control *ctl = buf->control;
-  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE), v;
   int r;
 
   do {
+    v = want ? want : n + 1;
+    if (v <= n)
+      return client_error(GPUSHM_E_INVAL, "'%s': release %llu is not above its counter, %llu "
+                          "(values only grow)", buf->name, (unsigned long long)v,
+                          (unsigned long long)n);
+    if ((r = check_unpromised(buf, conn, v, n)) < 0)
+      return r;
     switch (buf->sync_method) {
     case GPUSHM_SYNC_IPC_EVENT:
       r = client_cuda_record(buf->sync_event, s);
       break;
     case GPUSHM_SYNC_GPU_FENCE:
-      r = client_cuda_fence_write(buf->fence_dptr, n + 1, s);
+      r = client_cuda_fence_write(buf->fence_dptr, v, s);
       if (r == 0)
-        buf->fence_written = n + 1;
+        buf->fence_written = v;
       break;
     case GPUSHM_SYNC_CPU_FENCE:
       /* No stream memory operations: the CPU writes the fence once the work is done. */
       if ((r = client_cuda_stream_sync(s)) == 0)
-        r = client_cuda_fence_store(buf->fence_dptr, n + 1, buf->device);
+        r = client_cuda_fence_store(buf->fence_dptr, v, buf->device);
       break;
     default:
       r = 0;
     }
     if (r < 0)
       return r;
-    /* Signs release n + 1 for gpushmd, which raises the fence to it should this process
+    /* Signs release v for gpushmd, which raises the fence to it should this process
      * die before its GPU runs the write (docs/sync.md).  After the marker is queued: a
      * slot naming this connection names a number it queued a write of, and the daemon
      * writes nothing else.  Before the CAS: its release half orders this store before
@@ -194,21 +252,33 @@ static int publish(struct client_mapping *buf, const gpushm_t *conn, const struc
      * write too, so whichever name is left, a raise is one of a write its signer
      * queued: not worse.  Every read-write holder can scribble the slots, as it can the
      * data and the fence itself: a forged one makes the daemon do no more than the
-     * forger could do directly, raise the fence to a published number. */
-    __atomic_store_n(&ctl->released_by[(n + 1) % GPUSHM_LIMIT_RELEASERS_KEPT],
-                     sync_releaser(sync_releaser_id(conn->instance_id, conn->client_id),
-                                   n + 1), __ATOMIC_RELAXED);
-  } while (!__atomic_compare_exchange_n(&ctl->release_seq, &n, n + 1, false,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
-  *seq = n + 1;
+     * forger could do directly, raise the fence to a published number.  A daemon that
+     * scans every slot gets the next slot in turn; an older one looks for release v
+     * in slot v % GPUSHM_LIMIT_RELEASERS_KEPT. */
+    {
+      uint64_t slot = has_promises(conn) ? __atomic_fetch_add(&ctl->releases_signed, 1,
+                                                              __ATOMIC_RELAXED)
+                                         : v;
+      __atomic_store_n(&ctl->released_by[slot % GPUSHM_LIMIT_RELEASERS_KEPT],
+                       sync_releaser(releaser_id_of(conn), v), __ATOMIC_RELAXED);
+    }
+    if (want && !__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false,
+                                             __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+      return client_error(GPUSHM_E_INVAL, "'%s': release %llu was overtaken by another "
+                          "releaser's %llu (one releaser at a time)", buf->name,
+                          (unsigned long long)v, (unsigned long long)n);
+  } while (!want && !__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false,
+                                                 __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
+  *seq = v;
   return 0;
 }
 
-int gpushm_buffer_release(gpushm_buffer_t *handle, void *stream, uint64_t *seq)
+/* Release (want 0: the next number) or caller-numbered release of handle. */
+static int release(gpushm_buffer_t *handle, void *stream, uint64_t want, uint64_t *seq)
 {
   struct client_mapping *buf = handle ? handle->map : NULL;
   struct client_stream s;
-  uint64_t n;
+  uint64_t n = 0;
   int r;
 
   client_clear_error();
@@ -217,15 +287,33 @@ int gpushm_buffer_release(gpushm_buffer_t *handle, void *stream, uint64_t *seq)
   if (buf->read_only)
     return client_error(GPUSHM_E_PERM, "'%s' is open read-only: releasing publishes a write, "
                         "open it read-write to hand it back", buf->name);
+  if (want && (r = check_numbered(handle, "caller-numbered releases")) < 0)
+    return r;
   if ((r = sync_stream(buf, stream, true, &s)) < 0 ||
-      (r = publish(buf, handle->conn, &s, &n)) < 0)
+      (r = publish(buf, handle->conn, &s, want, &n)) < 0)
     return r;
   /* Read-only openers cannot announce that they sleep (their control block is
    * read-only), so every release wakes: a few hundred ns when nobody waits. */
   seq_futex(buf->control, FUTEX_WAKE, INT_MAX, NULL);
+  if (has_promises(handle->conn))
+    wake_value_waiters(buf->control);
   if (seq)
     *seq = n;
   return 0;
+}
+
+int gpushm_buffer_release(gpushm_buffer_t *handle, void *stream, uint64_t *seq)
+{
+  return release(handle, stream, 0, seq);
+}
+
+int gpushm_buffer_release_value(gpushm_buffer_t *handle, void *stream, uint64_t value)
+{
+  if (value == 0) {
+    client_clear_error();
+    return client_error(GPUSHM_E_INVAL, "release value 0: values start at 1");
+  }
+  return release(handle, stream, value, NULL);
 }
 
 static inline void cpu_relax(void)
@@ -333,4 +421,240 @@ uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *handle)
   const struct client_mapping *buf = handle ? handle->map : NULL;
 
   return buf && buf->control ? __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* Sleeps until the wake word or the release sequence's word changes from what was
+ * read (w, last), or for slice_ns at most.  0.8 releasers, promisers and breakers change
+ * the wake word; libraries before 0.8 only the sequence, hence both (futex_waitv); a
+ * kernel without it (before 5.16) is rechecked every slice. */
+static void sleep_on_value(struct sync_control *ctl, uint32_t w, uint64_t last, uint64_t slice_ns)
+{
+#ifdef SYS_futex_waitv
+  struct futex_waitv waiters[2] = {
+    { .val = w, .uaddr = (uintptr_t)&ctl->wake, .flags = FUTEX_32 },
+    { .val = (uint32_t)last, .uaddr = (uintptr_t)sync_seq_futex_word(ctl), .flags = FUTEX_32 },
+  };
+  struct timespec at;
+  uint64_t until = now_ns() + slice_ns;
+
+  at.tv_sec = (time_t)(until / 1000000000u);
+  at.tv_nsec = (long)(until % 1000000000u);
+  if (syscall(SYS_futex_waitv, waiters, 2, 0, &at, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS)
+    return;
+#endif
+  {
+    struct timespec ts = { (time_t)(slice_ns / 1000000000u), (long)(slice_ns % 1000000000u) };
+    (void)last;
+    syscall(SYS_futex, &ctl->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+  }
+}
+
+/* Waits in this thread until value is released, or (promised_enough) promised by a
+ * live promiser, whose promise lets a GPU wait be queued at once. */
+static int wait_value(struct client_mapping *buf, uint64_t value, bool promised_enough,
+                      int timeout_ms, uint64_t deadline)
+{
+  struct sync_control *ctl = buf->control;
+
+  for (unsigned spins = 0;; spins++) {
+    uint32_t w = __atomic_load_n(&ctl->wake, __ATOMIC_SEQ_CST);
+    uint64_t last = __atomic_load_n(&ctl->release_seq, __ATOMIC_SEQ_CST), now, slice;
+
+    if (value <= last || (promised_enough && sync_control_intact(ctl) &&
+                          sync_promise_covering(ctl, value, last, 0)))
+      return 0;
+    if (spins < ACQUIRE_SPINS) {
+      cpu_relax();
+      continue;
+    }
+    now = now_ns();
+    if (timeout_ms >= 0 && now >= deadline)
+      return client_error(GPUSHM_E_TIMEOUT, "value %llu of '%s' neither released nor promised "
+                          "within %d ms (its counter is at %llu)", (unsigned long long)value,
+                          buf->name, timeout_ms, (unsigned long long)last);
+    slice = ACQUIRE_RECHECK_NS;
+    if (timeout_ms >= 0 && deadline - now < slice)
+      slice = deadline - now;
+    sleep_on_value(ctl, w, last, slice);
+  }
+}
+
+static int lost_error(const struct client_mapping *buf, uint64_t value)
+{
+  return client_error(GPUSHM_E_LOST, "'%s': value %llu was reached because the connection "
+                      "that promised it (releaser %u) is gone, not because it was released: "
+                      "the buffer holds what its work left", buf->name,
+                      (unsigned long long)value,
+                      __atomic_load_n(&buf->control->lost_by, __ATOMIC_RELAXED));
+}
+
+int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t value,
+                                int timeout_ms)
+{
+  struct client_mapping *buf = handle ? handle->map : NULL;
+  struct client_stream s;
+  uint64_t deadline = 0;
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(buf, stream)) < 0)
+    return r;
+  if (value == 0)
+    return client_error(GPUSHM_E_INVAL, "acquire of value 0: values start at 1");
+  if ((r = check_numbered(handle, "waits for a value")) < 0 ||
+      (r = sync_stream(buf, stream, false, &s)) < 0)
+    return r;
+  if (timeout_ms >= 0)
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+  /* The host counter is the data's only order: it must be reached.  A fence may be
+   * waited for on the GPU once the value is released or promised. */
+  if ((r = wait_value(buf, value, buf->sync_method != GPUSHM_SYNC_HOST, timeout_ms,
+                      deadline)) < 0)
+    return r;
+  /* Reached through a broken promise: the fence is past it already, nothing to queue. */
+  if (sync_control_intact(buf->control) && sync_value_lost(buf->control, value))
+    return lost_error(buf, value);
+  switch (buf->sync_method) {
+  case GPUSHM_SYNC_GPU_FENCE:
+    if ((r = client_cuda_fence_wait(buf->fence_dptr, value, &s)) == 0) {
+      uint64_t was = __atomic_load_n(&buf->fence_waited, __ATOMIC_RELAXED);
+      while (was < value && !__atomic_compare_exchange_n(&buf->fence_waited, &was, value, true,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    }
+    return r;
+  case GPUSHM_SYNC_CPU_FENCE:
+    if ((r = wait_fence_on_cpu(buf, value, timeout_ms, deadline)) < 0)
+      return r;
+    return sync_control_intact(buf->control) && sync_value_lost(buf->control, value)
+             ? lost_error(buf, value) : 0;
+  default:
+    return 0;
+  }
+}
+
+int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
+{
+  struct client_mapping *buf = handle ? handle->map : NULL;
+  struct sync_control *ctl;
+  const struct sync_promise *other;
+  uint64_t me, last;
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(buf, NULL)) < 0)
+    return r;
+  if (buf->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: a promise is of releases, "
+                        "which are writes; open it read-write", buf->name);
+  if ((r = check_numbered(handle, "promises")) < 0)
+    return r;
+  ctl = buf->control;
+  if (!sync_control_intact(ctl))
+    return client_error(GPUSHM_E_PROTO, "'%s': its control block's header was overwritten (a "
+                        "read-write holder wrote garbage over it): promises there would not "
+                        "be believed", buf->name);
+  me = sync_promise_owner(releaser_id_of(handle->conn));
+  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  if (upto <= last)
+    return client_error(GPUSHM_E_INVAL, "'%s': its counter is at %llu already: promise a "
+                        "value above it, not %llu", buf->name, (unsigned long long)last,
+                        (unsigned long long)upto);
+  if ((other = sync_promise_covering(ctl, last + 1, last, me)))
+    return client_error(GPUSHM_E_INVAL, "'%s': another connection promised the values up to "
+                        "%llu and is their only signaller (one promiser at a time)",
+                        buf->name,
+                        (unsigned long long)__atomic_load_n(&other->upto, __ATOMIC_RELAXED));
+  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
+    struct sync_promise *p = &ctl->promises[i];
+    uint64_t had = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
+
+    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
+      continue;
+    if (had > last && upto <= had)
+      return client_error(GPUSHM_E_INVAL, "'%s': this connection promised up to %llu "
+                          "already; a promise only grows", buf->name, (unsigned long long)had);
+    if (had <= last) /* kept: a new promise, from here */
+      __atomic_store_n(&p->from, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->upto, upto, __ATOMIC_RELEASE);
+    wake_value_waiters(ctl);
+    return 0;
+  }
+  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
+    struct sync_promise *p = &ctl->promises[i];
+    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
+
+    /* A free slot, or one whose promise the counter reached (kept). */
+    if (owner && __atomic_load_n(&p->upto, __ATOMIC_RELAXED) > last)
+      continue;
+    if (!__atomic_compare_exchange_n(&p->owner, &owner, me, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+      continue;
+    __atomic_store_n(&p->from, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->upto, upto, __ATOMIC_RELEASE);
+    wake_value_waiters(ctl);
+    return 0;
+  }
+  return client_error(GPUSHM_E_LIMIT, "'%s' holds %u promises not yet kept, the most a sync "
+                      "buffer holds (GPUSHM_LIMIT_PROMISES)", buf->name, GPUSHM_LIMIT_PROMISES);
+}
+
+int gpushm_buffer_value_lost(const gpushm_buffer_t *handle, uint64_t value)
+{
+  const struct client_mapping *buf = handle ? handle->map : NULL;
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(buf, NULL)) < 0)
+    return r;
+  return promises_believed(buf, handle->conn) && sync_value_lost(buf->control, value);
+}
+
+/* What the fence holds, waiting (up to GPUSHM_PROMISE_BREAK_WAIT_MS) for it to reach
+ * from: releases published before the promise may have writes still queued, which
+ * would lower the fence again should they land after the break raised it. */
+static uint64_t fence_after(struct client_mapping *buf, uint64_t from)
+{
+  uint64_t value = 0, deadline = now_ns() + GPUSHM_PROMISE_BREAK_WAIT_MS * 1000000ull;
+  struct timespec pause = { 0, 50000 };
+
+  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 && value < from &&
+         now_ns() < deadline)
+    nanosleep(&pause, NULL);
+  return value;
+}
+
+void client_sync_break_promises(gpushm_buffer_t *handle)
+{
+  struct client_mapping *buf = handle->map;
+  struct sync_control *ctl = buf->control;
+  uint32_t id;
+  uint64_t me;
+
+  if (!ctl || buf->read_only || !promises_believed(buf, handle->conn) ||
+      buf->sync_method == GPUSHM_SYNC_IPC_EVENT)
+    return;
+  id = releaser_id_of(handle->conn);
+  me = sync_promise_owner(id);
+  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
+    struct sync_promise *p = &ctl->promises[i];
+    uint64_t upto, last;
+
+    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
+      continue;
+    upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
+    last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+    if (upto > last) {
+      /* What gpushmd does for a promiser that died (docs/sync.md), done here: the
+       * process lives, and its handle goes, so nothing would ever keep the promise. */
+      if (buf->sync_method != GPUSHM_SYNC_HOST &&
+          fence_after(buf, __atomic_load_n(&p->from, __ATOMIC_RELAXED)) < upto &&
+          client_cuda_fence_store(buf->fence_dptr, upto, buf->device) < 0)
+        continue; /* the promise stays: gpushmd breaks it once this process is gone */
+      sync_mark_lost(ctl, id, last, upto);
+      seq_futex(ctl, FUTEX_WAKE, INT_MAX, NULL);
+      syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+    __atomic_store_n(&p->owner, 0, __ATOMIC_RELEASE);
+  }
 }

@@ -62,7 +62,8 @@ extern "C" {
   XX(IO, 12, "system call failed")                                        \
   XX(CUDA, 13, "CUDA driver error")                                       \
   XX(NAME, 14, "invalid buffer name")                                     \
-  XX(TIMEOUT, 15, "timed out")
+  XX(TIMEOUT, 15, "timed out")                                           \
+  XX(LOST, 16, "signaller lost")
 
 typedef enum gpushm_error {
   GPUSHM_OK = 0,
@@ -264,6 +265,10 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
  * raises when a releaser dies with its write queued (docs/sync.md), instead of an IPC
  * event, which such a death leaves incomplete for ever. */
 #define GPUSHM_FEATURE_IPC_FENCES 0x80ull
+/* Caller-numbered releases and promises on sync buffers (gpushm_buffer_release_value(),
+ * gpushm_buffer_promise()): gpushmd finds their signatures and breaks the promises of a
+ * promiser whose process is gone (docs/sync.md). */
+#define GPUSHM_FEATURE_PROMISES 0x100ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -500,6 +505,42 @@ GPUSHM_API int gpushm_buffer_acquire(gpushm_buffer_t *buf, void *stream, uint64_
                                      int timeout_ms);
 /* The number of the latest published release (0: none yet, or not a sync buffer). */
 GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
+
+/* Caller-numbered releases and promises (0.8, GPUSHM_FEATURE_PROMISES; fence and host
+ * sync buffers, not those ordered by an IPC event: GPUSHM_E_UNSUPPORTED).  The buffer's
+ * counter is the release sequence above: the releaser picks the value instead of taking
+ * the next number, and a waiter waits for "counter >= value".  Both kinds of release
+ * mix on one buffer.  docs/sync.md has the whole contract.
+ *
+ * gpushm_buffer_release_value() is gpushm_buffer_release() with value as the number:
+ * GPUSHM_E_INVAL if value is not above the counter (values only grow), or falls in
+ * another connection's promise.
+ *
+ * gpushm_buffer_acquire_value() makes stream wait until the counter reaches value.  A
+ * fence buffer's wait is queued on the GPU at once if value is released or promised
+ * (no CPU wait, no round trip); otherwise this thread first waits, up to timeout_ms
+ * (< 0: for ever), for one of the two, then GPUSHM_E_TIMEOUT.  A host buffer's acquire
+ * waits in this thread until the counter reaches value.  GPUSHM_E_LOST if value was
+ * reached because its promiser is gone (see below): the stream is ordered all the
+ * same, and the buffer holds whatever the lost promiser's work left.
+ *
+ * gpushm_buffer_promise(buf, upto) promises that this connection will release every
+ * value up to upto (above the counter), which makes it their only signaller: others'
+ * releases into them are refused, and waits for them go to the GPU at once.  A
+ * promise only grows (GPUSHM_E_INVAL otherwise, and while another connection's promise
+ * is not kept: one promiser at a time); GPUSHM_E_LIMIT past GPUSHM_LIMIT_PROMISES
+ * unkept promises on one buffer; GPUSHM_E_PERM on a read-only open.  A promise not
+ * kept is broken — the counter is raised to upto, and values above what was released
+ * count as lost — by gpushmd once the promiser's process is gone (a crash, SIGKILL),
+ * or by this library when the promiser closes its last handle of the buffer.
+ *
+ * gpushm_buffer_value_lost() says whether value was reached through a broken promise
+ * (1) or not (0), for a wait queued before the break. */
+GPUSHM_API int gpushm_buffer_release_value(gpushm_buffer_t *buf, void *stream, uint64_t value);
+GPUSHM_API int gpushm_buffer_acquire_value(gpushm_buffer_t *buf, void *stream, uint64_t value,
+                                           int timeout_ms);
+GPUSHM_API int gpushm_buffer_promise(gpushm_buffer_t *buf, uint64_t upto);
+GPUSHM_API int gpushm_buffer_value_lost(const gpushm_buffer_t *buf, uint64_t value);
 
 typedef enum {
   GPUSHM_SYNC_NONE = 0,  /* not a sync buffer */

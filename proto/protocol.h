@@ -29,7 +29,8 @@
   XX(IO, 12, "system call failed")                                        \
   XX(CUDA, 13, "CUDA driver error")                                       \
   XX(NAME, 14, "invalid buffer name")                                     \
-  XX(TIMEOUT, 15, "timed out")
+  XX(TIMEOUT, 15, "timed out")                                           \
+  XX(LOST, 16, "signaller lost")
 
 enum proto_error {
 #define PROTO_ERRNO_ENUM_(name, num, text) PROTO_E_##name = -(num),
@@ -62,6 +63,7 @@ enum proto_lifetime {
 #define PROTO_FEATURE_GRAPHICS 0x20ull
 #define PROTO_FEATURE_STRICT_MODE 0x40ull
 #define PROTO_FEATURE_IPC_FENCES 0x80ull
+#define PROTO_FEATURE_PROMISES 0x100ull
 
 /* Where the daemon listens unless told otherwise, and the NVIDIA driver's IMEX channels
  * (a process makes or imports fabric memory only if it can open one). */

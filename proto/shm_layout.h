@@ -14,6 +14,7 @@
 #ifndef GPUSHM_SHM_LAYOUT_H
 #define GPUSHM_SHM_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,12 +77,44 @@ struct status_page {
  * publishes the next release within microseconds of the producer's, long before
  * anybody notices the producer died; the producer's release must still be found
  * behind it. */
+/* Appended in 0.8 (layout_size sizeof(struct sync_control)), for caller-numbered
+ * releases and promises (docs/sync.md); a daemon that offers PROTO_FEATURE_PROMISES
+ * lays out every control block it makes or adopts with them.
+ *  - releases_signed counts the releases 0.8 libraries signed: such a release signs slot
+ *    releases_signed % GPUSHM_LIMIT_RELEASERS_KEPT, not its number's, since numbers the
+ *    caller picks (a stride of 8, say) could all land in one slot and push a dead
+ *    releaser's signature out at once.  gpushmd scans every slot for a signature.
+ *  - wake is the futex word waiters for a caller-chosen value sleep on: a promise
+ *    publishes no number, so release_seq's word cannot tell them of one.  Every 0.8
+ *    release, promise and broken promise changes it.
+ *  - promises[]: a connection's promise to signal every value in (from, upto], which
+ *    makes it their only signaller (others' releases into the range are refused), so
+ *    that waiters may queue their GPU waits at once.  owner is sync_promise_owner() of
+ *    its releaser id, 0 for a free slot; a slot whose promise the counter reached is
+ *    free to take too.  from is the counter when the promise was made.
+ *  - lost_*: written by whoever breaks a promise (gpushmd once the promiser's process
+ *    is gone, or the promiser's library when it closes the buffer with values still
+ *    owed): values in (lost_from, lost_upto] were reached because their signaller was
+ *    lost, not signalled; lost_by is its releaser id.  The latest break only. */
+struct sync_promise {
+  uint64_t owner; /* __atomic builtins, as every field below */
+  uint64_t from;
+  uint64_t upto;
+};
+
 struct sync_control {
   uint64_t magic;
   uint64_t release_seq; /* accessed with __atomic builtins */
   uint32_t layout_version;
   uint32_t layout_size;
   uint64_t released_by[GPUSHM_LIMIT_RELEASERS_KEPT]; /* __atomic builtins */
+  /* 0.8 */
+  uint64_t releases_signed;
+  uint32_t wake;
+  uint32_t lost_by;
+  uint64_t lost_from;
+  uint64_t lost_upto;
+  struct sync_promise promises[GPUSHM_LIMIT_PROMISES];
 };
 
 /* A connection's client id, salted with its daemon's instance id: a restarted daemon
@@ -96,6 +129,72 @@ static inline uint64_t sync_releaser(uint32_t releaser_id, uint64_t seq)
 {
   return (uint64_t)releaser_id << 32 | (uint32_t)seq;
 }
+static inline uint64_t sync_promise_owner(uint32_t releaser_id)
+{
+  return (uint64_t)releaser_id << 32 | 1u; /* never 0, the free slot's owner */
+}
+
+/* The number a slot's signature names: the latest published number (last) with the
+ * signature's low 32 bits.  Numbers more than 2^32 below last are not told apart, nor
+ * needed: only the latest few releases are repaired. */
+static inline uint64_t sync_signed_number(uint64_t signature, uint64_t last)
+{
+  uint32_t behind = (uint32_t)last - (uint32_t)signature;
+
+  return behind <= last ? last - behind : 0; /* 0: none (a signature not yet published) */
+}
+
+/* The futex word waiters for the next release sleep on: release_seq's low 32 bits. */
+static inline uint32_t *sync_seq_futex_word(struct sync_control *ctl)
+{
+  return (uint32_t *)&ctl->release_seq + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+}
+
+/* The promise that covers value (a live one: the counter, last, is below its upto),
+ * other than the one of owner skip (0: none), or NULL. */
+static inline const struct sync_promise *sync_promise_covering(const struct sync_control *ctl,
+                                                               uint64_t value, uint64_t last,
+                                                               uint64_t skip)
+{
+  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
+    const struct sync_promise *p = &ctl->promises[i];
+    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
+    uint64_t upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
+
+    if (owner && owner != skip && upto > last && value <= upto)
+      return p;
+  }
+  return NULL;
+}
+
+/* Whether value was reached through a broken promise (lost_* above). */
+static inline bool sync_value_lost(const struct sync_control *ctl, uint64_t value)
+{
+  uint64_t upto = __atomic_load_n(&ctl->lost_upto, __ATOMIC_ACQUIRE);
+  uint64_t from = __atomic_load_n(&ctl->lost_from, __ATOMIC_RELAXED);
+
+  return value > from && value <= upto;
+}
+
+/* Records a broken promise of releaser_id over (from, upto] (see lost_*), publishes
+ * upto as the counter's value if it is above it, and changes the wake word; the caller
+ * wakes the futexes.  upto 0 first, so that a reader never pairs the new from with an
+ * old upto that would call more values lost than were. */
+static inline void sync_mark_lost(struct sync_control *ctl, uint32_t releaser_id, uint64_t from,
+                                  uint64_t upto)
+{
+  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+
+  __atomic_store_n(&ctl->lost_upto, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&ctl->lost_from, from, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctl->lost_by, releaser_id, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctl->lost_upto, upto, __ATOMIC_RELEASE);
+  while (n < upto && !__atomic_compare_exchange_n(&ctl->release_seq, &n, upto, false,
+                                                  __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+    ;
+  __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+}
+
 /* What a cuda-fd sync buffer's allocation holds beyond its size. */
 #define SYNC_DEVICE_FENCE_BYTES 8u
 
@@ -110,6 +209,8 @@ SHM_LAYOUT_SAME_PREFIX_(sync_control, release_seq)
 #undef SHM_LAYOUT_SAME_PREFIX_
 _Static_assert(offsetof(struct sync_control, released_by) == 24,
                "released_by follows the 0.2 header: appended, nothing moved");
+_Static_assert(offsetof(struct sync_control, releases_signed) == 88,
+               "the 0.8 fields follow released_by: appended, nothing moved");
 _Static_assert(sizeof(struct status_page) <= STATUS_PAGE_SIZE &&
                  sizeof(struct sync_control) <= SYNC_CONTROL_SIZE,
                "a layout must fit its mapping");
@@ -142,6 +243,14 @@ static inline const char *shm_layout_check(const void *region, size_t map_len, u
   if (size < need || size > map_len)
     return "layout size out of range";
   return NULL;
+}
+
+/* Whether the block's 0.8 fields are believed: its header is as the daemon wrote it.
+ * Garbage over the header (any read-write holder can write it) must not read as
+ * promises that would refuse everyone's releases; the sequence stays usable. */
+static inline bool sync_control_intact(const struct sync_control *ctl)
+{
+  return shm_layout_check(ctl, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC, sizeof *ctl) == NULL;
 }
 
 #endif

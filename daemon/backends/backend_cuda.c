@@ -449,7 +449,8 @@ static void ipc_release(const struct backend *be, struct backend_mem *mem)
 }
 
 static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
-                           uint64_t value, uint64_t *was, char *err, size_t errlen);
+                           uint64_t value, uint64_t after, uint64_t *was, char *err,
+                           size_t errlen);
 
 const struct backend backend_cuda_ipc = {
   .name = "cuda-ipc",
@@ -638,10 +639,11 @@ static int fd_zero(struct cuda_vmm *vm, char *err, size_t errlen)
 /* Eight bytes each way, synchronous, on the loop: this runs only for a release whose
  * releaser has exited, and costs two small copies, not worth a thread.  Read first, so
  * that a fence already at or past value (the write landed after all, or a later
- * release's did) is never lowered.  The fence's device context is current.  Returns
- * 1 (raised), 0 (it was there already) or a driver error, *what naming the call. */
-static CUresult raise_fence_at(CUdeviceptr fence, uint64_t value, uint64_t *was, int *raised,
-                               const char **what)
+ * release's did) is never lowered, nor one still below after written.  The fence's device
+ * context is current.  *raised: 1 (raised), 0 (it was there already), 2 (below after);
+ * returns a driver error, *what naming the call. */
+static CUresult raise_fence_at(CUdeviceptr fence, uint64_t value, uint64_t after, uint64_t *was,
+                               int *raised, const char **what)
 {
   CUresult r;
 
@@ -650,6 +652,10 @@ static CUresult raise_fence_at(CUdeviceptr fence, uint64_t value, uint64_t *was,
   if ((r = CU_CALL(&cuda.drv, cuMemcpyDtoH, was, fence, sizeof *was)) != CUDA_SUCCESS ||
       *was >= value)
     return r;
+  if (*was < after) {
+    *raised = 2;
+    return r;
+  }
   /* From pageable memory the copy may still be on its way when the call returns. */
   *what = "cuMemcpyHtoD";
   if ((r = CU_CALL(&cuda.drv, cuMemcpyHtoD, fence, &value, sizeof value)) != CUDA_SUCCESS)
@@ -671,7 +677,8 @@ static int no_fence_at(uint64_t offset, uint64_t size, char *err, size_t errlen)
 
 /* cuda-fd memory is mapped in the daemon only while the fence is raised. */
 static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
-                          uint64_t value, uint64_t *was, char *err, size_t errlen)
+                          uint64_t value, uint64_t after, uint64_t *was, char *err,
+                          size_t errlen)
 {
   struct cuda_vmm *vm = mem->priv;
   const char *what;
@@ -687,14 +694,15 @@ static int fd_fence_raise(const struct backend *be, struct backend_mem *mem, uin
     return ret;
   if ((r = fd_map(vm, &va, &what)) != CUDA_SUCCESS)
     return cuda_failure(r, what, err, errlen);
-  r = raise_fence_at(va + offset, value, was, &raised, &what);
+  r = raise_fence_at(va + offset, value, after, was, &raised, &what);
   fd_unmap(vm, va);
   return r == CUDA_SUCCESS ? raised : cuda_failure(r, what, err, errlen);
 }
 
 /* cuda-ipc memory is the daemon's own allocation, mapped in its context for good. */
 static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, uint64_t offset,
-                           uint64_t value, uint64_t *was, char *err, size_t errlen)
+                           uint64_t value, uint64_t after, uint64_t *was, char *err,
+                           size_t errlen)
 {
   struct cuda_mem *cm = mem->priv;
   const char *what;
@@ -707,7 +715,7 @@ static int ipc_fence_raise(const struct backend *be, struct backend_mem *mem, ui
   if ((ret = no_fence_at(offset, cm->size, err, errlen)) < 0 ||
       (ret = use_device(cm->device, err, errlen)) < 0)
     return ret;
-  r = raise_fence_at(cm->ptr + offset, value, was, &raised, &what);
+  r = raise_fence_at(cm->ptr + offset, value, after, was, &raised, &what);
   return r == CUDA_SUCCESS ? raised : cuda_failure(r, what, err, errlen);
 }
 

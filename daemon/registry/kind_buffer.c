@@ -228,8 +228,37 @@ static int buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint
     return r;
   if (*seq == 0)
     return 0; /* none of the latest releases is its */
-  return obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, *seq, was, err,
+  return obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, *seq, 0, was, err,
                                    errlen);
+}
+
+static int buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                                bool force, struct reg_broken_promise *out, char *err,
+                                size_t errlen)
+{
+  struct reg_buffer *b = reg_buffer_of(obj);
+  uint64_t from, upto;
+  unsigned slot;
+  int r;
+
+  (void)reg;
+  memset(out, 0, sizeof *out);
+  if (!b->sync)
+    return 0;
+  if ((r = sync_unkept_promise(&b->sync_state, releaser, &from, &upto, &slot, err, errlen)) < 0)
+    return r;
+  if (!upto)
+    return 0;
+  /* The fence first: a waiter that sees the counter there may go on at once. */
+  if (b->fence_offset && obj->backend->fence_raise) {
+    r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto,
+                                  force ? 0 : from, &out->fence_was, err, errlen);
+    if (r < 0 || r == 2)
+      return r; /* the driver failed, or not yet */
+  }
+  out->upto = upto;
+  return (r = sync_break_promise(&b->sync_state, releaser, slot, upto, &out->lost_from, err,
+                                 errlen)) < 0 ? r : 1;
 }
 
 /* ---- persistence: systemd's fd store ------------------------------------------------
@@ -594,6 +623,7 @@ const struct reg_kind_ops reg_kind_buffer = {
   .release = buffer_release,
   .describe = buffer_describe,
   .raise_fence = buffer_raise_fence,
+  .break_promise = buffer_break_promise,
   .persists = buffer_persists,
   .deposit_records = buffer_deposit_records,
   .deposit = buffer_deposit,

@@ -1001,3 +1001,11 @@ int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t 
     return 0;
   return obj->ops->raise_fence(reg, obj, releaser, seq, was, err, errlen);
 }
+
+int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                           bool force, struct reg_broken_promise *out, char *err, size_t errlen)
+{
+  if (!obj->ops->break_promise)
+    return 0;
+  return obj->ops->break_promise(reg, obj, releaser, force, out, err, errlen);
+}

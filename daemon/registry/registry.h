@@ -84,7 +84,10 @@ int registry_adopt_record(struct registry *reg, const char *record, int fd,
  * release where its GPU never wrote it.  1 raised (*seq, *was: to what, from what), 0
  * nothing to raise, or a negative PROTO_E_* with err set. */
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                         uint64_t *seq, uint64_t *was, char *err, size_t errlen);/* What a uid is charged with now. */
+                         uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+/* A promise of that releaser not kept: see struct reg_kind_ops.break_promise. */
+int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                           bool force, struct reg_broken_promise *out, char *err, size_t errlen);/* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 void registry_totals(const struct registry *reg, struct reg_totals *out);

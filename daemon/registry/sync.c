@@ -6,9 +6,12 @@
 #include "shm_layout.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 void sync_release(struct sync_state *s)
@@ -82,45 +85,109 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, const ch
   return 0;
 }
 
+/* Maps the control block, the header checked as the daemon wrote it: a read-write
+ * holder may have scribbled on it since, and then the block's fields are taken for
+ * nothing. */
+static struct sync_control *map_checked(const struct sync_state *s, int prot, size_t need,
+                                        char *err, size_t errlen)
+{
+  struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, prot, MAP_SHARED, s->control.fd, 0);
+  const char *why;
+
+  if (ctl == MAP_FAILED) {
+    snprintf(err, errlen, "mapping its control block: %s", strerror(errno));
+    return NULL;
+  }
+  if ((why = shm_layout_check(ctl, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC, need))) {
+    snprintf(err, errlen, "its control block's header was overwritten (%s): who released "
+             "or promised it is not known", why);
+    munmap(ctl, SYNC_CONTROL_SIZE);
+    errno = EPROTO;
+    return NULL;
+  }
+  return ctl;
+}
+
+static int map_error(void)
+{
+  return errno == EPROTO ? PROTO_E_PROTO : PROTO_E_IO;
+}
+
 /* One acquire read of the sequence, then the slots: whoever published a number up to
  * it signed its slot before publishing, so the slots read after show that signature or
- * a later one (a later release's, which names its own number and so never matches).
- * A match is therefore a number that releaser queued a fence write of and that was
- * published: no second read of the sequence is needed to make it consistent.  The
- * slots are the client's to write (any read-write holder can forge one): believed only
- * as far as raising a fence to a published number goes, which such a holder can do
- * itself. */
+ * a later one (a later release's, which names its own number and so is told apart by
+ * its releaser or number).  A match is therefore a number that releaser queued a fence
+ * write of and that was published: no second read of the sequence is needed to make it
+ * consistent.  Every slot is scanned: libraries before 0.8 sign slot n % KEPT for
+ * release n, 0.8 ones the next slot in turn, and numbers are the caller's to choose.
+ * The slots are the client's to write (any read-write holder can forge one): believed
+ * only as far as raising a fence to a published number goes, which such a holder can
+ * do itself. */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
                         char *err, size_t errlen)
 {
   const size_t need = offsetof(struct sync_control, released_by) +
                       sizeof ((struct sync_control *)NULL)->released_by;
   struct sync_control *ctl;
-  const char *why;
   uint64_t last;
 
   *seq = 0;
-  ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, s->control.fd, 0);
-  if (ctl == MAP_FAILED) {
-    snprintf(err, errlen, "mapping its control block: %s", strerror(errno));
-    return PROTO_E_IO;
-  }
-  /* The daemon wrote this header; a read-write holder may have scribbled on it since,
-   * and then the block's fields are taken for nothing. */
-  if ((why = shm_layout_check(ctl, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC, need))) {
-    snprintf(err, errlen, "its control block's header was overwritten (%s): who released it "
-             "is not known", why);
-    munmap(ctl, SYNC_CONTROL_SIZE);
-    return PROTO_E_PROTO;
-  }
+  if (!(ctl = map_checked(s, PROT_READ, need, err, errlen)))
+    return map_error();
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  for (uint64_t n = last; n > 0 && last - n < GPUSHM_LIMIT_RELEASERS_KEPT; n--) {
-    if (__atomic_load_n(&ctl->released_by[n % GPUSHM_LIMIT_RELEASERS_KEPT], __ATOMIC_RELAXED) ==
-        sync_releaser(releaser_id, n)) {
+  for (unsigned i = 0; i < GPUSHM_LIMIT_RELEASERS_KEPT && last; i++) {
+    uint64_t sig = __atomic_load_n(&ctl->released_by[i], __ATOMIC_RELAXED), n;
+
+    if ((uint32_t)(sig >> 32) != releaser_id || !(n = sync_signed_number(sig, last)))
+      continue;
+    if (n > *seq)
       *seq = n;
-      break;
-    }
   }
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
+                        uint64_t *upto, unsigned *slot, char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+  uint64_t last, owner = sync_promise_owner(releaser_id);
+
+  *from = *upto = 0;
+  *slot = 0;
+  if (!(ctl = map_checked(s, PROT_READ, sizeof *ctl, err, errlen)))
+    return map_error();
+  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
+    const struct sync_promise *p = &ctl->promises[i];
+    uint64_t u = __atomic_load_n(&p->upto, __ATOMIC_ACQUIRE);
+
+    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != owner || u <= last || u <= *upto)
+      continue;
+    *from = __atomic_load_n(&p->from, __ATOMIC_RELAXED);
+    *upto = u;
+    *slot = i;
+  }
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_break_promise(struct sync_state *s, uint32_t releaser_id, unsigned slot, uint64_t upto,
+                       uint64_t *lost_from, char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+  uint64_t owner = sync_promise_owner(releaser_id);
+
+  if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
+    return map_error();
+  *lost_from = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  sync_mark_lost(ctl, releaser_id, *lost_from, upto);
+  if (slot < GPUSHM_LIMIT_PROMISES)
+    __atomic_compare_exchange_n(&ctl->promises[slot].owner, &owner, 0, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_RELAXED);
+  /* Shared futexes: the waiters map the same memfd. */
+  syscall(SYS_futex, sync_seq_futex_word(ctl), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   munmap(ctl, SYNC_CONTROL_SIZE);
   return 0;
 }

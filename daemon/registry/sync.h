@@ -30,12 +30,24 @@ int sync_alloc(struct sync_state *s, const struct event_source *events, int devi
 int sync_adopt(struct sync_state *s, const struct backend_mem *control, const char *label,
                char *err, size_t errlen);
 void sync_release(struct sync_state *s);
-/* The latest of the last GPUSHM_LIMIT_RELEASERS_KEPT published releases signed by
- * releaser_id (sync_releaser_id(), proto/shm_layout.h) in *seq, 0 if none.  Returns 0,
+/* The latest published release signed by releaser_id (sync_releaser_id(),
+ * proto/shm_layout.h) among the GPUSHM_LIMIT_RELEASERS_KEPT signatures the block keeps,
+ * in *seq, 0 if none.  Returns 0,
  * or a negative PROTO_E_* with err set (the block cannot be mapped, or its header was
  * overwritten and its signatures are not believed). */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
                         char *err, size_t errlen);
+/* The promise releaser_id made on the block and has not kept (proto/shm_layout.h):
+ * *from (the counter when it was made), *upto (0: none) and *slot.  Returns 0, or a
+ * negative PROTO_E_* with err set, as sync_signed_release(). */
+int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
+                        uint64_t *upto, unsigned *slot, char *err, size_t errlen);
+/* Breaks that promise: the values above the counter up to upto count as lost, the
+ * counter is raised to upto, the slot is freed (if releaser_id still holds it) and
+ * every waiter woken.  *lost_from: the counter it was raised from.  The caller raised
+ * the fence first, where there is one. */
+int sync_break_promise(struct sync_state *s, uint32_t releaser_id, unsigned slot, uint64_t upto,
+                       uint64_t *lost_from, char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

@@ -110,6 +110,12 @@ struct reg_description {
   const struct reg_external *external;    /* registered memory; NULL otherwise */
 };
 
+/* A promise gpushmd broke for a promiser that is gone: the values (lost_from, upto]
+ * count as lost; the fence held fence_was (0 with no fence, or where it was there). */
+struct reg_broken_promise {
+  uint64_t lost_from, upto, fence_was;
+};
+
 /* Segments of one (backend, device), as stats shows them. */
 struct reg_segment_usage {
   int backend, device;

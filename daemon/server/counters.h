@@ -22,6 +22,7 @@ struct request_counters {
   uint64_t protocol_errors;
   uint64_t clients_dropped;
   uint64_t fences_raised; /* for releasers that died with their fence write queued */
+  uint64_t promises_broken; /* for promisers that died owing values */
   uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
   uint64_t costly_deferred; /* non-admins' costly requests that waited their turn */
   /* Per request type, how long handling took: requests per bucket (not cumulative:

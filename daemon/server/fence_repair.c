@@ -1,45 +1,161 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/fence_repair.h"
+#include "gpushm_limits.h"
 #include "protocol.h"
 #include "util/log.h"
 #include "shm_layout.h"
 
-unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t client_id, pid_t pid,
-                      const uint64_t *ids, size_t n)
-{
-  const uint32_t releaser = sync_releaser_id(instance_id, client_id);
-  unsigned raised = 0;
+#include <stdlib.h>
 
-  for (size_t i = 0; i < n; i++) {
-    struct reg_object *b = registry_find_id(reg, ids[i]);
-    uint64_t seq, was;
-    char err[256];
-    int r;
+struct pending_break {
+  uint64_t id;
+  uint32_t client_id;
+  pid_t pid;
+  uint64_t deadline_ms; /* uv_now(): break regardless from then */
+};
+
+void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry *reg,
+                       uint64_t instance_id, uint64_t *fences_raised, uint64_t *promises_broken)
+{
+  *fr = (struct fence_repair){ .reg = reg, .instance_id = instance_id,
+                               .fences_raised = fences_raised,
+                               .promises_broken = promises_broken };
+  uv_timer_init(loop, &fr->retry);
+  fr->retry.data = fr;
+}
+
+/* Returns whether it said the control block's header was overwritten. */
+static bool raise_signed(struct fence_repair *fr, struct reg_object *b, uint32_t releaser,
+                         uint32_t client_id, pid_t pid)
+{
+  uint64_t seq, was;
+  char err[256];
+  int r = registry_raise_fence(fr->reg, b, releaser, &seq, &was, err, sizeof err);
+
+  if (r < 0 && seq == 0) {
+    /* A scribbled header is a holder's doing, not the daemon's failing. */
+    log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
+            "'%s' (id %llu): client %u (pid %d) has exited, and its fence cannot be "
+            "checked: %s", b->name, (unsigned long long)b->id, client_id, (int)pid, err);
+  } else if (r < 0) {
+    log_error("'%s' (id %llu): release %llu by client %u (pid %d), which has exited: raising "
+              "its fence failed, streams that acquire it may wait for ever: %s", b->name,
+              (unsigned long long)b->id, (unsigned long long)seq, client_id, (int)pid, err);
+  } else if (r > 0) {
+    (*fr->fences_raised)++;
+    log_warn("'%s' (id %llu): release %llu by client %u (pid %d) was published, but its "
+             "process exited before its GPU wrote the fence (it held %llu); fence raised: "
+             "waiters go on with what its work left", b->name, (unsigned long long)b->id,
+             (unsigned long long)seq, client_id, (int)pid, (unsigned long long)was);
+  } else if (seq) {
+    log_debug("'%s': release %llu by client %u (pid %d, exited) had its fence written",
+              b->name, (unsigned long long)seq, client_id, (int)pid);
+  }
+  return r == PROTO_E_PROTO && seq == 0;
+}
+
+/* Returns whether the break must be tried again (the fence is not yet where the
+ * promise started).  said_scribbled: a scribbled header was logged already. */
+static bool break_promise(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
+                          pid_t pid, bool force, bool said_scribbled)
+{
+  const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
+  struct reg_broken_promise out;
+  char err[256];
+  int r = registry_break_promise(fr->reg, b, releaser, force, &out, err, sizeof err);
+
+  if (r == 2)
+    return true;
+  if (r == PROTO_E_PROTO && said_scribbled)
+    return false;
+  if (r < 0) {
+    log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
+            "'%s' (id %llu): client %u (pid %d) has exited, and its promise cannot be "
+            "broken, waiters of what it promised may wait for ever: %s", b->name,
+            (unsigned long long)b->id, client_id, (int)pid, err);
+  } else if (r > 0) {
+    (*fr->promises_broken)++;
+    log_warn("'%s' (id %llu): client %u (pid %d) exited owing values %llu to %llu it "
+             "promised; counter raised to %llu%s, those values count as lost (signaller lost)",
+             b->name, (unsigned long long)b->id, client_id, (int)pid,
+             (unsigned long long)out.lost_from + 1, (unsigned long long)out.upto,
+             (unsigned long long)out.upto,
+             force ? " without waiting longer for the releases before the promise" : "");
+  }
+  return false;
+}
+
+static void on_retry(uv_timer_t *timer);
+
+static void keep_pending(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid)
+{
+  if (fr->n_pending == fr->cap) {
+    size_t cap = fr->cap ? 2 * fr->cap : 8;
+    struct pending_break *p = realloc(fr->pending, cap * sizeof *p);
+    if (!p) {
+      log_error("out of memory: the promise on buffer %llu of client %u (pid %d) is broken "
+                "without waiting for the releases before it", (unsigned long long)id,
+                client_id, (int)pid);
+      struct reg_object *b = registry_find_id(fr->reg, id);
+      if (b)
+        break_promise(fr, b, client_id, pid, true, false);
+      return;
+    }
+    fr->pending = p;
+    fr->cap = cap;
+  }
+  fr->pending[fr->n_pending++] = (struct pending_break){
+    .id = id, .client_id = client_id, .pid = pid,
+    .deadline_ms = uv_now(fr->retry.loop) + GPUSHM_PROMISE_BREAK_WAIT_MS,
+  };
+  if (!uv_is_active((uv_handle_t *)&fr->retry))
+    uv_timer_start(&fr->retry, on_retry, GPUSHM_PROMISE_BREAK_RETRY_MS,
+                   GPUSHM_PROMISE_BREAK_RETRY_MS);
+}
+
+static void on_retry(uv_timer_t *timer)
+{
+  struct fence_repair *fr = timer->data;
+  uint64_t now = uv_now(timer->loop);
+  size_t kept = 0;
+
+  for (size_t i = 0; i < fr->n_pending; i++) {
+    struct pending_break p = fr->pending[i];
+    struct reg_object *b = registry_find_id(fr->reg, p.id);
 
     /* Freed since (ids are never reused): nobody holds it, so nobody waits on it. */
+    if (b && break_promise(fr, b, p.client_id, p.pid, now >= p.deadline_ms, false))
+      fr->pending[kept++] = p;
+  }
+  fr->n_pending = kept;
+  if (!kept)
+    uv_timer_stop(timer);
+}
+
+void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid,
+                         const uint64_t *ids, size_t n)
+{
+  const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
+
+  for (size_t i = 0; i < n; i++) {
+    struct reg_object *b = registry_find_id(fr->reg, ids[i]);
+
     if (!b)
       continue;
-    r = registry_raise_fence(reg, b, releaser, &seq, &was, err, sizeof err);
-    if (r < 0 && seq == 0) {
-      /* A scribbled header is a holder's doing, not the daemon's failing. */
-      log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
-              "'%s' (id %llu): client %u (pid %d) has exited, and its fence cannot be "
-              "checked: %s", b->name, (unsigned long long)b->id, client_id, (int)pid, err);
-    } else if (r < 0) {
-      log_error("'%s' (id %llu): release %llu by client %u (pid %d), which has exited: raising "
-                "its fence failed, streams that acquire it may wait for ever: %s", b->name,
-                (unsigned long long)b->id, (unsigned long long)seq, client_id, (int)pid, err);
-    } else if (r > 0) {
-      raised++;
-      log_warn("'%s' (id %llu): release %llu by client %u (pid %d) was published, but its "
-               "process exited before its GPU wrote the fence (it held %llu); fence raised: "
-               "waiters go on with what its work left", b->name, (unsigned long long)b->id,
-               (unsigned long long)seq, client_id, (int)pid, (unsigned long long)was);
-    } else if (seq) {
-      log_debug("'%s': release %llu by client %u (pid %d, exited) had its fence written",
-                b->name, (unsigned long long)seq, client_id, (int)pid);
-    }
+    if (break_promise(fr, b, client_id, pid, false, raise_signed(fr, b, releaser, client_id, pid)))
+      keep_pending(fr, ids[i], client_id, pid);
   }
-  return raised;
+}
+
+void fence_repair_shutdown(struct fence_repair *fr)
+{
+  if (fr->n_pending)
+    log_warn("%zu promise(s) of exited processes left unbroken: gpushmd stops while the "
+             "releases before them are still queued", fr->n_pending);
+  free(fr->pending);
+  fr->pending = NULL;
+  fr->n_pending = fr->cap = 0;
+  if (!uv_is_closing((uv_handle_t *)&fr->retry))
+    uv_close((uv_handle_t *)&fr->retry, NULL);
 }

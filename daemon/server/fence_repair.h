@@ -1,27 +1,49 @@
 /* SPDX-License-Identifier: MIT */
-/* Fences a dead releaser left short.  A cuda-fd sync buffer's release N is published as
- * soon as its fence write is queued behind the releaser's work; a releaser whose process
- * dies before its GPU runs that write (SIGKILL, a crash) takes the write with it, and
- * every stream that acquires N would wait for ever.  Once such a process has exited
- * (detached.h watches), the daemon does what the lost write would have done: it raises
- * the fence to the latest release the process signed, if the fence is below it, and
- * never higher (a later releaser's own write is not overtaken).  Waiters go on with
- * whatever the dead releaser's work left in the buffer. */
+/* What a dead signaller left undone on sync buffers, done by the daemon once its
+ * process has exited (detached.h watches).
+ *  - Fences a dead releaser left short.  A fenced sync buffer's release N is published
+ *    as soon as its fence write is queued behind the releaser's work; a releaser whose
+ *    process dies before its GPU runs that write (SIGKILL, a crash) takes the write with
+ *    it, and every stream that acquires N would wait for ever.  The daemon raises the
+ *    fence to the latest release the process signed, if the fence is below it, and
+ *    never higher (a later releaser's own write is not overtaken).  Waiters go on with
+ *    whatever the dead releaser's work left in the buffer.
+ *  - Promises a dead promiser did not keep (docs/sync.md): the counter and the fence go
+ *    to the promised value and the values count as lost.  The fence is raised only once
+ *    it holds what was published before the promise (other releasers' writes may still
+ *    be queued, and would lower it again); until then the break is retried every
+ *    GPUSHM_PROMISE_BREAK_RETRY_MS, and done regardless after
+ *    GPUSHM_PROMISE_BREAK_WAIT_MS. */
 #ifndef GPUSHMD_FENCE_REPAIR_H
 #define GPUSHMD_FENCE_REPAIR_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "registry/registry.h"
 
-/* For client_id's process (pid), which has exited, and the buffers its connection held
- * read-write: raises each fence its releases left short, logging each (a failure as an
- * error: nothing else is touched).  instance_id is this daemon's, which salts the ids
- * releases are signed with.  Buffers freed since are skipped.  Returns how many fences
- * it raised. */
-unsigned fence_repair(struct registry *reg, uint64_t instance_id, uint32_t client_id, pid_t pid,
-                      const uint64_t *ids, size_t n);
+struct pending_break;
+
+struct fence_repair {
+  struct registry *reg;
+  uint64_t instance_id; /* salts the ids releases and promises are signed with */
+  uint64_t *fences_raised, *promises_broken; /* the server's counters */
+  uv_timer_t retry;
+  struct pending_break *pending;
+  size_t n_pending, cap;
+};
+
+void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry *reg,
+                       uint64_t instance_id, uint64_t *fences_raised, uint64_t *promises_broken);
+/* Forgets what is pending (logged) and closes the timer. */
+void fence_repair_shutdown(struct fence_repair *fr);
+/* For client_id's process (pid), which has exited, and the sync buffers its connection
+ * held read-write: raises each fence its releases left short and breaks its promises,
+ * logging each (a failure as an error: nothing else is touched).  Buffers freed since
+ * are skipped. */
+void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid,
+                         const uint64_t *ids, size_t n);
 
 #endif

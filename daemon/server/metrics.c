@@ -377,6 +377,9 @@ static const struct metric_family families[] = {
               "still map.", pinned_after_release),
   COUNTER_FIELD("gpushm_fences_raised_total", "Sync buffer fences gpushmd raised for "
                 "releasers that died before their GPU wrote them.", fences_raised),
+  COUNTER_FIELD("gpushm_promises_broken_total", "Promises on sync buffers gpushmd broke for "
+                "promisers that exited owing values (those values count as lost).",
+                promises_broken),
   COUNTER_FIELD("gpushm_oneway_errors_total", "One-way requests (last closes) gpushmd "
                 "refused.", oneway_errors),
   GAUGE("gpushm_segments", "Segments holding buffers or mapped by clients.", segments),

@@ -44,6 +44,7 @@ struct server {
   uint64_t started_ms; /* uv_now() at start */
   struct request_counters counters;
   struct detached_set detached; /* live processes whose connection ended while holding */
+  struct fence_repair fence_repair;
   struct cuda_warmup warmup;
   /* What sessions and handlers see of the server. */
   struct transport_limits transport_limits;
@@ -100,12 +101,12 @@ static void warm_device(void *ctx, int device)
   cuda_warmup_start(&srv->warmup, device);
 }
 
-/* A process that held cuda-fd sync buffers read-write has exited (detached.h). */
+/* A process that held sync buffers read-write has exited (detached.h). */
 static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, const uint64_t *ids,
                             size_t n)
 {
   struct server *srv = ctx;
-  srv->counters.fences_raised += fence_repair(srv->reg, srv->instance_id, client_id, pid, ids, n);
+  fence_repair_exited(&srv->fence_repair, client_id, pid, ids, n);
 }
 
 static void on_session_gone(void *ctx, struct session *s)
@@ -264,6 +265,8 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     return NULL;
   }
   registry_set_hooks(reg, on_unlink, on_created, srv);
+  fence_repair_init(&srv->fence_repair, loop, reg, srv->instance_id,
+                    &srv->counters.fences_raised, &srv->counters.promises_broken);
   detached_init(&srv->detached, loop, on_process_exit, srv);
   srv->detached.reg = reg;
   cuda_warmup_init(&srv->warmup, loop, on_device_warm, srv);
@@ -276,7 +279,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .instance_id = srv->instance_id,
     .features = PROTO_FEATURE_DISCONNECT | PROTO_FEATURE_SEGMENTS | PROTO_FEATURE_ONEWAY |
                 PROTO_FEATURE_METADATA | PROTO_FEATURE_GRAPHICS | PROTO_FEATURE_STRICT_MODE |
-                PROTO_FEATURE_IPC_FENCES |
+                PROTO_FEATURE_IPC_FENCES | PROTO_FEATURE_PROMISES |
                 (persist && persist_enabled(persist) ? PROTO_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
@@ -361,6 +364,7 @@ void server_shutdown(struct server *srv)
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);
   detached_shutdown(&srv->detached);
+  fence_repair_shutdown(&srv->fence_repair);
 }
 
 void server_free(struct server *srv)

@@ -21,8 +21,8 @@ from .core import Buffer, Connection, Event, ImageInfo, Tensor, stream_handle
 from .dtypes import DType, dtype
 from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected, Error, Exists,
                      InvalidArgument, InvalidName, LimitExceeded, ManifestError, NotFound,
-                     OutOfMemory, PermissionDenied, ProtocolError, SystemCallFailed, Timeout,
-                     Unsupported, VersionMismatch)
+                     OutOfMemory, PermissionDenied, ProtocolError, SignallerLost, SystemCallFailed,
+                     Timeout, Unsupported, VersionMismatch)
 from .manifest import TensorSpec
 
 __version__ = "0.8.0"
@@ -34,6 +34,9 @@ FEATURE_SEGMENTS = 0x4
 FEATURE_ONEWAY = 0x8
 FEATURE_METADATA = 0x10
 FEATURE_GRAPHICS = 0x20
+FEATURE_STRICT_MODE = 0x40
+FEATURE_IPC_FENCES = 0x80
+FEATURE_PROMISES = 0x100
 
 # What `from gpushm import *` brings: never a name that would shadow a builtin there
 # (gpushm.open and gpushm.list stay, spelt with their module; list_buffers is list).
@@ -42,7 +45,7 @@ __all__ = [
     "Connection", "CudaError", "DeviceStats", "Disconnected", "DType", "Error", "Event", "Exists",
     "Holder", "ImageInfo", "InvalidArgument", "InvalidName", "LIBRARY_PATH", "LIBRARY_VERSION", "LibraryError",
     "LimitExceeded", "ManifestError", "Metric", "NotFound", "OutOfMemory", "PermissionDenied",
-    "ProtocolError", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeout",
+    "ProtocolError", "SignallerLost", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "clients", "connect", "default_connection",
     "create_image", "dtype", "empty", "list_buffers", "open_bundle", "share", "share_bundle", "stats",
     "stream_handle", "unlink",

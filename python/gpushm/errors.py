@@ -84,6 +84,13 @@ class Timeout(Error, TimeoutError):
     in time (acquire)."""
 
 
+class SignallerLost(Error):
+    """GPUSHM_E_LOST: the value waited for was reached because the connection that
+    promised it is gone (its process died, or it closed the buffer owing it), not
+    because it was signalled: the buffer holds whatever the lost signaller's work
+    left."""
+
+
 class ManifestError(InvalidArgument):
     """A buffer's tensor manifest (its metadata) is malformed, or describes memory outside
     the buffer.  Producers are not trusted: nothing is mapped past what was checked."""
@@ -114,6 +121,7 @@ _BY_NAME = {
     "CUDA": (13, CudaError, None),
     "NAME": (14, InvalidName, None),
     "TIMEOUT": (15, Timeout, _errno.ETIMEDOUT),
+    "LOST": (16, SignallerLost, None),
 }
 
 #: GPUSHM_E_* codes (negative, as the C API returns them) by name: E_NOENT, ...

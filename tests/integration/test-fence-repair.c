@@ -137,12 +137,18 @@ static uint64_t fences_raised(const struct test_daemon *t)
   return n;
 }
 
+/* Signs release seq in client_id's name: over the slot whose signature names seq (a
+ * 0.8 library signs the next slot in turn), else slot seq % KEPT (as before 0.8). */
 static void forge(gpushm_t *conn, const char *name, uint32_t client_id, uint64_t seq)
 {
   struct sync_control *ctl = shared_memfd_mapping(name);
   uint32_t who = sync_releaser_id(gpushm_instance_id(conn), client_id);
-  __atomic_store_n(&ctl->released_by[seq % GPUSHM_LIMIT_RELEASERS_KEPT], sync_releaser(who, seq),
-                   __ATOMIC_RELAXED);
+  unsigned slot = seq % GPUSHM_LIMIT_RELEASERS_KEPT;
+
+  for (unsigned i = 0; i < GPUSHM_LIMIT_RELEASERS_KEPT; i++)
+    if (ctl->released_by[i] && (uint32_t)ctl->released_by[i] == (uint32_t)seq)
+      slot = i;
+  __atomic_store_n(&ctl->released_by[slot], sync_releaser(who, seq), __ATOMIC_RELAXED);
 }
 
 /* A holder in a child of its own: opens name (read-only if ro, then as uid 65534 where
