@@ -565,38 +565,26 @@ int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
                         "%llu and is their only signaller (one promiser at a time)",
                         buf->name,
                         (unsigned long long)__atomic_load_n(&other->upto, __ATOMIC_RELAXED));
-  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
-    struct sync_promise *p = &ctl->promises[i];
+  {
+    struct sync_promise *p = &ctl->promise;
+    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
     uint64_t had = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
 
-    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
-      continue;
-    if (had > last && upto <= had)
+    if (owner == me && had > last && upto <= had)
       return client_error(GPUSHM_E_INVAL, "'%s': this connection promised up to %llu "
                           "already; a promise only grows", buf->name, (unsigned long long)had);
-    if (had <= last) /* kept: a new promise, from here */
+    /* Its own promise grows; a kept one's place (or none) is taken, from here. */
+    if (owner != me || had <= last) {
+      if (owner != me && !__atomic_compare_exchange_n(&p->owner, &owner, me, false,
+                                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return client_error(GPUSHM_E_INVAL, "'%s': another connection promised meanwhile "
+                            "(one promiser at a time)", buf->name);
       __atomic_store_n(&p->from, last, __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&p->upto, upto, __ATOMIC_RELEASE);
-    wake_value_waiters(ctl);
-    return 0;
   }
-  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
-    struct sync_promise *p = &ctl->promises[i];
-    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
-
-    /* A free slot, or one whose promise the counter reached (kept). */
-    if (owner && __atomic_load_n(&p->upto, __ATOMIC_RELAXED) > last)
-      continue;
-    if (!__atomic_compare_exchange_n(&p->owner, &owner, me, false, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_RELAXED))
-      continue;
-    __atomic_store_n(&p->from, last, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->upto, upto, __ATOMIC_RELEASE);
-    wake_value_waiters(ctl);
-    return 0;
-  }
-  return client_error(GPUSHM_E_LIMIT, "'%s' holds %u promises not yet kept, the most a sync "
-                      "buffer holds (GPUSHM_LIMIT_PROMISES)", buf->name, GPUSHM_LIMIT_PROMISES);
+  wake_value_waiters(ctl);
+  return 0;
 }
 
 int gpushm_buffer_value_lost(const gpushm_buffer_t *handle, uint64_t value)
@@ -628,33 +616,30 @@ void client_sync_break_promises(gpushm_buffer_t *handle)
 {
   struct client_mapping *buf = handle->map;
   struct sync_control *ctl = buf->control;
+  struct sync_promise *p;
+  uint64_t me, upto, last;
   uint32_t id;
-  uint64_t me;
 
   if (!ctl || buf->read_only || !promises_believed(buf, handle->conn) ||
       buf->sync_method == GPUSHM_SYNC_IPC_EVENT)
     return;
   id = releaser_id_of(handle->conn);
   me = sync_promise_owner(id);
-  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
-    struct sync_promise *p = &ctl->promises[i];
-    uint64_t upto, last;
-
-    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
-      continue;
-    upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
-    last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-    if (upto > last) {
-      /* What gpushmd does for a promiser that died (docs/sync.md), done here: the
-       * process lives, and its handle goes, so nothing would ever keep the promise. */
-      if (buf->sync_method != GPUSHM_SYNC_HOST &&
-          fence_after(buf, __atomic_load_n(&p->from, __ATOMIC_RELAXED)) < upto &&
-          client_cuda_fence_store(buf->fence_dptr, upto, buf->device) < 0)
-        continue; /* the promise stays: gpushmd breaks it once this process is gone */
-      sync_mark_lost(ctl, id, last, upto);
-      seq_futex(ctl, FUTEX_WAKE, INT_MAX, NULL);
-      syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
-    __atomic_store_n(&p->owner, 0, __ATOMIC_RELEASE);
+  p = &ctl->promise;
+  if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
+    return;
+  upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
+  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  if (upto > last) {
+    /* What gpushmd does for a promiser that died (docs/sync.md), done here: the
+     * process lives, and its handle goes, so nothing would ever keep the promise. */
+    if (buf->sync_method != GPUSHM_SYNC_HOST &&
+        fence_after(buf, __atomic_load_n(&p->from, __ATOMIC_RELAXED)) < upto &&
+        client_cuda_fence_store(buf->fence_dptr, upto, buf->device) < 0)
+      return; /* the promise stays: gpushmd breaks it once this process is gone */
+    sync_mark_lost(ctl, id, last, upto);
+    seq_futex(ctl, FUTEX_WAKE, INT_MAX, NULL);
+    syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   }
+  __atomic_compare_exchange_n(&p->owner, &me, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 }

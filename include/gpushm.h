@@ -528,8 +528,7 @@ GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
  * value up to upto (above the counter), which makes it their only signaller: others'
  * releases into them are refused, and waits for them go to the GPU at once.  A
  * promise only grows (GPUSHM_E_INVAL otherwise, and while another connection's promise
- * is not kept: one promiser at a time); GPUSHM_E_LIMIT past GPUSHM_LIMIT_PROMISES
- * unkept promises on one buffer; GPUSHM_E_PERM on a read-only open.  A promise not
+ * is not kept: one promiser at a time); GPUSHM_E_PERM on a read-only open.  A promise not
  * kept is broken — the counter is raised to upto, and values above what was released
  * count as lost — by gpushmd once the promiser's process is gone (a crash, SIGKILL),
  * or by this library when the promiser closes its last handle of the buffer.

@@ -143,11 +143,6 @@
  * this many published. */
 #define GPUSHM_LIMIT_RELEASERS_KEPT           8u
 
-/* Connections that may hold a promise on one sync buffer at once (the size of an array
- * in its control block, proto/shm_layout.h): a promise makes its connection the only
- * signaller of the values promised, so a counter needs one or two; eight leaves room
- * for promisers that come and go while an old one's death is still being repaired. */
-#define GPUSHM_LIMIT_PROMISES                 8u
 /* How long gpushmd waits, at most, for the signals published before a dead promiser's
  * promise to land (other processes' queued fence writes) before it breaks the promise
  * anyway: raising first would let those writes lower the fence again behind it. */

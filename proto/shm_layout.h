@@ -87,11 +87,14 @@ struct status_page {
  *  - wake is the futex word waiters for a caller-chosen value sleep on: a promise
  *    publishes no number, so release_seq's word cannot tell them of one.  Every 0.8
  *    release, promise and broken promise changes it.
- *  - promises[]: a connection's promise to signal every value in (from, upto], which
+ *  - promise: a connection's promise to release every value in (from, upto], which
  *    makes it their only signaller (others' releases into the range are refused), so
  *    that waiters may queue their GPU waits at once.  owner is sync_promise_owner() of
- *    its releaser id, 0 for a free slot; a slot whose promise the counter reached is
- *    free to take too.  from is the counter when the promise was made.
+ *    its releaser id, 0 for none; a promise the counter reached is kept, and its place
+ *    free to take.  from is the counter when the promise was made.  One place, since
+ *    every promise covers the values just above the counter: two live ones would
+ *    overlap, so one promiser at a time (a dead one's place is taken once gpushmd has
+ *    broken its promise).
  *  - lost_*: written by whoever breaks a promise (gpushmd once the promiser's process
  *    is gone, or the promiser's library when it closes the buffer with values still
  *    owed): values in (lost_from, lost_upto] were reached because their signaller was
@@ -114,7 +117,7 @@ struct sync_control {
   uint32_t lost_by;
   uint64_t lost_from;
   uint64_t lost_upto;
-  struct sync_promise promises[GPUSHM_LIMIT_PROMISES];
+  struct sync_promise promise;
 };
 
 /* A connection's client id, salted with its daemon's instance id: a restarted daemon
@@ -150,21 +153,17 @@ static inline uint32_t *sync_seq_futex_word(struct sync_control *ctl)
   return (uint32_t *)&ctl->release_seq + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
 }
 
-/* The promise that covers value (a live one: the counter, last, is below its upto),
- * other than the one of owner skip (0: none), or NULL. */
+/* The live promise (the counter, last, is below its upto) that covers value, unless
+ * it is the one of owner skip (0: none), or NULL. */
 static inline const struct sync_promise *sync_promise_covering(const struct sync_control *ctl,
                                                                uint64_t value, uint64_t last,
                                                                uint64_t skip)
 {
-  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
-    const struct sync_promise *p = &ctl->promises[i];
-    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
-    uint64_t upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
+  const struct sync_promise *p = &ctl->promise;
+  uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
+  uint64_t upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
 
-    if (owner && owner != skip && upto > last && value <= upto)
-      return p;
-  }
-  return NULL;
+  return owner && owner != skip && upto > last && value <= upto ? p : NULL;
 }
 
 /* Whether value was reached through a broken promise (lost_* above). */

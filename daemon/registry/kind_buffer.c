@@ -238,14 +238,13 @@ static int buffer_break_promise(struct registry *reg, struct reg_object *obj, ui
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   uint64_t from, upto;
-  unsigned slot;
   int r;
 
   (void)reg;
   memset(out, 0, sizeof *out);
   if (!b->sync)
     return 0;
-  if ((r = sync_unkept_promise(&b->sync_state, releaser, &from, &upto, &slot, err, errlen)) < 0)
+  if ((r = sync_unkept_promise(&b->sync_state, releaser, &from, &upto, err, errlen)) < 0)
     return r;
   if (!upto)
     return 0;
@@ -257,7 +256,7 @@ static int buffer_break_promise(struct registry *reg, struct reg_object *obj, ui
       return r; /* the driver failed, or not yet */
   }
   out->upto = upto;
-  return (r = sync_break_promise(&b->sync_state, releaser, slot, upto, &out->lost_from, err,
+  return (r = sync_break_promise(&b->sync_state, releaser, upto, &out->lost_from, err,
                                  errlen)) < 0 ? r : 1;
 }
 

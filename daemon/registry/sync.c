@@ -148,31 +148,25 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
 }
 
 int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
-                        uint64_t *upto, unsigned *slot, char *err, size_t errlen)
+                        uint64_t *upto, char *err, size_t errlen)
 {
   struct sync_control *ctl;
   uint64_t last, owner = sync_promise_owner(releaser_id);
 
   *from = *upto = 0;
-  *slot = 0;
   if (!(ctl = map_checked(s, PROT_READ, sizeof *ctl, err, errlen)))
     return map_error();
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  for (unsigned i = 0; i < GPUSHM_LIMIT_PROMISES; i++) {
-    const struct sync_promise *p = &ctl->promises[i];
-    uint64_t u = __atomic_load_n(&p->upto, __ATOMIC_ACQUIRE);
-
-    if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != owner || u <= last || u <= *upto)
-      continue;
-    *from = __atomic_load_n(&p->from, __ATOMIC_RELAXED);
-    *upto = u;
-    *slot = i;
+  if (__atomic_load_n(&ctl->promise.owner, __ATOMIC_ACQUIRE) == owner &&
+      __atomic_load_n(&ctl->promise.upto, __ATOMIC_ACQUIRE) > last) {
+    *from = __atomic_load_n(&ctl->promise.from, __ATOMIC_RELAXED);
+    *upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED);
   }
   munmap(ctl, SYNC_CONTROL_SIZE);
   return 0;
 }
 
-int sync_break_promise(struct sync_state *s, uint32_t releaser_id, unsigned slot, uint64_t upto,
+int sync_break_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
                        uint64_t *lost_from, char *err, size_t errlen)
 {
   struct sync_control *ctl;
@@ -182,9 +176,8 @@ int sync_break_promise(struct sync_state *s, uint32_t releaser_id, unsigned slot
     return map_error();
   *lost_from = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   sync_mark_lost(ctl, releaser_id, *lost_from, upto);
-  if (slot < GPUSHM_LIMIT_PROMISES)
-    __atomic_compare_exchange_n(&ctl->promises[slot].owner, &owner, 0, false, __ATOMIC_SEQ_CST,
-                                __ATOMIC_RELAXED);
+  __atomic_compare_exchange_n(&ctl->promise.owner, &owner, 0, false, __ATOMIC_SEQ_CST,
+                              __ATOMIC_RELAXED);
   /* Shared futexes: the waiters map the same memfd. */
   syscall(SYS_futex, sync_seq_futex_word(ctl), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

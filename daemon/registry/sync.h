@@ -38,15 +38,15 @@ void sync_release(struct sync_state *s);
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
                         char *err, size_t errlen);
 /* The promise releaser_id made on the block and has not kept (proto/shm_layout.h):
- * *from (the counter when it was made), *upto (0: none) and *slot.  Returns 0, or a
- * negative PROTO_E_* with err set, as sync_signed_release(). */
+ * *from (the counter when it was made) and *upto (0: none).  Returns 0, or a negative
+ * PROTO_E_* with err set, as sync_signed_release(). */
 int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
-                        uint64_t *upto, unsigned *slot, char *err, size_t errlen);
+                        uint64_t *upto, char *err, size_t errlen);
 /* Breaks that promise: the values above the counter up to upto count as lost, the
- * counter is raised to upto, the slot is freed (if releaser_id still holds it) and
+ * counter is raised to upto, the promise's place is freed (if releaser_id holds it) and
  * every waiter woken.  *lost_from: the counter it was raised from.  The caller raised
  * the fence first, where there is one. */
-int sync_break_promise(struct sync_state *s, uint32_t releaser_id, unsigned slot, uint64_t upto,
+int sync_break_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
                        uint64_t *lost_from, char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */

@@ -1016,6 +1016,15 @@ static CUresult fake_cuStreamSynchronize(CUstream s)
  * Streams run nothing here, so a write lands at once — or, with GPUSHM_FAKE_CUDA_WRITE_DELAY_MS, that much later
  * (-1: never), as a write behind slow work would; a wait is satisfied at once or the
  * caller broke the ordering (a real stream would hang): that is an error here. */
+/* Read by tests through gpushm_fake_cuda_waits_queued() (dlsym). */
+static unsigned long fake_waits_queued;
+FAKE_API unsigned long gpushm_fake_cuda_waits_queued(void);
+
+FAKE_API unsigned long gpushm_fake_cuda_waits_queued(void)
+{
+  return __atomic_load_n(&fake_waits_queued, __ATOMIC_RELAXED);
+}
+
 struct delayed_write {
   uint64_t *addr, value;
   long delay_ms;
@@ -1069,8 +1078,15 @@ static CUresult fake_cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_
     return CUDA_ERROR_INVALID_VALUE;
   if (device_access(s, addr, 8) != CUDA_SUCCESS)
     return CUDA_ERROR_ILLEGAL_ADDRESS;
-  return (int64_t)(__atomic_load_n(p, __ATOMIC_ACQUIRE) - value) >= 0 ? CUDA_SUCCESS
-                                                                      : CUDA_ERROR_NOT_READY;
+  if ((int64_t)(__atomic_load_n(p, __ATOMIC_ACQUIRE) - value) >= 0)
+    return CUDA_SUCCESS;
+  /* A wait that a real stream would queue, for a caller that means it to (a value
+   * promised, not yet released): accepted, and the waits so queued counted. */
+  if (getenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS")) {
+    __atomic_add_fetch(&fake_waits_queued, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_READY;
 }
 
 static CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s)

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/* Caller-numbered releases and promises on sync buffers (docs/sync.md), on host memory,
+ * and on cuda-fd memory through the fake driver where it is built:
+ *  - values: a release above the counter, refused at or below it and at 0; a wait for a
+ *    released value returns at once, for one neither released nor promised times out
+ *    saying so; numbered and caller-numbered releases mix;
+ *  - promises: the waits of a fenced buffer for a promised value are queued at once,
+ *    with no CPU wait (the fake accepts a wait it cannot satisfy yet,
+ *    GPUSHM_FAKE_CUDA_QUEUE_WAITS, and counts it), a host buffer's acquire still waits
+ *    for the counter; another connection's release into the promise, a second promiser
+ *    and a read-only promiser (uid 65534 where the test is root) are refused; a promise
+ *    only grows;
+ *  - a promiser SIGKILLed: a waiter blocked on a promised value is released, with
+ *    GPUSHM_E_LOST, as soon as gpushmd sees the process gone; gpushm_buffer_value_lost()
+ *    tells lost values from released ones; a fence is raised to the promised value;
+ *    gpushm_promises_broken_total counts each break and the log names it;
+ *  - the break of a fence waits for a release published before the promise whose write
+ *    is still queued (another process's, delayed 300 ms), so that write cannot lower
+ *    the fence after it: the fence ends at the promised value;
+ *  - a promiser that closes its last handle owing values breaks its own promise;
+ *  - garbage over the control block's header: promises are not believed (releases go
+ *    on), and a new one is refused. */
+#include "config.h"
+#include "harness.h"
+#include "shm_layout.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct test_daemon d;
+static char log_path[64];
+static bool have_fake_cuda;
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_t backend,
+                               uint32_t mode)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.mode = mode;
+  CHECK_OK(gpushm_buffer_create(conn, name, 1 << 16, &opts, &b));
+  return b;
+}
+
+static uint64_t fence_of(gpushm_t *conn, gpushm_buffer_t *b)
+{
+  const gpushm_buffer_info_t *info = find_buffer(conn, gpushm_buffer_name(b));
+  CHECK(info != NULL);
+  return __atomic_load_n((const uint64_t *)((const char *)gpushm_buffer_ptr(b) +
+                                            gpushm_buffer_info_allocated(info) - 8),
+                         __ATOMIC_ACQUIRE);
+}
+
+static uint64_t metric(const char *name)
+{
+  gpushm_stats_t *st = daemon_stats(&d);
+  uint64_t v = 0;
+
+  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
+    if (strcmp(gpushm_metric_name(m), name) == 0)
+      v = gpushm_metric_value(m);
+  }
+  gpushm_stats_free(st);
+  return v;
+}
+
+static unsigned log_lines(const char *a, const char *b)
+{
+  FILE *f = fopen(log_path, "r");
+  char line[2048];
+  unsigned n = 0;
+
+  CHECK(f != NULL);
+  while (fgets(line, sizeof line, f))
+    n += strstr(line, a) && (!b || strstr(line, b));
+  fclose(f);
+  return n;
+}
+
+static unsigned long waits_queued(void)
+{
+  void *lib = dlopen(getenv("GPUSHM_FAKE_CUDA_LIB"), RTLD_NOW | RTLD_NOLOAD);
+  unsigned long (*count)(void);
+
+  CHECK(lib != NULL);
+  CHECK((count = (unsigned long (*)(void))dlsym(lib, "gpushm_fake_cuda_waits_queued")));
+  unsigned long n = count();
+  dlclose(lib);
+  return n;
+}
+
+/* A promiser in a child of its own: opens name read-write, releases `released` (its
+ * fence write delayed by write_delay ms where not NULL), then promises up to upto (0:
+ * nothing), says so, and waits: to be killed, or (a byte) to close. */
+struct promiser {
+  pid_t pid;
+  int report, go;
+};
+
+static struct promiser promiser_start(const char *name, uint64_t released, uint64_t upto,
+                                      const char *write_delay)
+{
+  int report[2], go[2];
+  struct promiser p;
+
+  CHECK(pipe(report) == 0 && pipe(go) == 0);
+  CHECK((p.pid = fork()) >= 0);
+  if (p.pid == 0) {
+    gpushm_t *conn;
+    gpushm_buffer_t *b;
+    char byte = 1;
+
+    close(report[0]);
+    close(go[1]);
+    if (write_delay)
+      setenv("GPUSHM_FAKE_CUDA_WRITE_DELAY_MS", write_delay, 1);
+    conn = daemon_connect(&d);
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
+    if (released)
+      CHECK_OK(gpushm_buffer_release_value(b, NULL, released));
+    if (upto)
+      CHECK_OK(gpushm_buffer_promise(b, upto));
+    CHECK(write(report[1], &byte, 1) == 1);
+    if (read(go[0], &byte, 1) == 1) {
+      CHECK_OK(gpushm_buffer_close(b));
+      CHECK(write(report[1], &byte, 1) == 1);
+    }
+    for (;;)
+      pause();
+  }
+  close(report[1]);
+  close(go[0]);
+  p.report = report[0];
+  p.go = go[1];
+  {
+    char byte;
+    CHECK(read(p.report, &byte, 1) == 1);
+  }
+  return p;
+}
+
+static double promiser_kill(struct promiser *p)
+{
+  int status;
+  double at = now_ms();
+
+  CHECK(kill(p->pid, SIGKILL) == 0);
+  CHECK(waitpid(p->pid, &status, 0) == p->pid && WIFSIGNALED(status));
+  close(p->report);
+  close(p->go);
+  return at;
+}
+
+static void promiser_close(struct promiser *p)
+{
+  char byte = 1;
+  int status;
+
+  CHECK(write(p->go, &byte, 1) == 1);
+  CHECK(read(p->report, &byte, 1) == 1);
+  CHECK(kill(p->pid, SIGKILL) == 0);
+  CHECK(waitpid(p->pid, &status, 0) == p->pid);
+  close(p->report);
+  close(p->go);
+}
+
+static void finish(gpushm_t *conn, gpushm_buffer_t *b)
+{
+  CHECK_OK(gpushm_unlink(conn, gpushm_buffer_name(b)));
+  CHECK_OK(gpushm_buffer_close(b));
+}
+
+static void test_values(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "values", GPUSHM_BACKEND_HOST, 0600);
+  uint64_t seq;
+  double t0;
+
+  CHECK(gpushm_daemon_has(conn, GPUSHM_FEATURE_PROMISES));
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 5));
+  CHECK(gpushm_buffer_release_seq(b) == 5);
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 5), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "not above its counter, 5"));
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 4), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 0), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 0, 0), GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 3, 0));
+  CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 5, 0));
+  t0 = now_ms();
+  CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 6, 50), GPUSHM_E_TIMEOUT);
+  CHECK(now_ms() - t0 >= 49);
+  CHECK(strstr(gpushm_last_error_message(), "value 6 of 'values' neither released nor promised "
+                                            "within 50 ms (its counter is at 5)"));
+  /* a numbered release takes the next number after a caller's; and the other way */
+  CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
+  CHECK(seq == 6);
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 100));
+  CHECK_OK(gpushm_buffer_acquire(b, NULL, 100, 0));
+  CHECK(gpushm_buffer_value_lost(b, 50) == 0);
+  finish(conn, b);
+  test_log("values: above the counter only; waits time out naming the value; both kinds mix");
+}
+
+/* A host waiter in a thread: acquire_value(value), its result and when it returned. */
+struct waiter {
+  pthread_t thread;
+  gpushm_buffer_t *b;
+  uint64_t value;
+  int result;
+  double returned_ms;
+};
+
+static void *wait_thread(void *arg)
+{
+  struct waiter *w = arg;
+  w->result = gpushm_buffer_acquire_value(w->b, NULL, w->value, 20000);
+  w->returned_ms = now_ms();
+  return NULL;
+}
+
+static void test_promises_host(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "promised", GPUSHM_BACKEND_HOST, 0666), *ro;
+  uint64_t broken = metric("gpushm_promises_broken_total");
+  struct promiser p = promiser_start("promised", 2, 10, NULL);
+  struct waiter w = { .b = b, .value = 8 };
+  double killed;
+  pid_t pid;
+
+  /* the promiser is the only signaller of 3..10 */
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 3), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "values up to 10 that another connection promised"));
+  CHECK_ERR(gpushm_buffer_release(b, NULL, NULL), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_buffer_promise(b, 20), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "another connection promised the values up to 10"));
+  CHECK(gpushm_buffer_release_seq(b) == 2);
+  /* a read-only holder promises nothing (uid 65534 where the test is root) */
+  pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *mine = daemon_connect(&d);
+    CHECK_OK(gpushm_buffer_open(mine, "promised", GPUSHM_OPEN_READONLY, &ro));
+    CHECK_ERR(gpushm_buffer_promise(ro, 50), GPUSHM_E_PERM);
+    CHECK_ERR(gpushm_buffer_release_value(ro, NULL, 50), GPUSHM_E_PERM);
+    /* ... and may wait: host memory waits for the counter itself */
+    CHECK_ERR(gpushm_buffer_acquire_value(ro, NULL, 8, 20), GPUSHM_E_TIMEOUT);
+    _exit(0);
+  }
+  check_child(pid);
+  CHECK(pthread_create(&w.thread, NULL, wait_thread, &w) == 0);
+  usleep(100000);
+  killed = promiser_kill(&p);
+  CHECK(pthread_join(w.thread, NULL) == 0);
+  CHECK(w.result == GPUSHM_E_LOST);
+  test_log("a host waiter for a promised value returned %.1f ms after its promiser was killed",
+           w.returned_ms - killed);
+  CHECK(gpushm_buffer_release_seq(b) == 10);
+  CHECK(gpushm_buffer_value_lost(b, 2) == 0 && gpushm_buffer_value_lost(b, 3) == 1 &&
+        gpushm_buffer_value_lost(b, 10) == 1 && gpushm_buffer_value_lost(b, 11) == 0);
+  CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 9, 0), GPUSHM_E_LOST);
+  CHECK(strstr(gpushm_last_error_message(), "value 9 was reached because the connection that "
+                                            "promised it"));
+  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  CHECK(log_lines("warn: 'promised'", "exited owing values 3 to 10 it promised") == 1);
+  /* the place is free again: this connection promises, keeps it, and a promise grows */
+  CHECK_OK(gpushm_buffer_promise(b, 12));
+  CHECK_ERR(gpushm_buffer_promise(b, 11), GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_buffer_promise(b, 13));
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 13));
+  CHECK_ERR(gpushm_buffer_promise(b, 13), GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 13, 0));
+  CHECK(gpushm_buffer_value_lost(b, 13) == 0);
+  finish(conn, b);
+}
+
+/* The promiser closes its last handle owing values: its library breaks the promise. */
+static void test_close_breaks(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "closed-owing", GPUSHM_BACKEND_HOST, 0600);
+  uint64_t broken = metric("gpushm_promises_broken_total");
+  struct promiser p = promiser_start("closed-owing", 0, 4, NULL);
+
+  promiser_close(&p);
+  CHECK(gpushm_buffer_release_seq(b) == 4);
+  CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 4, 0), GPUSHM_E_LOST);
+  CHECK(gpushm_buffer_value_lost(b, 1) == 1);
+  /* gpushmd had nothing left to break */
+  CHECK(metric("gpushm_promises_broken_total") == broken);
+  finish(conn, b);
+  test_log("a promiser closing its last handle owing values broke its promise itself");
+}
+
+/* name's control block as this process maps it: of its memfds (a host buffer's data is
+ * one too), the writable mapping of SYNC_CONTROL_SIZE bytes. */
+static struct sync_control *control_block(const char *name)
+{
+  char line[512], want[160];
+  struct sync_control *found = NULL;
+  FILE *maps = fopen("/proc/self/maps", "r");
+
+  snprintf(want, sizeof want, "/memfd:%s ", name);
+  CHECK(maps != NULL);
+  while (fgets(line, sizeof line, maps)) {
+    unsigned long long start, end;
+    if (strstr(line, want) && strstr(line, " rw-s ") &&
+        sscanf(line, "%llx-%llx", &start, &end) == 2 && end - start == SYNC_CONTROL_SIZE)
+      found = (struct sync_control *)(uintptr_t)start;
+  }
+  fclose(maps);
+  CHECK(found != NULL && found->magic == SYNC_CONTROL_MAGIC);
+  return found;
+}
+
+/* Garbage over the header: the sequence goes on; promises are not believed. */
+static void test_scribbled(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "scribbled", GPUSHM_BACKEND_HOST, 0600);
+  struct sync_control *ctl = control_block("scribbled");
+
+  CHECK_OK(gpushm_buffer_promise(b, 3));
+  memset(ctl, 0xff, 8);
+  memset((char *)ctl + 16, 0xff, SYNC_CONTROL_SIZE - 16);
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 2));
+  CHECK_ERR(gpushm_buffer_promise(b, 9), GPUSHM_E_PROTO);
+  CHECK(gpushm_buffer_value_lost(b, 1) == 0);
+  finish(conn, b);
+  test_log("garbage over the header: releases go on, promises are not believed");
+}
+
+static void test_promises_fenced(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "fenced", GPUSHM_BACKEND_CUDA_FD, 0600);
+  uint64_t broken = metric("gpushm_promises_broken_total");
+  unsigned long queued;
+  struct promiser p;
+  double t0;
+
+  CHECK(gpushm_buffer_sync_method(b, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  /* unpromised and unreleased: the CPU waits, and times out */
+  CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 1, 20), GPUSHM_E_TIMEOUT);
+  p = promiser_start("fenced", 0, 6, NULL);
+  /* promised: the stream's wait is queued at once, with nothing released */
+  setenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS", "1", 1);
+  queued = waits_queued();
+  t0 = now_ms();
+  CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 6, -1));
+  CHECK(now_ms() - t0 < 5000 && waits_queued() == queued + 1);
+  unsetenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS");
+  CHECK(gpushm_buffer_release_seq(b) == 0 && fence_of(conn, b) == 0);
+  promiser_kill(&p);
+  for (int i = 0; i < 1000 && fence_of(conn, b) < 6; i++)
+    usleep(5000);
+  CHECK(fence_of(conn, b) == 6 && gpushm_buffer_release_seq(b) == 6);
+  CHECK(gpushm_buffer_value_lost(b, 6) == 1);
+  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  finish(conn, b);
+
+  /* a release published before the promise by another process, its write queued
+   * 300 ms behind: the break waits for it, else that write would land after and lower
+   * the fence to 1 */
+  b = create(conn, "fenced-late", GPUSHM_BACKEND_CUDA_FD, 0600);
+  {
+    struct promiser slow = promiser_start("fenced-late", 1, 0, "300");
+    struct promiser early = promiser_start("fenced-late", 0, 5, NULL);
+    t0 = promiser_kill(&early);
+    for (int i = 0; i < 1000 && gpushm_buffer_release_seq(b) < 5; i++)
+      usleep(1000);
+    test_log("the break waited %.0f ms for the write published before the promise "
+             "(queued 300 ms behind)", now_ms() - t0);
+    CHECK(fence_of(conn, b) == 5 && gpushm_buffer_release_seq(b) == 5);
+    usleep(400000); /* past the delayed write, had it come after */
+    CHECK(fence_of(conn, b) == 5);
+    promiser_kill(&slow);
+  }
+  finish(conn, b);
+  test_log("fenced: promised waits queued at once; a dead promiser's fence raised to its "
+           "promise, after the write published before it");
+}
+
+/* The daemon's log into the test's, whichever way the test ends. */
+static void dump_log(void)
+{
+  FILE *f = fopen(log_path, "r");
+  char line[2048];
+
+  if (!f)
+    return;
+  while (fgets(line, sizeof line, f))
+    fprintf(stderr, "  %s", line);
+  fclose(f);
+  unlink(log_path);
+}
+
+int main(void)
+{
+  const char *fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
+  int saved = fcntl(2, F_DUPFD_CLOEXEC, 0), fd;
+  gpushm_t *conn;
+
+  have_fake_cuda = fake_lib && access(fake_lib, R_OK) == 0;
+  if (have_fake_cuda)
+    setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
+  snprintf(log_path, sizeof log_path, "/tmp/gpushm-promises-XXXXXX");
+  CHECK(saved >= 0 && (fd = mkostemp(log_path, O_CLOEXEC)) >= 0);
+  fflush(stderr);
+  CHECK(dup2(fd, 2) == 2);
+  daemon_start(&d, NULL);
+  CHECK(dup2(saved, 2) == 2);
+  close(fd);
+  atexit(dump_log);
+  conn = daemon_connect(&d);
+  test_values(conn);
+  test_promises_host(conn);
+  test_close_breaks(conn);
+  test_scribbled(conn);
+  if (have_fake_cuda)
+    test_promises_fenced(conn);
+  else
+    test_log("built without CUDA headers: no fake driver, fenced buffers not tried");
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
