@@ -322,6 +322,11 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_metric_bucket_count": (c_size_t, [_P]),
     "gpushm_metric_bucket_le_text": (c_char_p, [_P, c_size_t, c_char_p, c_size_t]),
     "gpushm_metric_bucket_observations": (c_uint64, [_P, c_size_t]),
+    # 0.8: caller-numbered releases and promises
+    "gpushm_buffer_release_value": (c_int, [_P, c_void_p, c_uint64]),
+    "gpushm_buffer_acquire_value": (c_int, [_P, c_void_p, c_uint64, c_int]),
+    "gpushm_buffer_promise": (c_int, [_P, c_uint64]),
+    "gpushm_buffer_value_lost": (c_int, [_P, c_uint64]),
 }
 
 

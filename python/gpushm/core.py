@@ -124,6 +124,13 @@ def timeout_ms(seconds: float) -> int:
     return MAX_TIMEOUT_MS if ms >= MAX_TIMEOUT_MS else int(ms)
 
 
+def _need_numbered(what: str) -> None:
+    """Caller-numbered releases and promises came with libgpushm 0.8."""
+    if not hasattr(lib, "gpushm_buffer_promise"):
+        raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no {what} "
+                          f"(0.8 does)")
+
+
 def non_negative(value: int, what: str) -> int:
     """value as a non-negative int: ctypes turns -1 into 2^64-1 for an unsigned argument
     (another id, another release), and map_device -1 into "no map device"."""
@@ -633,26 +640,64 @@ class Buffer(_Handle):
         cap, b = self._live()
         return lib.gpushm_buffer_release_seq(b)
 
-    def release(self, stream: StreamLike = None) -> int:
+    def release(self, stream: StreamLike = None, value: Optional[int] = None) -> int:
         """Publishes a release ordered behind the work queued on stream (None: the legacy
-        default stream; host buffers take no stream); returns its number."""
+        default stream; host buffers take no stream); returns its number: the next one,
+        or value, a number of the caller's above the counter (0.8, docs/sync.md)."""
         cap, b = self._live()
+        if value is not None:
+            _need_numbered("caller-numbered releases")
+            value = non_negative(value, "value")
+            check(lib.gpushm_buffer_release_value(b, stream_handle(stream), value),
+                  f"release {self.name!r} at {value}")
+            return value
         seq = c_uint64()
         check(lib.gpushm_buffer_release(b, stream_handle(stream), byref(seq)),
               f"release {self.name!r}")
         return seq.value
 
     def acquire(self, stream: StreamLike = None, seq: int = 0,
-                timeout: Optional[float] = None) -> None:
+                timeout: Optional[float] = None, value: Optional[int] = None) -> None:
         """Waits (in this thread) until release seq is published (0: the latest, if any),
         then makes stream wait until its work is done.  timeout in seconds (None: for
-        ever); Timeout if seq is not published in time."""
+        ever); Timeout if seq is not published in time.
+
+        With value (0.8, not with seq): makes stream wait until the counter reaches
+        value; a fence buffer's wait goes to the GPU at once if value is released or
+        promised, else this thread waits up to timeout for one of the two.
+        SignallerLost if value was reached because its promiser is gone (the stream is
+        ordered all the same)."""
         cap, b = self._live()
         handle = stream_handle(stream)
         ms = -1 if timeout is None else max(0, timeout_ms(timeout))
-        check(lib.gpushm_buffer_acquire(b, handle, non_negative(seq, "seq"), ms),
-              f"acquire {self.name!r}")
+        if value is not None:
+            if seq:
+                raise InvalidArgument("acquire takes seq or value, not both")
+            _need_numbered("waits for a value")
+            check(lib.gpushm_buffer_acquire_value(b, handle, non_negative(value, "value"), ms),
+                  f"acquire {self.name!r} at {value}")
+        else:
+            check(lib.gpushm_buffer_acquire(b, handle, non_negative(seq, "seq"), ms),
+                  f"acquire {self.name!r}")
         self._acquired, self._acquired_stream = True, handle
+
+    def promise(self, upto: int) -> None:
+        """Promises that this connection will release every value up to upto (above the
+        counter), which makes it their only signaller and lets waiters queue their GPU
+        waits at once.  Broken (the values count as lost) should this process die or
+        close the buffer owing them (docs/sync.md)."""
+        cap, b = self._live()
+        _need_numbered("promises")
+        check(lib.gpushm_buffer_promise(b, non_negative(upto, "upto")),
+              f"promise {self.name!r} up to {upto}")
+
+    def value_lost(self, value: int) -> bool:
+        """Whether value was reached because its promiser is gone, not released."""
+        cap, b = self._live()
+        _need_numbered("promises")
+        r = lib.gpushm_buffer_value_lost(b, non_negative(value, "value"))
+        check(min(r, 0), f"value_lost {self.name!r}")
+        return r == 1
 
     def _sync_for_consumer(self, stream: Optional[int]) -> None:
         """A consumer is about to use the memory on stream (None: the legacy default
