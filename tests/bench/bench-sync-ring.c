@@ -13,6 +13,11 @@
  * the raw floor; scripts/gpu-host-test runs it without and with MPS.  With two GPUs,
  * the cuda-fd ring and its raw floor run again with the consumer on device 1 (slots of
  * device 0 mapped for it).
+ * A third gpushm row rings on promises (0.8): each slot a cuda-fd sync buffer whose
+ * values the producer promised, and a small one whose values the consumer promised to
+ * hand slots back with, both released with caller-chosen values: every wait goes to the
+ * GPU at once, as the raw ring's do, where a numbered acquire first waits on the CPU for
+ * the release to be published.
  * Not part of `make check` (no timing assertions there). */
 #include "config.h"
 #include "cuda-test.h"
@@ -28,6 +33,8 @@
 /* Raw rings: each slot's fence sits past its data. */
 #define RAW_FENCE_OFFSET SLOT_BYTES
 #define RAW ((gpushm_backend_t)99)
+/* The ring on promises: cuda-fd slots, and "done" buffers beside them. */
+#define PROMISED ((gpushm_backend_t)98)
 #define RUNS 3
 
 static struct test_daemon d;
@@ -43,6 +50,11 @@ static double now_s(void)
 static void slot_name(char *name, size_t len, gpushm_backend_t backend, unsigned i)
 {
   snprintf(name, len, "ring-%d-%u", (int)backend, i);
+}
+
+static void done_name(char *name, size_t len, unsigned i)
+{
+  snprintf(name, len, "ring-done-%u", i);
 }
 
 /* The raw ring's acquire and release of slot b: the fence reaches 2u+1 once frame
@@ -66,7 +78,8 @@ static void raw_write(gpushm_buffer_t *b, CUstream s, uint64_t value)
 static int consumer(char **argv)
 {
   gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
-  bool raw = backend == RAW;
+  bool raw = backend == RAW, promised = backend == PROMISED;
+  gpushm_buffer_t *done[SLOTS] = { NULL };
   unsigned frames = (unsigned)atoi(argv[3]), bad = 0;
   int result_fd = atoi(argv[4]), device = atoi(argv[5]);
   gpushm_buffer_t *slots[SLOTS];
@@ -92,16 +105,25 @@ static int consumer(char **argv)
     char name[64];
     slot_name(name, sizeof name, backend, i);
     CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(device), &slots[i]));
+    if (promised) {
+      done_name(name, sizeof name, i);
+      CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_MAP_DEVICE(device), &done[i]));
+      CHECK_OK(gpushm_buffer_promise(done[i], (frames + SLOTS - 1) / SLOTS));
+    }
   }
+  if (promised) /* the producer waits for these promises before its first frame */
+    CHECK(write(result_fd, &(double){ 0 }, sizeof(double)) == sizeof(double));
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
     uint64_t use = k / SLOTS;
     if (raw)
       raw_wait(b, s, 2 * use + 1);
+    else if (promised)
+      CHECK_OK(gpushm_buffer_acquire_value(b, s, use + 1, 0)); /* promised: queued at once */
     else
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000));
     if (k == 0) {
-      if (raw) /* the producer is up once its first frame is */
+      if (raw || promised) /* the producer is up once its first frame is */
         CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
       t0 = now_s(); /* from the first frame on: the producer is up */
     }
@@ -109,6 +131,8 @@ static int consumer(char **argv)
                      sizeof *words, s));
     if (raw)
       raw_write(b, s, 2 * use + 2);
+    else if (promised)
+      CHECK_OK(gpushm_buffer_release_value(done[k % SLOTS], s, use + 1));
     else
       CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
@@ -118,8 +142,11 @@ static int consumer(char **argv)
   for (unsigned k = 0; k < frames; k++)
     bad += words[k] != k + 1;
   CHECK(write(result_fd, &rate, sizeof rate) == sizeof rate);
-  for (unsigned i = 0; i < SLOTS; i++)
+  for (unsigned i = 0; i < SLOTS; i++) {
     CHECK_OK(gpushm_buffer_close(slots[i]));
+    if (done[i])
+      CHECK_OK(gpushm_buffer_close(done[i]));
+  }
   gpushm_disconnect(conn);
   if (bad)
     fprintf(stderr, "bench: %u of %u frames read a wrong word\n", bad, frames);
@@ -131,8 +158,9 @@ static int consumer(char **argv)
 static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames,
                        gpushm_sync_method_t expect, int consumer_device)
 {
-  bool raw = backend == RAW;
-  gpushm_buffer_t *slots[SLOTS];
+  bool raw = backend == RAW, promised = backend == PROMISED;
+  const uint64_t uses = (frames + SLOTS - 1) / SLOTS;
+  gpushm_buffer_t *slots[SLOTS], *done[SLOTS] = { NULL };
   gpushm_create_opts_t opts;
   char frames_text[16], backend_text[8], fd_text[8], device_text[8];
   int pipe_fds[2];
@@ -141,7 +169,7 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
   pid_t pid;
 
   gpushm_create_opts_init(&opts);
-  opts.backend = raw ? GPUSHM_BACKEND_CUDA_FD : backend;
+  opts.backend = raw || promised ? GPUSHM_BACKEND_CUDA_FD : backend;
   opts.flags = raw ? 0 : GPUSHM_CREATE_SYNC;
   for (unsigned i = 0; i < SLOTS; i++) {
     char name[64];
@@ -149,6 +177,11 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
     CHECK_OK(gpushm_buffer_create(conn, name, raw ? SLOT_BYTES + 8 : SLOT_BYTES, &opts,
                                   &slots[i]));
     CHECK(gpushm_buffer_sync_method(slots[i], NULL) == expect);
+    if (promised) {
+      CHECK_OK(gpushm_buffer_promise(slots[i], uses));
+      done_name(name, sizeof name, i);
+      CHECK_OK(gpushm_buffer_create(conn, name, 8, &opts, &done[i]));
+    }
   }
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   CHECK(pipe(pipe_fds) == 0);
@@ -165,16 +198,22 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
     _exit(127);
   }
   close(pipe_fds[1]);
+  if (promised) /* the consumer's promises are made */
+    CHECK(read(pipe_fds[0], &rate, sizeof rate) == sizeof rate);
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
     uint64_t use = k / SLOTS;
     if (use > 0 && raw)
       raw_wait(b, s, 2 * use);
+    else if (use > 0 && promised)
+      CHECK_OK(gpushm_buffer_acquire_value(done[k % SLOTS], s, use, 0)); /* handed back */
     else if (use > 0)
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* handed back */
     CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, cuda_test_dptr(b), k + 1, SLOT_BYTES / 4, s));
     if (raw)
       raw_write(b, s, 2 * use + 1);
+    else if (promised)
+      CHECK_OK(gpushm_buffer_release_value(b, s, use + 1));
     else
       CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
@@ -188,6 +227,8 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
     slot_name(name, sizeof name, backend, i);
     CHECK_OK(gpushm_unlink(conn, name));
     CHECK_OK(gpushm_buffer_close(slots[i]));
+    if (done[i])
+      CHECK_OK(gpushm_buffer_close_unlink(done[i]));
   }
   return rate;
 }
@@ -202,7 +243,7 @@ int main(int argc, char **argv)
 {
   const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
   unsigned frames = argc > 1 && strcmp(argv[1], "consumer") ? (unsigned)atoi(argv[1]) : 20000;
-  double fence[RUNS], ipc[RUNS], floor_[RUNS], f, e, raw;
+  double fence[RUNS], ipc[RUNS], prom[RUNS], floor_[RUNS], f, e, p, raw;
   gpushm_t *conn;
   int count = 0;
 
@@ -215,10 +256,12 @@ int main(int argc, char **argv)
   for (int r = 0; r < RUNS; r++) {
     ipc[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_GPU_FENCE, 0);
     fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE, 0);
+    prom[r] = run_ring(conn, PROMISED, frames, GPUSHM_SYNC_GPU_FENCE, 0);
     floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE, 0);
   }
   f = median3(fence);
   e = median3(ipc);
+  p = median3(prom);
   raw = median3(floor_);
   printf("bench: sync ring %s, %u slots x 1 MiB, %u frames, median of %d:\n",
          mps ? "under MPS" : "without MPS", SLOTS, frames, RUNS);
@@ -226,11 +269,14 @@ int main(int argc, char **argv)
          fence[1], fence[2]);
   printf("bench:   fences (cuda-ipc)    %8.0f frames/s   (runs %.0f %.0f %.0f)\n", e, ipc[0],
          ipc[1], ipc[2]);
+  printf("bench:   promises (cuda-fd)   %8.0f frames/s   (runs %.0f %.0f %.0f)\n", p, prom[0],
+         prom[1], prom[2]);
   printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
          floor_[0], floor_[1], floor_[2]);
   printf("bench:   ratio fences (cuda-fd) / raw floor %.3f   (target %s)\n", f / raw,
          mps ? ">= 0.9, and >= 130000 frames/s" : ">= 0.9");
   printf("bench:   ratio fences (cuda-ipc) / raw floor %.3f   (target >= 0.9)\n", e / raw);
+  printf("bench:   ratio promises (cuda-fd) / raw floor %.3f   (target >= 0.95)\n", p / raw);
   CU_CHECK(CU_CALL(&drv, cuDeviceGetCount, &count));
   if (count >= 2) {
     for (int r = 0; r < RUNS; r++) {

@@ -14,6 +14,13 @@
  *    sync buffers had an IPC event until 0.7.1: one recorded by a process that dies
  *    before the record runs never completes, nor does any record after it, and this
  *    consumer waited for ever.)
+ *  - a ring on promises (0.8): each slot a frame buffer the producer promised and a
+ *    small "done" buffer the consumer promised, both released with caller-chosen
+ *    values; every wait is queued on the GPU at once (no CPU wait per frame), every
+ *    frame verified on the GPU; frames per second beside the numbered ring's.
+ *  - a promiser killed with its kernel running, while a consumer's stream waits on the
+ *    GPU for a value it promised: gpushmd breaks the promise once the process is gone,
+ *    the stream goes on, the value reads as lost; how long after the kill it went on.
  *  - the cost of opening an inter-process event.
  *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
  * Skips (77) only where there is no CUDA driver or device. */
@@ -108,11 +115,29 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
      * an MPS client SIGKILLed with a kernel running faults the MPS server (Xid 31,
      * measured on the H100) and fails every client it serves, which is MPS's doing,
      * not the fence's (docs/sync.md).  Its consumer still runs inside. */
-    if (strcmp(role, "dying-producer") != 0)
+    if (strcmp(role, "dying-producer") != 0 && strcmp(role, "dying-promiser") != 0)
       cuda_test_child_env();
     execl(self, self, role, a, b, c, e, f, (char *)NULL);
     _exit(127);
   }
+  return pid;
+}
+
+/* spawn(), with the child's stdout read through *out. */
+static pid_t spawn_read(FILE **out, const char *role, const char *a, const char *b,
+                        const char *c)
+{
+  int fds[2], saved;
+  pid_t pid;
+
+  CHECK(pipe(fds) == 0);
+  fflush(stdout);
+  CHECK((saved = dup(1)) >= 0 && dup2(fds[1], 1) == 1);
+  pid = spawn(role, a, b, c, NULL, NULL);
+  CHECK(dup2(saved, 1) == 1);
+  close(saved);
+  close(fds[1]);
+  CHECK((*out = fdopen(fds[0], "r")) != NULL);
   return pid;
 }
 
@@ -237,6 +262,110 @@ static int role_dying_producer(char **argv)
            (unsigned long long)seq);
   for (;;)
     pause();
+}
+
+/* argv: ring_size frames frame_bytes.  The consumer of the promised ring: frame k of
+ * slot i is value use+1 of prom-i; it hands the slot back with value use+1 of
+ * prom-done-i, which it promised, and verifies every frame on the GPU. */
+static int role_promised_ring(char **argv)
+{
+  unsigned ring = (unsigned)atoi(argv[2]), frames = (unsigned)atoi(argv[3]);
+  uint64_t bytes = strtoull(argv[4], NULL, 10);
+  gpushm_buffer_t *bufs[16], *done[16];
+  unsigned *bad = calloc(frames, sizeof *bad);
+  unsigned long long total_bad = 0;
+  CUdeviceptr errors;
+  gpushm_t *conn;
+  CUstream s;
+  double t0, t;
+
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, frames * sizeof *bad));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, frames));
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < ring; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "prom-%u", i);
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &bufs[i]));
+    snprintf(name, sizeof name, "prom-done-%u", i);
+    CHECK_OK(gpushm_buffer_open(conn, name, 0, &done[i]));
+    CHECK_OK(gpushm_buffer_promise(done[i], (frames + ring - 1) / ring));
+  }
+  printf("promised\n");
+  fflush(stdout);
+  t0 = now_s();
+  for (unsigned k = 0; k < frames; k++) {
+    unsigned i = k % ring;
+    uint64_t use = k / ring;
+    /* promised by the producer: queued on the GPU at once, however far ahead */
+    CHECK_OK(gpushm_buffer_acquire_value(bufs[i], s, use + 1, 0));
+    launch_verify(s, cuda_test_dptr(bufs[i]), bytes / 4, k + 1, errors + k * sizeof *bad);
+    CHECK_OK(gpushm_buffer_release_value(done[i], s, use + 1));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  t = now_s() - t0;
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
+  for (unsigned k = 0; k < frames; k++)
+    total_bad += bad[k];
+  printf("ring of %u x %llu MiB on promises: %u frames in %.3f s = %.0f frames/s "
+         "(%.1f GB/s verified), %llu bad words, no CPU wait per frame\n", ring,
+         (unsigned long long)(bytes >> 20), frames, t, frames / t,
+         frames * (double)bytes / t / 1e9, total_bad);
+  fflush(stdout);
+  for (unsigned i = 0; i < ring; i++) {
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+    CHECK_OK(gpushm_buffer_close(done[i]));
+  }
+  gpushm_disconnect(conn);
+  free(bad);
+  return total_bad ? 3 : 0;
+}
+
+/* argv: buffer upto.  Promises values up to upto, then releases 1 behind a kernel that
+ * spins for a minute, and waits to be killed. */
+static int role_dying_promiser(char **argv)
+{
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  CUstream s;
+
+  cuda_setup(0);
+  s = new_stream();
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], 0, &b));
+  CHECK_OK(gpushm_buffer_promise(b, strtoull(argv[3], NULL, 10)));
+  launch_fill(s, cuda_test_dptr(b), gpushm_buffer_size(b) / 4, 98, 60000000000ull);
+  CHECK_OK(gpushm_buffer_release_value(b, s, 1));
+  for (;;)
+    pause();
+}
+
+/* argv: buffer value.  Queues its stream's wait for value (promised: no CPU wait), says
+ * "queued", then reports when the stream got past it ("done <CLOCK_MONOTONIC s>") and
+ * exits 0 if value reads as lost then. */
+static int role_promise_waiter(char **argv)
+{
+  uint64_t value = strtoull(argv[3], NULL, 10);
+  gpushm_t *conn;
+  gpushm_buffer_t *b;
+  CUstream s;
+  int r;
+
+  cuda_setup(0);
+  s = new_stream();
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open(conn, argv[2], GPUSHM_OPEN_READONLY, &b));
+  CHECK_OK(gpushm_buffer_acquire_value(b, s, value, 0));
+  printf("queued\n");
+  fflush(stdout);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  printf("done %.6f\n", now_s());
+  fflush(stdout);
+  r = gpushm_buffer_value_lost(b, value) == 1 ? 0 : 3;
+  CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return r;
 }
 
 /* argv: count.  Opens events ev-0..ev-(count-1), each once (uncached). */
@@ -438,6 +567,99 @@ static void test_ring(gpushm_t *conn, uint64_t bytes)
   CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
 }
 
+/* The ring of test_ring on promises: prom-i carries frames (the producer promised all
+ * their values), prom-done-i hands slots back (the consumer promised those); nobody
+ * waits on the CPU for a frame. */
+static void test_promised_ring(gpushm_t *conn, uint64_t bytes)
+{
+  enum { RING = 4 };
+  const unsigned FRAMES = sanitizer ? 40 : 1000, USES = (FRAMES + RING - 1) / RING;
+  gpushm_buffer_t *bufs[RING], *done[RING];
+  char ring_text[8], frames_text[16], bytes_text[32], line[256];
+  CUstream s = new_stream();
+  FILE *out;
+  pid_t consumer;
+
+  for (unsigned i = 0; i < RING; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "prom-%u", i);
+    bufs[i] = create_sync(conn, name, bytes, 0600);
+    CHECK_OK(gpushm_buffer_promise(bufs[i], USES));
+    snprintf(name, sizeof name, "prom-done-%u", i);
+    done[i] = create_sync(conn, name, 4096, 0600);
+  }
+  snprintf(ring_text, sizeof ring_text, "%d", RING);
+  snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
+  snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
+  consumer = spawn_read(&out, "promised-ring", ring_text, frames_text, bytes_text);
+  CHECK(fgets(line, sizeof line, out) && strcmp(line, "promised\n") == 0);
+  for (unsigned k = 0; k < FRAMES; k++) {
+    unsigned i = k % RING;
+    uint64_t use = k / RING;
+    if (use > 0) /* promised by the consumer: queued at once */
+      CHECK_OK(gpushm_buffer_acquire_value(done[i], s, use, 0));
+    launch_fill(s, cuda_test_dptr(bufs[i]), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
+    CHECK_OK(gpushm_buffer_release_value(bufs[i], s, use + 1));
+  }
+  while (fgets(line, sizeof line, out))
+    fputs(line, stdout);
+  fclose(out);
+  CHECK(child_status(consumer) == 0);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  for (unsigned i = 0; i < RING; i++) {
+    CHECK(gpushm_buffer_value_lost(bufs[i], 1) == 0);
+    CHECK_OK(gpushm_buffer_close_unlink(bufs[i]));
+    CHECK_OK(gpushm_buffer_close_unlink(done[i]));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+}
+
+static uint64_t promises_broken(void)
+{
+  gpushm_stats_t *st = daemon_stats(&d);
+  uint64_t v = 0;
+
+  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++)
+    if (strcmp(gpushm_metric_name(gpushm_stats_metric(st, i)),
+               "gpushm_promises_broken_total") == 0)
+      v = gpushm_metric_value(gpushm_stats_metric(st, i));
+  gpushm_stats_free(st);
+  return v;
+}
+
+/* A promiser killed mid-kernel while another process's stream waits on the GPU for a
+ * value it promised: without the daemon's break that stream would wait for ever. */
+static void test_dying_promiser(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create_sync(conn, "dying-promiser", 64 * MiB, 0644);
+  uint64_t broken = promises_broken();
+  char line[256];
+  double killed, done;
+  pid_t promiser, waiter;
+  int status;
+  FILE *out;
+
+  promiser = spawn("dying-promiser", "dying-promiser", "5", NULL, NULL, NULL);
+  for (killed = now_s(); gpushm_buffer_release_seq(b) < 1; usleep(1000))
+    CHECK(now_s() - killed < 60);
+  waiter = spawn_read(&out, "promise-waiter", "dying-promiser", "5", NULL);
+  CHECK(fgets(line, sizeof line, out) && strcmp(line, "queued\n") == 0);
+  usleep(300000); /* the wait is on the GPU, and holds */
+  CHECK(waitpid(waiter, &status, WNOHANG) == 0);
+  CHECK(kill(promiser, SIGKILL) == 0);
+  killed = now_s();
+  CHECK(waitpid(promiser, &status, 0) == promiser && WIFSIGNALED(status));
+  CHECK(fgets(line, sizeof line, out) && sscanf(line, "done %lf", &done) == 1);
+  fclose(out);
+  CHECK(child_status(waiter) == 0); /* and value 5 read as lost */
+  test_log("promiser SIGKILLed mid-kernel: the stream waiting on the GPU for a value it "
+           "promised went on %.1f ms after the kill", (done - killed) * 1e3);
+  CHECK(done - killed < 20);
+  CHECK(promises_broken() == broken + 1);
+  CHECK(gpushm_buffer_release_seq(b) == 5 && gpushm_buffer_value_lost(b, 5) == 1);
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+}
+
 static uint64_t fences_raised(void)
 {
   gpushm_stats_t *st = daemon_stats(&d);
@@ -566,6 +788,12 @@ int main(int argc, char **argv)
       return role_other_uid(argv);
     if (strcmp(argv[1], "dying-producer") == 0 && argc == 3)
       return role_dying_producer(argv);
+    if (strcmp(argv[1], "promised-ring") == 0)
+      return role_promised_ring(argv);
+    if (strcmp(argv[1], "dying-promiser") == 0 && argc == 4)
+      return role_dying_promiser(argv);
+    if (strcmp(argv[1], "promise-waiter") == 0 && argc == 4)
+      return role_promise_waiter(argv);
     return 2;
   }
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
@@ -582,9 +810,14 @@ int main(int argc, char **argv)
   test_ordering(conn);
   test_ring(conn, 1 * MiB);
   test_ring(conn, 64 * MiB);
+  test_promised_ring(conn, 1 * MiB);
+  test_promised_ring(conn, 64 * MiB);
   test_dying_producer(conn);
+  test_dying_promiser(conn);
   sync_backend = GPUSHM_BACKEND_CUDA_IPC;
+  test_promised_ring(conn, 1 * MiB);
   test_dying_producer(conn);
+  test_dying_promiser(conn);
   test_event_open_cost(conn);
   test_other_uid(conn);
 
