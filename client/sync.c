@@ -511,9 +511,8 @@ int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t 
   if ((r = wait_value(buf, value, buf->sync_method != GPUSHM_SYNC_HOST, timeout_ms,
                       deadline)) < 0)
     return r;
-  /* Reached through a broken promise: the fence is past it already, nothing to queue. */
-  if (sync_control_intact(buf->control) && sync_value_lost(buf->control, value))
-    return lost_error(buf, value);
+  /* A value reached through a broken promise is waited for all the same: its break may
+   * still wait for releases published before the promise (docs/sync.md). */
   switch (buf->sync_method) {
   case GPUSHM_SYNC_GPU_FENCE:
     if ((r = client_cuda_fence_wait(buf->fence_dptr, value, &s)) == 0) {
@@ -522,15 +521,16 @@ int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t 
                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
     }
-    return r;
+    break;
   case GPUSHM_SYNC_CPU_FENCE:
-    if ((r = wait_fence_on_cpu(buf, value, timeout_ms, deadline)) < 0)
-      return r;
-    return sync_control_intact(buf->control) && sync_value_lost(buf->control, value)
-             ? lost_error(buf, value) : 0;
+    r = wait_fence_on_cpu(buf, value, timeout_ms, deadline);
+    break;
   default:
-    return 0;
+    r = 0;
   }
+  if (r == 0 && sync_control_intact(buf->control) && sync_value_lost(buf->control, value))
+    return lost_error(buf, value);
+  return r;
 }
 
 int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
@@ -632,12 +632,14 @@ void client_sync_break_promises(gpushm_buffer_t *handle)
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   if (upto > last) {
     /* What gpushmd does for a promiser that died (docs/sync.md), done here: the
-     * process lives, and its handle goes, so nothing would ever keep the promise. */
+     * process lives, and its handle goes, so nothing would ever keep the promise.  Lost
+     * first: a stream waiting on the fence goes on the moment it is raised. */
+    sync_mark_lost(ctl, id, last, upto);
     if (buf->sync_method != GPUSHM_SYNC_HOST &&
         fence_after(buf, __atomic_load_n(&p->from, __ATOMIC_RELAXED)) < upto &&
         client_cuda_fence_store(buf->fence_dptr, upto, buf->device) < 0)
       return; /* the promise stays: gpushmd breaks it once this process is gone */
-    sync_mark_lost(ctl, id, last, upto);
+    sync_publish_upto(ctl, upto);
     seq_futex(ctl, FUTEX_WAKE, INT_MAX, NULL);
     syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   }

@@ -175,19 +175,25 @@ static inline bool sync_value_lost(const struct sync_control *ctl, uint64_t valu
   return value > from && value <= upto;
 }
 
-/* Records a broken promise of releaser_id over (from, upto] (see lost_*), publishes
- * upto as the counter's value if it is above it, and changes the wake word; the caller
- * wakes the futexes.  upto 0 first, so that a reader never pairs the new from with an
- * old upto that would call more values lost than were. */
+/* Records a broken promise of releaser_id over (from, upto] (see lost_*).  Before the
+ * fence is raised: a stream waiting on it may go on the moment it is, and its process
+ * must then find the value lost.  upto 0 first, so that a reader never pairs the new
+ * from with an old upto that would call more values lost than were. */
 static inline void sync_mark_lost(struct sync_control *ctl, uint32_t releaser_id, uint64_t from,
                                   uint64_t upto)
 {
-  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-
   __atomic_store_n(&ctl->lost_upto, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&ctl->lost_from, from, __ATOMIC_RELAXED);
   __atomic_store_n(&ctl->lost_by, releaser_id, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctl->lost_upto, upto, __ATOMIC_RELEASE);
+  __atomic_store_n(&ctl->lost_upto, upto, __ATOMIC_SEQ_CST);
+}
+
+/* Then, the fence raised: publishes upto as the counter's value if it is above it and
+ * changes the wake word; the caller wakes the futexes. */
+static inline void sync_publish_upto(struct sync_control *ctl, uint64_t upto)
+{
+  uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+
   while (n < upto && !__atomic_compare_exchange_n(&ctl->release_seq, &n, upto, false,
                                                   __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
     ;

@@ -248,7 +248,10 @@ static int buffer_break_promise(struct registry *reg, struct reg_object *obj, ui
     return r;
   if (!upto)
     return 0;
-  /* The fence first: a waiter that sees the counter there may go on at once. */
+  /* Lost first: a stream waiting on the fence goes on the moment it is raised, and its
+   * process must find the value lost then (again at each retry: same values). */
+  if ((r = sync_lose_promise(&b->sync_state, releaser, upto, &out->lost_from, err, errlen)) < 0)
+    return r;
   if (b->fence_offset && obj->backend->fence_raise) {
     r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto,
                                   force ? 0 : from, &out->fence_was, err, errlen);
@@ -256,8 +259,7 @@ static int buffer_break_promise(struct registry *reg, struct reg_object *obj, ui
       return r; /* the driver failed, or not yet */
   }
   out->upto = upto;
-  return (r = sync_break_promise(&b->sync_state, releaser, upto, &out->lost_from, err,
-                                 errlen)) < 0 ? r : 1;
+  return (r = sync_keep_broken_promise(&b->sync_state, releaser, upto, err, errlen)) < 0 ? r : 1;
 }
 
 /* ---- persistence: systemd's fd store ------------------------------------------------

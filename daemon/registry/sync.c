@@ -166,16 +166,28 @@ int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64
   return 0;
 }
 
-int sync_break_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                       uint64_t *lost_from, char *err, size_t errlen)
+int sync_lose_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
+                      uint64_t *lost_from, char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+
+  if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
+    return map_error();
+  *lost_from = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  sync_mark_lost(ctl, releaser_id, *lost_from, upto);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_keep_broken_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
+                             char *err, size_t errlen)
 {
   struct sync_control *ctl;
   uint64_t owner = sync_promise_owner(releaser_id);
 
   if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
     return map_error();
-  *lost_from = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  sync_mark_lost(ctl, releaser_id, *lost_from, upto);
+  sync_publish_upto(ctl, upto);
   __atomic_compare_exchange_n(&ctl->promise.owner, &owner, 0, false, __ATOMIC_SEQ_CST,
                               __ATOMIC_RELAXED);
   /* Shared futexes: the waiters map the same memfd. */

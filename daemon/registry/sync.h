@@ -42,12 +42,15 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
  * PROTO_E_* with err set, as sync_signed_release(). */
 int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
                         uint64_t *upto, char *err, size_t errlen);
-/* Breaks that promise: the values above the counter up to upto count as lost, the
- * counter is raised to upto, the promise's place is freed (if releaser_id holds it) and
- * every waiter woken.  *lost_from: the counter it was raised from.  The caller raised
- * the fence first, where there is one. */
-int sync_break_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                       uint64_t *lost_from, char *err, size_t errlen);
+/* Breaks that promise, in two steps around the caller's raise of the fence (where there
+ * is one): sync_lose_promise() records the values above the counter up to upto as lost
+ * (*lost_from: the counter), before any waiter can pass; sync_keep_broken_promise()
+ * then raises the counter to upto, frees the promise's place (if releaser_id holds it)
+ * and wakes every waiter.  0, or a negative PROTO_E_* with err set. */
+int sync_lose_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
+                      uint64_t *lost_from, char *err, size_t errlen);
+int sync_keep_broken_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
+                             char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

@@ -363,6 +363,8 @@ static int role_promise_waiter(char **argv)
   printf("done %.6f\n", now_s());
   fflush(stdout);
   r = gpushm_buffer_value_lost(b, value) == 1 ? 0 : 3;
+  if (r)
+    test_log("waiter: value %llu went by, and does not read as lost", (unsigned long long)value);
   CHECK_OK(gpushm_buffer_close(b));
   gpushm_disconnect(conn);
   return r;
@@ -651,9 +653,9 @@ static void test_dying_promiser(gpushm_t *conn)
   CHECK(waitpid(promiser, &status, 0) == promiser && WIFSIGNALED(status));
   CHECK(fgets(line, sizeof line, out) && sscanf(line, "done %lf", &done) == 1);
   fclose(out);
-  CHECK(child_status(waiter) == 0); /* and value 5 read as lost */
   test_log("promiser SIGKILLed mid-kernel: the stream waiting on the GPU for a value it "
            "promised went on %.1f ms after the kill", (done - killed) * 1e3);
+  CHECK(child_status(waiter) == 0); /* and value 5 read as lost as it went on */
   CHECK(done - killed < 20);
   CHECK(promises_broken() == broken + 1);
   CHECK(gpushm_buffer_release_seq(b) == 5 && gpushm_buffer_value_lost(b, 5) == 1);
