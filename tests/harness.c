@@ -264,6 +264,15 @@ gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags)
   return b;
 }
 
+uint64_t fake_fence_of(gpushm_t *conn, gpushm_buffer_t *b)
+{
+  const gpushm_buffer_info_t *info = find_buffer(conn, gpushm_buffer_name(b));
+  CHECK(info != NULL);
+  return __atomic_load_n((const uint64_t *)((const char *)gpushm_buffer_ptr(b) +
+                                            gpushm_buffer_info_allocated(info) - 8),
+                         __ATOMIC_ACQUIRE);
+}
+
 const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name)
 {
   static bool registered;

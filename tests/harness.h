@@ -80,6 +80,10 @@ const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name);
 /* Opens name with no CUDA mapping (map_device GPUSHM_DEVICE_NONE), as exporters and
  * graphics importers take it, with open flags; fails the test if it cannot. */
 gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags);
+/* A fenced sync buffer's fence under the fake driver, read directly: the fake's device
+ * memory is this process's memory, and the daemon puts the fence in the allocation's
+ * last 8 bytes. */
+uint64_t fake_fence_of(gpushm_t *conn, gpushm_buffer_t *b);
 /* Polls until pred(d) is true, up to about 10 s; false if it never was. */
 int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
                void *arg);

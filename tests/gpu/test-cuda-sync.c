@@ -28,6 +28,7 @@
 #include "cuda-test.h"
 
 #include <pwd.h>
+#include <stdbool.h>
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
@@ -125,7 +126,7 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
 
 /* spawn(), with the child's stdout read through *out. */
 static pid_t spawn_read(FILE **out, const char *role, const char *a, const char *b,
-                        const char *c)
+                        const char *c, const char *e)
 {
   int fds[2], saved;
   pid_t pid;
@@ -133,7 +134,7 @@ static pid_t spawn_read(FILE **out, const char *role, const char *a, const char 
   CHECK(pipe(fds) == 0);
   fflush(stdout);
   CHECK((saved = dup(1)) >= 0 && dup2(fds[1], 1) == 1);
-  pid = spawn(role, a, b, c, NULL, NULL);
+  pid = spawn(role, a, b, c, e, NULL);
   CHECK(dup2(saved, 1) == 1);
   close(saved);
   close(fds[1]);
@@ -192,12 +193,16 @@ static int role_check(char **argv)
   return bad ? 3 : 0;
 }
 
-/* argv: ring_size frames frame_bytes.  Verifies every frame on the GPU. */
+/* argv: ring_size frames frame_bytes [promised].  Verifies every frame on the GPU.
+ * Numbered: frame k of slot i is release 2u+1 of ring-i (u = k / ring_size), handed back
+ * with release 2u+2.  On promises: frame k is value u+1 of prom-i, handed back with value
+ * u+1 of prom-done-i, whose values this consumer promised. */
 static int role_ring(char **argv)
 {
   unsigned ring = (unsigned)atoi(argv[2]), frames = (unsigned)atoi(argv[3]);
   uint64_t bytes = strtoull(argv[4], NULL, 10);
-  gpushm_buffer_t *bufs[16];
+  bool promised = argv[5] && strcmp(argv[5], "promised") == 0;
+  gpushm_buffer_t *bufs[16], *done[16];
   unsigned *bad = calloc(frames, sizeof *bad);
   unsigned long long total_bad = 0;
   CUdeviceptr errors;
@@ -212,17 +217,33 @@ static int role_ring(char **argv)
   conn = daemon_connect(&d);
   for (unsigned i = 0; i < ring; i++) {
     char name[32];
-    snprintf(name, sizeof name, "ring-%u", i);
+    snprintf(name, sizeof name, promised ? "prom-%u" : "ring-%u", i);
     CHECK_OK(gpushm_buffer_open(conn, name, 0, &bufs[i]));
+    if (promised) {
+      snprintf(name, sizeof name, "prom-done-%u", i);
+      CHECK_OK(gpushm_buffer_open(conn, name, 0, &done[i]));
+      CHECK_OK(gpushm_buffer_promise(done[i], (frames + ring - 1) / ring));
+    }
+  }
+  if (promised) {
+    printf("promised\n");
+    fflush(stdout);
   }
   t0 = now_s();
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = bufs[k % ring];
     uint64_t use = k / ring, seq;
-    CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000)); /* the producer's frame k */
+    if (promised) /* promised by the producer: queued on the GPU at once */
+      CHECK_OK(gpushm_buffer_acquire_value(b, s, use + 1, 0));
+    else
+      CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000)); /* the producer's frame k */
     launch_verify(s, cuda_test_dptr(b), bytes / 4, k + 1, errors + k * sizeof *bad);
-    CHECK_OK(gpushm_buffer_release(b, s, &seq));                /* hand it back */
-    CHECK(seq == 2 * use + 2);
+    if (promised) {
+      CHECK_OK(gpushm_buffer_release_value(done[k % ring], s, use + 1));
+    } else {
+      CHECK_OK(gpushm_buffer_release(b, s, &seq)); /* hand it back */
+      CHECK(seq == 2 * use + 2);
+    }
   }
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   t = now_s() - t0;
@@ -231,12 +252,16 @@ static int role_ring(char **argv)
     total_bad += bad[k];
   printf("ring of %u x %llu MiB, %s: %u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), "
          "%llu bad words\n", ring, (unsigned long long)(bytes >> 20),
-         gpushm_buffer_sync_method(bufs[0], NULL) == GPUSHM_SYNC_GPU_FENCE ? "fences" : "IPC events",
-         frames, t, frames / t,
-         frames * (double)bytes / t / 1e9, total_bad);
+         promised ? "fences on promises (no CPU wait per frame)"
+         : gpushm_buffer_sync_method(bufs[0], NULL) == GPUSHM_SYNC_GPU_FENCE ? "fences"
+                                                                            : "IPC events",
+         frames, t, frames / t, frames * (double)bytes / t / 1e9, total_bad);
   fflush(stdout);
-  for (unsigned i = 0; i < ring; i++)
+  for (unsigned i = 0; i < ring; i++) {
     CHECK_OK(gpushm_buffer_close(bufs[i]));
+    if (promised)
+      CHECK_OK(gpushm_buffer_close(done[i]));
+  }
   gpushm_disconnect(conn);
   free(bad);
   return total_bad ? 3 : 0;
@@ -262,64 +287,6 @@ static int role_dying_producer(char **argv)
            (unsigned long long)seq);
   for (;;)
     pause();
-}
-
-/* argv: ring_size frames frame_bytes.  The consumer of the promised ring: frame k of
- * slot i is value use+1 of prom-i; it hands the slot back with value use+1 of
- * prom-done-i, which it promised, and verifies every frame on the GPU. */
-static int role_promised_ring(char **argv)
-{
-  unsigned ring = (unsigned)atoi(argv[2]), frames = (unsigned)atoi(argv[3]);
-  uint64_t bytes = strtoull(argv[4], NULL, 10);
-  gpushm_buffer_t *bufs[16], *done[16];
-  unsigned *bad = calloc(frames, sizeof *bad);
-  unsigned long long total_bad = 0;
-  CUdeviceptr errors;
-  gpushm_t *conn;
-  CUstream s;
-  double t0, t;
-
-  cuda_setup(0);
-  s = new_stream();
-  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, frames * sizeof *bad));
-  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, frames));
-  conn = daemon_connect(&d);
-  for (unsigned i = 0; i < ring; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "prom-%u", i);
-    CHECK_OK(gpushm_buffer_open(conn, name, 0, &bufs[i]));
-    snprintf(name, sizeof name, "prom-done-%u", i);
-    CHECK_OK(gpushm_buffer_open(conn, name, 0, &done[i]));
-    CHECK_OK(gpushm_buffer_promise(done[i], (frames + ring - 1) / ring));
-  }
-  printf("promised\n");
-  fflush(stdout);
-  t0 = now_s();
-  for (unsigned k = 0; k < frames; k++) {
-    unsigned i = k % ring;
-    uint64_t use = k / ring;
-    /* promised by the producer: queued on the GPU at once, however far ahead */
-    CHECK_OK(gpushm_buffer_acquire_value(bufs[i], s, use + 1, 0));
-    launch_verify(s, cuda_test_dptr(bufs[i]), bytes / 4, k + 1, errors + k * sizeof *bad);
-    CHECK_OK(gpushm_buffer_release_value(done[i], s, use + 1));
-  }
-  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-  t = now_s() - t0;
-  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
-  for (unsigned k = 0; k < frames; k++)
-    total_bad += bad[k];
-  printf("ring of %u x %llu MiB on promises: %u frames in %.3f s = %.0f frames/s "
-         "(%.1f GB/s verified), %llu bad words, no CPU wait per frame\n", ring,
-         (unsigned long long)(bytes >> 20), frames, t, frames / t,
-         frames * (double)bytes / t / 1e9, total_bad);
-  fflush(stdout);
-  for (unsigned i = 0; i < ring; i++) {
-    CHECK_OK(gpushm_buffer_close(bufs[i]));
-    CHECK_OK(gpushm_buffer_close(done[i]));
-  }
-  gpushm_disconnect(conn);
-  free(bad);
-  return total_bad ? 3 : 0;
 }
 
 /* argv: buffer upto.  Promises values up to upto, then releases 1 behind a kernel that
@@ -530,49 +497,10 @@ static void test_ordering(gpushm_t *conn)
            sanitizer ? "" : "; without it the consumer saw stale data");
 }
 
-static void test_ring(gpushm_t *conn, uint64_t bytes)
-{
-  enum { RING = 4 };
-  const unsigned FRAMES = sanitizer ? 40 : 1000;
-  gpushm_buffer_t *bufs[RING];
-  char ring_text[8], frames_text[16], bytes_text[32];
-  CUstream s = new_stream();
-  pid_t consumer;
-
-  for (unsigned i = 0; i < RING; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "ring-%u", i);
-    bufs[i] = create_sync(conn, name, bytes, 0600);
-  }
-  snprintf(ring_text, sizeof ring_text, "%d", RING);
-  snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
-  snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
-  consumer = spawn("ring", ring_text, frames_text, bytes_text, NULL, NULL);
-  for (unsigned k = 0; k < FRAMES; k++) {
-    gpushm_buffer_t *b = bufs[k % RING];
-    uint64_t use = k / RING, seq;
-    if (use > 0)
-      CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* the consumer is done with it */
-    /* every 50th frame is slow: the consumer must wait for it, not race it */
-    launch_fill(s, cuda_test_dptr(b), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
-    CHECK_OK(gpushm_buffer_release(b, s, &seq));
-    CHECK(seq == 2 * use + 1);
-  }
-  CHECK(child_status(consumer) == 0);
-  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-  for (unsigned i = 0; i < RING; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "ring-%u", i);
-    CHECK_OK(gpushm_unlink(conn, name));
-    CHECK_OK(gpushm_buffer_close(bufs[i]));
-  }
-  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
-}
-
-/* The ring of test_ring on promises: prom-i carries frames (the producer promised all
- * their values), prom-done-i hands slots back (the consumer promised those); nobody
- * waits on the CPU for a frame. */
-static void test_promised_ring(gpushm_t *conn, uint64_t bytes)
+/* The ring, numbered or (promised) on promises: prom-i carries frames (the producer
+ * promised all their values), prom-done-i hands slots back (the consumer promised
+ * those), and nobody waits on the CPU for a frame. */
+static void test_ring(gpushm_t *conn, uint64_t bytes, bool promised)
 {
   enum { RING = 4 };
   const unsigned FRAMES = sanitizer ? 40 : 1000, USES = (FRAMES + RING - 1) / RING;
@@ -584,24 +512,36 @@ static void test_promised_ring(gpushm_t *conn, uint64_t bytes)
 
   for (unsigned i = 0; i < RING; i++) {
     char name[32];
-    snprintf(name, sizeof name, "prom-%u", i);
+    snprintf(name, sizeof name, promised ? "prom-%u" : "ring-%u", i);
     bufs[i] = create_sync(conn, name, bytes, 0600);
-    CHECK_OK(gpushm_buffer_promise(bufs[i], USES));
-    snprintf(name, sizeof name, "prom-done-%u", i);
-    done[i] = create_sync(conn, name, 4096, 0600);
+    if (promised) {
+      CHECK_OK(gpushm_buffer_promise(bufs[i], USES));
+      snprintf(name, sizeof name, "prom-done-%u", i);
+      done[i] = create_sync(conn, name, 4096, 0600);
+    }
   }
   snprintf(ring_text, sizeof ring_text, "%d", RING);
   snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
   snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
-  consumer = spawn_read(&out, "promised-ring", ring_text, frames_text, bytes_text);
-  CHECK(fgets(line, sizeof line, out) && strcmp(line, "promised\n") == 0);
+  consumer = spawn_read(&out, "ring", ring_text, frames_text, bytes_text,
+                        promised ? "promised" : NULL);
+  if (promised) /* the consumer's promises are made */
+    CHECK(fgets(line, sizeof line, out) && strcmp(line, "promised\n") == 0);
   for (unsigned k = 0; k < FRAMES; k++) {
     unsigned i = k % RING;
-    uint64_t use = k / RING;
-    if (use > 0) /* promised by the consumer: queued at once */
+    uint64_t use = k / RING, seq;
+    if (use > 0 && promised) /* promised by the consumer: queued at once */
       CHECK_OK(gpushm_buffer_acquire_value(done[i], s, use, 0));
+    else if (use > 0)
+      CHECK_OK(gpushm_buffer_acquire(bufs[i], s, 2 * use, 30000)); /* the consumer is done */
+    /* every 50th frame is slow: the consumer must wait for it, not race it */
     launch_fill(s, cuda_test_dptr(bufs[i]), bytes / 4, k + 1, k % 50 == 0 ? 2000000ull : 0);
-    CHECK_OK(gpushm_buffer_release_value(bufs[i], s, use + 1));
+    if (promised) {
+      CHECK_OK(gpushm_buffer_release_value(bufs[i], s, use + 1));
+    } else {
+      CHECK_OK(gpushm_buffer_release(bufs[i], s, &seq));
+      CHECK(seq == 2 * use + 1);
+    }
   }
   while (fgets(line, sizeof line, out))
     fputs(line, stdout);
@@ -611,7 +551,8 @@ static void test_promised_ring(gpushm_t *conn, uint64_t bytes)
   for (unsigned i = 0; i < RING; i++) {
     CHECK(gpushm_buffer_value_lost(bufs[i], 1) == 0);
     CHECK_OK(gpushm_buffer_close_unlink(bufs[i]));
-    CHECK_OK(gpushm_buffer_close_unlink(done[i]));
+    if (promised)
+      CHECK_OK(gpushm_buffer_close_unlink(done[i]));
   }
   CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
 }
@@ -644,7 +585,7 @@ static void test_dying_promiser(gpushm_t *conn)
   promiser = spawn("dying-promiser", "dying-promiser", "5", NULL, NULL, NULL);
   for (killed = now_s(); gpushm_buffer_release_seq(b) < 1; usleep(1000))
     CHECK(now_s() - killed < 60);
-  waiter = spawn_read(&out, "promise-waiter", "dying-promiser", "5", NULL);
+  waiter = spawn_read(&out, "promise-waiter", "dying-promiser", "5", NULL, NULL);
   CHECK(fgets(line, sizeof line, out) && strcmp(line, "queued\n") == 0);
   usleep(300000); /* the wait is on the GPU, and holds */
   CHECK(waitpid(waiter, &status, WNOHANG) == 0);
@@ -790,8 +731,6 @@ int main(int argc, char **argv)
       return role_other_uid(argv);
     if (strcmp(argv[1], "dying-producer") == 0 && argc == 3)
       return role_dying_producer(argv);
-    if (strcmp(argv[1], "promised-ring") == 0)
-      return role_promised_ring(argv);
     if (strcmp(argv[1], "dying-promiser") == 0 && argc == 4)
       return role_dying_promiser(argv);
     if (strcmp(argv[1], "promise-waiter") == 0 && argc == 4)
@@ -806,18 +745,18 @@ int main(int argc, char **argv)
   conn = daemon_connect(&d);
 
   test_ordering(conn);
-  test_ring(conn, 1 * MiB);
-  test_ring(conn, 64 * MiB);
+  test_ring(conn, 1 * MiB, false);
+  test_ring(conn, 64 * MiB, false);
   sync_backend = GPUSHM_BACKEND_CUDA_FD; /* the same through memory fences */
   test_ordering(conn);
-  test_ring(conn, 1 * MiB);
-  test_ring(conn, 64 * MiB);
-  test_promised_ring(conn, 1 * MiB);
-  test_promised_ring(conn, 64 * MiB);
+  test_ring(conn, 1 * MiB, false);
+  test_ring(conn, 64 * MiB, false);
+  test_ring(conn, 1 * MiB, true);
+  test_ring(conn, 64 * MiB, true);
   test_dying_producer(conn);
   test_dying_promiser(conn);
   sync_backend = GPUSHM_BACKEND_CUDA_IPC;
-  test_promised_ring(conn, 1 * MiB);
+  test_ring(conn, 1 * MiB, true);
   test_dying_producer(conn);
   test_dying_promiser(conn);
   test_event_open_cost(conn);

@@ -118,17 +118,6 @@ static gpushm_buffer_t *open_cpu_consumer(gpushm_t *conn, const char *name)
   return b;
 }
 
-/* The fence, read directly: the fake's device memory is this process's memory, and the
- * daemon puts the fence in the allocation's last 8 bytes. */
-static uint64_t fence_of(gpushm_t *conn, gpushm_buffer_t *b)
-{
-  const gpushm_buffer_info_t *info = find_buffer(conn, gpushm_buffer_name(b));
-  CHECK(info != NULL);
-  return __atomic_load_n((const uint64_t *)((const char *)gpushm_buffer_ptr(b) +
-                                            gpushm_buffer_info_allocated(info) - 8),
-                         __ATOMIC_ACQUIRE);
-}
-
 static uint64_t fences_raised(const struct test_daemon *t)
 {
   gpushm_stats_t *st = daemon_stats(t);
@@ -259,7 +248,7 @@ static int fence_reaches(const struct test_daemon *t, void *arg)
 {
   void **a = arg;
   (void)t;
-  return fence_of(a[0], a[1]) >= *(uint64_t *)a[2];
+  return fake_fence_of(a[0], a[1]) >= *(uint64_t *)a[2];
 }
 
 static void wait_fence(const struct test_daemon *t, gpushm_t *conn, gpushm_buffer_t *b,
@@ -267,7 +256,7 @@ static void wait_fence(const struct test_daemon *t, gpushm_t *conn, gpushm_buffe
 {
   void *arg[] = { conn, b, &want };
   CHECK(wait_until(fence_reaches, t, arg));
-  CHECK(fence_of(conn, b) == want); /* exactly: never past the dead releaser's number */
+  CHECK(fake_fence_of(conn, b) == want); /* exactly: never past the dead releaser's number */
 }
 
 static void finish(gpushm_t *conn, gpushm_buffer_t *b, gpushm_buffer_t *cpu)
@@ -291,7 +280,7 @@ static void test_killed_releaser(struct logged_daemon *ld, gpushm_t *conn)
 
   cpu = open_cpu_consumer(conn, "dead-releaser");
   h = holder_start(&ld->t, conn, "dead-releaser", false, 1, 0);
-  CHECK(gpushm_buffer_release_seq(b) == 1 && fence_of(conn, b) == 0);
+  CHECK(gpushm_buffer_release_seq(b) == 1 && fake_fence_of(conn, b) == 0);
   /* published, never done: the CPU-fence consumer times out, and a GPU stream's wait
    * (an error in the fake, where a real stream would hang) is refused */
   CHECK_ERR(gpushm_buffer_acquire(cpu, NULL, 1, 200), GPUSHM_E_TIMEOUT);
@@ -302,7 +291,7 @@ static void test_killed_releaser(struct logged_daemon *ld, gpushm_t *conn)
   CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 1, 10000));
   test_log("the releaser killed, the consumer's acquire returned %.0f ms after", now_ms() - t);
   CHECK(wait_until(holder_gone, &ld->t, &h));
-  CHECK(fence_of(conn, b) == 1);
+  CHECK(fake_fence_of(conn, b) == 1);
   CHECK_OK(gpushm_buffer_acquire(b, NULL, 1, 0));
   CHECK(fences_raised(&ld->t) == 1);
   snprintf(who, sizeof who, "release 1 by client %u (pid %d)", h.client_id, (int)h.pid);
@@ -340,11 +329,11 @@ static void test_disconnected_releaser(struct logged_daemon *ld, gpushm_t *conn)
   CHECK(write(h.go, "g", 1) == 1);
   CHECK(holder_report(&h) == 2);
   CHECK_ERR(gpushm_buffer_acquire(cpu, NULL, 1, 500), GPUSHM_E_TIMEOUT);
-  CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
   CHECK(kill(h.pid, 0) == 0);
   holder_kill(&ld->t, &h);
   CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 2, 10000));
-  CHECK(fence_of(conn, b) == 2 && fences_raised(&ld->t) == before + 1);
+  CHECK(fake_fence_of(conn, b) == 2 && fences_raised(&ld->t) == before + 1);
   snprintf(who, sizeof who, "release 2 by client %u (pid %d)", h.client_id, (int)h.pid);
   CHECK(log_lines(ld, "'detached-releaser'", who, "fence raised") == 1);
   test_log("a releaser disconnected while alive was waited for; raised to its last release "
@@ -377,7 +366,7 @@ static void test_later_live_release(struct logged_daemon *ld, gpushm_t *conn)
   live = holder_start(&ld->t, conn, "later-releases", false, GPUSHM_LIMIT_RELEASERS_KEPT, 0);
   CHECK(gpushm_buffer_release_seq(b) == 1 + GPUSHM_LIMIT_RELEASERS_KEPT);
   holder_kill(&ld->t, &dead);
-  CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before + 2);
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before + 2);
   CHECK(log_lines(ld, "'later-releases'", "fence raised", NULL) == 0);
   holder_kill(&ld->t, &live);
   wait_fence(&ld->t, conn, b, 1 + GPUSHM_LIMIT_RELEASERS_KEPT);
@@ -401,7 +390,7 @@ static void test_forged_signatures(struct logged_daemon *ld, gpushm_t *conn)
   forge(conn, "forged", live.client_id, 1);
   forge(conn, "forged", dead.client_id, 5);
   holder_kill(&ld->t, &dead);
-  CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
   holder_kill(&ld->t, &live);
   wait_fence(&ld->t, conn, b, 1);
   CHECK(fences_raised(&ld->t) == before + 1);
@@ -412,7 +401,7 @@ static void test_forged_signatures(struct logged_daemon *ld, gpushm_t *conn)
   dead = holder_start(&ld->t, conn, "scribbled", false, 1, 0);
   ((struct sync_control *)shared_memfd_mapping("scribbled"))->magic = ~0ull;
   holder_kill(&ld->t, &dead);
-  CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before + 1);
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before + 1);
   CHECK(log_lines(ld, "warn: 'scribbled'", "header was overwritten (wrong magic)", NULL) == 1);
   finish(conn, b, NULL);
 }
@@ -430,7 +419,7 @@ static void test_read_only_holder(struct logged_daemon *ld, gpushm_t *conn)
   forge(conn, "read-only-holder", ro.client_id, 1);
   holder_kill(&ld->t, &dead);
   holder_kill(&ld->t, &ro);
-  CHECK(fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
   finish(conn, b, NULL);
   test_log("a read-only holder%s named as the releaser: nothing raised",
            geteuid() == 0 ? " of uid 65534" : "");
@@ -469,7 +458,7 @@ static void test_past_the_limits(struct logged_daemon *ld, gpushm_t *conn)
   CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 1, 10000));
   test_log("a releaser past the detached limits: raised by the sweep %.0f ms after it was "
            "killed", now_ms() - t);
-  CHECK(fence_of(conn, b) == 1 && fences_raised(&ld->t) == before + 1);
+  CHECK(fake_fence_of(conn, b) == 1 && fences_raised(&ld->t) == before + 1);
   for (unsigned i = 0; i < FILL; i++)
     holder_kill_only(&fill[i]);
   CHECK(wait_until(detached_count_is, &ld->t, &none));
@@ -506,7 +495,7 @@ static void test_faults(void)
     CHECK(fences_raised(&ld.t) == 0);
     /* (the fake's copy lands at once, so a failed synchronisation after it is no test
      * of the fence) */
-    CHECK(fence_of(conn, b) == 0 || strcmp(call, "cuCtxSynchronize") == 0);
+    CHECK(fake_fence_of(conn, b) == 0 || strcmp(call, "cuCtxSynchronize") == 0);
     CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
     CHECK(seq == 2);
     CHECK_OK(gpushm_buffer_acquire(b, NULL, 2, 0));
