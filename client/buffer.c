@@ -1136,12 +1136,6 @@ static int close_entry(gpushm_buffer_t *buf, bool unlink)
     pthread_mutex_unlock(&cache_lock);
     return inherited_error(buf);
   }
-  if (buf->refs == 1 && buf->map->control) {
-    /* Out of the lock: breaking may wait for the fence. */
-    pthread_mutex_unlock(&cache_lock);
-    client_sync_break_promises(buf);
-    pthread_mutex_lock(&cache_lock);
-  }
   m = buf->map;
   last_open = --buf->refs == 0;
   /* a close that is neither (a tensor of the buffer going) sends nothing: no copy */

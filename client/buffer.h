@@ -38,8 +38,5 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, b
 int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out);
 int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out);
-/* A handle's last close on its connection: the promises that connection made on the
- * buffer and did not keep are broken (client/sync.c), since nobody could keep them. */
-void client_sync_break_promises(gpushm_buffer_t *handle);
 
 #endif

@@ -184,18 +184,20 @@ static void wake_value_waiters(struct sync_control *ctl)
   syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Another connection's live promise covering value makes it their only signaller. */
+/* Another connection's live promise makes it the only signaller: of the values it
+ * covers, and of every value above them too, since a release of one of those would
+ * reach them all. */
 static int check_unpromised(const struct client_mapping *buf, const gpushm_t *conn,
                             uint64_t value, uint64_t last)
 {
   const struct sync_promise *p;
 
   if (!promises_believed(buf, conn) ||
-      !(p = sync_promise_covering(buf->control, value, last,
+      !(p = sync_promise_covering(buf->control, last + 1, last,
                                   sync_promise_owner(releaser_id_of(conn)))))
     return 0;
-  return client_error(GPUSHM_E_INVAL, "'%s': release %llu falls in values up to %llu that "
-                      "another connection promised, which makes it their only signaller",
+  return client_error(GPUSHM_E_INVAL, "'%s': release %llu refused: another connection "
+                      "promised the values up to %llu, which makes it their only signaller",
                       buf->name, (unsigned long long)value,
                       (unsigned long long)__atomic_load_n(&p->upto, __ATOMIC_RELAXED));
 }
@@ -255,20 +257,31 @@ static int publish(struct client_mapping *buf, const gpushm_t *conn, const struc
      * forger could do directly, raise the fence to a published number.  A daemon that
      * scans every slot gets the next slot in turn; an older one looks for release v
      * in slot v % GPUSHM_LIMIT_RELEASERS_KEPT. */
-    {
-      uint64_t slot = has_promises(conn) ? __atomic_fetch_add(&ctl->releases_signed, 1,
-                                                              __ATOMIC_RELAXED)
-                                         : v;
-      __atomic_store_n(&ctl->released_by[slot % GPUSHM_LIMIT_RELEASERS_KEPT],
+    if (has_promises(conn)) {
+      uint64_t slot = __atomic_fetch_add(&ctl->releases_signed, 1, __ATOMIC_RELAXED) %
+                      GPUSHM_LIMIT_RELEASERS_KEPT;
+      __atomic_store_n(&ctl->released_value[slot], v, __ATOMIC_RELAXED);
+      __atomic_store_n(&ctl->released_by[slot], sync_releaser(releaser_id_of(conn), v),
+                       __ATOMIC_RELAXED);
+    } else {
+      __atomic_store_n(&ctl->released_by[v % GPUSHM_LIMIT_RELEASERS_KEPT],
                        sync_releaser(releaser_id_of(conn), v), __ATOMIC_RELAXED);
     }
-    if (want && !__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false,
-                                             __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
-      return client_error(GPUSHM_E_INVAL, "'%s': release %llu was overtaken by another "
-                          "releaser's %llu (one releaser at a time)", buf->name,
-                          (unsigned long long)v, (unsigned long long)n);
-  } while (!want && !__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false,
-                                                 __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
+    /* A caller's number stays its number: published once the counter is below it,
+     * however often a concurrent release (unsupported) moved the counter meanwhile. */
+    if (want) {
+      while (n < v && !__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false,
+                                                   __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+        ;
+      if (n >= v)
+        return client_error(GPUSHM_E_INVAL, "'%s': release %llu was overtaken by another "
+                            "releaser's %llu while its fence write was queued (one releaser "
+                            "at a time)", buf->name, (unsigned long long)v,
+                            (unsigned long long)n);
+      break;
+    }
+  } while (!__atomic_compare_exchange_n(&ctl->release_seq, &n, v, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE));
   *seq = v;
   return 0;
 }
@@ -536,9 +549,9 @@ int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t 
 int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
 {
   struct client_mapping *buf = handle ? handle->map : NULL;
-  struct sync_control *ctl;
-  const struct sync_promise *other;
-  uint64_t me, last;
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PromiseRequest body = GPUSHM__PROMISE_REQUEST__INIT;
+  Gpushm__Reply *reply;
   int r;
 
   client_clear_error();
@@ -549,41 +562,15 @@ int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
                         "which are writes; open it read-write", buf->name);
   if ((r = check_numbered(handle, "promises")) < 0)
     return r;
-  ctl = buf->control;
-  if (!sync_control_intact(ctl))
-    return client_error(GPUSHM_E_PROTO, "'%s': its control block's header was overwritten (a "
-                        "read-write holder wrote garbage over it): promises there would not "
-                        "be believed", buf->name);
-  me = sync_promise_owner(releaser_id_of(handle->conn));
-  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  if (upto <= last)
-    return client_error(GPUSHM_E_INVAL, "'%s': its counter is at %llu already: promise a "
-                        "value above it, not %llu", buf->name, (unsigned long long)last,
-                        (unsigned long long)upto);
-  if ((other = sync_promise_covering(ctl, last + 1, last, me)))
-    return client_error(GPUSHM_E_INVAL, "'%s': another connection promised the values up to "
-                        "%llu and is their only signaller (one promiser at a time)",
-                        buf->name,
-                        (unsigned long long)__atomic_load_n(&other->upto, __ATOMIC_RELAXED));
-  {
-    struct sync_promise *p = &ctl->promise;
-    uint64_t owner = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
-    uint64_t had = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
-
-    if (owner == me && had > last && upto <= had)
-      return client_error(GPUSHM_E_INVAL, "'%s': this connection promised up to %llu "
-                          "already; a promise only grows", buf->name, (unsigned long long)had);
-    /* Its own promise grows; a kept one's place (or none) is taken, from here. */
-    if (owner != me || had <= last) {
-      if (owner != me && !__atomic_compare_exchange_n(&p->owner, &owner, me, false,
-                                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        return client_error(GPUSHM_E_INVAL, "'%s': another connection promised meanwhile "
-                            "(one promiser at a time)", buf->name);
-      __atomic_store_n(&p->from, last, __ATOMIC_RELAXED);
-    }
-    __atomic_store_n(&p->upto, upto, __ATOMIC_RELEASE);
-  }
-  wake_value_waiters(ctl);
+  /* gpushmd records it (it breaks what a gone promiser owes) and writes it into the
+   * control block for waiters: one round trip, then none per value. */
+  body.id = buf->id;
+  body.upto = upto;
+  req.body_case = GPUSHM__REQUEST__BODY_PROMISE;
+  req.promise = &body;
+  if ((r = client_call(handle->conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
   return 0;
 }
 
@@ -596,52 +583,4 @@ int gpushm_buffer_value_lost(const gpushm_buffer_t *handle, uint64_t value)
   if ((r = check_sync(buf, NULL)) < 0)
     return r;
   return promises_believed(buf, handle->conn) && sync_value_lost(buf->control, value);
-}
-
-/* What the fence holds, waiting (up to GPUSHM_PROMISE_BREAK_WAIT_MS) for it to reach
- * from: releases published before the promise may have writes still queued, which
- * would lower the fence again should they land after the break raised it. */
-static uint64_t fence_after(struct client_mapping *buf, uint64_t from)
-{
-  uint64_t value = 0, deadline = now_ns() + GPUSHM_PROMISE_BREAK_WAIT_MS * 1000000ull;
-  struct timespec pause = { 0, 50000 };
-
-  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 && value < from &&
-         now_ns() < deadline)
-    nanosleep(&pause, NULL);
-  return value;
-}
-
-void client_sync_break_promises(gpushm_buffer_t *handle)
-{
-  struct client_mapping *buf = handle->map;
-  struct sync_control *ctl = buf->control;
-  struct sync_promise *p;
-  uint64_t me, upto, last;
-  uint32_t id;
-
-  if (!ctl || buf->read_only || !promises_believed(buf, handle->conn) ||
-      buf->sync_method == GPUSHM_SYNC_IPC_EVENT)
-    return;
-  id = releaser_id_of(handle->conn);
-  me = sync_promise_owner(id);
-  p = &ctl->promise;
-  if (__atomic_load_n(&p->owner, __ATOMIC_ACQUIRE) != me)
-    return;
-  upto = __atomic_load_n(&p->upto, __ATOMIC_RELAXED);
-  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  if (upto > last) {
-    /* What gpushmd does for a promiser that died (docs/sync.md), done here: the
-     * process lives, and its handle goes, so nothing would ever keep the promise.  Lost
-     * first: a stream waiting on the fence goes on the moment it is raised. */
-    sync_mark_lost(ctl, id, last, upto);
-    if (buf->sync_method != GPUSHM_SYNC_HOST &&
-        fence_after(buf, __atomic_load_n(&p->from, __ATOMIC_RELAXED)) < upto &&
-        client_cuda_fence_store(buf->fence_dptr, upto, buf->device) < 0)
-      return; /* the promise stays: gpushmd breaks it once this process is gone */
-    sync_publish_upto(ctl, upto);
-    seq_futex(ctl, FUTEX_WAKE, INT_MAX, NULL);
-    syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-  }
-  __atomic_compare_exchange_n(&p->owner, &me, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 }

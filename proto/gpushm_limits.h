@@ -147,8 +147,12 @@
  * promise to land (other processes' queued fence writes) before it breaks the promise
  * anyway: raising first would let those writes lower the fence again behind it. */
 #define GPUSHM_PROMISE_BREAK_WAIT_MS          10000u
-/* How often it looks again meanwhile. */
+/* How soon it looks again meanwhile, first; each look after waits twice as long, up to
+ * the second: a break that waits costs the daemon's loop a read of the fence a look. */
 #define GPUSHM_PROMISE_BREAK_RETRY_MS         2u
+#define GPUSHM_PROMISE_BREAK_RETRY_MAX_MS     100u
+/* Breaks waiting at once; past it, a break is done without waiting (and logged so). */
+#define GPUSHM_LIMIT_PENDING_BREAKS           1024u
 
 /* Live processes whose connection ended while they held buffers (they may still map
  * them: stats lists them) tracked at once, each with a pidfd; more are counted only.

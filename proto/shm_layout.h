@@ -88,13 +88,12 @@ struct status_page {
  *    publishes no number, so release_seq's word cannot tell them of one.  Every 0.8
  *    release, promise and broken promise changes it.
  *  - promise: a connection's promise to release every value in (from, upto], which
- *    makes it their only signaller (others' releases into the range are refused), so
- *    that waiters may queue their GPU waits at once.  owner is sync_promise_owner() of
- *    its releaser id, 0 for none; a promise the counter reached is kept, and its place
- *    free to take.  from is the counter when the promise was made.  One place, since
- *    every promise covers the values just above the counter: two live ones would
- *    overlap, so one promiser at a time (a dead one's place is taken once gpushmd has
- *    broken its promise).
+ *    makes it their only signaller (others' releases are refused while it is live), so
+ *    that waiters may queue their GPU waits at once.  gpushmd alone writes it (the
+ *    promise request), from its own record: owner is sync_promise_owner() of the
+ *    promiser's releaser id, 0 for none; live while the counter is below upto; from is
+ *    the counter when the promise was made.  One place, since every promise covers the
+ *    values just above the counter: two live ones would overlap.
  *  - lost_*: written by whoever breaks a promise (gpushmd once the promiser's process
  *    is gone, or the promiser's library when it closes the buffer with values still
  *    owed): values in (lost_from, lost_upto] were reached because their signaller was
@@ -118,6 +117,9 @@ struct sync_control {
   uint64_t lost_from;
   uint64_t lost_upto;
   struct sync_promise promise;
+  /* released_value[i]: the whole number slot i of released_by signs (0.8 libraries), so
+   * that numbers far apart (caller-chosen) are not told apart by their low 32 bits. */
+  uint64_t released_value[GPUSHM_LIMIT_RELEASERS_KEPT];
 };
 
 /* A connection's client id, salted with its daemon's instance id: a restarted daemon
@@ -189,14 +191,16 @@ static inline void sync_mark_lost(struct sync_control *ctl, uint32_t releaser_id
 }
 
 /* Then, the fence raised: publishes upto as the counter's value if it is above it and
- * changes the wake word; the caller wakes the futexes. */
+ * changes the wake word; the caller wakes the futexes.  Bounded: the counter is any
+ * read-write holder's to write, and gpushmd must not spin on it. */
 static inline void sync_publish_upto(struct sync_control *ctl, uint64_t upto)
 {
   uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
 
-  while (n < upto && !__atomic_compare_exchange_n(&ctl->release_seq, &n, upto, false,
-                                                  __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
-    ;
+  for (int tries = 0; n < upto && tries < 64; tries++)
+    if (__atomic_compare_exchange_n(&ctl->release_seq, &n, upto, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_ACQUIRE))
+      break;
   __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
 }
 

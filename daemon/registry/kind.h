@@ -53,12 +53,15 @@ struct reg_kind_ops {
    * PROTO_E_* with err set.  NULL: the kind has no fence. */
   int (*raise_fence)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                      uint64_t *seq, uint64_t *was, char *err, size_t errlen);
-  /* The same releaser's promise not kept (docs/sync.md): raises the counter (and the
-   * fence, once it holds the promise's start, unless force) to what it promised and
-   * marks the values lost.  1 broken (out filled), 0 no promise, 2 not yet (the fence
-   * is below the promise's start: other releasers' writes are queued), or a negative
-   * PROTO_E_* with err set.  NULL: the kind takes no promises. */
-  int (*break_promise)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+  /* Promises (docs/sync.md; NULL: the kind takes none).  promise: client_id (signing
+   * as releaser) promises every value up to upto; 0 or a negative PROTO_E_* with err
+   * set.  break_promise: client_id's promise not kept: raises the counter (and the
+   * fence, once it holds the counter, unless force) to what it promised and marks the
+   * values lost.  1 broken (out filled), 0 no promise, 2 not yet (the fence is below the
+   * counter: releases' writes are queued), or a negative PROTO_E_* with err set. */
+  int (*promise)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                 uint32_t releaser, uint64_t upto, char *err, size_t errlen);
+  int (*break_promise)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                        bool force, struct reg_broken_promise *out, char *err, size_t errlen);
   /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
    * would (its backend's memory outlives the daemon).  deposit: adds what brings obj

@@ -8,6 +8,7 @@
 #include "registry/backends.h"
 #include "protocol.h"
 #include "shm_layout.h"
+#include "util/log.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -213,6 +214,7 @@ static void buffer_describe(const struct reg_object *obj, struct reg_description
   out->backend = obj->backend->kind;
   out->sync = b->sync;
   out->fenced = b->sync && b->fence_offset && obj->backend->fence_raise;
+  out->promiser = b->sync ? b->sync_state.promise.client_id : 0;
 }
 
 static int buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
@@ -232,34 +234,64 @@ static int buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint
                                    errlen);
 }
 
-static int buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+static int buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                          uint32_t releaser, uint64_t upto, char *err, size_t errlen)
+{
+  struct reg_buffer *b = reg_buffer_of(obj);
+
+  (void)reg;
+  if (!b->sync) {
+    snprintf(err, errlen, "'%s' was not created with GPUSHM_CREATE_SYNC", obj->name);
+    return PROTO_E_INVAL;
+  }
+  if (b->sync_state.events) {
+    snprintf(err, errlen, "'%s' is ordered by a CUDA IPC event (a library before 0.7.1 "
+             "created it), which carries no number: promises need a fence; recreate it",
+             obj->name);
+    return PROTO_E_UNSUPPORTED;
+  }
+  return sync_promise(&b->sync_state, client_id, releaser, upto, err, errlen);
+}
+
+/* Lost first (a stream waiting on the fence goes on the moment it is raised, and its
+ * process must find the value lost then; again at each retry: the same values), then
+ * the fence, once it holds the counter (every release published so far has landed,
+ * else a write still queued would lower it again; force: at once), then the counter. */
+static int break_recorded(struct reg_object *obj, bool force, uint64_t last,
+                          struct reg_broken_promise *out, char *err, size_t errlen)
+{
+  struct reg_buffer *b = reg_buffer_of(obj);
+  uint64_t upto = b->sync_state.promise.upto;
+  int r;
+
+  if ((r = sync_lose_promise(&b->sync_state, &out->lost_from, err, errlen)) < 0)
+    return r;
+  if (b->fence_offset && obj->backend->fence_raise) {
+    r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto,
+                                  force ? 0 : last, &out->fence_was, err, errlen);
+    if (r < 0 || r == 2)
+      return r; /* the driver failed, or not yet */
+  }
+  out->upto = upto;
+  return (r = sync_keep_broken_promise(&b->sync_state, err, errlen)) < 0 ? r : 1;
+}
+
+static int buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                                 bool force, struct reg_broken_promise *out, char *err,
                                 size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
-  uint64_t from, upto;
+  uint64_t from, upto, last;
   int r;
 
   (void)reg;
   memset(out, 0, sizeof *out);
   if (!b->sync)
     return 0;
-  if ((r = sync_unkept_promise(&b->sync_state, releaser, &from, &upto, err, errlen)) < 0)
+  if ((r = sync_unkept_promise(&b->sync_state, client_id, &from, &upto, &last, err,
+                               errlen)) < 0 || !upto)
     return r;
-  if (!upto)
-    return 0;
-  /* Lost first: a stream waiting on the fence goes on the moment it is raised, and its
-   * process must find the value lost then (again at each retry: same values). */
-  if ((r = sync_lose_promise(&b->sync_state, releaser, upto, &out->lost_from, err, errlen)) < 0)
-    return r;
-  if (b->fence_offset && obj->backend->fence_raise) {
-    r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto,
-                                  force ? 0 : from, &out->fence_was, err, errlen);
-    if (r < 0 || r == 2)
-      return r; /* the driver failed, or not yet */
-  }
-  out->upto = upto;
-  return (r = sync_keep_broken_promise(&b->sync_state, releaser, upto, err, errlen)) < 0 ? r : 1;
+  return break_recorded(obj, force, last, out, err, errlen);
 }
 
 /* ---- persistence: systemd's fd store ------------------------------------------------
@@ -500,6 +532,29 @@ static ssize_t take_metadata(const struct reg_store *store, uint64_t id, struct 
   return n;
 }
 
+/* A promise made to the previous daemon: its connection ended with that daemon, and
+ * nobody here would ever break it (the process may be gone, and no connection of this
+ * daemon's is its): broken now, so that no waiter waits for ever.  A promiser that
+ * lives on finds its next release refused (the counter is past it) and promises anew. */
+static void break_adopted_promise(struct reg_object *obj, const char *name)
+{
+  struct reg_buffer *b = reg_buffer_of(obj);
+  struct reg_broken_promise out;
+  char err[256];
+  uint64_t upto;
+  int r;
+
+  if ((r = sync_adopted_promise(&b->sync_state, &upto, err, sizeof err)) == 0 && upto)
+    r = break_recorded(obj, true, 0, &out, err, sizeof err);
+  if (r < 0)
+    log_warn("persistent sync buffer '%s': a promise made before the restart could not be "
+             "broken, waiters of its values may wait: %s", name, err);
+  else if (upto)
+    log_warn("persistent sync buffer '%s': values %llu to %llu promised before the restart "
+             "count as lost (the promiser's connection ended with the previous daemon)",
+             name, (unsigned long long)out.lost_from + 1, (unsigned long long)upto);
+}
+
 static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
                                const struct reg_store *store, const struct reg_adopt_sink *emit,
                                unsigned *records, char *err, size_t errlen)
@@ -566,6 +621,8 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
   b->obj.ops = &reg_kind_buffer;
   b->obj.kind = REG_BUFFER;
   b->obj.backend = be;
+  if (b->sync)
+    break_adopted_promise(&b->obj, a.name_buf);
   b->obj.host_bytes = host_bytes_of(b);
   a.id = f.id;
   a.name = a.name_buf;
@@ -624,6 +681,7 @@ const struct reg_kind_ops reg_kind_buffer = {
   .release = buffer_release,
   .describe = buffer_describe,
   .raise_fence = buffer_raise_fence,
+  .promise = buffer_promise,
   .break_promise = buffer_break_promise,
   .persists = buffer_persists,
   .deposit_records = buffer_deposit_records,

@@ -794,7 +794,18 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
       r = PROTO_E_PERM;
     }
   }
-  drop_refs(reg, h, 1);
+  {
+    struct reg_description d;
+    bool last_handle = h->refs == 1;
+
+    registry_describe(obj, &d);
+    drop_refs(reg, h, 1);
+    /* Its promise would be kept by nobody now: the server breaks it (fence_repair.h).
+     * Not freed meanwhile, or nobody holds it, and nobody waits. */
+    if (last_handle && d.promiser == client->id && reg->closed_promiser &&
+        registry_find_id(reg, id))
+      reg->closed_promiser(reg->hooks_ctx, id, client->id, client->pid);
+  }
   if (unmap_segment && segment_id &&
       seg_unmap(&reg->segs, &client->mappings, segment_id, read_only) < 0 && r == 0) {
     snprintf(err, errlen, "this connection does not map segment %llu %s",
@@ -860,6 +871,7 @@ void registry_destroy(struct registry *reg)
   /* Shutting down removes no name: persistent buffers stay deposited for the next
    * daemon, so nobody is told of unlinks. */
   reg->on_unlink = NULL;
+  reg->closed_promiser = NULL;
   reg->on_created = NULL;
   reg->stopping = true; /* and their memory stays as it is, for the same reason */
   while (registry_count(reg)) {
@@ -1002,10 +1014,40 @@ int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t 
   return obj->ops->raise_fence(reg, obj, releaser, seq, was, err, errlen);
 }
 
-int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+int registry_promise(struct registry *reg, struct reg_client *client, uint64_t id,
+                     uint32_t releaser, uint64_t upto, char *err, size_t errlen)
+{
+  struct reg_object *obj = registry_find_id(reg, id);
+  struct reg_holding *h = obj ? find_holding(obj, client) : NULL;
+
+  if (!h) {
+    snprintf(err, errlen, "this connection holds no reference to buffer %llu",
+             (unsigned long long)id);
+    return PROTO_E_NOENT;
+  }
+  if (!h->read_write) {
+    snprintf(err, errlen, "'%s' is open read-only here: a promise is of releases, which are "
+             "writes; open it read-write", obj->name);
+    return PROTO_E_PERM;
+  }
+  if (!obj->ops->promise) {
+    snprintf(err, errlen, "'%s' is not a sync buffer", obj->name);
+    return PROTO_E_INVAL;
+  }
+  return obj->ops->promise(reg, obj, client->id, releaser, upto, err, errlen);
+}
+
+int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                            bool force, struct reg_broken_promise *out, char *err, size_t errlen)
 {
   if (!obj->ops->break_promise)
     return 0;
-  return obj->ops->break_promise(reg, obj, releaser, force, out, err, errlen);
+  return obj->ops->break_promise(reg, obj, client_id, force, out, err, errlen);
+}
+
+void registry_set_promise_hook(struct registry *reg,
+                               void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id,
+                                                       pid_t pid))
+{
+  reg->closed_promiser = closed_promiser;
 }

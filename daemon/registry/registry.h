@@ -85,9 +85,18 @@ int registry_adopt_record(struct registry *reg, const char *record, int fd,
  * nothing to raise, or a negative PROTO_E_* with err set. */
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                          uint64_t *seq, uint64_t *was, char *err, size_t errlen);
-/* A promise of that releaser not kept: see struct reg_kind_ops.break_promise. */
-int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                           bool force, struct reg_broken_promise *out, char *err, size_t errlen);/* What a uid is charged with now. */
+/* client's promise to release every value of buffer id up to upto, signing as releaser
+ * (a read-write holding of it is needed): see struct reg_kind_ops.promise. */
+int registry_promise(struct registry *reg, struct reg_client *client, uint64_t id,
+                     uint32_t releaser, uint64_t upto, char *err, size_t errlen);
+/* client_id's promise not kept: see struct reg_kind_ops.break_promise. */
+int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                           bool force, struct reg_broken_promise *out, char *err, size_t errlen);
+/* Told when a client closes its last handle of a buffer whose last promise it made
+ * (registry_close), which it may owe values of: id, the client and its process. */
+void registry_set_promise_hook(struct registry *reg,
+                               void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id,
+                                                       pid_t pid));/* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 void registry_totals(const struct registry *reg, struct reg_totals *out);

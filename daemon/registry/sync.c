@@ -6,6 +6,7 @@
 #include "shm_layout.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -137,8 +138,16 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   for (unsigned i = 0; i < GPUSHM_LIMIT_RELEASERS_KEPT && last; i++) {
     uint64_t sig = __atomic_load_n(&ctl->released_by[i], __ATOMIC_RELAXED), n;
+    uint64_t whole = ctl->layout_size >= sizeof *ctl
+                       ? __atomic_load_n(&ctl->released_value[i], __ATOMIC_RELAXED) : 0;
 
-    if ((uint32_t)(sig >> 32) != releaser_id || !(n = sync_signed_number(sig, last)))
+    if ((uint32_t)(sig >> 32) != releaser_id)
+      continue;
+    /* The whole number where a 0.8 library wrote it beside its signature (the same low
+     * bits, and published); else the latest published one with those low bits. */
+    if (whole && (uint32_t)whole == (uint32_t)sig && whole <= last)
+      n = whole;
+    else if (!(n = sync_signed_number(sig, last)))
       continue;
     if (n > *seq)
       *seq = n;
@@ -147,52 +156,116 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
   return 0;
 }
 
-int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
-                        uint64_t *upto, char *err, size_t errlen)
+int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, uint64_t upto,
+                 char *err, size_t errlen)
 {
+  struct sync_promise_record *rec = &s->promise;
   struct sync_control *ctl;
-  uint64_t last, owner = sync_promise_owner(releaser_id);
+  uint64_t last;
+  int r = 0;
 
-  *from = *upto = 0;
-  if (!(ctl = map_checked(s, PROT_READ, sizeof *ctl, err, errlen)))
-    return map_error();
+  /* A scribbled header is the holders' doing, refused as an argument would be (not a
+   * protocol violation, which would end this client's session). */
+  if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
+    return map_error() == PROTO_E_PROTO ? PROTO_E_INVAL : PROTO_E_IO;
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&ctl->promise.owner, __ATOMIC_ACQUIRE) == owner &&
-      __atomic_load_n(&ctl->promise.upto, __ATOMIC_ACQUIRE) > last) {
-    *from = __atomic_load_n(&ctl->promise.from, __ATOMIC_RELAXED);
-    *upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED);
+  if (upto <= last) {
+    snprintf(err, errlen, "its counter is at %llu already: promise a value above it, not %llu",
+             (unsigned long long)last, (unsigned long long)upto);
+    r = PROTO_E_INVAL;
+  } else if (rec->client_id && rec->upto > last && rec->client_id != client_id) {
+    snprintf(err, errlen, "client %u promised the values up to %llu and is their only "
+             "signaller (one promiser at a time)", rec->client_id,
+             (unsigned long long)rec->upto);
+    r = PROTO_E_INVAL;
+  } else if (rec->client_id == client_id && rec->upto > last && upto <= rec->upto) {
+    snprintf(err, errlen, "this connection promised up to %llu already; a promise only grows",
+             (unsigned long long)rec->upto);
+    r = PROTO_E_INVAL;
+  } else if (rec->client_id == client_id && rec->upto > last) {
+    rec->upto = upto; /* grows: readers see a larger upto, nothing else */
+    __atomic_store_n(&ctl->promise.upto, upto, __ATOMIC_RELEASE);
+  } else {
+    /* A new one: not live while it is written (upto 0 first), then live all at once. */
+    *rec = (struct sync_promise_record){ client_id, releaser, last, upto };
+    __atomic_store_n(&ctl->promise.upto, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ctl->promise.owner, sync_promise_owner(releaser), __ATOMIC_RELAXED);
+    __atomic_store_n(&ctl->promise.from, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&ctl->promise.upto, upto, __ATOMIC_SEQ_CST);
+  }
+  if (r == 0) {
+    __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   }
   munmap(ctl, SYNC_CONTROL_SIZE);
+  return r;
+}
+
+int sync_unkept_promise(const struct sync_state *s, uint32_t client_id, uint64_t *from,
+                        uint64_t *upto, uint64_t *last, char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+
+  *from = *upto = *last = 0;
+  if (!s->promise.client_id || s->promise.client_id != client_id)
+    return 0;
+  if (!(ctl = map_checked(s, PROT_READ, offsetof(struct sync_control, released_by), err,
+                          errlen)))
+    return map_error();
+  *last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  if (s->promise.upto > *last) {
+    *from = s->promise.from;
+    *upto = s->promise.upto;
+  }
   return 0;
 }
 
-int sync_lose_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                      uint64_t *lost_from, char *err, size_t errlen)
+int sync_lose_promise(struct sync_state *s, uint64_t *lost_from, char *err, size_t errlen)
 {
   struct sync_control *ctl;
 
   if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
     return map_error();
   *lost_from = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  sync_mark_lost(ctl, releaser_id, *lost_from, upto);
+  sync_mark_lost(ctl, s->promise.releaser, *lost_from, s->promise.upto);
   munmap(ctl, SYNC_CONTROL_SIZE);
   return 0;
 }
 
-int sync_keep_broken_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                             char *err, size_t errlen)
+int sync_keep_broken_promise(struct sync_state *s, char *err, size_t errlen)
 {
   struct sync_control *ctl;
-  uint64_t owner = sync_promise_owner(releaser_id);
 
   if (!(ctl = map_checked(s, PROT_READ | PROT_WRITE, sizeof *ctl, err, errlen)))
     return map_error();
-  sync_publish_upto(ctl, upto);
-  __atomic_compare_exchange_n(&ctl->promise.owner, &owner, 0, false, __ATOMIC_SEQ_CST,
-                              __ATOMIC_RELAXED);
+  sync_publish_upto(ctl, s->promise.upto);
+  __atomic_store_n(&ctl->promise.owner, 0, __ATOMIC_SEQ_CST);
+  memset(&s->promise, 0, sizeof s->promise);
   /* Shared futexes: the waiters map the same memfd. */
   syscall(SYS_futex, sync_seq_futex_word(ctl), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_adopted_promise(struct sync_state *s, uint64_t *upto, char *err, size_t errlen)
+{
+  struct sync_control *ctl;
+  uint64_t owner, last;
+
+  *upto = 0;
+  if (!(ctl = map_checked(s, PROT_READ, sizeof *ctl, err, errlen)))
+    return map_error();
+  owner = __atomic_load_n(&ctl->promise.owner, __ATOMIC_ACQUIRE);
+  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  if (owner && __atomic_load_n(&ctl->promise.upto, __ATOMIC_ACQUIRE) > last) {
+    s->promise = (struct sync_promise_record){
+      .client_id = UINT32_MAX, .releaser = (uint32_t)(owner >> 32),
+      .from = __atomic_load_n(&ctl->promise.from, __ATOMIC_RELAXED),
+      .upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED) };
+    *upto = s->promise.upto;
+  }
   munmap(ctl, SYNC_CONTROL_SIZE);
   return 0;
 }

@@ -14,10 +14,20 @@
 #include "backends/backend.h"
 #include "backends/event.h"
 
+/* The live promise as gpushmd recorded it (the control block's copy is for readers, and
+ * any read-write holder can write it): the promising connection, its releaser id (what
+ * it signs with), and the values (from, upto]. */
+struct sync_promise_record {
+  uint32_t client_id; /* 0: none */
+  uint32_t releaser;
+  uint64_t from, upto;
+};
+
 struct sync_state {
   struct backend_mem control;
   const struct event_source *events; /* NULL: no event */
   void *event;
+  struct sync_promise_record promise;
 };
 
 /* Makes the control block and, with an event source, the event on device.  Returns 0
@@ -37,20 +47,28 @@ void sync_release(struct sync_state *s);
  * overwritten and its signatures are not believed). */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
                         char *err, size_t errlen);
-/* The promise releaser_id made on the block and has not kept (proto/shm_layout.h):
- * *from (the counter when it was made) and *upto (0: none).  Returns 0, or a negative
- * PROTO_E_* with err set, as sync_signed_release(). */
-int sync_unkept_promise(const struct sync_state *s, uint32_t releaser_id, uint64_t *from,
-                        uint64_t *upto, char *err, size_t errlen);
-/* Breaks that promise, in two steps around the caller's raise of the fence (where there
- * is one): sync_lose_promise() records the values above the counter up to upto as lost
- * (*lost_from: the counter), before any waiter can pass; sync_keep_broken_promise()
- * then raises the counter to upto, frees the promise's place (if releaser_id holds it)
- * and wakes every waiter.  0, or a negative PROTO_E_* with err set. */
-int sync_lose_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                      uint64_t *lost_from, char *err, size_t errlen);
-int sync_keep_broken_promise(struct sync_state *s, uint32_t releaser_id, uint64_t upto,
-                             char *err, size_t errlen);
+/* Records client_id's promise to release every value up to upto (releaser: the id it
+ * signs with) and writes it into the block: a new promise starts at the counter, the
+ * client's own live one grows.  0, or a negative PROTO_E_* with err set: PROTO_E_INVAL
+ * for upto not above the counter, a promise that does not grow, another client's live
+ * promise (one promiser at a time), or a scribbled header. */
+int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, uint64_t upto,
+                 char *err, size_t errlen);
+/* The promise client_id made and has not kept (the counter is below its upto): *from,
+ * *upto (0: none) and *last, the counter.  0, or a negative PROTO_E_* with err set. */
+int sync_unkept_promise(const struct sync_state *s, uint32_t client_id, uint64_t *from,
+                        uint64_t *upto, uint64_t *last, char *err, size_t errlen);
+/* Breaks the recorded promise, in two steps around the caller's raise of the fence
+ * (where there is one): sync_lose_promise() records the values above the counter up to
+ * upto as lost (*lost_from: the counter), before any waiter can pass;
+ * sync_keep_broken_promise() then raises the counter to upto, forgets the promise (in
+ * the block too) and wakes every waiter.  0, or a negative PROTO_E_* with err set. */
+int sync_lose_promise(struct sync_state *s, uint64_t *lost_from, char *err, size_t errlen);
+int sync_keep_broken_promise(struct sync_state *s, char *err, size_t errlen);
+/* After an adoption: a live promise the block names (made to a previous daemon, whose
+ * connections all ended with it) becomes the record, under client id UINT32_MAX (none
+ * of this daemon's), for the caller to break at once.  *upto 0: none. */
+int sync_adopted_promise(struct sync_state *s, uint64_t *upto, char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

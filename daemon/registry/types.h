@@ -105,6 +105,7 @@ struct reg_description {
   int backend;       /* enum proto_backend, as listings spell it (an event: REG_EVENT_BACKEND) */
   bool sync;
   bool fenced;       /* a sync buffer ordered by a fence in its memory (fence repair) */
+  uint32_t promiser; /* the client whose promise it recorded last (0: none) */
   uint64_t segment_id; /* 0: not carved */
   const struct image_params *image;       /* an image's description; NULL otherwise */
   const struct reg_external *external;    /* registered memory; NULL otherwise */

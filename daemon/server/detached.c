@@ -127,8 +127,9 @@ static unsigned tracked_for_uid(const struct detached_set *set, uid_t uid)
 }
 
 /* Whether the holding may have left a fence write queued or a promise unkept: a sync
- * buffer opened read-write (read-only openers can neither release nor promise).  An
- * IPC event's buffer is watched for nothing the daemon can do (docs/sync.md). */
+ * buffer with a fence (the daemon can do nothing for an IPC event: docs/sync.md), or
+ * one whose promise the client made, opened read-write (read-only openers can neither
+ * release nor promise). */
 static bool may_owe_fence(const struct reg_holding *h)
 {
   struct reg_description d;
@@ -136,7 +137,7 @@ static bool may_owe_fence(const struct reg_holding *h)
   if (!h->refs || !h->read_write)
     return false;
   registry_describe(h->buffer, &d);
-  return d.sync;
+  return d.fenced || (d.promiser && d.promiser == h->client->id);
 }
 
 /* The segments the process maps: held by d until it exits, else (d NULL) retired. */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The core family: hello, create, open, close, unlink, unmap, ping. */
+/* The core family: hello, create, open, close, unlink, unmap, ping, promise. */
 #include "config.h"
 #include "server/handlers.h"
 #include "server/reply.h"
 #include "protocol.h"
+#include "shm_layout.h"
 #include "util/log.h"
 #include "wire.h"
 #include "backends/backend_cuda.h"
@@ -253,6 +254,16 @@ static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, 
   return registry_unlink(call->reg, call->client, u->name, ctx->msg, sizeof ctx->msg);
 }
 
+static int handle_promise(struct handler_call *call, const Gpushm__Request *req,
+                          struct handler_reply *ctx)
+{
+  const Gpushm__PromiseRequest *p = req->promise;
+
+  return registry_promise(call->reg, call->client, p->id,
+                          sync_releaser_id(call->srv->instance_id, call->client->id), p->upto,
+                          ctx->msg, sizeof ctx->msg);
+}
+
 static int handle_ping(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   gpushm__ping_reply__init(&ctx->body.ping);
@@ -278,6 +289,8 @@ static const struct handler rows[] = {
   [GPUSHM__REQUEST__BODY_PING] = { .name = "ping", .needs_hello = true, .fn = handle_ping },
   [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
                                     .feature = PROTO_FEATURE_SEGMENTS, .fn = handle_unmap },
+  [GPUSHM__REQUEST__BODY_PROMISE] = { .name = "promise", .needs_hello = true,
+                                      .fn = handle_promise },
 };
 
 const struct handler_family handler_family_core = {

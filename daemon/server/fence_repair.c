@@ -13,6 +13,9 @@ struct pending_break {
   uint32_t client_id;
   pid_t pid;
   uint64_t deadline_ms; /* uv_now(): break regardless from then */
+  uint64_t next_ms;     /* the next look */
+  uint64_t interval_ms; /* after it */
+  bool closed;          /* its promiser closed it (else exited) */
 };
 
 void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry *reg,
@@ -55,15 +58,15 @@ static bool raise_signed(struct fence_repair *fr, struct reg_object *b, uint32_t
   return r == PROTO_E_PROTO && seq == 0;
 }
 
-/* Returns whether the break must be tried again (the fence is not yet where the
- * promise started).  said_scribbled: a scribbled header was logged already. */
+/* Returns whether the break must be tried again (the fence is not yet at the
+ * counter).  said_scribbled: a scribbled header was logged already; closed: the promiser
+ * closed the buffer (else its process exited). */
 static bool break_promise(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
-                          pid_t pid, bool force, bool said_scribbled)
+                          pid_t pid, bool force, bool said_scribbled, bool closed)
 {
-  const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
   struct reg_broken_promise out;
   char err[256];
-  int r = registry_break_promise(fr->reg, b, releaser, force, &out, err, sizeof err);
+  int r = registry_break_promise(fr->reg, b, client_id, force, &out, err, sizeof err);
 
   if (r == 2)
     return true;
@@ -71,43 +74,51 @@ static bool break_promise(struct fence_repair *fr, struct reg_object *b, uint32_
     return false;
   if (r < 0) {
     log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
-            "'%s' (id %llu): client %u (pid %d) has exited, and its promise cannot be "
-            "broken, waiters of what it promised may wait for ever: %s", b->name,
-            (unsigned long long)b->id, client_id, (int)pid, err);
+            "'%s' (id %llu): client %u (pid %d) %s, and its promise cannot be broken, "
+            "waiters of what it promised may wait for ever: %s", b->name,
+            (unsigned long long)b->id, client_id, (int)pid,
+            closed ? "closed its last handle of it" : "has exited", err);
   } else if (r > 0) {
     (*fr->promises_broken)++;
-    log_warn("'%s' (id %llu): client %u (pid %d) exited owing values %llu to %llu it "
+    log_warn("'%s' (id %llu): client %u (pid %d) %s owing values %llu to %llu it "
              "promised; counter raised to %llu%s, those values count as lost (signaller lost)",
              b->name, (unsigned long long)b->id, client_id, (int)pid,
+             closed ? "closed its last handle of it" : "has exited",
              (unsigned long long)out.lost_from + 1, (unsigned long long)out.upto,
              (unsigned long long)out.upto,
-             force ? " without waiting longer for the releases before the promise" : "");
+             force ? " without waiting longer for the releases before it to land" : "");
   }
   return false;
 }
 
 static void on_retry(uv_timer_t *timer);
 
-static void keep_pending(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid)
+static void keep_pending(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
+                         pid_t pid, bool closed)
 {
+  uint64_t now = uv_now(fr->retry.loop);
+
   if (fr->n_pending == fr->cap) {
     size_t cap = fr->cap ? 2 * fr->cap : 8;
-    struct pending_break *p = realloc(fr->pending, cap * sizeof *p);
+    struct pending_break *p = fr->n_pending < GPUSHM_LIMIT_PENDING_BREAKS
+                                ? realloc(fr->pending, cap * sizeof *p) : NULL;
     if (!p) {
-      log_error("out of memory: the promise on buffer %llu of client %u (pid %d) is broken "
-                "without waiting for the releases before it", (unsigned long long)id,
-                client_id, (int)pid);
-      struct reg_object *b = registry_find_id(fr->reg, id);
-      if (b)
-        break_promise(fr, b, client_id, pid, true, false);
+      log_error("%s: the promise on '%s' (id %llu) of client %u (pid %d) is broken without "
+                "waiting for the releases before it to land",
+                fr->n_pending < GPUSHM_LIMIT_PENDING_BREAKS ? "out of memory"
+                                                            : "too many breaks waiting",
+                b->name, (unsigned long long)b->id, client_id, (int)pid);
+      break_promise(fr, b, client_id, pid, true, false, closed);
       return;
     }
     fr->pending = p;
     fr->cap = cap;
   }
   fr->pending[fr->n_pending++] = (struct pending_break){
-    .id = id, .client_id = client_id, .pid = pid,
-    .deadline_ms = uv_now(fr->retry.loop) + GPUSHM_PROMISE_BREAK_WAIT_MS,
+    .id = b->id, .client_id = client_id, .pid = pid,
+    .deadline_ms = now + GPUSHM_PROMISE_BREAK_WAIT_MS,
+    .next_ms = now + GPUSHM_PROMISE_BREAK_RETRY_MS,
+    .interval_ms = GPUSHM_PROMISE_BREAK_RETRY_MS, .closed = closed,
   };
   if (!uv_is_active((uv_handle_t *)&fr->retry))
     uv_timer_start(&fr->retry, on_retry, GPUSHM_PROMISE_BREAK_RETRY_MS,
@@ -125,8 +136,16 @@ static void on_retry(uv_timer_t *timer)
     struct reg_object *b = registry_find_id(fr->reg, p.id);
 
     /* Freed since (ids are never reused): nobody holds it, so nobody waits on it. */
-    if (b && break_promise(fr, b, p.client_id, p.pid, now >= p.deadline_ms, false))
-      fr->pending[kept++] = p;
+    if (!b)
+      continue;
+    if (now >= p.next_ms) {
+      if (!break_promise(fr, b, p.client_id, p.pid, now >= p.deadline_ms, false, p.closed))
+        continue;
+      p.interval_ms = 2 * p.interval_ms < GPUSHM_PROMISE_BREAK_RETRY_MAX_MS
+                        ? 2 * p.interval_ms : GPUSHM_PROMISE_BREAK_RETRY_MAX_MS;
+      p.next_ms = now + p.interval_ms;
+    }
+    fr->pending[kept++] = p;
   }
   fr->n_pending = kept;
   if (!kept)
@@ -143,16 +162,29 @@ void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid,
 
     if (!b)
       continue;
-    if (break_promise(fr, b, client_id, pid, false, raise_signed(fr, b, releaser, client_id, pid)))
-      keep_pending(fr, ids[i], client_id, pid);
+    if (break_promise(fr, b, client_id, pid, false, raise_signed(fr, b, releaser, client_id, pid),
+                      false))
+      keep_pending(fr, b, client_id, pid, false);
   }
+}
+
+void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid)
+{
+  struct reg_object *b = registry_find_id(fr->reg, id);
+
+  if (b && break_promise(fr, b, client_id, pid, false, false, true))
+    keep_pending(fr, b, client_id, pid, true);
 }
 
 void fence_repair_shutdown(struct fence_repair *fr)
 {
-  if (fr->n_pending)
-    log_warn("%zu promise(s) of exited processes left unbroken: gpushmd stops while the "
-             "releases before them are still queued", fr->n_pending);
+  /* Nobody would break them after: broken now, the releases before them still queued. */
+  for (size_t i = 0; i < fr->n_pending; i++) {
+    struct reg_object *b = registry_find_id(fr->reg, fr->pending[i].id);
+    if (b)
+      break_promise(fr, b, fr->pending[i].client_id, fr->pending[i].pid, true, false,
+                    fr->pending[i].closed);
+  }
   free(fr->pending);
   fr->pending = NULL;
   fr->n_pending = fr->cap = 0;

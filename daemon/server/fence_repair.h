@@ -8,12 +8,14 @@
  *    fence to the latest release the process signed, if the fence is below it, and
  *    never higher (a later releaser's own write is not overtaken).  Waiters go on with
  *    whatever the dead releaser's work left in the buffer.
- *  - Promises a dead promiser did not keep (docs/sync.md): the counter and the fence go
- *    to the promised value and the values count as lost.  The fence is raised only once
- *    it holds what was published before the promise (other releasers' writes may still
- *    be queued, and would lower it again); until then the break is retried every
- *    GPUSHM_PROMISE_BREAK_RETRY_MS, and done regardless after
- *    GPUSHM_PROMISE_BREAK_WAIT_MS. */
+ *  - Promises a promiser did not keep (docs/sync.md), once its process has exited or it
+ *    closed its last handle of the buffer: the counter and the fence go to the promised
+ *    value and the values count as lost.  The fence is raised only once it holds the
+ *    counter (writes of releases published before may still be queued, and would lower
+ *    it again); until then the break is tried again, GPUSHM_PROMISE_BREAK_RETRY_MS later
+ *    and twice as long each time after (up to GPUSHM_PROMISE_BREAK_RETRY_MAX_MS), and
+ *    done regardless after GPUSHM_PROMISE_BREAK_WAIT_MS or past
+ *    GPUSHM_LIMIT_PENDING_BREAKS waiting. */
 #ifndef GPUSHMD_FENCE_REPAIR_H
 #define GPUSHMD_FENCE_REPAIR_H
 
@@ -37,8 +39,11 @@ struct fence_repair {
 
 void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry *reg,
                        uint64_t instance_id, uint64_t *fences_raised, uint64_t *promises_broken);
-/* Forgets what is pending (logged) and closes the timer. */
+/* Breaks what is pending without waiting longer (logged) and closes the timer. */
 void fence_repair_shutdown(struct fence_repair *fr);
+/* client_id (pid) closed its last handle of buffer id, whose promise it made: breaks
+ * what it still owes. */
+void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid);
 /* For client_id's process (pid), which has exited, and the sync buffers its connection
  * held read-write: raises each fence its releases left short and breaks its promises,
  * logging each (a failure as an error: nothing else is touched).  Buffers freed since

@@ -109,6 +109,13 @@ static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, const uint
   fence_repair_exited(&srv->fence_repair, client_id, pid, ids, n);
 }
 
+/* A client closed its last handle of a buffer it promised values of (registry.h). */
+static void on_closed_promiser(void *ctx, uint64_t id, uint32_t client_id, pid_t pid)
+{
+  struct server *srv = ctx;
+  fence_repair_closed(&srv->fence_repair, id, client_id, pid);
+}
+
 static void on_session_gone(void *ctx, struct session *s)
 {
   struct server *srv = ctx;
@@ -265,6 +272,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     return NULL;
   }
   registry_set_hooks(reg, on_unlink, on_created, srv);
+  registry_set_promise_hook(reg, on_closed_promiser);
   fence_repair_init(&srv->fence_repair, loop, reg, srv->instance_id,
                     &srv->counters.fences_raised, &srv->counters.promises_broken);
   detached_init(&srv->detached, loop, on_process_exit, srv);

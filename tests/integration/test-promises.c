@@ -17,10 +17,16 @@
  *  - the break of a fence waits for a release published before the promise whose write
  *    is still queued (another process's, delayed 300 ms), so that write cannot lower
  *    the fence after it: the fence ends at the promised value;
- *  - a promiser that closes its last handle owing values breaks its own promise;
- *  - garbage over the control block's header: promises are not believed (releases go
- *    on), and a new one is refused. */
+ *  - gpushmd records promises (the promise request) and breaks them: a promiser that
+ *    closes its last handle of the buffer owing values (not one of two opens), one whose
+ *    fence write of a release is still queued when it closes (the break waits for it),
+ *    a live releaser whose write never lands (the break gives up waiting after
+ *    GPUSHM_PROMISE_BREAK_WAIT_MS), and a promise made to the previous daemon, after a
+ *    restart with systemd's fd store (played by the test);
+ *  - garbage over the control block's header: promises and lost values are not believed
+ *    (releases go on), and a new promise is refused. */
 #include "config.h"
+#include "fdstore.h"
 #include "harness.h"
 #include "shm_layout.h"
 
@@ -238,10 +244,14 @@ static void test_promises_host(gpushm_t *conn)
 
   /* the promiser is the only signaller of 3..10 */
   CHECK_ERR(gpushm_buffer_release_value(b, NULL, 3), GPUSHM_E_INVAL);
-  CHECK(strstr(gpushm_last_error_message(), "values up to 10 that another connection promised"));
+  CHECK(strstr(gpushm_last_error_message(), "release 3 refused: another connection promised "
+                                            "the values up to 10"));
   CHECK_ERR(gpushm_buffer_release(b, NULL, NULL), GPUSHM_E_INVAL);
+  /* above the promise too: it would reach every promised value */
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 11), GPUSHM_E_INVAL);
   CHECK_ERR(gpushm_buffer_promise(b, 20), GPUSHM_E_INVAL);
-  CHECK(strstr(gpushm_last_error_message(), "another connection promised the values up to 10"));
+  CHECK(strstr(gpushm_last_error_message(), "promised the values up to 10 and is their only "
+                                            "signaller (one promiser at a time)"));
   CHECK(gpushm_buffer_release_seq(b) == 2);
   /* a read-only holder promises nothing (uid 65534 where the test is root) */
   pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
@@ -270,7 +280,7 @@ static void test_promises_host(gpushm_t *conn)
   CHECK(strstr(gpushm_last_error_message(), "value 9 was reached because the connection that "
                                             "promised it"));
   CHECK(metric("gpushm_promises_broken_total") == broken + 1);
-  CHECK(log_lines("warn: 'promised'", "exited owing values 3 to 10 it promised") == 1);
+  CHECK(log_lines("warn: 'promised'", "has exited owing values 3 to 10 it promised") == 1);
   /* the place is free again: this connection promises, keeps it, and a promise grows */
   CHECK_OK(gpushm_buffer_promise(b, 12));
   CHECK_ERR(gpushm_buffer_promise(b, 11), GPUSHM_E_INVAL);
@@ -282,21 +292,50 @@ static void test_promises_host(gpushm_t *conn)
   finish(conn, b);
 }
 
-/* The promiser closes its last handle owing values: its library breaks the promise. */
+static int seq_reaches(const struct test_daemon *t, void *arg)
+{
+  void **a = arg;
+  (void)t;
+  return gpushm_buffer_release_seq(a[0]) >= *(uint64_t *)a[1];
+}
+
+static void wait_seq(gpushm_buffer_t *b, uint64_t want)
+{
+  void *arg[] = { b, &want };
+  CHECK(wait_until(seq_reaches, &d, arg));
+}
+
+/* A promiser that closes its last handle owing values: gpushmd breaks the promise, not
+ * at the first of two closes of one connection's handle. */
 static void test_close_breaks(gpushm_t *conn)
 {
-  gpushm_buffer_t *b = create(conn, "closed-owing", GPUSHM_BACKEND_HOST, 0600);
+  gpushm_buffer_t *b = create(conn, "closed-owing", GPUSHM_BACKEND_HOST, 0600), *h1, *h2;
   uint64_t broken = metric("gpushm_promises_broken_total");
-  struct promiser p = promiser_start("closed-owing", 0, 4, NULL);
+  gpushm_t *other = daemon_connect(&d);
+  struct promiser p;
 
-  promiser_close(&p);
-  CHECK(gpushm_buffer_release_seq(b) == 4);
+  CHECK_OK(gpushm_buffer_open(other, "closed-owing", 0, &h1));
+  CHECK_OK(gpushm_buffer_open(other, "closed-owing", 0, &h2));
+  CHECK_OK(gpushm_buffer_promise(h1, 4));
+  CHECK_OK(gpushm_buffer_close(h2));
+  CHECK_OK(gpushm_ping(other)); /* the close is one-way: the ping comes after it */
+  CHECK_ERR(gpushm_buffer_release_value(b, NULL, 1), GPUSHM_E_INVAL); /* still promised */
+  CHECK(gpushm_buffer_release_seq(b) == 0);
+  CHECK_OK(gpushm_buffer_close(h1));
+  CHECK_OK(gpushm_ping(other));
+  wait_seq(b, 4);
   CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 4, 0), GPUSHM_E_LOST);
   CHECK(gpushm_buffer_value_lost(b, 1) == 1);
-  /* gpushmd had nothing left to break */
-  CHECK(metric("gpushm_promises_broken_total") == broken);
+  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  gpushm_disconnect(other);
+  /* a promiser in a process of its own closing: the same */
+  p = promiser_start("closed-owing", 0, 8, NULL);
+  promiser_close(&p);
+  wait_seq(b, 8);
+  CHECK(gpushm_buffer_value_lost(b, 5) == 1);
+  CHECK(metric("gpushm_promises_broken_total") == broken + 2);
   finish(conn, b);
-  test_log("a promiser closing its last handle owing values broke its promise itself");
+  test_log("a promiser's last close owing values broke its promise; the first of two did not");
 }
 
 /* name's control block as this process maps it: of its memfds (a host buffer's data is
@@ -320,20 +359,27 @@ static struct sync_control *control_block(const char *name)
   return found;
 }
 
-/* Garbage over the header: the sequence goes on; promises are not believed. */
+/* Garbage over the header: the sequence goes on; promises and lost values are not
+ * believed, then are again once the header is whole. */
 static void test_scribbled(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create(conn, "scribbled", GPUSHM_BACKEND_HOST, 0600);
   struct sync_control *ctl = control_block("scribbled");
+  uint64_t magic = ctl->magic;
 
   CHECK_OK(gpushm_buffer_promise(b, 3));
-  memset(ctl, 0xff, 8);
-  memset((char *)ctl + 16, 0xff, SYNC_CONTROL_SIZE - 16);
-  CHECK_OK(gpushm_buffer_release_value(b, NULL, 2));
-  CHECK_ERR(gpushm_buffer_promise(b, 9), GPUSHM_E_PROTO);
-  CHECK(gpushm_buffer_value_lost(b, 1) == 0);
+  ctl->lost_from = 5;
+  ctl->lost_upto = 9;
+  CHECK(gpushm_buffer_value_lost(b, 6) == 1);
+  ctl->magic = ~0ull;
+  CHECK(gpushm_buffer_value_lost(b, 6) == 0);
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 2)); /* under its own promise: fine */
+  CHECK_ERR(gpushm_buffer_promise(b, 9), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "header was overwritten"));
+  ctl->magic = magic;
+  CHECK(gpushm_buffer_value_lost(b, 6) == 1);
   finish(conn, b);
-  test_log("garbage over the header: releases go on, promises are not believed");
+  test_log("garbage over the header: releases go on, promises and lost values not believed");
 }
 
 static void test_promises_fenced(gpushm_t *conn)
@@ -382,8 +428,82 @@ static void test_promises_fenced(gpushm_t *conn)
     promiser_kill(&slow);
   }
   finish(conn, b);
+
+  /* the promiser closes with its own release's write queued 300 ms behind: its close
+   * waits for it (the mapping goes only once its fence operations are done), and the
+   * break comes after; the fence is never lowered below the promise */
+  b = create(conn, "fenced-close", GPUSHM_BACKEND_CUDA_FD, 0600);
+  {
+    struct promiser closer = promiser_start("fenced-close", 1, 6, "300");
+    promiser_close(&closer);
+    wait_seq(b, 6);
+    CHECK(fake_fence_of(conn, b) == 6);
+    usleep(400000);
+    CHECK(fake_fence_of(conn, b) == 6 && gpushm_buffer_value_lost(b, 2) == 1);
+  }
+  finish(conn, b);
+
+  /* a live releaser's write that never lands: the break waits for it, then gives up */
+  b = create(conn, "fenced-stuck", GPUSHM_BACKEND_CUDA_FD, 0600);
+  {
+    struct promiser stuck = promiser_start("fenced-stuck", 1, 0, "-1");
+    struct promiser early = promiser_start("fenced-stuck", 0, 3, NULL);
+    t0 = promiser_kill(&early);
+    usleep(1000000);
+    CHECK(gpushm_buffer_release_seq(b) == 1 && fake_fence_of(conn, b) == 0);
+    for (int i = 0; i < 3000 && gpushm_buffer_release_seq(b) < 3; i++)
+      usleep(10000);
+    CHECK(gpushm_buffer_release_seq(b) == 3 && fake_fence_of(conn, b) == 3);
+    test_log("a break whose earlier release never landed waited %.1f s, then went ahead",
+             (now_ms() - t0) / 1e3);
+    CHECK(now_ms() - t0 >= GPUSHM_PROMISE_BREAK_WAIT_MS - 100);
+    CHECK(log_lines("warn: 'fenced-stuck'", "without waiting longer") == 1);
+    promiser_kill(&stuck);
+  }
+  finish(conn, b);
   test_log("fenced: promised waits queued at once; a dead promiser's fence raised to its "
-           "promise, after the write published before it");
+           "promise, after the writes published before it (or, one never landing, 10 s)");
+}
+
+/* A persistent sync buffer promised before a restart (systemd's fd store, played by
+ * this test): the next daemon breaks the promise as it adopts the buffer, since the
+ * promiser's connection ended with the previous one. */
+static void test_restart(void)
+{
+  char dir[] = "/tmp/gpushm-promises-store-XXXXXX";
+  struct test_daemon r = { .log_path = log_path };
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  int status;
+
+  CHECK(mkdtemp(dir) != NULL);
+  fdstore_open(dir);
+  daemon_start(&r, NULL);
+  conn = daemon_connect(&r);
+  gpushm_create_opts_init(&opts);
+  opts.flags = GPUSHM_CREATE_SYNC;
+  CHECK_OK(gpushm_buffer_create(conn, "kept-promise", 4096, &opts, &b));
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 2));
+  CHECK_OK(gpushm_buffer_promise(b, 9));
+  fdstore_drain();
+  CHECK(kill(r.pid, SIGKILL) == 0);
+  CHECK(waitpid(r.pid, &status, 0) == r.pid);
+  daemon_respawn_with(&r, fdstore_pass, NULL, NULL);
+  CHECK(gpushm_buffer_release_seq(b) == 9); /* the old mapping sees the break */
+  CHECK(gpushm_buffer_value_lost(b, 3) == 1 && gpushm_buffer_value_lost(b, 2) == 0);
+  CHECK(log_lines("warn: persistent sync buffer 'kept-promise'",
+                  "values 3 to 9 promised before the restart count as lost") == 1);
+  gpushm_disconnect(conn);
+  conn = daemon_connect(&r);
+  CHECK_OK(gpushm_buffer_open(conn, "kept-promise", 0, &b));
+  CHECK_OK(gpushm_buffer_promise(b, 10)); /* its place is free */
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  gpushm_disconnect(conn);
+  daemon_stop(&r);
+  fdstore_close();
+  rmdir(dir);
+  test_log("a promise made before a restart was broken as the buffer came back");
 }
 
 /* The daemon's log into the test's, whichever way the test ends. */
@@ -428,5 +548,6 @@ int main(void)
     test_log("built without CUDA headers: no fake driver, fenced buffers not tried");
   gpushm_disconnect(conn);
   daemon_stop(&d);
+  test_restart();
   return 0;
 }
