@@ -513,28 +513,32 @@ GPUSHM_API uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *buf);
  * mix on one buffer.  docs/sync.md has the whole contract.
  *
  * gpushm_buffer_release_value() is gpushm_buffer_release() with value as the number:
- * GPUSHM_E_INVAL if value is not above the counter (values only grow), or falls in
- * another connection's promise.
+ * GPUSHM_E_INVAL if value is not above the counter (values only grow), while another
+ * connection's promise is live, or when another release overtook it (one releaser at a
+ * time: its fence write is queued all the same).
  *
  * gpushm_buffer_acquire_value() makes stream wait until the counter reaches value.  A
  * fence buffer's wait is queued on the GPU at once if value is released or promised
  * (no CPU wait, no round trip); otherwise this thread first waits, up to timeout_ms
  * (< 0: for ever), for one of the two, then GPUSHM_E_TIMEOUT.  A host buffer's acquire
- * waits in this thread until the counter reaches value.  GPUSHM_E_LOST if value was
+ * (and the CPU-fence fallback's) waits in this thread until the counter (the fence)
+ * reaches value, up to timeout_ms.  GPUSHM_E_LOST if value was
  * reached because its promiser is gone (see below): the stream is ordered all the
  * same, and the buffer holds whatever the lost promiser's work left.
  *
  * gpushm_buffer_promise(buf, upto) promises that this connection will release every
- * value up to upto (above the counter), which makes it their only signaller: others'
- * releases into them are refused, and waits for them go to the GPU at once.  A
- * promise only grows (GPUSHM_E_INVAL otherwise, and while another connection's promise
- * is not kept: one promiser at a time); GPUSHM_E_PERM on a read-only open.  A promise not
- * kept is broken — the counter is raised to upto, and values above what was released
- * count as lost — by gpushmd once the promiser's process is gone (a crash, SIGKILL),
- * or by this library when the promiser closes its last handle of the buffer.
+ * value up to upto (above the counter), which makes it the counter's only signaller
+ * while the promise is live: others' releases are refused, and waits for promised values
+ * go to the GPU at once.  One round trip: gpushmd records it.  A promise only grows
+ * (GPUSHM_E_INVAL otherwise, while another connection's promise is live — one promiser
+ * at a time — and under a control block whose header a holder overwrote); GPUSHM_E_PERM
+ * on a read-only open.  gpushmd breaks a promise not kept — the counter is raised to
+ * upto, and values above what was released count as lost — once the promiser's process
+ * has exited (a crash, SIGKILL) or its connection closed its last handle of the buffer.
  *
  * gpushm_buffer_value_lost() says whether value was reached through a broken promise
- * (1) or not (0), for a wait queued before the break. */
+ * (1) or not (0), for a wait queued before the break; a negative GPUSHM_E_* for what is
+ * not a sync buffer. */
 GPUSHM_API int gpushm_buffer_release_value(gpushm_buffer_t *buf, void *stream, uint64_t value);
 GPUSHM_API int gpushm_buffer_acquire_value(gpushm_buffer_t *buf, void *stream, uint64_t value,
                                            int timeout_ms);
