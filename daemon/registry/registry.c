@@ -772,7 +772,8 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
 {
   struct reg_object *obj = registry_find_id(reg, id);
   struct reg_holding *h = obj ? find_holding(obj, client) : NULL;
-  uint64_t segment_id;
+  struct reg_description d;
+  bool last_handle;
   int r = 0;
 
   if (!h) {
@@ -780,11 +781,8 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
              (unsigned long long)id);
     return PROTO_E_NOENT;
   }
-  {
-    struct reg_description d;
-    registry_describe(obj, &d);
-    segment_id = d.segment_id;
-  }
+  registry_describe(obj, &d);
+  last_handle = h->refs == 1;
   if (unlink && obj->linked) {
     if (may_unlink(client, obj)) {
       unlink_object(reg, obj); /* held: it stays until the reference goes below */
@@ -794,22 +792,16 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
       r = PROTO_E_PERM;
     }
   }
-  {
-    struct reg_description d;
-    bool last_handle = h->refs == 1;
-
-    registry_describe(obj, &d);
-    drop_refs(reg, h, 1);
-    /* Its promise would be kept by nobody now: the server breaks it (fence_repair.h).
-     * Not freed meanwhile, or nobody holds it, and nobody waits. */
-    if (last_handle && d.promiser == client->id && reg->closed_promiser &&
-        registry_find_id(reg, id))
-      reg->closed_promiser(reg->hooks_ctx, id, client->id, client->pid);
-  }
-  if (unmap_segment && segment_id &&
-      seg_unmap(&reg->segs, &client->mappings, segment_id, read_only) < 0 && r == 0) {
+  drop_refs(reg, h, 1);
+  /* Its promise would be kept by nobody now: the server breaks it (fence_repair.h).
+   * Not if the close freed the buffer: nobody holds it, so nobody waits. */
+  if (last_handle && d.promiser == client->id && reg->closed_promiser &&
+      registry_find_id(reg, id))
+    reg->closed_promiser(reg->hooks_ctx, id, client->id, client->pid);
+  if (unmap_segment && d.segment_id &&
+      seg_unmap(&reg->segs, &client->mappings, d.segment_id, read_only) < 0 && r == 0) {
     snprintf(err, errlen, "this connection does not map segment %llu %s",
-             (unsigned long long)segment_id, read_only ? "read-only" : "read-write");
+             (unsigned long long)d.segment_id, read_only ? "read-only" : "read-write");
     r = PROTO_E_NOENT;
   }
   return r;

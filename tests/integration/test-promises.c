@@ -28,6 +28,7 @@
 #include "config.h"
 #include "fdstore.h"
 #include "harness.h"
+#include "raw.h"
 #include "shm_layout.h"
 
 #include <dlfcn.h>
@@ -338,6 +339,65 @@ static void test_close_breaks(gpushm_t *conn)
   test_log("a promiser's last close owing values broke its promise; the first of two did not");
 }
 
+/* The promise request as a hostile client sends it, past the library's checks: as uid
+ * 65534 (where the test is root) holding the buffer read-only, holding none of it, and
+ * for a buffer that is not a sync buffer.  Returns the reply's status. */
+static int raw_promise(int sock, uint64_t id, uint64_t upto)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PromiseRequest body = GPUSHM__PROMISE_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  unsigned n_fds;
+  int status;
+
+  body.id = id;
+  body.upto = upto;
+  req.body_case = GPUSHM__REQUEST__BODY_PROMISE;
+  req.promise = &body;
+  CHECK((reply = raw_call(sock, &req, NULL, &n_fds)) != NULL && n_fds == 0);
+  status = reply->status;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return status;
+}
+
+static void test_raw_attacks(gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "raw-promised", GPUSHM_BACKEND_HOST, 0644), *plain;
+  gpushm_create_opts_t opts;
+  uint64_t id = gpushm_buffer_id(b);
+  pid_t pid;
+
+  gpushm_create_opts_init(&opts);
+  CHECK_OK(gpushm_buffer_create(conn, "raw-plain", 4096, &opts, &plain));
+  pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int sock = raw_connect(d.socket), fds[GPUSHM_LIMIT_FDS_PER_FRAME], status_fd;
+    unsigned n_fds = 0;
+
+    CHECK(sock >= 0 && raw_hello(sock, "attacker", &status_fd) == 0);
+    /* holding nothing: not even told whether it exists */
+    CHECK(raw_promise(sock, id, 9) == -GPUSHM_E_NOENT);
+    CHECK(raw_promise(sock, 999999, 9) == -GPUSHM_E_NOENT);
+    /* holding it read-only (its mode lets this uid read): a promise is a write */
+    CHECK(raw_open(sock, "raw-promised", 1, fds, &n_fds) == 0);
+    for (unsigned i = 0; i < n_fds; i++)
+      close(fds[i]);
+    CHECK(raw_promise(sock, id, 9) == -GPUSHM_E_PERM);
+    _exit(0);
+  }
+  check_child(pid);
+  CHECK(gpushm_buffer_release_seq(b) == 0);
+  CHECK_OK(gpushm_buffer_promise(b, 2)); /* nobody took the place */
+  /* not a sync buffer */
+  CHECK_ERR(gpushm_buffer_promise(plain, 2), GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_buffer_release_value(b, NULL, 2));
+  CHECK_OK(gpushm_buffer_close_unlink(plain));
+  finish(conn, b);
+  test_log("raw promise requests as uid %u: refused holding nothing and holding read-only",
+           geteuid() == 0 ? 65534u : (unsigned)geteuid());
+}
+
 /* name's control block as this process maps it: of its memfds (a host buffer's data is
  * one too), the writable mapping of SYNC_CONTROL_SIZE bytes. */
 static struct sync_control *control_block(const char *name)
@@ -542,6 +602,7 @@ int main(void)
   test_promises_host(conn);
   test_close_breaks(conn);
   test_scribbled(conn);
+  test_raw_attacks(conn);
   if (have_fake_cuda)
     test_promises_fenced(conn);
   else
