@@ -151,8 +151,10 @@
  * the second: a break that waits costs the daemon's loop a read of the fence a look. */
 #define GPUSHM_PROMISE_BREAK_RETRY_MS         2u
 #define GPUSHM_PROMISE_BREAK_RETRY_MAX_MS     100u
-/* Breaks waiting at once; past it, a break is done without waiting (and logged so). */
+/* Breaks waiting at once, and of them those of one uid's promisers; past either, a
+ * break is done without waiting (and logged so): one uid cannot make others' wait go. */
 #define GPUSHM_LIMIT_PENDING_BREAKS           1024u
+#define GPUSHM_LIMIT_PENDING_BREAKS_PER_UID   64u
 
 /* Live processes whose connection ended while they held buffers (they may still map
  * them: stats lists them) tracked at once, each with a pidfd; more are counted only.

@@ -94,10 +94,10 @@ struct status_page {
  *    promiser's releaser id, 0 for none; live while the counter is below upto; from is
  *    the counter when the promise was made.  One place, since every promise covers the
  *    values just above the counter: two live ones would overlap.
- *  - lost_*: written by whoever breaks a promise (gpushmd once the promiser's process
- *    is gone, or the promiser's library when it closes the buffer with values still
- *    owed): values in (lost_from, lost_upto] were reached because their signaller was
- *    lost, not signalled; lost_by is its releaser id.  The latest break only. */
+ *  - lost_*: written by gpushmd as it breaks a promise (its promiser's process gone, or
+ *    its connection's last handle closed, with values still owed): values in
+ *    (lost_from, lost_upto] were reached because their signaller was lost, not
+ *    signalled; lost_by is its releaser id.  The latest break only. */
 struct sync_promise {
   uint64_t owner; /* __atomic builtins, as every field below */
   uint64_t from;

@@ -63,8 +63,9 @@ struct backend {
    * (*was receives what it held), synchronously, through the daemon's own context, for
    * a releaser that died with its write queued — but only once it holds at least
    * after: other releasers' writes below that may still be queued, and would lower it
-   * again.  Returns 1 (raised), 0 (it was there already), 2 (below after: nothing
-   * written), or a negative PROTO_E_* with err set, the memory left as it was. */
+   * again.  Value 0 reads the fence into *was and writes nothing.  Returns 1 (raised),
+   * 0 (it was there already), 2 (below after: nothing written), or a negative PROTO_E_*
+   * with err set, the memory left as it was. */
   int (*fence_raise)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                      uint64_t value, uint64_t after, uint64_t *was, char *err, size_t errlen);
   /* NULL when usable, else why not (shown to clients that ask for it). */

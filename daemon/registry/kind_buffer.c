@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 static int buffer_check(const struct registry *reg, const struct reg_create_args *args,
@@ -253,27 +254,40 @@ static int buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t
   return sync_promise(&b->sync_state, client_id, releaser, upto, err, errlen);
 }
 
-/* Lost first (a stream waiting on the fence goes on the moment it is raised, and its
- * process must find the value lost then; again at each retry: the same values), then
- * the fence, once it holds the counter (every release published so far has landed,
- * else a write still queued would lower it again; force: at once), then the counter. */
+/* The fence first read (a promise broken only once every release published so far has
+ * landed, else a write still queued would lower the fence again after the raise; force:
+ * at once), then the values marked lost (a stream waiting on the fence goes on the
+ * moment it is raised, and its process must find the value lost then), then the fence
+ * raised, then the counter.  A break that fails is given up: the record goes, or the
+ * buffer would refuse promises for good. */
 static int break_recorded(struct reg_object *obj, bool force, uint64_t last,
                           struct reg_broken_promise *out, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
+  bool fenced = b->fence_offset && obj->backend->fence_raise;
   uint64_t upto = b->sync_state.promise.upto;
   int r;
 
+  b->sync_state.promise.breaking = true;
+  /* value 0: a read (*was), nothing written */
+  if (fenced && (r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, 0, 0,
+                                               &out->fence_was, err, errlen)) < 0)
+    goto give_up;
+  if (fenced && !force && out->fence_was < last)
+    return 2; /* not yet */
   if ((r = sync_lose_promise(&b->sync_state, &out->lost_from, err, errlen)) < 0)
-    return r;
-  if (b->fence_offset && obj->backend->fence_raise) {
-    r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto,
-                                  force ? 0 : last, &out->fence_was, err, errlen);
-    if (r < 0 || r == 2)
-      return r; /* the driver failed, or not yet */
-  }
+    goto give_up;
+  if (fenced && (r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto, 0,
+                                               &out->fence_was, err, errlen)) < 0)
+    goto give_up;
   out->upto = upto;
-  return (r = sync_keep_broken_promise(&b->sync_state, err, errlen)) < 0 ? r : 1;
+  if ((r = sync_keep_broken_promise(&b->sync_state, err, errlen)) < 0)
+    goto give_up;
+  return 1;
+
+give_up:
+  sync_forget_promise(&b->sync_state);
+  return r;
 }
 
 static int buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
@@ -281,17 +295,18 @@ static int buffer_break_promise(struct registry *reg, struct reg_object *obj, ui
                                 size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
-  uint64_t from, upto, last;
+  uint64_t upto, last;
   int r;
 
   (void)reg;
   memset(out, 0, sizeof *out);
   if (!b->sync)
     return 0;
-  if ((r = sync_unkept_promise(&b->sync_state, client_id, &from, &upto, &last, err,
-                               errlen)) < 0 || !upto)
+  if ((r = sync_unkept_promise(&b->sync_state, client_id, &upto, &last, err, errlen)) < 0) {
+    sync_forget_promise(&b->sync_state);
     return r;
-  return break_recorded(obj, force, last, out, err, errlen);
+  }
+  return upto ? break_recorded(obj, force, last, out, err, errlen) : 0;
 }
 
 /* ---- persistence: systemd's fd store ------------------------------------------------
@@ -534,25 +549,33 @@ static ssize_t take_metadata(const struct reg_store *store, uint64_t id, struct 
 
 /* A promise made to the previous daemon: its connection ended with that daemon, and
  * nobody here would ever break it (the process may be gone, and no connection of this
- * daemon's is its): broken now, so that no waiter waits for ever.  A promiser that
- * lives on finds its next release refused (the counter is past it) and promises anew. */
+ * daemon's is its): broken now, so that no waiter waits for ever, once the releases
+ * published before have landed (processes that outlived the old daemon may still have
+ * writes queued), for a second at most: this is start-up.  A promiser that lives on
+ * finds its next release refused (the counter is past it) and promises anew. */
 static void break_adopted_promise(struct reg_object *obj, const char *name)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   struct reg_broken_promise out;
   char err[256];
-  uint64_t upto;
-  int r;
+  uint64_t upto, last;
+  int r, tries = 0;
 
-  if ((r = sync_adopted_promise(&b->sync_state, &upto, err, sizeof err)) == 0 && upto)
-    r = break_recorded(obj, true, 0, &out, err, sizeof err);
+  if ((r = sync_adopted_promise(&b->sync_state, &upto, &last, err, sizeof err)) == 0 && upto) {
+    while ((r = break_recorded(obj, tries >= 100, last, &out, err, sizeof err)) == 2) {
+      struct timespec pause = { 0, 10000000 };
+      nanosleep(&pause, NULL);
+      tries++;
+    }
+  }
   if (r < 0)
     log_warn("persistent sync buffer '%s': a promise made before the restart could not be "
              "broken, waiters of its values may wait: %s", name, err);
   else if (upto)
     log_warn("persistent sync buffer '%s': values %llu to %llu promised before the restart "
-             "count as lost (the promiser's connection ended with the previous daemon)",
-             name, (unsigned long long)out.lost_from + 1, (unsigned long long)upto);
+             "count as lost (the promiser's connection ended with the previous daemon)%s",
+             name, (unsigned long long)out.lost_from + 1, (unsigned long long)upto,
+             tries >= 100 ? "; its earlier releases had not landed after 1 s" : "");
 }
 
 static int buffer_adopt_record(struct registry *reg, const char *record, int fd,

@@ -797,7 +797,7 @@ int registry_close(struct registry *reg, struct reg_client *client, uint64_t id,
    * Not if the close freed the buffer: nobody holds it, so nobody waits. */
   if (last_handle && d.promiser == client->id && reg->closed_promiser &&
       registry_find_id(reg, id))
-    reg->closed_promiser(reg->hooks_ctx, id, client->id, client->pid);
+    reg->closed_promiser(reg->hooks_ctx, id, client->id, client->pid, client->uid);
   if (unmap_segment && d.segment_id &&
       seg_unmap(&reg->segs, &client->mappings, d.segment_id, read_only) < 0 && r == 0) {
     snprintf(err, errlen, "this connection does not map segment %llu %s",
@@ -1039,7 +1039,7 @@ int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_
 
 void registry_set_promise_hook(struct registry *reg,
                                void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id,
-                                                       pid_t pid))
+                                                       pid_t pid, uid_t uid))
 {
   reg->closed_promiser = closed_promiser;
 }

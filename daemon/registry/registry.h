@@ -93,10 +93,10 @@ int registry_promise(struct registry *reg, struct reg_client *client, uint64_t i
 int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                            bool force, struct reg_broken_promise *out, char *err, size_t errlen);
 /* Told when a client closes its last handle of a buffer whose last promise it made
- * (registry_close), which it may owe values of: id, the client and its process. */
+ * (registry_close), which it may owe values of: id, the client, its process and uid. */
 void registry_set_promise_hook(struct registry *reg,
                                void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id,
-                                                       pid_t pid));/* What a uid is charged with now. */
+                                                       pid_t pid, uid_t uid));/* What a uid is charged with now. */
 void registry_uid_usage(const struct registry *reg, uid_t uid, uint32_t *buffers, uint64_t *bytes,
                         uint64_t *host_bytes);
 void registry_totals(const struct registry *reg, struct reg_totals *out);

@@ -59,7 +59,7 @@ struct registry {
    * and whenever a create made a new buffer (hooks_ctx is passed to both). */
   void (*on_unlink)(void *ctx, struct reg_object *buffer);
   void (*on_created)(void *ctx, struct reg_object *buffer);
-  void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id, pid_t pid);
+  void (*closed_promiser)(void *ctx, uint64_t id, uint32_t client_id, pid_t pid, uid_t uid);
   void *hooks_ctx;
   /* What default-backend = auto resolves to (registry_set_auto_backend). */
   int auto_backend;

@@ -173,6 +173,12 @@ int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, ui
     snprintf(err, errlen, "its counter is at %llu already: promise a value above it, not %llu",
              (unsigned long long)last, (unsigned long long)upto);
     r = PROTO_E_INVAL;
+  } else if (rec->client_id && rec->breaking) {
+    snprintf(err, errlen, "the promise of client %u (up to %llu) is being broken: it went "
+             "owing values, and gpushmd waits for the releases before them to land; promise "
+             "again once the counter is at %llu", rec->client_id,
+             (unsigned long long)rec->upto, (unsigned long long)rec->upto);
+    r = PROTO_E_INVAL;
   } else if (rec->client_id && rec->upto > last && rec->client_id != client_id) {
     snprintf(err, errlen, "client %u promised the values up to %llu and is their only "
              "signaller (one promiser at a time)", rec->client_id,
@@ -187,7 +193,7 @@ int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, ui
     __atomic_store_n(&ctl->promise.upto, upto, __ATOMIC_RELEASE);
   } else {
     /* A new one: not live while it is written (upto 0 first), then live all at once. */
-    *rec = (struct sync_promise_record){ client_id, releaser, last, upto };
+    *rec = (struct sync_promise_record){ client_id, releaser, last, upto, false };
     __atomic_store_n(&ctl->promise.upto, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&ctl->promise.owner, sync_promise_owner(releaser), __ATOMIC_RELAXED);
     __atomic_store_n(&ctl->promise.from, last, __ATOMIC_RELAXED);
@@ -201,12 +207,12 @@ int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, ui
   return r;
 }
 
-int sync_unkept_promise(const struct sync_state *s, uint32_t client_id, uint64_t *from,
-                        uint64_t *upto, uint64_t *last, char *err, size_t errlen)
+int sync_unkept_promise(struct sync_state *s, uint32_t client_id, uint64_t *upto,
+                        uint64_t *last, char *err, size_t errlen)
 {
   struct sync_control *ctl;
 
-  *from = *upto = *last = 0;
+  *upto = *last = 0;
   if (!s->promise.client_id || s->promise.client_id != client_id)
     return 0;
   if (!(ctl = map_checked(s, PROT_READ, offsetof(struct sync_control, released_by), err,
@@ -214,11 +220,22 @@ int sync_unkept_promise(const struct sync_state *s, uint32_t client_id, uint64_t
     return map_error();
   *last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
   munmap(ctl, SYNC_CONTROL_SIZE);
-  if (s->promise.upto > *last) {
-    *from = s->promise.from;
+  if (s->promise.upto > *last)
     *upto = s->promise.upto;
-  }
+  else
+    memset(&s->promise, 0, sizeof s->promise); /* kept: nothing to break, ever */
   return 0;
+}
+
+void sync_forget_promise(struct sync_state *s)
+{
+  struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                                  s->control.fd, 0);
+  if (ctl != MAP_FAILED) {
+    __atomic_store_n(&ctl->promise.owner, 0, __ATOMIC_SEQ_CST);
+    munmap(ctl, SYNC_CONTROL_SIZE);
+  }
+  memset(&s->promise, 0, sizeof s->promise);
 }
 
 int sync_lose_promise(struct sync_state *s, uint64_t *lost_from, char *err, size_t errlen)
@@ -249,21 +266,22 @@ int sync_keep_broken_promise(struct sync_state *s, char *err, size_t errlen)
   return 0;
 }
 
-int sync_adopted_promise(struct sync_state *s, uint64_t *upto, char *err, size_t errlen)
+int sync_adopted_promise(struct sync_state *s, uint64_t *upto, uint64_t *last, char *err,
+                         size_t errlen)
 {
   struct sync_control *ctl;
-  uint64_t owner, last;
+  uint64_t owner;
 
-  *upto = 0;
+  *upto = *last = 0;
   if (!(ctl = map_checked(s, PROT_READ, sizeof *ctl, err, errlen)))
     return map_error();
   owner = __atomic_load_n(&ctl->promise.owner, __ATOMIC_ACQUIRE);
-  last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
-  if (owner && __atomic_load_n(&ctl->promise.upto, __ATOMIC_ACQUIRE) > last) {
+  *last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  if (owner && __atomic_load_n(&ctl->promise.upto, __ATOMIC_ACQUIRE) > *last) {
     s->promise = (struct sync_promise_record){
       .client_id = UINT32_MAX, .releaser = (uint32_t)(owner >> 32),
       .from = __atomic_load_n(&ctl->promise.from, __ATOMIC_RELAXED),
-      .upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED) };
+      .upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED), .breaking = true };
     *upto = s->promise.upto;
   }
   munmap(ctl, SYNC_CONTROL_SIZE);

@@ -21,6 +21,9 @@ struct sync_promise_record {
   uint32_t client_id; /* 0: none */
   uint32_t releaser;
   uint64_t from, upto;
+  /* Its promiser went owing values and the break is under way (it may wait for earlier
+   * releases to land): no promise is taken meanwhile, its own neither. */
+  bool breaking;
 };
 
 struct sync_state {
@@ -51,13 +54,17 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
  * signs with) and writes it into the block: a new promise starts at the counter, the
  * client's own live one grows.  0, or a negative PROTO_E_* with err set: PROTO_E_INVAL
  * for upto not above the counter, a promise that does not grow, another client's live
- * promise (one promiser at a time), or a scribbled header. */
+ * promise (one promiser at a time), one being broken, or a scribbled header. */
 int sync_promise(struct sync_state *s, uint32_t client_id, uint32_t releaser, uint64_t upto,
                  char *err, size_t errlen);
-/* The promise client_id made and has not kept (the counter is below its upto): *from,
- * *upto (0: none) and *last, the counter.  0, or a negative PROTO_E_* with err set. */
-int sync_unkept_promise(const struct sync_state *s, uint32_t client_id, uint64_t *from,
-                        uint64_t *upto, uint64_t *last, char *err, size_t errlen);
+/* The promise client_id made and has not kept (the counter is below its upto): *upto
+ * (0: none; one it kept is forgotten here) and *last, the counter.  0, or a negative
+ * PROTO_E_* with err set. */
+int sync_unkept_promise(struct sync_state *s, uint32_t client_id, uint64_t *upto,
+                        uint64_t *last, char *err, size_t errlen);
+/* A break given up (the block cannot be written, the driver failed): the record goes,
+ * and the block's copy (best effort), so that the buffer takes promises again. */
+void sync_forget_promise(struct sync_state *s);
 /* Breaks the recorded promise, in two steps around the caller's raise of the fence
  * (where there is one): sync_lose_promise() records the values above the counter up to
  * upto as lost (*lost_from: the counter), before any waiter can pass;
@@ -67,8 +74,10 @@ int sync_lose_promise(struct sync_state *s, uint64_t *lost_from, char *err, size
 int sync_keep_broken_promise(struct sync_state *s, char *err, size_t errlen);
 /* After an adoption: a live promise the block names (made to a previous daemon, whose
  * connections all ended with it) becomes the record, under client id UINT32_MAX (none
- * of this daemon's), for the caller to break at once.  *upto 0: none. */
-int sync_adopted_promise(struct sync_state *s, uint64_t *upto, char *err, size_t errlen);
+ * of this daemon's), for the caller to break at once.  *upto 0: none; *last: the
+ * counter. */
+int sync_adopted_promise(struct sync_state *s, uint64_t *upto, uint64_t *last, char *err,
+                         size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

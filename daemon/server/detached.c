@@ -5,6 +5,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -66,20 +67,43 @@ static void forget(struct detached *d)
 }
 
 /* The process has exited: what its queued fence writes were to do is the daemon's now. */
-static void report_exit(struct detached_set *set, uint32_t client_id, pid_t pid,
+static void report_exit(struct detached_set *set, uint32_t client_id, pid_t pid, uid_t uid,
                         const uint64_t *fences, size_t n_fences)
 {
   if (n_fences && set->exited)
-    set->exited(set->exited_ctx, client_id, pid, fences, n_fences);
+    set->exited(set->exited_ctx, client_id, pid, uid, fences, n_fences);
 }
 
 static void exited_forget(struct detached *d)
 {
-  report_exit(d->set, d->client_id, d->pid, d->fences, d->n_fences);
+  report_exit(d->set, d->client_id, d->pid, d->uid, d->fences, d->n_fences);
   forget(d);
 }
 
-/* Without pidfds: a process is gone once kill(pid, 0) finds no such process. */
+/* Without a pidfd: a process is gone once kill(pid, 0) finds no such process, or it is
+ * a zombie (exited, its mappings and CUDA contexts gone, its parent not yet reaping it:
+ * kill(pid, 0) still finds it).  A pidfd says it at exit already. */
+static bool process_gone(pid_t pid)
+{
+  char path[64], stat[256], *paren;
+  ssize_t n;
+  int fd;
+
+  if (kill(pid, 0) < 0 && errno == ESRCH)
+    return true;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return false;
+  n = read(fd, stat, sizeof stat - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  stat[n] = '\0';
+  /* "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the
+   * last ')' */
+  return (paren = strrchr(stat, ')')) && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
 static void on_sweep(uv_timer_t *timer)
 {
   struct detached_set *set = timer->data;
@@ -88,7 +112,7 @@ static void on_sweep(uv_timer_t *timer)
   for (l = set->list.next; l != &set->list; l = next) {
     struct detached *d = list_entry(l, struct detached, link);
     next = l->next;
-    if (d->pidfd < 0 && kill(d->pid, 0) < 0 && errno == ESRCH)
+    if (d->pidfd < 0 && process_gone(d->pid))
       exited_forget(d);
   }
 }
@@ -189,10 +213,13 @@ void detached_track(struct detached_set *set, struct reg_client *client)
   if (client->pid <= 0) {
     take_segments(set, NULL, client);
     if (n_fences)
-      log_warn("client %u held %zu cuda-fd sync buffers read-write as its connection ended, and "
-               "its process is invisible to gpushmd (another PID namespace): its exit cannot be "
-               "seen, so fence writes it may leave queued are not repaired", client->id,
-               n_fences);
+      log_warn("client %u held %zu fenced or promised sync buffers read-write as its "
+               "connection ended, and its process is invisible to gpushmd (another PID "
+               "namespace): its exit cannot be seen, so fence writes it may leave queued are "
+               "not repaired, and its promises are broken now (pid 0: the exit handler "
+               "raises no fence)", client->id, n_fences);
+    /* Waiters of its promises would wait for ever: broken now, its fences left alone. */
+    report_exit(set, client->id, 0, client->uid, fences, n_fences);
     free(fences);
     return;
   }
@@ -206,12 +233,12 @@ void detached_track(struct detached_set *set, struct reg_client *client)
   }
   /* otherwise (no fds left, say) this one is swept like the rest */
   if (!gone)
-    gone = pidfd < 0 ? kill(client->pid, 0) < 0 && errno == ESRCH : exited(pidfd);
+    gone = pidfd < 0 ? process_gone(client->pid) : exited(pidfd);
   if (gone) {
     /* the usual end: the process exited, and its mappings with it */
     if (pidfd >= 0)
       close(pidfd);
-    report_exit(set, client->id, client->pid, fences, n_fences);
+    report_exit(set, client->id, client->pid, client->uid, fences, n_fences);
     free(fences);
     return;
   }
@@ -297,7 +324,7 @@ void detached_shutdown(struct detached_set *set)
     next = l->next;
     if (!d->n_fences)
       continue;
-    if (d->pidfd >= 0 ? exited(d->pidfd) : kill(d->pid, 0) < 0 && errno == ESRCH)
+    if (d->pidfd >= 0 ? exited(d->pidfd) : process_gone(d->pid))
       exited_forget(d);
     else
       log_warn("pid %d (client %u) outlives gpushmd: should it die with fence writes "

@@ -60,10 +60,11 @@ struct detached {
   struct detached_buffer buffers[];
 };
 
-/* Told that client_id's process (pid) has exited, with the ids of the cuda-fd sync
- * buffers its connection held read-write when it ended. */
-typedef void detached_exit_fn(void *ctx, uint32_t client_id, pid_t pid, const uint64_t *ids,
-                              size_t n);
+/* Told that client_id's process (pid, of uid) has exited, with the ids of the fenced or
+ * promised sync buffers its connection held read-write when it ended; pid 0: a process
+ * gpushmd cannot see (another PID namespace), told as its connection ends. */
+typedef void detached_exit_fn(void *ctx, uint32_t client_id, pid_t pid, uid_t uid,
+                              const uint64_t *ids, size_t n);
 
 struct detached_set {
   uv_loop_t *loop;

@@ -290,7 +290,7 @@ static const struct handler rows[] = {
   [GPUSHM__REQUEST__BODY_UNMAP] = { .name = "unmap", .needs_hello = true, .oneway_ok = true,
                                     .feature = PROTO_FEATURE_SEGMENTS, .fn = handle_unmap },
   [GPUSHM__REQUEST__BODY_PROMISE] = { .name = "promise", .needs_hello = true,
-                                      .fn = handle_promise },
+                                      .feature = PROTO_FEATURE_PROMISES, .fn = handle_promise },
 };
 
 const struct handler_family handler_family_core = {

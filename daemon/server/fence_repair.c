@@ -12,6 +12,7 @@ struct pending_break {
   uint64_t id;
   uint32_t client_id;
   pid_t pid;
+  uid_t uid;
   uint64_t deadline_ms; /* uv_now(): break regardless from then */
   uint64_t next_ms;     /* the next look */
   uint64_t interval_ms; /* after it */
@@ -93,36 +94,59 @@ static bool break_promise(struct fence_repair *fr, struct reg_object *b, uint32_
 
 static void on_retry(uv_timer_t *timer);
 
+/* The timer fires once, at the earliest look due. */
+static void schedule(struct fence_repair *fr)
+{
+  uint64_t now = uv_now(fr->retry.loop), next = UINT64_MAX;
+
+  for (size_t i = 0; i < fr->n_pending; i++)
+    if (fr->pending[i].next_ms < next)
+      next = fr->pending[i].next_ms;
+  if (next == UINT64_MAX)
+    uv_timer_stop(&fr->retry);
+  else
+    uv_timer_start(&fr->retry, on_retry, next > now ? next - now : 0, 0);
+}
+
 static void keep_pending(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
-                         pid_t pid, bool closed)
+                         pid_t pid, uid_t uid, bool closed)
 {
   uint64_t now = uv_now(fr->retry.loop);
+  const char *why = NULL;
+  unsigned of_uid = 0;
 
-  if (fr->n_pending == fr->cap) {
+  for (size_t i = 0; i < fr->n_pending; i++) {
+    if (fr->pending[i].id == b->id)
+      return; /* one promise a buffer, and its break is waiting already */
+    of_uid += fr->pending[i].uid == uid;
+  }
+  if (fr->n_pending >= GPUSHM_LIMIT_PENDING_BREAKS || of_uid >= GPUSHM_LIMIT_PENDING_BREAKS_PER_UID)
+    why = of_uid >= GPUSHM_LIMIT_PENDING_BREAKS_PER_UID ? "too many breaks of its uid waiting"
+                                                        : "too many breaks waiting";
+  else if (fr->n_pending == fr->cap) {
     size_t cap = fr->cap ? 2 * fr->cap : 8;
-    struct pending_break *p = fr->n_pending < GPUSHM_LIMIT_PENDING_BREAKS
-                                ? realloc(fr->pending, cap * sizeof *p) : NULL;
-    if (!p) {
-      log_error("%s: the promise on '%s' (id %llu) of client %u (pid %d) is broken without "
-                "waiting for the releases before it to land",
-                fr->n_pending < GPUSHM_LIMIT_PENDING_BREAKS ? "out of memory"
-                                                            : "too many breaks waiting",
-                b->name, (unsigned long long)b->id, client_id, (int)pid);
-      break_promise(fr, b, client_id, pid, true, false, closed);
-      return;
+    struct pending_break *p = realloc(fr->pending, cap * sizeof *p);
+    if (p) {
+      fr->pending = p;
+      fr->cap = cap;
+    } else {
+      why = "out of memory";
     }
-    fr->pending = p;
-    fr->cap = cap;
+  }
+  if (why) {
+    log_error("%s: the promise on '%s' (id %llu) of client %u (pid %d) is broken without "
+              "waiting for the releases before it to land", why, b->name,
+              (unsigned long long)b->id, client_id, (int)pid);
+    break_promise(fr, b, client_id, pid, true, false, closed);
+    return;
   }
   fr->pending[fr->n_pending++] = (struct pending_break){
-    .id = b->id, .client_id = client_id, .pid = pid,
+    .id = b->id, .client_id = client_id, .pid = pid, .uid = uid,
     .deadline_ms = now + GPUSHM_PROMISE_BREAK_WAIT_MS,
     .next_ms = now + GPUSHM_PROMISE_BREAK_RETRY_MS,
     .interval_ms = GPUSHM_PROMISE_BREAK_RETRY_MS, .closed = closed,
   };
-  if (!uv_is_active((uv_handle_t *)&fr->retry))
-    uv_timer_start(&fr->retry, on_retry, GPUSHM_PROMISE_BREAK_RETRY_MS,
-                   GPUSHM_PROMISE_BREAK_RETRY_MS);
+  schedule(fr);
 }
 
 static void on_retry(uv_timer_t *timer)
@@ -144,36 +168,40 @@ static void on_retry(uv_timer_t *timer)
       p.interval_ms = 2 * p.interval_ms < GPUSHM_PROMISE_BREAK_RETRY_MAX_MS
                         ? 2 * p.interval_ms : GPUSHM_PROMISE_BREAK_RETRY_MAX_MS;
       p.next_ms = now + p.interval_ms;
+      if (p.next_ms > p.deadline_ms)
+        p.next_ms = p.deadline_ms;
     }
     fr->pending[kept++] = p;
   }
   fr->n_pending = kept;
-  if (!kept)
-    uv_timer_stop(timer);
+  schedule(fr);
 }
 
-void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid,
+void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid, uid_t uid,
                          const uint64_t *ids, size_t n)
 {
   const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
 
   for (size_t i = 0; i < n; i++) {
     struct reg_object *b = registry_find_id(fr->reg, ids[i]);
+    bool scribbled;
 
     if (!b)
       continue;
-    if (break_promise(fr, b, client_id, pid, false, raise_signed(fr, b, releaser, client_id, pid),
-                      false))
-      keep_pending(fr, b, client_id, pid, false);
+    /* pid 0: a process gpushmd cannot see, perhaps alive: its writes may still land */
+    scribbled = pid > 0 && raise_signed(fr, b, releaser, client_id, pid);
+    if (break_promise(fr, b, client_id, pid, false, scribbled, false))
+      keep_pending(fr, b, client_id, pid, uid, false);
   }
 }
 
-void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid)
+void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid,
+                         uid_t uid)
 {
   struct reg_object *b = registry_find_id(fr->reg, id);
 
   if (b && break_promise(fr, b, client_id, pid, false, false, true))
-    keep_pending(fr, b, client_id, pid, true);
+    keep_pending(fr, b, client_id, pid, uid, true);
 }
 
 void fence_repair_shutdown(struct fence_repair *fr)

@@ -41,14 +41,15 @@ void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry
                        uint64_t instance_id, uint64_t *fences_raised, uint64_t *promises_broken);
 /* Breaks what is pending without waiting longer (logged) and closes the timer. */
 void fence_repair_shutdown(struct fence_repair *fr);
-/* client_id (pid) closed its last handle of buffer id, whose promise it made: breaks
- * what it still owes. */
-void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid);
-/* For client_id's process (pid), which has exited, and the sync buffers its connection
- * held read-write: raises each fence its releases left short and breaks its promises,
- * logging each (a failure as an error: nothing else is touched).  Buffers freed since
- * are skipped. */
-void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid,
+/* client_id (pid, of uid) closed its last handle of buffer id, whose promise it made:
+ * breaks what it still owes. */
+void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_id, pid_t pid,
+                         uid_t uid);
+/* For client_id's process (pid, of uid), which has exited, and the sync buffers its
+ * connection held read-write: raises each fence its releases left short and breaks its
+ * promises, logging each (a failure as an error: nothing else is touched).  pid 0 (a
+ * process gpushmd cannot see): its promises only.  Buffers freed since are skipped. */
+void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid, uid_t uid,
                          const uint64_t *ids, size_t n);
 
 #endif

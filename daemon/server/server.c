@@ -102,18 +102,18 @@ static void warm_device(void *ctx, int device)
 }
 
 /* A process that held sync buffers read-write has exited (detached.h). */
-static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, const uint64_t *ids,
-                            size_t n)
+static void on_process_exit(void *ctx, uint32_t client_id, pid_t pid, uid_t uid,
+                            const uint64_t *ids, size_t n)
 {
   struct server *srv = ctx;
-  fence_repair_exited(&srv->fence_repair, client_id, pid, ids, n);
+  fence_repair_exited(&srv->fence_repair, client_id, pid, uid, ids, n);
 }
 
 /* A client closed its last handle of a buffer it promised values of (registry.h). */
-static void on_closed_promiser(void *ctx, uint64_t id, uint32_t client_id, pid_t pid)
+static void on_closed_promiser(void *ctx, uint64_t id, uint32_t client_id, pid_t pid, uid_t uid)
 {
   struct server *srv = ctx;
-  fence_repair_closed(&srv->fence_repair, id, client_id, pid);
+  fence_repair_closed(&srv->fence_repair, id, client_id, pid, uid);
 }
 
 static void on_session_gone(void *ctx, struct session *s)

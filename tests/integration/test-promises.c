@@ -20,6 +20,8 @@
  *  - gpushmd records promises (the promise request) and breaks them: a promiser that
  *    closes its last handle of the buffer owing values (not one of two opens), one whose
  *    fence write of a release is still queued when it closes (the break waits for it),
+ *    one whose break waits for another process's write (no promise is taken meanwhile,
+ *    its own neither),
  *    a live releaser whose write never lands (the break gives up waiting after
  *    GPUSHM_PROMISE_BREAK_WAIT_MS), and a promise made to the previous daemon, after a
  *    restart with systemd's fd store (played by the test);
@@ -375,7 +377,8 @@ static void test_raw_attacks(gpushm_t *conn)
     int sock = raw_connect(d.socket), fds[GPUSHM_LIMIT_FDS_PER_FRAME], status_fd;
     unsigned n_fds = 0;
 
-    CHECK(sock >= 0 && raw_hello(sock, "attacker", &status_fd) == 0);
+    CHECK(sock >= 0 && raw_hello_features(sock, "attacker", GPUSHM_FEATURE_SEGMENTS |
+                                          GPUSHM_FEATURE_PROMISES, &status_fd) == 0);
     /* holding nothing: not even told whether it exists */
     CHECK(raw_promise(sock, id, 9) == -GPUSHM_E_NOENT);
     CHECK(raw_promise(sock, 999999, 9) == -GPUSHM_E_NOENT);
@@ -500,6 +503,31 @@ static void test_promises_fenced(gpushm_t *conn)
     CHECK(fake_fence_of(conn, b) == 6);
     usleep(400000);
     CHECK(fake_fence_of(conn, b) == 6 && gpushm_buffer_value_lost(b, 2) == 1);
+  }
+  finish(conn, b);
+
+  /* a close whose break must wait (another process's release, its write 300 ms behind):
+   * meanwhile the promise is being broken, and nobody, its promiser neither, promises */
+  b = create(conn, "fenced-reopen", GPUSHM_BACKEND_CUDA_FD, 0600);
+  {
+    struct promiser slow = promiser_start("fenced-reopen", 1, 0, "300");
+    gpushm_t *other = daemon_connect(&d);
+    gpushm_buffer_t *h;
+
+    CHECK_OK(gpushm_buffer_open(other, "fenced-reopen", 0, &h));
+    CHECK_OK(gpushm_buffer_promise(h, 5));
+    CHECK_OK(gpushm_buffer_close(h));
+    CHECK_OK(gpushm_buffer_open(other, "fenced-reopen", 0, &h));
+    CHECK_ERR(gpushm_buffer_promise(h, 8), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "is being broken"));
+    CHECK(gpushm_buffer_release_seq(b) == 1);
+    wait_seq(b, 5);
+    CHECK(fake_fence_of(conn, b) == 5 && gpushm_buffer_value_lost(b, 2) == 1);
+    CHECK_OK(gpushm_buffer_promise(h, 8)); /* broken: the place is free */
+    CHECK_OK(gpushm_buffer_close(h));
+    gpushm_disconnect(other);
+    wait_seq(b, 8);
+    promiser_kill(&slow);
   }
   finish(conn, b);
 
