@@ -107,16 +107,17 @@ static unsigned long waits_queued(void)
   return n;
 }
 
-/* A promiser in a child of its own: opens name read-write, releases `released` (its
- * fence write delayed by write_delay ms where not NULL), then promises up to upto (0:
- * nothing), says so, and waits: to be killed, or (a byte) to close. */
+/* A promiser in a child of its own: opens name read-write (count > 0: name0, name1, ...
+ * each), releases `released` (its fence write delayed by write_delay ms where not NULL),
+ * then promises up to upto (0: nothing), says so, and waits: to be killed, or (a byte,
+ * count 0) to close. */
 struct promiser {
   pid_t pid;
   int report, go;
 };
 
-static struct promiser promiser_start(const char *name, uint64_t released, uint64_t upto,
-                                      const char *write_delay)
+static struct promiser promiser_start_many(const char *name, int count, uint64_t released,
+                                           uint64_t upto, const char *write_delay)
 {
   int report[2], go[2];
   struct promiser p;
@@ -133,11 +134,15 @@ static struct promiser promiser_start(const char *name, uint64_t released, uint6
     if (write_delay)
       setenv("GPUSHM_FAKE_CUDA_WRITE_DELAY_MS", write_delay, 1);
     conn = daemon_connect(&d);
-    CHECK_OK(gpushm_buffer_open(conn, name, 0, &b));
-    if (released)
-      CHECK_OK(gpushm_buffer_release_value(b, NULL, released));
-    if (upto)
-      CHECK_OK(gpushm_buffer_promise(b, upto));
+    for (int i = 0; i < (count ? count : 1); i++) {
+      char each[GPUSHM_LIMIT_NAME_LEN + 1];
+      snprintf(each, sizeof each, count ? "%s%d" : "%s", name, i);
+      CHECK_OK(gpushm_buffer_open(conn, each, 0, &b));
+      if (released)
+        CHECK_OK(gpushm_buffer_release_value(b, NULL, released));
+      if (upto)
+        CHECK_OK(gpushm_buffer_promise(b, upto));
+    }
     CHECK(write(report[1], &byte, 1) == 1);
     if (read(go[0], &byte, 1) == 1) {
       CHECK_OK(gpushm_buffer_close(b));
@@ -155,6 +160,12 @@ static struct promiser promiser_start(const char *name, uint64_t released, uint6
     CHECK(read(p.report, &byte, 1) == 1);
   }
   return p;
+}
+
+static struct promiser promiser_start(const char *name, uint64_t released, uint64_t upto,
+                                      const char *write_delay)
+{
+  return promiser_start_many(name, 0, released, upto, write_delay);
 }
 
 static double promiser_kill(struct promiser *p)
@@ -549,6 +560,39 @@ static void test_promises_fenced(gpushm_t *conn)
     promiser_kill(&stuck);
   }
   finish(conn, b);
+  /* GPUSHM_LIMIT_PENDING_BREAKS_PER_UID crossed: one uid's promiser leaves that many
+   * breaks waiting (each buffer's earlier release stuck), and the next is done at once */
+  {
+    enum { N = GPUSHM_LIMIT_PENDING_BREAKS_PER_UID + 1 };
+    gpushm_buffer_t *bufs[N];
+    struct promiser stuck, gone;
+    char name[32];
+
+    for (int i = 0; i < N; i++) {
+      snprintf(name, sizeof name, "pending-%d", i);
+      bufs[i] = create(conn, name, GPUSHM_BACKEND_CUDA_FD, 0600);
+    }
+    stuck = promiser_start_many("pending-", N, 1, 0, "-1");
+    gone = promiser_start_many("pending-", N, 0, 3, NULL);
+    promiser_kill(&gone);
+    /* N - 1 wait (their fence below the counter), one (the last the daemon came to)
+     * went at once */
+    int broken = 0, waiting = 0;
+    for (int round = 0; round < 500 && broken == 0; round++, usleep(10000)) {
+      broken = waiting = 0;
+      for (int i = 0; i < N; i++) {
+        broken += gpushm_buffer_release_seq(bufs[i]) == 3;
+        waiting += gpushm_buffer_release_seq(bufs[i]) == 1;
+      }
+    }
+    CHECK(broken == 1 && waiting == N - 1);
+    CHECK(log_lines("too many breaks of its uid waiting", "without waiting") == 1);
+    promiser_kill(&stuck);
+    for (int i = 0; i < N; i++)
+      finish(conn, bufs[i]); /* freed: their waiting breaks are dropped */
+  }
+  test_log("%u breaks of one uid waited, the next went at once",
+           GPUSHM_LIMIT_PENDING_BREAKS_PER_UID);
   test_log("fenced: promised waits queued at once; a dead promiser's fence raised to its "
            "promise, after the writes published before it (or, one never landing, 10 s)");
 }
