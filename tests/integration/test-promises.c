@@ -577,15 +577,15 @@ static void test_promises_fenced(gpushm_t *conn)
     promiser_kill(&gone);
     /* N - 1 wait (their fence below the counter), one (the last the daemon came to)
      * went at once */
-    int broken = 0, waiting = 0;
-    for (int round = 0; round < 500 && broken == 0; round++, usleep(10000)) {
-      broken = waiting = 0;
+    int went = 0, waiting = 0;
+    for (int round = 0; round < 500 && went == 0; round++, usleep(10000)) {
+      went = waiting = 0;
       for (int i = 0; i < N; i++) {
-        broken += gpushm_buffer_release_seq(bufs[i]) == 3;
+        went += gpushm_buffer_release_seq(bufs[i]) == 3;
         waiting += gpushm_buffer_release_seq(bufs[i]) == 1;
       }
     }
-    CHECK(broken == 1 && waiting == N - 1);
+    CHECK(went == 1 && waiting == N - 1);
     CHECK(log_lines("too many breaks of its uid waiting", "without waiting") == 1);
     promiser_kill(&stuck);
     for (int i = 0; i < N; i++)
