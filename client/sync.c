@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -583,4 +584,37 @@ int gpushm_buffer_value_lost(const gpushm_buffer_t *handle, uint64_t value)
   if ((r = check_sync(buf, NULL)) < 0)
     return r;
   return promises_believed(buf, handle->conn) && sync_value_lost(buf->control, value);
+}
+
+int gpushm_buffer_sync_state(const gpushm_buffer_t *handle, gpushm_sync_state_t *out)
+{
+  const struct client_mapping *buf = handle ? handle->map : NULL;
+  const struct sync_control *ctl;
+  uint32_t salt;
+  int r;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  memset(out, 0, sizeof *out);
+  if ((r = check_sync(buf, NULL)) < 0 ||
+      (r = client_need_feature(handle->conn, GPUSHM_FEATURE_PROMISES, "promises")) < 0)
+    return r;
+  ctl = buf->control;
+  out->counter = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  if (!sync_control_intact(ctl))
+    return 0; /* its 0.8 fields are not believed */
+  /* Releaser ids are client ids salted with the daemon's instance (proto/shm_layout.h). */
+  salt = sync_releaser_id(handle->conn->instance_id, 0);
+  if (sync_promise_covering(ctl, out->counter + 1, out->counter, 0)) {
+    out->promised_upto = __atomic_load_n(&ctl->promise.upto, __ATOMIC_RELAXED);
+    out->promiser_client = (uint32_t)(__atomic_load_n(&ctl->promise.owner, __ATOMIC_RELAXED) >> 32) ^
+                           salt;
+  }
+  out->lost_upto = __atomic_load_n(&ctl->lost_upto, __ATOMIC_ACQUIRE);
+  if (out->lost_upto) {
+    out->lost_from = __atomic_load_n(&ctl->lost_from, __ATOMIC_RELAXED);
+    out->lost_client = __atomic_load_n(&ctl->lost_by, __ATOMIC_RELAXED) ^ salt;
+  }
+  return 0;
 }

@@ -455,6 +455,37 @@ static void print_holders(const gpushm_buffer_info_t *b)
     printf("  and %zu more\n", (size_t)gpushm_buffer_info_holders_total(b) - n);
 }
 
+/* A sync buffer's counter, live promise and latest broken one, as its control block
+ * says (an open of it: read-only, no mapping of its memory; the mode decides, as for
+ * any reader).  Nothing where the caller may not open it or the daemon keeps no
+ * promises. */
+static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
+{
+  gpushm_open_opts_t opts;
+  gpushm_sync_state_t st;
+  gpushm_buffer_t *buf;
+
+  if (!gpushm_buffer_info_sync(b) || gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT ||
+      !gpushm_daemon_has(ctl->conn, GPUSHM_FEATURE_PROMISES))
+    return;
+  gpushm_open_opts_init(&opts);
+  opts.flags = GPUSHM_OPEN_READONLY;
+  opts.map_device = GPUSHM_DEVICE_NONE;
+  if (gpushm_buffer_open_ex(ctl->conn, NULL, gpushm_buffer_info_id(b), &opts, &buf) < 0)
+    return;
+  if (gpushm_buffer_sync_state(buf, &st) == 0) {
+    printf("counter:    %" PRIu64, st.counter);
+    if (st.promised_upto)
+      printf("; promised up to %" PRIu64 " by client %u", st.promised_upto,
+             st.promiser_client);
+    if (st.lost_upto)
+      printf("; lost %" PRIu64 "..%" PRIu64 " (client %u went owing them)", st.lost_from + 1,
+             st.lost_upto, st.lost_client);
+    putchar('\n');
+  }
+  gpushm_buffer_close(buf);
+}
+
 int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_buffer_list_t *list;
@@ -522,6 +553,7 @@ int cmd_show(struct ctl *ctl, int argc, char **argv)
            gpushm_buffer_info_sync(b) ? ", sync" : "", gpushm_buffer_info_creator_pid(b),
            format_age(age_ms(gpushm_buffer_info_created_unix_ms(b)), age, sizeof age),
            gpushm_buffer_info_refs(b), gpushm_buffer_info_holders_total(b));
+    show_sync_state(ctl, b);
     print_holders(b);
     show_detached(ctl, gpushm_buffer_info_id(b));
   }

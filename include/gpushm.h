@@ -545,6 +545,23 @@ GPUSHM_API int gpushm_buffer_acquire_value(gpushm_buffer_t *buf, void *stream, u
 GPUSHM_API int gpushm_buffer_promise(gpushm_buffer_t *buf, uint64_t upto);
 GPUSHM_API int gpushm_buffer_value_lost(const gpushm_buffer_t *buf, uint64_t value);
 
+/* What a sync buffer's control block says now (0.8, GPUSHM_FEATURE_PROMISES; gpushmctl
+ * show prints it): the counter; the live promise (promised_upto 0: none) and its
+ * promiser's client id (as gpushm_clients() lists it); the latest broken promise's lost
+ * values (lost_from < v <= lost_upto; both 0: none) and its promiser.  Read from memory
+ * every read-write holder can write: what it says, not what gpushmd recorded.
+ * GPUSHM_E_INVAL for what is not a sync buffer, GPUSHM_E_UNSUPPORTED from a daemon
+ * without the feature. */
+typedef struct gpushm_sync_state {
+  uint64_t counter;
+  uint64_t promised_upto;
+  uint32_t promiser_client;
+  uint32_t lost_client;
+  uint64_t lost_from;
+  uint64_t lost_upto;
+} gpushm_sync_state_t;
+GPUSHM_API int gpushm_buffer_sync_state(const gpushm_buffer_t *buf, gpushm_sync_state_t *out);
+
 typedef enum {
   GPUSHM_SYNC_NONE = 0,  /* not a sync buffer */
   GPUSHM_SYNC_HOST,      /* host memory: CPU release/acquire ordering */

@@ -26,7 +26,9 @@
  *    GPUSHM_PROMISE_BREAK_WAIT_MS), and a promise made to the previous daemon, after a
  *    restart with systemd's fd store (played by the test);
  *  - garbage over the control block's header: promises and lost values are not believed
- *    (releases go on), and a new promise is refused. */
+ *    (releases go on), and a new promise is refused;
+ *  - gpushmctl show says the counter, the live promise and its client, and what a broken
+ *    one left lost. */
 #include "config.h"
 #include "fdstore.h"
 #include "harness.h"
@@ -105,6 +107,28 @@ static unsigned long waits_queued(void)
   unsigned long n = count();
   dlclose(lib);
   return n;
+}
+
+/* gpushmctl show NAME says text. */
+static void ctl_show_says(const char *name, const char *text)
+{
+  const char *builddir = getenv("GPUSHM_TEST_BUILDDIR");
+  char cmd[1024], out[8192];
+  size_t n = 0, got;
+  FILE *p;
+
+  CHECK(builddir != NULL);
+  snprintf(cmd, sizeof cmd, "GPUSHM_SOCKET='%s' '%s/ctl/gpushmctl' show %s", d.socket, builddir,
+           name);
+  CHECK((p = popen(cmd, "r")) != NULL);
+  while (n < sizeof out - 1 && (got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0)
+    n += got;
+  out[n] = '\0';
+  CHECK(pclose(p) == 0);
+  if (!strstr(out, text)) {
+    fprintf(stderr, "gpushmctl show %s lacks '%s':\n%s", name, text, out);
+    exit(1);
+  }
 }
 
 /* A promiser in a child of its own: opens name read-write (count > 0: name0, name1, ...
@@ -253,6 +277,7 @@ static void test_promises_host(gpushm_t *conn)
   uint64_t broken = metric("gpushm_promises_broken_total");
   struct promiser p = promiser_start("promised", 2, 10, NULL);
   struct waiter w = { .b = b, .value = 8 };
+  uint32_t promiser_client;
   double killed;
   pid_t pid;
 
@@ -280,6 +305,13 @@ static void test_promises_host(gpushm_t *conn)
     _exit(0);
   }
   check_child(pid);
+  {
+    char text[96];
+    promiser_client = client_id_of(conn, p.pid);
+    snprintf(text, sizeof text, "counter:    2; promised up to 10 by client %u\n",
+             promiser_client);
+    ctl_show_says("promised", text);
+  }
   CHECK(pthread_create(&w.thread, NULL, wait_thread, &w) == 0);
   usleep(100000);
   killed = promiser_kill(&p);
@@ -295,6 +327,12 @@ static void test_promises_host(gpushm_t *conn)
                                             "promised it"));
   CHECK(metric("gpushm_promises_broken_total") == broken + 1);
   CHECK(log_lines("warn: 'promised'", "has exited owing values 3 to 10 it promised") == 1);
+  {
+    char text[96];
+    snprintf(text, sizeof text, "counter:    10; lost 3..10 (client %u went owing them)\n",
+             promiser_client);
+    ctl_show_says("promised", text);
+  }
   /* the place is free again: this connection promises, keeps it, and a promise grows */
   CHECK_OK(gpushm_buffer_promise(b, 12));
   CHECK_ERR(gpushm_buffer_promise(b, 11), GPUSHM_E_INVAL);
