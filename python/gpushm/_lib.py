@@ -42,6 +42,18 @@ class CreateOpts(ctypes.Structure):
     ]
 
 
+class SyncState(ctypes.Structure):
+    """gpushm_sync_state_t (gpushm 0.8, gpushm.h)."""
+    _fields_ = [
+        ("counter", c_uint64),
+        ("promised_upto", c_uint64),
+        ("promiser_client", c_uint32),
+        ("lost_client", c_uint32),
+        ("lost_from", c_uint64),
+        ("lost_upto", c_uint64),
+    ]
+
+
 class ImageDesc(ctypes.Structure):
     """gpushm_image_desc_t (gpushm 0.7, gpushm-graphics.h): sized as CreateOpts is."""
     _fields_ = [
@@ -327,6 +339,7 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_buffer_acquire_value": (c_int, [_P, c_void_p, c_uint64, c_int]),
     "gpushm_buffer_promise": (c_int, [_P, c_uint64]),
     "gpushm_buffer_value_lost": (c_int, [_P, c_uint64]),
+    "gpushm_buffer_sync_state": (c_int, [_P, ctypes.POINTER(SyncState)]),
 }
 
 

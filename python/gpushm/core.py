@@ -27,7 +27,7 @@ from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_STRICT_MODE,
                    CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL, LIST_METADATA,
-                   OPEN_READONLY, CreateOpts, DLDataType, ImageDesc, TensorDesc,
+                   OPEN_READONLY, CreateOpts, DLDataType, ImageDesc, SyncState, TensorDesc,
                    last_error_errno, last_error_message, lib, map_device_flag, strerror,
                    text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
@@ -690,6 +690,16 @@ class Buffer(_Handle):
         _need_numbered("promises")
         check(lib.gpushm_buffer_promise(b, non_negative(upto, "upto")),
               f"promise {self.name!r} up to {upto}")
+
+    def sync_state(self) -> Dict[str, int]:
+        """What the control block says now: counter, promised_upto (0: no live promise),
+        promiser_client, lost_from and lost_upto (values lost_from < v <= lost_upto were
+        lost; both 0: none) and lost_client, as gpushmctl show prints them."""
+        cap, b = self._live()
+        _need_numbered("promises")
+        st = SyncState()
+        check(lib.gpushm_buffer_sync_state(b, byref(st)), f"sync_state {self.name!r}")
+        return {name: getattr(st, name) for name, _ in SyncState._fields_}
 
     def value_lost(self, value: int) -> bool:
         """Whether value was reached because its promiser is gone, not released."""

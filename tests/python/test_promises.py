@@ -54,7 +54,11 @@ def test_promise_and_lost(conn, name):
             p.wait()
         assert b.release_seq == 5 and b.value_lost(1) and b.value_lost(5)
         assert not b.value_lost(6)
+        st = b.sync_state()
+        assert st["counter"] == 5 and st["promised_upto"] == 0
+        assert (st["lost_from"], st["lost_upto"]) == (0, 5) and st["lost_client"] > 0
         assert isinstance(gpushm.SignallerLost("x"), gpushm.Error)
         b.promise(6)  # the place is free again
+        assert b.sync_state()["promised_upto"] == 6
         b.release(value=6)
         b.acquire(value=6, timeout=0)
