@@ -147,6 +147,9 @@
  * promise to land (other processes' queued fence writes) before it breaks the promise
  * anyway: raising first would let those writes lower the fence again behind it. */
 #define GPUSHM_PROMISE_BREAK_WAIT_MS          10000u
+/* A promise made to the previous daemon is broken as a persistent buffer comes back,
+ * once earlier releases have landed, or after this long regardless: it is start-up. */
+#define GPUSHM_PROMISE_ADOPT_WAIT_MS          1000u
 /* How soon it looks again meanwhile, first; each look after waits twice as long, up to
  * the second: a break that waits costs the daemon's loop a read of the fence a look. */
 #define GPUSHM_PROMISE_BREAK_RETRY_MS         2u

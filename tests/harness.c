@@ -264,6 +264,20 @@ gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags)
   return b;
 }
 
+gpushm_buffer_t *create_sync_buffer(gpushm_t *conn, const char *name, gpushm_backend_t backend,
+                                    uint64_t size, uint32_t mode)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.flags = GPUSHM_CREATE_SYNC;
+  opts.mode = mode;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  return b;
+}
+
 uint64_t fake_fence_of(gpushm_t *conn, gpushm_buffer_t *b)
 {
   const gpushm_buffer_info_t *info = find_buffer(conn, gpushm_buffer_name(b));

@@ -80,6 +80,10 @@ const gpushm_buffer_info_t *find_buffer(gpushm_t *conn, const char *name);
 /* Opens name with no CUDA mapping (map_device GPUSHM_DEVICE_NONE), as exporters and
  * graphics importers take it, with open flags; fails the test if it cannot. */
 gpushm_buffer_t *open_unmapped(gpushm_t *conn, const char *name, unsigned flags);
+/* Creates a sync buffer (GPUSHM_CREATE_SYNC) of backend, size bytes and mode; fails the
+ * test if it cannot. */
+gpushm_buffer_t *create_sync_buffer(gpushm_t *conn, const char *name, gpushm_backend_t backend,
+                                    uint64_t size, uint32_t mode);
 /* A fenced sync buffer's fence under the fake driver, read directly: the fake's device
  * memory is this process's memory, and the daemon puts the fence in the allocation's
  * last 8 bytes. */

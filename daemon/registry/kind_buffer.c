@@ -551,8 +551,12 @@ static ssize_t take_metadata(const struct reg_store *store, uint64_t id, struct 
  * nobody here would ever break it (the process may be gone, and no connection of this
  * daemon's is its): broken now, so that no waiter waits for ever, once the releases
  * published before have landed (processes that outlived the old daemon may still have
- * writes queued), for a second at most: this is start-up.  A promiser that lives on
- * finds its next release refused (the counter is past it) and promises anew. */
+ * writes queued), GPUSHM_PROMISE_ADOPT_WAIT_MS at most: this is start-up.  A promiser
+ * that lives on finds its next release refused (the counter is past it) and promises
+ * anew. */
+#define ADOPT_PAUSE_MS 10
+#define ADOPT_TRIES ((int)(GPUSHM_PROMISE_ADOPT_WAIT_MS / ADOPT_PAUSE_MS))
+
 static void break_adopted_promise(struct reg_object *obj, const char *name)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
@@ -562,8 +566,8 @@ static void break_adopted_promise(struct reg_object *obj, const char *name)
   int r, tries = 0;
 
   if ((r = sync_adopted_promise(&b->sync_state, &upto, &last, err, sizeof err)) == 0 && upto) {
-    while ((r = break_recorded(obj, tries >= 100, last, &out, err, sizeof err)) == 2) {
-      struct timespec pause = { 0, 10000000 };
+    while ((r = break_recorded(obj, tries >= ADOPT_TRIES, last, &out, err, sizeof err)) == 2) {
+      struct timespec pause = { 0, ADOPT_PAUSE_MS * 1000000L };
       nanosleep(&pause, NULL);
       tries++;
     }
@@ -575,7 +579,7 @@ static void break_adopted_promise(struct reg_object *obj, const char *name)
     log_warn("persistent sync buffer '%s': values %llu to %llu promised before the restart "
              "count as lost (the promiser's connection ended with the previous daemon)%s",
              name, (unsigned long long)out.lost_from + 1, (unsigned long long)upto,
-             tries >= 100 ? "; its earlier releases had not landed after 1 s" : "");
+             tries >= ADOPT_TRIES ? "; its earlier releases had not landed in time" : "");
 }
 
 static int buffer_adopt_record(struct registry *reg, const char *record, int fd,

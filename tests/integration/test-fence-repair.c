@@ -94,15 +94,7 @@ static void logged_stop(struct logged_daemon *ld)
 
 static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint32_t mode)
 {
-  gpushm_create_opts_t opts;
-  gpushm_buffer_t *b;
-
-  gpushm_create_opts_init(&opts);
-  opts.backend = GPUSHM_BACKEND_CUDA_FD;
-  opts.flags = GPUSHM_CREATE_SYNC;
-  opts.mode = mode;
-  CHECK_OK(gpushm_buffer_create(conn, name, 1 << 20, &opts, &b));
-  return b;
+  return create_sync_buffer(conn, name, GPUSHM_BACKEND_CUDA_FD, 1 << 20, mode);
 }
 
 /* A read-only open that orders acquires on the CPU: it waits for the fence itself,

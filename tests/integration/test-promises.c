@@ -59,15 +59,7 @@ static double now_ms(void)
 static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_t backend,
                                uint32_t mode)
 {
-  gpushm_create_opts_t opts;
-  gpushm_buffer_t *b;
-
-  gpushm_create_opts_init(&opts);
-  opts.backend = backend;
-  opts.flags = GPUSHM_CREATE_SYNC;
-  opts.mode = mode;
-  CHECK_OK(gpushm_buffer_create(conn, name, 1 << 16, &opts, &b));
-  return b;
+  return create_sync_buffer(conn, name, backend, 1 << 16, mode);
 }
 
 static uint64_t metric(const char *name)
@@ -643,7 +635,9 @@ static void test_restart(void)
   char dir[] = "/tmp/gpushm-promises-store-XXXXXX";
   struct test_daemon r = { .log_path = log_path };
   gpushm_create_opts_t opts;
-  gpushm_buffer_t *b;
+  gpushm_buffer_t *b, *fenced = NULL;
+  struct promiser stuck;
+  double t0;
   gpushm_t *conn;
   int status;
 
@@ -656,16 +650,39 @@ static void test_restart(void)
   CHECK_OK(gpushm_buffer_create(conn, "kept-promise", 4096, &opts, &b));
   CHECK_OK(gpushm_buffer_release_value(b, NULL, 2));
   CHECK_OK(gpushm_buffer_promise(b, 9));
+  if (have_fake_cuda) {
+    /* a fenced one whose earlier release (another process's, alive) never lands: the
+     * next daemon waits GPUSHM_PROMISE_ADOPT_WAIT_MS for it, then breaks regardless */
+    struct test_daemon saved = d;
+    d = r; /* promiser_start() connects to d */
+    fenced = create_sync_buffer(conn, "kept-fenced", GPUSHM_BACKEND_CUDA_FD, 1 << 16, 0600);
+    stuck = promiser_start("kept-fenced", 1, 0, "-1");
+    CHECK_OK(gpushm_buffer_promise(fenced, 4));
+    d = saved;
+  }
   fdstore_drain();
   CHECK(kill(r.pid, SIGKILL) == 0);
   CHECK(waitpid(r.pid, &status, 0) == r.pid);
+  t0 = now_ms();
   daemon_respawn_with(&r, fdstore_pass, NULL, NULL);
   CHECK(gpushm_buffer_release_seq(b) == 9); /* the old mapping sees the break */
   CHECK(gpushm_buffer_value_lost(b, 3) == 1 && gpushm_buffer_value_lost(b, 2) == 0);
   CHECK(log_lines("warn: persistent sync buffer 'kept-promise'",
                   "values 3 to 9 promised before the restart count as lost") == 1);
-  gpushm_disconnect(conn);
-  conn = daemon_connect(&r);
+  {
+    gpushm_t *fresh = daemon_connect(&r); /* the old connection's daemon is gone */
+    if (have_fake_cuda) {
+      CHECK(now_ms() - t0 >= GPUSHM_PROMISE_ADOPT_WAIT_MS);
+      CHECK(gpushm_buffer_release_seq(fenced) == 4 && fake_fence_of(fresh, fenced) == 4);
+      CHECK(log_lines("warn: persistent sync buffer 'kept-fenced'",
+                      "had not landed in time") == 1);
+      promiser_kill(&stuck);
+      test_log("a fenced one whose earlier release never landed: broken after %.1f s of "
+               "start-up", (now_ms() - t0) / 1e3);
+    }
+    gpushm_disconnect(conn);
+    conn = fresh;
+  }
   CHECK_OK(gpushm_buffer_open(conn, "kept-promise", 0, &b));
   CHECK_OK(gpushm_buffer_promise(b, 10)); /* its place is free */
   CHECK_OK(gpushm_buffer_close_unlink(b));
