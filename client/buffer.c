@@ -17,6 +17,7 @@
 #include "device.h"
 #include "segment.h"
 #include "buffer.h"
+#include "timeline_page.h"
 #include "formats.h"
 #include "shm_layout.h"
 #include "hash_table.h"
@@ -113,6 +114,13 @@ static void register_atfork(void)
   pthread_atfork(cache_prefork, cache_postfork_parent, cache_postfork_child);
 }
 
+static enum client_kind kind_of(const struct client_mapping *m)
+{
+  return m->kind == GPUSHM_KIND_EVENT      ? CLIENT_EVENT
+         : m->kind == GPUSHM_KIND_TIMELINE ? CLIENT_TIMELINE
+                                           : CLIENT_BUFFER;
+}
+
 static bool is_event(const struct client_mapping *m)
 {
   return m->kind == GPUSHM_KIND_EVENT;
@@ -127,9 +135,9 @@ static int map_request_of(unsigned flags)
 struct map_want;
 static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
-                    struct map_want *want, bool event, gpushm_buffer_t **out);
+                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out);
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
-                       const gpushm_create_opts_t *user_opts, bool event,
+                       const gpushm_create_opts_t *user_opts, enum client_kind ck,
                        const Gpushm__ImageDesc *image, gpushm_buffer_t **out);
 
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
@@ -143,13 +151,13 @@ struct map_want {
   bool write_discard; /* the open promises GPUSHM_OPEN_WRITE_DISCARD */
 };
 
-/* Host buffers and events are the same for every device; a device buffer's mapping
- * serves only the device it is mapped for. */
+/* Host buffers, events and timelines are the same for every device; a device buffer's
+ * mapping serves only the device it is mapped for. */
 static bool serves_device(const struct client_mapping *m, struct map_want *want)
 {
   int device;
 
-  if (is_event(m) || m->backend == GPUSHM_BACKEND_HOST)
+  if (kind_of(m) != CLIENT_BUFFER || m->backend == GPUSHM_BACKEND_HOST)
     return true;
   /* A graphics importer's open keeps the fd and maps nothing: a mapping of its own. */
   if (want->map_request == GPUSHM_DEVICE_NONE || m->device == GPUSHM_DEVICE_NONE)
@@ -163,21 +171,21 @@ static bool serves_device(const struct client_mapping *m, struct map_want *want)
 
 /* A mapping serves an open only for the same access, kind and device: a buffer's id
  * or name never yields an event, nor the other way round. */
-static bool serves(const struct client_mapping *m, bool read_only, bool event,
+static bool serves(const struct client_mapping *m, bool read_only, enum client_kind ck,
                    struct map_want *want)
 {
-  return m->read_only == read_only && is_event(m) == event && serves_device(m, want);
+  return m->read_only == read_only && kind_of(m) == ck && serves_device(m, want);
 }
 
 static struct client_mapping *mapping_find(uint64_t instance_id, uint64_t id, bool read_only,
-                                           bool event, struct map_want *want)
+                                           enum client_kind ck, struct map_want *want)
 {
   const uint64_t hash = hash_table_hash_ids(instance_id, id);
 
   for (struct hash_link *l = hash_table_chain(&mappings, hash); l; l = l->next) {
     struct client_mapping *m = MAPPING_OF(l);
     if (l->hash == hash && m->id == id && m->instance_id == instance_id &&
-        serves(m, read_only, event, want))
+        serves(m, read_only, ck, want))
       return m;
   }
   return NULL;
@@ -195,27 +203,28 @@ static void mapping_remove(struct client_mapping *m)
 
 /* conn's handle of that object, for an open with that access, kind and device. */
 static struct gpushm_buffer *handle_find_id(const gpushm_t *conn, uint64_t id, bool read_only,
-                                            bool event, struct map_want *want)
+                                            enum client_kind ck, struct map_want *want)
 {
   const uint64_t hash = hash_table_hash_ids(0, id);
 
   for (struct hash_link *l = hash_table_chain(&conn->handles_by_id, hash); l; l = l->next) {
     struct gpushm_buffer *h = HANDLE_OF_ID(l);
-    if (l->hash == hash && h->map->id == id && serves(h->map, read_only, event, want))
+    if (l->hash == hash && h->map->id == id && serves(h->map, read_only, ck, want))
       return h;
   }
   return NULL;
 }
 
 static struct gpushm_buffer *handle_find_name(const gpushm_t *conn, const char *name,
-                                              bool read_only, bool event, struct map_want *want)
+                                              bool read_only, enum client_kind ck,
+                                              struct map_want *want)
 {
   const uint64_t hash = hash_table_hash_string(name), generation = client_unlink_generation(conn);
 
   for (struct hash_link *l = hash_table_chain(&conn->handles_by_name, hash); l; l = l->next) {
     struct gpushm_buffer *h = HANDLE_OF_NAME(l);
     if (l->hash == hash && h->name_generation == generation &&
-        strcmp(h->map->name, name) == 0 && serves(h->map, read_only, event, want))
+        strcmp(h->map->name, name) == 0 && serves(h->map, read_only, ck, want))
       return h;
   }
   return NULL;
@@ -306,6 +315,8 @@ static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open
   int r;
 
   buf->sync_why[0] = '\0';
+  if (buf->kind == GPUSHM_KIND_TIMELINE)
+    return client_timeline_attach(buf);
   if (buf->backend == GPUSHM_BACKEND_HOST) {
     buf->sync_method = GPUSHM_SYNC_HOST;
     return 0;
@@ -411,7 +422,10 @@ static bool drain_fence(struct client_mapping *buf)
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += GPUSHM_FENCE_DRAIN_TIMEOUT_MS / 1000;
   deadline.tv_nsec += (long)(GPUSHM_FENCE_DRAIN_TIMEOUT_MS % 1000) * 1000000L;
-  while (client_cuda_fence_read(buf->fence_dptr, &value, buf->device) == 0 && value < target) {
+  while ((buf->kind == GPUSHM_KIND_TIMELINE
+            ? (value = __atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE), 0)
+            : client_cuda_fence_read(buf->fence_dptr, &value, buf->device)) == 0 &&
+         value < target) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec * 1000000000LL + now.tv_nsec >=
         deadline.tv_sec * 1000000000LL + deadline.tv_nsec)
@@ -424,9 +438,11 @@ static bool drain_fence(struct client_mapping *buf)
 /* Returns 0 or the error of an unmap that failed (the daemon is released anyway). */
 static int unmap_mapping(struct client_mapping *buf)
 {
+  bool keep_control = false;
   int r = 0, r2 = 0;
 
   if ((buf->fence_written || buf->fence_waited) && !drain_fence(buf)) {
+    keep_control = buf->kind == GPUSHM_KIND_TIMELINE; /* its fence is there */
     /* Leaked on purpose: a fault would take every CUDA context of the process down. */
     r = client_error(GPUSHM_E_TIMEOUT, "'%s' stays mapped in this process: stream work on "
                      "its fence (a release's write or an acquire's wait for release %llu) "
@@ -454,31 +470,44 @@ static int unmap_mapping(struct client_mapping *buf)
   buf->fence_dptr = 0;
   buf->fence_written = 0;
   buf->fence_waited = 0;
-  if (buf->control)
+  if (buf->control && !keep_control && buf->kind == GPUSHM_KIND_TIMELINE) {
+    int r3 = client_timeline_detach(buf);
+    keep_control = r3 < 0; /* the GPU may still map it */
+    if (r == 0 && r2 == 0)
+      r2 = r3;
+  }
+  if (buf->control && !keep_control)
     munmap(buf->control, SYNC_CONTROL_SIZE);
   buf->control = NULL;
   return r < 0 ? r : r2;
 }
 
 /* What an open reply must be before anything is made of it; 0 or GPUSHM_E_PROTO. */
-static int check_open_reply(const Gpushm__OpenReply *open, bool event)
+static int check_open_reply(const Gpushm__OpenReply *open, enum client_kind ck)
 {
+  static const char *const what[] = { "a buffer", "an event", "a timeline" };
   const Gpushm__BufferInfo *info = open->info;
-
+  enum client_kind got;
   gpushm_kind_t kind;
 
   if (!info || !info->name || strlen(info->name) > GPUSHM_LIMIT_NAME_LEN)
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   kind = client_kind_of_info(info);
-  if (kind != GPUSHM_KIND_BUFFER && kind != GPUSHM_KIND_EVENT && kind != GPUSHM_KIND_IMAGE)
+  if (kind != GPUSHM_KIND_BUFFER && kind != GPUSHM_KIND_EVENT && kind != GPUSHM_KIND_IMAGE &&
+      kind != GPUSHM_KIND_TIMELINE)
     return client_error(GPUSHM_E_PROTO, "daemon answered an open with kind %d, which this "
                         "libgpushm does not know", (int)kind);
   if ((kind == GPUSHM_KIND_IMAGE) != (info->image != NULL))
     return client_error(GPUSHM_E_PROTO, "malformed open reply: kind and image description "
                         "disagree");
-  if ((kind == GPUSHM_KIND_EVENT) != event)
-    return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s",
-                        event ? "an event" : "a buffer", event ? "a buffer" : "an event");
+  got = kind == GPUSHM_KIND_EVENT ? CLIENT_EVENT : kind == GPUSHM_KIND_TIMELINE ? CLIENT_TIMELINE
+                                                                            : CLIENT_BUFFER;
+  if (got != ck)
+    return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s", what[ck],
+                        what[got]);
+  if (got == CLIENT_TIMELINE && (!open->has_control || info->size))
+    return client_error(GPUSHM_E_PROTO, "malformed open reply: a timeline without its "
+                        "control block, or with a size");
   return 0;
 }
 
@@ -573,7 +602,7 @@ static struct gpushm_buffer *join_handle(gpushm_t *conn, struct client_mapping *
                                          uint64_t generation, bool write_discard, bool *extra)
 {
   struct map_want mapped = { m->device, -1, false };
-  struct gpushm_buffer *h = handle_find_id(conn, m->id, m->read_only, is_event(m), &mapped);
+  struct gpushm_buffer *h = handle_find_id(conn, m->id, m->read_only, kind_of(m), &mapped);
 
   *extra = h != NULL;
   if (h) {
@@ -694,9 +723,9 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
 }
 
 /* Turns an open/create reply into conn's handle: maps a new mapping, or joins the one
- * another handle (of any connection) or thread made meanwhile.  event: what was asked
+ * another handle (of any connection) or thread made meanwhile.  ck: what was asked
  * for, which the reply must be. */
-static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event,
+static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, enum client_kind ck,
                        struct map_want *want, struct client_fds *fds, uint64_t generation,
                        gpushm_buffer_t **out)
 {
@@ -709,7 +738,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   int r;
 
   pthread_mutex_lock(&cache_lock);
-  existing = mapping_find(conn->instance_id, info->id, open->read_only, event, want);
+  existing = mapping_find(conn->instance_id, info->id, open->read_only, ck, want);
   if (existing)
     existing->users++;
   pthread_mutex_unlock(&cache_lock);
@@ -734,7 +763,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
      * mapped the same one meanwhile. */
     mapped = (struct map_want){ m->device, -1, false };
     pthread_mutex_lock(&cache_lock);
-    existing = mapping_find(m->instance_id, m->id, m->read_only, is_event(m), &mapped);
+    existing = mapping_find(m->instance_id, m->id, m->read_only, kind_of(m), &mapped);
     if (existing) {
       existing->users++;
       pthread_mutex_unlock(&cache_lock);
@@ -762,7 +791,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, bool event
   return 0;
 }
 
-static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, bool event,
+static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, enum client_kind ck,
                            struct map_want *want, gpushm_buffer_t **out)
 {
   /* Read before asking: a name cached with this generation is at worst re-checked. */
@@ -777,7 +806,7 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, bo
     return r;
   }
   if (reply->body_case != GPUSHM__REPLY__BODY_OPEN ||
-      (r = check_open_reply(reply->open, event)) < 0) {
+      (r = check_open_reply(reply->open, ck)) < 0) {
     Gpushm__OpenReply *open = reply->body_case == GPUSHM__REPLY__BODY_OPEN ? reply->open : NULL;
     client_close_fds(&fds);
     if (open && open->info) {
@@ -794,7 +823,7 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, bo
     pthread_mutex_unlock(&conn->lock);
   } else {
     pthread_mutex_unlock(&conn->lock);
-    r = adopt_reply(conn, reply->open, event, want, &fds, generation, out);
+    r = adopt_reply(conn, reply->open, ck, want, &fds, generation, out);
   }
   gpushm__reply__free_unpacked(reply, NULL);
   return r;
@@ -816,19 +845,20 @@ void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
                          const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
 {
-  return client_create(conn, name, size, opts, false, out);
+  return client_create(conn, name, size, opts, CLIENT_BUFFER, out);
 }
 
 int client_create(gpushm_t *conn, const char *name, uint64_t size,
-                  const gpushm_create_opts_t *user_opts, bool event, gpushm_buffer_t **out)
+                  const gpushm_create_opts_t *user_opts, enum client_kind ck,
+                  gpushm_buffer_t **out)
 {
-  return create_with(conn, name, size, user_opts, event, NULL, out);
+  return create_with(conn, name, size, user_opts, ck, NULL, out);
 }
 
 int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
 {
-  return create_with(conn, name, 0, opts, false, desc, out);
+  return create_with(conn, name, 0, opts, CLIENT_BUFFER, desc, out);
 }
 
 int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out)
@@ -837,13 +867,14 @@ int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_bu
 
   pthread_once(&atfork_once, register_atfork);
   *out = NULL;
-  return open_round_trip(conn, req, send_fd, false, &want, out);
+  return open_round_trip(conn, req, send_fd, CLIENT_BUFFER, &want, out);
 }
 
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
-                       const gpushm_create_opts_t *user_opts, bool event,
+                       const gpushm_create_opts_t *user_opts, enum client_kind ck,
                        const Gpushm__ImageDesc *image, gpushm_buffer_t **out)
 {
+  const bool event = ck == CLIENT_EVENT, timeline = ck == CLIENT_TIMELINE;
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
   gpushm_create_opts_t opts;
@@ -886,13 +917,22 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   }
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
+  if (timeline && (opts.flags & GPUSHM_MAP_DEVICE_MASK || opts.open))
+    return client_error(GPUSHM_E_INVAL, "a timeline is mapped for no device: no map device "
+                        "and no open options");
+  if (timeline && opts.backend)
+    return client_error(GPUSHM_E_INVAL, "a timeline has no backend: its counter lives in "
+                        "gpushmd's host memory (backend %u asked)", opts.backend);
   /* opts.backend is ignored for events, which have none; a buffer cannot ask for the
    * value that spelt one before Kind, which daemons before 0.8 (no "core" family) still
    * need. */
-  body.kind = event ? GPUSHM__KIND__KIND_EVENT
-              : image ? GPUSHM__KIND__KIND_IMAGE
-                      : GPUSHM__KIND__KIND_BUFFER;
-  if (event)
+  body.kind = event      ? GPUSHM__KIND__KIND_EVENT
+              : timeline ? GPUSHM__KIND__KIND_TIMELINE
+              : image    ? GPUSHM__KIND__KIND_IMAGE
+                         : GPUSHM__KIND__KIND_BUFFER;
+  if (timeline)
+    body.backend = GPUSHM__BACKEND__BACKEND_UNSPECIFIED;
+  else if (event)
     body.backend = gpushm_daemon_family_version(conn, "core") ? GPUSHM__BACKEND__BACKEND_UNSPECIFIED
                                                               : GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
   else if (opts.backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
@@ -906,7 +946,7 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   body.mode = opts.mode;
   body.lifetime = (Gpushm__Lifetime)opts.lifetime;
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
-  body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0;
+  body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0 && !timeline;
   body.strict_mode = (opts.flags & GPUSHM_CREATE_STRICT_MODE) != 0;
   if (image) {
     if (!(conn->features & GPUSHM_FEATURE_GRAPHICS))
@@ -918,8 +958,9 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
     body.image = (Gpushm__ImageDesc *)image;
   }
   if (opts.metadata_size) {
-    if (event)
-      return client_error(GPUSHM_E_INVAL, "an event carries no metadata");
+    if (event || timeline)
+      return client_error(GPUSHM_E_INVAL, "%s carries no metadata",
+                          event ? "an event" : "a timeline");
     if (!opts.metadata)
       return client_error(GPUSHM_E_INVAL, "metadata_size is %u but metadata is NULL",
                           opts.metadata_size);
@@ -935,7 +976,7 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   }
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
-  return open_round_trip(conn, &req, -1, event, &want, out);
+  return open_round_trip(conn, &req, -1, ck, &want, out);
 }
 
 void gpushm_open_opts_init(gpushm_open_opts_t *opts)
@@ -969,20 +1010,20 @@ static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *op
   return 0;
 }
 
-int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
-                gpushm_buffer_t **out)
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
+                enum client_kind ck, gpushm_buffer_t **out)
 {
   struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN,
                            (flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
 
   client_clear_error();
   if (flags & ~(GPUSHM_OPEN_READONLY |
-                (event ? 0 : GPUSHM_MAP_DEVICE_MASK | GPUSHM_OPEN_WRITE_DISCARD)))
+                (ck != CLIENT_BUFFER ? 0 : GPUSHM_MAP_DEVICE_MASK | GPUSHM_OPEN_WRITE_DISCARD)))
     return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
   if ((flags & GPUSHM_OPEN_READONLY) && (flags & GPUSHM_OPEN_WRITE_DISCARD))
     return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
                         "GPUSHM_OPEN_READONLY");
-  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, event, out);
+  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
@@ -997,13 +1038,14 @@ int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
     return r;
   want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
                             (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
-  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want, false, out);
+  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
+                  CLIENT_BUFFER, out);
 }
 
 /* An open of a buffer (or event) by name, or by id where name is NULL, for that access
  * and want (its map device, -1 for the default rule). */
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
-                    struct map_want *want, bool event, gpushm_buffer_t **out)
+                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
@@ -1017,8 +1059,8 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
   pthread_mutex_lock(&cache_lock);
-  hit = name ? handle_find_name(conn, name, read_only, event, want)
-             : handle_find_id(conn, id, read_only, event, want);
+  hit = name ? handle_find_name(conn, name, read_only, ck, want)
+             : handle_find_id(conn, id, read_only, ck, want);
   if (hit) {
     hit->refs++;
     hit->write_discard = hit->write_discard && want->write_discard;
@@ -1037,10 +1079,12 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
     body.id = id;
   }
   body.read_only = read_only;
-  body.event = event;
+  body.event = ck == CLIENT_EVENT;
+  /* Daemons before 0.8 know no kind in an open, nor timelines. */
+  body.kind = ck == CLIENT_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE : GPUSHM__KIND__KIND_UNSPECIFIED;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
-  return open_round_trip(conn, &req, -1, event, want, out);
+  return open_round_trip(conn, &req, -1, ck, want, out);
 }
 
 int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_buffer_t **out)
@@ -1049,12 +1093,12 @@ int gpushm_buffer_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_
     client_clear_error();
     return client_error(GPUSHM_E_NAME, "name is NULL");
   }
-  return client_open(conn, name, 0, flags, false, out);
+  return client_open(conn, name, 0, flags, CLIENT_BUFFER, out);
 }
 
 int gpushm_buffer_open_id(gpushm_t *conn, uint64_t id, unsigned flags, gpushm_buffer_t **out)
 {
-  return client_open(conn, NULL, id, flags, false, out);
+  return client_open(conn, NULL, id, flags, CLIENT_BUFFER, out);
 }
 
 /* What a close tells the daemon, copied under cache_lock: once the lock is dropped,

@@ -27,11 +27,15 @@ struct gpushm_buffer {
   bool write_discard;
 };
 
-/* Create and open as buffers or (event true) events, through the process cache. */
+/* What a create or an open means: a buffer (or an image), an event or a timeline; a
+ * name of one kind never yields another. */
+enum client_kind { CLIENT_BUFFER, CLIENT_EVENT, CLIENT_TIMELINE };
+
+/* Create and open objects of kind ck, through the process cache. */
 int client_create(gpushm_t *conn, const char *name, uint64_t size,
-                  const gpushm_create_opts_t *opts, bool event, gpushm_buffer_t **out);
-int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags, bool event,
-                gpushm_buffer_t **out);
+                  const gpushm_create_opts_t *opts, enum client_kind ck, gpushm_buffer_t **out);
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
+                enum client_kind ck, gpushm_buffer_t **out);
 /* An image create (desc checked by the caller, the wire's spelling), and a registration
  * whose request goes with send_fd: adopted as opens, the registrar's mapping nothing
  * (GPUSHM_DEVICE_NONE). */

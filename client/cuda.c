@@ -933,3 +933,70 @@ uint32_t gpushm_local_device_flags(const gpushm_local_device_t *dev)
 {
   return dev ? dev->flags : 0;
 }
+
+int client_cuda_host_register(void *p, size_t len, bool read_only, const struct client_stream *s,
+                              uint64_t *dptr, char *why, size_t why_len)
+{
+  CUdeviceptr d = 0;
+  CUcontext prev;
+  CUresult cr;
+  int ro_ok = 0, r;
+
+  if (read_only && ((r = device_attribute(s->device,
+                                          CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                                          &ro_ok)) < 0 || !ro_ok)) {
+    if (r < 0)
+      return r;
+    snprintf(why, why_len, "device %d cannot map host memory read-only (a read-only open's "
+             "control block)", s->device);
+    return 1;
+  }
+  if ((r = enter_context((CUcontext)s->ctx, &prev)) < 0)
+    return r;
+  /* Portable: every context of the process reaches it, at the same address (unified
+   * addressing), so one registration serves streams of every device. */
+  cr = CU_CALL(&cl.drv, cuMemHostRegister, p, len,
+               CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                 (read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0));
+  if (cr == CUDA_SUCCESS &&
+      (cr = CU_CALL(&cl.drv, cuMemHostGetDevicePointer, &d, p, 0)) != CUDA_SUCCESS)
+    CU_CALL(&cl.drv, cuMemHostUnregister, p);
+  leave_context((CUcontext)s->ctx, prev);
+  if (cr != CUDA_SUCCESS) {
+    const char *name = NULL;
+    CU_CALL(&cl.drv, cuGetErrorName, cr, &name);
+    snprintf(why, why_len, "the driver did not map the control block for device %d "
+             "(cuMemHostRegister: %s)", s->device, name ? name : "unknown error");
+    return 1;
+  }
+  *dptr = (uint64_t)d;
+  return 0;
+}
+
+int client_cuda_host_unregister(void *p, int device)
+{
+  CUcontext prev;
+  CUresult cr;
+  int r;
+
+  if ((r = enter_device(device, &prev)) < 0)
+    return r;
+  cr = CU_CALL(&cl.drv, cuMemHostUnregister, p);
+  leave_device(device, prev);
+  return cr == CUDA_SUCCESS ? 0 : cuda_error(cr, "cuMemHostUnregister");
+}
+
+int client_cuda_stream_any(void *stream, struct client_stream *out)
+{
+  int d;
+
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "unsupported: %s", cl.why);
+  if (stream)
+    return client_cuda_stream(stream, -1, out);
+  if (cl.n_devices == 0)
+    return client_error(GPUSHM_E_UNSUPPORTED, "no CUDA device in this process");
+  d = client_cuda_current_device();
+  return client_cuda_stream(NULL, d >= 0 ? d : 0, out);
+}

@@ -82,6 +82,17 @@ int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int map_device)
 int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
 int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
 int client_cuda_stream_sync(const struct client_stream *s);
+/* A timeline's control block page mapped for the GPUs of this process (read-only for a
+ * read-only open): 0 with *dptr, the page's device address, 1 where the device cannot
+ * (why says so: the caller falls back to the CPU), or a GPUSHM_E_*.  Unregistered with
+ * device, the one s was on. */
+int client_cuda_host_register(void *p, size_t len, bool read_only, const struct client_stream *s,
+                              uint64_t *dptr, char *why, size_t why_len);
+int client_cuda_host_unregister(void *p, int device);
+/* client_cuda_stream() for an object mapped for no device (a timeline): the driver
+ * loaded first, and NULL the legacy default stream of the current context's device,
+ * else of device 0. */
+int client_cuda_stream_any(void *stream, struct client_stream *out);
 int client_cuda_record(void *event, const struct client_stream *s);
 int client_cuda_wait(void *event, const struct client_stream *s);
 

@@ -190,6 +190,24 @@ static const struct client_importer importers[] = {
                                 .map = external_map, .unmap = external_unmap },
 };
 
+/* A timeline brings no memory: its control block is all it is (buffer.c maps it). */
+static int timeline_map(struct client_mapping *buf, const struct client_import *in)
+{
+  (void)in;
+  buf->device = buf->home_device = -1;
+  return 0;
+}
+
+static int timeline_unmap(struct client_mapping *buf)
+{
+  (void)buf;
+  return 0;
+}
+
+static const struct client_importer timeline_importer = {
+  .name = "timeline", .memory_fds = 0, .map = timeline_map, .unmap = timeline_unmap,
+};
+
 static const struct client_importer event_importer = {
   .name = "event", .memory_fds = 0, .map = event_map, .unmap = event_unmap,
 };
@@ -200,6 +218,8 @@ const struct client_importer *client_importer_of(const struct client_mapping *m)
 
   if (m->kind == GPUSHM_KIND_EVENT)
     return &event_importer;
+  if (m->kind == GPUSHM_KIND_TIMELINE)
+    return &timeline_importer;
   if ((unsigned)m->backend >= sizeof importers / sizeof importers[0])
     return NULL;
   imp = &importers[m->backend];

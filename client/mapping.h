@@ -41,6 +41,10 @@ struct client_mapping {
   uint64_t fence_dptr;     /* GPU and CPU fences: the fence in the buffer's allocation */
   uint64_t fence_written;  /* the last value this process queued for the fence */
   uint64_t fence_waited;   /* the highest value a stream of this process waits for */
+  /* Timelines (timeline.c): the fence is in the control block, whose page is registered
+   * with CUDA on a stream's first use (fence_dptr: its device address there). */
+  bool timeline_tried;     /* registration attempted */
+  int timeline_device;     /* registered through this device's context; -1: not */
   uint64_t size;
   void *ptr;
   size_t map_len;       /* host and cuda-fd: what is mapped */

@@ -4,6 +4,7 @@
 #include "error.h"
 #include "device.h"
 #include "buffer.h"
+#include "sync.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +21,7 @@
 int gpushm_event_create(gpushm_t *conn, const char *name, const gpushm_create_opts_t *opts,
                         gpushm_event_t **out)
 {
-  return client_create(conn, name, 0, opts, true, (gpushm_buffer_t **)out);
+  return client_create(conn, name, 0, opts, CLIENT_EVENT, (gpushm_buffer_t **)out);
 }
 
 int gpushm_event_open(gpushm_t *conn, const char *name, gpushm_event_t **out)
@@ -29,7 +30,7 @@ int gpushm_event_open(gpushm_t *conn, const char *name, gpushm_event_t **out)
     client_clear_error();
     return client_error(GPUSHM_E_NAME, "name is NULL");
   }
-  return client_open(conn, name, 0, 0, true, (gpushm_buffer_t **)out);
+  return client_open(conn, name, 0, 0, CLIENT_EVENT, (gpushm_buffer_t **)out);
 }
 
 int gpushm_event_close(gpushm_event_t *event)
@@ -86,10 +87,24 @@ const char *gpushm_event_name(const gpushm_event_t *event)
   return event ? EVENT_ENTRY(event)->name : NULL;
 }
 
+/* A handle with a control block: a sync buffer, or (for what timeline.c shares) a
+ * timeline. */
+static int check_control(const struct client_mapping *buf)
+{
+  if (!buf)
+    return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  if (!buf->control)
+    return client_error(GPUSHM_E_INVAL, "'%s' was not created with GPUSHM_CREATE_SYNC", buf->name);
+  return 0;
+}
+
 static int check_sync(const struct client_mapping *buf, const void *stream)
 {
   if (!buf)
     return client_error(GPUSHM_E_INVAL, "buffer is NULL");
+  if (buf->kind == GPUSHM_KIND_TIMELINE)
+    return client_error(GPUSHM_E_INVAL, "'%s' is a timeline: signal and wait on it with "
+                        "gpushm_timeline_*()", buf->name);
   if (!buf->control)
     return client_error(GPUSHM_E_INVAL, "'%s' was not created with GPUSHM_CREATE_SYNC", buf->name);
   if (buf->sync_method == GPUSHM_SYNC_HOST && stream)
@@ -185,6 +200,15 @@ static void wake_value_waiters(struct sync_control *ctl)
   syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+void client_sync_wake(struct client_mapping *buf, const gpushm_t *conn)
+{
+  /* Read-only openers cannot announce that they sleep (their control block is
+   * read-only), so every release wakes: a few hundred ns when nobody waits. */
+  seq_futex(buf->control, FUTEX_WAKE, INT_MAX, NULL);
+  if (has_promises(conn))
+    wake_value_waiters(buf->control);
+}
+
 /* Another connection's live promise makes it the only signaller: of the values it
  * covers, and of every value above them too, since a release of one of those would
  * reach them all. */
@@ -197,21 +221,45 @@ static int check_unpromised(const struct client_mapping *buf, const gpushm_t *co
       !(p = sync_promise_covering(buf->control, last + 1, last,
                                   sync_promise_owner(releaser_id_of(conn)))))
     return 0;
-  return client_error(GPUSHM_E_INVAL, "'%s': release %llu refused: another connection "
+  return client_error(GPUSHM_E_INVAL, "'%s': %s %llu refused: another connection "
                       "promised the values up to %llu, which makes it their only signaller",
-                      buf->name, (unsigned long long)value,
+                      buf->name, buf->kind == GPUSHM_KIND_TIMELINE ? "signal" : "release",
+                      (unsigned long long)value,
                       (unsigned long long)__atomic_load_n(&p->upto, __ATOMIC_RELAXED));
 }
 
 /* Publishes a release after the releaser's completion marker for it is on its way:
- * ordered(n) records the event, or writes n into the fence behind stream's work.  The
+ * mark() records the event, or writes n into the fence behind stream's work.  The
  * number is the next one (want 0), or want, which must be above the counter.  A
  * concurrent release (unsupported, but not to be made worse) can take the next number
  * first; then the marker is repeated for the one after, so every published number has
  * its marker queued before anyone can see it (a caller-chosen number that another
  * release overtook is refused, its marker queued already). */
-static int publish(struct client_mapping *buf, const gpushm_t *conn, const struct client_stream *s,
-                   uint64_t want, uint64_t *seq)
+/* A sync buffer's completion marker for release v, by its sync method. */
+static int mark_by_method(struct client_mapping *buf, const struct client_stream *s, uint64_t v)
+{
+  int r;
+
+  switch (buf->sync_method) {
+  case GPUSHM_SYNC_IPC_EVENT:
+    return client_cuda_record(buf->sync_event, s);
+  case GPUSHM_SYNC_GPU_FENCE:
+    if ((r = client_cuda_fence_write(buf->fence_dptr, v, s)) == 0)
+      buf->fence_written = v;
+    return r;
+  case GPUSHM_SYNC_CPU_FENCE:
+    /* No stream memory operations: the CPU writes the fence once the work is done. */
+    if ((r = client_cuda_stream_sync(s)) == 0)
+      r = client_cuda_fence_store(buf->fence_dptr, v, buf->device);
+    return r;
+  default:
+    return 0;
+  }
+}
+
+int client_sync_publish(struct client_mapping *buf, const gpushm_t *conn,
+                        const struct client_stream *s, client_sync_mark_fn mark, uint64_t want,
+                        uint64_t *seq)
 {
   struct sync_control *ctl = buf->control;
   uint64_t n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE), v;
@@ -220,29 +268,13 @@ static int publish(struct client_mapping *buf, const gpushm_t *conn, const struc
   do {
     v = want ? want : n + 1;
     if (v <= n)
-      return client_error(GPUSHM_E_INVAL, "'%s': release %llu is not above its counter, %llu "
-                          "(values only grow)", buf->name, (unsigned long long)v,
-                          (unsigned long long)n);
+      return client_error(GPUSHM_E_INVAL, "'%s': %s %llu is not above its counter, %llu "
+                          "(values only grow)", buf->name,
+                          buf->kind == GPUSHM_KIND_TIMELINE ? "signal" : "release",
+                          (unsigned long long)v, (unsigned long long)n);
     if ((r = check_unpromised(buf, conn, v, n)) < 0)
       return r;
-    switch (buf->sync_method) {
-    case GPUSHM_SYNC_IPC_EVENT:
-      r = client_cuda_record(buf->sync_event, s);
-      break;
-    case GPUSHM_SYNC_GPU_FENCE:
-      r = client_cuda_fence_write(buf->fence_dptr, v, s);
-      if (r == 0)
-        buf->fence_written = v;
-      break;
-    case GPUSHM_SYNC_CPU_FENCE:
-      /* No stream memory operations: the CPU writes the fence once the work is done. */
-      if ((r = client_cuda_stream_sync(s)) == 0)
-        r = client_cuda_fence_store(buf->fence_dptr, v, buf->device);
-      break;
-    default:
-      r = 0;
-    }
-    if (r < 0)
+    if ((r = mark(buf, s, v)) < 0)
       return r;
     /* Signs release v for gpushmd, which raises the fence to it should this process
      * die before its GPU runs the write (docs/sync.md).  After the marker is queued: a
@@ -304,13 +336,9 @@ static int release(gpushm_buffer_t *handle, void *stream, uint64_t want, uint64_
   if (want && (r = check_numbered(handle, "caller-numbered releases")) < 0)
     return r;
   if ((r = sync_stream(buf, stream, true, &s)) < 0 ||
-      (r = publish(buf, handle->conn, &s, want, &n)) < 0)
+      (r = client_sync_publish(buf, handle->conn, &s, mark_by_method, want, &n)) < 0)
     return r;
-  /* Read-only openers cannot announce that they sleep (their control block is
-   * read-only), so every release wakes: a few hundred ns when nobody waits. */
-  seq_futex(buf->control, FUTEX_WAKE, INT_MAX, NULL);
-  if (has_promises(handle->conn))
-    wake_value_waiters(buf->control);
+  client_sync_wake(buf, handle->conn);
   if (seq)
     *seq = n;
   return 0;
@@ -339,7 +367,7 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t now_ns(void)
+uint64_t client_sync_now_ns(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -367,7 +395,7 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t target, int ti
   while ((r = client_cuda_fence_read(buf->fence_dptr, &value, buf->device)) == 0 &&
          value < target) {
     struct timespec ts = { 0, FENCE_POLL_NS };
-    if (timeout_ms >= 0 && now_ns() >= deadline)
+    if (timeout_ms >= 0 && client_sync_now_ns() >= deadline)
       return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' published but not done "
                           "within %d ms", (unsigned long long)target, buf->name, timeout_ms);
     nanosleep(&ts, NULL);
@@ -389,7 +417,7 @@ int gpushm_buffer_acquire(gpushm_buffer_t *handle, void *stream, uint64_t seq, i
   if (seq == 0 && (seq = __atomic_load_n(&buf->control->release_seq, __ATOMIC_ACQUIRE)) == 0)
     return 0; /* nothing released yet: nothing to wait for */
   if (timeout_ms >= 0)
-    deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
   for (unsigned spins = 0; (cur = __atomic_load_n(&buf->control->release_seq,
                                                   __ATOMIC_SEQ_CST)) < seq; spins++) {
     uint64_t now, slice = ACQUIRE_RECHECK_NS;
@@ -399,7 +427,7 @@ int gpushm_buffer_acquire(gpushm_buffer_t *handle, void *stream, uint64_t seq, i
       cpu_relax();
       continue;
     }
-    now = now_ns();
+    now = client_sync_now_ns();
     if (timeout_ms >= 0 && now >= deadline)
       return client_error(GPUSHM_E_TIMEOUT, "release %llu of '%s' not published within %d ms",
                           (unsigned long long)seq, buf->name, timeout_ms);
@@ -449,7 +477,7 @@ static void sleep_on_value(struct sync_control *ctl, uint32_t w, uint64_t last, 
     { .val = (uint32_t)last, .uaddr = (uintptr_t)sync_seq_futex_word(ctl), .flags = FUTEX_32 },
   };
   struct timespec at;
-  uint64_t until = now_ns() + slice_ns;
+  uint64_t until = client_sync_now_ns() + slice_ns;
 
   at.tv_sec = (time_t)(until / 1000000000u);
   at.tv_nsec = (long)(until % 1000000000u);
@@ -463,10 +491,8 @@ static void sleep_on_value(struct sync_control *ctl, uint32_t w, uint64_t last, 
   }
 }
 
-/* Waits in this thread until value is released, or (promised_enough) promised by a
- * live promiser, whose promise lets a GPU wait be queued at once. */
-static int wait_value(struct client_mapping *buf, uint64_t value, bool promised_enough,
-                      int timeout_ms, uint64_t deadline)
+int client_sync_wait_published(struct client_mapping *buf, uint64_t value, bool promised_enough,
+                               int timeout_ms, uint64_t deadline)
 {
   struct sync_control *ctl = buf->control;
 
@@ -481,11 +507,12 @@ static int wait_value(struct client_mapping *buf, uint64_t value, bool promised_
       cpu_relax();
       continue;
     }
-    now = now_ns();
+    now = client_sync_now_ns();
     if (timeout_ms >= 0 && now >= deadline)
-      return client_error(GPUSHM_E_TIMEOUT, "value %llu of '%s' neither released nor promised "
+      return client_error(GPUSHM_E_TIMEOUT, "value %llu of '%s' neither %s nor promised "
                           "within %d ms (its counter is at %llu)", (unsigned long long)value,
-                          buf->name, timeout_ms, (unsigned long long)last);
+                          buf->name, buf->kind == GPUSHM_KIND_TIMELINE ? "signalled" : "released",
+                          timeout_ms, (unsigned long long)last);
     slice = ACQUIRE_RECHECK_NS;
     if (timeout_ms >= 0 && deadline - now < slice)
       slice = deadline - now;
@@ -493,13 +520,17 @@ static int wait_value(struct client_mapping *buf, uint64_t value, bool promised_
   }
 }
 
-static int lost_error(const struct client_mapping *buf, uint64_t value)
+int client_sync_lost_error(const struct client_mapping *buf, uint64_t value)
 {
+  const bool timeline = buf->kind == GPUSHM_KIND_TIMELINE;
+
   return client_error(GPUSHM_E_LOST, "'%s': value %llu was reached because the connection "
-                      "that promised it (releaser %u) is gone, not because it was released: "
-                      "the buffer holds what its work left", buf->name,
-                      (unsigned long long)value,
-                      __atomic_load_n(&buf->control->lost_by, __ATOMIC_RELAXED));
+                      "that promised it (releaser %u) is gone, not because it was %s: "
+                      "%s", buf->name, (unsigned long long)value,
+                      __atomic_load_n(&buf->control->lost_by, __ATOMIC_RELAXED),
+                      timeline ? "signalled" : "released",
+                      timeline ? "signaller lost, what it ordered may be unfinished"
+                               : "the buffer holds what its work left");
 }
 
 int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t value,
@@ -519,11 +550,11 @@ int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t 
       (r = sync_stream(buf, stream, false, &s)) < 0)
     return r;
   if (timeout_ms >= 0)
-    deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
   /* The host counter is the data's only order: it must be reached.  A fence may be
    * waited for on the GPU once the value is released or promised. */
-  if ((r = wait_value(buf, value, buf->sync_method != GPUSHM_SYNC_HOST, timeout_ms,
-                      deadline)) < 0)
+  if ((r = client_sync_wait_published(buf, value, buf->sync_method != GPUSHM_SYNC_HOST,
+                                      timeout_ms, deadline)) < 0)
     return r;
   /* A value reached through a broken promise is waited for all the same: its break may
    * still wait for releases published before the promise (docs/sync.md). */
@@ -543,11 +574,21 @@ int gpushm_buffer_acquire_value(gpushm_buffer_t *handle, void *stream, uint64_t 
     r = 0;
   }
   if (r == 0 && sync_control_intact(buf->control) && sync_value_lost(buf->control, value))
-    return lost_error(buf, value);
+    return client_sync_lost_error(buf, value);
   return r;
 }
 
 int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_sync(handle ? handle->map : NULL, NULL)) < 0)
+    return r;
+  return client_sync_promise(handle, upto);
+}
+
+int client_sync_promise(gpushm_buffer_t *handle, uint64_t upto)
 {
   struct client_mapping *buf = handle ? handle->map : NULL;
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -555,12 +596,12 @@ int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
   Gpushm__Reply *reply;
   int r;
 
-  client_clear_error();
-  if ((r = check_sync(buf, NULL)) < 0)
+  if ((r = check_control(buf)) < 0)
     return r;
   if (buf->read_only)
-    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: a promise is of releases, "
-                        "which are writes; open it read-write", buf->name);
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: a promise is of %s, "
+                        "which are writes; open it read-write", buf->name,
+                        buf->kind == GPUSHM_KIND_TIMELINE ? "signals" : "releases");
   if ((r = check_numbered(handle, "promises")) < 0)
     return r;
   /* gpushmd records it (it breaks what a gone promiser owes) and writes it into the
@@ -577,27 +618,47 @@ int gpushm_buffer_promise(gpushm_buffer_t *handle, uint64_t upto)
 
 int gpushm_buffer_value_lost(const gpushm_buffer_t *handle, uint64_t value)
 {
-  const struct client_mapping *buf = handle ? handle->map : NULL;
   int r;
 
   client_clear_error();
-  if ((r = check_sync(buf, NULL)) < 0)
+  if ((r = check_sync(handle ? handle->map : NULL, NULL)) < 0)
+    return r;
+  return client_sync_value_lost(handle, value);
+}
+
+int client_sync_value_lost(const gpushm_buffer_t *handle, uint64_t value)
+{
+  const struct client_mapping *buf = handle ? handle->map : NULL;
+  int r;
+
+  if ((r = check_control(buf)) < 0)
     return r;
   return promises_believed(buf, handle->conn) && sync_value_lost(buf->control, value);
 }
 
 int gpushm_buffer_sync_state(const gpushm_buffer_t *handle, gpushm_sync_state_t *out)
 {
+  int r;
+
+  client_clear_error();
+  if (out)
+    memset(out, 0, sizeof *out);
+  if ((r = check_sync(handle ? handle->map : NULL, NULL)) < 0)
+    return r;
+  return client_sync_state(handle, out);
+}
+
+int client_sync_state(const gpushm_buffer_t *handle, gpushm_sync_state_t *out)
+{
   const struct client_mapping *buf = handle ? handle->map : NULL;
   const struct sync_control *ctl;
   uint32_t salt;
   int r;
 
-  client_clear_error();
   if (!out)
     return client_error(GPUSHM_E_INVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((r = check_sync(buf, NULL)) < 0 ||
+  if ((r = check_control(buf)) < 0 ||
       (r = client_need_feature(handle->conn, GPUSHM_FEATURE_PROMISES, "promises")) < 0)
     return r;
   ctl = buf->control;

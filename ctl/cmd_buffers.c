@@ -455,10 +455,37 @@ static void print_holders(const gpushm_buffer_info_t *b)
     printf("  and %zu more\n", (size_t)gpushm_buffer_info_holders_total(b) - n);
 }
 
-/* A sync buffer's counter, live promise and latest broken one, as its control block
- * says (an open of it: read-only, no mapping of its memory; the mode decides, as for
- * any reader).  Nothing where the caller may not open it or the daemon keeps no
- * promises. */
+/* A sync buffer's or a timeline's counter, live promise and latest broken one, as its
+ * control block says (an open of it: read-only, no mapping of its memory; the mode
+ * decides, as for any reader), and a timeline's reached value.  Nothing where the
+ * caller may not open it or the daemon keeps no promises. */
+static void print_sync_state(const gpushm_sync_state_t *st)
+{
+  printf("counter:    %" PRIu64, st->counter);
+  if (st->promised_upto)
+    printf("; promised up to %" PRIu64 " by client %u", st->promised_upto,
+           st->promiser_client);
+  if (st->lost_upto)
+    printf("; lost %" PRIu64 "..%" PRIu64 " (client %u went owing them)", st->lost_from + 1,
+           st->lost_upto, st->lost_client);
+  putchar('\n');
+}
+
+static void show_timeline_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
+{
+  gpushm_sync_state_t st;
+  gpushm_timeline_t *tl;
+
+  if (gpushm_timeline_open(ctl->conn, gpushm_buffer_info_name(b), GPUSHM_OPEN_READONLY, &tl) < 0)
+    return;
+  /* the open by name may have found a newer timeline of that name: said only if not */
+  if (gpushm_timeline_id(tl) == gpushm_buffer_info_id(b) && gpushm_timeline_state(tl, &st) == 0) {
+    print_sync_state(&st);
+    printf("reached:    %" PRIu64 "\n", gpushm_timeline_value(tl));
+  }
+  gpushm_timeline_close(tl);
+}
+
 static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
 {
   gpushm_open_opts_t opts;
@@ -468,21 +495,17 @@ static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
   if (!gpushm_buffer_info_sync(b) || gpushm_buffer_info_kind(b) == GPUSHM_KIND_EVENT ||
       !gpushm_daemon_has(ctl->conn, GPUSHM_FEATURE_PROMISES))
     return;
+  if (gpushm_buffer_info_kind(b) == GPUSHM_KIND_TIMELINE) {
+    show_timeline_state(ctl, b);
+    return;
+  }
   gpushm_open_opts_init(&opts);
   opts.flags = GPUSHM_OPEN_READONLY;
   opts.map_device = GPUSHM_DEVICE_NONE;
   if (gpushm_buffer_open_ex(ctl->conn, NULL, gpushm_buffer_info_id(b), &opts, &buf) < 0)
     return;
-  if (gpushm_buffer_sync_state(buf, &st) == 0) {
-    printf("counter:    %" PRIu64, st.counter);
-    if (st.promised_upto)
-      printf("; promised up to %" PRIu64 " by client %u", st.promised_upto,
-             st.promiser_client);
-    if (st.lost_upto)
-      printf("; lost %" PRIu64 "..%" PRIu64 " (client %u went owing them)", st.lost_from + 1,
-             st.lost_upto, st.lost_client);
-    putchar('\n');
-  }
+  if (gpushm_buffer_sync_state(buf, &st) == 0)
+    print_sync_state(&st);
   gpushm_buffer_close(buf);
 }
 

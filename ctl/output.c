@@ -152,7 +152,9 @@ const char *process_name(uint32_t pid, char *buf, size_t len)
  * wire spells them: "cuda-event" in the backend column. */
 const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
 {
-  const char *name = kind == GPUSHM_KIND_EVENT ? "cuda-event" : gpushm_backend_name(backend);
+  const char *name = kind == GPUSHM_KIND_EVENT      ? "cuda-event"
+                     : kind == GPUSHM_KIND_TIMELINE ? "timeline"
+                                                    : gpushm_backend_name(backend);
   return name ? name : "unknown";
 }
 

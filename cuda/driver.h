@@ -70,6 +70,9 @@
   X(cuEventSynchronize, 2000, (CUevent event)) \
   X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags)) \
   X(cuStreamWriteValue64, 11070, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)) \
+  X(cuMemHostRegister, 6050, (void *p, size_t bytes, unsigned int flags)) \
+  X(cuMemHostUnregister, 4000, (void *p)) \
+  X(cuMemHostGetDevicePointer, 3020, (CUdeviceptr *dptr, void *p, unsigned int flags)) \
   X(cuStreamWaitValue64, 11070, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)) \
   X(cuIpcGetEventHandle, 4010, (CUipcEventHandle *handle, CUevent event)) \
   X(cuIpcOpenEventHandle, 4010, (CUevent *event, CUipcEventHandle handle)) \

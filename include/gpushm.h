@@ -99,12 +99,14 @@ typedef enum gpushm_backend {
   GPUSHM_BACKEND_EXTERNAL = 6
 } gpushm_backend_t;
 
-/* What a name denotes: a buffer (gpushm_buffer_t), an event (gpushm_event_t) or an
- * image (a gpushm_buffer_t with an image description, gpushm-graphics.h). */
+/* What a name denotes: a buffer (gpushm_buffer_t), an event (gpushm_event_t), an
+ * image (a gpushm_buffer_t with an image description, gpushm-graphics.h) or a timeline
+ * (gpushm_timeline_t, 0.8). */
 typedef enum gpushm_kind {
   GPUSHM_KIND_BUFFER = 1,
   GPUSHM_KIND_EVENT = 2,
-  GPUSHM_KIND_IMAGE = 3
+  GPUSHM_KIND_IMAGE = 3,
+  GPUSHM_KIND_TIMELINE = 4
 } gpushm_kind_t;
 
 typedef enum gpushm_lifetime {
@@ -269,6 +271,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
  * gpushm_buffer_promise()): gpushmd finds their signatures and breaks the promises of a
  * promiser whose process is gone (docs/sync.md). */
 #define GPUSHM_FEATURE_PROMISES 0x100ull
+/* Timelines (gpushm_timeline_create()). */
+#define GPUSHM_FEATURE_TIMELINES 0x200ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -575,6 +579,71 @@ typedef enum {
  * why a fallback was taken ("" otherwise), valid while buf is open. */
 GPUSHM_API gpushm_sync_method_t gpushm_buffer_sync_method(const gpushm_buffer_t *buf,
                                                           const char **why);
+
+/* Timelines (0.8, GPUSHM_FEATURE_TIMELINES; docs/sync.md): a named 64-bit counter
+ * that the CPU and CUDA streams of any process signal and wait on, with an owner and a
+ * mode like every object.  Values only grow; a wait for v ends once the counter is at
+ * least v.  The counter is a fence in the timeline's control block (one page of host
+ * memory): the CPU reads and writes it, and a CUDA stream writes it behind its work
+ * (cuStreamWriteValue64) and waits on it (cuStreamWaitValue64) through the page,
+ * registered with CUDA in this process on first use.  No round trip to gpushmd per
+ * value, and no CPU wait for a value that is signalled or promised.
+ *
+ * Signalling is a write: it needs a read-write open (GPUSHM_E_PERM on a read-only one,
+ * whose control block is mapped read-only, to the CPU and to CUDA).
+ *
+ * gpushm_timeline_signal() signals value now, from the CPU; _signal_stream() once the
+ * work queued on stream is done.  value must be above every value signalled before
+ * (GPUSHM_E_INVAL: values only grow), and not owed by another connection's promise.
+ * One signaller at a time, and a stream's signals in order.
+ *
+ * gpushm_timeline_wait() waits in this thread until the counter reaches value, up to
+ * timeout_ms (< 0: for ever; GPUSHM_E_TIMEOUT).  _wait_stream() makes stream wait for
+ * it on the GPU; it is queued at once if value is signalled or promised, else this
+ * thread first waits, up to timeout_ms, for one of the two.  Either returns
+ * GPUSHM_E_LOST when value was reached because the connection that promised it is gone
+ * (gpushm_timeline_value_lost() says so later too): ordered all the same.
+ *
+ * gpushm_timeline_promise() promises every value up to upto, as
+ * gpushm_buffer_promise() does for sync buffers: waits for those values go to the GPU
+ * at once, others' signals are refused while it is live, and gpushmd raises the counter
+ * to upto, marking the values not signalled lost, once the promiser's process exits or
+ * its connection closes its last handle of the timeline.
+ *
+ * Streams: NULL is the legacy default stream of the current context's device (of device
+ * 0 without one).  Where a device lacks 64-bit stream memory operations or cannot map
+ * the page, a stream signal waits for its stream on the CPU and a stream wait waits on
+ * the CPU (gpushm_timeline_sync_method() says which and why): correct, not
+ * asynchronous.  Close a timeline only after the streams that used it are done; the
+ * last close waits for this process's own queued operations. */
+typedef struct gpushm_timeline gpushm_timeline_t;
+/* opts: mode, lifetime, GPUSHM_CREATE_OPEN_EXISTING; no backend, size or metadata. */
+GPUSHM_API int gpushm_timeline_create(gpushm_t *conn, const char *name,
+                                      const gpushm_create_opts_t *opts, gpushm_timeline_t **out);
+/* flags: GPUSHM_OPEN_READONLY or 0. */
+GPUSHM_API int gpushm_timeline_open(gpushm_t *conn, const char *name, unsigned flags,
+                                    gpushm_timeline_t **out);
+GPUSHM_API int gpushm_timeline_close(gpushm_timeline_t *tl);
+GPUSHM_API int gpushm_timeline_signal(gpushm_timeline_t *tl, uint64_t value);
+GPUSHM_API int gpushm_timeline_signal_stream(gpushm_timeline_t *tl, void *stream, uint64_t value);
+GPUSHM_API int gpushm_timeline_wait(gpushm_timeline_t *tl, uint64_t value, int timeout_ms);
+GPUSHM_API int gpushm_timeline_wait_stream(gpushm_timeline_t *tl, void *stream, uint64_t value,
+                                           int timeout_ms);
+GPUSHM_API int gpushm_timeline_promise(gpushm_timeline_t *tl, uint64_t upto);
+/* The value the counter has reached (0 for NULL). */
+GPUSHM_API uint64_t gpushm_timeline_value(const gpushm_timeline_t *tl);
+/* 1 if value was reached through a broken promise, 0 if not, or a negative GPUSHM_E_*. */
+GPUSHM_API int gpushm_timeline_value_lost(const gpushm_timeline_t *tl, uint64_t value);
+/* As gpushm_buffer_sync_state(): counter is the latest value signalled (queued: a
+ * stream's work may still be running), promise and losses; the reached value is
+ * gpushm_timeline_value(). */
+GPUSHM_API int gpushm_timeline_state(const gpushm_timeline_t *tl, gpushm_sync_state_t *out);
+/* How this process's streams signal and wait on tl: GPUSHM_SYNC_GPU_FENCE, or
+ * GPUSHM_SYNC_CPU_FENCE with *why saying why (GPUSHM_SYNC_HOST before any stream use). */
+GPUSHM_API gpushm_sync_method_t gpushm_timeline_sync_method(const gpushm_timeline_t *tl,
+                                                            const char **why);
+GPUSHM_API uint64_t gpushm_timeline_id(const gpushm_timeline_t *tl);
+GPUSHM_API const char *gpushm_timeline_name(const gpushm_timeline_t *tl);
 
 /* The buffer list, connected clients, statistics and gpushm_client_disconnect() are
  * in gpushm-admin.h. */

@@ -120,6 +120,11 @@ struct sync_control {
   /* released_value[i]: the whole number slot i of released_by signs (0.8 libraries), so
    * that numbers far apart (caller-chosen) are not told apart by their low 32 bits. */
   uint64_t released_value[GPUSHM_LIMIT_RELEASERS_KEPT];
+  /* A timeline's fence (sync buffers keep theirs in their allocation): the value its
+   * signallers' work has reached, written by the CPU or by a GPU through this page
+   * registered with CUDA (cuStreamWriteValue64), and raised by gpushmd only with a
+   * compare-and-swap to a higher value.  Read-only holders map the page read-only. */
+  uint64_t fence;
 };
 
 /* A connection's client id, salted with its daemon's instance id: a restarted daemon
@@ -220,6 +225,8 @@ _Static_assert(offsetof(struct sync_control, released_by) == 24,
                "released_by follows the 0.2 header: appended, nothing moved");
 _Static_assert(offsetof(struct sync_control, releases_signed) == 88,
                "the 0.8 fields follow released_by: appended, nothing moved");
+_Static_assert(offsetof(struct sync_control, fence) == 208,
+               "the timeline's fence follows the 0.8 fields: appended, nothing moved");
 _Static_assert(sizeof(struct status_page) <= STATUS_PAGE_SIZE &&
                  sizeof(struct sync_control) <= SYNC_CONTROL_SIZE,
                "a layout must fit its mapping");

@@ -91,6 +91,7 @@ extern const struct reg_kind_ops reg_kind_slot;   /* kind_slot.c: a slot of a se
 extern const struct reg_kind_ops reg_kind_event;  /* kind_event.c */
 extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear image */
 extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
+extern const struct reg_kind_ops reg_kind_timeline; /* kind_timeline.c */
 
 /* The table (kinds.c): the kind a create starts from (args->kind checked valid), and
  * the kinds whose objects outlive the daemon, asked in turn whose a record is

@@ -218,25 +218,41 @@ static void buffer_describe(const struct reg_object *obj, struct reg_description
   out->promiser = b->sync ? b->sync_state.promise.client_id : 0;
 }
 
-static int buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                              uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+/* Whether b has a fence gpushmd can read and raise: in its allocation, where its
+ * backend can reach it, or in its control block (a timeline). */
+static bool has_fence(const struct reg_buffer *b)
+{
+  return b->sync && (b->fence_in_control || (b->fence_offset && b->obj.backend->fence_raise));
+}
+
+/* Raises b's fence to value (0: reads it), as backend.h's fence_raise. */
+static int fence_raise(struct reg_buffer *b, uint64_t value, uint64_t *was, char *err,
+                       size_t errlen)
+{
+  if (b->fence_in_control)
+    return sync_fence_raise(&b->sync_state, value, was, err, errlen);
+  return b->obj.backend->fence_raise(b->obj.backend, &b->mem, b->fence_offset, value, 0, was,
+                                     err, errlen);
+}
+
+int reg_buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                           uint64_t *seq, uint64_t *was, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   int r;
 
   (void)reg;
-  if (!b->sync || !b->fence_offset || !obj->backend->fence_raise)
+  if (!has_fence(b))
     return 0;
   if ((r = sync_signed_release(&b->sync_state, releaser, seq, err, errlen)) < 0)
     return r;
   if (*seq == 0)
     return 0; /* none of the latest releases is its */
-  return obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, *seq, 0, was, err,
-                                   errlen);
+  return fence_raise(b, *seq, was, err, errlen);
 }
 
-static int buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
-                          uint32_t releaser, uint64_t upto, char *err, size_t errlen)
+int reg_buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                       uint32_t releaser, uint64_t upto, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
 
@@ -264,21 +280,19 @@ static int break_recorded(struct reg_object *obj, bool force, uint64_t last,
                           struct reg_broken_promise *out, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
-  bool fenced = b->fence_offset && obj->backend->fence_raise;
+  bool fenced = has_fence(b);
   uint64_t upto = b->sync_state.promise.upto;
   int r;
 
   b->sync_state.promise.breaking = true;
   /* value 0: a read (*was), nothing written */
-  if (fenced && (r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, 0, 0,
-                                               &out->fence_was, err, errlen)) < 0)
+  if (fenced && (r = fence_raise(b, 0, &out->fence_was, err, errlen)) < 0)
     goto give_up;
   if (fenced && !force && out->fence_was < last)
     return 2; /* not yet */
   if ((r = sync_lose_promise(&b->sync_state, &out->lost_from, err, errlen)) < 0)
     goto give_up;
-  if (fenced && (r = obj->backend->fence_raise(obj->backend, &b->mem, b->fence_offset, upto, 0,
-                                               &out->fence_was, err, errlen)) < 0)
+  if (fenced && (r = fence_raise(b, upto, &out->fence_was, err, errlen)) < 0)
     goto give_up;
   out->upto = upto;
   if ((r = sync_keep_broken_promise(&b->sync_state, err, errlen)) < 0)
@@ -290,9 +304,9 @@ give_up:
   return r;
 }
 
-static int buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
-                                bool force, struct reg_broken_promise *out, char *err,
-                                size_t errlen)
+int reg_buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                             bool force, struct reg_broken_promise *out, char *err,
+                             size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   uint64_t upto, last;
@@ -557,7 +571,7 @@ static ssize_t take_metadata(const struct reg_store *store, uint64_t id, struct 
 #define ADOPT_PAUSE_MS 10
 #define ADOPT_TRIES ((int)(GPUSHM_PROMISE_ADOPT_WAIT_MS / ADOPT_PAUSE_MS))
 
-static void break_adopted_promise(struct reg_object *obj, const char *name)
+void reg_buffer_break_adopted_promise(struct reg_object *obj, const char *what)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   struct reg_broken_promise out;
@@ -573,12 +587,11 @@ static void break_adopted_promise(struct reg_object *obj, const char *name)
     }
   }
   if (r < 0)
-    log_warn("persistent sync buffer '%s': a promise made before the restart could not be "
-             "broken, waiters of its values may wait: %s", name, err);
+    log_warn("%s: a promise made before the restart could not be broken, waiters of its "
+             "values may wait: %s", what, err);
   else if (upto)
-    log_warn("persistent sync buffer '%s': values %llu to %llu promised before the restart "
-             "count as lost (the promiser's connection ended with the previous daemon)%s",
-             name, (unsigned long long)out.lost_from + 1, (unsigned long long)upto,
+    log_warn("%s: values %llu to %llu promised before the restart count as lost (the "
+             "promiser's connection ended with the previous daemon)%s", what, (unsigned long long)out.lost_from + 1, (unsigned long long)upto,
              tries >= ADOPT_TRIES ? "; its earlier releases had not landed in time" : "");
 }
 
@@ -648,8 +661,11 @@ static int buffer_adopt_record(struct registry *reg, const char *record, int fd,
   b->obj.ops = &reg_kind_buffer;
   b->obj.kind = REG_BUFFER;
   b->obj.backend = be;
-  if (b->sync)
-    break_adopted_promise(&b->obj, a.name_buf);
+  if (b->sync) {
+    char what[GPUSHM_LIMIT_NAME_LEN + 40];
+    snprintf(what, sizeof what, "persistent sync buffer '%s'", a.name_buf);
+    reg_buffer_break_adopted_promise(&b->obj, what);
+  }
   b->obj.host_bytes = host_bytes_of(b);
   a.id = f.id;
   a.name = a.name_buf;
@@ -707,9 +723,9 @@ const struct reg_kind_ops reg_kind_buffer = {
   .export = buffer_export,
   .release = buffer_release,
   .describe = buffer_describe,
-  .raise_fence = buffer_raise_fence,
-  .promise = buffer_promise,
-  .break_promise = buffer_break_promise,
+  .raise_fence = reg_buffer_raise_fence,
+  .promise = reg_buffer_promise,
+  .break_promise = reg_buffer_break_promise,
   .persists = buffer_persists,
   .deposit_records = buffer_deposit_records,
   .deposit = buffer_deposit,

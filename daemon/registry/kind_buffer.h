@@ -13,6 +13,8 @@ struct reg_buffer {
   struct backend_mem mem;
   bool sync; /* sync_state holds its control block (and event) */
   uint64_t fence_offset; /* a sync buffer's fence, in its allocation; 0: none */
+  /* A timeline's fence is in its control block (kind_timeline.c), not in memory. */
+  bool fence_in_control;
   struct sync_state sync_state;
 };
 
@@ -26,5 +28,17 @@ static inline const struct reg_buffer *reg_buffer_of_const(const struct reg_obje
 {
   return (const struct reg_buffer *)obj;
 }
+
+/* What the buffer kind does for every kind with a control block and a fence (sync
+ * buffers and timelines): the ops of the same names in kind.h. */
+int reg_buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                           uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+int reg_buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                       uint32_t releaser, uint64_t upto, char *err, size_t errlen);
+int reg_buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                             bool force, struct reg_broken_promise *out, char *err,
+                             size_t errlen);
+/* After an adoption: breaks a promise made to the previous daemon (logged as what). */
+void reg_buffer_break_adopted_promise(struct reg_object *obj, const char *what);
 
 #endif

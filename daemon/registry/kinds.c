@@ -9,6 +9,7 @@
 static const struct reg_kind_ops *const requested_kinds[REG_KIND_COUNT] = {
   [REG_BUFFER] = &reg_kind_buffer,
   [REG_EVENT] = &reg_kind_event,
+  [REG_TIMELINE] = &reg_kind_timeline,
 };
 
 const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args)
@@ -23,4 +24,4 @@ const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args)
 }
 
 const struct reg_kind_ops *const reg_persistent_kinds[] = { &reg_kind_buffer, &reg_kind_slot,
-                                                            NULL };
+                                                            &reg_kind_timeline, NULL };

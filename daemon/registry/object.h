@@ -49,6 +49,7 @@ struct reg_policy {
 enum reg_kind {
   REG_BUFFER = 0, /* memory from a backend: a whole allocation, or a slot of a segment */
   REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
+  REG_TIMELINE = 2, /* a counter in a control block (kind_timeline.c); size 0 */
   REG_KIND_COUNT
 };
 

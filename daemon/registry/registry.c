@@ -718,6 +718,12 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
   return 0;
 }
 
+/* "a buffer", "an event", "a timeline": what a caller meant, and what a name is. */
+static const char *kind_article(enum reg_kind kind)
+{
+  return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline" : "a buffer";
+}
+
 int registry_open(struct registry *reg, struct reg_client *client,
                   const struct reg_policy *policy, const char *name, uint64_t id,
                   bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
@@ -742,8 +748,8 @@ int registry_open(struct registry *reg, struct reg_client *client,
   /* Buffers and events share one namespace; opening one as the other is an error,
    * found before any reference is taken. */
   if (obj->kind != kind) {
-    snprintf(err, errlen, "'%s' is %s", obj->name,
-             kind == REG_EVENT ? "a buffer, not an event" : "an event, not a buffer");
+    snprintf(err, errlen, "'%s' is %s, not %s", obj->name, kind_article(obj->kind),
+             kind_article(kind));
     return PROTO_E_INVAL;
   }
   if (!registry_may_access(client, obj, write)) {

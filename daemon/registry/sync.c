@@ -306,3 +306,32 @@ int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t e
   *control_fd = fd;
   return 0;
 }
+
+int sync_fence_raise(struct sync_state *s, uint64_t value, uint64_t *was, char *err,
+                     size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+  uint64_t n;
+  int raised = 0;
+
+  if (!ctl)
+    return PROTO_E_IO;
+  n = __atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE);
+  *was = n;
+  /* Bounded: any read-write holder can write the fence, and gpushmd must not spin on
+   * it.  A GPU write landing after the raise can lower it again: the caller raises only
+   * once what was published has landed (break_recorded), or for a releaser whose
+   * process is gone. */
+  for (int tries = 0; value && n < value && tries < 64; tries++)
+    if (__atomic_compare_exchange_n(&ctl->fence, &n, value, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_ACQUIRE)) {
+      raised = 1;
+      break;
+    }
+  if (raised) {
+    __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  }
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return raised;
+}

@@ -78,6 +78,13 @@ int sync_keep_broken_promise(struct sync_state *s, char *err, size_t errlen);
  * counter. */
 int sync_adopted_promise(struct sync_state *s, uint64_t *upto, uint64_t *last, char *err,
                          size_t errlen);
+/* A timeline's fence, in the control block: raised to value with a compare-and-swap
+ * if below it (value 0: read only), the futex waiters woken.  *was: what it held.
+ * Returns 1 (raised), 0 (at or above value already), or a negative PROTO_E_* with err
+ * set; the header is not checked (the fence's place is fixed, and a holder that
+ * scribbled over the header must not keep waiters waiting). */
+int sync_fence_raise(struct sync_state *s, uint64_t value, uint64_t *was, char *err,
+                     size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

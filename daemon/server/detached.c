@@ -164,6 +164,13 @@ static bool may_owe_fence(const struct reg_holding *h)
   return d.fenced || (d.promiser && d.promiser == h->client->id);
 }
 
+/* What a process maps of an object it held: memory, or a timeline's control block
+ * (events map nothing). */
+static bool holds_mapping(const struct reg_object *b)
+{
+  return b->kind == REG_BUFFER || b->kind == REG_TIMELINE;
+}
+
 /* The segments the process maps: held by d until it exits, else (d NULL) retired. */
 static void take_segments(struct detached_set *set, struct detached *d, struct reg_client *client)
 {
@@ -193,7 +200,7 @@ void detached_track(struct detached_set *set, struct reg_client *client)
 
   for (l = client->holdings.next; l != &client->holdings; l = l->next) {
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
-    if (h->refs && h->buffer->kind == REG_BUFFER) {
+    if (h->refs && holds_mapping(h->buffer)) {
       n++;
       bytes += h->buffer->allocated;
       n_fences += may_owe_fence(h);
@@ -282,12 +289,14 @@ void detached_track(struct detached_set *set, struct reg_client *client)
     const struct reg_holding *h = list_entry(l, struct reg_holding, client_link);
     const struct reg_object *b = h->buffer;
     struct detached_buffer *db;
-    if (!h->refs || b->kind != REG_BUFFER)
+    if (!h->refs || !holds_mapping(b))
       continue;
     db = &d->buffers[d->n++];
     db->id = b->id;
     snprintf(db->name, sizeof db->name, "%s", b->name);
-    db->backend = b->backend ? b->backend->kind : PROTO_BACKEND_EXTERNAL;
+    db->backend = b->backend       ? b->backend->kind
+                  : b->kind == REG_TIMELINE ? PROTO_BACKEND_HOST /* its control block */
+                                            : PROTO_BACKEND_EXTERNAL;
     db->device = b->device;
     db->allocated = b->allocated;
   }

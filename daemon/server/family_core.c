@@ -113,6 +113,14 @@ static bool create_is_event(const Gpushm__CreateRequest *cr)
                   : cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT;
 }
 
+/* The registry's kind a create or an open means (the kind checked known first). */
+static enum reg_kind reg_kind_of_wire(Gpushm__Kind kind, bool event)
+{
+  return kind == GPUSHM__KIND__KIND_TIMELINE ? REG_TIMELINE
+         : kind == GPUSHM__KIND__KIND_EVENT || (!kind && event) ? REG_EVENT
+                                                                : REG_BUFFER;
+}
+
 /* A kind that contradicts the rest of the request is refused, not guessed at. */
 static int check_create_kind(const Gpushm__CreateRequest *cr, struct handler_reply *ctx)
 {
@@ -122,6 +130,10 @@ static int check_create_kind(const Gpushm__CreateRequest *cr, struct handler_rep
   case GPUSHM__KIND__KIND_EVENT:
     if (cr->backend && cr->backend != GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
       return reply_fail(ctx, PROTO_E_INVAL, "an event has no backend");
+    return 0;
+  case GPUSHM__KIND__KIND_TIMELINE:
+    if (cr->backend || cr->image)
+      return reply_fail(ctx, PROTO_E_INVAL, "a timeline has no backend and no image");
     return 0;
   case GPUSHM__KIND__KIND_BUFFER:
   case GPUSHM__KIND__KIND_IMAGE:
@@ -142,16 +154,17 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
 {
   const Gpushm__CreateRequest *cr = req->create;
   const bool event = create_is_event(cr);
+  const enum reg_kind kind = reg_kind_of_wire(cr->kind, event);
   struct reg_create_args args = {
-    .kind = event ? REG_EVENT : REG_BUFFER,
+    .kind = kind,
     .name = cr->name,
     .size = cr->size,
-    .backend = event ? 0 : (int)cr->backend,
+    .backend = kind == REG_BUFFER ? (int)cr->backend : 0,
     .device = cr->device,
     .mode = cr->mode,
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
-    .sync = cr->sync,
+    .sync = cr->sync || kind == REG_TIMELINE, /* a timeline is all sync */
     .strict_mode = cr->strict_mode,
     .ipc_fence = call->policy->ipc_fences,
     .metadata = cr->metadata.data,
@@ -184,7 +197,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     log_event(LOG_LEVEL_DEBUG,
               LOG_FIELDS(.client = call->log_client, .buffer = b->name, .buffer_id = b->id,
                          .bytes = b->size, .has_bytes = true,
-                         .backend = b->backend ? b->backend->name : "event",
+                         .backend = b->backend ? b->backend->name
+                                    : b->kind == REG_TIMELINE ? "timeline" : "event",
                          .device = b->device, .has_device = b->backend != &backend_host),
               "client %u created '%s' (id %llu, %llu bytes)", call->client->id, b->name,
               (unsigned long long)b->id, (unsigned long long)b->size);
@@ -198,7 +212,8 @@ static int create_device(const struct handler_call *call, const Gpushm__Request 
 {
   const Gpushm__CreateRequest *cr = req->create;
   int effective = create_is_event(cr) ? GPUSHM__BACKEND__BACKEND_CUDA_EVENT
-                  : cr->backend       ? (int)cr->backend
+                  : cr->kind == GPUSHM__KIND__KIND_TIMELINE ? PROTO_BACKEND_HOST
+                  : cr->backend                             ? (int)cr->backend
                                       : registry_default_backend(call->reg, call->policy);
 
   return effective != PROTO_BACKEND_HOST && cr->device >= 0 ? cr->device : -1;
@@ -217,8 +232,21 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
     id = o->id;
   else
     return reply_fail(ctx, PROTO_E_INVAL, "open needs a name or an id");
+  switch (o->kind) {
+  case GPUSHM__KIND__KIND_UNSPECIFIED:
+  case GPUSHM__KIND__KIND_BUFFER:
+  case GPUSHM__KIND__KIND_IMAGE:
+  case GPUSHM__KIND__KIND_EVENT:
+  case GPUSHM__KIND__KIND_TIMELINE:
+    break;
+  default:
+    snprintf(ctx->msg, sizeof ctx->msg, "kind %d is unknown to gpushmd %s", (int)o->kind,
+             PACKAGE_VERSION);
+    return PROTO_E_UNSUPPORTED;
+  }
   r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
-                    o->event ? REG_EVENT : REG_BUFFER, &ctx->export, ctx->msg, sizeof ctx->msg);
+                    reg_kind_of_wire(o->kind, o->event), &ctx->export, ctx->msg,
+                    sizeof ctx->msg);
   if (r < 0)
     return r;
   return reply_open(call, ctx);

@@ -162,8 +162,9 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
     info->metadata.data = b->metadata;
     info->metadata.len = b->metadata_len;
   }
-  info->kind = b->kind == REG_EVENT ? GPUSHM__KIND__KIND_EVENT
-               : d.image            ? GPUSHM__KIND__KIND_IMAGE
+  info->kind = b->kind == REG_EVENT    ? GPUSHM__KIND__KIND_EVENT
+               : b->kind == REG_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE
+               : d.image               ? GPUSHM__KIND__KIND_IMAGE
                                     : GPUSHM__KIND__KIND_BUFFER;
   if (d.image) {
     fill_image(&ctx->info_image, d.image);

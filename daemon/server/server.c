@@ -287,7 +287,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .instance_id = srv->instance_id,
     .features = PROTO_FEATURE_DISCONNECT | PROTO_FEATURE_SEGMENTS | PROTO_FEATURE_ONEWAY |
                 PROTO_FEATURE_METADATA | PROTO_FEATURE_GRAPHICS | PROTO_FEATURE_STRICT_MODE |
-                PROTO_FEATURE_IPC_FENCES | PROTO_FEATURE_PROMISES |
+                PROTO_FEATURE_IPC_FENCES | PROTO_FEATURE_PROMISES | PROTO_FEATURE_TIMELINES |
                 (persist && persist_enabled(persist) ? PROTO_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,

@@ -288,6 +288,9 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
     *v = !getenv("GPUSHM_FAKE_CUDA_NO_MEMOPS");
     break;
+  case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+    *v = !getenv("GPUSHM_FAKE_CUDA_NO_RO_REGISTER");
+    break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
   case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
     *v = 1;
@@ -1025,6 +1028,111 @@ FAKE_API unsigned long gpushm_fake_cuda_waits_queued(void)
   return __atomic_load_n(&fake_waits_queued, __ATOMIC_RELAXED);
 }
 
+/* Registered host memory (cuMemHostRegister), as the real driver keeps it: one
+ * registration per range, a read-only mapping only with CU_MEMHOSTREGISTER_READ_ONLY
+ * (the driver pins pages writable otherwise, and fails), device pointers only with
+ * DEVICEMAP, at the host address (unified addressing).  Tests count the live ones
+ * (gpushm_fake_cuda_host_registered(), dlsym): a close must leave none behind. */
+struct fake_host_reg {
+  struct fake_host_reg *next;
+  uintptr_t base;
+  size_t size;
+  unsigned flags;
+};
+static struct fake_host_reg *host_regs;
+FAKE_API unsigned long gpushm_fake_cuda_host_registered(void);
+
+FAKE_API unsigned long gpushm_fake_cuda_host_registered(void)
+{
+  unsigned long n = 0;
+
+  pthread_mutex_lock(&lock);
+  for (struct fake_host_reg *r = host_regs; r; r = r->next)
+    n++;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+/* Whether [p, p + n) is mapped writable in this process (/proc/self/maps). */
+static bool host_range_writable(uintptr_t p, size_t n)
+{
+  FILE *maps = fopen("/proc/self/maps", "r");
+  char line[512], perms[8];
+  bool writable = false;
+
+  if (!maps)
+    return false;
+  while (fgets(line, sizeof line, maps)) {
+    unsigned long long start, end;
+    if (sscanf(line, "%llx-%llx %7s", &start, &end, perms) == 3 && p >= start && p + n <= end) {
+      writable = perms[1] == 'w';
+      break;
+    }
+  }
+  fclose(maps);
+  return writable;
+}
+
+static CUresult fake_cuMemHostRegister(void *p, size_t n, unsigned flags)
+{
+  struct fake_host_reg *r;
+  CUresult res = CUDA_SUCCESS;
+
+  if (!p || !n || (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                      CU_MEMHOSTREGISTER_READ_ONLY)))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (current_device() < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) && !host_range_writable((uintptr_t)p, n))
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (r = host_regs; r; r = r->next)
+    if ((uintptr_t)p < r->base + r->size && r->base < (uintptr_t)p + n)
+      res = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (res == CUDA_SUCCESS && !(r = malloc(sizeof *r)))
+    res = CUDA_ERROR_OUT_OF_MEMORY;
+  if (res == CUDA_SUCCESS) {
+    *r = (struct fake_host_reg){ host_regs, (uintptr_t)p, n, flags };
+    host_regs = r;
+  }
+  pthread_mutex_unlock(&lock);
+  return res;
+}
+
+static CUresult fake_cuMemHostUnregister(void *p)
+{
+  CUresult res = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+
+  pthread_mutex_lock(&lock);
+  for (struct fake_host_reg **r = &host_regs; *r; r = &(*r)->next)
+    if ((*r)->base == (uintptr_t)p) {
+      struct fake_host_reg *gone = *r;
+      *r = gone->next;
+      free(gone);
+      res = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return res;
+}
+
+static CUresult fake_cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags)
+{
+  CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+  if (flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (struct fake_host_reg *r = host_regs; r; r = r->next)
+    if ((uintptr_t)p >= r->base && (uintptr_t)p < r->base + r->size &&
+        (r->flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
+      *d = (CUdeviceptr)(uintptr_t)p;
+      res = CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&lock);
+  return res;
+}
+
 struct delayed_write {
   uint64_t *addr, value;
   long delay_ms;
@@ -1376,6 +1484,8 @@ static const struct {
   FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess), FAKE_ENTRY(cuMemcpyDtoHAsync),
   FAKE_ENTRY(cuMemcpyHtoDAsync),
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
+  FAKE_ENTRY(cuMemHostRegister), FAKE_ENTRY(cuMemHostUnregister),
+  FAKE_ENTRY(cuMemHostGetDevicePointer),
   FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
   FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
   FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuCtxEnablePeerAccess),

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* What sync buffers (sync.c) and timelines (timeline.c) share: a counter published in a
+ * control block, its promises and the waits for its values (docs/sync.md). */
+#ifndef GPUSHM_CLIENT_SYNC_H
+#define GPUSHM_CLIENT_SYNC_H
+
+#include "buffer.h"
+#include "device.h"
+
+/* Queues (or makes) the completion marker of value v behind s's work (s NULL: the
+ * CPU's, done now); 0 or a GPUSHM_E_*. */
+typedef int (*client_sync_mark_fn)(struct client_mapping *buf, const struct client_stream *s,
+                                   uint64_t v);
+/* Publishes value want (0: the next number) once mark() has queued its marker: refused
+ * if not above the counter or owed by another connection's promise.  *seq: what was
+ * published. */
+int client_sync_publish(struct client_mapping *buf, const gpushm_t *conn,
+                        const struct client_stream *s, client_sync_mark_fn mark, uint64_t want,
+                        uint64_t *seq);
+/* Wakes whoever sleeps on the counter after a publication. */
+void client_sync_wake(struct client_mapping *buf, const gpushm_t *conn);
+/* Waits in this thread until value is published, or (promised_enough) promised by a live
+ * promiser, up to timeout_ms (< 0: for ever) by deadline (CLOCK_MONOTONIC ns). */
+int client_sync_wait_published(struct client_mapping *buf, uint64_t value, bool promised_enough,
+                               int timeout_ms, uint64_t deadline);
+/* GPUSHM_E_LOST, said for value of buf. */
+int client_sync_lost_error(const struct client_mapping *buf, uint64_t value);
+/* gpushm_buffer_promise(), _value_lost() and _sync_state() for any handle with a control
+ * block (the public ones take sync buffers only). */
+int client_sync_promise(gpushm_buffer_t *handle, uint64_t upto);
+int client_sync_value_lost(const gpushm_buffer_t *handle, uint64_t value);
+int client_sync_state(const gpushm_buffer_t *handle, gpushm_sync_state_t *out);
+uint64_t client_sync_now_ns(void);
+
+#endif

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/* Timelines: a named counter that the CPU and CUDA streams signal and wait on.  Its
+ * fence is a word of its control block (proto/shm_layout.h): the CPU reaches it in the
+ * mapping, streams through the page registered with CUDA on first use.  The counter
+ * (release_seq) says what was signalled, queued or done; the fence what is done.
+ * Promises, signatures and losses are the sync buffers' (sync.c, docs/sync.md). */
+#include "config.h"
+#include "error.h"
+#include "conn.h"
+#include "device.h"
+#include "buffer.h"
+#include "sync.h"
+#include "timeline_page.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TIMELINE_OF(tl) ((gpushm_buffer_t *)(tl))
+#define MAP_OF(tl) (((const struct gpushm_buffer *)(tl))->map)
+
+static int check_timeline(const gpushm_timeline_t *tl)
+{
+  const struct client_mapping *m;
+
+  if (!tl)
+    return client_error(GPUSHM_E_INVAL, "timeline is NULL");
+  m = MAP_OF(tl);
+  if (m->kind != GPUSHM_KIND_TIMELINE || !m->control)
+    return client_error(GPUSHM_E_INVAL, "'%s' is not a timeline", m->name);
+  return 0;
+}
+
+/* Raises the fence to v (never lowers it: a later signal may have landed first). */
+static void raise_fence_on_cpu(struct sync_control *ctl, uint64_t v)
+{
+  uint64_t n = __atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE);
+
+  while (n < v && !__atomic_compare_exchange_n(&ctl->fence, &n, v, false, __ATOMIC_SEQ_CST,
+                                               __ATOMIC_ACQUIRE))
+    ;
+}
+
+/* The completion marker of a signal: the CPU's, now (s NULL, or no stream memory
+ * operations: after the stream's work), or a GPU write behind s's work. */
+static int mark_cpu(struct client_mapping *buf, const struct client_stream *s, uint64_t v)
+{
+  int r;
+
+  if (s && (r = client_cuda_stream_sync(s)) < 0)
+    return r;
+  raise_fence_on_cpu(buf->control, v);
+  return 0;
+}
+
+static int mark_gpu(struct client_mapping *buf, const struct client_stream *s, uint64_t v)
+{
+  int r = client_cuda_fence_write(buf->fence_dptr, v, s);
+
+  if (r == 0) {
+    uint64_t was = __atomic_load_n(&buf->fence_written, __ATOMIC_RELAXED);
+    while (was < v && !__atomic_compare_exchange_n(&buf->fence_written, &was, v, true,
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      ;
+  }
+  return r;
+}
+
+static int timeline_signal(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value)
+{
+  gpushm_buffer_t *handle = TIMELINE_OF(tl);
+  struct client_mapping *buf;
+  struct client_stream s;
+  uint64_t n;
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  buf = handle->map;
+  if (value == 0)
+    return client_error(GPUSHM_E_INVAL, "signal of value 0: values start at 1");
+  if (buf->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: signalling is a write, open "
+                        "it read-write to signal", buf->name);
+  if (!on_stream) {
+    r = client_sync_publish(buf, handle->conn, NULL, mark_cpu, value, &n);
+  } else if ((r = client_timeline_stream(buf, stream, &s)) >= 0) {
+    r = client_sync_publish(buf, handle->conn, &s, r == 0 ? mark_gpu : mark_cpu, value, &n);
+  }
+  if (r < 0)
+    return r;
+  client_sync_wake(buf, handle->conn);
+  return 0;
+}
+
+int gpushm_timeline_signal(gpushm_timeline_t *tl, uint64_t value)
+{
+  return timeline_signal(tl, false, NULL, value);
+}
+
+int gpushm_timeline_signal_stream(gpushm_timeline_t *tl, void *stream, uint64_t value)
+{
+  return timeline_signal(tl, true, stream, value);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+/* A wait for the fence first spins (a pipeline that keeps pace signals within
+ * microseconds), then sleeps on the wake word, which CPU signals, promises and gpushmd's
+ * breaks change; a GPU's write wakes nobody, hence slices that grow from
+ * FENCE_SLICE_MIN_NS to FENCE_SLICE_MAX_NS: the latency a CPU waiter adds to a
+ * GPU-signalled value once it has slept a while. */
+#define FENCE_SPIN_NS 50000ull
+#define FENCE_SLICE_MIN_NS 20000ull
+#define FENCE_SLICE_MAX_NS 1000000ull
+
+static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int timeout_ms,
+                             uint64_t deadline)
+{
+  struct sync_control *ctl = buf->control;
+  uint64_t start = client_sync_now_ns(), slice = FENCE_SLICE_MIN_NS;
+
+  for (;;) {
+    uint32_t w = __atomic_load_n(&ctl->wake, __ATOMIC_SEQ_CST);
+    uint64_t now, nap;
+    struct timespec ts;
+
+    if (__atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE) >= value)
+      return 0;
+    now = client_sync_now_ns();
+    if (timeout_ms >= 0 && now >= deadline) {
+      uint64_t last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+      return client_error(GPUSHM_E_TIMEOUT, "value %llu of '%s' %s within %d ms (signalled up "
+                          "to %llu, reached %llu)", (unsigned long long)value, buf->name,
+                          last >= value ? "signalled but not reached: its signaller's work "
+                                          "was not done"
+                                        : "not reached",
+                          timeout_ms, (unsigned long long)last,
+                          (unsigned long long)__atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE));
+    }
+    if (now - start < FENCE_SPIN_NS) {
+      cpu_relax();
+      continue;
+    }
+    nap = slice;
+    if (timeout_ms >= 0 && deadline - now < nap)
+      nap = deadline - now;
+    ts.tv_sec = (time_t)(nap / 1000000000u);
+    ts.tv_nsec = (long)(nap % 1000000000u);
+    syscall(SYS_futex, &ctl->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+    if (slice < FENCE_SLICE_MAX_NS)
+      slice *= 2;
+  }
+}
+
+static int timeline_wait(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value,
+                int timeout_ms)
+{
+  gpushm_buffer_t *handle = TIMELINE_OF(tl);
+  struct client_mapping *buf;
+  struct client_stream s;
+  uint64_t deadline = 0;
+  int r, method = 1;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  buf = handle->map;
+  if (value == 0)
+    return client_error(GPUSHM_E_INVAL, "wait for value 0: values start at 1");
+  /* The stream first: a wrong one fails before any wait. */
+  if (on_stream && (method = client_timeline_stream(buf, stream, &s)) < 0)
+    return method;
+  if (timeout_ms >= 0)
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  if (method == 0) {
+    /* A value signalled or promised will be reached (a promise not kept is broken): the
+     * wait goes to the GPU at once. */
+    if ((r = client_sync_wait_published(buf, value, true, timeout_ms, deadline)) < 0 ||
+        (r = client_cuda_fence_wait(buf->fence_dptr, value, &s)) < 0)
+      return r;
+    uint64_t was = __atomic_load_n(&buf->fence_waited, __ATOMIC_RELAXED);
+    while (was < value && !__atomic_compare_exchange_n(&buf->fence_waited, &was, value, true,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      ;
+  } else if ((r = wait_fence_on_cpu(buf, value, timeout_ms, deadline)) < 0) {
+    return r;
+  }
+  if (client_sync_value_lost(handle, value) == 1)
+    return client_sync_lost_error(buf, value);
+  return 0;
+}
+
+int gpushm_timeline_wait(gpushm_timeline_t *tl, uint64_t value, int timeout_ms)
+{
+  return timeline_wait(tl, false, NULL, value, timeout_ms);
+}
+
+int gpushm_timeline_wait_stream(gpushm_timeline_t *tl, void *stream, uint64_t value,
+                                int timeout_ms)
+{
+  return timeline_wait(tl, true, stream, value, timeout_ms);
+}
+
+int gpushm_timeline_create(gpushm_t *conn, const char *name, const gpushm_create_opts_t *opts,
+                           gpushm_timeline_t **out)
+{
+  int r;
+
+  client_clear_error();
+  if (conn && (r = client_need_feature(conn, GPUSHM_FEATURE_TIMELINES, "timelines")) < 0)
+    return r;
+  return client_create(conn, name, 0, opts, CLIENT_TIMELINE, (gpushm_buffer_t **)out);
+}
+
+int gpushm_timeline_open(gpushm_t *conn, const char *name, unsigned flags,
+                         gpushm_timeline_t **out)
+{
+  int r;
+
+  client_clear_error();
+  if (!name)
+    return client_error(GPUSHM_E_NAME, "name is NULL");
+  if (conn && (r = client_need_feature(conn, GPUSHM_FEATURE_TIMELINES, "timelines")) < 0)
+    return r;
+  return client_open(conn, name, 0, flags, CLIENT_TIMELINE, (gpushm_buffer_t **)out);
+}
+
+int gpushm_timeline_close(gpushm_timeline_t *tl)
+{
+  return gpushm_buffer_close(TIMELINE_OF(tl));
+}
+
+int gpushm_timeline_promise(gpushm_timeline_t *tl, uint64_t upto)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  return client_sync_promise(TIMELINE_OF(tl), upto);
+}
+
+uint64_t gpushm_timeline_value(const gpushm_timeline_t *tl)
+{
+  return tl && MAP_OF(tl)->control ? __atomic_load_n(&MAP_OF(tl)->control->fence,
+                                                     __ATOMIC_ACQUIRE)
+                                   : 0;
+}
+
+int gpushm_timeline_value_lost(const gpushm_timeline_t *tl, uint64_t value)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  return client_sync_value_lost((const gpushm_buffer_t *)tl, value);
+}
+
+int gpushm_timeline_state(const gpushm_timeline_t *tl, gpushm_sync_state_t *out)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  return client_sync_state((const gpushm_buffer_t *)tl, out);
+}
+
+gpushm_sync_method_t gpushm_timeline_sync_method(const gpushm_timeline_t *tl, const char **why)
+{
+  const struct client_mapping *m = tl ? MAP_OF(tl) : NULL;
+
+  if (why)
+    *why = m ? m->sync_why : "";
+  return m && m->kind == GPUSHM_KIND_TIMELINE ? m->sync_method : GPUSHM_SYNC_NONE;
+}
+
+uint64_t gpushm_timeline_id(const gpushm_timeline_t *tl)
+{
+  return tl ? MAP_OF(tl)->id : 0;
+}
+
+const char *gpushm_timeline_name(const gpushm_timeline_t *tl)
+{
+  return tl ? MAP_OF(tl)->name : NULL;
+}
