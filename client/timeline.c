@@ -242,6 +242,11 @@ int gpushm_timeline_close(gpushm_timeline_t *tl)
   return gpushm_buffer_close(TIMELINE_OF(tl));
 }
 
+int gpushm_timeline_close_unlink(gpushm_timeline_t *tl)
+{
+  return gpushm_buffer_close_unlink(TIMELINE_OF(tl));
+}
+
 int gpushm_timeline_promise(gpushm_timeline_t *tl, uint64_t upto)
 {
   int r;

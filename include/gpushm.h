@@ -624,6 +624,8 @@ GPUSHM_API int gpushm_timeline_create(gpushm_t *conn, const char *name,
 GPUSHM_API int gpushm_timeline_open(gpushm_t *conn, const char *name, unsigned flags,
                                     gpushm_timeline_t **out);
 GPUSHM_API int gpushm_timeline_close(gpushm_timeline_t *tl);
+/* Removes its name (if it still names this timeline and the caller may), then closes. */
+GPUSHM_API int gpushm_timeline_close_unlink(gpushm_timeline_t *tl);
 GPUSHM_API int gpushm_timeline_signal(gpushm_timeline_t *tl, uint64_t value);
 GPUSHM_API int gpushm_timeline_signal_stream(gpushm_timeline_t *tl, void *stream, uint64_t value);
 GPUSHM_API int gpushm_timeline_wait(gpushm_timeline_t *tl, uint64_t value, int timeout_ms);

@@ -340,6 +340,22 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_buffer_promise": (c_int, [_P, c_uint64]),
     "gpushm_buffer_value_lost": (c_int, [_P, c_uint64]),
     "gpushm_buffer_sync_state": (c_int, [_P, ctypes.POINTER(SyncState)]),
+    # 0.8: timelines
+    "gpushm_timeline_create": (c_int, [_P, c_char_p, POINTER(CreateOpts), POINTER(c_void_p)]),
+    "gpushm_timeline_open": (c_int, [_P, c_char_p, ctypes.c_uint, POINTER(c_void_p)]),
+    "gpushm_timeline_close": (c_int, [_P]),
+    "gpushm_timeline_close_unlink": (c_int, [_P]),
+    "gpushm_timeline_signal": (c_int, [_P, c_uint64]),
+    "gpushm_timeline_signal_stream": (c_int, [_P, c_void_p, c_uint64]),
+    "gpushm_timeline_wait": (c_int, [_P, c_uint64, c_int]),
+    "gpushm_timeline_wait_stream": (c_int, [_P, c_void_p, c_uint64, c_int]),
+    "gpushm_timeline_promise": (c_int, [_P, c_uint64]),
+    "gpushm_timeline_value": (c_uint64, [_P]),
+    "gpushm_timeline_value_lost": (c_int, [_P, c_uint64]),
+    "gpushm_timeline_state": (c_int, [_P, ctypes.POINTER(SyncState)]),
+    "gpushm_timeline_sync_method": (c_int, [_P, c_void_p]),
+    "gpushm_timeline_id": (c_uint64, [_P]),
+    "gpushm_timeline_name": (c_char_p, [_P]),
 }
 
 

@@ -131,6 +131,13 @@ def _need_numbered(what: str) -> None:
                           f"(0.8 does)")
 
 
+def _need_timelines() -> None:
+    """Timelines came with libgpushm 0.8."""
+    if not hasattr(lib, "gpushm_timeline_create"):
+        raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no timelines "
+                          f"(0.8 does)")
+
+
 def non_negative(value: int, what: str) -> int:
     """value as a non-negative int: ctypes turns -1 into 2^64-1 for an unsigned argument
     (another id, another release), and map_device -1 into "no map device"."""
@@ -442,6 +449,36 @@ class Connection(_Handle):
         check(lib.gpushm_event_open(c, c_string(name, "event name"), byref(out)),
               f"open event {name!r}")
         return Event(_handle(out, "open event"), self)
+
+    # --- timelines ----------------------------------------------------------------
+    def create_timeline(self, name: str, *, mode: int = 0o600,
+                        lifetime: Union[str, int] = "persistent",
+                        exist_ok: bool = False) -> "Timeline":
+        """A named 64-bit counter that CPUs and CUDA streams of any process signal and
+        wait on (gpushm_timeline_create; docs/sync.md).  exist_ok: join one this uid made
+        already instead of raising Exists."""
+        cap, c = self._live()
+        _need_timelines()
+        raw = c_string(name, "timeline name")
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.mode = mode
+        opts.lifetime = _lifetime_value(lifetime)
+        opts.flags = CREATE_OPEN_EXISTING if exist_ok else 0
+        out = c_void_p()
+        check(lib.gpushm_timeline_create(c, raw, byref(opts), byref(out)),
+              f"create timeline {name!r}")
+        return Timeline(_handle(out, "create timeline"), self)
+
+    def open_timeline(self, name: str, *, readonly: bool = False) -> "Timeline":
+        """Opens a timeline; readonly: to wait only (its mode may allow no more)."""
+        cap, c = self._live()
+        _need_timelines()
+        out = c_void_p()
+        check(lib.gpushm_timeline_open(c, c_string(name, "timeline name"),
+                                       OPEN_READONLY if readonly else 0, byref(out)),
+              f"open timeline {name!r}")
+        return Timeline(_handle(out, "open timeline"), self)
 
     # --- admin --------------------------------------------------------------------
     def list(self, *, all: bool = False, metadata: bool = False) -> "List[Any]":
@@ -1058,3 +1095,112 @@ class Event(_Handle):
     def __repr__(self) -> str:
         return f"<gpushm.Event {self.name!r} id {self.id}{' closed' if self.closed else ''}>"
 
+
+
+class Timeline(_Handle):
+    """A named 64-bit counter that CPUs and CUDA streams of any process signal and wait
+    on (gpushm_timeline_*; docs/sync.md).  Values only grow; a wait for v ends once the
+    counter is at least v.  signal()/wait() are the CPU's; signal_stream()/wait_stream()
+    queue on a CUDA stream (None: the legacy default stream; a torch or CuPy stream)."""
+
+    _what = "timeline"
+
+    def __init__(self, pointer: int, connection: Connection) -> None:
+        super().__init__(pointer, CAPSULE_BUFFER)  # closed like a buffer
+        self._connection = connection
+        self._name = text(lib.gpushm_timeline_name(pointer))
+        self._id: int = lib.gpushm_timeline_id(pointer)
+
+    @property
+    def connection(self) -> Connection:
+        return self._connection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def value(self) -> int:
+        """The value the counter has reached (what signallers' work has done)."""
+        cap, t = self._live()
+        return lib.gpushm_timeline_value(t)
+
+    @property
+    def sync_method(self) -> str:
+        """How this process's streams reach it: "host" before any stream use, then
+        "gpu-fence", or "cpu-fence" where the CPU stands in (the device cannot)."""
+        cap, t = self._live()
+        return SYNC_METHODS.get(lib.gpushm_timeline_sync_method(t, None), "none")
+
+    def signal(self, value: int) -> None:
+        """Signals value now, from the CPU (above every value signalled before)."""
+        cap, t = self._live()
+        check(lib.gpushm_timeline_signal(t, non_negative(value, "value")),
+              f"signal {self.name!r} at {value}")
+
+    def signal_stream(self, value: int, stream: StreamLike = None) -> None:
+        """Signals value once the work queued on stream is done."""
+        cap, t = self._live()
+        check(lib.gpushm_timeline_signal_stream(t, stream_handle(stream),
+                                                non_negative(value, "value")),
+              f"signal {self.name!r} at {value}")
+
+    def wait(self, value: int, timeout: Optional[float] = None) -> None:
+        """Waits in this thread until the counter reaches value; timeout in seconds
+        (None: for ever), Timeout after it.  SignallerLost if value was reached because
+        its promiser is gone."""
+        cap, t = self._live()
+        ms = -1 if timeout is None else max(0, timeout_ms(timeout))
+        check(lib.gpushm_timeline_wait(t, non_negative(value, "value"), ms),
+              f"wait {self.name!r} for {value}")
+
+    def wait_stream(self, value: int, stream: StreamLike = None,
+                    timeout: Optional[float] = None) -> None:
+        """Makes stream wait on the GPU until the counter reaches value: queued at once
+        if value is signalled or promised, else this thread first waits up to timeout
+        for one of the two."""
+        cap, t = self._live()
+        ms = -1 if timeout is None else max(0, timeout_ms(timeout))
+        check(lib.gpushm_timeline_wait_stream(t, stream_handle(stream),
+                                              non_negative(value, "value"), ms),
+              f"wait {self.name!r} for {value}")
+
+    def promise(self, upto: int) -> None:
+        """Promises that this connection will signal every value up to upto, which
+        makes it their only signaller and lets waiters queue their GPU waits at once.
+        Broken (the values count as lost) should this process die or close the
+        timeline owing them."""
+        cap, t = self._live()
+        check(lib.gpushm_timeline_promise(t, non_negative(upto, "upto")),
+              f"promise {self.name!r} up to {upto}")
+
+    def value_lost(self, value: int) -> bool:
+        """Whether value was reached because its promiser is gone, not signalled."""
+        cap, t = self._live()
+        r = lib.gpushm_timeline_value_lost(t, non_negative(value, "value"))
+        check(min(r, 0), f"value_lost {self.name!r}")
+        return r == 1
+
+    def sync_state(self) -> Dict[str, int]:
+        """counter (the latest value signalled, its work perhaps still queued),
+        promised_upto, promiser_client, lost_from, lost_upto, lost_client; the reached
+        value is .value."""
+        cap, t = self._live()
+        st = SyncState()
+        check(lib.gpushm_timeline_state(t, byref(st)), f"sync_state {self.name!r}")
+        return {name: getattr(st, name) for name, _ in SyncState._fields_}
+
+    def close_unlink(self) -> None:
+        """Removes the timeline's name, while it still names this one, and closes."""
+        cap, t = self._live()
+        check(lib.gpushm_buffer_ref(t), f"ref {self.name!r}")
+        r = lib.gpushm_timeline_close_unlink(t)
+        self._cap = None
+        check(r, f"close_unlink {self.name!r}")
+
+    def __repr__(self) -> str:
+        return f"<gpushm.Timeline {self.name!r} id {self.id}{' closed' if self.closed else ''}>"

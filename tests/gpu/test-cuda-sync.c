@@ -21,6 +21,12 @@
  *  - a promiser killed with its kernel running, while a consumer's stream waits on the
  *    GPU for a value it promised: gpushmd breaks the promise once the process is gone,
  *    the stream goes on, the value reads as lost; how long after the kill it went on.
+ *  - timelines (0.8): a ring of 4 plain cuda-fd buffers ordered by two timelines, ready
+ *    (the producer signals it, the consumer waits on it through a read-only open) and
+ *    done (the other way), both promised, so that no frame waits on the CPU; every
+ *    frame verified on the GPU; frames per second.  And a timeline's promiser killed
+ *    mid-kernel while another process's stream waits on the GPU for a promised value:
+ *    the stream goes on once gpushmd breaks the promise, the value reads as lost.
  *  - the cost of opening an inter-process event.
  *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
  * Skips (77) only where there is no CUDA driver or device. */
@@ -116,7 +122,8 @@ static pid_t spawn(const char *role, const char *a, const char *b, const char *c
      * an MPS client SIGKILLed with a kernel running faults the MPS server (Xid 31,
      * measured on the H100) and fails every client it serves, which is MPS's doing,
      * not the fence's (docs/sync.md).  Its consumer still runs inside. */
-    if (strcmp(role, "dying-producer") != 0 && strcmp(role, "dying-promiser") != 0)
+    if (strcmp(role, "dying-producer") != 0 && strcmp(role, "dying-promiser") != 0 &&
+        strcmp(role, "timeline-dying") != 0)
       cuda_test_child_env();
     execl(self, self, role, a, b, c, e, f, (char *)NULL);
     _exit(127);
@@ -333,6 +340,115 @@ static int role_promise_waiter(char **argv)
   if (r)
     test_log("waiter: value %llu went by, and does not read as lost", (unsigned long long)value);
   CHECK_OK(gpushm_buffer_close(b));
+  gpushm_disconnect(conn);
+  return r;
+}
+
+/* argv: ring frames bytes.  The consumer of the timeline ring: waits for each frame on
+ * "tl-ready" (read-only: it never signals it), verifies it on the GPU, hands its slot
+ * back on "tl-done", which it promised whole; nothing waits on the CPU per frame. */
+static int role_timeline_ring(char **argv)
+{
+  unsigned ring = (unsigned)atoi(argv[2]), frames = (unsigned)atoi(argv[3]);
+  uint64_t bytes = strtoull(argv[4], NULL, 10);
+  gpushm_buffer_t *bufs[16];
+  gpushm_timeline_t *ready, *done;
+  unsigned *bad = calloc(frames, sizeof *bad);
+  unsigned long long total_bad = 0;
+  CUdeviceptr errors;
+  gpushm_t *conn;
+  CUstream s;
+  double t0, t;
+
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, frames * sizeof *bad));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, frames));
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < ring; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tl-slot-%u", i);
+    CHECK_OK(gpushm_buffer_open(conn, name, GPUSHM_OPEN_READONLY, &bufs[i]));
+  }
+  CHECK_OK(gpushm_timeline_open(conn, "tl-ready", GPUSHM_OPEN_READONLY, &ready));
+  CHECK_OK(gpushm_timeline_open(conn, "tl-done", 0, &done));
+  CHECK_OK(gpushm_timeline_promise(done, frames));
+  printf("promised\n");
+  fflush(stdout);
+  t0 = now_s();
+  for (unsigned k = 0; k < frames; k++) {
+    CHECK_OK(gpushm_timeline_wait_stream(ready, s, k + 1, 0)); /* promised: no CPU wait */
+    launch_verify(s, cuda_test_dptr(bufs[k % ring]), bytes / 4, k + 1, errors + k * sizeof *bad);
+    CHECK_OK(gpushm_timeline_signal_stream(done, s, k + 1));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  t = now_s() - t0;
+  CHECK(gpushm_timeline_sync_method(ready, NULL) == GPUSHM_SYNC_GPU_FENCE &&
+        gpushm_timeline_sync_method(done, NULL) == GPUSHM_SYNC_GPU_FENCE);
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
+  for (unsigned k = 0; k < frames; k++)
+    total_bad += bad[k];
+  printf("ring of %u x %llu MiB on timelines (ready, done; promised, no CPU wait per frame): "
+         "%u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), %llu bad words\n", ring,
+         (unsigned long long)(bytes >> 20), frames, t, frames / t,
+         frames * (double)bytes / t / 1e9, total_bad);
+  fflush(stdout);
+  for (unsigned i = 0; i < ring; i++)
+    CHECK_OK(gpushm_buffer_close(bufs[i]));
+  CHECK_OK(gpushm_timeline_close(ready));
+  CHECK_OK(gpushm_timeline_close(done));
+  gpushm_disconnect(conn);
+  free(bad);
+  return total_bad ? 3 : 0;
+}
+
+/* argv: timeline upto.  Promises values up to upto, signals 1 behind a kernel that spins
+ * for a minute, and waits to be killed. */
+static int role_timeline_dying(char **argv)
+{
+  gpushm_timeline_t *tl;
+  gpushm_t *conn;
+  CUdeviceptr scratch;
+  CUstream s;
+
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &scratch, MiB));
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_timeline_open(conn, argv[2], 0, &tl));
+  CHECK_OK(gpushm_timeline_promise(tl, strtoull(argv[3], NULL, 10)));
+  launch_fill(s, scratch, MiB / 4, 97, 60000000000ull);
+  CHECK_OK(gpushm_timeline_signal_stream(tl, s, 1));
+  for (;;)
+    pause();
+}
+
+/* argv: timeline value.  Queues its stream's wait for value (promised: no CPU wait),
+ * says "queued", then when the stream got past it ("done <CLOCK_MONOTONIC s>"); exits 0
+ * if value reads as lost then. */
+static int role_timeline_waiter(char **argv)
+{
+  uint64_t value = strtoull(argv[3], NULL, 10);
+  gpushm_timeline_t *tl;
+  gpushm_t *conn;
+  CUstream s;
+  int r;
+
+  cuda_setup(0);
+  s = new_stream();
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_timeline_open(conn, argv[2], GPUSHM_OPEN_READONLY, &tl));
+  r = gpushm_timeline_wait_stream(tl, s, value, 0);
+  CHECK(r == 0);
+  printf("queued\n");
+  fflush(stdout);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  printf("done %.6f\n", now_s());
+  fflush(stdout);
+  r = gpushm_timeline_value_lost(tl, value) == 1 ? 0 : 3;
+  if (r)
+    test_log("waiter: value %llu went by, and does not read as lost", (unsigned long long)value);
+  CHECK_OK(gpushm_timeline_close(tl));
   gpushm_disconnect(conn);
   return r;
 }
@@ -606,6 +722,103 @@ static void test_dying_promiser(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close_unlink(b));
 }
 
+/* The ring on timelines: plain buffers, a producer signalling "tl-ready" and waiting
+ * on "tl-done", both promised whole, nothing on the CPU per frame. */
+static void test_timeline_ring(gpushm_t *conn, uint64_t bytes)
+{
+  enum { RING = 4 };
+  const unsigned FRAMES = sanitizer ? 40 : 1000;
+  gpushm_buffer_t *bufs[RING];
+  gpushm_timeline_t *ready, *done;
+  gpushm_create_opts_t opts;
+  char ring_text[8], frames_text[16], bytes_text[32], line[256];
+  CUstream s = new_stream();
+  FILE *out;
+  pid_t consumer;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.mode = 0644;
+  for (unsigned i = 0; i < RING; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tl-slot-%u", i);
+    CHECK_OK(gpushm_buffer_create(conn, name, bytes, &opts, &bufs[i]));
+  }
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0644;
+  CHECK_OK(gpushm_timeline_create(conn, "tl-ready", &opts, &ready));
+  opts.mode = 0666;
+  CHECK_OK(gpushm_timeline_create(conn, "tl-done", &opts, &done));
+  CHECK_OK(gpushm_timeline_promise(ready, FRAMES));
+  snprintf(ring_text, sizeof ring_text, "%d", RING);
+  snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
+  snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
+  consumer = spawn_read(&out, "timeline-ring", ring_text, frames_text, bytes_text, NULL);
+  CHECK(fgets(line, sizeof line, out) && strcmp(line, "promised\n") == 0);
+  for (unsigned k = 0; k < FRAMES; k++) {
+    if (k >= RING) /* the consumer is done with frame k - RING: promised, queued at once */
+      CHECK_OK(gpushm_timeline_wait_stream(done, s, k + 1 - RING, 0));
+    /* every 50th frame is slow: the consumer must wait for it, not race it */
+    launch_fill(s, cuda_test_dptr(bufs[k % RING]), bytes / 4, k + 1,
+                k % 50 == 0 ? 2000000ull : 0);
+    CHECK_OK(gpushm_timeline_signal_stream(ready, s, k + 1));
+  }
+  while (fgets(line, sizeof line, out))
+    fputs(line, stdout);
+  fclose(out);
+  CHECK(child_status(consumer) == 0);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CHECK(gpushm_timeline_value(ready) == FRAMES && gpushm_timeline_value(done) == FRAMES);
+  CHECK(gpushm_timeline_value_lost(ready, FRAMES) == 0);
+  for (unsigned i = 0; i < RING; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(bufs[i]));
+  CHECK_OK(gpushm_timeline_close_unlink(ready));
+  CHECK_OK(gpushm_timeline_close_unlink(done));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+}
+
+/* A timeline's promiser killed mid-kernel while another process's stream waits on the
+ * GPU for a value it promised. */
+static void test_timeline_dying(gpushm_t *conn)
+{
+  gpushm_create_opts_t opts;
+  gpushm_timeline_t *tl;
+  uint64_t broken = promises_broken();
+  gpushm_sync_state_t st;
+  char line[256];
+  double killed, reaped, done;
+  pid_t promiser, waiter;
+  int status;
+  FILE *out;
+
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0644;
+  CHECK_OK(gpushm_timeline_create(conn, "tl-dying", &opts, &tl));
+  promiser = spawn("timeline-dying", "tl-dying", "5", NULL, NULL, NULL);
+  for (killed = now_s(); gpushm_timeline_state(tl, &st) < 0 || st.counter < 1; usleep(1000))
+    CHECK(now_s() - killed < 60);
+  CHECK(gpushm_timeline_value(tl) == 0); /* signalled behind a kernel that spins */
+  waiter = spawn_read(&out, "timeline-waiter", "tl-dying", "5", NULL, NULL);
+  CHECK(fgets(line, sizeof line, out) && strcmp(line, "queued\n") == 0);
+  usleep(300000); /* the wait is on the GPU, and holds */
+  CHECK(waitpid(waiter, &status, WNOHANG) == 0);
+  killed = now_s();
+  CHECK(kill(promiser, SIGKILL) == 0);
+  CHECK(waitpid(promiser, &status, 0) == promiser && WIFSIGNALED(status));
+  reaped = now_s();
+  CHECK(fgets(line, sizeof line, out) && sscanf(line, "done %lf", &done) == 1);
+  fclose(out);
+  test_log("timeline promiser SIGKILLed mid-kernel: the stream waiting on the GPU for a value "
+           "it promised went on %.1f ms after the kill, %.1f ms after the process was reaped "
+           "(its teardown took %.1f ms)", (done - killed) * 1e3, (done - reaped) * 1e3,
+           (reaped - killed) * 1e3);
+  CHECK(child_status(waiter) == 0); /* value 5 read as lost as it went on */
+  CHECK(done - killed < 20);
+  CHECK(promises_broken() == broken + 1);
+  CHECK(gpushm_timeline_value(tl) == 5 && gpushm_timeline_value_lost(tl, 5) == 1);
+  CHECK_OK(gpushm_timeline_close_unlink(tl));
+}
+
 static uint64_t fences_raised(void)
 {
   gpushm_stats_t *st = daemon_stats(&d);
@@ -738,6 +951,12 @@ int main(int argc, char **argv)
       return role_dying_promiser(argv);
     if (strcmp(argv[1], "promise-waiter") == 0 && argc == 4)
       return role_promise_waiter(argv);
+    if (strcmp(argv[1], "timeline-ring") == 0)
+      return role_timeline_ring(argv);
+    if (strcmp(argv[1], "timeline-dying") == 0 && argc == 4)
+      return role_timeline_dying(argv);
+    if (strcmp(argv[1], "timeline-waiter") == 0 && argc == 4)
+      return role_timeline_waiter(argv);
     return 2;
   }
   CHECK(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
@@ -758,6 +977,9 @@ int main(int argc, char **argv)
   test_ring(conn, 64 * MiB, true);
   test_dying_producer(conn);
   test_dying_promiser(conn);
+  test_timeline_ring(conn, 1 * MiB);
+  test_timeline_ring(conn, 64 * MiB);
+  test_timeline_dying(conn);
   sync_backend = GPUSHM_BACKEND_CUDA_IPC;
   test_ring(conn, 1 * MiB, true);
   test_dying_producer(conn);

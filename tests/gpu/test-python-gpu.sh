@@ -143,11 +143,14 @@ except Exception as e:
 gpushm.unlink("ro")
 EOF
 
-# --- acquire/release across processes on torch streams, with a control run
+# --- acquire/release across processes on torch streams, with a control run; and the
+# same ordering through a timeline (mode "timeline": signal_stream/wait_stream)
 cat > "$dir/sync.py" <<'EOF'
 import sys, time, torch, gpushm
 role, name, mode = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ""
 t = gpushm.open(name)
+tl = (gpushm.default_connection().open_timeline(name + "-tl", readonly=role != "producer")
+      if mode == "timeline" else None)
 x = torch.from_dlpack(t)           # imported before the release: no implicit ordering
 if role == "producer":
     # Real work ahead of the write, about a second of it: the control's stale read
@@ -165,11 +168,14 @@ if role == "producer":
             torch.matmul(a, a, out=c)
         x.fill_(7)
     t0 = time.monotonic()
-    t.buffer.release(s)              # published now; the fence lands after fill_
+    if tl:
+        tl.signal_stream(1, s)       # signalled now; the fence lands after fill_
+    else:
+        t.buffer.release(s)          # published now; the fence lands after fill_
     busy = not s.query()
     t1 = time.monotonic()
     s.synchronize()
-    print(f"# producer: sync method {t.buffer.sync_method}, release() took "
+    print(f"# producer: sync method {(tl or t.buffer).sync_method}, release() took "
           f"{(t1 - t0) * 1e3:.1f} ms, the write landed {(time.monotonic() - t1) * 1e3:.0f} ms "
           f"after", file=sys.stderr)
     if not busy:
@@ -177,26 +183,30 @@ if role == "producer":
 else:
     s = torch.cuda.Stream()
     print("ready", flush=True)
-    while t.buffer.release_seq < 1:
+    while (tl.sync_state()["counter"] if tl else t.buffer.release_seq) < 1:
         time.sleep(0.001)
     t0 = time.monotonic()
     with torch.cuda.stream(s):
         if mode == "acquire":
             t.buffer.acquire(s, seq=1, timeout=30)
+        elif tl:
+            tl.wait_stream(1, s, timeout=30)
         ok = bool(torch.all(x == 7).item())  # a kernel on s reads the buffer
-    print(f"# consumer ({mode}): sync method {t.buffer.sync_method}, read "
+    print(f"# consumer ({mode}): sync method {(tl or t.buffer).sync_method}, read "
           f"{(time.monotonic() - t0) * 1e3:.0f} ms after the release was published",
           file=sys.stderr)
     print("fresh" if ok else "stale", flush=True)
 EOF
 sync_run() {
   "$py" -c 'import gpushm, torch; gpushm.empty("sync", 1 << 20, "int32", device="cuda:0", sync=True).close()'
+  [ "$1" != timeline ] || "$py" -c 'import gpushm; gpushm.default_connection().create_timeline("sync-tl", mode=0o644).close()'
   "$py" "$dir/sync.py" consumer sync "$1" > "$dir/consumer.out" &
   consumer=$!
   i=0; until grep -q ready "$dir/consumer.out" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "consumer not ready"; sleep 0.01; done
   "$py" "$dir/sync.py" producer sync || fail "sync producer ($1) failed"
   wait "$consumer" || fail "sync consumer ($1) failed"
   "$b/ctl/gpushmctl" unlink sync >/dev/null
+  [ "$1" != timeline ] || "$b/ctl/gpushmctl" unlink sync-tl >/dev/null
   tail -n 1 "$dir/consumer.out"
 }
 for run in 1 2; do
@@ -207,7 +217,10 @@ for run in 1 2; do
   [ "$(sync_run control)" = stale ] && stale=$((stale + 1))
 done
 [ "$stale" -gt 0 ] || fail "control runs (no acquire) never read stale data: the ordering check cannot fail here, so it proves nothing"
-echo "# acquire/release on torch streams: 2 of 2 runs ordered; control without acquire: $stale of 2 stale"
+for run in 1 2; do
+  [ "$(sync_run timeline)" = fresh ] || fail "timeline run $run: the consumer read before the producer's write"
+done
+echo "# acquire/release on torch streams: 2 of 2 runs ordered; through a timeline: 2 of 2 ordered; control without acquire: $stale of 2 stale"
 
 # --- hand-off latency, beside torch.multiprocessing in the same run (printed)
 "$py" "$src/tests/bench/python-handoff.py" || fail "python-handoff"

@@ -652,7 +652,7 @@ static void test_restart(void)
   CHECK(gpushm_timeline_value(tl) == 12);
   CHECK_OK(gpushm_timeline_signal(tl, 13));
   CHECK_OK(gpushm_timeline_wait(tl, 13, 0));
-  CHECK_OK(gpushm_buffer_close_unlink((gpushm_buffer_t *)tl));
+  CHECK_OK(gpushm_timeline_close_unlink(tl));
   gpushm_disconnect(conn);
   daemon_stop(&r);
   fdstore_close();
