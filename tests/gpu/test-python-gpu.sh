@@ -183,7 +183,10 @@ if role == "producer":
 else:
     s = torch.cuda.Stream()
     print("ready", flush=True)
+    deadline = time.monotonic() + 60
     while (tl.sync_state()["counter"] if tl else t.buffer.release_seq) < 1:
+        if time.monotonic() > deadline:
+            sys.exit("consumer: nothing published within 60 s")
         time.sleep(0.001)
     t0 = time.monotonic()
     with torch.cuda.stream(s):
@@ -203,7 +206,7 @@ sync_run() {
   "$py" "$dir/sync.py" consumer sync "$1" > "$dir/consumer.out" &
   consumer=$!
   i=0; until grep -q ready "$dir/consumer.out" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "consumer not ready"; sleep 0.01; done
-  "$py" "$dir/sync.py" producer sync || fail "sync producer ($1) failed"
+  "$py" "$dir/sync.py" producer sync "$1" || fail "sync producer ($1) failed"
   wait "$consumer" || fail "sync consumer ($1) failed"
   "$b/ctl/gpushmctl" unlink sync >/dev/null
   [ "$1" != timeline ] || "$b/ctl/gpushmctl" unlink sync-tl >/dev/null
