@@ -13,6 +13,15 @@
  *       of the child takes part.  The host side waits three ways: vkWaitSemaphores
  *       (the driver's blocking wait), a spin on vkGetSemaphoreCounterValue, and
  *       vkWaitSemaphores with a zero timeout in a spin; p50/p99/min/max each.
+ *  [T4] what a gpushmd that holds a client's semaphore could do once the client is gone:
+ *       a minter process (Vulkan) makes a semaphore, hands an fd and a dup of it to this
+ *       process (SCM_RIGHTS), signals 3 and is SIGKILLed; this process (CUDA only, as
+ *       gpushmd) imports one fd; a waiter process (Vulkan) imports the other, reads the
+ *       value the dead minter left, and blocks in vkWaitSemaphores for 5, which this
+ *       process then signals through its CUDA import (how long until the waiter woke);
+ *       then signals 5 again (equal) and 4 (lower), the waiter reading the value after
+ *       each: what a repair that cannot read the value may and may not do.
+ *       GPUSHM_PROBE_ONLY=T4 runs this part alone.
  * Prints rows; not part of make check.  Needs a GPU with Vulkan (skips, 77, without). */
 #define _GNU_SOURCE
 #include "config.h"
@@ -23,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,6 +287,159 @@ static void round_trips(struct vk *v, const char *self, enum wait_kind kind, con
   free(t);
 }
 
+
+static PFN_vkImportSemaphoreFdKHR import_semaphore_fd;
+
+/* [T4] the minter: argv sock.  Mints, sends an fd and its dup, signals 3, says so, waits
+ * to be killed. */
+static int t4_minter(int sock)
+{
+  struct vk v;
+  VkSemaphore sem;
+  int fds[2];
+  char byte = 'm', ctl[CMSG_SPACE(sizeof fds)];
+  struct iovec iov = { &byte, 1 };
+  struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = sizeof ctl };
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  VkSemaphoreSignalInfo si = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO, .value = 3 };
+
+  if (vk_open(&v) < 0)
+    return 1;
+  sem = mint(&v);
+  fds[0] = export_fd(&v, sem);
+  fds[1] = dup(fds[0]);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof fds);
+  memcpy(CMSG_DATA(c), fds, sizeof fds);
+  si.semaphore = sem;
+  VK_OK(vkSignalSemaphore(v.device, &si));
+  if (sendmsg(sock, &msg, 0) != 1)
+    return 1;
+  for (;;)
+    pause();
+}
+
+/* [T4] the waiter: argv fd.  Imports it, says "value N", blocks for 5, says "done T",
+ * then answers each line on stdin with "value N". */
+static int t4_waiter(int fd)
+{
+  struct vk v;
+  VkSemaphore sem;
+  VkSemaphoreTypeCreateInfo type = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                     .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE };
+  VkSemaphoreCreateInfo sci = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &type };
+  VkImportSemaphoreFdInfoKHR ii = { .sType = VK_STRUCTURE_TYPE_IMPORT_SEMAPHORE_FD_INFO_KHR,
+                                    .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+                                    .fd = fd };
+  uint64_t want = 5, got = 0;
+  VkSemaphoreWaitInfo wi = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, .semaphoreCount = 1,
+                             .pValues = &want };
+  char line[64];
+  VkResult r;
+
+  if (vk_open(&v) < 0)
+    return 1;
+  import_semaphore_fd = (PFN_vkImportSemaphoreFdKHR)vkGetDeviceProcAddr(v.device,
+                                                                         "vkImportSemaphoreFdKHR");
+  VK_OK(vkCreateSemaphore(v.device, &sci, NULL, &sem));
+  ii.semaphore = sem;
+  VK_OK(import_semaphore_fd(v.device, &ii));
+  VK_OK(vkGetSemaphoreCounterValue(v.device, sem, &got));
+  printf("value %llu\n", (unsigned long long)got);
+  fflush(stdout);
+  wi.pSemaphores = &sem;
+  r = vkWaitSemaphores(v.device, &wi, 20000000000ull);
+  printf("done %.1f %d\n", now_us(), (int)r);
+  fflush(stdout);
+  while (fgets(line, sizeof line, stdin)) {
+    VK_OK(vkGetSemaphoreCounterValue(v.device, sem, &got));
+    printf("value %llu\n", (unsigned long long)got);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+static void t4_signal(CUexternalSemaphore sem, CUstream s, uint64_t value)
+{
+  CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS g = { .params.fence.value = value };
+  CU_OK(cu.signal(&sem, &g, 1, s));
+  CU_OK(cu.stream_sync(s));
+}
+
+static void t4_survival(const char *self)
+{
+  int sv[2], fds[2], to_w[2], from_w[2], status;
+  char byte, ctl[CMSG_SPACE(sizeof fds)], text[32], line[128];
+  struct iovec iov = { &byte, 1 };
+  struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = sizeof ctl };
+  CUexternalSemaphore sem;
+  CUstream s;
+  unsigned long long left = 0, v_equal = 0, v_lower = 0;
+  double signalled, woke = 0;
+  pid_t minter, waiter;
+  FILE *in, *out;
+  int r = -1;
+
+  CU_OK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0 ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+  snprintf(text, sizeof text, "%d", sv[1]);
+  if ((minter = fork()) == 0) {
+    execl(self, self, "t4-minter", text, (char *)NULL);
+    _exit(127);
+  }
+  close(sv[1]);
+  CU_OK(recvmsg(sv[0], &msg, 0) == 1 && CMSG_FIRSTHDR(&msg) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+  memcpy(fds, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fds);
+  kill(minter, SIGKILL);
+  waitpid(minter, &status, 0);
+  /* the minter is gone: its semaphore lives in the two fds alone */
+  CU_OK(cu.stream_create(&s, CU_STREAM_NON_BLOCKING));
+  sem = import_fd(fds[0]);
+  CU_OK(pipe(to_w) < 0 || pipe(from_w) < 0 ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+  snprintf(text, sizeof text, "%d", fds[1]);
+  if ((waiter = fork()) == 0) {
+    dup2(to_w[0], 0);
+    dup2(from_w[1], 1);
+    execl(self, self, "t4-waiter", text, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  close(to_w[0]);
+  close(from_w[1]);
+  in = fdopen(from_w[0], "r");
+  out = fdopen(to_w[1], "w");
+  if (sem && fgets(line, sizeof line, in) && sscanf(line, "value %llu", &left) == 1) {
+    usleep(500000); /* the waiter is in vkWaitSemaphores */
+    signalled = now_us();
+    t4_signal(sem, s, 5);
+    if (fgets(line, sizeof line, in) && sscanf(line, "done %lf %d", &woke, &r) == 2) {
+      t4_signal(sem, s, 5);
+      fputs("read\n", out);
+      fflush(out);
+      if (fgets(line, sizeof line, in))
+        sscanf(line, "value %llu", &v_equal);
+      t4_signal(sem, s, 4);
+      fputs("read\n", out);
+      fflush(out);
+      if (fgets(line, sizeof line, in))
+        sscanf(line, "value %llu", &v_lower);
+    }
+    printf("probe: [T4] minter SIGKILLed after signalling 3: the semaphore %s (a second "
+           "process's import read %llu); CUDA here signalled 5 through its import: the "
+           "Vulkan waiter %s %.1f us later; then 5 again: it read %llu; then 4: it read "
+           "%llu\n", sem ? "imported into CUDA here" : "did NOT import into CUDA", left,
+           r == 0 ? "woke" : "did NOT wake (VkResult)", woke - signalled, v_equal, v_lower);
+  } else {
+    printf("probe: [T4] minter SIGKILLed: %s\n", sem ? "the waiter did not start"
+                                                   : "its fd did not import into CUDA");
+  }
+  fclose(out);
+  fclose(in);
+  waitpid(waiter, &status, 0);
+}
+
 int main(int argc, char **argv)
 {
   char self[4096];
@@ -293,10 +457,18 @@ int main(int argc, char **argv)
   }
   if (argc == 3 && strcmp(argv[1], "child") == 0)
     return child(atoi(argv[2]));
+  if (argc == 3 && strcmp(argv[1], "t4-minter") == 0)
+    return t4_minter(atoi(argv[2]));
+  if (argc == 3 && strcmp(argv[1], "t4-waiter") == 0)
+    return t4_waiter(atoi(argv[2]));
   if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0)
     return 1;
   self[sizeof self - 1] = '\0';
   cuda_context();
+  if (getenv("GPUSHM_PROBE_ONLY") && strcmp(getenv("GPUSHM_PROBE_ONLY"), "T4") == 0) {
+    t4_survival(self);
+    return 0;
+  }
   CU_OK(cu.mem_get_info(&free0, &total));
   rss0 = rss_kib();
   t0 = now_us();
@@ -349,5 +521,6 @@ int main(int argc, char **argv)
   round_trips(&v, self, WAIT_BLOCKING, "vkWaitSemaphores (blocking)");
   round_trips(&v, self, WAIT_SPIN_COUNTER, "spin on vkGetSemaphoreCounterValue");
   round_trips(&v, self, WAIT_SPIN_ZERO, "spin on vkWaitSemaphores(timeout 0)");
+  t4_survival(self);
   return 0;
 }
