@@ -304,10 +304,13 @@ static int t4_minter(int sock)
   struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
   VkSemaphoreSignalInfo si = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO, .value = 3 };
 
-  if (vk_open(&v) < 0)
+  if (vk_open(&v) < 0) {
+    fprintf(stderr, "t4 minter: no Vulkan device\n");
     return 1;
+  }
   sem = mint(&v);
   fds[0] = export_fd(&v, sem);
+  fprintf(stderr, "t4 minter: minted\n");
   fds[1] = dup(fds[0]);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -345,12 +348,14 @@ static int t4_waiter(int fd)
                                                                          "vkImportSemaphoreFdKHR");
   VK_OK(vkCreateSemaphore(v.device, &sci, NULL, &sem));
   ii.semaphore = sem;
+  fprintf(stderr, "t4 waiter: importing\n");
   VK_OK(import_semaphore_fd(v.device, &ii));
+  fprintf(stderr, "t4 waiter: imported\n");
   VK_OK(vkGetSemaphoreCounterValue(v.device, sem, &got));
   printf("value %llu\n", (unsigned long long)got);
   fflush(stdout);
   wi.pSemaphores = &sem;
-  r = vkWaitSemaphores(v.device, &wi, 20000000000ull);
+  r = vkWaitSemaphores(v.device, &wi, 5000000000ull);
   printf("done %.1f %d\n", now_us(), (int)r);
   fflush(stdout);
   while (fgets(line, sizeof line, stdin)) {
@@ -390,13 +395,19 @@ static void t4_survival(const char *self)
     _exit(127);
   }
   close(sv[1]);
+  fprintf(stderr, "t4: waiting for the minter's fds\n");
   CU_OK(recvmsg(sv[0], &msg, 0) == 1 && CMSG_FIRSTHDR(&msg) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+  fprintf(stderr, "t4: got them; killing the minter\n");
   memcpy(fds, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fds);
-  kill(minter, SIGKILL);
-  waitpid(minter, &status, 0);
+  if (!getenv("GPUSHM_PROBE_T4_KEEP")) { /* =1: the minter lives on (the control case) */
+    kill(minter, SIGKILL);
+    waitpid(minter, &status, 0);
+  }
   /* the minter is gone: its semaphore lives in the two fds alone */
   CU_OK(cu.stream_create(&s, CU_STREAM_NON_BLOCKING));
+  fprintf(stderr, "t4: importing into CUDA\n");
   sem = import_fd(fds[0]);
+  fprintf(stderr, "t4: imported: %s\n", sem ? "yes" : "no");
   CU_OK(pipe(to_w) < 0 || pipe(from_w) < 0 ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
   snprintf(text, sizeof text, "%d", fds[1]);
   if ((waiter = fork()) == 0) {
@@ -411,9 +422,12 @@ static void t4_survival(const char *self)
   in = fdopen(from_w[0], "r");
   out = fdopen(to_w[1], "w");
   if (sem && fgets(line, sizeof line, in) && sscanf(line, "value %llu", &left) == 1) {
+    fprintf(stderr, "t4: the waiter read %llu\n", left);
     usleep(500000); /* the waiter is in vkWaitSemaphores */
     signalled = now_us();
+    fprintf(stderr, "t4: signalling 5 through CUDA\n");
     t4_signal(sem, s, 5);
+    fprintf(stderr, "t4: signalled\n");
     if (fgets(line, sizeof line, in) && sscanf(line, "done %lf %d", &woke, &r) == 2) {
       t4_signal(sem, s, 5);
       fputs("read\n", out);
