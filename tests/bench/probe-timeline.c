@@ -429,12 +429,17 @@ static void t4_survival(const char *self)
     t4_signal(sem, s, 5);
     fprintf(stderr, "t4: signalled\n");
     if (fgets(line, sizeof line, in) && sscanf(line, "done %lf %d", &woke, &r) == 2) {
+      fprintf(stderr, "t4: the waiter returned (VkResult %d) %.1f us after the signal; "
+              "signalling 5 again\n", r, woke - signalled);
       t4_signal(sem, s, 5);
       fputs("read\n", out);
       fflush(out);
       if (fgets(line, sizeof line, in))
         sscanf(line, "value %llu", &v_equal);
+      fprintf(stderr, "t4: after the equal signal the waiter read %llu; signalling 4\n",
+              v_equal);
       t4_signal(sem, s, 4);
+      fprintf(stderr, "t4: the lower signal completed\n");
       fputs("read\n", out);
       fflush(out);
       if (fgets(line, sizeof line, in))
@@ -465,6 +470,8 @@ int main(int argc, char **argv)
   int fd, fd2, fd3;
   CUexternalSemaphore a, b, c;
 
+  /* line by line: a run cut short by a timeout keeps every row printed so far */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (load_cuda() < 0) {
     printf("probe-timeline: no CUDA driver here\n");
     return 77;
