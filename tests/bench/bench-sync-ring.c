@@ -18,6 +18,9 @@
  * hand slots back with, both released with caller-chosen values: every wait goes to the
  * GPU at once, as the raw ring's do, where a numbered acquire first waits on the CPU for
  * the release to be published.
+ * A fourth rings on timelines (0.8): plain cuda-fd slots, and two timelines, "ready"
+ * (the producer signals frame k as k + 1, promised whole) and "done" (the consumer the
+ * same, promised whole): the waits go to the GPU at once, on a word of host memory.
  * Not part of `make check` (no timing assertions there). */
 #include "config.h"
 #include "cuda-test.h"
@@ -35,6 +38,8 @@
 #define RAW ((gpushm_backend_t)99)
 /* The ring on promises: cuda-fd slots, and "done" buffers beside them. */
 #define PROMISED ((gpushm_backend_t)98)
+/* The ring on timelines: plain cuda-fd slots, a "ready" and a "done" timeline. */
+#define TIMELINED ((gpushm_backend_t)97)
 #define RUNS 3
 
 static struct test_daemon d;
@@ -78,8 +83,9 @@ static void raw_write(gpushm_buffer_t *b, CUstream s, uint64_t value)
 static int consumer(char **argv)
 {
   gpushm_backend_t backend = (gpushm_backend_t)atoi(argv[2]);
-  bool raw = backend == RAW, promised = backend == PROMISED;
+  bool raw = backend == RAW, promised = backend == PROMISED, timelined = backend == TIMELINED;
   gpushm_buffer_t *done[SLOTS] = { NULL };
+  gpushm_timeline_t *ready_tl = NULL, *done_tl = NULL;
   unsigned frames = (unsigned)atoi(argv[3]), bad = 0;
   int result_fd = atoi(argv[4]), device = atoi(argv[5]);
   gpushm_buffer_t *slots[SLOTS];
@@ -111,7 +117,12 @@ static int consumer(char **argv)
       CHECK_OK(gpushm_buffer_promise(done[i], (frames + SLOTS - 1) / SLOTS));
     }
   }
-  if (promised) /* the producer waits for these promises before its first frame */
+  if (timelined) {
+    CHECK_OK(gpushm_timeline_open(conn, "bench-ready", GPUSHM_OPEN_READONLY, &ready_tl));
+    CHECK_OK(gpushm_timeline_open(conn, "bench-done", 0, &done_tl));
+    CHECK_OK(gpushm_timeline_promise(done_tl, frames));
+  }
+  if (promised || timelined) /* the producer waits for these promises before its first frame */
     CHECK(write(result_fd, &(double){ 0 }, sizeof(double)) == sizeof(double));
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
@@ -120,10 +131,12 @@ static int consumer(char **argv)
       raw_wait(b, s, 2 * use + 1);
     else if (promised)
       CHECK_OK(gpushm_buffer_acquire_value(b, s, use + 1, 0)); /* promised: queued at once */
+    else if (timelined)
+      CHECK_OK(gpushm_timeline_wait_stream(ready_tl, s, k + 1, 0)); /* promised: at once */
     else
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use + 1, 30000));
     if (k == 0) {
-      if (raw || promised) /* the producer is up once its first frame is */
+      if (raw || promised || timelined) /* the producer is up once its first frame is */
         CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
       t0 = now_s(); /* from the first frame on: the producer is up */
     }
@@ -133,11 +146,17 @@ static int consumer(char **argv)
       raw_write(b, s, 2 * use + 2);
     else if (promised)
       CHECK_OK(gpushm_buffer_release_value(done[k % SLOTS], s, use + 1));
+    else if (timelined)
+      CHECK_OK(gpushm_timeline_signal_stream(done_tl, s, k + 1));
     else
       CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   rate = (frames - 1) / (now_s() - t0);
+  if (timelined) {
+    CHECK_OK(gpushm_timeline_close(ready_tl));
+    CHECK_OK(gpushm_timeline_close(done_tl));
+  }
   CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, words, results, frames * sizeof *words));
   for (unsigned k = 0; k < frames; k++)
     bad += words[k] != k + 1;
@@ -158,9 +177,10 @@ static int consumer(char **argv)
 static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames,
                        gpushm_sync_method_t expect, int consumer_device)
 {
-  bool raw = backend == RAW, promised = backend == PROMISED;
+  bool raw = backend == RAW, promised = backend == PROMISED, timelined = backend == TIMELINED;
   const uint64_t uses = (frames + SLOTS - 1) / SLOTS;
   gpushm_buffer_t *slots[SLOTS], *done[SLOTS] = { NULL };
+  gpushm_timeline_t *ready_tl = NULL, *done_tl = NULL;
   gpushm_create_opts_t opts;
   char frames_text[16], backend_text[8], fd_text[8], device_text[8];
   int pipe_fds[2];
@@ -169,8 +189,8 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
   pid_t pid;
 
   gpushm_create_opts_init(&opts);
-  opts.backend = raw || promised ? GPUSHM_BACKEND_CUDA_FD : backend;
-  opts.flags = raw ? 0 : GPUSHM_CREATE_SYNC;
+  opts.backend = raw || promised || timelined ? GPUSHM_BACKEND_CUDA_FD : backend;
+  opts.flags = raw || timelined ? 0 : GPUSHM_CREATE_SYNC;
   for (unsigned i = 0; i < SLOTS; i++) {
     char name[64];
     slot_name(name, sizeof name, backend, i);
@@ -182,6 +202,14 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
       done_name(name, sizeof name, i);
       CHECK_OK(gpushm_buffer_create(conn, name, 8, &opts, &done[i]));
     }
+  }
+  if (timelined) {
+    gpushm_create_opts_t t_opts;
+    gpushm_create_opts_init(&t_opts);
+    t_opts.mode = 0644;
+    CHECK_OK(gpushm_timeline_create(conn, "bench-ready", &t_opts, &ready_tl));
+    CHECK_OK(gpushm_timeline_create(conn, "bench-done", &t_opts, &done_tl));
+    CHECK_OK(gpushm_timeline_promise(ready_tl, frames));
   }
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   CHECK(pipe(pipe_fds) == 0);
@@ -198,7 +226,7 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
     _exit(127);
   }
   close(pipe_fds[1]);
-  if (promised) /* the consumer's promises are made */
+  if (promised || timelined) /* the consumer's promises are made */
     CHECK(read(pipe_fds[0], &rate, sizeof rate) == sizeof rate);
   for (unsigned k = 0; k < frames; k++) {
     gpushm_buffer_t *b = slots[k % SLOTS];
@@ -207,6 +235,8 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
       raw_wait(b, s, 2 * use);
     else if (use > 0 && promised)
       CHECK_OK(gpushm_buffer_acquire_value(done[k % SLOTS], s, use, 0)); /* handed back */
+    else if (use > 0 && timelined)
+      CHECK_OK(gpushm_timeline_wait_stream(done_tl, s, k + 1 - SLOTS, 0)); /* handed back */
     else if (use > 0)
       CHECK_OK(gpushm_buffer_acquire(b, s, 2 * use, 30000)); /* handed back */
     CU_CHECK(CU_CALL(&drv, cuMemsetD32Async, cuda_test_dptr(b), k + 1, SLOT_BYTES / 4, s));
@@ -214,6 +244,8 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
       raw_write(b, s, 2 * use + 1);
     else if (promised)
       CHECK_OK(gpushm_buffer_release_value(b, s, use + 1));
+    else if (timelined)
+      CHECK_OK(gpushm_timeline_signal_stream(ready_tl, s, k + 1));
     else
       CHECK_OK(gpushm_buffer_release(b, s, NULL));
   }
@@ -230,6 +262,10 @@ static double run_ring(gpushm_t *conn, gpushm_backend_t backend, unsigned frames
     if (done[i])
       CHECK_OK(gpushm_buffer_close_unlink(done[i]));
   }
+  if (timelined) {
+    CHECK_OK(gpushm_timeline_close_unlink(ready_tl));
+    CHECK_OK(gpushm_timeline_close_unlink(done_tl));
+  }
   return rate;
 }
 
@@ -243,7 +279,7 @@ int main(int argc, char **argv)
 {
   const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
   unsigned frames = argc > 1 && strcmp(argv[1], "consumer") ? (unsigned)atoi(argv[1]) : 20000;
-  double fence[RUNS], ipc[RUNS], prom[RUNS], floor_[RUNS], f, e, p, raw;
+  double fence[RUNS], ipc[RUNS], prom[RUNS], tl[RUNS], floor_[RUNS], f, e, p, t, raw;
   gpushm_t *conn;
   int count = 0;
 
@@ -257,11 +293,13 @@ int main(int argc, char **argv)
     ipc[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_IPC, frames, GPUSHM_SYNC_GPU_FENCE, 0);
     fence[r] = run_ring(conn, GPUSHM_BACKEND_CUDA_FD, frames, GPUSHM_SYNC_GPU_FENCE, 0);
     prom[r] = run_ring(conn, PROMISED, frames, GPUSHM_SYNC_GPU_FENCE, 0);
+    tl[r] = run_ring(conn, TIMELINED, frames, GPUSHM_SYNC_NONE, 0);
     floor_[r] = run_ring(conn, RAW, frames, GPUSHM_SYNC_NONE, 0);
   }
   f = median3(fence);
   e = median3(ipc);
   p = median3(prom);
+  t = median3(tl);
   raw = median3(floor_);
   printf("bench: sync ring %s, %u slots x 1 MiB, %u frames, median of %d:\n",
          mps ? "under MPS" : "without MPS", SLOTS, frames, RUNS);
@@ -271,12 +309,15 @@ int main(int argc, char **argv)
          ipc[1], ipc[2]);
   printf("bench:   promises (cuda-fd)   %8.0f frames/s   (runs %.0f %.0f %.0f)\n", p, prom[0],
          prom[1], prom[2]);
+  printf("bench:   timelines            %8.0f frames/s   (runs %.0f %.0f %.0f)\n", t, tl[0],
+         tl[1], tl[2]);
   printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
          floor_[0], floor_[1], floor_[2]);
   printf("bench:   ratio fences (cuda-fd) / raw floor %.3f   (target %s)\n", f / raw,
          mps ? ">= 0.9, and >= 130000 frames/s" : ">= 0.9");
   printf("bench:   ratio fences (cuda-ipc) / raw floor %.3f   (target >= 0.9)\n", e / raw);
   printf("bench:   ratio promises (cuda-fd) / raw floor %.3f   (target >= 0.95)\n", p / raw);
+  printf("bench:   ratio timelines / raw floor %.3f   (target >= 0.95)\n", t / raw);
   CU_CHECK(CU_CALL(&drv, cuDeviceGetCount, &count));
   if (count >= 2) {
     for (int r = 0; r < RUNS; r++) {
@@ -289,7 +330,9 @@ int main(int argc, char **argv)
            mps ? "under MPS" : "without MPS");
     printf("bench:   fences (cuda-fd)     %8.0f frames/s   (runs %.0f %.0f %.0f)\n", f, fence[0],
            fence[1], fence[2]);
-    printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
+    printf("bench:   timelines            %8.0f frames/s   (runs %.0f %.0f %.0f)\n", t, tl[0],
+         tl[1], tl[2]);
+  printf("bench:   raw fences (floor)    %7.0f frames/s   (runs %.0f %.0f %.0f)\n", raw,
            floor_[0], floor_[1], floor_[2]);
     printf("bench:   ratio fences / raw floor %.3f\n", f / raw);
   } else {

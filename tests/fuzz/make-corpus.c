@@ -175,6 +175,7 @@ struct create_spec {
   int lifetime;
   bool open_existing, sync;
   int backend;
+  int kind; /* Gpushm__Kind; 0: none named */
 };
 
 static void d_create(unsigned sel, struct create_spec spec)
@@ -188,6 +189,7 @@ static void d_create(unsigned sel, struct create_spec spec)
   body.open_existing = spec.open_existing;
   body.sync = spec.sync;
   body.backend = (Gpushm__Backend)spec.backend;
+  body.kind = (Gpushm__Kind)spec.kind;
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
   d_send(sel, &req);
@@ -470,6 +472,58 @@ static void daemon_seeds(void)
   d_close(c1, 1);
   d_stats(c1);
   finish("daemon", "register-memfd");
+
+  /* Timelines (0.8): made, opened by the other connection read-only and (wrongly) as a
+   * buffer and as an event, promised by both, one with a size and a backend it may not
+   * have, a kind the daemon does not know; closed, unlinked. */
+  begin();
+  put_byte(0);
+  for (unsigned conn = 0; conn < 2; conn++) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__Hello body = GPUSHM__HELLO__INIT;
+    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+    body.client_name = conn ? "waiter" : "signaller";
+    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES | GPUSHM_FEATURE_TIMELINES;
+    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    d_send(conn ? c1 : c0, &req);
+  }
+  d_create(c0, (struct create_spec){ .name = "tl", .mode = 0644, .kind = GPUSHM__KIND__KIND_TIMELINE });
+  d_create(c0, (struct create_spec){ .name = "tl-sized", .size = 4096, .mode = 0644,
+                                     .backend = 1, .kind = GPUSHM__KIND__KIND_TIMELINE });
+  d_create(c0, (struct create_spec){ .name = "tl-future", .kind = 77 });
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = "tl";
+    body.read_only = true;
+    body.kind = GPUSHM__KIND__KIND_TIMELINE;
+    req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    req.open = &body;
+    d_send(c1, &req);
+    body.kind = 99;
+    d_send(c1, &req);
+  }
+  d_open(c1, "tl", 0, true, false);
+  d_open(c1, "tl", 0, true, true);
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__PromiseRequest body = GPUSHM__PROMISE_REQUEST__INIT;
+    body.id = 1;
+    body.upto = 9;
+    req.body_case = GPUSHM__REQUEST__BODY_PROMISE;
+    req.promise = &body;
+    d_send(c0, &req);
+    d_send(c1, &req);
+    body.upto = 0;
+    d_send(c0, &req);
+  }
+  d_list(c1, 0, 0, true);
+  d_close(c1, 1);
+  d_unlink(c0, "tl");
+  d_close(c0, 1);
+  finish("daemon", "timelines");
 
   /* Before hello, a second hello, a version the daemon does not speak. */
   begin();
