@@ -176,8 +176,14 @@ static void check_reply(size_t len, int msg_flags, unsigned n_fds)
     be = open->info->backend;
     /* a carved buffer's memory comes only with the first open that maps its segment */
     mapped_here = !open->info->segment_id || open->segment_attached;
-    fd_memory = be == GPUSHM__BACKEND__BACKEND_HOST || be == GPUSHM__BACKEND__BACKEND_CUDA_FD ||
-                be == GPUSHM__BACKEND__BACKEND_CUDA_FABRIC || be == GPUSHM__BACKEND__BACKEND_EXTERNAL;
+    /* a timeline (listed as host: its control block's memory) brings that block alone */
+    fd_memory = open->info->kind != GPUSHM__KIND__KIND_TIMELINE &&
+                (be == GPUSHM__BACKEND__BACKEND_HOST || be == GPUSHM__BACKEND__BACKEND_CUDA_FD ||
+                 be == GPUSHM__BACKEND__BACKEND_CUDA_FABRIC ||
+                 be == GPUSHM__BACKEND__BACKEND_EXTERNAL);
+    if (open->info->kind == GPUSHM__KIND__KIND_TIMELINE &&
+        (!open->has_control || open->info->size))
+      fail("a timeline's open reply without its control block, or with a size");
     expected = (fd_memory && mapped_here) + open->has_control;
     /* legacy IPC memory and events travel as handles, never as fds */
     if ((be == GPUSHM__BACKEND__BACKEND_CUDA_IPC && mapped_here) ||
