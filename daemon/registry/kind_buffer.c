@@ -274,7 +274,7 @@ int reg_buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t cl
  * landed, else a write still queued would lower the fence again after the raise; force:
  * at once), then the values marked lost (a stream waiting on the fence goes on the
  * moment it is raised, and its process must find the value lost then), then the fence
- * raised, then the counter.  A break that fails is given up: the record goes, or the
+ * raised, then the counter (a timeline's fence after it: see below).  A break that fails is given up: the record goes, or the
  * buffer would refuse promises for good. */
 static int break_recorded(struct reg_object *obj, bool force, uint64_t last,
                           struct reg_broken_promise *out, char *err, size_t errlen)
@@ -292,11 +292,18 @@ static int break_recorded(struct reg_object *obj, bool force, uint64_t last,
     return 2; /* not yet */
   if ((r = sync_lose_promise(&b->sync_state, &out->lost_from, err, errlen)) < 0)
     goto give_up;
-  if (fenced && (r = fence_raise(b, upto, &out->fence_was, err, errlen)) < 0)
+  if (fenced && !b->fence_in_control &&
+      (r = fence_raise(b, upto, &out->fence_was, err, errlen)) < 0)
     goto give_up;
   out->upto = upto;
   if ((r = sync_keep_broken_promise(&b->sync_state, err, errlen)) < 0)
     goto give_up;
+  /* A timeline's waiters wait on the fence itself, CPU ones too: raised last, so that a
+   * waiter it wakes finds the break whole (the promise gone, the counter published) and
+   * may signal at once.  The promise is forgotten already: a failure is only said. */
+  if (fenced && b->fence_in_control &&
+      (r = fence_raise(b, upto, &out->fence_was, err, errlen)) < 0)
+    return r;
   return 1;
 
 give_up:
