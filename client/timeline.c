@@ -34,14 +34,17 @@ static int check_timeline(const gpushm_timeline_t *tl)
   return 0;
 }
 
-/* Raises the fence to v (never lowers it: a later signal may have landed first). */
+/* Raises the fence to v (never lowers it: a later signal may have landed first).
+ * Bounded: every read-write holder can write the word, and one that keeps moving it must
+ * not hold a signaller here. */
 static void raise_fence_on_cpu(struct sync_control *ctl, uint64_t v)
 {
   uint64_t n = __atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE);
 
-  while (n < v && !__atomic_compare_exchange_n(&ctl->fence, &n, v, false, __ATOMIC_SEQ_CST,
-                                               __ATOMIC_ACQUIRE))
-    ;
+  for (int tries = 0; n < v && tries < 64; tries++)
+    if (__atomic_compare_exchange_n(&ctl->fence, &n, v, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_ACQUIRE))
+      break;
 }
 
 /* The completion marker of a signal: the CPU's, now (s NULL, or no stream memory

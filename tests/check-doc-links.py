@@ -77,7 +77,10 @@ def main():
                 dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
                 if page == index:
                     linked.add(dest)
-                if not os.path.exists(dest):
+                if os.path.commonpath([top, dest]) != top:
+                    # it may resolve here, never in a tarball or a reader's checkout
+                    bad.append(f"{where}: leaves the source tree")
+                elif not os.path.exists(dest):
                     bad.append(f"{where}: no such file")
                 elif fragment and dest.endswith(".md") and fragment not in anchors(dest):
                     bad.append(f"{where}: no heading #{fragment} in {os.path.relpath(dest, top)}")
