@@ -167,7 +167,9 @@ EOF
 cc -Wall -Werror -o client client.c $(pkg-config --cflags gpushm) $(pkg-config --libs gpushm) ||
   die "building against libgpushm-dev failed"
 # (/lib is /usr/lib on a merged-/usr system: the linker may name either.)
-ldd ./client | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' ||
+# grep reads all of ldd's output (no -q): under pipefail, a grep that quits at its
+# first match can leave ldd to die of SIGPIPE and fail the pipeline that matched.
+ldd ./client | grep -E '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' > /dev/null ||
   die "client does not use the installed libgpushm.so.1: $(ldd ./client | grep gpushm)"
 ./client || die "the C client failed"
 ok "C client built with pkg-config gpushm, linked to the installed libgpushm.so.1"
@@ -190,14 +192,14 @@ fi
 for p in gpushm-producer gpushm-consumer python/c-producer python/c-consumer \
          multinode/dmabuf-export graphics/frame-producer; do
   [ -x "$work/examples/$p" ] || die "make built no $p"
-  ldd "$work/examples/$p" | grep -Eq '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' ||
+  ldd "$work/examples/$p" | grep -E '=> (/usr)?/lib/[^ ]*/libgpushm\.so\.1 ' > /dev/null ||
     die "$p does not use the installed libgpushm.so.1"
 done
 built_graphics=$(cd "$work/examples" && ls graphics/frame-*-consumer 2>/dev/null | paste -sd ' ' -) || true
 # built with pkg-config gpushm-vulkan / gpushm-gl: the installed helper libraries
 for p in $built_graphics; do
   case $p in *-vk-*) want=libgpushm-vulkan.so.0 ;; *) want=libgpushm-gl.so.0 ;; esac
-  ldd "$work/examples/$p" | grep -Eq "=> (/usr)?/lib/[^ ]*/${want%.so.0}\\.so\\.0 " ||
+  ldd "$work/examples/$p" | grep -E "=> (/usr)?/lib/[^ ]*/${want%.so.0}\\.so\\.0 " > /dev/null ||
     die "$p does not use the installed $want"
 done
 ok "examples built from $exdir with its Makefile (graphics consumers: ${built_graphics:-none, skipped})"
