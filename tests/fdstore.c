@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -134,13 +135,12 @@ void fdstore_drain(void)
     ;
 }
 
-void fdstore_pass(void *arg)
+static void pass(bool reversed)
 {
   static char names[FDSTORE_MAX * 257];
   char count[16], pid[16];
   int high[FDSTORE_MAX];
 
-  (void)arg;
   if (fdstore_n == 0) {
     /* as systemd: nothing passed, nothing said */
     unsetenv("LISTEN_FDS");
@@ -151,16 +151,30 @@ void fdstore_pass(void *arg)
   names[0] = '\0';
   /* Out of the way first (past 3 + n), so that placing fd 3+i never overwrites one still
    * needed. */
-  for (int i = 0; i < fdstore_n; i++)
-    CHECK((high[i] = fcntl(fdstore[i].fd, F_DUPFD_CLOEXEC, 3 + fdstore_n)) >= 0);
+  for (int i = 0; i < fdstore_n; i++) {
+    int from = reversed ? fdstore_n - 1 - i : i;
+    CHECK((high[i] = fcntl(fdstore[from].fd, F_DUPFD_CLOEXEC, 3 + fdstore_n)) >= 0);
+  }
   for (int i = 0; i < fdstore_n; i++) {
     CHECK(dup2(high[i], 3 + i) == 3 + i);
     strcat(names, i ? ":" : "");
-    strcat(names, fdstore[i].name);
+    strcat(names, fdstore[reversed ? fdstore_n - 1 - i : i].name);
   }
   snprintf(count, sizeof count, "%d", fdstore_n);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
   setenv("LISTEN_FDS", count, 1);
   setenv("LISTEN_FDNAMES", names, 1);
   setenv("LISTEN_PID", pid, 1);
+}
+
+void fdstore_pass(void *arg)
+{
+  (void)arg;
+  pass(false);
+}
+
+void fdstore_pass_reversed(void *arg)
+{
+  (void)arg;
+  pass(true);
 }

@@ -38,5 +38,8 @@ void fdstore_drain(void);
 /* For daemon_respawn_with(), in the child: puts the stored fds at 3, 4, ... and sets
  * LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID as systemd would.  arg is unused. */
 void fdstore_pass(void *arg);
+/* The same, the records in the reverse order: systemd promises none, and a kind must not
+ * take another's record for its own whichever comes first. */
+void fdstore_pass_reversed(void *arg);
 
 #endif

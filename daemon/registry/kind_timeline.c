@@ -106,9 +106,10 @@ static void timeline_describe(const struct reg_object *obj, struct reg_descripti
 }
 
 /* ---- persistence: systemd's fd store ------------------------------------------------
- * A persistent timeline leaves its control block under "t.<id>.<uid>.<gid>.<mode>.
- * <created>.<name>": the block holds its counter, fence and promise, so the timeline
- * comes back where it was (a promise made to the previous daemon broken at once). */
+ * A persistent timeline leaves its control block under "l.<id>.<uid>.<gid>.<mode>.
+ * <created>.<name>" ("t." is a segment's slot table, kind_slot.c): the block holds its
+ * counter, fence and promise, so the timeline comes back where it was (a promise made to
+ * the previous daemon broken at once). */
 static bool timeline_persists(const struct registry *reg, const struct reg_object *obj)
 {
   (void)reg;
@@ -125,7 +126,7 @@ static unsigned timeline_deposit_records(const struct registry *reg, const struc
 
 static bool timeline_record(const struct reg_object *o, char *out, size_t len)
 {
-  int n = snprintf(out, len, "t.%" PRIu64 ".%u.%u.%o.%" PRIu64 ".%s", o->id,
+  int n = snprintf(out, len, "l.%" PRIu64 ".%u.%u.%o.%" PRIu64 ".%s", o->id,
                    (unsigned)o->owner_uid, (unsigned)o->owner_gid, o->mode,
                    o->created_unix_ms, o->name);
   return n > 0 && (size_t)n < len;
@@ -173,9 +174,9 @@ static int timeline_adopt_record(struct registry *reg, const char *record, int f
   char why[200], what[GPUSHM_LIMIT_NAME_LEN + 40];
   int used = -1, r;
 
-  if (strncmp(record, "t.", 2) != 0)
+  if (strncmp(record, "l.", 2) != 0)
     return 0;
-  if (sscanf(record, "t.%llu.%u.%u.%o.%llu.%n", &id, &uid, &gid, &mode, &created, &used) != 5 ||
+  if (sscanf(record, "l.%llu.%u.%u.%o.%llu.%n", &id, &uid, &gid, &mode, &created, &used) != 5 ||
       used < 0 || !wire_name_valid(record + used)) {
     snprintf(why, sizeof why, "not a record this daemon understands");
     r = PROTO_E_INVAL;

@@ -625,12 +625,18 @@ static void test_limit(void)
 }
 
 /* A persistent timeline across a restart with systemd's fd store (played by the test):
- * its value comes back; a promise made to the previous daemon is broken. */
+ * its value comes back; a promise made to the previous daemon is broken.  Beside it a
+ * persistent carved buffer, whose segment leaves a slot table record ("t."): systemd
+ * hands records back in no promised order, here the reverse of their deposit, and each
+ * kind must take only its own (the timeline's "l." record once took the slot table's
+ * under systemd as PID 1). */
 static void test_restart(void)
 {
   char dir[] = "/tmp/gpushm-timelines-store-XXXXXX";
   struct test_daemon r = { .log_path = log_path };
+  gpushm_create_opts_t opts;
   gpushm_timeline_t *tl;
+  gpushm_buffer_t *carved;
   gpushm_t *conn;
   int status;
 
@@ -638,14 +644,19 @@ static void test_restart(void)
   fdstore_open(dir);
   daemon_start(&r, NULL);
   conn = daemon_connect(&r);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST;
+  CHECK_OK(gpushm_buffer_create(conn, "kept-carved", 4096, &opts, &carved));
+  memset(gpushm_buffer_ptr(carved), 0x5a, 4096);
+  CHECK_OK(gpushm_buffer_close(carved));
   CHECK_OK(gpushm_timeline_create(conn, "kept-timeline", NULL, &tl));
   CHECK_OK(gpushm_timeline_signal(tl, 7));
   CHECK_OK(gpushm_timeline_promise(tl, 12));
   fdstore_drain();
-  CHECK(fdstore_find("gpushm1.t.") >= 0);
+  CHECK(fdstore_find("gpushm1.l.") >= 0 && fdstore_find("gpushm1.t.") >= 0);
   CHECK(kill(r.pid, SIGKILL) == 0);
   CHECK(waitpid(r.pid, &status, 0) == r.pid);
-  daemon_respawn_with(&r, fdstore_pass, NULL, NULL);
+  daemon_respawn_with(&r, fdstore_pass_reversed, NULL, NULL);
   /* the old mapping sees the break: the counter and the fence at the promise */
   CHECK(gpushm_timeline_value(tl) == 12);
   CHECK(gpushm_timeline_value_lost(tl, 8) == 1 && gpushm_timeline_value_lost(tl, 7) == 0);
@@ -658,11 +669,18 @@ static void test_restart(void)
   CHECK_OK(gpushm_timeline_signal(tl, 13));
   CHECK_OK(gpushm_timeline_wait(tl, 13, 0));
   CHECK_OK(gpushm_timeline_close_unlink(tl));
+  CHECK_OK(gpushm_buffer_open(conn, "kept-carved", GPUSHM_OPEN_READONLY, &carved));
+  for (unsigned i = 0; i < 4096; i++)
+    CHECK(((const uint8_t *)gpushm_buffer_ptr(carved))[i] == 0x5a);
+  CHECK_OK(gpushm_buffer_close(carved));
+  CHECK_OK(gpushm_unlink(conn, "kept-carved"));
+  CHECK(file_count_lines(log_path, "dropping") == 0);
   gpushm_disconnect(conn);
   daemon_stop(&r);
   fdstore_close();
   rmdir(dir);
-  test_log("a persistent timeline came back at its value, its old promise broken");
+  test_log("a persistent timeline came back at its value, its old promise broken; a carved "
+           "buffer beside it too, the records handed back in reverse");
 }
 
 static void dump_log(void)
