@@ -358,15 +358,6 @@ int gpushm_buffer_release_value(gpushm_buffer_t *handle, void *stream, uint64_t 
   return release(handle, stream, value, NULL);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
-
 uint64_t client_sync_now_ns(void)
 {
   struct timespec ts;

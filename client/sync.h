@@ -31,5 +31,14 @@ int client_sync_promise(gpushm_buffer_t *handle, uint64_t upto);
 int client_sync_value_lost(const gpushm_buffer_t *handle, uint64_t value);
 int client_sync_state(const gpushm_buffer_t *handle, gpushm_sync_state_t *out);
 uint64_t client_sync_now_ns(void);
+/* One pause of a spinning waiter. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
 
 #endif

@@ -110,15 +110,6 @@ int gpushm_timeline_signal_stream(gpushm_timeline_t *tl, void *stream, uint64_t 
   return timeline_signal(tl, true, stream, value);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
-
 /* A wait for the fence first spins (a pipeline that keeps pace signals within
  * microseconds), then sleeps on the wake word, which CPU signals, promises and gpushmd's
  * breaks change; a GPU's write wakes nobody, hence slices that grow from

@@ -58,7 +58,7 @@ int client_timeline_stream(struct client_mapping *buf, void *stream, struct clie
     } else {
       buf->timeline_tried = false; /* a driver failure: tried again next time */
     }
-  } else if (buf->sync_method == GPUSHM_SYNC_GPU_FENCE &&
+  } else if (buf->sync_method == GPUSHM_SYNC_GPU_FENCE && s->device != buf->timeline_device &&
              (r = client_cuda_fence_support(s->device, buf->sync_why,
                                             sizeof buf->sync_why)) == 1) {
     /* Registered through another device; this one cannot run the operations. */

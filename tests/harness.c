@@ -380,7 +380,8 @@ uint32_t client_id_of(gpushm_t *conn, pid_t pid)
   return id;
 }
 
-void *shared_memfd_mapping(const char *name)
+/* The first mapping of memfd name with those permissions (" rw-s ", " r--s "). */
+static void *memfd_mapping_with(const char *name, const char *perms)
 {
   char line[512], want[160];
   void *found = NULL;
@@ -389,9 +390,40 @@ void *shared_memfd_mapping(const char *name)
   snprintf(want, sizeof want, "/memfd:%s ", name);
   CHECK(maps != NULL);
   while (fgets(line, sizeof line, maps))
-    if (strstr(line, want) && strstr(line, " rw-s ") && !found)
+    if (strstr(line, want) && strstr(line, perms) && !found)
       found = (void *)(uintptr_t)strtoull(line, NULL, 16);
   fclose(maps);
   CHECK(found != NULL);
   return found;
+}
+
+void *shared_memfd_mapping(const char *name)
+{
+  return memfd_mapping_with(name, " rw-s ");
+}
+
+void *read_only_memfd_mapping(const char *name)
+{
+  return memfd_mapping_with(name, " r--s ");
+}
+
+void ctl_show_says(const char *socket, const char *name, const char *text)
+{
+  const char *builddir = getenv("GPUSHM_TEST_BUILDDIR");
+  char cmd[1024], out[8192];
+  size_t n = 0, got;
+  FILE *p;
+
+  CHECK(builddir != NULL);
+  snprintf(cmd, sizeof cmd, "GPUSHM_SOCKET='%s' '%s/ctl/gpushmctl' show %s", socket, builddir,
+           name);
+  CHECK((p = popen(cmd, "r")) != NULL);
+  while (n < sizeof out - 1 && (got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0)
+    n += got;
+  out[n] = '\0';
+  CHECK(pclose(p) == 0);
+  if (!strstr(out, text)) {
+    fprintf(stderr, "gpushmctl show %s lacks '%s':\n%s", name, text, out);
+    exit(1);
+  }
 }

@@ -102,6 +102,11 @@ uint32_t client_id_of(gpushm_t *conn, pid_t pid);
 /* Where this process maps the memfd named name read-write and shared (a sync buffer's
  * control block is named after its buffer); fails the test if it does not. */
 void *shared_memfd_mapping(const char *name);
+/* The same mapped read-only (a read-only holder's control block). */
+void *read_only_memfd_mapping(const char *name);
+/* gpushmctl show NAME, against the daemon at socket, prints text (the test fails
+ * otherwise, with what it printed). */
+void ctl_show_says(const char *socket, const char *name, const char *text);
 /* How many lines of the file at path contain text. */
 unsigned file_count_lines(const char *path, const char *text);
 /* Whether the file at path (its first 16 KiB) contains text. */

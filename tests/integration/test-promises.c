@@ -101,28 +101,6 @@ static unsigned long waits_queued(void)
   return n;
 }
 
-/* gpushmctl show NAME says text. */
-static void ctl_show_says(const char *name, const char *text)
-{
-  const char *builddir = getenv("GPUSHM_TEST_BUILDDIR");
-  char cmd[1024], out[8192];
-  size_t n = 0, got;
-  FILE *p;
-
-  CHECK(builddir != NULL);
-  snprintf(cmd, sizeof cmd, "GPUSHM_SOCKET='%s' '%s/ctl/gpushmctl' show %s", d.socket, builddir,
-           name);
-  CHECK((p = popen(cmd, "r")) != NULL);
-  while (n < sizeof out - 1 && (got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0)
-    n += got;
-  out[n] = '\0';
-  CHECK(pclose(p) == 0);
-  if (!strstr(out, text)) {
-    fprintf(stderr, "gpushmctl show %s lacks '%s':\n%s", name, text, out);
-    exit(1);
-  }
-}
-
 /* A promiser in a child of its own: opens name read-write (count > 0: name0, name1, ...
  * each), releases `released` (its fence write delayed by write_delay ms where not NULL),
  * then promises up to upto (0: nothing), says so, and waits: to be killed, or (a byte,
@@ -302,7 +280,7 @@ static void test_promises_host(gpushm_t *conn)
     promiser_client = client_id_of(conn, p.pid);
     snprintf(text, sizeof text, "counter:    2; promised up to 10 by client %u\n",
              promiser_client);
-    ctl_show_says("promised", text);
+    ctl_show_says(d.socket, "promised", text);
   }
   CHECK(pthread_create(&w.thread, NULL, wait_thread, &w) == 0);
   usleep(100000);
@@ -323,7 +301,7 @@ static void test_promises_host(gpushm_t *conn)
     char text[96];
     snprintf(text, sizeof text, "counter:    10; lost 3..10 (client %u went owing them)\n",
              promiser_client);
-    ctl_show_says("promised", text);
+    ctl_show_says(d.socket, "promised", text);
   }
   /* the place is free again: this connection promises, keeps it, and a promise grows */
   CHECK_OK(gpushm_buffer_promise(b, 12));

@@ -102,28 +102,6 @@ static unsigned long fake_count(const char *symbol)
   return n;
 }
 
-/* gpushmctl show NAME says text. */
-static void ctl_show_says(const char *name, const char *text)
-{
-  const char *builddir = getenv("GPUSHM_TEST_BUILDDIR");
-  char cmd[1024], out[8192];
-  size_t n = 0, got;
-  FILE *p;
-
-  CHECK(builddir != NULL);
-  snprintf(cmd, sizeof cmd, "GPUSHM_SOCKET='%s' '%s/ctl/gpushmctl' show %s", d.socket, builddir,
-           name);
-  CHECK((p = popen(cmd, "r")) != NULL);
-  while (n < sizeof out - 1 && (got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0)
-    n += got;
-  out[n] = '\0';
-  CHECK(pclose(p) == 0);
-  if (!strstr(out, text)) {
-    fprintf(stderr, "gpushmctl show %s lacks '%s':\n%s", name, text, out);
-    exit(1);
-  }
-}
-
 /* A CPU waiter in a thread: wait(value), its result and when it returned. */
 struct waiter {
   pthread_t thread;
@@ -264,23 +242,6 @@ static int raw_promise(int sock, uint64_t id, uint64_t upto)
   return status;
 }
 
-/* name's control block as this process maps it read-only. */
-static void *read_only_mapping(const char *name)
-{
-  char line[512], want[160];
-  void *found = NULL;
-  FILE *maps = fopen("/proc/self/maps", "r");
-
-  snprintf(want, sizeof want, "/memfd:%s ", name);
-  CHECK(maps != NULL);
-  while (fgets(line, sizeof line, maps))
-    if (strstr(line, want) && strstr(line, " r--s ") && !found)
-      found = (void *)(uintptr_t)strtoull(line, NULL, 16);
-  fclose(maps);
-  CHECK(found != NULL);
-  return found;
-}
-
 /* What a holder of a read-only control block fd can do with it: nothing that writes. */
 static void check_fd_read_only(int fd)
 {
@@ -329,7 +290,7 @@ static void test_permissions(gpushm_t *conn)
     CHECK_ERR(gpushm_timeline_promise(ro, 10), GPUSHM_E_PERM);
     /* past the library: the mapping it has is read-only */
     {
-      void *ctl = read_only_mapping("perm-shared");
+      void *ctl = read_only_memfd_mapping("perm-shared");
       CHECK(mprotect(ctl, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE) < 0 && errno == EACCES);
     }
     /* and so is every fd the daemon hands it */
@@ -430,7 +391,7 @@ static void test_promises(gpushm_t *conn)
     char text[96];
     snprintf(text, sizeof text, "counter:    2; promised up to 10 by client %u\nreached:    2\n",
              client_id_of(conn, p.pid));
-    ctl_show_says("promised", text);
+    ctl_show_says(d.socket, "promised", text);
   }
   CHECK(pthread_create(&w.thread, NULL, wait_thread, &w) == 0);
   usleep(100000);
