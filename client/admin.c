@@ -235,6 +235,26 @@ int gpushm_buffer_info_image(const gpushm_buffer_info_t *info, gpushm_image_desc
   return 0;
 }
 
+int gpushm_buffer_info_ring(const gpushm_buffer_info_t *info, uint32_t *slots,
+                            uint64_t *slot_size, uint64_t *slot_stride, uint32_t *consumers)
+{
+  const Gpushm__BufferInfo *m = ADMIN_MSG(buffer_info, info);
+  const Gpushm__RingInfo *r = m ? m->ring : NULL;
+
+  client_clear_error();
+  if (!r)
+    return client_error(GPUSHM_E_INVAL, "not a ring");
+  if (slots)
+    *slots = r->slots;
+  if (slot_size)
+    *slot_size = r->slot_size;
+  if (slot_stride)
+    *slot_stride = r->slot_stride;
+  if (consumers)
+    *consumers = r->consumers;
+  return 0;
+}
+
 int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 {
   const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);

@@ -118,6 +118,7 @@ static enum client_kind kind_of(const struct client_mapping *m)
 {
   return m->kind == GPUSHM_KIND_EVENT      ? CLIENT_EVENT
          : m->kind == GPUSHM_KIND_TIMELINE ? CLIENT_TIMELINE
+         : m->kind == GPUSHM_KIND_RING     ? CLIENT_RING
                                            : CLIENT_BUFFER;
 }
 
@@ -138,7 +139,8 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
                     struct map_want *want, enum client_kind ck, gpushm_buffer_t **out);
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                        const gpushm_create_opts_t *user_opts, enum client_kind ck,
-                       const Gpushm__ImageDesc *image, gpushm_buffer_t **out);
+                       const Gpushm__ImageDesc *image, uint32_t ring_slots,
+                       gpushm_buffer_t **out);
 
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
  * for the device of the caller's current context (current_device: -1 none, or
@@ -315,7 +317,7 @@ static int attach_sync(struct client_mapping *buf, const Gpushm__OpenReply *open
   int r;
 
   buf->sync_why[0] = '\0';
-  if (buf->kind == GPUSHM_KIND_TIMELINE)
+  if (client_fence_in_control(buf))
     return client_timeline_attach(buf);
   if (buf->backend == GPUSHM_BACKEND_HOST) {
     buf->sync_method = GPUSHM_SYNC_HOST;
@@ -363,7 +365,7 @@ static int keep_memory_fd(struct client_mapping *buf, const struct client_fds *f
   if (buf->backend == GPUSHM_BACKEND_CUDA_IPC)
     return client_error(GPUSHM_E_UNSUPPORTED, "%s is cuda-ipc memory, which imports into no "
                         "graphics API: open it with a CUDA map device", buf->name);
-  if (open->has_control)
+  if (open->has_control && buf->kind != GPUSHM_KIND_RING)
     return client_error(GPUSHM_E_UNSUPPORTED, "%s is a sync buffer, whose ordering lives in "
                         "CUDA: a graphics importer cannot take part in it", buf->name);
   if ((buf->memory_fd = fcntl(fds->fd[0], F_DUPFD_CLOEXEC, 3)) < 0)
@@ -390,9 +392,12 @@ static int map_mapping(struct client_mapping *buf, gpushm_t *conn, const struct 
                         (int)buf->backend);
   if (fds->n != imp->memory_fds + (open->has_control ? 1 : 0))
     return client_error(GPUSHM_E_PROTO, "daemon sent %u fds for %s", fds->n, buf->name);
+  /* A ring's memory may go to a graphics importer too: its control block is mapped
+   * either way (its counters are the CPU's to wait on). */
   if (map_request == GPUSHM_DEVICE_NONE && !is_event(buf) && buf->backend != GPUSHM_BACKEND_HOST)
-    return keep_memory_fd(buf, fds, open);
-  r = imp->map(buf, &in);
+    r = keep_memory_fd(buf, fds, open);
+  else
+    r = imp->map(buf, &in);
   if (r < 0 || !open->has_control)
     return r;
   if ((r = map_control(buf, fds->fd[fds->n - 1])) == 0)
@@ -422,7 +427,7 @@ static bool drain_fence(struct client_mapping *buf)
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += GPUSHM_FENCE_DRAIN_TIMEOUT_MS / 1000;
   deadline.tv_nsec += (long)(GPUSHM_FENCE_DRAIN_TIMEOUT_MS % 1000) * 1000000L;
-  while ((buf->kind == GPUSHM_KIND_TIMELINE
+  while ((client_fence_in_control(buf)
             ? (value = __atomic_load_n(&buf->control->fence, __ATOMIC_ACQUIRE), 0)
             : client_cuda_fence_read(buf->fence_dptr, &value, buf->device)) == 0 &&
          value < target) {
@@ -442,7 +447,7 @@ static int unmap_mapping(struct client_mapping *buf)
   int r = 0, r2 = 0;
 
   if ((buf->fence_written || buf->fence_waited) && !drain_fence(buf)) {
-    keep_control = buf->kind == GPUSHM_KIND_TIMELINE; /* its fence is there */
+    keep_control = client_fence_in_control(buf); /* its fence is there */
     /* Leaked on purpose: a fault would take every CUDA context of the process down. */
     r = client_error(GPUSHM_E_TIMEOUT, "'%s' stays mapped in this process: stream work on "
                      "its fence (a release's write or an acquire's wait for release %llu) "
@@ -470,7 +475,7 @@ static int unmap_mapping(struct client_mapping *buf)
   buf->fence_dptr = 0;
   buf->fence_written = 0;
   buf->fence_waited = 0;
-  if (buf->control && !keep_control && buf->kind == GPUSHM_KIND_TIMELINE) {
+  if (buf->control && !keep_control && client_fence_in_control(buf)) {
     int r3 = client_timeline_detach(buf);
     keep_control = r3 < 0; /* the GPU may still map it */
     if (r == 0 && r2 == 0)
@@ -485,7 +490,7 @@ static int unmap_mapping(struct client_mapping *buf)
 /* What an open reply must be before anything is made of it; 0 or GPUSHM_E_PROTO. */
 static int check_open_reply(const Gpushm__OpenReply *open, enum client_kind ck)
 {
-  static const char *const what[] = { "a buffer", "an event", "a timeline" };
+  static const char *const what[] = { "a buffer", "an event", "a timeline", "a ring" };
   const Gpushm__BufferInfo *info = open->info;
   enum client_kind got;
   gpushm_kind_t kind;
@@ -494,20 +499,33 @@ static int check_open_reply(const Gpushm__OpenReply *open, enum client_kind ck)
     return client_error(GPUSHM_E_PROTO, "malformed open reply");
   kind = client_kind_of_info(info);
   if (kind != GPUSHM_KIND_BUFFER && kind != GPUSHM_KIND_EVENT && kind != GPUSHM_KIND_IMAGE &&
-      kind != GPUSHM_KIND_TIMELINE)
+      kind != GPUSHM_KIND_TIMELINE && kind != GPUSHM_KIND_RING)
     return client_error(GPUSHM_E_PROTO, "daemon answered an open with kind %d, which this "
                         "libgpushm does not know", (int)kind);
-  if ((kind == GPUSHM_KIND_IMAGE) != (info->image != NULL))
-    return client_error(GPUSHM_E_PROTO, "malformed open reply: kind and image description "
-                        "disagree");
-  got = kind == GPUSHM_KIND_EVENT ? CLIENT_EVENT : kind == GPUSHM_KIND_TIMELINE ? CLIENT_TIMELINE
-                                                                            : CLIENT_BUFFER;
+  got = kind == GPUSHM_KIND_EVENT      ? CLIENT_EVENT
+        : kind == GPUSHM_KIND_TIMELINE ? CLIENT_TIMELINE
+        : kind == GPUSHM_KIND_RING     ? CLIENT_RING
+                                       : CLIENT_BUFFER;
   if (got != ck)
     return client_error(GPUSHM_E_PROTO, "daemon answered a request for %s with %s", what[ck],
                         what[got]);
   if (got == CLIENT_TIMELINE && (!open->has_control || info->size))
     return client_error(GPUSHM_E_PROTO, "malformed open reply: a timeline without its "
                         "control block, or with a size");
+  if (got == CLIENT_RING) {
+    const Gpushm__RingInfo *ring = open->ring;
+    /* The geometry places every slot: it must lie in the memory, each slot after the
+     * last, or a slot's address would point outside what is mapped. */
+    if (!open->has_control || !ring || ring->slots < 2 || ring->slots > GPUSHM_LIMIT_RING_SLOTS ||
+        !ring->slot_size || ring->slot_stride < ring->slot_size ||
+        ring->slot_stride % GPUSHM_RING_SLOT_ALIGN ||
+        ring->slot_stride > info->size / ring->slots || info->size > info->allocated)
+      return client_error(GPUSHM_E_PROTO, "malformed open reply: a ring whose geometry does "
+                          "not fit its memory");
+  }
+  if ((kind == GPUSHM_KIND_IMAGE) != (info->image != NULL) && kind != GPUSHM_KIND_RING)
+    return client_error(GPUSHM_E_PROTO, "malformed open reply: kind and image description "
+                        "disagree");
   return 0;
 }
 
@@ -535,6 +553,11 @@ static struct client_mapping *new_mapping(const gpushm_t *conn, const Gpushm__Op
   m->size = info->size;
   m->allocated = info->allocated;
   m->memory_fd = -1;
+  if (open->ring) {
+    m->ring_slots = open->ring->slots;
+    m->ring_slot_size = open->ring->slot_size;
+    m->ring_slot_stride = open->ring->slot_stride;
+  }
   if (info->device_uuid.len == sizeof m->device_uuid)
     memcpy(m->device_uuid, info->device_uuid.data, sizeof m->device_uuid);
   if (info->image) {
@@ -852,13 +875,36 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
                   const gpushm_create_opts_t *user_opts, enum client_kind ck,
                   gpushm_buffer_t **out)
 {
-  return create_with(conn, name, size, user_opts, ck, NULL, out);
+  return create_with(conn, name, size, user_opts, ck, NULL, 0, out);
 }
 
 int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
 {
-  return create_with(conn, name, 0, opts, CLIENT_BUFFER, desc, out);
+  return create_with(conn, name, 0, opts, CLIENT_BUFFER, desc, 0, out);
+}
+
+int client_create_ring(gpushm_t *conn, const char *name, uint64_t slot_size, uint32_t slots,
+                       const Gpushm__ImageDesc *image, const gpushm_create_opts_t *opts,
+                       gpushm_buffer_t **out)
+{
+  return create_with(conn, name, slot_size, opts, CLIENT_RING, image, slots, out);
+}
+
+int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+
+  *done = NULL;
+  body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+  body.id = ring_id;
+  body.kind = GPUSHM__KIND__KIND_TIMELINE;
+  body.ring_attach = true;
+  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+  req.open = &body;
+  return open_round_trip(conn, &req, -1, CLIENT_TIMELINE, &want, done);
 }
 
 int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out)
@@ -872,9 +918,10 @@ int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_bu
 
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                        const gpushm_create_opts_t *user_opts, enum client_kind ck,
-                       const Gpushm__ImageDesc *image, gpushm_buffer_t **out)
+                       const Gpushm__ImageDesc *image, uint32_t ring_slots,
+                       gpushm_buffer_t **out)
 {
-  const bool event = ck == CLIENT_EVENT, timeline = ck == CLIENT_TIMELINE;
+  const bool event = ck == CLIENT_EVENT, timeline = ck == CLIENT_TIMELINE, ring = ck == CLIENT_RING;
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__CreateRequest body = GPUSHM__CREATE_REQUEST__INIT;
   gpushm_create_opts_t opts;
@@ -928,6 +975,7 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
    * need. */
   body.kind = event      ? GPUSHM__KIND__KIND_EVENT
               : timeline ? GPUSHM__KIND__KIND_TIMELINE
+              : ring     ? GPUSHM__KIND__KIND_RING
               : image    ? GPUSHM__KIND__KIND_IMAGE
                          : GPUSHM__KIND__KIND_BUFFER;
   if (timeline)
@@ -948,11 +996,20 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0 && !timeline;
   body.strict_mode = (opts.flags & GPUSHM_CREATE_STRICT_MODE) != 0;
+  if (ring) {
+    if (!(conn->features & GPUSHM_FEATURE_RINGS))
+      return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s makes no rings "
+                          "(GPUSHM_FEATURE_RINGS)", conn->daemon_version);
+    if (body.sync || body.open_existing)
+      return client_error(GPUSHM_E_INVAL, "a ring is made once, ordered by its own "
+                          "timelines: no GPUSHM_CREATE_SYNC or GPUSHM_CREATE_OPEN_EXISTING");
+    body.ring_slots = ring_slots;
+  }
   if (image) {
     if (!(conn->features & GPUSHM_FEATURE_GRAPHICS))
       return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s makes no images "
                           "(GPUSHM_FEATURE_GRAPHICS)", conn->daemon_version);
-    if (body.sync || body.open_existing)
+    if (!ring && (body.sync || body.open_existing))
       return client_error(GPUSHM_E_INVAL, "an image is made once, without sync of its own: "
                           "no GPUSHM_CREATE_SYNC or GPUSHM_CREATE_OPEN_EXISTING");
     body.image = (Gpushm__ImageDesc *)image;
@@ -1018,12 +1075,22 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
 
   client_clear_error();
   if (flags & ~(GPUSHM_OPEN_READONLY |
-                (ck != CLIENT_BUFFER ? 0 : GPUSHM_MAP_DEVICE_MASK | GPUSHM_OPEN_WRITE_DISCARD)))
+                (ck == CLIENT_BUFFER ? GPUSHM_MAP_DEVICE_MASK | GPUSHM_OPEN_WRITE_DISCARD
+                 : ck == CLIENT_RING ? GPUSHM_MAP_DEVICE_MASK
+                                     : 0)))
     return client_error(GPUSHM_E_INVAL, "unknown open flags 0x%x", flags);
   if ((flags & GPUSHM_OPEN_READONLY) && (flags & GPUSHM_OPEN_WRITE_DISCARD))
     return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
                         "GPUSHM_OPEN_READONLY");
   return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
+}
+
+int client_open_unmapped(gpushm_t *conn, const char *name, enum client_kind ck,
+                         gpushm_buffer_t **out)
+{
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+
+  return open_for(conn, name, 0, true, &want, ck, out);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
@@ -1081,7 +1148,9 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
   body.read_only = read_only;
   body.event = ck == CLIENT_EVENT;
   /* Daemons before 0.8 know no kind in an open, nor timelines. */
-  body.kind = ck == CLIENT_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE : GPUSHM__KIND__KIND_UNSPECIFIED;
+  body.kind = ck == CLIENT_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE
+              : ck == CLIENT_RING   ? GPUSHM__KIND__KIND_RING
+                                    : GPUSHM__KIND__KIND_UNSPECIFIED;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
   return open_round_trip(conn, &req, -1, ck, want, out);

@@ -27,9 +27,9 @@ struct gpushm_buffer {
   bool write_discard;
 };
 
-/* What a create or an open means: a buffer (or an image), an event or a timeline; a
- * name of one kind never yields another. */
-enum client_kind { CLIENT_BUFFER, CLIENT_EVENT, CLIENT_TIMELINE };
+/* What a create or an open means: a buffer (or an image), an event, a timeline or a
+ * ring; a name of one kind never yields another. */
+enum client_kind { CLIENT_BUFFER, CLIENT_EVENT, CLIENT_TIMELINE, CLIENT_RING };
 
 /* Create and open objects of kind ck, through the process cache. */
 int client_create(gpushm_t *conn, const char *name, uint64_t size,
@@ -42,5 +42,16 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
 int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out);
 int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out);
+/* A ring's create (slots of slot_size bytes, or of image, the wire's spelling), and a
+ * consumer's attach to a ring this connection holds (ring_id): its done timeline,
+ * opened read-write. */
+int client_create_ring(gpushm_t *conn, const char *name, uint64_t slot_size, uint32_t slots,
+                       const Gpushm__ImageDesc *image, const gpushm_create_opts_t *opts,
+                       gpushm_buffer_t **out);
+int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done);
+/* An open by name whose memory stays unmapped (GPUSHM_DEVICE_NONE: device memory's fd
+ * kept, not imported), read-only. */
+int client_open_unmapped(gpushm_t *conn, const char *name, enum client_kind ck,
+                         gpushm_buffer_t **out);
 
 #endif

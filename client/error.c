@@ -34,7 +34,8 @@ _Static_assert(GPUSHM_FEATURE_DISCONNECT == PROTO_FEATURE_DISCONNECT &&
                GPUSHM_FEATURE_STRICT_MODE == PROTO_FEATURE_STRICT_MODE &&
                GPUSHM_FEATURE_IPC_FENCES == PROTO_FEATURE_IPC_FENCES &&
                GPUSHM_FEATURE_PROMISES == PROTO_FEATURE_PROMISES &&
-               GPUSHM_FEATURE_TIMELINES == PROTO_FEATURE_TIMELINES, "one set of features");
+               GPUSHM_FEATURE_TIMELINES == PROTO_FEATURE_TIMELINES &&
+               GPUSHM_FEATURE_RINGS == PROTO_FEATURE_RINGS, "one set of features");
 
 /* Room for a driver's words and what to do about them. */
 static __thread char last_error[512];

@@ -45,6 +45,10 @@ struct client_mapping {
    * with CUDA on a stream's first use (fence_dptr: its device address there). */
   bool timeline_tried;     /* registration attempted */
   int timeline_device;     /* registered through this device's context; -1: not */
+  /* Rings (ring.c): slot i is ring_slot_stride * i bytes into the memory; the ready
+   * counter is the control block's fence, as a timeline's. */
+  uint32_t ring_slots;
+  uint64_t ring_slot_size, ring_slot_stride;
   uint64_t size;
   void *ptr;
   size_t map_len;       /* host and cuda-fd: what is mapped */
@@ -76,5 +80,11 @@ struct client_mapping {
   size_t metadata_len;
   uint8_t metadata[];
 };
+
+/* Whether m's fence is its control block's (timelines and rings), not its memory's. */
+static inline bool client_fence_in_control(const struct client_mapping *m)
+{
+  return m->kind == GPUSHM_KIND_TIMELINE || m->kind == GPUSHM_KIND_RING;
+}
 
 #endif

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "buffer.h"
 #include "sync.h"
+#include "timeline.h"
 #include "timeline_page.h"
 
 #include <limits.h>
@@ -72,18 +73,13 @@ static int mark_gpu(struct client_mapping *buf, const struct client_stream *s, u
   return r;
 }
 
-static int timeline_signal(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value)
+int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value)
 {
-  gpushm_buffer_t *handle = TIMELINE_OF(tl);
-  struct client_mapping *buf;
+  struct client_mapping *buf = handle->map;
   struct client_stream s;
   uint64_t n;
   int r;
 
-  client_clear_error();
-  if ((r = check_timeline(tl)) < 0)
-    return r;
-  buf = handle->map;
   if (value == 0)
     return client_error(GPUSHM_E_INVAL, "signal of value 0: values start at 1");
   if (buf->read_only)
@@ -98,6 +94,16 @@ static int timeline_signal(gpushm_timeline_t *tl, bool on_stream, void *stream, 
     return r;
   client_sync_wake(buf, handle->conn);
   return 0;
+}
+
+static int timeline_signal(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  return client_timeline_signal(TIMELINE_OF(tl), on_stream, stream, value);
 }
 
 int gpushm_timeline_signal(gpushm_timeline_t *tl, uint64_t value)
@@ -158,19 +164,14 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
   }
 }
 
-static int timeline_wait(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value,
-                int timeout_ms)
+int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
+                         int timeout_ms)
 {
-  gpushm_buffer_t *handle = TIMELINE_OF(tl);
-  struct client_mapping *buf;
+  struct client_mapping *buf = handle->map;
   struct client_stream s;
   uint64_t deadline = 0;
   int r, method = 1;
 
-  client_clear_error();
-  if ((r = check_timeline(tl)) < 0)
-    return r;
-  buf = handle->map;
   if (value == 0)
     return client_error(GPUSHM_E_INVAL, "wait for value 0: values start at 1");
   /* The stream first: a wrong one fails before any wait. */
@@ -194,6 +195,17 @@ static int timeline_wait(gpushm_timeline_t *tl, bool on_stream, void *stream, ui
   if (client_sync_value_lost(handle, value) == 1)
     return client_sync_lost_error(buf, value);
   return 0;
+}
+
+static int timeline_wait(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value,
+                         int timeout_ms)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  return client_timeline_wait(TIMELINE_OF(tl), on_stream, stream, value, timeout_ms);
 }
 
 int gpushm_timeline_wait(gpushm_timeline_t *tl, uint64_t value, int timeout_ms)

@@ -486,6 +486,21 @@ static void show_timeline_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
   gpushm_timeline_close(tl);
 }
 
+/* Observed (attached to nothing: gpushmctl holds no frame back). */
+static void show_ring_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
+{
+  gpushm_sync_state_t st;
+  gpushm_ring_t *ring;
+
+  if (gpushm_ring_open(ctl->conn, gpushm_buffer_info_name(b), GPUSHM_RING_OBSERVER, &ring) < 0)
+    return;
+  if (gpushm_ring_id(ring) == gpushm_buffer_info_id(b) && gpushm_ring_state(ring, &st) == 0) {
+    print_sync_state(&st);
+    printf("reached:    %" PRIu64 "\n", gpushm_ring_presented(ring));
+  }
+  gpushm_ring_close(ring);
+}
+
 static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
 {
   gpushm_open_opts_t opts;
@@ -497,6 +512,10 @@ static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
     return;
   if (gpushm_buffer_info_kind(b) == GPUSHM_KIND_TIMELINE) {
     show_timeline_state(ctl, b);
+    return;
+  }
+  if (gpushm_buffer_info_kind(b) == GPUSHM_KIND_RING) {
+    show_ring_state(ctl, b);
     return;
   }
   gpushm_open_opts_init(&opts);
@@ -540,6 +559,13 @@ int cmd_show(struct ctl *ctl, int argc, char **argv)
            text(user_name(owner_uid, user, sizeof user), 0), owner_uid,
            gpushm_buffer_info_owner_gid(b), gpushm_buffer_info_mode(b), lifetime_name(b));
     advisory_read_only(b);
+    {
+      uint64_t slot_size, stride;
+      uint32_t slots, consumers;
+      if (gpushm_buffer_info_ring(b, &slots, &slot_size, &stride, &consumers) == 0)
+        printf("ring:       %u slots of %" PRIu64 " bytes (stride %" PRIu64 "); %u consumer%s\n",
+               slots, slot_size, stride, consumers, consumers == 1 ? "" : "s");
+    }
     if (gpushm_buffer_info_segment_id(b))
       printf("segment:    %" PRIu64 " (carved: shared with buffers of the same owner, group "
              "and mode)\n", gpushm_buffer_info_segment_id(b));

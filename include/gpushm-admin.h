@@ -100,6 +100,11 @@ GPUSHM_API const void *gpushm_buffer_info_metadata(const gpushm_buffer_info_t *i
 struct gpushm_image_desc;
 GPUSHM_API int gpushm_buffer_info_image(const gpushm_buffer_info_t *info,
                                         struct gpushm_image_desc *out);
+/* A ring's geometry and the consumers attached to it when listed (each out may be
+ * NULL); GPUSHM_E_INVAL for what is not a ring. */
+GPUSHM_API int gpushm_buffer_info_ring(const gpushm_buffer_info_t *info, uint32_t *slots,
+                                       uint64_t *slot_size, uint64_t *slot_stride,
+                                       uint32_t *consumers);
 /* References held by all connections, and by the asking one. */
 GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);

@@ -100,13 +100,14 @@ typedef enum gpushm_backend {
 } gpushm_backend_t;
 
 /* What a name denotes: a buffer (gpushm_buffer_t), an event (gpushm_event_t), an
- * image (a gpushm_buffer_t with an image description, gpushm-graphics.h) or a timeline
- * (gpushm_timeline_t, 0.8). */
+ * image (a gpushm_buffer_t with an image description, gpushm-graphics.h), a timeline
+ * (gpushm_timeline_t, 0.8) or a frame ring (gpushm_ring_t, 0.8). */
 typedef enum gpushm_kind {
   GPUSHM_KIND_BUFFER = 1,
   GPUSHM_KIND_EVENT = 2,
   GPUSHM_KIND_IMAGE = 3,
-  GPUSHM_KIND_TIMELINE = 4
+  GPUSHM_KIND_TIMELINE = 4,
+  GPUSHM_KIND_RING = 5
 } gpushm_kind_t;
 
 typedef enum gpushm_lifetime {
@@ -273,6 +274,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_PROMISES 0x100ull
 /* Timelines (gpushm_timeline_create()). */
 #define GPUSHM_FEATURE_TIMELINES 0x200ull
+/* Frame rings (0.8): gpushm_ring_*(). */
+#define GPUSHM_FEATURE_RINGS 0x400ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -646,6 +649,103 @@ GPUSHM_API gpushm_sync_method_t gpushm_timeline_sync_method(const gpushm_timelin
                                                             const char **why);
 GPUSHM_API uint64_t gpushm_timeline_id(const gpushm_timeline_t *tl);
 GPUSHM_API const char *gpushm_timeline_name(const gpushm_timeline_t *tl);
+
+/* Frame rings (0.8, GPUSHM_FEATURE_RINGS; docs/rings.md): slots of memory that a
+ * producer fills and consumers read in turn, as one named object, ordered by timelines
+ * with no round trip to gpushmd per frame and, on CUDA streams, no CPU wait.
+ *
+ * Frames are numbered from 1; frame f lives in slot (f - 1) % slots.  The ring's ready
+ * timeline is the frame last presented; each consumer has a done timeline of its own
+ * (made by gpushmd when it opens the ring, its alone to signal, its producers' to read),
+ * the frame it last released.  A producer fills frame f only once every consumer
+ * attached has released frame f - slots: a slow consumer slows the producer, none is
+ * skipped.  A consumer takes frames presented after it opened the ring.
+ *
+ * The producer: gpushm_ring_acquire_slot() waits (up to timeout_ms, < 0 for ever) until
+ * the next frame's slot is free of every consumer; _stream() makes stream wait for it
+ * on the GPU instead.  Write the slot, then gpushm_ring_present() (now, from the CPU) or
+ * _present_stream() (once stream's work is done).  One frame acquired at a time, and
+ * one producer at a time: the first that acquires promises the frames ahead
+ * (GPUSHM_RING_PROMISE_AHEAD), and others' presents are refused while it lives.
+ *
+ * A consumer: gpushm_ring_acquire_frame() waits until the next frame is presented
+ * (flags GPUSHM_RING_LATEST: the latest presented, skipping older ones); _stream()
+ * makes stream wait for it on the GPU.  Read the slot, then gpushm_ring_release() or
+ * _release_stream(): that frame and every one before it are free to fill again.
+ *
+ * A producer that dies or closes its last handle: its consumers' waits end within
+ * milliseconds with GPUSHM_E_LOST ("signaller lost").  A consumer that dies or closes
+ * the ring is no longer waited for.  Open a ring read-write to produce, read-only to
+ * consume: consumers need read access alone, and no consumer can signal another's done
+ * timeline or the ready one.  A ring is used by one thread at a time; it lives until
+ * unlinked (or its creator's session ends), and not across a restart of gpushmd. */
+typedef struct gpushm_ring gpushm_ring_t;
+
+typedef struct gpushm_ring_frame {
+  uint64_t frame;  /* its number, from 1 */
+  uint32_t slot;   /* (frame - 1) % slots */
+  uint64_t offset; /* of its slot, in the ring's memory */
+} gpushm_ring_frame_t;
+
+#define GPUSHM_RING_SLOTS_MAX 64u    /* GPUSHM_LIMIT_RING_SLOTS */
+#define GPUSHM_RING_CONSUMERS_MAX 32u /* GPUSHM_LIMIT_RING_CONSUMERS */
+#define GPUSHM_RING_PROMISE_AHEAD 4096u
+/* gpushm_ring_open() flags: produce (the ring opened read-write), else consume
+ * (read-only); observe: read-only, attached to nothing (its counters and state, for
+ * tools: it takes no frames, and nobody waits for it), the memory not mapped. */
+#define GPUSHM_RING_PRODUCER 0x100u
+#define GPUSHM_RING_OBSERVER 0x200u
+/* gpushm_ring_acquire_frame() flags */
+#define GPUSHM_RING_LATEST 0x1u
+
+/* slots of slot_size bytes each (a slot starts every gpushm_ring_slot_stride() bytes).
+ * opts: backend, device, mode, lifetime, metadata, map device; no sync, no
+ * open-existing.  The creator is a producer. */
+GPUSHM_API int gpushm_ring_create(gpushm_t *conn, const char *name, uint32_t slots,
+                                  uint64_t slot_size, const gpushm_create_opts_t *opts,
+                                  gpushm_ring_t **out);
+/* flags: GPUSHM_RING_PRODUCER or 0 (a consumer), and GPUSHM_MAP_DEVICE(n). */
+GPUSHM_API int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags,
+                                gpushm_ring_t **out);
+/* A consumer's close: its queued releases are let finish first (as a timeline's close
+ * does), then it stops being waited for. */
+GPUSHM_API int gpushm_ring_close(gpushm_ring_t *ring);
+GPUSHM_API int gpushm_ring_close_unlink(gpushm_ring_t *ring);
+GPUSHM_API int gpushm_ring_acquire_slot(gpushm_ring_t *ring, int timeout_ms,
+                                        gpushm_ring_frame_t *out);
+GPUSHM_API int gpushm_ring_acquire_slot_stream(gpushm_ring_t *ring, void *stream, int timeout_ms,
+                                               gpushm_ring_frame_t *out);
+GPUSHM_API int gpushm_ring_present(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame);
+GPUSHM_API int gpushm_ring_present_stream(gpushm_ring_t *ring, void *stream,
+                                          const gpushm_ring_frame_t *frame);
+GPUSHM_API int gpushm_ring_acquire_frame(gpushm_ring_t *ring, unsigned flags, int timeout_ms,
+                                         gpushm_ring_frame_t *out);
+GPUSHM_API int gpushm_ring_acquire_frame_stream(gpushm_ring_t *ring, void *stream,
+                                                unsigned flags, int timeout_ms,
+                                                gpushm_ring_frame_t *out);
+GPUSHM_API int gpushm_ring_release(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame);
+GPUSHM_API int gpushm_ring_release_stream(gpushm_ring_t *ring, void *stream,
+                                          const gpushm_ring_frame_t *frame);
+GPUSHM_API uint32_t gpushm_ring_slots(const gpushm_ring_t *ring);
+GPUSHM_API uint64_t gpushm_ring_slot_size(const gpushm_ring_t *ring);
+GPUSHM_API uint64_t gpushm_ring_slot_stride(const gpushm_ring_t *ring);
+/* Where slot's bytes are, for this process: a host address (host backend) or a device
+ * pointer on the map device (CUDA backends); NULL for a slot out of range or memory
+ * opened unmapped (GPUSHM_DEVICE_NONE, a graphics importer's). */
+GPUSHM_API void *gpushm_ring_slot_ptr(const gpushm_ring_t *ring, uint32_t slot);
+/* The ring's memory as a buffer handle, the ring's (not to be closed): for
+ * gpushm_buffer_export(), DLPack and the graphics helpers, which take slots at
+ * gpushm_ring_frame_t.offset. */
+GPUSHM_API gpushm_buffer_t *gpushm_ring_buffer(gpushm_ring_t *ring);
+/* The frame last presented and reached (0: none yet); consumers attached now. */
+GPUSHM_API uint64_t gpushm_ring_presented(const gpushm_ring_t *ring);
+GPUSHM_API uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring);
+GPUSHM_API int gpushm_ring_is_producer(const gpushm_ring_t *ring);
+/* The ready timeline's state, as gpushm_timeline_state(): the frame last presented
+ * (counter), the producer's promise, frames lost with a producer. */
+GPUSHM_API int gpushm_ring_state(const gpushm_ring_t *ring, gpushm_sync_state_t *out);
+GPUSHM_API uint64_t gpushm_ring_id(const gpushm_ring_t *ring);
+GPUSHM_API const char *gpushm_ring_name(const gpushm_ring_t *ring);
 
 /* The buffer list, connected clients, statistics and gpushm_client_disconnect() are
  * in gpushm-admin.h. */

@@ -211,6 +211,15 @@
     10000000, 25000000, 100000000, 250000000, 1000000000, 2500000000 }
 #define GPUSHM_LATENCY_BOUNDS 16u
 
+/* Frame rings (docs/rings.md): slots of one ring, and consumers attached to one at once
+ * (each has a done timeline; their ids fill a table in the ring's control block,
+ * proto/shm_layout.h).  Each slot starts at a multiple of SLOT_ALIGN bytes into the
+ * ring's memory: what Vulkan and GL ask of an image bound at an offset on every driver
+ * we know (NVIDIA's largest page, 64 KiB). */
+#define GPUSHM_LIMIT_RING_SLOTS        64u
+#define GPUSHM_LIMIT_RING_CONSUMERS    32u
+#define GPUSHM_RING_SLOT_ALIGN         (64u * 1024u)
+
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
 

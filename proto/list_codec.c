@@ -136,6 +136,7 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
   SUBMESSAGE(22, info->image, gpushm__image_desc);
   SUBMESSAGE(23, info->external, gpushm__external_memory);
   VARINT(24, wire_int32((int32_t)info->kind));
+  SUBMESSAGE(25, info->ring, gpushm__ring_info);
   return n;
 }
 
@@ -418,6 +419,12 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
       EXPECT(WT_LEN);
       if (!get_len(&r, &s) || !(info->external = gpushm__external_memory__unpack(
                                   alloc, (size_t)(s.end - s.p), s.p)))
+        return false;
+      continue;
+    case 25:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) ||
+          !(info->ring = gpushm__ring_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     }

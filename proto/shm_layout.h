@@ -127,6 +127,36 @@ struct sync_control {
   uint64_t fence;
 };
 
+/* A frame ring's control block (docs/rings.md) is a timeline's, its fence the ready
+ * counter (the frame last presented), with the table of its consumers' done timelines
+ * at RING_TABLE_OFFSET, written by gpushmd alone as consumers attach and let go.
+ * Producers read it to know whose done timelines to wait on, as a seqlock: generation
+ * is odd while gpushmd writes, and a reader that saw it change reads again.  Read-only
+ * holders (consumers) map the block read-only; read-write holders (producers) could
+ * scribble on the table, which only misleads themselves: gpushmd never reads it back,
+ * and an id opens only what its opener may open. */
+#define RING_TABLE_OFFSET 1024u
+
+struct ring_table {
+  uint32_t generation; /* __atomic builtins, as every field */
+  uint32_t consumers;
+  uint64_t done_id[GPUSHM_LIMIT_RING_CONSUMERS];
+};
+
+_Static_assert(RING_TABLE_OFFSET >= sizeof(struct sync_control),
+               "the ring table lies past the timeline's fields");
+_Static_assert(RING_TABLE_OFFSET + sizeof(struct ring_table) <= SYNC_CONTROL_SIZE,
+               "the ring table fits the control block");
+
+/* What a detached consumer's done timeline is raised to: past any frame a producer
+ * waits for, so that waits queued on it before it went (on streams too) go on. */
+#define RING_DONE_DETACHED (UINT64_C(1) << 62)
+
+static inline struct ring_table *ring_table_of(struct sync_control *ctl)
+{
+  return (struct ring_table *)((char *)ctl + RING_TABLE_OFFSET);
+}
+
 /* A connection's client id, salted with its daemon's instance id: a restarted daemon
  * (persistent buffers outlive it) counts client ids from 1 again, and a new client must
  * not take the signatures of an old one, whose process may still be running. */

@@ -86,14 +86,28 @@ int raw_hello_features(int sock, const char *client_name, uint64_t features, int
 
 int raw_open(int sock, const char *name, int read_only, int *fds, unsigned *n_fds)
 {
+  return raw_open_kind(sock, name, 0, GPUSHM__KIND__KIND_UNSPECIFIED, read_only, false, fds,
+                       n_fds);
+}
+
+int raw_open_kind(int sock, const char *name, uint64_t id, Gpushm__Kind kind, int read_only,
+                  bool ring_attach, int *fds, unsigned *n_fds)
+{
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest open = GPUSHM__OPEN_REQUEST__INIT;
   Gpushm__Reply *reply;
   int status;
 
-  open.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
-  open.name = (char *)name;
+  if (name) {
+    open.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    open.name = (char *)name;
+  } else {
+    open.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    open.id = id;
+  }
   open.read_only = read_only;
+  open.kind = kind;
+  open.ring_attach = ring_attach;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &open;
   CHECK((reply = raw_call(sock, &req, fds, n_fds)) != NULL);

@@ -4,6 +4,9 @@
 #ifndef GPUSHM_TEST_RAW_H
 #define GPUSHM_TEST_RAW_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "gpushm.pb-c.h"
 #include "wire.h"
 
@@ -24,5 +27,8 @@ int raw_hello(int sock, const char *client_name, int *status_fd);
 int raw_hello_features(int sock, const char *client_name, uint64_t features, int *status_fd);
 /* Opens a buffer by name: returns the reply status; fds as for raw_call. */
 int raw_open(int sock, const char *name, int read_only, int *fds, unsigned *n_fds);
+/* The same of a kind, by name or (name NULL) by id; ring_attach as OpenRequest's. */
+int raw_open_kind(int sock, const char *name, uint64_t id, Gpushm__Kind kind, int read_only,
+                  bool ring_attach, int *fds, unsigned *n_fds);
 
 #endif

@@ -63,6 +63,16 @@ struct reg_kind_ops {
                  uint32_t releaser, uint64_t upto, char *err, size_t errlen);
   int (*break_promise)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                        bool force, struct reg_broken_promise *out, char *err, size_t errlen);
+  /* Frame rings' consumers (NULL: the kind takes none).  attach: done, a timeline the
+   * registry just made for client_id, becomes that consumer's, its counter starting at
+   * the frame last presented; 0 or a negative PROTO_E_* with err set.  consumer: the id
+   * of client_id's done timeline, 0 if it has none.  detach: client_id let go of the
+   * ring: its done timeline is raised past every frame (RING_DONE_DETACHED) and leaves
+   * the table; returns its id, 0 if it had none. */
+  int (*attach)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                struct reg_object *done, char *err, size_t errlen);
+  uint64_t (*consumer)(const struct reg_object *obj, uint32_t client_id);
+  uint64_t (*detach)(struct registry *reg, struct reg_object *obj, uint32_t client_id);
   /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
    * would (its backend's memory outlives the daemon).  deposit: adds what brings obj
    * back to store; the number of store records that added (0: it rides on records it
@@ -92,6 +102,7 @@ extern const struct reg_kind_ops reg_kind_event;  /* kind_event.c */
 extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear image */
 extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
 extern const struct reg_kind_ops reg_kind_timeline; /* kind_timeline.c */
+extern const struct reg_kind_ops reg_kind_ring;     /* kind_ring.c */
 
 /* The table (kinds.c): the kind a create starts from (args->kind checked valid), and
  * the kinds whose objects outlive the daemon, asked in turn whose a record is

@@ -105,6 +105,21 @@ static void timeline_describe(const struct reg_object *obj, struct reg_descripti
   out->promiser = t->sync_state.promise.client_id;
 }
 
+/* A ring consumer's done timeline goes past every frame once its consumer let go and
+ * its promise is settled (kind_ring.c): broken now, or found kept. */
+static int timeline_break_promise(struct registry *reg, struct reg_object *obj,
+                                  uint32_t client_id, bool force, struct reg_broken_promise *out,
+                                  char *err, size_t errlen)
+{
+  int r = reg_buffer_break_promise(reg, obj, client_id, force, out, err, errlen);
+  char why[200];
+
+  if ((r == 0 || r == 1) && obj->ring_detached && reg_ring_done_raise(obj, why, sizeof why) < 0)
+    log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): a detached ring consumer's done timeline not "
+            "raised: %s", obj->name, (unsigned long long)obj->id, why);
+  return r;
+}
+
 /* ---- persistence: systemd's fd store ------------------------------------------------
  * A persistent timeline leaves its control block under "l.<id>.<uid>.<gid>.<mode>.
  * <created>.<name>" ("t." is a segment's slot table, kind_slot.c): the block holds its
@@ -246,7 +261,7 @@ const struct reg_kind_ops reg_kind_timeline = {
   .describe = timeline_describe,
   .raise_fence = reg_buffer_raise_fence,
   .promise = reg_buffer_promise,
-  .break_promise = reg_buffer_break_promise,
+  .break_promise = timeline_break_promise,
   .persists = timeline_persists,
   .deposit_records = timeline_deposit_records,
   .deposit = timeline_deposit,

@@ -10,6 +10,7 @@ static const struct reg_kind_ops *const requested_kinds[REG_KIND_COUNT] = {
   [REG_BUFFER] = &reg_kind_buffer,
   [REG_EVENT] = &reg_kind_event,
   [REG_TIMELINE] = &reg_kind_timeline,
+  [REG_RING] = &reg_kind_ring,
 };
 
 const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args)

@@ -50,6 +50,7 @@ enum reg_kind {
   REG_BUFFER = 0, /* memory from a backend: a whole allocation, or a slot of a segment */
   REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
   REG_TIMELINE = 2, /* a counter in a control block (kind_timeline.c); size 0 */
+  REG_RING = 3,     /* slots of memory and a ready timeline; consumers attach (kind_ring.c) */
   REG_KIND_COUNT
 };
 
@@ -95,6 +96,12 @@ struct reg_object {
   struct list holdings; /* reg_holding.buffer_link */
   bool charged_to_holders; /* unlinked while held: counts against its holders' uids */
   bool persisted; /* deposited where it outlives a restart (systemd's fd store) */
+  /* A ring consumer's done timeline: that ring's id.  Whoever may write the ring (its
+   * producers) may read it, whatever its mode says. */
+  uint64_t ring_of;
+  /* ... whose consumer let go: once its promise is broken, or at once if it has none,
+   * it is raised past every frame (kind_ring.c). */
+  bool ring_detached;
   uint8_t *metadata; /* set at create, immutable; NULL when none */
   uint32_t metadata_len;
 };

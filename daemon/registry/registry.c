@@ -461,6 +461,18 @@ static int add_ref(struct reg_object *obj, struct reg_client *client, bool write
   return 0;
 }
 
+/* A client let go of a ring: it consumes no more, and its done timeline goes (those
+ * that hold it keep it, raised past every frame). */
+static void detach_consumer(struct registry *reg, struct reg_object *ring,
+                            const struct reg_client *client)
+{
+  uint64_t done_id = ring->ops->detach(reg, ring, client->id);
+  struct reg_object *done = done_id ? registry_find_id(reg, done_id) : NULL;
+
+  if (done && done->linked)
+    unlink_object(reg, done);
+}
+
 /* Drops count references of one holding; frees the object when it was the last
  * reference to an unlinked one. */
 static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t count)
@@ -469,6 +481,8 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
 
   h->refs -= count;
   obj->refs -= count;
+  if (h->refs == 0 && obj->ops->detach)
+    detach_consumer(reg, obj, h->client);
   if (h->refs == 0) {
     if (obj->charged_to_holders && !uid_holds(obj, h->client->uid, h))
       release_quota(reg, h->client->uid, obj);
@@ -516,7 +530,8 @@ static const char *kind_name(const struct reg_object *obj)
 /* What every kind's create must satisfy, before the kind checks its own. */
 static int check_common(const struct reg_create_args *args, char *err, size_t errlen)
 {
-  if (!wire_name_valid(args->name)) {
+  if (args->reserved_name ? !args->name[0] || strlen(args->name) > GPUSHM_LIMIT_NAME_LEN
+                          : !wire_name_valid(args->name)) {
     snprintf(err, errlen, "invalid name: use 1-%u characters of [A-Za-z0-9._-], not starting "
              "with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
     return PROTO_E_NAME;
@@ -667,7 +682,8 @@ int registry_create(struct registry *reg, struct reg_client *client,
 
   obj->id = reg->next_id++;
   snprintf(obj->name, sizeof obj->name, "%s", args->name);
-  obj->size = args->size;
+  if (!obj->size) /* a kind may say (a ring's is all its slots') */
+    obj->size = args->size;
   obj->owner_uid = client->uid;
   obj->owner_gid = client->gid;
   obj->mode = args->mode ? args->mode : reg->limits.default_mode;
@@ -721,7 +737,19 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
 /* "a buffer", "an event", "a timeline": what a caller meant, and what a name is. */
 static const char *kind_article(enum reg_kind kind)
 {
-  return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline" : "a buffer";
+  return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline"
+         : kind == REG_RING ? "a ring" : "a buffer";
+}
+
+/* A ring consumer's done timeline is read by whoever may write its ring (the producers
+ * that wait on it), whatever its own mode says (its consumer's alone, 0600). */
+static bool ring_consumer_readable(const struct registry *reg, const struct reg_client *client,
+                                   const struct reg_object *obj, bool write)
+{
+  const struct reg_object *ring;
+
+  return obj->ring_of && !write && (ring = registry_find_id(reg, obj->ring_of)) &&
+         ring->kind == REG_RING && ring->linked && registry_may_access(client, ring, true);
 }
 
 int registry_open(struct registry *reg, struct reg_client *client,
@@ -731,6 +759,7 @@ int registry_open(struct registry *reg, struct reg_client *client,
 {
   const bool write = !read_only;
   struct reg_object *obj;
+  bool ring_reader;
   int r;
 
   memset(out, 0, sizeof *out);
@@ -743,7 +772,8 @@ int registry_open(struct registry *reg, struct reg_client *client,
     if (!obj || !obj->linked)
       return not_found(NULL, id, err, errlen);
   }
-  if (!registry_may_see(client, obj) && !client->admin)
+  ring_reader = ring_consumer_readable(reg, client, obj, write);
+  if (!registry_may_see(client, obj) && !client->admin && !ring_reader)
     return not_found(name, id, err, errlen);
   /* Buffers and events share one namespace; opening one as the other is an error,
    * found before any reference is taken. */
@@ -752,7 +782,7 @@ int registry_open(struct registry *reg, struct reg_client *client,
              kind_article(kind));
     return PROTO_E_INVAL;
   }
-  if (!registry_may_access(client, obj, write)) {
+  if (!ring_reader && !registry_may_access(client, obj, write)) {
     snprintf(err, errlen, "'%s' (mode %03o, owner %u:%u) denies %s access to uid %u",
              obj->name, obj->mode, (unsigned)obj->owner_uid, (unsigned)obj->owner_gid,
              write ? "read-write" : "read", (unsigned)client->uid);
@@ -762,6 +792,49 @@ int registry_open(struct registry *reg, struct reg_client *client,
     return r;
   if ((r = export_object(reg, obj, client, policy, read_only, out, err, errlen)) < 0) {
     drop_refs(reg, find_holding(obj, client), 1); /* linked: it stays */
+    return r;
+  }
+  return 0;
+}
+
+int registry_ring_attach(struct registry *reg, struct reg_client *client,
+                         const struct reg_policy *policy, uint64_t ring_id,
+                         struct reg_export *out, char *err, size_t errlen)
+{
+  struct reg_object *ring = registry_find_id(reg, ring_id), *done;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  uint64_t done_id;
+  int r;
+
+  memset(out, 0, sizeof *out);
+  if (!ring || ring->kind != REG_RING || !find_holding(ring, client)) {
+    snprintf(err, errlen, "this connection holds no ring with id %llu: open the ring, then "
+             "attach", (unsigned long long)ring_id);
+    return PROTO_E_NOENT;
+  }
+  if ((done_id = ring->ops->consumer(ring, client->id)))
+    return registry_open(reg, client, policy, NULL, done_id, false, REG_TIMELINE, out, err,
+                         errlen);
+  /* '#' is no client's to spell: nobody takes the name first or opens it by name.  The
+   * ring's and the client's ids keep it apart from every other (the ring's name is cut
+   * to fit). */
+  snprintf(name, sizeof name, "%.*s#%llu.%u", (int)(GPUSHM_LIMIT_NAME_LEN - 32), ring->name,
+           (unsigned long long)ring->id, client->id);
+  {
+    const struct reg_create_args args = {
+      .kind = REG_TIMELINE, .name = name, .mode = 0600, .lifetime = PROTO_LIFETIME_SESSION,
+      .sync = true, .reserved_name = true,
+    };
+    if ((r = registry_create(reg, client, policy, &args, out, err, errlen)) < 0)
+      return r;
+  }
+  done = out->buffer;
+  done->ring_of = ring->id;
+  if ((r = ring->ops->attach(reg, ring, client->id, done, err, errlen)) < 0) {
+    registry_export_close_fds(out);
+    unlink_object(reg, done);
+    drop_refs(reg, find_holding(done, client), 1); /* the last: frees it */
+    memset(out, 0, sizeof *out);
     return r;
   }
   return 0;

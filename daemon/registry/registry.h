@@ -50,6 +50,14 @@ int registry_open(struct registry *reg, struct reg_client *client,
                   const struct reg_policy *policy, const char *name, uint64_t id,
                   bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
                   size_t errlen);
+/* Attaches the client, which holds ring ring_id, as one of its consumers: out is its
+ * done timeline (made at the first attach, read-write, its counter at the frame last
+ * presented; opened again at a later one).  It stays a consumer until its last
+ * reference to the ring goes, when the timeline is raised past every frame and
+ * unlinked. */
+int registry_ring_attach(struct registry *reg, struct reg_client *client,
+                         const struct reg_policy *policy, uint64_t ring_id,
+                         struct reg_export *out, char *err, size_t errlen);
 /* Drops one of the client's references to buffer id.  unlink: its name goes first, if
  * it still names it and the client may remove it (as registry_unlink).  unmap_segment:
  * the client no longer maps the buffer's segment with that access (registry_unmap). */

@@ -335,3 +335,71 @@ int sync_fence_raise(struct sync_state *s, uint64_t value, uint64_t *was, char *
   munmap(ctl, SYNC_CONTROL_SIZE);
   return raised;
 }
+
+/* ---- frame rings (kind_ring.c) ------------------------------------------------------ */
+
+uint64_t sync_counter(const struct sync_state *s)
+{
+  struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, s->control.fd, 0);
+  uint64_t n;
+
+  if (ctl == MAP_FAILED)
+    return 0;
+  n = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return n;
+}
+
+int sync_start_at(struct sync_state *s, uint64_t value, char *err, size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+
+  if (!ctl)
+    return PROTO_E_IO;
+  __atomic_store_n(&ctl->fence, value, __ATOMIC_RELEASE);
+  __atomic_store_n(&ctl->release_seq, value, __ATOMIC_RELEASE);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_raise_all(struct sync_state *s, uint64_t value, char *err, size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+  uint64_t n;
+
+  if (!ctl)
+    return PROTO_E_IO;
+  /* Counter first: a waiter the fence lets go must not find the value unsignalled. */
+  sync_publish_upto(ctl, value);
+  n = __atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE);
+  for (int tries = 0; n < value && tries < 64; tries++)
+    if (__atomic_compare_exchange_n(&ctl->fence, &n, value, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_ACQUIRE))
+      break;
+  __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, sync_seq_futex_word(ctl), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
+int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n, char *err,
+                          size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+  struct ring_table *t;
+  uint32_t gen;
+
+  if (!ctl)
+    return PROTO_E_IO;
+  t = ring_table_of(ctl);
+  /* From its own count: a producer may have written over the table's. */
+  gen = __atomic_load_n(&t->generation, __ATOMIC_RELAXED) | 1u;
+  __atomic_store_n(&t->generation, gen, __ATOMIC_SEQ_CST);
+  for (uint32_t i = 0; i < GPUSHM_LIMIT_RING_CONSUMERS; i++)
+    __atomic_store_n(&t->done_id[i], i < n ? done_ids[i] : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->consumers, n, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->generation, gen + 1, __ATOMIC_SEQ_CST);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}

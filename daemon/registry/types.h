@@ -58,6 +58,11 @@ struct reg_create_args {
   /* Registering (kind_external.c): the memory, whose fd (the request's) stays the
    * caller's, and what an importer must repeat; image as above, any tiling. */
   const struct reg_external *external;
+  /* A ring (kind_ring.c): its slots; size is one slot's (or its image's) bytes. */
+  uint32_t ring_slots;
+  /* The registry's own creates (a ring consumer's done timeline): a name clients cannot
+   * spell, so that none can take it first or open it by name. */
+  bool reserved_name;
 };
 
 /* A ready export: what a client is sent to reach an object it now holds a reference
@@ -78,6 +83,9 @@ struct reg_export {
    * only when attached (the client did not map it, with this access, over this
    * connection: it is counted as mapping it from here on). */
   uint64_t segment_id, segment_offset, segment_size;
+  /* A ring's geometry (slot i at ring_slot_stride * i). */
+  uint32_t ring_slots;
+  uint64_t ring_slot_size, ring_slot_stride;
   bool segment_attached;
   bool clear; /* created in a slot of device memory that the creator clears */
 };
@@ -109,6 +117,8 @@ struct reg_description {
   uint64_t segment_id; /* 0: not carved */
   const struct image_params *image;       /* an image's description; NULL otherwise */
   const struct reg_external *external;    /* registered memory; NULL otherwise */
+  uint32_t ring_slots, ring_consumers;    /* a ring's; 0 otherwise */
+  uint64_t ring_slot_size, ring_slot_stride;
 };
 
 /* A promise gpushmd broke for a promiser that is gone: the values (lost_from, upto]

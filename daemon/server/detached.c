@@ -168,7 +168,7 @@ static bool may_owe_fence(const struct reg_holding *h)
  * (events map nothing). */
 static bool holds_mapping(const struct reg_object *b)
 {
-  return b->kind == REG_BUFFER || b->kind == REG_TIMELINE;
+  return b->kind == REG_BUFFER || b->kind == REG_TIMELINE || b->kind == REG_RING;
 }
 
 /* The segments the process maps: held by d until it exits, else (d NULL) retired. */

@@ -117,6 +117,7 @@ static bool create_is_event(const Gpushm__CreateRequest *cr)
 static enum reg_kind reg_kind_of_wire(Gpushm__Kind kind, bool event)
 {
   return kind == GPUSHM__KIND__KIND_TIMELINE ? REG_TIMELINE
+         : kind == GPUSHM__KIND__KIND_RING   ? REG_RING
          : kind == GPUSHM__KIND__KIND_EVENT || (!kind && event) ? REG_EVENT
                                                                 : REG_BUFFER;
 }
@@ -134,6 +135,11 @@ static int check_create_kind(const Gpushm__CreateRequest *cr, struct handler_rep
   case GPUSHM__KIND__KIND_TIMELINE:
     if (cr->backend || cr->image)
       return reply_fail(ctx, PROTO_E_INVAL, "a timeline has no backend and no image");
+    return 0;
+  case GPUSHM__KIND__KIND_RING:
+    if (cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT || cr->sync)
+      return reply_fail(ctx, PROTO_E_INVAL, "a ring's slots are memory, ordered by its own "
+                        "timelines: no event backend, no sync");
     return 0;
   case GPUSHM__KIND__KIND_BUFFER:
   case GPUSHM__KIND__KIND_IMAGE:
@@ -159,12 +165,13 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .kind = kind,
     .name = cr->name,
     .size = cr->size,
-    .backend = kind == REG_BUFFER ? (int)cr->backend : 0,
+    .backend = kind == REG_BUFFER || kind == REG_RING ? (int)cr->backend : 0,
     .device = cr->device,
     .mode = cr->mode,
     .lifetime = cr->lifetime,
     .open_existing = cr->open_existing,
     .sync = cr->sync || kind == REG_TIMELINE, /* a timeline is all sync */
+    .ring_slots = kind == REG_RING ? cr->ring_slots : 0,
     .strict_mode = cr->strict_mode,
     .ipc_fence = call->policy->ipc_fences,
     .metadata = cr->metadata.data,
@@ -176,6 +183,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
 
   if ((r = check_create_kind(cr, ctx)) < 0)
     return r;
+  if (kind == REG_RING && !(call->features & PROTO_FEATURE_RINGS))
+    return reply_fail(ctx, PROTO_E_UNSUPPORTED, "rings need PROTO_FEATURE_RINGS at hello");
   if (cr->image) {
     /* A field an older client cannot send; a newer one names the feature with it. */
     if (!(call->features & PROTO_FEATURE_GRAPHICS))
@@ -238,15 +247,26 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
   case GPUSHM__KIND__KIND_IMAGE:
   case GPUSHM__KIND__KIND_EVENT:
   case GPUSHM__KIND__KIND_TIMELINE:
+  case GPUSHM__KIND__KIND_RING:
     break;
   default:
     snprintf(ctx->msg, sizeof ctx->msg, "kind %d is unknown to gpushmd %s", (int)o->kind,
              PACKAGE_VERSION);
     return PROTO_E_UNSUPPORTED;
   }
-  r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
-                    reg_kind_of_wire(o->kind, o->event), &ctx->export, ctx->msg,
-                    sizeof ctx->msg);
+  if (o->ring_attach) {
+    if (o->kind != GPUSHM__KIND__KIND_TIMELINE || !id || o->read_only)
+      return reply_fail(ctx, PROTO_E_INVAL, "attaching to a ring opens its done timeline "
+                        "read-write, by the ring's id");
+    if (!(call->features & PROTO_FEATURE_RINGS))
+      return reply_fail(ctx, PROTO_E_UNSUPPORTED, "rings need PROTO_FEATURE_RINGS at hello");
+    r = registry_ring_attach(call->reg, call->client, call->policy, id, &ctx->export, ctx->msg,
+                             sizeof ctx->msg);
+  } else {
+    r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
+                      reg_kind_of_wire(o->kind, o->event), &ctx->export, ctx->msg,
+                      sizeof ctx->msg);
+  }
   if (r < 0)
     return r;
   return reply_open(call, ctx);

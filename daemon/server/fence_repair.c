@@ -79,6 +79,13 @@ static bool break_promise(struct fence_repair *fr, struct reg_object *b, uint32_
             "waiters of what it promised may wait for ever: %s", b->name,
             (unsigned long long)b->id, client_id, (int)pid,
             closed ? "closed its last handle of it" : "has exited", err);
+  } else if (r > 0 && closed && (b->kind == REG_RING || b->ring_of)) {
+    /* A ring's producer and consumers promise ahead (docs/rings.md): their closes owe
+     * values by design, and waiters are told the stream ended. */
+    log_debug("'%s' (id %llu): client %u (pid %d) closed its last handle; values %llu to "
+              "%llu it promised ahead count as lost", b->name, (unsigned long long)b->id,
+              client_id, (int)pid, (unsigned long long)out.lost_from + 1,
+              (unsigned long long)out.upto);
   } else if (r > 0) {
     (*fr->promises_broken)++;
     log_warn("'%s' (id %llu): client %u (pid %d) %s owing values %llu to %llu it "

@@ -95,6 +95,8 @@ struct handler_reply {
   Gpushm__BufferInfo info;
   Gpushm__ImageDesc info_image;        /* info's, for images */
   Gpushm__ExternalMemory info_external; /* info's, for registered memory */
+  Gpushm__RingInfo ring;                /* an open reply's, for a ring */
+  Gpushm__RingInfo info_ring;           /* info's, for a ring */
   /* the open reply's holders: inline, so that nothing can fail once an export is out */
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];

@@ -164,6 +164,7 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
   }
   info->kind = b->kind == REG_EVENT    ? GPUSHM__KIND__KIND_EVENT
                : b->kind == REG_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE
+               : b->kind == REG_RING     ? GPUSHM__KIND__KIND_RING
                : d.image               ? GPUSHM__KIND__KIND_IMAGE
                                     : GPUSHM__KIND__KIND_BUFFER;
   if (d.image) {
@@ -173,6 +174,14 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
   if (d.external) {
     fill_external(&ctx->info_external, d.external);
     info->external = &ctx->info_external;
+  }
+  if (d.ring_slots) {
+    gpushm__ring_info__init(&ctx->info_ring);
+    ctx->info_ring.slots = d.ring_slots;
+    ctx->info_ring.slot_size = d.ring_slot_size;
+    ctx->info_ring.slot_stride = d.ring_slot_stride;
+    ctx->info_ring.consumers = d.ring_consumers;
+    info->ring = &ctx->info_ring;
   }
 }
 
@@ -212,6 +221,13 @@ int reply_open(struct handler_call *call, struct handler_reply *ctx)
   ctx->body.open.segment_size = e->segment_size;
   ctx->body.open.segment_attached = e->segment_attached;
   ctx->body.open.clear = e->clear;
+  if (e->ring_slots) {
+    gpushm__ring_info__init(&ctx->ring);
+    ctx->ring.slots = e->ring_slots;
+    ctx->ring.slot_size = e->ring_slot_size;
+    ctx->ring.slot_stride = e->ring_slot_stride;
+    ctx->body.open.ring = &ctx->ring;
+  }
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;
   return 0;

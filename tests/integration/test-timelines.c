@@ -207,21 +207,7 @@ static void test_kinds(gpushm_t *conn)
 static int raw_open_timeline(int sock, const char *name, bool read_only, int *fds,
                              unsigned *n_fds)
 {
-  Gpushm__Request req = GPUSHM__REQUEST__INIT;
-  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
-  Gpushm__Reply *reply;
-  int status;
-
-  body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
-  body.name = (char *)name;
-  body.read_only = read_only;
-  body.kind = GPUSHM__KIND__KIND_TIMELINE;
-  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
-  req.open = &body;
-  CHECK((reply = raw_call(sock, &req, fds, n_fds)) != NULL);
-  status = reply->status;
-  gpushm__reply__free_unpacked(reply, NULL);
-  return status;
+  return raw_open_kind(sock, name, 0, GPUSHM__KIND__KIND_TIMELINE, read_only, false, fds, n_fds);
 }
 
 static int raw_promise(int sock, uint64_t id, uint64_t upto)

@@ -1,0 +1,543 @@
+/* SPDX-License-Identifier: MIT */
+/* Frame rings (docs/rings.md): a ring's memory and ready timeline are one mapping (kind
+ * RING: its fence is its control block's, as a timeline's), each consumer's done
+ * timeline a timeline of its own.  What is here is the frame protocol on top: numbers,
+ * slots, waiting on every attached consumer, and promises made ahead so that streams
+ * never wait on the CPU for a frame to be published. */
+#include "config.h"
+#include "error.h"
+#include "buffer.h"
+#include "sync.h"
+#include "timeline.h"
+#include "shm_layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(GPUSHM_RING_SLOTS_MAX == GPUSHM_LIMIT_RING_SLOTS &&
+                 GPUSHM_RING_CONSUMERS_MAX == GPUSHM_LIMIT_RING_CONSUMERS,
+               "one limit, two spellings");
+/* A producer's promise covers a consumer's every wait: a consumer promises at least
+ * a ring's slots ahead of what it released, or a producer's stream wait on it would
+ * wait on the CPU for the release to be published. */
+_Static_assert(GPUSHM_RING_PROMISE_AHEAD > GPUSHM_LIMIT_RING_SLOTS, "promises cover a lap");
+
+struct ring_consumer {
+  uint64_t done_id;
+  gpushm_buffer_t *done; /* opened read-only; NULL: it left before it could be opened */
+};
+
+struct gpushm_ring {
+  gpushm_buffer_t *mem; /* memory and ready timeline */
+  bool producer;
+  bool observer; /* attached to nothing: takes no frames */
+  uint64_t promised; /* ready (a producer) or done (a consumer) promised up to; 0: none */
+  /* a producer */
+  uint64_t acquired;  /* a frame acquired, not presented; 0: none */
+  uint64_t presented; /* by this handle */
+  uint32_t table_generation; /* of the consumers' table as last read (even) */
+  bool table_read;
+  uint32_t n_consumers;
+  struct ring_consumer consumers[GPUSHM_LIMIT_RING_CONSUMERS];
+  /* a consumer */
+  gpushm_buffer_t *done;
+  uint64_t next;     /* the next frame it takes */
+  uint64_t released; /* the last it released */
+};
+
+static const struct client_mapping *map_of(const gpushm_ring_t *ring)
+{
+  return ring->mem->map;
+}
+
+static int check_ring(const gpushm_ring_t *ring, bool producer, const char *what)
+{
+  if (!ring)
+    return client_error(GPUSHM_E_INVAL, "ring is NULL");
+  if (ring->observer)
+    return client_error(GPUSHM_E_INVAL, "'%s': %s is a %s's; this handle observes "
+                        "(GPUSHM_RING_OBSERVER) and takes no part", map_of(ring)->name, what,
+                        producer ? "producer" : "consumer");
+  if (ring->producer != producer)
+    return client_error(GPUSHM_E_INVAL, "'%s': %s is a %s's; this handle is a %s's (%s)",
+                        map_of(ring)->name, what, producer ? "producer" : "consumer",
+                        ring->producer ? "producer" : "consumer",
+                        ring->producer ? "gpushm_ring_create() or GPUSHM_RING_PRODUCER"
+                                       : "gpushm_ring_open() without GPUSHM_RING_PRODUCER");
+  return 0;
+}
+
+static gpushm_ring_frame_t frame_at(const gpushm_ring_t *ring, uint64_t frame)
+{
+  const struct client_mapping *m = map_of(ring);
+  uint32_t slot = (uint32_t)((frame - 1) % m->ring_slots);
+
+  return (gpushm_ring_frame_t){ frame, slot, m->ring_slot_stride * slot };
+}
+
+/* The counter a timeline's (or the ring's) signallers published: what numbers go on
+ * from. */
+static uint64_t published(const gpushm_buffer_t *h)
+{
+  return __atomic_load_n(&h->map->control->release_seq, __ATOMIC_ACQUIRE);
+}
+
+/* Keeps a promise of the values up to need, renewed GPUSHM_RING_PROMISE_AHEAD past it
+ * when it runs out: one round trip per that many frames. */
+static int promise_through(gpushm_buffer_t *h, uint64_t *promised, uint64_t need)
+{
+  int r;
+
+  if (need <= *promised)
+    return 0;
+  if ((r = client_sync_promise(h, need + GPUSHM_RING_PROMISE_AHEAD)) < 0)
+    return r;
+  *promised = need + GPUSHM_RING_PROMISE_AHEAD;
+  return 0;
+}
+
+/* ---- a producer's consumers -------------------------------------------------------- */
+
+static void drop_consumer(struct ring_consumer *c)
+{
+  if (c->done)
+    gpushm_buffer_close(c->done);
+  c->done = NULL;
+}
+
+/* The table as gpushmd last wrote it (a seqlock: read again while it changes). */
+static uint32_t read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *gen)
+{
+  const struct ring_table *t = ring_table_of((struct sync_control *)ctl);
+  uint32_t n, g;
+
+  for (;;) {
+    g = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE);
+    if (g & 1u) {
+      cpu_relax();
+      continue;
+    }
+    n = __atomic_load_n(&t->consumers, __ATOMIC_RELAXED);
+    if (n > GPUSHM_LIMIT_RING_CONSUMERS)
+      n = GPUSHM_LIMIT_RING_CONSUMERS;
+    for (uint32_t i = 0; i < n; i++)
+      ids[i] = __atomic_load_n(&t->done_id[i], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&t->generation, __ATOMIC_RELAXED) == g)
+      break;
+  }
+  *gen = g;
+  return n;
+}
+
+/* Brings the producer's consumers up to the table: those that came are opened (read-
+ * only: whoever may write the ring may read its consumers' done timelines), those that
+ * left closed.  A consumer that left before its timeline could be opened is skipped. */
+static int refresh_consumers(gpushm_ring_t *ring)
+{
+  uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
+  struct ring_consumer kept[GPUSHM_LIMIT_RING_CONSUMERS];
+  uint32_t gen, n = read_table(ring->mem->map->control, ids, &gen), n_kept = 0;
+
+  if (ring->table_read && gen == ring->table_generation)
+    return 0;
+  for (uint32_t i = 0; i < n; i++) {
+    struct ring_consumer c = { ids[i], NULL };
+    for (uint32_t j = 0; j < ring->n_consumers; j++)
+      if (ring->consumers[j].done_id == ids[i]) {
+        c = ring->consumers[j];
+        ring->consumers[j].done = NULL;
+        break;
+      }
+    if (!c.done && ids[i]) {
+      int r = client_open(ring->mem->conn, NULL, ids[i], GPUSHM_OPEN_READONLY, CLIENT_TIMELINE,
+                          &c.done);
+      if (r < 0 && r != GPUSHM_E_NOENT) {
+        for (uint32_t k = 0; k < n_kept; k++)
+          drop_consumer(&kept[k]);
+        return r;
+      }
+    }
+    kept[n_kept++] = c;
+  }
+  for (uint32_t j = 0; j < ring->n_consumers; j++)
+    drop_consumer(&ring->consumers[j]);
+  memcpy(ring->consumers, kept, sizeof kept[0] * n_kept);
+  ring->n_consumers = n_kept;
+  ring->table_generation = gen;
+  ring->table_read = true;
+  client_clear_error(); /* a consumer gone meanwhile is no error */
+  return 0;
+}
+
+static int remaining_ms(int timeout_ms, uint64_t deadline)
+{
+  uint64_t now;
+
+  if (timeout_ms < 0)
+    return -1;
+  now = client_sync_now_ns();
+  return now >= deadline ? 0 : (int)((deadline - now + 999999u) / 1000000u);
+}
+
+static int acquire_slot(gpushm_ring_t *ring, bool on_stream, void *stream, int timeout_ms,
+                        gpushm_ring_frame_t *out)
+{
+  const struct client_mapping *m;
+  uint64_t frame, deadline = 0, last;
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, true, "acquiring a slot")) < 0)
+    return r;
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  m = map_of(ring);
+  if (ring->acquired)
+    return client_error(GPUSHM_E_INVAL, "'%s': frame %llu is acquired and not presented: "
+                        "present it first (one frame at a time)", m->name,
+                        (unsigned long long)ring->acquired);
+  if (timeout_ms >= 0)
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  if ((r = refresh_consumers(ring)) < 0)
+    return r;
+  last = published(ring->mem);
+  frame = (ring->presented > last ? ring->presented : last) + 1;
+  /* Before any wait: consumers' streams may wait for it on the GPU from now on. */
+  if ((r = promise_through(ring->mem, &ring->promised, frame)) < 0)
+    return r;
+  if (frame > m->ring_slots) {
+    for (uint32_t i = 0; i < ring->n_consumers; i++) {
+      gpushm_buffer_t *done = ring->consumers[i].done;
+      if (!done)
+        continue;
+      r = client_timeline_wait(done, on_stream, stream, frame - m->ring_slots,
+                               remaining_ms(timeout_ms, deadline));
+      /* A consumer that died released nothing: it is waited for no more (its value is
+       * lost, not released). */
+      if (r == GPUSHM_E_LOST)
+        r = 0;
+      if (r < 0)
+        return r == GPUSHM_E_TIMEOUT
+                 ? client_error(GPUSHM_E_TIMEOUT, "'%s': slot %u (frame %llu) still held by a "
+                                "consumer (done timeline %llu has not released frame %llu) "
+                                "after %d ms", m->name, frame_at(ring, frame).slot,
+                                (unsigned long long)frame,
+                                (unsigned long long)ring->consumers[i].done_id,
+                                (unsigned long long)(frame - m->ring_slots), timeout_ms)
+                 : r;
+    }
+  }
+  client_clear_error();
+  ring->acquired = frame;
+  *out = frame_at(ring, frame);
+  return 0;
+}
+
+int gpushm_ring_acquire_slot(gpushm_ring_t *ring, int timeout_ms, gpushm_ring_frame_t *out)
+{
+  return acquire_slot(ring, false, NULL, timeout_ms, out);
+}
+
+int gpushm_ring_acquire_slot_stream(gpushm_ring_t *ring, void *stream, int timeout_ms,
+                                    gpushm_ring_frame_t *out)
+{
+  return acquire_slot(ring, true, stream, timeout_ms, out);
+}
+
+static int present(gpushm_ring_t *ring, bool on_stream, void *stream,
+                   const gpushm_ring_frame_t *frame)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, true, "presenting")) < 0)
+    return r;
+  if (!frame || !frame->frame || frame->frame != ring->acquired)
+    return client_error(GPUSHM_E_INVAL, "'%s': frame %llu is not the one acquired (%llu)",
+                        map_of(ring)->name, frame ? (unsigned long long)frame->frame : 0ull,
+                        (unsigned long long)ring->acquired);
+  if ((r = client_timeline_signal(ring->mem, on_stream, stream, frame->frame)) < 0)
+    return r;
+  ring->presented = frame->frame;
+  ring->acquired = 0;
+  return 0;
+}
+
+int gpushm_ring_present(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
+{
+  return present(ring, false, NULL, frame);
+}
+
+int gpushm_ring_present_stream(gpushm_ring_t *ring, void *stream, const gpushm_ring_frame_t *frame)
+{
+  return present(ring, true, stream, frame);
+}
+
+/* ---- a consumer ----------------------------------------------------------------------- */
+
+static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsigned flags,
+                         int timeout_ms, gpushm_ring_frame_t *out)
+{
+  uint64_t frame;
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, false, "acquiring a frame")) < 0)
+    return r;
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  if (flags & ~GPUSHM_RING_LATEST)
+    return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
+  frame = ring->next;
+  if (flags & GPUSHM_RING_LATEST) {
+    uint64_t reached = gpushm_ring_presented(ring);
+    if (reached > frame)
+      frame = reached;
+  }
+  if ((r = client_timeline_wait(ring->mem, on_stream, stream, frame, timeout_ms)) < 0) {
+    /* Reached by its producer's loss, as is every value it promised: the next frame is
+     * a next producer's first, and those lost are released (none will be read), so
+     * that the next producer does not wait for them.  The loss's message is kept. */
+    if (r == GPUSHM_E_LOST) {
+      uint64_t lost = published(ring->mem);
+      char why[256];
+      snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+      ring->next = lost + 1;
+      if (lost > ring->released &&
+          promise_through(ring->done, &ring->promised, lost + map_of(ring)->ring_slots) == 0 &&
+          client_timeline_signal(ring->done, on_stream, stream, lost) == 0)
+        ring->released = lost;
+      client_error(GPUSHM_E_LOST, "%s", why);
+    }
+    return r;
+  }
+  ring->next = frame + 1;
+  *out = frame_at(ring, frame);
+  return 0;
+}
+
+int gpushm_ring_acquire_frame(gpushm_ring_t *ring, unsigned flags, int timeout_ms,
+                              gpushm_ring_frame_t *out)
+{
+  return acquire_frame(ring, false, NULL, flags, timeout_ms, out);
+}
+
+int gpushm_ring_acquire_frame_stream(gpushm_ring_t *ring, void *stream, unsigned flags,
+                                     int timeout_ms, gpushm_ring_frame_t *out)
+{
+  return acquire_frame(ring, true, stream, flags, timeout_ms, out);
+}
+
+static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
+                   const gpushm_ring_frame_t *frame)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, false, "releasing")) < 0)
+    return r;
+  if (!frame || frame->frame <= ring->released || frame->frame >= ring->next)
+    return client_error(GPUSHM_E_INVAL, "'%s': frame %llu is not one this consumer holds "
+                        "(it released up to %llu and acquired up to %llu)", map_of(ring)->name,
+                        frame ? (unsigned long long)frame->frame : 0ull,
+                        (unsigned long long)ring->released,
+                        (unsigned long long)(ring->next - 1));
+  if ((r = promise_through(ring->done, &ring->promised,
+                           frame->frame + map_of(ring)->ring_slots)) < 0 ||
+      (r = client_timeline_signal(ring->done, on_stream, stream, frame->frame)) < 0)
+    return r;
+  ring->released = frame->frame;
+  return 0;
+}
+
+int gpushm_ring_release(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
+{
+  return release(ring, false, NULL, frame);
+}
+
+int gpushm_ring_release_stream(gpushm_ring_t *ring, void *stream, const gpushm_ring_frame_t *frame)
+{
+  return release(ring, true, stream, frame);
+}
+
+/* ---- making, opening, closing ---------------------------------------------------------- */
+
+static int need_rings(gpushm_t *conn)
+{
+  return conn ? client_need_feature(conn, GPUSHM_FEATURE_RINGS, "frame rings") : 0;
+}
+
+static int wrap(gpushm_buffer_t *mem, bool producer, gpushm_ring_t **out)
+{
+  gpushm_ring_t *ring = calloc(1, sizeof *ring);
+
+  if (!ring) {
+    gpushm_buffer_close(mem);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
+  ring->mem = mem;
+  ring->producer = producer;
+  *out = ring;
+  return 0;
+}
+
+int gpushm_ring_create(gpushm_t *conn, const char *name, uint32_t slots, uint64_t slot_size,
+                       const gpushm_create_opts_t *opts, gpushm_ring_t **out)
+{
+  gpushm_buffer_t *mem;
+  int r;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  if ((r = need_rings(conn)) < 0 ||
+      (r = client_create_ring(conn, name, slot_size, slots, NULL, opts, &mem)) < 0)
+    return r;
+  return wrap(mem, true, out);
+}
+
+int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_ring_t **out)
+{
+  const bool producer = (flags & GPUSHM_RING_PRODUCER) != 0;
+  const bool observer = (flags & GPUSHM_RING_OBSERVER) != 0;
+  gpushm_buffer_t *mem;
+  gpushm_ring_t *ring = NULL;
+  int r;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  if (!name)
+    return client_error(GPUSHM_E_NAME, "name is NULL");
+  if (flags & ~(GPUSHM_RING_PRODUCER | GPUSHM_RING_OBSERVER | GPUSHM_MAP_DEVICE_MASK))
+    return client_error(GPUSHM_E_INVAL, "unknown ring open flags 0x%x", flags);
+  if (producer && observer)
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_RING_PRODUCER or GPUSHM_RING_OBSERVER, not both");
+  if ((r = need_rings(conn)) < 0 ||
+      (r = observer ? client_open_unmapped(conn, name, CLIENT_RING, &mem)
+                    : client_open(conn, name, 0,
+                                  (flags & GPUSHM_MAP_DEVICE_MASK) |
+                                    (producer ? 0 : GPUSHM_OPEN_READONLY),
+                                  CLIENT_RING, &mem)) < 0 ||
+      (r = wrap(mem, producer, &ring)) < 0)
+    return r;
+  ring->observer = observer;
+  if (!producer && !observer) {
+    /* Its done timeline starts at the frame last presented: it takes those after.  A
+     * promise a lap ahead lets producers' streams wait on it without a CPU wait. */
+    if ((r = client_ring_attach(conn, map_of(ring)->id, &ring->done)) < 0 ||
+        (r = promise_through(ring->done, &ring->promised,
+                             published(ring->done) + map_of(ring)->ring_slots)) < 0) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+      gpushm_ring_close(ring);
+      return client_error(r, "%s", why);
+    }
+    ring->released = published(ring->done);
+    ring->next = ring->released + 1;
+  }
+  *out = ring;
+  return 0;
+}
+
+static int close_ring(gpushm_ring_t *ring, bool unlink)
+{
+  int r = 0, r2;
+
+  client_clear_error();
+  if (!ring)
+    return client_error(GPUSHM_E_INVAL, "ring is NULL");
+  for (uint32_t i = 0; i < ring->n_consumers; i++)
+    drop_consumer(&ring->consumers[i]);
+  /* The done timeline first: its close lets this process's queued releases land, and
+   * breaks its promise, before the ring's close makes gpushmd raise it past every
+   * frame (a release landing after that would lower it under producers' waits). */
+  if (ring->done)
+    r = gpushm_buffer_close(ring->done);
+  r2 = unlink ? gpushm_buffer_close_unlink(ring->mem) : gpushm_buffer_close(ring->mem);
+  free(ring);
+  return r < 0 ? r : r2;
+}
+
+int gpushm_ring_close(gpushm_ring_t *ring)
+{
+  return close_ring(ring, false);
+}
+
+int gpushm_ring_close_unlink(gpushm_ring_t *ring)
+{
+  return close_ring(ring, true);
+}
+
+/* ---- what it is ------------------------------------------------------------------------ */
+
+uint32_t gpushm_ring_slots(const gpushm_ring_t *ring)
+{
+  return ring ? map_of(ring)->ring_slots : 0;
+}
+
+uint64_t gpushm_ring_slot_size(const gpushm_ring_t *ring)
+{
+  return ring ? map_of(ring)->ring_slot_size : 0;
+}
+
+uint64_t gpushm_ring_slot_stride(const gpushm_ring_t *ring)
+{
+  return ring ? map_of(ring)->ring_slot_stride : 0;
+}
+
+void *gpushm_ring_slot_ptr(const gpushm_ring_t *ring, uint32_t slot)
+{
+  const struct client_mapping *m = ring ? map_of(ring) : NULL;
+
+  if (!m || slot >= m->ring_slots || !m->ptr)
+    return NULL;
+  return (char *)m->ptr + m->ring_slot_stride * slot;
+}
+
+gpushm_buffer_t *gpushm_ring_buffer(gpushm_ring_t *ring)
+{
+  return ring ? ring->mem : NULL;
+}
+
+uint64_t gpushm_ring_presented(const gpushm_ring_t *ring)
+{
+  return ring ? __atomic_load_n(&map_of(ring)->control->fence, __ATOMIC_ACQUIRE) : 0;
+}
+
+uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring)
+{
+  uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
+  uint32_t gen;
+
+  return ring ? read_table(map_of(ring)->control, ids, &gen) : 0;
+}
+
+int gpushm_ring_is_producer(const gpushm_ring_t *ring)
+{
+  return ring && ring->producer;
+}
+
+int gpushm_ring_state(const gpushm_ring_t *ring, gpushm_sync_state_t *out)
+{
+  client_clear_error();
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!ring || !out)
+    return client_error(GPUSHM_E_INVAL, "ring and out must not be NULL");
+  return client_sync_state(ring->mem, out);
+}
+
+uint64_t gpushm_ring_id(const gpushm_ring_t *ring)
+{
+  return ring ? map_of(ring)->id : 0;
+}
+
+const char *gpushm_ring_name(const gpushm_ring_t *ring)
+{
+  return ring ? map_of(ring)->name : NULL;
+}

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* Signals and waits on a counter whose fence is in its control block (timeline.c), for
+ * timelines and for the kinds built of them (ring.c).  handle's mapping must have a
+ * control block; the caller checked its kind and cleared the error.  As
+ * gpushm_timeline_signal[_stream]() and gpushm_timeline_wait[_stream](). */
+#ifndef GPUSHM_CLIENT_TIMELINE_H
+#define GPUSHM_CLIENT_TIMELINE_H
+
+#include "buffer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value);
+int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
+                         int timeout_ms);
+
+#endif
