@@ -261,6 +261,7 @@ static const char *const capsule_names[] = {
   [GPUSHM_CAPSULE_DLTENSOR_VERSIONED] = "dltensor_versioned",
   [GPUSHM_CAPSULE_BUFFER] = "gpushm.buffer",
   [GPUSHM_CAPSULE_CONNECTION] = "gpushm.connection",
+  [GPUSHM_CAPSULE_RING] = "gpushm.ring",
 };
 #define CAPSULE_KINDS (sizeof capsule_names / sizeof capsule_names[0])
 
@@ -321,6 +322,13 @@ void gpushm_capsule_destructor(void *capsule)
       struct saved_error saved;
       save_error(&saved);
       gpushm_disconnect(p);
+      restore_error(&saved);
+      break;
+    }
+    case GPUSHM_CAPSULE_RING: {
+      struct saved_error saved;
+      save_error(&saved);
+      gpushm_ring_close(p);
       restore_error(&saved);
       break;
     }

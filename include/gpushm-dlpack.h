@@ -152,11 +152,13 @@ GPUSHM_API int gpushm_buffer_dlpack(gpushm_buffer_t *buf, const gpushm_tensor_de
  *    gpushm_dlpack_managed_versioned_t (__dlpack__(max_version=(1, 0)) and later);
  *  - GPUSHM_CAPSULE_BUFFER, "gpushm.buffer": one open of a gpushm_buffer_t (or of a
  *    gpushm_event_t: gpushm_event_close() is the same close);
- *  - GPUSHM_CAPSULE_CONNECTION, "gpushm.connection": a gpushm_t, the caller's handle. */
+ *  - GPUSHM_CAPSULE_CONNECTION, "gpushm.connection": a gpushm_t, the caller's handle;
+ *  - GPUSHM_CAPSULE_RING, "gpushm.ring": a gpushm_ring_t (0.8). */
 #define GPUSHM_CAPSULE_DLTENSOR 0u
 #define GPUSHM_CAPSULE_DLTENSOR_VERSIONED 1u
 #define GPUSHM_CAPSULE_BUFFER 2u
 #define GPUSHM_CAPSULE_CONNECTION 3u
+#define GPUSHM_CAPSULE_RING 4u
 
 /* The capsule name of a GPUSHM_CAPSULE_* kind (NULL for another value).  PyCapsule_New()
  * keeps the name's pointer, not a copy, and the capsule may outlive every Python object

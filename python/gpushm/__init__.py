@@ -17,7 +17,8 @@ from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connecti
                   open_bundle, share, share_bundle, stats, unlink)
 from .api import list_buffers
 from .api import list_buffers as list  # gpushm.list(); not in __all__: it would shadow list()
-from .core import Buffer, Connection, Event, ImageInfo, Tensor, Timeline, stream_handle
+from .core import (Buffer, Connection, Event, Frame, ImageInfo, Ring, Tensor, Timeline,
+                   stream_handle)
 from .dtypes import DType, dtype
 from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected, Error, Exists,
                      InvalidArgument, InvalidName, LimitExceeded, ManifestError, NotFound,
@@ -45,7 +46,7 @@ __all__ = [
     "Connection", "CudaError", "DeviceStats", "Disconnected", "DType", "Error", "Event", "Exists",
     "Holder", "ImageInfo", "InvalidArgument", "InvalidName", "LIBRARY_PATH", "LIBRARY_VERSION", "LibraryError",
     "LimitExceeded", "ManifestError", "Metric", "NotFound", "OutOfMemory", "PermissionDenied",
-    "ProtocolError", "SignallerLost", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeline",
+    "ProtocolError", "Ring", "Frame", "SignallerLost", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeline",
     "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "clients", "connect", "default_connection",
     "create_image", "dtype", "empty", "list_buffers", "open_bundle", "share", "share_bundle", "stats",

@@ -16,8 +16,8 @@ from ctypes import POINTER, c_char_p, c_int, c_void_p, py_object
 from typing import Any
 
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
-                   CAPSULE_DLTENSOR_VERSIONED, DLManagedTensor, DLManagedTensorVersioned,
-                   LibraryError, lib)
+                   CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, DLManagedTensor,
+                   DLManagedTensorVersioned, LibraryError, lib)
 
 
 def check_capsule_api(process: Any) -> None:
@@ -53,7 +53,8 @@ _get_name.argtypes = [py_object]
 
 _DESTRUCTOR = ctypes.cast(lib.gpushm_capsule_destructor, c_void_p).value
 _NAMES = {kind: lib.gpushm_capsule_name(kind) for kind in
-          (CAPSULE_DLTENSOR, CAPSULE_DLTENSOR_VERSIONED, CAPSULE_BUFFER, CAPSULE_CONNECTION)}
+          (CAPSULE_DLTENSOR, CAPSULE_DLTENSOR_VERSIONED, CAPSULE_BUFFER, CAPSULE_CONNECTION,
+           CAPSULE_RING)}
 
 
 def _release(pointer: int, kind: int) -> None:
@@ -62,6 +63,8 @@ def _release(pointer: int, kind: int) -> None:
         lib.gpushm_buffer_close(pointer)
     elif kind == CAPSULE_CONNECTION:
         lib.gpushm_disconnect(pointer)
+    elif kind == CAPSULE_RING:
+        lib.gpushm_ring_close(pointer)
     elif kind == CAPSULE_DLTENSOR:
         m = ctypes.cast(pointer, POINTER(DLManagedTensor))
         m.contents.deleter(m)
@@ -97,6 +100,18 @@ def close_now(capsule: object, kind: int) -> None:
     if _set_name(capsule, None) != 0:
         raise RuntimeError("PyCapsule_SetName failed")  # (only for an invalid capsule)
     _release(p, kind)
+
+
+def take(capsule: object, kind: int) -> int:
+    """What capsule owns, taken out of its hands (its name set to NULL: the destructor
+    closes nothing); the caller closes it.  The caller holds the only other reference."""
+    raw = _NAMES[kind]
+    if not _is_valid(capsule, raw):
+        raise RuntimeError("the capsule holds nothing of that kind")
+    p = _get_pointer(capsule, raw)
+    if _set_name(capsule, None) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+    return p
 
 
 def name(capsule: object) -> str:

@@ -54,6 +54,15 @@ class SyncState(ctypes.Structure):
     ]
 
 
+class RingFrame(ctypes.Structure):
+    """gpushm_ring_frame_t (gpushm 0.8, gpushm.h)."""
+    _fields_ = [
+        ("frame", c_uint64),
+        ("slot", c_uint32),
+        ("offset", c_uint64),
+    ]
+
+
 class ImageDesc(ctypes.Structure):
     """gpushm_image_desc_t (gpushm 0.7, gpushm-graphics.h): sized as CreateOpts is."""
     _fields_ = [
@@ -149,6 +158,10 @@ CAPSULE_DLTENSOR = 0
 CAPSULE_DLTENSOR_VERSIONED = 1
 CAPSULE_BUFFER = 2
 CAPSULE_CONNECTION = 3
+CAPSULE_RING = 4
+RING_PRODUCER = 0x100
+RING_OBSERVER = 0x200
+RING_LATEST = 0x1
 KIND_BUFFER = 1
 KIND_EVENT = 2
 
@@ -356,6 +369,32 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_timeline_sync_method": (c_int, [_P, c_void_p]),
     "gpushm_timeline_id": (c_uint64, [_P]),
     "gpushm_timeline_name": (c_char_p, [_P]),
+    # 0.8: frame rings
+    "gpushm_ring_create": (c_int, [_P, c_char_p, c_uint32, c_uint64, POINTER(CreateOpts),
+                                   POINTER(c_void_p)]),
+    "gpushm_ring_open": (c_int, [_P, c_char_p, ctypes.c_uint, POINTER(c_void_p)]),
+    "gpushm_ring_close": (c_int, [_P]),
+    "gpushm_ring_close_unlink": (c_int, [_P]),
+    "gpushm_ring_acquire_slot": (c_int, [_P, c_int, POINTER(RingFrame)]),
+    "gpushm_ring_acquire_slot_stream": (c_int, [_P, c_void_p, c_int, POINTER(RingFrame)]),
+    "gpushm_ring_present": (c_int, [_P, POINTER(RingFrame)]),
+    "gpushm_ring_present_stream": (c_int, [_P, c_void_p, POINTER(RingFrame)]),
+    "gpushm_ring_acquire_frame": (c_int, [_P, ctypes.c_uint, c_int, POINTER(RingFrame)]),
+    "gpushm_ring_acquire_frame_stream": (c_int, [_P, c_void_p, ctypes.c_uint, c_int,
+                                                 POINTER(RingFrame)]),
+    "gpushm_ring_release": (c_int, [_P, POINTER(RingFrame)]),
+    "gpushm_ring_release_stream": (c_int, [_P, c_void_p, POINTER(RingFrame)]),
+    "gpushm_ring_slots": (c_uint32, [_P]),
+    "gpushm_ring_slot_size": (c_uint64, [_P]),
+    "gpushm_ring_slot_stride": (c_uint64, [_P]),
+    "gpushm_ring_slot_ptr": (c_void_p, [_P, c_uint32]),
+    "gpushm_ring_buffer": (c_void_p, [_P]),
+    "gpushm_ring_presented": (c_uint64, [_P]),
+    "gpushm_ring_consumers": (c_uint32, [_P]),
+    "gpushm_ring_is_producer": (c_int, [_P]),
+    "gpushm_ring_state": (c_int, [_P, POINTER(SyncState)]),
+    "gpushm_ring_id": (c_uint64, [_P]),
+    "gpushm_ring_name": (c_char_p, [_P]),
 }
 
 

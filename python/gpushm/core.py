@@ -25,9 +25,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import _capsule, dtypes
 from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
-                   CAPSULE_DLTENSOR_VERSIONED, CREATE_OPEN_EXISTING, CREATE_STRICT_MODE,
-                   CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL, LIST_METADATA,
-                   OPEN_READONLY, CreateOpts, DLDataType, ImageDesc, SyncState, TensorDesc,
+                   CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, CREATE_OPEN_EXISTING,
+                   CREATE_STRICT_MODE, CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL,
+                   LIST_METADATA, OPEN_READONLY, RING_LATEST, RING_OBSERVER, RING_PRODUCER,
+                   CreateOpts, DLDataType, ImageDesc, RingFrame, SyncState, TensorDesc,
                    last_error_errno, last_error_message, lib, map_device_flag, strerror,
                    text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
@@ -128,6 +129,13 @@ def _need_numbered(what: str) -> None:
     """Caller-numbered releases and promises came with libgpushm 0.8."""
     if not hasattr(lib, "gpushm_buffer_promise"):
         raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no {what} "
+                          f"(0.8 does)")
+
+
+def _need_rings() -> None:
+    """Frame rings came with libgpushm 0.8."""
+    if not hasattr(lib, "gpushm_ring_create"):
+        raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no frame rings "
                           f"(0.8 does)")
 
 
@@ -479,6 +487,52 @@ class Connection(_Handle):
                                        OPEN_READONLY if readonly else 0, byref(out)),
               f"open timeline {name!r}")
         return Timeline(_handle(out, "open timeline"), self)
+
+    def create_ring(self, name: str, slots: int, slot_size: int, *,
+                    backend: Union[str, int] = "default", device: int = 0, mode: int = 0o600,
+                    lifetime: Union[str, int] = "persistent",
+                    metadata: Optional[bytes] = None,
+                    map_device: Optional[int] = None) -> "Ring":
+        """A frame ring of ``slots`` slots of ``slot_size`` bytes (gpushm_ring_create;
+        docs/rings.md), opened as its producer.  mode 0o644 lets other users consume it
+        (they need read access only)."""
+        cap, c = self._live()
+        _need_rings()
+        raw = c_string(name, "ring name")
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.backend = _backend_value(backend)
+        opts.device = non_negative(device, "device")
+        opts.mode = mode
+        opts.lifetime = _lifetime_value(lifetime)
+        opts.flags = (map_device_flag(non_negative(map_device, "map_device"))
+                      if map_device is not None else 0)
+        meta = None
+        if metadata:
+            meta = ctypes.create_string_buffer(bytes(metadata), len(metadata))
+            opts.metadata_size = min(len(metadata), 0xFFFFFFFF)
+            opts.metadata = ctypes.cast(meta, c_void_p)
+        out = c_void_p()
+        check(lib.gpushm_ring_create(c, raw, non_negative(slots, "slots"),
+                                     non_negative(slot_size, "slot_size"), byref(opts),
+                                     byref(out)),
+              f"create ring {name!r}")
+        return Ring(_handle(out, "create ring"), self)
+
+    def open_ring(self, name: str, *, producer: bool = False, observer: bool = False,
+                  map_device: Optional[int] = None) -> "Ring":
+        """Opens a frame ring: as a consumer (read access, a done timeline of its own),
+        ``producer`` (read-write), or ``observer`` (counters only: takes no frames,
+        nobody waits for it)."""
+        cap, c = self._live()
+        _need_rings()
+        flags = ((RING_PRODUCER if producer else 0) | (RING_OBSERVER if observer else 0)
+                 | (map_device_flag(non_negative(map_device, "map_device"))
+                    if map_device is not None else 0))
+        out = c_void_p()
+        check(lib.gpushm_ring_open(c, c_string(name, "ring name"), flags, byref(out)),
+              f"open ring {name!r}")
+        return Ring(_handle(out, "open ring"), self)
 
     # --- admin --------------------------------------------------------------------
     def list(self, *, all: bool = False, metadata: bool = False) -> "List[Any]":
@@ -1204,3 +1258,171 @@ class Timeline(_Handle):
 
     def __repr__(self) -> str:
         return f"<gpushm.Timeline {self.name!r} id {self.id}{' closed' if self.closed else ''}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """A frame of a ring: its number (from 1), its slot and the slot's byte offset in the
+    ring's memory."""
+    frame: int
+    slot: int
+    offset: int
+
+    def _c(self) -> RingFrame:
+        return RingFrame(self.frame, self.slot, self.offset)
+
+
+class Ring(_Handle):
+    """A frame ring (gpushm_ring_*; docs/rings.md): slots a producer fills and consumers
+    read in turn, ordered by timelines.  A producer: ``f = ring.acquire_slot()``, write
+    ``ring.slot(f.slot)``, ``ring.present(f)``; a consumer: ``f = ring.acquire_frame()``,
+    read, ``ring.release(f)``.  The ``_stream`` forms queue on a CUDA stream (None: the
+    legacy default stream; a torch or CuPy stream) instead of waiting in this thread.
+    Timeouts are in seconds (None: for ever); Timeout after one, SignallerLost when the
+    producer went (the next frame is a next producer's)."""
+
+    _what = "ring"
+
+    def __init__(self, pointer: int, connection: Connection) -> None:
+        super().__init__(pointer, CAPSULE_RING)
+        self._connection = connection
+        self._name = text(lib.gpushm_ring_name(pointer))
+        self._id: int = lib.gpushm_ring_id(pointer)
+
+    @property
+    def connection(self) -> Connection:
+        return self._connection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def slots(self) -> int:
+        cap, r = self._live()
+        return lib.gpushm_ring_slots(r)
+
+    @property
+    def slot_size(self) -> int:
+        cap, r = self._live()
+        return lib.gpushm_ring_slot_size(r)
+
+    @property
+    def slot_stride(self) -> int:
+        cap, r = self._live()
+        return lib.gpushm_ring_slot_stride(r)
+
+    @property
+    def producer(self) -> bool:
+        cap, r = self._live()
+        return bool(lib.gpushm_ring_is_producer(r))
+
+    @property
+    def presented(self) -> int:
+        """The frame last presented and reached (0: none yet)."""
+        cap, r = self._live()
+        return lib.gpushm_ring_presented(r)
+
+    @property
+    def consumers(self) -> int:
+        """Consumers attached now."""
+        cap, r = self._live()
+        return lib.gpushm_ring_consumers(r)
+
+    def sync_state(self) -> Dict[str, int]:
+        """The ready timeline's state: counter (the frame last presented), promised_upto,
+        promiser_client, lost_from, lost_upto, lost_client."""
+        cap, r = self._live()
+        st = SyncState()
+        check(lib.gpushm_ring_state(r, byref(st)), f"sync_state {self.name!r}")
+        return {name: getattr(st, name) for name, _ in SyncState._fields_}
+
+    def slot_ptr(self, slot: int) -> int:
+        """Where a slot's bytes are in this process: a host address (host backend) or a
+        device pointer (CUDA backends)."""
+        cap, r = self._live()
+        p = lib.gpushm_ring_slot_ptr(r, non_negative(slot, "slot"))
+        if not p:
+            raise InvalidArgument(f"{self.name!r} has no mapped slot {slot} "
+                                  f"({self.slots} slots)")
+        return p
+
+    def slot(self, slot: int) -> memoryview:
+        """A slot's bytes as a memoryview (host memory; read-only for a consumer).  Valid
+        while the ring is open."""
+        cap, r = self._live()
+        buf = lib.gpushm_ring_buffer(r)
+        if lib.gpushm_buffer_backend(buf) != 1:  # GPUSHM_BACKEND_HOST
+            raise TypeError(f"{self.name!r} is device memory: no memoryview "
+                            f"(slot_ptr() is its device pointer)")
+        raw = (ctypes.c_ubyte * self.slot_size).from_address(self.slot_ptr(slot))
+        view = memoryview(raw).cast("B")
+        return view if self.producer else view.toreadonly()
+
+    def _frame(self, fn: Any, what: str, *args: Any) -> Frame:
+        cap, r = self._live()
+        out = RingFrame()
+        check(fn(r, *args, byref(out)), f"{what} {self.name!r}")
+        return Frame(out.frame, out.slot, out.offset)
+
+    def acquire_slot(self, timeout: Optional[float] = None) -> Frame:
+        """The next frame's slot, once every consumer let go of it."""
+        return self._frame(lib.gpushm_ring_acquire_slot, "acquire_slot", _ms(timeout))
+
+    def acquire_slot_stream(self, stream: StreamLike = None,
+                            timeout: Optional[float] = None) -> Frame:
+        return self._frame(lib.gpushm_ring_acquire_slot_stream, "acquire_slot",
+                           stream_handle(stream), _ms(timeout))
+
+    def present(self, frame: Frame) -> None:
+        cap, r = self._live()
+        check(lib.gpushm_ring_present(r, byref(frame._c())), f"present {self.name!r}")
+
+    def present_stream(self, frame: Frame, stream: StreamLike = None) -> None:
+        cap, r = self._live()
+        check(lib.gpushm_ring_present_stream(r, stream_handle(stream), byref(frame._c())),
+              f"present {self.name!r}")
+
+    def acquire_frame(self, latest: bool = False, timeout: Optional[float] = None) -> Frame:
+        """The next frame presented (latest: the latest, skipping older ones)."""
+        return self._frame(lib.gpushm_ring_acquire_frame, "acquire_frame",
+                           RING_LATEST if latest else 0, _ms(timeout))
+
+    def acquire_frame_stream(self, stream: StreamLike = None, latest: bool = False,
+                             timeout: Optional[float] = None) -> Frame:
+        return self._frame(lib.gpushm_ring_acquire_frame_stream, "acquire_frame",
+                           stream_handle(stream), RING_LATEST if latest else 0, _ms(timeout))
+
+    def release(self, frame: Frame) -> None:
+        """Lets go of frame and every one before it."""
+        cap, r = self._live()
+        check(lib.gpushm_ring_release(r, byref(frame._c())), f"release {self.name!r}")
+
+    def release_stream(self, frame: Frame, stream: StreamLike = None) -> None:
+        cap, r = self._live()
+        check(lib.gpushm_ring_release_stream(r, stream_handle(stream), byref(frame._c())),
+              f"release {self.name!r}")
+
+    def close_unlink(self) -> None:
+        """Removes the ring's name, while it still names this one, and closes."""
+        self._live()
+        cap, self._cap = self._cap, None
+        # As close(): taken out of the capsule's hands only where no other thread holds
+        # it; else unlinked by name (the ring's, while it is this one) and left to close.
+        if _GIL_ENABLED and sys.getrefcount(cap) <= 2:
+            check(lib.gpushm_ring_close_unlink(_capsule.take(cap, CAPSULE_RING)),
+                  f"close_unlink {self.name!r}")
+        else:
+            self._connection.unlink(self.name)
+
+    def __repr__(self) -> str:
+        role = "closed" if self.closed else ("producer" if self.producer else "consumer")
+        return f"<gpushm.Ring {self.name!r} id {self.id} {role}>"
+
+
+def _ms(timeout: Optional[float]) -> int:
+    return -1 if timeout is None else max(0, timeout_ms(timeout))

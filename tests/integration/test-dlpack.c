@@ -363,7 +363,8 @@ static void test_capsules(void)
   CHECK(strcmp(gpushm_capsule_name(GPUSHM_CAPSULE_DLTENSOR_VERSIONED), "dltensor_versioned") == 0);
   CHECK(strcmp(gpushm_capsule_name(GPUSHM_CAPSULE_BUFFER), "gpushm.buffer") == 0);
   CHECK(strcmp(gpushm_capsule_name(GPUSHM_CAPSULE_CONNECTION), "gpushm.connection") == 0);
-  CHECK(gpushm_capsule_name(4) == NULL);
+  CHECK(strcmp(gpushm_capsule_name(GPUSHM_CAPSULE_RING), "gpushm.ring") == 0);
+  CHECK(gpushm_capsule_name(5) == NULL);
   gpushm_capsule_destructor(NULL);
 
   /* never consumed: the destructor deletes the tensor (and so the open it held) */
@@ -394,10 +395,24 @@ static void test_capsules(void)
   v->deleter(v);
   CHECK(daemon_refs(conn, "dl-capsule") == 0);
 
+  /* a ring capsule closes the ring */
+  {
+    gpushm_create_opts_t opts;
+    gpushm_ring_t *ring;
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_HOST;
+    CHECK_OK(gpushm_ring_create(conn, "dl-ring", 2, 64, &opts, &ring));
+    CHECK(daemon_refs(conn, "dl-ring") == 1);
+    cap = (struct fake_capsule){ "gpushm.ring", ring };
+    gpushm_capsule_destructor(&cap);
+    CHECK(get_pointer_calls == 4);
+    CHECK(daemon_refs(conn, "dl-ring") == 0);
+    CHECK_OK(gpushm_unlink(conn, "dl-ring"));
+  }
   /* a connection capsule disconnects */
   cap = (struct fake_capsule){ "gpushm.connection", other };
   gpushm_capsule_destructor(&cap);
-  CHECK(get_pointer_calls == 4);
+  CHECK(get_pointer_calls == 5);
   CHECK_OK(gpushm_unlink(conn, "dl-capsule"));
   gpushm_disconnect(conn);
 }
