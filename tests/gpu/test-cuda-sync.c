@@ -27,6 +27,10 @@
  *    frame verified on the GPU; frames per second.  And a timeline's promiser killed
  *    mid-kernel while another process's stream waits on the GPU for a promised value:
  *    the stream goes on once gpushmd breaks the promise, the value reads as lost.
+ *  - frame rings (0.8): 4 cuda-fd slots through gpushm_ring_*, the consumer another uid
+ *    (nobody, where the test is root) with read access only, every acquire, present and
+ *    release on a stream (promised ahead: no CPU wait per frame), every frame verified on
+ *    the GPU; frames per second beside the timeline ring's.
  *  - the cost of opening an inter-process event.
  *  - what another uid can open (legacy IPC events are 0600 files of the daemon's uid).
  * Skips (77) only where there is no CUDA driver or device. */
@@ -397,6 +401,60 @@ static int role_timeline_ring(char **argv)
     CHECK_OK(gpushm_buffer_close(bufs[i]));
   CHECK_OK(gpushm_timeline_close(ready));
   CHECK_OK(gpushm_timeline_close(done));
+  gpushm_disconnect(conn);
+  free(bad);
+  return total_bad ? 3 : 0;
+}
+
+/* argv: ring frames bytes.  The consumer of the frame ring (gpushm_ring_*), as nobody
+ * where the test is root (it needs read access alone, and hands frames back through a
+ * done timeline of its own): waits for each frame on its stream, verifies it on the GPU,
+ * releases it on the stream; nothing waits on the CPU per frame. */
+static int role_frame_ring(char **argv)
+{
+  unsigned frames = (unsigned)atoi(argv[3]);
+  uint64_t bytes = strtoull(argv[4], NULL, 10);
+  struct passwd *nobody = getuid() == 0 ? getpwnam("nobody") : NULL;
+  unsigned *bad = calloc(frames, sizeof *bad);
+  unsigned long long total_bad = 0;
+  gpushm_ring_t *ring;
+  CUdeviceptr errors;
+  gpushm_t *conn;
+  CUstream s;
+  double t0, t;
+
+  if (nobody)
+    CHECK(setgroups(0, NULL) == 0 && setgid(nobody->pw_gid) == 0 &&
+          setuid(nobody->pw_uid) == 0);
+  cuda_setup(0);
+  s = new_stream();
+  CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, frames * sizeof *bad));
+  CU_CHECK(CU_CALL(&drv, cuMemsetD32, errors, 0, frames));
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_ring_open(conn, argv[2], 0, &ring));
+  CHECK(gpushm_ring_slots(ring) == 4 && gpushm_ring_slot_size(ring) == bytes);
+  printf("attached\n");
+  fflush(stdout);
+  t0 = now_s();
+  for (unsigned k = 0; k < frames; k++) {
+    gpushm_ring_frame_t f;
+    CHECK_OK(gpushm_ring_acquire_frame_stream(ring, s, 0, 0, &f)); /* promised: no CPU wait */
+    CHECK(f.frame == k + 1);
+    launch_verify(s, (CUdeviceptr)(uintptr_t)gpushm_ring_slot_ptr(ring, f.slot), bytes / 4,
+                  k + 1, errors + k * sizeof *bad);
+    CHECK_OK(gpushm_ring_release_stream(ring, s, &f));
+  }
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  t = now_s() - t0;
+  CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, bad, errors, frames * sizeof *bad));
+  for (unsigned k = 0; k < frames; k++)
+    total_bad += bad[k];
+  printf("frame ring of 4 x %llu MiB (gpushm_ring_*, consumer uid %u; no CPU wait per frame): "
+         "%u frames in %.3f s = %.0f frames/s (%.1f GB/s verified), %llu bad words\n",
+         (unsigned long long)(bytes >> 20), (unsigned)getuid(), frames, t, frames / t,
+         frames * (double)bytes / t / 1e9, total_bad);
+  fflush(stdout);
+  CHECK_OK(gpushm_ring_close(ring));
   gpushm_disconnect(conn);
   free(bad);
   return total_bad ? 3 : 0;
@@ -777,6 +835,47 @@ static void test_timeline_ring(gpushm_t *conn, uint64_t bytes)
   CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
 }
 
+/* The frame ring: 4 cuda-fd slots, a producer here and a consumer of another uid, every
+ * wait on a stream (promised ahead), every frame verified on the GPU. */
+static void test_frame_ring(gpushm_t *conn, uint64_t bytes)
+{
+  const unsigned FRAMES = sanitizer ? 40 : 1000;
+  char frames_text[16], bytes_text[32], line[256];
+  gpushm_create_opts_t opts;
+  gpushm_ring_t *ring;
+  CUstream s = new_stream();
+  FILE *out;
+  pid_t consumer;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.mode = 0644; /* read access is all a consumer needs */
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_ring_create(conn, "frame-ring", 4, bytes, &opts, &ring));
+  snprintf(frames_text, sizeof frames_text, "%u", FRAMES);
+  snprintf(bytes_text, sizeof bytes_text, "%llu", (unsigned long long)bytes);
+  consumer = spawn_read(&out, "frame-ring", "frame-ring", frames_text, bytes_text, NULL);
+  CHECK(fgets(line, sizeof line, out) && strcmp(line, "attached\n") == 0);
+  CHECK(gpushm_ring_consumers(ring) == 1);
+  for (unsigned k = 0; k < FRAMES; k++) {
+    gpushm_ring_frame_t f;
+    CHECK_OK(gpushm_ring_acquire_slot_stream(ring, s, 0, &f)); /* promised: queued at once */
+    CHECK(f.frame == k + 1);
+    /* every 50th frame is slow: the consumer must wait for it, not race it */
+    launch_fill(s, (CUdeviceptr)(uintptr_t)gpushm_ring_slot_ptr(ring, f.slot), bytes / 4, k + 1,
+                k % 50 == 0 ? 2000000ull : 0);
+    CHECK_OK(gpushm_ring_present_stream(ring, s, &f));
+  }
+  while (fgets(line, sizeof line, out))
+    fputs(line, stdout);
+  fclose(out);
+  CHECK(child_status(consumer) == 0);
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CHECK(gpushm_ring_presented(ring) == FRAMES);
+  CHECK_OK(gpushm_ring_close_unlink(ring));
+  CU_CHECK(CU_CALL(&drv, cuStreamDestroy, s));
+}
+
 /* A timeline's promiser killed mid-kernel while another process's stream waits on the
  * GPU for a value it promised. */
 static void test_timeline_dying(gpushm_t *conn)
@@ -953,6 +1052,8 @@ int main(int argc, char **argv)
       return role_promise_waiter(argv);
     if (strcmp(argv[1], "timeline-ring") == 0)
       return role_timeline_ring(argv);
+    if (strcmp(argv[1], "frame-ring") == 0 && argc == 5)
+      return role_frame_ring(argv);
     if (strcmp(argv[1], "timeline-dying") == 0 && argc == 4)
       return role_timeline_dying(argv);
     if (strcmp(argv[1], "timeline-waiter") == 0 && argc == 4)
@@ -979,6 +1080,8 @@ int main(int argc, char **argv)
   test_dying_promiser(conn);
   test_timeline_ring(conn, 1 * MiB);
   test_timeline_ring(conn, 64 * MiB);
+  test_frame_ring(conn, 1 * MiB);
+  test_frame_ring(conn, 64 * MiB);
   test_timeline_dying(conn);
   sync_backend = GPUSHM_BACKEND_CUDA_IPC;
   test_ring(conn, 1 * MiB, true);
