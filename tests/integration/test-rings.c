@@ -250,14 +250,18 @@ static void check_fd_read_only(int fd, size_t len)
 
 static void test_permissions(gpushm_t *conn)
 {
-  gpushm_ring_t *ring = create(conn, "shared", 4, 0644), *priv = create(conn, "private", 2, 0600);
+  /* static: the forked child inherits them, and a leak check must find them */
+  static gpushm_ring_t *ring, *priv;
   gpushm_t *conn2 = daemon_connect(&d);
   gpushm_ring_t *mine;
-  uint64_t ring_id = gpushm_ring_id(ring), other_done;
+  uint64_t ring_id, other_done;
   int ready[2], go[2];
   char byte = 0;
   pid_t pid;
 
+  ring = create(conn, "shared", 4, 0644);
+  priv = create(conn, "private", 2, 0600);
+  ring_id = gpushm_ring_id(ring);
   /* another consumer (this uid), whose done timeline the attacker goes after */
   CHECK_OK(gpushm_ring_open(conn2, "shared", 0, &mine));
   {
@@ -343,6 +347,7 @@ static void test_permissions(gpushm_t *conn)
     }
     CHECK(read(go[0], &byte, 1) == 1);
     CHECK_OK(gpushm_ring_close(r));
+    gpushm_disconnect(c);
     _exit(0);
   }
   close(ready[1]);
