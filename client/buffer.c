@@ -1085,12 +1085,12 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
   return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
 }
 
-int client_open_unmapped(gpushm_t *conn, const char *name, enum client_kind ck,
+int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,
                          gpushm_buffer_t **out)
 {
   struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
 
-  return open_for(conn, name, 0, true, &want, ck, out);
+  return open_for(conn, name, 0, read_only, &want, ck, out);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,

@@ -50,8 +50,8 @@ int client_create_ring(gpushm_t *conn, const char *name, uint64_t slot_size, uin
                        gpushm_buffer_t **out);
 int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done);
 /* An open by name whose memory stays unmapped (GPUSHM_DEVICE_NONE: device memory's fd
- * kept, not imported), read-only. */
-int client_open_unmapped(gpushm_t *conn, const char *name, enum client_kind ck,
+ * kept for a graphics API, not imported into CUDA). */
+int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,
                          gpushm_buffer_t **out);
 
 #endif

@@ -3,6 +3,7 @@
  * requests are buffer.c's (an image is created, registered memory adopted, as any
  * buffer), the format table proto/formats.c's.  No graphics API is touched here. */
 #include "config.h"
+#include "graphics.h"
 #include "error.h"
 #include "conn.h"
 #include "device.h"
@@ -114,6 +115,17 @@ static int read_image_desc(const gpushm_image_desc_t *user, Gpushm__ImageDesc *w
   wire->usage = p.usage;
   wire->row_pitch = p.row_pitch;
   return 0;
+}
+
+int client_image_desc_wire(const gpushm_image_desc_t *desc, Gpushm__ImageDesc *wire)
+{
+  int r = read_image_desc(desc, wire);
+
+  if (r == 0 && wire->tiling == GPUSHM_TILING_OPTIMAL)
+    return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd allocates linear images; an optimal-"
+                        "tiling image is allocated by a Vulkan process and registered "
+                        "(gpushm_vk_create_image(), gpushm-vulkan.h)");
+  return r;
 }
 
 int gpushm_image_create(gpushm_t *conn, const char *name, const gpushm_image_desc_t *desc,

@@ -9,6 +9,7 @@
 #include "buffer.h"
 #include "sync.h"
 #include "timeline.h"
+#include "graphics.h"
 #include "shm_layout.h"
 
 #include <stdio.h>
@@ -399,10 +400,29 @@ int gpushm_ring_create(gpushm_t *conn, const char *name, uint32_t slots, uint64_
   return wrap(mem, true, out);
 }
 
+int gpushm_ring_create_images(gpushm_t *conn, const char *name, uint32_t slots,
+                              const gpushm_image_desc_t *desc, const gpushm_create_opts_t *opts,
+                              gpushm_ring_t **out)
+{
+  Gpushm__ImageDesc wire;
+  gpushm_buffer_t *mem;
+  int r;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  *out = NULL;
+  if ((r = need_rings(conn)) < 0 || (r = client_image_desc_wire(desc, &wire)) < 0 ||
+      (r = client_create_ring(conn, name, 0, slots, &wire, opts, &mem)) < 0)
+    return r;
+  return wrap(mem, true, out);
+}
+
 int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_ring_t **out)
 {
   const bool producer = (flags & GPUSHM_RING_PRODUCER) != 0;
   const bool observer = (flags & GPUSHM_RING_OBSERVER) != 0;
+  const bool unmapped = (flags & GPUSHM_RING_UNMAPPED) != 0;
   gpushm_buffer_t *mem;
   gpushm_ring_t *ring = NULL;
   int r;
@@ -413,12 +433,16 @@ int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_ri
   *out = NULL;
   if (!name)
     return client_error(GPUSHM_E_NAME, "name is NULL");
-  if (flags & ~(GPUSHM_RING_PRODUCER | GPUSHM_RING_OBSERVER | GPUSHM_MAP_DEVICE_MASK))
+  if (flags & ~(GPUSHM_RING_PRODUCER | GPUSHM_RING_OBSERVER | GPUSHM_RING_UNMAPPED |
+                GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown ring open flags 0x%x", flags);
+  if (unmapped && (flags & GPUSHM_MAP_DEVICE_MASK))
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_RING_UNMAPPED or a map device, not both");
   if (producer && observer)
     return client_error(GPUSHM_E_INVAL, "GPUSHM_RING_PRODUCER or GPUSHM_RING_OBSERVER, not both");
   if ((r = need_rings(conn)) < 0 ||
-      (r = observer ? client_open_unmapped(conn, name, CLIENT_RING, &mem)
+      (r = observer || unmapped
+             ? client_open_unmapped(conn, name, !producer, CLIENT_RING, &mem)
                     : client_open(conn, name, 0,
                                   (flags & GPUSHM_MAP_DEVICE_MASK) |
                                     (producer ? 0 : GPUSHM_OPEN_READONLY),

@@ -105,6 +105,13 @@ GPUSHM_API void gpushm_image_desc_init(gpushm_image_desc_t *desc);
 GPUSHM_API int gpushm_image_create(gpushm_t *conn, const char *name,
                                    const gpushm_image_desc_t *desc,
                                    const gpushm_create_opts_t *opts, gpushm_buffer_t **out);
+/* A frame ring (gpushm.h, docs/rings.md) whose every slot is a linear image of desc:
+ * slots of its bytes, a slot starting every gpushm_ring_slot_stride() bytes, the
+ * description that of gpushm_ring_buffer() (gpushm_buffer_image_desc()).  Host,
+ * cuda-fd or cuda-fabric memory.  0.8. */
+GPUSHM_API int gpushm_ring_create_images(gpushm_t *conn, const char *name, uint32_t slots,
+                                         const gpushm_image_desc_t *desc,
+                                         const gpushm_create_opts_t *opts, gpushm_ring_t **out);
 /* An image's description (row_pitch set); GPUSHM_E_INVAL for what is not an image. */
 GPUSHM_API int gpushm_buffer_image_desc(const gpushm_buffer_t *buf, gpushm_image_desc_t *out);
 

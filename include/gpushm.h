@@ -695,6 +695,10 @@ typedef struct gpushm_ring_frame {
  * tools: it takes no frames, and nobody waits for it), the memory not mapped. */
 #define GPUSHM_RING_PRODUCER 0x100u
 #define GPUSHM_RING_OBSERVER 0x200u
+/* ... and the memory left unmapped (map device GPUSHM_DEVICE_NONE) for a graphics API
+ * to import: gpushm_buffer_memory_info() of gpushm_ring_buffer(), slots at
+ * gpushm_ring_frame_t.offset (host memory is mapped all the same). */
+#define GPUSHM_RING_UNMAPPED 0x400u
 /* gpushm_ring_acquire_frame() flags */
 #define GPUSHM_RING_LATEST 0x1u
 

@@ -27,6 +27,7 @@
  *  - gpushmctl show names a ring's slots and consumers. */
 #include "config.h"
 #include "harness.h"
+#include "gpushm-graphics.h"
 #include "raw.h"
 #include "shm_layout.h"
 
@@ -151,7 +152,35 @@ static void test_shape(gpushm_t *conn)
   CHECK_ERR(gpushm_ring_open(conn, "nowhere", 0, &other), GPUSHM_E_NOENT);
   CHECK_ERR(gpushm_ring_open(conn, "shape", 0x8, &other), GPUSHM_E_INVAL);
   CHECK_OK(gpushm_ring_close_unlink(ring));
-  test_log("shape: geometry as created; bad slot counts, sizes, flags and names refused");
+  /* a ring of images: each slot one linear image, the description the ring's */
+  {
+    gpushm_image_desc_t desc, got;
+    gpushm_memory_info_t info = { .size = sizeof info };
+    gpushm_ring_t *cons;
+    gpushm_image_desc_init(&desc);
+    desc.width = 160;
+    desc.height = 90;
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_HOST;
+    CHECK_OK(gpushm_ring_create_images(conn, "pictures", 3, &desc, &opts, &ring));
+    CHECK_OK(gpushm_buffer_image_desc(gpushm_ring_buffer(ring), &got));
+    CHECK(got.width == 160 && got.height == 90 && got.row_pitch >= 640);
+    CHECK(gpushm_ring_slot_size(ring) == got.row_pitch * 90 && gpushm_ring_slots(ring) == 3);
+    /* a graphics consumer: the memory for its API to import, slots at their offsets */
+    CHECK_OK(gpushm_ring_open(conn, "pictures", GPUSHM_RING_UNMAPPED, &cons));
+    CHECK_OK(gpushm_buffer_memory_info(gpushm_ring_buffer(cons), &info));
+    CHECK(info.handle_type == GPUSHM_EXTERNAL_HOST_POINTER && (info.access & GPUSHM_OPEN_READONLY));
+    CHECK(info.data_size == 3 * gpushm_ring_slot_stride(cons));
+    CHECK_ERR(gpushm_ring_open(conn, "pictures", GPUSHM_RING_UNMAPPED | GPUSHM_MAP_DEVICE(0),
+                               &other), GPUSHM_E_INVAL);
+    CHECK_OK(gpushm_ring_close(cons));
+    desc.tiling = GPUSHM_TILING_OPTIMAL;
+    CHECK_ERR(gpushm_ring_create_images(conn, "optimal", 3, &desc, &opts, &other),
+              GPUSHM_E_UNSUPPORTED);
+    CHECK_OK(gpushm_ring_close_unlink(ring));
+  }
+  test_log("shape: geometry as created; bad slot counts, sizes, flags and names refused; a "
+           "ring of images");
 }
 
 static void test_frames(gpushm_t *conn)
