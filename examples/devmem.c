@@ -40,6 +40,7 @@ static struct {
   CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
+  CUresult (*cuCtxSynchronize)(void);
   CUresult (*cuGetErrorName)(CUresult error, const char **name);
 } cu;
 static int loaded;
@@ -57,6 +58,7 @@ static const struct {
   { "cuCtxSetCurrent", 4000, (void **)&cu.cuCtxSetCurrent },
   { "cuMemcpyHtoD", 3020, (void **)&cu.cuMemcpyHtoD },
   { "cuMemcpyDtoH", 3020, (void **)&cu.cuMemcpyDtoH },
+  { "cuCtxSynchronize", 2000, (void **)&cu.cuCtxSynchronize },
   { "cuGetErrorName", 6000, (void **)&cu.cuGetErrorName },
 };
 
@@ -138,6 +140,10 @@ int devmem_write(gpushm_buffer_t *buf, uint64_t offset, const void *src, uint64_
   if ((r = cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(buf) + offset, src, n)) !=
       CUDA_SUCCESS)
     return cuda_failed("cuMemcpyHtoD", r);
+  /* From pageable memory cuMemcpyHtoD returns once the bytes are staged, before the DMA
+   * lands: another process told "written" now could read the old bytes. */
+  if ((r = cu.cuCtxSynchronize()) != CUDA_SUCCESS)
+    return cuda_failed("cuCtxSynchronize", r);
   return 0;
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* What both graphics consumers do around their API: find the producer's objects, wait
- * for a frame number, tell which frame they got and whether it is whole, write it. */
+/* What both graphics consumers do around their API: open the producer's frame ring, take
+ * frames from it, tell which frame they got and whether it is whole, write it. */
 #ifndef GPUSHM_EXAMPLES_FRAME_CONSUMER_H
 #define GPUSHM_EXAMPLES_FRAME_CONSUMER_H
 
@@ -14,25 +14,56 @@
 #include "frames.h"
 #include "png.h"
 
-/* Opens the image for graphics (GPUSHM_DEVICE_NONE) and its sequence, waiting up to 10 s
- * for the producer to make them. */
-static inline int consumer_open(gpushm_t *conn, gpushm_buffer_t **image, gpushm_buffer_t **seq)
+/* Opens the frame ring as a consumer, its memory for a graphics API to import
+ * (GPUSHM_RING_UNMAPPED), waiting up to 10 s for the producer to make it. */
+static inline int consumer_open(gpushm_t *conn, gpushm_ring_t **ring)
 {
-  gpushm_open_opts_t o;
-  gpushm_open_opts_init(&o);
-  o.map_device = GPUSHM_DEVICE_NONE;
-  o.flags = GPUSHM_OPEN_READONLY;
-  *image = NULL;
   for (int i = 0; i < 1000; i++) {
     struct timespec pause = { 0, 10000000 };
-    /* the image first: the producer creates it before the sequence */
-    if ((*image || gpushm_buffer_open_ex(conn, FRAME_IMAGE, 0, &o, image) == 0) &&
-        gpushm_buffer_open(conn, FRAME_SEQ, GPUSHM_OPEN_READONLY, seq) == 0)
+    if (gpushm_ring_open(conn, FRAME_RING, GPUSHM_RING_UNMAPPED, ring) == 0)
       return 0;
     nanosleep(&pause, NULL);
   }
-  fprintf(stderr, "no %s from a producer within 10 s: %s\n", *image ? FRAME_SEQ : FRAME_IMAGE,
+  fprintf(stderr, "no %s from a producer within 10 s: %s\n", FRAME_RING,
           gpushm_last_error_message());
+  return -1;
+}
+
+/* The next frame numbered want or later: frames before it are released unread (the
+ * producer goes on), the one returned is held until gpushm_ring_release(). */
+static inline int consumer_next(gpushm_ring_t *ring, unsigned want, gpushm_ring_frame_t *f)
+{
+  int r;
+
+  for (;;) {
+    if ((r = gpushm_ring_acquire_frame(ring, 0, 10000, f)) < 0)
+      return r;
+    if (f->frame >= want)
+      return 0;
+    if ((r = gpushm_ring_release(ring, f)) < 0)
+      return r;
+  }
+}
+
+/* --help, and frame numbers: each from 1. */
+static inline int consumer_args(const char *prog, int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
+        (i > 1 && (!*argv[i] || strspn(argv[i], "0123456789") != strlen(argv[i]) ||
+                   atoi(argv[i]) < 1)) ||
+        (i == 1 && argv[i][0] == '-')) {
+      int help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+      fprintf(help ? stdout : stderr,
+              "%s%susage: %s DIR [FRAME...]\n"
+              "  Takes frames FRAME... (default 10 30 50) from the frame ring '%s' that\n"
+              "  frame-producer presents, checks each is whole and writes DIR/*-frame-NNN.png;\n"
+              "  where one has gone by, a later one.  Start frame-producer beside it\n"
+              "  (examples/README.md).\n",
+              help ? "" : prog, help ? "" : ": unknown argument\n", prog, FRAME_RING);
+      return help ? 0 : 2;
+    }
+  }
   return -1;
 }
 
@@ -47,8 +78,8 @@ static inline unsigned consumer_frame_number(const uint8_t *rgba)
 }
 
 /* Checks a frame read back against what the producer renders for its number, and writes
- * it as PREFIX-frame-NNN.png in dir: 1 whole, 0 torn (the producer wrote on meanwhile),
- * -1 could not write. */
+ * it as PREFIX-frame-NNN.png in dir: 1 whole, 0 torn (never, while the ring holds the
+ * slot for the consumer), -1 could not write. */
 static inline int consumer_keep(const char *dir, const char *prefix, const uint8_t *rgba,
                                 unsigned *number)
 {

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* A headless Vulkan consumer of frame-producer's frames: imports the image's rows
- * (device memory; host memory opened read-only is copied in through a staging buffer,
- * as Vulkan imports only writable host pages), waits for frame numbers, copies each
- * frame into an image of its own device and back out, checks it and writes a PNG.
+/* A headless Vulkan consumer of frame-producer's frame ring: imports the ring's memory
+ * once (device memory, as one buffer; host memory opened read-only is copied in through
+ * a staging buffer, as Vulkan imports only writable host pages), takes frames in turn,
+ * copies each frame's slot into an image of its own device (acquiring the slot from
+ * VK_QUEUE_FAMILY_EXTERNAL first, releasing it back after), reads it back, checks it,
+ * writes a PNG and releases the frame to the producer.
  *   usage: frame-vk-consumer DIR [FRAME...]   (default frames 10 30 50; where one has
  *   gone by, a later one) */
 #include "frame-consumer.h"
@@ -21,12 +23,12 @@ int main(int argc, char **argv)
   const char *dir = argc > 1 ? argv[1] : ".";
   gpushm_memory_info_t info = { .size = sizeof info };
   gpushm_image_desc_t desc;
-  gpushm_vk_image_t vi;
-  gpushm_buffer_t *image, *seq;
+  gpushm_vk_buffer_t rows = { 0 };
+  gpushm_ring_t *ring;
+  gpushm_buffer_t *memory;
   struct vkc_buffer out, staging = { 0 };
   VkBuffer rows_buffer;
   uint32_t row_length;
-  int tries = 0;
   gpushm_t *conn;
   struct vkc c;
   VkImage own;
@@ -35,13 +37,16 @@ int main(int argc, char **argv)
   unsigned last = 0;
   int kept = 0, wanted = argc > 2 ? argc - 2 : 3, r;
 
+  if ((r = consumer_args("frame-vk-consumer", argc, argv)) >= 0)
+    return r;
   if ((r = gpushm_connect(NULL, "frame-vk-consumer", &conn)) < 0)
     return fail("connect", r);
-  if (consumer_open(conn, &image, &seq) < 0)
+  if (consumer_open(conn, &ring) < 0)
     return 1;
-  if ((r = gpushm_buffer_image_desc(image, &desc)) < 0)
+  memory = gpushm_ring_buffer(ring);
+  if ((r = gpushm_buffer_image_desc(memory, &desc)) < 0)
     return fail("image layout", r);
-  if ((r = gpushm_buffer_memory_info(image, &info)) < 0)
+  if ((r = gpushm_buffer_memory_info(memory, &info)) < 0)
     return fail("memory info", r);
   /* the Vulkan device the memory lives on (any, for host memory) */
   if (vkc_open(&c, info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? info.device_uuid : NULL, why,
@@ -49,21 +54,20 @@ int main(int argc, char **argv)
     fprintf(stderr, "frame-vk-consumer: %s\n", why);
     return 1;
   }
-  memset(&vi, 0, sizeof vi);
+  row_length = (uint32_t)(desc.row_pitch / 4);
   if (info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD) {
-    if (gpushm_vk_import_image(&c.gpushm, image, &vi) < 0) {
+    /* every slot at once: frame f's rows start f.offset bytes in */
+    if (gpushm_vk_import_buffer(&c.gpushm, memory, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &rows) < 0) {
       fprintf(stderr, "frame-vk-consumer: import: %s\n", c.gpushm.error);
       return 1;
     }
-    rows_buffer = vi.buffer;
-    row_length = vi.row_length;
+    rows_buffer = rows.buffer;
   } else {
     if (vkc_host_buffer(&c, desc.row_pitch * desc.height, &staging) < 0) {
       fprintf(stderr, "frame-vk-consumer: no host-visible staging buffer\n");
       return 1;
     }
     rows_buffer = staging.buffer;
-    row_length = (uint32_t)(desc.row_pitch / 4);
   }
   {
     VkImageCreateInfo ici = gpushm_vk_image_create_info(&desc, VK_IMAGE_TILING_OPTIMAL, NULL);
@@ -88,41 +92,47 @@ int main(int argc, char **argv)
       return 1;
     }
   }
-  printf("frame-vk-consumer: %s on %s; frames from %s memory\n", FRAME_IMAGE, c.props.deviceName,
+  printf("frame-vk-consumer: %s on %s; frames from %s memory\n", FRAME_RING, c.props.deviceName,
          info.handle_type == GPUSHM_EXTERNAL_OPAQUE_FD ? "device" : "host");
   for (int i = 0; i < wanted; i++) {
     unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
+    VkDeviceSize offset = 0;
+    gpushm_ring_frame_t f;
     VkCommandBuffer cb;
     /* A consumer that started late finds later frames than it asked for: it keeps the
      * next one it has not kept instead of the same one twice. */
     if (want <= last)
       want = last + 1;
-    if ((r = gpushm_buffer_acquire(seq, NULL, want, 10000)) < 0) {
+    if ((r = consumer_next(ring, want, &f)) < 0) {
       fprintf(stderr, "frame-vk-consumer: frame %u: %s: %s\n", want, gpushm_strerror(r),
               gpushm_last_error_message());
       return 1;
     }
     if (staging.map)
-      memcpy(staging.map, gpushm_buffer_ptr(image), desc.row_pitch * desc.height);
+      memcpy(staging.map, gpushm_ring_slot_ptr(ring, f.slot), desc.row_pitch * desc.height);
+    else
+      offset = f.offset;
     cb = vkc_begin(&c);
-    vkc_copy_buffer_to_image(cb, rows_buffer, row_length, own, VK_IMAGE_LAYOUT_UNDEFINED,
-                             (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1);
+    if (!staging.map)
+      vkc_buffer_ownership(cb, rows_buffer, offset, gpushm_ring_slot_size(ring), c.queue_family, 1);
+    vkc_copy_buffer_to_image_at(cb, rows_buffer, offset, row_length, own,
+                                VK_IMAGE_LAYOUT_UNDEFINED,
+                                (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1);
+    if (!staging.map)
+      vkc_buffer_ownership(cb, rows_buffer, offset, gpushm_ring_slot_size(ring), c.queue_family, 0);
     vkc_copy_image_to_buffer(cb, own, VK_IMAGE_LAYOUT_GENERAL,
                              (VkExtent3D){ desc.width, desc.height, 1 }, 1, 1, out.buffer);
     if ((r = vkc_submit(&c, cb)) != 0) {
       fprintf(stderr, "frame-vk-consumer: vkQueueSubmit: VkResult %d\n", r);
       return 1;
     }
-    if ((r = consumer_keep(dir, "vk", out.map, &got)) < 0) {
-      fprintf(stderr, "frame-vk-consumer: cannot write frame %u into %s\n", got, dir);
+    /* the submit is done (vkc_submit waits): the slot is the producer's again */
+    if ((r = gpushm_ring_release(ring, &f)) < 0)
+      return fail("release", r);
+    if ((r = consumer_keep(dir, "vk", out.map, &got)) <= 0) {
+      fprintf(stderr, "frame-vk-consumer: frame %u: %s\n", (unsigned)f.frame,
+              r < 0 ? "cannot write it" : "not what the producer rendered");
       return 1;
-    }
-    if (r == 0) { /* torn: the producer wrote the next frame meanwhile; read again */
-      fprintf(stderr, "frame-vk-consumer: frame %u read while being written; again\n", want);
-      if (++tries > 20)
-        return 1;
-      i--;
-      continue;
     }
     kept++;
     last = got;
@@ -134,12 +144,10 @@ int main(int argc, char **argv)
   if (staging.map)
     vkc_free_buffer(&c, &staging);
   else
-    gpushm_vk_destroy_image(&c.gpushm, &vi);
+    gpushm_vk_destroy_buffer(&c.gpushm, &rows);
   vkc_close(&c);
-  if ((r = gpushm_buffer_close(image)) < 0)
-    return fail("close image", r);
-  if ((r = gpushm_buffer_close(seq)) < 0)
-    return fail("close sequence", r);
+  if ((r = gpushm_ring_close(ring)) < 0)
+    return fail("close ring", r);
   gpushm_disconnect(conn);
   return 0;
 }

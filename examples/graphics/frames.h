@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* What the graphics examples agree on: the objects' names, the frame's size, and the
- * picture frame f is (a colour wheel turning with f, its number's bars below), so that
- * every consumer can tell which frame it got. */
+/* What the graphics examples agree on: the frame ring's name and slots, the frame's
+ * size, and the picture frame f is (a colour wheel turning with f, its number's bars
+ * below), so that every consumer can tell which frame it got. */
 #ifndef GPUSHM_EXAMPLES_FRAMES_H
 #define GPUSHM_EXAMPLES_FRAMES_H
 
@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FRAME_IMAGE "demo-frames"
-#define FRAME_SEQ "demo-frames-seq"
+#define FRAME_RING "demo-frames"
+#define FRAME_SLOTS 3u
 #define FRAME_WIDTH 160u
 #define FRAME_HEIGHT 90u
 

@@ -235,17 +235,47 @@ static inline void vkc_copy_image_to_buffer(VkCommandBuffer cb, VkImage image, V
 
 /* Copies buffer (row_length texels a row; 0: tight) into level 0, layer 0 of image,
  * which is left in VK_IMAGE_LAYOUT_GENERAL, the layout gpushm images change hands in. */
-static inline void vkc_copy_buffer_to_image(VkCommandBuffer cb, VkBuffer buffer, uint32_t row_length,
-                                     VkImage image, VkImageLayout from, VkExtent3D extent,
-                                     uint32_t levels, uint32_t layers)
+static inline void vkc_copy_buffer_to_image_at(VkCommandBuffer cb, VkBuffer buffer,
+                                               VkDeviceSize offset, uint32_t row_length,
+                                               VkImage image, VkImageLayout from,
+                                               VkExtent3D extent, uint32_t levels,
+                                               uint32_t layers)
 {
-  VkBufferImageCopy region = { .bufferRowLength = row_length,
+  VkBufferImageCopy region = { .bufferOffset = offset, .bufferRowLength = row_length,
                                .imageSubresource = { VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1 },
                                .imageExtent = { extent.width, extent.height, 1 } };
   vkc_barrier_image(cb, image, from, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, levels, layers);
   vkCmdCopyBufferToImage(cb, buffer, image, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, 1, &region);
   vkc_barrier_image(cb, image, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_IMAGE_LAYOUT_GENERAL,
                     levels, layers);
+}
+
+static inline void vkc_copy_buffer_to_image(VkCommandBuffer cb, VkBuffer buffer, uint32_t row_length,
+                                     VkImage image, VkImageLayout from, VkExtent3D extent,
+                                     uint32_t levels, uint32_t layers)
+{
+  vkc_copy_buffer_to_image_at(cb, buffer, 0, row_length, image, from, extent, levels, layers);
+}
+
+/* Memory another process (or API) writes changes hands with it: this queue family
+ * acquires the range from VK_QUEUE_FAMILY_EXTERNAL before reading it (acquire), and
+ * releases it back after (release).  Without the acquire, a read of external memory is
+ * a use the validation layers (and drivers that keep caches per queue family) do not
+ * know to be ordered after the other side's writes. */
+static inline void vkc_buffer_ownership(VkCommandBuffer cb, VkBuffer buffer, VkDeviceSize offset,
+                                        VkDeviceSize size, uint32_t family, int acquire)
+{
+  VkBufferMemoryBarrier b = {
+    .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+    .srcAccessMask = acquire ? 0 : VK_ACCESS_TRANSFER_READ_BIT,
+    .dstAccessMask = acquire ? VK_ACCESS_TRANSFER_READ_BIT : 0,
+    .srcQueueFamilyIndex = acquire ? VK_QUEUE_FAMILY_EXTERNAL : family,
+    .dstQueueFamilyIndex = acquire ? family : VK_QUEUE_FAMILY_EXTERNAL,
+    .buffer = buffer, .offset = offset, .size = size,
+  };
+  vkCmdPipelineBarrier(cb, acquire ? VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT : VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       acquire ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                       0, 0, NULL, 1, &b, 0, NULL);
 }
 
 #endif
