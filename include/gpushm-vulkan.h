@@ -25,9 +25,11 @@
  *  - gpushm_vk_create_image() / gpushm_vk_create_buffer(): exportable memory made here
  *    and registered with gpushmd under a name (gpushm_register_memory()).
  *
- * Images change hands in VK_IMAGE_LAYOUT_GENERAL: a producer leaves them there; a
- * consumer transitions from old_layout (GENERAL, or UNDEFINED, which discards the
- * contents, for an open that promised GPUSHM_OPEN_WRITE_DISCARD).
+ * Imported memory changes hands with a queue family ownership transfer: acquire it from
+ * VK_QUEUE_FAMILY_EXTERNAL before use, release it back after (docs/graphics.md).  Images
+ * change hands in VK_IMAGE_LAYOUT_GENERAL: a producer's release leaves them there; a
+ * consumer's acquire barrier names oldLayout old_layout (GENERAL, or UNDEFINED, which
+ * discards the contents, for an open that promised GPUSHM_OPEN_WRITE_DISCARD).
  *
  * Every function returns 0 or a negative GPUSHM_E_* code, the reason in vk->error.  The
  * object to import must be open with map_device GPUSHM_DEVICE_NONE (host buffers: any).
