@@ -147,9 +147,11 @@ int gpushm_buffer_export(gpushm_buffer_t *handle, uint32_t type, uint64_t offset
     return client_error(GPUSHM_E_INVAL, "out is NULL or out->size (%u) is not set to sizeof",
                         out ? out->size : 0);
   size = out->size < sizeof d ? out->size : (uint32_t)sizeof d;
-  /* A linear image is memory with a row pitch, as a buffer is. */
-  if (!m || (m->kind != GPUSHM_KIND_BUFFER && m->kind != GPUSHM_KIND_IMAGE))
-    return client_error(GPUSHM_E_INVAL, "not a buffer or image");
+  /* A linear image is memory with a row pitch, as a buffer is, and a ring's memory is
+   * its slots. */
+  if (!m || (m->kind != GPUSHM_KIND_BUFFER && m->kind != GPUSHM_KIND_IMAGE &&
+             m->kind != GPUSHM_KIND_RING))
+    return client_error(GPUSHM_E_INVAL, "not a buffer, image or ring");
   /* A fabric handle is bytes and a kept memory fd is inherited with the others: both
    * stay good in a child (as they were before this call existed); the rest are this
    * process's mappings. */

@@ -7,11 +7,13 @@
 #include "config.h"
 #include "error.h"
 #include "buffer.h"
+#include "conn.h"
 #include "sync.h"
 #include "timeline.h"
 #include "graphics.h"
 #include "shm_layout.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,12 +87,13 @@ static uint64_t published(const gpushm_buffer_t *h)
 }
 
 /* Keeps a promise of the values up to need, renewed GPUSHM_RING_PROMISE_AHEAD past it
- * when it runs out: one round trip per that many frames. */
+ * once half of that is left (one round trip per half as many frames): a producer a lap
+ * or two ahead of a consumer then still finds the consumer's values promised. */
 static int promise_through(gpushm_buffer_t *h, uint64_t *promised, uint64_t need)
 {
   int r;
 
-  if (need <= *promised)
+  if (need + GPUSHM_RING_PROMISE_AHEAD / 2 <= *promised)
     return 0;
   if ((r = client_sync_promise(h, need + GPUSHM_RING_PROMISE_AHEAD)) < 0)
     return r;
@@ -107,13 +110,20 @@ static void drop_consumer(struct ring_consumer *c)
   c->done = NULL;
 }
 
-/* The table as gpushmd last wrote it (a seqlock: read again while it changes). */
-static uint32_t read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *gen)
+/* The table as gpushmd last wrote it (a seqlock: read again while it changes).  Bounded:
+ * every producer can write the page, and one that leaves the count odd must not hold the
+ * others here; -1 then (GPUSHM_E_PROTO set). */
+#define TABLE_READ_TRIES 100000
+
+static int read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *gen)
 {
   const struct ring_table *t = ring_table_of((struct sync_control *)ctl);
   uint32_t n, g;
 
-  for (;;) {
+  for (int tries = 0;; tries++) {
+    if (tries == TABLE_READ_TRIES)
+      return client_error(GPUSHM_E_PROTO, "the ring's table of consumers stays in the middle "
+                          "of a change (another producer scribbled on it?)");
     g = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE);
     if (g & 1u) {
       cpu_relax();
@@ -129,7 +139,20 @@ static uint32_t read_table(const struct sync_control *ctl, uint64_t ids[], uint3
       break;
   }
   *gen = g;
-  return n;
+  return (int)n;
+}
+
+/* Whether done_id is in the table; -1 where it cannot be read. */
+static int table_lists(const struct sync_control *ctl, uint64_t done_id)
+{
+  uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
+  uint32_t gen;
+  int n = read_table(ctl, ids, &gen);
+
+  for (int i = 0; i < n; i++)
+    if (ids[i] == done_id)
+      return 1;
+  return n < 0 ? -1 : 0;
 }
 
 /* Brings the producer's consumers up to the table: those that came are opened (read-
@@ -139,11 +162,14 @@ static int refresh_consumers(gpushm_ring_t *ring)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   struct ring_consumer kept[GPUSHM_LIMIT_RING_CONSUMERS];
-  uint32_t gen, n = read_table(ring->mem->map->control, ids, &gen), n_kept = 0;
+  uint32_t gen, n_kept = 0;
+  int n = read_table(ring->mem->map->control, ids, &gen);
 
+  if (n < 0)
+    return n;
   if (ring->table_read && gen == ring->table_generation)
     return 0;
-  for (uint32_t i = 0; i < n; i++) {
+  for (uint32_t i = 0; i < (uint32_t)n; i++) {
     struct ring_consumer c = { ids[i], NULL };
     for (uint32_t j = 0; j < ring->n_consumers; j++)
       if (ring->consumers[j].done_id == ids[i]) {
@@ -154,6 +180,12 @@ static int refresh_consumers(gpushm_ring_t *ring)
     if (!c.done && ids[i]) {
       int r = client_open(ring->mem->conn, NULL, ids[i], GPUSHM_OPEN_READONLY, CLIENT_TIMELINE,
                           &c.done);
+      /* gone meanwhile (its consumer let go) only if the table says so now: else a slot
+       * it reads would be written over */
+      if (r == GPUSHM_E_NOENT && table_lists(ring->mem->map->control, ids[i]) != 0)
+        r = client_error(GPUSHM_E_PROTO, "'%s': consumer %llu is attached, and its done "
+                         "timeline cannot be opened", map_of(ring)->name,
+                         (unsigned long long)ids[i]);
       if (r < 0 && r != GPUSHM_E_NOENT) {
         for (uint32_t k = 0; k < n_kept; k++)
           drop_consumer(&kept[k]);
@@ -221,10 +253,10 @@ static int acquire_slot(gpushm_ring_t *ring, bool on_stream, void *stream, int t
         r = 0;
       if (r < 0)
         return r == GPUSHM_E_TIMEOUT
-                 ? client_error(GPUSHM_E_TIMEOUT, "'%s': slot %u (frame %llu) still held by a "
-                                "consumer (done timeline %llu has not released frame %llu) "
-                                "after %d ms", m->name, frame_at(ring, frame).slot,
-                                (unsigned long long)frame,
+                 ? client_error(GPUSHM_E_TIMEOUT, "'%s': slot %u (frame %llu) still held by "
+                                "consumer %llu (it has not released frame %llu) after %d ms; "
+                                "gpushm_ring_evict() detaches it", m->name,
+                                frame_at(ring, frame).slot, (unsigned long long)frame,
                                 (unsigned long long)ring->consumers[i].done_id,
                                 (unsigned long long)(frame - m->ring_slots), timeout_ms)
                  : r;
@@ -291,6 +323,12 @@ static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsi
     return client_error(GPUSHM_E_INVAL, "out is NULL");
   if (flags & ~GPUSHM_RING_LATEST)
     return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
+  /* evicted by a producer: the slots are no longer kept for it */
+  if ((r = table_lists(map_of(ring)->control, gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
+    return r < 0 ? r
+                 : client_error(GPUSHM_E_PERM, "'%s': this consumer was evicted by a producer "
+                                "(or has let go): open the ring again to take frames",
+                                map_of(ring)->name);
   frame = ring->next;
   if (flags & GPUSHM_RING_LATEST) {
     uint64_t reached = gpushm_ring_presented(ring);
@@ -302,9 +340,12 @@ static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsi
      * a next producer's first, and those lost are released (none will be read), so
      * that the next producer does not wait for them.  The loss's message is kept. */
     if (r == GPUSHM_E_LOST) {
-      uint64_t lost = published(ring->mem);
+      /* the end of the lost values: a next producer's frames after it are not skipped */
+      uint64_t lost = __atomic_load_n(&map_of(ring)->control->lost_upto, __ATOMIC_ACQUIRE);
       char why[256];
       snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+      if (lost < frame)
+        lost = frame;
       ring->next = lost + 1;
       if (lost > ring->released &&
           promise_through(ring->done, &ring->promised, lost + map_of(ring)->ring_slots) == 0 &&
@@ -478,13 +519,49 @@ static int close_ring(gpushm_ring_t *ring, bool unlink)
   for (uint32_t i = 0; i < ring->n_consumers; i++)
     drop_consumer(&ring->consumers[i]);
   /* The done timeline first: its close lets this process's queued releases land, and
-   * breaks its promise, before the ring's close makes gpushmd raise it past every
-   * frame (a release landing after that would lower it under producers' waits). */
-  if (ring->done)
+   * breaks its promise, before the detach makes gpushmd raise it past every frame (a
+   * release landing after that would lower it under producers' waits).  The detach is
+   * said, not left to the ring's last close: this connection may hold the ring
+   * otherwise too (an observer's handle). */
+  if (ring->done) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__RingRequest body = GPUSHM__RING_REQUEST__INIT;
     r = gpushm_buffer_close(ring->done);
+    body.id = map_of(ring)->id;
+    body.detach = true;
+    req.body_case = GPUSHM__REQUEST__BODY_RING;
+    req.ring = &body;
+    pthread_mutex_lock(&ring->mem->conn->lock);
+    r2 = client_send_oneway_locked(ring->mem->conn, &req);
+    pthread_mutex_unlock(&ring->mem->conn->lock);
+    if (r == 0 && r2 < 0)
+      r = r2;
+  }
   r2 = unlink ? gpushm_buffer_close_unlink(ring->mem) : gpushm_buffer_close(ring->mem);
   free(ring);
   return r < 0 ? r : r2;
+}
+
+int gpushm_ring_evict(gpushm_ring_t *ring, uint64_t consumer)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__RingRequest body = GPUSHM__RING_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, true, "evicting a consumer")) < 0)
+    return r;
+  if (!consumer)
+    return client_error(GPUSHM_E_INVAL, "consumer 0: none is numbered so");
+  body.id = map_of(ring)->id;
+  body.evict = consumer;
+  req.body_case = GPUSHM__REQUEST__BODY_RING;
+  req.ring = &body;
+  if ((r = client_call(ring->mem->conn, &req, &reply, NULL)) < 0)
+    return r;
+  gpushm__reply__free_unpacked(reply, NULL);
+  return 0;
 }
 
 int gpushm_ring_close(gpushm_ring_t *ring)
@@ -537,8 +614,9 @@ uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   uint32_t gen;
+  int n = ring ? read_table(map_of(ring)->control, ids, &gen) : 0;
 
-  return ring ? read_table(map_of(ring)->control, ids, &gen) : 0;
+  return n > 0 ? (uint32_t)n : 0;
 }
 
 int gpushm_ring_is_producer(const gpushm_ring_t *ring)

@@ -105,6 +105,9 @@ static int check_sync(const struct client_mapping *buf, const void *stream)
   if (buf->kind == GPUSHM_KIND_TIMELINE)
     return client_error(GPUSHM_E_INVAL, "'%s' is a timeline: signal and wait on it with "
                         "gpushm_timeline_*()", buf->name);
+  if (buf->kind == GPUSHM_KIND_RING)
+    return client_error(GPUSHM_E_INVAL, "'%s' is a frame ring: its frames go round with "
+                        "gpushm_ring_*()", buf->name);
   if (!buf->control)
     return client_error(GPUSHM_E_INVAL, "'%s' was not created with GPUSHM_CREATE_SYNC", buf->name);
   if (buf->sync_method == GPUSHM_SYNC_HOST && stream)

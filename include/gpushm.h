@@ -715,6 +715,10 @@ GPUSHM_API int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags
  * does), then it stops being waited for. */
 GPUSHM_API int gpushm_ring_close(gpushm_ring_t *ring);
 GPUSHM_API int gpushm_ring_close_unlink(gpushm_ring_t *ring);
+/* A producer detaches a consumer that holds frames too long: consumer is the number a
+ * timed-out gpushm_ring_acquire_slot() names (its done timeline's id).  It is waited
+ * for no more, at once; its next acquire fails with GPUSHM_E_PERM ("evicted"). */
+GPUSHM_API int gpushm_ring_evict(gpushm_ring_t *ring, uint64_t consumer);
 GPUSHM_API int gpushm_ring_acquire_slot(gpushm_ring_t *ring, int timeout_ms,
                                         gpushm_ring_frame_t *out);
 GPUSHM_API int gpushm_ring_acquire_slot_stream(gpushm_ring_t *ring, void *stream, int timeout_ms,

@@ -218,6 +218,9 @@
  * we know (NVIDIA's largest page, 64 KiB). */
 #define GPUSHM_LIMIT_RING_SLOTS        64u
 #define GPUSHM_LIMIT_RING_CONSUMERS    32u
+/* Consumers of one uid attached to one ring at once (its owner's are not counted): a
+ * uid that may read a ring cannot take every consumer's place in it. */
+#define GPUSHM_LIMIT_RING_CONSUMERS_PER_UID 4u
 #define GPUSHM_RING_SLOT_ALIGN         (64u * 1024u)
 
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */

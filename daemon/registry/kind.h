@@ -64,15 +64,19 @@ struct reg_kind_ops {
   int (*break_promise)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                        bool force, struct reg_broken_promise *out, char *err, size_t errlen);
   /* Frame rings' consumers (NULL: the kind takes none).  attach: done, a timeline the
-   * registry just made for client_id, becomes that consumer's, its counter starting at
-   * the frame last presented; 0 or a negative PROTO_E_* with err set.  consumer: the id
-   * of client_id's done timeline, 0 if it has none.  detach: client_id let go of the
-   * ring: its done timeline is raised past every frame (RING_DONE_DETACHED) and leaves
-   * the table; returns its id, 0 if it had none. */
-  int (*attach)(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+   * registry just made for client_id of uid, becomes that consumer's, its counter
+   * starting at the frame last presented (done NULL: whether it could, limits counted);
+   * 0 or a negative PROTO_E_* with err set.  consumer: the id of client_id's done
+   * timeline, 0 if it has none; consumer_of: the client whose done timeline done_id is,
+   * 0 if none.  detach: client_id lets go of the ring (or is evicted: now): its done
+   * timeline leaves the table and is raised past every frame (RING_DONE_DETACHED), at
+   * once where now or where it holds no promise, else once its promise's break lets
+   * its queued releases land; returns its id, 0 if it had none. */
+  int (*attach)(struct registry *reg, struct reg_object *obj, uint32_t client_id, uid_t uid,
                 struct reg_object *done, char *err, size_t errlen);
   uint64_t (*consumer)(const struct reg_object *obj, uint32_t client_id);
-  uint64_t (*detach)(struct registry *reg, struct reg_object *obj, uint32_t client_id);
+  uint32_t (*consumer_of)(const struct reg_object *obj, uint64_t done_id);
+  uint64_t (*detach)(struct registry *reg, struct reg_object *obj, uint32_t client_id, bool now);
   /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
    * would (its backend's memory outlives the daemon).  deposit: adds what brings obj
    * back to store; the number of store records that added (0: it rides on records it

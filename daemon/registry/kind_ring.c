@@ -20,6 +20,7 @@
 
 struct ring_consumer {
   uint32_t client_id;
+  uid_t uid;
   uint64_t done_id;
 };
 
@@ -183,9 +184,10 @@ static int write_table(struct reg_ring *ring, char *err, size_t errlen)
 }
 
 static int ring_attach(struct registry *reg, struct reg_object *obj, uint32_t client_id,
-                       struct reg_object *done, char *err, size_t errlen)
+                       uid_t uid, struct reg_object *done, char *err, size_t errlen)
 {
   struct reg_ring *ring = ring_of(obj);
+  uint32_t of_uid = 0;
   int r;
 
   (void)reg;
@@ -194,12 +196,24 @@ static int ring_attach(struct registry *reg, struct reg_object *obj, uint32_t cl
              "(GPUSHM_LIMIT_RING_CONSUMERS)", obj->name, ring->n_consumers);
     return PROTO_E_LIMIT;
   }
+  for (uint32_t i = 0; i < ring->n_consumers; i++)
+    of_uid += ring->consumers[i].uid == uid;
+  /* Every consumer holds the producer back: one uid that may read the ring must not take
+   * every place in it (its owner's consumers are its own business). */
+  if (uid != obj->owner_uid && of_uid >= GPUSHM_LIMIT_RING_CONSUMERS_PER_UID) {
+    snprintf(err, errlen, "ring '%s' has %u consumers of uid %u attached, the most one uid "
+             "may have (GPUSHM_LIMIT_RING_CONSUMERS_PER_UID)", obj->name, of_uid,
+             (unsigned)uid);
+    return PROTO_E_LIMIT;
+  }
+  if (!done)
+    return 0;
   /* A consumer takes frames presented after it came: the one last presented may be
    * written over already (a producer's wait on the table did not count it yet). */
   if ((r = sync_start_at(&reg_buffer_of(done)->sync_state,
                          sync_counter(&ring->buf.sync_state), err, errlen)) < 0)
     return r;
-  ring->consumers[ring->n_consumers++] = (struct ring_consumer){ client_id, done->id };
+  ring->consumers[ring->n_consumers++] = (struct ring_consumer){ client_id, uid, done->id };
   if ((r = write_table(ring, err, errlen)) < 0) {
     ring->n_consumers--;
     return r;
@@ -217,7 +231,18 @@ static uint64_t ring_consumer(const struct reg_object *obj, uint32_t client_id)
   return 0;
 }
 
-static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32_t client_id)
+static uint32_t ring_consumer_of(const struct reg_object *obj, uint64_t done_id)
+{
+  const struct reg_ring *ring = ring_of_const(obj);
+
+  for (uint32_t i = 0; i < ring->n_consumers; i++)
+    if (done_id && ring->consumers[i].done_id == done_id)
+      return ring->consumers[i].client_id;
+  return 0;
+}
+
+static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                            bool now)
 {
   struct reg_ring *ring = ring_of(obj);
   struct reg_key *key;
@@ -248,8 +273,7 @@ static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32
      * which would lower a counter raised now: its promise's break (fence_repair.h, once
      * its process is gone or its last handle closed, and those writes landed) raises
      * it instead (kind_timeline.c). */
-    if (d.promiser != client_id &&
-        reg_ring_done_raise(done, err, sizeof err) < 0)
+    if ((now || d.promiser != client_id) && reg_ring_done_raise(done, err, sizeof err) < 0)
       log_msg(LOG_LEVEL_WARN, "ring '%s' (id %llu): a detached consumer's done timeline (id "
               "%llu) not raised: %s", obj->name, (unsigned long long)obj->id,
               (unsigned long long)id, err);
@@ -278,5 +302,6 @@ const struct reg_kind_ops reg_kind_ring = {
   .break_promise = reg_buffer_break_promise,
   .attach = ring_attach,
   .consumer = ring_consumer,
+  .consumer_of = ring_consumer_of,
   .detach = ring_detach,
 };

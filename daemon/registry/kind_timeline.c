@@ -106,7 +106,7 @@ static void timeline_describe(const struct reg_object *obj, struct reg_descripti
 }
 
 /* A ring consumer's done timeline goes past every frame once its consumer let go and
- * its promise is settled (kind_ring.c): broken now, or found kept. */
+ * its promise is settled (kind_ring.c): broken now, found kept, or past breaking. */
 static int timeline_break_promise(struct registry *reg, struct reg_object *obj,
                                   uint32_t client_id, bool force, struct reg_broken_promise *out,
                                   char *err, size_t errlen)
@@ -114,7 +114,9 @@ static int timeline_break_promise(struct registry *reg, struct reg_object *obj,
   int r = reg_buffer_break_promise(reg, obj, client_id, force, out, err, errlen);
   char why[200];
 
-  if ((r == 0 || r == 1) && obj->ring_detached && reg_ring_done_raise(obj, why, sizeof why) < 0)
+  /* not only after a break: a failed one (a scribbled header) must not leave the
+   * producers' queued waits waiting (the raise needs no header) */
+  if (r != 2 && obj->ring_detached && reg_ring_done_raise(obj, why, sizeof why) < 0)
     log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): a detached ring consumer's done timeline not "
             "raised: %s", obj->name, (unsigned long long)obj->id, why);
   return r;

@@ -463,10 +463,10 @@ static int add_ref(struct reg_object *obj, struct reg_client *client, bool write
 
 /* A client let go of a ring: it consumes no more, and its done timeline goes (those
  * that hold it keep it, raised past every frame). */
-static void detach_consumer(struct registry *reg, struct reg_object *ring,
-                            const struct reg_client *client)
+static void detach_consumer(struct registry *reg, struct reg_object *ring, uint32_t client_id,
+                            bool now)
 {
-  uint64_t done_id = ring->ops->detach(reg, ring, client->id);
+  uint64_t done_id = ring->ops->detach(reg, ring, client_id, now);
   struct reg_object *done = done_id ? registry_find_id(reg, done_id) : NULL;
 
   if (done && done->linked)
@@ -482,7 +482,7 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
   h->refs -= count;
   obj->refs -= count;
   if (h->refs == 0 && obj->ops->detach)
-    detach_consumer(reg, obj, h->client);
+    detach_consumer(reg, obj, h->client->id, false);
   if (h->refs == 0) {
     if (obj->charged_to_holders && !uid_holds(obj, h->client->uid, h))
       release_quota(reg, h->client->uid, obj);
@@ -741,15 +741,17 @@ static const char *kind_article(enum reg_kind kind)
          : kind == REG_RING ? "a ring" : "a buffer";
 }
 
-/* A ring consumer's done timeline is read by whoever may write its ring (the producers
- * that wait on it), whatever its own mode says (its consumer's alone, 0600). */
+/* A ring consumer's done timeline is read by the ring's producers, those that hold it
+ * read-write (unlinked or not: they go on waiting on its consumers), whatever its own
+ * mode says (its consumer's alone, 0600). */
 static bool ring_consumer_readable(const struct registry *reg, const struct reg_client *client,
                                    const struct reg_object *obj, bool write)
 {
   const struct reg_object *ring;
+  const struct reg_holding *h;
 
   return obj->ring_of && !write && (ring = registry_find_id(reg, obj->ring_of)) &&
-         ring->kind == REG_RING && ring->linked && registry_may_access(client, ring, true);
+         ring->kind == REG_RING && (h = find_holding(ring, client)) && h->read_write;
 }
 
 int registry_open(struct registry *reg, struct reg_client *client,
@@ -788,6 +790,14 @@ int registry_open(struct registry *reg, struct reg_client *client,
              write ? "read-write" : "read", (unsigned)client->uid);
     return PROTO_E_PERM;
   }
+  /* One role a connection: a consumer's connection reading its fellow consumers' done
+   * timelines as a producer would also hold its own read-only beside read-write, and a
+   * close of either would not be the consumer's. */
+  if (write && obj->ops->consumer && obj->ops->consumer(obj, client->id)) {
+    snprintf(err, errlen, "this connection consumes ring '%s': produce on a connection of "
+             "its own", obj->name);
+    return PROTO_E_INVAL;
+  }
   if ((r = add_ref(obj, client, write, err, errlen)) < 0)
     return r;
   if ((r = export_object(reg, obj, client, policy, read_only, out, err, errlen)) < 0) {
@@ -806,15 +816,27 @@ int registry_ring_attach(struct registry *reg, struct reg_client *client,
   uint64_t done_id;
   int r;
 
+  const struct reg_holding *h;
+
   memset(out, 0, sizeof *out);
-  if (!ring || ring->kind != REG_RING || !find_holding(ring, client)) {
+  if (!ring || ring->kind != REG_RING || !(h = find_holding(ring, client))) {
     snprintf(err, errlen, "this connection holds no ring with id %llu: open the ring, then "
              "attach", (unsigned long long)ring_id);
     return PROTO_E_NOENT;
   }
-  if ((done_id = ring->ops->consumer(ring, client->id)))
-    return registry_open(reg, client, policy, NULL, done_id, false, REG_TIMELINE, out, err,
-                         errlen);
+  if ((done_id = ring->ops->consumer(ring, client->id))) {
+    snprintf(err, errlen, "this connection consumes ring '%s' already: one consumer a "
+             "connection", ring->name);
+    return PROTO_E_EXIST;
+  }
+  if (h->read_write) {
+    snprintf(err, errlen, "this connection produces into ring '%s': consume on a connection "
+             "of its own", ring->name);
+    return PROTO_E_INVAL;
+  }
+  /* its limits before anything is made */
+  if ((r = ring->ops->attach(reg, ring, client->id, client->uid, NULL, err, errlen)) < 0)
+    return r;
   /* '#' is no client's to spell: nobody takes the name first or opens it by name.  The
    * ring's and the client's ids keep it apart from every other (the ring's name is cut
    * to fit). */
@@ -830,13 +852,47 @@ int registry_ring_attach(struct registry *reg, struct reg_client *client,
   }
   done = out->buffer;
   done->ring_of = ring->id;
-  if ((r = ring->ops->attach(reg, ring, client->id, done, err, errlen)) < 0) {
+  if ((r = ring->ops->attach(reg, ring, client->id, client->uid, done, err, errlen)) < 0) {
     registry_export_close_fds(out);
     unlink_object(reg, done);
     drop_refs(reg, find_holding(done, client), 1); /* the last: frees it */
     memset(out, 0, sizeof *out);
     return r;
   }
+  return 0;
+}
+
+int registry_ring_request(struct registry *reg, struct reg_client *client, uint64_t ring_id,
+                          bool detach, uint64_t evict, char *err, size_t errlen)
+{
+  struct reg_object *ring = registry_find_id(reg, ring_id);
+  const struct reg_holding *h = ring ? find_holding(ring, client) : NULL;
+  uint32_t evicted;
+
+  if (!h || ring->kind != REG_RING) {
+    snprintf(err, errlen, "this connection holds no ring with id %llu",
+             (unsigned long long)ring_id);
+    return PROTO_E_NOENT;
+  }
+  if (detach)
+    detach_consumer(reg, ring, client->id, false);
+  if (!evict)
+    return 0;
+  if (!h->read_write) {
+    snprintf(err, errlen, "evicting a consumer of '%s' is a producer's: open the ring "
+             "read-write", ring->name);
+    return PROTO_E_PERM;
+  }
+  if (!(evicted = ring->ops->consumer_of(ring, evict))) {
+    snprintf(err, errlen, "no consumer of '%s' has done timeline %llu (any more)", ring->name,
+             (unsigned long long)evict);
+    return PROTO_E_NOENT;
+  }
+  /* At once, promise or not: the consumer is alive, and its writes no longer count. */
+  detach_consumer(reg, ring, evicted, true);
+  log_warn("ring '%s' (id %llu): client %u evicted its consumer client %u (done timeline "
+           "%llu)", ring->name, (unsigned long long)ring->id, client->id, evicted,
+           (unsigned long long)evict);
   return 0;
 }
 

@@ -58,6 +58,12 @@ int registry_open(struct registry *reg, struct reg_client *client,
 int registry_ring_attach(struct registry *reg, struct reg_client *client,
                          const struct reg_policy *policy, uint64_t ring_id,
                          struct reg_export *out, char *err, size_t errlen);
+/* For a client that holds ring ring_id: detach ends its consumer's role now (whatever
+ * else it holds of the ring); evict (a done timeline's id, 0: none) detaches that
+ * consumer at once, its done timeline raised past every frame (read-write holders
+ * alone: GPUSHM_E_PERM otherwise). */
+int registry_ring_request(struct registry *reg, struct reg_client *client, uint64_t ring_id,
+                          bool detach, uint64_t evict, char *err, size_t errlen);
 /* Drops one of the client's references to buffer id.  unlink: its name goes first, if
  * it still names it and the client may remove it (as registry_unlink).  unmap_segment:
  * the client no longer maps the buffer's segment with that access (registry_unmap). */

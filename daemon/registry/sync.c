@@ -396,6 +396,8 @@ int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32
   /* From its own count: a producer may have written over the table's. */
   gen = __atomic_load_n(&t->generation, __ATOMIC_RELAXED) | 1u;
   __atomic_store_n(&t->generation, gen, __ATOMIC_SEQ_CST);
+  /* the odd count before any entry: a reader that sees an entry change sees it odd */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
   for (uint32_t i = 0; i < GPUSHM_LIMIT_RING_CONSUMERS; i++)
     __atomic_store_n(&t->done_id[i], i < n ? done_ids[i] : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&t->consumers, n, __ATOMIC_RELAXED);

@@ -312,6 +312,15 @@ static int handle_promise(struct handler_call *call, const Gpushm__Request *req,
                           ctx->msg, sizeof ctx->msg);
 }
 
+static int handle_ring(struct handler_call *call, const Gpushm__Request *req,
+                       struct handler_reply *ctx)
+{
+  const Gpushm__RingRequest *r = req->ring;
+
+  return registry_ring_request(call->reg, call->client, r->id, r->detach, r->evict, ctx->msg,
+                               sizeof ctx->msg);
+}
+
 static int handle_ping(struct handler_call *call, const Gpushm__Request *req, struct handler_reply *ctx)
 {
   gpushm__ping_reply__init(&ctx->body.ping);
@@ -339,6 +348,9 @@ static const struct handler rows[] = {
                                     .feature = PROTO_FEATURE_SEGMENTS, .fn = handle_unmap },
   [GPUSHM__REQUEST__BODY_PROMISE] = { .name = "promise", .needs_hello = true,
                                       .feature = PROTO_FEATURE_PROMISES, .fn = handle_promise },
+  /* detach is one-way (a close's part), eviction waits for its answer */
+  [GPUSHM__REQUEST__BODY_RING] = { .name = "ring", .needs_hello = true, .oneway_ok = true,
+                                   .feature = PROTO_FEATURE_RINGS, .fn = handle_ring },
 };
 
 const struct handler_family handler_family_core = {

@@ -108,8 +108,8 @@ void persist_report_dropped(const struct persist *p, const struct registry *reg)
 
   for (size_t i = 0; i < registry_count(reg); i++) {
     const struct reg_object *b = registry_at(reg, i);
-    if (b->kind != REG_BUFFER || !b->linked || b->lifetime != PROTO_LIFETIME_PERSISTENT ||
-        b->persisted)
+    if ((b->kind != REG_BUFFER && b->kind != REG_RING) || !b->linked ||
+        b->lifetime != PROTO_LIFETIME_PERSISTENT || b->persisted)
       continue;
     n++;
     bytes += b->size;

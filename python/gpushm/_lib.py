@@ -375,6 +375,7 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_ring_open": (c_int, [_P, c_char_p, ctypes.c_uint, POINTER(c_void_p)]),
     "gpushm_ring_close": (c_int, [_P]),
     "gpushm_ring_close_unlink": (c_int, [_P]),
+    "gpushm_ring_evict": (c_int, [_P, c_uint64]),
     "gpushm_ring_acquire_slot": (c_int, [_P, c_int, POINTER(RingFrame)]),
     "gpushm_ring_acquire_slot_stream": (c_int, [_P, c_void_p, c_int, POINTER(RingFrame)]),
     "gpushm_ring_present": (c_int, [_P, POINTER(RingFrame)]),

@@ -138,8 +138,11 @@ def _uuid(fn, obj: int) -> Optional[bytes]:
     return bytes(out) if fn(obj, byref(out)) == 0 else None
 
 
+_KINDS = {2: "event", 3: "image", 4: "timeline", 5: "ring"}  # gpushm_kind_t
+
+
 def _kind(k: int) -> str:
-    return "event" if k == KIND_EVENT else "buffer"
+    return _KINDS.get(k, "buffer")
 
 
 def list_buffers(conn: int, flags: int) -> List[BufferInfo]:

@@ -1407,6 +1407,13 @@ class Ring(_Handle):
         check(lib.gpushm_ring_release_stream(r, stream_handle(stream), byref(frame._c())),
               f"release {self.name!r}")
 
+    def evict(self, consumer: int) -> None:
+        """Detaches a consumer that holds frames too long (a producer's; consumer: the
+        number a Timeout of acquire_slot names): it is waited for no more."""
+        cap, r = self._live()
+        check(lib.gpushm_ring_evict(r, non_negative(consumer, "consumer")),
+              f"evict from {self.name!r}")
+
     def close_unlink(self) -> None:
         """Removes the ring's name, while it still names this one, and closes."""
         self._live()

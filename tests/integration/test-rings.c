@@ -167,13 +167,23 @@ static void test_shape(gpushm_t *conn)
     CHECK(got.width == 160 && got.height == 90 && got.row_pitch >= 640);
     CHECK(gpushm_ring_slot_size(ring) == got.row_pitch * 90 && gpushm_ring_slots(ring) == 3);
     /* a graphics consumer: the memory for its API to import, slots at their offsets */
-    CHECK_OK(gpushm_ring_open(conn, "pictures", GPUSHM_RING_UNMAPPED, &cons));
+    gpushm_t *viewer = daemon_connect(&d);
+    CHECK_OK(gpushm_ring_open(viewer, "pictures", GPUSHM_RING_UNMAPPED, &cons));
     CHECK_OK(gpushm_buffer_memory_info(gpushm_ring_buffer(cons), &info));
     CHECK(info.handle_type == GPUSHM_EXTERNAL_HOST_POINTER && (info.access & GPUSHM_OPEN_READONLY));
     CHECK(info.data_size == 3 * gpushm_ring_slot_stride(cons));
-    CHECK_ERR(gpushm_ring_open(conn, "pictures", GPUSHM_RING_UNMAPPED | GPUSHM_MAP_DEVICE(0),
+    {
+      /* the ring's memory exports as a buffer's; its frames go round only as frames */
+      gpushm_export_desc_t ex = { .size = sizeof ex };
+      CHECK_OK(gpushm_buffer_export(gpushm_ring_buffer(cons), GPUSHM_EXPORT_HOST_POINTER, 0, 0,
+                                    &ex));
+      CHECK_ERR(gpushm_buffer_release(gpushm_ring_buffer(ring), NULL, NULL), GPUSHM_E_INVAL);
+      CHECK(strstr(gpushm_last_error_message(), "is a frame ring"));
+    }
+    CHECK_ERR(gpushm_ring_open(viewer, "pictures", GPUSHM_RING_UNMAPPED | GPUSHM_MAP_DEVICE(0),
                                &other), GPUSHM_E_INVAL);
     CHECK_OK(gpushm_ring_close(cons));
+    gpushm_disconnect(viewer);
     desc.tiling = GPUSHM_TILING_OPTIMAL;
     CHECK_ERR(gpushm_ring_create_images(conn, "optimal", 3, &desc, &opts, &other),
               GPUSHM_E_UNSUPPORTED);
@@ -204,7 +214,7 @@ static void test_frames(gpushm_t *conn)
   t0 = now_ms();
   CHECK_ERR(gpushm_ring_acquire_slot(ring, 50, &f), GPUSHM_E_TIMEOUT);
   CHECK(now_ms() - t0 >= 49);
-  CHECK(strstr(gpushm_last_error_message(), "slot 0 (frame 4) still held by a consumer"));
+  CHECK(strstr(gpushm_last_error_message(), "slot 0 (frame 4) still held by consumer "));
   CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &held));
   CHECK(held.frame == 1 && held.slot == 0);
   verify(cons, &held);
@@ -392,7 +402,57 @@ static void test_permissions(gpushm_t *conn)
   close(ready[0]);
   close(go[1]);
   wait_consumers(ring, 0);
-  CHECK_OK(gpushm_ring_close_unlink(ring));
+  /* a uid that may read a ring takes at most GPUSHM_LIMIT_RING_CONSUMERS_PER_UID places
+   * in it; and once the ring is unlinked, its producer still waits for the consumers it
+   * finds (a consumer of another uid attached, the name gone before the producer looked) */
+  if (geteuid() == 0) {
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pid = fork_as(65534, 65534);
+    if (pid == 0) {
+      gpushm_t *cs[GPUSHM_LIMIT_RING_CONSUMERS_PER_UID + 1];
+      gpushm_ring_t *rs[GPUSHM_LIMIT_RING_CONSUMERS_PER_UID + 1];
+      gpushm_ring_frame_t f;
+      close(ready[0]);
+      close(go[1]);
+      for (unsigned i = 0; i <= GPUSHM_LIMIT_RING_CONSUMERS_PER_UID; i++)
+        cs[i] = daemon_connect(&d);
+      for (unsigned i = 0; i < GPUSHM_LIMIT_RING_CONSUMERS_PER_UID; i++)
+        CHECK_OK(gpushm_ring_open(cs[i], "shared", 0, &rs[i]));
+      CHECK_ERR(gpushm_ring_open(cs[GPUSHM_LIMIT_RING_CONSUMERS_PER_UID], "shared", 0,
+                                 &rs[GPUSHM_LIMIT_RING_CONSUMERS_PER_UID]), GPUSHM_E_LIMIT);
+      CHECK(strstr(gpushm_last_error_message(), "GPUSHM_LIMIT_RING_CONSUMERS_PER_UID"));
+      for (unsigned i = 1; i < GPUSHM_LIMIT_RING_CONSUMERS_PER_UID; i++)
+        CHECK_OK(gpushm_ring_close(rs[i]));
+      CHECK(write(ready[1], &byte, 1) == 1);
+      CHECK_OK(gpushm_ring_acquire_frame(rs[0], 0, 10000, &f)); /* and holds it */
+      CHECK(write(ready[1], &byte, 1) == 1);
+      CHECK(read(go[0], &byte, 1) == 1);
+      CHECK_OK(gpushm_ring_close(rs[0]));
+      for (unsigned i = 0; i <= GPUSHM_LIMIT_RING_CONSUMERS_PER_UID; i++)
+        gpushm_disconnect(cs[i]);
+      _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    CHECK(read(ready[0], &byte, 1) == 1);
+    CHECK_OK(gpushm_unlink(conn, "shared"));
+    wait_consumers(ring, 1);
+    {
+      uint64_t first = gpushm_ring_presented(ring) + 1;
+      gpushm_ring_frame_t f;
+      for (uint64_t i = first; i < first + 4; i++)
+        produce(ring, i);
+      CHECK(read(ready[0], &byte, 1) == 1); /* the child holds frame `first` */
+      CHECK_ERR(gpushm_ring_acquire_slot(ring, 30, &f), GPUSHM_E_TIMEOUT);
+    }
+    CHECK(write(go[1], &byte, 1) == 1);
+    check_child(pid);
+    close(ready[0]);
+    close(go[1]);
+    CHECK_OK(gpushm_ring_close(ring));
+  } else {
+    CHECK_OK(gpushm_ring_close_unlink(ring));
+  }
   CHECK_OK(gpushm_ring_close_unlink(priv));
   gpushm_disconnect(conn2);
   test_log("permissions as uid %u: %d frames of a 0644 ring read across processes; the ring's "
@@ -528,7 +588,8 @@ static void test_deaths(gpushm_t *conn)
   {
     gpushm_ring_t *next;
     gpushm_ring_frame_t f, g;
-    CHECK_OK(gpushm_ring_open(conn, "orphan", GPUSHM_RING_PRODUCER, &next));
+    gpushm_t *conn2 = daemon_connect(&d);
+    CHECK_OK(gpushm_ring_open(conn2, "orphan", GPUSHM_RING_PRODUCER, &next));
     CHECK_OK(gpushm_ring_acquire_slot(next, 1000, &f));
     CHECK(f.frame == GPUSHM_RING_PROMISE_AHEAD + 2); /* 1 + AHEAD promised and lost */
     fill(next, &f);
@@ -538,6 +599,7 @@ static void test_deaths(gpushm_t *conn)
     verify(cons, &g);
     CHECK_OK(gpushm_ring_release(cons, &g));
     CHECK_OK(gpushm_ring_close_unlink(next));
+    gpushm_disconnect(conn2);
   }
   CHECK_OK(gpushm_ring_close(cons));
   test_log("deaths: the next producer's frames came through");
@@ -670,14 +732,105 @@ static void test_streams(gpushm_t *conn)
 static void test_ctl(gpushm_t *conn)
 {
   gpushm_ring_t *ring = create(conn, "shown", 3, 0600), *cons;
+  gpushm_t *conn2 = daemon_connect(&d);
 
-  CHECK_OK(gpushm_ring_open(conn, "shown", 0, &cons));
+  CHECK_OK(gpushm_ring_open(conn2, "shown", 0, &cons));
   produce(ring, 1);
   ctl_show_says(d.socket, "shown", "ring:       3 slots of 4096 bytes (stride 65536); 1 consumer\n");
   ctl_show_says(d.socket, "shown", "counter:    1; promised up to 4097 by client");
   ctl_show_says(d.socket, "shown", "reached:    1\n");
   CHECK_OK(gpushm_ring_close(cons));
   CHECK_OK(gpushm_ring_close_unlink(ring));
+  gpushm_disconnect(conn2);
+}
+
+/* One role a connection: a producer's connection does not consume, a consumer's does
+ * not produce, and consumes once; a consumer's close detaches it whatever else its
+ * connection holds of the ring (an observer's handle). */
+static void test_roles(gpushm_t *conn)
+{
+  gpushm_ring_t *ring = create(conn, "roles", 2, 0600), *cons, *again, *watch, *prod;
+  gpushm_t *conn2 = daemon_connect(&d);
+  gpushm_ring_frame_t f;
+
+  CHECK_ERR(gpushm_ring_open(conn, "roles", 0, &cons), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "this connection produces into ring 'roles'"));
+  CHECK_OK(gpushm_ring_open(conn2, "roles", GPUSHM_RING_OBSERVER, &watch));
+  CHECK_OK(gpushm_ring_open(conn2, "roles", 0, &cons));
+  CHECK_ERR(gpushm_ring_open(conn2, "roles", 0, &again), GPUSHM_E_EXIST);
+  CHECK(strstr(gpushm_last_error_message(), "one consumer a connection"));
+  CHECK_ERR(gpushm_ring_open(conn2, "roles", GPUSHM_RING_PRODUCER, &prod), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "produce on a connection of its own"));
+  CHECK(gpushm_ring_consumers(ring) == 1);
+  produce(ring, 1);
+  produce(ring, 2);
+  CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &f));
+  CHECK_OK(gpushm_ring_close(cons)); /* holding frame 1; the observer stays */
+  CHECK_OK(gpushm_ring_acquire_slot(ring, 5000, &f)); /* not waited for any more */
+  CHECK(f.frame == 3);
+  CHECK_OK(gpushm_ring_present(ring, &f));
+  wait_consumers(ring, 0);
+  CHECK(gpushm_ring_presented(watch) == 3);
+  CHECK_OK(gpushm_ring_close(watch));
+  CHECK_OK(gpushm_ring_close_unlink(ring));
+  gpushm_disconnect(conn2);
+  test_log("roles: one a connection; a consumer's close detaches it beside an observer");
+}
+
+/* A producer evicts a consumer that holds a frame too long: it goes on, the consumer is
+ * told.  Its table, which every producer can write, cannot hold another producer up. */
+static void test_evict(gpushm_t *conn)
+{
+  gpushm_ring_t *ring = create(conn, "evicting", 2, 0600), *cons;
+  gpushm_t *conn2 = daemon_connect(&d);
+  gpushm_ring_frame_t f, g;
+  unsigned long long consumer = 0;
+  const char *at;
+
+  CHECK_OK(gpushm_ring_open(conn2, "evicting", 0, &cons));
+  produce(ring, 1);
+  produce(ring, 2);
+  CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &g)); /* held */
+  CHECK_ERR(gpushm_ring_acquire_slot(ring, 20, &f), GPUSHM_E_TIMEOUT);
+  CHECK((at = strstr(gpushm_last_error_message(), "still held by consumer ")));
+  CHECK(sscanf(at, "still held by consumer %llu", &consumer) == 1 && consumer);
+  CHECK_ERR(gpushm_ring_evict(cons, consumer), GPUSHM_E_INVAL); /* a consumer's handle */
+  CHECK_ERR(gpushm_ring_evict(ring, consumer + 1000), GPUSHM_E_NOENT);
+  CHECK_OK(gpushm_ring_evict(ring, consumer));
+  CHECK_OK(gpushm_ring_acquire_slot(ring, 5000, &f));
+  CHECK(f.frame == 3);
+  CHECK_OK(gpushm_ring_present(ring, &f));
+  CHECK(gpushm_ring_consumers(ring) == 0);
+  CHECK_ERR(gpushm_ring_acquire_frame(cons, 0, 0, &g), GPUSHM_E_PERM);
+  CHECK(strstr(gpushm_last_error_message(), "evicted"));
+  CHECK(file_count_lines(log_path, "evicted its consumer") >= 1);
+  CHECK_OK(gpushm_ring_close(cons));
+  /* another producer leaves the table's count odd: this one's acquire says so, in time */
+  {
+    int sock = raw_connect(d.socket), fds[GPUSHM_LIMIT_FDS_PER_FRAME], status_fd;
+    struct sync_control *ctl;
+    unsigned n;
+    CHECK(sock >= 0 && raw_hello_features(sock, "scribbler", GPUSHM_FEATURE_RINGS,
+                                          &status_fd) == 0);
+    CHECK(raw_open_kind(sock, "evicting", 0, GPUSHM__KIND__KIND_RING, false, false, fds, &n) == 0);
+    CHECK((ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fds[n - 1],
+                      0)) != MAP_FAILED);
+    ring_table_of(ctl)->generation |= 1;
+    CHECK_ERR(gpushm_ring_acquire_slot(ring, 1000, &f), GPUSHM_E_PROTO);
+    CHECK(strstr(gpushm_last_error_message(), "table of consumers"));
+    ring_table_of(ctl)->generation++;
+    CHECK_OK(gpushm_ring_acquire_slot(ring, 1000, &f));
+    CHECK_OK(gpushm_ring_present(ring, &f));
+    munmap(ctl, SYNC_CONTROL_SIZE);
+    for (unsigned i = 0; i < n; i++)
+      close(fds[i]);
+    close(status_fd);
+    close(sock);
+  }
+  CHECK_OK(gpushm_ring_close_unlink(ring));
+  gpushm_disconnect(conn2);
+  test_log("evict: a producer evicted a consumer holding a frame and went on; a table left "
+           "mid-change by another producer is an error, not a hang");
 }
 
 static void dump_log(void)
@@ -723,6 +876,8 @@ int main(void)
   else
     test_log("built without CUDA headers: no fake driver, streams not tried");
   test_ctl(conn);
+  test_roles(conn);
+  test_evict(conn);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   test_object_limit();

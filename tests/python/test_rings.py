@@ -27,7 +27,7 @@ def test_frames(conn, name):
             assert (f.frame, f.slot) == (i, i - 1)
             ring.slot(f.slot)[:8] = i.to_bytes(8, "little")
             ring.present(f)
-        with pytest.raises(gpushm.Timeout, match=r"slot 0 \(frame 4\) still held by a consumer"):
+        with pytest.raises(gpushm.Timeout, match=r"slot 0 \(frame 4\) still held by consumer"):
             ring.acquire_slot(timeout=0.02)
         g = cons.acquire_frame(timeout=1)
         assert g == gpushm.Frame(1, 0, 0)
@@ -97,9 +97,13 @@ def test_producer_killed(conn, name):
         p.kill()
         p.wait()
     # the next producer's first frame comes through
-    with conn.open_ring(name, producer=True) as again:
+    producer = gpushm.connect(None, "next producer")  # one role a connection
+    with pytest.raises(gpushm.InvalidArgument, match="produce on a connection of its own"):
+        conn.open_ring(name, producer=True)
+    with producer.open_ring(name, producer=True) as again:
         f = again.acquire_slot(timeout=1)
         again.present(f)
         assert cons.acquire_frame(timeout=1).frame == f.frame
+    producer.close()
     cons.close()
     conn.unlink(name)
