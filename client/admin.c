@@ -71,6 +71,8 @@
   NUM(holder, pid, uint32_t, m->pid)                                                      \
   NUM(holder, uid, uint32_t, m->uid)                                                      \
   NUM(holder, refs, uint32_t, m->refs)                                                    \
+  NUM(holder, read_write, int, m->read_write != 0)                                        \
+  NUM(holder, ring_consumer, int, m->ring_consumer != 0)                                  \
   NUM(client_info, client_id, uint32_t, m->client_id)                                     \
   NUM(client_info, pid, uint32_t, m->pid)                                                 \
   NUM(client_info, uid, uint32_t, m->uid)                                                 \

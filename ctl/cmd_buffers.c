@@ -189,6 +189,23 @@ static bool image_text(const gpushm_buffer_info_t *b, char *out, size_t len)
   return true;
 }
 
+/* What a holder does with what it holds: of a timeline, a read-write holder may signal
+ * and a read-only one only waits; of a ring, producers, attached consumers and observers
+ * (read-only, attached to nothing). */
+static const char *holder_role(const gpushm_buffer_info_t *b, const gpushm_holder_t *h)
+{
+  const int rw = gpushm_holder_read_write(h);
+
+  switch (gpushm_buffer_info_kind(b)) {
+  case GPUSHM_KIND_TIMELINE:
+    return rw ? "signaller" : "waiter";
+  case GPUSHM_KIND_RING:
+    return rw ? "producer" : gpushm_holder_ring_consumer(h) ? "consumer" : "observer";
+  default:
+    return rw ? "read-write" : "read-only";
+  }
+}
+
 static void json_buffer(const gpushm_buffer_info_t *b)
 {
   gpushm_image_desc_t image;
@@ -213,9 +230,11 @@ static void json_buffer(const gpushm_buffer_info_t *b)
   for (size_t h = 0; h < gpushm_buffer_info_holder_count(b); h++) {
     const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
     char comm[32];
-    printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"refs\":%u,\"process\":", h ? "," : "",
+    printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"refs\":%u,\"read_write\":%s,"
+           "\"role\":\"%s\",\"process\":", h ? "," : "",
            gpushm_holder_client_id(holder), gpushm_holder_pid(holder), gpushm_holder_uid(holder),
-           gpushm_holder_refs(holder));
+           gpushm_holder_refs(holder), gpushm_holder_read_write(holder) ? "true" : "false",
+           holder_role(b, holder));
     json_string(process_name(gpushm_holder_pid(holder), comm, sizeof comm));
     putchar('}');
   }
@@ -445,11 +464,11 @@ static void print_holders(const gpushm_buffer_info_t *b)
   for (size_t h = 0; h < n; h++) {
     const gpushm_holder_t *holder = gpushm_buffer_info_holder(b, h);
     char comm[32], who[64];
-    printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u\n", gpushm_holder_pid(holder),
+    printf("  pid %-8u %s uid %-6u (%s)  refs %u  client %u  %s\n", gpushm_holder_pid(holder),
            text(process_name(gpushm_holder_pid(holder), comm, sizeof comm), 16),
            gpushm_holder_uid(holder),
            text(user_name(gpushm_holder_uid(holder), who, sizeof who), 0),
-           gpushm_holder_refs(holder), gpushm_holder_client_id(holder));
+           gpushm_holder_refs(holder), gpushm_holder_client_id(holder), holder_role(b, holder));
   }
   if (gpushm_buffer_info_holders_total(b) > n)
     printf("  and %zu more\n", (size_t)gpushm_buffer_info_holders_total(b) - n);

@@ -120,6 +120,11 @@ GPUSHM_API uint32_t gpushm_holder_client_id(const gpushm_holder_t *holder);
 GPUSHM_API uint32_t gpushm_holder_pid(const gpushm_holder_t *holder);
 GPUSHM_API uint32_t gpushm_holder_uid(const gpushm_holder_t *holder);
 GPUSHM_API uint32_t gpushm_holder_refs(const gpushm_holder_t *holder);
+/* 0.8: 1 if it opened the object read-write at least once (it may signal, release or
+ * produce: read-only holders of a timeline or ring only wait), else 0; 1 if it is one of
+ * a ring's attached consumers.  0 from daemons before 0.8. */
+GPUSHM_API int gpushm_holder_read_write(const gpushm_holder_t *holder);
+GPUSHM_API int gpushm_holder_ring_consumer(const gpushm_holder_t *holder);
 
 /* ---- clients ------------------------------------------------------------------- */
 

@@ -94,6 +94,8 @@ static size_t holder_body(uint8_t *p, const Gpushm__Holder *h)
   VARINT(2, h->pid);
   VARINT(3, h->uid);
   VARINT(4, h->refs);
+  VARINT(5, h->read_write ? 1 : 0);
+  VARINT(6, h->ring_consumer ? 1 : 0);
   return n;
 }
 
@@ -338,7 +340,7 @@ static bool get_holder(struct reader r, Gpushm__Holder *h)
   while (r.p < r.end) {
     if (!get_tag(&r, &field, &wire_type))
       return false;
-    if (field > 4) {
+    if (field > 6) {
       if (!skip_field(&r, wire_type))
         return false;
       continue;
@@ -351,6 +353,8 @@ static bool get_holder(struct reader r, Gpushm__Holder *h)
     case 2: h->pid = (uint32_t)v; break;
     case 3: h->uid = (uint32_t)v; break;
     case 4: h->refs = (uint32_t)v; break;
+    case 5: h->read_write = v != 0; break;
+    case 6: h->ring_consumer = v != 0; break;
     }
   }
   return true;

@@ -862,6 +862,11 @@ int registry_ring_attach(struct registry *reg, struct reg_client *client,
   return 0;
 }
 
+bool registry_ring_consumer(const struct reg_object *obj, uint32_t client_id)
+{
+  return obj->ops->consumer && obj->ops->consumer(obj, client_id) != 0;
+}
+
 int registry_ring_request(struct registry *reg, struct reg_client *client, uint64_t ring_id,
                           bool detach, uint64_t evict, char *err, size_t errlen)
 {

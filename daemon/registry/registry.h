@@ -64,6 +64,8 @@ int registry_ring_attach(struct registry *reg, struct reg_client *client,
  * alone: GPUSHM_E_PERM otherwise). */
 int registry_ring_request(struct registry *reg, struct reg_client *client, uint64_t ring_id,
                           bool detach, uint64_t evict, char *err, size_t errlen);
+/* Whether client_id is one of ring obj's attached consumers (false for other kinds). */
+bool registry_ring_consumer(const struct reg_object *obj, uint32_t client_id);
 /* Drops one of the client's references to buffer id.  unlink: its name goes first, if
  * it still names it and the client may remove it (as registry_unlink).  unmap_segment:
  * the client no longer maps the buffer's segment with that access (registry_unmap). */

@@ -132,6 +132,8 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
     holders[i].pid = (uint32_t)h->client->pid;
     holders[i].uid = (uint32_t)h->client->uid;
     holders[i].refs = h->refs;
+    holders[i].read_write = h->read_write;
+    holders[i].ring_consumer = registry_ring_consumer(b, h->client->id);
     ptrs[i] = &holders[i];
   }
   info->id = b->id;

@@ -100,7 +100,7 @@ user=$(id -un); uid=$(id -u); gid=$(id -g)
   -e "s/^created by: pid [0-9]+, [0-9a-z]+ ago/created by: pid PID, AGE ago/" \
   -e "s/pid $h1 +/pid PID1 /; s/pid $h2 +/pid PID2 /" -e "s/\b$user\b/USER/g" \
   -e "s/uid $uid +\(/uid UID (/; s/\(uid $uid, gid $gid\)/(uid UID, gid GID)/" \
-  -e "s/client [0-9]+\$/client CLIENT/" > "$dir/show.txt"
+  -e "s/client [0-9]+  /client CLIENT  /" > "$dir/show.txt"
 diff -u "$src/tests/golden/show.txt" "$dir/show.txt" || fail "show differs from the golden file"
 expect 0 "$ctl" show frames; contains "references: 2"; contains "pid $h1"; contains "mode:       0644"
 id=$("$ctl" show frames --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')

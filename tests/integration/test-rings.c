@@ -739,6 +739,9 @@ static void test_ctl(gpushm_t *conn)
   ctl_show_says(d.socket, "shown", "ring:       3 slots of 4096 bytes (stride 65536); 1 consumer\n");
   ctl_show_says(d.socket, "shown", "counter:    1; promised up to 4097 by client");
   ctl_show_says(d.socket, "shown", "reached:    1\n");
+  /* its holders, each in its role */
+  ctl_show_says(d.socket, "shown", "  producer\n");
+  ctl_show_says(d.socket, "shown", "  consumer\n");
   CHECK_OK(gpushm_ring_close(cons));
   CHECK_OK(gpushm_ring_close_unlink(ring));
   gpushm_disconnect(conn2);
