@@ -369,6 +369,8 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_timeline_sync_method": (c_int, [_P, c_void_p]),
     "gpushm_timeline_id": (c_uint64, [_P]),
     "gpushm_timeline_name": (c_char_p, [_P]),
+    "gpushm_holder_read_write": (c_int, [_P]),
+    "gpushm_holder_ring_consumer": (c_int, [_P]),
     # 0.8: frame rings
     "gpushm_ring_create": (c_int, [_P, c_char_p, c_uint32, c_uint64, POINTER(CreateOpts),
                                    POINTER(c_void_p)]),

@@ -16,11 +16,15 @@ from .core import BACKEND_NAMES, LIFETIME_NAMES, check
 
 @dataclass
 class Holder:
-    """A connection holding a buffer."""
+    """A connection holding a buffer.  read_write: it opened it read-write (of a timeline
+    or ring: it may signal or produce; read-only holders only wait); ring_consumer: one
+    of a ring's attached consumers (0.8; False from older libraries and daemons)."""
     client_id: int
     pid: int
     uid: int
     refs: int
+    read_write: bool = False
+    ring_consumer: bool = False
 
 
 @dataclass
@@ -157,8 +161,13 @@ def list_buffers(conn: int, flags: int) -> List[BufferInfo]:
             holders = []
             for j in range(lib.gpushm_buffer_info_holder_count(b)):
                 h = lib.gpushm_buffer_info_holder(b, j)
-                holders.append(Holder(lib.gpushm_holder_client_id(h), lib.gpushm_holder_pid(h),
-                                      lib.gpushm_holder_uid(h), lib.gpushm_holder_refs(h)))
+                holders.append(Holder(
+                    lib.gpushm_holder_client_id(h), lib.gpushm_holder_pid(h),
+                    lib.gpushm_holder_uid(h), lib.gpushm_holder_refs(h),
+                    bool(lib.gpushm_holder_read_write(h))
+                    if hasattr(lib, "gpushm_holder_read_write") else False,
+                    bool(lib.gpushm_holder_ring_consumer(h))
+                    if hasattr(lib, "gpushm_holder_ring_consumer") else False))
             kind = lib.gpushm_buffer_info_kind(b)
             result.append(BufferInfo(
                 id=lib.gpushm_buffer_info_id(b),

@@ -48,6 +48,10 @@ def test_frames(conn, name):
             cons.acquire_slot(timeout=0)
         st = cons.sync_state()
         assert st["counter"] == 4 and st["promised_upto"] > 4
+        roles = {(h.read_write, h.ring_consumer) for b in conn.list() if b.name == name
+                 for h in b.holders}
+        assert roles == {(True, False), (False, True)} and \
+            [b.kind for b in conn.list() if b.name == name] == ["ring"]
         watcher = conn.open_ring(name, observer=True)
         assert watcher.presented == 4 and ring.consumers == 1
         with pytest.raises(gpushm.InvalidArgument, match="observes"):
