@@ -566,6 +566,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
   hangup(0);
   hangup(1);
+  /* A peer the daemon hung up on mid-input (a slow reader dropped) was closed on this
+   * side then, without waiting: its session may still be going. */
+  settle();
   check_registry();
   stop_daemon();
   if (server_count_open_fds() != fds_before)

@@ -176,6 +176,7 @@ struct create_spec {
   bool open_existing, sync;
   int backend;
   int kind; /* Gpushm__Kind; 0: none named */
+  uint32_t ring_slots;
 };
 
 static void d_create(unsigned sel, struct create_spec spec)
@@ -190,6 +191,7 @@ static void d_create(unsigned sel, struct create_spec spec)
   body.sync = spec.sync;
   body.backend = (Gpushm__Backend)spec.backend;
   body.kind = (Gpushm__Kind)spec.kind;
+  body.ring_slots = spec.ring_slots;
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
   d_send(sel, &req);
@@ -524,6 +526,74 @@ static void daemon_seeds(void)
   d_unlink(c0, "tl");
   d_close(c0, 1);
   finish("daemon", "timelines");
+
+  /* Frame rings (0.8): made (and with 1 and 65 slots, and a sync it may not have), opened
+   * read-only by the other connection and attached (twice), attached by the producer, a
+   * ring request detaching, evicting an id that is no consumer and one that is, and one
+   * for an id the connection does not hold; closed, unlinked. */
+  begin();
+  put_byte(0);
+  for (unsigned conn = 0; conn < 2; conn++) {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__Hello body = GPUSHM__HELLO__INIT;
+    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
+    body.client_name = conn ? "consumer" : "producer";
+    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
+                    GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS;
+    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    d_send(conn ? c1 : c0, &req);
+  }
+  d_create(c0, (struct create_spec){ .name = "ring", .size = 4096, .mode = 0644, .backend = 1,
+                                     .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 3 });
+  d_create(c0, (struct create_spec){ .name = "ring-1", .size = 4096, .backend = 1,
+                                     .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 1 });
+  d_create(c0, (struct create_spec){ .name = "ring-65", .size = 4096, .backend = 1,
+                                     .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 65 });
+  d_create(c0, (struct create_spec){ .name = "ring-sync", .size = 4096, .backend = 1, .sync = true,
+                                     .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 2 });
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = "ring";
+    body.read_only = true;
+    body.kind = GPUSHM__KIND__KIND_RING;
+    req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    req.open = &body;
+    d_send(c1, &req);
+    /* attach, by the ring's id (the first object: 1), twice; and by the producer */
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    body.id = 1;
+    body.read_only = false;
+    body.kind = GPUSHM__KIND__KIND_TIMELINE;
+    body.ring_attach = true;
+    d_send(c1, &req);
+    d_send(c1, &req);
+    d_send(c0, &req);
+  }
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__RingRequest body = GPUSHM__RING_REQUEST__INIT;
+    req.body_case = GPUSHM__REQUEST__BODY_RING;
+    req.ring = &body;
+    body.id = 1;
+    body.evict = 77;
+    d_send(c0, &req);
+    body.evict = 2; /* the done timeline the attach made */
+    d_send(c0, &req);
+    d_send(c1, &req); /* a consumer may not evict */
+    body.evict = 0;
+    body.detach = true;
+    d_send(c1, &req);
+    body.id = 99;
+    d_send(c1, &req);
+  }
+  d_list(c1, 0, 0, true);
+  d_close(c1, 1);
+  d_unlink(c0, "ring");
+  d_close(c0, 1);
+  finish("daemon", "rings");
 
   /* Before hello, a second hello, a version the daemon does not speak. */
   begin();
