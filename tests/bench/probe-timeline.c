@@ -408,7 +408,10 @@ static void t4_survival(const char *self)
   fprintf(stderr, "t4: importing into CUDA\n");
   sem = import_fd(fds[0]);
   fprintf(stderr, "t4: imported: %s\n", sem ? "yes" : "no");
-  CU_OK(pipe(to_w) < 0 || pipe(from_w) < 0 ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+  /* close-on-exec: a waiter that kept the write end of its own stdin would never see
+   * its end, and this process would wait for it for ever (it did, on the H200) */
+  CU_OK(pipe2(to_w, O_CLOEXEC) < 0 || pipe2(from_w, O_CLOEXEC) < 0 ? CUDA_ERROR_UNKNOWN
+                                                                    : CUDA_SUCCESS);
   snprintf(text, sizeof text, "%d", fds[1]);
   if ((waiter = fork()) == 0) {
     dup2(to_w[0], 0);
