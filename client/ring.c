@@ -425,6 +425,25 @@ static int wrap(gpushm_buffer_t *mem, bool producer, gpushm_ring_t **out)
   return 0;
 }
 
+/* A creator is the ring's producer from the start: it promises the first frames at once,
+ * so that consumers' streams queue their waits for frame 1 without a CPU wait, however
+ * soon they come. */
+static int created(gpushm_buffer_t *mem, gpushm_ring_t **out)
+{
+  int r;
+
+  if ((r = wrap(mem, true, out)) < 0)
+    return r;
+  if ((r = promise_through(mem, &(*out)->promised, 1)) < 0) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+    gpushm_ring_close_unlink(*out);
+    *out = NULL;
+    return client_error(r, "%s", why);
+  }
+  return 0;
+}
+
 int gpushm_ring_create(gpushm_t *conn, const char *name, uint32_t slots, uint64_t slot_size,
                        const gpushm_create_opts_t *opts, gpushm_ring_t **out)
 {
@@ -438,7 +457,7 @@ int gpushm_ring_create(gpushm_t *conn, const char *name, uint32_t slots, uint64_
   if ((r = need_rings(conn)) < 0 ||
       (r = client_create_ring(conn, name, slot_size, slots, NULL, opts, &mem)) < 0)
     return r;
-  return wrap(mem, true, out);
+  return created(mem, out);
 }
 
 int gpushm_ring_create_images(gpushm_t *conn, const char *name, uint32_t slots,
@@ -456,7 +475,7 @@ int gpushm_ring_create_images(gpushm_t *conn, const char *name, uint32_t slots,
   if ((r = need_rings(conn)) < 0 || (r = client_image_desc_wire(desc, &wire)) < 0 ||
       (r = client_create_ring(conn, name, 0, slots, &wire, opts, &mem)) < 0)
     return r;
-  return wrap(mem, true, out);
+  return created(mem, out);
 }
 
 int gpushm_ring_open(gpushm_t *conn, const char *name, unsigned flags, gpushm_ring_t **out)

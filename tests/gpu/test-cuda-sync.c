@@ -438,7 +438,8 @@ static int role_frame_ring(char **argv)
   t0 = now_s();
   for (unsigned k = 0; k < frames; k++) {
     gpushm_ring_frame_t f;
-    CHECK_OK(gpushm_ring_acquire_frame_stream(ring, s, 0, 0, &f)); /* promised: no CPU wait */
+    /* promised (by the ring's creator, ahead): queued with no CPU wait */
+    CHECK_OK(gpushm_ring_acquire_frame_stream(ring, s, 0, 0, &f));
     CHECK(f.frame == k + 1);
     launch_verify(s, (CUdeviceptr)(uintptr_t)gpushm_ring_slot_ptr(ring, f.slot), bytes / 4,
                   k + 1, errors + k * sizeof *bad);

@@ -534,6 +534,8 @@ static void test_deaths(gpushm_t *conn)
   char byte;
   pid_t pid;
 
+  uint64_t base;
+
   /* a consumer killed holding frame 1: the producer's acquire of frame 3 goes on */
   pid = child("mortal", false, 0, &report);
   while (gpushm_ring_consumers(ring) < 1)
@@ -561,7 +563,21 @@ static void test_deaths(gpushm_t *conn)
     opts.backend = GPUSHM_BACKEND_HOST;
     opts.lifetime = GPUSHM_LIFETIME_PERSISTENT;
     CHECK_OK(gpushm_ring_create(conn, "orphan", 2, SLOT_BYTES, &opts, &keep));
-    CHECK_OK(gpushm_ring_close(keep)); /* the creator's handle, no promise yet */
+    /* its creator promised the first frames as it made it; its close ends that stream:
+     * they count as lost, and frames go on after them */
+    CHECK_OK(gpushm_ring_close(keep));
+  }
+  {
+    gpushm_sync_state_t st;
+    gpushm_ring_t *watch;
+    CHECK_OK(gpushm_ring_open(conn, "orphan", GPUSHM_RING_OBSERVER, &watch));
+    for (int tries = 0; gpushm_ring_state(watch, &st) == 0 && st.promised_upto; tries++) {
+      CHECK(tries < 2000); /* the break is gpushmd's, in its time */
+      usleep(1000);
+    }
+    base = st.counter;
+    CHECK(base == 1 + GPUSHM_RING_PROMISE_AHEAD && st.lost_upto == base);
+    CHECK_OK(gpushm_ring_close(watch));
   }
   CHECK_OK(gpushm_ring_open(conn, "orphan", 0, &cons));
   pid = child("orphan", true, 2, &report);
@@ -569,7 +585,7 @@ static void test_deaths(gpushm_t *conn)
   {
     gpushm_ring_frame_t f;
     CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &f));
-    CHECK(f.frame == 1);
+    CHECK(f.frame == base + 1);
     verify(cons, &f);
     CHECK_OK(gpushm_ring_release(cons, &f));
     CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &f));
@@ -590,8 +606,10 @@ static void test_deaths(gpushm_t *conn)
     gpushm_ring_frame_t f, g;
     gpushm_t *conn2 = daemon_connect(&d);
     CHECK_OK(gpushm_ring_open(conn2, "orphan", GPUSHM_RING_PRODUCER, &next));
+    gpushm_sync_state_t st;
+    CHECK_OK(gpushm_ring_state(cons, &st));
     CHECK_OK(gpushm_ring_acquire_slot(next, 1000, &f));
-    CHECK(f.frame == GPUSHM_RING_PROMISE_AHEAD + 2); /* 1 + AHEAD promised and lost */
+    CHECK(f.frame == st.lost_upto + 1 && st.lost_upto > base + 2); /* after what it lost */
     fill(next, &f);
     CHECK_OK(gpushm_ring_present(next, &f));
     CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 1000, &g));
@@ -687,6 +705,19 @@ static void test_streams(gpushm_t *conn)
   gpushm_ring_frame_t f, g;
   unsigned long queued;
 
+  /* frame 1 before the producer did anything: its creator promised it, so a consumer's
+   * stream queues the wait at once */
+  {
+    gpushm_ring_t *early = create(conn, "streamed-early", 2, 0600), *c;
+    CHECK_OK(gpushm_ring_open(conn2, "streamed-early", 0, &c));
+    queued = fake_count("gpushm_fake_cuda_waits_queued");
+    CHECK_OK(gpushm_ring_acquire_frame_stream(c, NULL, 0, 0, &g));
+    CHECK(g.frame == 1 && fake_count("gpushm_fake_cuda_waits_queued") == queued + 1);
+    CHECK_OK(gpushm_ring_acquire_slot(early, 0, &f));
+    CHECK_OK(gpushm_ring_present_stream(early, NULL, &f));
+    CHECK_OK(gpushm_ring_close(c));
+    CHECK_OK(gpushm_ring_close_unlink(early));
+  }
   CHECK_OK(gpushm_ring_open(conn2, "streamed", 0, &cons));
   for (uint64_t i = 1; i <= 2; i++) {
     CHECK_OK(gpushm_ring_acquire_slot_stream(ring, NULL, 0, &f));
