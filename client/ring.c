@@ -324,7 +324,8 @@ static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsi
   if (flags & ~GPUSHM_RING_LATEST)
     return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
   /* evicted by a producer: the slots are no longer kept for it */
-  if ((r = table_lists(map_of(ring)->control, gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
+  if ((r = table_lists(map_of(ring)->control,
+                       gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
     return r < 0 ? r
                  : client_error(GPUSHM_E_PERM, "'%s': this consumer was evicted by a producer "
                                 "(or has let go): open the ring again to take frames",

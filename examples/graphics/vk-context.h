@@ -273,8 +273,10 @@ static inline void vkc_buffer_ownership(VkCommandBuffer cb, VkBuffer buffer, VkD
     .dstQueueFamilyIndex = acquire ? family : VK_QUEUE_FAMILY_EXTERNAL,
     .buffer = buffer, .offset = offset, .size = size,
   };
-  vkCmdPipelineBarrier(cb, acquire ? VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT : VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       acquire ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+  vkCmdPipelineBarrier(cb,
+                       acquire ? VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT : VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       acquire ? VK_PIPELINE_STAGE_TRANSFER_BIT
+                               : VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                        0, 0, NULL, 1, &b, 0, NULL);
 }
 

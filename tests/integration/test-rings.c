@@ -767,7 +767,8 @@ static void test_ctl(gpushm_t *conn)
 
   CHECK_OK(gpushm_ring_open(conn2, "shown", 0, &cons));
   produce(ring, 1);
-  ctl_show_says(d.socket, "shown", "ring:       3 slots of 4096 bytes (stride 65536); 1 consumer\n");
+  ctl_show_says(d.socket, "shown",
+                "ring:       3 slots of 4096 bytes (stride 65536); 1 consumer\n");
   ctl_show_says(d.socket, "shown", "counter:    1; promised up to 4097 by client");
   ctl_show_says(d.socket, "shown", "reached:    1\n");
   /* its holders, each in its role */
