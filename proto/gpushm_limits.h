@@ -214,8 +214,8 @@
 /* Frame rings (docs/rings.md): slots of one ring, and consumers attached to one at once
  * (each has a done timeline; their ids fill a table in the ring's control block,
  * proto/shm_layout.h).  Each slot starts at a multiple of SLOT_ALIGN bytes into the
- * ring's memory: what Vulkan and GL ask of an image bound at an offset on every driver
- * we know (NVIDIA's largest page, 64 KiB). */
+ * ring's memory: NVIDIA's largest page, more than Vulkan or GL asks of a buffer bound at
+ * an offset (docs/rings.md). */
 #define GPUSHM_LIMIT_RING_SLOTS        64u
 #define GPUSHM_LIMIT_RING_CONSUMERS    32u
 /* Consumers of one uid attached to one ring at once (its owner's are not counted): a
