@@ -734,7 +734,8 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
   return 0;
 }
 
-/* "a buffer", "an event", "a timeline": what a caller meant, and what a name is. */
+/* "a buffer", "an event", "a timeline", "a ring": what a caller meant, and what a name
+ * is. */
 static const char *kind_article(enum reg_kind kind)
 {
   return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline"
@@ -813,10 +814,9 @@ int registry_ring_attach(struct registry *reg, struct reg_client *client,
 {
   struct reg_object *ring = registry_find_id(reg, ring_id), *done;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  const struct reg_holding *h;
   uint64_t done_id;
   int r;
-
-  const struct reg_holding *h;
 
   memset(out, 0, sizeof *out);
   if (!ring || ring->kind != REG_RING || !(h = find_holding(ring, client))) {
