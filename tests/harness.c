@@ -427,3 +427,30 @@ void ctl_show_says(const char *socket, const char *name, const char *text)
     exit(1);
   }
 }
+
+static char log_file[64];
+
+static void dump_log_file(void)
+{
+  FILE *f = fopen(log_file, "r");
+  char line[2048];
+
+  if (!f)
+    return;
+  while (fgets(line, sizeof line, f))
+    fprintf(stderr, "  %s", line);
+  fclose(f);
+  unlink(log_file);
+}
+
+const char *test_log_file(const char *tag)
+{
+  int fd;
+
+  CHECK(!log_file[0]); /* one a test */
+  snprintf(log_file, sizeof log_file, "/tmp/gpushm-%s-XXXXXX", tag);
+  CHECK((fd = mkostemp(log_file, O_CLOEXEC)) >= 0);
+  close(fd);
+  atexit(dump_log_file);
+  return log_file;
+}

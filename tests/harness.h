@@ -55,6 +55,11 @@ struct test_daemon {
   char socket[300];
 };
 
+/* A temporary file for gpushmd's log (struct test_daemon.log_path), named after tag,
+ * copied to the test's stderr and removed when the test exits: a failing test shows
+ * what its daemons said. */
+const char *test_log_file(const char *tag);
+
 /* Starts $GPUSHMD on a socket in a fresh temporary directory, with extra arguments
  * (NULL-terminated), and waits until it answers. */
 void daemon_start(struct test_daemon *d, ...);

@@ -287,6 +287,30 @@ class _Handle:
         self.close()
 
 
+class _Named(_Handle):
+    """A handle on a named object (an event, a timeline, a ring): its connection, and its
+    name and id, read once as it is opened."""
+
+    def __init__(self, pointer: int, kind: int, connection: "Connection", name: str,
+                 object_id: int) -> None:
+        super().__init__(pointer, kind)
+        self._connection = connection
+        self._name = name
+        self._id = object_id
+
+    @property
+    def connection(self) -> "Connection":
+        return self._connection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+
 class Connection(_Handle):
     """A connection to gpushmd (gpushm_connect).  ``socket``: the daemon's socket
     ($GPUSHM_SOCKET, else /run/gpushm/gpushmd.sock); ``name``: what admin tools show;
@@ -1113,28 +1137,15 @@ class Tensor:
         _copy.copy_into(self, source)
 
 
-class Event(_Handle):
+class Event(_Named):
     """A named inter-process CUDA event (gpushm_event_create/open)."""
 
     _what = "event"
 
     def __init__(self, pointer: int, connection: Connection) -> None:
-        super().__init__(pointer, CAPSULE_BUFFER)  # an event is closed like a buffer
-        self._connection = connection
-        self._name = text(lib.gpushm_event_name(pointer))
-        self._id: int = lib.gpushm_event_id(pointer)
-
-    @property
-    def connection(self) -> Connection:
-        return self._connection
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def id(self) -> int:
-        return self._id
+        # an event is closed like a buffer
+        super().__init__(pointer, CAPSULE_BUFFER, connection,
+                         text(lib.gpushm_event_name(pointer)), lib.gpushm_event_id(pointer))
 
     def record(self, stream: StreamLike = None) -> None:
         """Records the event on stream (a stream of the event's own device)."""
@@ -1151,7 +1162,7 @@ class Event(_Handle):
 
 
 
-class Timeline(_Handle):
+class Timeline(_Named):
     """A named 64-bit counter that CPUs and CUDA streams of any process signal and wait
     on (gpushm_timeline_*; docs/sync.md).  Values only grow; a wait for v ends once the
     counter is at least v.  signal()/wait() are the CPU's; signal_stream()/wait_stream()
@@ -1160,22 +1171,9 @@ class Timeline(_Handle):
     _what = "timeline"
 
     def __init__(self, pointer: int, connection: Connection) -> None:
-        super().__init__(pointer, CAPSULE_BUFFER)  # closed like a buffer
-        self._connection = connection
-        self._name = text(lib.gpushm_timeline_name(pointer))
-        self._id: int = lib.gpushm_timeline_id(pointer)
-
-    @property
-    def connection(self) -> Connection:
-        return self._connection
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def id(self) -> int:
-        return self._id
+        # closed like a buffer
+        super().__init__(pointer, CAPSULE_BUFFER, connection,
+                         text(lib.gpushm_timeline_name(pointer)), lib.gpushm_timeline_id(pointer))
 
     @property
     def value(self) -> int:
@@ -1272,7 +1270,7 @@ class Frame:
         return RingFrame(self.frame, self.slot, self.offset)
 
 
-class Ring(_Handle):
+class Ring(_Named):
     """A frame ring (gpushm_ring_*; docs/rings.md): slots a producer fills and consumers
     read in turn, ordered by timelines.  A producer: ``f = ring.acquire_slot()``, write
     ``ring.slot(f.slot)``, ``ring.present(f)``; a consumer: ``f = ring.acquire_frame()``,
@@ -1284,22 +1282,8 @@ class Ring(_Handle):
     _what = "ring"
 
     def __init__(self, pointer: int, connection: Connection) -> None:
-        super().__init__(pointer, CAPSULE_RING)
-        self._connection = connection
-        self._name = text(lib.gpushm_ring_name(pointer))
-        self._id: int = lib.gpushm_ring_id(pointer)
-
-    @property
-    def connection(self) -> Connection:
-        return self._connection
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def id(self) -> int:
-        return self._id
+        super().__init__(pointer, CAPSULE_RING, connection,
+                         text(lib.gpushm_ring_name(pointer)), lib.gpushm_ring_id(pointer))
 
     @property
     def slots(self) -> int:

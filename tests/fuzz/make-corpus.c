@@ -157,15 +157,22 @@ static void d_raw(unsigned sel, const void *bytes, size_t len)
 
 #define H FUZZ_D_HEADER
 
-static void d_hello(unsigned sel)
+/* A hello of a connection named name that offers features. */
+static void d_hello_as(unsigned sel, const char *name, uint64_t features)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__Hello body = GPUSHM__HELLO__INIT;
   body.protocol_version = GPUSHM_PROTOCOL_VERSION;
-  body.client_name = (sel & FUZZ_D_CONN) ? "consumer" : "producer";
+  body.client_name = (char *)name;
+  body.features = features;
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;
   d_send(sel, &req);
+}
+
+static void d_hello(unsigned sel)
+{
+  d_hello_as(sel, (sel & FUZZ_D_CONN) ? "consumer" : "producer", 0);
 }
 
 struct create_spec {
@@ -452,16 +459,10 @@ static void daemon_seeds(void)
    * the fd it attaches. */
   begin();
   put_byte(0);
-  for (unsigned conn = 0; conn < 2; conn++) {
-    Gpushm__Request req = GPUSHM__REQUEST__INIT;
-    Gpushm__Hello body = GPUSHM__HELLO__INIT;
-    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
-    body.client_name = conn ? "importer" : "registrant";
-    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_IPC_FENCES;
-    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
-    req.hello = &body;
-    d_send(conn ? FUZZ_D_CONN : 0, &req);
-  }
+  d_hello_as(0, "registrant",
+             GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_IPC_FENCES);
+  d_hello_as(FUZZ_D_CONN, "importer",
+             GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_IPC_FENCES);
   d_register(0, "reg-a", 4096, 4096, 0644, false);
   d_register(0, "reg-bb", FUZZ_D_MEMFD_BYTES, FUZZ_D_MEMFD_BYTES, 0666, false);
   d_register(0, "reg-ccc", 16384, FUZZ_D_MEMFD_BYTES, 0644, true);
@@ -480,16 +481,10 @@ static void daemon_seeds(void)
    * have, a kind the daemon does not know; closed, unlinked. */
   begin();
   put_byte(0);
-  for (unsigned conn = 0; conn < 2; conn++) {
-    Gpushm__Request req = GPUSHM__REQUEST__INIT;
-    Gpushm__Hello body = GPUSHM__HELLO__INIT;
-    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
-    body.client_name = conn ? "waiter" : "signaller";
-    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES | GPUSHM_FEATURE_TIMELINES;
-    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
-    req.hello = &body;
-    d_send(conn ? c1 : c0, &req);
-  }
+  d_hello_as(c0, "signaller",
+             GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES | GPUSHM_FEATURE_TIMELINES);
+  d_hello_as(c1, "waiter",
+             GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES | GPUSHM_FEATURE_TIMELINES);
   d_create(c0, (struct create_spec){ .name = "tl", .mode = 0644, .kind = GPUSHM__KIND__KIND_TIMELINE });
   d_create(c0, (struct create_spec){ .name = "tl-sized", .size = 4096, .mode = 0644,
                                      .backend = 1, .kind = GPUSHM__KIND__KIND_TIMELINE });
@@ -533,17 +528,10 @@ static void daemon_seeds(void)
    * for an id the connection does not hold; closed, unlinked. */
   begin();
   put_byte(0);
-  for (unsigned conn = 0; conn < 2; conn++) {
-    Gpushm__Request req = GPUSHM__REQUEST__INIT;
-    Gpushm__Hello body = GPUSHM__HELLO__INIT;
-    body.protocol_version = GPUSHM_PROTOCOL_VERSION;
-    body.client_name = conn ? "consumer" : "producer";
-    body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
-                    GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS;
-    req.body_case = GPUSHM__REQUEST__BODY_HELLO;
-    req.hello = &body;
-    d_send(conn ? c1 : c0, &req);
-  }
+  d_hello_as(c0, "producer", GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
+                               GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS);
+  d_hello_as(c1, "consumer", GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
+                               GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS);
   d_create(c0, (struct create_spec){ .name = "ring", .size = 4096, .mode = 0644, .backend = 1,
                                      .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 3 });
   d_create(c0, (struct create_spec){ .name = "ring-1", .size = 4096, .backend = 1,

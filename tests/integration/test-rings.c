@@ -49,7 +49,7 @@
 #define SLOT_BYTES 4096u
 
 static struct test_daemon d;
-static char log_path[64];
+static const char *log_path; /* gpushmd's (test_log_file()) */
 static bool have_fake_cuda;
 
 static double now_ms(void)
@@ -868,23 +868,9 @@ static void test_evict(gpushm_t *conn)
            "mid-change by another producer is an error, not a hang");
 }
 
-static void dump_log(void)
-{
-  FILE *f = fopen(log_path, "r");
-  char line[2048];
-
-  if (!f)
-    return;
-  while (fgets(line, sizeof line, f))
-    fprintf(stderr, "  %s", line);
-  fclose(f);
-  unlink(log_path);
-}
-
 int main(void)
 {
   const char *fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
-  int saved = fcntl(2, F_DUPFD_CLOEXEC, 0), fd;
   gpushm_t *conn;
 
   have_fake_cuda = fake_lib && access(fake_lib, R_OK) == 0;
@@ -892,14 +878,8 @@ int main(void)
     setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
     setenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS", "1", 1);
   }
-  snprintf(log_path, sizeof log_path, "/tmp/gpushm-rings-XXXXXX");
-  CHECK(saved >= 0 && (fd = mkostemp(log_path, O_CLOEXEC)) >= 0);
-  fflush(stderr);
-  CHECK(dup2(fd, 2) == 2);
+  d.log_path = log_path = test_log_file("rings");
   daemon_start(&d, NULL);
-  CHECK(dup2(saved, 2) == 2);
-  close(fd);
-  atexit(dump_log);
   conn = daemon_connect(&d);
   test_shape(conn);
   test_frames(conn);
