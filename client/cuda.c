@@ -821,6 +821,87 @@ int client_cuda_stream_sync(const struct client_stream *s)
                    CU_CALL(&cl.drv, cuStreamSynchronize, (CUstream)s->stream));
 }
 
+/* ---- semaphore planes (timeline_plane.c) ---------------------------------------- */
+
+int client_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem)
+{
+  CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc = {
+    .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+  CUexternalSemaphore ext;
+  CUcontext prev;
+  CUresult r;
+  int i, ret;
+
+  pthread_once(&load_once, load);
+  if (cl.status)
+    return client_error(cl.status, "a timeline's semaphore is signalled through CUDA, which "
+                        "is unsupported here: %s", cl.why);
+  for (i = 0; i < cl.n_devices && memcmp(cl.devices[i].uuid, uuid, 16) != 0; i++)
+    ;
+  if (i == cl.n_devices)
+    return client_error(GPUSHM_E_UNSUPPORTED, "the timeline's semaphore lives on a GPU this "
+                        "process does not see (check CUDA_VISIBLE_DEVICES)");
+  if ((ret = enter_device(i, &prev)) < 0)
+    return ret;
+  if ((desc.handle.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    leave_device(i, prev);
+    return client_error(GPUSHM_E_IO, "dup: %s", strerror(errno));
+  }
+  r = CU_CALL(&cl.drv, cuImportExternalSemaphore, &ext, &desc);
+  leave_device(i, prev);
+  if (r != CUDA_SUCCESS) {
+    close(desc.handle.fd); /* CUDA owns an fd it imported, and only then */
+    return cuda_error(r, "cuImportExternalSemaphore");
+  }
+  *device = i;
+  *sem = ext;
+  return 0;
+}
+
+/* On the caller's stream, behind its work; without one, now: through the library's own
+ * stream, waited for, so that the semaphore holds the value when the call returns (a
+ * later signal on another stream must not land first and be set back). */
+int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
+                                 const struct client_stream *s)
+{
+  CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS p = { .params.fence.value = value };
+  CUexternalSemaphore ext = sem;
+  const char *what = "cuSignalExternalSemaphoresAsync";
+  CUcontext prev;
+  CUstream own;
+  CUresult r;
+  int ret;
+
+  if (s)
+    return ON_STREAM(s, what, CU_CALL(&cl.drv, cuSignalExternalSemaphoresAsync, &ext, &p, 1,
+                                      (CUstream)s->stream));
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  if ((ret = private_stream(device, &own)) == 0) {
+    r = CU_CALL(&cl.drv, cuSignalExternalSemaphoresAsync, &ext, &p, 1, own);
+    if (r == CUDA_SUCCESS) {
+      what = "cuStreamSynchronize";
+      r = CU_CALL(&cl.drv, cuStreamSynchronize, own);
+    }
+    ret = r == CUDA_SUCCESS ? 0 : cuda_error(r, what);
+  }
+  leave_device(device, prev);
+  return ret;
+}
+
+int client_cuda_semaphore_destroy(void *sem, int device)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuDestroyExternalSemaphore, (CUexternalSemaphore)sem);
+  leave_device(device, prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDestroyExternalSemaphore");
+}
+
 /* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */
 static bool visible_devices_are_mig(void)
 {

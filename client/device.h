@@ -93,6 +93,13 @@ int client_cuda_host_unregister(void *p, int device);
  * loaded first, and NULL the legacy default stream of the current context's device,
  * else of device 0. */
 int client_cuda_stream_any(void *stream, struct client_stream *out);
+/* A timeline's semaphore plane (timeline_plane.c): fd (a timeline semaphore, which
+ * stays the caller's) imported on the device of uuid, *device its ordinal here; signalled
+ * to value behind s's work (s NULL: now, waited for); destroyed. */
+int client_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem);
+int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
+                                 const struct client_stream *s);
+int client_cuda_semaphore_destroy(void *sem, int device);
 int client_cuda_record(void *event, const struct client_stream *s);
 int client_cuda_wait(void *event, const struct client_stream *s);
 

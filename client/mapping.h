@@ -45,6 +45,11 @@ struct client_mapping {
    * with CUDA on a stream's first use (fence_dptr: its device address there). */
   bool timeline_tried;     /* registration attempted */
   int timeline_device;     /* registered through this device's context; -1: not */
+  /* Its semaphore plane as this process signals it (timeline_plane.c): imported into
+   * CUDA on plane_device on the first signal that finds the control block says there
+   * is one. */
+  void *plane_cuda;        /* CUexternalSemaphore; NULL: not imported */
+  int plane_device;
   /* Rings (ring.c): slot i is ring_slot_stride * i bytes into the memory; the ready
    * counter is the control block's fence, as a timeline's. */
   uint32_t ring_slots;

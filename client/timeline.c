@@ -12,6 +12,7 @@
 #include "sync.h"
 #include "timeline.h"
 #include "timeline_page.h"
+#include "timeline_plane.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -57,12 +58,16 @@ static int mark_cpu(struct client_mapping *buf, const struct client_stream *s, u
   if (s && (r = client_cuda_stream_sync(s)) < 0)
     return r;
   raise_fence_on_cpu(buf->control, v);
-  return 0;
+  /* the semaphore after the fence, never before: a repair signals the fence's value */
+  return buf->plane_cuda ? client_plane_signal(buf, NULL, v) : 0;
 }
 
 static int mark_gpu(struct client_mapping *buf, const struct client_stream *s, uint64_t v)
 {
   int r = client_cuda_fence_write(buf->fence_dptr, v, s);
+
+  if (r == 0 && buf->plane_cuda)
+    r = client_plane_signal(buf, s, v);
 
   if (r == 0) {
     uint64_t was = __atomic_load_n(&buf->fence_written, __ATOMIC_RELAXED);
@@ -71,6 +76,14 @@ static int mark_gpu(struct client_mapping *buf, const struct client_stream *s, u
       ;
   }
   return r;
+}
+
+/* A timeline with a semaphore plane is signalled there too (timeline_plane.c): imported
+ * before the first signal that needs it, for a stream of device (-1: the CPU's). */
+static int prepare_plane(gpushm_buffer_t *handle, int device)
+{
+  return client_plane_wanted(handle->map) ? client_plane_prepare(handle->map, handle->conn, device)
+                                          : 0;
 }
 
 int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value)
@@ -86,9 +99,13 @@ int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream
     return client_error(GPUSHM_E_PERM, "'%s' is open read-only: signalling is a write, open "
                         "it read-write to signal", buf->name);
   if (!on_stream) {
-    r = client_sync_publish(buf, handle->conn, NULL, mark_cpu, value, &n);
+    if ((r = prepare_plane(handle, -1)) == 0)
+      r = client_sync_publish(buf, handle->conn, NULL, mark_cpu, value, &n);
   } else if ((r = client_timeline_stream(buf, stream, &s)) >= 0) {
-    r = client_sync_publish(buf, handle->conn, &s, r == 0 ? mark_gpu : mark_cpu, value, &n);
+    int method = r;
+    if ((r = prepare_plane(handle, method == 0 ? s.device : -1)) == 0)
+      r = client_sync_publish(buf, handle->conn, &s, method == 0 ? mark_gpu : mark_cpu, value,
+                              &n);
   }
   if (r < 0)
     return r;

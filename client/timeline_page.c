@@ -8,6 +8,7 @@
 #include "mapping.h"
 #include "shm_layout.h"
 #include "timeline_page.h"
+#include "timeline_plane.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -22,6 +23,8 @@ int client_timeline_attach(struct client_mapping *buf)
   buf->timeline_tried = false;
   buf->timeline_device = -1;
   buf->fence_dptr = 0;
+  buf->plane_cuda = NULL;
+  buf->plane_device = -1;
   return 0;
 }
 
@@ -29,6 +32,7 @@ int client_timeline_detach(struct client_mapping *buf)
 {
   int r = 0;
 
+  client_plane_detach(buf);
   if (buf->timeline_device >= 0)
     r = client_cuda_host_unregister(buf->control, buf->timeline_device);
   buf->timeline_device = -1;

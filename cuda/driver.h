@@ -87,6 +87,10 @@
   X(cuExternalMemoryGetMappedBuffer, 10000, (CUdeviceptr *dptr, CUexternalMemory ext, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc)) \
   X(cuExternalMemoryGetMappedMipmappedArray, 10000, (CUmipmappedArray *mipmap, CUexternalMemory ext, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *desc)) \
   X(cuDestroyExternalMemory, 10000, (CUexternalMemory ext)) \
+  X(cuImportExternalSemaphore, 10000, (CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc)) \
+  X(cuSignalExternalSemaphoresAsync, 10000, (const CUexternalSemaphore *sems, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params, unsigned int n, CUstream stream)) \
+  X(cuWaitExternalSemaphoresAsync, 10000, (const CUexternalSemaphore *sems, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *params, unsigned int n, CUstream stream)) \
+  X(cuDestroyExternalSemaphore, 10000, (CUexternalSemaphore sem)) \
   X(cuMipmappedArrayGetLevel, 5000, (CUarray *level_array, CUmipmappedArray mipmap, unsigned int level)) \
   X(cuMipmappedArrayDestroy, 5000, (CUmipmappedArray mipmap)) \
   X(cuArray3DGetDescriptor, 3020, (CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)) \

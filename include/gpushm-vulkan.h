@@ -128,6 +128,34 @@ GPUSHM_VK_API int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const
                                           const gpushm_create_opts_t *opts,
                                           gpushm_vk_buffer_t *out, gpushm_buffer_t **buf_out);
 
+/* A timeline on this device's queues (docs/sync.md#semaphore-planes): its semaphore
+ * plane imported (minted here and registered, flags GPUSHM_SEMAPHORE_TO_READERS, where
+ * the timeline has none yet: the device needs VK_KHR_external_semaphore_fd and the
+ * timelineSemaphore feature) and, for a read-write open, its control block's page as
+ * a buffer (VK_EXT_external_memory_host) that a signal writes the fence into.
+ *   wait for v:  gpushm_timeline_wait_signalled(tl, v, timeout) (a wait for a value
+ *                nobody signalled or promised would never end), then submit with
+ *                semaphore, v among the waits (VkTimelineSemaphoreSubmitInfo);
+ *   signal v:    gpushm_vk_timeline_record_signal() at the end of a command buffer,
+ *                submit it with semaphore, v among the signals, then
+ *                gpushm_timeline_signal_external(tl, v).
+ * The fence write is what CPU waiters, CUDA streams and gpushmd see; the semaphore what
+ * Vulkan and GL queues wait on: a submission must do both. */
+typedef struct gpushm_vk_timeline {
+  VkSemaphore semaphore;
+  VkBuffer fence_buffer;       /* VK_NULL_HANDLE for a read-only open: it only waits */
+  VkDeviceMemory fence_memory;
+  VkDeviceSize fence_offset;
+} gpushm_vk_timeline_t;
+
+GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                            unsigned flags, gpushm_vk_timeline_t *out);
+GPUSHM_VK_API void gpushm_vk_destroy_timeline(gpushm_vk_t *vk, gpushm_vk_timeline_t *t);
+/* Records, in cmd (outside a render pass, on a queue that can transfer), the fence
+ * write of value, after everything submitted before it on the queue. */
+GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,
+                                                   VkCommandBuffer cmd, uint64_t value);
+
 #if defined(GPUSHM_VK_IMPL) || !defined(GPUSHM_VK_SHARED)
 /* ---- implementation: header-only, or libgpushm-vulkan's ------------------------- */
 
@@ -752,6 +780,190 @@ GPUSHM_VK_API int gpushm_vk_create_buffer(gpushm_vk_t *vk, gpushm_t *conn, const
     return ret;
   }
   out->size = size;
+  return 0;
+}
+
+/* ---- timelines' semaphore planes ---------------------------------------------------- */
+
+GPUSHM_VK_API void gpushm_vk_destroy_timeline(gpushm_vk_t *vk, gpushm_vk_timeline_t *t)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroySemaphore, vkDestroySemaphore);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroyBuffer, vkDestroyBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkFreeMemory, vkFreeMemory);
+  if (t->semaphore)
+    vkDestroySemaphore(vk->device, t->semaphore, NULL);
+  if (t->fence_buffer)
+    vkDestroyBuffer(vk->device, t->fence_buffer, NULL);
+  if (t->fence_memory)
+    vkFreeMemory(vk->device, t->fence_memory, NULL);
+  memset(t, 0, sizeof *t);
+}
+
+/* A timeline semaphore at initial, exportable as OPAQUE_FD (export) or to import into. */
+GPUSHM_VK__STATIC int gpushm_vk__timeline_semaphore(gpushm_vk_t *vk, uint64_t initial, int export_fd,
+                                                    VkSemaphore *out)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateSemaphore, vkCreateSemaphore);
+  VkExportSemaphoreCreateInfo exportable = {
+    .sType = VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkSemaphoreTypeCreateInfo type = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                     .pNext = export_fd ? &exportable : NULL,
+                                     .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                                     .initialValue = initial };
+  VkSemaphoreCreateInfo sci = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &type };
+  VkResult r = vkCreateSemaphore(vk->device, &sci, NULL, out);
+
+  return r == VK_SUCCESS ? 0 : gpushm_vk__result(vk, r, "vkCreateSemaphore (timeline)");
+}
+
+/* The timeline's plane: fetched, or minted here and registered; *fd a new fd of it. */
+GPUSHM_VK__STATIC int gpushm_vk__plane_fd(gpushm_vk_t *vk, gpushm_timeline_t *tl, unsigned flags,
+                                          int *fd)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreFdKHR, vkGetSemaphoreFdKHR);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroySemaphore, vkDestroySemaphore);
+  VkSemaphoreGetFdInfoKHR get = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+                                  .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
+  gpushm_external_memory_t here;
+  uint8_t uuid[16];
+  VkSemaphore minted;
+  VkResult r;
+  int ret, minted_fd = -1;
+
+  memset(&here, 0, sizeof here);
+  if ((ret = gpushm_vk__describe(vk, &here)) < 0)
+    return ret;
+  ret = gpushm_timeline_semaphore(tl, -1, NULL, 0, fd, uuid);
+  if (ret == GPUSHM_E_NOENT) {
+    if (!vkGetSemaphoreFdKHR)
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "'%s' has no semaphore plane yet, and "
+                             "this device cannot mint one: enable VK_KHR_external_semaphore_fd "
+                             "(and the timelineSemaphore feature)", gpushm_timeline_name(tl));
+    /* minted where the fence stands; gpushmd signals it to the fence once registered */
+    if ((ret = gpushm_vk__timeline_semaphore(vk, gpushm_timeline_value(tl), 1, &minted)) < 0)
+      return ret;
+    get.semaphore = minted;
+    if ((r = vkGetSemaphoreFdKHR(vk->device, &get, &minted_fd)) != VK_SUCCESS) {
+      vkDestroySemaphore(vk->device, minted, NULL);
+      return gpushm_vk__result(vk, r, "vkGetSemaphoreFdKHR");
+    }
+    ret = gpushm_timeline_semaphore(tl, minted_fd, here.device_uuid, flags, fd, uuid);
+    close(minted_fd);
+    /* the payload lives on in the fds gpushmd keeps and hands out */
+    vkDestroySemaphore(vk->device, minted, NULL);
+  }
+  if (ret < 0)
+    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  if (memcmp(uuid, here.device_uuid, 16) != 0) {
+    close(*fd);
+    *fd = -1;
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "'%s''s semaphore lives on another GPU "
+                           "than this Vulkan device: wait for it on the CPU "
+                           "(gpushm_timeline_wait())", gpushm_timeline_name(tl));
+  }
+  return 0;
+}
+
+GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                            unsigned flags, gpushm_vk_timeline_t *out)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkImportSemaphoreFdKHR, vkImportSemaphoreFdKHR);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateBuffer, vkCreateBuffer);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory);
+  VkImportSemaphoreFdInfoKHR import = { .sType = VK_STRUCTURE_TYPE_IMPORT_SEMAPHORE_FD_INFO_KHR,
+                                        .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
+  VkExternalMemoryBufferCreateInfo ext = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT };
+  VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext,
+                             .size = 4096, .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
+  gpushm_memory_info_t page = { .size = sizeof page,
+                                .handle_type = GPUSHM_EXTERNAL_HOST_POINTER,
+                                .allocation_size = 4096,
+                                .memory_type_index = GPUSHM_MEMORY_TYPE_ANY };
+  VkMemoryRequirements req;
+  size_t fence_offset;
+  VkResult r;
+  int fd = -1, ret;
+
+  memset(out, 0, sizeof *out);
+  if (!vkImportSemaphoreFdKHR)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "a timeline's semaphore imports through "
+                           "VK_KHR_external_semaphore_fd: enable it on the device");
+  if ((ret = gpushm_vk__plane_fd(vk, tl, flags, &fd)) < 0)
+    return ret;
+  if ((ret = gpushm_vk__timeline_semaphore(vk, 0, 0, &out->semaphore)) < 0) {
+    close(fd);
+    return ret;
+  }
+  import.semaphore = out->semaphore;
+  import.fd = fd;
+  if ((r = vkImportSemaphoreFdKHR(vk->device, &import)) != VK_SUCCESS) {
+    close(fd); /* an import owns its fd on success only */
+    gpushm_vk_destroy_timeline(vk, out);
+    return gpushm_vk__result(vk, r, "vkImportSemaphoreFdKHR");
+  }
+  /* a signaller writes the fence too: read-write opens import the control block's page */
+  ret = gpushm_timeline_fence_page(tl, &page.host_pointer, &fence_offset);
+  if (ret == GPUSHM_E_PERM)
+    return 0; /* read-only: it waits, and has no fence to write */
+  if (ret < 0) {
+    gpushm_vk_destroy_timeline(vk, out);
+    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  }
+  if ((r = vkCreateBuffer(vk->device, &bci, NULL, &out->fence_buffer)) != VK_SUCCESS) {
+    gpushm_vk_destroy_timeline(vk, out);
+    return gpushm_vk__result(vk, r, "vkCreateBuffer (the timeline's page)");
+  }
+  vkGetBufferMemoryRequirements(vk->device, out->fence_buffer, &req);
+  if ((ret = gpushm_vk__import_memory(vk, &page, -1, &req, VK_NULL_HANDLE, VK_NULL_HANDLE,
+                                      &out->fence_memory)) < 0 ||
+      (r = vkBindBufferMemory(vk->device, out->fence_buffer, out->fence_memory, 0)) !=
+        VK_SUCCESS) {
+    if (ret == 0)
+      ret = gpushm_vk__result(vk, r, "vkBindBufferMemory (the timeline's page)");
+    gpushm_vk_destroy_timeline(vk, out);
+    return ret;
+  }
+  out->fence_offset = fence_offset;
+  return 0;
+}
+
+GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,
+                                                   VkCommandBuffer cmd, uint64_t value)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdPipelineBarrier, vkCmdPipelineBarrier);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdUpdateBuffer, vkCmdUpdateBuffer);
+  /* everything before it in submission order, then the write, then the host's view */
+  VkMemoryBarrier before = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                             .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+                             .dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT };
+  VkBufferMemoryBarrier after = { .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+                                  .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                  .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+                                  .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                  .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                  .buffer = t->fence_buffer, .offset = t->fence_offset,
+                                  .size = 8 };
+
+  if (!t->fence_buffer)
+    return gpushm_vk__fail(vk, GPUSHM_E_PERM, "the timeline is open read-only here: "
+                           "signalling is a write, open it read-write");
+  if (value == 0)
+    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "signal of value 0: values start at 1");
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
+                       1, &before, 0, NULL, 0, NULL);
+  vkCmdUpdateBuffer(cmd, t->fence_buffer, t->fence_offset, sizeof value, &value);
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 0,
+                       NULL, 1, &after, 0, NULL);
   return 0;
 }
 

@@ -276,6 +276,9 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_TIMELINES 0x200ull
 /* Frame rings (0.8): gpushm_ring_*(). */
 #define GPUSHM_FEATURE_RINGS 0x400ull
+/* Timelines' semaphore planes (0.8): gpushm_timeline_semaphore() and the Vulkan and GL
+ * helpers that wait and signal on the GPU (docs/sync.md#semaphore-planes). */
+#define GPUSHM_FEATURE_SEMAPHORES 0x800ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend
@@ -649,6 +652,37 @@ GPUSHM_API gpushm_sync_method_t gpushm_timeline_sync_method(const gpushm_timelin
                                                             const char **why);
 GPUSHM_API uint64_t gpushm_timeline_id(const gpushm_timeline_t *tl);
 GPUSHM_API const char *gpushm_timeline_name(const gpushm_timeline_t *tl);
+
+/* Semaphore planes (0.8, GPUSHM_FEATURE_SEMAPHORES; docs/sync.md#semaphore-planes): a
+ * Vulkan timeline semaphore (exported as OPAQUE_FD) that every signaller of the timeline
+ * signals beside its counter, so that Vulkan and GL queues wait for values on the GPU.
+ * CUDA cannot make one: a process with a VkDevice mints it and registers it
+ * (gpushm_vk_import_timeline() in gpushm-vulkan.h does all of this); from then on
+ * gpushm_timeline_signal[_stream]() signal it too, in any process.
+ *
+ * gpushm_timeline_semaphore(): *fd_out a new fd of the plane (each import into Vulkan or
+ * GL consumes one) and *uuid_out the GPU it lives on; GPUSHM_E_NOENT where there is
+ * none, GPUSHM_E_PERM for a read-only open unless its registrar gave it to readers
+ * (flags GPUSHM_SEMAPHORE_TO_READERS: they can then signal it too, as a semaphore has no
+ * read-only handle).  register_fd >= 0 (with device_uuid, the GPU it lives on; the fd
+ * stays the caller's) first makes that semaphore the plane: returns 1 when it did, 0
+ * when the timeline had one already, whose fd comes back instead.
+ *
+ * A Vulkan queue signals value itself: gpushm_timeline_signal_external() publishes it
+ * (as a signal does; refused as a signal would be), for a submission that writes the
+ * fence (gpushm_timeline_fence_page(): the control block's page, 4096 bytes, and the
+ * fence's offset in it; GPUSHM_E_PERM for a read-only open) and signals the semaphore.
+ * gpushm_timeline_wait_signalled() returns once value is signalled or promised, so that
+ * a GPU wait for it will end: what to call before queuing one. */
+#define GPUSHM_SEMAPHORE_TO_READERS 0x1u
+GPUSHM_API int gpushm_timeline_semaphore(gpushm_timeline_t *tl, int register_fd,
+                                         const uint8_t *device_uuid, unsigned flags,
+                                         int *fd_out, uint8_t uuid_out[16]);
+GPUSHM_API int gpushm_timeline_signal_external(gpushm_timeline_t *tl, uint64_t value);
+GPUSHM_API int gpushm_timeline_wait_signalled(gpushm_timeline_t *tl, uint64_t value,
+                                              int timeout_ms);
+GPUSHM_API int gpushm_timeline_fence_page(gpushm_timeline_t *tl, void **page,
+                                          size_t *fence_offset);
 
 /* Frame rings (0.8, GPUSHM_FEATURE_RINGS; docs/rings.md): slots of memory that a
  * producer fills and consumers read in turn, as one named object, ordered by timelines

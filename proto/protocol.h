@@ -66,6 +66,7 @@ enum proto_lifetime {
 #define PROTO_FEATURE_PROMISES 0x100ull
 #define PROTO_FEATURE_TIMELINES 0x200ull
 #define PROTO_FEATURE_RINGS 0x400ull
+#define PROTO_FEATURE_SEMAPHORES 0x800ull
 
 /* Where the daemon listens unless told otherwise, and the NVIDIA driver's IMEX channels
  * (a process makes or imports fabric memory only if it can open one). */

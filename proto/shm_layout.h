@@ -125,6 +125,11 @@ struct sync_control {
    * registered with CUDA (cuStreamWriteValue64), and raised by gpushmd only with a
    * compare-and-swap to a higher value.  Read-only holders map the page read-only. */
   uint64_t fence;
+  /* A timeline's semaphore plane (docs/sync.md#semaphore-planes): nonzero once gpushmd
+   * holds one, written by gpushmd alone; a signaller that sees it signals the semaphore
+   * beside the fence (a read-write holder that clears it misleads only its own signals,
+   * as one that scribbles the fence does). */
+  uint64_t semaphore;
 };
 
 /* A frame ring's control block (docs/rings.md) is a timeline's, its fence the ready

@@ -1037,6 +1037,67 @@ static int fd_verify_external(const struct backend *be, int fd, uint64_t size, b
   return 0;
 }
 
+int backend_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem,
+                                  char *err, size_t errlen)
+{
+  CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc = {
+    .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+  CUexternalSemaphore ext = NULL;
+  char name[WIRE_UUID_TEXT_LEN], what[160];
+  CUresult r;
+  int i, ret;
+
+  wire_uuid_text(uuid, false, name);
+  if ((i = backend_cuda_device_of_uuid(uuid)) < 0) {
+    snprintf(err, errlen, "the semaphore's device %s is not one of gpushmd's", name);
+    return PROTO_E_INVAL;
+  }
+  if ((ret = use_device(i, err, errlen)) < 0)
+    return ret;
+  if ((desc.handle.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    snprintf(err, errlen, "dup: %s", strerror(errno));
+    return PROTO_E_IO;
+  }
+  if ((r = CU_CALL(&cuda.drv, cuImportExternalSemaphore, &ext, &desc)) != CUDA_SUCCESS) {
+    close(desc.handle.fd); /* CUDA owns an fd it imported, and only then */
+    snprintf(what, sizeof what, "the fd is not a timeline semaphore of device %d (%s): "
+             "cuImportExternalSemaphore", i, name);
+    cuda_failure(r, what, err, errlen);
+    return PROTO_E_INVAL;
+  }
+  *device = i;
+  *sem = ext;
+  return 0;
+}
+
+int backend_cuda_semaphore_signal(int device, void *sem, uint64_t value, char *err,
+                                  size_t errlen)
+{
+  CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS p = { .params.fence.value = value };
+  CUexternalSemaphore ext = sem;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_client_device(device, err, errlen)) < 0)
+    return ret;
+  /* the legacy stream of gpushmd's own context, which runs nothing long */
+  if ((r = CU_CALL(&cuda.drv, cuSignalExternalSemaphoresAsync, &ext, &p, 1, NULL)) !=
+      CUDA_SUCCESS)
+    return cuda_failure(r, "cuSignalExternalSemaphoresAsync", err, errlen);
+  return 0;
+}
+
+static CUresult destroy_semaphore(void *arg)
+{
+  return CU_CALL(&cuda.drv, cuDestroyExternalSemaphore, (CUexternalSemaphore)arg);
+}
+
+void backend_cuda_semaphore_release(int device, void *sem)
+{
+  if (sem)
+    release_on_device(device, destroy_semaphore, sem, "cuDestroyExternalSemaphore");
+}
+
 int backend_cuda_device_of_uuid(const uint8_t uuid[16])
 {
   for (int i = 0; i < cuda.n_devices; i++)

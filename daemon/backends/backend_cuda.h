@@ -41,6 +41,17 @@ int backend_cuda_warm_result(int i, int cu_result, char *err, size_t errlen);
 const uint8_t *backend_cuda_device_uuid(int i);
 /* The ordinal of the device with that UUID; -1 where gpushmd has none. */
 int backend_cuda_device_of_uuid(const uint8_t uuid[16]);
+/* Timelines' semaphore planes (kind_timeline.c): fd, a Vulkan timeline semaphore exported
+ * as OPAQUE_FD, imported on the device of that UUID (the caller's fd stays open; CUDA
+ * keeps a dup), which the driver refuses for anything else; *device and *sem receive
+ * where and what.  0 or a PROTO_E_* with err. */
+int backend_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem,
+                                  char *err, size_t errlen);
+/* Signals value through the import, on gpushmd's stream of that device, without
+ * waiting for it: a repair never blocks the loop on a GPU. */
+int backend_cuda_semaphore_signal(int device, void *sem, uint64_t value, char *err,
+                                  size_t errlen);
+void backend_cuda_semaphore_release(int device, void *sem);
 /* The NVIDIA kernel driver's version ("580.159.04"), "" where there is none. */
 const char *backend_cuda_driver_version(void);
 

@@ -16,6 +16,7 @@ struct reg_buffer {
   /* A timeline's fence is in its control block (kind_timeline.c), not in memory. */
   bool fence_in_control;
   struct sync_state sync_state;
+  struct reg_plane *plane; /* a timeline's semaphore plane (kind_timeline.c); NULL: none */
 };
 
 /* obj is a buffer, or a kind built on one (its struct begins with struct reg_buffer). */

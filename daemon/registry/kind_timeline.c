@@ -8,12 +8,14 @@
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/kind_buffer.h"
+#include "backends/backend_cuda.h"
 #include "protocol.h"
 #include "shm_layout.h"
 #include "util/log.h"
 #include "wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,11 +85,132 @@ static int timeline_export(struct registry *reg, struct reg_object *obj, struct 
   return 0;
 }
 
+/* ---- semaphore planes (docs/sync.md#semaphore-planes) -------------------------------
+ * A Vulkan timeline semaphore a client minted and registered: every signaller signals it
+ * beside the fence, so that Vulkan and GL queues wait on the GPU.  gpushmd keeps an fd
+ * (holders get dups) and an import into its own CUDA context on the semaphore's device,
+ * through which a repair signals it: a semaphore takes the value signalled, not the
+ * highest (measured, probe-timeline [T4]), and nobody can read it but its holders'
+ * queues, so a repair signals the fence as it stands after the raise, which every
+ * signaller writes before it signals the semaphore: never below a value the semaphore
+ * reached. */
+struct reg_plane {
+  int fd;
+  int device;
+  void *cuda; /* CUexternalSemaphore */
+  bool to_readers;
+};
+
+static void plane_free(struct reg_plane *p)
+{
+  if (!p)
+    return;
+  backend_cuda_semaphore_release(p->device, p->cuda);
+  if (p->fd >= 0)
+    close(p->fd);
+  free(p);
+}
+
+static void plane_repair(struct reg_object *obj)
+{
+  struct reg_buffer *t = reg_buffer_of(obj);
+  uint64_t fence;
+  char err[256];
+
+  if (!t->plane || !(fence = sync_fence(&t->sync_state)))
+    return;
+  if (backend_cuda_semaphore_signal(t->plane->device, t->plane->cuda, fence, err,
+                                    sizeof err) < 0)
+    log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): its semaphore not signalled to %llu: %s",
+            obj->name, (unsigned long long)obj->id, (unsigned long long)fence, err);
+}
+
+static int timeline_semaphore(struct registry *reg, struct reg_object *obj, bool read_write,
+                              int fd, const uint8_t *uuid, bool to_readers,
+                              struct reg_semaphore *out, char *err, size_t errlen)
+{
+  struct reg_buffer *t = reg_buffer_of(obj);
+  struct reg_plane *p;
+  int r;
+
+  (void)reg;
+  if (obj->ring_of) {
+    snprintf(err, errlen, "'%s' is a ring consumer's done timeline, ordered by its ring: "
+             "rings have no semaphore planes yet", obj->name);
+    return PROTO_E_UNSUPPORTED;
+  }
+  if (fd >= 0 && !read_write) {
+    snprintf(err, errlen, "'%s' is open read-only here: a semaphore plane is signalled by "
+             "whoever holds it, so registering one is a write; open it read-write", obj->name);
+    return PROTO_E_PERM;
+  }
+  if (fd >= 0 && !t->plane) {
+    if (!uuid) {
+      snprintf(err, errlen, "a semaphore comes with its device's UUID (16 bytes)");
+      return PROTO_E_INVAL;
+    }
+    if (!(p = calloc(1, sizeof *p))) {
+      snprintf(err, errlen, "daemon out of memory");
+      return PROTO_E_NOMEM;
+    }
+    p->fd = -1;
+    if ((r = backend_cuda_semaphore_import(fd, uuid, &p->device, &p->cuda, err, errlen)) < 0 ||
+        (p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0 ||
+        (r = sync_mark_semaphore(&t->sync_state, true, err, errlen)) < 0) {
+      if (r >= 0) {
+        snprintf(err, errlen, "dup: %s", strerror(errno));
+        r = PROTO_E_IO;
+      }
+      plane_free(p);
+      return r;
+    }
+    p->to_readers = to_readers;
+    t->plane = p;
+    out->registered = true;
+    /* where the fence stands now: it was minted at the fence its minter read */
+    plane_repair(obj);
+    log_msg(LOG_LEVEL_DEBUG, "'%s' (id %llu): semaphore plane on device %d%s", obj->name,
+            (unsigned long long)obj->id, p->device, to_readers ? ", given to readers" : "");
+  }
+  if (!(p = t->plane)) {
+    snprintf(err, errlen, "'%s' has no semaphore plane: a process with a Vulkan device and "
+             "the timeline open read-write mints one (gpushm_vk_import_timeline())", obj->name);
+    return PROTO_E_NOENT;
+  }
+  if (!read_write && !p->to_readers) {
+    snprintf(err, errlen, "'%s' is open read-only here, and its semaphore can be signalled "
+             "by whoever holds it: its registrar did not give it to readers (wait on the CPU "
+             "or a CUDA stream, or open it read-write)", obj->name);
+    return PROTO_E_PERM;
+  }
+  if ((out->fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    snprintf(err, errlen, "dup: %s", strerror(errno));
+    return PROTO_E_IO;
+  }
+  memcpy(out->device_uuid, backend_cuda_device_uuid(p->device), 16);
+  out->to_readers = p->to_readers;
+  return 0;
+}
+
+static int timeline_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                                uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+{
+  int r = reg_buffer_raise_fence(reg, obj, releaser, seq, was, err, errlen);
+
+  /* also where the fence was at the value already: the dead signaller's semaphore
+   * signal, queued behind its fence write, may have died with it */
+  if (r >= 0 && *seq)
+    plane_repair(obj);
+  return r;
+}
+
 static void timeline_release(struct registry *reg, struct reg_object *obj)
 {
   struct reg_buffer *t = reg_buffer_of(obj);
 
   (void)reg;
+  plane_free(t->plane);
+  t->plane = NULL;
   if (t->sync)
     sync_release(&t->sync_state);
   t->sync = false;
@@ -116,6 +239,8 @@ static int timeline_break_promise(struct registry *reg, struct reg_object *obj,
 
   /* not only after a break: a failed one (a scribbled header) must not leave the
    * producers' queued waits waiting (the raise needs no header) */
+  if (r == 1)
+    plane_repair(obj);
   if (r != 2 && obj->ring_detached && reg_ring_done_raise(obj, why, sizeof why) < 0)
     log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): a detached ring consumer's done timeline not "
             "raised: %s", obj->name, (unsigned long long)obj->id, why);
@@ -218,6 +343,8 @@ static int timeline_adopt_record(struct registry *reg, const char *record, int f
   t->obj.kind = REG_TIMELINE;
   t->obj.device = -1;
   t->obj.host_bytes = SYNC_CONTROL_SIZE;
+  /* its semaphore plane did not come back (nor did its registrar's queues) */
+  (void)sync_mark_semaphore(&t->sync_state, false, why, sizeof why);
   snprintf(what, sizeof what, "persistent timeline '%s'", a.name_buf);
   reg_buffer_break_adopted_promise(&t->obj, what);
   a.id = id;
@@ -261,9 +388,10 @@ const struct reg_kind_ops reg_kind_timeline = {
   .export = timeline_export,
   .release = timeline_release,
   .describe = timeline_describe,
-  .raise_fence = reg_buffer_raise_fence,
+  .raise_fence = timeline_raise_fence,
   .promise = reg_buffer_promise,
   .break_promise = timeline_break_promise,
+  .semaphore = timeline_semaphore,
   .persists = timeline_persists,
   .deposit_records = timeline_deposit_records,
   .deposit = timeline_deposit,

@@ -336,6 +336,31 @@ int sync_fence_raise(struct sync_state *s, uint64_t value, uint64_t *was, char *
   return raised;
 }
 
+/* ---- semaphore planes (kind_timeline.c) --------------------------------------------- */
+
+uint64_t sync_fence(const struct sync_state *s)
+{
+  struct sync_control *ctl = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, s->control.fd, 0);
+  uint64_t n;
+
+  if (ctl == MAP_FAILED)
+    return 0;
+  n = __atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return n;
+}
+
+int sync_mark_semaphore(struct sync_state *s, bool plane, char *err, size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+
+  if (!ctl)
+    return PROTO_E_IO;
+  __atomic_store_n(&ctl->semaphore, plane ? 1 : 0, __ATOMIC_SEQ_CST);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
 /* ---- frame rings (kind_ring.c) ------------------------------------------------------ */
 
 uint64_t sync_counter(const struct sync_state *s)

@@ -85,6 +85,12 @@ int sync_adopted_promise(struct sync_state *s, uint64_t *upto, uint64_t *last, c
  * scribbled over the header must not keep waiters waiting). */
 int sync_fence_raise(struct sync_state *s, uint64_t value, uint64_t *was, char *err,
                      size_t errlen);
+/* Semaphore planes (kind_timeline.c).  sync_fence: a timeline's fence now (0 if the
+ * block cannot be mapped).  sync_mark_semaphore: the block's semaphore word set (every
+ * signaller signals the plane too) or cleared (a timeline back after a restart, its
+ * plane gone with the previous daemon). */
+uint64_t sync_fence(const struct sync_state *s);
+int sync_mark_semaphore(struct sync_state *s, bool plane, char *err, size_t errlen);
 /* Frame rings (kind_ring.c).  sync_counter: the counter (release_seq) now, 0 if the
  * block cannot be mapped.  sync_start_at: a new timeline's counter and fence both at
  * value (a consumer's done timeline starts at the frame last presented).

@@ -127,6 +127,13 @@ struct reg_broken_promise {
   uint64_t lost_from, upto, fence_was;
 };
 
+/* A timeline's semaphore plane, as a holder receives it (registry_timeline_semaphore). */
+struct reg_semaphore {
+  int fd; /* the caller's to send or close */
+  uint8_t device_uuid[16];
+  bool to_readers, registered;
+};
+
 /* Segments of one (backend, device), as stats shows them. */
 struct reg_segment_usage {
   int backend, device;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The graphics family: registering memory a graphics API exported (images are the core
- * family's creates, with a description). */
+ * family's creates, with a description) and timelines' semaphore planes. */
 #include "config.h"
 #include "server/handlers.h"
 #include "server/reply.h"
@@ -76,13 +76,59 @@ static int register_device(const struct handler_call *call, const Gpushm__Reques
   return m && m->device_uuid.len == 16 ? backend_cuda_device_of_uuid(m->device_uuid.data) : -1;
 }
 
+/* A timeline's semaphore plane (docs/sync.md#semaphore-planes): registered with the
+ * request's fd, and a new fd of it in every reply. */
+static int handle_semaphore(struct handler_call *call, const Gpushm__Request *req,
+                            struct handler_reply *ctx)
+{
+  const Gpushm__SemaphoreRequest *sr = req->semaphore;
+  struct reg_semaphore out = { .fd = -1 };
+  int r;
+
+  if (call->fd >= 0 && sr->device_uuid.len != 16)
+    return reply_fail(ctx, PROTO_E_INVAL, "a semaphore comes with its device's UUID (16 bytes)");
+  r = registry_timeline_semaphore(call->reg, call->client, sr->id, call->fd,
+                                  call->fd >= 0 ? sr->device_uuid.data : NULL, sr->to_readers,
+                                  &out, ctx->msg, sizeof ctx->msg);
+  if (r < 0)
+    return r;
+  if (out.registered)
+    log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = call->log_client, .buffer_id = sr->id),
+              "client %u registered a semaphore plane for timeline %llu", call->client->id,
+              (unsigned long long)sr->id);
+  gpushm__semaphore_reply__init(&ctx->body.semaphore);
+  memcpy(ctx->semaphore_uuid, out.device_uuid, 16);
+  ctx->body.semaphore.device_uuid.data = ctx->semaphore_uuid;
+  ctx->body.semaphore.device_uuid.len = 16;
+  ctx->body.semaphore.to_readers = out.to_readers;
+  ctx->body.semaphore.registered = out.registered;
+  ctx->reply.body_case = GPUSHM__REPLY__BODY_SEMAPHORE;
+  ctx->reply.semaphore = &ctx->body.semaphore;
+  ctx->fds[0] = out.fd;
+  ctx->n_fds = 1;
+  return 0;
+}
+
+/* Registering a plane imports it on its device: that device's context. */
+static int semaphore_device(const struct handler_call *call, const Gpushm__Request *req)
+{
+  const Gpushm__SemaphoreRequest *sr = req->semaphore;
+
+  return call->fd >= 0 && sr->device_uuid.len == 16
+           ? backend_cuda_device_of_uuid(sr->device_uuid.data) : -1;
+}
+
 static const struct handler rows[] = {
   [GPUSHM__REQUEST__BODY_REGISTER_MEMORY] = { .name = "register_memory", .needs_hello = true,
                                               .feature = PROTO_FEATURE_GRAPHICS,
                                               .takes_fd = true, .device = register_device,
                                               .fn = handle_register },
+  [GPUSHM__REQUEST__BODY_SEMAPHORE] = { .name = "semaphore", .needs_hello = true,
+                                        .feature = PROTO_FEATURE_SEMAPHORES, .takes_fd = true,
+                                        .device = semaphore_device, .fn = handle_semaphore },
 };
 
 const struct handler_family handler_family_graphics = {
-  .name = "graphics", .version = 1, .rows = rows, .n_rows = sizeof rows / sizeof rows[0],
+  /* 2: semaphore planes */
+  .name = "graphics", .version = 2, .rows = rows, .n_rows = sizeof rows / sizeof rows[0],
 };

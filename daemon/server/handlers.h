@@ -88,7 +88,9 @@ struct handler_reply {
     Gpushm__StatsReply stats;
     Gpushm__PingReply ping;
     Gpushm__ClientsReply clients;
+    Gpushm__SemaphoreReply semaphore;
   } body;
+  uint8_t semaphore_uuid[16]; /* a semaphore reply's device_uuid */
   /* a list reply's ListReply, packed by the handler (list_codec.h); owned */
   const uint8_t *list_page;
   size_t list_page_len;

@@ -22,6 +22,7 @@ struct vkc {
   uint32_t queue_family;
   VkCommandPool pool;
   int has_host_import; /* VK_EXT_external_memory_host enabled */
+  int has_semaphore_fd; /* VK_KHR_external_semaphore_fd and timeline semaphores enabled */
   gpushm_vk_t gpushm;  /* for gpushm-vulkan.h */
 };
 
@@ -57,8 +58,12 @@ static inline int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t
                             .apiVersion = VK_API_VERSION_1_2 };
   VkInstanceCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
                                .pApplicationInfo = &app };
-  const char *exts[2] = { VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
-                          VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME };
+  const char *exts[3] = { VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME };
+  uint32_t n_exts = 1;
+  VkPhysicalDeviceVulkan12Features v12 = {
+    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES };
+  VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                   .pNext = &v12 };
   float priority = 1.0f;
   VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                   .queueCount = 1, .pQueuePriorities = &priority };
@@ -109,7 +114,21 @@ static inline int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t
   }
   qci.queueFamilyIndex = c->queue_family;
   c->has_host_import = vkc_has_extension(c->phys, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-  dci.enabledExtensionCount = c->has_host_import ? 2 : 1;
+  if (c->has_host_import)
+    exts[n_exts++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+  /* timelines' semaphore planes (docs/sync.md#semaphore-planes): where the device has
+   * them (NVIDIA; not lavapipe, whose semaphores do not leave the process) */
+  vkGetPhysicalDeviceFeatures2(c->phys, &f2);
+  c->has_semaphore_fd = v12.timelineSemaphore &&
+                        vkc_has_extension(c->phys, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+  memset(&v12, 0, sizeof v12);
+  v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  if (c->has_semaphore_fd) {
+    exts[n_exts++] = VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME;
+    v12.timelineSemaphore = VK_TRUE;
+    dci.pNext = &v12;
+  }
+  dci.enabledExtensionCount = n_exts;
   dci.ppEnabledExtensionNames = exts;
   if ((r = vkCreateDevice(c->phys, &dci, NULL, &c->device)) != VK_SUCCESS) {
     snprintf(why, len, "vkCreateDevice: VkResult %d", (int)r);

@@ -1225,6 +1225,70 @@ static CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
   return fake_cuMemcpyDtoD(dst, src, n);
 }
 
+/* External semaphores: a fake Vulkan timeline semaphore is a memfd of one page that
+ * begins with struct fake_semaphore (tests/integration/test-semaphores makes them, as a
+ * Vulkan driver would mint them); an import maps it, and the fd, which CUDA owns once
+ * imported, is closed.  A signal stores the value (it takes the value signalled, not
+ * the highest: the NVIDIA driver's behaviour, measured); a wait polls for >=. */
+#define FAKE_SEMAPHORE_MAGIC 0x726f6870616d6573ull
+struct fake_semaphore {
+  uint64_t magic;
+  uint64_t value;  /* __atomic builtins */
+  int32_t device;  /* physical */
+};
+
+static CUresult fake_cuImportExternalSemaphore(CUexternalSemaphore *out,
+                                               const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc)
+{
+  struct fake_semaphore *sem;
+  struct stat st;
+
+  if (!out || !desc || desc->type != CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (fstat(desc->handle.fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != 4096)
+    return CUDA_ERROR_INVALID_HANDLE;
+  sem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, desc->handle.fd, 0);
+  if (sem == MAP_FAILED)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (sem->magic != FAKE_SEMAPHORE_MAGIC || sem->device != physical_device(current_device())) {
+    munmap(sem, 4096);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  close(desc->handle.fd);
+  *out = (CUexternalSemaphore)sem;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
+                                                     const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *p,
+                                                     unsigned n, CUstream s)
+{
+  (void)s;
+  for (unsigned i = 0; i < n; i++)
+    __atomic_store_n(&((struct fake_semaphore *)sems[i])->value, p[i].params.fence.value,
+                     __ATOMIC_RELEASE);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *sems,
+                                                   const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *p,
+                                                   unsigned n, CUstream s)
+{
+  (void)s;
+  for (unsigned i = 0; i < n; i++)
+    if (__atomic_load_n(&((struct fake_semaphore *)sems[i])->value, __ATOMIC_ACQUIRE) <
+        p[i].params.fence.value)
+      return CUDA_ERROR_NOT_READY;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuDestroyExternalSemaphore(CUexternalSemaphore sem)
+{
+  return sem && munmap(sem, 4096) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 /* No device code runs here: tests that launch kernels need a real GPU. */
 static CUresult fake_cuModuleLoadData(CUmodule *m, const void *image)
 {
@@ -1494,6 +1558,8 @@ static const struct {
   FAKE_ENTRY(cuDestroyExternalMemory), FAKE_ENTRY(cuMipmappedArrayGetLevel),
   FAKE_ENTRY(cuMipmappedArrayDestroy), FAKE_ENTRY(cuArray3DGetDescriptor),
   FAKE_ENTRY(cuSurfObjectCreate), FAKE_ENTRY(cuSurfObjectDestroy),
+  FAKE_ENTRY(cuImportExternalSemaphore), FAKE_ENTRY(cuSignalExternalSemaphoresAsync),
+  FAKE_ENTRY(cuWaitExternalSemaphoresAsync), FAKE_ENTRY(cuDestroyExternalSemaphore),
 #undef FAKE_ENTRY
 };
 

@@ -53,6 +53,17 @@ struct cuda_api_fact {
   CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, offset)                      \
   CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, size)                        \
   CUDA_API_FIELD(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, flags)                       \
+  CUDA_API_SIZE(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC)                            \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC, type)                     \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC, handle.fd)                \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC, flags)                    \
+  CUDA_API_SIZE(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS)                          \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, params.fence.value)     \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, flags)                  \
+  CUDA_API_SIZE(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS)                            \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, params.fence.value)       \
+  CUDA_API_FIELD(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, flags)                    \
+  CUDA_API_CONST(CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD)       \
   CUDA_API_CONST(CUDA_SUCCESS)                                                  \
   CUDA_API_CONST(CUDA_ERROR_INVALID_VALUE)                                      \
   CUDA_API_CONST(CUDA_ERROR_OUT_OF_MEMORY)                                      \

@@ -43,12 +43,14 @@ int main(void)
                                 sizeof region.ctl)) && strstr(why, "size"));
   /* gpushmd reads the releases' signatures only from a block whose size covers them:
    * this layout's, not the 24 bytes of one written before they were appended.  0.7's
-   * block ended after them (88 bytes); 0.8 appended promises (to 208) and a timeline's
-   * fence (216), which a waiter on the GPU reaches at a fixed, 8-byte-aligned place. */
+   * block ended after them (88 bytes); 0.8 appended promises (to 208), a timeline's
+   * fence (216), which a waiter on the GPU reaches at a fixed, 8-byte-aligned place, and
+   * its semaphore word (224). */
   region.ctl.layout_version = SHM_LAYOUT_VERSION;
   region.ctl.layout_size = sizeof region.ctl;
   CHECK(offsetof(struct sync_control, releases_signed) == 24 + 8 * GPUSHM_LIMIT_RELEASERS_KEPT);
-  CHECK(offsetof(struct sync_control, fence) == 208 && sizeof region.ctl == 216);
+  CHECK(offsetof(struct sync_control, fence) == 208 &&
+        offsetof(struct sync_control, semaphore) == 216 && sizeof region.ctl == 224);
   CHECK(shm_layout_check(&region, SYNC_CONTROL_SIZE, SYNC_CONTROL_MAGIC,
                          sizeof region.ctl) == NULL);
   region.ctl.layout_size = 24;
