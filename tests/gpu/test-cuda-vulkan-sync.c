@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: MIT */
+/* Timelines across CUDA and Vulkan on a real GPU, through their semaphore planes
+ * (docs/sync.md#semaphore-planes): each side waits on its own GPU, no CPU wait per frame.
+ *  - a ring: a CUDA producer (root) fills slot (v - 1) % SLOTS with kernels, some slowed
+ *    by 2 ms, and signals "ready" v on its stream; a Vulkan consumer (uid 65534, the
+ *    ready timeline open read-only, its plane given to readers) submits, for every v at
+ *    once, a copy of the slot's first and last words that waits for ready v on the queue
+ *    and signals its own "done" v, which the producer's stream waits for before it
+ *    refills the slot.  Every frame's words checked;
+ *  - dead signallers: a CUDA producer that promised ready values and is SIGKILLed with a
+ *    60 s kernel queued ahead of its next signal: the Vulkan consumer's queued wait
+ *    ends, its fence signalled, and the value reads lost; a Vulkan consumer that
+ *    promised done values and is SIGKILLed with a submission queued behind a semaphore
+ *    nobody signals: the producer's CUDA stream, waiting for done on the GPU, goes on.
+ *    How long after the kill and after the reap, printed;
+ *  - the round trip CUDA -> Vulkan -> CUDA on two timelines, the Vulkan side's waits and
+ *    signals all queued ahead, against the same trip on the bare semaphores (CUDA waiting
+ *    on the semaphore itself, no fence words): p50/p99/max, printed (the benchmark is
+ *    this, 2000 rounds; GPUSHM_RT_ROUNDS).
+ * Skips (77) without a GPU; with one, a Vulkan driver without external semaphores fails. */
+#define _GNU_SOURCE
+#include "config.h"
+#include "cuda-test.h"
+#include "vk-context.h"
+
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const char test_kernels_ptx[];
+
+#define SLOTS 4
+#define SLOT_BYTES (1u << 20)
+#define FRAMES 600
+
+static struct test_daemon d;
+static char self[4096];
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static gpushm_t *connect_role(const char *role)
+{
+  gpushm_t *conn;
+  CHECK_OK(gpushm_connect(getenv("GPUSHM_SOCKET"), role, &conn));
+  return conn;
+}
+
+static void open_vk(struct vkc *c)
+{
+  char why[256];
+  if (vkc_open(c, NULL, why, sizeof why) < 0) {
+    fprintf(stderr, "Vulkan on a GPU host: %s\n", why);
+    exit(1);
+  }
+  if (!c->has_semaphore_fd || !c->has_host_import) {
+    fprintf(stderr, "Vulkan on a GPU host: %s lacks external semaphores or host memory\n",
+            c->props.deviceName);
+    exit(1);
+  }
+}
+
+static CUfunction kernel(const char *name)
+{
+  static CUmodule mod;
+  CUfunction f;
+  if (!mod)
+    CU_CHECK(cuda_test_load_module(test_kernels_ptx, &mod));
+  CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &f, mod, name));
+  return f;
+}
+
+static void slow_fill(CUdeviceptr p, uint32_t seed, unsigned long long delay_ns, CUstream s)
+{
+  unsigned long long n = SLOT_BYTES / 4;
+  void *args[] = { &p, &n, &seed, &delay_ns };
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("slow_fill"), 64, 1, 1, 256, 1, 1, 0, s, args,
+                   NULL));
+}
+
+static gpushm_timeline_t *open_retry(gpushm_t *conn, const char *name, unsigned flags)
+{
+  gpushm_timeline_t *tl;
+  for (int i = 0; i < 1000; i++) {
+    if (gpushm_timeline_open(conn, name, flags, &tl) == 0)
+      return tl;
+    usleep(10000);
+  }
+  fprintf(stderr, "no timeline '%s' within 10 s\n", name);
+  exit(1);
+}
+
+static gpushm_timeline_t *create_timeline(gpushm_t *conn, const char *name)
+{
+  gpushm_create_opts_t opts;
+  gpushm_timeline_t *tl;
+
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0644;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_timeline_create(conn, name, &opts, &tl));
+  return tl;
+}
+
+/* A plane for tl minted in this process (a CUDA producer with a Vulkan device for just
+ * that), given to readers. */
+static void mint_for_readers(gpushm_timeline_t *tl)
+{
+  gpushm_vk_timeline_t vt;
+  struct vkc c;
+
+  open_vk(&c);
+  if (gpushm_vk_import_timeline(&c.gpushm, tl, GPUSHM_SEMAPHORE_TO_READERS, &vt) < 0) {
+    fprintf(stderr, "minting '%s': %s\n", gpushm_timeline_name(tl), c.gpushm.error);
+    exit(1);
+  }
+  gpushm_vk_destroy_timeline(&c.gpushm, &vt);
+  vkc_close(&c);
+}
+
+static void import_timeline(struct vkc *c, gpushm_timeline_t *tl, gpushm_vk_timeline_t *vt)
+{
+  if (gpushm_vk_import_timeline(&c->gpushm, tl, 0, vt) < 0) {
+    fprintf(stderr, "importing '%s': %s\n", gpushm_timeline_name(tl), c->gpushm.error);
+    exit(1);
+  }
+}
+
+/* One submission: cb (may be NULL) waiting for wait_tl >= wait_v, signalling signal_tl
+ * to signal_v (either semaphore may be VK_NULL_HANDLE), and fence. */
+static void submit(struct vkc *c, VkCommandBuffer cb, VkSemaphore wait_sem, uint64_t wait_v,
+                   VkSemaphore signal_sem, uint64_t signal_v, VkFence fence)
+{
+  VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+  VkTimelineSemaphoreSubmitInfo ts = { .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                       .waitSemaphoreValueCount = wait_sem ? 1 : 0,
+                                       .pWaitSemaphoreValues = &wait_v,
+                                       .signalSemaphoreValueCount = signal_sem ? 1 : 0,
+                                       .pSignalSemaphoreValues = &signal_v };
+  VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .pNext = &ts,
+                      .waitSemaphoreCount = wait_sem ? 1 : 0, .pWaitSemaphores = &wait_sem,
+                      .pWaitDstStageMask = &stage, .commandBufferCount = cb ? 1 : 0,
+                      .pCommandBuffers = &cb, .signalSemaphoreCount = signal_sem ? 1 : 0,
+                      .pSignalSemaphores = &signal_sem };
+  CHECK(vkQueueSubmit(c->queue, 1, &si, fence) == VK_SUCCESS);
+}
+
+static VkCommandBuffer begin(struct vkc *c)
+{
+  VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                     .commandPool = c->pool,
+                                     .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                     .commandBufferCount = 1 };
+  VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
+  VkCommandBuffer cb;
+  CHECK(vkAllocateCommandBuffers(c->device, &ai, &cb) == VK_SUCCESS);
+  CHECK(vkBeginCommandBuffer(cb, &bi) == VK_SUCCESS);
+  return cb;
+}
+
+/* ---- the ring ---------------------------------------------------------------------- */
+
+static void ring_producer(const char *name)
+{
+  gpushm_t *conn = connect_role("cuda-producer");
+  gpushm_create_opts_t opts;
+  gpushm_timeline_t *ready, *done;
+  gpushm_buffer_t *frames;
+  char n[128];
+  CUstream s;
+  double t0;
+
+  cuda_test_setup(0);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = create_timeline(conn, n);
+  mint_for_readers(ready);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.mode = 0644;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  snprintf(n, sizeof n, "%s-frames", name);
+  CHECK_OK(gpushm_buffer_create(conn, n, SLOTS * SLOT_BYTES, &opts, &frames));
+  CHECK_OK(gpushm_timeline_promise(ready, FRAMES));
+  snprintf(n, sizeof n, "%s-done", name);
+  done = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  t0 = now_ms();
+  for (uint64_t v = 1; v <= FRAMES; v++) {
+    if (v > SLOTS)
+      CHECK_OK(gpushm_timeline_wait_stream(done, s, v - SLOTS, 20000));
+    slow_fill(cuda_test_dptr(frames) + (v - 1) % SLOTS * SLOT_BYTES, (uint32_t)v,
+              v % 50 == 0 ? 2000000ull : 0, s);
+    CHECK_OK(gpushm_timeline_signal_stream(ready, s, v));
+  }
+  CHECK_OK(gpushm_timeline_wait(done, FRAMES, 20000));
+  printf("ring: %d frames of %u KiB in %.1f ms, %.0f frames/s\n", FRAMES, SLOT_BYTES >> 10,
+         now_ms() - t0, FRAMES / ((now_ms() - t0) / 1e3));
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CHECK_OK(gpushm_buffer_close(frames));
+  CHECK_OK(gpushm_timeline_close(done));
+  CHECK_OK(gpushm_timeline_close(ready));
+  gpushm_disconnect(conn);
+}
+
+static void ring_consumer(const char *name)
+{
+  gpushm_t *conn = connect_role("vk-consumer");
+  gpushm_timeline_t *ready, *done;
+  gpushm_vk_timeline_t vready, vdone;
+  gpushm_vk_buffer_t vb;
+  gpushm_buffer_t *frames;
+  struct vkc_buffer words;
+  struct vkc c;
+  VkCommandBuffer *cbs = calloc(FRAMES + 1, sizeof *cbs);
+  uint32_t wrong = 0;
+  char n[128];
+
+  CHECK(cbs != NULL);
+  open_vk(&c);
+  snprintf(n, sizeof n, "%s-done", name);
+  done = create_timeline(conn, n);
+  import_timeline(&c, done, &vdone); /* mints: read-write, this process's */
+  CHECK_OK(gpushm_timeline_promise(done, FRAMES));
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  import_timeline(&c, ready, &vready); /* the producer gave it to readers */
+  CHECK(vready.fence_buffer == VK_NULL_HANDLE);
+  snprintf(n, sizeof n, "%s-frames", name);
+  for (int i = 0; i < 1000 && !(frames = open_unmapped(conn, n, GPUSHM_OPEN_READONLY)); i++)
+    usleep(10000);
+  if (gpushm_vk_import_buffer(&c.gpushm, frames, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) < 0) {
+    fprintf(stderr, "import: %s\n", c.gpushm.error);
+    exit(1);
+  }
+  CHECK(vkc_host_buffer(&c, (FRAMES + 1) * 8, &words) == 0);
+  /* every frame queued at once: the queue waits for each on the GPU */
+  for (uint64_t v = 1; v <= FRAMES; v++) {
+    VkDeviceSize slot = (v - 1) % SLOTS * SLOT_BYTES;
+    VkBufferCopy copies[2] = { { slot, v * 8, 4 }, { slot + SLOT_BYTES - 4, v * 8 + 4, 4 } };
+    CHECK_OK(gpushm_timeline_wait_signalled(ready, v, 20000));
+    cbs[v] = begin(&c);
+    vkCmdCopyBuffer(cbs[v], vb.buffer, words.buffer, 2, copies);
+    CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cbs[v], v) == 0);
+    CHECK(vkEndCommandBuffer(cbs[v]) == VK_SUCCESS);
+    submit(&c, cbs[v], vready.semaphore, v, vdone.semaphore, v, VK_NULL_HANDLE);
+    CHECK_OK(gpushm_timeline_signal_external(done, v));
+  }
+  CHECK(vkQueueWaitIdle(c.queue) == VK_SUCCESS);
+  for (uint64_t v = 1; v <= FRAMES; v++) {
+    const uint32_t *w = (const uint32_t *)words.map + v * 2;
+    if (w[0] != cuda_test_word(0, (uint32_t)v) ||
+        w[1] != cuda_test_word(SLOT_BYTES / 4 - 1, (uint32_t)v))
+      wrong++;
+  }
+  printf("ring: %d frames read by the Vulkan queue, %u wrong\n", FRAMES, wrong);
+  CHECK(wrong == 0);
+  CHECK(gpushm_timeline_value(done) == FRAMES);
+  vkFreeCommandBuffers(c.device, c.pool, FRAMES, cbs + 1);
+  free(cbs);
+  vkc_free_buffer(&c, &words);
+  gpushm_vk_destroy_buffer(&c.gpushm, &vb);
+  gpushm_vk_destroy_timeline(&c.gpushm, &vready);
+  gpushm_vk_destroy_timeline(&c.gpushm, &vdone);
+  CHECK_OK(gpushm_buffer_close(frames));
+  CHECK_OK(gpushm_timeline_close(ready));
+  CHECK_OK(gpushm_timeline_close(done));
+  vkc_close(&c);
+  gpushm_disconnect(conn);
+}
+
+/* ---- dead signallers --------------------------------------------------------------- */
+
+/* Reports "word" on fd 3 (the test's pipe), then for the producer waits to be killed. */
+static void report(const char *word)
+{
+  CHECK(write(3, word, strlen(word)) == (ssize_t)strlen(word));
+}
+
+/* Signals ready 1, promises 100, queues a 60 s kernel and ready 2 behind it. */
+static void dying_producer(const char *name)
+{
+  gpushm_t *conn = connect_role("dying-cuda-producer");
+  gpushm_timeline_t *ready;
+  gpushm_buffer_t *scratch;
+  gpushm_create_opts_t opts;
+  char n[128];
+  CUstream s;
+
+  cuda_test_setup(0);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = create_timeline(conn, n);
+  mint_for_readers(ready);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_buffer_create(conn, "scratch-dying", SLOT_BYTES, &opts, &scratch));
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  CHECK_OK(gpushm_timeline_signal(ready, 1));
+  CHECK_OK(gpushm_timeline_promise(ready, 100));
+  slow_fill(cuda_test_dptr(scratch), 1, 60000000000ull, s);
+  CHECK_OK(gpushm_timeline_signal_stream(ready, s, 2));
+  report("p");
+  pause();
+}
+
+/* Queues a wait for ready 3 (promised, never signalled) with a fence, says so, and
+ * reports when the fence came. */
+static void waiting_consumer(const char *name)
+{
+  gpushm_t *conn = connect_role("waiting-vk-consumer");
+  gpushm_timeline_t *ready;
+  gpushm_vk_timeline_t vready;
+  VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+  VkFence fence;
+  struct vkc c;
+  char n[128], line[64];
+  int lost;
+
+  open_vk(&c);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  CHECK_OK(gpushm_timeline_wait_signalled(ready, 3, 20000)); /* promised */
+  import_timeline(&c, ready, &vready);
+  CHECK(vkCreateFence(c.device, &fci, NULL, &fence) == VK_SUCCESS);
+  submit(&c, VK_NULL_HANDLE, vready.semaphore, 3, VK_NULL_HANDLE, 0, fence);
+  report("q");
+  CHECK(vkWaitForFences(c.device, 1, &fence, VK_TRUE, 30000000000ull) == VK_SUCCESS);
+  snprintf(line, sizeof line, "%.3f", now_ms());
+  lost = gpushm_timeline_value_lost(ready, 3);
+  CHECK(lost == 1);
+  report(line);
+  vkDestroyFence(c.device, fence, NULL);
+  gpushm_vk_destroy_timeline(&c.gpushm, &vready);
+  vkc_close(&c);
+  gpushm_disconnect(conn);
+}
+
+/* A Vulkan consumer that promised done 1..100, signalled 1 from its queue and queued 2
+ * behind a semaphore nobody signals. */
+static void dying_consumer(const char *name)
+{
+  gpushm_t *conn = connect_role("dying-vk-consumer");
+  gpushm_timeline_t *done;
+  gpushm_vk_timeline_t vdone;
+  VkSemaphoreTypeCreateInfo type = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                     .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE };
+  VkSemaphoreCreateInfo sci = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &type };
+  VkSemaphore never;
+  VkCommandBuffer cb;
+  struct vkc c;
+  char n[128];
+
+  open_vk(&c);
+  snprintf(n, sizeof n, "%s-done", name);
+  done = create_timeline(conn, n);
+  import_timeline(&c, done, &vdone);
+  CHECK_OK(gpushm_timeline_promise(done, 100));
+  cb = begin(&c);
+  CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cb, 1) == 0);
+  CHECK(vkEndCommandBuffer(cb) == VK_SUCCESS);
+  submit(&c, cb, VK_NULL_HANDLE, 0, vdone.semaphore, 1, VK_NULL_HANDLE);
+  CHECK_OK(gpushm_timeline_signal_external(done, 1));
+  CHECK(vkQueueWaitIdle(c.queue) == VK_SUCCESS);
+  CHECK(vkCreateSemaphore(c.device, &sci, NULL, &never) == VK_SUCCESS);
+  cb = begin(&c);
+  CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cb, 2) == 0);
+  CHECK(vkEndCommandBuffer(cb) == VK_SUCCESS);
+  submit(&c, cb, never, 1, vdone.semaphore, 2, VK_NULL_HANDLE);
+  CHECK_OK(gpushm_timeline_signal_external(done, 2));
+  report("p");
+  pause();
+}
+
+/* Waits on its CUDA stream for done 3 (queued at once: promised), reports when the
+ * stream went on. */
+static void waiting_producer(const char *name)
+{
+  gpushm_t *conn = connect_role("waiting-cuda-producer");
+  gpushm_timeline_t *done;
+  char n[128], line[64];
+  CUstream s;
+
+  cuda_test_setup(0);
+  snprintf(n, sizeof n, "%s-done", name);
+  done = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  CHECK_OK(gpushm_timeline_wait(done, 1, 20000)); /* the queue's fence write landed */
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  CHECK_OK(gpushm_timeline_wait_stream(done, s, 3, 20000));
+  report("q");
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  snprintf(line, sizeof line, "%.3f", now_ms());
+  CHECK(gpushm_timeline_value_lost(done, 3) == 1);
+  report(line);
+  gpushm_disconnect(conn);
+}
+
+/* ---- the round trip ---------------------------------------------------------------- */
+
+static int rounds(void)
+{
+  const char *r = getenv("GPUSHM_RT_ROUNDS");
+  return r && atoi(r) > 0 ? atoi(r) : 2000;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void print_trip(const char *what, double *us, int n)
+{
+  qsort(us, (size_t)n, sizeof *us, cmp_double);
+  printf("round trip %-40s p50 %7.1f us  p99 %7.1f us  max %8.1f us  p99/p50 %.1f  (%d rounds)\n",
+         what, us[n / 2], us[n * 99 / 100], us[n - 1], us[n * 99 / 100] / us[n / 2], n);
+}
+
+/* The CUDA side: "ping" (minted here for the Vulkan side to wait on), "pong" (the
+ * Vulkan side's).  Round v: signal ping v and wait for pong v on the stream, then the
+ * CPU waits for the stream: the trip.  Then the same on the bare semaphores (values
+ * n + v: CUDA signals and waits on them itself, the Vulkan side signals without the fence
+ * write): the floor. */
+static void trip_cuda(const char *name)
+{
+  gpushm_t *conn = connect_role("trip-cuda");
+  gpushm_timeline_t *ping, *pong;
+  gpushm_sync_state_t st;
+  int n = rounds(), fd;
+  double *us = calloc((size_t)n, sizeof *us);
+  CUexternalSemaphore raw[2];
+  uint8_t uuid[16];
+  CUstream s;
+
+  (void)name;
+  CHECK(us != NULL);
+  cuda_test_setup(0);
+  ping = create_timeline(conn, "trip-ping");
+  mint_for_readers(ping);
+  CHECK_OK(gpushm_timeline_promise(ping, (uint64_t)n));
+  pong = open_retry(conn, "trip-pong", 0);
+  /* every round queued on the Vulkan side before the first */
+  do {
+    CHECK_OK(gpushm_timeline_state(pong, &st));
+  } while (st.counter < (uint64_t)n && usleep(1000) == 0);
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  for (int v = 1; v <= n; v++) {
+    double t0 = now_ms();
+    CHECK_OK(gpushm_timeline_signal_stream(ping, s, (uint64_t)v));
+    CHECK_OK(gpushm_timeline_wait_stream(pong, s, (uint64_t)v, 20000));
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+    us[v - 1] = (now_ms() - t0) * 1e3;
+  }
+  print_trip("CUDA -> Vulkan -> CUDA, gpushm timelines", us, n);
+  for (int i = 0; i < 2; i++) {
+    CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc = {
+      .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+    CHECK(gpushm_timeline_semaphore(i ? pong : ping, -1, NULL, 0, &fd, uuid) == 0);
+    desc.handle.fd = fd;
+    CU_CHECK(CU_CALL(&drv, cuImportExternalSemaphore, &raw[i], &desc));
+  }
+  for (int v = 1; v <= n; v++) {
+    CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS sp = { .params.fence.value = (uint64_t)(n + v) };
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS wp = { .params.fence.value = (uint64_t)(n + v) };
+    double t0 = now_ms();
+    CU_CHECK(CU_CALL(&drv, cuSignalExternalSemaphoresAsync, &raw[0], &sp, 1, s));
+    CU_CHECK(CU_CALL(&drv, cuWaitExternalSemaphoresAsync, &raw[1], &wp, 1, s));
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+    us[v - 1] = (now_ms() - t0) * 1e3;
+  }
+  print_trip("CUDA -> Vulkan -> CUDA, bare semaphores (floor)", us, n);
+  for (int i = 0; i < 2; i++)
+    CU_CHECK(CU_CALL(&drv, cuDestroyExternalSemaphore, raw[i]));
+  free(us);
+  gpushm_disconnect(conn);
+}
+
+/* The Vulkan side: every round's wait for ping v and signal of pong v queued at once,
+ * then the bare semaphores' rounds. */
+static void trip_vk(const char *name)
+{
+  gpushm_t *conn = connect_role("trip-vk");
+  gpushm_timeline_t *ping, *pong;
+  gpushm_vk_timeline_t vping, vpong;
+  int n = rounds();
+  VkCommandBuffer *cbs = calloc((size_t)n + 1, sizeof *cbs);
+  struct vkc c;
+
+  (void)name;
+  CHECK(cbs != NULL);
+  open_vk(&c);
+  pong = create_timeline(conn, "trip-pong");
+  import_timeline(&c, pong, &vpong);
+  CHECK_OK(gpushm_timeline_promise(pong, (uint64_t)n));
+  ping = open_retry(conn, "trip-ping", GPUSHM_OPEN_READONLY);
+  import_timeline(&c, ping, &vping);
+  for (int v = 1; v <= n; v++) {
+    CHECK_OK(gpushm_timeline_wait_signalled(ping, (uint64_t)v, 20000));
+    cbs[v] = begin(&c);
+    CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vpong, cbs[v], (uint64_t)v) == 0);
+    CHECK(vkEndCommandBuffer(cbs[v]) == VK_SUCCESS);
+    submit(&c, cbs[v], vping.semaphore, (uint64_t)v, vpong.semaphore, (uint64_t)v,
+           VK_NULL_HANDLE);
+    CHECK_OK(gpushm_timeline_signal_external(pong, (uint64_t)v));
+  }
+  for (int v = 1; v <= n; v++)
+    submit(&c, VK_NULL_HANDLE, vping.semaphore, (uint64_t)(n + v), vpong.semaphore,
+           (uint64_t)(n + v), VK_NULL_HANDLE);
+  CHECK(vkQueueWaitIdle(c.queue) == VK_SUCCESS);
+  CHECK(gpushm_timeline_value(pong) == (uint64_t)n);
+  vkFreeCommandBuffers(c.device, c.pool, (uint32_t)n, cbs + 1);
+  free(cbs);
+  gpushm_vk_destroy_timeline(&c.gpushm, &vping);
+  gpushm_vk_destroy_timeline(&c.gpushm, &vpong);
+  vkc_close(&c);
+  gpushm_disconnect(conn);
+}
+
+static const struct {
+  const char *name;
+  void (*fn)(const char *);
+} roles[] = {
+  { "ring-producer", ring_producer },       { "ring-consumer", ring_consumer },
+  { "dying-producer", dying_producer },     { "waiting-consumer", waiting_consumer },
+  { "dying-consumer", dying_consumer },     { "waiting-producer", waiting_producer },
+  { "trip-cuda", trip_cuda },               { "trip-vk", trip_vk },
+};
+
+/* Starts a role in a fresh process, as uid 65534 if asked; fd 3 its report pipe. */
+static pid_t start_role(const char *role, const char *name, bool as_nobody, int *report_fd)
+{
+  int p[2];
+  pid_t pid;
+
+  CHECK(pipe(p) == 0);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    close(p[0]);
+    if (p[1] != 3) {
+      CHECK(dup2(p[1], 3) == 3);
+      close(p[1]);
+    }
+    setenv("GPUSHM_SOCKET", d.socket, 1);
+    if (as_nobody)
+      CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
+    cuda_test_child_env();
+    execl(self, self, role, name, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  *report_fd = p[0];
+  return pid;
+}
+
+static int finish_role(pid_t pid, int report_fd)
+{
+  int status;
+  close(report_fd);
+  CHECK(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void expect(int fd, char want)
+{
+  char got = 0;
+  CHECK(read(fd, &got, 1) == 1 && got == want);
+}
+
+static double read_ms(int fd)
+{
+  char buf[64] = { 0 };
+  ssize_t n = 0, r;
+  while ((r = read(fd, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
+    n += r;
+  return atof(buf);
+}
+
+/* The signaller killed once both have said they are ready; how long the waiter took,
+ * after the kill and after the reap. */
+static void dead_signaller(const char *signaller, const char *waiter, const char *name,
+                           bool waiter_nobody, const char *what)
+{
+  int sfd, wfd;
+  pid_t spid = start_role(signaller, name, !waiter_nobody && geteuid() == 0, &sfd);
+  pid_t wpid = start_role(waiter, name, waiter_nobody && geteuid() == 0, &wfd);
+  double killed, reaped, woke;
+  int status;
+
+  expect(sfd, 'p');
+  expect(wfd, 'q');
+  usleep(100000); /* the waits are on the GPU now */
+  killed = now_ms();
+  kill(spid, SIGKILL);
+  CHECK(waitpid(spid, &status, 0) == spid);
+  reaped = now_ms();
+  close(sfd);
+  woke = read_ms(wfd);
+  CHECK(finish_role(wpid, wfd) == 0);
+  CHECK(woke > killed);
+  test_log("%s: the waiter went on %.1f ms after the kill, %.1f ms after the reap", what,
+           woke - killed, woke - reaped);
+}
+
+int main(int argc, char **argv)
+{
+  bool nobody;
+  int pfd, cfd;
+  pid_t p, c;
+
+  if (argc == 3) {
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+      if (strcmp(argv[1], roles[i].name) == 0) {
+        roles[i].fn(argv[2]);
+        return 0;
+      }
+    return 2;
+  }
+  snprintf(self, sizeof self, "%s", test_self_path());
+  cuda_test_setup(1); /* 77 without a GPU */
+  cuda_test_parent_outside_mps();
+  daemon_start(&d, NULL);
+  nobody = geteuid() == 0;
+
+  p = start_role("ring-producer", "ring", false, &pfd);
+  c = start_role("ring-consumer", "ring", nobody, &cfd);
+  CHECK(finish_role(p, pfd) == 0);
+  CHECK(finish_role(c, cfd) == 0);
+  test_log("ring: %d frames, CUDA producer -> Vulkan consumer%s, each side waiting on its "
+           "GPU, every frame's words right", FRAMES, nobody ? " (uid 65534)" : "");
+
+  dead_signaller("dying-producer", "waiting-consumer", "die1", true,
+                 "a CUDA producer SIGKILLed owing promised values, a Vulkan queue waiting");
+  dead_signaller("dying-consumer", "waiting-producer", "die2", false,
+                 "a Vulkan consumer SIGKILLed with a signal queued, a CUDA stream waiting");
+
+  c = start_role("trip-vk", "trip", false, &cfd);
+  p = start_role("trip-cuda", "trip", false, &pfd);
+  CHECK(finish_role(p, pfd) == 0);
+  CHECK(finish_role(c, cfd) == 0);
+  daemon_stop(&d);
+  return 0;
+}
