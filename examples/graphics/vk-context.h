@@ -108,9 +108,21 @@ static inline int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t
     VkQueueFamilyProperties q[16];
     nq = nq > 16 ? 16 : nq;
     vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, q);
+    /* $GPUSHM_VK_QUEUE=transfer: a queue of the copy engines alone (where its work is
+     * copies and fence writes, it does not switch the GPU's graphics context) */
+    const char *kind = getenv("GPUSHM_VK_QUEUE");
+    VkQueueFlags want_flags = kind && strcmp(kind, "transfer") == 0
+                                ? VK_QUEUE_TRANSFER_BIT : VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT;
+    VkQueueFlags refuse = want_flags == VK_QUEUE_TRANSFER_BIT
+                            ? VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT : 0;
     for (c->queue_family = 0; c->queue_family < nq; c->queue_family++)
-      if (q[c->queue_family].queueFlags & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT))
+      if ((q[c->queue_family].queueFlags & want_flags) &&
+          !(q[c->queue_family].queueFlags & refuse))
         break;
+    if (c->queue_family == nq) {
+      snprintf(why, len, "no Vulkan queue family of the kind asked for");
+      return -1;
+    }
   }
   qci.queueFamilyIndex = c->queue_family;
   c->has_host_import = vkc_has_extension(c->phys, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
