@@ -13,8 +13,10 @@
 #include "timeline.h"
 #include "timeline_page.h"
 #include "timeline_plane.h"
+#include "shm_layout.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -324,4 +326,96 @@ uint64_t gpushm_timeline_id(const gpushm_timeline_t *tl)
 const char *gpushm_timeline_name(const gpushm_timeline_t *tl)
 {
   return tl ? MAP_OF(tl)->name : NULL;
+}
+
+/* ---- semaphore planes (timeline_plane.c; docs/sync.md#semaphore-planes) ------------ */
+
+int gpushm_timeline_semaphore(gpushm_timeline_t *tl, int register_fd, const uint8_t *device_uuid,
+                              unsigned flags, int *fd_out, uint8_t uuid_out[16])
+{
+  const gpushm_buffer_t *handle = (const gpushm_buffer_t *)tl;
+  bool registered = false;
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  if (!fd_out || !uuid_out || (register_fd >= 0 && !device_uuid))
+    return client_error(GPUSHM_E_INVAL, "fd_out and uuid_out (and, to register, device_uuid) "
+                        "must not be NULL");
+  if (flags & ~GPUSHM_SEMAPHORE_TO_READERS)
+    return client_error(GPUSHM_E_INVAL, "unknown flags 0x%x", flags & ~GPUSHM_SEMAPHORE_TO_READERS);
+  if (register_fd >= 0 && handle->map->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: a semaphore plane is signalled "
+                        "by whoever holds it, so registering one is a write; open it "
+                        "read-write", handle->map->name);
+  *fd_out = -1;
+  if ((r = client_plane_request(handle->conn, handle->map->id, register_fd, device_uuid,
+                         (flags & GPUSHM_SEMAPHORE_TO_READERS) != 0, fd_out, uuid_out,
+                         &registered)) < 0)
+    return r;
+  return registered ? 1 : 0;
+}
+
+/* A signal a Vulkan queue performs: published as any signal, its marker queued by the
+ * caller's submission (the fence write it records and the semaphore it signals). */
+static int mark_external(struct client_mapping *buf, const struct client_stream *s, uint64_t v)
+{
+  (void)buf;
+  (void)s;
+  (void)v;
+  return 0;
+}
+
+int gpushm_timeline_signal_external(gpushm_timeline_t *tl, uint64_t value)
+{
+  gpushm_buffer_t *handle = (gpushm_buffer_t *)tl;
+  uint64_t n;
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  if (value == 0)
+    return client_error(GPUSHM_E_INVAL, "signal of value 0: values start at 1");
+  if (handle->map->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: signalling is a write, open "
+                        "it read-write to signal", handle->map->name);
+  if ((r = client_sync_publish(handle->map, handle->conn, NULL, mark_external, value, &n)) < 0)
+    return r;
+  client_sync_wake(handle->map, handle->conn);
+  return 0;
+}
+
+int gpushm_timeline_wait_signalled(gpushm_timeline_t *tl, uint64_t value, int timeout_ms)
+{
+  uint64_t deadline = 0;
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  if (value == 0)
+    return client_error(GPUSHM_E_INVAL, "wait for value 0: values start at 1");
+  if (timeout_ms >= 0)
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  return client_sync_wait_published(((gpushm_buffer_t *)tl)->map, value, true, timeout_ms,
+                                    deadline);
+}
+
+int gpushm_timeline_fence_page(gpushm_timeline_t *tl, void **page, size_t *fence_offset)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_timeline(tl)) < 0)
+    return r;
+  if (!page || !fence_offset)
+    return client_error(GPUSHM_E_INVAL, "page and fence_offset must not be NULL");
+  if (MAP_OF(tl)->read_only)
+    return client_error(GPUSHM_E_PERM, "'%s' is open read-only: its page is mapped read-only, "
+                        "and only signallers write the fence", MAP_OF(tl)->name);
+  *page = MAP_OF(tl)->control;
+  *fence_offset = offsetof(struct sync_control, fence);
+  return 0;
 }

@@ -9,6 +9,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The request (SemaphoreRequest) for timeline id: register_fd >= 0 registers that
+ * semaphore (on the device of uuid) first; *fd_out a new fd of the plane, *uuid_out its
+ * device, *registered whether this request's semaphore became it.  0 or a GPUSHM_E_*. */
+int client_plane_request(gpushm_t *conn, uint64_t id, int register_fd, const uint8_t *uuid,
+                         bool to_readers, int *fd_out, uint8_t uuid_out[16], bool *registered);
 /* Whether buf's control block says its timeline has a plane. */
 bool client_plane_wanted(const struct client_mapping *buf);
 /* The plane imported into CUDA (once per mapping, its fd asked of gpushmd over conn);

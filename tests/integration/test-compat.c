@@ -139,7 +139,7 @@ static void test_library_keeps_it(void)
   /* the request families, each with its version (0: a family this daemon lacks) */
   CHECK(gpushm_daemon_family_version(conn, "core") == 1);
   CHECK(gpushm_daemon_family_version(conn, "admin") == 2); /* 0.8: StatsRequest.all_rows */
-  CHECK(gpushm_daemon_family_version(conn, "graphics") == 1);
+  CHECK(gpushm_daemon_family_version(conn, "graphics") == 2); /* 0.8: semaphore planes */
   CHECK(gpushm_daemon_family_version(conn, "timelines") == 0);
   CHECK(gpushm_daemon_family_version(conn, "Core") == 0);
   CHECK(gpushm_daemon_family_version(conn, NULL) == 0);
