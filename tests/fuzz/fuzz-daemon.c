@@ -167,6 +167,8 @@ static void check_reply(size_t len, int msg_flags, unsigned n_fds)
     fail("connection-level reply with status 0");
   } else if (reply->body_case == GPUSHM__REPLY__BODY_HELLO) {
     expected = 1; /* the status page */
+  } else if (reply->body_case == GPUSHM__REPLY__BODY_SEMAPHORE) {
+    expected = 1; /* the plane */
   } else if (reply->body_case == GPUSHM__REPLY__BODY_OPEN) {
     const Gpushm__OpenReply *open = reply->open;
     Gpushm__Backend be;

@@ -522,6 +522,54 @@ static void daemon_seeds(void)
   d_close(c0, 1);
   finish("daemon", "timelines");
 
+  /* Semaphore planes (0.8): a registration with the memfd the harness sends (no semaphore:
+   * refused), one with a short UUID, one without an fd (no plane yet), by a reader, and
+   * for an id the connection does not hold. */
+  begin();
+  put_byte(0);
+  d_hello_as(c0, "minter", GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_SEMAPHORES |
+                             GPUSHM_FEATURE_GRAPHICS);
+  d_hello_as(c1, "reader", GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_SEMAPHORES |
+                             GPUSHM_FEATURE_GRAPHICS);
+  d_create(c0, (struct create_spec){ .name = "tl", .mode = 0644,
+                                     .kind = GPUSHM__KIND__KIND_TIMELINE });
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = "tl";
+    body.read_only = true;
+    body.kind = GPUSHM__KIND__KIND_TIMELINE;
+    req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    req.open = &body;
+    d_send(c1, &req);
+  }
+  {
+    static uint8_t uuid[16] = { 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa,
+                                0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0 };
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__SemaphoreRequest body = GPUSHM__SEMAPHORE_REQUEST__INIT;
+    body.id = 1;
+    body.device_uuid.data = uuid;
+    body.device_uuid.len = 16;
+    body.to_readers = true;
+    req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
+    req.semaphore = &body;
+    d_send(c0 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    body.device_uuid.len = 3;
+    d_send(c0 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    body.device_uuid.len = 0;
+    d_send(c0, &req);
+    d_send(c1 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    d_send(c1, &req);
+    body.id = 42;
+    d_send(c1, &req);
+  }
+  d_close(c1, 1);
+  d_unlink(c0, "tl");
+  d_close(c0, 1);
+  finish("daemon", "semaphores");
+
   /* Frame rings (0.8): made (and with 1 and 65 slots, and a sync it may not have), opened
    * read-only by the other connection and attached (twice), attached by the producer, a
    * ring request detaching, evicting an id that is no consumer and one that is, and one
