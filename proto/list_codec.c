@@ -539,6 +539,7 @@ static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply 
     case GPUSHM__REPLY__BODY_STATS:
     case GPUSHM__REPLY__BODY_PING:
     case GPUSHM__REPLY__BODY_CLIENTS:
+    case GPUSHM__REPLY__BODY_SEMAPHORE:
       return false;
     default:
       if (!skip_field(&r, wire_type))
@@ -620,7 +621,7 @@ bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
         return false;
     } else if (field == GPUSHM__REPLY__BODY_HELLO || field == GPUSHM__REPLY__BODY_OPEN ||
                field == GPUSHM__REPLY__BODY_STATS || field == GPUSHM__REPLY__BODY_PING ||
-               field == GPUSHM__REPLY__BODY_CLIENTS) {
+               field == GPUSHM__REPLY__BODY_CLIENTS || field == GPUSHM__REPLY__BODY_SEMAPHORE) {
       /* Another body anywhere in the frame makes it not (only) a list page: protobuf-c
        * keeps the last body it reads, so the peek gives up as get_reply does. */
       return false;

@@ -246,6 +246,10 @@ static void test_unusual_bodies(void)
    * protobuf-c keeps the stats, so the peek must not call it a page; and the reverse */
   static const uint8_t list_then_stats[] = { 0x62, 0x00, 0x6a, 0x00 };
   static const uint8_t stats_then_list[] = { 0x6a, 0x00, 0x62, 0x00 };
+  /* an empty list, then a semaphore body (0.8, field 16: found by fuzz-list-codec when it
+   * came): a well-formed one protobuf-c keeps, a malformed one it refuses */
+  static const uint8_t list_then_semaphore[] = { 0x62, 0x00, 0x82, 0x01, 0x00 };
+  static const uint8_t list_then_bad_semaphore[] = { 0x62, 0x00, 0x82, 0x01, 0x01, 0xff };
   uint64_t request_id, last_id;
   bool more;
   struct check_arena arena;
@@ -258,6 +262,11 @@ static void test_unusual_bodies(void)
   expect_alike(ping, sizeof ping, "a ping reply");
   expect_alike(list_then_stats, sizeof list_then_stats, "list, then stats");
   expect_alike(stats_then_list, sizeof stats_then_list, "stats, then list");
+  expect_alike(list_then_semaphore, sizeof list_then_semaphore, "list, then a semaphore body");
+  expect_alike(list_then_bad_semaphore, sizeof list_then_bad_semaphore,
+               "list, then a malformed semaphore body");
+  CHECK(!list_codec_peek_page(list_then_semaphore, sizeof list_then_semaphore, &request_id,
+                              &last_id, &more));
   CHECK(!list_codec_peek_page(list_then_stats, sizeof list_then_stats, &request_id,
                               &last_id, &more));
   CHECK(!list_codec_peek_page(stats_then_list, sizeof stats_then_list, &request_id,
