@@ -733,8 +733,10 @@ int gpushm_stats(gpushm_t *conn, gpushm_stats_t **out)
   req.stats = &body;
   if ((r = client_call(conn, &req, &reply, &fds)) < 0)
     return r;
+  /* exactly the one fd in_memfd promises, or none (found by fuzz-client: two fds with a
+   * stats reply that promised none were kept) */
   if (reply->body_case != GPUSHM__REPLY__BODY_STATS || !reply->stats ||
-      reply->stats->in_memfd != (fds.n == 1)) {
+      fds.n != (reply->stats->in_memfd ? 1u : 0u)) {
     gpushm__reply__free_unpacked(reply, NULL);
     client_close_fds(&fds);
     return client_error(GPUSHM_E_PROTO, "malformed stats reply");

@@ -616,7 +616,8 @@ static unsigned count_memfd_maps(void)
   return n;
 }
 
-static unsigned count_fds(void)
+/* The fds open now; with show, each one and what it is, on stderr (a leak's report). */
+static unsigned list_fds(bool show)
 {
   DIR *dir = opendir("/proc/self/fd");
   struct dirent *e;
@@ -624,11 +625,25 @@ static unsigned count_fds(void)
 
   if (!dir)
     fail("/proc/self/fd: %s", strerror(errno));
-  while ((e = readdir(dir)))
-    if (e->d_name[0] != '.')
-      n++;
+  while ((e = readdir(dir))) {
+    char path[300], target[256];
+    ssize_t len;
+    if (e->d_name[0] == '.')
+      continue;
+    n++;
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    if (show && (len = readlink(path, target, sizeof target - 1)) > 0) {
+      target[len] = '\0';
+      fprintf(stderr, "fuzz-client: fd %s: %s\n", e->d_name, target);
+    }
+  }
   closedir(dir);
   return n;
+}
+
+static unsigned count_fds(void)
+{
+  return list_fds(false);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -701,7 +716,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   pipe_put(to_daemon[1], 'x');
   pipe_get(from_daemon[0]);
   if (count_fds() != fds_before)
-    fail("%u fds open after the input, %u before", count_fds(), fds_before);
+    fail("%u fds open after the input, %u before", list_fds(true), fds_before);
   if (count_memfd_maps() != 0)
     fail("%u mappings of daemon memory left after every handle was closed", count_memfd_maps());
   return 0;
