@@ -419,3 +419,8 @@ int gpushm_timeline_fence_page(gpushm_timeline_t *tl, void **page, size_t *fence
   *fence_offset = offsetof(struct sync_control, fence);
   return 0;
 }
+
+int gpushm_timeline_has_semaphore(const gpushm_timeline_t *tl)
+{
+  return tl && client_plane_wanted(MAP_OF(tl)) ? 1 : 0;
+}

@@ -501,6 +501,9 @@ static void show_timeline_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
   if (gpushm_timeline_id(tl) == gpushm_buffer_info_id(b) && gpushm_timeline_state(tl, &st) == 0) {
     print_sync_state(&st);
     printf("reached:    %" PRIu64 "\n", gpushm_timeline_value(tl));
+    if (gpushm_timeline_has_semaphore(tl))
+      printf("semaphore:  a plane (a Vulkan timeline semaphore, signalled beside the "
+             "counter: Vulkan queues wait on the GPU)\n");
   }
   gpushm_timeline_close(tl);
 }

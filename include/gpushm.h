@@ -683,6 +683,8 @@ GPUSHM_API int gpushm_timeline_wait_signalled(gpushm_timeline_t *tl, uint64_t va
                                               int timeout_ms);
 GPUSHM_API int gpushm_timeline_fence_page(gpushm_timeline_t *tl, void **page,
                                           size_t *fence_offset);
+/* 1 if tl has a semaphore plane now (its control block says so), 0 if not or NULL. */
+GPUSHM_API int gpushm_timeline_has_semaphore(const gpushm_timeline_t *tl);
 
 /* Frame rings (0.8, GPUSHM_FEATURE_RINGS; docs/rings.md): slots of memory that a
  * producer fills and consumers read in turn, as one named object, ordered by timelines

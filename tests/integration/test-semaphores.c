@@ -17,8 +17,13 @@
  *    gave it to readers, and cannot register one (library and raw request);
  *  - a promiser SIGKILLed: gpushmd breaks the promise and signals the semaphore to the
  *    promised value through its own import;
- *  - a ring takes none (rings have no planes yet). */
+ *  - gpushmctl show says a timeline has a plane;
+ *  - a ring takes none (rings have no planes yet);
+ *  - a persistent timeline with a plane comes back from a restart (systemd's fd store,
+ *    played by the test) without it: the control block's semaphore word cleared, no plane
+ *    to fetch, CPU signals the fence alone, and a new plane can be registered. */
 #include "config.h"
+#include "fdstore.h"
 #include "harness.h"
 #include "raw.h"
 #include "shm_layout.h"
@@ -45,6 +50,7 @@ struct fake_semaphore {
 
 static struct test_daemon d;
 static uint8_t device0[16];
+static const char *log_path; /* gpushmd's (test_log_file()) */
 
 /* A fake timeline semaphore at value, and its mapping (*sem) to read it through. */
 static int mint(uint64_t value, struct fake_semaphore **sem)
@@ -99,7 +105,7 @@ static void test_register(gpushm_t *conn)
   CHECK(strstr(gpushm_last_error_message(), "'planes' has no semaphore plane: a process with "
                                             "a Vulkan device"));
   CHECK_OK(gpushm_timeline_signal(tl, 4)); /* before the plane: the fence alone */
-  CHECK(sem_value(sem) == 0);
+  CHECK(sem_value(sem) == 0 && gpushm_timeline_has_semaphore(tl) == 0);
 
   /* not semaphores */
   CHECK(pipe(pipefd) == 0);
@@ -173,6 +179,8 @@ static void test_register(gpushm_t *conn)
     check_child(pid);
   }
   CHECK(sem_value(sem) == 8 && gpushm_timeline_value(tl) == 8);
+  CHECK(gpushm_timeline_has_semaphore(tl) == 1);
+  ctl_show_says(d.socket, "planes", "semaphore:  a plane (a Vulkan timeline semaphore");
 
   /* a Vulkan queue's signal: published here, the fence and semaphore its submission's */
   CHECK_ERR(gpushm_timeline_wait_signalled(tl, 9, 0), GPUSHM_E_TIMEOUT);
@@ -353,6 +361,61 @@ static void test_ring(gpushm_t *conn)
   test_log("a ring takes no plane");
 }
 
+static uint64_t semaphore_word(gpushm_timeline_t *tl)
+{
+  void *page;
+  size_t at;
+
+  CHECK_OK(gpushm_timeline_fence_page(tl, &page, &at));
+  return __atomic_load_n((uint64_t *)((char *)page + offsetof(struct sync_control, semaphore)),
+                         __ATOMIC_ACQUIRE);
+}
+
+static void test_restart(void)
+{
+  char dir[] = "/tmp/gpushm-semaphores-store-XXXXXX";
+  struct test_daemon r = { .log_path = log_path };
+  struct fake_semaphore *sem, *again;
+  gpushm_timeline_t *tl;
+  gpushm_t *conn;
+  int fd = mint(0, &sem), fd2 = mint(0, &again), got, status;
+  uint8_t uuid[16];
+
+  CHECK(mkdtemp(dir) != NULL);
+  fdstore_open(dir);
+  daemon_start(&r, NULL);
+  conn = daemon_connect(&r);
+  CHECK_OK(gpushm_timeline_create(conn, "kept-plane", NULL, &tl));
+  CHECK(gpushm_timeline_semaphore(tl, fd, device0, 0, &got, uuid) == 1);
+  close(got);
+  CHECK_OK(gpushm_timeline_signal(tl, 3));
+  CHECK(sem_value(sem) == 3 && semaphore_word(tl) != 0);
+  fdstore_drain();
+  CHECK(kill(r.pid, SIGKILL) == 0);
+  CHECK(waitpid(r.pid, &status, 0) == r.pid);
+  daemon_respawn_with(&r, fdstore_pass_reversed, NULL, NULL);
+  gpushm_disconnect(conn);
+  conn = daemon_connect(&r);
+  CHECK_OK(gpushm_timeline_open(conn, "kept-plane", 0, &tl));
+  CHECK(gpushm_timeline_value(tl) == 3 && semaphore_word(tl) == 0);
+  CHECK_ERR(gpushm_timeline_semaphore(tl, -1, NULL, 0, &got, uuid), GPUSHM_E_NOENT);
+  CHECK_OK(gpushm_timeline_signal(tl, 4));
+  CHECK(sem_value(sem) == 3 && gpushm_timeline_value(tl) == 4);
+  CHECK(gpushm_timeline_semaphore(tl, fd2, device0, 0, &got, uuid) == 1);
+  CHECK(same_file(got, fd2) && sem_value(again) == 4);
+  close(got);
+  CHECK_OK(gpushm_timeline_close_unlink(tl));
+  gpushm_disconnect(conn);
+  daemon_stop(&r);
+  fdstore_close();
+  munmap(sem, 4096);
+  munmap(again, 4096);
+  close(fd);
+  close(fd2);
+  test_log("a persistent timeline back from a restart without its plane: the word cleared, "
+           "signals to the fence alone, a new plane registered");
+}
+
 int main(void)
 {
   const char *fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
@@ -365,7 +428,7 @@ int main(void)
   setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
   memset(device0, 0xfa, sizeof device0);
   device0[15] = 0;
-  d.log_path = test_log_file("semaphores");
+  d.log_path = log_path = test_log_file("semaphores");
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
   test_register(conn);
@@ -373,5 +436,6 @@ int main(void)
   test_ring(conn);
   gpushm_disconnect(conn);
   daemon_stop(&d);
+  test_restart();
   return 0;
 }
