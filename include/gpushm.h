@@ -276,8 +276,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_TIMELINES 0x200ull
 /* Frame rings (0.8): gpushm_ring_*(). */
 #define GPUSHM_FEATURE_RINGS 0x400ull
-/* Timelines' semaphore planes (0.8): gpushm_timeline_semaphore() and the Vulkan and GL
- * helpers that wait and signal on the GPU (docs/sync.md#semaphore-planes). */
+/* Timelines' semaphore planes (0.8): gpushm_timeline_semaphore() and the Vulkan helpers
+ * that wait and signal on the GPU (docs/sync.md#semaphore-planes). */
 #define GPUSHM_FEATURE_SEMAPHORES 0x800ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
@@ -655,7 +655,7 @@ GPUSHM_API const char *gpushm_timeline_name(const gpushm_timeline_t *tl);
 
 /* Semaphore planes (0.8, GPUSHM_FEATURE_SEMAPHORES; docs/sync.md#semaphore-planes): a
  * Vulkan timeline semaphore (exported as OPAQUE_FD) that every signaller of the timeline
- * signals beside its counter, so that Vulkan and GL queues wait for values on the GPU.
+ * signals beside its counter, so that Vulkan queues wait for values on the GPU.
  * CUDA cannot make one: a process with a VkDevice mints it and registers it
  * (gpushm_vk_import_timeline() in gpushm-vulkan.h does all of this); from then on
  * gpushm_timeline_signal[_stream]() signal it too, in any process.

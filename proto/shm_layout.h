@@ -127,8 +127,10 @@ struct sync_control {
   uint64_t fence;
   /* A timeline's semaphore plane (docs/sync.md#semaphore-planes): nonzero once gpushmd
    * holds one, written by gpushmd alone; a signaller that sees it signals the semaphore
-   * beside the fence (a read-write holder that clears it misleads only its own signals,
-   * as one that scribbles the fence does). */
+   * beside the fence.  Any read-write holder can write it, as it can the fence and the
+   * counter: one that sets it makes others' signals ask for a plane there is not (and
+   * fail), one that clears it makes processes that have not imported the plane yet
+   * signal the fence alone — gpushmd never reads it back. */
   uint64_t semaphore;
 };
 

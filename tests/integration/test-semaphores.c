@@ -14,11 +14,12 @@
  *    is published or promised, times out before; gpushm_timeline_fence_page() is the
  *    control block's page;
  *  - attacked as uid 65534: a read-only holder is refused the plane unless its registrar
- *    gave it to readers, and cannot register one (library and raw request);
+ *    gave it to readers, and cannot register one (library and raw request, the latter on
+ *    a timeline with no plane yet, whose fence a wrongly made plane would be signalled to);
  *  - a promiser SIGKILLed: gpushmd breaks the promise and signals the semaphore to the
  *    promised value through its own import;
  *  - gpushmctl show says a timeline has a plane;
- *  - a ring takes none (rings have no planes yet);
+ *  - a ring takes none, nor its consumers' done timelines (rings have no planes yet);
  *  - a persistent timeline with a plane comes back from a restart (systemd's fd store,
  *    played by the test) without it: the control block's semaphore word cleared, no plane
  *    to fetch, CPU signals the fence alone, and a new plane can be registered. */
@@ -252,15 +253,20 @@ static void test_readers(gpushm_t *conn)
   gpushm_timeline_t *open = create(conn, "planes-open", 0644);
   struct fake_semaphore *s1, *s2;
   int f1 = mint(0, &s1), f2 = mint(0, &s2), got;
+  uint64_t bare_id;
   uint8_t uuid[16];
   pid_t pid;
 
+  gpushm_timeline_t *bare = create(conn, "planes-none", 0644);
+
+  CHECK_OK(gpushm_timeline_signal(bare, 5)); /* a plane made now would be signalled to 5 */
   CHECK(gpushm_timeline_semaphore(closed, f1, device0, 0, &got, uuid) == 1);
   close(got);
   CHECK(gpushm_timeline_semaphore(open, f2, device0, GPUSHM_SEMAPHORE_TO_READERS, &got,
                                   uuid) == 1);
   close(got);
   CHECK_ERR(gpushm_timeline_semaphore(open, -1, NULL, 0x80, &got, uuid), GPUSHM_E_INVAL);
+  bare_id = gpushm_timeline_id(bare);
   pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
   CHECK(pid >= 0);
   if (pid == 0) {
@@ -280,9 +286,13 @@ static void test_readers(gpushm_t *conn)
     CHECK(gpushm_timeline_semaphore(ro_open, -1, NULL, 0, &got, uuid) == 0);
     CHECK(memcmp(uuid, device0, 16) == 0);
     close(got);
-    /* past the library: gpushmd refuses a reader's registration itself */
+    /* past the library: gpushmd refuses a reader's registration itself, on a timeline
+     * with no plane yet (where nothing else would refuse it) */
     CHECK(sock >= 0 && raw_hello_features(sock, "attacker", GPUSHM_FEATURE_TIMELINES |
                                           GPUSHM_FEATURE_SEMAPHORES, &status_fd) == 0);
+    CHECK(raw_open_kind(sock, "planes-none", 0, GPUSHM__KIND__KIND_TIMELINE, 1, false, fds,
+                        &n_fds) == 0 && n_fds == 1);
+    close(fds[0]);
     CHECK(raw_open_kind(sock, "planes-closed", 0, GPUSHM__KIND__KIND_TIMELINE, 1, false, fds,
                         &n_fds) == 0 && n_fds == 1);
     close(fds[0]);
@@ -291,14 +301,19 @@ static void test_readers(gpushm_t *conn)
       Gpushm__SemaphoreRequest body = GPUSHM__SEMAPHORE_REQUEST__INIT;
       Gpushm__Reply *reply;
 
-      body.id = gpushm_timeline_id(ro_closed);
+      body.id = bare_id;
       body.device_uuid.data = device0;
       body.device_uuid.len = 16;
       req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
       req.semaphore = &body;
       CHECK((reply = raw_call_fd(sock, &req, own_fd, fds, &n_fds)) != NULL);
       CHECK(reply->status == -GPUSHM_E_PERM && n_fds == 0);
+      CHECK(strstr(reply->message, "registering one is a write"));
       gpushm__reply__free_unpacked(reply, NULL);
+      CHECK((reply = raw_call(sock, &req, fds, &n_fds)) != NULL);
+      CHECK(reply->status == -GPUSHM_E_NOENT && n_fds == 0); /* still none */
+      gpushm__reply__free_unpacked(reply, NULL);
+      body.id = gpushm_timeline_id(ro_closed);
       CHECK((reply = raw_call(sock, &req, fds, &n_fds)) != NULL);
       CHECK(reply->status == -GPUSHM_E_PERM && n_fds == 0);
       gpushm__reply__free_unpacked(reply, NULL);
@@ -307,10 +322,12 @@ static void test_readers(gpushm_t *conn)
       CHECK(reply->status == -GPUSHM_E_NOENT && n_fds == 0);
       gpushm__reply__free_unpacked(reply, NULL);
     }
-    CHECK(sem_value(own) == 0);
+    CHECK(sem_value(own) == 0); /* a plane made of it would have been signalled to 5 */
     _exit(0);
   }
   check_child(pid);
+  CHECK(gpushm_timeline_has_semaphore(bare) == 0);
+  CHECK_OK(gpushm_timeline_close_unlink(bare));
   munmap(s1, 4096);
   munmap(s2, 4096);
   close(f1);
@@ -354,11 +371,45 @@ static void test_ring(gpushm_t *conn)
   CHECK(strstr(reply->message, "semaphore planes are timelines'"));
   gpushm__reply__free_unpacked(reply, NULL);
   close(sock);
+  /* nor a consumer's done timeline, which its ring orders */
+  {
+    int csock = raw_connect(d.socket), cstatus;
+    Gpushm__Request open = GPUSHM__REQUEST__INIT;
+    Gpushm__OpenRequest ob = GPUSHM__OPEN_REQUEST__INIT;
+    uint64_t done_id;
+
+    CHECK(csock >= 0 && raw_hello_features(csock, "consumer", GPUSHM_FEATURE_TIMELINES |
+                                           GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES,
+                                           &cstatus) == 0);
+    CHECK(raw_open_kind(csock, "planes-ring", 0, GPUSHM__KIND__KIND_RING, 1, false, fds,
+                        &n_fds) == 0);
+    while (n_fds)
+      close(fds[--n_fds]);
+    ob.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    ob.id = gpushm_ring_id(ring);
+    ob.kind = GPUSHM__KIND__KIND_TIMELINE;
+    ob.ring_attach = true;
+    open.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    open.open = &ob;
+    CHECK((reply = raw_call(csock, &open, fds, &n_fds)) != NULL);
+    CHECK(reply->status == 0 && reply->open && reply->open->info);
+    done_id = reply->open->info->id;
+    gpushm__reply__free_unpacked(reply, NULL);
+    while (n_fds)
+      close(fds[--n_fds]);
+    body.id = done_id;
+    CHECK((reply = raw_call_fd(csock, &req, fd, fds, &n_fds)) != NULL);
+    CHECK(reply->status == -GPUSHM_E_UNSUPPORTED && n_fds == 0);
+    CHECK(strstr(reply->message, "ring consumer's done timeline"));
+    gpushm__reply__free_unpacked(reply, NULL);
+    close(csock);
+    close(cstatus);
+  }
   close(status_fd);
   CHECK_OK(gpushm_ring_close_unlink(ring));
   munmap(s, 4096);
   close(fd);
-  test_log("a ring takes no plane");
+  test_log("a ring takes no plane, nor does a consumer's done timeline");
 }
 
 static uint64_t semaphore_word(gpushm_timeline_t *tl)
