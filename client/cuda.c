@@ -902,6 +902,21 @@ int client_cuda_semaphore_destroy(void *sem, int device)
   return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDestroyExternalSemaphore");
 }
 
+int client_cuda_semaphore_destroy_idle(void *sem, int device)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_device(device, &prev)) < 0)
+    return ret;
+  /* every signal of it this process queued, on whichever stream, done first */
+  r = CU_CALL(&cl.drv, cuCtxSynchronize);
+  leave_device(device, prev);
+  ret = client_cuda_semaphore_destroy(sem, device);
+  return r != CUDA_SUCCESS ? cuda_error(r, "cuCtxSynchronize") : ret;
+}
+
 /* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */
 static bool visible_devices_are_mig(void)
 {

@@ -100,6 +100,9 @@ int client_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, vo
 int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
                                  const struct client_stream *s);
 int client_cuda_semaphore_destroy(void *sem, int device);
+/* The same once the device's work this process queued is done (signals of it on any
+ * stream: the driver's rule for destroying an imported semaphore). */
+int client_cuda_semaphore_destroy_idle(void *sem, int device);
 int client_cuda_record(void *event, const struct client_stream *s);
 int client_cuda_wait(void *event, const struct client_stream *s);
 

@@ -10,6 +10,9 @@
 #include "conn.h"
 #include "sync.h"
 #include "timeline.h"
+#include "timeline_page.h"
+#include "timeline_plane.h"
+#include "device.h"
 #include "graphics.h"
 #include "shm_layout.h"
 
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert(GPUSHM_RING_SLOTS_MAX == GPUSHM_LIMIT_RING_SLOTS &&
                  GPUSHM_RING_CONSUMERS_MAX == GPUSHM_LIMIT_RING_CONSUMERS,
@@ -29,6 +33,10 @@ _Static_assert(GPUSHM_RING_PROMISE_AHEAD > GPUSHM_LIMIT_RING_SLOTS, "promises co
 struct ring_consumer {
   uint64_t done_id;
   gpushm_buffer_t *done; /* opened read-only; NULL: it left before it could be opened */
+  /* Its ready plane imported into CUDA (docs/rings.md#vulkan-consumers), signalled
+   * beside the ready counter; NULL: it has none. */
+  void *plane;
+  int plane_device;
 };
 
 struct gpushm_ring {
@@ -47,6 +55,7 @@ struct gpushm_ring {
   gpushm_buffer_t *done;
   uint64_t next;     /* the next frame it takes */
   uint64_t released; /* the last it released */
+  bool has_plane;    /* it registered a ready plane: producers signal it */
 };
 
 static const struct client_mapping *map_of(const gpushm_ring_t *ring)
@@ -108,6 +117,35 @@ static void drop_consumer(struct ring_consumer *c)
   if (c->done)
     gpushm_buffer_close(c->done);
   c->done = NULL;
+  /* after this process's signals of it: the device's queued work, waited for (a
+   * consumer that leaves is rare) */
+  if (c->plane)
+    (void)client_cuda_semaphore_destroy_idle(c->plane, c->plane_device);
+  c->plane = NULL;
+}
+
+/* A consumer's ready plane, asked of gpushmd and imported into CUDA; *plane NULL where
+ * the consumer left meanwhile. */
+static int fetch_plane(gpushm_ring_t *ring, struct ring_consumer *c)
+{
+  const struct client_plane_ask ask = { .id = map_of(ring)->id, .consumer = c->done_id,
+                                        .register_fd = -1 };
+  struct client_plane_reply got;
+  int r;
+
+  if ((r = client_plane_request(ring->mem->conn, &ask, &got)) == GPUSHM_E_NOENT) {
+    client_clear_error();
+    return 0;
+  }
+  if (r < 0)
+    return r;
+  r = client_cuda_semaphore_import(got.fd, got.uuid, &c->plane_device, &c->plane);
+  close(got.fd);
+  if (r < 0)
+    return client_error(r, "'%s': consumer %llu waits on a semaphore this process cannot "
+                        "signal (%s); gpushm_ring_evict() detaches it", map_of(ring)->name,
+                        (unsigned long long)c->done_id, gpushm_last_error_message());
+  return 0;
 }
 
 /* The table as gpushmd last wrote it (a seqlock: read again while it changes).  Bounded:
@@ -115,10 +153,11 @@ static void drop_consumer(struct ring_consumer *c)
  * others here; -1 then (GPUSHM_E_PROTO set). */
 #define TABLE_READ_TRIES 100000
 
-static int read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *gen)
+static int read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *gen,
+                      uint32_t *planes)
 {
   const struct ring_table *t = ring_table_of((struct sync_control *)ctl);
-  uint32_t n, g;
+  uint32_t n, g, p;
 
   for (int tries = 0;; tries++) {
     if (tries == TABLE_READ_TRIES)
@@ -134,11 +173,14 @@ static int read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *
       n = GPUSHM_LIMIT_RING_CONSUMERS;
     for (uint32_t i = 0; i < n; i++)
       ids[i] = __atomic_load_n(&t->done_id[i], __ATOMIC_RELAXED);
+    p = __atomic_load_n(&t->planes, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&t->generation, __ATOMIC_RELAXED) == g)
       break;
   }
   *gen = g;
+  if (planes)
+    *planes = p;
   return (int)n;
 }
 
@@ -147,7 +189,7 @@ static int table_lists(const struct sync_control *ctl, uint64_t done_id)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   uint32_t gen;
-  int n = read_table(ctl, ids, &gen);
+  int n = read_table(ctl, ids, &gen, NULL);
 
   for (int i = 0; i < n; i++)
     if (ids[i] == done_id)
@@ -162,19 +204,20 @@ static int refresh_consumers(gpushm_ring_t *ring)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   struct ring_consumer kept[GPUSHM_LIMIT_RING_CONSUMERS];
-  uint32_t gen, n_kept = 0;
-  int n = read_table(ring->mem->map->control, ids, &gen);
+  uint32_t gen, planes, n_kept = 0;
+  int n = read_table(ring->mem->map->control, ids, &gen, &planes);
 
   if (n < 0)
     return n;
   if (ring->table_read && gen == ring->table_generation)
     return 0;
   for (uint32_t i = 0; i < (uint32_t)n; i++) {
-    struct ring_consumer c = { ids[i], NULL };
+    struct ring_consumer c = { ids[i], NULL, NULL, -1 };
     for (uint32_t j = 0; j < ring->n_consumers; j++)
       if (ring->consumers[j].done_id == ids[i]) {
         c = ring->consumers[j];
         ring->consumers[j].done = NULL;
+        ring->consumers[j].plane = NULL;
         break;
       }
     if (!c.done && ids[i]) {
@@ -187,6 +230,15 @@ static int refresh_consumers(gpushm_ring_t *ring)
                          "timeline cannot be opened", map_of(ring)->name,
                          (unsigned long long)ids[i]);
       if (r < 0 && r != GPUSHM_E_NOENT) {
+        for (uint32_t k = 0; k < n_kept; k++)
+          drop_consumer(&kept[k]);
+        return r;
+      }
+    }
+    if (c.done && !c.plane && (planes >> i & 1u)) {
+      int r = fetch_plane(ring, &c);
+      if (r < 0) {
+        drop_consumer(&c);
         for (uint32_t k = 0; k < n_kept; k++)
           drop_consumer(&kept[k]);
         return r;
@@ -279,6 +331,42 @@ int gpushm_ring_acquire_slot_stream(gpushm_ring_t *ring, void *stream, int timeo
   return acquire_slot(ring, true, stream, timeout_ms, out);
 }
 
+/* Consumers' ready planes, after the ready counter (docs/rings.md#vulkan-consumers).  The
+ * table is read again after the frame's publication: a consumer whose plane gpushmd
+ * listed before that read is signalled, and one listed after it read a counter that
+ * includes this frame, which it then does not wait for (SemaphoreReply.from). */
+static int signal_planes(gpushm_ring_t *ring, bool on_stream, void *stream, uint64_t frame)
+{
+  struct client_stream s;
+  bool resolved = false;
+  int r;
+
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if ((r = refresh_consumers(ring)) < 0)
+    return r;
+  for (uint32_t i = 0; i < ring->n_consumers; i++) {
+    struct ring_consumer *c = &ring->consumers[i];
+    if (!c->plane)
+      continue;
+    if (on_stream && !resolved) {
+      if ((r = client_cuda_stream_any(stream, &s)) < 0)
+        return r;
+      resolved = true;
+    }
+    if (on_stream && s.device != c->plane_device)
+      return client_error(GPUSHM_E_UNSUPPORTED, "'%s': consumer %llu waits on a semaphore of "
+                          "device %d, and a stream of device %d cannot signal it (present "
+                          "from the CPU or a stream of device %d)", map_of(ring)->name,
+                          (unsigned long long)c->done_id, c->plane_device, s.device,
+                          c->plane_device);
+    /* a stream that cannot write fences was waited for by the counter's signal: now */
+    if ((r = client_cuda_semaphore_signal(c->plane, c->plane_device, frame,
+                                          on_stream ? &s : NULL)) < 0)
+      return r;
+  }
+  return 0;
+}
+
 static int present(gpushm_ring_t *ring, bool on_stream, void *stream,
                    const gpushm_ring_frame_t *frame)
 {
@@ -291,7 +379,8 @@ static int present(gpushm_ring_t *ring, bool on_stream, void *stream,
     return client_error(GPUSHM_E_INVAL, "'%s': frame %llu is not the one acquired (%llu)",
                         map_of(ring)->name, frame ? (unsigned long long)frame->frame : 0ull,
                         (unsigned long long)ring->acquired);
-  if ((r = client_timeline_signal(ring->mem, on_stream, stream, frame->frame)) < 0)
+  if ((r = client_timeline_signal(ring->mem, on_stream, stream, frame->frame)) < 0 ||
+      (r = signal_planes(ring, on_stream, stream, frame->frame)) < 0)
     return r;
   ring->presented = frame->frame;
   ring->acquired = 0;
@@ -373,12 +462,10 @@ int gpushm_ring_acquire_frame_stream(gpushm_ring_t *ring, void *stream, unsigned
   return acquire_frame(ring, true, stream, flags, timeout_ms, out);
 }
 
-static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
-                   const gpushm_ring_frame_t *frame)
+static int check_release(const gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
 {
   int r;
 
-  client_clear_error();
   if ((r = check_ring(ring, false, "releasing")) < 0)
     return r;
   if (!frame || frame->frame <= ring->released || frame->frame >= ring->next)
@@ -387,6 +474,17 @@ static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
                         frame ? (unsigned long long)frame->frame : 0ull,
                         (unsigned long long)ring->released,
                         (unsigned long long)(ring->next - 1));
+  return 0;
+}
+
+static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
+                   const gpushm_ring_frame_t *frame)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_release(ring, frame)) < 0)
+    return r;
   if ((r = promise_through(ring->done, &ring->promised,
                            frame->frame + map_of(ring)->ring_slots)) < 0 ||
       (r = client_timeline_signal(ring->done, on_stream, stream, frame->frame)) < 0)
@@ -403,6 +501,113 @@ int gpushm_ring_release(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
 int gpushm_ring_release_stream(gpushm_ring_t *ring, void *stream, const gpushm_ring_frame_t *frame)
 {
   return release(ring, true, stream, frame);
+}
+
+/* ---- a consumer on the GPU (docs/rings.md#vulkan-consumers) ------------------------------- */
+
+int gpushm_ring_register_semaphore(gpushm_ring_t *ring, int fd, const uint8_t device_uuid[16])
+{
+  struct client_plane_ask ask = { .register_fd = fd, .uuid = device_uuid };
+  struct client_plane_reply got;
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, false, "registering a ready semaphore")) < 0)
+    return r;
+  if (fd < 0 || !device_uuid)
+    return client_error(GPUSHM_E_INVAL, "a semaphore's fd and its device's UUID, please");
+  if (ring->next != ring->released + 1)
+    return client_error(GPUSHM_E_INVAL, "'%s': this consumer holds frames %llu to %llu: "
+                        "release them before registering a semaphore", map_of(ring)->name,
+                        (unsigned long long)(ring->released + 1),
+                        (unsigned long long)(ring->next - 1));
+  ask.id = map_of(ring)->id;
+  if ((r = client_plane_request(ring->mem->conn, &ask, &got)) < 0)
+    return r;
+  close(got.fd); /* the caller has its own */
+  ring->has_plane = true;
+  /* frames up to from may have been presented without a signal of it: not taken */
+  if (got.from > ring->released) {
+    if ((r = promise_through(ring->done, &ring->promised, got.from + map_of(ring)->ring_slots)) <
+          0 ||
+        (r = client_timeline_signal(ring->done, false, NULL, got.from)) < 0)
+      return r;
+    ring->released = got.from;
+    ring->next = got.from + 1;
+  }
+  return 0;
+}
+
+int gpushm_ring_acquire_frame_external(gpushm_ring_t *ring, unsigned flags, int timeout_ms,
+                                       gpushm_ring_frame_t *out)
+{
+  const struct sync_control *ctl;
+  uint64_t frame, deadline = 0;
+  int r;
+
+  client_clear_error();
+  if ((r = check_ring(ring, false, "acquiring a frame")) < 0)
+    return r;
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  if (flags & ~GPUSHM_RING_LATEST)
+    return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
+  if (!ring->has_plane)
+    return client_error(GPUSHM_E_INVAL, "'%s': a queue waits for frames on a semaphore this "
+                        "consumer registered (gpushm_ring_register_semaphore()), and it has "
+                        "none", map_of(ring)->name);
+  ctl = map_of(ring)->control;
+  if ((r = table_lists(ctl, gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
+    return r < 0 ? r
+                 : client_error(GPUSHM_E_PERM, "'%s': this consumer was evicted by a producer "
+                                "(or has let go): open the ring again to take frames",
+                                map_of(ring)->name);
+  frame = ring->next;
+  if (flags & GPUSHM_RING_LATEST) {
+    uint64_t reached = gpushm_ring_presented(ring);
+    if (reached > frame)
+      frame = reached;
+  }
+  if (timeout_ms >= 0)
+    deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  if ((r = client_sync_wait_published(ring->mem->map, frame, true, timeout_ms, deadline)) < 0)
+    return r;
+  if (sync_value_lost(ctl, frame)) {
+    /* reached by its producer's loss: the caller releases up to the loss's end, so that a
+     * next producer's first frame is not skipped nor waited for */
+    uint64_t lost = __atomic_load_n(&ctl->lost_upto, __ATOMIC_ACQUIRE);
+    if (lost < frame)
+      lost = frame;
+    ring->next = lost + 1;
+    *out = frame_at(ring, lost);
+    return client_error(GPUSHM_E_LOST, "'%s': frames up to %llu were lost with their "
+                        "producer (signaller lost): release frame %llu, then take the next "
+                        "producer's", map_of(ring)->name, (unsigned long long)lost,
+                        (unsigned long long)lost);
+  }
+  ring->next = frame + 1;
+  *out = frame_at(ring, frame);
+  return 0;
+}
+
+int gpushm_ring_release_external(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
+{
+  int r;
+
+  client_clear_error();
+  if ((r = check_release(ring, frame)) < 0)
+    return r;
+  if ((r = promise_through(ring->done, &ring->promised,
+                           frame->frame + map_of(ring)->ring_slots)) < 0 ||
+      (r = client_timeline_signal_external(ring->done, frame->frame)) < 0)
+    return r;
+  ring->released = frame->frame;
+  return 0;
+}
+
+gpushm_timeline_t *gpushm_ring_done_timeline(gpushm_ring_t *ring)
+{
+  return ring ? (gpushm_timeline_t *)ring->done : NULL;
 }
 
 /* ---- making, opening, closing ---------------------------------------------------------- */
@@ -634,7 +839,7 @@ uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   uint32_t gen;
-  int n = ring ? read_table(map_of(ring)->control, ids, &gen) : 0;
+  int n = ring ? read_table(map_of(ring)->control, ids, &gen, NULL) : 0;
 
   return n > 0 ? (uint32_t)n : 0;
 }

@@ -334,7 +334,10 @@ int gpushm_timeline_semaphore(gpushm_timeline_t *tl, int register_fd, const uint
                               unsigned flags, int *fd_out, uint8_t uuid_out[16])
 {
   const gpushm_buffer_t *handle = (const gpushm_buffer_t *)tl;
-  bool registered = false;
+  const struct client_plane_ask ask = { .id = handle->map->id, .register_fd = register_fd,
+                                        .uuid = device_uuid,
+                                        .to_readers = (flags & GPUSHM_SEMAPHORE_TO_READERS) != 0 };
+  struct client_plane_reply got;
   int r;
 
   client_clear_error();
@@ -350,11 +353,11 @@ int gpushm_timeline_semaphore(gpushm_timeline_t *tl, int register_fd, const uint
                         "by whoever holds it, so registering one is a write; open it "
                         "read-write", handle->map->name);
   *fd_out = -1;
-  if ((r = client_plane_request(handle->conn, handle->map->id, register_fd, device_uuid,
-                         (flags & GPUSHM_SEMAPHORE_TO_READERS) != 0, fd_out, uuid_out,
-                         &registered)) < 0)
+  if ((r = client_plane_request(handle->conn, &ask, &got)) < 0)
     return r;
-  return registered ? 1 : 0;
+  *fd_out = got.fd;
+  memcpy(uuid_out, got.uuid, 16);
+  return got.registered ? 1 : 0;
 }
 
 /* A signal a Vulkan queue performs: published as any signal, its marker queued by the
@@ -369,13 +372,19 @@ static int mark_external(struct client_mapping *buf, const struct client_stream 
 
 int gpushm_timeline_signal_external(gpushm_timeline_t *tl, uint64_t value)
 {
-  gpushm_buffer_t *handle = (gpushm_buffer_t *)tl;
-  uint64_t n;
   int r;
 
   client_clear_error();
   if ((r = check_timeline(tl)) < 0)
     return r;
+  return client_timeline_signal_external((gpushm_buffer_t *)tl, value);
+}
+
+int client_timeline_signal_external(gpushm_buffer_t *handle, uint64_t value)
+{
+  uint64_t n;
+  int r;
+
   if (value == 0)
     return client_error(GPUSHM_E_INVAL, "signal of value 0: values start at 1");
   if (handle->map->read_only)

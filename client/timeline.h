@@ -14,5 +14,7 @@
 int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value);
 int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
                          int timeout_ms);
+/* As gpushm_timeline_signal_external(): published, the fence left to the caller's queue. */
+int client_timeline_signal_external(gpushm_buffer_t *handle, uint64_t value);
 
 #endif

@@ -26,8 +26,8 @@ bool client_plane_wanted(const struct client_mapping *buf)
          __atomic_load_n(&buf->control->semaphore, __ATOMIC_ACQUIRE) != 0;
 }
 
-int client_plane_request(gpushm_t *conn, uint64_t id, int register_fd, const uint8_t *uuid,
-                         bool to_readers, int *fd_out, uint8_t uuid_out[16], bool *registered)
+int client_plane_request(gpushm_t *conn, const struct client_plane_ask *ask,
+                         struct client_plane_reply *out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__SemaphoreRequest body = GPUSHM__SEMAPHORE_REQUEST__INIT;
@@ -36,18 +36,20 @@ int client_plane_request(gpushm_t *conn, uint64_t id, int register_fd, const uin
   struct client_fds fds;
   int r;
 
+  out->fd = -1;
   if ((r = client_need_feature(conn, GPUSHM_FEATURE_SEMAPHORES, "semaphore planes")) < 0)
     return r;
-  body.id = id;
-  if (register_fd >= 0) {
-    body.device_uuid.data = (uint8_t *)uuid;
+  body.id = ask->id;
+  body.consumer = ask->consumer;
+  if (ask->register_fd >= 0) {
+    body.device_uuid.data = (uint8_t *)ask->uuid;
     body.device_uuid.len = 16;
-    body.to_readers = to_readers;
+    body.to_readers = ask->to_readers;
   }
   req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
   req.semaphore = &body;
   pthread_mutex_lock(&conn->lock);
-  r = client_call_locked_fd(conn, &req, register_fd, &reply, &fds);
+  r = client_call_locked_fd(conn, &req, ask->register_fd, &reply, &fds);
   pthread_mutex_unlock(&conn->lock);
   if (r < 0)
     return r;
@@ -57,24 +59,24 @@ int client_plane_request(gpushm_t *conn, uint64_t id, int register_fd, const uin
     gpushm__reply__free_unpacked(reply, NULL);
     return client_error(GPUSHM_E_PROTO, "gpushmd's semaphore reply has no semaphore");
   }
-  memcpy(uuid_out, sr->device_uuid.data, 16);
-  *registered = sr->registered;
-  *fd_out = fds.fd[0];
+  memcpy(out->uuid, sr->device_uuid.data, 16);
+  out->registered = sr->registered;
+  out->from = sr->from;
+  out->fd = fds.fd[0];
   gpushm__reply__free_unpacked(reply, NULL);
   return 0;
 }
 
 int client_plane_prepare(struct client_mapping *buf, gpushm_t *conn, int device)
 {
-  uint8_t uuid[16];
-  bool registered;
-  int fd = -1, r = 0;
+  const struct client_plane_ask ask = { .id = buf->id, .register_fd = -1 };
+  struct client_plane_reply got;
+  int r = 0;
 
   pthread_mutex_lock(&plane_lock);
-  if (!buf->plane_cuda &&
-      (r = client_plane_request(conn, buf->id, -1, NULL, false, &fd, uuid, &registered)) == 0) {
-    r = client_cuda_semaphore_import(fd, uuid, &buf->plane_device, &buf->plane_cuda);
-    close(fd);
+  if (!buf->plane_cuda && (r = client_plane_request(conn, &ask, &got)) == 0) {
+    r = client_cuda_semaphore_import(got.fd, got.uuid, &buf->plane_device, &buf->plane_cuda);
+    close(got.fd);
   }
   if (r == 0 && device >= 0 && device != buf->plane_device)
     r = client_error(GPUSHM_E_UNSUPPORTED, "'%s': its semaphore lives on device %d, and a "

@@ -9,11 +9,30 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The request (SemaphoreRequest) for timeline id: register_fd >= 0 registers that
- * semaphore (on the device of uuid) first; *fd_out a new fd of the plane, *uuid_out its
- * device, *registered whether this request's semaphore became it.  0 or a GPUSHM_E_*. */
-int client_plane_request(gpushm_t *conn, uint64_t id, int register_fd, const uint8_t *uuid,
-                         bool to_readers, int *fd_out, uint8_t uuid_out[16], bool *registered);
+/* What a SemaphoreRequest asks: of timeline or ring id, register_fd >= 0 registers that
+ * semaphore (on the device of uuid) first; consumer: a ring producer's ask for that
+ * consumer's plane (its done timeline's id). */
+struct client_plane_ask {
+  uint64_t id;
+  uint64_t consumer;
+  int register_fd;
+  const uint8_t *uuid;
+  bool to_readers;
+};
+
+/* What came back: a new fd of the plane, its device, whether this request's semaphore
+ * became it, and (a ring consumer's registration) the frame above which producers
+ * signal it. */
+struct client_plane_reply {
+  int fd;
+  uint8_t uuid[16];
+  bool registered;
+  uint64_t from;
+};
+
+/* The request (SemaphoreRequest); 0 or a GPUSHM_E_*. */
+int client_plane_request(gpushm_t *conn, const struct client_plane_ask *ask,
+                         struct client_plane_reply *out);
 /* Whether buf's control block says its timeline has a plane. */
 bool client_plane_wanted(const struct client_mapping *buf);
 /* The plane imported into CUDA (once per mapping, its fd asked of gpushmd over conn);

@@ -156,6 +156,32 @@ GPUSHM_VK_API void gpushm_vk_destroy_timeline(gpushm_vk_t *vk, gpushm_vk_timelin
 GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,
                                                    VkCommandBuffer cmd, uint64_t value);
 
+/* A ring consumer on this device's queues (docs/rings.md#vulkan-consumers): for a ring
+ * opened with gpushm_ring_open(conn, name, 0, &ring), before its first acquire, a
+ * semaphore minted here and registered (gpushm_ring_register_semaphore()), which the
+ * ring's producers signal for every frame, and the done timeline's page, which a
+ * release writes.  Needs VK_KHR_external_semaphore_fd, the timelineSemaphore feature
+ * and VK_EXT_external_memory_host.  Per frame, no CPU wait while the producer keeps up:
+ *   gpushm_ring_acquire_frame_external(ring, 0, timeout_ms, &f);
+ *   record the reads of the slot at f.offset, then
+ *   gpushm_vk_ring_record_release(vk, &r, cmd, &f);
+ *   submit, waiting for r.ready to reach f.frame (VkTimelineSemaphoreSubmitInfo), then
+ *   gpushm_ring_release_external(ring, &f).
+ * Detach once the queue is done with it, before closing the ring. */
+typedef struct gpushm_vk_ring {
+  VkSemaphore ready;         /* frame f is ready once it reaches f */
+  gpushm_vk_timeline_t done; /* the done timeline's page (no semaphore) */
+} gpushm_vk_ring_t;
+
+GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
+                                        gpushm_vk_ring_t *out);
+GPUSHM_VK_API void gpushm_vk_detach_ring(gpushm_vk_t *vk, gpushm_vk_ring_t *r);
+/* Records, in cmd (on a queue that can transfer), the release of frame after everything
+ * submitted before it on the queue. */
+GPUSHM_VK_API int gpushm_vk_ring_record_release(gpushm_vk_t *vk, gpushm_vk_ring_t *r,
+                                                VkCommandBuffer cmd,
+                                                const gpushm_ring_frame_t *frame);
+
 #if defined(GPUSHM_VK_IMPL) || !defined(GPUSHM_VK_SHARED)
 /* ---- implementation: header-only, or libgpushm-vulkan's ------------------------- */
 
@@ -337,10 +363,27 @@ GPUSHM_VK__STATIC int gpushm_vk__import_memory(gpushm_vk_t *vk, const gpushm_mem
                            (unsigned long long)req->size, (unsigned long long)req->alignment);
   }
   if (info->handle_type == GPUSHM_EXTERNAL_HOST_POINTER) {
+    GPUSHM_VK__INSTANCE_FN(vk, PFN_vkGetPhysicalDeviceProperties2,
+                           vkGetPhysicalDeviceProperties2);
     VkMemoryHostPointerPropertiesEXT hp = { .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT };
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT host = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT };
+    VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &host };
     if (!vkGetMemoryHostPointerPropertiesEXT)
       return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "host memory needs "
                              "VK_EXT_external_memory_host on the device");
+    /* gpushm's host memory starts on a page and spans whole pages: enough for every
+     * driver seen (4096 on the NVIDIA driver and lavapipe), not for every one */
+    if (vkGetPhysicalDeviceProperties2)
+      vkGetPhysicalDeviceProperties2(vk->physical_device, &props);
+    if (host.minImportedHostPointerAlignment > 1 &&
+        ((uintptr_t)info->host_pointer % host.minImportedHostPointerAlignment ||
+         info->allocation_size % host.minImportedHostPointerAlignment))
+      return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "host memory of %llu bytes at %p: this "
+                             "device imports host memory aligned to %llu bytes only",
+                             (unsigned long long)info->allocation_size, info->host_pointer,
+                             (unsigned long long)host.minImportedHostPointerAlignment);
     r = vkGetMemoryHostPointerPropertiesEXT(vk->device,
                                             VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
                                             info->host_pointer, &hp);
@@ -868,16 +911,15 @@ GPUSHM_VK__STATIC int gpushm_vk__plane_fd(gpushm_vk_t *vk, gpushm_timeline_t *tl
   return 0;
 }
 
-GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
-                                            unsigned flags, gpushm_vk_timeline_t *out)
+/* The timeline's control block page as a buffer a queue writes the fence into
+ * (VK_EXT_external_memory_host); 1 for a read-only open, which has none. */
+GPUSHM_VK__STATIC int gpushm_vk__fence_page(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                            gpushm_vk_timeline_t *out)
 {
   GPUSHM_VK__DEVICE_FNS(vk);
-  GPUSHM_VK__DEVICE_FN(vk, PFN_vkImportSemaphoreFdKHR, vkImportSemaphoreFdKHR);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkCreateBuffer, vkCreateBuffer);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetBufferMemoryRequirements, vkGetBufferMemoryRequirements);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkBindBufferMemory, vkBindBufferMemory);
-  VkImportSemaphoreFdInfoKHR import = { .sType = VK_STRUCTURE_TYPE_IMPORT_SEMAPHORE_FD_INFO_KHR,
-                                        .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
   VkExternalMemoryBufferCreateInfo ext = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT };
@@ -890,6 +932,33 @@ GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *
                                 .memory_type_index = GPUSHM_MEMORY_TYPE_ANY };
   VkMemoryRequirements req;
   size_t fence_offset;
+  VkResult r;
+  int ret;
+
+  ret = gpushm_timeline_fence_page(tl, &page.host_pointer, &fence_offset);
+  if (ret == GPUSHM_E_PERM)
+    return 1; /* read-only: it waits, and has no fence to write */
+  if (ret < 0)
+    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  if ((r = vkCreateBuffer(vk->device, &bci, NULL, &out->fence_buffer)) != VK_SUCCESS)
+    return gpushm_vk__result(vk, r, "vkCreateBuffer (the timeline's page)");
+  vkGetBufferMemoryRequirements(vk->device, out->fence_buffer, &req);
+  if ((ret = gpushm_vk__import_memory(vk, &page, -1, &req, VK_NULL_HANDLE, VK_NULL_HANDLE,
+                                      &out->fence_memory)) < 0 ||
+      (r = vkBindBufferMemory(vk->device, out->fence_buffer, out->fence_memory, 0)) !=
+        VK_SUCCESS)
+    return ret < 0 ? ret : gpushm_vk__result(vk, r, "vkBindBufferMemory (the timeline's page)");
+  out->fence_offset = fence_offset;
+  return 0;
+}
+
+GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                            unsigned flags, gpushm_vk_timeline_t *out)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkImportSemaphoreFdKHR, vkImportSemaphoreFdKHR);
+  VkImportSemaphoreFdInfoKHR import = { .sType = VK_STRUCTURE_TYPE_IMPORT_SEMAPHORE_FD_INFO_KHR,
+                                        .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
   VkResult r;
   int fd = -1, ret;
 
@@ -911,29 +980,70 @@ GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *
     return gpushm_vk__result(vk, r, "vkImportSemaphoreFdKHR");
   }
   /* a signaller writes the fence too: read-write opens import the control block's page */
-  ret = gpushm_timeline_fence_page(tl, &page.host_pointer, &fence_offset);
-  if (ret == GPUSHM_E_PERM)
-    return 0; /* read-only: it waits, and has no fence to write */
-  if (ret < 0) {
-    gpushm_vk_destroy_timeline(vk, out);
-    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
-  }
-  if ((r = vkCreateBuffer(vk->device, &bci, NULL, &out->fence_buffer)) != VK_SUCCESS) {
-    gpushm_vk_destroy_timeline(vk, out);
-    return gpushm_vk__result(vk, r, "vkCreateBuffer (the timeline's page)");
-  }
-  vkGetBufferMemoryRequirements(vk->device, out->fence_buffer, &req);
-  if ((ret = gpushm_vk__import_memory(vk, &page, -1, &req, VK_NULL_HANDLE, VK_NULL_HANDLE,
-                                      &out->fence_memory)) < 0 ||
-      (r = vkBindBufferMemory(vk->device, out->fence_buffer, out->fence_memory, 0)) !=
-        VK_SUCCESS) {
-    if (ret == 0)
-      ret = gpushm_vk__result(vk, r, "vkBindBufferMemory (the timeline's page)");
+  if ((ret = gpushm_vk__fence_page(vk, tl, out)) < 0) {
     gpushm_vk_destroy_timeline(vk, out);
     return ret;
   }
-  out->fence_offset = fence_offset;
   return 0;
+}
+
+GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
+                                        gpushm_vk_ring_t *out)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreFdKHR, vkGetSemaphoreFdKHR);
+  VkSemaphoreGetFdInfoKHR get = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+                                  .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
+  gpushm_external_memory_t here;
+  VkResult r;
+  int fd = -1, ret;
+
+  memset(out, 0, sizeof *out);
+  memset(&here, 0, sizeof here);
+  if (!vkGetSemaphoreFdKHR)
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "a ring consumer's semaphore is minted "
+                           "here and exported: enable VK_KHR_external_semaphore_fd (and the "
+                           "timelineSemaphore feature) on the device");
+  if (!gpushm_ring_done_timeline(ring))
+    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "'%s' is not open as a consumer here "
+                           "(gpushm_ring_open(conn, name, 0, &ring))", gpushm_ring_name(ring));
+  if ((ret = gpushm_vk__describe(vk, &here)) < 0)
+    return ret;
+  /* at the frame last reached: at or below every frame the consumer will wait for */
+  if ((ret = gpushm_vk__timeline_semaphore(vk, gpushm_ring_presented(ring), 1, &out->ready)) < 0)
+    return ret;
+  get.semaphore = out->ready;
+  if ((r = vkGetSemaphoreFdKHR(vk->device, &get, &fd)) != VK_SUCCESS) {
+    gpushm_vk_detach_ring(vk, out);
+    return gpushm_vk__result(vk, r, "vkGetSemaphoreFdKHR");
+  }
+  ret = gpushm_ring_register_semaphore(ring, fd, here.device_uuid);
+  close(fd);
+  if (ret < 0)
+    ret = gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  else if ((ret = gpushm_vk__fence_page(vk, gpushm_ring_done_timeline(ring), &out->done)) > 0)
+    ret = gpushm_vk__fail(vk, GPUSHM_E_PROTO, "the consumer's done timeline is open read-only");
+  if (ret < 0)
+    gpushm_vk_detach_ring(vk, out);
+  return ret;
+}
+
+GPUSHM_VK_API void gpushm_vk_detach_ring(gpushm_vk_t *vk, gpushm_vk_ring_t *r)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroySemaphore, vkDestroySemaphore);
+
+  if (r->ready)
+    vkDestroySemaphore(vk->device, r->ready, NULL);
+  r->ready = VK_NULL_HANDLE;
+  gpushm_vk_destroy_timeline(vk, &r->done);
+}
+
+GPUSHM_VK_API int gpushm_vk_ring_record_release(gpushm_vk_t *vk, gpushm_vk_ring_t *r,
+                                                VkCommandBuffer cmd,
+                                                const gpushm_ring_frame_t *frame)
+{
+  return gpushm_vk_timeline_record_signal(vk, &r->done, cmd, frame ? frame->frame : 0);
 }
 
 GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,

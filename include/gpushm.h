@@ -791,6 +791,31 @@ GPUSHM_API int gpushm_ring_state(const gpushm_ring_t *ring, gpushm_sync_state_t 
 GPUSHM_API uint64_t gpushm_ring_id(const gpushm_ring_t *ring);
 GPUSHM_API const char *gpushm_ring_name(const gpushm_ring_t *ring);
 
+/* Consumers whose queues wait on the GPU (0.8, GPUSHM_FEATURE_SEMAPHORES;
+ * docs/rings.md#vulkan-consumers; gpushm_vk_attach_ring() in gpushm-vulkan.h does the
+ * registration).  A consumer registers a Vulkan timeline semaphore of its own (fd, an
+ * OPAQUE_FD export; the fd stays the caller's) on the GPU device_uuid names, before it
+ * holds a frame: the ring's producers signal it to every frame they present beside the
+ * ready counter (through CUDA, on their stream), and gpushmd to what a lost producer
+ * promised.  Frames presented before it was registered are skipped (released).  Mint
+ * it at gpushm_ring_presented() or below.  No other consumer can signal it; producers
+ * can, as they can the ready counter.  Once: GPUSHM_E_EXIST for a second.
+ *
+ * gpushm_ring_acquire_frame_external() returns the next frame once it is presented or
+ * promised (no CPU wait while a producer keeps ahead): the caller's queue waits for the
+ * semaphore to reach out->frame.  GPUSHM_E_LOST: out is the last frame its producer's
+ * loss covers; release it as any other.  gpushm_ring_release_external() publishes a
+ * release that the caller's queue performs: a write of frame into the done timeline's
+ * fence (gpushm_timeline_fence_page() of gpushm_ring_done_timeline(), the consumer's
+ * own, not to be closed) after its reads of the slot. */
+GPUSHM_API int gpushm_ring_register_semaphore(gpushm_ring_t *ring, int fd,
+                                              const uint8_t device_uuid[16]);
+GPUSHM_API int gpushm_ring_acquire_frame_external(gpushm_ring_t *ring, unsigned flags,
+                                                  int timeout_ms, gpushm_ring_frame_t *out);
+GPUSHM_API int gpushm_ring_release_external(gpushm_ring_t *ring,
+                                            const gpushm_ring_frame_t *frame);
+GPUSHM_API gpushm_timeline_t *gpushm_ring_done_timeline(gpushm_ring_t *ring);
+
 /* The buffer list, connected clients, statistics and gpushm_client_disconnect() are
  * in gpushm-admin.h. */
 

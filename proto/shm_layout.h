@@ -148,7 +148,14 @@ struct ring_table {
   uint32_t generation; /* __atomic builtins, as every field */
   uint32_t consumers;
   uint64_t done_id[GPUSHM_LIMIT_RING_CONSUMERS];
+  /* Bit i: consumer i registered a ready plane (docs/rings.md#vulkan-consumers), which
+   * producers signal beside the ready counter: they ask gpushmd for it when they see
+   * the bit. */
+  uint32_t planes;
+  uint32_t reserved;
 };
+
+_Static_assert(GPUSHM_LIMIT_RING_CONSUMERS <= 32, "one bit of planes per consumer");
 
 _Static_assert(RING_TABLE_OFFSET >= sizeof(struct sync_control),
                "the ring table lies past the timeline's fields");

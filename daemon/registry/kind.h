@@ -77,13 +77,14 @@ struct reg_kind_ops {
   uint64_t (*consumer)(const struct reg_object *obj, uint32_t client_id);
   uint32_t (*consumer_of)(const struct reg_object *obj, uint64_t done_id);
   uint64_t (*detach)(struct registry *reg, struct reg_object *obj, uint32_t client_id, bool now);
-  /* Semaphore planes (NULL: the kind has none; docs/sync.md#semaphore-planes).  fd >= 0:
-   * make that semaphore (on the device of uuid) the plane, unless obj has one already
-   * (read_write holders alone).  Then out->fd is a new fd of the plane, for a holder
-   * that may have it; 0 or a negative PROTO_E_* with err set. */
-  int (*semaphore)(struct registry *reg, struct reg_object *obj, bool read_write, int fd,
-                   const uint8_t *uuid, bool to_readers, struct reg_semaphore *out, char *err,
-                   size_t errlen);
+  /* Semaphore planes (NULL: the kind has none; docs/sync.md#semaphore-planes), asked
+   * for by a holder (struct reg_semaphore_args).  fd >= 0: make that semaphore (on the
+   * device of uuid) the plane, unless obj has one already (a timeline's read-write
+   * holders; a ring's consumer, its own).  Then out->fd is a new fd of the plane, for a
+   * holder that may have it; 0 or a negative PROTO_E_* with err set. */
+  int (*semaphore)(struct registry *reg, struct reg_object *obj,
+                   const struct reg_semaphore_args *args, struct reg_semaphore *out,
+                   char *err, size_t errlen);
   /* Persistence (NULL: the kind never outlives the daemon).  persists: whether obj
    * would (its backend's memory outlives the daemon).  deposit: adds what brings obj
    * back to store; the number of store records that added (0: it rides on records it

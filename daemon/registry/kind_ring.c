@@ -6,10 +6,12 @@
  * promises, breaks and fence repair are the buffer kind's.  What is the ring's own is
  * its geometry and its consumers: each consumer's done timeline is a timeline object
  * the registry makes for it (its own to signal, the ring's writers' to read), listed in
- * the control block's table for producers to find. */
+ * the control block's table for producers to find, and, for consumers whose queues
+ * wait on the GPU, a ready plane of its own (docs/rings.md#vulkan-consumers). */
 #include "config.h"
 #include "registry/kind_buffer.h"
 #include "registry/backends.h"
+#include "registry/plane.h"
 #include "protocol.h"
 #include "shm_layout.h"
 #include "util/log.h"
@@ -22,6 +24,10 @@ struct ring_consumer {
   uint32_t client_id;
   uid_t uid;
   uint64_t done_id;
+  /* A semaphore the consumer minted, that producers signal beside the ready counter:
+   * its alone among consumers (a semaphore has no read-only handle, and one handed to
+   * every reader could be signalled by any of them). */
+  struct reg_plane *plane;
 };
 
 struct reg_ring {
@@ -157,6 +163,12 @@ static int ring_export(struct registry *reg, struct reg_object *obj, struct reg_
 
 static void ring_release(struct registry *reg, struct reg_object *obj)
 {
+  struct reg_ring *ring = ring_of(obj);
+
+  for (uint32_t i = 0; i < ring->n_consumers; i++) {
+    reg_plane_free(ring->consumers[i].plane);
+    ring->consumers[i].plane = NULL;
+  }
   reg_kind_buffer.release(reg, obj);
 }
 
@@ -177,10 +189,115 @@ static void ring_describe(const struct reg_object *obj, struct reg_description *
 static int write_table(struct reg_ring *ring, char *err, size_t errlen)
 {
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
+  uint32_t planes = 0;
 
-  for (uint32_t i = 0; i < ring->n_consumers; i++)
+  for (uint32_t i = 0; i < ring->n_consumers; i++) {
     ids[i] = ring->consumers[i].done_id;
-  return sync_ring_table_write(&ring->buf.sync_state, ids, ring->n_consumers, err, errlen);
+    planes |= ring->consumers[i].plane ? UINT32_C(1) << i : 0;
+  }
+  return sync_ring_table_write(&ring->buf.sync_state, ids, ring->n_consumers, planes, err,
+                               errlen);
+}
+
+/* After a repair of the ready counter (its producer lost, a fence a dead producer left
+ * behind): every consumer's plane to the fence as it then stands, as a timeline's. */
+static void planes_repair(struct reg_object *obj)
+{
+  struct reg_ring *ring = ring_of(obj);
+  uint64_t fence = sync_fence(&ring->buf.sync_state);
+
+  for (uint32_t i = 0; fence && i < ring->n_consumers; i++)
+    reg_plane_signal(ring->consumers[i].plane, fence, obj, "a consumer's ready plane");
+}
+
+static int ring_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
+                            uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+{
+  int r = reg_buffer_raise_fence(reg, obj, releaser, seq, was, err, errlen);
+
+  if (r >= 0 && *seq)
+    planes_repair(obj);
+  return r;
+}
+
+static int ring_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
+                              bool force, struct reg_broken_promise *out, char *err,
+                              size_t errlen)
+{
+  int r = reg_buffer_break_promise(reg, obj, client_id, force, out, err, errlen);
+
+  if (r == 1)
+    planes_repair(obj);
+  return r;
+}
+
+/* A consumer's ready plane (docs/rings.md#vulkan-consumers): registered by the consumer
+ * itself, handed to it and to the ring's writers, who signal it. */
+static int ring_semaphore(struct registry *reg, struct reg_object *obj,
+                          const struct reg_semaphore_args *a, struct reg_semaphore *out,
+                          char *err, size_t errlen)
+{
+  struct reg_ring *ring = ring_of(obj);
+  struct ring_consumer *c = NULL;
+  int r;
+
+  (void)reg;
+  if (a->read_write) {
+    if (a->fd >= 0 || !a->consumer) {
+      snprintf(err, errlen, "'%s' is a ring, open read-write here: a producer registers no "
+               "plane, it asks for a consumer's (by its done timeline's id)", obj->name);
+      return PROTO_E_INVAL;
+    }
+    for (uint32_t i = 0; i < ring->n_consumers && !c; i++)
+      if (ring->consumers[i].done_id == a->consumer)
+        c = &ring->consumers[i];
+    if (!c) {
+      snprintf(err, errlen, "no consumer of '%s' has done timeline %llu (any more)", obj->name,
+               (unsigned long long)a->consumer);
+      return PROTO_E_NOENT;
+    }
+  } else {
+    for (uint32_t i = 0; i < ring->n_consumers && !c; i++)
+      if (ring->consumers[i].client_id == a->client_id)
+        c = &ring->consumers[i];
+    if (!c || a->consumer) {
+      snprintf(err, errlen, "'%s' is open read-only here%s: a consumer's plane is its own, "
+               "and others' are its producers' to signal", obj->name,
+               c ? "" : " by no consumer (gpushm_ring_open(), then the plane)");
+      return PROTO_E_PERM;
+    }
+  }
+  if (a->fd >= 0) {
+    if (c->plane) {
+      snprintf(err, errlen, "this consumer of '%s' has a ready plane already", obj->name);
+      return PROTO_E_EXIST;
+    }
+    if ((r = reg_plane_make(a->fd, a->uuid, false, &c->plane, err, errlen)) < 0)
+      return r;
+    /* Listed first, the counter read after: a producer that publishes a frame after
+     * this read finds the bit when it reads the table next (it reads it after each
+     * publication), so that every frame above from is signalled by a producer; those
+     * up to it the consumer skips.  No signal from here: the fence lags the counter, and
+     * a signal of a lower value landing after a producer's would set the semaphore
+     * back under a frame already presented. */
+    if ((r = write_table(ring, err, errlen)) < 0) {
+      reg_plane_free(c->plane);
+      c->plane = NULL;
+      return r;
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    out->from = sync_counter(&ring->buf.sync_state);
+    out->registered = true;
+    log_msg(LOG_LEVEL_DEBUG, "ring '%s' (id %llu): consumer client %u has a ready plane on "
+            "device %d, frames above %llu", obj->name, (unsigned long long)obj->id,
+            c->client_id, c->plane->device, (unsigned long long)out->from);
+  }
+  if (!c->plane) {
+    snprintf(err, errlen, "this consumer of '%s' has no ready plane: its process registers "
+             "one (gpushm_vk_attach_ring())", obj->name);
+    return PROTO_E_NOENT;
+  }
+  return reg_plane_hand_out(c->plane, out, err, errlen);
 }
 
 static int ring_attach(struct registry *reg, struct reg_object *obj, uint32_t client_id,
@@ -213,7 +330,7 @@ static int ring_attach(struct registry *reg, struct reg_object *obj, uint32_t cl
   if ((r = sync_start_at(&reg_buffer_of(done)->sync_state,
                          sync_counter(&ring->buf.sync_state), err, errlen)) < 0)
     return r;
-  ring->consumers[ring->n_consumers++] = (struct ring_consumer){ client_id, uid, done->id };
+  ring->consumers[ring->n_consumers++] = (struct ring_consumer){ client_id, uid, done->id, NULL };
   if ((r = write_table(ring, err, errlen)) < 0) {
     ring->n_consumers--;
     return r;
@@ -253,6 +370,9 @@ static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32
     if (ring->consumers[i].client_id != client_id)
       continue;
     id = ring->consumers[i].done_id;
+    /* gpushmd's import goes: producers' signals are theirs (they drop it at their next
+     * read of the table) */
+    reg_plane_free(ring->consumers[i].plane);
     ring->consumers[i] = ring->consumers[--ring->n_consumers];
     break;
   }
@@ -297,9 +417,10 @@ const struct reg_kind_ops reg_kind_ring = {
   .export = ring_export,
   .release = ring_release,
   .describe = ring_describe,
-  .raise_fence = reg_buffer_raise_fence,
+  .raise_fence = ring_raise_fence,
   .promise = reg_buffer_promise,
-  .break_promise = reg_buffer_break_promise,
+  .break_promise = ring_break_promise,
+  .semaphore = ring_semaphore,
   .attach = ring_attach,
   .consumer = ring_consumer,
   .consumer_of = ring_consumer_of,

@@ -8,14 +8,13 @@
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/kind_buffer.h"
-#include "backends/backend_cuda.h"
+#include "registry/plane.h"
 #include "protocol.h"
 #include "shm_layout.h"
 #include "util/log.h"
 #include "wire.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,54 +85,36 @@ static int timeline_export(struct registry *reg, struct reg_object *obj, struct 
 }
 
 /* ---- semaphore planes (docs/sync.md#semaphore-planes) -------------------------------
- * A Vulkan timeline semaphore a client minted and registered: every signaller signals it
- * beside the fence, so that Vulkan and GL queues wait on the GPU.  gpushmd keeps an fd
- * (holders get dups) and an import into its own CUDA context on the semaphore's device,
- * through which a repair signals it: a semaphore takes the value signalled, not the
- * highest (measured, probe-timeline [T4]), and nobody can read it but its holders'
- * queues, so a repair signals the fence as it stands after the raise, which every
- * signaller writes before it signals the semaphore: never below a value the semaphore
- * reached. */
-struct reg_plane {
-  int fd;
-  int device;
-  void *cuda; /* CUexternalSemaphore */
-  bool to_readers;
-};
-
-static void plane_free(struct reg_plane *p)
-{
-  if (!p)
-    return;
-  backend_cuda_semaphore_release(p->device, p->cuda);
-  if (p->fd >= 0)
-    close(p->fd);
-  free(p);
-}
-
+ * A Vulkan timeline semaphore a client minted and registered (plane.c): every signaller
+ * signals it beside the fence, so that Vulkan and GL queues wait on the GPU.  A
+ * semaphore takes the value signalled, not the highest (measured, probe-timeline [T4]),
+ * and nobody can read it but its holders' queues, so a repair signals the fence as it
+ * stands after the raise, which every signaller writes before it signals the semaphore:
+ * never below a value the semaphore reached. */
 static void plane_repair(struct reg_object *obj)
 {
   struct reg_buffer *t = reg_buffer_of(obj);
   uint64_t fence;
-  char err[256];
 
-  if (!t->plane || !(fence = sync_fence(&t->sync_state)))
-    return;
-  if (backend_cuda_semaphore_signal(t->plane->device, t->plane->cuda, fence, err,
-                                    sizeof err) < 0)
-    log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): its semaphore not signalled to %llu: %s",
-            obj->name, (unsigned long long)obj->id, (unsigned long long)fence, err);
+  if (t->plane && (fence = sync_fence(&t->sync_state)))
+    reg_plane_signal(t->plane, fence, obj, "its semaphore");
 }
 
-static int timeline_semaphore(struct registry *reg, struct reg_object *obj, bool read_write,
-                              int fd, const uint8_t *uuid, bool to_readers,
-                              struct reg_semaphore *out, char *err, size_t errlen)
+static int timeline_semaphore(struct registry *reg, struct reg_object *obj,
+                              const struct reg_semaphore_args *a, struct reg_semaphore *out,
+                              char *err, size_t errlen)
 {
   struct reg_buffer *t = reg_buffer_of(obj);
+  const bool read_write = a->read_write;
+  const int fd = a->fd;
   struct reg_plane *p;
   int r;
 
   (void)reg;
+  if (a->consumer) {
+    snprintf(err, errlen, "'%s' is a timeline: consumers' planes are rings'", obj->name);
+    return PROTO_E_INVAL;
+  }
   if (obj->ring_of) {
     snprintf(err, errlen, "'%s' is a ring consumer's done timeline, ordered by its ring: "
              "rings have no semaphore planes yet", obj->name);
@@ -145,32 +126,18 @@ static int timeline_semaphore(struct registry *reg, struct reg_object *obj, bool
     return PROTO_E_PERM;
   }
   if (fd >= 0 && !t->plane) {
-    if (!uuid) {
-      snprintf(err, errlen, "a semaphore comes with its device's UUID (16 bytes)");
-      return PROTO_E_INVAL;
-    }
-    if (!(p = calloc(1, sizeof *p))) {
-      snprintf(err, errlen, "daemon out of memory");
-      return PROTO_E_NOMEM;
-    }
-    p->fd = -1;
-    if ((r = backend_cuda_semaphore_import(fd, uuid, &p->device, &p->cuda, err, errlen)) < 0 ||
-        (p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0 ||
-        (r = sync_mark_semaphore(&t->sync_state, true, err, errlen)) < 0) {
-      if (r >= 0) {
-        snprintf(err, errlen, "dup: %s", strerror(errno));
-        r = PROTO_E_IO;
-      }
-      plane_free(p);
+    if ((r = reg_plane_make(fd, a->uuid, a->to_readers, &p, err, errlen)) < 0)
+      return r;
+    if ((r = sync_mark_semaphore(&t->sync_state, true, err, errlen)) < 0) {
+      reg_plane_free(p);
       return r;
     }
-    p->to_readers = to_readers;
     t->plane = p;
     out->registered = true;
     /* where the fence stands now: it was minted at the fence its minter read */
     plane_repair(obj);
     log_msg(LOG_LEVEL_DEBUG, "'%s' (id %llu): semaphore plane on device %d%s", obj->name,
-            (unsigned long long)obj->id, p->device, to_readers ? ", given to readers" : "");
+            (unsigned long long)obj->id, p->device, p->to_readers ? ", given to readers" : "");
   }
   if (!(p = t->plane)) {
     snprintf(err, errlen, "'%s' has no semaphore plane: a process with a Vulkan device and "
@@ -183,13 +150,7 @@ static int timeline_semaphore(struct registry *reg, struct reg_object *obj, bool
              "or a CUDA stream, or open it read-write)", obj->name);
     return PROTO_E_PERM;
   }
-  if ((out->fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
-    snprintf(err, errlen, "dup: %s", strerror(errno));
-    return PROTO_E_IO;
-  }
-  memcpy(out->device_uuid, backend_cuda_device_uuid(p->device), 16);
-  out->to_readers = p->to_readers;
-  return 0;
+  return reg_plane_hand_out(p, out, err, errlen);
 }
 
 static int timeline_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
@@ -209,7 +170,7 @@ static void timeline_release(struct registry *reg, struct reg_object *obj)
   struct reg_buffer *t = reg_buffer_of(obj);
 
   (void)reg;
-  plane_free(t->plane);
+  reg_plane_free(t->plane);
   t->plane = NULL;
   if (t->sync)
     sync_release(&t->sync_state);

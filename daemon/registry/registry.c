@@ -1169,25 +1169,27 @@ int registry_promise(struct registry *reg, struct reg_client *client, uint64_t i
   return obj->ops->promise(reg, obj, client->id, releaser, upto, err, errlen);
 }
 
-int registry_timeline_semaphore(struct registry *reg, struct reg_client *client, uint64_t id,
-                                int fd, const uint8_t *uuid, bool to_readers,
-                                struct reg_semaphore *out, char *err, size_t errlen)
+int registry_semaphore(struct registry *reg, struct reg_client *client, uint64_t id,
+                       struct reg_semaphore_args args, struct reg_semaphore *out, char *err,
+                       size_t errlen)
 {
   struct reg_object *obj = registry_find_id(reg, id);
   struct reg_holding *h = obj ? find_holding(obj, client) : NULL;
 
   out->fd = -1;
   if (!h) {
-    snprintf(err, errlen, "this connection holds no reference to timeline %llu",
+    snprintf(err, errlen, "this connection holds no reference to object %llu",
              (unsigned long long)id);
     return PROTO_E_NOENT;
   }
   if (!obj->ops->semaphore) {
-    snprintf(err, errlen, "'%s' is a %s: semaphore planes are timelines'", obj->name,
-             obj->ops->name);
+    snprintf(err, errlen, "'%s' is a %s: semaphore planes are timelines' and rings'",
+             obj->name, obj->ops->name);
     return PROTO_E_INVAL;
   }
-  return obj->ops->semaphore(reg, obj, h->read_write, fd, uuid, to_readers, out, err, errlen);
+  args.client_id = client->id;
+  args.read_write = h->read_write;
+  return obj->ops->semaphore(reg, obj, &args, out, err, errlen);
 }
 
 int registry_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,

@@ -58,16 +58,18 @@ int registry_open(struct registry *reg, struct reg_client *client,
 int registry_ring_attach(struct registry *reg, struct reg_client *client,
                          const struct reg_policy *policy, uint64_t ring_id,
                          struct reg_export *out, char *err, size_t errlen);
+/* A semaphore plane of timeline or ring id, for client, which holds it
+ * (docs/sync.md#semaphore-planes, docs/rings.md#vulkan-consumers): args.fd >= 0
+ * registers that semaphore (on the device of args.uuid); out receives a new fd of the
+ * plane.  args' client_id and read_write are filled here.  0 or a negative PROTO_E_*
+ * with err. */
+int registry_semaphore(struct registry *reg, struct reg_client *client, uint64_t id,
+                       struct reg_semaphore_args args, struct reg_semaphore *out, char *err,
+                       size_t errlen);
 /* For a client that holds ring ring_id: detach ends its consumer's role now (whatever
  * else it holds of the ring); evict (a done timeline's id, 0: none) detaches that
  * consumer at once, its done timeline raised past every frame (read-write holders
  * alone: GPUSHM_E_PERM otherwise). */
-/* A timeline's semaphore plane for client, which holds id (docs/sync.md#semaphore-planes):
- * fd >= 0 registers that semaphore (on the device of uuid) unless the timeline has one;
- * out receives a new fd of the plane.  0 or a negative PROTO_E_* with err. */
-int registry_timeline_semaphore(struct registry *reg, struct reg_client *client, uint64_t id,
-                                int fd, const uint8_t *uuid, bool to_readers,
-                                struct reg_semaphore *out, char *err, size_t errlen);
 int registry_ring_request(struct registry *reg, struct reg_client *client, uint64_t ring_id,
                           bool detach, uint64_t evict, char *err, size_t errlen);
 /* Whether client_id is one of ring obj's attached consumers (false for other kinds). */

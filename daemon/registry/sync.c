@@ -408,8 +408,8 @@ int sync_raise_all(struct sync_state *s, uint64_t value, char *err, size_t errle
   return 0;
 }
 
-int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n, char *err,
-                          size_t errlen)
+int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n,
+                          uint32_t planes, char *err, size_t errlen)
 {
   struct sync_control *ctl = map_control(s->control.fd, err, errlen);
   struct ring_table *t;
@@ -426,6 +426,7 @@ int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32
   for (uint32_t i = 0; i < GPUSHM_LIMIT_RING_CONSUMERS; i++)
     __atomic_store_n(&t->done_id[i], i < n ? done_ids[i] : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&t->consumers, n, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->planes, planes, __ATOMIC_RELAXED);
   __atomic_store_n(&t->generation, gen + 1, __ATOMIC_SEQ_CST);
   munmap(ctl, SYNC_CONTROL_SIZE);
   return 0;

@@ -96,12 +96,13 @@ int sync_mark_semaphore(struct sync_state *s, bool plane, char *err, size_t errl
  * value (a consumer's done timeline starts at the frame last presented).
  * sync_raise_all: counter and fence raised to value (never lowered), every waiter woken
  * (a detached consumer's done timeline).  sync_ring_table_write: the ring's table of
- * consumers (shm_layout.h) set to done_ids[0..n). */
+ * consumers (shm_layout.h) set to done_ids[0..n), planes its bits of those with a
+ * ready plane. */
 uint64_t sync_counter(const struct sync_state *s);
 int sync_start_at(struct sync_state *s, uint64_t value, char *err, size_t errlen);
 int sync_raise_all(struct sync_state *s, uint64_t value, char *err, size_t errlen);
-int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n, char *err,
-                          size_t errlen);
+int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n,
+                          uint32_t planes, char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

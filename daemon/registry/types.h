@@ -127,11 +127,22 @@ struct reg_broken_promise {
   uint64_t lost_from, upto, fence_was;
 };
 
-/* A timeline's semaphore plane, as a holder receives it (registry_timeline_semaphore). */
+/* A semaphore plane, as a holder receives it (registry_semaphore()). */
+/* A holder's request for a semaphore plane (SemaphoreRequest). */
+struct reg_semaphore_args {
+  uint32_t client_id;
+  bool read_write;     /* the holder's access */
+  int fd;              /* >= 0: register that semaphore */
+  const uint8_t *uuid; /* with fd: its device's (16 bytes) */
+  bool to_readers;
+  uint64_t consumer;   /* a ring's producer: that consumer's plane (its done timeline's id) */
+};
+
 struct reg_semaphore {
   int fd; /* the caller's to send or close */
   uint8_t device_uuid[16];
   bool to_readers, registered;
+  uint64_t from; /* a ring consumer's registration: producers signal frames above it */
 };
 
 /* Segments of one (backend, device), as stats shows them. */

@@ -76,8 +76,8 @@ static int register_device(const struct handler_call *call, const Gpushm__Reques
   return m && m->device_uuid.len == 16 ? backend_cuda_device_of_uuid(m->device_uuid.data) : -1;
 }
 
-/* A timeline's semaphore plane (docs/sync.md#semaphore-planes): registered with the
- * request's fd, and a new fd of it in every reply. */
+/* A timeline's or a ring consumer's semaphore plane (docs/sync.md#semaphore-planes):
+ * registered with the request's fd, and a new fd of it in every reply. */
 static int handle_semaphore(struct handler_call *call, const Gpushm__Request *req,
                             struct handler_reply *ctx)
 {
@@ -87,14 +87,16 @@ static int handle_semaphore(struct handler_call *call, const Gpushm__Request *re
 
   if (call->fd >= 0 && sr->device_uuid.len != 16)
     return reply_fail(ctx, PROTO_E_INVAL, "a semaphore comes with its device's UUID (16 bytes)");
-  r = registry_timeline_semaphore(call->reg, call->client, sr->id, call->fd,
-                                  call->fd >= 0 ? sr->device_uuid.data : NULL, sr->to_readers,
-                                  &out, ctx->msg, sizeof ctx->msg);
+  r = registry_semaphore(call->reg, call->client, sr->id,
+                         (struct reg_semaphore_args){
+                           .fd = call->fd, .uuid = call->fd >= 0 ? sr->device_uuid.data : NULL,
+                           .to_readers = sr->to_readers, .consumer = sr->consumer },
+                         &out, ctx->msg, sizeof ctx->msg);
   if (r < 0)
     return r;
   if (out.registered)
     log_event(LOG_LEVEL_DEBUG, LOG_FIELDS(.client = call->log_client, .buffer_id = sr->id),
-              "client %u registered a semaphore plane for timeline %llu", call->client->id,
+              "client %u registered a semaphore plane for object %llu", call->client->id,
               (unsigned long long)sr->id);
   gpushm__semaphore_reply__init(&ctx->body.semaphore);
   memcpy(ctx->semaphore_uuid, out.device_uuid, 16);
@@ -102,6 +104,7 @@ static int handle_semaphore(struct handler_call *call, const Gpushm__Request *re
   ctx->body.semaphore.device_uuid.len = 16;
   ctx->body.semaphore.to_readers = out.to_readers;
   ctx->body.semaphore.registered = out.registered;
+  ctx->body.semaphore.from = out.from;
   ctx->reply.body_case = GPUSHM__REPLY__BODY_SEMAPHORE;
   ctx->reply.semaphore = &ctx->body.semaphore;
   ctx->fds[0] = out.fd;

@@ -19,7 +19,12 @@
  *  - a promiser SIGKILLed: gpushmd breaks the promise and signals the semaphore to the
  *    promised value through its own import;
  *  - gpushmctl show says a timeline has a plane;
- *  - a ring takes none, nor its consumers' done timelines (rings have no planes yet);
+ *  - rings' consumers' ready planes (docs/rings.md#vulkan-consumers): a producer registers
+ *    none; a consumer registers its own once, frames presented before skipped, every
+ *    later present (CPU, stream) signals it; external acquires and releases; as uid
+ *    65534, another consumer or a mere reader gets no one's plane but its own, and a
+ *    done timeline takes none; a producer SIGKILLed: gpushmd signals it to the promise,
+ *    and the consumer's acquire says GPUSHM_E_LOST;
  *  - a persistent timeline with a plane comes back from a restart (systemd's fd store,
  *    played by the test) without it: the control block's semaphore word cleared, no plane
  *    to fetch, CPU signals the fence alone, and a new plane can be registered. */
@@ -339,77 +344,241 @@ static void test_readers(gpushm_t *conn)
            geteuid() == 0 ? 65534u : (unsigned)geteuid());
 }
 
-/* A ring orders itself (rings have no planes yet): gpushmd refuses one. */
-static void test_ring(gpushm_t *conn)
+/* A SemaphoreRequest on sock; the reply's status (0 or a negative GPUSHM_E_*), its
+ * message into why, and the fd it brought (-1: none) into *got. */
+static int raw_semaphore(int sock, uint64_t id, uint64_t consumer, int fd, int *got,
+                         char *why, size_t whylen)
 {
-  gpushm_create_opts_t opts;
-  gpushm_ring_t *ring;
-  struct fake_semaphore *s;
-  int fd = mint(0, &s), sock = raw_connect(d.socket), status_fd;
-  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
-  unsigned n_fds = 0;
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__SemaphoreRequest body = GPUSHM__SEMAPHORE_REQUEST__INIT;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds = 0;
   Gpushm__Reply *reply;
+  int status;
 
-  gpushm_create_opts_init(&opts);
-  opts.mode = 0644;
-  CHECK_OK(gpushm_ring_create(conn, "planes-ring", 2, 4096, &opts, &ring));
-  CHECK(sock >= 0 && raw_hello_features(sock, "ring", GPUSHM_FEATURE_TIMELINES |
-                                        GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES,
-                                        &status_fd) == 0);
-  CHECK(raw_open_kind(sock, "planes-ring", 0, GPUSHM__KIND__KIND_RING, 0, false, fds, &n_fds) == 0);
-  while (n_fds)
-    close(fds[--n_fds]);
-  body.id = gpushm_ring_id(ring);
-  body.device_uuid.data = device0;
-  body.device_uuid.len = 16;
+  body.id = id;
+  body.consumer = consumer;
+  if (fd >= 0) {
+    body.device_uuid.data = device0;
+    body.device_uuid.len = 16;
+  }
   req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
   req.semaphore = &body;
-  CHECK((reply = raw_call_fd(sock, &req, fd, fds, &n_fds)) != NULL);
-  CHECK(reply->status == -GPUSHM_E_INVAL && n_fds == 0);
-  CHECK(strstr(reply->message, "semaphore planes are timelines'"));
+  CHECK((reply = fd >= 0 ? raw_call_fd(sock, &req, fd, fds, &n_fds)
+                         : raw_call(sock, &req, fds, &n_fds)) != NULL);
+  status = reply->status;
+  snprintf(why, whylen, "%s", reply->message ? reply->message : "");
+  CHECK(n_fds == (status == 0 ? 1u : 0u));
+  *got = n_fds ? fds[0] : -1;
   gpushm__reply__free_unpacked(reply, NULL);
-  close(sock);
-  /* nor a consumer's done timeline, which its ring orders */
-  {
-    int csock = raw_connect(d.socket), cstatus;
+  return status;
+}
+
+/* A raw connection that opened ring name (read_only) and, consumer, attached: *done_id
+ * its done timeline's id. */
+static int raw_ring_holder(const char *name, int read_only, bool consumer, uint64_t ring_id,
+                           uint64_t *done_id, int *status_fd)
+{
+  int sock = raw_connect(d.socket), fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+  unsigned n_fds = 0;
+
+  CHECK(sock >= 0 && raw_hello_features(sock, "ring-holder", GPUSHM_FEATURE_TIMELINES |
+                                        GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES,
+                                        status_fd) == 0);
+  CHECK(raw_open_kind(sock, name, 0, GPUSHM__KIND__KIND_RING, read_only, false, fds,
+                      &n_fds) == 0);
+  while (n_fds)
+    close(fds[--n_fds]);
+  if (consumer) {
     Gpushm__Request open = GPUSHM__REQUEST__INIT;
     Gpushm__OpenRequest ob = GPUSHM__OPEN_REQUEST__INIT;
-    uint64_t done_id;
+    Gpushm__Reply *reply;
 
-    CHECK(csock >= 0 && raw_hello_features(csock, "consumer", GPUSHM_FEATURE_TIMELINES |
-                                           GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES,
-                                           &cstatus) == 0);
-    CHECK(raw_open_kind(csock, "planes-ring", 0, GPUSHM__KIND__KIND_RING, 1, false, fds,
-                        &n_fds) == 0);
-    while (n_fds)
-      close(fds[--n_fds]);
     ob.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
-    ob.id = gpushm_ring_id(ring);
+    ob.id = ring_id;
     ob.kind = GPUSHM__KIND__KIND_TIMELINE;
     ob.ring_attach = true;
     open.body_case = GPUSHM__REQUEST__BODY_OPEN;
     open.open = &ob;
-    CHECK((reply = raw_call(csock, &open, fds, &n_fds)) != NULL);
+    CHECK((reply = raw_call(sock, &open, fds, &n_fds)) != NULL);
     CHECK(reply->status == 0 && reply->open && reply->open->info);
-    done_id = reply->open->info->id;
+    *done_id = reply->open->info->id;
     gpushm__reply__free_unpacked(reply, NULL);
     while (n_fds)
       close(fds[--n_fds]);
-    body.id = done_id;
-    CHECK((reply = raw_call_fd(csock, &req, fd, fds, &n_fds)) != NULL);
-    CHECK(reply->status == -GPUSHM_E_UNSUPPORTED && n_fds == 0);
-    CHECK(strstr(reply->message, "ring consumer's done timeline"));
-    gpushm__reply__free_unpacked(reply, NULL);
-    close(csock);
-    close(cstatus);
   }
+  return sock;
+}
+
+static void present_n(gpushm_ring_t *ring, int n, bool on_stream)
+{
+  gpushm_ring_frame_t f;
+
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gpushm_ring_acquire_slot(ring, 1000, &f));
+    CHECK_OK(on_stream ? gpushm_ring_present_stream(ring, NULL, &f) : gpushm_ring_present(ring, &f));
+  }
+}
+
+/* Rings' consumers' ready planes (docs/rings.md#vulkan-consumers). */
+static void test_ring(gpushm_t *conn)
+{
+  gpushm_create_opts_t opts;
+  gpushm_ring_t *ring, *cons;
+  gpushm_ring_frame_t f;
+  struct fake_semaphore *s, *s2;
+  gpushm_t *conn2 = daemon_connect(&d);
+  int fd = mint(0, &s), fd2 = mint(0, &s2), sock, status_fd, got;
+  uint64_t ring_id, cons_done;
+  char why[512];
+  void *page;
+  size_t at;
+  pid_t pid;
+
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0644;
+  CHECK_OK(gpushm_ring_create(conn, "planes-ring", 2, 4096, &opts, &ring));
+  ring_id = gpushm_ring_id(ring);
+  present_n(ring, 2, false);
+
+  /* a producer registers nothing, and asks by consumer */
+  sock = raw_ring_holder("planes-ring", 0, false, ring_id, NULL, &status_fd);
+  CHECK(raw_semaphore(sock, ring_id, 0, fd, &got, why, sizeof why) == -GPUSHM_E_INVAL);
+  CHECK(strstr(why, "a producer registers no plane"));
+  CHECK(raw_semaphore(sock, ring_id, 12345, -1, &got, why, sizeof why) == -GPUSHM_E_NOENT);
+  close(sock);
   close(status_fd);
+
+  /* the library's consumer: frames presented before its registration skipped */
+  CHECK_OK(gpushm_ring_open(conn2, "planes-ring", 0, &cons));
+  CHECK_ERR(gpushm_ring_acquire_frame_external(cons, 0, 0, &f), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "gpushm_ring_register_semaphore"));
+  present_n(ring, 1, false); /* frame 3: before the plane, not signalled on it */
+  CHECK(sem_value(s) == 0);
+  CHECK_OK(gpushm_ring_register_semaphore(cons, fd, device0));
+  CHECK_ERR(gpushm_ring_register_semaphore(cons, fd2, device0), GPUSHM_E_EXIST);
+  cons_done = gpushm_timeline_id(gpushm_ring_done_timeline(cons));
+  CHECK(gpushm_timeline_value(gpushm_ring_done_timeline(cons)) == 3); /* skipped: released */
+  present_n(ring, 1, false);
+  CHECK(sem_value(s) == 4);
+  CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 1000, &f));
+  CHECK(f.frame == 4 && f.slot == 1);
+  /* a frame promised, not presented: taken at once (the queue waits on the GPU) */
+  CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 0, &f));
+  CHECK(f.frame == 5);
+  present_n(ring, 1, true); /* frame 5, from a stream */
+  CHECK(sem_value(s) == 5);
+  /* the queue's release: the fence written by the GPU, published by the library */
+  CHECK_OK(gpushm_timeline_fence_page(gpushm_ring_done_timeline(cons), &page, &at));
+  __atomic_store_n((uint64_t *)((char *)page + at), 5, __ATOMIC_RELEASE);
+  CHECK_OK(gpushm_ring_release_external(cons, &f));
+  CHECK_ERR(gpushm_ring_release_external(cons, &f), GPUSHM_E_INVAL); /* released */
+  present_n(ring, 2, false); /* frame 7 waits for frame 5's release */
+  CHECK(sem_value(s) == 7);
+  test_log("a ring consumer's ready plane: frames before its registration skipped, every "
+           "later one signalled on it (CPU and stream presents); external acquires and "
+           "releases; a producer registers none");
+
+  /* attacked as uid 65534: another consumer takes no one's plane but its own */
+  pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    struct fake_semaphore *own;
+    int own_fd = mint(0, &own);
+    uint64_t mine;
+
+    sock = raw_ring_holder("planes-ring", 1, true, ring_id, &mine, &status_fd);
+    CHECK(raw_semaphore(sock, ring_id, cons_done, -1, &got, why, sizeof why) == -GPUSHM_E_PERM);
+    CHECK(raw_semaphore(sock, ring_id, 0, -1, &got, why, sizeof why) == -GPUSHM_E_NOENT);
+    CHECK(raw_semaphore(sock, mine, 0, own_fd, &got, why, sizeof why) ==
+          -GPUSHM_E_UNSUPPORTED); /* its done timeline: the ring orders it */
+    CHECK(strstr(why, "ring consumer's done timeline"));
+    CHECK(raw_semaphore(sock, ring_id, 0, own_fd, &got, why, sizeof why) == 0);
+    close(got);
+    CHECK(raw_semaphore(sock, ring_id, 0, own_fd, &got, why, sizeof why) == -GPUSHM_E_EXIST);
+    close(sock);
+    close(status_fd);
+    /* a reader that is no consumer */
+    sock = raw_ring_holder("planes-ring", 1, false, ring_id, NULL, &status_fd);
+    CHECK(raw_semaphore(sock, ring_id, 0, own_fd, &got, why, sizeof why) == -GPUSHM_E_PERM);
+    CHECK(raw_semaphore(sock, ring_id, cons_done, -1, &got, why, sizeof why) == -GPUSHM_E_PERM);
+    close(sock);
+    close(status_fd);
+    _exit(0);
+  }
+  check_child(pid);
+  /* the producer hands a consumer's plane to nobody else, and finds it by done id */
+  sock = raw_ring_holder("planes-ring", 0, false, ring_id, NULL, &status_fd);
+  CHECK(raw_semaphore(sock, ring_id, cons_done, -1, &got, why, sizeof why) == 0);
+  CHECK(same_file(got, fd));
+  close(got);
+  close(sock);
+  close(status_fd);
+  test_log("as uid %u: no other consumer's plane, none for a reader that does not consume, "
+           "no plane on a done timeline, one registration a consumer",
+           geteuid() == 0 ? 65534u : (unsigned)geteuid());
   CHECK_OK(gpushm_ring_close_unlink(ring));
+
+  /* a producer SIGKILLed: gpushmd signals every consumer's plane to what it promised */
+  {
+    int up[2], go[2];
+    char byte;
+    struct timespec t0, t1;
+    uint64_t upto;
+
+    CHECK(pipe(up) == 0 && pipe(go) == 0);
+    CHECK((pid = fork()) >= 0);
+    if (pid == 0) {
+      gpushm_t *c = daemon_connect(&d);
+      gpushm_ring_t *r;
+      CHECK_OK(gpushm_ring_create(c, "planes-ring2", 2, 4096, &opts, &r));
+      CHECK(write(up[1], "c", 1) == 1);
+      CHECK(read(go[0], &byte, 1) == 1);
+      present_n(r, 2, false);
+      CHECK(write(up[1], "p", 1) == 1);
+      pause();
+      _exit(0);
+    }
+    CHECK(read(up[0], &byte, 1) == 1 && byte == 'c');
+    munmap(s2, 4096);
+    close(fd2);
+    fd2 = mint(0, &s2);
+    CHECK_OK(gpushm_ring_close(cons));
+    CHECK_OK(gpushm_ring_open(conn2, "planes-ring2", 0, &cons));
+    CHECK_OK(gpushm_ring_register_semaphore(cons, fd2, device0));
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(read(up[0], &byte, 1) == 1 && byte == 'p');
+    CHECK(sem_value(s2) == 2);
+    CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 1000, &f));
+    CHECK(f.frame == 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    for (int i = 0; i < 5000 && sem_value(s2) == 2; i++)
+      usleep(1000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    upto = sem_value(s2);
+    CHECK(upto > 2 + GPUSHM_LIMIT_RING_SLOTS); /* its promise ran ahead */
+    CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 1000, &f));
+    CHECK(f.frame == 2); /* presented before the kill */
+    CHECK_ERR(gpushm_ring_acquire_frame_external(cons, 0, 1000, &f), GPUSHM_E_LOST);
+    CHECK(f.frame == upto);
+    CHECK(strstr(gpushm_last_error_message(), "signaller lost"));
+    CHECK_OK(gpushm_ring_release_external(cons, &f));
+    close(up[0]);
+    close(up[1]);
+    close(go[0]);
+    close(go[1]);
+    test_log("a producer SIGKILLed: the consumer's plane at the promised %llu %.1f ms after "
+             "the kill, its acquire GPUSHM_E_LOST there", (unsigned long long)upto,
+             (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+  }
+  CHECK_OK(gpushm_ring_close(cons));
+  gpushm_disconnect(conn2);
   munmap(s, 4096);
+  munmap(s2, 4096);
   close(fd);
-  test_log("a ring takes no plane, nor does a consumer's done timeline");
+  close(fd2);
 }
 
 static uint64_t semaphore_word(gpushm_timeline_t *tl)
