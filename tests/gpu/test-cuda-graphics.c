@@ -11,17 +11,13 @@
  * Skips (77) without a GPU; with one, a missing Vulkan or GL driver fails. */
 #define _GNU_SOURCE
 #include "config.h"
-#include "cuda-test.h"
+#include "cuda-vk-roles.h"
 #include "egl-context.h"
 #include "gl-verify.h"
 #include "vk-verify.h"
 
-#include <grp.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern const char test_kernels_ptx[];
 
 #define BUFFER_BYTES (4u << 20)
 /* not a multiple of 64 texels: the linear image's rows are longer than its texels */
@@ -31,37 +27,11 @@ extern const char test_kernels_ptx[];
 static struct test_daemon d;
 static char self[4096];
 
-static gpushm_t *connect_role(const char *role)
-{
-  gpushm_t *conn;
-  CHECK_OK(gpushm_connect(getenv("GPUSHM_SOCKET"), role, &conn));
-  return conn;
-}
-
-static CUfunction kernel(const char *name)
-{
-  static CUmodule mod;
-  CUfunction f;
-  if (!mod)
-    CU_CHECK(cuda_test_load_module(test_kernels_ptx, &mod));
-  CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &f, mod, name));
-  return f;
-}
-
-static void open_vk(struct vkc *c)
-{
-  char why[256];
-  if (vkc_open(c, NULL, why, sizeof why) < 0) {
-    fprintf(stderr, "Vulkan on a GPU host: %s\n", why);
-    exit(1);
-  }
-}
-
 /* ---- CUDA roles ------------------------------------------------------------------- */
 
 static void cuda_produce_buffer(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("cuda-producer");
+  gpushm_t *conn = roles_connect("cuda-producer");
   gpushm_create_opts_t opts;
   gpushm_buffer_t *b;
   unsigned long long n = BUFFER_BYTES / 4, delay = 0;
@@ -74,7 +44,7 @@ static void cuda_produce_buffer(const char *name, uint32_t seed)
   opts.mode = 0644;
   CHECK_OK(gpushm_buffer_create(conn, name, BUFFER_BYTES, &opts, &b));
   p = cuda_test_dptr(b);
-  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("slow_fill"), 64, 1, 1, 256, 1, 1, 0, NULL,
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, roles_kernel("slow_fill"), 64, 1, 1, 256, 1, 1, 0, NULL,
                    args, NULL));
   CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
   CHECK_OK(gpushm_buffer_close(b)); /* persistent: it stays for the consumer */
@@ -83,7 +53,7 @@ static void cuda_produce_buffer(const char *name, uint32_t seed)
 
 static void cuda_produce_linear(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("cuda-image-producer");
+  gpushm_t *conn = roles_connect("cuda-image-producer");
   gpushm_create_opts_t opts;
   gpushm_image_desc_t desc;
   gpushm_buffer_t *img;
@@ -104,7 +74,7 @@ static void cuda_produce_linear(const char *name, uint32_t seed)
   CHECK_OK(gpushm_buffer_image_desc(img, &desc));
   pitch_words = desc.row_pitch / 4;
   p = cuda_test_dptr(img);
-  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("fill_rows"), (W + 15) / 16, (H + 15) / 16, 1, 16, 16, 1, 0,
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, roles_kernel("fill_rows"), (W + 15) / 16, (H + 15) / 16, 1, 16, 16, 1, 0,
                    NULL, args, NULL));
   CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
   CHECK_OK(gpushm_buffer_close(img));
@@ -122,7 +92,7 @@ static unsigned run_verify(CUdeviceptr p, uint32_t seed)
   (void)errors_host;
   CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, 4));
   CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, errors, &zero, 4));
-  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("verify"), 64, 1, 1, 256, 1, 1, 0, NULL, args,
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, roles_kernel("verify"), 64, 1, 1, 256, 1, 1, 0, NULL, args,
                    NULL));
   CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &got, errors, 4));
   CU_CHECK(CU_CALL(&drv, cuMemFree, errors));
@@ -132,7 +102,7 @@ static unsigned run_verify(CUdeviceptr p, uint32_t seed)
 /* Registered Vulkan memory, mapped into CUDA: a kernel finds the pattern. */
 static void cuda_check_buffer(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("cuda-consumer");
+  gpushm_t *conn = roles_connect("cuda-consumer");
   gpushm_buffer_t *b;
 
   cuda_test_setup(0);
@@ -156,7 +126,7 @@ static unsigned run_verify_surface(CUarray array, uint32_t seed)
   CU_CHECK(CU_CALL(&drv, cuSurfObjectCreate, &surface, &res));
   CU_CHECK(CU_CALL(&drv, cuMemAlloc, &errors, 4));
   CU_CHECK(CU_CALL(&drv, cuMemcpyHtoD, errors, &zero, 4));
-  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("verify_surface"), (W + 15) / 16, (H + 15) / 16, 1, 16, 16, 1,
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, roles_kernel("verify_surface"), (W + 15) / 16, (H + 15) / 16, 1, 16, 16, 1,
                    0, NULL, args, NULL));
   CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &got, errors, 4));
   CU_CHECK(CU_CALL(&drv, cuMemFree, errors));
@@ -167,7 +137,7 @@ static unsigned run_verify_surface(CUarray array, uint32_t seed)
 /* A Vulkan optimal image as a CUDA array: a kernel reads every texel. */
 static void cuda_check_image(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("cuda-image-consumer");
+  gpushm_t *conn = roles_connect("cuda-image-consumer");
   gpushm_buffer_t *img;
   void *array;
 
@@ -191,7 +161,7 @@ static void fill_pattern(uint32_t *p, uint32_t words, uint32_t seed)
 
 static void vk_produce_buffer(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("vk-producer");
+  gpushm_t *conn = roles_connect("vk-producer");
   gpushm_create_opts_t opts;
   struct vkc_buffer staging;
   gpushm_vk_buffer_t vb;
@@ -200,7 +170,7 @@ static void vk_produce_buffer(const char *name, uint32_t seed)
   VkCommandBuffer cb;
   VkBufferCopy whole = { 0, 0, BUFFER_BYTES };
 
-  open_vk(&c);
+  roles_open_vk(&c, false);
   CHECK(vkc_host_buffer(&c, BUFFER_BYTES, &staging) == 0);
   gpushm_create_opts_init(&opts);
   opts.mode = 0644;
@@ -229,7 +199,7 @@ static void vk_produce_buffer(const char *name, uint32_t seed)
 
 static void vk_produce_image(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("vk-image-producer");
+  gpushm_t *conn = roles_connect("vk-image-producer");
   gpushm_create_opts_t opts;
   gpushm_image_desc_t desc;
   struct vkc_buffer staging;
@@ -238,7 +208,7 @@ static void vk_produce_image(const char *name, uint32_t seed)
   struct vkc c;
   VkCommandBuffer cb;
 
-  open_vk(&c);
+  roles_open_vk(&c, false);
   CHECK(vkc_host_buffer(&c, W * H * 4, &staging) == 0);
   gpushm_image_desc_init(&desc);
   desc.width = W;
@@ -265,12 +235,12 @@ static void vk_produce_image(const char *name, uint32_t seed)
 /* A CUDA buffer imported into Vulkan: a compute shader finds the pattern. */
 static void vk_check_buffer(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("vk-consumer");
+  gpushm_t *conn = roles_connect("vk-consumer");
   gpushm_vk_buffer_t vb;
   gpushm_buffer_t *b;
   struct vkc c;
 
-  open_vk(&c);
+  roles_open_vk(&c, false);
   b = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   if (gpushm_vk_import_buffer(&c.gpushm, b, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, &vb) < 0) {
     fprintf(stderr, "import: %s\n", c.gpushm.error);
@@ -289,13 +259,13 @@ static void vk_check_buffer(const char *name, uint32_t seed)
  * of this device (optimal tiling) and checked as one. */
 static void vk_check_linear(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("vk-image-consumer");
+  gpushm_t *conn = roles_connect("vk-image-consumer");
   gpushm_image_desc_t desc;
   gpushm_vk_image_t vi;
   gpushm_buffer_t *img;
   struct vkc c;
 
-  open_vk(&c);
+  roles_open_vk(&c, false);
   img = open_unmapped(conn, name, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_buffer_image_desc(img, &desc));
   if (gpushm_vk_import_image(&c.gpushm, img, &vi) < 0) {
@@ -319,7 +289,7 @@ static void vk_check_linear(const char *name, uint32_t seed)
 /* A CUDA buffer imported into GL: a GL compute shader finds the pattern. */
 static void gl_check_buffer(const char *name, uint32_t seed)
 {
-  gpushm_t *conn = connect_role("gl-consumer");
+  gpushm_t *conn = roles_connect("gl-consumer");
   GLuint buffer, memory;
   gpushm_buffer_t *b;
   struct eglc e;
@@ -362,21 +332,10 @@ static const struct {
 static int run_role(const char *role, const char *name, uint32_t seed, bool as_nobody)
 {
   char seed_text[16];
-  int status;
-  pid_t pid = fork();
+  char *argv[] = { self, (char *)role, (char *)name, seed_text, NULL };
 
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    setenv("GPUSHM_SOCKET", d.socket, 1);
-    snprintf(seed_text, sizeof seed_text, "%u", seed);
-    if (as_nobody)
-      CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
-    cuda_test_child_env();
-    execl(self, self, role, name, seed_text, (char *)NULL);
-    _exit(127);
-  }
-  CHECK(waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  snprintf(seed_text, sizeof seed_text, "%u", seed);
+  return roles_finish(roles_start(self, d.socket, argv, as_nobody, NULL), -1);
 }
 
 static void path(const char *producer, const char *consumer, const char *name, uint32_t seed,

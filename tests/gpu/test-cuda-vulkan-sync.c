@@ -20,19 +20,14 @@
  * Skips (77) without a GPU; with one, a Vulkan driver without external semaphores fails. */
 #define _GNU_SOURCE
 #include "config.h"
-#include "cuda-test.h"
-#include "vk-context.h"
+#include "cuda-vk-roles.h"
 
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern const char test_kernels_ptx[];
 
 #define SLOTS 4
 #define SLOT_BYTES (1u << 20)
@@ -41,49 +36,11 @@ extern const char test_kernels_ptx[];
 static struct test_daemon d;
 static char self[4096];
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static gpushm_t *connect_role(const char *role)
-{
-  gpushm_t *conn;
-  CHECK_OK(gpushm_connect(getenv("GPUSHM_SOCKET"), role, &conn));
-  return conn;
-}
-
-static void open_vk(struct vkc *c)
-{
-  char why[256];
-  if (vkc_open(c, NULL, why, sizeof why) < 0) {
-    fprintf(stderr, "Vulkan on a GPU host: %s\n", why);
-    exit(1);
-  }
-  if (!c->has_semaphore_fd || !c->has_host_import) {
-    fprintf(stderr, "Vulkan on a GPU host: %s lacks external semaphores or host memory\n",
-            c->props.deviceName);
-    exit(1);
-  }
-}
-
-static CUfunction kernel(const char *name)
-{
-  static CUmodule mod;
-  CUfunction f;
-  if (!mod)
-    CU_CHECK(cuda_test_load_module(test_kernels_ptx, &mod));
-  CU_CHECK(CU_CALL(&drv, cuModuleGetFunction, &f, mod, name));
-  return f;
-}
-
 static void slow_fill(CUdeviceptr p, uint32_t seed, unsigned long long delay_ns, CUstream s)
 {
   unsigned long long n = SLOT_BYTES / 4;
   void *args[] = { &p, &n, &seed, &delay_ns };
-  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, kernel("slow_fill"), 64, 1, 1, 256, 1, 1, 0, s, args,
+  CU_CHECK(CU_CALL(&drv, cuLaunchKernel, roles_kernel("slow_fill"), 64, 1, 1, 256, 1, 1, 0, s, args,
                    NULL));
 }
 
@@ -118,7 +75,7 @@ static void mint_for_readers(gpushm_timeline_t *tl)
   gpushm_vk_timeline_t vt;
   struct vkc c;
 
-  open_vk(&c);
+  roles_open_vk(&c, true);
   if (gpushm_vk_import_timeline(&c.gpushm, tl, GPUSHM_SEMAPHORE_TO_READERS, &vt) < 0) {
     fprintf(stderr, "minting '%s': %s\n", gpushm_timeline_name(tl), c.gpushm.error);
     exit(1);
@@ -135,48 +92,11 @@ static void import_timeline(struct vkc *c, gpushm_timeline_t *tl, gpushm_vk_time
   }
 }
 
-/* One submission: cb (may be NULL) waiting for wait_tl >= wait_v, signalling signal_tl
- * to signal_v (either semaphore may be VK_NULL_HANDLE), and fence. */
-static void submit(struct vkc *c, VkCommandBuffer cb, VkSemaphore wait_sem, uint64_t wait_v,
-                   VkSemaphore signal_sem, uint64_t signal_v, VkFence fence)
-{
-  VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
-  VkTimelineSemaphoreSubmitInfo ts = { .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-                                       .waitSemaphoreValueCount = wait_sem ? 1 : 0,
-                                       .pWaitSemaphoreValues = &wait_v,
-                                       .signalSemaphoreValueCount = signal_sem ? 1 : 0,
-                                       .pSignalSemaphoreValues = &signal_v };
-  VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .pNext = &ts,
-                      .waitSemaphoreCount = wait_sem ? 1 : 0, .pWaitSemaphores = &wait_sem,
-                      .pWaitDstStageMask = &stage, .commandBufferCount = cb ? 1 : 0,
-                      .pCommandBuffers = &cb, .signalSemaphoreCount = signal_sem ? 1 : 0,
-                      .pSignalSemaphores = &signal_sem };
-  VkResult r = vkQueueSubmit(c->queue, 1, &si, fence);
-
-  if (r != VK_SUCCESS) {
-    fprintf(stderr, "vkQueueSubmit: VkResult %d\n", (int)r);
-    exit(1);
-  }
-}
-
-static VkCommandBuffer begin(struct vkc *c)
-{
-  VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                     .commandPool = c->pool,
-                                     .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                     .commandBufferCount = 1 };
-  VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO };
-  VkCommandBuffer cb;
-  CHECK(vkAllocateCommandBuffers(c->device, &ai, &cb) == VK_SUCCESS);
-  CHECK(vkBeginCommandBuffer(cb, &bi) == VK_SUCCESS);
-  return cb;
-}
-
 /* ---- the ring ---------------------------------------------------------------------- */
 
 static void ring_producer(const char *name)
 {
-  gpushm_t *conn = connect_role("cuda-producer");
+  gpushm_t *conn = roles_connect("cuda-producer");
   gpushm_create_opts_t opts;
   gpushm_timeline_t *ready, *done;
   gpushm_buffer_t *frames;
@@ -198,7 +118,7 @@ static void ring_producer(const char *name)
   snprintf(n, sizeof n, "%s-done", name);
   done = open_retry(conn, n, GPUSHM_OPEN_READONLY);
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
-  t0 = now_ms();
+  t0 = roles_now_ms();
   for (uint64_t v = 1; v <= FRAMES; v++) {
     if (v > SLOTS)
       CHECK_OK(gpushm_timeline_wait_stream(done, s, v - SLOTS, 20000));
@@ -208,7 +128,7 @@ static void ring_producer(const char *name)
   }
   CHECK_OK(gpushm_timeline_wait(done, FRAMES, 20000));
   printf("ring: %d frames of %u KiB in %.1f ms, %.0f frames/s\n", FRAMES, SLOT_BYTES >> 10,
-         now_ms() - t0, FRAMES / ((now_ms() - t0) / 1e3));
+         roles_now_ms() - t0, FRAMES / ((roles_now_ms() - t0) / 1e3));
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   CHECK_OK(gpushm_buffer_close(frames));
   CHECK_OK(gpushm_timeline_close(done));
@@ -218,7 +138,7 @@ static void ring_producer(const char *name)
 
 static void ring_consumer(const char *name)
 {
-  gpushm_t *conn = connect_role("vk-consumer");
+  gpushm_t *conn = roles_connect("vk-consumer");
   gpushm_timeline_t *ready, *done;
   gpushm_vk_timeline_t vready, vdone;
   gpushm_vk_buffer_t vb;
@@ -230,7 +150,7 @@ static void ring_consumer(const char *name)
   char n[128];
 
   CHECK(cbs != NULL);
-  open_vk(&c);
+  roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-done", name);
   done = create_timeline(conn, n);
   import_timeline(&c, done, &vdone); /* mints: read-write, this process's */
@@ -262,11 +182,11 @@ static void ring_consumer(const char *name)
     VkDeviceSize slot = (v - 1) % SLOTS * SLOT_BYTES;
     VkBufferCopy copies[2] = { { slot, v * 8, 4 }, { slot + SLOT_BYTES - 4, v * 8 + 4, 4 } };
     CHECK_OK(gpushm_timeline_wait_signalled(ready, v, 20000));
-    cbs[v] = begin(&c);
+    cbs[v] = vkc_begin(&c);
     vkCmdCopyBuffer(cbs[v], vb.buffer, words.buffer, 2, copies);
     CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cbs[v], v) == 0);
     CHECK(vkEndCommandBuffer(cbs[v]) == VK_SUCCESS);
-    submit(&c, cbs[v], vready.semaphore, v, vdone.semaphore, v, VK_NULL_HANDLE);
+    roles_submit(&c, cbs[v], vready.semaphore, v, vdone.semaphore, v, VK_NULL_HANDLE);
     CHECK_OK(gpushm_timeline_signal_external(done, v));
   }
   CHECK(vkQueueWaitIdle(c.queue) == VK_SUCCESS);
@@ -294,16 +214,10 @@ static void ring_consumer(const char *name)
 
 /* ---- dead signallers --------------------------------------------------------------- */
 
-/* Reports "word" on fd 3 (the test's pipe), then for the producer waits to be killed. */
-static void report(const char *word)
-{
-  CHECK(write(3, word, strlen(word)) == (ssize_t)strlen(word));
-}
-
 /* Signals ready 1, promises 100, queues a 60 s kernel and ready 2 behind it. */
 static void dying_producer(const char *name)
 {
-  gpushm_t *conn = connect_role("dying-cuda-producer");
+  gpushm_t *conn = roles_connect("dying-cuda-producer");
   gpushm_timeline_t *ready;
   gpushm_buffer_t *scratch;
   gpushm_create_opts_t opts;
@@ -323,7 +237,7 @@ static void dying_producer(const char *name)
   CHECK_OK(gpushm_timeline_promise(ready, 100));
   slow_fill(cuda_test_dptr(scratch), 1, 60000000000ull, s);
   CHECK_OK(gpushm_timeline_signal_stream(ready, s, 2));
-  report("p");
+  roles_report("p");
   pause();
 }
 
@@ -331,7 +245,7 @@ static void dying_producer(const char *name)
  * reports when the fence came. */
 static void waiting_consumer(const char *name)
 {
-  gpushm_t *conn = connect_role("waiting-vk-consumer");
+  gpushm_t *conn = roles_connect("waiting-vk-consumer");
   gpushm_timeline_t *ready;
   gpushm_vk_timeline_t vready;
   VkFenceCreateInfo fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
@@ -340,19 +254,19 @@ static void waiting_consumer(const char *name)
   char n[128], line[64];
   int lost;
 
-  open_vk(&c);
+  roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-ready", name);
   ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_timeline_wait_signalled(ready, 3, 20000)); /* promised */
   import_timeline(&c, ready, &vready);
   CHECK(vkCreateFence(c.device, &fci, NULL, &fence) == VK_SUCCESS);
-  submit(&c, VK_NULL_HANDLE, vready.semaphore, 3, VK_NULL_HANDLE, 0, fence);
-  report("q");
+  roles_submit(&c, VK_NULL_HANDLE, vready.semaphore, 3, VK_NULL_HANDLE, 0, fence);
+  roles_report("q");
   CHECK(vkWaitForFences(c.device, 1, &fence, VK_TRUE, 30000000000ull) == VK_SUCCESS);
-  snprintf(line, sizeof line, "%.3f", now_ms());
+  snprintf(line, sizeof line, "%.3f", roles_now_ms());
   lost = gpushm_timeline_value_lost(ready, 3);
   CHECK(lost == 1);
-  report(line);
+  roles_report(line);
   vkDestroyFence(c.device, fence, NULL);
   gpushm_vk_destroy_timeline(&c.gpushm, &vready);
   vkc_close(&c);
@@ -363,7 +277,7 @@ static void waiting_consumer(const char *name)
  * behind a semaphore nobody signals. */
 static void dying_consumer(const char *name)
 {
-  gpushm_t *conn = connect_role("dying-vk-consumer");
+  gpushm_t *conn = roles_connect("dying-vk-consumer");
   gpushm_timeline_t *done;
   gpushm_vk_timeline_t vdone;
   VkSemaphoreTypeCreateInfo type = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
@@ -374,24 +288,24 @@ static void dying_consumer(const char *name)
   struct vkc c;
   char n[128];
 
-  open_vk(&c);
+  roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-done", name);
   done = create_timeline(conn, n);
   import_timeline(&c, done, &vdone);
   CHECK_OK(gpushm_timeline_promise(done, 100));
-  cb = begin(&c);
+  cb = vkc_begin(&c);
   CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cb, 1) == 0);
   CHECK(vkEndCommandBuffer(cb) == VK_SUCCESS);
-  submit(&c, cb, VK_NULL_HANDLE, 0, vdone.semaphore, 1, VK_NULL_HANDLE);
+  roles_submit(&c, cb, VK_NULL_HANDLE, 0, vdone.semaphore, 1, VK_NULL_HANDLE);
   CHECK_OK(gpushm_timeline_signal_external(done, 1));
   CHECK(vkQueueWaitIdle(c.queue) == VK_SUCCESS);
   CHECK(vkCreateSemaphore(c.device, &sci, NULL, &never) == VK_SUCCESS);
-  cb = begin(&c);
+  cb = vkc_begin(&c);
   CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, &vdone, cb, 2) == 0);
   CHECK(vkEndCommandBuffer(cb) == VK_SUCCESS);
-  submit(&c, cb, never, 1, vdone.semaphore, 2, VK_NULL_HANDLE);
+  roles_submit(&c, cb, never, 1, vdone.semaphore, 2, VK_NULL_HANDLE);
   CHECK_OK(gpushm_timeline_signal_external(done, 2));
-  report("p");
+  roles_report("p");
   pause();
 }
 
@@ -399,7 +313,7 @@ static void dying_consumer(const char *name)
  * stream went on. */
 static void waiting_producer(const char *name)
 {
-  gpushm_t *conn = connect_role("waiting-cuda-producer");
+  gpushm_t *conn = roles_connect("waiting-cuda-producer");
   gpushm_timeline_t *done;
   char n[128], line[64];
   CUstream s;
@@ -410,11 +324,11 @@ static void waiting_producer(const char *name)
   CHECK_OK(gpushm_timeline_wait(done, 1, 20000)); /* the queue's fence write landed */
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   CHECK_OK(gpushm_timeline_wait_stream(done, s, 3, 20000));
-  report("q");
+  roles_report("q");
   CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-  snprintf(line, sizeof line, "%.3f", now_ms());
+  snprintf(line, sizeof line, "%.3f", roles_now_ms());
   CHECK(gpushm_timeline_value_lost(done, 3) == 1);
-  report(line);
+  roles_report(line);
   gpushm_disconnect(conn);
 }
 
@@ -467,7 +381,7 @@ static bool vk_waits_on_gpu(enum trip t)
 
 static void trip_cuda(const char *name)
 {
-  gpushm_t *conn = connect_role("trip-cuda");
+  gpushm_t *conn = roles_connect("trip-cuda");
   gpushm_timeline_t *ping[TRIPS] = { NULL }, *pong[TRIPS] = { NULL };
   gpushm_sync_state_t st;
   int n = rounds(), fd;
@@ -514,7 +428,7 @@ static void trip_cuda(const char *name)
   }
   for (int t = 0; t < TRIPS; t++) {
     for (int v = 1; v <= n; v++) {
-      double t0 = now_ms();
+      double t0 = roles_now_ms();
       if (t == TRIP_RAW) {
         CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS sp = { .params.fence.value = (uint64_t)(n + v) };
         CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS wp = { .params.fence.value = (uint64_t)(n + v) };
@@ -530,7 +444,7 @@ static void trip_cuda(const char *name)
           CHECK_OK(gpushm_timeline_wait(pong[t], (uint64_t)v, 20000));
         }
       }
-      us[v - 1] = (now_ms() - t0) * 1e3;
+      us[v - 1] = (roles_now_ms() - t0) * 1e3;
     }
     print_trip(trip_what[t], us, n);
   }
@@ -543,7 +457,7 @@ static void trip_cuda(const char *name)
 
 static void trip_vk(const char *name)
 {
-  gpushm_t *conn = connect_role("trip-vk");
+  gpushm_t *conn = roles_connect("trip-vk");
   gpushm_timeline_t *ping[TRIPS] = { NULL }, *pong[TRIPS] = { NULL };
   gpushm_vk_timeline_t vping[TRIPS], vpong[TRIPS];
   int n = rounds();
@@ -556,7 +470,7 @@ static void trip_vk(const char *name)
   CHECK(cbs != NULL);
   memset(vping, 0, sizeof vping);
   memset(vpong, 0, sizeof vpong);
-  open_vk(&c);
+  roles_open_vk(&c, true);
   for (int t = 0; t < TRIPS; t++) {
     if (t == TRIP_RAW)
       continue;
@@ -579,7 +493,7 @@ static void trip_vk(const char *name)
     for (int v = 1; v <= n; v++) {
       VkCommandBuffer *cb = &cbs[(size_t)t * n + (size_t)v - 1];
       if (t == TRIP_RAW) {
-        submit(&c, VK_NULL_HANDLE, vi->semaphore, (uint64_t)(n + v), vo->semaphore,
+        roles_submit(&c, VK_NULL_HANDLE, vi->semaphore, (uint64_t)(n + v), vo->semaphore,
                (uint64_t)(n + v), VK_NULL_HANDLE);
         continue;
       }
@@ -587,10 +501,10 @@ static void trip_vk(const char *name)
         CHECK_OK(gpushm_timeline_wait_signalled(ping[t], (uint64_t)v, 20000));
       else
         CHECK_OK(gpushm_timeline_wait(ping[t], (uint64_t)v, 20000));
-      *cb = begin(&c);
+      *cb = vkc_begin(&c);
       CHECK(gpushm_vk_timeline_record_signal(&c.gpushm, vo, *cb, (uint64_t)v) == 0);
       CHECK(vkEndCommandBuffer(*cb) == VK_SUCCESS);
-      submit(&c, *cb, vk_waits_on_gpu((enum trip)t) ? vi->semaphore : VK_NULL_HANDLE,
+      roles_submit(&c, *cb, vk_waits_on_gpu((enum trip)t) ? vi->semaphore : VK_NULL_HANDLE,
              (uint64_t)v, vo->semaphore, (uint64_t)v, VK_NULL_HANDLE);
       CHECK_OK(gpushm_timeline_signal_external(pong[t], (uint64_t)v));
     }
@@ -609,6 +523,13 @@ static void trip_vk(const char *name)
   gpushm_disconnect(conn);
 }
 
+/* A role in a fresh process, as uid 65534 if asked; fd 3 its report pipe. */
+static pid_t start_role(const char *role, const char *name, bool as_nobody, int *report_fd)
+{
+  char *argv[] = { self, (char *)role, (char *)name, NULL };
+  return roles_start(self, d.socket, argv, as_nobody, report_fd);
+}
+
 static const struct {
   const char *name;
   void (*fn)(const char *);
@@ -618,55 +539,6 @@ static const struct {
   { "dying-consumer", dying_consumer },     { "waiting-producer", waiting_producer },
   { "trip-cuda", trip_cuda },               { "trip-vk", trip_vk },
 };
-
-/* Starts a role in a fresh process, as uid 65534 if asked; fd 3 its report pipe. */
-static pid_t start_role(const char *role, const char *name, bool as_nobody, int *report_fd)
-{
-  int p[2];
-  pid_t pid;
-
-  CHECK(pipe(p) == 0);
-  CHECK((pid = fork()) >= 0);
-  if (pid == 0) {
-    close(p[0]);
-    if (p[1] != 3) {
-      CHECK(dup2(p[1], 3) == 3);
-      close(p[1]);
-    }
-    setenv("GPUSHM_SOCKET", d.socket, 1);
-    if (as_nobody)
-      CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
-    cuda_test_child_env();
-    execl(self, self, role, name, (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  *report_fd = p[0];
-  return pid;
-}
-
-static int finish_role(pid_t pid, int report_fd)
-{
-  int status;
-  close(report_fd);
-  CHECK(waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static void expect(int fd, char want)
-{
-  char got = 0;
-  CHECK(read(fd, &got, 1) == 1 && got == want);
-}
-
-static double read_ms(int fd)
-{
-  char buf[64] = { 0 };
-  ssize_t n = 0, r;
-  while ((r = read(fd, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
-    n += r;
-  return atof(buf);
-}
 
 /* The signaller killed once both have said they are ready; how long the waiter took,
  * after the kill and after the reap. */
@@ -679,16 +551,16 @@ static void dead_signaller(const char *signaller, const char *waiter, const char
   double killed, reaped, woke;
   int status;
 
-  expect(sfd, 'p');
-  expect(wfd, 'q');
+  roles_expect(sfd, 'p');
+  roles_expect(wfd, 'q');
   usleep(100000); /* the waits are on the GPU now */
-  killed = now_ms();
+  killed = roles_now_ms();
   kill(spid, SIGKILL);
   CHECK(waitpid(spid, &status, 0) == spid);
-  reaped = now_ms();
+  reaped = roles_now_ms();
   close(sfd);
-  woke = read_ms(wfd);
-  CHECK(finish_role(wpid, wfd) == 0);
+  woke = roles_read_number(wfd);
+  CHECK(roles_finish(wpid, wfd) == 0);
   CHECK(woke > killed);
   test_log("%s: the waiter went on %.1f ms after the kill, %.1f ms after the reap", what,
            woke - killed, woke - reaped);
@@ -716,8 +588,8 @@ int main(int argc, char **argv)
 
   p = start_role("ring-producer", "ring", false, &pfd);
   c = start_role("ring-consumer", "ring", nobody, &cfd);
-  CHECK(finish_role(p, pfd) == 0);
-  CHECK(finish_role(c, cfd) == 0);
+  CHECK(roles_finish(p, pfd) == 0);
+  CHECK(roles_finish(c, cfd) == 0);
   test_log("ring: %d frames, CUDA producer -> Vulkan consumer%s, each side waiting on its "
            "GPU, every frame's words right", FRAMES, nobody ? " (uid 65534)" : "");
 
@@ -730,8 +602,8 @@ int main(int argc, char **argv)
     const char *queue = q ? "trip-transfer" : "trip";
     c = start_role("trip-vk", queue, false, &cfd);
     p = start_role("trip-cuda", queue, false, &pfd);
-    CHECK(finish_role(p, pfd) == 0);
-    CHECK(finish_role(c, cfd) == 0);
+    CHECK(roles_finish(p, pfd) == 0);
+    CHECK(roles_finish(c, cfd) == 0);
   }
   daemon_stop(&d);
   return 0;
