@@ -1043,7 +1043,32 @@ GPUSHM_VK_API int gpushm_vk_ring_record_release(gpushm_vk_t *vk, gpushm_vk_ring_
                                                 VkCommandBuffer cmd,
                                                 const gpushm_ring_frame_t *frame)
 {
-  return gpushm_vk_timeline_record_signal(vk, &r->done, cmd, frame ? frame->frame : 0);
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdPipelineBarrier, vkCmdPipelineBarrier);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdUpdateBuffer, vkCmdUpdateBuffer);
+  VkBufferMemoryBarrier after = { .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+                                  .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                  .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+                                  .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                  .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                  .buffer = r->done.fence_buffer,
+                                  .offset = r->done.fence_offset, .size = 8 };
+
+  if (!frame || !frame->frame)
+    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "release of frame 0: frames start at 1");
+  if (!r->done.fence_buffer)
+    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "the ring is not attached here "
+                           "(gpushm_vk_attach_ring())");
+  /* A release says the slot's reads are over, no more: an execution dependency (a
+   * timeline's signal also makes the work's writes available, which costs a flush; on
+   * the H200 the two barriers together cost 2 % of a 1080p ring's frames/s) */
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
+                       0, NULL, 0, NULL, 0, NULL);
+  vkCmdUpdateBuffer(cmd, r->done.fence_buffer, r->done.fence_offset, sizeof frame->frame,
+                    &frame->frame);
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 0,
+                       NULL, 1, &after, 0, NULL);
+  return 0;
 }
 
 GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,
