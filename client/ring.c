@@ -10,7 +10,6 @@
 #include "conn.h"
 #include "sync.h"
 #include "timeline.h"
-#include "timeline_page.h"
 #include "timeline_plane.h"
 #include "device.h"
 #include "graphics.h"
