@@ -109,6 +109,38 @@ GPUSHM_GL_API int gpushm_gl_import_texture(gpushm_gl_t *gl, gpushm_buffer_t *buf
 GPUSHM_GL_API int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf, GLuint rows,
                                           GLuint texture);
 
+/* A timeline's semaphore plane in GL, for waits on the GPU (docs/sync.md#semaphore-planes):
+ * GL_EXT_semaphore_fd with GL_NV_timeline_semaphore (the NVIDIA driver has both; Mesa's
+ * llvmpipe neither).  GL can neither mint nor export a semaphore: the plane comes from a
+ * process with a Vulkan device (gpushm_vk_import_timeline()), and a read-only open gets
+ * it where its registrar gave it to readers.  get_proc as gpushm_gl_init()'s.
+ *   wait for v: gpushm_timeline_wait_signalled(tl, v, timeout) (a value nobody signalled
+ *               or promised would never come), then gpushm_gl_timeline_wait(): the GL
+ *               commands issued after it run once the timeline reaches v (or its
+ *               signaller is lost: gpushm_timeline_value_lost() says so).
+ *   signal v:   GL's queue cannot write the fence that CPUs and CUDA streams read:
+ *               glFenceSync after the work, glClientWaitSync, gpushm_timeline_signal()
+ *               (which signals the plane too).
+ * Destroy it before closing the timeline. */
+typedef struct gpushm_gl_timeline {
+  GLuint semaphore;
+  void (*SemaphoreParameterui64vEXT)(GLuint, GLenum, const GLuint64 *);
+  void (*WaitSemaphoreEXT)(GLuint, GLuint, const GLuint *, GLuint, const GLuint *,
+                           const GLenum *);
+  void (*DeleteSemaphoresEXT)(GLsizei, const GLuint *);
+} gpushm_gl_timeline_t;
+
+GPUSHM_GL_API int gpushm_gl_import_timeline(gpushm_gl_t *gl, void *(*get_proc)(const char *name),
+                                            gpushm_timeline_t *tl, gpushm_gl_timeline_t *out);
+/* The GL commands issued after this wait for t's timeline to reach value; buffers and
+ * textures (with their layouts, GL_LAYOUT_*_EXT) are glWaitSemaphoreEXT's: objects of
+ * imported memory the wait makes the other API's writes visible in. */
+GPUSHM_GL_API int gpushm_gl_timeline_wait(gpushm_gl_t *gl, gpushm_gl_timeline_t *t,
+                                          uint64_t value, GLuint n_buffers,
+                                          const GLuint *buffers, GLuint n_textures,
+                                          const GLuint *textures, const GLenum *layouts);
+GPUSHM_GL_API void gpushm_gl_destroy_timeline(gpushm_gl_timeline_t *t);
+
 #if defined(GPUSHM_GL_IMPL) || !defined(GPUSHM_GL_SHARED)
 /* ---- implementation: header-only, or libgpushm-gl's ----------------------------- */
 
@@ -349,6 +381,129 @@ GPUSHM_GL_API int gpushm_gl_upload_linear(gpushm_gl_t *gl, gpushm_buffer_t *buf,
   if ((e = gl->GetError()) != GL_NO_ERROR)
     return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "uploading the rows: GL error 0x%x", e);
   return 0;
+}
+
+/* GL_EXT_semaphore(_fd) and GL_NV_timeline_semaphore, by value (as above) */
+#define GPUSHM_GL_TIMELINE_SEMAPHORE_VALUE_NV 0x9595
+#define GPUSHM_GL_SEMAPHORE_TYPE_NV 0x95B3
+#define GPUSHM_GL_SEMAPHORE_TYPE_TIMELINE_NV 0x95B5
+
+/* Whether the current context lists extension name (entry points alone do not say:
+ * Mesa hands out dispatch stubs for every name). */
+GPUSHM_GL__STATIC int gpushm_gl__has_extension(void *(*get_proc)(const char *name),
+                                               const char *name)
+{
+  void (*get_integerv)(GLenum, GLint *);
+  const GLubyte *(*get_stringi)(GLenum, GLuint);
+  void *p1 = get_proc("glGetIntegerv"), *p2 = get_proc("glGetStringi");
+  GLint n = 0;
+
+  if (!p1 || !p2)
+    return 0;
+  memcpy(&get_integerv, &p1, sizeof p1);
+  memcpy(&get_stringi, &p2, sizeof p2);
+  get_integerv(0x821D /* GL_NUM_EXTENSIONS */, &n);
+  for (GLint i = 0; i < n; i++) {
+    const char *e = (const char *)get_stringi(GL_EXTENSIONS, (GLuint)i);
+    if (e && strcmp(e, name) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+GPUSHM_GL_API int gpushm_gl_import_timeline(gpushm_gl_t *gl, void *(*get_proc)(const char *name),
+                                            gpushm_timeline_t *tl, gpushm_gl_timeline_t *out)
+{
+  void (*create)(GLsizei, GLuint *) = NULL;
+  void (*set_type)(GLuint, GLenum, const GLint *) = NULL;
+  void (*import_fd)(GLuint, GLenum, GLint) = NULL;
+  const GLint timeline = GPUSHM_GL_SEMAPHORE_TYPE_TIMELINE_NV;
+  GLubyte device[16] = { 0 };
+  uint8_t uuid[16];
+  GLenum e;
+  int fd, r;
+
+  memset(out, 0, sizeof *out);
+#ifdef GPUSHM_GL_IMPL
+  if (!get_proc && !(get_proc = gpushm_gl__egl_get_proc()))
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "no get_proc given, and no EGL in this "
+                           "process nor a libEGL.so.1 to load");
+#else
+  if (!get_proc)
+    return gpushm_gl__fail(gl, GPUSHM_E_INVAL, "gpushm_gl_import_timeline needs get_proc");
+#endif
+  if (!gpushm_gl__has_extension(get_proc, "GL_EXT_semaphore_fd") ||
+      !gpushm_gl__has_extension(get_proc, "GL_NV_timeline_semaphore"))
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "this GL (%s) lacks GL_EXT_semaphore_fd "
+                           "or GL_NV_timeline_semaphore, which a timeline's semaphore needs: "
+                           "wait on the CPU (gpushm_timeline_wait()), then issue the GL work",
+                           (const char *)gl->GetString(GL_RENDERER));
+#define GPUSHM_GL__LOAD_TO(var, name)                                                      \
+  do {                                                                                     \
+    void *p_ = get_proc(name);                                                             \
+    memcpy(&(var), &p_, sizeof p_);                                                        \
+    if (!p_)                                                                               \
+      return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "no %s in this GL (a timeline's "   \
+                             "semaphore needs GL_EXT_semaphore_fd and "                   \
+                             "GL_NV_timeline_semaphore)", name);                           \
+  } while (0)
+  GPUSHM_GL__LOAD_TO(create, "glCreateSemaphoresNV");
+  GPUSHM_GL__LOAD_TO(set_type, "glSemaphoreParameterivNV");
+  GPUSHM_GL__LOAD_TO(import_fd, "glImportSemaphoreFdEXT");
+  GPUSHM_GL__LOAD_TO(out->SemaphoreParameterui64vEXT, "glSemaphoreParameterui64vEXT");
+  GPUSHM_GL__LOAD_TO(out->WaitSemaphoreEXT, "glWaitSemaphoreEXT");
+  GPUSHM_GL__LOAD_TO(out->DeleteSemaphoresEXT, "glDeleteSemaphoresEXT");
+#undef GPUSHM_GL__LOAD_TO
+  if ((r = gpushm_timeline_semaphore(tl, -1, NULL, 0, &fd, uuid)) < 0)
+    return gpushm_gl__fail(gl, r, "%s", gpushm_last_error_message());
+  gl->GetUnsignedBytei_vEXT(GPUSHM_GL_DEVICE_UUID_EXT, 0, device);
+  if (memcmp(device, uuid, 16) != 0) {
+    close(fd);
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "'%s''s semaphore lives on another GPU "
+                           "than this GL context's: wait for it on the CPU "
+                           "(gpushm_timeline_wait())", gpushm_timeline_name(tl));
+  }
+  gl->GetError();
+  create(1, &out->semaphore);
+  set_type(out->semaphore, GPUSHM_GL_SEMAPHORE_TYPE_NV, &timeline);
+  import_fd(out->semaphore, GPUSHM_GL_HANDLE_TYPE_OPAQUE_FD_EXT, fd);
+  if ((e = gl->GetError()) != GL_NO_ERROR) {
+    close(fd); /* GL owns the fd only once the import succeeded */
+    gpushm_gl_destroy_timeline(out);
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "importing '%s''s semaphore "
+                           "(glImportSemaphoreFdEXT as a timeline): GL error 0x%x",
+                           gpushm_timeline_name(tl), e);
+  }
+  return 0;
+}
+
+GPUSHM_GL_API int gpushm_gl_timeline_wait(gpushm_gl_t *gl, gpushm_gl_timeline_t *t,
+                                          uint64_t value, GLuint n_buffers,
+                                          const GLuint *buffers, GLuint n_textures,
+                                          const GLuint *textures, const GLenum *layouts)
+{
+  const GLuint64 v = value;
+  GLenum e;
+
+  if (!t->semaphore)
+    return gpushm_gl__fail(gl, GPUSHM_E_INVAL, "no semaphore imported");
+  if (value == 0)
+    return gpushm_gl__fail(gl, GPUSHM_E_INVAL, "wait for value 0: values start at 1");
+  gl->GetError();
+  /* the value a timeline wait waits for is the semaphore's parameter when it is issued */
+  t->SemaphoreParameterui64vEXT(t->semaphore, GPUSHM_GL_TIMELINE_SEMAPHORE_VALUE_NV, &v);
+  t->WaitSemaphoreEXT(t->semaphore, n_buffers, buffers, n_textures, textures, layouts);
+  if ((e = gl->GetError()) != GL_NO_ERROR)
+    return gpushm_gl__fail(gl, GPUSHM_E_UNSUPPORTED, "glWaitSemaphoreEXT for %llu: GL error "
+                           "0x%x", (unsigned long long)value, e);
+  return 0;
+}
+
+GPUSHM_GL_API void gpushm_gl_destroy_timeline(gpushm_gl_timeline_t *t)
+{
+  if (t->semaphore && t->DeleteSemaphoresEXT)
+    t->DeleteSemaphoresEXT(1, &t->semaphore);
+  t->semaphore = 0;
 }
 
 #endif /* GPUSHM_GL_IMPL || !GPUSHM_GL_SHARED */

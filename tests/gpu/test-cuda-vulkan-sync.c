@@ -17,10 +17,18 @@
  *    or on its CPU, beside the same trip on the bare semaphores (the floor): p50, p99 and
  *    max printed (1000 rounds each, GPUSHM_RT_ROUNDS; no figure asserted: 3000 submissions
  *    queued ahead at once are what the NVIDIA driver took, 6000 it refused).
+ *  - GL (GL_EXT_semaphore_fd, GL_NV_timeline_semaphore; gpushm_gl_import_timeline()): a GL
+ *    consumer (uid 65534) queues a wait for a timeline value and a compute shader reading
+ *    a frame before the CUDA producer starts writing it (a kernel 300 ms late): every
+ *    word right only if GL waited on the GPU; and a GL wait for a promised value whose
+ *    CUDA producer is SIGKILLed ends (how long after the kill, printed).
  * Skips (77) without a GPU; with one, a Vulkan driver without external semaphores fails. */
 #define _GNU_SOURCE
 #include "config.h"
 #include "cuda-vk-roles.h"
+#include "gl-verify.h"
+
+#include <GL/glext.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -530,6 +538,158 @@ static pid_t start_role(const char *role, const char *name, bool as_nobody, int 
   return roles_start(self, d.socket, argv, as_nobody, report_fd);
 }
 
+/* ---- GL waits ----------------------------------------------------------------------- */
+
+static void open_gl(struct eglc *e, gpushm_gl_t *gl)
+{
+  char why[256] = "";
+  if (eglc_open(e, why, sizeof why) < 0 || gpushm_gl_init(gl, eglc_proc) < 0) {
+    fprintf(stderr, "GL on a GPU host: %s %s\n", why, gl->error);
+    exit(1);
+  }
+}
+
+static void import_gl_timeline(gpushm_gl_t *gl, gpushm_timeline_t *tl, gpushm_gl_timeline_t *t)
+{
+  if (gpushm_gl_import_timeline(gl, NULL, tl, t) < 0) {
+    fprintf(stderr, "GL import of '%s': %s\n", gpushm_timeline_name(tl), gl->error);
+    exit(1);
+  }
+}
+
+/* Once the GL consumer says go (1), fills "<name>-frames" with seed 7 by a kernel that
+ * starts 300 ms late, and signals ready 1 behind it; stays until the consumer is done
+ * (go 2). */
+static void gl_slow_producer(const char *name)
+{
+  gpushm_t *conn = roles_connect("cuda-producer");
+  gpushm_timeline_t *ready, *go;
+  gpushm_buffer_t *frames;
+  gpushm_create_opts_t opts;
+  char n[128];
+  CUstream s;
+
+  cuda_test_setup(0);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = create_timeline(conn, n);
+  mint_for_readers(ready);
+  CHECK_OK(gpushm_timeline_promise(ready, 1));
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_CUDA_FD;
+  opts.mode = 0644;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  snprintf(n, sizeof n, "%s-frames", name);
+  CHECK_OK(gpushm_buffer_create(conn, n, SLOT_BYTES, &opts, &frames));
+  CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  snprintf(n, sizeof n, "%s-go", name);
+  go = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  CHECK_OK(gpushm_timeline_wait(go, 1, 20000));
+  slow_fill(cuda_test_dptr(frames), 7, 300000000ull, s);
+  CHECK_OK(gpushm_timeline_signal_stream(ready, s, 1));
+  CHECK_OK(gpushm_timeline_wait(go, 2, 20000));
+  CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  CHECK_OK(gpushm_timeline_close(go));
+  CHECK_OK(gpushm_buffer_close(frames));
+  CHECK_OK(gpushm_timeline_close(ready));
+  gpushm_disconnect(conn);
+}
+
+/* Queues, in GL, a wait for ready 1 and a compute shader reading the frame, before the
+ * producer has even started writing it (go 1 comes after): every word right only if GL
+ * waited on the GPU. */
+static void gl_ordered_consumer(const char *name)
+{
+  gpushm_t *conn = roles_connect("gl-consumer");
+  gpushm_timeline_t *ready, *go;
+  gpushm_gl_timeline_t t;
+  gpushm_buffer_t *frames;
+  gpushm_open_opts_t o;
+  GLuint buffer, memory;
+  void (*flush)(void);
+  struct eglc e;
+  gpushm_gl_t gl;
+  char n[128];
+  long wrong;
+  int r = GPUSHM_E_NOENT;
+
+  open_gl(&e, &gl);
+  *(void **)&flush = eglc_proc("glFlush");
+  CHECK(flush != NULL);
+  snprintf(n, sizeof n, "%s-go", name);
+  go = create_timeline(conn, n);
+  gpushm_open_opts_init(&o);
+  o.map_device = GPUSHM_DEVICE_NONE;
+  o.flags = GPUSHM_OPEN_READONLY;
+  snprintf(n, sizeof n, "%s-frames", name);
+  for (int i = 0; i < 1000 && (r = gpushm_buffer_open_ex(conn, n, 0, &o, &frames)) < 0; i++)
+    usleep(10000);
+  CHECK_OK(r);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  if (gpushm_gl_import_buffer(&gl, frames, 0, &buffer, &memory) < 0) {
+    fprintf(stderr, "GL import: %s\n", gl.error);
+    exit(1);
+  }
+  import_gl_timeline(&gl, ready, &t);
+  CHECK_OK(gpushm_timeline_wait_signalled(ready, 1, 20000)); /* promised */
+  CHECK(gpushm_gl_timeline_wait(&gl, &t, 1, 1, &buffer, 0, NULL, NULL) == 0);
+  flush();
+  CHECK_OK(gpushm_timeline_signal(go, 1));
+  wrong = glv_words(&gl, buffer, SLOT_BYTES / 4, 7); /* dispatched behind the wait */
+  printf("GL: a frame read behind a GPU wait for its timeline: %ld words wrong\n", wrong);
+  CHECK(wrong == 0);
+  CHECK_OK(gpushm_timeline_signal(go, 2));
+  gpushm_gl_destroy_timeline(&t);
+  gl.DeleteBuffers(1, &buffer);
+  gl.DeleteMemoryObjectsEXT(1, &memory);
+  CHECK_OK(gpushm_buffer_close(frames));
+  CHECK_OK(gpushm_timeline_close(ready));
+  eglc_close(&e);
+  gpushm_disconnect(conn);
+}
+
+/* GL's version of waiting_consumer: a wait for ready 3 (promised, never signalled), a
+ * fence sync behind it; reports when the sync came. */
+static void gl_waiting_consumer(const char *name)
+{
+  gpushm_t *conn = roles_connect("waiting-gl-consumer");
+  gpushm_timeline_t *ready;
+  gpushm_gl_timeline_t t;
+  GLsync (*fence_sync)(GLenum, GLbitfield);
+  GLenum (*client_wait)(GLsync, GLbitfield, GLuint64);
+  void (*delete_sync)(GLsync), (*flush)(void);
+  GLsync sync;
+  GLenum w;
+  struct eglc e;
+  gpushm_gl_t gl;
+  char n[128], line[64];
+
+  open_gl(&e, &gl);
+  *(void **)&fence_sync = eglc_proc("glFenceSync");
+  *(void **)&client_wait = eglc_proc("glClientWaitSync");
+  *(void **)&delete_sync = eglc_proc("glDeleteSync");
+  *(void **)&flush = eglc_proc("glFlush");
+  CHECK(fence_sync && client_wait && delete_sync && flush);
+  snprintf(n, sizeof n, "%s-ready", name);
+  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  CHECK_OK(gpushm_timeline_wait_signalled(ready, 3, 20000)); /* promised */
+  import_gl_timeline(&gl, ready, &t);
+  CHECK(gpushm_gl_timeline_wait(&gl, &t, 3, 0, NULL, 0, NULL, NULL) == 0);
+  CHECK((sync = fence_sync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0)) != NULL);
+  flush();
+  roles_report("q");
+  w = client_wait(sync, GL_SYNC_FLUSH_COMMANDS_BIT, 30000000000ull);
+  CHECK(w == GL_CONDITION_SATISFIED || w == GL_ALREADY_SIGNALED);
+  snprintf(line, sizeof line, "%.3f", roles_now_ms());
+  CHECK(gpushm_timeline_value_lost(ready, 3) == 1);
+  roles_report(line);
+  delete_sync(sync);
+  gpushm_gl_destroy_timeline(&t);
+  CHECK_OK(gpushm_timeline_close(ready));
+  eglc_close(&e);
+  gpushm_disconnect(conn);
+}
+
 static const struct {
   const char *name;
   void (*fn)(const char *);
@@ -538,6 +698,8 @@ static const struct {
   { "dying-producer", dying_producer },     { "waiting-consumer", waiting_consumer },
   { "dying-consumer", dying_consumer },     { "waiting-producer", waiting_producer },
   { "trip-cuda", trip_cuda },               { "trip-vk", trip_vk },
+  { "gl-slow-producer", gl_slow_producer }, { "gl-ordered-consumer", gl_ordered_consumer },
+  { "gl-waiting-consumer", gl_waiting_consumer },
 };
 
 /* The signaller killed once both have said they are ready; how long the waiter took,
@@ -597,6 +759,16 @@ int main(int argc, char **argv)
                  "a CUDA producer SIGKILLed owing promised values, a Vulkan queue waiting");
   dead_signaller("dying-consumer", "waiting-producer", "die2", false,
                  "a Vulkan consumer SIGKILLed with a signal queued, a CUDA stream waiting");
+
+  p = start_role("gl-slow-producer", "glw", false, &pfd);
+  c = start_role("gl-ordered-consumer", "glw", nobody, &cfd);
+  CHECK(roles_finish(c, cfd) == 0);
+  CHECK(roles_finish(p, pfd) == 0);
+  test_log("GL%s: a compute shader queued behind a GPU wait for a timeline value read the "
+           "frame a CUDA kernel wrote after it was queued, every word right",
+           nobody ? " (uid 65534)" : "");
+  dead_signaller("dying-producer", "gl-waiting-consumer", "die3", true,
+                 "a CUDA producer SIGKILLed owing promised values, a GL wait");
 
   for (int q = 0; q < 2; q++) {
     const char *queue = q ? "trip-transfer" : "trip";

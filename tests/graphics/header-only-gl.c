@@ -19,3 +19,9 @@ int header_only_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t
 {
   return gpushm_gl_import_buffer(gl, buf, size, buffer, memory);
 }
+
+int header_only_gl_import_timeline(gpushm_gl_t *gl, void *(*get_proc)(const char *name),
+                                   gpushm_timeline_t *tl, gpushm_gl_timeline_t *out)
+{
+  return gpushm_gl_import_timeline(gl, get_proc, tl, out);
+}

@@ -9,5 +9,7 @@
 int header_only_gl_init(gpushm_gl_t *gl, void *(*get_proc)(const char *name));
 int header_only_gl_import_buffer(gpushm_gl_t *gl, gpushm_buffer_t *buf, uint64_t size,
                                  GLuint *buffer, GLuint *memory);
+int header_only_gl_import_timeline(gpushm_gl_t *gl, void *(*get_proc)(const char *name),
+                                   gpushm_timeline_t *tl, gpushm_gl_timeline_t *out);
 
 #endif

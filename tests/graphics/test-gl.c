@@ -210,6 +210,61 @@ static void mismatch(void)
   gpushm_disconnect(conn);
 }
 
+/* A timeline's plane in GL: refused, saying why, where GL lacks the extensions (llvmpipe)
+ * and where the timeline has no plane (a GL that has them); the header-only build asks
+ * for a get_proc and says the same. */
+static void timeline_refused(void)
+{
+  gpushm_gl_timeline_t t, t2;
+  gpushm_timeline_t *tl;
+  gpushm_t *conn;
+  struct eglc e;
+  gpushm_gl_t gl, header_only;
+  char why[256];
+  bool has;
+
+  CHECK_OK(gpushm_connect(socket_path, "gl-timeline", &conn));
+  CHECK_OK(gpushm_timeline_create(conn, "gl-timeline", NULL, &tl));
+  CHECK(eglc_open(&e, why, sizeof why) == 0 && gpushm_gl_init(&gl, eglc_proc) == 0);
+  {
+    const GLubyte *(*get_stringi)(GLenum, GLuint);
+    void (*get_integerv)(GLenum, GLint *);
+    GLint n = 0;
+    bool fd = false, timeline = false;
+
+    *(void **)&get_stringi = eglc_proc("glGetStringi");
+    *(void **)&get_integerv = eglc_proc("glGetIntegerv");
+    get_integerv(0x821D /* GL_NUM_EXTENSIONS */, &n);
+    for (GLint i = 0; i < n; i++) {
+      const char *x = (const char *)get_stringi(GL_EXTENSIONS, (GLuint)i);
+      fd |= strcmp(x, "GL_EXT_semaphore_fd") == 0;
+      timeline |= strcmp(x, "GL_NV_timeline_semaphore") == 0;
+    }
+    has = fd && timeline;
+  }
+  memset(&t, 0xff, sizeof t);
+  if (has) {
+    CHECK_ERR(gpushm_gl_import_timeline(&gl, NULL, tl, &t), GPUSHM_E_NOENT);
+    CHECK(strstr(gl.error, "has no semaphore plane"));
+  } else {
+    CHECK_ERR(gpushm_gl_import_timeline(&gl, NULL, tl, &t), GPUSHM_E_UNSUPPORTED);
+    CHECK(strstr(gl.error, "GL_NV_timeline_semaphore") &&
+          strstr(gl.error, (const char *)gl.GetString(GL_RENDERER)));
+  }
+  fprintf(stderr, "# %s\n", gl.error);
+  CHECK(t.semaphore == 0);
+  gpushm_gl_destroy_timeline(&t); /* nothing to delete: harmless */
+  CHECK(header_only_gl_init(&header_only, eglc_proc) == 0);
+  CHECK_ERR(header_only_gl_import_timeline(&header_only, NULL, tl, &t2), GPUSHM_E_INVAL);
+  CHECK_ERR(header_only_gl_import_timeline(&header_only, eglc_proc, tl, &t2),
+            has ? GPUSHM_E_NOENT : GPUSHM_E_UNSUPPORTED);
+  CHECK(strcmp(header_only.error, gl.error) == 0);
+  CHECK(gpushm_gl_timeline_wait(&gl, &t, 1, 0, NULL, 0, NULL, NULL) == GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_timeline_close_unlink(tl));
+  eglc_close(&e);
+  gpushm_disconnect(conn);
+}
+
 static int run(void (*fn)(void), bool as_nobody)
 {
   pid_t pid = as_nobody && geteuid() == 0 ? fork_as(65534, 65534) : fork();
@@ -263,6 +318,9 @@ int main(void)
   CHECK(run(mismatch, false) == 0);
   test_log("GL: memory of another device refused, naming both; entry points found without "
            "a get_proc; the header-only build loads and refuses as libgpushm-gl does");
+  CHECK(run(timeline_refused, false) == 0);
+  test_log("GL: a timeline's semaphore refused where GL lacks GL_EXT_semaphore_fd and "
+           "GL_NV_timeline_semaphore, or the timeline has no plane, in both builds");
   daemon_stop(&d);
   return 0;
 }
