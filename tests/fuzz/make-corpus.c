@@ -631,6 +631,69 @@ static void daemon_seeds(void)
   d_close(c0, 1);
   finish("daemon", "rings");
 
+  /* Rings' consumers' ready planes (0.8): a consumer's registration with the memfd the
+   * harness sends (no semaphore: refused) and without a UUID, its own plane asked for
+   * (none), a producer registering and asking for a consumer's (by its done timeline's
+   * id, and one no consumer has), a reader that does not consume asking. */
+  begin();
+  put_byte(0);
+  d_hello_as(c0, "producer", GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
+                               GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS |
+                               GPUSHM_FEATURE_SEMAPHORES | GPUSHM_FEATURE_GRAPHICS);
+  d_hello_as(c1, "consumer", GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_PROMISES |
+                               GPUSHM_FEATURE_TIMELINES | GPUSHM_FEATURE_RINGS |
+                               GPUSHM_FEATURE_SEMAPHORES | GPUSHM_FEATURE_GRAPHICS);
+  d_create(c0, (struct create_spec){ .name = "ring", .size = 4096, .mode = 0644, .backend = 1,
+                                     .kind = GPUSHM__KIND__KIND_RING, .ring_slots = 2 });
+  {
+    static uint8_t uuid[16] = { 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa,
+                                0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0xfa, 0 };
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+    Gpushm__SemaphoreRequest sem = GPUSHM__SEMAPHORE_REQUEST__INIT;
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+    body.name = "ring";
+    body.read_only = true;
+    body.kind = GPUSHM__KIND__KIND_RING;
+    req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    req.open = &body;
+    d_send(c1, &req);
+    sem.id = 1; /* before it consumes: a reader */
+    req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
+    req.semaphore = &sem;
+    d_send(c1, &req);
+    body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+    body.id = 1;
+    body.read_only = false;
+    body.kind = GPUSHM__KIND__KIND_TIMELINE;
+    body.ring_attach = true;
+    req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+    req.open = &body;
+    d_send(c1, &req);
+    req.body_case = GPUSHM__REQUEST__BODY_SEMAPHORE;
+    req.semaphore = &sem;
+    d_send(c1, &req); /* its own: none yet */
+    sem.device_uuid.data = uuid;
+    sem.device_uuid.len = 16;
+    d_send(c1 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    sem.device_uuid.len = 0;
+    d_send(c1 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    sem.consumer = 2; /* the done timeline the attach made */
+    d_send(c1, &req);
+    d_send(c0, &req);
+    sem.consumer = 77;
+    d_send(c0, &req);
+    sem.consumer = 0;
+    sem.device_uuid.len = 16;
+    d_send(c0 | (1u << FUZZ_D_FDS_SHIFT), &req);
+    sem.id = 2; /* the done timeline itself */
+    d_send(c1 | (1u << FUZZ_D_FDS_SHIFT), &req);
+  }
+  d_close(c1, 1);
+  d_unlink(c0, "ring");
+  d_close(c0, 1);
+  finish("daemon", "ring-planes");
+
   /* Before hello, a second hello, a version the daemon does not speak. */
   begin();
   put_byte(0);
