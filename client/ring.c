@@ -204,9 +204,14 @@ static int refresh_consumers(gpushm_ring_t *ring)
   uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
   struct ring_consumer kept[GPUSHM_LIMIT_RING_CONSUMERS];
   uint32_t gen, planes, n_kept = 0;
-  int n = read_table(ring->mem->map->control, ids, &gen, &planes);
+  int n;
 
-  if (n < 0)
+  /* every acquire and present asks: the generation alone, while it stays */
+  if (ring->table_read &&
+      __atomic_load_n(&ring_table_of(ring->mem->map->control)->generation, __ATOMIC_ACQUIRE) ==
+        ring->table_generation)
+    return 0;
+  if ((n = read_table(ring->mem->map->control, ids, &gen, &planes)) < 0)
     return n;
   if (ring->table_read && gen == ring->table_generation)
     return 0;

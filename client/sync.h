@@ -19,6 +19,10 @@ int client_sync_publish(struct client_mapping *buf, const gpushm_t *conn,
                         uint64_t *seq);
 /* Wakes whoever sleeps on the counter after a publication. */
 void client_sync_wake(struct client_mapping *buf, const gpushm_t *conn);
+/* Sleeps until ctl's wake word or its sequence's word changes from w and last (what the
+ * caller read before its last check), or for slice_ns at most: what a signaller's
+ * client_sync_wake() ends. */
+void client_sync_sleep(struct sync_control *ctl, uint32_t w, uint64_t last, uint64_t slice_ns);
 /* Waits in this thread until value is published, or (promised_enough) promised by a live
  * promiser, up to timeout_ms (< 0: for ever) by deadline (CLOCK_MONOTONIC ns). */
 int client_sync_wait_published(struct client_mapping *buf, uint64_t value, bool promised_enough,

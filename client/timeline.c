@@ -15,11 +15,8 @@
 #include "timeline_plane.h"
 #include "shm_layout.h"
 
-#include <limits.h>
 #include <stddef.h>
-#include <linux/futex.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,8 +133,9 @@ int gpushm_timeline_signal_stream(gpushm_timeline_t *tl, void *stream, uint64_t 
 }
 
 /* A wait for the fence first spins (a pipeline that keeps pace signals within
- * microseconds), then sleeps on the wake word, which CPU signals, promises and gpushmd's
- * breaks change; a GPU's write wakes nobody, hence slices that grow from
+ * microseconds), then sleeps on the wake word and the sequence (client_sync_sleep()),
+ * which CPU signals, promises and gpushmd's breaks change; a GPU's write wakes nobody,
+ * hence slices that grow from
  * FENCE_SLICE_MIN_NS to FENCE_SLICE_MAX_NS: the latency a CPU waiter adds to a
  * GPU-signalled value once it has slept a while. */
 #define FENCE_SPIN_NS 50000ull
@@ -152,14 +150,13 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
 
   for (;;) {
     uint32_t w = __atomic_load_n(&ctl->wake, __ATOMIC_SEQ_CST);
-    uint64_t now, nap;
-    struct timespec ts;
+    uint64_t last = __atomic_load_n(&ctl->release_seq, __ATOMIC_SEQ_CST), now, nap;
 
     if (__atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE) >= value)
       return 0;
     now = client_sync_now_ns();
     if (timeout_ms >= 0 && now >= deadline) {
-      uint64_t last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
+      last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
       return client_error(GPUSHM_E_TIMEOUT, "value %llu of '%s' %s within %d ms (signalled up "
                           "to %llu, reached %llu)", (unsigned long long)value, buf->name,
                           last >= value ? "signalled but not reached: its signaller's work "
@@ -175,9 +172,7 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
     nap = slice;
     if (timeout_ms >= 0 && deadline - now < nap)
       nap = deadline - now;
-    ts.tv_sec = (time_t)(nap / 1000000000u);
-    ts.tv_nsec = (long)(nap % 1000000000u);
-    syscall(SYS_futex, &ctl->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+    client_sync_sleep(ctl, w, last, nap);
     if (slice < FENCE_SLICE_MAX_NS)
       slice *= 2;
   }

@@ -119,6 +119,16 @@ static void *wait_thread(void *arg)
   return NULL;
 }
 
+/* A wait for publication (what a Vulkan queue's wait is preceded by), which sleeps in
+ * slices of 200 ms: a signal must wake it, not its slice's end. */
+static void *wait_signalled_thread(void *arg)
+{
+  struct waiter *w = arg;
+  w->result = gpushm_timeline_wait_signalled(w->tl, w->value, 20000);
+  w->returned_ms = now_ms();
+  return NULL;
+}
+
 static void test_values(gpushm_t *conn)
 {
   gpushm_timeline_t *tl = create(conn, "frames", 0600), *other;
@@ -157,6 +167,17 @@ static void test_values(gpushm_t *conn)
   CHECK_OK(w.result);
   test_log("values: a sleeping CPU waiter returned %.3f ms after the signal",
            w.returned_ms - signalled);
+  w = (struct waiter){ .tl = other, .value = 10 };
+  CHECK(pthread_create(&w.thread, NULL, wait_signalled_thread, &w) == 0);
+  usleep(50000); /* past its spins: asleep */
+  signalled = now_ms();
+  CHECK_OK(gpushm_timeline_signal(tl, 10));
+  CHECK(pthread_join(w.thread, NULL) == 0);
+  CHECK_OK(w.result);
+  /* woken (one wake of the sequence's word reaches it), not its 200 ms slice's end */
+  CHECK(w.returned_ms - signalled < 100);
+  test_log("values: a thread asleep until a value is signalled returned %.3f ms after the "
+           "signal", w.returned_ms - signalled);
   CHECK(gpushm_timeline_value_lost(other, 9) == 0);
   CHECK_OK(gpushm_timeline_close(other));
   gpushm_disconnect(conn2);
