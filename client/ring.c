@@ -383,12 +383,12 @@ static int present(gpushm_ring_t *ring, bool on_stream, void *stream,
     return client_error(GPUSHM_E_INVAL, "'%s': frame %llu is not the one acquired (%llu)",
                         map_of(ring)->name, frame ? (unsigned long long)frame->frame : 0ull,
                         (unsigned long long)ring->acquired);
-  if ((r = client_timeline_signal(ring->mem, on_stream, stream, frame->frame)) < 0 ||
-      (r = signal_planes(ring, on_stream, stream, frame->frame)) < 0)
+  if ((r = client_timeline_signal(ring->mem, on_stream, stream, frame->frame)) < 0)
     return r;
+  /* presented, whatever a consumer's plane says: the counter has it */
   ring->presented = frame->frame;
   ring->acquired = 0;
-  return 0;
+  return signal_planes(ring, on_stream, stream, frame->frame);
 }
 
 int gpushm_ring_present(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)

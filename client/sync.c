@@ -477,8 +477,12 @@ uint64_t gpushm_buffer_release_seq(const gpushm_buffer_t *handle)
 /* Sleeps until the wake word or the release sequence's word changes from what was
  * read (w, last), or for slice_ns at most.  0.8 promisers and gpushmd's breaks change
  * the wake word; releasers the sequence (and libraries before 0.8 only that), hence
- * both (futex_waitv); a kernel without it (before 5.16) sleeps on the wake word, which
- * every 0.8 releaser then wakes too. */
+ * both (futex_waitv).  Without it (a kernel before 5.16, whose releasers then wake the
+ * wake word too, or valgrind, which does not know the call while the kernel and other
+ * processes' releasers do) it sleeps on the wake word for 1 ms at most: a wake it misses
+ * costs that much, not a slice. */
+#define SLEEP_WITHOUT_WAITV_NS 1000000ull
+
 void client_sync_sleep(struct sync_control *ctl, uint32_t w, uint64_t last, uint64_t slice_ns)
 {
   struct futex_waitv waiters[2] = {
@@ -492,6 +496,8 @@ void client_sync_sleep(struct sync_control *ctl, uint32_t w, uint64_t last, uint
   at.tv_nsec = (long)(until % 1000000000u);
   if (syscall(SYS_futex_waitv, waiters, 2, 0, &at, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS)
     return;
+  if (slice_ns > SLEEP_WITHOUT_WAITV_NS)
+    ts = (struct timespec){ 0, (long)SLEEP_WITHOUT_WAITV_NS };
   syscall(SYS_futex, &ctl->wake, FUTEX_WAIT, w, &ts, NULL, 0);
 }
 
