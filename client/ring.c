@@ -403,10 +403,12 @@ int gpushm_ring_present_stream(gpushm_ring_t *ring, void *stream, const gpushm_r
 
 /* ---- a consumer ----------------------------------------------------------------------- */
 
-static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsigned flags,
-                         int timeout_ms, gpushm_ring_frame_t *out)
+/* What a consumer's acquire checks first, and the frame it takes (*frame): the next, or
+ * with GPUSHM_RING_LATEST the newest presented.  external: its queue waits on a plane. */
+static int frame_to_take(gpushm_ring_t *ring, unsigned flags, const gpushm_ring_frame_t *out,
+                         bool external, uint64_t *frame)
 {
-  uint64_t frame;
+  uint64_t reached;
   int r;
 
   client_clear_error();
@@ -416,6 +418,10 @@ static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsi
     return client_error(GPUSHM_E_INVAL, "out is NULL");
   if (flags & ~GPUSHM_RING_LATEST)
     return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
+  if (external && !ring->has_plane)
+    return client_error(GPUSHM_E_INVAL, "'%s': a queue waits for frames on a semaphore this "
+                        "consumer registered (gpushm_ring_register_semaphore()), and it has "
+                        "none", map_of(ring)->name);
   /* evicted by a producer: the slots are no longer kept for it */
   if ((r = table_lists(map_of(ring)->control,
                        gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
@@ -423,12 +429,20 @@ static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsi
                  : client_error(GPUSHM_E_PERM, "'%s': this consumer was evicted by a producer "
                                 "(or has let go): open the ring again to take frames",
                                 map_of(ring)->name);
-  frame = ring->next;
-  if (flags & GPUSHM_RING_LATEST) {
-    uint64_t reached = gpushm_ring_presented(ring);
-    if (reached > frame)
-      frame = reached;
-  }
+  *frame = ring->next;
+  if ((flags & GPUSHM_RING_LATEST) && (reached = gpushm_ring_presented(ring)) > *frame)
+    *frame = reached;
+  return 0;
+}
+
+static int acquire_frame(gpushm_ring_t *ring, bool on_stream, void *stream, unsigned flags,
+                         int timeout_ms, gpushm_ring_frame_t *out)
+{
+  uint64_t frame;
+  int r;
+
+  if ((r = frame_to_take(ring, flags, out, false, &frame)) < 0)
+    return r;
   if ((r = client_timeline_wait(ring->mem, on_stream, stream, frame, timeout_ms)) < 0) {
     /* Reached by its producer's loss, as is every value it promised: the next frame is
      * a next producer's first, and those lost are released (none will be read), so
@@ -549,29 +563,9 @@ int gpushm_ring_acquire_frame_external(gpushm_ring_t *ring, unsigned flags, int 
   uint64_t frame, deadline = 0;
   int r;
 
-  client_clear_error();
-  if ((r = check_ring(ring, false, "acquiring a frame")) < 0)
+  if ((r = frame_to_take(ring, flags, out, true, &frame)) < 0)
     return r;
-  if (!out)
-    return client_error(GPUSHM_E_INVAL, "out is NULL");
-  if (flags & ~GPUSHM_RING_LATEST)
-    return client_error(GPUSHM_E_INVAL, "unknown acquire flags 0x%x", flags);
-  if (!ring->has_plane)
-    return client_error(GPUSHM_E_INVAL, "'%s': a queue waits for frames on a semaphore this "
-                        "consumer registered (gpushm_ring_register_semaphore()), and it has "
-                        "none", map_of(ring)->name);
   ctl = map_of(ring)->control;
-  if ((r = table_lists(ctl, gpushm_timeline_id((gpushm_timeline_t *)ring->done))) <= 0)
-    return r < 0 ? r
-                 : client_error(GPUSHM_E_PERM, "'%s': this consumer was evicted by a producer "
-                                "(or has let go): open the ring again to take frames",
-                                map_of(ring)->name);
-  frame = ring->next;
-  if (flags & GPUSHM_RING_LATEST) {
-    uint64_t reached = gpushm_ring_presented(ring);
-    if (reached > frame)
-      frame = reached;
-  }
   if (timeout_ms >= 0)
     deadline = client_sync_now_ns() + (uint64_t)timeout_ms * 1000000u;
   if ((r = client_sync_wait_published(ring->mem->map, frame, true, timeout_ms, deadline)) < 0)

@@ -44,6 +44,33 @@ static inline CUfunction roles_kernel(const char *name)
   return f;
 }
 
+/* A timeline another role makes, waited for (10 s at most: the test fails). */
+static inline gpushm_timeline_t *roles_open_timeline(gpushm_t *conn, const char *name,
+                                                     unsigned flags)
+{
+  gpushm_timeline_t *tl;
+  for (int i = 0; i < 1000; i++) {
+    if (gpushm_timeline_open(conn, name, flags, &tl) == 0)
+      return tl;
+    usleep(10000);
+  }
+  fprintf(stderr, "no timeline '%s' within 10 s\n", name);
+  exit(1);
+}
+
+/* A timeline of this role's session, readable by every uid (consumers run as 65534). */
+static inline gpushm_timeline_t *roles_create_timeline(gpushm_t *conn, const char *name)
+{
+  gpushm_create_opts_t opts;
+  gpushm_timeline_t *tl;
+
+  gpushm_create_opts_init(&opts);
+  opts.mode = 0644;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_timeline_create(conn, name, &opts, &tl));
+  return tl;
+}
+
 /* Vulkan on the GPU host, where it must work: a failure fails the test.  sync: with
  * external semaphores and host memory imports too. */
 static inline void roles_open_vk(struct vkc *c, bool sync)

@@ -50,28 +50,18 @@ static void fill(CUdeviceptr p, uint32_t seed, CUstream s)
                    args, NULL));
 }
 
-static gpushm_timeline_t *open_retry(gpushm_t *conn, const char *name, unsigned flags)
+/* The producer's ring as a consumer opens it (its memory unmapped, for Vulkan), waited
+ * for: the producer makes it. */
+static gpushm_ring_t *open_ring(gpushm_t *conn, const char *name)
 {
-  gpushm_timeline_t *tl;
-  for (int i = 0; i < 1000; i++) {
-    if (gpushm_timeline_open(conn, name, flags, &tl) == 0)
-      return tl;
+  gpushm_ring_t *ring = NULL;
+  int r = GPUSHM_E_NOENT;
+
+  for (int i = 0; i < 1000 && (r = gpushm_ring_open(conn, name, GPUSHM_RING_UNMAPPED,
+                                                     &ring)) == GPUSHM_E_NOENT; i++)
     usleep(10000);
-  }
-  fprintf(stderr, "no timeline '%s' within 10 s\n", name);
-  exit(1);
-}
-
-static gpushm_timeline_t *create_timeline(gpushm_t *conn, const char *name)
-{
-  gpushm_create_opts_t opts;
-  gpushm_timeline_t *tl;
-
-  gpushm_create_opts_init(&opts);
-  opts.mode = 0644;
-  opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  CHECK_OK(gpushm_timeline_create(conn, name, &opts, &tl));
-  return tl;
+  CHECK_OK(r);
+  return ring;
 }
 
 static const char *named(char *buf, size_t len, const char *name, const char *what)
@@ -84,7 +74,7 @@ static const char *named(char *buf, size_t len, const char *name, const char *wh
 static void wait_go(gpushm_t *conn, const char *name)
 {
   char n[128];
-  gpushm_timeline_t *go = open_retry(conn, named(n, sizeof n, name, "go"), GPUSHM_OPEN_READONLY);
+  gpushm_timeline_t *go = roles_open_timeline(conn, named(n, sizeof n, name, "go"), GPUSHM_OPEN_READONLY);
 
   CHECK_OK(gpushm_timeline_wait(go, 1, 20000));
   CHECK_OK(gpushm_timeline_close(go));
@@ -161,7 +151,7 @@ static void raw_producer(const char *name)
   CUstream s;
 
   cuda_test_setup(0);
-  ready = create_timeline(conn, named(n, sizeof n, name, "ready"));
+  ready = roles_create_timeline(conn, named(n, sizeof n, name, "ready"));
   /* minted here (a device for just that), given to the consumer */
   roles_open_vk(&c, true);
   CHECK(gpushm_vk_import_timeline(&c.gpushm, ready, GPUSHM_SEMAPHORE_TO_READERS, &vt) == 0);
@@ -173,7 +163,7 @@ static void raw_producer(const char *name)
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
   CHECK_OK(gpushm_buffer_create(conn, named(n, sizeof n, name, "frames"), SLOTS * STRIDE, &opts,
                                 &frames));
-  done = open_retry(conn, named(n, sizeof n, name, "done"), GPUSHM_OPEN_READONLY);
+  done = roles_open_timeline(conn, named(n, sizeof n, name, "done"), GPUSHM_OPEN_READONLY);
   ready_sem = cuda_plane(ready);
   done_sem = cuda_plane(done);
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
@@ -272,27 +262,23 @@ static void reader_close(struct reader *r, uint32_t n)
 static void ring_consumer(const char *name)
 {
   gpushm_t *conn = roles_connect("vk-consumer");
-  gpushm_ring_t *ring = NULL;
+  gpushm_ring_t *ring;
   gpushm_timeline_t *go;
   gpushm_vk_ring_t vr;
   gpushm_vk_buffer_t vb;
   gpushm_ring_frame_t f;
   struct reader r;
   char n[128];
-  int ret = GPUSHM_E_NOENT;
 
   reader_open(&r);
-  for (int i = 0; i < 1000 && (ret = gpushm_ring_open(conn, name, GPUSHM_RING_UNMAPPED,
-                                                       &ring)) == GPUSHM_E_NOENT; i++)
-    usleep(10000);
-  CHECK_OK(ret);
+  ring = open_ring(conn, name);
   if (gpushm_vk_attach_ring(&r.c.gpushm, ring, &vr) < 0 ||
       gpushm_vk_import_buffer(&r.c.gpushm, gpushm_ring_buffer(ring),
                               VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) < 0) {
     fprintf(stderr, "attaching: %s\n", r.c.gpushm.error);
     exit(1);
   }
-  go = create_timeline(conn, named(n, sizeof n, name, "go"));
+  go = roles_create_timeline(conn, named(n, sizeof n, name, "go"));
   CHECK_OK(gpushm_timeline_signal(go, 1));
   /* every frame queued at once: the queue waits for each on the GPU */
   for (uint64_t v = 1; v <= FRAMES; v++) {
@@ -327,7 +313,7 @@ static void raw_consumer(const char *name)
   char n[128];
 
   reader_open(&r);
-  done = create_timeline(conn, named(n, sizeof n, name, "done"));
+  done = roles_create_timeline(conn, named(n, sizeof n, name, "done"));
   CHECK(gpushm_vk_import_timeline(&r.c.gpushm, done, GPUSHM_SEMAPHORE_TO_READERS, &vdone) == 0);
   {
     gpushm_open_opts_t o;
@@ -341,13 +327,13 @@ static void raw_consumer(const char *name)
       usleep(10000);
     CHECK_OK(ret);
   }
-  ready = open_retry(conn, named(n, sizeof n, name, "ready"), GPUSHM_OPEN_READONLY);
+  ready = roles_open_timeline(conn, named(n, sizeof n, name, "ready"), GPUSHM_OPEN_READONLY);
   if (gpushm_vk_import_timeline(&r.c.gpushm, ready, 0, &vready) < 0 ||
       gpushm_vk_import_buffer(&r.c.gpushm, frames, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) < 0) {
     fprintf(stderr, "importing: %s\n", r.c.gpushm.error);
     exit(1);
   }
-  go = create_timeline(conn, named(n, sizeof n, name, "go"));
+  go = roles_create_timeline(conn, named(n, sizeof n, name, "go"));
   CHECK_OK(gpushm_timeline_signal(go, 1));
   for (uint64_t v = 1; v <= FRAMES; v++) {
     r.cbs[v] = vkc_begin(&r.c);
@@ -403,7 +389,7 @@ static void dying_producer(const char *name)
 static void waiting_consumer(const char *name)
 {
   gpushm_t *conn = roles_connect("vk-consumer");
-  gpushm_ring_t *ring = NULL;
+  gpushm_ring_t *ring;
   gpushm_timeline_t *go;
   gpushm_vk_ring_t vr;
   gpushm_ring_frame_t f;
@@ -411,19 +397,15 @@ static void waiting_consumer(const char *name)
   VkFence fence;
   struct vkc c;
   char n[128];
-  int ret = GPUSHM_E_NOENT;
 
   roles_open_vk(&c, true);
-  for (int i = 0; i < 1000 && (ret = gpushm_ring_open(conn, name, GPUSHM_RING_UNMAPPED,
-                                                       &ring)) == GPUSHM_E_NOENT; i++)
-    usleep(10000);
-  CHECK_OK(ret);
+  ring = open_ring(conn, name);
   if (gpushm_vk_attach_ring(&c.gpushm, ring, &vr) < 0) {
     fprintf(stderr, "attaching: %s\n", c.gpushm.error);
     exit(1);
   }
   CHECK(vkCreateFence(c.device, &fci, NULL, &fence) == VK_SUCCESS);
-  go = create_timeline(conn, named(n, sizeof n, name, "go"));
+  go = roles_create_timeline(conn, named(n, sizeof n, name, "go"));
   CHECK_OK(gpushm_timeline_signal(go, 1));
   for (uint64_t v = 1; v <= 3; v++) {
     CHECK_OK(gpushm_ring_acquire_frame_external(ring, 0, 20000, &f));

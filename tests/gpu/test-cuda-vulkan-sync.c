@@ -52,30 +52,6 @@ static void slow_fill(CUdeviceptr p, uint32_t seed, unsigned long long delay_ns,
                    NULL));
 }
 
-static gpushm_timeline_t *open_retry(gpushm_t *conn, const char *name, unsigned flags)
-{
-  gpushm_timeline_t *tl;
-  for (int i = 0; i < 1000; i++) {
-    if (gpushm_timeline_open(conn, name, flags, &tl) == 0)
-      return tl;
-    usleep(10000);
-  }
-  fprintf(stderr, "no timeline '%s' within 10 s\n", name);
-  exit(1);
-}
-
-static gpushm_timeline_t *create_timeline(gpushm_t *conn, const char *name)
-{
-  gpushm_create_opts_t opts;
-  gpushm_timeline_t *tl;
-
-  gpushm_create_opts_init(&opts);
-  opts.mode = 0644;
-  opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  CHECK_OK(gpushm_timeline_create(conn, name, &opts, &tl));
-  return tl;
-}
-
 /* A plane for tl minted in this process (a CUDA producer with a Vulkan device for just
  * that), given to readers. */
 static void mint_for_readers(gpushm_timeline_t *tl)
@@ -114,7 +90,7 @@ static void ring_producer(const char *name)
 
   cuda_test_setup(0);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = create_timeline(conn, n);
+  ready = roles_create_timeline(conn, n);
   mint_for_readers(ready);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_FD;
@@ -124,7 +100,7 @@ static void ring_producer(const char *name)
   CHECK_OK(gpushm_buffer_create(conn, n, SLOTS * SLOT_BYTES, &opts, &frames));
   CHECK_OK(gpushm_timeline_promise(ready, FRAMES));
   snprintf(n, sizeof n, "%s-done", name);
-  done = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  done = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   t0 = roles_now_ms();
   for (uint64_t v = 1; v <= FRAMES; v++) {
@@ -160,7 +136,7 @@ static void ring_consumer(const char *name)
   CHECK(cbs != NULL);
   roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-done", name);
-  done = create_timeline(conn, n);
+  done = roles_create_timeline(conn, n);
   import_timeline(&c, done, &vdone); /* mints: read-write, this process's */
   CHECK_OK(gpushm_timeline_promise(done, FRAMES));
   /* the producer's last object: its ready timeline and that one's plane come first */
@@ -177,7 +153,7 @@ static void ring_consumer(const char *name)
     CHECK_OK(r);
   }
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  ready = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   import_timeline(&c, ready, &vready); /* the producer gave it to readers */
   CHECK(vready.fence_buffer == VK_NULL_HANDLE);
   if (gpushm_vk_import_buffer(&c.gpushm, frames, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, &vb) < 0) {
@@ -234,7 +210,7 @@ static void dying_producer(const char *name)
 
   cuda_test_setup(0);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = create_timeline(conn, n);
+  ready = roles_create_timeline(conn, n);
   mint_for_readers(ready);
   gpushm_create_opts_init(&opts);
   opts.backend = GPUSHM_BACKEND_CUDA_FD;
@@ -264,7 +240,7 @@ static void waiting_consumer(const char *name)
 
   roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  ready = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_timeline_wait_signalled(ready, 3, 20000)); /* promised */
   import_timeline(&c, ready, &vready);
   CHECK(vkCreateFence(c.device, &fci, NULL, &fence) == VK_SUCCESS);
@@ -298,7 +274,7 @@ static void dying_consumer(const char *name)
 
   roles_open_vk(&c, true);
   snprintf(n, sizeof n, "%s-done", name);
-  done = create_timeline(conn, n);
+  done = roles_create_timeline(conn, n);
   import_timeline(&c, done, &vdone);
   CHECK_OK(gpushm_timeline_promise(done, 100));
   cb = vkc_begin(&c);
@@ -328,7 +304,7 @@ static void waiting_producer(const char *name)
 
   cuda_test_setup(0);
   snprintf(n, sizeof n, "%s-done", name);
-  done = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  done = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_timeline_wait(done, 1, 20000)); /* the queue's fence write landed */
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   CHECK_OK(gpushm_timeline_wait_stream(done, s, 3, 20000));
@@ -407,7 +383,7 @@ static void trip_cuda(const char *name)
     if (t == TRIP_RAW)
       continue;
     snprintf(tn, sizeof tn, "trip-ping-%s", trip_names[t]);
-    ping[t] = create_timeline(conn, tn);
+    ping[t] = roles_create_timeline(conn, tn);
     mint_for_readers(ping[t]);
     CHECK_OK(gpushm_timeline_promise(ping[t], (uint64_t)n));
   }
@@ -415,7 +391,7 @@ static void trip_cuda(const char *name)
     if (t == TRIP_RAW)
       continue;
     snprintf(tn, sizeof tn, "trip-pong-%s", trip_names[t]);
-    pong[t] = open_retry(conn, tn, 0);
+    pong[t] = roles_open_timeline(conn, tn, 0);
   }
   /* the queued-ahead rounds all queued before the first */
   for (int i = 0; i < 20000; i++) {
@@ -483,7 +459,7 @@ static void trip_vk(const char *name)
     if (t == TRIP_RAW)
       continue;
     snprintf(tn, sizeof tn, "trip-pong-%s", trip_names[t]);
-    pong[t] = create_timeline(conn, tn);
+    pong[t] = roles_create_timeline(conn, tn);
     import_timeline(&c, pong[t], &vpong[t]);
     CHECK_OK(gpushm_timeline_promise(pong[t], (uint64_t)n));
   }
@@ -491,7 +467,7 @@ static void trip_vk(const char *name)
     if (t == TRIP_RAW)
       continue;
     snprintf(tn, sizeof tn, "trip-ping-%s", trip_names[t]);
-    ping[t] = open_retry(conn, tn, GPUSHM_OPEN_READONLY);
+    ping[t] = roles_open_timeline(conn, tn, GPUSHM_OPEN_READONLY);
     CHECK_OK(gpushm_timeline_wait_signalled(ping[t], 1, 20000)); /* promised once minted */
     import_timeline(&c, ping[t], &vping[t]);
   }
@@ -571,7 +547,7 @@ static void gl_slow_producer(const char *name)
 
   cuda_test_setup(0);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = create_timeline(conn, n);
+  ready = roles_create_timeline(conn, n);
   mint_for_readers(ready);
   CHECK_OK(gpushm_timeline_promise(ready, 1));
   gpushm_create_opts_init(&opts);
@@ -582,7 +558,7 @@ static void gl_slow_producer(const char *name)
   CHECK_OK(gpushm_buffer_create(conn, n, SLOT_BYTES, &opts, &frames));
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   snprintf(n, sizeof n, "%s-go", name);
-  go = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  go = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_timeline_wait(go, 1, 20000));
   slow_fill(cuda_test_dptr(frames), 7, 300000000ull, s);
   CHECK_OK(gpushm_timeline_signal_stream(ready, s, 1));
@@ -616,7 +592,7 @@ static void gl_ordered_consumer(const char *name)
   *(void **)&flush = eglc_proc("glFlush");
   CHECK(flush != NULL);
   snprintf(n, sizeof n, "%s-go", name);
-  go = create_timeline(conn, n);
+  go = roles_create_timeline(conn, n);
   gpushm_open_opts_init(&o);
   o.map_device = GPUSHM_DEVICE_NONE;
   o.flags = GPUSHM_OPEN_READONLY;
@@ -625,7 +601,7 @@ static void gl_ordered_consumer(const char *name)
     usleep(10000);
   CHECK_OK(r);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  ready = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   if (gpushm_gl_import_buffer(&gl, frames, 0, &buffer, &memory) < 0) {
     fprintf(stderr, "GL import: %s\n", gl.error);
     exit(1);
@@ -671,7 +647,7 @@ static void gl_waiting_consumer(const char *name)
   *(void **)&flush = eglc_proc("glFlush");
   CHECK(fence_sync && client_wait && delete_sync && flush);
   snprintf(n, sizeof n, "%s-ready", name);
-  ready = open_retry(conn, n, GPUSHM_OPEN_READONLY);
+  ready = roles_open_timeline(conn, n, GPUSHM_OPEN_READONLY);
   CHECK_OK(gpushm_timeline_wait_signalled(ready, 3, 20000)); /* promised */
   import_gl_timeline(&gl, ready, &t);
   CHECK(gpushm_gl_timeline_wait(&gl, &t, 3, 0, NULL, 0, NULL, NULL) == 0);
