@@ -889,7 +889,7 @@ int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
   return ret;
 }
 
-int client_cuda_semaphore_destroy(void *sem, int device)
+static int semaphore_destroy(void *sem, int device)
 {
   CUcontext prev;
   CUresult r;
@@ -902,19 +902,41 @@ int client_cuda_semaphore_destroy(void *sem, int device)
   return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuDestroyExternalSemaphore");
 }
 
-int client_cuda_semaphore_destroy_idle(void *sem, int device)
+int client_cuda_context_synchronize(void *ctx)
 {
   CUcontext prev;
   CUresult r;
   int ret;
 
+  if ((ret = enter_context((CUcontext)ctx, &prev)) < 0) {
+    client_clear_error(); /* destroyed, and its work with it */
+    return 0;
+  }
+  r = CU_CALL(&cl.drv, cuCtxSynchronize);
+  leave_context((CUcontext)ctx, prev);
+  return r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuCtxSynchronize");
+}
+
+int client_cuda_semaphore_retire(void *sem, int device, void *const ctxs[], unsigned n_ctxs,
+                                 uint64_t last)
+{
+  CUcontext prev;
+  CUresult r;
+  int ret, synced;
+
   if ((ret = enter_device(device, &prev)) < 0)
     return ret;
-  /* every signal of it this process queued, on whichever stream, done first */
   r = CU_CALL(&cl.drv, cuCtxSynchronize);
   leave_device(device, prev);
-  ret = client_cuda_semaphore_destroy(sem, device);
-  return r != CUDA_SUCCESS ? cuda_error(r, "cuCtxSynchronize") : ret;
+  synced = r == CUDA_SUCCESS ? 0 : cuda_error(r, "cuCtxSynchronize");
+  for (unsigned i = 0; synced == 0 && i < n_ctxs; i++)
+    synced = client_cuda_context_synchronize(ctxs[i]);
+  /* with a signal maybe still queued, a leak is better than the driver's undefined */
+  if (synced < 0)
+    return synced;
+  ret = last ? client_cuda_semaphore_signal(sem, device, last, NULL) : 0;
+  synced = semaphore_destroy(sem, device);
+  return ret < 0 ? ret : synced;
 }
 
 /* CUDA_VISIBLE_DEVICES naming only MIG instances: every device is one. */

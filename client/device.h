@@ -95,14 +95,18 @@ int client_cuda_host_unregister(void *p, int device);
 int client_cuda_stream_any(void *stream, struct client_stream *out);
 /* A timeline's semaphore plane (timeline_plane.c): fd (a timeline semaphore, which
  * stays the caller's) imported on the device of uuid, *device its ordinal here; signalled
- * to value behind s's work (s NULL: now, waited for); destroyed. */
+ * to value behind s's work (s NULL: now, waited for). */
 int client_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem);
 int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
                                  const struct client_stream *s);
-int client_cuda_semaphore_destroy(void *sem, int device);
-/* The same once the device's work this process queued is done (signals of it on any
- * stream: the driver's rule for destroying an imported semaphore). */
-int client_cuda_semaphore_destroy_idle(void *sem, int device);
+/* Lets an import go once every signal of it this process queued is done (the driver's
+ * rule for destroying an imported semaphore): the work of device's primary context and of
+ * the n_ctxs contexts in ctxs (the application's own, whose streams signalled it), waited
+ * for; then last (0: none) is signalled, waited for, as this process's final value of it. */
+int client_cuda_semaphore_retire(void *sem, int device, void *const ctxs[], unsigned n_ctxs,
+                                 uint64_t last);
+/* Waits for ctx's work (a context destroyed meanwhile has none left). */
+int client_cuda_context_synchronize(void *ctx);
 int client_cuda_record(void *event, const struct client_stream *s);
 int client_cuda_wait(void *event, const struct client_stream *s);
 

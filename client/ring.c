@@ -29,6 +29,10 @@ _Static_assert(GPUSHM_RING_SLOTS_MAX == GPUSHM_LIMIT_RING_SLOTS &&
  * wait on the CPU for the release to be published. */
 _Static_assert(GPUSHM_RING_PROMISE_AHEAD > GPUSHM_LIMIT_RING_SLOTS, "promises cover a lap");
 
+/* Contexts a producer remembers; one more makes it wait for the oldest's work there and
+ * then, instead of when a consumer leaves (applications rarely use more than one). */
+#define RING_SIGNAL_CONTEXTS 4
+
 struct ring_consumer {
   uint64_t done_id;
   gpushm_buffer_t *done; /* opened read-only; NULL: it left before it could be opened */
@@ -50,6 +54,10 @@ struct gpushm_ring {
   bool table_read;
   uint32_t n_consumers;
   struct ring_consumer consumers[GPUSHM_LIMIT_RING_CONSUMERS];
+  /* the contexts of the streams that signalled consumers' planes: a plane's import goes
+   * once their work is done too (the primary context's alone would not cover them) */
+  void *signal_ctx[RING_SIGNAL_CONTEXTS];
+  uint32_t n_signal_ctx;
   /* a consumer */
   gpushm_buffer_t *done;
   uint64_t next;     /* the next frame it takes */
@@ -111,16 +119,41 @@ static int promise_through(gpushm_buffer_t *h, uint64_t *promised, uint64_t need
 
 /* ---- a producer's consumers -------------------------------------------------------- */
 
-static void drop_consumer(struct ring_consumer *c)
+/* departed: the consumer left the table, and may have waits queued on its plane for
+ * frames this producer promised, which nobody signals any more: its plane goes past them
+ * (gpushmd's signal at the detach may have been set back by one of ours still queued). */
+static void drop_consumer(gpushm_ring_t *ring, struct ring_consumer *c, bool departed)
 {
+  uint64_t last = ring->promised > ring->presented ? ring->promised : ring->presented;
+
   if (c->done)
     gpushm_buffer_close(c->done);
   c->done = NULL;
-  /* after this process's signals of it: the device's queued work, waited for (a
-   * consumer that leaves is rare) */
+  /* after this process's signals of it: queued work, waited for (a consumer that leaves
+   * is rare) */
   if (c->plane)
-    (void)client_cuda_semaphore_destroy_idle(c->plane, c->plane_device);
+    (void)client_cuda_semaphore_retire(c->plane, c->plane_device, ring->signal_ctx,
+                                       ring->n_signal_ctx, departed ? last : 0);
   c->plane = NULL;
+}
+
+/* A stream's context that signals planes, remembered for drop_consumer(). */
+static int remember_context(gpushm_ring_t *ring, void *ctx)
+{
+  int r;
+
+  for (uint32_t i = 0; i < ring->n_signal_ctx; i++)
+    if (ring->signal_ctx[i] == ctx)
+      return 0;
+  if (ring->n_signal_ctx == RING_SIGNAL_CONTEXTS) {
+    if ((r = client_cuda_context_synchronize(ring->signal_ctx[0])) < 0)
+      return r;
+    memmove(ring->signal_ctx, ring->signal_ctx + 1,
+            sizeof ring->signal_ctx[0] * (RING_SIGNAL_CONTEXTS - 1));
+    ring->n_signal_ctx--;
+  }
+  ring->signal_ctx[ring->n_signal_ctx++] = ctx;
+  return 0;
 }
 
 /* A consumer's ready plane, asked of gpushmd and imported into CUDA; *plane NULL where
@@ -235,23 +268,23 @@ static int refresh_consumers(gpushm_ring_t *ring)
                          (unsigned long long)ids[i]);
       if (r < 0 && r != GPUSHM_E_NOENT) {
         for (uint32_t k = 0; k < n_kept; k++)
-          drop_consumer(&kept[k]);
+          drop_consumer(ring, &kept[k], false);
         return r;
       }
     }
     if (c.done && !c.plane && (planes >> i & 1u)) {
       int r = fetch_plane(ring, &c);
       if (r < 0) {
-        drop_consumer(&c);
+        drop_consumer(ring, &c, false);
         for (uint32_t k = 0; k < n_kept; k++)
-          drop_consumer(&kept[k]);
+          drop_consumer(ring, &kept[k], false);
         return r;
       }
     }
     kept[n_kept++] = c;
   }
   for (uint32_t j = 0; j < ring->n_consumers; j++)
-    drop_consumer(&ring->consumers[j]);
+    drop_consumer(ring, &ring->consumers[j], true);
   memcpy(ring->consumers, kept, sizeof kept[0] * n_kept);
   ring->n_consumers = n_kept;
   ring->table_generation = gen;
@@ -353,7 +386,7 @@ static int signal_planes(gpushm_ring_t *ring, bool on_stream, void *stream, uint
     if (!c->plane)
       continue;
     if (on_stream && !resolved) {
-      if ((r = client_cuda_stream_any(stream, &s)) < 0)
+      if ((r = client_cuda_stream_any(stream, &s)) < 0 || (r = remember_context(ring, s.ctx)) < 0)
         return r;
       resolved = true;
     }
@@ -740,7 +773,7 @@ static int close_ring(gpushm_ring_t *ring, bool unlink)
   if (!ring)
     return client_error(GPUSHM_E_INVAL, "ring is NULL");
   for (uint32_t i = 0; i < ring->n_consumers; i++)
-    drop_consumer(&ring->consumers[i]);
+    drop_consumer(ring, &ring->consumers[i], false);
   /* The done timeline first: its close lets this process's queued releases land, and
    * breaks its promise, before the detach makes gpushmd raise it past every frame (a
    * release landing after that would lower it under producers' waits).  The detach is

@@ -94,8 +94,10 @@ int client_plane_signal(struct client_mapping *buf, const struct client_stream *
 
 void client_plane_detach(struct client_mapping *buf)
 {
+  /* a stream's signal of it may be queued still (the primary context's streams; the
+   * application's own contexts are its to synchronise before its last close) */
   if (buf->plane_cuda)
-    (void)client_cuda_semaphore_destroy(buf->plane_cuda, buf->plane_device);
+    (void)client_cuda_semaphore_retire(buf->plane_cuda, buf->plane_device, NULL, 0, 0);
   buf->plane_cuda = NULL;
   buf->plane_device = -1;
 }

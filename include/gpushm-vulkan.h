@@ -1012,17 +1012,19 @@ GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
   /* at the frame last reached: at or below every frame the consumer will wait for */
   if ((ret = gpushm_vk__timeline_semaphore(vk, gpushm_ring_presented(ring), 1, &out->ready)) < 0)
     return ret;
-  get.semaphore = out->ready;
-  if ((r = vkGetSemaphoreFdKHR(vk->device, &get, &fd)) != VK_SUCCESS) {
-    gpushm_vk_detach_ring(vk, out);
-    return gpushm_vk__result(vk, r, "vkGetSemaphoreFdKHR");
-  }
-  ret = gpushm_ring_register_semaphore(ring, fd, here.device_uuid);
-  close(fd);
-  if (ret < 0)
-    ret = gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
-  else if ((ret = gpushm_vk__fence_page(vk, gpushm_ring_done_timeline(ring), &out->done)) > 0)
+  /* everything that can fail before the registration, which cannot be taken back (a
+   * consumer registers once) */
+  if ((ret = gpushm_vk__fence_page(vk, gpushm_ring_done_timeline(ring), &out->done)) > 0)
     ret = gpushm_vk__fail(vk, GPUSHM_E_PROTO, "the consumer's done timeline is open read-only");
+  get.semaphore = out->ready;
+  if (ret == 0 && (r = vkGetSemaphoreFdKHR(vk->device, &get, &fd)) != VK_SUCCESS)
+    ret = gpushm_vk__result(vk, r, "vkGetSemaphoreFdKHR");
+  if (ret == 0) {
+    ret = gpushm_ring_register_semaphore(ring, fd, here.device_uuid);
+    close(fd);
+    if (ret < 0)
+      ret = gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  }
   if (ret < 0)
     gpushm_vk_detach_ring(vk, out);
   return ret;

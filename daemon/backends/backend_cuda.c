@@ -1087,8 +1087,14 @@ int backend_cuda_semaphore_signal(int device, void *sem, uint64_t value, char *e
   return 0;
 }
 
+/* A repair's signal may still be queued on gpushmd's stream, and the driver wants no
+ * signal pending on a semaphore it destroys: gpushmd's context runs nothing long. */
 static CUresult destroy_semaphore(void *arg)
 {
+  CUresult r = CU_CALL(&cuda.drv, cuCtxSynchronize);
+
+  if (r != CUDA_SUCCESS)
+    return r; /* kept (a leak, logged): destroying it now is undefined */
   return CU_CALL(&cuda.drv, cuDestroyExternalSemaphore, (CUexternalSemaphore)arg);
 }
 

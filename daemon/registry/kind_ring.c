@@ -210,6 +210,20 @@ static void planes_repair(struct reg_object *obj)
     reg_plane_signal(ring->consumers[i].plane, fence, obj, "a consumer's ready plane");
 }
 
+/* The last frame a consumer can have taken: presented (the counter, which any producer
+ * can raise, and the fence) or promised by the live producer (gpushmd's record). */
+static uint64_t frames_owed(const struct reg_ring *ring)
+{
+  const struct sync_state *s = &ring->buf.sync_state;
+  uint64_t owed = sync_fence(s), counter = sync_counter(s);
+
+  if (counter > owed)
+    owed = counter;
+  if (s->promise.client_id && s->promise.upto > owed)
+    owed = s->promise.upto;
+  return owed;
+}
+
 static int ring_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
                             uint64_t *seq, uint64_t *was, char *err, size_t errlen)
 {
@@ -370,8 +384,13 @@ static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32
     if (ring->consumers[i].client_id != client_id)
       continue;
     id = ring->consumers[i].done_id;
-    /* gpushmd's import goes: producers' signals are theirs (they drop it at their next
-     * read of the table) */
+    /* Its process may have queued waits on it for frames presented or promised, which no
+     * producer signals once it reads the table: past all of them first (producers signal
+     * their own promise at least, once their queued signals of it landed, client/ring.c).
+     * gpushmd's import then goes, its signal waited for. */
+    if (ring->consumers[i].plane)
+      reg_plane_signal(ring->consumers[i].plane, frames_owed(ring), obj,
+                       "a departing consumer's ready plane");
     reg_plane_free(ring->consumers[i].plane);
     ring->consumers[i] = ring->consumers[--ring->n_consumers];
     break;

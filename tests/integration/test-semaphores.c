@@ -24,7 +24,9 @@
  *    later present (CPU, stream) signals it; external acquires and releases; as uid
  *    65534, another consumer or a mere reader gets no one's plane but its own, and a
  *    done timeline takes none; a producer SIGKILLed: gpushmd signals it to the promise,
- *    and the consumer's acquire says GPUSHM_E_LOST;
+ *    and the consumer's acquire says GPUSHM_E_LOST; one evicted: its plane past every
+ *    frame promised, by gpushmd at once and by the producer after its queued signals;
+ *  - gpushmd destroys no import of a plane before its own signals of it are done;
  *  - a persistent timeline with a plane comes back from a restart (systemd's fd store,
  *    played by the test) without it: the control block's semaphore word cleared, no plane
  *    to fetch, CPU signals the fence alone, and a new plane can be registered. */
@@ -429,7 +431,7 @@ static void test_ring(gpushm_t *conn)
   struct fake_semaphore *s, *s2;
   gpushm_t *conn2 = daemon_connect(&d);
   int fd = mint(0, &s), fd2 = mint(0, &s2), sock, status_fd, got;
-  uint64_t ring_id, cons_done;
+  uint64_t ring_id, cons_done, evicted_at;
   char why[512];
   void *page;
   size_t at;
@@ -517,6 +519,19 @@ static void test_ring(gpushm_t *conn)
   test_log("as uid %u: no other consumer's plane, none for a reader that does not consume, "
            "no plane on a done timeline, one registration a consumer",
            geteuid() == 0 ? 65534u : (unsigned)geteuid());
+
+  /* evicted, with waits maybe queued on its plane: gpushmd signals it past every frame
+   * promised, and the producer signals its own promise once its queued signals of it
+   * landed, at its next look at the table (one landing late sets gpushmd's back) */
+  CHECK_OK(gpushm_ring_evict(ring, cons_done));
+  evicted_at = sem_value(s);
+  CHECK(evicted_at > 7 + GPUSHM_LIMIT_RING_SLOTS); /* the producer's promise ran ahead */
+  __atomic_store_n(&s->value, 7, __ATOMIC_RELEASE); /* a producer's signal landing late */
+  present_n(ring, 1, true);
+  CHECK(sem_value(s) == evicted_at);
+  CHECK_ERR(gpushm_ring_acquire_frame_external(cons, 0, 0, &f), GPUSHM_E_PERM);
+  test_log("an evicted consumer's plane past the promised %llu at once, and again after its "
+           "producer's queued signals", (unsigned long long)evicted_at);
   CHECK_OK(gpushm_ring_close_unlink(ring));
 
   /* a producer SIGKILLed: gpushmd signals every consumer's plane to what it promised */
@@ -656,6 +671,9 @@ int main(void)
   test_ring(conn);
   gpushm_disconnect(conn);
   daemon_stop(&d);
+  /* every plane's import let go after gpushmd's signals of it (the fake driver refuses a
+   * destroy before: the real one's behaviour is undefined) */
+  CHECK(!file_contains(log_path, "cuDestroyExternalSemaphore"));
   test_restart();
   return 0;
 }
