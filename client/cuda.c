@@ -889,6 +889,16 @@ int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
   return ret;
 }
 
+int client_cuda_semaphore_wait(void *sem, uint64_t value, const struct client_stream *s)
+{
+  CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS p = { .params.fence.value = value };
+  CUexternalSemaphore ext = sem;
+
+  return ON_STREAM(s, "cuWaitExternalSemaphoresAsync",
+                   CU_CALL(&cl.drv, cuWaitExternalSemaphoresAsync, &ext, &p, 1,
+                           (CUstream)s->stream));
+}
+
 static int semaphore_destroy(void *sem, int device)
 {
   CUcontext prev;

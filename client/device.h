@@ -99,6 +99,8 @@ int client_cuda_stream_any(void *stream, struct client_stream *out);
 int client_cuda_semaphore_import(int fd, const uint8_t uuid[16], int *device, void **sem);
 int client_cuda_semaphore_signal(void *sem, int device, uint64_t value,
                                  const struct client_stream *s);
+/* s's work after it waits until sem reaches value. */
+int client_cuda_semaphore_wait(void *sem, uint64_t value, const struct client_stream *s);
 /* Lets an import go once every signal of it this process queued is done (the driver's
  * rule for destroying an imported semaphore): the work of device's primary context and of
  * the n_ctxs contexts in ctxs (the application's own, whose streams signalled it), waited

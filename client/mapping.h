@@ -50,6 +50,9 @@ struct client_mapping {
    * is one. */
   void *plane_cuda;        /* CUexternalSemaphore; NULL: not imported */
   int plane_device;
+  /* A stream's wait on the plane failed to set up here (not given to this process,
+   * another device): such waits stay on the fence word, not asked again. */
+  bool plane_waits_off;
   /* Rings (ring.c): slot i is ring_slot_stride * i bytes into the memory; the ready
    * counter is the control block's fence, as a timeline's. */
   uint32_t ring_slots;

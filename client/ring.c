@@ -125,19 +125,25 @@ static int promise_through(gpushm_buffer_t *h, uint64_t *promised, uint64_t need
 static void drop_consumer(gpushm_ring_t *ring, struct ring_consumer *c, bool departed)
 {
   uint64_t last = ring->promised > ring->presented ? ring->promised : ring->presented;
+  bool settled = true;
 
-  if (c->done)
-    gpushm_buffer_close(c->done);
+  /* The imports go after this process's queued signals of the ready plane and waits on
+   * the done plane (a consumer that leaves is rare): on streams of the application's
+   * contexts here, of the primary context in the retire and the done timeline's close. */
+  if (c->plane || (c->done && c->done->map->plane_cuda))
+    for (uint32_t i = 0; settled && i < ring->n_signal_ctx; i++)
+      settled = client_cuda_context_synchronize(ring->signal_ctx[i]) == 0;
+  if (c->done && settled)
+    gpushm_buffer_close(c->done); /* else kept (a leak): undefined is worse */
   c->done = NULL;
-  /* after this process's signals of it: queued work, waited for (a consumer that leaves
-   * is rare) */
-  if (c->plane)
-    (void)client_cuda_semaphore_retire(c->plane, c->plane_device, ring->signal_ctx,
-                                       ring->n_signal_ctx, departed ? last : 0);
+  if (c->plane && settled)
+    (void)client_cuda_semaphore_retire(c->plane, c->plane_device, NULL, 0,
+                                       departed ? last : 0);
   c->plane = NULL;
 }
 
-/* A stream's context that signals planes, remembered for drop_consumer(). */
+/* A stream's context that signals ready planes or waits on done planes, remembered for
+ * drop_consumer(). */
 static int remember_context(gpushm_ring_t *ring, void *ctx)
 {
   int r;
@@ -332,10 +338,15 @@ static int acquire_slot(gpushm_ring_t *ring, bool on_stream, void *stream, int t
   if (frame > m->ring_slots) {
     for (uint32_t i = 0; i < ring->n_consumers; i++) {
       gpushm_buffer_t *done = ring->consumers[i].done;
+      struct client_stream s;
       if (!done)
         continue;
-      r = client_timeline_wait(done, on_stream, stream, frame - m->ring_slots,
-                               remaining_ms(timeout_ms, deadline));
+      /* on its done plane where it has one (docs/rings.md#done-planes) */
+      r = client_timeline_wait_plane(done, on_stream, stream, frame - m->ring_slots,
+                                     remaining_ms(timeout_ms, deadline));
+      if ((r == 0 || r == GPUSHM_E_LOST) && on_stream && done->map->plane_cuda &&
+          (r = client_cuda_stream_any(stream, &s)) == 0)
+        r = remember_context(ring, s.ctx);
       /* A consumer that died released nothing: it is waited for no more (its value is
        * lost, not released). */
       if (r == GPUSHM_E_LOST)

@@ -178,8 +178,23 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
   }
 }
 
-int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
-                         int timeout_ms)
+/* Whether a stream of device waits on the plane: imported once, and where that cannot
+ * be, never tried again for this mapping (the fence word is always right). */
+static bool plane_waits(gpushm_buffer_t *handle, int device)
+{
+  struct client_mapping *buf = handle->map;
+
+  if (__atomic_load_n(&buf->plane_waits_off, __ATOMIC_RELAXED) || !client_plane_wanted(buf))
+    return false;
+  if (client_plane_prepare(buf, handle->conn, device) == 0)
+    return true;
+  client_clear_error();
+  __atomic_store_n(&buf->plane_waits_off, true, __ATOMIC_RELAXED);
+  return false;
+}
+
+static int timeline_wait_on(gpushm_buffer_t *handle, bool on_stream, void *stream,
+                            uint64_t value, int timeout_ms, bool on_plane)
 {
   struct client_mapping *buf = handle->map;
   struct client_stream s;
@@ -196,8 +211,13 @@ int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, 
   if (method == 0) {
     /* A value signalled or promised will be reached (a promise not kept is broken): the
      * wait goes to the GPU at once. */
-    if ((r = client_sync_wait_published(buf, value, true, timeout_ms, deadline)) < 0 ||
-        (r = client_cuda_fence_wait(buf->fence_dptr, value, &s)) < 0)
+    if ((r = client_sync_wait_published(buf, value, true, timeout_ms, deadline)) < 0)
+      return r;
+    if (on_plane && plane_waits(handle, s.device))
+      r = client_cuda_semaphore_wait(buf->plane_cuda, value, &s);
+    else
+      r = client_cuda_fence_wait(buf->fence_dptr, value, &s);
+    if (r < 0)
       return r;
     uint64_t was = __atomic_load_n(&buf->fence_waited, __ATOMIC_RELAXED);
     while (was < value && !__atomic_compare_exchange_n(&buf->fence_waited, &was, value, true,
@@ -209,6 +229,18 @@ int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, 
   if (client_sync_value_lost(handle, value) == 1)
     return client_sync_lost_error(buf, value);
   return 0;
+}
+
+int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
+                         int timeout_ms)
+{
+  return timeline_wait_on(handle, on_stream, stream, value, timeout_ms, false);
+}
+
+int client_timeline_wait_plane(gpushm_buffer_t *handle, bool on_stream, void *stream,
+                               uint64_t value, int timeout_ms)
+{
+  return timeline_wait_on(handle, on_stream, stream, value, timeout_ms, true);
 }
 
 static int timeline_wait(gpushm_timeline_t *tl, bool on_stream, void *stream, uint64_t value,

@@ -12,6 +12,11 @@
 #include <stdint.h>
 
 int client_timeline_signal(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value);
+/* As client_timeline_wait(), a stream's wait on the timeline's semaphore plane where it
+ * has one this process may import on the stream's device (a ring consumer's done plane,
+ * which its consumer alone signals besides gpushmd), else on the fence word. */
+int client_timeline_wait_plane(gpushm_buffer_t *handle, bool on_stream, void *stream,
+                               uint64_t value, int timeout_ms);
 int client_timeline_wait(gpushm_buffer_t *handle, bool on_stream, void *stream, uint64_t value,
                          int timeout_ms);
 /* As gpushm_timeline_signal_external(): published, the fence left to the caller's queue. */

@@ -25,6 +25,7 @@ int client_timeline_attach(struct client_mapping *buf)
   buf->fence_dptr = 0;
   buf->plane_cuda = NULL;
   buf->plane_device = -1;
+  buf->plane_waits_off = false;
   return 0;
 }
 

@@ -37,8 +37,10 @@
 #ifndef GPUSHM_VULKAN_H
 #define GPUSHM_VULKAN_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
@@ -158,29 +160,30 @@ GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_ti
 
 /* A ring consumer on this device's queues (docs/rings.md#vulkan-consumers): for a ring
  * opened with gpushm_ring_open(conn, name, 0, &ring), before its first acquire, a
- * semaphore minted here and registered (gpushm_ring_register_semaphore()), which the
- * ring's producers signal for every frame, and the done timeline's page, which a
- * release writes.  Needs VK_KHR_external_semaphore_fd, the timelineSemaphore feature
- * and VK_EXT_external_memory_host.  Per frame, no CPU wait while the producer keeps up:
+ * ready semaphore minted here and registered (gpushm_ring_register_semaphore()), which
+ * the ring's producers signal for every frame, and a done semaphore minted here and
+ * registered as the done timeline's plane (docs/rings.md#done-planes), which the queue
+ * signals to each frame it is done with: CUDA producers' streams wait on it, and a thread
+ * of this process waits on it too, to write each release into the done timeline's fence
+ * for CPU producers and gpushmd (no write and no barrier on the queue).  Needs
+ * VK_KHR_external_semaphore_fd and the timelineSemaphore feature.  Per frame, no CPU wait
+ * in the frame's path while the producer keeps up:
  *   gpushm_ring_acquire_frame_external(ring, 0, timeout_ms, &f);
- *   record the reads of the slot at f.offset, then
- *   gpushm_vk_ring_record_release(vk, &r, cmd, &f);
- *   submit, waiting for r.ready to reach f.frame (VkTimelineSemaphoreSubmitInfo), then
+ *   record the reads of the slot at f.offset; submit, waiting for r.ready to reach
+ *   f.frame and signalling r.done = f.frame (VkTimelineSemaphoreSubmitInfo), then
  *   gpushm_ring_release_external(ring, &f).
- * Detach once the queue is done with it, before closing the ring. */
+ * Detach once the queue is done with it, before closing the ring and before destroying
+ * the device. */
+struct gpushm_vk__mirror;
 typedef struct gpushm_vk_ring {
-  VkSemaphore ready;         /* frame f is ready once it reaches f */
-  gpushm_vk_timeline_t done; /* the done timeline's page (no semaphore) */
+  VkSemaphore ready; /* frame f is ready once it reaches f */
+  VkSemaphore done;  /* signalled to f once the queue is done with frame f */
+  struct gpushm_vk__mirror *mirror;
 } gpushm_vk_ring_t;
 
 GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
                                         gpushm_vk_ring_t *out);
 GPUSHM_VK_API void gpushm_vk_detach_ring(gpushm_vk_t *vk, gpushm_vk_ring_t *r);
-/* Records, in cmd (on a queue that can transfer), the release of frame after everything
- * submitted before it on the queue. */
-GPUSHM_VK_API int gpushm_vk_ring_record_release(gpushm_vk_t *vk, gpushm_vk_ring_t *r,
-                                                VkCommandBuffer cmd,
-                                                const gpushm_ring_frame_t *frame);
 
 #if defined(GPUSHM_VK_IMPL) || !defined(GPUSHM_VK_SHARED)
 /* ---- implementation: header-only, or libgpushm-vulkan's ------------------------- */
@@ -952,39 +955,153 @@ GPUSHM_VK__STATIC int gpushm_vk__fence_page(gpushm_vk_t *vk, gpushm_timeline_t *
   return 0;
 }
 
-GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
-                                            unsigned flags, gpushm_vk_timeline_t *out)
+/* The timeline's plane (fetched, or minted here and registered) imported as *out. */
+GPUSHM_VK__STATIC int gpushm_vk__import_plane(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                              unsigned flags, VkSemaphore *out)
 {
   GPUSHM_VK__DEVICE_FNS(vk);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkImportSemaphoreFdKHR, vkImportSemaphoreFdKHR);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroySemaphore, vkDestroySemaphore);
   VkImportSemaphoreFdInfoKHR import = { .sType = VK_STRUCTURE_TYPE_IMPORT_SEMAPHORE_FD_INFO_KHR,
                                         .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
   VkResult r;
   int fd = -1, ret;
 
-  memset(out, 0, sizeof *out);
+  *out = VK_NULL_HANDLE;
   if (!vkImportSemaphoreFdKHR)
     return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "a timeline's semaphore imports through "
                            "VK_KHR_external_semaphore_fd: enable it on the device");
   if ((ret = gpushm_vk__plane_fd(vk, tl, flags, &fd)) < 0)
     return ret;
-  if ((ret = gpushm_vk__timeline_semaphore(vk, 0, 0, &out->semaphore)) < 0) {
+  if ((ret = gpushm_vk__timeline_semaphore(vk, 0, 0, out)) < 0) {
     close(fd);
     return ret;
   }
-  import.semaphore = out->semaphore;
+  import.semaphore = *out;
   import.fd = fd;
   if ((r = vkImportSemaphoreFdKHR(vk->device, &import)) != VK_SUCCESS) {
     close(fd); /* an import owns its fd on success only */
-    gpushm_vk_destroy_timeline(vk, out);
+    vkDestroySemaphore(vk->device, *out, NULL);
+    *out = VK_NULL_HANDLE;
     return gpushm_vk__result(vk, r, "vkImportSemaphoreFdKHR");
   }
+  return 0;
+}
+
+GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *tl,
+                                            unsigned flags, gpushm_vk_timeline_t *out)
+{
+  int ret;
+
+  memset(out, 0, sizeof *out);
+  if ((ret = gpushm_vk__import_plane(vk, tl, flags, &out->semaphore)) < 0)
+    return ret;
   /* a signaller writes the fence too: read-write opens import the control block's page */
   if ((ret = gpushm_vk__fence_page(vk, tl, out)) < 0) {
     gpushm_vk_destroy_timeline(vk, out);
     return ret;
   }
   return 0;
+}
+
+/* The done plane's mirror: the queue signals the plane, and this thread writes what it
+ * reached into the done timeline's fence, which CPU producers and gpushmd read (a write
+ * from the queue needed two barriers: 3.5 % of a 1080p ring's frames/s on the H200).
+ * Waits of 20 ms at most, so that a detach is seen. */
+#define GPUSHM_VK__MIRROR_SLICE_NS 20000000ull
+struct gpushm_vk__mirror {
+  VkDevice device;
+  PFN_vkWaitSemaphores wait;
+  PFN_vkGetSemaphoreCounterValue value;
+  VkSemaphore semaphore;
+  uint64_t *fence; /* in the done timeline's control block, mapped here */
+  pthread_t thread;
+  int stop; /* __atomic */
+};
+
+/* Raises the fence to v, never lowers it (gpushmd raises it past every frame at a detach). */
+GPUSHM_VK__STATIC void gpushm_vk__raise(uint64_t *fence, uint64_t v)
+{
+  uint64_t was = __atomic_load_n(fence, __ATOMIC_ACQUIRE);
+
+  while (was < v && !__atomic_compare_exchange_n(fence, &was, v, 1, __ATOMIC_RELEASE,
+                                                 __ATOMIC_ACQUIRE))
+    ;
+}
+
+GPUSHM_VK__STATIC void *gpushm_vk__mirror_run(void *arg)
+{
+  struct gpushm_vk__mirror *m = (struct gpushm_vk__mirror *)arg;
+  uint64_t reached = __atomic_load_n(m->fence, __ATOMIC_ACQUIRE), next, v;
+
+  for (;;) {
+    int stopping = __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
+    VkSemaphoreWaitInfo wait = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                                 .semaphoreCount = 1, .pSemaphores = &m->semaphore,
+                                 .pValues = &next };
+    VkResult r;
+
+    next = reached + 1;
+    r = m->wait(m->device, &wait, stopping ? 0 : GPUSHM_VK__MIRROR_SLICE_NS);
+    /* a lost device: CPU readers see no more releases, as if this process died */
+    if ((r != VK_SUCCESS && r != VK_TIMEOUT) ||
+        m->value(m->device, m->semaphore, &v) != VK_SUCCESS)
+      break;
+    if (v > reached)
+      gpushm_vk__raise(m->fence, reached = v);
+    if (stopping)
+      break;
+  }
+  return NULL;
+}
+
+GPUSHM_VK__STATIC int gpushm_vk__start_mirror(gpushm_vk_t *vk, gpushm_timeline_t *done,
+                                              VkSemaphore semaphore,
+                                              struct gpushm_vk__mirror **out)
+{
+  GPUSHM_VK__DEVICE_FNS(vk);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkWaitSemaphores, vkWaitSemaphores);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreCounterValue, vkGetSemaphoreCounterValue);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkWaitSemaphoresKHR, vkWaitSemaphoresKHR);
+  GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreCounterValueKHR, vkGetSemaphoreCounterValueKHR);
+  struct gpushm_vk__mirror *m;
+  void *page;
+  size_t at;
+  int ret;
+
+  *out = NULL;
+  if ((ret = gpushm_timeline_fence_page(done, &page, &at)) < 0)
+    return gpushm_vk__fail(vk, ret, "%s", gpushm_last_error_message());
+  if (!(m = (struct gpushm_vk__mirror *)calloc(1, sizeof *m)))
+    return gpushm_vk__fail(vk, GPUSHM_E_NOMEM, "out of memory");
+  m->device = vk->device;
+  /* core in Vulkan 1.2, VK_KHR_timeline_semaphore's before */
+  m->wait = vkWaitSemaphores ? vkWaitSemaphores : vkWaitSemaphoresKHR;
+  m->value = vkGetSemaphoreCounterValue ? vkGetSemaphoreCounterValue
+                                        : vkGetSemaphoreCounterValueKHR;
+  m->semaphore = semaphore;
+  m->fence = (uint64_t *)((char *)page + at);
+  if (!m->wait || !m->value) {
+    free(m);
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "waiting on a timeline semaphore needs "
+                           "Vulkan 1.2 or VK_KHR_timeline_semaphore");
+  }
+  if ((ret = pthread_create(&m->thread, NULL, gpushm_vk__mirror_run, m)) != 0) {
+    free(m);
+    return gpushm_vk__fail(vk, GPUSHM_E_NOMEM, "pthread_create: %s", strerror(ret));
+  }
+  *out = m;
+  return 0;
+}
+
+/* Its last look at the plane writes the last release. */
+GPUSHM_VK__STATIC void gpushm_vk__stop_mirror(struct gpushm_vk__mirror *m)
+{
+  if (!m)
+    return;
+  __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(m->thread, NULL);
+  free(m);
 }
 
 GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
@@ -994,6 +1111,7 @@ GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreFdKHR, vkGetSemaphoreFdKHR);
   VkSemaphoreGetFdInfoKHR get = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
                                   .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT };
+  gpushm_timeline_t *done = gpushm_ring_done_timeline(ring);
   gpushm_external_memory_t here;
   VkResult r;
   int fd = -1, ret;
@@ -1004,7 +1122,7 @@ GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
     return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "a ring consumer's semaphore is minted "
                            "here and exported: enable VK_KHR_external_semaphore_fd (and the "
                            "timelineSemaphore feature) on the device");
-  if (!gpushm_ring_done_timeline(ring))
+  if (!done)
     return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "'%s' is not open as a consumer here "
                            "(gpushm_ring_open(conn, name, 0, &ring))", gpushm_ring_name(ring));
   if ((ret = gpushm_vk__describe(vk, &here)) < 0)
@@ -1012,10 +1130,12 @@ GPUSHM_VK_API int gpushm_vk_attach_ring(gpushm_vk_t *vk, gpushm_ring_t *ring,
   /* at the frame last reached: at or below every frame the consumer will wait for */
   if ((ret = gpushm_vk__timeline_semaphore(vk, gpushm_ring_presented(ring), 1, &out->ready)) < 0)
     return ret;
-  /* everything that can fail before the registration, which cannot be taken back (a
-   * consumer registers once) */
-  if ((ret = gpushm_vk__fence_page(vk, gpushm_ring_done_timeline(ring), &out->done)) > 0)
-    ret = gpushm_vk__fail(vk, GPUSHM_E_PROTO, "the consumer's done timeline is open read-only");
+  /* Everything that can fail before the ready plane's registration, which cannot be
+   * taken back (a consumer registers once).  The done plane's can (a second import
+   * finds it), and it goes with the done timeline. */
+  ret = gpushm_vk__import_plane(vk, done, GPUSHM_SEMAPHORE_TO_READERS, &out->done);
+  if (ret == 0)
+    ret = gpushm_vk__start_mirror(vk, done, out->done, &out->mirror);
   get.semaphore = out->ready;
   if (ret == 0 && (r = vkGetSemaphoreFdKHR(vk->device, &get, &fd)) != VK_SUCCESS)
     ret = gpushm_vk__result(vk, r, "vkGetSemaphoreFdKHR");
@@ -1035,42 +1155,12 @@ GPUSHM_VK_API void gpushm_vk_detach_ring(gpushm_vk_t *vk, gpushm_vk_ring_t *r)
   GPUSHM_VK__DEVICE_FNS(vk);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkDestroySemaphore, vkDestroySemaphore);
 
+  gpushm_vk__stop_mirror(r->mirror);
   if (r->ready)
     vkDestroySemaphore(vk->device, r->ready, NULL);
-  r->ready = VK_NULL_HANDLE;
-  gpushm_vk_destroy_timeline(vk, &r->done);
-}
-
-GPUSHM_VK_API int gpushm_vk_ring_record_release(gpushm_vk_t *vk, gpushm_vk_ring_t *r,
-                                                VkCommandBuffer cmd,
-                                                const gpushm_ring_frame_t *frame)
-{
-  GPUSHM_VK__DEVICE_FNS(vk);
-  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdPipelineBarrier, vkCmdPipelineBarrier);
-  GPUSHM_VK__DEVICE_FN(vk, PFN_vkCmdUpdateBuffer, vkCmdUpdateBuffer);
-  VkBufferMemoryBarrier after = { .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                                  .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
-                                  .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
-                                  .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                  .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                  .buffer = r->done.fence_buffer,
-                                  .offset = r->done.fence_offset, .size = 8 };
-
-  if (!frame || !frame->frame)
-    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "release of frame 0: frames start at 1");
-  if (!r->done.fence_buffer)
-    return gpushm_vk__fail(vk, GPUSHM_E_INVAL, "the ring is not attached here "
-                           "(gpushm_vk_attach_ring())");
-  /* A release says the slot's reads are over, no more: an execution dependency (a
-   * timeline's signal also makes the work's writes available, which costs a flush; on
-   * the H200 the two barriers together cost 2 % of a 1080p ring's frames/s) */
-  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
-                       0, NULL, 0, NULL, 0, NULL);
-  vkCmdUpdateBuffer(cmd, r->done.fence_buffer, r->done.fence_offset, sizeof frame->frame,
-                    &frame->frame);
-  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 0,
-                       NULL, 1, &after, 0, NULL);
-  return 0;
+  if (r->done)
+    vkDestroySemaphore(vk->device, r->done, NULL);
+  memset(r, 0, sizeof *r);
 }
 
 GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_timeline_t *t,

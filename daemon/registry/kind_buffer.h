@@ -40,7 +40,8 @@ int reg_buffer_break_promise(struct registry *reg, struct reg_object *obj, uint3
                              bool force, struct reg_broken_promise *out, char *err,
                              size_t errlen);
 /* A detached ring consumer's done timeline, raised past every frame (kind_ring.c). */
-int reg_ring_done_raise(struct reg_object *done, char *err, size_t errlen);
+int reg_ring_done_raise(struct registry *reg, struct reg_object *done, char *err,
+                        size_t errlen);
 /* After an adoption: breaks a promise made to the previous daemon (logged as what). */
 void reg_buffer_break_adopted_promise(struct reg_object *obj, const char *what);
 

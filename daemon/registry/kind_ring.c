@@ -412,7 +412,7 @@ static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32
      * which would lower a counter raised now: its promise's break (fence_repair.h, once
      * its process is gone or its last handle closed, and those writes landed) raises
      * it instead (kind_timeline.c). */
-    if ((now || d.promiser != client_id) && reg_ring_done_raise(done, err, sizeof err) < 0)
+    if ((now || d.promiser != client_id) && reg_ring_done_raise(reg, done, err, sizeof err) < 0)
       log_msg(LOG_LEVEL_WARN, "ring '%s' (id %llu): a detached consumer's done timeline (id "
               "%llu) not raised: %s", obj->name, (unsigned long long)obj->id,
               (unsigned long long)id, err);
@@ -420,9 +420,22 @@ static uint64_t ring_detach(struct registry *reg, struct reg_object *obj, uint32
   return id;
 }
 
-int reg_ring_done_raise(struct reg_object *done, char *err, size_t errlen)
+int reg_ring_done_raise(struct registry *reg, struct reg_object *done, char *err,
+                        size_t errlen)
 {
-  return sync_raise_all(&reg_buffer_of(done)->sync_state, RING_DONE_DETACHED, err, errlen);
+  struct reg_buffer *t = reg_buffer_of(done);
+  int r = sync_raise_all(&t->sync_state, RING_DONE_DETACHED, err, errlen);
+  struct reg_key *key;
+
+  /* Producers' queued waits on its plane too: each for a frame they acquired, never past
+   * what the ring promised or reached, which a semaphore can take (RING_DONE_DETACHED is
+   * beyond a Vulkan driver's maxTimelineSemaphoreValueDifference).  With the ring gone,
+   * so are its producers. */
+  if (r >= 0 && t->plane && (key = ids_find(&reg->names, done->ring_of)) &&
+      ((struct reg_object *)key)->kind == REG_RING)
+    reg_plane_signal(t->plane, frames_owed(ring_of((struct reg_object *)key)), done,
+                     "a detached consumer's done plane");
+  return r;
 }
 
 /* No persistence: a ring, like an image, does not come back after a restart. */

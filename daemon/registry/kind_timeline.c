@@ -96,6 +96,10 @@ static void plane_repair(struct reg_object *obj)
   struct reg_buffer *t = reg_buffer_of(obj);
   uint64_t fence;
 
+  /* a detached ring consumer's done plane is signalled by its raise (kind_ring.c): the
+   * fence then stands beyond what a semaphore can take */
+  if (obj->ring_detached)
+    return;
   if (t->plane && (fence = sync_fence(&t->sync_state)))
     reg_plane_signal(t->plane, fence, obj, "its semaphore");
 }
@@ -115,18 +119,15 @@ static int timeline_semaphore(struct registry *reg, struct reg_object *obj,
     snprintf(err, errlen, "'%s' is a timeline: consumers' planes are rings'", obj->name);
     return PROTO_E_INVAL;
   }
-  if (obj->ring_of) {
-    snprintf(err, errlen, "'%s' is a ring consumer's done timeline, ordered by its ring: "
-             "rings have no semaphore planes yet", obj->name);
-    return PROTO_E_UNSUPPORTED;
-  }
   if (fd >= 0 && !read_write) {
     snprintf(err, errlen, "'%s' is open read-only here: a semaphore plane is signalled by "
              "whoever holds it, so registering one is a write; open it read-write", obj->name);
     return PROTO_E_PERM;
   }
   if (fd >= 0 && !t->plane) {
-    if ((r = reg_plane_make(fd, a->uuid, a->to_readers, &p, err, errlen)) < 0)
+    /* A ring consumer's done plane (docs/rings.md#done-planes) is for the ring's
+     * producers, its only readers, to wait on: theirs whatever the consumer asked. */
+    if ((r = reg_plane_make(fd, a->uuid, a->to_readers || obj->ring_of, &p, err, errlen)) < 0)
       return r;
     if ((r = sync_mark_semaphore(&t->sync_state, true, err, errlen)) < 0) {
       reg_plane_free(p);
@@ -202,7 +203,7 @@ static int timeline_break_promise(struct registry *reg, struct reg_object *obj,
    * producers' queued waits waiting (the raise needs no header) */
   if (r == 1)
     plane_repair(obj);
-  if (r != 2 && obj->ring_detached && reg_ring_done_raise(obj, why, sizeof why) < 0)
+  if (r != 2 && obj->ring_detached && reg_ring_done_raise(reg, obj, why, sizeof why) < 0)
     log_msg(LOG_LEVEL_WARN, "'%s' (id %llu): a detached ring consumer's done timeline not "
             "raised: %s", obj->name, (unsigned long long)obj->id, why);
   return r;

@@ -22,6 +22,7 @@ struct vkc {
   uint32_t queue_family;
   VkCommandPool pool;
   int has_host_import; /* VK_EXT_external_memory_host enabled */
+  int has_timeline;     /* the timelineSemaphore feature enabled */
   int has_semaphore_fd; /* VK_KHR_external_semaphore_fd and timeline semaphores enabled */
   gpushm_vk_t gpushm;  /* for gpushm-vulkan.h */
 };
@@ -131,15 +132,17 @@ static inline int vkc_open(struct vkc *c, const uint8_t *uuid, char *why, size_t
   /* timelines' semaphore planes (docs/sync.md#semaphore-planes): where the device has
    * them (NVIDIA; not lavapipe, whose semaphores do not leave the process) */
   vkGetPhysicalDeviceFeatures2(c->phys, &f2);
-  c->has_semaphore_fd = v12.timelineSemaphore &&
+  c->has_timeline = v12.timelineSemaphore;
+  c->has_semaphore_fd = c->has_timeline &&
                         vkc_has_extension(c->phys, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
   memset(&v12, 0, sizeof v12);
   v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  if (c->has_semaphore_fd) {
-    exts[n_exts++] = VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME;
+  if (c->has_timeline) {
     v12.timelineSemaphore = VK_TRUE;
     dci.pNext = &v12;
   }
+  if (c->has_semaphore_fd)
+    exts[n_exts++] = VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME;
   dci.enabledExtensionCount = n_exts;
   dci.ppEnabledExtensionNames = exts;
   if ((r = vkCreateDevice(c->phys, &dci, NULL, &c->device)) != VK_SUCCESS) {

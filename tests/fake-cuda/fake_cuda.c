@@ -338,16 +338,17 @@ static CUresult fake_cuCtxGetCurrent(CUcontext *ctx)
   return CUDA_SUCCESS;
 }
 
-/* Semaphore signals this process queued that no synchronisation has waited for since:
- * the driver leaves destroying a semaphore with a signal pending undefined, so here it
- * fails (streams run nothing here; any synchronisation counts as waiting for them). */
-static unsigned long fake_signals_unwaited;
+/* Semaphore signals and waits this process queued that no synchronisation has waited
+ * for since: the driver leaves destroying a semaphore with either pending undefined, so
+ * here it fails (streams run nothing here; any synchronisation counts as waiting for
+ * them). */
+static unsigned long fake_semaphore_ops_unwaited;
 
 static CUresult fake_cuCtxSynchronize(void)
 {
   if (!current)
     return CUDA_ERROR_INVALID_CONTEXT;
-  __atomic_store_n(&fake_signals_unwaited, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&fake_semaphore_ops_unwaited, 0, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
@@ -1020,7 +1021,7 @@ static CUresult fake_cuStreamDestroy(CUstream s)
 static CUresult fake_cuStreamSynchronize(CUstream s)
 {
   (void)s;
-  __atomic_store_n(&fake_signals_unwaited, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&fake_semaphore_ops_unwaited, 0, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
@@ -1278,7 +1279,7 @@ static CUresult fake_cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *
   for (unsigned i = 0; i < n; i++)
     __atomic_store_n(&((struct fake_semaphore *)sems[i])->value, p[i].params.fence.value,
                      __ATOMIC_RELEASE);
-  __atomic_add_fetch(&fake_signals_unwaited, n, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&fake_semaphore_ops_unwaited, n, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
@@ -1291,13 +1292,14 @@ static CUresult fake_cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *se
     if (__atomic_load_n(&((struct fake_semaphore *)sems[i])->value, __ATOMIC_ACQUIRE) <
         p[i].params.fence.value)
       return CUDA_ERROR_NOT_READY;
+  __atomic_add_fetch(&fake_semaphore_ops_unwaited, n, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
 static CUresult fake_cuDestroyExternalSemaphore(CUexternalSemaphore sem)
 {
-  if (__atomic_load_n(&fake_signals_unwaited, __ATOMIC_RELAXED)) {
-    fprintf(stderr, "fake CUDA: cuDestroyExternalSemaphore with a signal not waited for\n");
+  if (__atomic_load_n(&fake_semaphore_ops_unwaited, __ATOMIC_RELAXED)) {
+    fprintf(stderr, "fake CUDA: cuDestroyExternalSemaphore with a signal or wait not waited for\n");
     return CUDA_ERROR_NOT_PERMITTED;
   }
   return sem && munmap(sem, 4096) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;

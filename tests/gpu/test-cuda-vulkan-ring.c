@@ -7,8 +7,10 @@
  *    (gpushm_vk_attach_ring(): its own ready plane) and queues, for every frame at once,
  *    the slot's acquisition from VK_QUEUE_FAMILY_EXTERNAL, a copy of the slot into a
  *    buffer of its own and of its first and last words, waiting for the frame on its
- *    plane and releasing it from its queue (gpushm_vk_ring_record_release()).  Every
- *    frame's words checked;
+ *    plane and releasing it by the submission's signal of its done plane, which the
+ *    producer's stream waits on.  Every frame's words checked, and the done timeline's
+ *    fence (which a thread of the consumer writes from the plane) at the last frame once
+ *    the queue is idle;
  *  - the floor, the raw interop ring: the same memory, kernels and copies ordered by two
  *    bare semaphores (the CUDA stream waits for "done" and signals "ready" through
  *    cuWait/SignalExternalSemaphoresAsync, the queue the other way round), with no fence
@@ -286,16 +288,17 @@ static void ring_consumer(const char *name)
     CHECK(f.frame == v);
     r.cbs[v] = vkc_begin(&r.c);
     record_read(&r.c, r.cbs[v], vb.buffer, f.offset, r.copy, r.words.buffer, v);
-    CHECK(gpushm_vk_ring_record_release(&r.c.gpushm, &vr, r.cbs[v], &f) == 0);
     CHECK(vkEndCommandBuffer(r.cbs[v]) == VK_SUCCESS);
-    roles_submit(&r.c, r.cbs[v], vr.ready, f.frame, VK_NULL_HANDLE, 0, VK_NULL_HANDLE);
+    /* the done plane: what the producer's stream waits for */
+    roles_submit(&r.c, r.cbs[v], vr.ready, f.frame, vr.done, f.frame, VK_NULL_HANDLE);
     CHECK_OK(gpushm_ring_release_external(ring, &f));
   }
   CHECK(vkQueueWaitIdle(r.c.queue) == VK_SUCCESS);
   report_ms(roles_now_ms());
   CHECK(wrong_frames(&r.words) == 0);
   gpushm_vk_destroy_buffer(&r.c.gpushm, &vb);
-  gpushm_vk_detach_ring(&r.c.gpushm, &vr);
+  gpushm_vk_detach_ring(&r.c.gpushm, &vr); /* its mirror's last look: the last release */
+  CHECK_OK(gpushm_timeline_wait(gpushm_ring_done_timeline(ring), FRAMES, 0)); /* the fence */
   CHECK_OK(gpushm_ring_close(ring));
   CHECK_OK(gpushm_timeline_close(go));
   reader_close(&r, FRAMES);

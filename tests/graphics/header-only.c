@@ -25,3 +25,14 @@ VkImageUsageFlags header_only_vk_image_usage(uint32_t usage)
 {
   return gpushm_vk_image_usage(usage);
 }
+
+int header_only_vk_mirror_start(gpushm_vk_t *vk, gpushm_timeline_t *done, VkSemaphore semaphore,
+                                void **mirror)
+{
+  return gpushm_vk__start_mirror(vk, done, semaphore, (struct gpushm_vk__mirror **)mirror);
+}
+
+void header_only_vk_mirror_stop(void *mirror)
+{
+  gpushm_vk__stop_mirror((struct gpushm_vk__mirror *)mirror);
+}

@@ -12,5 +12,10 @@ int header_only_vk_import_buffer(gpushm_vk_t *vk, gpushm_buffer_t *buf,
                                  VkBufferUsageFlags usage, gpushm_vk_buffer_t *out);
 void header_only_vk_destroy_buffer(gpushm_vk_t *vk, gpushm_vk_buffer_t *b);
 VkImageUsageFlags header_only_vk_image_usage(uint32_t usage);
+/* A ring consumer's release mirror (gpushm-vulkan.h's own, not public): started on
+ * semaphore for done's fence; stopped. */
+int header_only_vk_mirror_start(gpushm_vk_t *vk, gpushm_timeline_t *done, VkSemaphore semaphore,
+                                void **mirror);
+void header_only_vk_mirror_stop(void *mirror);
 
 #endif

@@ -336,6 +336,52 @@ static void mismatch(void)
   gpushm_disconnect(conn);
 }
 
+/* A ring consumer's release mirror (gpushm-vulkan.h; on the GPU host behind a real ring
+ * in test-cuda-vulkan-ring): what the done semaphore reaches lands in the done
+ * timeline's fence, a value gpushmd raised it to is never lowered, and a stop takes the
+ * last value. */
+static void mirror(void)
+{
+  gpushm_t *conn;
+  VkSemaphoreTypeCreateInfo type = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                     .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE };
+  VkSemaphoreCreateInfo sci = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &type };
+  VkSemaphoreSignalInfo sig = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO };
+  gpushm_timeline_t *tl;
+  VkSemaphore sem;
+  struct vkc c;
+  uint64_t *fence;
+  void *m, *page;
+  size_t at;
+  char why[256];
+
+  CHECK_OK(gpushm_connect(socket_path, "vk-mirror", &conn));
+  CHECK(vkc_open(&c, NULL, why, sizeof why) == 0);
+  CHECK(c.has_timeline); /* a Vulkan 1.2 feature every device has */
+  CHECK_OK(gpushm_timeline_create(conn, "mirrored", NULL, &tl));
+  CHECK_OK(gpushm_timeline_fence_page(tl, &page, &at));
+  fence = (uint64_t *)((char *)page + at);
+  CHECK(vkCreateSemaphore(c.device, &sci, NULL, &sem) == VK_SUCCESS);
+  sig.semaphore = sem;
+  CHECK(header_only_vk_mirror_start(&c.gpushm, tl, sem, &m) == 0);
+  sig.value = 5;
+  CHECK(vkSignalSemaphore(c.device, &sig) == VK_SUCCESS);
+  CHECK_OK(gpushm_timeline_wait(tl, 5, 5000));
+  __atomic_store_n(fence, 100, __ATOMIC_RELEASE); /* as gpushmd raises it at a detach */
+  sig.value = 7;
+  CHECK(vkSignalSemaphore(c.device, &sig) == VK_SUCCESS);
+  usleep(50000);
+  CHECK(__atomic_load_n(fence, __ATOMIC_ACQUIRE) == 100);
+  sig.value = 300;
+  CHECK(vkSignalSemaphore(c.device, &sig) == VK_SUCCESS);
+  header_only_vk_mirror_stop(m);
+  CHECK(__atomic_load_n(fence, __ATOMIC_ACQUIRE) == 300);
+  vkDestroySemaphore(c.device, sem, NULL);
+  CHECK_OK(gpushm_timeline_close_unlink(tl));
+  vkc_close(&c);
+  gpushm_disconnect(conn);
+}
+
 static int run(void (*fn)(void), bool as_nobody)
 {
   pid_t pid = as_nobody && geteuid() == 0 ? fork_as(65534, 65534) : fork();
@@ -380,6 +426,9 @@ int main(void)
   CHECK(run(host_memory, false) == 0);
   test_log("Vulkan: host memory both ways; a linear image's rows");
   CHECK(run(mismatch, false) == 0);
+  CHECK(run(mirror, false) == 0);
+  test_log("Vulkan: a ring consumer's release mirror writes what its semaphore reached into "
+           "the fence, never lowering it, the last value at its stop");
   test_log("Vulkan: memory of another device refused, naming both; the header-only build "
            "imports and refuses as libgpushm-vulkan does");
   daemon_stop(&d);

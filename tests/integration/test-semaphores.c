@@ -26,6 +26,8 @@
  *    done timeline takes none; a producer SIGKILLed: gpushmd signals it to the promise,
  *    and the consumer's acquire says GPUSHM_E_LOST; one evicted: its plane past every
  *    frame promised, by gpushmd at once and by the producer after its queued signals;
+ *    a consumer's done plane: registered by it (for the producers, whatever it asked),
+ *    the producer's stream acquires wait on it, its releases signal it;
  *  - gpushmd destroys no import of a plane before its own signals of it are done;
  *  - a persistent timeline with a plane comes back from a restart (systemd's fd store,
  *    played by the test) without it: the control block's semaphore word cleared, no plane
@@ -432,6 +434,8 @@ static void test_ring(gpushm_t *conn)
   gpushm_t *conn2 = daemon_connect(&d);
   int fd = mint(0, &s), fd2 = mint(0, &s2), sock, status_fd, got;
   uint64_t ring_id, cons_done, evicted_at;
+  struct fake_semaphore *ds;
+  int dfd = mint(0, &ds);
   char why[512];
   void *page;
   size_t at;
@@ -481,20 +485,52 @@ static void test_ring(gpushm_t *conn)
            "later one signalled on it (CPU and stream presents); external acquires and "
            "releases; a producer registers none");
 
+  /* its done plane (docs/rings.md#done-planes): registered at the fence, and what a
+   * producer's stream waits on, not the fence word (the fake driver's waits fail unmet) */
+  {
+    gpushm_timeline_t *done_tl = gpushm_ring_done_timeline(cons);
+    int dgot;
+    uint8_t duuid[16];
+    gpushm_ring_frame_t g;
+
+    CHECK_OK(gpushm_timeline_semaphore(done_tl, dfd, device0, 0, &dgot, duuid));
+    close(dgot);
+    CHECK(sem_value(ds) == 5);
+    /* frame 8 needs frame 6 back: the fence word says so, the plane not yet */
+    CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 1000, &f));
+    CHECK_OK(gpushm_ring_acquire_frame_external(cons, 0, 1000, &g));
+    CHECK(f.frame == 6 && g.frame == 7);
+    __atomic_store_n((uint64_t *)((char *)page + at), 6, __ATOMIC_RELEASE);
+    CHECK_OK(gpushm_ring_release_external(cons, &f));
+    CHECK(gpushm_ring_acquire_slot_stream(ring, NULL, 0, &f) < 0);
+    __atomic_store_n(&ds->value, 6, __ATOMIC_RELEASE); /* the queue's signal */
+    CHECK_OK(gpushm_ring_acquire_slot_stream(ring, NULL, 0, &f));
+    CHECK(f.frame == 8);
+    CHECK_OK(gpushm_ring_present_stream(ring, NULL, &f));
+    /* a CPU release signals it too (through the library's import) */
+    CHECK_OK(gpushm_ring_release(cons, &g));
+    CHECK(sem_value(ds) == 7);
+  }
+  test_log("a ring consumer's done plane: registered at the fence, a producer's stream "
+           "waits on it, a CPU release signals it");
+
   /* attacked as uid 65534: another consumer takes no one's plane but its own */
   pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
   CHECK(pid >= 0);
   if (pid == 0) {
-    struct fake_semaphore *own;
-    int own_fd = mint(0, &own);
+    struct fake_semaphore *own, *own_done;
+    int own_fd = mint(0, &own), done_fd = mint(0, &own_done), again;
     uint64_t mine;
 
     sock = raw_ring_holder("planes-ring", 1, true, ring_id, &mine, &status_fd);
     CHECK(raw_semaphore(sock, ring_id, cons_done, -1, &got, why, sizeof why) == -GPUSHM_E_PERM);
     CHECK(raw_semaphore(sock, ring_id, 0, -1, &got, why, sizeof why) == -GPUSHM_E_NOENT);
-    CHECK(raw_semaphore(sock, mine, 0, own_fd, &got, why, sizeof why) ==
-          -GPUSHM_E_UNSUPPORTED); /* its done timeline: the ring orders it */
-    CHECK(strstr(why, "ring consumer's done timeline"));
+    /* its done timeline's plane, for the producers; a second is the first */
+    CHECK(raw_semaphore(sock, mine, 0, done_fd, &got, why, sizeof why) == 0);
+    CHECK(raw_semaphore(sock, mine, 0, own_fd, &again, why, sizeof why) == 0);
+    CHECK(same_file(got, again) && same_file(got, done_fd));
+    close(got);
+    close(again);
     CHECK(raw_semaphore(sock, ring_id, 0, own_fd, &got, why, sizeof why) == 0);
     close(got);
     CHECK(raw_semaphore(sock, ring_id, 0, own_fd, &got, why, sizeof why) == -GPUSHM_E_EXIST);
@@ -529,9 +565,14 @@ static void test_ring(gpushm_t *conn)
   __atomic_store_n(&s->value, 7, __ATOMIC_RELEASE); /* a producer's signal landing late */
   present_n(ring, 1, true);
   CHECK(sem_value(s) == evicted_at);
+  /* its done plane past every frame a producer can wait for, not to RING_DONE_DETACHED
+   * (beyond what a Vulkan semaphore may jump) */
+  CHECK(sem_value(ds) == evicted_at);
   CHECK_ERR(gpushm_ring_acquire_frame_external(cons, 0, 0, &f), GPUSHM_E_PERM);
-  test_log("an evicted consumer's plane past the promised %llu at once, and again after its "
-           "producer's queued signals", (unsigned long long)evicted_at);
+  test_log("an evicted consumer's planes past the promised %llu at once (its ready plane "
+           "again after its producer's queued signals)", (unsigned long long)evicted_at);
+  munmap(ds, 4096);
+  close(dfd);
   CHECK_OK(gpushm_ring_close_unlink(ring));
 
   /* a producer SIGKILLed: gpushmd signals every consumer's plane to what it promised */
