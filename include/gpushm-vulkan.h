@@ -1032,7 +1032,9 @@ GPUSHM_VK__STATIC void gpushm_vk__raise(uint64_t *fence, uint64_t v)
 GPUSHM_VK__STATIC void *gpushm_vk__mirror_run(void *arg)
 {
   struct gpushm_vk__mirror *m = (struct gpushm_vk__mirror *)arg;
-  uint64_t reached = __atomic_load_n(m->fence, __ATOMIC_ACQUIRE), next, v;
+  /* from the semaphore's own values: the fence may stand far beyond them (gpushmd's
+   * raise at a detach), further than a wait may reach past the semaphore's value */
+  uint64_t reached = 0, next, v;
 
   for (;;) {
     int stopping = __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
