@@ -805,9 +805,11 @@ GPUSHM_API const char *gpushm_ring_name(const gpushm_ring_t *ring);
  * promised (no CPU wait while a producer keeps ahead): the caller's queue waits for the
  * semaphore to reach out->frame.  GPUSHM_E_LOST: out is the last frame its producer's
  * loss covers; release it as any other.  gpushm_ring_release_external() publishes a
- * release that the caller's queue performs: a write of frame into the done timeline's
- * fence (gpushm_timeline_fence_page() of gpushm_ring_done_timeline(), the consumer's
- * own, not to be closed) after its reads of the slot. */
+ * release that the caller's queue performs: a signal of the done timeline's plane
+ * (docs/rings.md#done-planes; gpushm_vk_attach_ring() registers it, and mirrors it into
+ * the fence), or a write of frame into the done timeline's fence
+ * (gpushm_timeline_fence_page() of gpushm_ring_done_timeline(), the consumer's own, not
+ * to be closed) after its reads of the slot. */
 GPUSHM_API int gpushm_ring_register_semaphore(gpushm_ring_t *ring, int fd,
                                               const uint8_t device_uuid[16]);
 GPUSHM_API int gpushm_ring_acquire_frame_external(gpushm_ring_t *ring, unsigned flags,
