@@ -886,6 +886,20 @@ uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring)
   return n > 0 ? (uint32_t)n : 0;
 }
 
+uint32_t gpushm_ring_consumer_planes(const gpushm_ring_t *ring)
+{
+  uint64_t ids[GPUSHM_LIMIT_RING_CONSUMERS];
+  uint32_t gen, planes = 0;
+  int n = ring ? read_table(map_of(ring)->control, ids, &gen, &planes) : 0;
+
+  /* bits past the count are a scribbling producer's, not consumers' */
+  if (n <= 0)
+    return 0;
+  if (n < 32)
+    planes &= (UINT32_C(1) << n) - 1;
+  return (uint32_t)__builtin_popcount(planes);
+}
+
 int gpushm_ring_is_producer(const gpushm_ring_t *ring)
 {
   return ring && ring->producer;

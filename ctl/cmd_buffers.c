@@ -517,8 +517,12 @@ static void show_ring_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
   if (gpushm_ring_open(ctl->conn, gpushm_buffer_info_name(b), GPUSHM_RING_OBSERVER, &ring) < 0)
     return;
   if (gpushm_ring_id(ring) == gpushm_buffer_info_id(b) && gpushm_ring_state(ring, &st) == 0) {
+    uint32_t planes = gpushm_ring_consumer_planes(ring);
     print_sync_state(&st);
     printf("reached:    %" PRIu64 "\n", gpushm_ring_presented(ring));
+    if (planes)
+      printf("planes:     %u consumer%s on a ready plane (Vulkan queues waiting on the GPU)\n",
+             planes, planes == 1 ? "" : "s");
   }
   gpushm_ring_close(ring);
 }

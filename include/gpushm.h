@@ -781,9 +781,11 @@ GPUSHM_API void *gpushm_ring_slot_ptr(const gpushm_ring_t *ring, uint32_t slot);
  * gpushm_buffer_export(), DLPack and the graphics helpers, which take slots at
  * gpushm_ring_frame_t.offset. */
 GPUSHM_API gpushm_buffer_t *gpushm_ring_buffer(gpushm_ring_t *ring);
-/* The frame last presented and reached (0: none yet); consumers attached now. */
+/* The frame last presented and reached (0: none yet); consumers attached now, and how
+ * many of them registered a ready plane (their queues wait on the GPU). */
 GPUSHM_API uint64_t gpushm_ring_presented(const gpushm_ring_t *ring);
 GPUSHM_API uint32_t gpushm_ring_consumers(const gpushm_ring_t *ring);
+GPUSHM_API uint32_t gpushm_ring_consumer_planes(const gpushm_ring_t *ring);
 GPUSHM_API int gpushm_ring_is_producer(const gpushm_ring_t *ring);
 /* The ready timeline's state, as gpushm_timeline_state(): the frame last presented
  * (counter), the producer's promise, frames lost with a producer. */

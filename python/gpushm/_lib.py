@@ -394,6 +394,7 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_ring_buffer": (c_void_p, [_P]),
     "gpushm_ring_presented": (c_uint64, [_P]),
     "gpushm_ring_consumers": (c_uint32, [_P]),
+    "gpushm_ring_consumer_planes": (c_uint32, [_P]),
     "gpushm_ring_is_producer": (c_int, [_P]),
     "gpushm_ring_state": (c_int, [_P, POINTER(SyncState)]),
     "gpushm_ring_id": (c_uint64, [_P]),

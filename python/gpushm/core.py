@@ -1317,6 +1317,12 @@ class Ring(_Named):
         cap, r = self._live()
         return lib.gpushm_ring_consumers(r)
 
+    @property
+    def consumer_planes(self) -> int:
+        """Consumers attached now with a ready plane (Vulkan queues waiting on the GPU)."""
+        cap, r = self._live()
+        return lib.gpushm_ring_consumer_planes(r)
+
     def sync_state(self) -> Dict[str, int]:
         """The ready timeline's state: counter (the frame last presented), promised_upto,
         promiser_client, lost_from, lost_upto, lost_client."""

@@ -18,7 +18,7 @@
  *    a timeline with no plane yet, whose fence a wrongly made plane would be signalled to);
  *  - a promiser SIGKILLed: gpushmd breaks the promise and signals the semaphore to the
  *    promised value through its own import;
- *  - gpushmctl show says a timeline has a plane;
+ *  - gpushmctl show says a timeline has a plane, and how many of a ring's consumers have;
  *  - rings' consumers' ready planes (docs/rings.md#vulkan-consumers): a producer registers
  *    none; a consumer registers its own once, frames presented before skipped, every
  *    later present (CPU, stream) signals it; external acquires and releases; as uid
@@ -463,6 +463,7 @@ static void test_ring(gpushm_t *conn)
   CHECK(sem_value(s) == 0);
   CHECK_OK(gpushm_ring_register_semaphore(cons, fd, device0));
   CHECK_ERR(gpushm_ring_register_semaphore(cons, fd2, device0), GPUSHM_E_EXIST);
+  ctl_show_says(d.socket, "planes-ring", "planes:     1 consumer on a ready plane");
   cons_done = gpushm_timeline_id(gpushm_ring_done_timeline(cons));
   CHECK(gpushm_timeline_value(gpushm_ring_done_timeline(cons)) == 3); /* skipped: released */
   present_n(ring, 1, false);

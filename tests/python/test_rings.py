@@ -21,7 +21,7 @@ def test_frames(conn, name):
         assert ring.slot_stride % 65536 == 0
         other = gpushm.connect(None, "consumer")
         cons = other.open_ring(name)
-        assert not cons.producer and ring.consumers == 1
+        assert not cons.producer and ring.consumers == 1 and ring.consumer_planes == 0
         for i in range(1, 4):
             f = ring.acquire_slot(timeout=1)
             assert (f.frame, f.slot) == (i, i - 1)
