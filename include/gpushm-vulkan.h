@@ -8,7 +8,8 @@
  *    the library, and the library needs no Vulkan at link time: it uses the loader the
  *    process has already loaded, else loads libvulkan.so.1;
  *  - header-only, as before 0.8: define nothing, and every function is static inline
- *    in the program, which links the Vulkan loader itself.
+ *    in the program, which links the Vulkan loader itself (and -pthread where glibc is
+ *    older than 2.34: a ring consumer's release mirror is a thread).
  * libgpushm itself depends on no graphics API.  Needs Vulkan 1.1 and, on the
  * VkDevice, VK_KHR_external_memory_fd (gpushm fd memory and registered memory) and
  * VK_EXT_external_memory_host (gpushm host memory).
