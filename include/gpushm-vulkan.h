@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
@@ -166,7 +167,8 @@ GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_ti
  * registered as the done timeline's plane (docs/rings.md#done-planes), which the queue
  * signals to each frame it is done with: CUDA producers' streams wait on it, and a thread
  * of this process waits on it too, to write each release into the done timeline's fence
- * for CPU producers and gpushmd (no write and no barrier on the queue).  Needs
+ * for CPU producers and gpushmd (no write and no barrier on the queue; the thread is
+ * named GPUSHM_VK_MIRROR_THREAD_NAME, and sleeps in vkWaitSemaphores).  Needs
  * VK_KHR_external_semaphore_fd and the timelineSemaphore feature.  Per frame, no CPU wait
  * in the frame's path while the producer keeps up:
  *   gpushm_ring_acquire_frame_external(ring, 0, timeout_ms, &f);
@@ -175,6 +177,7 @@ GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_ti
  *   gpushm_ring_release_external(ring, &f).
  * Detach once the queue is done with it, before closing the ring and before destroying
  * the device. */
+#define GPUSHM_VK_MIRROR_THREAD_NAME "gpushm-release"
 struct gpushm_vk__mirror;
 typedef struct gpushm_vk_ring {
   VkSemaphore ready; /* frame f is ready once it reaches f */
@@ -1037,6 +1040,8 @@ GPUSHM_VK__STATIC void *gpushm_vk__mirror_run(void *arg)
    * raise at a detach), further than a wait may reach past the semaphore's value */
   uint64_t reached = 0, next, v;
 
+  /* what top -H and the tests see: GPUSHM_VK_MIRROR_THREAD_NAME */
+  (void)prctl(PR_SET_NAME, GPUSHM_VK_MIRROR_THREAD_NAME, 0, 0, 0);
   for (;;) {
     int stopping = __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
     VkSemaphoreWaitInfo wait = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* What every test program may use without libgpushm: its own path, logging, the
- * open-file limit, and a crash report (the objects of libharness are linked one by one,
+ * open-file limit, a thread's CPU time, and a crash report (the objects of libharness are linked one by one,
  * so a unit test that links no client library pulls in this file alone). */
 #include "config.h"
 #include "harness.h"
 
+#include <dirent.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -23,6 +25,40 @@ const char *test_self_path(void)
     path[n] = '\0';
   }
   return path;
+}
+
+double test_thread_cpu_ms(const char *name)
+{
+  DIR *tasks = opendir("/proc/self/task");
+  struct dirent *e;
+  double ms = -1;
+
+  CHECK(tasks != NULL);
+  while ((e = readdir(tasks)) != NULL && ms < 0) {
+    char path[320], comm[32] = { 0 };
+    unsigned long long ns;
+    FILE *f;
+
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    if (!(f = fopen(path, "r")))
+      continue;
+    CHECK(fgets(comm, sizeof comm, f) != NULL || feof(f));
+    fclose(f);
+    comm[strcspn(comm, "\n")] = 0;
+    if (strcmp(comm, name) != 0)
+      continue;
+    /* its first field: time on a CPU, in ns */
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    CHECK((f = fopen(path, "r")) != NULL);
+    CHECK(fscanf(f, "%llu", &ns) == 1);
+    fclose(f);
+    ms = ns / 1e6;
+  }
+  closedir(tasks);
+  CHECK(ms >= 0); /* the thread runs, by its name */
+  return ms;
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -124,6 +124,9 @@ const char *test_self_path(void);
  * allows (a fresh machine's soft limit is 1024); false when the hard limit is lower,
  * with why saying so. */
 bool test_raise_nofile(unsigned long need, char *why, size_t why_len);
+/* The CPU time, in ms, of the thread of this process named name (prctl PR_SET_NAME),
+ * from its schedstat; fails the test where no such thread runs. */
+double test_thread_cpu_ms(const char *name);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

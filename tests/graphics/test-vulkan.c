@@ -339,7 +339,8 @@ static void mismatch(void)
 /* A ring consumer's release mirror (gpushm-vulkan.h; on the GPU host behind a real ring
  * in test-cuda-vulkan-ring): what the done semaphore reaches lands in the done
  * timeline's fence, a value gpushmd raised it to is never lowered, and a stop takes the
- * last value. */
+ * last value.  Its thread, found by its name, sleeps while nothing is released: under
+ * a tenth of 300 ms on a CPU (a spinning wait would take the lot). */
 static void mirror(void)
 {
   gpushm_t *conn;
@@ -353,6 +354,7 @@ static void mirror(void)
   uint64_t *fence;
   void *m, *page;
   size_t at;
+  double idle_cpu;
   char why[256];
 
   CHECK_OK(gpushm_connect(socket_path, "vk-mirror", &conn));
@@ -364,6 +366,11 @@ static void mirror(void)
   CHECK(vkCreateSemaphore(c.device, &sci, NULL, &sem) == VK_SUCCESS);
   sig.semaphore = sem;
   CHECK(header_only_vk_mirror_start(&c.gpushm, tl, sem, &m) == 0);
+  usleep(10000); /* its name is its first act */
+  idle_cpu = test_thread_cpu_ms(GPUSHM_VK_MIRROR_THREAD_NAME);
+  usleep(300000);
+  idle_cpu = test_thread_cpu_ms(GPUSHM_VK_MIRROR_THREAD_NAME) - idle_cpu;
+  CHECK(idle_cpu < 30);
   sig.value = 5;
   CHECK(vkSignalSemaphore(c.device, &sig) == VK_SUCCESS);
   CHECK_OK(gpushm_timeline_wait(tl, 5, 5000));
@@ -428,7 +435,8 @@ int main(void)
   CHECK(run(mismatch, false) == 0);
   CHECK(run(mirror, false) == 0);
   test_log("Vulkan: a ring consumer's release mirror writes what its semaphore reached into "
-           "the fence, never lowering it, the last value at its stop");
+           "the fence, never lowering it, the last value at its stop; idle, its thread "
+           "sleeps");
   test_log("Vulkan: memory of another device refused, naming both; the header-only build "
            "imports and refuses as libgpushm-vulkan does");
   daemon_stop(&d);
