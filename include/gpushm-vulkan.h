@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/select.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
@@ -166,9 +167,9 @@ GPUSHM_VK_API int gpushm_vk_timeline_record_signal(gpushm_vk_t *vk, gpushm_vk_ti
  * the ring's producers signal for every frame, and a done semaphore minted here and
  * registered as the done timeline's plane (docs/rings.md#done-planes), which the queue
  * signals to each frame it is done with: CUDA producers' streams wait on it, and a thread
- * of this process waits on it too, to write each release into the done timeline's fence
- * for CPU producers and gpushmd (no write and no barrier on the queue; the thread is
- * named GPUSHM_VK_MIRROR_THREAD_NAME, and sleeps in vkWaitSemaphores).  Needs
+ * of this process (GPUSHM_VK_MIRROR_THREAD_NAME) reads it too, to write each release
+ * into the done timeline's fence for CPU producers and gpushmd (no write and no barrier
+ * on the queue; a CPU reader sees a release 2 ms late at most).  Needs
  * VK_KHR_external_semaphore_fd and the timelineSemaphore feature.  Per frame, no CPU wait
  * in the frame's path while the producer keeps up:
  *   gpushm_ring_acquire_frame_external(ring, 0, timeout_ms, &f);
@@ -1011,11 +1012,14 @@ GPUSHM_VK_API int gpushm_vk_import_timeline(gpushm_vk_t *vk, gpushm_timeline_t *
 /* The done plane's mirror: the queue signals the plane, and this thread writes what it
  * reached into the done timeline's fence, which CPU producers and gpushmd read (a write
  * from the queue needed two barriers: 3.5 % of a 1080p ring's frames/s on the H200).
- * Waits of 20 ms at most, so that a detach is seen. */
-#define GPUSHM_VK__MIRROR_SLICE_NS 20000000ull
+ * It reads the semaphore's value and sleeps rather than wait in vkWaitSemaphores, which
+ * on NVIDIA's driver spins (a whole core, idle or not, on an H200 with driver 580): every
+ * 100 us while releases come, backing off to every 2 ms, which bounds how late a CPU
+ * reader sees a release (CUDA producers wait on the plane itself). */
+#define GPUSHM_VK__MIRROR_FIRST_US 100
+#define GPUSHM_VK__MIRROR_LAST_US 2000
 struct gpushm_vk__mirror {
   VkDevice device;
-  PFN_vkWaitSemaphores wait;
   PFN_vkGetSemaphoreCounterValue value;
   VkSemaphore semaphore;
   uint64_t *fence; /* in the done timeline's control block, mapped here */
@@ -1037,28 +1041,29 @@ GPUSHM_VK__STATIC void *gpushm_vk__mirror_run(void *arg)
 {
   struct gpushm_vk__mirror *m = (struct gpushm_vk__mirror *)arg;
   /* from the semaphore's own values: the fence may stand far beyond them (gpushmd's
-   * raise at a detach), further than a wait may reach past the semaphore's value */
-  uint64_t reached = 0, next, v;
+   * raise at a detach) */
+  uint64_t reached = 0, v;
+  long sleep_us = GPUSHM_VK__MIRROR_FIRST_US;
 
   /* what top -H and the tests see: GPUSHM_VK_MIRROR_THREAD_NAME */
   (void)prctl(PR_SET_NAME, GPUSHM_VK_MIRROR_THREAD_NAME, 0, 0, 0);
   for (;;) {
     int stopping = __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
-    VkSemaphoreWaitInfo wait = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
-                                 .semaphoreCount = 1, .pSemaphores = &m->semaphore,
-                                 .pValues = &next };
-    VkResult r;
+    struct timeval nap = { 0, 0 };
 
-    next = reached + 1;
-    r = m->wait(m->device, &wait, stopping ? 0 : GPUSHM_VK__MIRROR_SLICE_NS);
     /* a lost device: CPU readers see no more releases, as if this process died */
-    if ((r != VK_SUCCESS && r != VK_TIMEOUT) ||
-        m->value(m->device, m->semaphore, &v) != VK_SUCCESS)
+    if (m->value(m->device, m->semaphore, &v) != VK_SUCCESS)
       break;
-    if (v > reached)
+    if (v > reached) {
       gpushm_vk__raise(m->fence, reached = v);
+      sleep_us = GPUSHM_VK__MIRROR_FIRST_US;
+    } else if ((sleep_us *= 2) > GPUSHM_VK__MIRROR_LAST_US) {
+      sleep_us = GPUSHM_VK__MIRROR_LAST_US;
+    }
     if (stopping)
       break;
+    nap.tv_usec = sleep_us; /* select(): nanosleep() is not declared under -std=c11 */
+    (void)select(0, NULL, NULL, NULL, &nap);
   }
   return NULL;
 }
@@ -1068,9 +1073,7 @@ GPUSHM_VK__STATIC int gpushm_vk__start_mirror(gpushm_vk_t *vk, gpushm_timeline_t
                                               struct gpushm_vk__mirror **out)
 {
   GPUSHM_VK__DEVICE_FNS(vk);
-  GPUSHM_VK__DEVICE_FN(vk, PFN_vkWaitSemaphores, vkWaitSemaphores);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreCounterValue, vkGetSemaphoreCounterValue);
-  GPUSHM_VK__DEVICE_FN(vk, PFN_vkWaitSemaphoresKHR, vkWaitSemaphoresKHR);
   GPUSHM_VK__DEVICE_FN(vk, PFN_vkGetSemaphoreCounterValueKHR, vkGetSemaphoreCounterValueKHR);
   struct gpushm_vk__mirror *m;
   void *page;
@@ -1084,14 +1087,13 @@ GPUSHM_VK__STATIC int gpushm_vk__start_mirror(gpushm_vk_t *vk, gpushm_timeline_t
     return gpushm_vk__fail(vk, GPUSHM_E_NOMEM, "out of memory");
   m->device = vk->device;
   /* core in Vulkan 1.2, VK_KHR_timeline_semaphore's before */
-  m->wait = vkWaitSemaphores ? vkWaitSemaphores : vkWaitSemaphoresKHR;
   m->value = vkGetSemaphoreCounterValue ? vkGetSemaphoreCounterValue
                                         : vkGetSemaphoreCounterValueKHR;
   m->semaphore = semaphore;
   m->fence = (uint64_t *)((char *)page + at);
-  if (!m->wait || !m->value) {
+  if (!m->value) {
     free(m);
-    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "waiting on a timeline semaphore needs "
+    return gpushm_vk__fail(vk, GPUSHM_E_UNSUPPORTED, "reading a timeline semaphore needs "
                            "Vulkan 1.2 or VK_KHR_timeline_semaphore");
   }
   if ((ret = pthread_create(&m->thread, NULL, gpushm_vk__mirror_run, m)) != 0) {
