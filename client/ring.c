@@ -539,7 +539,28 @@ static int check_release(const gpushm_ring_t *ring, const gpushm_ring_frame_t *f
   return 0;
 }
 
-static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
+/* How a consumer's done timeline is signalled: an external release is its done plane's
+ * signal, which the consumer's queue made (or will make). */
+enum release_by { RELEASE_CPU, RELEASE_STREAM, RELEASE_EXTERNAL };
+
+/* Releases up to frame: promises a ring's worth past it (so that producers' waits on the
+ * slots it frees are promised), then signals it. */
+static int release_through(gpushm_ring_t *ring, enum release_by by, void *stream, uint64_t frame)
+{
+  int r;
+
+  if ((r = promise_through(ring->done, &ring->promised, frame + map_of(ring)->ring_slots)) < 0)
+    return r;
+  r = by == RELEASE_EXTERNAL
+        ? client_timeline_signal_external(ring->done, frame)
+        : client_timeline_signal(ring->done, by == RELEASE_STREAM, stream, frame);
+  if (r < 0)
+    return r;
+  ring->released = frame;
+  return 0;
+}
+
+static int release(gpushm_ring_t *ring, enum release_by by, void *stream,
                    const gpushm_ring_frame_t *frame)
 {
   int r;
@@ -547,22 +568,17 @@ static int release(gpushm_ring_t *ring, bool on_stream, void *stream,
   client_clear_error();
   if ((r = check_release(ring, frame)) < 0)
     return r;
-  if ((r = promise_through(ring->done, &ring->promised,
-                           frame->frame + map_of(ring)->ring_slots)) < 0 ||
-      (r = client_timeline_signal(ring->done, on_stream, stream, frame->frame)) < 0)
-    return r;
-  ring->released = frame->frame;
-  return 0;
+  return release_through(ring, by, stream, frame->frame);
 }
 
 int gpushm_ring_release(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
 {
-  return release(ring, false, NULL, frame);
+  return release(ring, RELEASE_CPU, NULL, frame);
 }
 
 int gpushm_ring_release_stream(gpushm_ring_t *ring, void *stream, const gpushm_ring_frame_t *frame)
 {
-  return release(ring, true, stream, frame);
+  return release(ring, RELEASE_STREAM, stream, frame);
 }
 
 /* ---- a consumer on the GPU (docs/rings.md#vulkan-consumers) ------------------------------- */
@@ -590,11 +606,8 @@ int gpushm_ring_register_semaphore(gpushm_ring_t *ring, int fd, const uint8_t de
   ring->has_plane = true;
   /* frames up to from may have been presented without a signal of it: not taken */
   if (got.from > ring->released) {
-    if ((r = promise_through(ring->done, &ring->promised, got.from + map_of(ring)->ring_slots)) <
-          0 ||
-        (r = client_timeline_signal(ring->done, false, NULL, got.from)) < 0)
+    if ((r = release_through(ring, RELEASE_CPU, NULL, got.from)) < 0)
       return r;
-    ring->released = got.from;
     ring->next = got.from + 1;
   }
   return 0;
@@ -634,17 +647,7 @@ int gpushm_ring_acquire_frame_external(gpushm_ring_t *ring, unsigned flags, int 
 
 int gpushm_ring_release_external(gpushm_ring_t *ring, const gpushm_ring_frame_t *frame)
 {
-  int r;
-
-  client_clear_error();
-  if ((r = check_release(ring, frame)) < 0)
-    return r;
-  if ((r = promise_through(ring->done, &ring->promised,
-                           frame->frame + map_of(ring)->ring_slots)) < 0 ||
-      (r = client_timeline_signal_external(ring->done, frame->frame)) < 0)
-    return r;
-  ring->released = frame->frame;
-  return 0;
+  return release(ring, RELEASE_EXTERNAL, NULL, frame);
 }
 
 gpushm_timeline_t *gpushm_ring_done_timeline(gpushm_ring_t *ring)

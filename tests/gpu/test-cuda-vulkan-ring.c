@@ -118,14 +118,11 @@ static double process_cpu_ms(void)
 
 /* ---- the producers ------------------------------------------------------------------ */
 
-static void ring_producer(const char *name)
+/* A producer's ring on GPU 0, which uid 65534 may read, gone with its creator. */
+static gpushm_ring_t *create_ring(gpushm_t *conn, const char *name)
 {
-  gpushm_t *conn = roles_connect("cuda-producer");
   gpushm_create_opts_t opts;
   gpushm_ring_t *ring;
-  gpushm_ring_frame_t f;
-  CUdeviceptr base;
-  CUstream s;
 
   cuda_test_setup(0);
   gpushm_create_opts_init(&opts);
@@ -134,6 +131,17 @@ static void ring_producer(const char *name)
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
   CHECK_OK(gpushm_ring_create(conn, name, SLOTS, SLOT_BYTES, &opts, &ring));
   CHECK(gpushm_ring_slot_stride(ring) == STRIDE);
+  return ring;
+}
+
+static void ring_producer(const char *name)
+{
+  gpushm_t *conn = roles_connect("cuda-producer");
+  gpushm_ring_t *ring = create_ring(conn, name);
+  gpushm_ring_frame_t f;
+  CUdeviceptr base;
+  CUstream s;
+
   base = (CUdeviceptr)gpushm_ring_slot_ptr(ring, 0);
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   wait_go(conn, name);
@@ -406,17 +414,10 @@ static void raw_consumer(const char *name)
 static void dying_producer(const char *name)
 {
   gpushm_t *conn = roles_connect("cuda-producer");
-  gpushm_create_opts_t opts;
-  gpushm_ring_t *ring;
+  gpushm_ring_t *ring = create_ring(conn, name);
   gpushm_ring_frame_t f;
   CUstream s;
 
-  cuda_test_setup(0);
-  gpushm_create_opts_init(&opts);
-  opts.backend = GPUSHM_BACKEND_CUDA_FD;
-  opts.mode = 0644;
-  opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  CHECK_OK(gpushm_ring_create(conn, name, SLOTS, SLOT_BYTES, &opts, &ring));
   CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
   wait_go(conn, name);
   for (int i = 0; i < 2; i++) {
