@@ -257,6 +257,26 @@ int gpushm_buffer_info_ring(const gpushm_buffer_info_t *info, uint32_t *slots,
   return 0;
 }
 
+int gpushm_buffer_info_weights(const gpushm_buffer_info_t *info, uint64_t *generation,
+                               uint64_t *newest, uint32_t *tensors, uint64_t *manifest_size)
+{
+  const Gpushm__BufferInfo *m = ADMIN_MSG(buffer_info, info);
+  const Gpushm__WeightsInfo *w = m ? m->weights : NULL;
+
+  client_clear_error();
+  if (!w)
+    return client_error(GPUSHM_E_INVAL, "not a weight set");
+  if (generation)
+    *generation = w->generation;
+  if (newest)
+    *newest = w->newest;
+  if (tensors)
+    *tensors = w->tensors;
+  if (manifest_size)
+    *manifest_size = w->manifest_size;
+  return 0;
+}
+
 int gpushm_device_stats_uuid(const gpushm_device_stats_t *dev, uint8_t uuid[16])
 {
   const Gpushm__Device *m = ADMIN_MSG(device_stats, dev);

@@ -134,8 +134,9 @@ static int map_request_of(unsigned flags)
 }
 
 struct map_want;
+static int release_on_daemon(gpushm_t *conn, uint64_t id);
 static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
-static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
                     struct map_want *want, enum client_kind ck, gpushm_buffer_t **out);
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                        const gpushm_create_opts_t *user_opts, enum client_kind ck,
@@ -266,6 +267,11 @@ static void handle_remove(struct gpushm_buffer *h)
     hash_table_free(&c->handles_by_id);
     hash_table_free(&c->handles_by_name);
   }
+}
+
+int client_release_id(gpushm_t *conn, uint64_t id)
+{
+  return release_on_daemon(conn, id);
 }
 
 static int release_on_daemon(gpushm_t *conn, uint64_t id)
@@ -1082,7 +1088,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
   if ((flags & GPUSHM_OPEN_READONLY) && (flags & GPUSHM_OPEN_WRITE_DISCARD))
     return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
                         "GPUSHM_OPEN_READONLY");
-  return open_for(conn, name, id, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
+  return open_for(conn, name, id, 0, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
 }
 
 int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,
@@ -1090,7 +1096,7 @@ int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum 
 {
   struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
 
-  return open_for(conn, name, 0, read_only, &want, ck, out);
+  return open_for(conn, name, 0, 0, read_only, &want, ck, out);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
@@ -1105,13 +1111,21 @@ int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
     return r;
   want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
                             (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
-  return open_for(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
+  return open_for(conn, name, id, 0, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
                   CLIENT_BUFFER, out);
 }
 
-/* An open of a buffer (or event) by name, or by id where name is NULL, for that access
- * and want (its map device, -1 for the default rule). */
-static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out)
+{
+  struct map_want want = { -1, CURRENT_UNKNOWN, false };
+
+  return open_for(conn, NULL, id, via, true, &want, CLIENT_BUFFER, out);
+}
+
+/* An open of a buffer (or event) by name, or by id where name is NULL (as one of
+ * weight-set generation via's buffers, via nonzero), for that access and want (its map
+ * device, -1 for the default rule). */
+static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
                     struct map_want *want, enum client_kind ck, gpushm_buffer_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -1146,6 +1160,7 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, bool read_onl
     body.id = id;
   }
   body.read_only = read_only;
+  body.via_weights = via;
   body.event = ck == CLIENT_EVENT;
   /* Daemons before 0.8 know no kind in an open, nor timelines. */
   body.kind = ck == CLIENT_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE

@@ -49,6 +49,11 @@ int client_create_ring(gpushm_t *conn, const char *name, uint64_t slot_size, uin
                        const Gpushm__ImageDesc *image, const gpushm_create_opts_t *opts,
                        gpushm_buffer_t **out);
 int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done);
+/* Drops the connection's daemon reference to object id (one round trip). */
+int client_release_id(gpushm_t *conn, uint64_t id);
+/* Buffer id opened read-only as one of weight-set generation via's (which conn holds),
+ * mapped as the default rule says. */
+int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out);
 /* An open by name whose memory stays unmapped (GPUSHM_DEVICE_NONE: device memory's fd
  * kept for a graphics API, not imported into CUDA). */
 int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,

@@ -95,7 +95,7 @@ static int hello(gpushm_t *conn, const char *client_name)
    * open replies (a daemon makes neither for a library that did not say so). */
   body.features = GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_GRAPHICS | GPUSHM_FEATURE_IPC_FENCES |
                   GPUSHM_FEATURE_PROMISES | GPUSHM_FEATURE_TIMELINES |
-                  GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES;
+                  GPUSHM_FEATURE_RINGS | GPUSHM_FEATURE_SEMAPHORES | GPUSHM_FEATURE_WEIGHTS;
   body.client_name = (char *)(client_name ? client_name : "");
   req.body_case = GPUSHM__REQUEST__BODY_HELLO;
   req.hello = &body;

@@ -201,6 +201,8 @@ static const char *holder_role(const gpushm_buffer_info_t *b, const gpushm_holde
     return rw ? "signaller" : "waiter";
   case GPUSHM_KIND_RING:
     return rw ? "producer" : gpushm_holder_ring_consumer(h) ? "consumer" : "observer";
+  case GPUSHM_KIND_WEIGHTS:
+    return "reader";
   default:
     return rw ? "read-write" : "read-only";
   }
@@ -554,6 +556,32 @@ static void show_sync_state(struct ctl *ctl, const gpushm_buffer_info_t *b)
   gpushm_buffer_close(buf);
 }
 
+/* A weight set: the generation shown and the older ones still held, with their holders
+ * (each is an object of its own, listed under the set's name, unlinked). */
+static void show_generations(const gpushm_buffer_list_t *list, const gpushm_buffer_info_t *b)
+{
+  uint64_t generation, newest, manifest;
+  uint32_t tensors;
+  char size[32];
+
+  if (gpushm_buffer_info_weights(b, &generation, &newest, &tensors, &manifest) < 0)
+    return;
+  printf("generation: %" PRIu64 "%s; %u tensor%s, manifest %s\n", generation,
+         newest == generation ? " (the newest)" : "", tensors, tensors == 1 ? "" : "s",
+         format_size(manifest, false, size, sizeof size));
+  for (size_t i = 0; i < gpushm_buffer_list_count(list); i++) {
+    const gpushm_buffer_info_t *o = gpushm_buffer_list_get(list, i);
+    uint64_t g;
+    if (o == b || strcmp(gpushm_buffer_info_name(o), gpushm_buffer_info_name(b)) != 0 ||
+        gpushm_buffer_info_weights(o, &g, NULL, &tensors, NULL) < 0)
+      continue;
+    printf("older:      generation %" PRIu64 " (id %" PRIu64 "), %u tensor%s, held by %u:\n", g,
+           gpushm_buffer_info_id(o), tensors, tensors == 1 ? "" : "s",
+           gpushm_buffer_info_holders_total(o));
+    print_holders(o);
+  }
+}
+
 int cmd_show(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_buffer_list_t *list;
@@ -630,6 +658,7 @@ int cmd_show(struct ctl *ctl, int argc, char **argv)
            gpushm_buffer_info_refs(b), gpushm_buffer_info_holders_total(b));
     show_sync_state(ctl, b);
     print_holders(b);
+    show_generations(list, b);
     show_detached(ctl, gpushm_buffer_info_id(b));
   }
   gpushm_buffer_list_free(list);

@@ -154,6 +154,7 @@ const char *backend_name(gpushm_kind_t kind, gpushm_backend_t backend)
 {
   const char *name = kind == GPUSHM_KIND_EVENT      ? "cuda-event"
                      : kind == GPUSHM_KIND_TIMELINE ? "timeline"
+                     : kind == GPUSHM_KIND_WEIGHTS  ? "weights"
                                                     : gpushm_backend_name(backend);
   return name ? name : "unknown";
 }

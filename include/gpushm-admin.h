@@ -106,6 +106,12 @@ GPUSHM_API int gpushm_buffer_info_ring(const gpushm_buffer_info_t *info, uint32_
                                        uint64_t *slot_size, uint64_t *slot_stride,
                                        uint32_t *consumers);
 /* References held by all connections, and by the asking one. */
+/* A weight-set generation (gpushm-weights.h): its number, the set's newest when listed,
+ * its tensors and its manifest's bytes (each out may be NULL); GPUSHM_E_INVAL for what
+ * is not one. */
+GPUSHM_API int gpushm_buffer_info_weights(const gpushm_buffer_info_t *info, uint64_t *generation,
+                                          uint64_t *newest, uint32_t *tensors,
+                                          uint64_t *manifest_size);
 GPUSHM_API uint32_t gpushm_buffer_info_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_my_refs(const gpushm_buffer_info_t *info);
 GPUSHM_API uint32_t gpushm_buffer_info_creator_pid(const gpushm_buffer_info_t *info);

@@ -107,7 +107,8 @@ typedef enum gpushm_kind {
   GPUSHM_KIND_EVENT = 2,
   GPUSHM_KIND_IMAGE = 3,
   GPUSHM_KIND_TIMELINE = 4,
-  GPUSHM_KIND_RING = 5
+  GPUSHM_KIND_RING = 5,
+  GPUSHM_KIND_WEIGHTS = 6 /* a weight-set generation (gpushm-weights.h, 0.8) */
 } gpushm_kind_t;
 
 typedef enum gpushm_lifetime {
@@ -279,6 +280,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 /* Timelines' semaphore planes (0.8): gpushm_timeline_semaphore() and the Vulkan helpers
  * that wait and signal on the GPU (docs/sync.md#semaphore-planes). */
 #define GPUSHM_FEATURE_SEMAPHORES 0x800ull
+/* Weight sets (0.8): gpushm-weights.h. */
+#define GPUSHM_FEATURE_WEIGHTS 0x1000ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend

@@ -223,6 +223,18 @@
 #define GPUSHM_LIMIT_RING_CONSUMERS_PER_UID 4u
 #define GPUSHM_RING_SLOT_ALIGN         (64u * 1024u)
 
+/* Weight sets (docs/weights.md): tensors one generation's manifest names, the bytes of a
+ * tensor's name, buffers one generation's tensors lie in (an open's reply lists them
+ * all in one frame: ~26 bytes each), the bytes of its sealed manifest (a million
+ * tensors with 60-byte names and 4 dimensions take ~100 MB), and generations of one
+ * set alive at once (the current one and those still held: a reader that never lets
+ * go cannot make a publisher pile up memory without bound). */
+#define GPUSHM_LIMIT_WEIGHT_TENSORS      1000000u
+#define GPUSHM_LIMIT_WEIGHT_NAME         1024u
+#define GPUSHM_LIMIT_WEIGHT_BUFFERS      1024u
+#define GPUSHM_LIMIT_WEIGHT_MANIFEST     (256ull << 20)
+#define GPUSHM_LIMIT_WEIGHT_GENERATIONS  16u
+
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */
 

@@ -139,6 +139,7 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
   SUBMESSAGE(23, info->external, gpushm__external_memory);
   VARINT(24, wire_int32((int32_t)info->kind));
   SUBMESSAGE(25, info->ring, gpushm__ring_info);
+  SUBMESSAGE(26, info->weights, gpushm__weights_info);
   return n;
 }
 
@@ -429,6 +430,12 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
       EXPECT(WT_LEN);
       if (!get_len(&r, &s) ||
           !(info->ring = gpushm__ring_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
+        return false;
+      continue;
+    case 26:
+      EXPECT(WT_LEN);
+      if (!get_len(&r, &s) ||
+          !(info->weights = gpushm__weights_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     }

@@ -166,6 +166,10 @@ _Static_assert(RING_TABLE_OFFSET + sizeof(struct ring_table) <= SYNC_CONTROL_SIZ
  * waits for, so that waits queued on it before it went (on streams too) go on. */
 #define RING_DONE_DETACHED (UINT64_C(1) << 62)
 
+/* What a weight-set generation's fence (the set's newest generation) is raised to when
+ * the set's name goes: no newer generation will come. */
+#define SHM_WEIGHTS_GONE UINT64_MAX
+
 static inline struct ring_table *ring_table_of(struct sync_control *ctl)
 {
   return (struct ring_table *)((char *)ctl + RING_TABLE_OFFSET);

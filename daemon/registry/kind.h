@@ -40,6 +40,10 @@ struct reg_kind_ops {
   int (*alloc)(struct registry *reg, struct reg_object *obj, const struct reg_create_args *args,
                const struct backend *be, const struct reg_client *client, char *err,
                size_t errlen);
+  /* obj's name was just linked to it, or unlinked (NULL: nothing to do): a weight-set
+   * generation tells its older ones' holders of it. */
+  void (*linked)(struct registry *reg, struct reg_object *obj);
+  void (*unlinked)(struct registry *reg, struct reg_object *obj);
   /* Fills out with what the client needs to reach obj; on failure no fd is left open. */
   int (*export)(struct registry *reg, struct reg_object *obj, struct reg_client *client,
                 const struct reg_policy *policy, bool read_only, struct reg_export *out,
@@ -115,6 +119,7 @@ extern const struct reg_kind_ops reg_kind_image;  /* kind_image.c: a linear imag
 extern const struct reg_kind_ops reg_kind_external; /* kind_external.c: registered memory */
 extern const struct reg_kind_ops reg_kind_timeline; /* kind_timeline.c */
 extern const struct reg_kind_ops reg_kind_ring;     /* kind_ring.c */
+extern const struct reg_kind_ops reg_kind_weights;  /* kind_weights.c */
 
 /* The table (kinds.c): the kind a create starts from (args->kind checked valid), and
  * the kinds whose objects outlive the daemon, asked in turn whose a record is

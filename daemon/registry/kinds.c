@@ -11,6 +11,7 @@ static const struct reg_kind_ops *const requested_kinds[REG_KIND_COUNT] = {
   [REG_EVENT] = &reg_kind_event,
   [REG_TIMELINE] = &reg_kind_timeline,
   [REG_RING] = &reg_kind_ring,
+  [REG_WEIGHTS] = &reg_kind_weights,
 };
 
 const struct reg_kind_ops *reg_kind_for(const struct reg_create_args *args)

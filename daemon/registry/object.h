@@ -51,6 +51,7 @@ enum reg_kind {
   REG_EVENT = 1,  /* an event from the registry's event source; size 0 */
   REG_TIMELINE = 2, /* a counter in a control block (kind_timeline.c); size 0 */
   REG_RING = 3,     /* slots of memory and a ready timeline; consumers attach (kind_ring.c) */
+  REG_WEIGHTS = 4,  /* a generation of a weight set: a manifest over buffers (kind_weights.c) */
   REG_KIND_COUNT
 };
 
@@ -104,6 +105,13 @@ struct reg_object {
   bool ring_detached;
   uint8_t *metadata; /* set at create, immutable; NULL when none */
   uint32_t metadata_len;
+  /* Objects this one keeps alive (a weight-set generation's buffers), each counting it
+   * in its pins; and how many keep this one alive.  A pinned object is freed only once
+   * unpinned too, stays charged to its owner while pinned, and takes no new writer:
+   * what a generation names does not change under its readers. */
+  struct reg_object **pinned;
+  uint32_t n_pinned;
+  uint32_t pins;
 };
 
 /* Memory a client exported from a graphics API and registered (kind_external.c). */

@@ -362,6 +362,16 @@ static void release_quota(struct registry *reg, uid_t uid, const struct reg_obje
   quota_release(&reg->quota, uid, &c);
 }
 
+/* "a buffer", "an event", "a timeline", "a ring", "a weight set": what a caller meant, and what a name
+ * is. */
+static const char *kind_article(enum reg_kind kind)
+{
+  return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline"
+         : kind == REG_RING ? "a ring" : kind == REG_WEIGHTS ? "a weight set" : "a buffer";
+}
+
+static void unpin(struct registry *reg, struct reg_object *obj);
+
 static void free_object(struct registry *reg, struct reg_object *obj)
 {
   /* Unlink and free differ when holders keep an unlinked buffer: operators asking
@@ -379,6 +389,11 @@ static void free_object(struct registry *reg, struct reg_object *obj)
   if (!obj->charged_to_holders)
     release_quota(reg, obj->owner_uid, obj);
   obj->ops->release(reg, obj);
+  /* Pinners come after what they pin (a publish names buffers that exist), and
+   * registry_destroy frees from the newest down: what this unpins is still here. */
+  for (uint32_t i = 0; i < obj->n_pinned; i++)
+    unpin(reg, obj->pinned[i]);
+  free(obj->pinned);
   free(obj->metadata);
   free(obj);
 }
@@ -423,11 +438,32 @@ static void charge_holders(struct registry *reg, struct reg_object *obj)
   obj->charged_to_holders = true;
 }
 
+/* Nameless and unheld objects go; a pinned one stays charged to its owner, who put its
+ * memory where a pinner keeps it, until the last pinner goes. */
+static void unlinked(struct registry *reg, struct reg_object *obj)
+{
+  if (obj->ops->unlinked)
+    obj->ops->unlinked(reg, obj);
+  if (reg->on_unlink)
+    reg->on_unlink(reg->hooks_ctx, obj);
+  if (obj->pins)
+    return;
+  if (obj->refs == 0)
+    free_object(reg, obj);
+  else
+    charge_holders(reg, obj);
+}
+
 static void unlink_object(struct registry *reg, struct reg_object *obj)
 {
   names_unlink(&reg->names, &obj->key);
-  if (reg->on_unlink)
-    reg->on_unlink(reg->hooks_ctx, obj);
+  unlinked(reg, obj);
+}
+
+static void unpin(struct registry *reg, struct reg_object *obj)
+{
+  if (--obj->pins || obj->linked)
+    return;
   if (obj->refs == 0)
     free_object(reg, obj);
   else
@@ -492,7 +528,7 @@ static void drop_refs(struct registry *reg, struct reg_holding *h, uint32_t coun
     obj->n_holders--;
     free(h);
   }
-  if (obj->refs == 0 && !obj->linked)
+  if (obj->refs == 0 && !obj->linked && !obj->pins)
     free_object(reg, obj);
 }
 
@@ -513,7 +549,8 @@ static void discard_new(struct registry *reg, struct reg_object *obj, struct reg
 {
   struct reg_holding *h = find_holding(obj, client);
 
-  names_unlink(&reg->names, &obj->key);
+  if (obj->linked)
+    names_unlink(&reg->names, &obj->key);
   if (h)
     drop_refs(reg, h, h->refs); /* the last one: frees it */
   else
@@ -622,6 +659,111 @@ static int join_existing(struct registry *reg, struct reg_client *client,
   return registry_open(reg, client, policy, args->name, 0, false, args->kind, out, err, errlen);
 }
 
+/* Whether a reader of a set of mode set_mode may read buf too: its group's and others'
+ * read bits at least the set's (the owner's are the owner's business). */
+static bool readable_as_set(const struct reg_object *buf, uint32_t set_mode, gid_t set_gid)
+{
+  return !(set_mode & 044 & ~buf->mode) && (!(set_mode & 040) || buf->owner_gid == set_gid);
+}
+
+/* A publish under args->name: the generation the name denotes now (which the caller
+ * must be allowed to write and which must be the one args->weights->after names), and
+ * the buffers, each held read-write by the caller and by nobody else (a generation does
+ * not change under its readers), plain memory, readable by whoever may read the set. */
+static int resolve_publish(struct registry *reg, struct reg_client *client,
+                           const struct reg_create_args *args, struct reg_key *found,
+                           char *err, size_t errlen)
+{
+  struct reg_weights_args *w = args->weights;
+  struct reg_object *prev = found ? object_of(found) : NULL;
+  const uint32_t set_mode = prev ? prev->mode : args->mode ? args->mode
+                                                            : reg->limits.default_mode;
+  const gid_t set_gid = prev ? prev->owner_gid : client->gid;
+
+  if (prev && prev->kind != REG_WEIGHTS) {
+    snprintf(err, errlen, "'%s' already exists as %s", args->name, kind_article(prev->kind));
+    return PROTO_E_EXIST;
+  }
+  if (prev && !registry_may_access(client, prev, true)) {
+    snprintf(err, errlen, "weight set '%s' (mode %03o, owner %u:%u) denies publishing to uid %u",
+             prev->name, prev->mode, (unsigned)prev->owner_uid, (unsigned)prev->owner_gid,
+             (unsigned)client->uid);
+    return registry_may_see(client, prev) ? PROTO_E_PERM : PROTO_E_EXIST;
+  }
+  if (w->after) {
+    struct reg_description d;
+    if (!prev) {
+      snprintf(err, errlen, "no weight set '%s' to publish after generation %llu", args->name,
+               (unsigned long long)w->after);
+      return PROTO_E_NOENT;
+    }
+    registry_describe(prev, &d);
+    if (d.weights->generation != w->after) {
+      snprintf(err, errlen, "'%s' is at generation %llu, not %llu: another publisher came "
+               "first", args->name, (unsigned long long)d.weights->generation,
+               (unsigned long long)w->after);
+      return PROTO_E_EXIST;
+    }
+  }
+  if (w->n_buffers == 0 || w->n_buffers > GPUSHM_LIMIT_WEIGHT_BUFFERS) {
+    snprintf(err, errlen, "a generation's tensors lie in 1 to %u buffers "
+             "(GPUSHM_LIMIT_WEIGHT_BUFFERS), not %u", GPUSHM_LIMIT_WEIGHT_BUFFERS, w->n_buffers);
+    return w->n_buffers ? PROTO_E_LIMIT : PROTO_E_INVAL;
+  }
+  if (!(w->buffers = calloc(w->n_buffers, sizeof *w->buffers))) {
+    snprintf(err, errlen, "daemon out of memory");
+    return PROTO_E_NOMEM;
+  }
+  for (uint32_t i = 0; i < w->n_buffers; i++) {
+    struct reg_object *b = registry_find_id(reg, w->buffer_ids[i]);
+    const struct reg_holding *h = b ? find_holding(b, client) : NULL;
+    struct reg_description d;
+
+    if (!h || !h->read_write) {
+      snprintf(err, errlen, "buffer %llu: a publisher holds each buffer of its generation "
+               "read-write (it wrote them)", (unsigned long long)w->buffer_ids[i]);
+      goto fail;
+    }
+    registry_describe(b, &d);
+    if (b->kind != REG_BUFFER || d.image || d.external) {
+      snprintf(err, errlen, "'%s' is %s: a generation's tensors lie in plain buffers",
+               b->name, d.image ? "an image" : d.external ? "registered memory"
+                                             : kind_article(b->kind));
+      goto fail;
+    }
+    for (const struct list *l = b->holdings.next; l != &b->holdings; l = l->next) {
+      const struct reg_holding *o = list_entry(l, struct reg_holding, buffer_link);
+      if (o->client != client && o->read_write) {
+        snprintf(err, errlen, "'%s' is open read-write by client %u (pid %d) too: publish it "
+                 "once only its writer holds it, so that it does not change under readers",
+                 b->name, o->client->id, (int)o->client->pid);
+        goto fail;
+      }
+    }
+    if (!readable_as_set(b, set_mode, set_gid)) {
+      snprintf(err, errlen, "'%s' (mode %03o, group %u) is less readable than weight set "
+               "'%s' (mode %03o, group %u): its readers could open the set and not its memory",
+               b->name, b->mode, (unsigned)b->owner_gid, args->name, set_mode,
+               (unsigned)set_gid);
+      goto fail;
+    }
+    for (uint32_t j = 0; j < i; j++)
+      if (w->buffers[j] == b) {
+        snprintf(err, errlen, "'%s' is named twice: a generation lists each buffer once",
+                 b->name);
+        goto fail;
+      }
+    w->buffers[i] = b;
+  }
+  w->previous = prev;
+  return 0;
+
+fail:
+  free(w->buffers);
+  w->buffers = NULL;
+  return PROTO_E_INVAL;
+}
+
 int registry_create(struct registry *reg, struct reg_client *client,
                     const struct reg_policy *policy, const struct reg_create_args *args,
                     struct reg_export *out, char *err, size_t errlen)
@@ -630,30 +772,46 @@ int registry_create(struct registry *reg, struct reg_client *client,
   const struct reg_kind_ops *ops;
   const struct backend *be = NULL;
   struct reg_object *obj;
+  struct reg_object *prev = NULL;
   struct reg_key *found;
+  /* a weight-set generation is immutable: its publisher holds it as a reader does */
+  const bool read_only = args->kind == REG_WEIGHTS;
   int r;
 
   memset(out, 0, sizeof *out);
   if ((r = check_common(args, err, errlen)) < 0)
     return r;
   ops = reg_kind_for(args);
+  found = names_lookup(&reg->names, args->name);
+  if (args->kind == REG_WEIGHTS) {
+    /* a generation's checks need what the name denotes now */
+    if (!args->weights) {
+      snprintf(err, errlen, "a weight set is published");
+      return PROTO_E_INVAL;
+    }
+    if ((r = resolve_publish(reg, client, args, found, err, errlen)) < 0)
+      return r;
+    prev = args->weights->previous;
+    found = NULL;
+  }
   if (ops->check && (r = ops->check(reg, args, policy, &be, err, errlen)) < 0)
-    return r;
-  if ((found = names_lookup(&reg->names, args->name)))
+    goto unresolve;
+  if (found)
     return join_existing(reg, client, policy, object_of(found), args, be, out, err, errlen);
   if (ops->select)
     ops = ops->select(reg, args, policy, be);
   if ((args->strict_mode || reg->limits.strict_modes) &&
       (r = check_mode_kept(args, args->mode ? args->mode : reg->limits.default_mode, be, ops,
                            err, errlen)) < 0)
-    return r;
+    goto unresolve;
 
   /* Before allocating: committing host pages beyond the budget is what must not happen. */
   {
     struct quota_cost c;
     ops->estimate(reg, args, be, &c);
-    if ((r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen)) < 0)
-      return r;
+    if ((r = quota_check(&reg->quota, &limits, prev ? prev->owner_uid : client->uid, &c, err,
+                         errlen)) < 0)
+      goto unresolve;
   }
   if (names_reserve(&reg->names) < 0 || !(obj = calloc(1, ops->object_size)))
     goto oom;
@@ -666,18 +824,19 @@ int registry_create(struct registry *reg, struct reg_client *client,
   if ((r = ops->alloc(reg, obj, args, be, client, err, errlen)) < 0) {
     free(obj->metadata);
     free(obj);
-    return r;
+    goto unresolve;
   }
   /* Again with the rounded size: the backend's granule may push it over the quota. */
   {
     const struct quota_cost c = cost_of(obj);
-    r = quota_check(&reg->quota, &limits, client->uid, &c, err, errlen);
+    r = quota_check(&reg->quota, &limits, prev ? prev->owner_uid : client->uid, &c, err,
+                    errlen);
   }
   if (r < 0) {
     ops->release(reg, obj);
     free(obj->metadata);
     free(obj);
-    return r;
+    goto unresolve;
   }
 
   obj->id = reg->next_id++;
@@ -689,6 +848,13 @@ int registry_create(struct registry *reg, struct reg_client *client,
   obj->mode = args->mode ? args->mode : reg->limits.default_mode;
   obj->lifetime = args->lifetime;
   obj->creator = args->lifetime == PROTO_LIFETIME_SESSION ? client : NULL;
+  if (prev) { /* a set's next generation: the set's owner, mode and lifetime */
+    obj->owner_uid = prev->owner_uid;
+    obj->owner_gid = prev->owner_gid;
+    obj->mode = prev->mode;
+    obj->lifetime = prev->lifetime;
+    obj->creator = prev->creator;
+  }
   list_init(&obj->creator_link);
   if (obj->creator)
     list_add_tail(&client->created, &obj->creator_link);
@@ -696,16 +862,34 @@ int registry_create(struct registry *reg, struct reg_client *client,
   obj->created_unix_ms = now_unix_ms();
   list_init(&obj->holdings);
 
-  charge_quota(reg, client->uid, obj);
+  charge_quota(reg, obj->owner_uid, obj);
   quota_host_add(&reg->quota, obj->host_bytes);
   tally(reg, obj, 1);
   ids_add(&reg->names, &obj->key);
-  names_link(&reg->names, &obj->key);
-
-  if ((r = add_ref(obj, client, true, err, errlen)) < 0 ||
-      (r = export_object(reg, obj, client, policy, false, out, err, errlen)) < 0) {
+  if (args->weights) {
+    obj->pinned = args->weights->buffers;
+    obj->n_pinned = args->weights->n_buffers;
+    args->weights->buffers = NULL;
+    for (uint32_t i = 0; i < obj->n_pinned; i++)
+      obj->pinned[i]->pins++;
+  }
+  /* A generation takes the name once exported to its publisher, who may still be
+   * refused (a reference limit, no fd left) while the name denotes the one before. */
+  if (!args->weights)
+    names_link(&reg->names, &obj->key);
+  if ((r = add_ref(obj, client, !read_only, err, errlen)) < 0 ||
+      (r = export_object(reg, obj, client, policy, read_only, out, err, errlen)) < 0) {
     discard_new(reg, obj, client);
     return r;
+  }
+  if (args->weights) {
+    if (prev)
+      names_unlink(&reg->names, &prev->key);
+    names_link(&reg->names, &obj->key);
+    if (ops->linked)
+      ops->linked(reg, obj);
+    if (prev)
+      unlinked(reg, prev); /* may free it */
   }
   out->created = true;
   if (reg->on_created)
@@ -714,7 +898,13 @@ int registry_create(struct registry *reg, struct reg_client *client,
 
 oom:
   snprintf(err, errlen, "daemon out of memory");
-  return PROTO_E_NOMEM;
+  r = PROTO_E_NOMEM;
+unresolve:
+  if (args->weights) {
+    free(args->weights->buffers);
+    args->weights->buffers = NULL;
+  }
+  return r;
 }
 
 static int lookup_name(const struct registry *reg, const char *name, struct reg_object **out,
@@ -734,13 +924,6 @@ static int lookup_name(const struct registry *reg, const char *name, struct reg_
   return 0;
 }
 
-/* "a buffer", "an event", "a timeline", "a ring": what a caller meant, and what a name
- * is. */
-static const char *kind_article(enum reg_kind kind)
-{
-  return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline"
-         : kind == REG_RING ? "a ring" : "a buffer";
-}
 
 /* A ring consumer's done timeline is read by the ring's producers, those that hold it
  * read-write (unlinked or not: they go on waiting on its consumers), whatever its own
@@ -791,6 +974,12 @@ int registry_open(struct registry *reg, struct reg_client *client,
              write ? "read-write" : "read", (unsigned)client->uid);
     return PROTO_E_PERM;
   }
+  if (write && (obj->pins || obj->kind == REG_WEIGHTS)) {
+    snprintf(err, errlen, "'%s' is %s published weights, which do not change: open it "
+             "read-only (publish a new generation to change them)", obj->name,
+             obj->kind == REG_WEIGHTS ? "a weight set's" : "memory of");
+    return PROTO_E_PERM;
+  }
   /* One role a connection: a consumer's connection reading its fellow consumers' done
    * timelines as a producer would also hold its own read-only beside read-write, and a
    * close of either would not be the consumer's. */
@@ -803,6 +992,43 @@ int registry_open(struct registry *reg, struct reg_client *client,
     return r;
   if ((r = export_object(reg, obj, client, policy, read_only, out, err, errlen)) < 0) {
     drop_refs(reg, find_holding(obj, client), 1); /* linked: it stays */
+    return r;
+  }
+  return 0;
+}
+
+int registry_open_via(struct registry *reg, struct reg_client *client,
+                      const struct reg_policy *policy, uint64_t id, uint64_t via_id,
+                      struct reg_export *out, char *err, size_t errlen)
+{
+  struct reg_object *gen = registry_find_id(reg, via_id), *obj = NULL;
+  int r;
+
+  memset(out, 0, sizeof *out);
+  if (!gen || gen->kind != REG_WEIGHTS || !find_holding(gen, client)) {
+    snprintf(err, errlen, "this connection holds no weight-set generation with id %llu: open "
+             "the set, then its buffers", (unsigned long long)via_id);
+    return PROTO_E_NOENT;
+  }
+  for (uint32_t i = 0; i < gen->n_pinned && !obj; i++)
+    if (gen->pinned[i]->id == id)
+      obj = gen->pinned[i];
+  if (!obj) {
+    snprintf(err, errlen, "weight set '%s' has no buffer with id %llu", gen->name,
+             (unsigned long long)id);
+    return PROTO_E_NOENT;
+  }
+  /* its segment may hold its owner's other buffers: its own mode decides */
+  if (!registry_may_access(client, obj, false)) {
+    snprintf(err, errlen, "'%s', a buffer of weight set '%s' (mode %03o, owner %u:%u), denies "
+             "read access to uid %u", obj->name, gen->name, obj->mode,
+             (unsigned)obj->owner_uid, (unsigned)obj->owner_gid, (unsigned)client->uid);
+    return PROTO_E_PERM;
+  }
+  if ((r = add_ref(obj, client, false, err, errlen)) < 0)
+    return r;
+  if ((r = export_object(reg, obj, client, policy, true, out, err, errlen)) < 0) {
+    drop_refs(reg, find_holding(obj, client), 1); /* pinned: it stays */
     return r;
   }
   return 0;

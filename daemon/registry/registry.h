@@ -50,6 +50,11 @@ int registry_open(struct registry *reg, struct reg_client *client,
                   const struct reg_policy *policy, const char *name, uint64_t id,
                   bool read_only, enum reg_kind kind, struct reg_export *out, char *err,
                   size_t errlen);
+/* Opens buffer id read-only as one of weight-set generation via_id's, which the client
+ * holds (unlinked or not: the generation keeps it); its own mode decides who reads it. */
+int registry_open_via(struct registry *reg, struct reg_client *client,
+                      const struct reg_policy *policy, uint64_t id, uint64_t via_id,
+                      struct reg_export *out, char *err, size_t errlen);
 /* Attaches the client, which holds ring ring_id, as one of its consumers: out is its
  * done timeline (made at the first attach, read-write, its counter at the frame last
  * presented; opened again at a later one).  It stays a consumer until its last

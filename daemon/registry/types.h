@@ -63,6 +63,29 @@ struct reg_create_args {
   /* The registry's own creates (a ring consumer's done timeline): a name clients cannot
    * spell, so that none can take it first or open it by name. */
   bool reserved_name;
+  /* A weight-set generation (kind_weights.c), published under name. */
+  struct reg_weights_args *weights;
+};
+
+/* A publish (PublishRequest): the manifest (the request's fd, the caller's), the buffers
+ * by id, and what the registry found for them. */
+struct reg_weights_args {
+  int manifest_fd;
+  uint64_t manifest_size;
+  uint32_t n_tensors;
+  const uint64_t *buffer_ids;
+  uint32_t n_buffers;
+  uint64_t after; /* nonzero: only if the name denotes this generation now */
+  /* the registry's: the generation the name denotes now (NULL: the first), and the
+   * buffers buffer_ids name */
+  struct reg_object *previous;
+  struct reg_object **buffers;
+};
+
+/* A weight-set generation as listings and opens show it. */
+struct reg_weights_info {
+  uint64_t generation, newest, manifest_size;
+  uint32_t n_tensors;
 };
 
 /* A ready export: what a client is sent to reach an object it now holds a reference
@@ -119,6 +142,7 @@ struct reg_description {
   const struct reg_external *external;    /* registered memory; NULL otherwise */
   uint32_t ring_slots, ring_consumers;    /* a ring's; 0 otherwise */
   uint64_t ring_slot_size, ring_slot_stride;
+  const struct reg_weights_info *weights; /* a weight-set generation's; NULL otherwise */
 };
 
 /* A promise gpushmd broke for a promiser that is gone: the values (lost_from, upto]

@@ -118,6 +118,7 @@ static enum reg_kind reg_kind_of_wire(Gpushm__Kind kind, bool event)
 {
   return kind == GPUSHM__KIND__KIND_TIMELINE ? REG_TIMELINE
          : kind == GPUSHM__KIND__KIND_RING   ? REG_RING
+         : kind == GPUSHM__KIND__KIND_WEIGHTS ? REG_WEIGHTS
          : kind == GPUSHM__KIND__KIND_EVENT || (!kind && event) ? REG_EVENT
                                                                 : REG_BUFFER;
 }
@@ -141,6 +142,9 @@ static int check_create_kind(const Gpushm__CreateRequest *cr, struct handler_rep
       return reply_fail(ctx, PROTO_E_INVAL, "a ring's slots are memory, ordered by its own "
                         "timelines: no event backend, no sync");
     return 0;
+  case GPUSHM__KIND__KIND_WEIGHTS:
+    return reply_fail(ctx, PROTO_E_INVAL, "a weight set is published (PublishRequest), not "
+                      "created");
   case GPUSHM__KIND__KIND_BUFFER:
   case GPUSHM__KIND__KIND_IMAGE:
     if (cr->backend == GPUSHM__BACKEND__BACKEND_CUDA_EVENT)
@@ -249,6 +253,11 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
   case GPUSHM__KIND__KIND_TIMELINE:
   case GPUSHM__KIND__KIND_RING:
     break;
+  case GPUSHM__KIND__KIND_WEIGHTS:
+    if (!(call->features & PROTO_FEATURE_WEIGHTS))
+      return reply_fail(ctx, PROTO_E_UNSUPPORTED, "weight sets need PROTO_FEATURE_WEIGHTS at "
+                        "hello");
+    break;
   default:
     snprintf(ctx->msg, sizeof ctx->msg, "kind %d is unknown to gpushmd %s", (int)o->kind,
              PACKAGE_VERSION);
@@ -262,6 +271,15 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
       return reply_fail(ctx, PROTO_E_UNSUPPORTED, "rings need PROTO_FEATURE_RINGS at hello");
     r = registry_ring_attach(call->reg, call->client, call->policy, id, &ctx->export, ctx->msg,
                              sizeof ctx->msg);
+  } else if (o->via_weights) {
+    if (!id || o->kind > GPUSHM__KIND__KIND_BUFFER || !o->read_only)
+      return reply_fail(ctx, PROTO_E_INVAL, "a weight set's buffer is opened read-only, by "
+                        "its id");
+    if (!(call->features & PROTO_FEATURE_WEIGHTS))
+      return reply_fail(ctx, PROTO_E_UNSUPPORTED, "weight sets need PROTO_FEATURE_WEIGHTS at "
+                        "hello");
+    r = registry_open_via(call->reg, call->client, call->policy, id, o->via_weights,
+                          &ctx->export, ctx->msg, sizeof ctx->msg);
   } else {
     r = registry_open(call->reg, call->client, call->policy, name, id, o->read_only,
                       reg_kind_of_wire(o->kind, o->event), &ctx->export, ctx->msg,

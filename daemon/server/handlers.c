@@ -14,6 +14,7 @@
 /* The families, each a table of its own (family_*.c): a body case is in one of them. */
 static const struct handler_family *const families[] = {
   &handler_family_core, &handler_family_admin, &handler_family_graphics,
+  &handler_family_weights,
 };
 _Static_assert(sizeof families / sizeof families[0] <= HANDLER_FAMILIES_MAX,
                "a hello reply has room for every family");

@@ -99,6 +99,10 @@ struct handler_reply {
   Gpushm__ExternalMemory info_external; /* info's, for registered memory */
   Gpushm__RingInfo ring;                /* an open reply's, for a ring */
   Gpushm__RingInfo info_ring;           /* info's, for a ring */
+  /* a weight-set generation's, in an open reply or info (never both in one reply) */
+  Gpushm__WeightsInfo weights;
+  Gpushm__WeightsBuffer weights_buffers[GPUSHM_LIMIT_WEIGHT_BUFFERS];
+  Gpushm__WeightsBuffer *weights_buffer_ptrs[GPUSHM_LIMIT_WEIGHT_BUFFERS];
   /* the open reply's holders: inline, so that nothing can fail once an export is out */
   Gpushm__Holder holders[GPUSHM_LIMIT_HOLDERS_LISTED];
   Gpushm__Holder *holder_ptrs[GPUSHM_LIMIT_HOLDERS_LISTED];
@@ -148,6 +152,7 @@ struct handler_family {
 extern const struct handler_family handler_family_core;
 extern const struct handler_family handler_family_admin;
 extern const struct handler_family handler_family_graphics;
+extern const struct handler_family handler_family_weights;
 
 /* Every family, as Hello lists them: *out (static), the count (at most
  * HANDLER_FAMILIES_MAX). */

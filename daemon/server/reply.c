@@ -113,6 +113,30 @@ static void fill_external(Gpushm__ExternalMemory *out, const struct reg_external
   out->driver_info = (char *)x->driver_info;
 }
 
+/* A weight-set generation: its number, the set's newest, and its buffers (listed only
+ * in open replies: a listing's entries stay small). */
+static Gpushm__WeightsInfo *fill_weights(struct handler_reply *ctx, const struct reg_object *b,
+                                         const struct reg_weights_info *w, bool buffers)
+{
+  gpushm__weights_info__init(&ctx->weights);
+  ctx->weights.generation = w->generation;
+  ctx->weights.newest = w->newest;
+  ctx->weights.manifest_size = w->manifest_size;
+  ctx->weights.tensors = w->n_tensors;
+  for (uint32_t i = 0; buffers && i < b->n_pinned && i < GPUSHM_LIMIT_WEIGHT_BUFFERS; i++) {
+    const struct reg_object *p = b->pinned[i];
+    gpushm__weights_buffer__init(&ctx->weights_buffers[i]);
+    ctx->weights_buffers[i].id = p->id;
+    ctx->weights_buffers[i].size = p->size;
+    ctx->weights_buffers[i].device = p->device;
+    ctx->weights_buffers[i].backend = reply_wire_backend(p);
+    ctx->weights_buffer_ptrs[i] = &ctx->weights_buffers[i];
+    ctx->weights.n_buffers = i + 1;
+  }
+  ctx->weights.buffers = ctx->weights_buffer_ptrs;
+  return &ctx->weights;
+}
+
 void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
                       const struct reg_client *asker, bool with_metadata,
                       Gpushm__Holder *holders, Gpushm__Holder **ptrs)
@@ -167,6 +191,7 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
   info->kind = b->kind == REG_EVENT    ? GPUSHM__KIND__KIND_EVENT
                : b->kind == REG_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE
                : b->kind == REG_RING     ? GPUSHM__KIND__KIND_RING
+               : b->kind == REG_WEIGHTS  ? GPUSHM__KIND__KIND_WEIGHTS
                : d.image               ? GPUSHM__KIND__KIND_IMAGE
                                     : GPUSHM__KIND__KIND_BUFFER;
   if (d.image) {
@@ -185,6 +210,8 @@ void reply_fill_info(struct handler_reply *ctx, const struct reg_object *b,
     ctx->info_ring.consumers = d.ring_consumers;
     info->ring = &ctx->info_ring;
   }
+  if (d.weights)
+    info->weights = fill_weights(ctx, b, d.weights, false);
 }
 
 void reply_close_fds(struct handler_reply *ctx)
@@ -229,6 +256,13 @@ int reply_open(struct handler_call *call, struct handler_reply *ctx)
     ctx->ring.slot_size = e->ring_slot_size;
     ctx->ring.slot_stride = e->ring_slot_stride;
     ctx->body.open.ring = &ctx->ring;
+  }
+  if (e->buffer->kind == REG_WEIGHTS) {
+    struct reg_description d;
+    registry_describe(e->buffer, &d);
+    /* once, with its buffers: the open's own */
+    ctx->info.weights = NULL;
+    ctx->body.open.weights = fill_weights(ctx, e->buffer, d.weights, true);
   }
   ctx->reply.body_case = GPUSHM__REPLY__BODY_OPEN;
   ctx->reply.open = &ctx->body.open;

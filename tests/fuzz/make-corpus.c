@@ -1229,6 +1229,71 @@ static void list_codec_seeds(void)
   l_body("error", 9, 0, false, 1);
 }
 
+/* ---- fuzz-manifest-codec seeds: buffer sizes, then a weight manifest ---------------- */
+
+static void weight_tensor(Gpushm__WeightTensor *t, const char *name, uint32_t code, uint32_t bits,
+                          uint32_t lanes, size_t ndim, int64_t *shape, int64_t *strides,
+                          uint32_t buffer, uint64_t offset)
+{
+  gpushm__weight_tensor__init(t);
+  t->name = (char *)name;
+  t->dtype_code = code;
+  t->dtype_bits = bits;
+  t->dtype_lanes = lanes;
+  t->n_shape = ndim;
+  t->shape = shape;
+  t->n_strides = strides ? ndim : 0;
+  t->strides = strides;
+  t->buffer = buffer;
+  t->offset = offset;
+}
+
+static void m_seed(const char *name, unsigned n_buffers, Gpushm__WeightTensor **tensors,
+                   size_t n)
+{
+  Gpushm__WeightManifest m = GPUSHM__WEIGHT_MANIFEST__INIT;
+  static uint8_t packed[4096];
+  size_t len;
+
+  m.version = 1;
+  m.n_tensors = n;
+  m.tensors = tensors;
+  len = gpushm__weight_manifest__get_packed_size(&m);
+  if (len > sizeof packed) {
+    fprintf(stderr, "make-corpus: manifest seed too large\n");
+    exit(1);
+  }
+  gpushm__weight_manifest__pack(&m, packed);
+  begin();
+  put_byte(n_buffers);
+  for (unsigned b = 0; b < n_buffers; b++)
+    for (unsigned k = 0; k < 8; k++)
+      put_byte(k == 1 ? 0x10 : 0); /* 4096 bytes each */
+  put(packed, len);
+  finish("manifest-codec", name);
+}
+
+static void manifest_codec_seeds(void)
+{
+  static int64_t matrix[] = { 4, 8 }, column_major[] = { 1, 4 }, three[] = { 3 },
+                 backwards[] = { -1 }, empty[] = { 0, 5 };
+  Gpushm__WeightTensor t[5], *p[5];
+
+  weight_tensor(&t[0], "model.embed_tokens.weight", 4, 16, 1, 2, matrix, NULL, 0, 0);
+  weight_tensor(&t[1], "model.layers.0.mlp.down_proj.weight", 2, 32, 0, 2, matrix,
+                column_major, 1, 256);
+  weight_tensor(&t[2], "lm_head.weight", 4, 16, 1, 2, matrix, NULL, 0, 0); /* tied */
+  weight_tensor(&t[3], "model.norm.weight", 0, 8, 4, 1, three, backwards, 0, 72);
+  weight_tensor(&t[4], "model.layers.0.empty", 2, 32, 1, 2, empty, NULL, 1, 4096);
+  for (unsigned i = 0; i < 5; i++)
+    p[i] = &t[i];
+  m_seed("one", 1, p, 1);
+  m_seed("five", 2, p, 5);
+  m_seed("no-buffers", 0, p, 2);
+  p[1] = &t[2];
+  m_seed("tied", 2, p, 2);
+}
+
 int main(int argc, char **argv)
 {
   char path[4096];
@@ -1245,9 +1310,13 @@ int main(int argc, char **argv)
   make_dir(path);
   snprintf(path, sizeof path, "%s/list-codec", out_dir);
   make_dir(path);
+  snprintf(path, sizeof path, "%s/manifest-codec", out_dir);
+  make_dir(path);
   daemon_seeds();
   client_seeds();
   list_codec_seeds();
-  printf("make-corpus: %u seeds in %s/{daemon,client,list-codec}\n", n_written, out_dir);
+  manifest_codec_seeds();
+  printf("make-corpus: %u seeds in %s/{daemon,client,list-codec,manifest-codec}\n", n_written,
+         out_dir);
   return 0;
 }

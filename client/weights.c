@@ -1,0 +1,563 @@
+/* SPDX-License-Identifier: MIT */
+/* Weight sets (docs/weights.md): building and publishing a generation's manifest, and
+ * opening one.  A generation is the daemon's object; what this file keeps of it is its
+ * manifest, decoded once and checked against the buffers it names before anything is
+ * handed out, the buffers opened through it on demand, and the control block whose fence
+ * says the set's newest generation. */
+#include "config.h"
+#include "gpushm-weights.h"
+
+#include "buffer.h"
+#include "conn.h"
+#include "error.h"
+#include "manifest_codec.h"
+#include "sync.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct gpushm_weights_builder {
+  struct manifest_writer writer;
+  gpushm_buffer_t **buffers;
+  uint64_t *sizes;
+  uint32_t n_buffers, cap_buffers;
+};
+
+struct weights_buffer {
+  uint64_t id, size;
+  int device;
+  gpushm_buffer_t *open; /* through the generation, at the first use */
+};
+
+struct gpushm_weights {
+  gpushm_t *conn; /* a reference held */
+  uint64_t id, generation;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  const uint8_t *manifest_map;
+  size_t manifest_size;
+  struct sync_control *control; /* mapped read-only: its fence is the newest generation */
+  struct manifest manifest;
+  struct weights_buffer *buffers;
+  uint32_t n_buffers;
+  pthread_mutex_t lock; /* buffers' opens */
+};
+
+/* A failed system call, its errno kept for gpushm_last_errno(). */
+static int io_error(int err, const char *what, const char *name)
+{
+  int r = client_error(GPUSHM_E_IO, "%s%s%s: %s", what, name ? " of " : "", name ? name : "",
+                       strerror(err));
+  client_set_errno(err);
+  return r;
+}
+
+/* ---- building -------------------------------------------------------------------------- */
+
+int gpushm_weights_builder_new(gpushm_weights_builder_t **out)
+{
+  gpushm_weights_builder_t *b;
+
+  client_clear_error();
+  if (!out)
+    return client_error(GPUSHM_E_INVAL, "out is NULL");
+  if (!(*out = b = calloc(1, sizeof *b)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  manifest_writer_init(&b->writer);
+  return 0;
+}
+
+void gpushm_weights_builder_free(gpushm_weights_builder_t *b)
+{
+  if (!b)
+    return;
+  manifest_writer_free(&b->writer);
+  free(b->buffers);
+  free(b->sizes);
+  free(b);
+}
+
+int gpushm_weights_builder_add_buffer(gpushm_weights_builder_t *b, gpushm_buffer_t *buf,
+                                      uint32_t *index)
+{
+  client_clear_error();
+  if (!b || !buf || !index)
+    return client_error(GPUSHM_E_INVAL, "builder, buffer and index must not be NULL");
+  if (gpushm_buffer_kind(buf) != GPUSHM_KIND_BUFFER)
+    return client_error(GPUSHM_E_INVAL, "'%s' is no plain buffer: a generation's tensors lie "
+                        "in buffers", gpushm_buffer_name(buf));
+  for (uint32_t i = 0; i < b->n_buffers; i++)
+    if (gpushm_buffer_id(b->buffers[i]) == gpushm_buffer_id(buf)) {
+      *index = i;
+      return 0;
+    }
+  if (b->n_buffers == GPUSHM_LIMIT_WEIGHT_BUFFERS)
+    return client_error(GPUSHM_E_LIMIT, "a generation's tensors lie in at most %u buffers",
+                        GPUSHM_LIMIT_WEIGHT_BUFFERS);
+  if (b->n_buffers == b->cap_buffers) {
+    uint32_t cap = b->cap_buffers ? b->cap_buffers * 2 : 8;
+    gpushm_buffer_t **bufs = realloc(b->buffers, cap * sizeof *bufs);
+    uint64_t *sizes = bufs ? realloc(b->sizes, cap * sizeof *sizes) : NULL;
+    if (bufs)
+      b->buffers = bufs;
+    if (!sizes)
+      return client_error(GPUSHM_E_NOMEM, "out of memory");
+    b->sizes = sizes;
+    b->cap_buffers = cap;
+  }
+  b->buffers[b->n_buffers] = buf;
+  b->sizes[b->n_buffers] = gpushm_buffer_size(buf);
+  *index = b->n_buffers++;
+  return 0;
+}
+
+/* The codec's refusals in the API's words. */
+static int codec_error(int r, const char *why)
+{
+  return client_error(r == PROTO_E_LIMIT ? GPUSHM_E_LIMIT
+                      : r == PROTO_E_NOMEM ? GPUSHM_E_NOMEM
+                                           : GPUSHM_E_INVAL, "%s", why);
+}
+
+int gpushm_weights_builder_add_tensor(gpushm_weights_builder_t *b, const char *name,
+                                      uint32_t buffer, const gpushm_tensor_desc_t *desc)
+{
+  struct manifest_tensor t;
+  char why[256];
+  int r;
+
+  client_clear_error();
+  if (!b || !name || !desc)
+    return client_error(GPUSHM_E_INVAL, "builder, name and desc must not be NULL");
+  if (desc->size < GPUSHM_TENSOR_DESC_SIZE_V1)
+    return client_error(GPUSHM_E_INVAL, "desc was not initialised "
+                        "(gpushm_tensor_desc_init())");
+  if (desc->ndim && !desc->shape)
+    return client_error(GPUSHM_E_INVAL, "desc has %u dimensions and no shape", desc->ndim);
+  t = (struct manifest_tensor){
+    .name = name, .name_len = (uint32_t)strnlen(name, GPUSHM_LIMIT_WEIGHT_NAME + 1),
+    .dtype_code = desc->dtype.code, .dtype_bits = desc->dtype.bits,
+    .dtype_lanes = desc->dtype.lanes, .ndim = desc->ndim, .shape = desc->shape,
+    .strides = desc->strides, .buffer = buffer, .offset = desc->offset,
+  };
+  if ((r = manifest_writer_add(&b->writer, &t, b->sizes, b->n_buffers, why, sizeof why)) < 0)
+    return codec_error(r, why);
+  return 0;
+}
+
+void gpushm_weights_publish_opts_init(gpushm_weights_publish_opts_t *opts)
+{
+  if (!opts)
+    return;
+  memset(opts, 0, sizeof *opts);
+  opts->size = sizeof *opts;
+}
+
+/* The manifest as a memfd sealed against every change: what gpushmd keeps and hands to
+ * readers, who can then trust that it stays what they checked. */
+static int sealed_manifest(const struct manifest_writer *w)
+{
+  const int seals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL;
+  int fd = memfd_create("gpushm-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  size_t done = 0;
+
+  if (fd < 0)
+    return io_error(errno, "memfd_create", NULL);
+  while (done < w->len) {
+    ssize_t n = write(fd, w->data + done, w->len - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      close(fd);
+      return io_error(n < 0 ? errno : ENOSPC, "writing the manifest", NULL);
+    }
+    done += (size_t)n;
+  }
+  if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+    close(fd);
+    return io_error(errno, "sealing the manifest", NULL);
+  }
+  return fd;
+}
+
+static int adopt_generation(gpushm_t *conn, const Gpushm__OpenReply *open, struct client_fds *fds,
+                            gpushm_weights_t **out);
+
+/* Sends req (and send_fd) and makes the generation its open reply names. */
+static int generation_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd,
+                                 gpushm_weights_t **out)
+{
+  Gpushm__Reply *reply;
+  struct client_fds fds;
+  uint64_t id;
+  int r;
+
+  pthread_mutex_lock(&conn->lock);
+  r = client_call_locked_fd(conn, req, send_fd, &reply, &fds);
+  pthread_mutex_unlock(&conn->lock);
+  if (r < 0)
+    return r;
+  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN || !reply->open->info ||
+      !reply->open->weights || fds.n != 2) {
+    id = reply->body_case == GPUSHM__REPLY__BODY_OPEN && reply->open->info
+           ? reply->open->info->id : 0;
+    client_close_fds(&fds);
+    gpushm__reply__free_unpacked(reply, NULL);
+    if (id)
+      client_release_id(conn, id);
+    return client_error(GPUSHM_E_PROTO, "malformed weight set reply");
+  }
+  r = adopt_generation(conn, reply->open, &fds, out);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r;
+}
+
+int gpushm_weights_publish(gpushm_t *conn, const char *name, const gpushm_weights_builder_t *b,
+                           const gpushm_weights_publish_opts_t *opts, gpushm_weights_t **out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PublishRequest body = GPUSHM__PUBLISH_REQUEST__INIT;
+  gpushm_weights_publish_opts_t o;
+  gpushm_weights_t *w = NULL;
+  struct manifest check;
+  uint64_t *ids;
+  char why[256];
+  int fd, r;
+
+  client_clear_error();
+  if (out)
+    *out = NULL;
+  if (!conn || !name || !b)
+    return client_error(GPUSHM_E_INVAL, "conn, name and builder must not be NULL");
+  if (!wire_name_valid(name))
+    return client_error(GPUSHM_E_NAME, "invalid weight set name");
+  if ((r = client_need_feature(conn, GPUSHM_FEATURE_WEIGHTS, "weight sets")) < 0)
+    return r;
+  gpushm_weights_publish_opts_init(&o);
+  if (opts) {
+    if (opts->size < sizeof o)
+      return client_error(GPUSHM_E_INVAL, "opts was not initialised "
+                          "(gpushm_weights_publish_opts_init())");
+    o = *opts;
+  }
+  if (!b->writer.n_tensors)
+    return client_error(GPUSHM_E_INVAL, "a generation names at least one tensor");
+  /* what every reader will check, checked here first, overlaps too */
+  if ((r = manifest_decode(b->writer.data, b->writer.len, b->sizes, b->n_buffers, &check, why,
+                           sizeof why)) < 0)
+    return codec_error(r, why);
+  r = manifest_check_overlaps(&check, why, sizeof why);
+  manifest_free(&check);
+  if (r < 0)
+    return codec_error(r, why);
+  if (!(ids = malloc(b->n_buffers * sizeof *ids)))
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  for (uint32_t i = 0; i < b->n_buffers; i++) {
+    if (gpushm_buffer_connection(b->buffers[i]) != conn) {
+      free(ids);
+      return client_error(GPUSHM_E_INVAL, "'%s' is open on another connection: publish on "
+                          "the one that holds the buffers", gpushm_buffer_name(b->buffers[i]));
+    }
+    ids[i] = gpushm_buffer_id(b->buffers[i]);
+  }
+  if ((fd = sealed_manifest(&b->writer)) < 0) {
+    free(ids);
+    return fd;
+  }
+  body.name = (char *)name;
+  body.buffers = ids;
+  body.n_buffers = b->n_buffers;
+  body.mode = o.mode;
+  body.lifetime = (Gpushm__Lifetime)o.lifetime;
+  body.after = o.after;
+  body.tensors = (uint32_t)b->writer.n_tensors;
+  req.body_case = GPUSHM__REQUEST__BODY_PUBLISH;
+  req.publish = &body;
+  r = generation_round_trip(conn, &req, fd, &w);
+  close(fd);
+  free(ids);
+  if (r < 0)
+    return r;
+  if (out)
+    *out = w;
+  else
+    gpushm_weights_close(w);
+  return 0;
+}
+
+/* ---- reading --------------------------------------------------------------------------- */
+
+static void unmap_generation(gpushm_weights_t *w)
+{
+  manifest_free(&w->manifest);
+  if (w->manifest_map)
+    munmap((void *)w->manifest_map, w->manifest_size);
+  if (w->control)
+    munmap(w->control, SYNC_CONTROL_SIZE);
+  free(w->buffers);
+  pthread_mutex_destroy(&w->lock);
+}
+
+static int adopt_generation(gpushm_t *conn, const Gpushm__OpenReply *open, struct client_fds *fds,
+                            gpushm_weights_t **out)
+{
+  const Gpushm__WeightsInfo *info = open->weights;
+  gpushm_weights_t *w = calloc(1, sizeof *w);
+  uint64_t *sizes = NULL;
+  char why[256];
+  int r;
+
+  if (!w) {
+    r = client_error(GPUSHM_E_NOMEM, "out of memory");
+    goto fail;
+  }
+  pthread_mutex_init(&w->lock, NULL);
+  w->conn = conn;
+  w->id = open->info->id;
+  w->generation = info->generation;
+  snprintf(w->name, sizeof w->name, "%s", open->info->name);
+  if (info->n_buffers == 0 || info->n_buffers > GPUSHM_LIMIT_WEIGHT_BUFFERS ||
+      info->manifest_size == 0 || info->manifest_size > GPUSHM_LIMIT_WEIGHT_MANIFEST ||
+      !client_fd_sealed(fds->fd[0])) {
+    r = client_error(GPUSHM_E_PROTO, "'%s': a malformed generation (its manifest unsealed, or "
+                     "of %llu bytes over %zu buffers)", w->name,
+                     (unsigned long long)info->manifest_size, info->n_buffers);
+    goto fail_w;
+  }
+  w->manifest_size = (size_t)info->manifest_size;
+  w->manifest_map = mmap(NULL, w->manifest_size, PROT_READ, MAP_SHARED, fds->fd[0], 0);
+  if (w->manifest_map == MAP_FAILED) {
+    w->manifest_map = NULL;
+    r = io_error(errno, "mapping the manifest", w->name);
+    goto fail_w;
+  }
+  w->control = mmap(NULL, SYNC_CONTROL_SIZE, PROT_READ, MAP_SHARED, fds->fd[1], 0);
+  if (w->control == MAP_FAILED) {
+    w->control = NULL;
+    r = io_error(errno, "mapping the control block", w->name);
+    goto fail_w;
+  }
+  w->n_buffers = (uint32_t)info->n_buffers;
+  w->buffers = calloc(w->n_buffers, sizeof *w->buffers);
+  sizes = calloc(w->n_buffers, sizeof *sizes);
+  if (!w->buffers || !sizes) {
+    r = client_error(GPUSHM_E_NOMEM, "out of memory");
+    goto fail_w;
+  }
+  for (uint32_t i = 0; i < w->n_buffers; i++) {
+    w->buffers[i].id = info->buffers[i]->id;
+    w->buffers[i].size = sizes[i] = info->buffers[i]->size;
+    w->buffers[i].device = info->buffers[i]->device;
+  }
+  /* Nothing the publisher wrote is trusted: every tensor inside its buffer, aligned. */
+  if ((r = manifest_decode(w->manifest_map, w->manifest_size, sizes, w->n_buffers,
+                           &w->manifest, why, sizeof why)) < 0) {
+    r = client_error(r == PROTO_E_NOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_INVAL, "weight set '%s' "
+                     "generation %llu: its manifest %s", w->name,
+                     (unsigned long long)w->generation, why);
+    goto fail_w;
+  }
+  free(sizes);
+  client_close_fds(fds);
+  client_conn_ref(conn);
+  *out = w;
+  return 0;
+
+fail_w:
+  free(sizes);
+  unmap_generation(w);
+  free(w);
+fail:
+  client_close_fds(fds);
+  client_release_id(conn, open->info->id);
+  return r;
+}
+
+int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weights_t **out)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
+  int r;
+
+  client_clear_error();
+  if (!conn || !name || !out)
+    return client_error(GPUSHM_E_INVAL, "conn, name and out must not be NULL");
+  *out = NULL;
+  if (!wire_name_valid(name))
+    return client_error(GPUSHM_E_NAME, "invalid weight set name");
+  if ((r = client_need_feature(conn, GPUSHM_FEATURE_WEIGHTS, "weight sets")) < 0)
+    return r;
+  body.key_case = GPUSHM__OPEN_REQUEST__KEY_NAME;
+  body.name = (char *)name;
+  body.read_only = true;
+  body.kind = GPUSHM__KIND__KIND_WEIGHTS;
+  req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+  req.open = &body;
+  return generation_round_trip(conn, &req, -1, out);
+}
+
+int gpushm_weights_close(gpushm_weights_t *w)
+{
+  int r = 0, rb;
+
+  client_clear_error();
+  if (!w)
+    return client_error(GPUSHM_E_INVAL, "w is NULL");
+  /* the buffers' opens before the generation's, which keeps them alive */
+  for (uint32_t i = 0; i < w->n_buffers; i++)
+    if (w->buffers[i].open && (rb = gpushm_buffer_close(w->buffers[i].open)) < 0 && r == 0)
+      r = rb;
+  unmap_generation(w);
+  if ((rb = client_release_id(w->conn, w->id)) < 0 && r == 0)
+    r = rb;
+  client_conn_unref(w->conn);
+  free(w);
+  return r;
+}
+
+const char *gpushm_weights_name(const gpushm_weights_t *w)
+{
+  return w ? w->name : NULL;
+}
+
+uint64_t gpushm_weights_id(const gpushm_weights_t *w)
+{
+  return w ? w->id : 0;
+}
+
+uint64_t gpushm_weights_generation(const gpushm_weights_t *w)
+{
+  return w ? w->generation : 0;
+}
+
+uint64_t gpushm_weights_newest(const gpushm_weights_t *w)
+{
+  return w ? __atomic_load_n(&w->control->fence, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* gpushmd raises the fence and wakes the block's sleepers at every publish. */
+#define NEWER_SLICE_NS 100000000ull
+
+int gpushm_weights_wait_newer(gpushm_weights_t *w, int timeout_ms)
+{
+  uint64_t deadline;
+
+  client_clear_error();
+  if (!w)
+    return client_error(GPUSHM_E_INVAL, "w is NULL");
+  deadline = client_sync_now_ns() + (timeout_ms >= 0 ? (uint64_t)timeout_ms * 1000000u : 0);
+  for (;;) {
+    uint32_t wake = __atomic_load_n(&w->control->wake, __ATOMIC_SEQ_CST);
+    uint64_t last = __atomic_load_n(&w->control->release_seq, __ATOMIC_SEQ_CST);
+    uint64_t newest = __atomic_load_n(&w->control->fence, __ATOMIC_ACQUIRE), now, nap;
+
+    if (newest == GPUSHM_WEIGHTS_GONE)
+      return client_error(GPUSHM_E_NOENT, "weight set '%s' is gone: no generation after %llu "
+                          "will come", w->name, (unsigned long long)w->generation);
+    if (newest > w->generation)
+      return 0;
+    now = client_sync_now_ns();
+    if (timeout_ms >= 0 && now >= deadline)
+      return client_error(GPUSHM_E_TIMEOUT, "no generation of '%s' after %llu within %d ms",
+                          w->name, (unsigned long long)w->generation, timeout_ms);
+    nap = NEWER_SLICE_NS;
+    if (timeout_ms >= 0 && deadline - now < nap)
+      nap = deadline - now;
+    client_sync_sleep(w->control, wake, last, nap);
+  }
+}
+
+size_t gpushm_weights_tensor_count(const gpushm_weights_t *w)
+{
+  return w ? w->manifest.n_tensors : 0;
+}
+
+int gpushm_weights_tensor(const gpushm_weights_t *w, size_t index, gpushm_weight_tensor_t *out)
+{
+  const struct manifest_tensor *t;
+
+  client_clear_error();
+  if (!w || !out)
+    return client_error(GPUSHM_E_INVAL, "w and out must not be NULL");
+  if (index >= w->manifest.n_tensors)
+    return client_error(GPUSHM_E_INVAL, "tensor %zu of %zu", index, w->manifest.n_tensors);
+  t = &w->manifest.tensors[index];
+  out->name = t->name;
+  out->name_len = t->name_len;
+  out->buffer = t->buffer;
+  gpushm_tensor_desc_init(&out->desc);
+  out->desc.ndim = t->ndim;
+  out->desc.offset = t->offset;
+  out->desc.dtype.code = t->dtype_code;
+  out->desc.dtype.bits = t->dtype_bits;
+  out->desc.dtype.lanes = t->dtype_lanes;
+  out->desc.shape = t->shape;
+  out->desc.strides = t->strides;
+  return 0;
+}
+
+long gpushm_weights_find(const gpushm_weights_t *w, const char *name)
+{
+  long i;
+
+  client_clear_error();
+  if (!w || !name)
+    return client_error(GPUSHM_E_INVAL, "w and name must not be NULL");
+  if ((i = manifest_find(&w->manifest, name, strlen(name))) < 0)
+    return client_error(GPUSHM_E_NOENT, "weight set '%s' generation %llu has no tensor '%s'",
+                        w->name, (unsigned long long)w->generation, name);
+  return i;
+}
+
+uint32_t gpushm_weights_buffer_count(const gpushm_weights_t *w)
+{
+  return w ? w->n_buffers : 0;
+}
+
+int gpushm_weights_buffer(gpushm_weights_t *w, uint32_t index, gpushm_buffer_t **out)
+{
+  int r = 0;
+
+  client_clear_error();
+  if (!w || !out)
+    return client_error(GPUSHM_E_INVAL, "w and out must not be NULL");
+  if (index >= w->n_buffers)
+    return client_error(GPUSHM_E_INVAL, "buffer %u of %u", index, w->n_buffers);
+  pthread_mutex_lock(&w->lock);
+  if (!w->buffers[index].open)
+    r = client_open_via(w->conn, w->buffers[index].id, w->id, &w->buffers[index].open);
+  /* the manifest was checked against the size the daemon named: the memory must be it */
+  if (r == 0 && gpushm_buffer_size(w->buffers[index].open) != w->buffers[index].size) {
+    gpushm_buffer_close(w->buffers[index].open);
+    w->buffers[index].open = NULL;
+    r = client_error(GPUSHM_E_PROTO, "buffer %u of '%s' changed size", index, w->name);
+  }
+  *out = w->buffers[index].open;
+  pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void **ptr)
+{
+  gpushm_buffer_t *buf;
+  char *base;
+  int r;
+
+  client_clear_error();
+  if (!w || !ptr)
+    return client_error(GPUSHM_E_INVAL, "w and ptr must not be NULL");
+  if (index >= w->manifest.n_tensors)
+    return client_error(GPUSHM_E_INVAL, "tensor %zu of %zu", index, w->manifest.n_tensors);
+  if ((r = gpushm_weights_buffer(w, w->manifest.tensors[index].buffer, &buf)) < 0)
+    return r;
+  if (!(base = gpushm_buffer_ptr(buf)))
+    return client_error(GPUSHM_E_UNSUPPORTED, "buffer %u of '%s' is not mapped in this process",
+                        w->manifest.tensors[index].buffer, w->name);
+  *ptr = base + w->manifest.tensors[index].offset;
+  return 0;
+}

@@ -1,0 +1,696 @@
+/* SPDX-License-Identifier: MIT */
+/* Weight sets (docs/weights.md), on host memory (tests/gpu/ has device memory):
+ *  - a publish and an open from another connection: the generation's number, every
+ *    tensor's name, place and words, found by name; the publisher's own handle;
+ *  - generations: a reader holding generation 1 reads it unchanged after 2 is
+ *    published and its writer dropped its buffers; a fresh open gets 2; the holder of 1
+ *    sees newest() = 2 and wait_newer() returns at once; a thread waiting in
+ *    wait_newer() on 2 wakes when 3 comes (how late, printed); gpushmctl show says the
+ *    newest and who holds each older one; once every holder of 1 let go, its buffers
+ *    are freed (the daemon's object count back where it was);
+ *  - published buffers take no new writer (another connection's read-write open of one
+ *    is refused), and a buffer another connection holds read-write is not published;
+ *    a publish after a generation that is not the current one is refused (two
+ *    publishers); a weight set's name opens no buffer and a buffer's name takes no
+ *    publish;
+ *  - permissions, attacked as uid 65534 (where the test is root): a 0600 set is not
+ *    seen; a 0644 set is read but not published to; its buffers open neither
+ *    read-write nor through a generation the attacker does not hold, nor as buffers of
+ *    a generation that has none of that id; the manifest's fd stays what the publisher
+ *    sealed (no writable mapping, mprotect, /proc/self/fd reopen, ftruncate, fallocate);
+ *    a buffer less readable than its set is not published;
+ *  - lying manifests, published raw past the library: an element past its buffer, a
+ *    misaligned one, a name twice, a buffer index past the generation's: published (the
+ *    daemon never parses a manifest), refused at every open, naming the tensor; a memfd
+ *    not sealed, and an fd that is no memfd, refused at publish;
+ *  - limits: GPUSHM_LIMIT_WEIGHT_GENERATIONS generations alive, then a refusal; more
+ *    than GPUSHM_LIMIT_WEIGHT_BUFFERS buffers; a manifest past
+ *    GPUSHM_LIMIT_WEIGHT_MANIFEST bytes;
+ *  - a publisher SIGKILLed after its publish (its session buffers unlinked with it):
+ *    readers read its generation whole; one SIGKILLed before it: the set stays where
+ *    it was; a session set's creator gone: the set's name goes, and a waiter for a
+ *    newer generation hears so. */
+#include "config.h"
+#include "gpushm-weights.h"
+#include "harness.h"
+#include "raw.h"
+#include "shm_layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct test_daemon d;
+
+#define ROWS 64
+#define COLS 32
+#define TENSORS 3 /* per generation: "w0", "w1" (one buffer), "bias" (another) */
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static gpushm_buffer_t *create_host(gpushm_t *conn, const char *name, uint64_t size,
+                                    uint32_t mode, gpushm_lifetime_t lifetime)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST;
+  opts.mode = mode;
+  opts.lifetime = lifetime;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  return b;
+}
+
+/* What word i of generation g's tensor t holds. */
+static uint32_t word(uint64_t g, unsigned t, size_t i)
+{
+  return (uint32_t)(g * 1000003u + t * 7919u + i);
+}
+
+struct generation {
+  gpushm_buffer_t *weights, *bias;
+};
+
+/* Generation g of set name: two float32 matrices in one buffer, a bias in another,
+ * written, published (mode for the first), the writer's handles kept in *out. */
+static int publish_generation(gpushm_t *conn, const char *set, uint64_t g, uint32_t mode,
+                              gpushm_lifetime_t lifetime, uint64_t after, struct generation *out,
+                              gpushm_weights_t **published)
+{
+  const int64_t shape[2] = { ROWS, COLS }, bias_shape[1] = { COLS };
+  const uint64_t matrix = ROWS * COLS * 4;
+  gpushm_weights_publish_opts_t opts;
+  gpushm_weights_builder_t *b;
+  gpushm_tensor_desc_t desc;
+  char name[64];
+  uint32_t wi, bi;
+  int r;
+
+  snprintf(name, sizeof name, "%s-g%llu-w", set, (unsigned long long)g);
+  out->weights = create_host(conn, name, 2 * matrix, mode, lifetime);
+  snprintf(name, sizeof name, "%s-g%llu-b", set, (unsigned long long)g);
+  out->bias = create_host(conn, name, COLS * 4, mode, lifetime);
+  for (unsigned t = 0; t < 2; t++)
+    for (size_t i = 0; i < ROWS * COLS; i++)
+      ((uint32_t *)gpushm_buffer_ptr(out->weights))[t * ROWS * COLS + i] = word(g, t, i);
+  for (size_t i = 0; i < COLS; i++)
+    ((uint32_t *)gpushm_buffer_ptr(out->bias))[i] = word(g, 2, i);
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, out->weights, &wi));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, out->bias, &bi));
+  gpushm_tensor_desc_init(&desc);
+  desc.dtype = (gpushm_dlpack_dtype_t){ GPUSHM_DLPACK_FLOAT, 32, 1 };
+  desc.ndim = 2;
+  desc.shape = shape;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "w0", wi, &desc));
+  desc.offset = matrix;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "w1", wi, &desc));
+  desc.offset = 0;
+  desc.ndim = 1;
+  desc.shape = bias_shape;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "bias", bi, &desc));
+  gpushm_weights_publish_opts_init(&opts);
+  opts.mode = mode;
+  opts.lifetime = lifetime;
+  opts.after = after;
+  r = gpushm_weights_publish(conn, set, b, &opts, published);
+  gpushm_weights_builder_free(b);
+  return r;
+}
+
+static void drop_generation(struct generation *g)
+{
+  CHECK_OK(gpushm_buffer_close_unlink(g->weights));
+  CHECK_OK(gpushm_buffer_close_unlink(g->bias));
+}
+
+/* Every tensor of w right: names, shapes, places, words of generation g. */
+static void check_generation(gpushm_weights_t *w, uint64_t g)
+{
+  static const char *const names[TENSORS] = { "w0", "w1", "bias" };
+
+  CHECK(gpushm_weights_generation(w) == g);
+  CHECK(gpushm_weights_tensor_count(w) == TENSORS);
+  CHECK(gpushm_weights_buffer_count(w) == 2);
+  for (unsigned t = 0; t < TENSORS; t++) {
+    gpushm_weight_tensor_t info;
+    const uint32_t *p;
+    long k = gpushm_weights_find(w, names[t]);
+    size_t n = t < 2 ? ROWS * COLS : COLS;
+
+    CHECK(k >= 0);
+    CHECK_OK(gpushm_weights_tensor(w, (size_t)k, &info));
+    CHECK(strcmp(info.name, names[t]) == 0 && info.name_len == strlen(names[t]));
+    CHECK(info.desc.ndim == (t < 2 ? 2u : 1u) && info.desc.shape[0] == (t < 2 ? ROWS : COLS));
+    CHECK(info.desc.strides[info.desc.ndim - 1] == 1);
+    CHECK(info.desc.dtype.code == GPUSHM_DLPACK_FLOAT && info.desc.dtype.bits == 32);
+    CHECK_OK(gpushm_weights_tensor_ptr(w, (size_t)k, (void **)&p));
+    for (size_t i = 0; i < n; i++)
+      CHECK(p[i] == word(g, t, i));
+  }
+  CHECK_ERR(gpushm_weights_find(w, "w2"), GPUSHM_E_NOENT);
+}
+
+static size_t objects(void)
+{
+  gpushm_stats_t *s = daemon_stats(&d);
+  size_t n = gpushm_stats_buffers(s);
+  gpushm_stats_free(s);
+  return n;
+}
+
+struct waiter {
+  gpushm_weights_t *w;
+  int result;
+  double woke_ms;
+};
+
+static void *wait_newer_thread(void *arg)
+{
+  struct waiter *wt = arg;
+  wt->result = gpushm_weights_wait_newer(wt->w, 10000);
+  wt->woke_ms = now_ms();
+  return NULL;
+}
+
+static void test_generations(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  struct generation g1, g2, g3;
+  gpushm_weights_t *mine, *r1, *r2;
+  struct waiter wt = { 0 };
+  size_t baseline = objects();
+  pthread_t th;
+  double published;
+
+  CHECK_OK(publish_generation(writer, "model", 1, 0644, GPUSHM_LIFETIME_PERSISTENT, 0, &g1,
+                              &mine));
+  CHECK(gpushm_weights_generation(mine) == 1 && gpushm_weights_newest(mine) == 1);
+  check_generation(mine, 1);
+  CHECK_OK(gpushm_weights_close(mine));
+  CHECK_OK(gpushm_weights_open(reader, "model", &r1));
+  check_generation(r1, 1);
+  CHECK_ERR(gpushm_weights_wait_newer(r1, 0), GPUSHM_E_TIMEOUT);
+
+  /* 2 published, 1's buffers dropped by their writer: its holder still reads 1 */
+  CHECK_OK(publish_generation(writer, "model", 2, 0644, GPUSHM_LIFETIME_PERSISTENT, 1, &g2,
+                              NULL));
+  drop_generation(&g1);
+  check_generation(r1, 1);
+  CHECK(gpushm_weights_newest(r1) == 2);
+  CHECK_OK(gpushm_weights_wait_newer(r1, 0));
+  CHECK_OK(gpushm_weights_open(reader, "model", &r2));
+  check_generation(r2, 2);
+
+  /* a waiter on 2 wakes when 3 comes */
+  wt.w = r2;
+  CHECK(pthread_create(&th, NULL, wait_newer_thread, &wt) == 0);
+  usleep(50000);
+  published = now_ms();
+  CHECK_OK(publish_generation(writer, "model", 3, 0644, GPUSHM_LIFETIME_PERSISTENT, 2, &g3,
+                              NULL));
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK_OK(wt.result);
+  test_log("weights: a waiter for a generation newer than 2 woke %.2f ms after the publish of "
+           "3 returned", wt.woke_ms - published);
+
+  /* two publishers: the second, still after 2, is refused */
+  {
+    struct generation late;
+    CHECK_ERR(publish_generation(writer, "model", 4, 0644, GPUSHM_LIFETIME_PERSISTENT, 2, &late,
+                                 NULL), GPUSHM_E_EXIST);
+    CHECK(strstr(gpushm_last_error_message(), "is at generation 3, not 2"));
+    drop_generation(&late);
+  }
+
+  /* gpushmctl shows the newest and who holds the older ones */
+  ctl_show_says(d.socket, "model", "generation: 3 (the newest); 3 tensors, manifest");
+  ctl_show_says(d.socket, "model", "older:      generation 1 (id");
+  ctl_show_says(d.socket, "model", "older:      generation 2 (id");
+  ctl_show_says(d.socket, "model", "reader");
+  /* generation 1 goes with its last holder; 2 and 3 stay */
+  CHECK_OK(gpushm_weights_close(r1));
+  CHECK_OK(gpushm_weights_close(r2));
+  drop_generation(&g2);
+  CHECK(objects() == baseline + 3); /* 3 and its two buffers */
+  drop_generation(&g3);
+  CHECK(objects() == baseline + 3); /* unlinked, pinned by generation 3 */
+  CHECK_OK(gpushm_unlink(writer, "model"));
+  CHECK(objects() == baseline);
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+  test_log("weights: generations 1 to 3 published over each other's readers; each read "
+           "whole by its holders until they let go, then freed with its buffers");
+}
+
+/* A generation of one uint8 tensor over all of buf. */
+static int publish_one(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, uint32_t mode,
+                       gpushm_weights_t **out)
+{
+  const int64_t shape[1] = { (int64_t)gpushm_buffer_size(buf) };
+  gpushm_weights_publish_opts_t opts;
+  gpushm_weights_builder_t *b;
+  gpushm_tensor_desc_t desc;
+  uint32_t i;
+  int r;
+
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, buf, &i));
+  gpushm_tensor_desc_init(&desc);
+  desc.ndim = 1;
+  desc.shape = shape;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "all", i, &desc));
+  gpushm_weights_publish_opts_init(&opts);
+  opts.mode = mode;
+  r = gpushm_weights_publish(conn, set, b, &opts, out);
+  gpushm_weights_builder_free(b);
+  return r;
+}
+
+static void test_writers(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *other = daemon_connect(&d);
+  gpushm_buffer_t *b, *x, *theirs;
+  struct generation g;
+  gpushm_weights_t *w;
+
+  CHECK_OK(publish_generation(writer, "frozen", 1, 0644, GPUSHM_LIFETIME_SESSION, 0, &g, NULL));
+  /* published memory takes no new writer; readers still open it */
+  CHECK_ERR(gpushm_buffer_open(other, "frozen-g1-w", 0, &b), GPUSHM_E_PERM);
+  CHECK(strstr(gpushm_last_error_message(), "published weights"));
+  CHECK_OK(gpushm_buffer_open(other, "frozen-g1-w", GPUSHM_OPEN_READONLY, &b));
+  CHECK_OK(gpushm_buffer_close(b));
+  /* a buffer another connection writes is not published until it lets go */
+  x = create_host(writer, "frozen-x", 4096, 0666, GPUSHM_LIFETIME_SESSION);
+  CHECK_OK(gpushm_buffer_open(other, "frozen-x", 0, &theirs));
+  CHECK_ERR(publish_one(writer, "frozen", x, 0, NULL), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "is open read-write by client"));
+  CHECK_OK(gpushm_buffer_close(theirs));
+  CHECK_OK(publish_one(writer, "frozen", x, 0, &w));
+  CHECK(gpushm_weights_generation(w) == 2);
+  CHECK_OK(gpushm_weights_close(w));
+  /* one object, one name: a set is no buffer, a buffer's name takes no publish */
+  CHECK_ERR(gpushm_buffer_open(other, "frozen", GPUSHM_OPEN_READONLY, &b), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_weights_open(other, "frozen-x", &w), GPUSHM_E_INVAL);
+  CHECK_ERR(publish_one(writer, "frozen-g1-b", x, 0, NULL), GPUSHM_E_EXIST);
+  /* a buffer its set's readers could not read */
+  {
+    gpushm_buffer_t *private = create_host(writer, "frozen-private", 4096, 0600,
+                                           GPUSHM_LIFETIME_SESSION);
+    CHECK_ERR(publish_one(writer, "frozen", private, 0, NULL), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "less readable than weight set 'frozen'"));
+    CHECK_OK(gpushm_buffer_close(private));
+  }
+  gpushm_disconnect(other);
+  CHECK_OK(gpushm_buffer_close(g.weights)); /* the connection ends with its last handle */
+  CHECK_OK(gpushm_buffer_close(g.bias));
+  CHECK_OK(gpushm_buffer_close(x));
+  gpushm_disconnect(writer); /* a session set: gone with it, once gpushmd sees it go */
+  other = daemon_connect(&d);
+  for (int i = 0; i < 500 && gpushm_weights_open(other, "frozen", &w) == 0; i++) {
+    CHECK_OK(gpushm_weights_close(w));
+    usleep(10000);
+  }
+  CHECK_ERR(gpushm_weights_open(other, "frozen", &w), GPUSHM_E_NOENT);
+  gpushm_disconnect(other);
+  test_log("weights: published buffers take no new writer; a buffer another connection "
+           "writes, or one less readable than its set, is not published; kinds kept apart");
+}
+
+/* The manifest's and the control block's fds as a reader gets them: nothing in them
+ * can be changed by their receiver. */
+static void check_unwritable(int fd, size_t size)
+{
+  char path[64];
+  int again;
+  void *p;
+
+  CHECK(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+  CHECK((p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0)) != MAP_FAILED);
+  CHECK(mprotect(p, size, PROT_READ | PROT_WRITE) < 0 && errno == EACCES);
+  munmap(p, size);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  if ((again = open(path, O_RDWR)) >= 0) { /* then the seals hold it */
+    CHECK(write(again, "x", 1) < 0);
+    close(again);
+  }
+  CHECK(ftruncate(fd, 0) < 0);
+  CHECK(fallocate(fd, 0, 0, 2 * size + 4096) < 0);
+  CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) < 0);
+}
+
+static int raw_weights_connection(void)
+{
+  int sock = raw_connect(d.socket), status_fd;
+
+  CHECK(raw_hello_features(sock, "weights-raw", GPUSHM_FEATURE_SEGMENTS | GPUSHM_FEATURE_WEIGHTS,
+                           &status_fd) == 0);
+  close(status_fd);
+  return sock;
+}
+
+static void test_permissions(void)
+{
+  gpushm_t *owner = daemon_connect(&d);
+  struct generation secret, public;
+  gpushm_buffer_t *outside = create_host(owner, "public-outside", 4096, 0644,
+                                         GPUSHM_LIFETIME_SESSION);
+  gpushm_weights_t *mine;
+  uint64_t public_id, outside_id = gpushm_buffer_id(outside);
+  pid_t pid;
+
+  CHECK_OK(publish_generation(owner, "secret", 1, 0600, GPUSHM_LIFETIME_SESSION, 0, &secret,
+                              NULL));
+  CHECK_OK(publish_generation(owner, "public", 1, 0644, GPUSHM_LIFETIME_SESSION, 0, &public,
+                              &mine));
+  public_id = gpushm_weights_id(mine);
+  pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    gpushm_t *conn = daemon_connect(&d);
+    gpushm_weights_t *w;
+    gpushm_buffer_t *b;
+    int sock = raw_weights_connection(), fds[GPUSHM_LIMIT_FDS_PER_FRAME];
+    unsigned n_fds = 0;
+
+    if (geteuid() != 0)
+      CHECK_ERR(gpushm_weights_open(conn, "secret", &w), GPUSHM_E_NOENT);
+    CHECK_OK(gpushm_weights_open(conn, "public", &w));
+    check_generation(w, 1);
+    if (geteuid() != 0) {
+      gpushm_buffer_t *own = create_host(conn, "nobody-weights", 4096, 0644,
+                                         GPUSHM_LIFETIME_SESSION);
+      CHECK_ERR(publish_one(conn, "public", own, 0, NULL), GPUSHM_E_PERM);
+      CHECK(strstr(gpushm_last_error_message(), "denies publishing to uid 65534"));
+    }
+    CHECK_ERR(gpushm_buffer_open(conn, "public-g1-w", 0, &b), GPUSHM_E_PERM);
+    /* past the library: a buffer through a generation it does not hold, and one the
+     * generation does not have */
+    {
+      Gpushm__Request req = GPUSHM__REQUEST__INIT;
+      Gpushm__OpenRequest o = GPUSHM__OPEN_REQUEST__INIT;
+      Gpushm__Reply *reply;
+
+      o.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
+      o.id = outside_id;
+      o.read_only = true;
+      o.via_weights = public_id;
+      req.body_case = GPUSHM__REQUEST__BODY_OPEN;
+      req.open = &o;
+      CHECK((reply = raw_call(sock, &req, NULL, &n_fds)) != NULL);
+      CHECK(-reply->status == GPUSHM_E_NOENT && strstr(reply->message, "holds no weight-set"));
+      gpushm__reply__free_unpacked(reply, NULL);
+      CHECK(raw_open_kind(sock, "public", 0, GPUSHM__KIND__KIND_WEIGHTS, 1, false, fds,
+                          &n_fds) == 0 && n_fds == 2);
+      CHECK((reply = raw_call(sock, &req, NULL, &n_fds)) != NULL);
+      CHECK(-reply->status == GPUSHM_E_NOENT && strstr(reply->message, "has no buffer"));
+      gpushm__reply__free_unpacked(reply, NULL);
+      o.read_only = false; /* and never read-write */
+      CHECK((reply = raw_call(sock, &req, NULL, &n_fds)) != NULL);
+      CHECK(-reply->status == GPUSHM_E_INVAL);
+      gpushm__reply__free_unpacked(reply, NULL);
+      /* what came with the open: unwritable */
+      {
+        struct stat st;
+        CHECK(fstat(fds[0], &st) == 0);
+        check_unwritable(fds[0], (size_t)st.st_size);
+        CHECK((fcntl(fds[0], F_GET_SEALS) & (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK)) ==
+              (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK));
+        check_unwritable(fds[1], SYNC_CONTROL_SIZE);
+      }
+    }
+    CHECK_OK(gpushm_weights_close(w));
+    gpushm_disconnect(conn);
+    _exit(0);
+  }
+  check_child(pid);
+  CHECK_OK(gpushm_weights_close(mine));
+  gpushm_disconnect(owner);
+  test_log("weights: attacked%s: a 0600 set is not seen, a 0644 one is read and not "
+           "published to; its buffers open neither read-write nor through a generation not "
+           "held; its manifest and control block cannot be written, remapped or resized",
+           geteuid() == 0 ? " as uid 65534" : "");
+}
+
+/* A manifest of one tensor, packed by protobuf-c: anything a hostile publisher may send. */
+static int packed_manifest(const char *name, uint32_t bits, int64_t extent, uint32_t buffer,
+                           uint64_t offset, bool twice, bool seal)
+{
+  Gpushm__WeightManifest m = GPUSHM__WEIGHT_MANIFEST__INIT;
+  Gpushm__WeightTensor t = GPUSHM__WEIGHT_TENSOR__INIT, *ts[2] = { &t, &t };
+  int64_t shape[1] = { extent };
+  uint8_t buf[512];
+  size_t len;
+  int fd = memfd_create("lie", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+  m.version = 1;
+  m.n_tensors = twice ? 2 : 1;
+  m.tensors = ts;
+  t.name = (char *)name;
+  t.dtype_code = GPUSHM_DLPACK_FLOAT;
+  t.dtype_bits = bits;
+  t.dtype_lanes = 1;
+  t.n_shape = 1;
+  t.shape = shape;
+  t.buffer = buffer;
+  t.offset = offset;
+  len = gpushm__weight_manifest__pack(&m, buf);
+  CHECK(fd >= 0 && write(fd, buf, len) == (ssize_t)len);
+  if (seal)
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+  return fd;
+}
+
+/* A raw publish of set over buffer_ids with fd: the reply's status (0 or positive). */
+static int raw_publish(int sock, const char *set, uint64_t *buffer_ids, size_t n, int fd,
+                       char *why, size_t why_len)
+{
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__PublishRequest p = GPUSHM__PUBLISH_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  int fds[GPUSHM_LIMIT_FDS_PER_FRAME], status;
+  unsigned n_fds = 0;
+
+  p.name = (char *)set;
+  p.buffers = buffer_ids;
+  p.n_buffers = n;
+  p.tensors = 1;
+  p.mode = 0644;
+  req.body_case = GPUSHM__REQUEST__BODY_PUBLISH;
+  req.publish = &p;
+  CHECK((reply = raw_call_fd(sock, &req, fd, fds, &n_fds)) != NULL);
+  status = reply->status;
+  snprintf(why, why_len, "%s", reply->message ? reply->message : "");
+  for (unsigned i = 0; i < n_fds; i++)
+    close(fds[i]);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return status;
+}
+
+static void test_lies(void)
+{
+  static const struct {
+    const char *set, *name;
+    uint32_t bits;
+    int64_t extent;
+    uint32_t buffer;
+    uint64_t offset;
+    bool twice;
+    const char *said;
+  } lies[] = {
+    { "lie-past", "t", 32, 2000, 0, 0, false, "outside" },
+    { "lie-misaligned", "t", 32, 4, 0, 2, false, "align" },
+    { "lie-twice", "t", 32, 4, 0, 0, true, "twice" },
+    { "lie-buffer", "t", 32, 4, 1, 0, false, "buffer" },
+  };
+  gpushm_t *reader = daemon_connect(&d);
+  int sock = raw_weights_connection();
+  Gpushm__Request req = GPUSHM__REQUEST__INIT;
+  Gpushm__CreateRequest c = GPUSHM__CREATE_REQUEST__INIT;
+  Gpushm__Reply *reply;
+  uint64_t id, many[GPUSHM_LIMIT_WEIGHT_BUFFERS + 1];
+  unsigned n_fds = 0;
+  char why[256];
+  int fd, p[2];
+
+  c.name = "lie-memory";
+  c.size = 4096;
+  c.backend = GPUSHM__BACKEND__BACKEND_HOST;
+  c.mode = 0644;
+  c.lifetime = GPUSHM__LIFETIME__LIFETIME_SESSION;
+  req.body_case = GPUSHM__REQUEST__BODY_CREATE;
+  req.create = &c;
+  CHECK((reply = raw_call(sock, &req, NULL, &n_fds)) != NULL && reply->status == 0);
+  id = reply->open->info->id;
+  gpushm__reply__free_unpacked(reply, NULL);
+  for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+    gpushm_weights_t *w;
+
+    fd = packed_manifest(lies[i].name, lies[i].bits, lies[i].extent, lies[i].buffer,
+                         lies[i].offset, lies[i].twice, true);
+    CHECK(raw_publish(sock, lies[i].set, &id, 1, fd, why, sizeof why) == 0);
+    close(fd);
+    CHECK_ERR(gpushm_weights_open(reader, lies[i].set, &w), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), lies[i].set));
+    if (!strstr(gpushm_last_error_message(), lies[i].said)) {
+      fprintf(stderr, "%s: %s\n", lies[i].set, gpushm_last_error_message());
+      CHECK(!"the refusal says why");
+    }
+  }
+  /* manifests that could change, or are no memfd, or too large */
+  fd = packed_manifest("t", 32, 4, 0, 0, false, false);
+  CHECK(raw_publish(sock, "lie-unsealed", &id, 1, fd, why, sizeof why) == -GPUSHM_E_INVAL);
+  CHECK(strstr(why, "not sealed"));
+  close(fd);
+  CHECK(pipe(p) == 0);
+  CHECK(raw_publish(sock, "lie-pipe", &id, 1, p[0], why, sizeof why) == -GPUSHM_E_INVAL);
+  CHECK(strstr(why, "no memfd"));
+  close(p[0]);
+  close(p[1]);
+  fd = memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  CHECK(ftruncate(fd, (off_t)GPUSHM_LIMIT_WEIGHT_MANIFEST + 1) == 0);
+  CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+  CHECK(raw_publish(sock, "lie-huge", &id, 1, fd, why, sizeof why) == -GPUSHM_E_LIMIT);
+  close(fd);
+  fd = packed_manifest("t", 32, 4, 0, 0, false, true);
+  for (size_t i = 0; i < GPUSHM_LIMIT_WEIGHT_BUFFERS + 1; i++)
+    many[i] = id;
+  CHECK(raw_publish(sock, "lie-many", many, GPUSHM_LIMIT_WEIGHT_BUFFERS + 1, fd, why,
+                    sizeof why) == -GPUSHM_E_LIMIT);
+  CHECK(strstr(why, "GPUSHM_LIMIT_WEIGHT_BUFFERS"));
+  close(fd);
+  close(sock);
+  gpushm_disconnect(reader);
+  test_log("weights: manifests that lie (an element past its buffer, misaligned, a name "
+           "twice, a buffer not in the generation) published raw and refused at open, naming "
+           "the set and why; unsealed, non-memfd and oversized manifests and more than %u "
+           "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_BUFFERS);
+}
+
+static void test_generation_limit(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_weights_t *held[GPUSHM_LIMIT_WEIGHT_GENERATIONS];
+  gpushm_buffer_t *b;
+  char name[64];
+
+  for (unsigned g = 0; g <= GPUSHM_LIMIT_WEIGHT_GENERATIONS; g++) {
+    snprintf(name, sizeof name, "held-%u", g);
+    b = create_host(writer, name, 4096, 0644, GPUSHM_LIFETIME_SESSION);
+    if (g == GPUSHM_LIMIT_WEIGHT_GENERATIONS) {
+      CHECK_ERR(publish_one(writer, "held", b, 0644, NULL), GPUSHM_E_LIMIT);
+      CHECK(strstr(gpushm_last_error_message(), "GPUSHM_LIMIT_WEIGHT_GENERATIONS"));
+      break;
+    }
+    CHECK_OK(publish_one(writer, "held", b, 0644, NULL));
+    CHECK_OK(gpushm_weights_open(reader, "held", &held[g]));
+  }
+  CHECK_OK(gpushm_weights_close(held[0])); /* room for one more */
+  CHECK_OK(publish_one(writer, "held", b, 0644, NULL));
+  for (unsigned g = 1; g < GPUSHM_LIMIT_WEIGHT_GENERATIONS; g++)
+    CHECK_OK(gpushm_weights_close(held[g]));
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+  test_log("weights: %u generations alive, held by a reader: the next publish refused until "
+           "one goes", GPUSHM_LIMIT_WEIGHT_GENERATIONS);
+}
+
+/* A publisher: generation g of "killed" (persistent), its buffers its session's; says
+ * 'p' once published (publish 1) or once written and about to publish (0), then waits. */
+static void publisher_child(int report, uint64_t g, bool publish)
+{
+  gpushm_t *conn = daemon_connect(&d);
+  struct generation gen;
+
+  if (publish) {
+    CHECK_OK(publish_generation(conn, "killed", g, 0644, GPUSHM_LIFETIME_PERSISTENT, 0, &gen,
+                                NULL));
+  } else {
+    gen.weights = create_host(conn, "killed-unpublished", 4096, 0644, GPUSHM_LIFETIME_SESSION);
+  }
+  CHECK(write(report, "p", 1) == 1);
+  pause();
+}
+
+static void test_killed(void)
+{
+  gpushm_t *reader = daemon_connect(&d);
+  gpushm_weights_t *w;
+  struct waiter wt = { 0 };
+  pthread_t th;
+
+  for (int publish = 1; publish >= 0; publish--) {
+    int p[2];
+    char c;
+    pid_t pid;
+
+    CHECK(pipe(p) == 0);
+    CHECK((pid = fork()) >= 0);
+    if (pid == 0) {
+      close(p[0]);
+      publisher_child(p[1], 1, publish);
+    }
+    close(p[1]);
+    CHECK(read(p[0], &c, 1) == 1);
+    close(p[0]);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    /* its session buffers went with it, unless a generation keeps them */
+    CHECK_OK(gpushm_weights_open(reader, "killed", &w));
+    check_generation(w, 1);
+    CHECK_OK(gpushm_weights_close(w));
+  }
+  /* a session set goes with its creator, and its waiters hear so */
+  {
+    gpushm_t *creator = daemon_connect(&d);
+    struct generation gen;
+
+    CHECK_OK(publish_generation(creator, "fleeting", 1, 0644, GPUSHM_LIFETIME_SESSION, 0, &gen,
+                                NULL));
+    CHECK_OK(gpushm_weights_open(reader, "fleeting", &wt.w));
+    CHECK(pthread_create(&th, NULL, wait_newer_thread, &wt) == 0);
+    usleep(20000);
+    CHECK_OK(gpushm_buffer_close(gen.weights)); /* its connection ends with its last handle */
+    CHECK_OK(gpushm_buffer_close(gen.bias));
+    gpushm_disconnect(creator);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(wt.result == GPUSHM_E_NOENT);
+    CHECK(gpushm_weights_newest(wt.w) == GPUSHM_WEIGHTS_GONE);
+    check_generation(wt.w, 1); /* still whole for its holder */
+    CHECK_OK(gpushm_weights_close(wt.w));
+  }
+  CHECK_OK(gpushm_unlink(reader, "killed"));
+  gpushm_disconnect(reader);
+  test_log("weights: a publisher SIGKILLed after its publish: its generation read whole "
+           "(its session buffers kept by it); one SIGKILLed before: the set unchanged; a "
+           "session set gone with its creator, its waiter told");
+}
+
+int main(void)
+{
+  daemon_start(&d, NULL);
+  test_generations();
+  test_writers();
+  test_permissions();
+  test_lies();
+  test_generation_limit();
+  test_killed();
+  daemon_stop(&d);
+  return 0;
+}
