@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/* Weight sets of device memory on a real GPU (docs/weights.md), a publisher (root) and a
+ * reader of uid 65534 in processes of their own:
+ *  - for cuda-fd and cuda-ipc memory: generation 1 (8 tensors of 1 MiB in one buffer,
+ *    written through CUDA) read whole by the reader through the tensors' device pointers;
+ *    generation 2 published and generation 1's buffer dropped by its writer: the reader
+ *    still reads 1 whole, sees newest() = 2, opens 2 and reads it whole;
+ *  - printed (issue 39's targets, not asserted): a fresh reader's first open of a
+ *    100,000-tensor set over one 64 MiB buffer, its CUDA context made, up to the last
+ *    tensor's device pointer (target 20 ms); publish to visible (a reader waiting in
+ *    gpushm_weights_wait_newer() opens the new generation and maps its buffer), median
+ *    of 20 (target 2 ms);
+ *  - 1,000 generations of 2 MiB published over a reader that follows each and dropped:
+ *    the GPU's free memory back where it was after 50 (within 2 MiB), gpushmd's fds too.
+ * Skips (77) without a GPU. */
+#include "config.h"
+#include "cuda-test.h"
+#include "gpushm-weights.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct test_daemon d;
+static char self[4096];
+
+#define SMALL_TENSORS 8
+#define SMALL_TENSOR_BYTES (1u << 20)
+#define BIG_TENSORS 100000
+#define BIG_TENSOR_BYTES 640u
+#define VISIBLE_ROUNDS 20
+#define CHURN 1000
+#define CHURN_WARMUP 50
+#define CHURN_BYTES (2u << 20)
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_t backend,
+                               uint64_t size)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.mode = 0666; /* device memory keeps no read-only class (docs/security.md) */
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  return b;
+}
+
+/* n tensors of bytes each, back to back in buf, as uint32 vectors. */
+static int publish(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, unsigned n,
+                   uint32_t bytes, gpushm_weights_t **out)
+{
+  const int64_t shape[1] = { bytes / 4 };
+  gpushm_weights_publish_opts_t opts;
+  gpushm_weights_builder_t *b;
+  gpushm_tensor_desc_t desc;
+  char name[64];
+  uint32_t i;
+  int r;
+
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, buf, &i));
+  gpushm_tensor_desc_init(&desc);
+  desc.dtype = (gpushm_dlpack_dtype_t){ GPUSHM_DLPACK_UINT, 32, 1 };
+  desc.ndim = 1;
+  desc.shape = shape;
+  for (unsigned t = 0; t < n; t++) {
+    snprintf(name, sizeof name, "model.layers.%u.mlp.down_proj.weight", t);
+    desc.offset = (uint64_t)t * bytes;
+    CHECK_OK(gpushm_weights_builder_add_tensor(b, name, i, &desc));
+  }
+  gpushm_weights_publish_opts_init(&opts);
+  opts.mode = 0644;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  r = gpushm_weights_publish(conn, set, b, &opts, out);
+  gpushm_weights_builder_free(b);
+  return r;
+}
+
+/* ---- the reader (a process of its own; commands on stdin, answers on stdout) -------- */
+
+/* Every tensor of w where the manifest says, on this GPU, and the buffer's words those
+ * of seed. */
+static void check_small(gpushm_weights_t *w, uint32_t seed)
+{
+  CUdeviceptr base = 0;
+
+  CHECK(gpushm_weights_tensor_count(w) == SMALL_TENSORS);
+  for (unsigned t = 0; t < SMALL_TENSORS; t++) {
+    void *p;
+    CHECK_OK(gpushm_weights_tensor_ptr(w, t, &p));
+    if (t == 0)
+      base = (CUdeviceptr)p;
+    CHECK((CUdeviceptr)p == base + (uint64_t)t * SMALL_TENSOR_BYTES);
+  }
+  CHECK(cuda_test_verify(base, (uint64_t)SMALL_TENSORS * SMALL_TENSOR_BYTES, seed));
+}
+
+static void answer(const char *word, double value)
+{
+  printf("%s %.3f\n", word, value);
+  fflush(stdout);
+}
+
+static int role_reader(const char *socket)
+{
+  gpushm_t *conn;
+  gpushm_weights_t *w, *w2;
+  char cmd[64], set[64];
+
+  cuda_test_setup(0); /* its context made before any timing */
+  CHECK_OK(gpushm_connect(socket, "weights-reader", &conn));
+  while (fgets(cmd, sizeof cmd, stdin)) {
+    if (sscanf(cmd, "small %63s", set) == 1) {
+      CHECK_OK(gpushm_weights_open(conn, set, &w));
+      CHECK(gpushm_weights_generation(w) == 1);
+      check_small(w, 1);
+      answer("ok", 1);
+      CHECK(fgets(cmd, sizeof cmd, stdin)); /* generation 2 published, 1's buffer dropped */
+      check_small(w, 1);
+      CHECK(gpushm_weights_newest(w) == 2);
+      CHECK_OK(gpushm_weights_wait_newer(w, 0));
+      CHECK_OK(gpushm_weights_open(conn, set, &w2));
+      CHECK(gpushm_weights_generation(w2) == 2);
+      check_small(w2, 2);
+      CHECK_OK(gpushm_weights_close(w));
+      CHECK_OK(gpushm_weights_close(w2));
+      answer("ok", 2);
+    } else if (sscanf(cmd, "big %63s", set) == 1) {
+      double t0 = now_ms();
+      void *p;
+      CHECK_OK(gpushm_weights_open(conn, set, &w));
+      CHECK_OK(gpushm_weights_tensor_ptr(w, BIG_TENSORS - 1, &p));
+      answer("open", now_ms() - t0);
+      CHECK(gpushm_weights_tensor_count(w) == BIG_TENSORS);
+      CHECK(gpushm_weights_find(w, "model.layers.99999.mlp.down_proj.weight") ==
+            BIG_TENSORS - 1);
+      CHECK_OK(gpushm_weights_close(w));
+    } else if (sscanf(cmd, "follow %63s", set) == 1) {
+      CHECK_OK(gpushm_weights_open(conn, set, &w));
+      for (int i = 0; i < VISIBLE_ROUNDS; i++) {
+        void *p;
+        answer("ready", (double)gpushm_weights_generation(w));
+        CHECK_OK(gpushm_weights_wait_newer(w, 20000));
+        CHECK_OK(gpushm_weights_open(conn, set, &w2));
+        CHECK_OK(gpushm_weights_tensor_ptr(w2, 0, &p));
+        answer("seen", now_ms());
+        CHECK_OK(gpushm_weights_close(w));
+        w = w2;
+      }
+      CHECK_OK(gpushm_weights_close(w));
+    }
+  }
+  gpushm_disconnect(conn);
+  return 0;
+}
+
+/* ---- the publisher ----------------------------------------------------------------- */
+
+struct reader {
+  pid_t pid;
+  FILE *in, *out;
+};
+
+static void start_reader(struct reader *r)
+{
+  int to[2], from[2];
+
+  CHECK(pipe(to) == 0 && pipe(from) == 0);
+  fflush(stdout);
+  r->pid = geteuid() == 0 ? fork_as(65534, 65534) : fork();
+  CHECK(r->pid >= 0);
+  if (r->pid == 0) {
+    CHECK(dup2(to[0], 0) == 0 && dup2(from[1], 1) == 1);
+    close(to[1]);
+    close(from[0]);
+    cuda_test_child_env();
+    execl(self, self, "reader", d.socket, (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]);
+  close(from[1]);
+  CHECK((r->in = fdopen(to[1], "w")) != NULL && (r->out = fdopen(from[0], "r")) != NULL);
+}
+
+static void tell(struct reader *r, const char *command, const char *set)
+{
+  fprintf(r->in, "%s %s\n", command, set);
+  fflush(r->in);
+}
+
+static double hear(struct reader *r, const char *word)
+{
+  char line[128], got[32];
+  double v;
+
+  CHECK(fgets(line, sizeof line, r->out) != NULL);
+  CHECK(sscanf(line, "%31s %lf", got, &v) == 2 && strcmp(got, word) == 0);
+  return v;
+}
+
+static void test_small(gpushm_t *conn, struct reader *r, gpushm_backend_t backend)
+{
+  const uint64_t bytes = (uint64_t)SMALL_TENSORS * SMALL_TENSOR_BYTES;
+  const char *be = backend == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "cuda-ipc";
+  gpushm_buffer_t *g1, *g2;
+  char set[64], name[80];
+
+  snprintf(set, sizeof set, "w-%s", be);
+  snprintf(name, sizeof name, "%s-1", set);
+  g1 = create(conn, name, backend, bytes);
+  cuda_test_fill(cuda_test_dptr(g1), bytes, 1);
+  CHECK_OK(publish(conn, set, g1, SMALL_TENSORS, SMALL_TENSOR_BYTES, NULL));
+  tell(r, "small", set);
+  hear(r, "ok");
+  snprintf(name, sizeof name, "%s-2", set);
+  g2 = create(conn, name, backend, bytes);
+  cuda_test_fill(cuda_test_dptr(g2), bytes, 2);
+  CHECK_OK(publish(conn, set, g2, SMALL_TENSORS, SMALL_TENSOR_BYTES, NULL));
+  CHECK_OK(gpushm_buffer_close_unlink(g1)); /* the reader's generation 1 keeps it */
+  tell(r, "next", set);
+  hear(r, "ok");
+  CHECK_OK(gpushm_buffer_close_unlink(g2));
+  CHECK_OK(gpushm_unlink(conn, set));
+  test_log("weights of %s memory: generation 1 read whole on the GPU by uid %u, and again "
+           "after 2 was published and 1's buffer dropped by its writer; 2 read whole", be,
+           (unsigned)(geteuid() == 0 ? 65534 : geteuid()));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void test_timings(gpushm_t *conn, struct reader *r)
+{
+  gpushm_buffer_t *big = create(conn, "w-big-memory", GPUSHM_BACKEND_CUDA_FD,
+                                (uint64_t)BIG_TENSORS * BIG_TENSOR_BYTES);
+  gpushm_buffer_t *vis[VISIBLE_ROUNDS + 1];
+  double first_open, publish_ms[VISIBLE_ROUNDS], visible[VISIBLE_ROUNDS];
+  char name[64];
+
+  CHECK_OK(publish(conn, "w-big", big, BIG_TENSORS, BIG_TENSOR_BYTES, NULL));
+  tell(r, "big", "w-big");
+  first_open = hear(r, "open");
+  for (int i = 0; i <= VISIBLE_ROUNDS; i++) {
+    snprintf(name, sizeof name, "w-vis-%d", i);
+    vis[i] = create(conn, name, GPUSHM_BACKEND_CUDA_FD, 8u << 20);
+  }
+  CHECK_OK(publish(conn, "w-vis", vis[0], 291, 8192, NULL)); /* an 8B model's tensor count */
+  tell(r, "follow", "w-vis");
+  for (int i = 0; i < VISIBLE_ROUNDS; i++) {
+    double t0;
+    hear(r, "ready");
+    usleep(2000); /* the reader asleep in its wait */
+    t0 = now_ms();
+    CHECK_OK(publish(conn, "w-vis", vis[i + 1], 291, 8192, NULL));
+    publish_ms[i] = now_ms() - t0;
+    visible[i] = hear(r, "seen") - t0;
+  }
+  qsort(publish_ms, VISIBLE_ROUNDS, sizeof publish_ms[0], cmp_double);
+  qsort(visible, VISIBLE_ROUNDS, sizeof visible[0], cmp_double);
+  printf("weight sets on %s: first open of a %u-tensor set to its last tensor's pointer "
+         "%.3f ms (target 20); publish of a 291-tensor generation %.3f ms, visible to a "
+         "waiting reader (opened, mapped) %.3f ms after the publish began, median of %d "
+         "(target 2; p90 %.3f)\n", "cuda-fd", BIG_TENSORS, first_open,
+         publish_ms[VISIBLE_ROUNDS / 2], visible[VISIBLE_ROUNDS / 2], VISIBLE_ROUNDS,
+         visible[VISIBLE_ROUNDS * 9 / 10]);
+  test_log("weights: first open of %u tensors %.3f ms; publish to visible %.3f ms (median of "
+           "%d)", BIG_TENSORS, first_open, visible[VISIBLE_ROUNDS / 2], VISIBLE_ROUNDS);
+  for (int i = 0; i <= VISIBLE_ROUNDS; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(vis[i]));
+  CHECK_OK(gpushm_buffer_close_unlink(big));
+  CHECK_OK(gpushm_unlink(conn, "w-big"));
+  CHECK_OK(gpushm_unlink(conn, "w-vis"));
+}
+
+static unsigned daemon_fds(void)
+{
+  char path[64];
+  struct dirent *e;
+  unsigned n = 0;
+  DIR *dir;
+
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)d.pid);
+  CHECK((dir = opendir(path)) != NULL);
+  while ((e = readdir(dir)) != NULL)
+    n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+static void test_churn(gpushm_t *writer)
+{
+  gpushm_t *reader;
+  gpushm_weights_t *held = NULL, *next;
+  size_t free0 = 0, free1, total;
+  unsigned fds0 = 0, fds1;
+  double t0 = 0;
+  char name[64];
+
+  CHECK_OK(gpushm_connect(d.socket, "weights-follower", &reader));
+  for (unsigned g = 1; g <= CHURN + CHURN_WARMUP; g++) {
+    gpushm_buffer_t *b;
+    void *p;
+
+    if (g == CHURN_WARMUP + 1) {
+      CU_CHECK(CU_CALL(&drv, cuMemGetInfo, &free0, &total));
+      fds0 = daemon_fds();
+      t0 = now_ms();
+    }
+    snprintf(name, sizeof name, "w-churn-%u", g);
+    b = create(writer, name, GPUSHM_BACKEND_CUDA_FD, CHURN_BYTES);
+    CHECK_OK(publish(writer, "w-churn", b, 4, CHURN_BYTES / 4, NULL));
+    CHECK_OK(gpushm_buffer_close_unlink(b));
+    CHECK_OK(gpushm_weights_open(reader, "w-churn", &next));
+    CHECK_OK(gpushm_weights_tensor_ptr(next, 3, &p)); /* mapped here */
+    if (held)
+      CHECK_OK(gpushm_weights_close(held));
+    held = next;
+  }
+  CHECK_OK(gpushm_weights_close(held));
+  CU_CHECK(CU_CALL(&drv, cuMemGetInfo, &free1, &total));
+  fds1 = daemon_fds();
+  test_log("weights: %u generations of %u MiB of cuda-fd memory published, followed and "
+           "dropped in %.0f ms: the GPU's free memory %+.1f MiB, gpushmd's fds %u -> %u",
+           CHURN, CHURN_BYTES >> 20, now_ms() - t0, ((double)free1 - (double)free0) / 1048576.0,
+           fds0, fds1);
+  CHECK(free1 + (2u << 20) >= free0 && free1 <= free0 + (2u << 20) + CHURN_BYTES);
+  CHECK(fds1 == fds0);
+  CHECK_OK(gpushm_unlink(writer, "w-churn"));
+  gpushm_disconnect(reader);
+}
+
+int main(int argc, char **argv)
+{
+  struct reader r;
+  gpushm_t *conn;
+
+  if (argc == 3 && strcmp(argv[1], "reader") == 0)
+    return role_reader(argv[2]);
+  snprintf(self, sizeof self, "%s", test_self_path());
+  cuda_test_setup(1); /* 77 without a GPU */
+  cuda_test_parent_outside_mps();
+  daemon_start(&d, "--allow-legacy-ipc=yes", NULL);
+  CHECK_OK(gpushm_connect(d.socket, "weights-publisher", &conn));
+  start_reader(&r);
+  test_small(conn, &r, GPUSHM_BACKEND_CUDA_FD);
+  test_small(conn, &r, GPUSHM_BACKEND_CUDA_IPC);
+  test_timings(conn, &r);
+  fclose(r.in);
+  check_child(r.pid);
+  fclose(r.out);
+  test_churn(conn);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  return 0;
+}
