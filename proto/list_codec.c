@@ -4,45 +4,16 @@
  * a scalar at its zero value, an empty string or bytes is left out, and int32 and enum
  * values are sign-extended to 64 bits (ten bytes when negative). */
 #include "list_codec.h"
+#include "pb_varint.h"
 #include "wire.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
 
-enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 
 /* ---- packing --------------------------------------------------------------------- */
 
-static size_t varint_size(uint64_t v)
-{
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
-
-static size_t tag_size(unsigned field)
-{
-  return varint_size((uint64_t)field << 3);
-}
-
-static uint8_t *put_tag(uint8_t *p, unsigned field, unsigned wire_type)
-{
-  return put_varint(p, (uint64_t)field << 3 | wire_type);
-}
 
 /* int32 and enums: negative values go on the wire as 64-bit two's complement */
 static uint64_t wire_int32(int32_t v)
@@ -57,8 +28,8 @@ static uint64_t wire_int32(int32_t v)
     uint64_t v_ = (value);                                                               \
     if (v_) {                                                                            \
       if (p)                                                                             \
-        p = put_varint(put_tag(p, (field), WT_VARINT), v_);                              \
-      n += tag_size(field) + varint_size(v_);                                            \
+        p = pb_put_varint(pb_put_tag(p, (field), PB_WT_VARINT), v_);                              \
+      n += pb_tag_size(field) + pb_varint_size(v_);                                            \
     }                                                                                    \
   } while (0)
 #define BYTES(field, data, len)                                                          \
@@ -66,11 +37,11 @@ static uint64_t wire_int32(int32_t v)
     size_t l_ = (len);                                                                   \
     if (l_) {                                                                            \
       if (p) {                                                                           \
-        p = put_varint(put_tag(p, (field), WT_LEN), l_);                                 \
+        p = pb_put_varint(pb_put_tag(p, (field), PB_WT_LEN), l_);                                 \
         memcpy(p, (data), l_);                                                           \
         p += l_;                                                                         \
       }                                                                                  \
-      n += tag_size(field) + varint_size(l_) + l_;                                       \
+      n += pb_tag_size(field) + pb_varint_size(l_) + l_;                                       \
     }                                                                                    \
   } while (0)
 
@@ -79,10 +50,10 @@ static uint64_t wire_int32(int32_t v)
     if (msg) {                                                                         \
       size_t l_ = prefix##__get_packed_size(msg);                                      \
       if (p) {                                                                         \
-        p = put_varint(put_tag(p, (field), WT_LEN), l_);                               \
+        p = pb_put_varint(pb_put_tag(p, (field), PB_WT_LEN), l_);                               \
         p += prefix##__pack(msg, p);                                                   \
       }                                                                                \
-      n += tag_size(field) + varint_size(l_) + l_;                                     \
+      n += pb_tag_size(field) + pb_varint_size(l_) + l_;                                     \
     }                                                                                  \
   } while (0)
 
@@ -123,10 +94,10 @@ static size_t info_body(uint8_t *p, const Gpushm__BufferInfo *info)
     /* a repeated message is packed even when empty */
     size_t len = holder_body(NULL, info->holders[i]);
     if (p) {
-      p = put_varint(put_tag(p, 16, WT_LEN), len);
+      p = pb_put_varint(pb_put_tag(p, 16, PB_WT_LEN), len);
       p += holder_body(p, info->holders[i]);
     }
-    n += tag_size(16) + varint_size(len) + len;
+    n += pb_tag_size(16) + pb_varint_size(len) + len;
   }
   VARINT(17, info->allocated);
   BYTES(18, info->device_uuid.data, info->device_uuid.len);
@@ -154,25 +125,25 @@ size_t list_codec_info_size(const Gpushm__BufferInfo *info)
 
 size_t list_codec_entry_size(size_t info_size)
 {
-  return tag_size(1) + varint_size(info_size) + info_size;
+  return pb_tag_size(1) + pb_varint_size(info_size) + info_size;
 }
 
 uint8_t *list_codec_put_entry(uint8_t *out, const Gpushm__BufferInfo *info, size_t info_size)
 {
-  out = put_varint(put_tag(out, 1, WT_LEN), info_size);
+  out = pb_put_varint(pb_put_tag(out, 1, PB_WT_LEN), info_size);
   return out + info_body(out, info);
 }
 
 uint8_t *list_codec_put_more(uint8_t *out, int more)
 {
-  return more ? put_varint(put_tag(out, 2, WT_VARINT), 1) : out;
+  return more ? pb_put_varint(pb_put_tag(out, 2, PB_WT_VARINT), 1) : out;
 }
 
 long list_codec_encode_reply(uint8_t *buf, uint64_t request_id, const uint8_t *page,
                              size_t page_len)
 {
-  size_t body_len = (request_id ? tag_size(1) + varint_size(request_id) : 0) +
-                    tag_size(GPUSHM__REPLY__BODY_LIST) + varint_size(page_len) + page_len;
+  size_t body_len = (request_id ? pb_tag_size(1) + pb_varint_size(request_id) : 0) +
+                    pb_tag_size(GPUSHM__REPLY__BODY_LIST) + pb_varint_size(page_len) + page_len;
   struct wire_header h = {
     .magic = WIRE_MAGIC,
     .version = GPUSHM_WIRE_VERSION,
@@ -186,8 +157,8 @@ long list_codec_encode_reply(uint8_t *buf, uint64_t request_id, const uint8_t *p
     return -EMSGSIZE;
   memcpy(buf, &h, sizeof h);
   if (request_id)
-    p = put_varint(put_tag(p, 1, WT_VARINT), request_id);
-  p = put_varint(put_tag(p, GPUSHM__REPLY__BODY_LIST, WT_LEN), page_len);
+    p = pb_put_varint(pb_put_tag(p, 1, PB_WT_VARINT), request_id);
+  p = pb_put_varint(pb_put_tag(p, GPUSHM__REPLY__BODY_LIST, PB_WT_LEN), page_len);
   memcpy(p, page, page_len);
   return (long)(WIRE_HEADER_SIZE + body_len);
 }
@@ -197,42 +168,17 @@ long list_codec_encode_reply(uint8_t *buf, uint64_t request_id, const uint8_t *p
 /* Anything this reader does not take as gpushmd writes it ends the fast path, and
  * protobuf-c reads the body instead: so no rule of protobuf-c's about odd encodings
  * (overlong varints, lengths, wire types, repeated oneofs) needs copying here. */
-struct reader {
-  const uint8_t *p, *end;
-};
 
-static bool get_varint_slow(struct reader *r, uint64_t *out)
-{
-  uint64_t v = 0;
-
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    uint8_t b;
-    if (r->p == r->end)
-      return false;
-    b = *r->p++;
-    /* the tenth byte may carry only bit 63 */
-    if (shift == 63 && b > 1)
-      return false;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
-
-/* Most values and every tag of ours are one byte */
-static inline bool get_varint(struct reader *r, uint64_t *out)
+static inline bool get_varint(struct pb_reader *r, uint64_t *out)
 {
   if (r->p < r->end && *r->p < 0x80) {
     *out = *r->p++;
     return true;
   }
-  return get_varint_slow(r, out);
+  return pb_get_varint_slow(r, out);
 }
 
-static bool get_tag(struct reader *r, unsigned *field, unsigned *wire_type)
+static bool get_tag(struct pb_reader *r, unsigned *field, unsigned *wire_type)
 {
   const uint8_t *start = r->p;
   uint64_t v;
@@ -245,7 +191,7 @@ static bool get_tag(struct reader *r, unsigned *field, unsigned *wire_type)
 }
 
 /* A length-delimited field's contents, as a reader of their own. */
-static bool get_len(struct reader *r, struct reader *inner)
+static bool get_len(struct pb_reader *r, struct pb_reader *inner)
 {
   const uint8_t *start = r->p;
   uint64_t len;
@@ -259,25 +205,25 @@ static bool get_len(struct reader *r, struct reader *inner)
 }
 
 /* An unknown field (a newer daemon's) is skipped, as protobuf-c's callers ignore it. */
-static bool skip_field(struct reader *r, unsigned wire_type)
+static bool skip_field(struct pb_reader *r, unsigned wire_type)
 {
-  struct reader inner;
+  struct pb_reader inner;
   uint64_t v;
 
   switch (wire_type) {
-  case WT_VARINT:
+  case PB_WT_VARINT:
     return get_varint(r, &v);
-  case WT_FIXED64:
+  case PB_WT_FIXED64:
     if (r->end - r->p < 8)
       return false;
     r->p += 8;
     return true;
-  case WT_FIXED32:
+  case PB_WT_FIXED32:
     if (r->end - r->p < 4)
       return false;
     r->p += 4;
     return true;
-  case WT_LEN:
+  case PB_WT_LEN:
     return get_len(r, &inner);
   default:
     return false;
@@ -285,7 +231,7 @@ static bool skip_field(struct reader *r, unsigned wire_type)
 }
 
 /* Occurrences of field (any wire type: a wrong one fails later) in a message. */
-static bool count_field(struct reader r, unsigned field, size_t *count)
+static bool count_field(struct pb_reader r, unsigned field, size_t *count)
 {
   unsigned f, wt;
 
@@ -314,7 +260,7 @@ static void **ptr_array(ProtobufCAllocator *alloc, size_t n, size_t size)
   return ptrs;
 }
 
-static char *get_string(ProtobufCAllocator *alloc, const struct reader *s)
+static char *get_string(ProtobufCAllocator *alloc, const struct pb_reader *s)
 {
   size_t len = (size_t)(s->end - s->p);
   char *str = arena(alloc, len + 1);
@@ -332,7 +278,7 @@ static char *get_string(ProtobufCAllocator *alloc, const struct reader *s)
       return false;                                                                      \
   } while (0)
 
-static bool get_holder(struct reader r, Gpushm__Holder *h)
+static bool get_holder(struct pb_reader r, Gpushm__Holder *h)
 {
   unsigned field, wire_type;
   uint64_t v;
@@ -346,7 +292,7 @@ static bool get_holder(struct reader r, Gpushm__Holder *h)
         return false;
       continue;
     }
-    EXPECT(WT_VARINT);
+    EXPECT(PB_WT_VARINT);
     if (!get_varint(&r, &v))
       return false;
     switch (field) {
@@ -362,7 +308,7 @@ static bool get_holder(struct reader r, Gpushm__Holder *h)
 }
 
 /* A bytes field; a repeated one replaces the earlier, as protobuf-c's does. */
-static bool get_bytes(ProtobufCAllocator *alloc, const struct reader *s, ProtobufCBinaryData *out)
+static bool get_bytes(ProtobufCAllocator *alloc, const struct pb_reader *s, ProtobufCBinaryData *out)
 {
   out->len = (size_t)(s->end - s->p);
   out->data = NULL;
@@ -374,7 +320,7 @@ static bool get_bytes(ProtobufCAllocator *alloc, const struct reader *s, Protobu
   return true;
 }
 
-static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferInfo *info)
+static bool get_info(ProtobufCAllocator *alloc, struct pb_reader r, Gpushm__BufferInfo *info)
 {
   unsigned field, wire_type;
   size_t n_holders = 0;
@@ -383,21 +329,21 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
   gpushm__buffer_info__init(info);
   while (r.p < r.end) {
     const uint8_t *field_start = r.p;
-    struct reader s;
+    struct pb_reader s;
 
     if (!get_tag(&r, &field, &wire_type))
       return false;
     switch (field) {
     case 2:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) || !(info->name = get_string(alloc, &s)))
         return false;
       continue;
     case 16:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       /* most buffers in a long list have no holder: counted only when one comes */
       if (!info->holders) {
-        struct reader rest = { field_start, r.end };
+        struct pb_reader rest = { field_start, r.end };
         if (!count_field(rest, 16, &n_holders) ||
             !(info->holders = (Gpushm__Holder **)ptr_array(alloc, n_holders,
                                                            sizeof **info->holders)))
@@ -409,31 +355,31 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
       continue;
     case 18:
     case 21:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) ||
           !get_bytes(alloc, &s, field == 18 ? &info->device_uuid : &info->metadata))
         return false;
       continue;
     case 22:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) ||
           !(info->image = gpushm__image_desc__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 23:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) || !(info->external = gpushm__external_memory__unpack(
                                   alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 25:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) ||
           !(info->ring = gpushm__ring_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 26:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) ||
           !(info->weights = gpushm__weights_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
@@ -444,7 +390,7 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
         return false;
       continue;
     }
-    EXPECT(WT_VARINT);
+    EXPECT(PB_WT_VARINT);
     if (!get_varint(&r, &v))
       return false;
     switch (field) {
@@ -471,7 +417,7 @@ static bool get_info(ProtobufCAllocator *alloc, struct reader r, Gpushm__BufferI
   return true;
 }
 
-static bool get_list(ProtobufCAllocator *alloc, struct reader r, Gpushm__ListReply *list)
+static bool get_list(ProtobufCAllocator *alloc, struct pb_reader r, Gpushm__ListReply *list)
 {
   unsigned field, wire_type;
   size_t n;
@@ -483,17 +429,17 @@ static bool get_list(ProtobufCAllocator *alloc, struct reader r, Gpushm__ListRep
   if (n && !(list->buffers = (Gpushm__BufferInfo **)ptr_array(alloc, n, sizeof **list->buffers)))
     return false;
   while (r.p < r.end) {
-    struct reader s;
+    struct pb_reader s;
 
     if (!get_tag(&r, &field, &wire_type))
       return false;
     if (field == 1) {
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (list->n_buffers == n || !get_len(&r, &s) ||
           !get_info(alloc, s, list->buffers[list->n_buffers++]))
         return false;
     } else if (field == 2) {
-      EXPECT(WT_VARINT);
+      EXPECT(PB_WT_VARINT);
       if (!get_varint(&r, &v))
         return false;
       list->more = v != 0;
@@ -504,21 +450,21 @@ static bool get_list(ProtobufCAllocator *alloc, struct reader r, Gpushm__ListRep
   return true;
 }
 
-static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply *reply)
+static bool get_reply(ProtobufCAllocator *alloc, struct pb_reader r, Gpushm__Reply *reply)
 {
   unsigned field, wire_type;
   uint64_t v;
 
   gpushm__reply__init(reply);
   while (r.p < r.end) {
-    struct reader s;
+    struct pb_reader s;
 
     if (!get_tag(&r, &field, &wire_type))
       return false;
     switch (field) {
     case 1:
     case 2:
-      EXPECT(WT_VARINT);
+      EXPECT(PB_WT_VARINT);
       if (!get_varint(&r, &v))
         return false;
       if (field == 1)
@@ -527,12 +473,12 @@ static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply 
         reply->status = (int32_t)(uint32_t)v;
       break;
     case 3:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       if (!get_len(&r, &s) || !(reply->message = get_string(alloc, &s)))
         return false;
       break;
     case GPUSHM__REPLY__BODY_LIST:
-      EXPECT(WT_LEN);
+      EXPECT(PB_WT_LEN);
       /* a second one would be merged into the first: protobuf-c's business */
       if (reply->body_case != GPUSHM__REPLY__BODY__NOT_SET)
         return false;
@@ -560,18 +506,18 @@ static bool get_reply(ProtobufCAllocator *alloc, struct reader r, Gpushm__Reply 
 
 /* The last entry's id of a ListReply body, and its more flag; false for anything
  * unusual (as get_list: the full decode decides those). */
-static bool peek_list(struct reader r, uint64_t *last_id, bool *more)
+static bool peek_list(struct pb_reader r, uint64_t *last_id, bool *more)
 {
   unsigned field, wire_type;
   uint64_t v;
 
   while (r.p < r.end) {
-    struct reader entry;
+    struct pb_reader entry;
 
     if (!get_tag(&r, &field, &wire_type))
       return false;
     if (field == 1) {
-      if (wire_type != WT_LEN)
+      if (wire_type != PB_WT_LEN)
         return false;
       if (!get_len(&r, &entry))
         return false;
@@ -584,13 +530,13 @@ static bool peek_list(struct reader r, uint64_t *last_id, bool *more)
             return false;
           continue;
         }
-        if (wire_type != WT_VARINT)
+        if (wire_type != PB_WT_VARINT)
         return false;
         if (!get_varint(&entry, last_id))
           return false;
       }
     } else if (field == 2) {
-      if (wire_type != WT_VARINT)
+      if (wire_type != PB_WT_VARINT)
         return false;
       if (!get_varint(&r, &v))
         return false;
@@ -605,7 +551,7 @@ static bool peek_list(struct reader r, uint64_t *last_id, bool *more)
 bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
                           uint64_t *last_id, bool *more)
 {
-  struct reader r = { body, body + len }, list = { NULL, NULL };
+  struct pb_reader r = { body, body + len }, list = { NULL, NULL };
   unsigned field, wire_type;
   uint64_t v;
 
@@ -615,14 +561,14 @@ bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
     if (!get_tag(&r, &field, &wire_type))
       return false;
     if (field == 1 || field == 2) {
-      if (wire_type != WT_VARINT)
+      if (wire_type != PB_WT_VARINT)
         return false;
       if (!get_varint(&r, &v) || (field == 2 && v != 0))
         return false;
       if (field == 1)
         *request_id = v;
     } else if (field == GPUSHM__REPLY__BODY_LIST) {
-      if (wire_type != WT_LEN)
+      if (wire_type != PB_WT_LEN)
         return false;
       if (list.p || !get_len(&r, &list))
         return false;
@@ -642,7 +588,7 @@ bool list_codec_peek_page(const uint8_t *body, size_t len, uint64_t *request_id,
 Gpushm__Reply *list_codec_unpack_reply(ProtobufCAllocator *alloc, size_t len,
                                        const uint8_t *data)
 {
-  struct reader r = { data, data + len };
+  struct pb_reader r = { data, data + len };
   Gpushm__Reply *reply = arena(alloc, sizeof *reply);
 
   /* What the fast path allocated before giving up stays in the arena until the list

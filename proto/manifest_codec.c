@@ -5,6 +5,7 @@
  * takes them unpacked too), negative int64s are ten-byte varints. */
 #include "config.h"
 #include "manifest_codec.h"
+#include "pb_varint.h"
 #include "gpushm_limits.h"
 #include "protocol.h"
 
@@ -18,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 
 enum { F_VERSION = 1, F_TENSORS = 2 };
 enum {
@@ -102,33 +102,8 @@ __attribute__((format(printf, 5, 6))) static int refuse(int code, char *err, siz
 
 /* ---- reading protobuf ------------------------------------------------------------ */
 
-struct reader {
-  const uint8_t *p, *end;
-};
-
-static bool get_varint_slow(struct reader *r, uint64_t *out)
-{
-  uint64_t v = 0;
-
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    uint8_t b;
-    if (r->p == r->end)
-      return false;
-    b = *r->p++;
-    /* the tenth byte may carry only bit 63 */
-    if (shift == 63 && b > 1)
-      return false;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
-
 /* Tags, lengths, dtypes and buffer indexes are mostly one byte, extents two */
-static inline __attribute__((always_inline)) bool get_varint(struct reader *r, uint64_t *out)
+static inline __attribute__((always_inline)) bool get_varint(struct pb_reader *r, uint64_t *out)
 {
   if (r->p < r->end && *r->p < 0x80) {
     *out = *r->p++;
@@ -139,7 +114,7 @@ static inline __attribute__((always_inline)) bool get_varint(struct reader *r, u
     r->p += 2;
     return true;
   }
-  return get_varint_slow(r, out);
+  return pb_get_varint_slow(r, out);
 }
 
 /* Why a varint starting at p could not be read. */
@@ -160,10 +135,10 @@ struct field {
   const uint8_t *start;
   unsigned number, wire_type;
   uint64_t value;
-  struct reader contents;
+  struct pb_reader contents;
 };
 
-static inline __attribute__((always_inline)) bool next_field(struct reader *r, struct field *f,
+static inline __attribute__((always_inline)) bool next_field(struct pb_reader *r, struct field *f,
                                                               const char **why)
 {
   const uint8_t *at;
@@ -183,15 +158,15 @@ static inline __attribute__((always_inline)) bool next_field(struct reader *r, s
   f->wire_type = (unsigned)(v & 7);
   at = r->p;
   switch (f->wire_type) {
-  case WT_VARINT:
+  case PB_WT_VARINT:
     if (!get_varint(r, &f->value)) {
       *why = varint_problem(at, r->end);
       return false;
     }
     return true;
-  case WT_FIXED64:
-  case WT_FIXED32: {
-    size_t size = f->wire_type == WT_FIXED64 ? 8 : 4;
+  case PB_WT_FIXED64:
+  case PB_WT_FIXED32: {
+    size_t size = f->wire_type == PB_WT_FIXED64 ? 8 : 4;
     if ((size_t)(r->end - r->p) < size) {
       *why = "truncated fixed-size field";
       return false;
@@ -199,7 +174,7 @@ static inline __attribute__((always_inline)) bool next_field(struct reader *r, s
     r->p += size;
     return true;
   }
-  case WT_LEN:
+  case PB_WT_LEN:
     if (!get_varint(r, &v)) {
       *why = varint_problem(at, r->end);
       return false;
@@ -623,7 +598,7 @@ struct sizes {
 
 /* Packed varints: as many as bytes without the continuation bit (the second pass reads
  * them properly and refuses a malformed run). */
-static size_t count_packed(struct reader r)
+static size_t count_packed(struct pb_reader r)
 {
   size_t n = 0;
 
@@ -634,37 +609,37 @@ static size_t count_packed(struct reader r)
 
 /* First pass over a tensor: its structure, the bytes its last name takes and the shape
  * values it may keep. */
-static int measure_tensor(const struct decoder *d, struct reader r, size_t index,
+static int measure_tensor(const struct decoder *d, struct pb_reader r, size_t index,
                           struct sizes *s)
 {
   struct where at = { index, NULL, 0 };
   size_t n_shape = 0;
   const char *why;
-  struct field f;
+  struct field f = { 0 };
 
   while (r.p < r.end) {
     if (!next_field(&r, &f, &why))
       return malformed(d, &at, f.start, why);
     switch (f.number) {
     case F_NAME:
-      if (f.wire_type != WT_LEN)
+      if (f.wire_type != PB_WT_LEN)
         return wrong_wire_type(d, &at, &f);
       at.name = f.contents.p;
       at.name_len = (size_t)(f.contents.end - f.contents.p);
       break;
     case F_SHAPE:
     case F_STRIDES:
-      if (f.wire_type != WT_LEN && f.wire_type != WT_VARINT)
+      if (f.wire_type != PB_WT_LEN && f.wire_type != PB_WT_VARINT)
         return wrong_wire_type(d, &at, &f);
       if (f.number == F_SHAPE)
-        n_shape += f.wire_type == WT_VARINT ? 1 : count_packed(f.contents);
+        n_shape += f.wire_type == PB_WT_VARINT ? 1 : count_packed(f.contents);
       break;
     case F_DTYPE_CODE:
     case F_DTYPE_BITS:
     case F_DTYPE_LANES:
     case F_BUFFER:
     case F_OFFSET:
-      if (f.wire_type != WT_VARINT)
+      if (f.wire_type != PB_WT_VARINT)
         return wrong_wire_type(d, &at, &f);
       break;
     default: /* a newer writer's field */
@@ -678,11 +653,11 @@ static int measure_tensor(const struct decoder *d, struct reader r, size_t index
   return 0;
 }
 
-static int measure(const struct decoder *d, struct reader r, struct sizes *s)
+static int measure(const struct decoder *d, struct pb_reader r, struct sizes *s)
 {
   struct where manifest = { NO_TENSOR, NULL, 0 };
   const char *why;
-  struct field f;
+  struct field f = { 0 };
   int rc;
 
   memset(s, 0, sizeof *s);
@@ -691,12 +666,12 @@ static int measure(const struct decoder *d, struct reader r, struct sizes *s)
       return malformed(d, &manifest, f.start, why);
     switch (f.number) {
     case F_VERSION:
-      if (f.wire_type != WT_VARINT)
+      if (f.wire_type != PB_WT_VARINT)
         return wrong_wire_type(d, &manifest, &f);
       s->version = f.value;
       break;
     case F_TENSORS:
-      if (f.wire_type != WT_LEN)
+      if (f.wire_type != PB_WT_LEN)
         return wrong_wire_type(d, &manifest, &f);
       if (s->n_tensors == GPUSHM_LIMIT_WEIGHT_TENSORS)
         return refuse(PROTO_E_LIMIT, d->err, d->errlen, &manifest,
@@ -769,7 +744,7 @@ static const char *uint32_field_name(unsigned number)
 /* Second pass over tensor index: read, copied into the arena, checked and indexed.  The
  * bytes may be a mapping another process can still write: nothing here relies on what
  * the first pass saw but the sizes, which it checks before using. */
-static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
+static int decode_tensor(const struct decoder *d, struct pb_reader r, size_t index,
                          const uint64_t *buffer_sizes, uint32_t n_buffers, struct fill *fill)
 {
   int64_t shape[NDIM_MAX], strides[NDIM_MAX], strides_out[NDIM_MAX];
@@ -777,7 +752,7 @@ static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
   struct where at = { index, NULL, 0 };
   struct manifest_tensor *t = &fill->tensors[index];
   const char *why;
-  struct field f;
+  struct field f = { 0 };
   int rc;
 
   while (r.p < r.end) {
@@ -785,7 +760,7 @@ static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
       return malformed(d, &at, f.start, why);
     switch (f.number) {
     case F_NAME:
-      if (f.wire_type != WT_LEN)
+      if (f.wire_type != PB_WT_LEN)
         return wrong_wire_type(d, &at, &f);
       at.name = c.name = f.contents.p;
       at.name_len = c.name_len = (size_t)(f.contents.end - f.contents.p);
@@ -794,7 +769,7 @@ static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
     case F_DTYPE_BITS:
     case F_DTYPE_LANES:
     case F_BUFFER:
-      if (f.wire_type != WT_VARINT)
+      if (f.wire_type != PB_WT_VARINT)
         return wrong_wire_type(d, &at, &f);
       /* protobuf would keep the low 32 bits; no writer of ours sends more */
       if (f.value > UINT32_MAX)
@@ -812,7 +787,7 @@ static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
         c.buffer = f.value;
       break;
     case F_OFFSET:
-      if (f.wire_type != WT_VARINT)
+      if (f.wire_type != PB_WT_VARINT)
         return wrong_wire_type(d, &at, &f);
       c.offset = f.value;
       break;
@@ -820,13 +795,13 @@ static int decode_tensor(const struct decoder *d, struct reader r, size_t index,
     case F_STRIDES: {
       int64_t *values = f.number == F_SHAPE ? shape : strides;
       size_t *count = f.number == F_SHAPE ? &c.ndim : &c.n_strides;
-      if (f.wire_type == WT_VARINT) {
+      if (f.wire_type == PB_WT_VARINT) {
         if (*count < NDIM_MAX)
           values[*count] = (int64_t)f.value;
         ++*count;
         break;
       }
-      if (f.wire_type != WT_LEN)
+      if (f.wire_type != PB_WT_LEN)
         return wrong_wire_type(d, &at, &f);
       while (f.contents.p < f.contents.end) {
         const uint8_t *value_start = f.contents.p;
@@ -920,13 +895,13 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
   static const uint64_t no_buffers[1];
   struct decoder d = { bytes, err, errlen };
   struct where manifest = { NO_TENSOR, NULL, 0 };
-  struct reader all = { bytes, bytes + len };
+  struct pb_reader all = { bytes, bytes + len };
   size_t index_slots = 2, tensors_size, index_size, names_size, values_size, total, mapped;
   struct manifest_storage *st;
   struct sizes s;
   struct fill fill;
   const char *why;
-  struct field f;
+  struct field f = { 0 };
   char *arena;
   int rc;
 
@@ -979,7 +954,7 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
 
   for (size_t i = 0; all.p < all.end || i < s.n_tensors;) {
     if (all.p == all.end || !next_field(&all, &f, &why) ||
-        (f.number == F_TENSORS && (f.wire_type != WT_LEN || i == s.n_tensors))) {
+        (f.number == F_TENSORS && (f.wire_type != PB_WT_LEN || i == s.n_tensors))) {
       rc = refuse(PROTO_E_INVAL, err, errlen, &manifest, "changed while it was read");
       goto fail;
     }
@@ -1108,38 +1083,12 @@ int manifest_check_overlaps(const struct manifest *m, char *err, size_t errlen)
 
 /* ---- writing --------------------------------------------------------------------- */
 
-static size_t varint_size(uint64_t v)
-{
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
-
-/* Every tag of ours is one byte: field numbers up to 15 */
-static uint8_t *put_tag(uint8_t *p, unsigned field, unsigned wire_type)
-{
-  *p++ = (uint8_t)(field << 3 | wire_type);
-  return p;
-}
 
 static size_t packed_size(const int64_t *values, size_t n)
 {
   size_t size = 0;
   for (size_t i = 0; i < n; i++)
-    size += varint_size((uint64_t)values[i]);
+    size += pb_varint_size((uint64_t)values[i]);
   return size;
 }
 
@@ -1150,8 +1099,8 @@ static size_t packed_size(const int64_t *values, size_t n)
     uint64_t v_ = (value);                                                               \
     if (v_) {                                                                            \
       if (p)                                                                             \
-        p = put_varint(put_tag(p, (field), WT_VARINT), v_);                              \
-      n += 1 + varint_size(v_);                                                          \
+        p = pb_put_varint(pb_put_tag(p, (field), PB_WT_VARINT), v_);                              \
+      n += 1 + pb_varint_size(v_);                                                          \
     }                                                                                    \
   } while (0)
 #define PACKED(field, values, count)                                                     \
@@ -1160,11 +1109,11 @@ static size_t packed_size(const int64_t *values, size_t n)
     if (count_) {                                                                        \
       l_ = packed_size((values), count_);                                                \
       if (p) {                                                                           \
-        p = put_varint(put_tag(p, (field), WT_LEN), l_);                                 \
+        p = pb_put_varint(pb_put_tag(p, (field), PB_WT_LEN), l_);                                 \
         for (size_t i_ = 0; i_ < count_; i_++)                                           \
-          p = put_varint(p, (uint64_t)(values)[i_]);                                     \
+          p = pb_put_varint(p, (uint64_t)(values)[i_]);                                     \
       }                                                                                  \
-      n += 1 + varint_size(l_) + l_;                                                     \
+      n += 1 + pb_varint_size(l_) + l_;                                                     \
     }                                                                                    \
   } while (0)
 
@@ -1174,11 +1123,11 @@ static size_t tensor_body(uint8_t *p, const struct manifest_tensor *t)
   size_t n = 0;
 
   if (p) {
-    p = put_varint(put_tag(p, F_NAME, WT_LEN), t->name_len);
+    p = pb_put_varint(pb_put_tag(p, F_NAME, PB_WT_LEN), t->name_len);
     memcpy(p, t->name, t->name_len);
     p += t->name_len;
   }
-  n += 1 + varint_size(t->name_len) + t->name_len;
+  n += 1 + pb_varint_size(t->name_len) + t->name_len;
   VARINT(F_DTYPE_CODE, t->dtype_code);
   VARINT(F_DTYPE_BITS, t->dtype_bits);
   VARINT(F_DTYPE_LANES, t->dtype_lanes);
@@ -1210,7 +1159,7 @@ static bool writer_grow(struct manifest_writer *w, size_t need)
 
 static void writer_put_version(struct manifest_writer *w)
 {
-  w->data[0] = F_VERSION << 3 | WT_VARINT;
+  w->data[0] = F_VERSION << 3 | PB_WT_VARINT;
   w->data[1] = MANIFEST_VERSION;
   w->len = VERSION_FIELD_SIZE;
 }
@@ -1259,7 +1208,7 @@ int manifest_writer_add(struct manifest_writer *w, const struct manifest_tensor 
                          strides_out)))
     return rc;
   body = tensor_body(NULL, t);
-  need = 1 + varint_size(body) + body + (w->len ? 0 : VERSION_FIELD_SIZE);
+  need = 1 + pb_varint_size(body) + body + (w->len ? 0 : VERSION_FIELD_SIZE);
   if (w->len + need > GPUSHM_LIMIT_WEIGHT_MANIFEST)
     return refuse(PROTO_E_LIMIT, err, errlen, &at, "the manifest would pass %llu bytes",
                   (unsigned long long)GPUSHM_LIMIT_WEIGHT_MANIFEST);
@@ -1268,7 +1217,7 @@ int manifest_writer_add(struct manifest_writer *w, const struct manifest_tensor 
   if (!w->len)
     writer_put_version(w);
   {
-    uint8_t *p = put_varint(put_tag(w->data + w->len, F_TENSORS, WT_LEN), body);
+    uint8_t *p = pb_put_varint(pb_put_tag(w->data + w->len, F_TENSORS, PB_WT_LEN), body);
     p += tensor_body(p, t);
     w->len = (size_t)(p - w->data);
   }
