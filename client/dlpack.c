@@ -57,32 +57,19 @@ struct dlpack_tensor {
 
 /* Deleters and capsule destructors run at a garbage collector's whim: between a failed
  * call and its caller's reading of gpushm_last_error_message(), say.  The close they do
- * would reset it, so they put the thread's message back. */
-struct saved_error {
-  char text[512];
-};
-
-static void save_error(struct saved_error *saved)
-{
-  snprintf(saved->text, sizeof saved->text, "%s", gpushm_last_error_message());
-}
-
-static void restore_error(const struct saved_error *saved)
-{
-  client_error(0, "%s", saved->text);
-}
+ * would reset it, so they put the thread's message back (client_save_error()). */
 
 /* The deleters may run on any thread, at any time (a framework's garbage collector,
  * interpreter shutdown): they touch nothing but the tensor and the thread-safe close. */
 static void delete_tensor(struct dlpack_tensor *t)
 {
   gpushm_buffer_t *buf = t->buf;
-  struct saved_error saved;
+  struct client_saved_error saved;
 
-  save_error(&saved);
+  client_save_error(&saved);
   free(t);
   gpushm_buffer_close(buf);
-  restore_error(&saved);
+  client_restore_error(&saved);
 }
 
 static void delete_legacy(gpushm_dlpack_managed_t *self)
@@ -311,25 +298,25 @@ void gpushm_capsule_destructor(void *capsule)
       break;
     }
     case GPUSHM_CAPSULE_BUFFER: {
-      struct saved_error saved;
-      save_error(&saved);
+      struct client_saved_error saved;
+      client_save_error(&saved);
       gpushm_buffer_close(p);
-      restore_error(&saved);
+      client_restore_error(&saved);
       break;
     }
     case GPUSHM_CAPSULE_CONNECTION: {
       /* a disconnect can send unmaps, which fail on a lost connection and say so */
-      struct saved_error saved;
-      save_error(&saved);
+      struct client_saved_error saved;
+      client_save_error(&saved);
       gpushm_disconnect(p);
-      restore_error(&saved);
+      client_restore_error(&saved);
       break;
     }
     case GPUSHM_CAPSULE_RING: {
-      struct saved_error saved;
-      save_error(&saved);
+      struct client_saved_error saved;
+      client_save_error(&saved);
       gpushm_ring_close(p);
-      restore_error(&saved);
+      client_restore_error(&saved);
       break;
     }
     }

@@ -108,3 +108,15 @@ int gpushm_backend_from_name(const char *name)
 {
   return wire_backend_value(name);
 }
+
+void client_save_error(struct client_saved_error *saved)
+{
+  snprintf(saved->text, sizeof saved->text, "%s", last_error);
+  saved->err = last_errno;
+}
+
+void client_restore_error(const struct client_saved_error *saved)
+{
+  snprintf(last_error, sizeof last_error, "%s", saved->text);
+  last_errno = saved->err;
+}

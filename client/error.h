@@ -16,5 +16,13 @@ int client_error(int err, const char *fmt, ...) __attribute__((format(printf, 2,
 void client_clear_error(void);
 /* The system error behind the last one recorded (after client_error(), which clears it). */
 void client_set_errno(int err);
+/* The thread's last error, kept across calls that would reset it (a close in a deleter
+ * or a free function, which must not change what the caller's failed call said). */
+struct client_saved_error {
+  char text[512];
+  int err;
+};
+void client_save_error(struct client_saved_error *saved);
+void client_restore_error(const struct client_saved_error *saved);
 
 #endif

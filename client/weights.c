@@ -37,6 +37,7 @@ struct weights_buffer {
 
 struct gpushm_weights {
   gpushm_t *conn; /* a reference held */
+  pid_t pid;      /* the process that opened it: a forked child's copy is not its own */
   uint64_t id, generation;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
   const uint8_t *manifest_map;
@@ -74,8 +75,14 @@ int gpushm_weights_builder_new(gpushm_weights_builder_t **out)
 
 void gpushm_weights_builder_free(gpushm_weights_builder_t *b)
 {
+  struct client_saved_error saved;
+
   if (!b)
     return;
+  client_save_error(&saved); /* what a failed publish said, read after the free */
+  for (uint32_t i = 0; i < b->n_buffers; i++)
+    gpushm_buffer_close(b->buffers[i]); /* the builder's open of it */
+  client_restore_error(&saved);
   manifest_writer_free(&b->writer);
   free(b->buffers);
   free(b->sizes);
@@ -85,6 +92,8 @@ void gpushm_weights_builder_free(gpushm_weights_builder_t *b)
 int gpushm_weights_builder_add_buffer(gpushm_weights_builder_t *b, gpushm_buffer_t *buf,
                                       uint32_t *index)
 {
+  int r;
+
   client_clear_error();
   if (!b || !buf || !index)
     return client_error(GPUSHM_E_INVAL, "builder, buffer and index must not be NULL");
@@ -110,6 +119,9 @@ int gpushm_weights_builder_add_buffer(gpushm_weights_builder_t *b, gpushm_buffer
     b->sizes = sizes;
     b->cap_buffers = cap;
   }
+  /* an open of its own: the caller may close theirs before publishing */
+  if ((r = gpushm_buffer_ref(buf)) < 0)
+    return r;
   b->buffers[b->n_buffers] = buf;
   b->sizes[b->n_buffers] = gpushm_buffer_size(buf);
   *index = b->n_buffers++;
@@ -239,12 +251,9 @@ int gpushm_weights_publish(gpushm_t *conn, const char *name, const gpushm_weight
   if ((r = client_need_feature(conn, GPUSHM_FEATURE_WEIGHTS, "weight sets")) < 0)
     return r;
   gpushm_weights_publish_opts_init(&o);
-  if (opts) {
-    if (opts->size < sizeof o)
-      return client_error(GPUSHM_E_INVAL, "opts was not initialised "
-                          "(gpushm_weights_publish_opts_init())");
-    o = *opts;
-  }
+  if (opts && (r = client_copy_opts(&o, sizeof o, opts, GPUSHM_WEIGHTS_PUBLISH_OPTS_SIZE_V1,
+                                    "gpushm_weights_publish_opts_t")) < 0)
+    return r;
   if (!b->writer.n_tensors)
     return client_error(GPUSHM_E_INVAL, "a generation names at least one tensor");
   /* what every reader will check, checked here first, overlaps too */
@@ -318,6 +327,7 @@ static int adopt_generation(gpushm_t *conn, const Gpushm__OpenReply *open, struc
   }
   pthread_mutex_init(&w->lock, NULL);
   w->conn = conn;
+  w->pid = getpid();
   w->id = open->info->id;
   w->generation = info->generation;
   snprintf(w->name, sizeof w->name, "%s", open->info->name);
@@ -408,6 +418,15 @@ int gpushm_weights_close(gpushm_weights_t *w)
   client_clear_error();
   if (!w)
     return client_error(GPUSHM_E_INVAL, "w is NULL");
+  if (w->pid != getpid()) {
+    /* the parent's socket and opens: the child lets go of its copy of the memory only */
+    char name[sizeof w->name];
+    snprintf(name, sizeof name, "%s", w->name);
+    unmap_generation(w);
+    free(w);
+    return client_error(GPUSHM_E_INVAL, "weight set '%s' was opened by the parent of this "
+                        "process, before fork(): the child leaves it alone", name);
+  }
   /* the buffers' opens before the generation's, which keeps them alive */
   for (uint32_t i = 0; i < w->n_buffers; i++)
     if (w->buffers[i].open && (rb = gpushm_buffer_close(w->buffers[i].open)) < 0 && r == 0)
@@ -490,7 +509,9 @@ int gpushm_weights_tensor(const gpushm_weights_t *w, size_t index, gpushm_weight
   out->name = t->name;
   out->name_len = t->name_len;
   out->buffer = t->buffer;
-  gpushm_tensor_desc_init(&out->desc);
+  /* the first layout, whatever this library's is: the caller's struct may be older */
+  memset(&out->desc, 0, GPUSHM_TENSOR_DESC_SIZE_V1);
+  out->desc.size = GPUSHM_TENSOR_DESC_SIZE_V1;
   out->desc.ndim = t->ndim;
   out->desc.offset = t->offset;
   out->desc.dtype.code = t->dtype_code;
@@ -561,3 +582,6 @@ int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void **ptr)
   *ptr = base + w->manifest.tensors[index].offset;
   return 0;
 }
+
+_Static_assert(GPUSHM_WEIGHTS_PUBLISH_OPTS_SIZE_V1 == sizeof(gpushm_weights_publish_opts_t),
+               "the first published layout, for ever: grow it at its end");

@@ -40,7 +40,8 @@ typedef struct gpushm_weights_builder gpushm_weights_builder_t;
 
 /* One tensor of a generation: its name, the buffer it lies in (an index of the
  * generation's buffers) and where in it.  desc.shape and desc.strides (always given,
- * in elements) point into w, valid until it is closed. */
+ * in elements) point into w, valid until it is closed; desc is filled in its first
+ * layout (desc.size GPUSHM_TENSOR_DESC_SIZE_V1), so that this struct never grows. */
 typedef struct gpushm_weight_tensor {
   const char *name;
   size_t name_len;
@@ -54,7 +55,8 @@ GPUSHM_API int gpushm_weights_builder_new(gpushm_weights_builder_t **out);
 GPUSHM_API void gpushm_weights_builder_free(gpushm_weights_builder_t *b);
 /* A buffer the generation's tensors lie in: open read-write on the connection that will
  * publish (its writer), plain memory (no image, event, timeline or ring).  *index: what
- * tensors name it by (the same buffer added twice: its first index). */
+ * tensors name it by (the same buffer added twice: its first index).  The builder takes
+ * an open of its own (gpushm_buffer_ref()), closed by gpushm_weights_builder_free(). */
 GPUSHM_API int gpushm_weights_builder_add_buffer(gpushm_weights_builder_t *b,
                                                  gpushm_buffer_t *buf, uint32_t *index);
 /* A tensor: name (1 to 1024 bytes of printable UTF-8, unique in the generation) in
@@ -74,6 +76,9 @@ typedef struct gpushm_weights_publish_opts {
                                 * (GPUSHM_E_EXIST otherwise: another publisher came first) */
 } gpushm_weights_publish_opts_t;
 
+/* The size of the first published gpushm_weights_publish_opts_t (gpushm 0.8). */
+#define GPUSHM_WEIGHTS_PUBLISH_OPTS_SIZE_V1 24u
+
 GPUSHM_API void gpushm_weights_publish_opts_init(gpushm_weights_publish_opts_t *opts);
 
 /* Publishes b's tensors as the next generation of weight set name (its first, made with
@@ -81,8 +86,7 @@ GPUSHM_API void gpushm_weights_publish_opts_init(gpushm_weights_publish_opts_t *
  * on get it.  The buffers must be open read-write by conn and by no other connection
  * (GPUSHM_E_INVAL, naming the other), readable by whoever may read the set.  Publishing
  * under a name of another kind is GPUSHM_E_EXIST; into a set the caller may not write,
- * GPUSHM_E_PERM; past GPUSHM_LIMIT generations alive (readers that never let go),
- * GPUSHM_E_LIMIT.  *out (may be NULL) holds the new generation, as an open would.  b
+ * GPUSHM_E_PERM; past 16 generations alive (readers that never let go), GPUSHM_E_LIMIT.  *out (may be NULL) holds the new generation, as an open would.  b
  * stays the caller's to free. */
 GPUSHM_API int gpushm_weights_publish(gpushm_t *conn, const char *name,
                                       const gpushm_weights_builder_t *b,
@@ -96,7 +100,9 @@ GPUSHM_API int gpushm_weights_publish(gpushm_t *conn, const char *name,
  * one the caller may not see); GPUSHM_E_PERM without read access. */
 GPUSHM_API int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weights_t **out);
 /* Lets go of the generation and every buffer opened through it (their tensors'
- * pointers go with them; DLPack tensors made of them hold opens of their own). */
+ * pointers go with them; DLPack tensors made of them hold opens of their own).  In a
+ * child forked after the open: GPUSHM_E_INVAL, only the child's copy of the memory
+ * freed (the generation is the parent's). */
 GPUSHM_API int gpushm_weights_close(gpushm_weights_t *w);
 
 GPUSHM_API const char *gpushm_weights_name(const gpushm_weights_t *w);

@@ -11,7 +11,8 @@
  *    gpushm_weights_wait_newer() opens the new generation and maps its buffer), median
  *    of 20 (target 2 ms);
  *  - 1,000 generations of 2 MiB published over a reader that follows each and dropped:
- *    the GPU's free memory back where it was after 50 (within 2 MiB), gpushmd's fds too.
+ *    the GPU's free memory back where it was after 50 (within 2 MiB), gpushmd's fds
+ *    too (within 2: segments kept warm).
  * Skips (77) without a GPU. */
 #include "config.h"
 #include "cuda-test.h"
@@ -339,7 +340,7 @@ static void test_churn(gpushm_t *writer)
            CHURN, CHURN_BYTES >> 20, now_ms() - t0, ((double)free1 - (double)free0) / 1048576.0,
            fds0, fds1);
   CHECK(free1 + (2u << 20) >= free0 && free1 <= free0 + (2u << 20) + CHURN_BYTES);
-  CHECK(fds1 == fds0);
+  CHECK(fds1 <= fds0 + 2); /* a segment or two kept warm, not one a generation */
   CHECK_OK(gpushm_unlink(writer, "w-churn"));
   gpushm_disconnect(reader);
 }

@@ -30,8 +30,9 @@
  *    readers read its generation whole; one SIGKILLed before it: the set stays where
  *    it was; a session set's creator gone: the set's name goes, and a waiter for a
  *    newer generation hears so;
- *  - 1,000 generations published, followed by a reader and dropped: gpushmd's fds and
- *    objects back where they were, its resident memory within 2 MiB (printed). */
+ *  - 1,000 generations published, followed by a reader and dropped: gpushmd's objects
+ *    back where they were, its fds within 2 (segments kept warm), its resident memory
+ *    within 2 MiB (printed). */
 #include "config.h"
 #include "gpushm-weights.h"
 #include "harness.h"
@@ -743,7 +744,8 @@ static void test_churn(void)
   test_log("weights: %u generations published, followed and dropped in %.0f ms: gpushmd's "
            "fds %u -> %u, resident %lu -> %lu kB, objects %zu -> %zu", GENERATIONS,
            now_ms() - t0, fds0, fds1, rss0, rss1, objects0, objects());
-  CHECK(fds1 == fds0);
+  /* a segment or two more or less kept warm (its memfd), not one a generation */
+  CHECK(fds1 <= fds0 + 2);
   CHECK(objects() == objects0);
   CHECK(rss1 <= rss0 + 2048); /* allocator slack, not a generation's worth each */
   CHECK_OK(gpushm_weights_close(held));
