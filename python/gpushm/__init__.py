@@ -12,9 +12,9 @@ rules, the manifest format, DLPack and CUDA-array-interface semantics, and sync.
 from __future__ import annotations
 
 from ._lib import LIBRARY_PATH, LIBRARY_VERSION, LibraryError
-from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Metric, Stats, Usage
+from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Metric, Stats, Usage, WeightsInfo
 from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connection, empty, open,
-                  open_bundle, share, share_bundle, stats, unlink)
+                  open_bundle, open_weights, publish_weights, share, share_bundle, stats, unlink)
 from .api import list_buffers
 from .api import list_buffers as list  # gpushm.list(); not in __all__: it would shadow list()
 from .core import (Buffer, Connection, Event, Frame, ImageInfo, Ring, Tensor, Timeline,
@@ -25,6 +25,7 @@ from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected,
                      OutOfMemory, PermissionDenied, ProtocolError, SignallerLost, SystemCallFailed,
                      Timeout, Unsupported, VersionMismatch)
 from .manifest import TensorSpec
+from .weights import WeightSet
 
 __version__ = "0.8.0"
 
@@ -38,6 +39,7 @@ FEATURE_GRAPHICS = 0x20
 FEATURE_STRICT_MODE = 0x40
 FEATURE_IPC_FENCES = 0x80
 FEATURE_PROMISES = 0x100
+FEATURE_WEIGHTS = 0x1000
 
 # What `from gpushm import *` brings: never a name that would shadow a builtin there
 # (gpushm.open and gpushm.list stay, spelt with their module; list_buffers is list).
@@ -48,7 +50,7 @@ __all__ = [
     "LimitExceeded", "ManifestError", "Metric", "NotFound", "OutOfMemory", "PermissionDenied",
     "ProtocolError", "Ring", "Frame", "SignallerLost", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeline",
     "Timeout",
-    "Unsupported", "Usage", "VersionMismatch", "clients", "connect", "default_connection",
-    "create_image", "dtype", "empty", "list_buffers", "open_bundle", "share", "share_bundle", "stats",
-    "stream_handle", "unlink",
+    "Unsupported", "Usage", "VersionMismatch", "WeightSet", "WeightsInfo", "clients", "connect",
+    "default_connection", "create_image", "dtype", "empty", "list_buffers", "open_bundle",
+    "open_weights", "publish_weights", "share", "share_bundle", "stats", "stream_handle", "unlink",
 ]

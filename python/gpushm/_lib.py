@@ -140,6 +140,31 @@ class TensorDesc(ctypes.Structure):
     ]
 
 
+class WeightTensor(ctypes.Structure):
+    """gpushm_weight_tensor_t (gpushm 0.8, gpushm-weights.h): one tensor of a weight-set
+    generation.  It has no size field and embeds a TensorDesc, which may grow at its end:
+    gpushm_weights_tensor() writes the library's whole struct, so callers pass it scratch
+    memory larger than this one and read this prefix of it.  ``name`` is not
+    NUL-terminated for certain (``name_len`` bytes): a c_void_p, read with string_at."""
+    _fields_ = [
+        ("name", c_void_p),
+        ("name_len", c_size_t),
+        ("buffer", c_uint32),
+        ("desc", TensorDesc),
+    ]
+
+
+class WeightsPublishOpts(ctypes.Structure):
+    """gpushm_weights_publish_opts_t (gpushm 0.8), sized as CreateOpts is: never
+    initialised with gpushm_weights_publish_opts_init()."""
+    _fields_ = [
+        ("size", c_uint32),
+        ("mode", c_uint32),
+        ("lifetime", c_uint32),
+        ("after", c_uint64),
+    ]
+
+
 # Constants of the C headers this package uses (include/gpushm*.h).
 OPEN_READONLY = 0x1
 CREATE_OPEN_EXISTING = 0x1
@@ -164,6 +189,13 @@ RING_OBSERVER = 0x200
 RING_LATEST = 0x1
 KIND_BUFFER = 1
 KIND_EVENT = 2
+KIND_WEIGHTS = 6
+FEATURE_WEIGHTS = 0x1000
+#: What gpushm_weights_newest() reads once a weight set's name is gone.
+WEIGHTS_GONE = (1 << 64) - 1
+DLPACK_FLAG_IS_COPIED = 2
+DLPACK_MAJOR = 1
+DLPACK_MINOR = 0
 
 
 def map_device_flag(ordinal: int) -> int:
@@ -399,6 +431,32 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_ring_state": (c_int, [_P, POINTER(SyncState)]),
     "gpushm_ring_id": (c_uint64, [_P]),
     "gpushm_ring_name": (c_char_p, [_P]),
+    # 0.8: weight sets (gpushm-weights.h)
+    "gpushm_weights_builder_new": (c_int, [POINTER(c_void_p)]),
+    "gpushm_weights_builder_free": (None, [_P]),
+    "gpushm_weights_builder_add_buffer": (c_int, [_P, _P, _U32P]),
+    "gpushm_weights_builder_add_tensor": (c_int, [_P, c_char_p, c_uint32, POINTER(TensorDesc)]),
+    # declared for completeness, never called: it would write the library's struct,
+    # perhaps larger than WeightsPublishOpts, into ours
+    "gpushm_weights_publish_opts_init": (None, [POINTER(WeightsPublishOpts)]),
+    "gpushm_weights_publish": (c_int, [_P, c_char_p, _P, POINTER(WeightsPublishOpts),
+                                       POINTER(c_void_p)]),
+    "gpushm_weights_open": (c_int, [_P, c_char_p, POINTER(c_void_p)]),
+    "gpushm_weights_close": (c_int, [_P]),
+    "gpushm_weights_name": (c_char_p, [_P]),
+    "gpushm_weights_id": (c_uint64, [_P]),
+    "gpushm_weights_generation": (c_uint64, [_P]),
+    "gpushm_weights_newest": (c_uint64, [_P]),
+    "gpushm_weights_wait_newer": (c_int, [_P, c_int]),
+    "gpushm_weights_tensor_count": (c_size_t, [_P]),
+    # (scratch memory larger than WeightTensor: see its documentation)
+    "gpushm_weights_tensor": (c_int, [_P, c_size_t, _P]),
+    "gpushm_weights_find": (ctypes.c_long, [_P, c_char_p]),
+    "gpushm_weights_buffer_count": (c_uint32, [_P]),
+    "gpushm_weights_buffer": (c_int, [_P, c_uint32, POINTER(c_void_p)]),
+    "gpushm_weights_tensor_ptr": (c_int, [_P, c_size_t, POINTER(c_void_p)]),
+    "gpushm_buffer_info_weights": (c_int, [_P, POINTER(c_uint64), POINTER(c_uint64), _U32P,
+                                           POINTER(c_uint64)]),
 }
 
 

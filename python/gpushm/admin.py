@@ -5,12 +5,12 @@ never by mirroring its structs."""
 from __future__ import annotations
 
 import ctypes
-from ctypes import byref, c_size_t, c_uint8, c_void_p, create_string_buffer
+from ctypes import byref, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p, create_string_buffer
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Dict, List, Optional, Tuple, Union
 
-from ._lib import KIND_EVENT, lib, text
+from ._lib import KIND_EVENT, KIND_WEIGHTS, lib, text
 from .core import BACKEND_NAMES, LIFETIME_NAMES, check
 
 
@@ -28,11 +28,21 @@ class Holder:
 
 
 @dataclass
+class WeightsInfo:
+    """A weight-set generation as the daemon lists it (0.8): its number, the set's newest
+    generation when listed, its tensors and its manifest's bytes."""
+    generation: int
+    newest: int
+    tensors: int
+    manifest_size: int
+
+
+@dataclass
 class BufferInfo:
     """A buffer (or an event, kind "event") as the daemon lists it."""
     id: int
     name: str
-    kind: str                     #: "buffer" or "event"
+    kind: str                     #: "buffer", "event", "image", "timeline", "ring", "weights"
     backend: str                  #: "host", "cuda-fd", "cuda-ipc", "cuda-fabric"; "" for events
     size: int
     allocated: int                #: bytes reserved for it
@@ -52,6 +62,7 @@ class BufferInfo:
     holders_total: int
     holders: List[Holder] = field(default_factory=list)
     metadata: Optional[bytes] = None  #: only when listed with metadata=True
+    weights: Optional[WeightsInfo] = None  #: of kind "weights" (a weight-set generation)
 
 
 @dataclass
@@ -142,11 +153,21 @@ def _uuid(fn, obj: int) -> Optional[bytes]:
     return bytes(out) if fn(obj, byref(out)) == 0 else None
 
 
-_KINDS = {2: "event", 3: "image", 4: "timeline", 5: "ring"}  # gpushm_kind_t
+_KINDS = {2: "event", 3: "image", 4: "timeline", 5: "ring", 6: "weights"}  # gpushm_kind_t
 
 
 def _kind(k: int) -> str:
     return _KINDS.get(k, "buffer")
+
+
+def _weights(info: int, kind: int) -> Optional[WeightsInfo]:
+    if kind != KIND_WEIGHTS or not hasattr(lib, "gpushm_buffer_info_weights"):
+        return None
+    generation, newest, manifest_size = c_uint64(), c_uint64(), c_uint64()
+    tensors = c_uint32()
+    check(lib.gpushm_buffer_info_weights(info, byref(generation), byref(newest), byref(tensors),
+                                         byref(manifest_size)), "list")
+    return WeightsInfo(generation.value, newest.value, tensors.value, manifest_size.value)
 
 
 def list_buffers(conn: int, flags: int) -> List[BufferInfo]:
@@ -193,6 +214,7 @@ def list_buffers(conn: int, flags: int) -> List[BufferInfo]:
                 holders_total=lib.gpushm_buffer_info_holders_total(b),
                 holders=holders,
                 metadata=ctypes.string_at(at, n.value) if at else None,
+                weights=_weights(b, kind),
             ))
         return result
     finally:

@@ -10,21 +10,20 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
 from . import dtypes
 from . import manifest as _manifest
 from ._copy import describe
 from ._lib import strerror
-from .core import Buffer, Connection, DeviceLike, Tensor, parse_device
+from .core import BUNDLE_ALIGN, Buffer, Connection, DeviceLike, Tensor, parse_device
 from .errors import CODES, make_error
+
+if TYPE_CHECKING:
+    from .weights import WeightSet
 
 _default_lock = threading.Lock()
 _default: Optional[Connection] = None
-
-#: Alignment of each tensor of a bundle: what cudaMalloc gives, more than any element
-#: type needs, so that every tensor starts where its framework would put it.
-BUNDLE_ALIGN = 256
 
 
 def _client_name() -> str:
@@ -256,6 +255,23 @@ def open_bundle(name: str, *, readonly: bool = False, device: DeviceLike = None,
         map_device = index if kind == "cuda" else None
     with c.open(name, readonly=readonly, map_device=map_device) as buf:
         return buf.tensors()
+
+
+def publish_weights(name: str, tensors: Mapping[str, Any], *, mode: int = 0o600,
+                    lifetime: Union[str, int] = "persistent", after: int = 0,
+                    device: DeviceLike = None, backend: Optional[Union[str, int]] = None,
+                    align: int = BUNDLE_ALIGN, conn: Optional[Connection] = None) -> "WeightSet":
+    """Publishes a state dict (name -> NumPy/PyTorch/CuPy array) as the next generation of
+    weight set ``name`` (docs/weights.md), copied into one new buffer per device, and
+    returns the new generation (Connection.publish_weights)."""
+    return _conn(conn).publish_weights(name, tensors, mode=mode, lifetime=lifetime, after=after,
+                                       device=device, backend=backend, align=align)
+
+
+def open_weights(name: str, *, conn: Optional[Connection] = None) -> "WeightSet":
+    """The generation weight set ``name`` denotes now, held until closed: its tensors,
+    read-only, by name (WeightSet.tensors(); ``to_torch()`` for load_state_dict)."""
+    return _conn(conn).open_weights(name)
 
 
 def unlink(name: str, *, conn: Optional[Connection] = None) -> None:

@@ -20,7 +20,7 @@ import operator
 import os
 import sys
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _capsule, dtypes
 from . import manifest as _manifest
@@ -33,6 +33,8 @@ from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
 
+if TYPE_CHECKING:
+    from .weights import WeightSet
 
 
 def _backends() -> Dict[str, int]:
@@ -84,6 +86,11 @@ DL_CPU, DL_CUDA = 1, 2
 
 StreamLike = Any
 DeviceLike = Union[None, str, int, Any]
+
+#: Alignment of each tensor of a bundle or a weight set's buffer: what cudaMalloc gives,
+#: more than any element type needs, so that every tensor starts where its framework
+#: would put it.
+BUNDLE_ALIGN = 256
 
 
 def check(r: int, operation: str) -> int:
@@ -558,6 +565,37 @@ class Connection(_Handle):
               f"open ring {name!r}")
         return Ring(_handle(out, "open ring"), self)
 
+    # --- weight sets (0.8, docs/weights.md) ---------------------------------------
+    def publish_weights(self, name: str, tensors: "Mapping[str, Any]", *, mode: int = 0o600,
+                        lifetime: Union[str, int] = "persistent", after: int = 0,
+                        device: DeviceLike = None, backend: Optional[Union[str, int]] = None,
+                        align: int = BUNDLE_ALIGN) -> "WeightSet":
+        """Publishes ``tensors`` (name -> NumPy/PyTorch/CuPy array) as the next generation
+        of weight set ``name``: copied, once each, into one new buffer per device (each
+        tensor at an offset aligned to ``align``), and returns the new generation, held.
+        ``device``: put every tensor there instead of on its array's device; ``mode`` and
+        ``lifetime``: the set's, at its first publish; ``after``: publish only if the set
+        is at that generation now (Exists otherwise)."""
+        from . import weights
+        return weights.publish(self, name, tensors, mode=mode, lifetime=lifetime, after=after,
+                               device=device, backend=backend, align=align)
+
+    def publish_weights_from(self, name: str, tensors: "Mapping[str, Tensor]", *,
+                             mode: int = 0o600, lifetime: Union[str, int] = "persistent",
+                             after: int = 0) -> "WeightSet":
+        """Publishes gpushm Tensors the caller already wrote, without copying them, as the
+        next generation of weight set ``name``: each names its buffer and its place in it
+        (``empty()``, ``share_bundle()``, ``Buffer.view()``), and each buffer must be open
+        read-write on this connection only.  Publish only what you are done writing."""
+        from . import weights
+        return weights.publish_from(self, name, tensors, mode=mode, lifetime=lifetime,
+                                    after=after)
+
+    def open_weights(self, name: str) -> "WeightSet":
+        """The generation weight set ``name`` denotes now, held until closed."""
+        from . import weights
+        return weights.open_set(self, name)
+
     # --- admin --------------------------------------------------------------------
     def list(self, *, all: bool = False, metadata: bool = False) -> "List[Any]":
         """Buffers and events the daemon shows this connection (admin.BufferInfo)."""
@@ -629,6 +667,9 @@ class Buffer(_Handle):
         # the stream of the last acquire() through this handle (CUDA array interface)
         self._acquired_stream: Optional[int] = None
         self._acquired = False
+        # What views of this handle keep alive besides its open (a weight set's generation,
+        # which pins the buffer in the daemon); dup() passes it on.
+        self._keep: Optional[object] = None
 
     @property
     def connection(self) -> Optional[Connection]:
@@ -986,17 +1027,21 @@ class Tensor:
         """A DLPack capsule of this tensor (the array API's __dlpack__).  ``stream``: the
         consumer's CUDA stream (None or 1: the legacy default stream, 2: per-thread, -1:
         no synchronisation); on a sync buffer it is made to wait for the latest release.
-        No copies are made (``copy=True`` and another ``dl_device`` raise BufferError).
-        ``stream`` may come by position, as consumers before the array API's keywords
-        passed it."""
+        Without ``copy=True`` it is the buffer's memory, no copy (another ``dl_device``
+        raises BufferError); with it, a writable copy of the tensor that the consumer
+        owns alone (host memory: made here; device memory: by PyTorch or CuPy, whichever
+        the process imported).  ``stream`` may come by position, as consumers before the
+        array API's keywords passed it."""
         cap, b = self._buffer._live()
         device = self.__dlpack_device__()
         if dl_device is not None and tuple(dl_device) != device:
             raise BufferError(f"{self!r} lives on DLPack device {device}, not {tuple(dl_device)}: "
-                              f"gpushm shares memory, it does not copy it")
-        if copy:
-            raise BufferError("gpushm shares memory without copies (copy=True)")
+                              f"gpushm does not move memory between devices (copy it in your "
+                              f"framework)")
         versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if copy:
+            from . import _dlpack_copy
+            return _dlpack_copy.capsule(self, stream, max_version, versioned)
         if not versioned and self.readonly:
             raise BufferError(f"{self!r} is read-only, and the legacy DLPack this consumer asks "
                               f"for cannot say so: use a consumer of DLPack 1.0 (max_version), "
@@ -1054,6 +1099,8 @@ class Tensor:
         self._buffer._sync_for_consumer(None)
         raw = (ctypes.c_ubyte * (end - first)).from_address(lib.gpushm_buffer_ptr(b) + first)
         setattr(raw, "_gpushm_open", keep)  # closed by libgpushm when the ctypes array goes
+        if self._buffer._keep is not None:
+            setattr(raw, "_gpushm_keep", self._buffer._keep)
         view = memoryview(raw).cast("B")
         return (view.toreadonly() if readonly else view), spec.offset - first, spec
 
