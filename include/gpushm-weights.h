@@ -86,7 +86,8 @@ GPUSHM_API void gpushm_weights_publish_opts_init(gpushm_weights_publish_opts_t *
  * on get it.  The buffers must be open read-write by conn and by no other connection
  * (GPUSHM_E_INVAL, naming the other), readable by whoever may read the set.  Publishing
  * under a name of another kind is GPUSHM_E_EXIST; into a set the caller may not write,
- * GPUSHM_E_PERM; past 16 generations alive (readers that never let go), GPUSHM_E_LIMIT.  *out (may be NULL) holds the new generation, as an open would.  b
+ * GPUSHM_E_PERM; past 16 generations alive (readers that never let go), GPUSHM_E_LIMIT.
+ * *out (may be NULL) holds the new generation, as an open would.  b
  * stays the caller's to free. */
 GPUSHM_API int gpushm_weights_publish(gpushm_t *conn, const char *name,
                                       const gpushm_weights_builder_t *b,

@@ -308,7 +308,8 @@ static bool get_holder(struct pb_reader r, Gpushm__Holder *h)
 }
 
 /* A bytes field; a repeated one replaces the earlier, as protobuf-c's does. */
-static bool get_bytes(ProtobufCAllocator *alloc, const struct pb_reader *s, ProtobufCBinaryData *out)
+static bool get_bytes(ProtobufCAllocator *alloc, const struct pb_reader *s,
+                      ProtobufCBinaryData *out)
 {
   out->len = (size_t)(s->end - s->p);
   out->data = NULL;

@@ -362,8 +362,8 @@ static void release_quota(struct registry *reg, uid_t uid, const struct reg_obje
   quota_release(&reg->quota, uid, &c);
 }
 
-/* "a buffer", "an event", "a timeline", "a ring", "a weight set": what a caller meant, and what a name
- * is. */
+/* "a buffer", "an event", "a timeline", "a ring", "a weight set": what a caller meant,
+ * and what a name is. */
 static const char *kind_article(enum reg_kind kind)
 {
   return kind == REG_EVENT ? "an event" : kind == REG_TIMELINE ? "a timeline"
@@ -680,6 +680,11 @@ static int resolve_publish(struct registry *reg, struct reg_client *client,
                                                             : reg->limits.default_mode;
   const gid_t set_gid = prev ? prev->owner_gid : client->gid;
 
+  /* of a name it may not see, a caller learns that it is taken, as a create would */
+  if (prev && !registry_may_see(client, prev) && !client->admin) {
+    snprintf(err, errlen, "'%s' already exists", args->name);
+    return PROTO_E_EXIST;
+  }
   if (prev && prev->kind != REG_WEIGHTS) {
     snprintf(err, errlen, "'%s' already exists as %s", args->name, kind_article(prev->kind));
     return PROTO_E_EXIST;
@@ -688,7 +693,7 @@ static int resolve_publish(struct registry *reg, struct reg_client *client,
     snprintf(err, errlen, "weight set '%s' (mode %03o, owner %u:%u) denies publishing to uid %u",
              prev->name, prev->mode, (unsigned)prev->owner_uid, (unsigned)prev->owner_gid,
              (unsigned)client->uid);
-    return registry_may_see(client, prev) ? PROTO_E_PERM : PROTO_E_EXIST;
+    return PROTO_E_PERM;
   }
   if (w->after) {
     struct reg_description d;

@@ -402,6 +402,13 @@ static void test_permissions(void)
                                          GPUSHM_LIFETIME_SESSION);
       CHECK_ERR(publish_one(conn, "public", own, 0, NULL), GPUSHM_E_PERM);
       CHECK(strstr(gpushm_last_error_message(), "denies publishing to uid 65534"));
+      /* names it may not see: taken, and nothing more (no kind, mode or owner) */
+      CHECK_ERR(publish_one(conn, "secret", own, 0, NULL), GPUSHM_E_EXIST);
+      CHECK(strstr(gpushm_last_error_message(), "'secret' already exists") &&
+            !strstr(gpushm_last_error_message(), "mode") &&
+            !strstr(gpushm_last_error_message(), "weight set"));
+      CHECK_ERR(publish_one(conn, "secret-g1-w", own, 0, NULL), GPUSHM_E_EXIST);
+      CHECK(!strstr(gpushm_last_error_message(), "buffer"));
     }
     CHECK_ERR(gpushm_buffer_open(conn, "public-g1-w", 0, &b), GPUSHM_E_PERM);
     /* past the library: a buffer through a generation it does not hold, and one the
