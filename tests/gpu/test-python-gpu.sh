@@ -9,6 +9,8 @@
 #    references drop to 0 once the tensor goes;
 #  - acquire/release orders a consumer's stream after a producer's in another process,
 #    and a control run without acquire shows the check can fail;
+#  - a weight set: a CUDA state dict published, loaded by an engine in another process,
+#    generation 1 whole for its holder after 2 is published;
 #  - hand-off latency of fresh 1 MiB tensors through gpushm from Python, printed beside
 #    torch.multiprocessing's in the same run.
 # Exit 77 only without a GPU.  The Python used is the first of $GPUSHM_TEST_PYTHON,
@@ -224,6 +226,46 @@ for run in 1 2; do
   [ "$(sync_run timeline)" = fresh ] || fail "timeline run $run: the consumer read before the producer's write"
 done
 echo "# acquire/release on torch streams: 2 of 2 runs ordered; through a timeline: 2 of 2 ordered; control without acquire: $stale of 2 stale"
+
+# --- weight sets (docs/weights.md): a trainer's CUDA state dict published, an engine in
+# a process of its own loading it (load_state_dict: one device copy) and, after a second
+# generation, the first one still whole for the holder that kept it
+"$py" - "$dir" <<'EOF' || fail "weight sets: publish"
+import sys, torch, gpushm
+torch.manual_seed(1)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                            torch.nn.Linear(512, 64)).cuda().to(torch.bfloat16)
+ws = gpushm.publish_weights("py-model", model.state_dict(), mode=0o600)
+assert ws.generation == 1
+ws.close()
+torch.save({k: v.cpu() for k, v in model.state_dict().items()}, sys.argv[1] + "/expected.pt")
+EOF
+"$py" - "$dir" <<'EOF' || fail "weight sets: an engine loads them"
+import sys, torch, gpushm
+def net():
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 64)).cuda().to(torch.bfloat16)
+engine, trainer = net(), net()
+expected = torch.load(sys.argv[1] + "/expected.pt")
+with gpushm.open_weights("py-model") as ws:
+    assert ws.generation == 1 and set(ws.keys()) == set(expected)
+    engine.load_state_dict(ws.to_torch())          # one device copy per tensor
+    held = ws.tensors()                             # views: the generation stays held
+ws2 = gpushm.publish_weights("py-model", trainer.state_dict(), mode=0o600, after=1)
+assert ws2.generation == 2
+for k, v in expected.items():
+    assert torch.equal(engine.state_dict()[k].cpu(), v), k
+    assert torch.equal(torch.from_dlpack(held[k]).cpu(), v), k   # generation 1, unchanged
+with gpushm.open_weights("py-model") as ws:
+    assert ws.generation == 2
+    for k, v in trainer.state_dict().items():
+        assert torch.equal(torch.from_dlpack(ws[k]), v), k
+ws2.close()
+del held
+gpushm.unlink("py-model")
+print(f"weight sets: a {len(expected)}-tensor bf16 state dict published on the GPU, loaded "
+      f"by an engine in another process; generation 1 whole for its holder after 2")
+EOF
 
 # --- hand-off latency, beside torch.multiprocessing in the same run (printed)
 "$py" "$src/tests/bench/python-handoff.py" || fail "python-handoff"
