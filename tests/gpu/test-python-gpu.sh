@@ -9,8 +9,10 @@
 #    references drop to 0 once the tensor goes;
 #  - acquire/release orders a consumer's stream after a producer's in another process,
 #    and a control run without acquire shows the check can fail;
-#  - a weight set: a CUDA state dict published, loaded by an engine in another process,
-#    generation 1 whole for its holder after 2 is published;
+#  - a weight set: a CUDA state dict published, loaded by an engine in another process
+#    with one device copy (load_state_dict) and with none (assign=True: the parameters
+#    are the set's memory, the model's outputs the same), generation 1 whole for its
+#    holder after 2 is published, the engine following 2 without a copy;
 #  - hand-off latency of fresh 1 MiB tensors through gpushm from Python, printed beside
 #    torch.multiprocessing's in the same run.
 # Exit 77 only without a GPU.  The Python used is the first of $GPUSHM_TEST_PYTHON,
@@ -251,6 +253,13 @@ with gpushm.open_weights("py-model") as ws:
     assert ws.generation == 1 and set(ws.keys()) == set(expected)
     engine.load_state_dict(ws.to_torch())          # one device copy per tensor
     held = ws.tensors()                             # views: the generation stays held
+    # no copy: the parameters become the set's memory (PyTorch's assign=True)
+    mapped = net()
+    mapped.load_state_dict(ws.to_torch(), assign=True)
+    for k, p in mapped.state_dict().items():
+        assert p.data_ptr() == ws[k].ptr, f"{k} was copied"
+x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+assert torch.equal(mapped(x), engine(x))            # the same weights, read in place
 ws2 = gpushm.publish_weights("py-model", trainer.state_dict(), mode=0o600, after=1)
 assert ws2.generation == 2
 for k, v in expected.items():
@@ -260,11 +269,15 @@ with gpushm.open_weights("py-model") as ws:
     assert ws.generation == 2
     for k, v in trainer.state_dict().items():
         assert torch.equal(torch.from_dlpack(ws[k]), v), k
+with gpushm.open_weights("py-model") as ws:                        # follow without a copy
+    mapped.load_state_dict(ws.to_torch(), assign=True)
+assert torch.equal(mapped(x), trainer(x))
 ws2.close()
-del held
+del held, mapped
 gpushm.unlink("py-model")
 print(f"weight sets: a {len(expected)}-tensor bf16 state dict published on the GPU, loaded "
-      f"by an engine in another process; generation 1 whole for its holder after 2")
+      f"by an engine in another process (one copy, and none: assign=True); generation 1 "
+      f"whole for its holder after 2")
 EOF
 
 # --- hand-off latency, beside torch.multiprocessing in the same run (printed)
