@@ -9,8 +9,8 @@
 #    references drop to 0 once the tensor goes;
 #  - acquire/release orders a consumer's stream after a producer's in another process,
 #    and a control run without acquire shows the check can fail;
-#  - a weight set: a CUDA state dict published, loaded by an engine in another process
-#    with one device copy (load_state_dict) and with none (assign=True: the parameters
+#  - a weight set: a CUDA state dict published (copied in, and written in place in
+#    gpushm tensors), loaded by an engine in another process with one device copy (load_state_dict) and with none (assign=True: the parameters
 #    are the set's memory, the model's outputs the same), generation 1 whole for its
 #    holder after 2 is published, the engine following 2 without a copy;
 #  - hand-off latency of fresh 1 MiB tensors through gpushm from Python, printed beside
@@ -241,6 +241,16 @@ ws = gpushm.publish_weights("py-model", model.state_dict(), mode=0o600)
 assert ws.generation == 1
 ws.close()
 torch.save({k: v.cpu() for k, v in model.state_dict().items()}, sys.argv[1] + "/expected.pt")
+# in place: the trainer's tensors allocated from gpushm, written there, published as they
+# are (no copy)
+inplace = {k: gpushm.empty(f"py-inplace-{i}", tuple(v.shape), "bfloat16", device="cuda:0")
+           for i, (k, v) in enumerate(model.state_dict().items())}
+for k, v in model.state_dict().items():
+    torch.from_dlpack(inplace[k]).copy_(v)
+torch.cuda.synchronize()                        # published once written
+ws = gpushm.publish_weights_from("py-inplace", inplace, mode=0o600)
+assert ws.generation == 1 and all(ws[k].buffer.id == t.buffer.id for k, t in inplace.items())
+ws.close()
 EOF
 "$py" - "$dir" <<'EOF' || fail "weight sets: an engine loads them"
 import sys, torch, gpushm
@@ -269,6 +279,12 @@ with gpushm.open_weights("py-model") as ws:
     assert ws.generation == 2
     for k, v in trainer.state_dict().items():
         assert torch.equal(torch.from_dlpack(ws[k]), v), k
+with gpushm.open_weights("py-inplace") as ws:                      # written in place
+    for k, v in expected.items():
+        assert torch.equal(torch.from_dlpack(ws[k]).cpu(), v), k
+gpushm.unlink("py-inplace")
+for i in range(len(expected)):
+    gpushm.unlink(f"py-inplace-{i}")
 with gpushm.open_weights("py-model") as ws:                        # follow without a copy
     mapped.load_state_dict(ws.to_torch(), assign=True)
 assert torch.equal(mapped(x), trainer(x))
