@@ -14,7 +14,8 @@ from __future__ import annotations
 from ._lib import LIBRARY_PATH, LIBRARY_VERSION, LibraryError
 from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Metric, Stats, Usage, WeightsInfo
 from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connection, empty, open,
-                  open_bundle, open_weights, publish_weights, share, share_bundle, stats, unlink)
+                  open_bundle, open_weights, publish_weights, publish_weights_from, share,
+                  share_bundle, stats, unlink)
 from .api import list_buffers
 from .api import list_buffers as list  # gpushm.list(); not in __all__: it would shadow list()
 from .core import (Buffer, Connection, Event, Frame, ImageInfo, Ring, Tensor, Timeline,
@@ -52,5 +53,6 @@ __all__ = [
     "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "WeightSet", "WeightsInfo", "clients", "connect",
     "default_connection", "create_image", "dtype", "empty", "list_buffers", "open_bundle",
-    "open_weights", "publish_weights", "share", "share_bundle", "stats", "stream_handle", "unlink",
+    "open_weights", "publish_weights", "publish_weights_from", "share", "share_bundle", "stats",
+    "stream_handle", "unlink",
 ]

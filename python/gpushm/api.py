@@ -268,6 +268,16 @@ def publish_weights(name: str, tensors: Mapping[str, Any], *, mode: int = 0o600,
                                        device=device, backend=backend, align=align)
 
 
+def publish_weights_from(name: str, tensors: Mapping[str, Tensor], *, mode: int = 0o600,
+                         lifetime: Union[str, int] = "persistent", after: int = 0,
+                         conn: Optional[Connection] = None) -> "WeightSet":
+    """Publishes gpushm tensors already written in place (``empty()``, ``share_bundle()``,
+    ``Buffer.view()``), without copying them, as the next generation of weight set
+    ``name`` (Connection.publish_weights_from)."""
+    return _conn(conn).publish_weights_from(name, tensors, mode=mode, lifetime=lifetime,
+                                            after=after)
+
+
 def open_weights(name: str, *, conn: Optional[Connection] = None) -> "WeightSet":
     """The generation weight set ``name`` denotes now, held until closed: its tensors,
     read-only, by name (WeightSet.tensors(); ``to_torch()`` for load_state_dict)."""

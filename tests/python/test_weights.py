@@ -458,7 +458,7 @@ def test_publish_from_buffers_written_in_place(conn, reader, set_name, name):
     np.asarray(other.view("uint16", 4))[:] = bf16_bits
     tensors = dict(bundle)
     tensors["bf16"] = other.view("bfloat16", (2, 2))
-    ws = conn.publish_weights_from(set_name, tensors, mode=0o644)
+    ws = gpushm.publish_weights_from(set_name, tensors, mode=0o644, conn=conn)  # the module's
     assert ws.generation == 1 and ws.keys() == ["w", "b", "bf16"]
 
     got = reader.open_weights(set_name)
