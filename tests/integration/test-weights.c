@@ -32,7 +32,8 @@
  *    newer generation hears so;
  *  - 1,000 generations published, followed by a reader and dropped: gpushmd's objects
  *    back where they were, its fds within 2 (segments kept warm), its resident memory
- *    within 2 MiB (printed). */
+ *    within 2 MiB (printed; not checked under ASan or valgrind, whose quarantines keep
+ *    what is freed). */
 #include "config.h"
 #include "gpushm-weights.h"
 #include "harness.h"
@@ -715,12 +716,27 @@ static void daemon_footprint(unsigned *fds, unsigned long *rss_kb)
   fclose(f);
 }
 
+/* A daemon built with AddressSanitizer, or run under valgrind, keeps what is freed
+ * aside for a while (their quarantines): its resident memory says nothing of leaks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_BUILD 1
+#endif
+#endif
+#ifndef ASAN_BUILD
+#define ASAN_BUILD 0
+#endif
+
 /* 1,000 generations published over a reader that follows each, each dropped by its
  * writer once published: the daemon's fds and memory come back where they were, and
  * nothing is left but the newest generation. */
 static void test_churn(void)
 {
-  enum { GENERATIONS = 1000, WARMUP = 50 };
+  enum { WARMUP = 50 };
+  const bool valgrind = getenv("GPUSHM_TEST_VALGRIND") != NULL;
+  const unsigned generations = 1000;
   gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
   gpushm_weights_t *held = NULL, *next;
   unsigned fds0 = 0, fds1;
@@ -728,7 +744,7 @@ static void test_churn(void)
   size_t objects0 = 0;
   double t0 = 0;
 
-  for (unsigned g = 1; g <= GENERATIONS + WARMUP; g++) {
+  for (unsigned g = 1; g <= generations + WARMUP; g++) {
     struct generation gen;
 
     if (g == WARMUP + 1) { /* allocators warm, the daemon's tables grown */
@@ -746,15 +762,16 @@ static void test_churn(void)
     held = next;
     drop_generation(&gen);
   }
-  check_generation(held, GENERATIONS + WARMUP);
+  check_generation(held, generations + WARMUP);
   daemon_footprint(&fds1, &rss1);
   test_log("weights: %u generations published, followed and dropped in %.0f ms: gpushmd's "
-           "fds %u -> %u, resident %lu -> %lu kB, objects %zu -> %zu", GENERATIONS,
+           "fds %u -> %u, resident %lu -> %lu kB, objects %zu -> %zu", generations,
            now_ms() - t0, fds0, fds1, rss0, rss1, objects0, objects());
   /* a segment or two more or less kept warm (its memfd), not one a generation */
   CHECK(fds1 <= fds0 + 2);
   CHECK(objects() == objects0);
-  CHECK(rss1 <= rss0 + 2048); /* allocator slack, not a generation's worth each */
+  if (!valgrind && !ASAN_BUILD)
+    CHECK(rss1 <= rss0 + 2048); /* allocator slack, not a generation's worth each */
   CHECK_OK(gpushm_weights_close(held));
   gpushm_disconnect(reader);
   gpushm_disconnect(writer);
