@@ -861,8 +861,10 @@ int registry_create(struct registry *reg, struct reg_client *client,
     obj->creator = prev->creator;
   }
   list_init(&obj->creator_link);
+  /* the creator's list, which a later generation of a session set published by another
+   * connection joins too: the set goes with its creator (the registry owns clients) */
   if (obj->creator)
-    list_add_tail(&client->created, &obj->creator_link);
+    list_add_tail(&((struct reg_client *)obj->creator)->created, &obj->creator_link);
   obj->creator_pid = client->pid;
   obj->created_unix_ms = now_unix_ms();
   list_init(&obj->holdings);

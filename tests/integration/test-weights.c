@@ -28,8 +28,9 @@
  *    GPUSHM_LIMIT_WEIGHT_MANIFEST bytes;
  *  - a publisher SIGKILLed after its publish (its session buffers unlinked with it):
  *    readers read its generation whole; one SIGKILLed before it: the set stays where
- *    it was; a session set's creator gone: the set's name goes, and a waiter for a
- *    newer generation hears so;
+ *    it was; a session set's creator gone (after another connection published its
+ *    second generation): the set's name goes, and a waiter for a newer generation hears
+ *    so;
  *  - 1,000 generations published, followed by a reader and dropped: gpushmd's objects
  *    back where they were, its fds within 2 (segments kept warm), its resident memory
  *    within 2 MiB (printed; not checked under ASan or valgrind, whose quarantines keep
@@ -675,6 +676,13 @@ static void test_killed(void)
 
     CHECK_OK(publish_generation(creator, "fleeting", 1, 0644, GPUSHM_LIFETIME_SESSION, 0, &gen,
                                 NULL));
+    /* generation 2 by another connection: the set is still its creator's session's */
+    {
+      struct generation other;
+      CHECK_OK(publish_generation(reader, "fleeting", 2, 0644, GPUSHM_LIFETIME_SESSION, 1,
+                                  &other, NULL));
+      drop_generation(&other);
+    }
     CHECK_OK(gpushm_weights_open(reader, "fleeting", &wt.w));
     CHECK(pthread_create(&th, NULL, wait_newer_thread, &wt) == 0);
     usleep(20000);
@@ -684,7 +692,7 @@ static void test_killed(void)
     CHECK(pthread_join(th, NULL) == 0);
     CHECK(wt.result == GPUSHM_E_NOENT);
     CHECK(gpushm_weights_newest(wt.w) == GPUSHM_WEIGHTS_GONE);
-    check_generation(wt.w, 1); /* still whole for its holder */
+    check_generation(wt.w, 2); /* still whole for its holder */
     CHECK_OK(gpushm_weights_close(wt.w));
   }
   CHECK_OK(gpushm_unlink(reader, "killed"));
