@@ -8,8 +8,9 @@
  *   W2  publish to visible: a reader waiting in gpushm_weights_wait_newer() has the new
  *       generation of 291 tensors open and mapped (target <= 2 ms), beside two ping
  *       round trips;
- *   W3  first open of a 100,000-tensor set by a fresh reader, its CUDA context made, to
- *       its last tensor's pointer (target <= 20 ms), beside a ping round trip.
+ *   W3  first open of the model, and of a 100,000-tensor set, by a reader that has not
+ *       opened it before, its CUDA context made, to its last tensor's pointer (target
+ *       <= 20 ms), beside a ping round trip.
  * Host memory always (scaled down: 1/16 of the model's bytes, 1/256 with --quick, which
  * .ci/run uses); device memory (cuda-fd, the whole model) where a GPU is.  Printed, not
  * asserted: exits non-zero only when data came back wrong or something failed.
@@ -363,7 +364,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   const char *where = device ? "cuda-fd" : "host";
   static struct shaped t[TENSORS];
   uint64_t bytes = model(t, scale);
-  double sync[SYNC_ROUNDS], floor, seen[VISIBLE_ROUNDS], rtt = ping_ms(conn), first;
+  double sync[SYNC_ROUNDS], floor, seen[VISIBLE_ROUNDS], rtt = ping_ms(conn), first, model_open;
   unsigned rounds = quick ? 3 : SYNC_ROUNDS;
   gpushm_buffer_t *bufs[SYNC_ROUNDS + 1], *vis[VISIBLE_ROUNDS + 1];
   struct reader r;
@@ -379,6 +380,9 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   /* W1: rounds generations, each a new buffer, the one before let go once followed */
   snprintf(set, sizeof set, "bench-%s", where);
   bufs[0] = publish(conn, set, backend, bytes, t, TENSORS, 1);
+  fprintf(r.in, "first %s\n", set); /* W3's first row: the model itself */
+  fflush(r.in);
+  model_open = hear(&r, "open");
   fprintf(r.in, "follow %s %u\n", set, rounds);
   fflush(r.in);
   for (unsigned i = 0; i < rounds; i++) {
@@ -389,11 +393,13 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   }
   CHECK_OK(gpushm_buffer_close_unlink(bufs[rounds]));
   snprintf(line, sizeof line, "%.2f GB", bytes / 1e9);
-  printf("W1 %-8s one copy per sync, %u tensors (%s): median of %u %.3f ms; one copy of the "
-         "same bytes (floor) %.3f ms; %.3f x the floor | target <= %.2f: %s\n", where, TENSORS,
-         line, rounds, median(sync, rounds), floor, median(sync, rounds) / floor,
-         TARGET_SYNC_RATIO, median(sync, rounds) / floor <= TARGET_SYNC_RATIO ? "met"
-                                                                               : "NOT met");
+  {
+    const double m = median(sync, rounds);
+    printf("W1 %-8s one copy per sync, %u tensors (%s): median of %u %.3f ms; one copy of "
+           "the same bytes (floor) %.3f ms; %.3f x the floor | target <= %.2f: %s\n", where,
+           TENSORS, line, rounds, m, floor, m / floor, TARGET_SYNC_RATIO,
+           m / floor <= TARGET_SYNC_RATIO ? "met" : "NOT met");
+  }
   /* W2: small generations of the same 291 tensors, one after another */
   {
     static struct shaped small[TENSORS];
@@ -416,12 +422,14 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
       CHECK_OK(gpushm_buffer_close_unlink(vis[i]));
     }
     CHECK_OK(gpushm_buffer_close_unlink(vis[VISIBLE_ROUNDS]));
+    double m;
+
     memcpy(sorted, seen, sizeof sorted);
+    m = median(sorted, VISIBLE_ROUNDS); /* sorts: p90 below reads the sorted array */
     printf("W2 %-8s publish to visible (291 tensors opened, mapped): median of %d %.3f ms, "
            "p90 %.3f ms; 2 ping round trips %.3f ms | target <= %.1f ms: %s\n", where,
-           VISIBLE_ROUNDS, median(sorted, VISIBLE_ROUNDS), sorted[VISIBLE_ROUNDS * 9 / 10],
-           2 * rtt, TARGET_VISIBLE_MS,
-           sorted[VISIBLE_ROUNDS / 2] <= TARGET_VISIBLE_MS ? "met" : "NOT met");
+           VISIBLE_ROUNDS, m, sorted[VISIBLE_ROUNDS * 9 / 10], 2 * rtt, TARGET_VISIBLE_MS,
+           m <= TARGET_VISIBLE_MS ? "met" : "NOT met");
   }
   /* W3: 100,000 small tensors in one buffer */
   {
@@ -441,6 +449,10 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
     fprintf(r.in, "first %s\n", set);
     fflush(r.in);
     first = hear(&r, "open");
+    snprintf(line, sizeof line, "%.2f GB", bytes / 1e9);
+    printf("W3 %-8s first open of the model (%u tensors, %s) to the last one's pointer: "
+           "%.3f ms | target <= %.0f ms: %s\n", where, TENSORS, line, model_open,
+           TARGET_FIRST_OPEN_MS, model_open <= TARGET_FIRST_OPEN_MS ? "met" : "NOT met");
     printf("W3 %-8s first open of %u tensors to the last one's pointer: %.3f ms; a ping "
            "round trip %.3f ms | target <= %.0f ms: %s\n", where, BIG_TENSORS, first, rtt,
            TARGET_FIRST_OPEN_MS, first <= TARGET_FIRST_OPEN_MS ? "met" : "NOT met");
