@@ -3,8 +3,11 @@
  * reader in processes of their own, each row beside a floor measured in the same run:
  *   W1  one copy per sync: the reader wakes for a new generation of an 8B-shaped model
  *       (291 bf16 tensors in one buffer: Llama-3-8B's, 16 GB on a GPU), opens it and
- *       copies every tensor into memory of its own, against one copy of the same bytes
- *       between buffers of its own (target <= 1.05 x);
+ *       copies it into memory of its own, tensor by tensor and (an engine that keeps the
+ *       set's layout) buffer by buffer, against the same copies out of new memory of its
+ *       own that it maps afresh each round, as any receiver of new memory must (target
+ *       <= 1.05 x); beside them where the time goes, the same copies out of memory mapped
+ *       all along, and raw CUDA IPC's open and copy of a new buffer;
  *   W2  publish to visible: a reader waiting in gpushm_weights_wait_newer() has the new
  *       generation of 291 tensors open and mapped (target <= 2 ms), beside two ping
  *       round trips;
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +136,79 @@ static struct place alloc_local(bool device, uint64_t bytes)
   return p;
 }
 
+/* Memory of the reader's own that it maps afresh for each copy out of it: what any
+ * receiver of new memory does before its copy (device: a cuMemCreate'd allocation
+ * mapped with cuMemMap + cuMemSetAccess, as an import is; host: a memfd mmap'd, its
+ * pages faulted in by the copy), written once through a first mapping. */
+struct fresh {
+  bool device;
+  uint64_t size;
+  CUmemGenericAllocationHandle handle;
+  int fd;
+};
+
+static struct fresh fresh_new(bool device, uint64_t bytes)
+{
+  struct fresh f = { .device = device, .fd = -1 };
+
+  if (device) {
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    CUmemAccessDesc rw = { .location = prop.location,
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    size_t granule = 0;
+    CUdeviceptr va;
+
+    CU_CHECK(CU_CALL(&drv, cuMemGetAllocationGranularity, &granule, &prop,
+                     CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    f.size = (bytes + granule - 1) / granule * granule;
+    CU_CHECK(CU_CALL(&drv, cuMemCreate, &f.handle, f.size, &prop, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressReserve, &va, f.size, 0, 0, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemMap, va, f.size, 0, f.handle, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemSetAccess, va, f.size, &rw, 1));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, va, 0x5a5a5a5au, f.size / 4));
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+    CU_CHECK(CU_CALL(&drv, cuMemUnmap, va, f.size));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressFree, va, f.size));
+  } else {
+    void *p;
+
+    f.size = bytes;
+    CHECK((f.fd = memfd_create("bench-weights-fresh", MFD_CLOEXEC)) >= 0);
+    CHECK(ftruncate(f.fd, (off_t)bytes) == 0);
+    CHECK((p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0)) != MAP_FAILED);
+    memset(p, 0x5a, bytes);
+    CHECK(munmap(p, bytes) == 0);
+  }
+  return f;
+}
+
+static struct place fresh_map(const struct fresh *f)
+{
+  struct place p = { .device = f->device };
+
+  if (f->device) {
+    CUmemAccessDesc r = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READ };
+    CU_CHECK(CU_CALL(&drv, cuMemAddressReserve, &p.dev, f->size, 0, 0, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemMap, p.dev, f->size, 0, f->handle, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemSetAccess, p.dev, f->size, &r, 1));
+  } else {
+    CHECK((p.host = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0)) != MAP_FAILED);
+  }
+  return p;
+}
+
+static void fresh_unmap(const struct fresh *f, struct place *p)
+{
+  if (f->device) {
+    CU_CHECK(CU_CALL(&drv, cuMemUnmap, p->dev, f->size));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressFree, p->dev, f->size));
+  } else {
+    CHECK(munmap(p->host, f->size) == 0);
+  }
+}
+
 static void copy(bool device, CUstream s, uint64_t dst, uint64_t src, uint64_t bytes)
 {
   if (device)
@@ -153,9 +230,10 @@ static void answer(const char *word, double value)
   fflush(stdout);
 }
 
-/* Copies every tensor of w into dst at its offset; false where a word came back wrong. */
+/* Copies every tensor of w into dst at its offset, from w's memory or (own) from the
+ * same offsets of own; false where a word came back wrong. */
 static bool sync_copy(gpushm_weights_t *w, bool device, CUstream s, const struct place *dst,
-                      uint16_t expect)
+                      const struct place *own, uint16_t expect)
 {
   uint64_t last = 0;
   uint16_t seen;
@@ -169,9 +247,12 @@ static bool sync_copy(gpushm_weights_t *w, bool device, CUstream s, const struct
     CHECK_OK(gpushm_weights_tensor_ptr(w, i, &p));
     for (uint32_t k = 0; k < t.desc.ndim; k++)
       bytes *= (uint64_t)t.desc.shape[k];
-    copy(device, s, base_of(dst) + t.desc.offset, (uint64_t)(uintptr_t)p, bytes);
+    copy(device, s, base_of(dst) + t.desc.offset,
+         own ? base_of(own) + t.desc.offset : (uint64_t)(uintptr_t)p, bytes);
     last = t.desc.offset;
   }
+  if (own)
+    expect = 0x5a5au; /* what alloc_local() wrote */
   if (device) {
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
     CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, dst->dev + last, sizeof seen));
@@ -181,15 +262,46 @@ static bool sync_copy(gpushm_weights_t *w, bool device, CUstream s, const struct
   return seen == expect;
 }
 
+static double buffer_open_ms; /* sync_whole()'s gpushm_weights_buffer() calls, summed */
+
+/* Copies each of w's buffers whole into dst (one copy a buffer: the tensors laid out in
+ * dst as in w, as an engine with its own copy of the set's layout has them). */
+static bool sync_whole(gpushm_weights_t *w, bool device, CUstream s, const struct place *dst,
+                       uint16_t expect)
+{
+  uint64_t at = 0;
+  uint16_t seen;
+
+  for (uint32_t i = 0; i < gpushm_weights_buffer_count(w); i++) {
+    gpushm_buffer_t *b;
+    uint64_t base;
+
+    double t0 = now_ms();
+    CHECK_OK(gpushm_weights_buffer(w, i, &b));
+    buffer_open_ms += now_ms() - t0;
+    base = device ? (uint64_t)cuda_test_dptr(b) : (uint64_t)(uintptr_t)gpushm_buffer_ptr(b);
+    copy(device, s, base_of(dst) + at, base, gpushm_buffer_size(b));
+    at += gpushm_buffer_size(b);
+  }
+  if (device) {
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, dst->dev + at - 2, sizeof seen));
+  } else {
+    memcpy(&seen, (char *)dst->host + at - 2, sizeof seen);
+  }
+  return seen == expect;
+}
+
 static int role_reader(const char *socket)
 {
   struct place dst = { 0 }, src = { 0 };
+  struct fresh fresh = { 0 };
   gpushm_weights_t *w = NULL, *next;
   CUstream s = NULL;
   gpushm_t *conn;
-  char cmd[128], set[64];
+  char cmd[256], set[64], hex[129];
   unsigned long long bytes;
-  int device, rounds;
+  int device, rounds, whole;
 
   CHECK_OK(gpushm_connect(socket, "bench-weights-reader", &conn));
   while (fgets(cmd, sizeof cmd, stdin)) {
@@ -200,18 +312,9 @@ static int role_reader(const char *socket)
       }
       dst = alloc_local(device, bytes);
       src = alloc_local(device, bytes);
+      fresh = fresh_new(device, bytes);
       answer("ok", 0);
-    } else if (sscanf(cmd, "floor %d", &rounds) == 1) {
-      double ms[SYNC_ROUNDS];
-      for (int i = 0; i < rounds; i++) {
-        double t0 = now_ms();
-        copy(dst.device, s, base_of(&dst), base_of(&src), bytes);
-        if (dst.device)
-          CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-        ms[i] = now_ms() - t0;
-      }
-      answer("floor", median(ms, (unsigned)rounds));
-    } else if (sscanf(cmd, "follow %63s %d", set, &rounds) == 2) {
+    } else if (sscanf(cmd, "follow %63s %d %d", set, &rounds, &whole) == 3) {
       /* rounds of: wait for a new generation, open it, copy it all (sync), or (rounds
        * negative) open and map it only (visible) */
       const bool copies = rounds > 0;
@@ -220,19 +323,75 @@ static int role_reader(const char *socket)
         void *p;
         answer("ready", (double)gpushm_weights_generation(w));
         CHECK_OK(gpushm_weights_wait_newer(w, 60000));
-        double t0 = now_ms();
+        double t0 = now_ms(), t1, t2;
         CHECK_OK(gpushm_weights_open(conn, set, &next));
-        CHECK_OK(gpushm_weights_close(w));
-        w = next;
+        t1 = now_ms();
         if (copies) {
-          bool right = sync_copy(w, dst.device, s, &dst, (uint16_t)gpushm_weights_generation(w));
-          answer(right ? "sync" : "wrong", now_ms() - t0);
+          buffer_open_ms = 0;
+          const uint16_t g = (uint16_t)gpushm_weights_generation(next);
+          bool right = whole ? sync_whole(next, dst.device, s, &dst, g)
+                             : sync_copy(next, dst.device, s, &dst, NULL, g);
+          double done = now_ms();
+          t2 = now_ms();
+          CHECK_OK(gpushm_weights_close(w));
+          w = next;
+          answer(right ? "sync" : "wrong", done - t0);
+          /* where it went: the open, the copies, the close of the generation before (after
+           * the copies, not timed in the sync), the same copies again, the same copies
+           * between buffers of the reader's own */
+          double t3 = now_ms();
+          right = (whole ? sync_whole(w, dst.device, s, &dst, g)
+                         : sync_copy(w, dst.device, s, &dst, NULL, g)) && right;
+          double t4 = now_ms();
+          if (whole) {
+            copy(dst.device, s, base_of(&dst), base_of(&src), bytes);
+            if (dst.device)
+              CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+          } else {
+            right = sync_copy(w, dst.device, s, &dst, &src, g) && right;
+          }
+          double t5 = now_ms(), opened = buffer_open_ms;
+          struct place mapped = fresh_map(&fresh);
+          double t5m = now_ms();
+          if (whole) {
+            copy(dst.device, s, base_of(&dst), base_of(&mapped), bytes);
+            if (dst.device)
+              CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+          } else {
+            right = sync_copy(w, dst.device, s, &dst, &mapped, g) && right;
+          }
+          double t6 = now_ms();
+          fresh_unmap(&fresh, &mapped);
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, done - t1,
+                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, opened, t5m - t5);
+          fflush(stdout);
+          if (!right)
+            answer("wrong", 0);
         } else {
+          CHECK_OK(gpushm_weights_close(w));
+          w = next;
           CHECK_OK(gpushm_weights_tensor_ptr(w, gpushm_weights_tensor_count(w) - 1, &p));
           answer("seen", now_ms());
         }
       }
       CHECK_OK(gpushm_weights_close(w));
+    } else if (sscanf(cmd, "raw %128s %d", hex, &rounds) == 2) {
+      /* the floor of a sync of new memory without gpushm: a cuMemAlloc'd buffer of the
+       * publisher's, written there, opened here with legacy CUDA IPC and copied whole */
+      CUipcMemHandle h;
+      CUdeviceptr p;
+      double t0 = now_ms();
+      uint16_t seen;
+
+      for (size_t k = 0; k < sizeof h.reserved; k++)
+        CHECK(sscanf(hex + 2 * k, "%2hhx", (unsigned char *)&h.reserved[k]) == 1);
+      CU_CHECK(CU_CALL(&drv, cuIpcOpenMemHandle, &p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+      copy(true, s, base_of(&dst), (uint64_t)p, bytes);
+      CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+      double ms = now_ms() - t0;
+      CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, dst.dev + bytes - 2, sizeof seen));
+      CU_CHECK(CU_CALL(&drv, cuIpcCloseMemHandle, p));
+      answer(seen == (uint16_t)rounds ? "raw" : "wrong", ms);
     } else if (sscanf(cmd, "first %63s", set) == 1) {
       double t0 = now_ms();
       void *p;
@@ -285,6 +444,27 @@ static double hear(struct reader *r, const char *word)
     exit(1);
   }
   return v;
+}
+
+#define PARTS 8
+
+/* The reader's "parts" line: where one sync's time went (see role_reader()). */
+static void hear_parts(struct reader *r, double *part)
+{
+  char line[256];
+
+  CHECK(fgets(line, sizeof line, r->out) != NULL);
+  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
+               &part[3], &part[4], &part[5], &part[6], &part[7]) == PARTS);
+}
+
+static double part_median(double parts[][PARTS], unsigned rounds, unsigned which)
+{
+  double v[SYNC_ROUNDS];
+
+  for (unsigned i = 0; i < rounds; i++)
+    v[i] = parts[i][which];
+  return median(v, rounds);
 }
 
 /* Generation g of a set, made ready to publish: a new buffer of bytes whose every bf16
@@ -358,15 +538,88 @@ static double ping_ms(gpushm_t *conn)
   return median(ms, 101);
 }
 
+/* Raw CUDA IPC's sync of a new buffer, the median of rounds: see role_reader()'s raw. */
+static double raw_ipc_floor(struct reader *r, uint64_t bytes, unsigned rounds)
+{
+  double ms[SYNC_ROUNDS];
+
+  for (unsigned i = 0; i < rounds; i++) {
+    const uint16_t g = (uint16_t)(100 + i);
+    CUipcMemHandle h;
+    CUdeviceptr p;
+    char hex[2 * sizeof h.reserved + 1];
+
+    CU_CHECK(CU_CALL(&drv, cuMemAlloc, &p, bytes));
+    CU_CHECK(CU_CALL(&drv, cuMemsetD32, p, (uint32_t)g << 16 | g, bytes / 4));
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+    CU_CHECK(CU_CALL(&drv, cuIpcGetMemHandle, &h, p));
+    for (size_t k = 0; k < sizeof h.reserved; k++)
+      snprintf(hex + 2 * k, 3, "%02x", (unsigned char)h.reserved[k]);
+    fprintf(r->in, "raw %s %u\n", hex, g);
+    fflush(r->in);
+    ms[i] = hear(r, "raw");
+    CU_CHECK(CU_CALL(&drv, cuMemFree, p));
+  }
+  return median(ms, rounds);
+}
+
+/* W1: rounds generations of set, each a new buffer (gen1 the first's, published), the
+ * one before let go by the publisher once the reader has copied the new one, by the
+ * reader after its copy; the reader copies tensor by tensor or (whole) buffer by
+ * buffer. */
+static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, gpushm_buffer_t *gen1,
+                    gpushm_backend_t backend, uint64_t bytes, const struct shaped *t,
+                    bool whole, const char *size)
+{
+  const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
+  const unsigned rounds = quick ? 3 : SYNC_ROUNDS;
+  double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
+  gpushm_buffer_t *before = gen1, *now;
+
+  fprintf(r->in, "follow %s %u %d\n", set, rounds, whole);
+  fflush(r->in);
+  for (unsigned i = 0; i < rounds; i++) {
+    hear(r, "ready");
+    now = publish(conn, set, backend, bytes, t, TENSORS, (uint16_t)(i + 2));
+    sync[i] = hear(r, "sync");
+    hear_parts(r, parts[i]);
+    CHECK_OK(gpushm_buffer_close_unlink(before)); /* its generation kept it meanwhile */
+    before = now;
+  }
+  CHECK_OK(gpushm_buffer_close_unlink(before));
+  if (whole && backend != GPUSHM_BACKEND_HOST)
+    raw = raw_ipc_floor(r, bytes, rounds);
+  m = median(sync, rounds);
+  own = part_median(parts, rounds, 4);
+  fresh = part_median(parts, rounds, 5);
+  printf("W1 %-8s one copy per sync, %u tensors (%s), %s: median of %u %.3f ms (woken, the "
+         "new generation opened, mapped and copied); floor: the same copies out of new memory "
+         "of the reader's own, mapped afresh, %.3f ms; %.3f x the floor | target <= %.2f: "
+         "%s\n", where, TENSORS, size, whole ? "a copy a buffer" : "a copy a tensor", rounds, m,
+         fresh, m / fresh, TARGET_SYNC_RATIO, m / fresh <= TARGET_SYNC_RATIO ? "met" : "NOT met");
+  printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
+         "%.3f; not in the sync: closing the generation before %.3f, the same copies again "
+         "%.3f; the same copies out of memory the reader had mapped all along %.3f (%.3f x)\n",
+         where, part_median(parts, rounds, 0), part_median(parts, rounds, 1),
+         part_median(parts, rounds, 2), part_median(parts, rounds, 3), own, m / own);
+  if (whole)
+    printf("W1 %-8s of which the buffer's open (a round trip, import, map) %.3f ms; the "
+           "floor's mapping afresh %.3f ms\n", where, part_median(parts, rounds, 6),
+           part_median(parts, rounds, 7));
+  if (raw > 0)
+    printf("W1 %-8s raw CUDA IPC of new memory (a cuMemAlloc'd buffer written by the "
+           "publisher; cuIpcOpenMemHandle + one copy): median of %u %.3f ms; a sync a buffer "
+           "%.3f x that\n", where, rounds, raw, m / raw);
+}
+
 static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
 {
   const bool device = backend != GPUSHM_BACKEND_HOST;
   const char *where = device ? "cuda-fd" : "host";
   static struct shaped t[TENSORS];
   uint64_t bytes = model(t, scale);
-  double sync[SYNC_ROUNDS], floor, seen[VISIBLE_ROUNDS], rtt = ping_ms(conn), first, model_open;
-  unsigned rounds = quick ? 3 : SYNC_ROUNDS;
-  gpushm_buffer_t *bufs[SYNC_ROUNDS + 1], *vis[VISIBLE_ROUNDS + 1];
+  double seen[VISIBLE_ROUNDS], rtt = ping_ms(conn), first, model_open;
+  gpushm_buffer_t *first_gen, *vis[VISIBLE_ROUNDS + 1];
   struct reader r;
   char line[64], set[32];
 
@@ -374,32 +627,17 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   fprintf(r.in, "setup %d %llu\n", device, (unsigned long long)bytes);
   fflush(r.in);
   hear(&r, "ok");
-  fprintf(r.in, "floor %u\n", rounds);
-  fflush(r.in);
-  floor = hear(&r, "floor");
-  /* W1: rounds generations, each a new buffer, the one before let go once followed */
+  /* W3's first row: the model itself, opened for the first time */
   snprintf(set, sizeof set, "bench-%s", where);
-  bufs[0] = publish(conn, set, backend, bytes, t, TENSORS, 1);
-  fprintf(r.in, "first %s\n", set); /* W3's first row: the model itself */
+  first_gen = publish(conn, set, backend, bytes, t, TENSORS, 1);
+  fprintf(r.in, "first %s\n", set);
   fflush(r.in);
   model_open = hear(&r, "open");
-  fprintf(r.in, "follow %s %u\n", set, rounds);
-  fflush(r.in);
-  for (unsigned i = 0; i < rounds; i++) {
-    hear(&r, "ready");
-    bufs[i + 1] = publish(conn, set, backend, bytes, t, TENSORS, (uint16_t)(i + 2));
-    CHECK_OK(gpushm_buffer_close_unlink(bufs[i])); /* its generation keeps it meanwhile */
-    sync[i] = hear(&r, "sync");
-  }
-  CHECK_OK(gpushm_buffer_close_unlink(bufs[rounds]));
   snprintf(line, sizeof line, "%.2f GB", bytes / 1e9);
-  {
-    const double m = median(sync, rounds);
-    printf("W1 %-8s one copy per sync, %u tensors (%s): median of %u %.3f ms; one copy of "
-           "the same bytes (floor) %.3f ms; %.3f x the floor | target <= %.2f: %s\n", where,
-           TENSORS, line, rounds, m, floor, m / floor, TARGET_SYNC_RATIO,
-           m / floor <= TARGET_SYNC_RATIO ? "met" : "NOT met");
-  }
+  w1_rows(conn, &r, set, first_gen, backend, bytes, t, false, line);
+  snprintf(set, sizeof set, "whole-%s", where);
+  w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
+          true, line);
   /* W2: small generations of the same 291 tensors, one after another */
   {
     static struct shaped small[TENSORS];
@@ -408,7 +646,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
 
     snprintf(set, sizeof set, "visible-%s", where);
     vis[0] = publish(conn, set, backend, small_bytes, small, TENSORS, 1);
-    fprintf(r.in, "follow %s %d\n", set, -VISIBLE_ROUNDS);
+    fprintf(r.in, "follow %s %d 0\n", set, -VISIBLE_ROUNDS);
     fflush(r.in);
     for (int i = 0; i < VISIBLE_ROUNDS; i++) {
       struct staged st = stage(conn, set, backend, small_bytes, small, TENSORS,
