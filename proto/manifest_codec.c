@@ -9,6 +9,9 @@
 #include "gpushm_limits.h"
 #include "protocol.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -653,37 +656,210 @@ static int measure_tensor(const struct decoder *d, struct pb_reader r, size_t in
   return 0;
 }
 
-static int measure(const struct decoder *d, struct pb_reader r, struct sizes *s)
+/* ---- chunks, and the threads that take them --------------------------------------- */
+
+/* A large manifest is measured and decoded in chunks of this many tensors, by up to
+ * DECODE_THREADS_MAX threads (the caller one of them) where the process may run on more
+ * than one CPU: a 100,000-tensor manifest took 10 of a 12.7 ms first open on one.  Fewer
+ * than PARALLEL_MIN_CHUNKS chunks are not worth a thread's start. */
+#define CHUNK_TENSORS 4096u
+#define DECODE_THREADS_MAX 8u
+#define PARALLEL_MIN_CHUNKS 4u
+/* An error's text while it is a thread's (refuse() writes at most this much). */
+#define CHUNK_ERR_SIZE 1024u
+
+/* The top-level fields [start, end) holding tensors first .. first + n - 1 (and whatever
+ * other fields lie between them), and what they need of the arena. */
+struct chunk {
+  const uint8_t *start, *end;
+  size_t first, n;
+  size_t name_bytes, n_values; /* measured */
+  size_t names_at, values_at;  /* where its names and values go in the arena */
+};
+
+/* Top-level walk: the version, the tensor count, the chunks.  A refusal here is held in
+ * *scan_rc / scan_err, not returned: a tensor before it that is refused itself is
+ * reported instead, as one pass in order would have it.  0, or PROTO_E_NOMEM. */
+static int scan(const struct decoder *d, struct pb_reader r, struct sizes *s,
+                struct chunk **chunks_out, size_t *n_chunks_out, int *scan_rc, char *scan_err)
 {
   struct where manifest = { NO_TENSOR, NULL, 0 };
+  struct chunk *chunks = NULL, *c = NULL;
+  size_t n_chunks = 0, cap = 0;
+  const char *why;
+  struct field f = { 0 };
+
+  memset(s, 0, sizeof *s);
+  *scan_rc = 0;
+  while (r.p < r.end) {
+    if (!next_field(&r, &f, &why)) {
+      *scan_rc = refuse(PROTO_E_INVAL, scan_err, CHUNK_ERR_SIZE, &manifest,
+                        "malformed protobuf at byte %zu: %s", (size_t)(f.start - d->base), why);
+      break;
+    }
+    if ((f.number == F_VERSION && f.wire_type != PB_WT_VARINT) ||
+        (f.number == F_TENSORS && f.wire_type != PB_WT_LEN)) {
+      *scan_rc = refuse(PROTO_E_INVAL, scan_err, CHUNK_ERR_SIZE, &manifest,
+                        "malformed protobuf at byte %zu: wrong wire type %u for field %u",
+                        (size_t)(f.start - d->base), f.wire_type, f.number);
+      break;
+    }
+    if (f.number == F_VERSION)
+      s->version = f.value;
+    if (f.number != F_TENSORS)
+      continue;
+    if (s->n_tensors == GPUSHM_LIMIT_WEIGHT_TENSORS) {
+      *scan_rc = refuse(PROTO_E_LIMIT, scan_err, CHUNK_ERR_SIZE, &manifest,
+                        "more than %u tensors", GPUSHM_LIMIT_WEIGHT_TENSORS);
+      break;
+    }
+    if (!c || c->n == CHUNK_TENSORS) {
+      if (c)
+        c->end = f.start;
+      if (n_chunks == cap) {
+        struct chunk *grown;
+        cap = cap ? 2 * cap : 16;
+        if (!(grown = realloc(chunks, cap * sizeof *chunks))) {
+          free(chunks);
+          return PROTO_E_NOMEM;
+        }
+        chunks = grown;
+      }
+      c = &chunks[n_chunks++];
+      memset(c, 0, sizeof *c);
+      c->start = f.start;
+      c->first = s->n_tensors;
+    }
+    c->n++;
+    s->n_tensors++;
+  }
+  if (c)
+    c->end = *scan_rc ? f.start : r.p; /* a refused field is no chunk's */
+  *chunks_out = chunks;
+  *n_chunks_out = n_chunks;
+  return 0;
+}
+
+/* One decode's shared state while threads take its chunks. */
+struct chunk_work {
+  const struct decoder *d;
+  struct chunk *chunks;
+  size_t n_chunks;
+  const uint64_t *buffer_sizes;
+  uint32_t n_buffers;
+  char *arena_names;     /* the decode phase's */
+  int64_t *arena_values;
+  struct manifest_tensor *tensors;
+  const struct manifest_storage *storage; /* the index phase's */
+  int (*run)(struct chunk_work *w, size_t chunk, const struct decoder *d);
+  size_t next;           /* the next chunk to take (atomic) */
+  pthread_mutex_t lock;  /* over the three below */
+  size_t failed;         /* the lowest chunk refused, or SIZE_MAX */
+  int rc;
+  char err[CHUNK_ERR_SIZE];
+};
+
+static void take_chunks(struct chunk_work *w)
+{
+  char err[CHUNK_ERR_SIZE];
+  struct decoder d = { w->d->base, err, sizeof err };
+  size_t i;
+  int rc;
+
+  while ((i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED)) < w->n_chunks) {
+    /* chunks are taken in order: every one below i is someone's, so a refusal past
+     * the lowest one known cannot be the one reported */
+    if (i > __atomic_load_n(&w->failed, __ATOMIC_RELAXED))
+      break;
+    err[0] = '\0';
+    if (!(rc = w->run(w, i, &d)))
+      continue;
+    pthread_mutex_lock(&w->lock);
+    if (i < w->failed) {
+      __atomic_store_n(&w->failed, i, __ATOMIC_RELAXED);
+      w->rc = rc;
+      memcpy(w->err, err, sizeof err);
+    }
+    pthread_mutex_unlock(&w->lock);
+  }
+}
+
+static void *chunk_thread(void *arg)
+{
+  take_chunks(arg);
+  return NULL;
+}
+
+static unsigned decode_threads(size_t n_chunks)
+{
+  cpu_set_t cpus;
+  unsigned n;
+
+  if (n_chunks < PARALLEL_MIN_CHUNKS || sched_getaffinity(0, sizeof cpus, &cpus) != 0)
+    return 1;
+  n = (unsigned)CPU_COUNT(&cpus);
+  if (n > DECODE_THREADS_MAX)
+    n = DECODE_THREADS_MAX;
+  return n > n_chunks ? (unsigned)n_chunks : (n ? n : 1);
+}
+
+/* Runs w->run on every chunk, on threads where they pay; 0, or the refusal of the
+ * lowest chunk refused (its text in the decoder's err).  A thread that cannot be
+ * started leaves its share to the others: the outcome is the same. */
+static int run_chunks(struct chunk_work *w)
+{
+  pthread_t threads[DECODE_THREADS_MAX];
+  unsigned n_threads = decode_threads(w->n_chunks), started = 0;
+  sigset_t all, old;
+
+  w->next = 0;
+  w->failed = SIZE_MAX;
+  w->rc = 0;
+  if (n_threads > 1) {
+    /* no signal of the caller's is delivered to a thread of ours */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    while (started + 1 < n_threads &&
+           pthread_create(&threads[started], NULL, chunk_thread, w) == 0)
+      started++;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  take_chunks(w);
+  for (unsigned i = 0; i < started; i++)
+    pthread_join(threads[i], NULL);
+  if (w->rc && w->d->err && w->d->errlen)
+    snprintf(w->d->err, w->d->errlen, "%s", w->err);
+  return w->rc;
+}
+
+/* First pass over a chunk: its tensors' structure and the arena they need. */
+static int measure_chunk(struct chunk_work *w, size_t i, const struct decoder *d)
+{
+  struct chunk *c = &w->chunks[i];
+  struct pb_reader r = { c->start, c->end };
+  struct sizes s = { 0 };
+  size_t index = c->first;
   const char *why;
   struct field f = { 0 };
   int rc;
 
-  memset(s, 0, sizeof *s);
   while (r.p < r.end) {
-    if (!next_field(&r, &f, &why))
-      return malformed(d, &manifest, f.start, why);
-    switch (f.number) {
-    case F_VERSION:
-      if (f.wire_type != PB_WT_VARINT)
-        return wrong_wire_type(d, &manifest, &f);
-      s->version = f.value;
-      break;
-    case F_TENSORS:
-      if (f.wire_type != PB_WT_LEN)
-        return wrong_wire_type(d, &manifest, &f);
-      if (s->n_tensors == GPUSHM_LIMIT_WEIGHT_TENSORS)
-        return refuse(PROTO_E_LIMIT, d->err, d->errlen, &manifest,
-                      "more than %u tensors", GPUSHM_LIMIT_WEIGHT_TENSORS);
-      if ((rc = measure_tensor(d, f.contents, s->n_tensors, s)))
-        return rc;
-      s->n_tensors++;
-      break;
-    default:
-      break;
-    }
+    if (!next_field(&r, &f, &why) || (f.number == F_TENSORS && f.wire_type != PB_WT_LEN))
+      return refuse(PROTO_E_INVAL, d->err, d->errlen, &(struct where){ NO_TENSOR, NULL, 0 },
+                    "changed while it was read");
+    if (f.number != F_TENSORS)
+      continue;
+    if (index == c->first + c->n)
+      return refuse(PROTO_E_INVAL, d->err, d->errlen, &(struct where){ NO_TENSOR, NULL, 0 },
+                    "changed while it was read");
+    if ((rc = measure_tensor(d, f.contents, index++, &s)))
+      return rc;
   }
+  if (index != c->first + c->n)
+    return refuse(PROTO_E_INVAL, d->err, d->errlen, &(struct where){ NO_TENSOR, NULL, 0 },
+                  "changed while it was read");
+  c->name_bytes = s.name_bytes;
+  c->n_values = s.n_values;
   return 0;
 }
 
@@ -840,6 +1016,70 @@ static int decode_tensor(const struct decoder *d, struct pb_reader r, size_t ind
   return 0;
 }
 
+/* Second pass over a chunk: its tensors read, checked and copied into its part of the
+ * arena. */
+static int decode_chunk(struct chunk_work *w, size_t i, const struct decoder *d)
+{
+  const struct chunk *c = &w->chunks[i];
+  struct where manifest = { NO_TENSOR, NULL, 0 };
+  struct pb_reader r = { c->start, c->end };
+  struct fill fill = {
+    .tensors = w->tensors,
+    .names = w->arena_names + c->names_at,
+    .names_left = c->name_bytes,
+    .values = w->arena_values + c->values_at,
+    .values_left = c->n_values,
+  };
+  size_t index = c->first;
+  const char *why;
+  struct field f = { 0 };
+  int rc;
+
+  while (r.p < r.end) {
+    if (!next_field(&r, &f, &why) ||
+        (f.number == F_TENSORS && (f.wire_type != PB_WT_LEN || index == c->first + c->n)))
+      return refuse(PROTO_E_INVAL, d->err, d->errlen, &manifest, "changed while it was read");
+    if (f.number != F_TENSORS)
+      continue;
+    if ((rc = decode_tensor(d, f.contents, index++, w->buffer_sizes, w->n_buffers, &fill)))
+      return rc;
+  }
+  if (index != c->first + c->n)
+    return refuse(PROTO_E_INVAL, d->err, d->errlen, &manifest, "changed while it was read");
+  return 0;
+}
+
+/* Third pass over a chunk: its names into the index, slots claimed with a compare and
+ * swap (the tensors are all written: the decode's threads are joined).  A name seen twice
+ * is refused without a message: build_index(), in order, finds the one to report. */
+static int index_chunk(struct chunk_work *w, size_t i, const struct decoder *d)
+{
+  const uint32_t tag_mask = ~((1u << SLOT_INDEX_BITS) - 1);
+  const struct manifest_storage *st = w->storage;
+  const struct chunk *c = &w->chunks[i];
+
+  (void)d;
+  for (size_t k = c->first; k < c->first + c->n; k++) {
+    const struct manifest_tensor *t = &w->tensors[k];
+    const uint64_t hash = name_hash(st->hash_key, (const uint8_t *)t->name, t->name_len);
+    const uint32_t tag = slot_tag(hash), mine = tag | (uint32_t)(k + 1);
+
+    for (size_t pos = (size_t)hash & st->index_mask;; pos = (pos + 1) & st->index_mask) {
+      uint32_t *slot = &st->index[pos], seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
+      const struct manifest_tensor *other;
+      if (!seen && __atomic_compare_exchange_n(slot, &seen, mine, false, __ATOMIC_RELAXED,
+                                               __ATOMIC_RELAXED))
+        break;
+      if ((seen & tag_mask) != tag)
+        continue;
+      other = &w->tensors[(seen & ~tag_mask) - 1];
+      if (other->name_len == t->name_len && memcmp(other->name, t->name, t->name_len) == 0)
+        return PROTO_E_INVAL;
+    }
+  }
+  return 0;
+}
+
 /* a + b, or SIZE_MAX on overflow (which no allocation then gets) */
 static size_t add_size(size_t a, size_t b)
 {
@@ -897,13 +1137,15 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
   struct where manifest = { NO_TENSOR, NULL, 0 };
   struct pb_reader all = { bytes, bytes + len };
   size_t index_slots = 2, tensors_size, index_size, names_size, values_size, total, mapped;
+  size_t n_chunks = 0, names_at = 0, values_at = 0;
+  struct chunk_work work = { .d = &d, .lock = PTHREAD_MUTEX_INITIALIZER };
   struct manifest_storage *st;
+  struct chunk *chunks = NULL;
+  char scan_err[CHUNK_ERR_SIZE];
+  char *arena = NULL, *names;
   struct sizes s;
-  struct fill fill;
-  const char *why;
-  struct field f = { 0 };
-  char *arena;
-  int rc;
+  bool indexed = false;
+  int rc, scan_rc;
 
   memset(out, 0, sizeof *out);
   if (err && errlen)
@@ -918,13 +1160,38 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
     buffer_sizes = no_buffers;
     n_buffers = 0;
   }
-  if ((rc = measure(&d, all, &s)))
-    return rc;
-  if (s.version != MANIFEST_VERSION)
-    return refuse(PROTO_E_INVAL, err, errlen, &manifest, "version %llu, not %u",
-                  (unsigned long long)s.version, MANIFEST_VERSION);
-  if (s.n_tensors == 0)
-    return refuse(PROTO_E_INVAL, err, errlen, &manifest, "no tensors");
+  if (scan(&d, all, &s, &chunks, &n_chunks, &scan_rc, scan_err))
+    return refuse(PROTO_E_NOMEM, err, errlen, &manifest, "no memory to read it");
+  work.chunks = chunks;
+  work.n_chunks = n_chunks;
+  work.buffer_sizes = buffer_sizes;
+  work.n_buffers = n_buffers;
+  work.run = measure_chunk;
+  if ((rc = run_chunks(&work)))
+    goto fail;
+  if (scan_rc) {
+    rc = scan_rc;
+    if (err && errlen)
+      snprintf(err, errlen, "%s", scan_err);
+    goto fail;
+  }
+  if (s.version != MANIFEST_VERSION) {
+    rc = refuse(PROTO_E_INVAL, err, errlen, &manifest, "version %llu, not %u",
+                (unsigned long long)s.version, MANIFEST_VERSION);
+    goto fail;
+  }
+  if (s.n_tensors == 0) {
+    rc = refuse(PROTO_E_INVAL, err, errlen, &manifest, "no tensors");
+    goto fail;
+  }
+  for (size_t i = 0; i < n_chunks; i++) {
+    chunks[i].names_at = names_at;
+    chunks[i].values_at = values_at;
+    names_at += chunks[i].name_bytes; /* each at most the manifest's length: no overflow */
+    values_at += chunks[i].n_values;
+  }
+  s.name_bytes = names_at;
+  s.n_values = values_at;
 
   /* at most half full: probes stay short */
   while (index_slots < 2 * s.n_tensors)
@@ -937,41 +1204,42 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
                             names_size),
                    values_size);
   if (total == SIZE_MAX ||
-      !(arena = arena_alloc(total, total - values_size, &mapped)))
-    return refuse(PROTO_E_NOMEM, err, errlen, &manifest,
-                  "no memory for %zu tensors", s.n_tensors);
+      !(arena = arena_alloc(total, total - values_size, &mapped))) {
+    rc = refuse(PROTO_E_NOMEM, err, errlen, &manifest, "no memory for %zu tensors",
+                s.n_tensors);
+    goto fail;
+  }
   st = (struct manifest_storage *)arena;
   st->mapped_size = mapped;
-  fill.tensors = (struct manifest_tensor *)(arena + sizeof *st);
-  st->index = (uint32_t *)((char *)fill.tensors + tensors_size);
+  work.tensors = (struct manifest_tensor *)(arena + sizeof *st);
+  st->index = (uint32_t *)((char *)work.tensors + tensors_size);
   st->index_mask = index_slots - 1;
-  fill.names = (char *)st->index + index_size;
-  fill.names_left = s.name_bytes;
-  fill.values = (int64_t *)(fill.names + names_size);
-  fill.values_left = s.n_values;
-  memset(fill.layouts, 0, sizeof fill.layouts);
+  names = (char *)st->index + index_size;
+  work.arena_names = names;
+  work.arena_values = (int64_t *)(names + names_size);
   random_key(st->hash_key);
 
-  for (size_t i = 0; all.p < all.end || i < s.n_tensors;) {
-    if (all.p == all.end || !next_field(&all, &f, &why) ||
-        (f.number == F_TENSORS && (f.wire_type != PB_WT_LEN || i == s.n_tensors))) {
-      rc = refuse(PROTO_E_INVAL, err, errlen, &manifest, "changed while it was read");
-      goto fail;
-    }
-    if (f.number != F_TENSORS)
-      continue;
-    if ((rc = decode_tensor(&d, f.contents, i++, buffer_sizes, n_buffers, &fill)))
-      goto fail;
-  }
-  if ((rc = build_index(st, fill.tensors, s.n_tensors, err, errlen)))
+  work.run = decode_chunk;
+  if ((rc = run_chunks(&work)))
     goto fail;
+  if (decode_threads(n_chunks) > 1) {
+    work.run = index_chunk;
+    work.storage = st;
+    indexed = run_chunks(&work) == 0;
+    if (!indexed)
+      memset(st->index, 0, index_size); /* a name seen twice: which one, found in order */
+  }
+  if (!indexed && (rc = build_index(st, work.tensors, s.n_tensors, err, errlen)))
+    goto fail;
+  free(chunks);
   out->version = MANIFEST_VERSION;
   out->n_tensors = s.n_tensors;
-  out->tensors = fill.tensors;
+  out->tensors = work.tensors;
   out->storage_ = arena;
   return 0;
 
 fail:
+  free(chunks);
   arena_free(arena);
   return rc;
 }

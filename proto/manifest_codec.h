@@ -5,8 +5,10 @@
  * hostile.  protobuf-c's generic unpack makes an allocation for every tensor, name and
  * repeated field, and a consumer's first open of a 100,000-tensor set has to take
  * under 20 ms in all.  manifest_decode() reads the bytes twice (once to size one arena,
- * once to fill it), makes a constant number of allocations whatever the count, checks
- * every tensor against the generation's buffers and indexes the names.  The wire format
+ * once to fill it), a large manifest in chunks of tensors on as many threads as the
+ * process has CPUs (up to eight, each pass's threads gone when it returns), makes a
+ * constant number of allocations whatever the count, checks every tensor against the
+ * generation's buffers and indexes the names.  The wire format
  * is protobuf's: manifest_decode() reads what protobuf-c packs (packed or unpacked
  * repeated fields, unknown fields skipped), and the writer packs byte for byte what
  * protobuf-c would (tests/unit/test-manifest-codec.c, fuzz-manifest-codec). */

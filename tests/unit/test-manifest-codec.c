@@ -999,6 +999,103 @@ static void test_100k(void)
   manifest_writer_free(&w);
 }
 
+/* A model of n tensors whose tensors bad[0..n_bad) lie past their buffer's end. */
+static void write_model_with(struct manifest_writer *w, size_t n, const size_t *bad,
+                             size_t n_bad)
+{
+  static const int64_t shape[] = { TENSOR_ROWS, TENSOR_COLS };
+  char name[96], err[ERR_SIZE];
+
+  manifest_writer_init(w);
+  for (size_t i = 0; i < n; i++) {
+    struct manifest_tensor t = {
+      .name = name, .dtype_code = 4, .dtype_bits = 16, .dtype_lanes = 1, .ndim = 2,
+      .shape = shape, .buffer = (uint32_t)(i / TENSORS_PER_BUFFER),
+      .offset = (uint64_t)(i % TENSORS_PER_BUFFER) * TENSOR_BYTES,
+    };
+    for (size_t k = 0; k < n_bad; k++)
+      if (bad[k] == i)
+        t.offset = (uint64_t)TENSORS_PER_BUFFER * TENSOR_BYTES;
+    t.name_len = (uint32_t)model_name(name, sizeof name, i);
+    CHECK(manifest_writer_add(w, &t, NULL, 0, err, sizeof err) == 0);
+  }
+}
+
+/* Tensor i's name field in w made a group's (wire type 3): malformed inside tensor i. */
+static void break_tensor(struct manifest_writer *w, size_t i)
+{
+  char name[96];
+  size_t len = model_name(name, sizeof name, i);
+  uint8_t *at = memmem(w->data, w->len, name, len);
+
+  CHECK(at && at - w->data >= 2 && at[-1] == len && at[-2] == 0x0a);
+  at[-2] = 0x0b;
+}
+
+static void expect_first_refusal(const struct manifest_writer *w, const char *want)
+{
+  struct manifest m;
+  char err[ERR_SIZE];
+
+  CHECK(manifest_decode(w->data, w->len, many_sizes, MANY_BUFFERS, &m, err, sizeof err) ==
+        PROTO_E_INVAL);
+  if (!strstr(err, want)) {
+    fprintf(stderr, "refused with \"%s\", expected \"%s\" in it\n", err, want);
+    exit(1);
+  }
+  CHECK(m.storage_ == NULL);
+}
+
+/* Large manifests are read in chunks, on threads where there are CPUs for them: what is
+ * refused is still what one pass in order would refuse first (every structural refusal
+ * before any other, then the lowest tensor, then a name seen twice). */
+static void test_order_of_refusals(void)
+{
+  enum { N = 80000 };
+  const size_t two[] = { 70000, 30000 }, early[] = { 5 };
+  struct manifest_writer w;
+  char name[96];
+  size_t len;
+
+  write_model_with(&w, N, two, 2);
+  expect_first_refusal(&w, "tensor 30000 \"model.layers.3750.self_attn.q_proj.weight\": "
+                           "elements up to byte");
+  manifest_writer_free(&w);
+
+  write_model_with(&w, N, early, 1); /* checked in the second pass ... */
+  break_tensor(&w, 60000);           /* ... found in the first */
+  expect_first_refusal(&w, "tensor 60000: malformed protobuf at byte");
+  manifest_writer_free(&w);
+
+  write_model_with(&w, N, NULL, 0);
+  break_tensor(&w, 40000);
+  CHECK((w.data = realloc(w.data, w.len + 1)) != NULL);
+  w.data[w.len++] = 0x0f; /* a top-level field of wire type 7, after it */
+  expect_first_refusal(&w, "tensor 40000: malformed protobuf at byte");
+  w.data[w.len - 1] = 0x0f;
+  len = model_name(name, sizeof name, 40000);
+  ((uint8_t *)memmem(w.data, w.len, name, len))[-2] = 0x0a; /* mended */
+  expect_first_refusal(&w, "manifest: malformed protobuf at byte");
+  manifest_writer_free(&w);
+
+  /* a name seen twice (tensor 75001, k_proj of layer 9375, renamed layer 9376's, as
+   * tensor 75009 is), with and without a tensor outside its buffer after them */
+  for (int with_bad = 1; with_bad >= 0; with_bad--) {
+    const size_t bad[] = { 79000 };
+    uint8_t *at;
+
+    write_model_with(&w, N, bad, (size_t)with_bad);
+    len = model_name(name, sizeof name, 75001);
+    CHECK(strcmp(name, "model.layers.9375.self_attn.k_proj.weight") == 0);
+    CHECK((at = memmem(w.data, w.len, name, len)) != NULL);
+    at[16] = '6';
+    expect_first_refusal(&w, with_bad ? "tensor 79000 " : "tensor 75009 \"model.layers.9376."
+                                                          "self_attn.k_proj.weight\": name seen "
+                                                          "twice (first as tensor 75001)");
+    manifest_writer_free(&w);
+  }
+}
+
 /* The tensor limit: reached and decoded (timed), then crossed by one. */
 static void test_limit(void)
 {
@@ -1047,6 +1144,7 @@ int main(void)
   test_writer();
   test_overlaps();
   test_100k();
+  test_order_of_refusals();
   test_limit();
   printf("test-manifest-codec: %d random manifests packed as protobuf-c packs them and read "
          "back, every refusal, the limit\n", ROUNDS);
