@@ -790,14 +790,19 @@ static void *chunk_thread(void *arg)
   return NULL;
 }
 
+/* $GPUSHM_MANIFEST_THREADS caps the threads (1: the caller alone), for a process that
+ * would rather keep its CPUs and for comparing the two (tests/bench/bench-weights). */
 static unsigned decode_threads(size_t n_chunks)
 {
+  const char *cap = secure_getenv("GPUSHM_MANIFEST_THREADS");
   cpu_set_t cpus;
   unsigned n;
 
   if (n_chunks < PARALLEL_MIN_CHUNKS || sched_getaffinity(0, sizeof cpus, &cpus) != 0)
     return 1;
   n = (unsigned)CPU_COUNT(&cpus);
+  if (cap && *cap >= '1' && *cap <= '9' && !cap[1] && (unsigned)(*cap - '0') < n)
+    n = (unsigned)(*cap - '0');
   if (n > DECODE_THREADS_MAX)
     n = DECODE_THREADS_MAX;
   return n > n_chunks ? (unsigned)n_chunks : (n ? n : 1);
@@ -1057,24 +1062,37 @@ static int index_chunk(struct chunk_work *w, size_t i, const struct decoder *d)
   const uint32_t tag_mask = ~((1u << SLOT_INDEX_BITS) - 1);
   const struct manifest_storage *st = w->storage;
   const struct chunk *c = &w->chunks[i];
+  const size_t end = c->first + c->n;
+  uint64_t ahead[INDEX_PREFETCH];
 
   (void)d;
-  for (size_t k = c->first; k < c->first + c->n; k++) {
-    const struct manifest_tensor *t = &w->tensors[k];
-    const uint64_t hash = name_hash(st->hash_key, (const uint8_t *)t->name, t->name_len);
-    const uint32_t tag = slot_tag(hash), mine = tag | (uint32_t)(k + 1);
+  /* each name hashed and its slot fetched INDEX_PREFETCH names ahead of its insertion,
+   * as build_index() does */
+  for (size_t k = c->first; k < end + INDEX_PREFETCH; k++) {
+    if (k >= c->first + INDEX_PREFETCH) {
+      const size_t due = k - INDEX_PREFETCH;
+      const struct manifest_tensor *t = &w->tensors[due];
+      const uint64_t hash = ahead[due % INDEX_PREFETCH];
+      const uint32_t tag = slot_tag(hash), mine = tag | (uint32_t)(due + 1);
 
-    for (size_t pos = (size_t)hash & st->index_mask;; pos = (pos + 1) & st->index_mask) {
-      uint32_t *slot = &st->index[pos], seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
-      const struct manifest_tensor *other;
-      if (!seen && __atomic_compare_exchange_n(slot, &seen, mine, false, __ATOMIC_RELAXED,
-                                               __ATOMIC_RELAXED))
-        break;
-      if ((seen & tag_mask) != tag)
-        continue;
-      other = &w->tensors[(seen & ~tag_mask) - 1];
-      if (other->name_len == t->name_len && memcmp(other->name, t->name, t->name_len) == 0)
-        return PROTO_E_INVAL;
+      for (size_t pos = (size_t)hash & st->index_mask;; pos = (pos + 1) & st->index_mask) {
+        uint32_t *slot = &st->index[pos], seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
+        const struct manifest_tensor *other;
+        if (!seen && __atomic_compare_exchange_n(slot, &seen, mine, false, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED))
+          break;
+        if ((seen & tag_mask) != tag)
+          continue;
+        other = &w->tensors[(seen & ~tag_mask) - 1];
+        if (other->name_len == t->name_len && memcmp(other->name, t->name, t->name_len) == 0)
+          return PROTO_E_INVAL;
+      }
+    }
+    if (k < end) {
+      const struct manifest_tensor *t = &w->tensors[k];
+      const uint64_t hash = name_hash(st->hash_key, (const uint8_t *)t->name, t->name_len);
+      __builtin_prefetch(&st->index[hash & st->index_mask], 1);
+      ahead[k % INDEX_PREFETCH] = hash;
     }
   }
   return 0;
@@ -1137,7 +1155,7 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
   struct where manifest = { NO_TENSOR, NULL, 0 };
   struct pb_reader all = { bytes, bytes + len };
   size_t index_slots = 2, tensors_size, index_size, names_size, values_size, total, mapped;
-  size_t n_chunks = 0, names_at = 0, values_at = 0;
+  size_t n_chunks = 0, names_at = 0, values_at = 0, populate;
   struct chunk_work work = { .d = &d, .lock = PTHREAD_MUTEX_INITIALIZER };
   struct manifest_storage *st;
   struct chunk *chunks = NULL;
@@ -1203,8 +1221,10 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
   total = add_size(add_size(add_size(add_size(sizeof *st, tensors_size), index_size),
                             names_size),
                    values_size);
-  if (total == SIZE_MAX ||
-      !(arena = arena_alloc(total, total - values_size, &mapped))) {
+  /* decoded on threads, each faults in its own part: filled in here, one thread would
+   * clear every page first */
+  populate = decode_threads(n_chunks) > 1 ? 0 : total - values_size;
+  if (total == SIZE_MAX || !(arena = arena_alloc(total, populate, &mapped))) {
     rc = refuse(PROTO_E_NOMEM, err, errlen, &manifest, "no memory for %zu tensors",
                 s.n_tensors);
     goto fail;

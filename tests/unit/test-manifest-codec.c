@@ -1144,7 +1144,10 @@ int main(void)
   test_writer();
   test_overlaps();
   test_100k();
-  test_order_of_refusals();
+  test_order_of_refusals(); /* on as many threads as this machine has CPUs for */
+  CHECK(setenv("GPUSHM_MANIFEST_THREADS", "1", 1) == 0);
+  test_order_of_refusals(); /* and on one */
+  CHECK(unsetenv("GPUSHM_MANIFEST_THREADS") == 0);
   test_limit();
   printf("test-manifest-codec: %d random manifests packed as protobuf-c packs them and read "
          "back, every refusal, the limit\n", ROUNDS);
