@@ -294,6 +294,21 @@ static bool sync_whole(gpushm_weights_t *w, bool device, CUstream s, const struc
   return seen == expect;
 }
 
+/* One sync's copies: tensor by tensor or (whole) buffer by buffer, out of w's memory or
+ * (from) out of the same offsets of memory of the reader's own. */
+static bool copy_round(gpushm_weights_t *w, bool whole, CUstream s, const struct place *dst,
+                       const struct place *from, uint64_t bytes, uint16_t g)
+{
+  if (!whole)
+    return sync_copy(w, dst->device, s, dst, from, g);
+  if (!from)
+    return sync_whole(w, dst->device, s, dst, g);
+  copy(dst->device, s, base_of(dst), base_of(from), bytes);
+  if (dst->device)
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+  return true;
+}
+
 static int role_reader(const char *socket)
 {
   struct place dst = { 0 }, src = { 0 };
@@ -325,46 +340,32 @@ static int role_reader(const char *socket)
         void *p;
         answer("ready", (double)gpushm_weights_generation(w));
         CHECK_OK(gpushm_weights_wait_newer(w, 60000));
-        double t0 = now_ms(), t1, t2;
+        double t0 = now_ms(), t1;
         CHECK_OK(gpushm_weights_open(conn, set, &next));
         t1 = now_ms();
         if (copies) {
           buffer_open_ms = 0;
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
-          bool right = whole ? sync_whole(next, dst.device, s, &dst, g)
-                             : sync_copy(next, dst.device, s, &dst, NULL, g);
-          double done = now_ms();
-          t2 = now_ms();
+          bool right = copy_round(next, whole, s, &dst, NULL, bytes, g);
+          const double t2 = now_ms();
           CHECK_OK(gpushm_weights_close(w));
           w = next;
-          answer(right ? "sync" : "wrong", done - t0);
-          /* where it went: the open, the copies, the close of the generation before (after
-           * the copies, not timed in the sync), the same copies again, the same copies
-           * between buffers of the reader's own */
-          double t3 = now_ms();
-          right = (whole ? sync_whole(w, dst.device, s, &dst, g)
-                         : sync_copy(w, dst.device, s, &dst, NULL, g)) && right;
-          double t4 = now_ms();
-          if (whole) {
-            copy(dst.device, s, base_of(&dst), base_of(&src), bytes);
-            if (dst.device)
-              CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-          } else {
-            right = sync_copy(w, dst.device, s, &dst, &src, g) && right;
-          }
-          double t5 = now_ms(), opened = buffer_open_ms;
+          answer(right ? "sync" : "wrong", t2 - t0);
+          /* where it went, each part timed on its own: the open; the buffers' opens and
+           * the copies; not in the sync: the close of the generation before, the same
+           * copies again, out of the reader's own memory mapped all along, and out of new
+           * memory of its own mapped afresh (the mapping also timed alone) */
+          const double t3 = now_ms(), opened = buffer_open_ms;
+          right = copy_round(w, whole, s, &dst, NULL, bytes, g) && right;
+          const double t4 = now_ms();
+          right = copy_round(w, whole, s, &dst, &src, bytes, g) && right;
+          const double t5 = now_ms();
           struct place mapped = fresh_map(&fresh);
-          double t5m = now_ms();
-          if (whole) {
-            copy(dst.device, s, base_of(&dst), base_of(&mapped), bytes);
-            if (dst.device)
-              CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-          } else {
-            right = sync_copy(w, dst.device, s, &dst, &mapped, g) && right;
-          }
-          double t6 = now_ms();
+          const double t5m = now_ms();
+          right = copy_round(w, whole, s, &dst, &mapped, bytes, g) && right;
+          const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
-          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, done - t1,
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
                  t3 - t2, t4 - t3, t5 - t4, t6 - t5, opened, t5m - t5);
           fflush(stdout);
           if (!right)

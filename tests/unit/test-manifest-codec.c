@@ -939,8 +939,10 @@ static size_t model_name(char *out, size_t size, size_t i)
                           kinds[i % N_KINDS]);
 }
 
-/* n 2-D bf16 tensors of a model, one after the other in buffers of 65536 each. */
-static void write_model(struct manifest_writer *w, size_t n)
+/* n 2-D bf16 tensors of a model, one after the other in buffers of 65536 each, but for
+ * tensors bad[0..n_bad), which lie past their buffer's end. */
+static void write_model_with(struct manifest_writer *w, size_t n, const size_t *bad,
+                             size_t n_bad)
 {
   static const int64_t shape[] = { TENSOR_ROWS, TENSOR_COLS };
   char name[96], err[ERR_SIZE];
@@ -952,12 +954,20 @@ static void write_model(struct manifest_writer *w, size_t n)
       .shape = shape, .buffer = (uint32_t)(i / TENSORS_PER_BUFFER),
       .offset = (uint64_t)(i % TENSORS_PER_BUFFER) * TENSOR_BYTES,
     };
+    for (size_t k = 0; k < n_bad; k++)
+      if (bad[k] == i)
+        t.offset = (uint64_t)TENSORS_PER_BUFFER * TENSOR_BYTES;
     t.name_len = (uint32_t)model_name(name, sizeof name, i);
     if (manifest_writer_add(w, &t, NULL, 0, err, sizeof err) != 0) {
       fprintf(stderr, "manifest_writer_add: %s\n", err);
       exit(1);
     }
   }
+}
+
+static void write_model(struct manifest_writer *w, size_t n)
+{
+  write_model_with(w, n, NULL, 0);
 }
 
 static uint64_t many_sizes[MANY_BUFFERS];
@@ -997,28 +1007,6 @@ static void test_100k(void)
            "overlap check: %.2f ms", N, (double)w.len / 1e6, ms, N, find_ms, overlaps_ms);
   manifest_free(&m);
   manifest_writer_free(&w);
-}
-
-/* A model of n tensors whose tensors bad[0..n_bad) lie past their buffer's end. */
-static void write_model_with(struct manifest_writer *w, size_t n, const size_t *bad,
-                             size_t n_bad)
-{
-  static const int64_t shape[] = { TENSOR_ROWS, TENSOR_COLS };
-  char name[96], err[ERR_SIZE];
-
-  manifest_writer_init(w);
-  for (size_t i = 0; i < n; i++) {
-    struct manifest_tensor t = {
-      .name = name, .dtype_code = 4, .dtype_bits = 16, .dtype_lanes = 1, .ndim = 2,
-      .shape = shape, .buffer = (uint32_t)(i / TENSORS_PER_BUFFER),
-      .offset = (uint64_t)(i % TENSORS_PER_BUFFER) * TENSOR_BYTES,
-    };
-    for (size_t k = 0; k < n_bad; k++)
-      if (bad[k] == i)
-        t.offset = (uint64_t)TENSORS_PER_BUFFER * TENSOR_BYTES;
-    t.name_len = (uint32_t)model_name(name, sizeof name, i);
-    CHECK(manifest_writer_add(w, &t, NULL, 0, err, sizeof err) == 0);
-  }
 }
 
 /* Tensor i's name field in w made a group's (wire type 3): malformed inside tensor i. */
