@@ -785,6 +785,47 @@ static void test_churn(void)
   gpushm_disconnect(writer);
 }
 
+/* A child forked after its parent opened a generation closes its copy: refused with the
+ * reason, its memory freed, the parent's open untouched (nothing said on the parent's
+ * connection: the parent still reads the generation, which gpushmd keeps until the
+ * parent closes it). */
+static void test_forked_child(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  size_t baseline = objects(), held;
+  struct generation g1;
+  gpushm_weights_t *r;
+  int status;
+  pid_t pid;
+
+  CHECK_OK(publish_generation(writer, "forked", 1, 0644, GPUSHM_LIFETIME_PERSISTENT, 0, &g1,
+                              NULL));
+  CHECK_OK(gpushm_weights_open(reader, "forked", &r));
+  check_generation(r, 1); /* its buffers opened and mapped before the fork */
+  drop_generation(&g1);   /* the reader's open alone keeps them */
+  held = objects();
+  CHECK(held > baseline);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    int rc = gpushm_weights_close(r);
+    _exit(rc == GPUSHM_E_INVAL &&
+                  strstr(gpushm_last_error_message(), "opened by the parent of this process")
+              ? 0
+              : 1);
+  }
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(objects() == held);
+  check_generation(r, 1);
+  CHECK_OK(gpushm_weights_close(r));
+  CHECK_OK(gpushm_weights_open(reader, "forked", &r)); /* the set's name still there */
+  CHECK_OK(gpushm_weights_close(r));
+  test_log("weights: a child's close of its parent's generation refused with the reason; the "
+           "parent still read it, gpushmd kept it (%zu objects) until the parent closed it",
+           held - baseline);
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+}
+
 int main(void)
 {
   daemon_start(&d, NULL);
@@ -794,6 +835,7 @@ int main(void)
   test_lies();
   test_generation_limit();
   test_killed();
+  test_forked_child();
   test_churn();
   daemon_stop(&d);
   return 0;
