@@ -372,6 +372,14 @@ static int adopt_generation(gpushm_t *conn, const Gpushm__OpenReply *open, struc
                      (unsigned long long)w->generation, why);
     goto fail_w;
   }
+  /* the count listings show is the publisher's word: a holder sees whether it was true */
+  if (info->tensors != w->manifest.n_tensors) {
+    r = client_error(GPUSHM_E_INVAL, "weight set '%s' generation %llu: its publisher "
+                     "declared %u tensors, its manifest names %zu", w->name,
+                     (unsigned long long)w->generation, info->tensors,
+                     w->manifest.n_tensors);
+    goto fail_w;
+  }
   free(sizes);
   client_close_fds(fds);
   client_conn_ref(conn);

@@ -491,6 +491,8 @@ static int packed_manifest(const char *name, uint32_t bits, int64_t extent, uint
 }
 
 /* A raw publish of set over buffer_ids with fd: the reply's status (0 or positive). */
+static uint32_t declared_tensors = 1; /* what raw_publish() says its manifest names */
+
 static int raw_publish(int sock, const char *set, uint64_t *buffer_ids, size_t n, int fd,
                        char *why, size_t why_len)
 {
@@ -503,7 +505,7 @@ static int raw_publish(int sock, const char *set, uint64_t *buffer_ids, size_t n
   p.name = (char *)set;
   p.buffers = buffer_ids;
   p.n_buffers = n;
-  p.tensors = 1;
+  p.tensors = declared_tensors;
   p.mode = 0644;
   req.body_case = GPUSHM__REQUEST__BODY_PUBLISH;
   req.publish = &p;
@@ -566,6 +568,19 @@ static void test_lies(void)
       CHECK(!"the refusal says why");
     }
   }
+  /* a true manifest under a false count (the one listings show) */
+  {
+    gpushm_weights_t *w;
+
+    fd = packed_manifest("t", 32, 4, 0, 0, false, true);
+    declared_tensors = 1000000;
+    CHECK(raw_publish(sock, "lie-count", &id, 1, fd, why, sizeof why) == 0);
+    declared_tensors = 1;
+    close(fd);
+    CHECK_ERR(gpushm_weights_open(reader, "lie-count", &w), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "lie-count") &&
+          strstr(gpushm_last_error_message(), "declared 1000000 tensors, its manifest names 1"));
+  }
   /* manifests that could change, or are no memfd, or too large */
   fd = packed_manifest("t", 32, 4, 0, 0, false, false);
   CHECK(raw_publish(sock, "lie-unsealed", &id, 1, fd, why, sizeof why) == -GPUSHM_E_INVAL);
@@ -591,7 +606,8 @@ static void test_lies(void)
   close(sock);
   gpushm_disconnect(reader);
   test_log("weights: manifests that lie (an element past its buffer, misaligned, a name "
-           "twice, a buffer not in the generation) published raw and refused at open, naming "
+           "twice, a buffer not in the generation, a false tensor count) published raw and "
+           "refused at open, naming "
            "the set and why; unsealed, non-memfd and oversized manifests and more than %u "
            "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_BUFFERS);
 }
