@@ -662,7 +662,10 @@ static int measure_tensor(const struct decoder *d, struct pb_reader r, size_t in
  * DECODE_THREADS_MAX threads (the caller one of them) where the process may run on more
  * than one CPU: a 100,000-tensor manifest took 10 of a 12.7 ms first open on one.  Fewer
  * than PARALLEL_MIN_CHUNKS chunks are not worth a thread's start. */
-#define CHUNK_TENSORS 4096u
+#ifndef MANIFEST_CHUNK_TENSORS /* a fuzz build takes fewer, to reach the chunks' code */
+#define MANIFEST_CHUNK_TENSORS 4096u
+#endif
+#define CHUNK_TENSORS MANIFEST_CHUNK_TENSORS
 #define DECODE_THREADS_MAX 8u
 #define PARALLEL_MIN_CHUNKS 4u
 /* An error's text while it is a thread's (refuse() writes at most this much). */

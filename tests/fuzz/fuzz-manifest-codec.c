@@ -6,8 +6,9 @@
  * A manifest that decodes must be one protobuf-c reads to the same tensors; the writer
  * must take every tensor back (decode checked each as it does) and pack them byte for
  * byte as protobuf-c does; that must decode to the same tensors, each found by its name;
- * and manifest_check_overlaps() must answer alike for both.  ASan, UBSan and LSan watch
- * that nothing reads out of bounds, wraps or leaks. */
+ * and manifest_check_overlaps() must answer alike for both.  For a quarter of the inputs
+ * the manifest must decode alike on threads and on one.
+ * ASan, UBSan and LSan watch that nothing reads out of bounds, wraps or leaks. */
 #include "config.h"
 #include "gpushm.pb-c.h"
 #include "manifest_codec.h"
@@ -105,6 +106,38 @@ static void expect_packed_as_protobuf_c(const struct manifest *m, const uint8_t 
   free(ws);
 }
 
+/* Decoded on threads and on one (this build takes MANIFEST_CHUNK_TENSORS tensors a
+ * chunk, not thousands: a manifest of a few tensors is several chunks): the same
+ * refusal, word for word, or the same tensors. */
+static void expect_threads_agree(const uint8_t *data, size_t size, const uint64_t *sizes,
+                                 uint32_t n_buffers)
+{
+  char err[2][256];
+  struct manifest m[2];
+  int rc[2];
+
+  for (int one = 0; one < 2; one++) {
+    if (one)
+      EXPECT(setenv("GPUSHM_MANIFEST_THREADS", "1", 1) == 0, NULL);
+    rc[one] = manifest_decode(data, size, sizes, n_buffers, &m[one], err[one],
+                              sizeof err[one]);
+  }
+  EXPECT(unsetenv("GPUSHM_MANIFEST_THREADS") == 0, NULL);
+  EXPECT(rc[0] == rc[1], err[0]);
+  if (rc[0]) {
+    EXPECT(strcmp(err[0], err[1]) == 0, err[0]);
+  } else {
+    EXPECT(m[0].n_tensors == m[1].n_tensors, NULL);
+    for (size_t i = 0; i < m[0].n_tensors; i++) {
+      EXPECT(same_tensor(&m[0].tensors[i], &m[1].tensors[i]), m[0].tensors[i].name);
+      EXPECT(manifest_find(&m[0], m[0].tensors[i].name, m[0].tensors[i].name_len) == (long)i,
+             m[0].tensors[i].name);
+    }
+    manifest_free(&m[0]);
+    manifest_free(&m[1]);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   uint64_t sizes[MAX_BUFFERS] = { 0 };
@@ -113,10 +146,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   struct manifest_writer w;
   Gpushm__WeightManifest *pc;
   char err[256], err2[256];
+  bool threads_too = false;
   int rc, overlaps;
 
   if (size) {
     n_buffers = data[0] % (MAX_BUFFERS + 1);
+    threads_too = data[0] / (MAX_BUFFERS + 1) % 4 == 0; /* threads take longer */
     data++;
     size--;
     for (uint32_t b = 0; b < n_buffers; b++)
@@ -127,6 +162,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       }
   }
 
+  if (threads_too)
+    expect_threads_agree(data, size, sizes, n_buffers);
   err[0] = 'x';
   rc = manifest_decode(data, size, sizes, n_buffers, &m, err, sizeof err);
   if (rc) {

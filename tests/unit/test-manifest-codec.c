@@ -1050,6 +1050,19 @@ static void test_order_of_refusals(void)
                            "elements up to byte");
   manifest_writer_free(&w);
 
+  /* refusals in many chunks at once, the first late in its chunk, the others early in
+   * theirs (so that they are found first), ten times over */
+  {
+    size_t many[18];
+    many[0] = 2 * 4096 + 4000;
+    for (size_t k = 1; k < 18; k++)
+      many[k] = (k + 2) * 4096 + 1;
+    write_model_with(&w, N, many, 18);
+    for (int i = 0; i < 10; i++)
+      expect_first_refusal(&w, "tensor 12192 ");
+    manifest_writer_free(&w);
+  }
+
   write_model_with(&w, N, early, 1); /* checked in the second pass ... */
   break_tensor(&w, 60000);           /* ... found in the first */
   expect_first_refusal(&w, "tensor 60000: malformed protobuf at byte");
