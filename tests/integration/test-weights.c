@@ -490,9 +490,9 @@ static int packed_manifest(const char *name, uint32_t bits, int64_t extent, uint
   return fd;
 }
 
-/* A raw publish of set over buffer_ids with fd: the reply's status (0 or positive). */
 static uint32_t declared_tensors = 1; /* what raw_publish() says its manifest names */
 
+/* A raw publish of set over buffer_ids with fd: the reply's status (0 or positive). */
 static int raw_publish(int sock, const char *set, uint64_t *buffer_ids, size_t n, int fd,
                        char *why, size_t why_len)
 {
@@ -607,8 +607,8 @@ static void test_lies(void)
   gpushm_disconnect(reader);
   test_log("weights: manifests that lie (an element past its buffer, misaligned, a name "
            "twice, a buffer not in the generation, a false tensor count) published raw and "
-           "refused at open, naming "
-           "the set and why; unsealed, non-memfd and oversized manifests and more than %u "
+           "refused at open, naming the set and why; unsealed, non-memfd and oversized "
+           "manifests and more than %u "
            "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_BUFFERS);
 }
 
