@@ -748,6 +748,7 @@ struct chunk_work {
   const struct decoder *d;
   struct chunk *chunks;
   size_t n_chunks;
+  unsigned threads; /* decode_threads() of n_chunks: each pass runs on as many */
   const uint64_t *buffer_sizes;
   uint32_t n_buffers;
   char *arena_names;     /* the decode phase's */
@@ -797,12 +798,13 @@ static void *chunk_thread(void *arg)
  * would rather keep its CPUs and for comparing the two (tests/bench/bench-weights). */
 static unsigned decode_threads(size_t n_chunks)
 {
-  const char *cap = secure_getenv("GPUSHM_MANIFEST_THREADS");
+  const char *cap;
   cpu_set_t cpus;
   unsigned n;
 
   if (n_chunks < PARALLEL_MIN_CHUNKS || sched_getaffinity(0, sizeof cpus, &cpus) != 0)
     return 1;
+  cap = secure_getenv("GPUSHM_MANIFEST_THREADS");
   n = (unsigned)CPU_COUNT(&cpus);
   if (cap && *cap >= '1' && *cap <= '9' && !cap[1] && (unsigned)(*cap - '0') < n)
     n = (unsigned)(*cap - '0');
@@ -817,7 +819,7 @@ static unsigned decode_threads(size_t n_chunks)
 static int run_chunks(struct chunk_work *w)
 {
   pthread_t threads[DECODE_THREADS_MAX];
-  unsigned n_threads = decode_threads(w->n_chunks), started = 0;
+  unsigned n_threads = w->threads, started = 0;
   sigset_t all, old;
 
   w->next = 0;
@@ -1185,6 +1187,7 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
     return refuse(PROTO_E_NOMEM, err, errlen, &manifest, "no memory to read it");
   work.chunks = chunks;
   work.n_chunks = n_chunks;
+  work.threads = decode_threads(n_chunks);
   work.buffer_sizes = buffer_sizes;
   work.n_buffers = n_buffers;
   work.run = measure_chunk;
@@ -1226,7 +1229,7 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
                    values_size);
   /* decoded on threads, each faults in its own part: filled in here, one thread would
    * clear every page first */
-  populate = decode_threads(n_chunks) > 1 ? 0 : total - values_size;
+  populate = work.threads > 1 ? 0 : total - values_size;
   if (total == SIZE_MAX || !(arena = arena_alloc(total, populate, &mapped))) {
     rc = refuse(PROTO_E_NOMEM, err, errlen, &manifest, "no memory for %zu tensors",
                 s.n_tensors);
@@ -1245,7 +1248,7 @@ int manifest_decode(const uint8_t *bytes, size_t len, const uint64_t *buffer_siz
   work.run = decode_chunk;
   if ((rc = run_chunks(&work)))
     goto fail;
-  if (decode_threads(n_chunks) > 1) {
+  if (work.threads > 1) {
     work.run = index_chunk;
     work.storage = st;
     indexed = run_chunks(&work) == 0;
