@@ -648,6 +648,54 @@ int client_cuda_stream(void *stream, int map_device, struct client_stream *out)
     ret_;                                                              \
   })
 
+int client_cuda_copy(void *dst, const void *src, uint64_t len, const struct client_stream *s)
+{
+  return ON_STREAM(s, "cuMemcpyAsync",
+                   CU_CALL(&cl.drv, cuMemcpyAsync, (CUdeviceptr)(uintptr_t)dst,
+                           (CUdeviceptr)(uintptr_t)src, (size_t)len, (CUstream)s->stream));
+}
+
+int client_cuda_mark(struct client_cuda_mark *m, const struct client_stream *s)
+{
+  CUevent ev = m->event;
+  CUcontext prev;
+  CUresult r;
+  int ret;
+
+  if ((ret = enter_context((CUcontext)s->ctx, &prev)) < 0)
+    return ret;
+  r = ev ? CUDA_SUCCESS : CU_CALL(&cl.drv, cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS && (r = CU_CALL(&cl.drv, cuEventRecord, ev, (CUstream)s->stream)) !=
+      CUDA_SUCCESS && !m->event)
+    CU_CALL(&cl.drv, cuEventDestroy, ev);
+  leave_context((CUcontext)s->ctx, prev);
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, m->event ? "cuEventRecord" : "cuEventCreate");
+  m->event = ev;
+  m->stream = s->stream;
+  m->ctx = s->ctx;
+  return 0;
+}
+
+int client_cuda_mark_wait(struct client_cuda_mark *m)
+{
+  CUcontext prev;
+  CUresult r, r2;
+  int ret;
+
+  if (!m->event)
+    return 0;
+  if ((ret = enter_context((CUcontext)m->ctx, &prev)) < 0)
+    return ret;
+  r = CU_CALL(&cl.drv, cuEventSynchronize, (CUevent)m->event);
+  r2 = CU_CALL(&cl.drv, cuEventDestroy, (CUevent)m->event);
+  leave_context((CUcontext)m->ctx, prev);
+  m->event = NULL;
+  if (r != CUDA_SUCCESS)
+    return cuda_error(r, "cuEventSynchronize");
+  return r2 == CUDA_SUCCESS ? 0 : cuda_error(r2, "cuEventDestroy");
+}
+
 int client_cuda_record(void *event, const struct client_stream *s)
 {
   const struct client_cuda_event *ev = event;

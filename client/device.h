@@ -82,6 +82,17 @@ int client_cuda_fence_store(uint64_t fence_dptr, uint64_t value, int map_device)
 int client_cuda_fence_write(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
 int client_cuda_fence_wait(uint64_t fence_dptr, uint64_t value, const struct client_stream *s);
 int client_cuda_stream_sync(const struct client_stream *s);
+/* A copy of len bytes between any two addresses CUDA knows in this process (device
+ * memory of any of its devices, host memory), queued on s. */
+int client_cuda_copy(void *dst, const void *src, uint64_t len, const struct client_stream *s);
+/* What a host waits for before unmapping memory that work it queued reads: an event
+ * recorded on the stream after that work (client_cuda_mark(), again after more work on
+ * the same stream), waited for and destroyed by client_cuda_mark_wait(). */
+struct client_cuda_mark {
+  void *stream, *ctx, *event;
+};
+int client_cuda_mark(struct client_cuda_mark *m, const struct client_stream *s);
+int client_cuda_mark_wait(struct client_cuda_mark *m);
 /* A timeline's control block page mapped for the GPUs of this process (read-only for a
  * read-only open): 0 with *dptr, the page's device address, 1 where the device cannot
  * (why says so: the caller falls back to the CPU), or a GPUSHM_E_*.  Unregistered with

@@ -9,6 +9,7 @@
 
 #include "buffer.h"
 #include "conn.h"
+#include "device.h"
 #include "error.h"
 #include "manifest_codec.h"
 #include "sync.h"
@@ -46,7 +47,13 @@ struct gpushm_weights {
   struct manifest manifest;
   struct weights_buffer *buffers;
   uint32_t n_buffers;
-  pthread_mutex_t lock; /* buffers' opens */
+  pthread_mutex_t lock; /* buffers' opens, copy_order, marks */
+  /* gpushm_weights_copy()'s: the tensors buffer by buffer (those of buffer b at
+   * copy_order[copy_start[b]] up to copy_start[b + 1]), made at its first call */
+  uint32_t *copy_order, *copy_start;
+  /* a stream's copies out of this generation, waited for before its memory is unmapped */
+  struct client_cuda_mark *marks;
+  size_t n_marks;
 };
 
 /* A failed system call, its errno kept for gpushm_last_errno(). */
@@ -309,6 +316,9 @@ static void unmap_generation(gpushm_weights_t *w)
   if (w->control)
     munmap(w->control, SYNC_CONTROL_SIZE);
   free(w->buffers);
+  free(w->copy_order);
+  free(w->copy_start);
+  free(w->marks);
   pthread_mutex_destroy(&w->lock);
 }
 
@@ -435,6 +445,10 @@ int gpushm_weights_close(gpushm_weights_t *w)
     return client_error(GPUSHM_E_INVAL, "weight set '%s' was opened by the parent of this "
                         "process, before fork(): the child leaves it alone", name);
   }
+  /* copies out of the memory still queued would fault once it is unmapped */
+  for (size_t i = 0; i < w->n_marks; i++)
+    if ((rb = client_cuda_mark_wait(&w->marks[i])) < 0 && r == 0)
+      r = rb;
   /* the buffers' opens before the generation's, which keeps them alive */
   for (uint32_t i = 0; i < w->n_buffers; i++)
     if (w->buffers[i].open && (rb = gpushm_buffer_close(w->buffers[i].open)) < 0 && r == 0)
@@ -593,3 +607,147 @@ int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void **ptr)
 
 _Static_assert(GPUSHM_WEIGHTS_PUBLISH_OPTS_SIZE_V1 == sizeof(gpushm_weights_publish_opts_t),
                "the first published layout, for ever: grow it at its end");
+
+/* ---- copying ----------------------------------------------------------------------------- */
+
+/* The tensors grouped by buffer, each group in manifest order (a stable counting sort:
+ * neighbours in a buffer stay neighbours, for copies to merge). */
+static int make_copy_order(gpushm_weights_t *w)
+{
+  const size_t n = w->manifest.n_tensors;
+  uint32_t *order = malloc(n * sizeof *order);
+  uint32_t *start = calloc((size_t)w->n_buffers + 1, sizeof *start);
+
+  if (!order || !start) {
+    free(order);
+    free(start);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++)
+    start[w->manifest.tensors[i].buffer + 1]++;
+  for (uint32_t b = 0; b < w->n_buffers; b++)
+    start[b + 1] += start[b];
+  for (size_t i = 0; i < n; i++)
+    order[start[w->manifest.tensors[i].buffer]++] = (uint32_t)i;
+  /* the fill advanced each start to the next's: shift back */
+  memmove(start + 1, start, w->n_buffers * sizeof *start);
+  start[0] = 0;
+  w->copy_order = order;
+  w->copy_start = start;
+  return 0;
+}
+
+/* Records s's copies out of w, for gpushm_weights_close() to wait for: one mark a
+ * stream, recorded again after each call's copies on it. */
+static int mark_copies(gpushm_weights_t *w, const struct client_stream *s)
+{
+  struct client_cuda_mark *m = NULL, *grown;
+  int r;
+
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < w->n_marks && !m; i++)
+    if (w->marks[i].stream == s->stream && w->marks[i].ctx == s->ctx)
+      m = &w->marks[i];
+  if (!m) {
+    if (!(grown = realloc(w->marks, (w->n_marks + 1) * sizeof *grown))) {
+      pthread_mutex_unlock(&w->lock);
+      return client_error(GPUSHM_E_NOMEM, "out of memory");
+    }
+    w->marks = grown;
+    m = &w->marks[w->n_marks];
+    memset(m, 0, sizeof *m);
+  }
+  if ((r = client_cuda_mark(m, s)) == 0 && m == &w->marks[w->n_marks])
+    w->n_marks++;
+  pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+/* One copy of len bytes from src to dst: by the CPU (s NULL) or queued on s. */
+static int copy_span(uintptr_t dst, uintptr_t src, uint64_t len, const struct client_stream *s)
+{
+  if (!s) {
+    memcpy((void *)dst, (const void *)src, (size_t)len);
+    return 0;
+  }
+  return client_cuda_copy((void *)dst, (const void *)src, len, s);
+}
+
+/* Buffer b's tensors that have a destination, copied out of base, neighbours merged. */
+static int copy_buffer(gpushm_weights_t *w, uint32_t b, uintptr_t base, void *const dst[],
+                       const struct client_stream *s)
+{
+  uintptr_t run_dst = 0, run_src = 0;
+  uint64_t run_len = 0;
+  int r;
+
+  for (uint32_t k = w->copy_start[b]; k < w->copy_start[b + 1]; k++) {
+    const struct manifest_tensor *t = &w->manifest.tensors[w->copy_order[k]];
+    uint64_t first, end;
+    uintptr_t to, from;
+
+    if (!dst[w->copy_order[k]] || !manifest_tensor_span(t, &first, &end))
+      continue;
+    /* element [0, ..., 0] goes to dst: a negative stride's elements lie before it */
+    to = (uintptr_t)dst[w->copy_order[k]] - (uintptr_t)(t->offset - first);
+    from = base + (uintptr_t)first;
+    if (run_len && run_src + run_len == from && run_dst + run_len == to) {
+      run_len += end - first;
+      continue;
+    }
+    if (run_len && (r = copy_span(run_dst, run_src, run_len, s)) < 0)
+      return r;
+    run_dst = to;
+    run_src = from;
+    run_len = end - first;
+  }
+  return run_len ? copy_span(run_dst, run_src, run_len, s) : 0;
+}
+
+int gpushm_weights_copy(gpushm_weights_t *w, void *const dst[], size_t n, void *stream)
+{
+  int r = 0;
+
+  client_clear_error();
+  if (!w || !dst)
+    return client_error(GPUSHM_E_INVAL, "w and dst must not be NULL");
+  if (n != w->manifest.n_tensors)
+    return client_error(GPUSHM_E_INVAL, "dst has %zu places for the %zu tensors of weight set "
+                        "'%s' generation %llu", n, w->manifest.n_tensors, w->name,
+                        (unsigned long long)w->generation);
+  if (w->pid != getpid())
+    return client_error(GPUSHM_E_INVAL, "weight set '%s' was opened by the parent of this "
+                        "process, before fork()", w->name);
+  pthread_mutex_lock(&w->lock);
+  if (!w->copy_order)
+    r = make_copy_order(w);
+  pthread_mutex_unlock(&w->lock);
+  for (uint32_t b = 0; r == 0 && b < w->n_buffers; b++) {
+    struct client_stream s;
+    gpushm_buffer_t *buf;
+    bool wanted = false, by_cpu;
+    char *base;
+
+    for (uint32_t k = w->copy_start[b]; k < w->copy_start[b + 1] && !wanted; k++)
+      wanted = dst[w->copy_order[k]] != NULL;
+    if (!wanted)
+      continue; /* not even opened */
+    if ((r = gpushm_weights_buffer(w, b, &buf)) < 0)
+      break;
+    if (!(base = gpushm_buffer_ptr(buf))) {
+      r = client_error(GPUSHM_E_UNSUPPORTED, "buffer %u of weight set '%s' is not mapped in "
+                       "this process (device memory where CUDA is not)", b, w->name);
+      break;
+    }
+    by_cpu = !stream && gpushm_buffer_backend(buf) == GPUSHM_BACKEND_HOST;
+    if (!by_cpu && (r = client_cuda_stream(stream, gpushm_buffer_device(buf), &s)) < 0)
+      break;
+    r = copy_buffer(w, b, (uintptr_t)base, dst, by_cpu ? NULL : &s);
+    /* marked whatever came of it: what was queued must be waited for */
+    if (!by_cpu) {
+      int rm = mark_copies(w, &s);
+      r = r < 0 ? r : rm;
+    }
+  }
+  return r;
+}

@@ -49,6 +49,7 @@
   X(cuMemcpyDtoDAsync, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
   X(cuMemcpyDtoHAsync, 3020, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
   X(cuMemcpyHtoDAsync, 3020, (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)) \
+  X(cuMemcpyAsync, 4000, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
   X(cuIpcGetMemHandle, 4010, (CUipcMemHandle *handle, CUdeviceptr dptr)) \
   X(cuIpcOpenMemHandle, 11000, (CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)) \
   X(cuIpcCloseMemHandle, 4010, (CUdeviceptr dptr)) \

@@ -336,6 +336,13 @@ static uint64_t element_size(const struct manifest_tensor *t)
   return (uint64_t)(t->dtype_bits / 8) * t->dtype_lanes;
 }
 
+bool manifest_tensor_span(const struct manifest_tensor *t, uint64_t *first, uint64_t *end)
+{
+  /* decode checked the span: only an empty one is not OK */
+  return tensor_span(t->offset, t->ndim, t->shape, t->strides, element_size(t), first, end) ==
+         SPAN_OK;
+}
+
 /* Checks c (against the buffers if buffer_sizes) and fills t but for its name, shape and
  * strides, and strides_out (ndim strides: C-contiguous where c has none). */
 static int check_tensor(const struct claim *c, const uint64_t *buffer_sizes,

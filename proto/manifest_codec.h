@@ -15,6 +15,7 @@
 #ifndef GPUSHM_MANIFEST_CODEC_H
 #define GPUSHM_MANIFEST_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,9 @@ long manifest_find(const struct manifest *m, const char *name, size_t len);
  * shape (an extent of 0: no elements) occupies nothing.  O(n log n).  0, PROTO_E_INVAL
  * naming both tensors, or PROTO_E_NOMEM. */
 int manifest_check_overlaps(const struct manifest *m, char *err, size_t errlen);
+/* The bytes the elements of t, a tensor of a decoded manifest, span in its buffer:
+ * [*first, *end), as above; false for a tensor with no elements. */
+bool manifest_tensor_span(const struct manifest_tensor *t, uint64_t *first, uint64_t *end);
 
 /* Building one: tensors appended and encoded as they come (bytes identical to what
  * protobuf-c packs for the same WeightManifest: dtype_lanes is written as given, so

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Facts for weight sets (docs/weights.md), no gpushm: what the first copy out of a
  * fresh mapping of device memory costs against the same copy again, by the alignment
- * of the mapping's address range.  One cuMemCreate'd allocation (the set), written
- * through a first mapping; then for each alignment a second mapping (as a reader's
- * import makes), its first copy whole into memory of this process's own, the same copy
- * again, unmapped.  Prints rows; not part of make check.  Needs a GPU (77 without). */
+ * of the mapping's address range; what of a mapping's cost is cuMemMap and what
+ * cuMemSetAccess; and whether mapping in pieces, each piece's copy issued as soon as it
+ * is mapped, hides the mapping behind the copy.  One cuMemCreate'd allocation (the
+ * set), written through a first mapping; then mappings of it as a reader's import
+ * makes them.  Prints rows; not part of make check.  Needs a GPU (77 without). */
 #include "config.h"
 #include "cuda-test.h"
 
@@ -48,6 +49,92 @@ static void unmap(CUdeviceptr va)
 {
   CU_CHECK(CU_CALL(&drv, cuMemUnmap, va, BYTES));
   CU_CHECK(CU_CALL(&drv, cuMemAddressFree, va, BYTES));
+}
+
+
+static const CUmemAccessDesc read_access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READ };
+
+/* The piece sizes tried: 0 the whole set at once; else the first piece, doubled each time
+ * up to the last size. */
+struct pieces {
+  size_t first, most;
+};
+
+static const struct pieces pieces[] = {
+  { BYTES, BYTES }, { 64ull << 20, 1ull << 30 }, { 256ull << 20, 2ull << 30 },
+  { 1ull << 30, 1ull << 30 }, { 2ull << 30, 2ull << 30 },
+};
+
+/* A copy of the set out of a fresh import of it, mapped three ways, against floor_ms
+ * (the same copy out of memory mapped all along, just before): (a) cuMemMap and
+ * cuMemSetAccess whole, each timed, then the copy; (b) cuMemMap whole, then per piece
+ * cuMemSetAccess and its copy; (c) per piece cuMemMap at its offset, cuMemSetAccess and
+ * its copy, unmapped in one call over all pieces when the driver takes that. */
+static void piecewise(int fd, struct pieces p, CUdeviceptr dst, CUdeviceptr own, CUstream s,
+                      double floor_ms)
+{
+  for (int how = 0; how < 3; how++) {
+    CUmemGenericAllocationHandle imported;
+    CUdeviceptr va;
+    double t0 = now_ms(), t_map = 0, t_access = 0, total;
+    size_t n = 0, len = p.first;
+    CUresult r = CUDA_SUCCESS;
+
+    if (how == 0 && p.first != BYTES)
+      continue;
+    CU_CHECK(CU_CALL(&drv, cuMemImportFromShareableHandle, &imported, (void *)(uintptr_t)fd,
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CU_CHECK(CU_CALL(&drv, cuMemAddressReserve, &va, BYTES, 0, 0, 0));
+    if (how < 2) {
+      double t1 = now_ms();
+      CU_CHECK(CU_CALL(&drv, cuMemMap, va, BYTES, 0, imported, 0));
+      t_map = now_ms() - t1;
+    }
+    for (size_t off = 0; off < BYTES; off += len, len = len * 2 > p.most ? p.most : len * 2) {
+      double t1;
+      if (len > BYTES - off)
+        len = BYTES - off;
+      if (how == 2) {
+        t1 = now_ms();
+        if ((r = CU_CALL(&drv, cuMemMap, va + off, len, off, imported, 0)) != CUDA_SUCCESS)
+          break;
+        t_map += now_ms() - t1;
+      }
+      t1 = now_ms();
+      if ((r = CU_CALL(&drv, cuMemSetAccess, va + off, len, &read_access, 1)) != CUDA_SUCCESS)
+        break;
+      t_access += now_ms() - t1;
+      CU_CHECK(CU_CALL(&drv, cuMemcpyDtoDAsync, dst + off, va + off, len, s));
+      n++;
+    }
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+    total = now_ms() - t0;
+    if (r != CUDA_SUCCESS) {
+      printf("pieces %zu..%zu MiB, %s: refused at piece %zu (%d)\n", p.first >> 20,
+             p.most >> 20, how == 1 ? "access per piece" : "mapped per piece", n, (int)r);
+    } else {
+      printf("pieces %zu..%zu MiB (%zu), %s: import+map+copy %.3f ms vs floor %.3f = %.3f x; "
+             "cuMemMap %.3f ms, cuMemSetAccess %.3f ms\n", p.first >> 20, p.most >> 20, n,
+             how == 0 ? "whole" : how == 1 ? "access per piece" : "mapped per piece",
+             total, floor_ms, total / floor_ms, t_map, t_access);
+    }
+    if (how < 2 || (r = CU_CALL(&drv, cuMemUnmap, va, BYTES)) != CUDA_SUCCESS) {
+      if (how == 2)
+        printf("  cuMemUnmap over all pieces refused (%d): per piece\n", (int)r);
+      size_t o = 0, l = p.first;
+      for (; how == 2 && o < BYTES; o += l, l = l * 2 > p.most ? p.most : l * 2) {
+        if (l > BYTES - o)
+          l = BYTES - o;
+        CU_CALL(&drv, cuMemUnmap, va + o, l);
+      }
+      if (how < 2)
+        CU_CHECK(CU_CALL(&drv, cuMemUnmap, va, BYTES));
+    }
+    CU_CHECK(CU_CALL(&drv, cuMemAddressFree, va, BYTES));
+    CU_CHECK(CU_CALL(&drv, cuMemRelease, imported));
+  }
+  (void)own;
 }
 
 int main(void)
@@ -106,6 +193,11 @@ int main(void)
       printf("imported from its fd: import %.3f ms, map %.3f ms, first copy %.3f ms, again "
              "%.3f\n", import_ms, map_ms, a, b);
     }
+    for (int round = 0; round < 3; round++)
+      for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        double floor_ms = timed_copy(dst, own, s);
+        piecewise(fd, pieces[i], dst, own, s, floor_ms);
+      }
   }
   return 0;
 }

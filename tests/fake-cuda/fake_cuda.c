@@ -1235,6 +1235,13 @@ static CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
   return fake_cuMemcpyDtoD(dst, src, n);
 }
 
+/* Unified addressing: either side host memory or a device mapping (checked as the
+ * real driver faults on it: a mapping the stream's device may not reach). */
+static CUresult fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+  return fake_cuMemcpyDtoDAsync(dst, src, n, s);
+}
+
 /* External semaphores: a fake Vulkan timeline semaphore is a memfd of one page that
  * begins with struct fake_semaphore (tests/integration/test-semaphores makes them, as a
  * Vulkan driver would mint them); an import maps it, and the fd, which CUDA owns once
@@ -1566,7 +1573,7 @@ static const struct {
   FAKE_ENTRY(cuStreamWriteValue64), FAKE_ENTRY(cuStreamWaitValue64),
   FAKE_ENTRY(cuMemHostRegister), FAKE_ENTRY(cuMemHostUnregister),
   FAKE_ENTRY(cuMemHostGetDevicePointer),
-  FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuStreamGetCtx),
+  FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuMemcpyDtoDAsync), FAKE_ENTRY(cuMemcpyAsync), FAKE_ENTRY(cuStreamGetCtx),
   FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
   FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuCtxEnablePeerAccess),
   FAKE_ENTRY(cuMemGetHandleForAddressRange), FAKE_ENTRY(cuImportExternalMemory),

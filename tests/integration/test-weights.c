@@ -31,6 +31,7 @@
  *    it was; a session set's creator gone (after another connection published its
  *    second generation): the set's name goes, and a waiter for a newer generation hears
  *    so;
+ *  - copies into the reader's own memory (gpushm_weights_copy()): see test_copy();
  *  - 1,000 generations published, followed by a reader and dropped: gpushmd's objects
  *    back where they were, its fds within 2 (segments kept warm), its resident memory
  *    within 2 MiB (printed; not checked under ASan or valgrind, whose quarantines keep
@@ -171,6 +172,14 @@ static void check_generation(gpushm_weights_t *w, uint64_t g)
       CHECK(p[i] == word(g, t, i));
   }
   CHECK_ERR(gpushm_weights_find(w, "w2"), GPUSHM_E_NOENT);
+}
+
+static uint64_t requests(void)
+{
+  gpushm_stats_t *s = daemon_stats(&d);
+  uint64_t n = gpushm_stats_requests(s);
+  gpushm_stats_free(s);
+  return n;
 }
 
 static size_t objects(void)
@@ -842,9 +851,99 @@ static void test_forked_child(void)
   gpushm_disconnect(writer);
 }
 
+/* gpushm_weights_copy() on host memory without a stream (the CPU copies): into places
+ * of the reader's own, tensors neighbours in both memories (merged into one copy), a
+ * vector laid out backwards (stride -1: element 0 at its end), a tensor skipped (its
+ * place untouched, its buffer never opened); the wrong number of places, and a forked
+ * child's copy, refused with the reason. */
+static void test_copy(void)
+{
+  const int64_t shape[2] = { ROWS, COLS }, vec[1] = { COLS }, back[1] = { -1 };
+  const uint64_t matrix = ROWS * COLS * 4;
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_buffer_t *main_buf = create_host(writer, "copy-main", 2 * matrix + COLS * 4, 0644,
+                                          GPUSHM_LIFETIME_PERSISTENT);
+  gpushm_buffer_t *skip_buf = create_host(writer, "copy-skip", COLS * 4, 0644,
+                                          GPUSHM_LIFETIME_PERSISTENT);
+  uint32_t *src = gpushm_buffer_ptr(main_buf), *matrices, rev[COLS], skipped[COLS];
+  gpushm_weights_builder_t *b;
+  gpushm_tensor_desc_t desc;
+  gpushm_weights_t *w;
+  void *dst[4];
+  uint64_t asked, stats_cost;
+  uint32_t mi, si;
+  int status;
+  pid_t pid;
+
+  for (size_t i = 0; i < 2 * ROWS * COLS + COLS; i++)
+    src[i] = word(9, 0, i);
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, main_buf, &mi));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, skip_buf, &si));
+  gpushm_tensor_desc_init(&desc);
+  desc.dtype = (gpushm_dlpack_dtype_t){ GPUSHM_DLPACK_FLOAT, 32, 1 };
+  desc.ndim = 2;
+  desc.shape = shape;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "w0", mi, &desc));
+  desc.ndim = 1;
+  desc.shape = vec;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "skipped", si, &desc));
+  desc.ndim = 2;
+  desc.shape = shape;
+  desc.offset = matrix;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "w1", mi, &desc));
+  desc.ndim = 1;
+  desc.shape = vec;
+  desc.strides = back;
+  desc.offset = 2 * matrix + (COLS - 1) * 4; /* element 0 the buffer's last word */
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "rev", mi, &desc));
+  CHECK_OK(gpushm_weights_publish(writer, "copied", b, NULL, NULL));
+  gpushm_weights_builder_free(b);
+  CHECK_OK(gpushm_buffer_close_unlink(main_buf));
+  CHECK_OK(gpushm_buffer_close_unlink(skip_buf));
+
+  CHECK_OK(gpushm_weights_open(reader, "copied", &w));
+  CHECK((matrices = malloc(2 * matrix)) != NULL);
+  memset(matrices, 0, 2 * matrix);
+  memset(skipped, 0xee, sizeof skipped);
+  dst[0] = matrices;                   /* "w0" */
+  dst[1] = NULL;                       /* "skipped" */
+  dst[2] = (char *)matrices + matrix;  /* "w1", right after w0: one copy with it */
+  dst[3] = &rev[COLS - 1];             /* where "rev"'s element 0 goes */
+  CHECK_ERR(gpushm_weights_copy(w, dst, 3, NULL), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "3 places for the 4 tensors") != NULL);
+  CHECK_ERR(gpushm_weights_copy(w, NULL, 4, NULL), GPUSHM_E_INVAL);
+  asked = requests();
+  stats_cost = requests() - asked; /* what asking for the count costs in requests */
+  asked += stats_cost;
+  CHECK_OK(gpushm_weights_copy(w, dst, 4, NULL));
+  CHECK(requests() - asked == stats_cost + 1); /* one buffer opened: the skipped one not */
+  for (size_t i = 0; i < 2 * ROWS * COLS; i++)
+    CHECK(matrices[i] == word(9, 0, i));
+  for (size_t i = 0; i < COLS; i++) /* rev[k] is element COLS - 1 - k: src's word 2RC + k */
+    CHECK(rev[i] == word(9, 0, 2 * ROWS * COLS + i));
+  for (size_t i = 0; i < COLS; i++)
+    CHECK(skipped[i] == 0xeeeeeeeeu);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0)
+    _exit(gpushm_weights_copy(w, dst, 4, NULL) == GPUSHM_E_INVAL &&
+                  strstr(gpushm_last_error_message(), "before fork()")
+              ? 0
+              : 1);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_OK(gpushm_weights_close(w));
+  free(matrices);
+  test_log("weights: copied into the reader's own memory: neighbours, a backwards vector, "
+           "a tensor skipped (its buffer left unopened); a wrong count and a forked child "
+           "refused");
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+}
+
 int main(void)
 {
   daemon_start(&d, NULL);
+  test_copy();
   test_generations();
   test_writers();
   test_permissions();
