@@ -455,6 +455,7 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_weights_buffer_count": (c_uint32, [_P]),
     "gpushm_weights_buffer": (c_int, [_P, c_uint32, POINTER(c_void_p)]),
     "gpushm_weights_tensor_ptr": (c_int, [_P, c_size_t, POINTER(c_void_p)]),
+    "gpushm_weights_copy": (c_int, [_P, POINTER(c_void_p), c_size_t, c_void_p]),
     "gpushm_buffer_info_weights": (c_int, [_P, POINTER(c_uint64), POINTER(c_uint64), _U32P,
                                            POINTER(c_uint64)]),
 }

@@ -260,12 +260,15 @@ def open_bundle(name: str, *, readonly: bool = False, device: DeviceLike = None,
 def publish_weights(name: str, tensors: Mapping[str, Any], *, mode: int = 0o600,
                     lifetime: Union[str, int] = "persistent", after: int = 0,
                     device: DeviceLike = None, backend: Optional[Union[str, int]] = None,
-                    align: int = BUNDLE_ALIGN, conn: Optional[Connection] = None) -> "WeightSet":
+                    align: int = BUNDLE_ALIGN, bucket: Optional[int] = None,
+                    conn: Optional[Connection] = None) -> "WeightSet":
     """Publishes a state dict (name -> NumPy/PyTorch/CuPy array) as the next generation of
-    weight set ``name`` (docs/weights.md), copied into one new buffer per device, and
-    returns the new generation (Connection.publish_weights)."""
+    weight set ``name`` (docs/weights.md), copied into new buffers of each device of at
+    most ``bucket`` bytes (1 GiB), and returns the new generation
+    (Connection.publish_weights)."""
     return _conn(conn).publish_weights(name, tensors, mode=mode, lifetime=lifetime, after=after,
-                                       device=device, backend=backend, align=align)
+                                       device=device, backend=backend, align=align,
+                                       bucket=bucket)
 
 
 def publish_weights_from(name: str, tensors: Mapping[str, Tensor], *, mode: int = 0o600,

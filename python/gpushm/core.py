@@ -569,16 +569,19 @@ class Connection(_Handle):
     def publish_weights(self, name: str, tensors: "Mapping[str, Any]", *, mode: int = 0o600,
                         lifetime: Union[str, int] = "persistent", after: int = 0,
                         device: DeviceLike = None, backend: Optional[Union[str, int]] = None,
-                        align: int = BUNDLE_ALIGN) -> "WeightSet":
+                        align: int = BUNDLE_ALIGN, bucket: Optional[int] = None) -> "WeightSet":
         """Publishes ``tensors`` (name -> NumPy/PyTorch/CuPy array) as the next generation
-        of weight set ``name``: copied, once each, into one new buffer per device (each
-        tensor at an offset aligned to ``align``), and returns the new generation, held.
-        ``device``: put every tensor there instead of on its array's device; ``mode`` and
-        ``lifetime``: the set's, at its first publish; ``after``: publish only if the set
-        is at that generation now (Exists otherwise)."""
+        of weight set ``name``: copied, once each, into new buffers of each device of at
+        most ``bucket`` bytes (1 GiB: a larger tensor gets one of its own; readers'
+        ``copy_into()`` maps one while copying the one before), each tensor at an offset
+        aligned to ``align``, and returns the new generation, held.  ``device``: put
+        every tensor there instead of on its array's device; ``mode`` and ``lifetime``:
+        the set's, at its first publish; ``after``: publish only if the set is at that
+        generation now (Exists otherwise)."""
         from . import weights
         return weights.publish(self, name, tensors, mode=mode, lifetime=lifetime, after=after,
-                               device=device, backend=backend, align=align)
+                               device=device, backend=backend, align=align,
+                               bucket=weights.BUCKET_BYTES if bucket is None else bucket)
 
     def publish_weights_from(self, name: str, tensors: "Mapping[str, Tensor]", *,
                              mode: int = 0o600, lifetime: Union[str, int] = "persistent",

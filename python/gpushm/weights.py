@@ -39,6 +39,10 @@ _TENSOR_SCRATCH = 1024
 #: How long one wait of wait_newer() lasts in C before Python looks again: a close() on
 #: another thread and Ctrl-C are noticed within it (a C wait cannot be interrupted).
 _WAIT_SLICE = 0.25
+#: The most bytes publish_weights() puts in one buffer (a larger tensor gets one of its
+#: own): a reader's copy_into() maps each buffer while the one before is copied, so a
+#: sync costs one copy and the mapping of the first bucket only (docs/weights.md).
+BUCKET_BYTES = 1 << 30
 #: What gpushm.errors.InvalidName says names are (proto/wire.c's wire_name_valid()).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,126}")
 
@@ -282,6 +286,53 @@ class WeightSet:
             out[key] = t.clone() if copy else t
         return out
 
+    # --- copying into the caller's own memory ----------------------------------------
+    def copy_into(self, dst: Any, *, stream: Any = None, strict: bool = True) -> None:
+        """Copies this generation into memory of the caller's own (an engine that keeps
+        its own parameters): ``dst`` a ``torch.nn.Module`` (its ``state_dict()``) or a
+        mapping of names to PyTorch, CuPy or NumPy arrays (or anything with
+        ``__cuda_array_interface__`` or ``__array_interface__``), each of its tensor's
+        dtype, shape and strides.  One device copy a tensor (neighbours in both memories
+        merged), buffer after buffer, each mapped while the one before is copied
+        (gpushm_weights_copy).  Copies into CUDA memory are queued on ``stream`` (a
+        ``torch.cuda.Stream``, CuPy stream or raw handle; None: PyTorch's or CuPy's
+        current stream of the destination, else the legacy default stream), ordered
+        with the work there as ``Tensor.copy_`` would be; copies into host memory are
+        done on return.  ``close()`` waits for queued copies before it unmaps anything.
+        ``strict``: every tensor of the set has a place in ``dst`` and every place a
+        tensor (KeyError naming the first few otherwise), as ``load_state_dict``'s."""
+        gen, w = self._live()
+        if hasattr(dst, "state_dict") and callable(dst.state_dict):
+            dst = dst.state_dict()
+        places = (ctypes.c_void_p * max(self._count, 1))()
+        unexpected: List[str] = []
+        found = 0
+        any_cuda = False
+        hint = None  # a destination whose framework's current stream is the default
+        for key, array in dst.items():
+            index = self._index(w, key) if isinstance(key, str) else -1
+            if index < 0:
+                unexpected.append(str(key))
+                continue
+            spec, _ = self._spec(w, index)
+            address, cuda = _destination(self._name, spec, array)
+            places[index] = address
+            any_cuda = any_cuda or cuda
+            if cuda and hint is None:
+                hint = array
+            found += 1
+        if strict and (unexpected or found != self._count):
+            missing = [k for k in self.keys() if k not in dst][:5]
+            raise KeyError(f"weight set {self._name!r} generation {self._generation} and the "
+                           f"destination differ: missing {missing}, unexpected "
+                           f"{unexpected[:5]} (strict=False copies what both name)")
+        handle = _stream_handle(stream, hint)
+        if handle == 0 and any_cuda:
+            # NULL would have the CPU copy host memory of the set into device memory
+            handle = _CU_STREAM_LEGACY
+        check(lib.gpushm_weights_copy(w, places, self._count, c_void_p(handle or None)),
+              f"copy weights {self._name!r} generation {self._generation}")
+
     # --- closing ------------------------------------------------------------------
     def close(self) -> None:
         """Drops this object's hold of the generation: views made of it keep theirs
@@ -307,6 +358,70 @@ class WeightSet:
     def __repr__(self) -> str:
         return (f"<gpushm.WeightSet {self._name!r} generation {self._generation}, "
                 f"{self._count} tensors{', closed' if self.closed else ''}>")
+
+
+#: CUDA's CU_STREAM_LEGACY: the legacy default stream as a handle any call takes.
+_CU_STREAM_LEGACY = 0x1
+
+
+def _stream_handle(stream: Any, hint: Any) -> int:
+    """A CUstream handle of stream (a raw int, a torch.cuda.Stream, a CuPy stream), or
+    with none the current stream of hint's framework on its device (0: the legacy
+    default stream)."""
+    if stream is None:
+        if hint is None:
+            return 0
+        module = type(hint).__module__.split(".")[0]
+        if module == "torch":
+            import torch
+            return int(torch.cuda.current_stream(hint.device).cuda_stream)
+        if module == "cupy":
+            import cupy
+            with cupy.cuda.Device(hint.device.id):
+                return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attribute in ("cuda_stream", "ptr", "handle"):
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    raise TypeError(f"stream is a {type(stream).__name__}: pass a torch.cuda.Stream, a CuPy "
+                    f"stream or a CUstream handle (int)")
+
+
+def _destination(set_name: str, spec: _manifest.TensorSpec, array: Any) -> Tuple[int, bool]:
+    """(where element [0, ..., 0] of array is, whether that is CUDA memory), once array
+    is checked to take spec's tensor: its dtype, shape and strides, writable."""
+    what = f"weight set {set_name!r} tensor {spec.name!r}"
+    shape, dt, (kind, _) = describe(array)
+    if dt != spec.dtype or shape != tuple(spec.shape):
+        raise ValueError(f"{what} is {spec.dtype.name}{list(spec.shape)}, its destination "
+                         f"{dt.name}{list(shape)}")
+    module = type(array).__module__.split(".")[0]
+    if module == "torch":
+        address, strides, writable = array.data_ptr(), tuple(array.stride()), True
+    elif module == "cupy":
+        address, writable = int(array.data.ptr), True
+        strides = tuple(x // dt.itemsize for x in array.strides)
+    else:
+        iface = getattr(array, "__cuda_array_interface__", None)
+        if iface is None:
+            iface = getattr(array, "__array_interface__", None)
+        if iface is None:
+            raise TypeError(f"{what}: a {type(array).__name__} shows no memory to copy into "
+                            f"(no __cuda_array_interface__ or __array_interface__)")
+        address, readonly = iface["data"]
+        writable = not readonly
+        raw = iface.get("strides")
+        strides = (tuple(x // dt.itemsize for x in raw) if raw is not None
+                   else _manifest.contiguous_strides(shape))
+    if not writable:
+        raise ValueError(f"{what}: its destination is read-only")
+    if any(n > 1 and a != b for n, a, b in zip(shape, strides, spec.strides)):
+        raise ValueError(f"{what} has strides {list(spec.strides)}, its destination "
+                         f"{list(strides)}: copy into a tensor of the same layout")
+    return int(address), kind == "cuda"
 
 
 # --- publishing --------------------------------------------------------------------
@@ -392,7 +507,8 @@ def _discard(buf: Buffer) -> None:
 
 def publish(conn: Connection, name: str, arrays: Mapping[str, Any], *, mode: int,
             lifetime: Union[str, int], after: int, device: DeviceLike,
-            backend: Optional[Union[str, int]], align: int = BUNDLE_ALIGN) -> WeightSet:
+            backend: Optional[Union[str, int]], align: int = BUNDLE_ALIGN,
+            bucket: int = BUCKET_BYTES) -> WeightSet:
     """Connection.publish_weights()."""
     _need_weights()
     _check_set_name(name)
@@ -400,10 +516,14 @@ def publish(conn: Connection, name: str, arrays: Mapping[str, Any], *, mode: int
         raise ValueError("a weight set's generation names at least one tensor")
     if align <= 0 or align & (align - 1):
         raise ValueError(f"align {align} is not a power of two")
+    if bucket <= 0:
+        raise ValueError(f"bucket {bucket} is not a positive number of bytes")
     target = parse_device(device) if device is not None else None
-    # each tensor's place: its device's buffer (one per device), at an aligned offset
-    groups: Dict[Tuple[str, int], List[Tuple[str, Any, _manifest.TensorSpec]]] = {}
-    ends: Dict[Tuple[str, int], int] = {}
+    # each tensor's place: a buffer of its device's (a new one where the next tensor
+    # would take the last past bucket bytes), at an aligned offset
+    groups: Dict[Tuple[str, int, int], List[Tuple[str, Any, _manifest.TensorSpec]]] = {}
+    ends: Dict[Tuple[str, int, int], int] = {}
+    current: Dict[Tuple[str, int], int] = {}
     for key, array in arrays.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"tensor names must be non-empty strings, not {key!r}")
@@ -412,18 +532,24 @@ def publish(conn: Connection, name: str, arrays: Mapping[str, Any], *, mode: int
         if place[0] not in ("cpu", "cuda"):
             raise ValueError(f"gpushm shares CPU and CUDA memory, not {place[0]}")
         step = max(align, _manifest.alignment(dt))
-        offset = (ends.get(place, 0) + step - 1) // step * step
+        slot = (place[0], place[1], current.get(place, 0))
+        offset = (ends.get(slot, 0) + step - 1) // step * step
         spec = _manifest.make_spec(key, dt, shape, None, offset)
-        groups.setdefault(place, []).append((key, array, spec))
-        ends[place] = offset + spec.nbytes
+        if offset and offset + spec.nbytes > bucket:
+            slot = (place[0], place[1], slot[2] + 1)
+            current[place] = slot[2]
+            spec = _manifest.make_spec(key, dt, shape, None, 0)
+        groups.setdefault(slot, []).append((key, array, spec))
+        ends[slot] = spec.offset + spec.nbytes
     buffer_mode = _buffer_mode(conn, name, mode)
     made: List[Buffer] = []
     try:
         tensors: List[Tuple[str, Tensor]] = []
-        for place, items in groups.items():
+        for slot, items in groups.items():
+            place = (slot[0], slot[1])
             cuda = place[0] == "cuda"
             # session buffers: should this process die before publishing, they go
-            buf = conn.create(_buffer_name(name, place), max(ends[place], 1),
+            buf = conn.create(_buffer_name(name, place), max(ends[slot], 1),
                               backend=_device_backend(conn, place[0], backend),
                               device=place[1] if cuda else 0,
                               map_device=place[1] if cuda else None, mode=buffer_mode,

@@ -2,12 +2,14 @@
 /* Weight sets against their floors (issue 39; docs/weights.md), a publisher and a
  * reader in processes of their own, each row beside a floor measured in the same run:
  *   W1  one copy per sync: the reader wakes for a new generation of an 8B-shaped model
- *       (291 bf16 tensors in one buffer: Llama-3-8B's, 16 GB on a GPU), opens it and
- *       copies it into memory of its own, tensor by tensor and (an engine that keeps the
- *       set's layout) buffer by buffer, against the same copies out of new memory of its
- *       own that it maps afresh each round, as any receiver of new memory must (target
- *       <= 1.05 x); beside them where the time goes, the same copies out of memory mapped
- *       all along, and raw CUDA IPC's open and copy of a new buffer;
+ *       (291 bf16 tensors, Llama-3-8B's, 16 GB on a GPU, in buffers of at most 1 GiB as
+ *       publish_weights() lays them out), opens it and copies it with
+ *       gpushm_weights_copy() into memory of its own: into tensors of its own (a copy a
+ *       tensor), and (an engine that keeps the set's layout) into one region, where
+ *       neighbours merge into a copy a buffer; against the same copies out of memory of
+ *       its own mapped all along (target <= 1.05 x); beside them where the time goes,
+ *       the same copies out of new memory of its own mapped afresh, as any receiver of
+ *       new memory must, and raw CUDA IPC's open and copy of a new buffer;
  *   W2  publish to visible: a reader waiting in gpushm_weights_wait_newer() has the new
  *       generation of 291 tensors open and mapped (target <= 2 ms), beside two ping
  *       round trips;
@@ -42,6 +44,10 @@
 #define TARGET_SYNC_RATIO 1.05
 #define TARGET_VISIBLE_MS 2.0
 #define TARGET_FIRST_OPEN_MS 20.0
+/* The most bytes one buffer of a generation holds (python/gpushm/weights.py's bucket) */
+#define BUCKET (1ull << 30)
+/* Between tensors of the reader's own (a copy a tensor): no two of them adjacent */
+#define OWN_GAP 256u
 
 static struct test_daemon d;
 static char self[4096];
@@ -72,8 +78,29 @@ struct shaped {
   char name[64];
   int64_t shape[2];
   unsigned ndim;
-  uint64_t offset, bytes;
+  uint64_t offset, bytes; /* offset: in the whole set, laid out back to back */
+  uint32_t buffer;        /* which buffer of the generation (layout()) */
+  uint64_t in_buffer;     /* and where in it */
 };
+
+/* The set's buffers: the tensors in order, a new buffer where the next would take the
+ * one before past BUCKET (a tensor larger than that in one of its own).  Fills each
+ * tensor's buffer and in_buffer, start[] with each buffer's offset in the whole set
+ * (start[n] its end); returns n. */
+static uint32_t layout(struct shaped *t, unsigned n, uint64_t total, uint64_t *start)
+{
+  uint32_t b = 0;
+
+  start[0] = 0;
+  for (unsigned k = 0; k < n; k++) {
+    if (t[k].offset > start[b] && t[k].offset + t[k].bytes - start[b] > BUCKET)
+      start[++b] = t[k].offset;
+    t[k].buffer = b;
+    t[k].in_buffer = t[k].offset - start[b];
+  }
+  start[++b] = total;
+  return b;
+}
 
 /* Llama-3-8B's 291 tensors, every dimension divided by scale (1: the real one), laid out
  * back to back at ALIGN; returns the bytes in all. */
@@ -232,81 +259,69 @@ static void answer(const char *word, double value)
   fflush(stdout);
 }
 
-/* Copies every tensor of w into dst at its offset, from w's memory or (own) from the
- * same offsets of own; false where a word came back wrong. */
-static bool sync_copy(gpushm_weights_t *w, bool device, CUstream s, const struct place *dst,
-                      const struct place *own, uint16_t expect)
+/* The reader's copy of the set: its tensors, their places in the reader's memory (each
+ * a tensor of its own, or the set's layout in one region) and the memory itself. */
+static struct shaped own_t[TENSORS];
+static uint64_t own_start[TENSORS + 1];
+static void *at_tensor[TENSORS], *at_layout[TENSORS];
+static bool reader_device;
+
+static void *place_at(const struct place *p, uint64_t offset)
 {
-  uint64_t last = 0;
-  uint16_t seen;
-
-  for (size_t i = 0; i < gpushm_weights_tensor_count(w); i++) {
-    gpushm_weight_tensor_t t;
-    uint64_t bytes = 2;
-    void *p;
-
-    CHECK_OK(gpushm_weights_tensor(w, i, &t));
-    CHECK_OK(gpushm_weights_tensor_ptr(w, i, &p));
-    for (uint32_t k = 0; k < t.desc.ndim; k++)
-      bytes *= (uint64_t)t.desc.shape[k];
-    copy(device, s, base_of(dst) + t.desc.offset,
-         own ? base_of(own) + t.desc.offset : (uint64_t)(uintptr_t)p, bytes);
-    last = t.desc.offset;
-  }
-  if (own)
-    expect = 0x5a5au; /* what alloc_local() wrote */
-  if (device) {
-    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, dst->dev + last, sizeof seen));
-  } else {
-    memcpy(&seen, (char *)dst->host + last, sizeof seen);
-  }
-  return seen == expect;
+  return (void *)(uintptr_t)(base_of(p) + offset);
 }
 
-static double buffer_open_ms; /* sync_whole()'s gpushm_weights_buffer() calls, summed */
-
-/* Copies each of w's buffers whole into dst (one copy a buffer: the tensors laid out in
- * dst as in w, as an engine with its own copy of the set's layout has them). */
-static bool sync_whole(gpushm_weights_t *w, bool device, CUstream s, const struct place *dst,
-                       uint16_t expect)
+/* The places of the set's tensors in dst, for scale (what the publisher's model() is). */
+static uint64_t reader_places(const struct place *dst, unsigned scale)
 {
-  uint64_t at = 0;
-  uint16_t seen;
+  uint64_t bytes = model(own_t, scale);
 
-  for (uint32_t i = 0; i < gpushm_weights_buffer_count(w); i++) {
-    gpushm_buffer_t *b;
-    uint64_t base;
-
-    double t0 = now_ms();
-    CHECK_OK(gpushm_weights_buffer(w, i, &b));
-    buffer_open_ms += now_ms() - t0;
-    base = device ? (uint64_t)cuda_test_dptr(b) : (uint64_t)(uintptr_t)gpushm_buffer_ptr(b);
-    copy(device, s, base_of(dst) + at, base, gpushm_buffer_size(b));
-    at += gpushm_buffer_size(b);
+  layout(own_t, TENSORS, bytes, own_start);
+  for (unsigned i = 0; i < TENSORS; i++) {
+    at_layout[i] = place_at(dst, own_t[i].offset);
+    at_tensor[i] = place_at(dst, own_t[i].offset + (uint64_t)i * OWN_GAP);
   }
-  if (device) {
-    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, dst->dev + at - 2, sizeof seen));
-  } else {
-    memcpy(&seen, (char *)dst->host + at - 2, sizeof seen);
-  }
-  return seen == expect;
+  return bytes;
 }
 
-/* One sync's copies: tensor by tensor or (whole) buffer by buffer, out of w's memory or
- * (from) out of the same offsets of memory of the reader's own. */
-static bool copy_round(gpushm_weights_t *w, bool whole, CUstream s, const struct place *dst,
-                       const struct place *from, uint64_t bytes, uint16_t g)
+/* The last word tensor last of a sync landed at. */
+static uint16_t last_word(void *const *to)
 {
-  if (!whole)
-    return sync_copy(w, dst->device, s, dst, from, g);
-  if (!from)
-    return sync_whole(w, dst->device, s, dst, g);
-  copy(dst->device, s, base_of(dst), base_of(from), bytes);
-  if (dst->device)
+  uint64_t at = (uint64_t)(uintptr_t)to[TENSORS - 1] + own_t[TENSORS - 1].bytes - 2;
+  uint16_t seen;
+
+  if (reader_device)
+    CU_CHECK(CU_CALL(&drv, cuMemcpyDtoH, &seen, (CUdeviceptr)at, sizeof seen));
+  else
+    memcpy(&seen, (const void *)(uintptr_t)at, sizeof seen);
+  return seen;
+}
+
+/* A sync's copies: w into the reader's places (whole: the set's layout) with
+ * gpushm_weights_copy(), waited for; false where a word came back wrong. */
+static bool copy_generation(gpushm_weights_t *w, bool whole, CUstream s, uint16_t g)
+{
+  void *const *to = whole ? at_layout : at_tensor;
+
+  CHECK_OK(gpushm_weights_copy(w, to, TENSORS, reader_device ? s : NULL));
+  if (reader_device)
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-  return true;
+  return last_word(to) == g;
+}
+
+/* The same copies out of memory of the reader's own (from, the set laid out in it as in
+ * the whole set): one copy of it all (whole), or one a tensor. */
+static void copy_own(const struct place *from, bool whole, CUstream s, uint64_t bytes)
+{
+  if (whole) {
+    copy(reader_device, s, (uint64_t)(uintptr_t)at_layout[0], base_of(from), bytes);
+  } else {
+    for (unsigned i = 0; i < TENSORS; i++)
+      copy(reader_device, s, (uint64_t)(uintptr_t)at_tensor[i],
+           base_of(from) + own_t[i].offset, own_t[i].bytes);
+  }
+  if (reader_device)
+    CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
 }
 
 static int role_reader(const char *socket)
@@ -317,19 +332,24 @@ static int role_reader(const char *socket)
   CUstream s = NULL;
   gpushm_t *conn;
   char cmd[256], set[64], hex[129];
-  unsigned long long bytes;
+  unsigned long long bytes = 0;
   int device, rounds, whole, threads;
+  unsigned scale;
 
   CHECK_OK(gpushm_connect(socket, "bench-weights-reader", &conn));
   while (fgets(cmd, sizeof cmd, stdin)) {
-    if (sscanf(cmd, "setup %d %llu", &device, &bytes) == 2) {
+    if (sscanf(cmd, "setup %d %u", &device, &scale) == 2) {
+      struct shaped t[TENSORS];
+      reader_device = device;
       if (device) {
         cuda_test_setup(0);
         CU_CHECK(CU_CALL(&drv, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
       }
-      dst = alloc_local(device, bytes);
+      bytes = model(t, scale);
+      dst = alloc_local(device, bytes + TENSORS * OWN_GAP);
       src = alloc_local(device, bytes);
       fresh = fresh_new(device, bytes);
+      reader_places(&dst, scale);
       answer("ok", 0);
     } else if (sscanf(cmd, "follow %63s %d %d", set, &rounds, &whole) == 3) {
       /* rounds of: wait for a new generation, open it, copy it all (sync), or (rounds
@@ -344,29 +364,29 @@ static int role_reader(const char *socket)
         CHECK_OK(gpushm_weights_open(conn, set, &next));
         t1 = now_ms();
         if (copies) {
-          buffer_open_ms = 0;
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
-          bool right = copy_round(next, whole, s, &dst, NULL, bytes, g);
+          bool right = copy_generation(next, whole, s, g);
           const double t2 = now_ms();
           CHECK_OK(gpushm_weights_close(w));
           w = next;
           answer(right ? "sync" : "wrong", t2 - t0);
           /* where it went, each part timed on its own: the open; the buffers' opens and
            * the copies; not in the sync: the close of the generation before, the same
-           * copies again, out of the reader's own memory mapped all along, and out of new
-           * memory of its own mapped afresh (the mapping also timed alone) */
-          const double t3 = now_ms(), opened = buffer_open_ms;
-          right = copy_round(w, whole, s, &dst, NULL, bytes, g) && right;
+           * copies again (mapped now), out of the reader's own memory mapped all along
+           * (the floor), and out of new memory of its own mapped afresh (the mapping
+           * also timed alone) */
+          const double t3 = now_ms();
+          right = copy_generation(w, whole, s, g) && right;
           const double t4 = now_ms();
-          right = copy_round(w, whole, s, &dst, &src, bytes, g) && right;
+          copy_own(&src, whole, s, bytes);
           const double t5 = now_ms();
           struct place mapped = fresh_map(&fresh);
           const double t5m = now_ms();
-          right = copy_round(w, whole, s, &dst, &mapped, bytes, g) && right;
+          copy_own(&mapped, whole, s, bytes);
           const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
-          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
-                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, opened, t5m - t5);
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1, t3 - t2,
+                 t4 - t3, t5 - t4, t6 - t5, t5m - t5);
           fflush(stdout);
           if (!right)
             answer("wrong", 0);
@@ -459,7 +479,7 @@ static double hear(struct reader *r, const char *word)
   return v;
 }
 
-#define PARTS 8
+#define PARTS 7
 
 /* The reader's "parts" line: where one sync's time went (see role_reader()). */
 static void hear_parts(struct reader *r, double *part)
@@ -467,8 +487,8 @@ static void hear_parts(struct reader *r, double *part)
   char line[256];
 
   CHECK(fgets(line, sizeof line, r->out) != NULL);
-  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
-               &part[3], &part[4], &part[5], &part[6], &part[7]) == PARTS);
+  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
+               &part[3], &part[4], &part[5], &part[6]) == PARTS);
 }
 
 static double part_median(double parts[][PARTS], unsigned rounds, unsigned which)
@@ -480,63 +500,88 @@ static double part_median(double parts[][PARTS], unsigned rounds, unsigned which
   return median(v, rounds);
 }
 
-/* Generation g of a set, made ready to publish: a new buffer of bytes whose every bf16
- * holds g, and the builder naming the tensors t in it. */
+/* A generation's buffers, the publisher's handles of them. */
+struct gen {
+  gpushm_buffer_t *buf[TENSORS];
+  uint32_t n;
+};
+
+/* Generation g of a set, made ready to publish: new buffers (layout()) whose every bf16
+ * holds g, and the builder naming the tensors t in them. */
 struct staged {
-  gpushm_buffer_t *buf;
+  struct gen gen;
   gpushm_weights_builder_t *builder;
 };
 
 static struct staged stage(gpushm_t *conn, const char *set, gpushm_backend_t backend,
-                           uint64_t bytes, const struct shaped *t, unsigned n, uint16_t g)
+                           uint64_t bytes, struct shaped *t, unsigned n, uint16_t g)
 {
+  static uint64_t start[BIG_TENSORS + 1];
   gpushm_create_opts_t opts;
   gpushm_tensor_desc_t desc;
   struct staged st;
   char name[96];
-  uint32_t i;
+  uint32_t index;
 
   gpushm_create_opts_init(&opts);
   opts.backend = backend;
   opts.mode = 0600;
   opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  snprintf(name, sizeof name, "%s-%u", set, g);
-  CHECK_OK(gpushm_buffer_create(conn, name, bytes, &opts, &st.buf));
-  if (backend == GPUSHM_BACKEND_HOST) {
-    uint16_t *p = gpushm_buffer_ptr(st.buf);
-    for (uint64_t k = 0; k < bytes / 2; k++)
-      p[k] = g;
-  } else {
-    /* two bf16 words of g each (the driver table has 32-bit sets; bytes is of ALIGN) */
-    CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(st.buf), (uint32_t)g << 16 | g,
-                     bytes / 4));
-    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize)); /* published only once written */
-  }
+  st.gen.n = layout(t, n, bytes, start);
+  CHECK(st.gen.n <= TENSORS);
   CHECK_OK(gpushm_weights_builder_new(&st.builder));
-  CHECK_OK(gpushm_weights_builder_add_buffer(st.builder, st.buf, &i));
+  for (uint32_t b = 0; b < st.gen.n; b++) {
+    const uint64_t size = start[b + 1] - start[b];
+    gpushm_buffer_t *buf;
+
+    snprintf(name, sizeof name, "%s-%u-%u", set, g, b);
+    CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &buf));
+    if (backend == GPUSHM_BACKEND_HOST) {
+      uint16_t *p = gpushm_buffer_ptr(buf);
+      for (uint64_t k = 0; k < size / 2; k++)
+        p[k] = g;
+    } else {
+      /* two bf16 words of g each (the driver table has 32-bit sets; sizes are of ALIGN) */
+      CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(buf), (uint32_t)g << 16 | g,
+                       size / 4));
+    }
+    CHECK_OK(gpushm_weights_builder_add_buffer(st.builder, buf, &index));
+    CHECK(index == b);
+    st.gen.buf[b] = buf;
+  }
+  if (backend != GPUSHM_BACKEND_HOST)
+    CU_CHECK(CU_CALL(&drv, cuCtxSynchronize)); /* published only once written */
   gpushm_tensor_desc_init(&desc);
   desc.dtype = (gpushm_dlpack_dtype_t){ GPUSHM_DLPACK_BFLOAT, 16, 1 };
   for (unsigned k = 0; k < n; k++) {
     desc.ndim = t[k].ndim;
     desc.shape = t[k].shape;
-    desc.offset = t[k].offset;
-    CHECK_OK(gpushm_weights_builder_add_tensor(st.builder, t[k].name, i, &desc));
+    desc.offset = t[k].in_buffer;
+    CHECK_OK(gpushm_weights_builder_add_tensor(st.builder, t[k].name, t[k].buffer, &desc));
   }
   return st;
 }
 
-/* Publishes what stage() made; returns its buffer, the caller's to let go. */
-static gpushm_buffer_t *publish_staged(gpushm_t *conn, const char *set, struct staged st)
+/* Publishes what stage() made; returns its buffers, the caller's to let go. */
+static struct gen publish_staged(gpushm_t *conn, const char *set, struct staged st)
 {
   CHECK_OK(gpushm_weights_publish(conn, set, st.builder, NULL, NULL));
   gpushm_weights_builder_free(st.builder);
-  return st.buf;
+  return st.gen;
 }
 
-static gpushm_buffer_t *publish(gpushm_t *conn, const char *set, gpushm_backend_t backend,
-                                uint64_t bytes, const struct shaped *t, unsigned n, uint16_t g)
+static struct gen publish(gpushm_t *conn, const char *set, gpushm_backend_t backend,
+                          uint64_t bytes, struct shaped *t, unsigned n, uint16_t g)
 {
   return publish_staged(conn, set, stage(conn, set, backend, bytes, t, n, g));
+}
+
+/* The publisher lets go of a generation's buffers (it keeps them while held). */
+static void drop(struct gen *gen)
+{
+  for (uint32_t b = 0; b < gen->n; b++)
+    CHECK_OK(gpushm_buffer_close_unlink(gen->buf[b]));
+  gen->n = 0;
 }
 
 static double ping_ms(gpushm_t *conn)
@@ -576,18 +621,18 @@ static double raw_ipc_floor(struct reader *r, uint64_t bytes, unsigned rounds)
   return median(ms, rounds);
 }
 
-/* W1: rounds generations of set, each a new buffer (gen1 the first's, published), the
+/* W1: rounds generations of set, each in new buffers (gen1 the first's, published), the
  * one before let go by the publisher once the reader has copied the new one, by the
- * reader after its copy; the reader copies tensor by tensor or (whole) buffer by
- * buffer. */
-static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, gpushm_buffer_t *gen1,
-                    gpushm_backend_t backend, uint64_t bytes, const struct shaped *t,
-                    bool whole, const char *size)
+ * reader after its copy; the reader copies into tensors of its own or (whole) into the
+ * set's layout. */
+static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct gen gen1,
+                    gpushm_backend_t backend, uint64_t bytes, struct shaped *t, bool whole,
+                    const char *size)
 {
   const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
   const unsigned rounds = quick ? 3 : SYNC_ROUNDS;
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
-  gpushm_buffer_t *before = gen1, *now;
+  struct gen before = gen1, now;
 
   fprintf(r->in, "follow %s %u %d\n", set, rounds, whole);
   fflush(r->in);
@@ -596,33 +641,33 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, gpushm_bu
     now = publish(conn, set, backend, bytes, t, TENSORS, (uint16_t)(i + 2));
     sync[i] = hear(r, "sync");
     hear_parts(r, parts[i]);
-    CHECK_OK(gpushm_buffer_close_unlink(before)); /* its generation kept it meanwhile */
+    drop(&before); /* its generation kept it meanwhile */
     before = now;
   }
-  CHECK_OK(gpushm_buffer_close_unlink(before));
+  drop(&before);
   if (whole && backend != GPUSHM_BACKEND_HOST)
     raw = raw_ipc_floor(r, bytes, rounds);
   m = median(sync, rounds);
   own = part_median(parts, rounds, 4);
   fresh = part_median(parts, rounds, 5);
-  printf("W1 %-8s one copy per sync, %u tensors (%s), %s: median of %u %.3f ms (woken, the "
-         "new generation opened, mapped and copied); floor: the same copies out of new memory "
-         "of the reader's own, mapped afresh, %.3f ms; %.3f x the floor | target <= %.2f: "
-         "%s\n", where, TENSORS, size, whole ? "a copy a buffer" : "a copy a tensor", rounds, m,
-         fresh, m / fresh, TARGET_SYNC_RATIO, m / fresh <= TARGET_SYNC_RATIO ? "met" : "NOT met");
+  printf("W1 %-8s one copy per sync, %u tensors (%s, %u buffers), %s: median of %u %.3f ms "
+         "(woken, the new generation opened, mapped and copied); floor: the same copies out "
+         "of memory of the reader's own mapped all along %.3f ms; %.3f x the floor | target "
+         "<= %.2f: %s\n", where, TENSORS, size, gen1.n,
+         whole ? "into the set's layout (a copy a buffer)" : "into tensors of its own (a copy "
+         "a tensor)", rounds, m, own, m / own, TARGET_SYNC_RATIO,
+         backend == GPUSHM_BACKEND_HOST ? "(a GPU's: host memory's new pages fault in)"
+         : m / own <= TARGET_SYNC_RATIO ? "met" : "NOT met");
   printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
          "%.3f; not in the sync: closing the generation before %.3f, the same copies again "
-         "%.3f; the same copies out of memory the reader had mapped all along %.3f (%.3f x)\n",
-         where, part_median(parts, rounds, 0), part_median(parts, rounds, 1),
-         part_median(parts, rounds, 2), part_median(parts, rounds, 3), own, m / own);
-  if (whole)
-    printf("W1 %-8s of which the buffer's open (a round trip, import, map) %.3f ms; the "
-           "floor's mapping afresh %.3f ms\n", where, part_median(parts, rounds, 6),
-           part_median(parts, rounds, 7));
+         "%.3f; out of new memory of the reader's own mapped afresh %.3f (mapping it %.3f; "
+         "the sync %.3f x that)\n", where, part_median(parts, rounds, 0),
+         part_median(parts, rounds, 1), part_median(parts, rounds, 2),
+         part_median(parts, rounds, 3), fresh, part_median(parts, rounds, 6), m / fresh);
   if (raw > 0)
     printf("W1 %-8s raw CUDA IPC of new memory (a cuMemAlloc'd buffer written by the "
-           "publisher; cuIpcOpenMemHandle + one copy): median of %u %.3f ms; a sync a buffer "
-           "%.3f x that\n", where, rounds, raw, m / raw);
+           "publisher; cuIpcOpenMemHandle + one copy): median of %u %.3f ms; a sync into the "
+           "set's layout %.3f x that\n", where, rounds, raw, m / raw);
 }
 
 static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
@@ -632,12 +677,12 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   static struct shaped t[TENSORS];
   uint64_t bytes = model(t, scale);
   double seen[VISIBLE_ROUNDS], rtt = ping_ms(conn), first, model_open;
-  gpushm_buffer_t *first_gen, *vis[VISIBLE_ROUNDS + 1];
+  struct gen first_gen, vis[VISIBLE_ROUNDS + 1];
   struct reader r;
   char line[64], set[32];
 
   start_reader(&r);
-  fprintf(r.in, "setup %d %llu\n", device, (unsigned long long)bytes);
+  fprintf(r.in, "setup %d %u\n", device, scale);
   fflush(r.in);
   hear(&r, "ok");
   /* W3's first row: the model itself, opened for the first time */
@@ -670,9 +715,9 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
       t0 = now_ms();
       vis[i + 1] = publish_staged(conn, set, st);
       seen[i] = hear(&r, "seen") - t0;
-      CHECK_OK(gpushm_buffer_close_unlink(vis[i]));
+      drop(&vis[i]);
     }
-    CHECK_OK(gpushm_buffer_close_unlink(vis[VISIBLE_ROUNDS]));
+    drop(&vis[VISIBLE_ROUNDS]);
     double m;
 
     memcpy(sorted, seen, sizeof sorted);
@@ -686,7 +731,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   {
     static struct shaped many[BIG_TENSORS];
     double first_many[FIRST_OPENS], first_one[FIRST_OPENS];
-    gpushm_buffer_t *b;
+    struct gen b;
 
     for (unsigned k = 0; k < BIG_TENSORS; k++) {
       snprintf(many[k].name, sizeof many[k].name, "model.blocks.%u.weight", k);
@@ -715,7 +760,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
            "target <= %.0f ms: %s\n", where, BIG_TENSORS, FIRST_OPENS, first,
            median(first_one, FIRST_OPENS), rtt, TARGET_FIRST_OPEN_MS,
            first <= TARGET_FIRST_OPEN_MS ? "met" : "NOT met");
-    CHECK_OK(gpushm_buffer_close_unlink(b));
+    drop(&b);
   }
   fclose(r.in);
   check_child(r.pid);

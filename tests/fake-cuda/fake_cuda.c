@@ -128,11 +128,12 @@ static int peer_access(int dev, int peer)
   return dev == peer || !getenv("GPUSHM_FAKE_CUDA_NO_P2P");
 }
 
-/* Streams are numbers naming their device; NULL is the current context's. */
+/* Streams are numbers naming their device; NULL, CU_STREAM_LEGACY (1) and
+ * CU_STREAM_PER_THREAD (2) are the current context's. */
 #define STREAM_BASE 0x5000u
 static int stream_device(CUstream s)
 {
-  return s ? (int)(((uintptr_t)s - STREAM_BASE) / 16) : current_device();
+  return (uintptr_t)s > 2 ? (int)(((uintptr_t)s - STREAM_BASE) / 16) : current_device();
 }
 
 /* Which devices may touch a mapped range from their streams, as a real GPU's page

@@ -556,7 +556,63 @@ def test_device_memory_against_the_fake_driver(conn, reader, set_name, name):
             with pytest.raises(BufferError, match="needs PyTorch or CuPy"):
                 v.__dlpack__(max_version=(1, 0), copy=True)
         del v, iface
+        mine = {"w": np.zeros((4, 8), np.float32)}
+        ws.copy_into(mine)  # through the driver's copy, on the legacy default stream
+        assert mine["w"].ravel().tolist() == list(range(32))
     t.close()
+
+
+def test_copy_into(conn, reader, set_name):
+    """copy_into() of a generation in several buffers (bucket of 256 bytes) into arrays of
+    the reader's own: every tensor equal; a tensor the destination lacks, one the set
+    lacks, a wrong dtype, shape or layout and a read-only destination refused, naming the
+    tensor; strict=False copies what both name and leaves the rest alone."""
+    sd = state_dict(5)
+    conn.publish_weights(set_name, sd, bucket=256).close()
+    with reader.open_weights(set_name) as ws:
+        assert len({ws[k].buffer.id for k in ws}) > 2
+        mine = {k: np.zeros_like(v) for k, v in sd.items()}
+        ws.copy_into(mine)
+        for key, value in sd.items():
+            assert mine[key].dtype == value.dtype and np.array_equal(mine[key], value), key
+        del mine["half"]
+        with pytest.raises(KeyError, match=r"missing \['half'\]"):
+            ws.copy_into(mine)
+        mine["half"] = np.zeros(5, np.float16)
+        mine["extra"] = np.zeros(3)
+        with pytest.raises(KeyError, match=r"unexpected \['extra'\]"):
+            ws.copy_into(mine)
+        part = {"embed.weight": np.zeros((17, 8), np.float32), "extra": np.zeros(3)}
+        ws.copy_into(part, strict=False)
+        assert np.array_equal(part["embed.weight"], sd["embed.weight"])
+        assert not part["extra"].any()
+        with pytest.raises(ValueError, match="'half' is float16\\[5\\], its destination "
+                                             "float32\\[5\\]"):
+            ws.copy_into({"half": np.zeros(5, np.float32)}, strict=False)
+        with pytest.raises(ValueError, match="is float32\\[17, 8\\], its destination "
+                                             "float32\\[8, 17\\]"):
+            ws.copy_into({"embed.weight": np.zeros((8, 17), np.float32)}, strict=False)
+        with pytest.raises(ValueError, match="same layout"):
+            ws.copy_into({"embed.weight": np.zeros((17, 8), np.float32, order="F")},
+                         strict=False)
+        frozen = np.zeros((17, 8), np.float32)
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            ws.copy_into({"embed.weight": frozen}, strict=False)
+        assert not frozen.any()
+
+
+def test_publish_buckets(conn, set_name):
+    """publish_weights() puts at most bucket bytes in a buffer; a tensor larger than
+    that gets one of its own."""
+    sd = {"a": np.zeros(64, np.float32), "b": np.zeros(64, np.float32),
+          "big": np.zeros(1024, np.float32), "c": np.zeros(16, np.float32)}
+    with conn.publish_weights(set_name, sd, bucket=512) as ws:
+        ids = {k: ws[k].buffer.id for k in sd}
+        assert ids["a"] == ids["b"] and len({ids["a"], ids["big"], ids["c"]}) == 3
+        assert ws["big"].buffer.size == 4096
+    with pytest.raises(ValueError, match="bucket 0"):
+        conn.publish_weights(set_name, sd, bucket=0)
 
 
 def test_module_helpers_and_default_connection(daemon, set_name):
@@ -591,6 +647,41 @@ def test_load_state_dict_round_trip(conn, reader, set_name):
         fresh.load_state_dict(ws.to_torch())
     x = torch.randn(3, 8)
     assert torch.equal(fresh(x), trained(x))
+
+
+@needs_torch
+def test_copy_into_a_module(conn, reader, set_name):
+    torch.manual_seed(1)
+    trained = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16))
+    conn.publish_weights(set_name, {k: v.detach() for k, v in trained.state_dict().items()},
+                         bucket=256).close()
+    engine = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16))
+    with reader.open_weights(set_name) as ws:
+        ws.copy_into(engine)
+    x = torch.randn(3, 8)
+    assert torch.equal(engine(x), trained(x))
+
+
+@needs_torch_cuda
+def test_copy_into_cuda(conn, reader, set_name):
+    """A generation on the GPU and the host copied into an engine's CUDA parameters, on
+    a stream of its own and on PyTorch's current one; its close waits for the copies."""
+    torch.manual_seed(2)
+    sd = {"w": torch.randn(256, 64, device="cuda"), "b": torch.randn(64, device="cuda"),
+          "host": torch.randn(5)}
+    conn.publish_weights(set_name, sd, bucket=4096).close()
+    mine = {k: torch.zeros_like(v, device="cuda") for k, v in sd.items()}
+    side = torch.cuda.Stream()
+    with reader.open_weights(set_name) as ws:
+        ws.copy_into(mine, stream=side)
+    side.synchronize()
+    for key, src in sd.items():
+        assert torch.equal(mine[key].cpu(), src.cpu()), key
+    again = {k: torch.zeros_like(v, device="cuda") for k, v in sd.items()}
+    with reader.open_weights(set_name) as ws:
+        ws.copy_into(again)
+    for key, src in sd.items():  # PyTorch's current stream: ordered before this read
+        assert torch.equal(again[key].cpu(), src.cpu()), key
 
 
 @needs_torch_cuda
