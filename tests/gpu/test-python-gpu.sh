@@ -12,7 +12,8 @@
 #  - a weight set: a CUDA state dict published (copied in, and written in place in
 #    gpushm tensors), loaded by an engine in another process with one device copy (load_state_dict) and with none (assign=True: the parameters
 #    are the set's memory, the model's outputs the same), generation 1 whole for its
-#    holder after 2 is published, the engine following 2 without a copy;
+#    holder after 2 is published, the engine following 2 without a copy, and engines
+#    copying 2 (in several buffers) into parameters of their own with copy_into();
 #  - hand-off latency of fresh 1 MiB tensors through gpushm from Python, printed beside
 #    torch.multiprocessing's in the same run.
 # Exit 77 only without a GPU.  The Python used is the first of $GPUSHM_TEST_PYTHON,
@@ -270,8 +271,9 @@ with gpushm.open_weights("py-model") as ws:
         assert p.data_ptr() == ws[k].ptr, f"{k} was copied"
 x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
 assert torch.equal(mapped(x), engine(x))            # the same weights, read in place
-ws2 = gpushm.publish_weights("py-model", trainer.state_dict(), mode=0o600, after=1)
-assert ws2.generation == 2
+ws2 = gpushm.publish_weights("py-model", trainer.state_dict(), mode=0o600, after=1,
+                             bucket=256 * 1024)  # several buffers: copied one after another
+assert ws2.generation == 2 and len({ws2[k].buffer.id for k in ws2}) > 1
 for k, v in expected.items():
     assert torch.equal(engine.state_dict()[k].cpu(), v), k
     assert torch.equal(torch.from_dlpack(held[k]).cpu(), v), k   # generation 1, unchanged
@@ -279,6 +281,16 @@ with gpushm.open_weights("py-model") as ws:
     assert ws.generation == 2
     for k, v in trainer.state_dict().items():
         assert torch.equal(torch.from_dlpack(ws[k]), v), k
+# an engine that keeps its own parameters: one device copy each, on PyTorch's current
+# stream and on one of its own (the close waits for the copies before unmapping)
+copied, side_copied, side = net(), net(), torch.cuda.Stream()
+with gpushm.open_weights("py-model") as ws:
+    ws.copy_into(copied)
+    ws.copy_into(side_copied, stream=side)
+side.synchronize()
+assert torch.equal(copied(x), trainer(x)) and torch.equal(side_copied(x), trainer(x))
+for k, p in copied.state_dict().items():
+    assert p.data_ptr() != ws2[k].ptr, k
 with gpushm.open_weights("py-inplace") as ws:                      # written in place
     for k, v in expected.items():
         assert torch.equal(torch.from_dlpack(ws[k]).cpu(), v), k
@@ -293,7 +305,7 @@ del held, mapped
 gpushm.unlink("py-model")
 print(f"weight sets: a {len(expected)}-tensor bf16 state dict published on the GPU, loaded "
       f"by an engine in another process (one copy, and none: assign=True); generation 1 "
-      f"whole for its holder after 2")
+      f"whole for its holder after 2; copy_into() of 2, in buckets, on two streams")
 EOF
 
 # --- hand-off latency, beside torch.multiprocessing in the same run (printed)
