@@ -299,11 +299,15 @@ static uint16_t last_word(void *const *to)
 
 /* A sync's copies: w into the reader's places (whole: the set's layout) with
  * gpushm_weights_copy(), waited for; false where a word came back wrong. */
+static double queued_ms; /* copy_generation()'s gpushm_weights_copy() call, the last */
+
 static bool copy_generation(gpushm_weights_t *w, bool whole, CUstream s, uint16_t g)
 {
   void *const *to = whole ? at_layout : at_tensor;
+  double t0 = now_ms();
 
   CHECK_OK(gpushm_weights_copy(w, to, TENSORS, reader_device ? s : NULL));
+  queued_ms = now_ms() - t0;
   if (reader_device)
     CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
   return last_word(to) == g;
@@ -366,7 +370,7 @@ static int role_reader(const char *socket)
         if (copies) {
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
           bool right = copy_generation(next, whole, s, g);
-          const double t2 = now_ms();
+          const double t2 = now_ms(), queued = queued_ms;
           CHECK_OK(gpushm_weights_close(w));
           w = next;
           answer(right ? "sync" : "wrong", t2 - t0);
@@ -385,8 +389,8 @@ static int role_reader(const char *socket)
           copy_own(&mapped, whole, s, bytes);
           const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
-          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1, t3 - t2,
-                 t4 - t3, t5 - t4, t6 - t5, t5m - t5);
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
+                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued);
           fflush(stdout);
           if (!right)
             answer("wrong", 0);
@@ -479,7 +483,7 @@ static double hear(struct reader *r, const char *word)
   return v;
 }
 
-#define PARTS 7
+#define PARTS 8
 
 /* The reader's "parts" line: where one sync's time went (see role_reader()). */
 static void hear_parts(struct reader *r, double *part)
@@ -487,8 +491,8 @@ static void hear_parts(struct reader *r, double *part)
   char line[256];
 
   CHECK(fgets(line, sizeof line, r->out) != NULL);
-  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
-               &part[3], &part[4], &part[5], &part[6]) == PARTS);
+  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
+               &part[3], &part[4], &part[5], &part[6], &part[7]) == PARTS);
 }
 
 static double part_median(double parts[][PARTS], unsigned rounds, unsigned which)
@@ -659,10 +663,11 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
          backend == GPUSHM_BACKEND_HOST ? "(a GPU's: host memory's new pages fault in)"
          : m / own <= TARGET_SYNC_RATIO ? "met" : "NOT met");
   printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
-         "%.3f; not in the sync: closing the generation before %.3f, the same copies again "
+         "%.3f (the copies queued after %.3f); not in the sync: closing the generation before %.3f, the same copies again "
          "%.3f; out of new memory of the reader's own mapped afresh %.3f (mapping it %.3f; "
          "the sync %.3f x that)\n", where, part_median(parts, rounds, 0),
-         part_median(parts, rounds, 1), part_median(parts, rounds, 2),
+         part_median(parts, rounds, 1), part_median(parts, rounds, 7),
+         part_median(parts, rounds, 2),
          part_median(parts, rounds, 3), fresh, part_median(parts, rounds, 6), m / fresh);
   if (raw > 0)
     printf("W1 %-8s raw CUDA IPC of new memory (a cuMemAlloc'd buffer written by the "

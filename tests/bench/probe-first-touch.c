@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BYTES (16ull << 30)
 
@@ -137,6 +138,68 @@ static void piecewise(int fd, struct pieces p, CUdeviceptr dst, CUdeviceptr own,
   (void)own;
 }
 
+/* Whether importing and mapping memory waits for stream work in flight: 16 allocations
+ * of 1 GiB (exported fds), each imported and mapped (timed call by call) with the GPU
+ * idle, then again while one copy of the whole set runs; the copy alone beside them. */
+static void map_while_copying(CUdeviceptr dst, CUdeviceptr src, CUstream s)
+{
+  enum { PIECES = 16 };
+  const size_t piece = 1ull << 30;
+  CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                               .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                               .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+  CUmemGenericAllocationHandle made[PIECES];
+  int fds[PIECES];
+
+  for (int i = 0; i < PIECES; i++) {
+    CU_CHECK(CU_CALL(&drv, cuMemCreate, &made[i], piece, &prop, 0));
+    CU_CHECK(CU_CALL(&drv, cuMemExportToShareableHandle, &fds[i], made[i],
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  }
+  for (int busy = 0; busy < 2; busy++)
+    for (int round = 0; round < 3; round++) {
+      CUmemGenericAllocationHandle h[PIECES];
+      CUdeviceptr va[PIECES];
+      double t_import = 0, t_map = 0, t_access = 0, worst = 0, t0 = now_ms(), t_calls, total;
+
+      if (busy)
+        CU_CHECK(CU_CALL(&drv, cuMemcpyDtoDAsync, dst, src, BYTES, s));
+      for (int i = 0; i < PIECES; i++) {
+        double a = now_ms(), b, c, e;
+        CU_CHECK(CU_CALL(&drv, cuMemImportFromShareableHandle, &h[i], (void *)(uintptr_t)fds[i],
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        b = now_ms();
+        CU_CHECK(CU_CALL(&drv, cuMemAddressReserve, &va[i], piece, 0, 0, 0));
+        CU_CHECK(CU_CALL(&drv, cuMemMap, va[i], piece, 0, h[i], 0));
+        c = now_ms();
+        CU_CHECK(CU_CALL(&drv, cuMemSetAccess, va[i], piece, &read_access, 1));
+        e = now_ms();
+        t_import += b - a;
+        t_map += c - b;
+        t_access += e - c;
+        if (e - a > worst)
+          worst = e - a;
+      }
+      t_calls = now_ms() - t0;
+      CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+      total = now_ms() - t0;
+      printf("16 x 1 GiB imported and mapped, GPU %s: calls %.3f ms (import %.3f, reserve+map "
+             "%.3f, access %.3f; slowest piece %.3f); with the copy done %.3f ms\n",
+             busy ? "copying 16 GiB meanwhile" : "idle", t_calls, t_import, t_map, t_access,
+             worst, total);
+      for (int i = 0; i < PIECES; i++) {
+        CU_CHECK(CU_CALL(&drv, cuMemUnmap, va[i], piece));
+        CU_CHECK(CU_CALL(&drv, cuMemAddressFree, va[i], piece));
+        CU_CHECK(CU_CALL(&drv, cuMemRelease, h[i]));
+      }
+    }
+  printf("the copy alone: %.3f ms\n", timed_copy(dst, src, s));
+  for (int i = 0; i < PIECES; i++) {
+    close(fds[i]);
+    CU_CHECK(CU_CALL(&drv, cuMemRelease, made[i]));
+  }
+}
+
 int main(void)
 {
   static const size_t aligns[] = { 0, 2ull << 20, 512ull << 20, 1ull << 30, 2ull << 30 };
@@ -165,7 +228,7 @@ int main(void)
   CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
   printf("the first mapping, warm (written through it): %.3f ms; own cuMemAlloc: %.3f ms\n",
          timed_copy(dst, first, s), timed_copy(dst, own, s));
-  for (int round = 0; round < 3; round++)
+  for (int round = 0; round < 1; round++)
     for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
       CUdeviceptr va = map_at(h, aligns[i], &map_ms);
       double a = timed_copy(dst, va, s), b = timed_copy(dst, va, s), c = timed_copy(dst, own, s);
@@ -193,7 +256,8 @@ int main(void)
       printf("imported from its fd: import %.3f ms, map %.3f ms, first copy %.3f ms, again "
              "%.3f\n", import_ms, map_ms, a, b);
     }
-    for (int round = 0; round < 3; round++)
+    map_while_copying(dst, own, s);
+    for (int round = 0; round < 1; round++)
       for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
         double floor_ms = timed_copy(dst, own, s);
         piecewise(fd, pieces[i], dst, own, s, floor_ms);
