@@ -9,7 +9,8 @@
  *       neighbours merge into a copy a buffer; against the same copies out of memory of
  *       its own mapped all along (target <= 1.05 x); beside them where the time goes,
  *       the same copies out of new memory of its own mapped afresh, as any receiver of
- *       new memory must, and raw CUDA IPC's open and copy of a new buffer;
+ *       new memory must, and raw CUDA IPC's open and copy of a new buffer; on a GPU, a
+ *       diagnosis: the same syncs with every buffer opened and mapped before any copy;
  *   W2  publish to visible: a reader waiting in gpushm_weights_wait_newer() has the new
  *       generation of 291 tensors open and mapped (target <= 2 ms), beside two ping
  *       round trips;
@@ -300,11 +301,21 @@ static uint16_t last_word(void *const *to)
 /* A sync's copies: w into the reader's places (whole: the set's layout) with
  * gpushm_weights_copy(), waited for; false where a word came back wrong. */
 static double queued_ms; /* copy_generation()'s gpushm_weights_copy() call, the last */
+static double premapped_ms; /* its buffers' opens first, where map_first */
 
-static bool copy_generation(gpushm_weights_t *w, bool whole, CUstream s, uint16_t g)
+static bool copy_generation(gpushm_weights_t *w, bool whole, bool map_first, CUstream s,
+                            uint16_t g)
 {
   void *const *to = whole ? at_layout : at_tensor;
   double t0 = now_ms();
+
+  if (map_first) {
+    gpushm_buffer_t *b;
+    for (uint32_t i = 0; i < gpushm_weights_buffer_count(w); i++)
+      CHECK_OK(gpushm_weights_buffer(w, i, &b));
+    premapped_ms = now_ms() - t0;
+    t0 = now_ms();
+  }
 
   CHECK_OK(gpushm_weights_copy(w, to, TENSORS, reader_device ? s : NULL));
   queued_ms = now_ms() - t0;
@@ -369,7 +380,7 @@ static int role_reader(const char *socket)
         t1 = now_ms();
         if (copies) {
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
-          bool right = copy_generation(next, whole, s, g);
+          bool right = copy_generation(next, whole & 1, whole == 2, s, g);
           const double t2 = now_ms(), queued = queued_ms;
           CHECK_OK(gpushm_weights_close(w));
           w = next;
@@ -380,17 +391,18 @@ static int role_reader(const char *socket)
            * (the floor), and out of new memory of its own mapped afresh (the mapping
            * also timed alone) */
           const double t3 = now_ms();
-          right = copy_generation(w, whole, s, g) && right;
+          right = copy_generation(w, whole & 1, false, s, g) && right;
           const double t4 = now_ms();
-          copy_own(&src, whole, s, bytes);
+          copy_own(&src, whole & 1, s, bytes);
           const double t5 = now_ms();
           struct place mapped = fresh_map(&fresh);
           const double t5m = now_ms();
-          copy_own(&mapped, whole, s, bytes);
+          copy_own(&mapped, whole & 1, s, bytes);
           const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
-          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
-                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued);
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
+                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued,
+                 whole == 2 ? premapped_ms : 0);
           fflush(stdout);
           if (!right)
             answer("wrong", 0);
@@ -483,7 +495,7 @@ static double hear(struct reader *r, const char *word)
   return v;
 }
 
-#define PARTS 8
+#define PARTS 9
 
 /* The reader's "parts" line: where one sync's time went (see role_reader()). */
 static void hear_parts(struct reader *r, double *part)
@@ -491,8 +503,8 @@ static void hear_parts(struct reader *r, double *part)
   char line[256];
 
   CHECK(fgets(line, sizeof line, r->out) != NULL);
-  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1], &part[2],
-               &part[3], &part[4], &part[5], &part[6], &part[7]) == PARTS);
+  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1],
+               &part[2], &part[3], &part[4], &part[5], &part[6], &part[7], &part[8]) == PARTS);
 }
 
 static double part_median(double parts[][PARTS], unsigned rounds, unsigned which)
@@ -630,15 +642,16 @@ static double raw_ipc_floor(struct reader *r, uint64_t bytes, unsigned rounds)
  * reader after its copy; the reader copies into tensors of its own or (whole) into the
  * set's layout. */
 static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct gen gen1,
-                    gpushm_backend_t backend, uint64_t bytes, struct shaped *t, bool whole,
+                    gpushm_backend_t backend, uint64_t bytes, struct shaped *t, int mode,
                     const char *size)
 {
+  const bool whole = mode & 1;
   const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
   const unsigned rounds = quick ? 3 : SYNC_ROUNDS;
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
   struct gen before = gen1, now;
 
-  fprintf(r->in, "follow %s %u %d\n", set, rounds, whole);
+  fprintf(r->in, "follow %s %u %d\n", set, rounds, mode);
   fflush(r->in);
   for (unsigned i = 0; i < rounds; i++) {
     hear(r, "ready");
@@ -649,11 +662,21 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
     before = now;
   }
   drop(&before);
-  if (whole && backend != GPUSHM_BACKEND_HOST)
-    raw = raw_ipc_floor(r, bytes, rounds);
   m = median(sync, rounds);
   own = part_median(parts, rounds, 4);
   fresh = part_median(parts, rounds, 5);
+  if (mode == 2) {
+    printf("W1 %-8s a diagnosis, into the set's layout with its %u buffers opened and mapped "
+           "first: the sync %.3f ms, of which the generation's open %.3f, the buffers' %.3f, "
+           "the copies %.3f (%.3f once mapped; one copy out of memory mapped all along "
+           "%.3f)\n", where, gen1.n, m, part_median(parts, rounds, 0),
+           part_median(parts, rounds, 8),
+           part_median(parts, rounds, 1) - part_median(parts, rounds, 8),
+           part_median(parts, rounds, 3), own);
+    return;
+  }
+  if (whole && backend != GPUSHM_BACKEND_HOST)
+    raw = raw_ipc_floor(r, bytes, rounds);
   printf("W1 %-8s one copy per sync, %u tensors (%s, %u buffers), %s: median of %u %.3f ms "
          "(woken, the new generation opened, mapped and copied); floor: the same copies out "
          "of memory of the reader's own mapped all along %.3f ms; %.3f x the floor | target "
@@ -697,10 +720,15 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   fflush(r.in);
   model_open = hear(&r, "open");
   snprintf(line, sizeof line, "%.2f GB", bytes / 1e9);
-  w1_rows(conn, &r, set, first_gen, backend, bytes, t, false, line);
+  w1_rows(conn, &r, set, first_gen, backend, bytes, t, 0, line);
   snprintf(set, sizeof set, "whole-%s", where);
   w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
-          true, line);
+          1, line);
+  if (device) {
+    snprintf(set, sizeof set, "mapped-first-%s", where);
+    w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,
+            t, 2, line);
+  }
   /* W2: small generations of the same 291 tensors, one after another */
   {
     static struct shaped small[TENSORS];
