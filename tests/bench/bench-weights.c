@@ -380,7 +380,7 @@ static int role_reader(const char *socket)
         t1 = now_ms();
         if (copies) {
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
-          bool right = copy_generation(next, whole & 1, whole == 2, s, g);
+          bool right = copy_generation(next, whole != 0, whole == 2, s, g);
           const double t2 = now_ms(), queued = queued_ms;
           CHECK_OK(gpushm_weights_close(w));
           w = next;
@@ -391,13 +391,13 @@ static int role_reader(const char *socket)
            * (the floor), and out of new memory of its own mapped afresh (the mapping
            * also timed alone) */
           const double t3 = now_ms();
-          right = copy_generation(w, whole & 1, false, s, g) && right;
+          right = copy_generation(w, whole != 0, false, s, g) && right;
           const double t4 = now_ms();
-          copy_own(&src, whole & 1, s, bytes);
+          copy_own(&src, whole != 0, s, bytes);
           const double t5 = now_ms();
           struct place mapped = fresh_map(&fresh);
           const double t5m = now_ms();
-          copy_own(&mapped, whole & 1, s, bytes);
+          copy_own(&mapped, whole != 0, s, bytes);
           const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
           printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
@@ -645,7 +645,7 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
                     gpushm_backend_t backend, uint64_t bytes, struct shaped *t, int mode,
                     const char *size)
 {
-  const bool whole = mode & 1;
+  const bool whole = mode != 0;
   const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
   const unsigned rounds = quick ? 3 : SYNC_ROUNDS;
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
