@@ -139,9 +139,8 @@ GPUSHM_API int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void
  * own): tensor i to dst[i], where its element [0, ..., 0] goes, the rest laid out with the
  * tensor's strides (NULL: not copied); n: gpushm_weights_tensor_count(w).  Buffer after
  * buffer, each opened and mapped as gpushm_weights_buffer() does just before its copies
- * are queued, so that mapping one overlaps the copies out of the one before (a set in
- * several buffers syncs at the speed of one copy); tensors adjacent in both memories go
- * as one copy.  Device memory, and host memory given a stream, is copied with
+ * are queued, so that mapping one overlaps the copies out of the one before; tensors
+ * adjacent in both memories go as one copy.  Device memory, and host memory given a stream, is copied with
  * cuMemcpyAsync on stream (a CUstream; NULL: the legacy default stream of the buffer's
  * map device), into any memory CUDA can address: done when the stream has passed the
  * copies, which gpushm_weights_close() waits for before it unmaps anything.  Host memory

@@ -40,8 +40,8 @@ _TENSOR_SCRATCH = 1024
 #: another thread and Ctrl-C are noticed within it (a C wait cannot be interrupted).
 _WAIT_SLICE = 0.25
 #: The most bytes publish_weights() puts in one buffer (a larger tensor gets one of its
-#: own): a reader's copy_into() maps each buffer while the one before is copied, so a
-#: sync costs one copy and the mapping of the first bucket only (docs/weights.md).
+#: own): a reader's copy_into() maps each buffer while the one before is copied
+#: (docs/weights.md#measured says what that saves, and what it does not).
 BUCKET_BYTES = 1 << 30
 #: What gpushm.errors.InvalidName says names are (proto/wire.c's wire_name_valid()).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,126}")
