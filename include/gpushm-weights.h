@@ -140,13 +140,13 @@ GPUSHM_API int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void
  * tensor's strides (NULL: not copied); n: gpushm_weights_tensor_count(w).  Buffer after
  * buffer, each opened and mapped as gpushm_weights_buffer() does just before its copies
  * are queued, so that mapping one overlaps the copies out of the one before; tensors
- * adjacent in both memories go as one copy.  Device memory, and host memory given a stream, is copied with
- * cuMemcpyAsync on stream (a CUstream; NULL: the legacy default stream of the buffer's
- * map device), into any memory CUDA can address: done when the stream has passed the
- * copies, which gpushm_weights_close() waits for before it unmaps anything.  Host memory
- * without a stream is copied by the CPU, done on return.  GPUSHM_E_INVAL for n not the
- * tensor count; where a buffer cannot be opened or mapped, its error, the copies queued
- * before it left queued. */
+ * adjacent in both memories go as one copy.  Device memory, and host memory given a
+ * stream, is copied with cuMemcpyAsync on stream (a CUstream; NULL: the legacy default
+ * stream of the buffer's map device), into any memory CUDA can address: done when the
+ * stream has passed the copies, which gpushm_weights_close() waits for before it unmaps
+ * anything.  Host memory without a stream is copied by the CPU, done on return.
+ * GPUSHM_E_INVAL for n not the tensor count; where a buffer cannot be opened or mapped,
+ * its error, the copies queued before it left queued. */
 GPUSHM_API int gpushm_weights_copy(gpushm_weights_t *w, void *const dst[], size_t n,
                                    void *stream);
 
