@@ -297,8 +297,10 @@ class WeightSet:
         (gpushm_weights_copy).  Copies into CUDA memory are queued on ``stream`` (a
         ``torch.cuda.Stream``, CuPy stream or raw handle; None: PyTorch's or CuPy's
         current stream of the destination, else the legacy default stream), ordered
-        with the work there as ``Tensor.copy_`` would be; copies into host memory are
-        done on return.  ``close()`` waits for queued copies before it unmaps anything.
+        with the work there as ``Tensor.copy_`` would be; copies into pageable host
+        memory are done on return (into page-locked memory, a pinned tensor, they are
+        queued as CUDA's are: synchronise the stream before reading them).  ``close()``
+        waits for queued copies before it unmaps anything.
         ``strict``: every tensor of the set has a place in ``dst`` and every place a
         tensor (KeyError naming the first few otherwise), as ``load_state_dict``'s."""
         gen, w = self._live()
