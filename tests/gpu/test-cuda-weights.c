@@ -237,13 +237,16 @@ struct reader {
 /* The reader as uid 65534 where the test is root; as_self: as the test's own uid (the
  * fake-driver run: a release tarball's build tree, in a 0700 directory, is no other
  * uid's to run). */
+static uid_t reader_uid;
+
 static void start_reader(struct reader *r, bool as_self)
 {
   int to[2], from[2];
 
+  reader_uid = geteuid() == 0 && !as_self ? 65534 : geteuid();
   CHECK(pipe(to) == 0 && pipe(from) == 0);
   fflush(stdout);
-  r->pid = geteuid() == 0 && !as_self ? fork_as(65534, 65534) : fork();
+  r->pid = reader_uid != geteuid() ? fork_as(reader_uid, reader_uid) : fork();
   CHECK(r->pid >= 0);
   if (r->pid == 0) {
     CHECK(dup2(to[0], 0) == 0 && dup2(from[1], 1) == 1);
@@ -301,7 +304,7 @@ static void test_small(gpushm_t *conn, struct reader *r, gpushm_backend_t backen
   CHECK_OK(gpushm_unlink(conn, set));
   test_log("weights of %s memory: generation 1 read whole on the GPU by uid %u, and again "
            "after 2 was published and 1's buffer dropped by its writer; 2 read whole", be,
-           (unsigned)(geteuid() == 0 ? 65534 : geteuid()));
+           (unsigned)reader_uid);
 }
 
 static int cmp_double(const void *a, const void *b)
