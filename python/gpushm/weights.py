@@ -310,7 +310,7 @@ class WeightSet:
         unexpected: List[str] = []
         found = 0
         any_cuda = False
-        hint = None  # a destination whose framework's current stream is the default
+        hint = None  # the first CUDA destination: its framework's current stream the default
         for key, array in dst.items():
             index = self._index(w, key) if isinstance(key, str) else -1
             if index < 0:
