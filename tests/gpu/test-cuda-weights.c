@@ -8,7 +8,8 @@
  *    memory of its own with gpushm_weights_copy() on the legacy default stream, in the
  *    set's layout, and 2 on a stream of its own, tensors in reverse order, 200 times,
  *    closing 2 at once (the close waits for the copies: unmapping under them would fault),
- *    and reads both copies whole;
+ *    and reads both copies whole; a copy failing in the driver (GPUSHM_CUDA_FAULTS) is
+ *    refused naming cuMemcpyAsync, and the close after it frees the generation;
  *  - printed (issue 39's targets, not asserted): a fresh reader's first open of a
  *    100,000-tensor set over one 64 MiB buffer, its CUDA context made, up to the last
  *    tensor's device pointer (target 20 ms); publish to visible (a reader waiting in
@@ -198,6 +199,20 @@ static int role_reader(const char *socket)
       CHECK_OK(gpushm_weights_close(w));
       check_copy(w2, 2); /* closes it */
       answer("ok", 2);
+    } else if (sscanf(cmd, "faulty %63s", set) == 1) {
+      /* started with GPUSHM_CUDA_FAULTS failing every cuMemcpyAsync: the copy says so,
+       * and the close after it still lets go of everything */
+      void *to[SMALL_TENSORS];
+      CUdeviceptr own;
+      CU_CHECK(CU_CALL(&drv, cuMemAlloc, &own, (uint64_t)SMALL_TENSORS * SMALL_TENSOR_BYTES));
+      for (unsigned t = 0; t < SMALL_TENSORS; t++)
+        to[t] = (void *)(uintptr_t)(own + (uint64_t)t * SMALL_TENSOR_BYTES);
+      CHECK_OK(gpushm_weights_open(conn, set, &w));
+      CHECK_ERR(gpushm_weights_copy(w, to, SMALL_TENSORS, NULL), GPUSHM_E_CUDA);
+      CHECK(strstr(gpushm_last_error_message(), "cuMemcpyAsync") != NULL);
+      CHECK_OK(gpushm_weights_close(w));
+      CU_CHECK(CU_CALL(&drv, cuMemFree, own));
+      answer("ok", 0);
     } else if (sscanf(cmd, "big %63s", set) == 1) {
       double t0 = now_ms();
       void *p;
@@ -277,6 +292,38 @@ static double hear(struct reader *r, const char *word)
   CHECK(fgets(line, sizeof line, r->out) != NULL);
   CHECK(sscanf(line, "%31s %lf", got, &v) == 2 && strcmp(got, word) == 0);
   return v;
+}
+
+/* A copy that fails in the driver (GPUSHM_CUDA_FAULTS in a reader of its own): refused
+ * naming the call, the generation closed after it all the same (the daemon's objects back
+ * where they were once the set is unlinked). */
+static void test_copy_fault(gpushm_t *conn)
+{
+  const uint64_t bytes = (uint64_t)SMALL_TENSORS * SMALL_TENSOR_BYTES;
+  gpushm_stats_t *st = daemon_stats(&d);
+  const uint32_t before = gpushm_stats_buffers(st);
+  gpushm_buffer_t *g;
+  struct reader r;
+
+  gpushm_stats_free(st);
+  g = create(conn, "w-faulty-1", GPUSHM_BACKEND_CUDA_FD, bytes);
+  cuda_test_fill(cuda_test_dptr(g), bytes, 3);
+  CHECK_OK(publish(conn, "w-faulty", g, SMALL_TENSORS, SMALL_TENSOR_BYTES, NULL));
+  CHECK_OK(gpushm_buffer_close_unlink(g));
+  CHECK(setenv("GPUSHM_CUDA_FAULTS", "cuMemcpyAsync=CUDA_ERROR_ILLEGAL_ADDRESS", 1) == 0);
+  start_reader(&r, true);
+  CHECK(unsetenv("GPUSHM_CUDA_FAULTS") == 0);
+  tell(&r, "faulty", "w-faulty");
+  hear(&r, "ok");
+  fclose(r.in);
+  check_child(r.pid);
+  fclose(r.out);
+  CHECK_OK(gpushm_unlink(conn, "w-faulty"));
+  st = daemon_stats(&d);
+  CHECK(gpushm_stats_buffers(st) == before);
+  gpushm_stats_free(st);
+  test_log("weights: a copy failing in the driver refused naming cuMemcpyAsync; the "
+           "generation closed after it, its memory freed");
 }
 
 static void test_small(gpushm_t *conn, struct reader *r, gpushm_backend_t backend)
@@ -438,6 +485,7 @@ int main(int argc, char **argv)
   fclose(r.in);
   check_child(r.pid);
   fclose(r.out);
+  test_copy_fault(conn);
   if (!fake)
     test_churn(conn);
   gpushm_disconnect(conn);
