@@ -1335,6 +1335,16 @@ int gpushm_buffer_ref(gpushm_buffer_t *buf)
   return 0;
 }
 
+bool client_buffer_sole_open(gpushm_buffer_t *buf)
+{
+  bool sole;
+
+  pthread_mutex_lock(&cache_lock);
+  sole = buf->refs == 1 && !buf->inherited;
+  pthread_mutex_unlock(&cache_lock);
+  return sole;
+}
+
 int gpushm_buffer_close(gpushm_buffer_t *buf)
 {
   return close_entry(buf, false);
@@ -1439,11 +1449,17 @@ const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size)
 
 void gpushm_disconnect(gpushm_t *conn)
 {
+  void (*drop_weights_kept)(gpushm_t *);
+
   if (!conn)
     return;
-  /* Idle segments mapped through it would keep the socket open for nothing.  Here, not
-   * in conn.c, so that the connection knows nothing of what is mapped through it. */
+  drop_weights_kept = __atomic_load_n(&conn->drop_weights_kept, __ATOMIC_ACQUIRE);
+  /* Idle segments, and buffers kept of weight sets, mapped through it would keep the
+   * socket open for nothing.  Here, not in conn.c, so that the connection knows nothing
+   * of what is mapped through it. */
   __atomic_store_n(&conn->user_gone, true, __ATOMIC_RELEASE);
   client_segment_disconnect(conn);
+  if (drop_weights_kept)
+    drop_weights_kept(conn);
   client_conn_unref(conn);
 }

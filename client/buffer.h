@@ -54,6 +54,8 @@ int client_release_id(gpushm_t *conn, uint64_t id);
 /* Buffer id opened read-only as one of weight-set generation via's (which conn holds),
  * mapped as the default rule says. */
 int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out);
+/* Whether buf's only open is the caller's (no tensor or other user holds one more). */
+bool client_buffer_sole_open(gpushm_buffer_t *buf);
 /* An open by name whose memory stays unmapped (GPUSHM_DEVICE_NONE: device memory's fd
  * kept for a graphics API, not imported into CUDA). */
 int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,

@@ -44,6 +44,11 @@ struct gpushm {
   struct hash_table handles_by_id, handles_by_name;
   struct gpushm *handles_next, *handles_prev;
   bool handles_listed;
+  /* What it keeps of weight sets between their generations (weights.c, under its lock),
+   * and what lets go of it at gpushm_disconnect(): set by weights.c, which the buffer
+   * layer that disconnects lies beneath. */
+  struct weights_kept *weights_kept;
+  void (*drop_weights_kept)(gpushm_t *conn);
   uint8_t rx[WIRE_RECV_BUF];
   uint8_t tx[WIRE_FRAME_MAX];
 };

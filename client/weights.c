@@ -56,6 +56,28 @@ struct gpushm_weights {
   size_t n_marks;
 };
 
+/* What a connection keeps of one weight set between generations, so that a reader of a
+ * publisher that recycles buffers (writes generation n+1 into those of n-1 once nobody
+ * holds n-1) maps them once, not at every sync: the buffer ids of the generation it
+ * closed last, to see them named again, and once they are, the handles of each closed
+ * generation's buffers (still mapped), which the next generation to name them takes
+ * over.  Handles of a closed generation keep its memory, not the generation: they do not
+ * hold a recycling publisher back, and are never read. */
+struct weights_kept {
+  struct weights_kept *next;
+  char name[GPUSHM_LIMIT_NAME_LEN + 1];
+  uint64_t *closed_ids; /* sorted */
+  uint32_t n_closed;
+  gpushm_buffer_t **kept; /* a handle taken over: NULL */
+  uint64_t *kept_ids;     /* kept[i]'s id, sorted */
+  uint32_t n_kept;
+  bool recycles;
+};
+
+/* Every connection's weights_kept list: short (GPUSHM_LIMIT_WEIGHT_SETS_KEPT), most
+ * recently used first.  Handles are closed outside it (a close is a round trip). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* A failed system call, its errno kept for gpushm_last_errno(). */
 static int io_error(int err, const char *what, const char *name)
 {
@@ -406,6 +428,214 @@ fail:
   return r;
 }
 
+/* ---- keeping buffers between generations ------------------------------------------ */
+
+static int cmp_id(const void *a, const void *b)
+{
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+  return (x > y) - (x < y);
+}
+
+static void drop_kept(gpushm_t *conn);
+
+/* conn's entry for the set name, made the most recently used; NULL where there is none
+ * and make is false (or memory is short).  Making one past GPUSHM_LIMIT_WEIGHT_SETS_KEPT
+ * unlinks the least recently used into *dropped, for the caller to free outside the
+ * lock. */
+static struct weights_kept *kept_find(gpushm_t *conn, const char *name, bool make,
+                                      struct weights_kept **dropped)
+{
+  struct weights_kept **link = &conn->weights_kept, **last = NULL, *k;
+  unsigned n = 0;
+
+  for (; (k = *link); link = &k->next, n++) {
+    if (strcmp(k->name, name) == 0) {
+      *link = k->next;
+      k->next = conn->weights_kept;
+      conn->weights_kept = k;
+      return k;
+    }
+    last = link;
+  }
+  if (!make || !(k = calloc(1, sizeof *k)))
+    return NULL;
+  if (n >= GPUSHM_LIMIT_WEIGHT_SETS_KEPT) {
+    *dropped = *last;
+    *last = NULL;
+  }
+  snprintf(k->name, sizeof k->name, "%s", name);
+  __atomic_store_n(&conn->drop_weights_kept, drop_kept, __ATOMIC_RELEASE);
+  k->next = conn->weights_kept;
+  conn->weights_kept = k;
+  return k;
+}
+
+/* Closes handles a set's entry let go of, keeping the caller's error: what its own call
+ * said is what it reports. */
+static void close_handles(gpushm_buffer_t **handles, uint32_t n)
+{
+  struct client_saved_error saved;
+
+  client_save_error(&saved);
+  for (uint32_t i = 0; i < n; i++)
+    if (handles[i])
+      gpushm_buffer_close(handles[i]);
+  client_restore_error(&saved);
+}
+
+/* Closes h, its error the caller's *r where that is the first. */
+static void close_reporting(gpushm_buffer_t *h, int *r)
+{
+  if (*r < 0)
+    close_handles(&h, 1);
+  else
+    *r = gpushm_buffer_close(h);
+}
+
+static void kept_free(struct weights_kept *k)
+{
+  close_handles(k->kept, k->n_kept);
+  free(k->kept);
+  free(k->kept_ids);
+  free(k->closed_ids);
+  free(k);
+}
+
+/* gpushm_disconnect()'s: every handle conn keeps closed. */
+static void drop_kept(gpushm_t *conn)
+{
+  struct weights_kept *all, *next;
+
+  pthread_mutex_lock(&kept_lock);
+  all = conn->weights_kept;
+  conn->weights_kept = NULL;
+  pthread_mutex_unlock(&kept_lock);
+  for (; all; all = next) {
+    next = all->next;
+    kept_free(all);
+  }
+}
+
+/* A generation just opened takes over the handles its connection kept of the buffers it
+ * names (mapped: no round trip, no mapping) and lets go of the others; the set recycles
+ * while its generations name buffers of the one closed before. */
+static void kept_take(gpushm_weights_t *w)
+{
+  struct weights_kept *k;
+  gpushm_buffer_t **stale = NULL;
+  uint32_t n_stale = 0;
+
+  pthread_mutex_lock(&kept_lock);
+  if ((k = kept_find(w->conn, w->name, false, NULL))) {
+    k->recycles = false;
+    for (uint32_t i = 0; i < w->n_buffers; i++) {
+      const uint64_t *at;
+      if (bsearch(&w->buffers[i].id, k->closed_ids, k->n_closed, sizeof *k->closed_ids,
+                  cmp_id))
+        k->recycles = true;
+      at = bsearch(&w->buffers[i].id, k->kept_ids, k->n_kept, sizeof *k->kept_ids, cmp_id);
+      if (at && k->kept[at - k->kept_ids] && !w->buffers[i].open) {
+        w->buffers[i].open = k->kept[at - k->kept_ids];
+        k->kept[at - k->kept_ids] = NULL;
+      }
+    }
+    stale = k->kept;
+    n_stale = k->n_kept;
+    k->kept = NULL;
+    free(k->kept_ids);
+    k->kept_ids = NULL;
+    k->n_kept = 0;
+  }
+  pthread_mutex_unlock(&kept_lock);
+  close_handles(stale, n_stale);
+  free(stale);
+}
+
+/* The handle and id of a buffer kept, sorted together by id. */
+struct kept_pair {
+  uint64_t id;
+  gpushm_buffer_t *handle;
+};
+
+static int cmp_pair(const void *a, const void *b)
+{
+  return cmp_id(&((const struct kept_pair *)a)->id, &((const struct kept_pair *)b)->id);
+}
+
+/* At w's close: its buffers' ids noted and, where the set recycles, the handles nothing
+ * but w opens kept (a tensor made of one, holding an open of its own, is not taken over
+ * by anybody); every other handle closed.  Any handles the set's entry kept before
+ * (two generations closed in a row) are let go of. */
+static int kept_put(gpushm_weights_t *w)
+{
+  struct weights_kept *k = NULL, *dropped = NULL;
+  uint64_t *ids = malloc((size_t)w->n_buffers * sizeof *ids);
+  struct kept_pair *pairs = malloc((size_t)w->n_buffers * sizeof *pairs);
+  gpushm_buffer_t **closing = calloc((size_t)w->n_buffers, sizeof *closing), **stale = NULL;
+  uint32_t n_pairs = 0, n_stale = 0;
+  int r = 0;
+
+  pthread_mutex_lock(&kept_lock);
+  if (ids && pairs && closing)
+    k = kept_find(w->conn, w->name, true, &dropped);
+  for (uint32_t i = 0; i < w->n_buffers; i++) {
+    gpushm_buffer_t *h = w->buffers[i].open;
+    if (ids)
+      ids[i] = w->buffers[i].id;
+    if (!h)
+      continue;
+    if (k && k->recycles && client_buffer_sole_open(h))
+      pairs[n_pairs++] = (struct kept_pair){ w->buffers[i].id, h };
+    else if (closing)
+      closing[i] = h;
+    else
+      close_reporting(h, &r); /* memory short: no list (a close takes no lock of ours) */
+    w->buffers[i].open = NULL;
+  }
+  if (k) {
+    qsort(ids, w->n_buffers, sizeof *ids, cmp_id);
+    free(k->closed_ids);
+    k->closed_ids = ids;
+    k->n_closed = w->n_buffers;
+    ids = NULL;
+    stale = k->kept;
+    n_stale = k->n_kept;
+    free(k->kept_ids);
+    k->kept = NULL;
+    k->kept_ids = NULL;
+    k->n_kept = 0;
+    if (n_pairs && (k->kept = malloc(n_pairs * sizeof *k->kept)) &&
+        (k->kept_ids = malloc(n_pairs * sizeof *k->kept_ids))) {
+      qsort(pairs, n_pairs, sizeof *pairs, cmp_pair);
+      for (uint32_t j = 0; j < n_pairs; j++) {
+        k->kept_ids[j] = pairs[j].id;
+        k->kept[j] = pairs[j].handle;
+      }
+      k->n_kept = n_pairs;
+      n_pairs = 0;
+    } else {
+      free(k->kept);
+      k->kept = NULL;
+    }
+  }
+  pthread_mutex_unlock(&kept_lock);
+  /* handles that could not be kept after all: closed as any other */
+  for (uint32_t j = 0; j < n_pairs; j++)
+    close_reporting(pairs[j].handle, &r);
+  for (uint32_t i = 0; closing && i < w->n_buffers; i++)
+    if (closing[i])
+      close_reporting(closing[i], &r);
+  close_handles(stale, n_stale);
+  free(stale);
+  if (dropped)
+    kept_free(dropped);
+  free(closing);
+  free(pairs);
+  free(ids);
+  return r;
+}
+
 int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weights_t **out)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -426,7 +656,9 @@ int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weights_t **out
   body.kind = GPUSHM__KIND__KIND_WEIGHTS;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
-  return generation_round_trip(conn, &req, -1, out);
+  if ((r = generation_round_trip(conn, &req, -1, out)) == 0)
+    kept_take(*out);
+  return r;
 }
 
 int gpushm_weights_close(gpushm_weights_t *w)
@@ -450,9 +682,8 @@ int gpushm_weights_close(gpushm_weights_t *w)
     if ((rb = client_cuda_mark_wait(&w->marks[i])) < 0 && r == 0)
       r = rb;
   /* the buffers' opens before the generation's, which keeps them alive */
-  for (uint32_t i = 0; i < w->n_buffers; i++)
-    if (w->buffers[i].open && (rb = gpushm_buffer_close(w->buffers[i].open)) < 0 && r == 0)
-      r = rb;
+  if ((rb = kept_put(w)) < 0 && r == 0)
+    r = rb;
   unmap_generation(w);
   if ((rb = client_release_id(w->conn, w->id)) < 0 && r == 0)
     r = rb;
@@ -481,36 +712,81 @@ uint64_t gpushm_weights_newest(const gpushm_weights_t *w)
   return w ? __atomic_load_n(&w->control->fence, __ATOMIC_ACQUIRE) : 0;
 }
 
-/* gpushmd raises the fence and wakes the block's sleepers at every publish. */
-#define NEWER_SLICE_NS 100000000ull
-
-int gpushm_weights_wait_newer(gpushm_weights_t *w, int timeout_ms)
+uint64_t gpushm_weights_oldest(const gpushm_weights_t *w)
 {
-  uint64_t deadline;
+  return w ? __atomic_load_n(&weights_held_of(w->control)->oldest, __ATOMIC_ACQUIRE) : 0;
+}
 
-  client_clear_error();
-  if (!w)
-    return client_error(GPUSHM_E_INVAL, "w is NULL");
-  deadline = client_sync_now_ns() + (timeout_ms >= 0 ? (uint64_t)timeout_ms * 1000000u : 0);
+/* gpushmd changes the block's wake word and wakes its sleepers at every publish and
+ * whenever the oldest generation held changes; a slice bounds a sleep where the kernel
+ * cannot wait on that word and the sequence's at once. */
+#define WAIT_SLICE_NS 100000000ull
+
+enum weights_wait { WAIT_NEWER, WAIT_RELEASED };
+
+/* Sleeps on w's control block until what it waits for holds: 1; 0 once timeout_ms
+ * (< 0: never) has passed; or an error. */
+static int wait_control(gpushm_weights_t *w, enum weights_wait what, uint64_t upto,
+                        int timeout_ms)
+{
+  const uint64_t deadline =
+    client_sync_now_ns() + (timeout_ms >= 0 ? (uint64_t)timeout_ms * 1000000u : 0);
+
   for (;;) {
     uint32_t wake = __atomic_load_n(&w->control->wake, __ATOMIC_SEQ_CST);
     uint64_t last = __atomic_load_n(&w->control->release_seq, __ATOMIC_SEQ_CST);
-    uint64_t newest = __atomic_load_n(&w->control->fence, __ATOMIC_ACQUIRE), now, nap;
+    uint64_t newest = gpushm_weights_newest(w), oldest = gpushm_weights_oldest(w), now, nap;
 
-    if (newest == GPUSHM_WEIGHTS_GONE)
+    if (what == WAIT_NEWER && newest == GPUSHM_WEIGHTS_GONE)
       return client_error(GPUSHM_E_NOENT, "weight set '%s' is gone: no generation after %llu "
                           "will come", w->name, (unsigned long long)w->generation);
-    if (newest > w->generation)
-      return 0;
+    if (what == WAIT_NEWER && newest > w->generation)
+      return 1;
+    if (what == WAIT_RELEASED && oldest == 0)
+      return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd does not say which generations of "
+                          "'%s' are held (it is older than this library)", w->name);
+    if (what == WAIT_RELEASED && oldest > upto)
+      return 1;
     now = client_sync_now_ns();
     if (timeout_ms >= 0 && now >= deadline)
-      return client_error(GPUSHM_E_TIMEOUT, "no generation of '%s' after %llu within %d ms",
-                          w->name, (unsigned long long)w->generation, timeout_ms);
-    nap = NEWER_SLICE_NS;
+      return 0;
+    nap = WAIT_SLICE_NS;
     if (timeout_ms >= 0 && deadline - now < nap)
       nap = deadline - now;
     client_sync_sleep(w->control, wake, last, nap);
   }
+}
+
+int gpushm_weights_wait_newer(gpushm_weights_t *w, int timeout_ms)
+{
+  int r;
+
+  client_clear_error();
+  if (!w)
+    return client_error(GPUSHM_E_INVAL, "w is NULL");
+  if ((r = wait_control(w, WAIT_NEWER, 0, timeout_ms)) == 0)
+    return client_error(GPUSHM_E_TIMEOUT, "no generation of '%s' after %llu within %d ms",
+                        w->name, (unsigned long long)w->generation, timeout_ms);
+  return r < 0 ? r : 0;
+}
+
+int gpushm_weights_wait_released(gpushm_weights_t *w, uint64_t generation, int timeout_ms)
+{
+  int r;
+
+  client_clear_error();
+  if (!w)
+    return client_error(GPUSHM_E_INVAL, "w is NULL");
+  if (generation >= w->generation)
+    return client_error(GPUSHM_E_INVAL, "generation %llu of '%s' is held through w itself "
+                        "(generation %llu): wait for older ones", (unsigned long long)generation,
+                        w->name, (unsigned long long)w->generation);
+  if ((r = wait_control(w, WAIT_RELEASED, generation, timeout_ms)) == 0)
+    return client_error(GPUSHM_E_TIMEOUT, "generation %llu of '%s' is still held after %d ms "
+                        "(gpushmctl show %s says by whom)",
+                        (unsigned long long)gpushm_weights_oldest(w), w->name, timeout_ms,
+                        w->name);
+  return r < 0 ? r : 0;
 }
 
 size_t gpushm_weights_tensor_count(const gpushm_weights_t *w)

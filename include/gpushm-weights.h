@@ -101,7 +101,12 @@ GPUSHM_API int gpushm_weights_publish(gpushm_t *conn, const char *name,
  * one the caller may not see); GPUSHM_E_PERM without read access. */
 GPUSHM_API int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weights_t **out);
 /* Lets go of the generation and every buffer opened through it (their tensors'
- * pointers go with them; DLPack tensors made of them hold opens of their own).  In a
+ * pointers go with them; DLPack tensors made of them hold opens of their own).  Where
+ * the set's publisher recycles buffers (a generation named buffers of the one this
+ * connection closed before), the buffers stay open and mapped, unread, until the next
+ * generation opened through this connection names them again (and takes them over: no
+ * mapping) or not (closed then), or the connection goes: they keep memory, never a
+ * generation, and up to GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets' a connection.  In a
  * child forked after the open: GPUSHM_E_INVAL, only the child's copy of the memory
  * freed (the generation is the parent's). */
 GPUSHM_API int gpushm_weights_close(gpushm_weights_t *w);
@@ -117,6 +122,22 @@ GPUSHM_API uint64_t gpushm_weights_newest(const gpushm_weights_t *w);
  * (open the name again to get it), GPUSHM_E_NOENT if the set's name went instead,
  * GPUSHM_E_TIMEOUT after timeout_ms (< 0: for ever). */
 GPUSHM_API int gpushm_weights_wait_newer(gpushm_weights_t *w, int timeout_ms);
+
+/* Recycling (docs/weights.md#recycling): a publisher that writes a new generation into
+ * the buffers of an older one, instead of new buffers, must first know that nobody reads
+ * them.  gpushm_weights_oldest(): the oldest generation of w's set that anyone still
+ * holds (w's own at most), read from shared memory only gpushmd writes (no round trip);
+ * 0 from a gpushmd that does not say.  gpushm_weights_wait_released() sleeps (no polling
+ * of the daemon) until every generation of w's set up to generation is let go of by
+ * every holder: 0, after which their buffers are the publisher's alone to write (those
+ * a later generation also names excepted); GPUSHM_E_INVAL for a generation not older
+ * than w's (w holds it); GPUSHM_E_TIMEOUT after timeout_ms (< 0: for ever);
+ * GPUSHM_E_UNSUPPORTED from a gpushmd that does not say.  A reader's tensors that
+ * outlive its close of a generation (DLPack tensors hold memory, not the generation)
+ * read what a recycling publisher writes next. */
+GPUSHM_API uint64_t gpushm_weights_oldest(const gpushm_weights_t *w);
+GPUSHM_API int gpushm_weights_wait_released(gpushm_weights_t *w, uint64_t generation,
+                                            int timeout_ms);
 
 GPUSHM_API size_t gpushm_weights_tensor_count(const gpushm_weights_t *w);
 GPUSHM_API int gpushm_weights_tensor(const gpushm_weights_t *w, size_t index,

@@ -234,6 +234,10 @@
 #define GPUSHM_LIMIT_WEIGHT_BUFFERS      1024u
 #define GPUSHM_LIMIT_WEIGHT_MANIFEST     (256ull << 20)
 #define GPUSHM_LIMIT_WEIGHT_GENERATIONS  16u
+/* Weight sets one connection follows keeping buffers between generations (a reader's
+ * mappings of a recycling publisher's buffers, docs/weights.md#recycling), least
+ * recently used out: each costs memory the publisher may have let go of. */
+#define GPUSHM_LIMIT_WEIGHT_SETS_KEPT    16u
 
 /* Largest single buffer the protocol accepts (the backend and quotas may refuse less). */
 #define GPUSHM_LIMIT_BUFFER_SIZE       (1ull << 44)   /* 16 TiB */

@@ -170,6 +170,28 @@ _Static_assert(RING_TABLE_OFFSET + sizeof(struct ring_table) <= SYNC_CONTROL_SIZ
  * the set's name goes: no newer generation will come. */
 #define SHM_WEIGHTS_GONE UINT64_MAX
 
+/* A weight-set generation's control block carries, at WEIGHTS_HELD_OFFSET, the oldest
+ * generation of its set that anyone still holds (0 from a daemon that does not write
+ * it), written by gpushmd alone whenever that changes, with the block's wake word
+ * changed and woken: a publisher that recycles buffers sleeps on it until the
+ * generations that named them are let go of (gpushm_weights_wait_released()).  Every
+ * holder maps the block read-only, so no client can forge it.  Only ever raised: a
+ * generation let go of is freed, and new ones are newer. */
+#define WEIGHTS_HELD_OFFSET 1024u
+
+struct weights_held {
+  uint64_t oldest; /* __atomic builtins */
+};
+
+_Static_assert(WEIGHTS_HELD_OFFSET >= sizeof(struct sync_control) &&
+               WEIGHTS_HELD_OFFSET + sizeof(struct weights_held) <= SYNC_CONTROL_SIZE,
+               "the held word lies past the control block's fields, inside it");
+
+static inline struct weights_held *weights_held_of(struct sync_control *ctl)
+{
+  return (struct weights_held *)((char *)ctl + WEIGHTS_HELD_OFFSET);
+}
+
 static inline struct ring_table *ring_table_of(struct sync_control *ctl)
 {
   return (struct ring_table *)((char *)ctl + RING_TABLE_OFFSET);

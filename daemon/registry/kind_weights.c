@@ -9,7 +9,8 @@
  * Publishing makes the next generation and moves the name to it (registry.c); holders
  * keep theirs until they let go.  What the generations of one set share is their chain:
  * how many live (GPUSHM_LIMIT_WEIGHT_GENERATIONS) and which, so that each can be told of
- * a newer one. */
+ * a newer one, and of the oldest one still held (a publisher that recycles buffers waits
+ * for the generations that named them to go). */
 #include "config.h"
 #include "registry/kind.h"
 #include "registry/kind_buffer.h"
@@ -114,6 +115,25 @@ static int weights_check(const struct registry *reg, const struct reg_create_arg
   return check_manifest(w, err, errlen);
 }
 
+/* The oldest generation of chain still held: the first, since generations are made in
+ * order and freed in any. */
+static uint64_t oldest_held(const struct weights_chain *chain)
+{
+  return list_entry(chain->generations.next, struct reg_weights, chain_link)->info.generation;
+}
+
+/* Tells g's holders which generations are still held: a recycling publisher waits for
+ * the ones before its newest to go (gpushm_weights_wait_released()). */
+static void tell_held(struct reg_weights *g, uint64_t oldest)
+{
+  char err[128];
+
+  if (sync_weights_held_write(&g->buf.sync_state, oldest, err, sizeof err) < 0)
+    log_warn("weight set '%s' generation %llu: telling its holders that generation %llu is "
+             "the oldest held: %s", g->buf.obj.name, (unsigned long long)g->info.generation,
+             (unsigned long long)oldest, err);
+}
+
 /* Its control block and its manifest's pages, both host memory. */
 static void weights_estimate(const struct registry *reg, const struct reg_create_args *args,
                              const struct backend *be, struct quota_cost *cost)
@@ -163,6 +183,7 @@ static int weights_alloc(struct registry *reg, struct reg_object *obj,
   g->chain = chain;
   list_add_tail(&chain->generations, &g->chain_link);
   chain->live++;
+  tell_held(g, oldest_held(chain));
   obj->device = -1;
   obj->host_bytes = SYNC_CONTROL_SIZE + w->manifest_size;
   return 0;
@@ -240,9 +261,16 @@ static void weights_release(struct registry *reg, struct reg_object *obj)
   if (g->manifest_fd >= 0)
     close(g->manifest_fd);
   if (g->chain) {
+    struct weights_chain *chain = g->chain;
+    const uint64_t was = oldest_held(chain);
+
     list_del(&g->chain_link);
-    if (--g->chain->live == 0)
-      free(g->chain);
+    if (--chain->live == 0) {
+      free(chain);
+    } else if (oldest_held(chain) != was) {
+      for (struct list *l = chain->generations.next; l != &chain->generations; l = l->next)
+        tell_held(list_entry(l, struct reg_weights, chain_link), oldest_held(chain));
+    }
   }
 }
 

@@ -408,6 +408,19 @@ int sync_raise_all(struct sync_state *s, uint64_t value, char *err, size_t errle
   return 0;
 }
 
+int sync_weights_held_write(struct sync_state *s, uint64_t oldest, char *err, size_t errlen)
+{
+  struct sync_control *ctl = map_control(s->control.fd, err, errlen);
+
+  if (!ctl)
+    return PROTO_E_IO;
+  __atomic_store_n(&weights_held_of(ctl)->oldest, oldest, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&ctl->wake, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &ctl->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  munmap(ctl, SYNC_CONTROL_SIZE);
+  return 0;
+}
+
 int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n,
                           uint32_t planes, char *err, size_t errlen)
 {

@@ -103,6 +103,9 @@ int sync_start_at(struct sync_state *s, uint64_t value, char *err, size_t errlen
 int sync_raise_all(struct sync_state *s, uint64_t value, char *err, size_t errlen);
 int sync_ring_table_write(struct sync_state *s, const uint64_t *done_ids, uint32_t n,
                           uint32_t planes, char *err, size_t errlen);
+/* Weight sets (kind_weights.c): the oldest generation of the set still held, written at
+ * WEIGHTS_HELD_OFFSET (shm_layout.h), its waiters woken. */
+int sync_weights_held_write(struct sync_state *s, uint64_t oldest, char *err, size_t errlen);
 /* The control block's fd for a client (read-only for a read-only opener) and the
  * event's handle bytes (event_handle_len 0: no event).  No fd is left on failure. */
 int sync_export(struct sync_state *s, bool read_only, int *control_fd, uint8_t event_handle[64],

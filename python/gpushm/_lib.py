@@ -448,6 +448,8 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_weights_generation": (c_uint64, [_P]),
     "gpushm_weights_newest": (c_uint64, [_P]),
     "gpushm_weights_wait_newer": (c_int, [_P, c_int]),
+    "gpushm_weights_oldest": (c_uint64, [_P]),
+    "gpushm_weights_wait_released": (c_int, [_P, c_uint64, c_int]),
     "gpushm_weights_tensor_count": (c_size_t, [_P]),
     # (scratch memory larger than WeightTensor: see its documentation)
     "gpushm_weights_tensor": (c_int, [_P, c_size_t, _P]),

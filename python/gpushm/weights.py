@@ -175,6 +175,37 @@ class WeightSet:
             check(r, f"wait_newer {self._name!r}")
             return True
 
+    @property
+    def oldest(self) -> Optional[int]:
+        """The oldest generation of the set that anyone still holds (this one's at most;
+        read from shared memory, no round trip); None from a gpushmd that does not say."""
+        gen, w = self._live()
+        return lib.gpushm_weights_oldest(w) or None
+
+    def wait_released(self, generation: int, timeout: Optional[float] = None) -> bool:
+        """Sleeps (no polling of gpushmd) until every generation of the set up to
+        ``generation`` (older than this one) is let go of by all its holders: True then
+        — a publisher may write the next generation into their buffers (recycling,
+        docs/weights.md#recycling) — False after ``timeout`` seconds (None: for ever; 0:
+        only looks).  ValueError for a generation not older than this one."""
+        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+            raise TypeError(f"generation must be a non-negative int, not {generation!r}")
+        if generation >= self._generation:
+            raise ValueError(f"generation {generation} of {self._name!r} is held by this "
+                             f"object (generation {self._generation}): wait for older ones")
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            left = _WAIT_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
+            gen, w = self._live()
+            r = lib.gpushm_weights_wait_released(w, generation,
+                                                 timeout_ms(min(left, _WAIT_SLICE)))
+            if r == CODES["TIMEOUT"]:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                continue
+            check(r, f"wait_released {self._name!r}")
+            return True
+
     # --- tensors ------------------------------------------------------------------
     def _entry(self, w: int, index: int) -> _Entry:
         """(name, buffer index, DLPack dtype, shape, strides, offset) of tensor index, as

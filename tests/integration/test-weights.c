@@ -940,9 +940,225 @@ static void test_copy(void)
   gpushm_disconnect(writer);
 }
 
+/* ---- recycling ------------------------------------------------------------------------ */
+
+#define RECYCLED 4096u
+
+static void stamp(gpushm_buffer_t *buf, uint32_t g)
+{
+  for (size_t i = 0; i < RECYCLED / 4; i++)
+    ((uint32_t *)gpushm_buffer_ptr(buf))[i] = g;
+}
+
+/* Opens set through reader: generation g, every word g; *opens: the round trips besides
+ * the generation's (its buffer's open, where not kept; the release of one kept that it
+ * does not name). */
+static gpushm_weights_t *open_recycled(gpushm_t *reader, const char *set, uint64_t g,
+                                       unsigned *opens)
+{
+  gpushm_weights_t *w;
+  uint64_t asked = requests(), stats_cost = requests() - asked;
+  uint32_t *p;
+
+  asked += stats_cost;
+  CHECK_OK(gpushm_weights_open(reader, set, &w));
+  CHECK(gpushm_weights_generation(w) == g);
+  CHECK_OK(gpushm_weights_tensor_ptr(w, 0, (void **)&p));
+  *opens = (unsigned)(requests() - asked - stats_cost - 1); /* less the generation's */
+  for (size_t i = 0; i < RECYCLED / 4; i++)
+    CHECK(p[i] == g);
+  return w;
+}
+
+struct released_waiter {
+  gpushm_weights_t *w;
+  uint64_t generation;
+  int result;
+  double woke_ms;
+};
+
+static void *wait_released_thread(void *arg)
+{
+  struct released_waiter *rw = arg;
+  rw->result = gpushm_weights_wait_released(rw->w, rw->generation, 10000);
+  rw->woke_ms = now_ms();
+  return NULL;
+}
+
+/* A publisher double-buffering a set in buffers A and B (generation n written into the
+ * buffers of n - 2 once nobody holds n - 2), a reader following it on one connection:
+ * the publisher's wait for a release sleeps until the reader's close, and is not held
+ * back by the buffers the reader keeps; the reader maps each buffer once — from the
+ * first generation that names a buffer again, the next takes over the buffers kept of
+ * the one closed before, no round trip — except one a tensor still holds an open of;
+ * a publisher that stops recycling gets its memory back at the reader's next open. */
+static void test_recycle(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_buffer_t *a = create_host(writer, "rc-a", RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
+  gpushm_buffer_t *b = create_host(writer, "rc-b", RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
+  gpushm_buffer_t *c, *tensor;
+  gpushm_weights_t *pub[7], *r[7];
+  struct released_waiter rw = { 0 };
+  size_t baseline = objects();
+  unsigned opens;
+  pthread_t th;
+  double closed;
+
+  stamp(a, 1);
+  CHECK_OK(publish_one(writer, "recycled", a, 0644, &pub[1]));
+  CHECK(gpushm_weights_oldest(pub[1]) == 1);
+  r[1] = open_recycled(reader, "recycled", 1, &opens);
+  CHECK(opens == 1);
+  stamp(b, 2);
+  CHECK_OK(publish_one(writer, "recycled", b, 0644, &pub[2]));
+  CHECK_OK(gpushm_weights_close(pub[1]));
+  CHECK_ERR(gpushm_weights_wait_released(pub[2], 2, 0), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "held through w itself"));
+  CHECK_ERR(gpushm_weights_wait_released(pub[2], 1, 20), GPUSHM_E_TIMEOUT);
+  CHECK(strstr(gpushm_last_error_message(), "generation 1 of 'recycled' is still held"));
+  CHECK(gpushm_weights_oldest(pub[2]) == 1);
+
+  /* the publisher asleep until the reader, on 2 now, lets go of 1 */
+  rw.w = pub[2];
+  rw.generation = 1;
+  CHECK(pthread_create(&th, NULL, wait_released_thread, &rw) == 0);
+  CHECK_OK(gpushm_weights_wait_newer(r[1], 0));
+  r[2] = open_recycled(reader, "recycled", 2, &opens);
+  CHECK(opens == 1);
+  usleep(50000);
+  closed = now_ms();
+  CHECK_OK(gpushm_weights_close(r[1]));
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK_OK(rw.result);
+  CHECK(gpushm_weights_oldest(pub[2]) == 2);
+  test_log("weights: a publisher waiting for generation 1's release woke %.2f ms after its "
+           "reader's close returned", rw.woke_ms - closed);
+
+  /* 3 in A: the reader sees a buffer named again (mapped afresh this once) */
+  stamp(a, 3);
+  CHECK_OK(publish_one(writer, "recycled", a, 0644, &pub[3]));
+  CHECK_OK(gpushm_weights_close(pub[2]));
+  r[3] = open_recycled(reader, "recycled", 3, &opens);
+  CHECK(opens == 1);
+  CHECK_OK(gpushm_weights_close(r[2])); /* B kept, mapped */
+  CHECK_OK(gpushm_weights_wait_released(pub[3], 2, 5000)); /* the kept B holds nothing */
+
+  /* 4 in B: taken over, no round trip; a tensor of it takes an open of its own */
+  stamp(b, 4);
+  CHECK_OK(publish_one(writer, "recycled", b, 0644, &pub[4]));
+  CHECK_OK(gpushm_weights_close(pub[3]));
+  r[4] = open_recycled(reader, "recycled", 4, &opens);
+  CHECK(opens == 0);
+  CHECK_OK(gpushm_weights_buffer(r[4], 0, &tensor));
+  CHECK_OK(gpushm_buffer_ref(tensor));
+  CHECK_OK(gpushm_weights_close(r[3])); /* A kept */
+  CHECK_OK(gpushm_weights_wait_released(pub[4], 3, 5000));
+
+  /* 5 in A: taken over; B, a tensor's, not kept at 4's close: 6 in B maps it again */
+  stamp(a, 5);
+  CHECK_OK(publish_one(writer, "recycled", a, 0644, &pub[5]));
+  CHECK_OK(gpushm_weights_close(pub[4]));
+  r[5] = open_recycled(reader, "recycled", 5, &opens);
+  CHECK(opens == 0);
+  CHECK_OK(gpushm_weights_close(r[4]));
+  CHECK_OK(gpushm_weights_wait_released(pub[5], 4, 5000)); /* tensors hold memory only */
+  CHECK(((uint32_t *)gpushm_buffer_ptr(tensor))[0] == 4);
+  CHECK_OK(gpushm_buffer_close(tensor));
+  stamp(b, 6);
+  CHECK_OK(publish_one(writer, "recycled", b, 0644, &pub[6]));
+  CHECK_OK(gpushm_weights_close(pub[5]));
+  r[6] = open_recycled(reader, "recycled", 6, &opens);
+  CHECK(opens == 1);
+  CHECK_OK(gpushm_weights_close(r[5])); /* A kept */
+
+  /* the publisher moves to C and drops A and B: the reader lets go of A, kept, at its
+   * next open, and of B with 6 */
+  c = create_host(writer, "rc-c", RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
+  stamp(c, 7);
+  CHECK_OK(publish_one(writer, "recycled", c, 0644, NULL));
+  CHECK_OK(gpushm_weights_close(pub[6]));
+  CHECK_OK(gpushm_buffer_close_unlink(a));
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  CHECK(objects() == baseline + 3); /* A (kept), B (pinned by 6), 6, 7 and C */
+  r[0] = open_recycled(reader, "recycled", 7, &opens);
+  CHECK(opens == 2); /* C's open, and A's release */
+  CHECK(objects() == baseline + 2); /* A gone */
+  CHECK_OK(gpushm_weights_close(r[6]));
+  CHECK(objects() == baseline);     /* 6 and B gone */
+  CHECK_OK(gpushm_weights_close(r[0]));
+  CHECK(objects() == baseline);     /* 7 not recycled: C not kept, and named */
+  CHECK_OK(gpushm_buffer_close_unlink(c));
+  CHECK_OK(gpushm_unlink(writer, "recycled"));
+  CHECK(objects() == baseline - 2);
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+  test_log("weights: a set double-buffered in two buffers followed by a reader that mapped "
+           "each once; its publisher's waits for releases not held back by them, nor by a "
+           "tensor's; a publisher moving on got its memory back at the reader's next open");
+}
+
+/* Set k of a single-buffered set: generation g published in buf, the publisher's hold of
+ * it let go of (a reader closes its generation before the next is written). */
+static void republish(gpushm_t *writer, const char *set, gpushm_buffer_t *buf, uint32_t g)
+{
+  stamp(buf, g);
+  CHECK_OK(publish_one(writer, set, buf, 0644, NULL));
+}
+
+/* A publisher writing every generation into one buffer (the reader between them holding
+ * none): the reader keeps it mapped, until it disconnects; and a connection keeps the
+ * buffers of GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets, one more pushing the least recently
+ * used out (its next generation mapped afresh). */
+static void test_recycle_limits(void)
+{
+  enum { SETS = GPUSHM_LIMIT_WEIGHT_SETS_KEPT + 1 };
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_buffer_t *buf[SETS];
+  gpushm_weights_t *w;
+  size_t baseline = objects();
+  unsigned opens;
+  char set[32];
+
+  for (unsigned k = 0; k < SETS; k++) {
+    snprintf(set, sizeof set, "single-%u-buffer", k);
+    buf[k] = create_host(writer, set, RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
+    snprintf(set, sizeof set, "single-%u", k);
+    for (uint32_t g = 1; g <= 2; g++) {
+      republish(writer, set, buf[k], g);
+      w = open_recycled(reader, set, g, &opens);
+      CHECK(opens == 1); /* 2: seen named again, so kept at its close */
+      CHECK_OK(gpushm_weights_close(w));
+    }
+    republish(writer, set, buf[k], 3);
+  }
+  for (unsigned k = SETS; k-- > 0;) {
+    snprintf(set, sizeof set, "single-%u", k);
+    w = open_recycled(reader, set, 3, &opens);
+    CHECK(opens == (k == 0 ? 1u : 0u));
+    CHECK_OK(gpushm_weights_close(w));
+  }
+  for (unsigned k = 0; k < SETS; k++) {
+    snprintf(set, sizeof set, "single-%u", k);
+    CHECK_OK(gpushm_unlink(writer, set));
+    CHECK_OK(gpushm_buffer_close_unlink(buf[k]));
+  }
+  /* kept by the reader: sets 1 to SETS - 2 (0 was pushed out by the last, and the last,
+   * reopened first, by 0's return) */
+  CHECK(objects() == baseline + SETS - 2);
+  gpushm_disconnect(reader);
+  CHECK(objects() == baseline);
+  gpushm_disconnect(writer);
+  test_log("weights: a single-buffered set's buffer kept mapped by its reader until it "
+           "disconnected; %u sets' buffers kept by one connection, the %u-th pushing the "
+           "least recently used out", GPUSHM_LIMIT_WEIGHT_SETS_KEPT, SETS);
+}
+
 int main(void)
 {
   daemon_start(&d, NULL);
+  test_recycle();
+  test_recycle_limits();
   test_copy();
   test_generations();
   test_writers();

@@ -485,6 +485,43 @@ def test_publish_from_buffers_written_in_place(conn, reader, set_name, name):
         t.close()
 
 
+def test_recycling_double_buffered(conn, reader, set_name, name):
+    """A trainer double-buffering in place: generation g written into the buffers of
+    g - 2 once no reader holds g - 2 (wait_released), a reader following it; each
+    generation reads as it was published while held."""
+    bufs = [gpushm.share_bundle(f"{name}-{k}", {"w": np.zeros(8, np.float32)}, conn=conn,
+                                mode=0o644) for k in range(2)]
+
+    def write(g):
+        np.asarray(bufs[g % 2]["w"])[:] = g
+        return gpushm.publish_weights_from(set_name, bufs[g % 2], mode=0o644, conn=conn)
+
+    pub = write(1)
+    assert pub.oldest == 1
+    held = reader.open_weights(set_name)
+    for g in range(2, 7):
+        if g >= 3:
+            assert pub.wait_released(g - 2, 5) is True
+            assert pub.oldest == g - 1
+        new = write(g)
+        pub.close()
+        pub = new
+        assert held.wait_newer(5) is True
+        got = reader.open_weights(set_name)
+        assert got.generation == g and np.asarray(got["w"]).tolist() == [g] * 8
+        assert np.asarray(held["w"]).tolist() == [g - 1] * 8
+        assert pub.wait_released(g - 1, 0) is False  # the reader holds it
+        held.close()
+        held = got
+    with pytest.raises(ValueError, match="held by this object"):
+        pub.wait_released(pub.generation)
+    held.close()
+    pub.close()
+    for b in bufs:
+        for t in b.values():
+            t.close()
+
+
 def test_publish_from_refusals(conn, reader, set_name, name):
     t = gpushm.empty(name, 4, "float32", conn=conn)
     with pytest.raises(TypeError, match="not a gpushm Tensor"):
