@@ -43,6 +43,11 @@
 #define FIRST_OPENS 5
 #define ALIGN 256u
 #define TARGET_SYNC_RATIO 1.05
+/* w1_rows()'s mode of a publisher double-buffering the set (generation n written into
+ * the buffers of n - 2), and the syncs not counted there: the reader maps each buffer
+ * afresh until it has seen one named again (generation 3), keeps them from then on. */
+#define W1_RECYCLED 3
+#define RECYCLE_WARMUP 2
 #define TARGET_VISIBLE_MS 2.0
 #define TARGET_FIRST_OPEN_MS 20.0
 /* The most bytes one buffer of a generation holds (python/gpushm/weights.py's bucket) */
@@ -529,29 +534,20 @@ struct staged {
   gpushm_weights_builder_t *builder;
 };
 
-static struct staged stage(gpushm_t *conn, const char *set, gpushm_backend_t backend,
-                           uint64_t bytes, struct shaped *t, unsigned n, uint16_t g)
+/* Generation g in gen's buffers: their every bf16 set to g (waited for), and the
+ * builder naming the tensors t in them. */
+static struct staged stage_in(struct gen gen, gpushm_backend_t backend, struct shaped *t,
+                              unsigned n, uint16_t g)
 {
-  static uint64_t start[BIG_TENSORS + 1];
-  gpushm_create_opts_t opts;
   gpushm_tensor_desc_t desc;
-  struct staged st;
-  char name[96];
+  struct staged st = { .gen = gen };
   uint32_t index;
 
-  gpushm_create_opts_init(&opts);
-  opts.backend = backend;
-  opts.mode = 0600;
-  opts.lifetime = GPUSHM_LIFETIME_SESSION;
-  st.gen.n = layout(t, n, bytes, start);
-  CHECK(st.gen.n <= TENSORS);
   CHECK_OK(gpushm_weights_builder_new(&st.builder));
-  for (uint32_t b = 0; b < st.gen.n; b++) {
-    const uint64_t size = start[b + 1] - start[b];
-    gpushm_buffer_t *buf;
+  for (uint32_t b = 0; b < gen.n; b++) {
+    gpushm_buffer_t *buf = gen.buf[b];
+    const uint64_t size = gpushm_buffer_size(buf);
 
-    snprintf(name, sizeof name, "%s-%u-%u", set, g, b);
-    CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &buf));
     if (backend == GPUSHM_BACKEND_HOST) {
       uint16_t *p = gpushm_buffer_ptr(buf);
       for (uint64_t k = 0; k < size / 2; k++)
@@ -563,7 +559,6 @@ static struct staged stage(gpushm_t *conn, const char *set, gpushm_backend_t bac
     }
     CHECK_OK(gpushm_weights_builder_add_buffer(st.builder, buf, &index));
     CHECK(index == b);
-    st.gen.buf[b] = buf;
   }
   if (backend != GPUSHM_BACKEND_HOST)
     CU_CHECK(CU_CALL(&drv, cuCtxSynchronize)); /* published only once written */
@@ -576,6 +571,28 @@ static struct staged stage(gpushm_t *conn, const char *set, gpushm_backend_t bac
     CHECK_OK(gpushm_weights_builder_add_tensor(st.builder, t[k].name, t[k].buffer, &desc));
   }
   return st;
+}
+
+/* Generation g of a set, made ready to publish: new buffers (layout()) and stage_in(). */
+static struct staged stage(gpushm_t *conn, const char *set, gpushm_backend_t backend,
+                           uint64_t bytes, struct shaped *t, unsigned n, uint16_t g)
+{
+  static uint64_t start[BIG_TENSORS + 1];
+  gpushm_create_opts_t opts;
+  struct gen gen;
+  char name[96];
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.mode = 0600;
+  opts.lifetime = GPUSHM_LIFETIME_SESSION;
+  gen.n = layout(t, n, bytes, start);
+  CHECK(gen.n <= TENSORS);
+  for (uint32_t b = 0; b < gen.n; b++) {
+    snprintf(name, sizeof name, "%s-%u-%u", set, g, b);
+    CHECK_OK(gpushm_buffer_create(conn, name, start[b + 1] - start[b], &opts, &gen.buf[b]));
+  }
+  return stage_in(gen, backend, t, n, g);
 }
 
 /* Publishes what stage() made; returns its buffers, the caller's to let go. */
@@ -645,23 +662,54 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
                     gpushm_backend_t backend, uint64_t bytes, struct shaped *t, int mode,
                     const char *size)
 {
-  const bool whole = mode != 0;
+  const bool whole = mode != 0, recycled = mode == W1_RECYCLED;
   const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
-  const unsigned rounds = quick ? 3 : SYNC_ROUNDS;
+  const unsigned rounds = quick ? 3 : SYNC_ROUNDS, skipped = recycled ? RECYCLE_WARMUP : 0;
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
-  struct gen before = gen1, now;
+  struct gen before = gen1, now, two[2] = { gen1, { .n = 0 } };
+  gpushm_weights_t *newest = NULL, *next;
 
-  fprintf(r->in, "follow %s %u %d\n", set, rounds, mode);
+  fprintf(r->in, "follow %s %u %d\n", set, rounds + skipped, recycled ? 1 : mode);
   fflush(r->in);
-  for (unsigned i = 0; i < rounds; i++) {
+  for (unsigned i = 0; i < rounds + skipped; i++) {
+    const uint16_t g = (uint16_t)(i + 2);
     hear(r, "ready");
-    now = publish(conn, set, backend, bytes, t, TENSORS, (uint16_t)(i + 2));
-    sync[i] = hear(r, "sync");
-    hear_parts(r, parts[i]);
-    drop(&before); /* its generation kept it meanwhile */
-    before = now;
+    if (!recycled) {
+      now = publish(conn, set, backend, bytes, t, TENSORS, g);
+    } else {
+      /* generation g in the buffers of g - 2 (new ones for 2), once nobody holds g - 2 */
+      struct staged st;
+      if (newest)
+        CHECK_OK(gpushm_weights_wait_released(newest, g - 2u, 60000));
+      st = two[g % 2].n ? stage_in(two[g % 2], backend, t, TENSORS, g)
+                        : stage(conn, set, backend, bytes, t, TENSORS, g);
+      two[g % 2] = st.gen;
+      CHECK_OK(gpushm_weights_publish(conn, set, st.builder, NULL, &next));
+      gpushm_weights_builder_free(st.builder);
+      if (newest)
+        CHECK_OK(gpushm_weights_close(newest));
+      newest = next;
+    }
+    if (i >= skipped) {
+      sync[i - skipped] = hear(r, "sync");
+      hear_parts(r, parts[i - skipped]);
+    } else {
+      double warmup[PARTS];
+      hear(r, "sync");
+      hear_parts(r, warmup);
+    }
+    if (!recycled) {
+      drop(&before); /* its generation kept it meanwhile */
+      before = now;
+    }
   }
-  drop(&before);
+  if (recycled) {
+    CHECK_OK(gpushm_weights_close(newest));
+    drop(&two[0]);
+    drop(&two[1]);
+  } else {
+    drop(&before);
+  }
   m = median(sync, rounds);
   own = part_median(parts, rounds, 4);
   fresh = part_median(parts, rounds, 5);
@@ -675,14 +723,17 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
            part_median(parts, rounds, 3), own);
     return;
   }
-  if (whole && backend != GPUSHM_BACKEND_HOST)
+  if (whole && !recycled && backend != GPUSHM_BACKEND_HOST)
     raw = raw_ipc_floor(r, bytes, rounds);
   printf("W1 %-8s one copy per sync, %u tensors (%s, %u buffers), %s: median of %u %.3f ms "
          "(woken, the new generation opened, mapped and copied); floor: the same copies out "
          "of memory of the reader's own mapped all along %.3f ms; %.3f x the floor | target "
          "<= %.2f: %s\n", where, TENSORS, size, gen1.n,
-         whole ? "into the set's layout (a copy a buffer)" : "into tensors of its own (a copy "
-         "a tensor)", rounds, m, own, m / own, TARGET_SYNC_RATIO,
+         recycled ? "recycled (generation n written into the buffers of n - 2 once nobody "
+                    "held it, which the reader keeps mapped), into the set's layout"
+         : whole ? "into the set's layout (a copy a buffer)"
+                 : "into tensors of its own (a copy a tensor)",
+         rounds, m, own, m / own, TARGET_SYNC_RATIO,
          backend == GPUSHM_BACKEND_HOST ? "(a GPU's: host memory's new pages fault in)"
          : m / own <= TARGET_SYNC_RATIO ? "met" : "NOT met");
   printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
@@ -724,6 +775,9 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   snprintf(set, sizeof set, "whole-%s", where);
   w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
           1, line);
+  snprintf(set, sizeof set, "recycled-%s", where);
+  w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
+          W1_RECYCLED, line);
   if (device) {
     snprintf(set, sizeof set, "mapped-first-%s", where);
     w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,

@@ -41,6 +41,7 @@ static char self[4096];
 #define BIG_TENSORS 100000
 #define BIG_TENSOR_BYTES 640u
 #define VISIBLE_ROUNDS 20
+#define RECYCLED_GENERATIONS 5
 #define CHURN 1000
 #define CHURN_WARMUP 50
 #define CHURN_BYTES (2u << 20)
@@ -223,6 +224,26 @@ static int role_reader(const char *socket)
       CHECK(gpushm_weights_find(w, "model.layers.99999.mlp.down_proj.weight") ==
             BIG_TENSORS - 1);
       CHECK_OK(gpushm_weights_close(w));
+    } else if (sscanf(cmd, "recycle %63s", set) == 1) {
+      /* generation g in the publisher's buffer g % 2 (test_recycle()): each read whole,
+       * and the one held before it still its own */
+      CHECK_OK(gpushm_weights_open(conn, set, &w));
+      check_small(w, 1);
+      answer("ok", 1);
+      for (uint32_t g = 2; g <= RECYCLED_GENERATIONS; g++) {
+        CHECK(fgets(cmd, sizeof cmd, stdin)); /* g published */
+        CHECK_OK(gpushm_weights_wait_newer(w, 0));
+        CHECK_OK(gpushm_weights_open(conn, set, &w2));
+        CHECK(gpushm_weights_generation(w2) == g);
+        check_small(w2, g);
+        check_small(w, g - 1);
+        CHECK_OK(gpushm_weights_close(w));
+        w = w2;
+        answer("ok", g);
+      }
+      CHECK(fgets(cmd, sizeof cmd, stdin)); /* its round trips counted */
+      CHECK_OK(gpushm_weights_close(w));
+      answer("ok", 0);
     } else if (sscanf(cmd, "follow %63s", set) == 1) {
       CHECK_OK(gpushm_weights_open(conn, set, &w));
       for (int i = 0; i < VISIBLE_ROUNDS; i++) {
@@ -324,6 +345,72 @@ static void test_copy_fault(gpushm_t *conn)
   gpushm_stats_free(st);
   test_log("weights: a copy failing in the driver refused naming cuMemcpyAsync; the "
            "generation closed after it, its memory freed");
+}
+
+static uint64_t requests(void)
+{
+  gpushm_stats_t *st = daemon_stats(&d);
+  uint64_t n = gpushm_stats_requests(st);
+
+  gpushm_stats_free(st);
+  return n;
+}
+
+/* A publisher double-buffering in device memory: generation g written into buffer g % 2
+ * once nobody holds g - 2 (gpushm_weights_wait_released()), the reader reading each on
+ * the GPU while it holds the one before.  The reader's round trips for each sync say
+ * what it mapped: 4 for 2 (its open, 2's buffer's, the releases of 1 and its buffer),
+ * 3 for 3 (its buffer named again: mapped afresh this once; 2's buffer kept at 2's
+ * close), 2 from 4 on (the generation's open and the release of the one before: the
+ * buffer kept, mapped, taken over). */
+static void test_recycle(gpushm_t *conn, struct reader *r, gpushm_backend_t backend)
+{
+  static const unsigned expected[RECYCLED_GENERATIONS + 1] = { 0, 0, 4, 3, 2, 2 };
+  const uint64_t bytes = (uint64_t)SMALL_TENSORS * SMALL_TENSOR_BYTES;
+  const char *be = backend == GPUSHM_BACKEND_CUDA_FD ? "cuda-fd" : "cuda-ipc";
+  gpushm_weights_t *newest, *next;
+  gpushm_buffer_t *buf[2];
+  uint64_t asked, stats_cost, trips;
+  char set[64], name[80];
+
+  snprintf(set, sizeof set, "recycled-%s", be);
+  for (unsigned k = 0; k < 2; k++) {
+    snprintf(name, sizeof name, "%s-%u", set, k);
+    buf[k] = create(conn, name, backend, bytes);
+  }
+  cuda_test_fill(cuda_test_dptr(buf[1]), bytes, 1);
+  CHECK_OK(publish(conn, set, buf[1], SMALL_TENSORS, SMALL_TENSOR_BYTES, &newest));
+  tell(r, "recycle", set);
+  hear(r, "ok");
+  for (uint32_t g = 2; g <= RECYCLED_GENERATIONS; g++) {
+    if (g >= 3)
+      CHECK_OK(gpushm_weights_wait_released(newest, g - 2, 20000));
+    CHECK(gpushm_weights_oldest(newest) == g - 1);
+    cuda_test_fill(cuda_test_dptr(buf[g % 2]), bytes, g);
+    CHECK_OK(publish(conn, set, buf[g % 2], SMALL_TENSORS, SMALL_TENSOR_BYTES, &next));
+    CHECK_OK(gpushm_weights_close(newest));
+    newest = next;
+    asked = requests();
+    stats_cost = requests() - asked;
+    asked += stats_cost;
+    tell(r, "next", set);
+    CHECK(hear(r, "ok") == g);
+    trips = requests() - asked - stats_cost;
+    if (trips != expected[g])
+      fprintf(stderr, "generation %u: the reader's sync took %llu round trips, not %u\n", g,
+              (unsigned long long)trips, expected[g]);
+    CHECK(trips == expected[g]);
+  }
+  tell(r, "done", set);
+  hear(r, "ok");
+  CHECK_OK(gpushm_weights_close(newest));
+  CHECK_OK(gpushm_buffer_close_unlink(buf[0]));
+  CHECK_OK(gpushm_buffer_close_unlink(buf[1]));
+  CHECK_OK(gpushm_unlink(conn, set));
+  test_log("weights of %s memory, double-buffered: generations 2 to %u each written into the "
+           "buffer of the one before last once its release was seen, read whole on the GPU "
+           "by uid %u while it held the one before; from 4 on, no buffer opened or mapped",
+           be, RECYCLED_GENERATIONS, (unsigned)reader_uid);
 }
 
 static void test_small(gpushm_t *conn, struct reader *r, gpushm_backend_t backend)
@@ -478,8 +565,10 @@ int main(int argc, char **argv)
   signal(SIGPIPE, SIG_IGN); /* a reader gone: a failed check that says so, not a silent death */
   start_reader(&r, fake);
   test_small(conn, &r, GPUSHM_BACKEND_CUDA_FD);
+  test_recycle(conn, &r, GPUSHM_BACKEND_CUDA_FD);
   if (!fake) {
     test_small(conn, &r, GPUSHM_BACKEND_CUDA_IPC);
+    test_recycle(conn, &r, GPUSHM_BACKEND_CUDA_IPC);
     test_timings(conn, &r);
   }
   fclose(r.in);
