@@ -54,6 +54,7 @@ struct gpushm_weights {
   /* a stream's copies out of this generation, waited for before its memory is unmapped */
   struct client_cuda_mark *marks;
   size_t n_marks;
+  bool counted; /* in its set's weights_kept held (opened, not published) */
 };
 
 /* What a connection keeps of one weight set between generations, so that a reader of a
@@ -61,8 +62,11 @@ struct gpushm_weights {
  * holds n-1) maps them once, not at every sync: the buffer ids of the generation it
  * closed last, to see them named again, and once they are, the handles of each closed
  * generation's buffers (still mapped), which the next generation to name them takes
- * over.  Handles of a closed generation keep its memory, not the generation: they do not
- * hold a recycling publisher back, and are never read. */
+ * over.  Only while it holds a later generation of the set (a reader following it
+ * does): one that lets go of the set's last keeps nothing, so that a set unlinked, or a
+ * publisher gone, leaves no memory behind in its readers.  Handles of a closed
+ * generation keep its memory, not the generation: they do not hold a recycling
+ * publisher back, and are never read. */
 struct weights_kept {
   struct weights_kept *next;
   char name[GPUSHM_LIMIT_NAME_LEN + 1];
@@ -71,6 +75,7 @@ struct weights_kept {
   gpushm_buffer_t **kept; /* a handle taken over: NULL */
   uint64_t *kept_ids;     /* kept[i]'s id, sorted */
   uint32_t n_kept;
+  uint32_t held; /* generations of the set open through the connection */
   bool recycles;
 };
 
@@ -522,12 +527,14 @@ static void drop_kept(gpushm_t *conn)
  * while its generations name buffers of the one closed before. */
 static void kept_take(gpushm_weights_t *w)
 {
-  struct weights_kept *k;
+  struct weights_kept *k, *dropped = NULL;
   gpushm_buffer_t **stale = NULL;
   uint32_t n_stale = 0;
 
   pthread_mutex_lock(&kept_lock);
-  if ((k = kept_find(w->conn, w->name, false, NULL))) {
+  if ((k = kept_find(w->conn, w->name, true, &dropped))) {
+    k->held++;
+    w->counted = true;
     k->recycles = false;
     for (uint32_t i = 0; i < w->n_buffers; i++) {
       const uint64_t *at;
@@ -550,6 +557,8 @@ static void kept_take(gpushm_weights_t *w)
   pthread_mutex_unlock(&kept_lock);
   close_handles(stale, n_stale);
   free(stale);
+  if (dropped)
+    kept_free(dropped);
 }
 
 /* The handle and id of a buffer kept, sorted together by id. */
@@ -563,10 +572,11 @@ static int cmp_pair(const void *a, const void *b)
   return cmp_id(&((const struct kept_pair *)a)->id, &((const struct kept_pair *)b)->id);
 }
 
-/* At w's close: its buffers' ids noted and, where the set recycles, the handles nothing
- * but w opens kept (a tensor made of one, holding an open of its own, is not taken over
- * by anybody); every other handle closed.  Any handles the set's entry kept before
- * (two generations closed in a row) are let go of. */
+/* At w's close: its buffers' ids noted and, where the set recycles and a later
+ * generation is held, the handles nothing but w opens kept (a tensor made of one,
+ * holding an open of its own, is not taken over by anybody); every other handle closed.
+ * Any handles the set's entry kept before (two generations closed in a row) are let go
+ * of. */
 static int kept_put(gpushm_weights_t *w)
 {
   struct weights_kept *k = NULL, *dropped = NULL;
@@ -585,7 +595,7 @@ static int kept_put(gpushm_weights_t *w)
       ids[i] = w->buffers[i].id;
     if (!h)
       continue;
-    if (k && k->recycles && client_buffer_sole_open(h))
+    if (k && w->counted && k->recycles && k->held > 1 && client_buffer_sole_open(h))
       pairs[n_pairs++] = (struct kept_pair){ w->buffers[i].id, h };
     else if (closing)
       closing[i] = h;
@@ -594,6 +604,8 @@ static int kept_put(gpushm_weights_t *w)
     w->buffers[i].open = NULL;
   }
   if (k) {
+    if (w->counted && k->held)
+      k->held--;
     qsort(ids, w->n_buffers, sizeof *ids, cmp_id);
     free(k->closed_ids);
     k->closed_ids = ids;

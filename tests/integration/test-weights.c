@@ -1098,60 +1098,87 @@ static void test_recycle(void)
            "tensor's; a publisher moving on got its memory back at the reader's next open");
 }
 
-/* Set k of a single-buffered set: generation g published in buf, the publisher's hold of
- * it let go of (a reader closes its generation before the next is written). */
-static void republish(gpushm_t *writer, const char *set, gpushm_buffer_t *buf, uint32_t g)
+/* A double-buffered set's generation g: written into buffer g % 2 of two and published. */
+static void republish(gpushm_t *writer, const char *set, gpushm_buffer_t *const two[2],
+                      uint32_t g)
 {
-  stamp(buf, g);
-  CHECK_OK(publish_one(writer, set, buf, 0644, NULL));
+  stamp(two[g % 2], g);
+  CHECK_OK(publish_one(writer, set, two[g % 2], 0644, NULL));
 }
 
-/* A publisher writing every generation into one buffer (the reader between them holding
- * none): the reader keeps it mapped, until it disconnects; and a connection keeps the
- * buffers of GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets, one more pushing the least recently
- * used out (its next generation mapped afresh). */
+/* A connection keeps the buffers of GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets, one more pushing
+ * the least recently used out (its next generation mapped afresh); a reader that lets
+ * go of a set's last generation keeps nothing of it, and one that disconnects lets go
+ * of what it kept. */
 static void test_recycle_limits(void)
 {
   enum { SETS = GPUSHM_LIMIT_WEIGHT_SETS_KEPT + 1 };
   gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
-  gpushm_buffer_t *buf[SETS];
-  gpushm_weights_t *w;
+  gpushm_buffer_t *two[SETS][2];
+  gpushm_weights_t *held[SETS], *w;
   size_t baseline = objects();
   unsigned opens;
-  char set[32];
+  char set[32], name[48];
 
+  /* each set at generation 4, its reader holding 3 and keeping 2's buffer */
   for (unsigned k = 0; k < SETS; k++) {
-    snprintf(set, sizeof set, "single-%u-buffer", k);
-    buf[k] = create_host(writer, set, RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
-    snprintf(set, sizeof set, "single-%u", k);
-    for (uint32_t g = 1; g <= 2; g++) {
-      republish(writer, set, buf[k], g);
-      w = open_recycled(reader, set, g, &opens);
-      CHECK(opens == 1); /* 2: seen named again, so kept at its close */
-      CHECK_OK(gpushm_weights_close(w));
+    snprintf(set, sizeof set, "double-%u", k);
+    for (unsigned b = 0; b < 2; b++) {
+      snprintf(name, sizeof name, "%s-%u", set, b);
+      two[k][b] = create_host(writer, name, RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
     }
-    republish(writer, set, buf[k], 3);
+    republish(writer, set, two[k], 1);
+    held[k] = open_recycled(reader, set, 1, &opens);
+    for (uint32_t g = 2; g <= 3; g++) {
+      republish(writer, set, two[k], g);
+      w = open_recycled(reader, set, g, &opens);
+      CHECK(opens == 1); /* 3's buffer named again: mapped afresh this once */
+      CHECK_OK(gpushm_weights_close(held[k]));
+      held[k] = w;
+    }
+    republish(writer, set, two[k], 4);
   }
   for (unsigned k = SETS; k-- > 0;) {
-    snprintf(set, sizeof set, "single-%u", k);
-    w = open_recycled(reader, set, 3, &opens);
-    CHECK(opens == (k == 0 ? 1u : 0u));
+    snprintf(set, sizeof set, "double-%u", k);
+    w = open_recycled(reader, set, 4, &opens);
+    CHECK(opens == (k == 0 ? 1u : 0u)); /* 0's pushed out when SETS - 1 was first opened */
+    CHECK_OK(gpushm_weights_close(held[k]));
     CHECK_OK(gpushm_weights_close(w));
   }
   for (unsigned k = 0; k < SETS; k++) {
-    snprintf(set, sizeof set, "single-%u", k);
+    snprintf(set, sizeof set, "double-%u", k);
     CHECK_OK(gpushm_unlink(writer, set));
-    CHECK_OK(gpushm_buffer_close_unlink(buf[k]));
+    CHECK_OK(gpushm_buffer_close_unlink(two[k][0]));
+    CHECK_OK(gpushm_buffer_close_unlink(two[k][1]));
   }
-  /* kept by the reader: sets 1 to SETS - 2 (0 was pushed out by the last, and the last,
-   * reopened first, by 0's return) */
-  CHECK(objects() == baseline + SETS - 2);
+  CHECK(objects() == baseline); /* the reader let go of every set's last: nothing kept */
+
+  /* a reader holding 3, keeping 2's buffer, disconnects */
+  for (unsigned b = 0; b < 2; b++) {
+    snprintf(name, sizeof name, "gone-%u", b);
+    two[0][b] = create_host(writer, name, RECYCLED, 0644, GPUSHM_LIFETIME_SESSION);
+  }
+  baseline = objects();
+  republish(writer, "gone", two[0], 1);
+  held[0] = open_recycled(reader, "gone", 1, &opens);
+  for (uint32_t g = 2; g <= 3; g++) {
+    republish(writer, "gone", two[0], g);
+    w = open_recycled(reader, "gone", g, &opens);
+    CHECK_OK(gpushm_weights_close(held[0]));
+    held[0] = w;
+  }
+  CHECK_OK(gpushm_unlink(writer, "gone"));
+  CHECK_OK(gpushm_buffer_close_unlink(two[0][0]));
+  CHECK_OK(gpushm_buffer_close_unlink(two[0][1]));
+  CHECK(objects() == baseline + 1); /* 3 (holding its buffer) and 2's buffer, kept */
   gpushm_disconnect(reader);
-  CHECK(objects() == baseline);
+  CHECK(objects() == baseline);     /* 2's buffer gone: 3 held still */
+  CHECK_OK(gpushm_weights_close(held[0]));
+  CHECK(objects() == baseline - 2);
   gpushm_disconnect(writer);
-  test_log("weights: a single-buffered set's buffer kept mapped by its reader until it "
-           "disconnected; %u sets' buffers kept by one connection, the %u-th pushing the "
-           "least recently used out", GPUSHM_LIMIT_WEIGHT_SETS_KEPT, SETS);
+  test_log("weights: %u sets' buffers kept by one connection, the %u-th pushing the least "
+           "recently used out; nothing kept once a reader let go of a set's last "
+           "generation, or disconnected", GPUSHM_LIMIT_WEIGHT_SETS_KEPT, SETS);
 }
 
 int main(void)
