@@ -76,6 +76,7 @@ struct weights_kept {
   uint64_t *kept_ids;     /* kept[i]'s id, sorted */
   uint32_t n_kept;
   uint32_t held; /* generations of the set open through the connection */
+  uint64_t newest_opened; /* a close of it (or a newer one) says nothing of recycling */
   bool recycles;
 };
 
@@ -535,6 +536,8 @@ static void kept_take(gpushm_weights_t *w)
   if ((k = kept_find(w->conn, w->name, true, &dropped))) {
     k->held++;
     w->counted = true;
+    if (w->generation > k->newest_opened)
+      k->newest_opened = w->generation;
     k->recycles = false;
     for (uint32_t i = 0; i < w->n_buffers; i++) {
       const uint64_t *at;
@@ -606,11 +609,15 @@ static int kept_put(gpushm_weights_t *w)
   if (k) {
     if (w->counted && k->held)
       k->held--;
-    qsort(ids, w->n_buffers, sizeof *ids, cmp_id);
-    free(k->closed_ids);
-    k->closed_ids = ids;
-    k->n_closed = w->n_buffers;
-    ids = NULL;
+    /* a generation older than one opened since: what the next may name again (a second
+     * hold of the newest, let go of, is not) */
+    if (w->generation < k->newest_opened) {
+      qsort(ids, w->n_buffers, sizeof *ids, cmp_id);
+      free(k->closed_ids);
+      k->closed_ids = ids;
+      k->n_closed = w->n_buffers;
+      ids = NULL;
+    }
     stale = k->kept;
     n_stale = k->n_kept;
     free(k->kept_ids);

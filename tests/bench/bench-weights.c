@@ -48,6 +48,9 @@
  * afresh until it has seen one named again (generation 3), keeps them from then on. */
 #define W1_RECYCLED 3
 #define RECYCLE_WARMUP 2
+/* A diagnosis of the recycled mode: the reader pings gpushmd as soon as it is woken,
+ * before it opens the generation (what a round trip costs a process just woken). */
+#define W1_WOKEN 4
 #define TARGET_VISIBLE_MS 2.0
 #define TARGET_FIRST_OPEN_MS 20.0
 /* The most bytes one buffer of a generation holds (python/gpushm/weights.py's bucket) */
@@ -57,7 +60,7 @@
 
 static struct test_daemon d;
 static char self[4096];
-static bool quick;
+static bool quick, recycled_only;
 
 static double now_ms(void)
 {
@@ -355,6 +358,7 @@ static int role_reader(const char *socket)
   unsigned long long bytes = 0;
   int device, rounds, whole, threads;
   unsigned scale;
+  CUdeviceptr kept_raw = 0; /* "keep": the publisher's raw buffer, mapped all along */
 
   CHECK_OK(gpushm_connect(socket, "bench-weights-reader", &conn));
   while (fgets(cmd, sizeof cmd, stdin)) {
@@ -380,9 +384,24 @@ static int role_reader(const char *socket)
         void *p;
         answer("ready", (double)gpushm_weights_generation(w));
         CHECK_OK(gpushm_weights_wait_newer(w, 60000));
-        double t0 = now_ms(), t1;
+        double t0 = now_ms(), t1, pinged = 0;
+        if (whole == W1_WOKEN) {
+          CHECK_OK(gpushm_ping(conn)); /* the round trip a process just woken pays */
+          pinged = now_ms() - t0;
+        }
         CHECK_OK(gpushm_weights_open(conn, set, &next));
         t1 = now_ms();
+        double again = 0;
+        if (whole == W1_WOKEN) {
+          /* the same open once more, at once: what an open costs a process awake */
+          gpushm_weights_t *twice;
+          CHECK_OK(gpushm_weights_open(conn, set, &twice));
+          again = now_ms() - t1;
+          CHECK_OK(gpushm_weights_close(twice));
+          const double aside = now_ms() - t1; /* not in the sync */
+          t0 += aside;
+          t1 += aside;
+        }
         if (copies) {
           const uint16_t g = (uint16_t)gpushm_weights_generation(next);
           bool right = copy_generation(next, whole != 0, whole == 2, s, g);
@@ -405,10 +424,28 @@ static int role_reader(const char *socket)
           copy_own(&mapped, whole != 0, s, bytes);
           const double t6 = now_ms();
           fresh_unmap(&fresh, &mapped);
-          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0, t2 - t1,
-                 t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued,
-                 whole == 2 ? premapped_ms : 0);
+          /* out of the reader's own memory just written by itself, as a set is at every
+           * sync by its publisher */
+          if (reader_device) {
+            CU_CHECK(CU_CALL(&drv, cuMemsetD32, src.dev, (uint32_t)g << 16 | g, bytes / 4));
+            CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+          }
+          const double t7 = now_ms();
+          copy_own(&src, whole != 0, s, bytes);
+          const double t8 = now_ms();
+          printf("parts %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", t1 - t0,
+                 t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued,
+                 whole == 2 ? premapped_ms : pinged, t8 - t7, again);
           fflush(stdout);
+          if (kept_raw) {
+            /* the publisher has just written its raw buffer, mapped here all along: the
+             * copy every cross-process sync makes, without gpushm (no open, no mapping) */
+            CHECK(fgets(cmd, sizeof cmd, stdin) != NULL);
+            const double r0 = now_ms();
+            copy(true, s, (uint64_t)(uintptr_t)at_layout[0], kept_raw, bytes);
+            CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
+            answer("rawsync", now_ms() - r0);
+          }
           if (!right)
             answer("wrong", 0);
         } else {
@@ -419,6 +456,17 @@ static int role_reader(const char *socket)
         }
       }
       CHECK_OK(gpushm_weights_close(w));
+    } else if (sscanf(cmd, "keep %128s", hex) == 1) {
+      CUipcMemHandle h;
+      for (size_t k = 0; k < sizeof h.reserved; k++)
+        CHECK(sscanf(hex + 2 * k, "%2hhx", (unsigned char *)&h.reserved[k]) == 1);
+      CU_CHECK(CU_CALL(&drv, cuIpcOpenMemHandle, &kept_raw, h,
+                       CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+      answer("ok", 0);
+    } else if (strncmp(cmd, "unkeep", 6) == 0) {
+      CU_CHECK(CU_CALL(&drv, cuIpcCloseMemHandle, kept_raw));
+      kept_raw = 0;
+      answer("ok", 0);
     } else if (sscanf(cmd, "raw %128s %d", hex, &rounds) == 2) {
       /* the floor of a sync of new memory without gpushm: a cuMemAlloc'd buffer of the
        * publisher's, written there, opened here with legacy CUDA IPC and copied whole */
@@ -500,16 +548,17 @@ static double hear(struct reader *r, const char *word)
   return v;
 }
 
-#define PARTS 9
+#define PARTS 11
 
 /* The reader's "parts" line: where one sync's time went (see role_reader()). */
 static void hear_parts(struct reader *r, double *part)
 {
-  char line[256];
+  char line[512];
 
   CHECK(fgets(line, sizeof line, r->out) != NULL);
-  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf %lf", &part[0], &part[1],
-               &part[2], &part[3], &part[4], &part[5], &part[6], &part[7], &part[8]) == PARTS);
+  CHECK(sscanf(line, "parts %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", &part[0],
+               &part[1], &part[2], &part[3], &part[4], &part[5], &part[6], &part[7], &part[8],
+               &part[9], &part[10]) == PARTS);
 }
 
 static double part_median(double parts[][PARTS], unsigned rounds, unsigned which)
@@ -662,14 +711,32 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
                     gpushm_backend_t backend, uint64_t bytes, struct shaped *t, int mode,
                     const char *size)
 {
-  const bool whole = mode != 0, recycled = mode == W1_RECYCLED;
+  const bool whole = mode != 0, recycled = mode == W1_RECYCLED || mode == W1_WOKEN;
   const char *where = backend == GPUSHM_BACKEND_HOST ? "host" : "cuda-fd";
   const unsigned rounds = quick ? 3 : SYNC_ROUNDS, skipped = recycled ? RECYCLE_WARMUP : 0;
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
   struct gen before = gen1, now, two[2] = { gen1, { .n = 0 } };
   gpushm_weights_t *newest = NULL, *next;
+  const bool kept_raw = recycled && backend != GPUSHM_BACKEND_HOST;
+  double raw_fresh[SYNC_ROUNDS];
+  CUdeviceptr raw_buf = 0;
 
-  fprintf(r->in, "follow %s %u %d\n", set, rounds + skipped, recycled ? 1 : mode);
+  if (kept_raw) {
+    /* the cross-process floor: a raw buffer of the publisher's, mapped by the reader
+     * all along, written before each of its copies */
+    CUipcMemHandle h;
+    char hex[2 * sizeof h.reserved + 1];
+
+    CU_CHECK(CU_CALL(&drv, cuMemAlloc, &raw_buf, bytes));
+    CU_CHECK(CU_CALL(&drv, cuIpcGetMemHandle, &h, raw_buf));
+    for (size_t k = 0; k < sizeof h.reserved; k++)
+      snprintf(hex + 2 * k, 3, "%02x", (unsigned char)h.reserved[k]);
+    fprintf(r->in, "keep %s\n", hex);
+    fflush(r->in);
+    hear(r, "ok");
+  }
+
+  fprintf(r->in, "follow %s %u %d\n", set, rounds + skipped, mode == W1_RECYCLED ? 1 : mode);
   fflush(r->in);
   for (unsigned i = 0; i < rounds + skipped; i++) {
     const uint16_t g = (uint16_t)(i + 2);
@@ -698,10 +765,25 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
       hear(r, "sync");
       hear_parts(r, warmup);
     }
+    if (kept_raw) {
+      CU_CHECK(CU_CALL(&drv, cuMemsetD32, raw_buf, (uint32_t)g << 16 | g, bytes / 4));
+      CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
+      fprintf(r->in, "go\n");
+      fflush(r->in);
+      const double ms = hear(r, "rawsync");
+      if (i >= skipped)
+        raw_fresh[i - skipped] = ms;
+    }
     if (!recycled) {
       drop(&before); /* its generation kept it meanwhile */
       before = now;
     }
+  }
+  if (kept_raw) {
+    fprintf(r->in, "unkeep\n");
+    fflush(r->in);
+    hear(r, "ok");
+    CU_CHECK(CU_CALL(&drv, cuMemFree, raw_buf));
   }
   if (recycled) {
     CHECK_OK(gpushm_weights_close(newest));
@@ -723,6 +805,19 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
            part_median(parts, rounds, 3), own);
     return;
   }
+  if (mode == W1_WOKEN) {
+    printf("W1 %-8s a diagnosis, recycled, the reader pinging gpushmd as soon as it is woken: "
+           "the sync %.3f ms, of which the ping %.3f, the generation's open after it %.3f "
+           "(the same open again at once %.3f), the copies %.3f (%.3f once mapped; one copy "
+           "out of memory mapped all along %.3f, out of the same just written by the reader "
+           "%.3f, out of memory just written by another process %.3f)\n", where, m,
+           part_median(parts, rounds, 8),
+           part_median(parts, rounds, 0) - part_median(parts, rounds, 8),
+           part_median(parts, rounds, 10), part_median(parts, rounds, 1),
+           part_median(parts, rounds, 3), own, part_median(parts, rounds, 9),
+           median(raw_fresh, rounds));
+    return;
+  }
   if (whole && !recycled && backend != GPUSHM_BACKEND_HOST)
     raw = raw_ipc_floor(r, bytes, rounds);
   printf("W1 %-8s one copy per sync, %u tensors (%s, %u buffers), %s: median of %u %.3f ms "
@@ -739,10 +834,20 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
   printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
          "%.3f (the copies queued after %.3f); not in the sync: closing the generation "
          "before %.3f, the same copies again %.3f; out of new memory of the reader's own mapped afresh %.3f (mapping it %.3f; "
-         "the sync %.3f x that)\n", where, part_median(parts, rounds, 0),
+         "the sync %.3f x that); out of the reader's own memory just written by itself "
+         "%.3f\n", where, part_median(parts, rounds, 0),
          part_median(parts, rounds, 1), part_median(parts, rounds, 7),
          part_median(parts, rounds, 2),
-         part_median(parts, rounds, 3), fresh, part_median(parts, rounds, 6), m / fresh);
+         part_median(parts, rounds, 3), fresh, part_median(parts, rounds, 6), m / fresh,
+         part_median(parts, rounds, 9));
+  if (kept_raw) {
+    const double cross = median(raw_fresh, rounds);
+    printf("W1 %-8s the same sync against one copy out of memory another process has just "
+           "written, mapped all along (raw CUDA IPC of a cuMemAlloc'd buffer, the publisher's "
+           "write before each): median of %u %.3f ms; the sync %.3f x that | target <= %.2f: "
+           "%s\n", where, rounds, cross, m / cross, TARGET_SYNC_RATIO,
+           m / cross <= TARGET_SYNC_RATIO ? "met" : "NOT met");
+  }
   if (raw > 0)
     printf("W1 %-8s raw CUDA IPC of new memory (a cuMemAlloc'd buffer written by the "
            "publisher; cuIpcOpenMemHandle + one copy): median of %u %.3f ms; a sync into the "
@@ -771,13 +876,24 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
   fflush(r.in);
   model_open = hear(&r, "open");
   snprintf(line, sizeof line, "%.2f GB", bytes / 1e9);
-  w1_rows(conn, &r, set, first_gen, backend, bytes, t, 0, line);
-  snprintf(set, sizeof set, "whole-%s", where);
-  w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
-          1, line);
+  if (!recycled_only) {
+    w1_rows(conn, &r, set, first_gen, backend, bytes, t, 0, line);
+    snprintf(set, sizeof set, "whole-%s", where);
+    w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,
+            t, 1, line);
+  } else {
+    drop(&first_gen);
+  }
   snprintf(set, sizeof set, "recycled-%s", where);
   w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
           W1_RECYCLED, line);
+  if (device) {
+    snprintf(set, sizeof set, "woken-%s", where);
+    w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,
+            t, W1_WOKEN, line);
+  }
+  if (recycled_only)
+    goto done;
   if (device) {
     snprintf(set, sizeof set, "mapped-first-%s", where);
     w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,
@@ -849,6 +965,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
            first <= TARGET_FIRST_OPEN_MS ? "met" : "NOT met");
     drop(&b);
   }
+done:
   fclose(r.in);
   check_child(r.pid);
   fclose(r.out);
@@ -869,7 +986,10 @@ int main(int argc, char **argv)
   CHECK_OK(gpushm_connect(d.socket, "bench-weights", &conn));
   printf("bench-weights: an 8B-shaped model (%u bf16 tensors) as a weight set, a reader in a "
          "process of its own\n", TENSORS);
-  rows(conn, GPUSHM_BACKEND_HOST, quick ? 16 : 4);
+  /* the recycled rows alone, on the GPU (a diagnosis's quicker run) */
+  recycled_only = getenv("GPUSHM_BENCH_WEIGHTS_RECYCLED_ONLY") != NULL;
+  if (!recycled_only)
+    rows(conn, GPUSHM_BACKEND_HOST, quick ? 16 : 4);
   if (cuda_driver_load(&drv, why, sizeof why) == 0 && CU_CALL(&drv, cuInit, 0) == CUDA_SUCCESS &&
       CU_CALL(&drv, cuDeviceGetCount, &count) == CUDA_SUCCESS && count > 0) {
     cuda_test_setup(0);
