@@ -358,7 +358,7 @@ static int role_reader(const char *socket)
   unsigned long long bytes = 0;
   int device, rounds, whole, threads;
   unsigned scale;
-  CUdeviceptr kept_raw = 0; /* "keep": the publisher's raw buffer, mapped all along */
+  gpushm_buffer_t *kept = NULL; /* "keep": a buffer of the publisher's, mapped all along */
 
   CHECK_OK(gpushm_connect(socket, "bench-weights-reader", &conn));
   while (fgets(cmd, sizeof cmd, stdin)) {
@@ -437,14 +437,15 @@ static int role_reader(const char *socket)
                  t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t5m - t5, queued,
                  whole == 2 ? premapped_ms : pinged, t8 - t7, again);
           fflush(stdout);
-          if (kept_raw) {
-            /* the publisher has just written its raw buffer, mapped here all along: the
-             * copy every cross-process sync makes, without gpushm (no open, no mapping) */
+          if (kept) {
+            /* the publisher has just written its buffer, mapped here all along: the one
+             * copy a sync is, without a sync (no wake, no open) */
             CHECK(fgets(cmd, sizeof cmd, stdin) != NULL);
             const double r0 = now_ms();
-            copy(true, s, (uint64_t)(uintptr_t)at_layout[0], kept_raw, bytes);
+            copy(true, s, (uint64_t)(uintptr_t)at_layout[0],
+                 (CUdeviceptr)(uintptr_t)gpushm_buffer_ptr(kept), bytes);
             CU_CHECK(CU_CALL(&drv, cuStreamSynchronize, s));
-            answer("rawsync", now_ms() - r0);
+            answer("copied", now_ms() - r0);
           }
           if (!right)
             answer("wrong", 0);
@@ -456,16 +457,12 @@ static int role_reader(const char *socket)
         }
       }
       CHECK_OK(gpushm_weights_close(w));
-    } else if (sscanf(cmd, "keep %128s", hex) == 1) {
-      CUipcMemHandle h;
-      for (size_t k = 0; k < sizeof h.reserved; k++)
-        CHECK(sscanf(hex + 2 * k, "%2hhx", (unsigned char *)&h.reserved[k]) == 1);
-      CU_CHECK(CU_CALL(&drv, cuIpcOpenMemHandle, &kept_raw, h,
-                       CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    } else if (sscanf(cmd, "keep %63s", set) == 1) {
+      CHECK_OK(gpushm_buffer_open(conn, set, GPUSHM_OPEN_READONLY, &kept));
       answer("ok", 0);
     } else if (strncmp(cmd, "unkeep", 6) == 0) {
-      CU_CHECK(CU_CALL(&drv, cuIpcCloseMemHandle, kept_raw));
-      kept_raw = 0;
+      CHECK_OK(gpushm_buffer_close(kept));
+      kept = NULL;
       answer("ok", 0);
     } else if (sscanf(cmd, "raw %128s %d", hex, &rounds) == 2) {
       /* the floor of a sync of new memory without gpushm: a cuMemAlloc'd buffer of the
@@ -717,21 +714,20 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
   double sync[SYNC_ROUNDS], parts[SYNC_ROUNDS][PARTS], m, own, fresh, raw = 0;
   struct gen before = gen1, now, two[2] = { gen1, { .n = 0 } };
   gpushm_weights_t *newest = NULL, *next;
-  const bool kept_raw = recycled && backend != GPUSHM_BACKEND_HOST;
-  double raw_fresh[SYNC_ROUNDS];
-  CUdeviceptr raw_buf = 0;
+  const bool kept = recycled && backend != GPUSHM_BACKEND_HOST;
+  double written[SYNC_ROUNDS];
+  gpushm_buffer_t *floor_buf = NULL;
 
-  if (kept_raw) {
-    /* the cross-process floor: a raw buffer of the publisher's, mapped by the reader
-     * all along, written before each of its copies */
-    CUipcMemHandle h;
-    char hex[2 * sizeof h.reserved + 1];
-
-    CU_CHECK(CU_CALL(&drv, cuMemAlloc, &raw_buf, bytes));
-    CU_CHECK(CU_CALL(&drv, cuIpcGetMemHandle, &h, raw_buf));
-    for (size_t k = 0; k < sizeof h.reserved; k++)
-      snprintf(hex + 2 * k, 3, "%02x", (unsigned char)h.reserved[k]);
-    fprintf(r->in, "keep %s\n", hex);
+  if (kept) {
+    /* the floor of a sync's one copy: a buffer of the publisher's (the set's kind of
+     * memory, one buffer), mapped by the reader all along, written before each copy */
+    gpushm_create_opts_t opts;
+    gpushm_create_opts_init(&opts);
+    opts.backend = backend;
+    opts.mode = 0600;
+    opts.lifetime = GPUSHM_LIFETIME_SESSION;
+    CHECK_OK(gpushm_buffer_create(conn, "w1-written", bytes, &opts, &floor_buf));
+    fprintf(r->in, "keep w1-written\n");
     fflush(r->in);
     hear(r, "ok");
   }
@@ -765,25 +761,26 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
       hear(r, "sync");
       hear_parts(r, warmup);
     }
-    if (kept_raw) {
-      CU_CHECK(CU_CALL(&drv, cuMemsetD32, raw_buf, (uint32_t)g << 16 | g, bytes / 4));
+    if (kept) {
+      CU_CHECK(CU_CALL(&drv, cuMemsetD32, cuda_test_dptr(floor_buf), (uint32_t)g << 16 | g,
+                       bytes / 4));
       CU_CHECK(CU_CALL(&drv, cuCtxSynchronize));
       fprintf(r->in, "go\n");
       fflush(r->in);
-      const double ms = hear(r, "rawsync");
+      const double ms = hear(r, "copied");
       if (i >= skipped)
-        raw_fresh[i - skipped] = ms;
+        written[i - skipped] = ms;
     }
     if (!recycled) {
       drop(&before); /* its generation kept it meanwhile */
       before = now;
     }
   }
-  if (kept_raw) {
+  if (kept) {
     fprintf(r->in, "unkeep\n");
     fflush(r->in);
     hear(r, "ok");
-    CU_CHECK(CU_CALL(&drv, cuMemFree, raw_buf));
+    CHECK_OK(gpushm_buffer_close_unlink(floor_buf));
   }
   if (recycled) {
     CHECK_OK(gpushm_weights_close(newest));
@@ -810,12 +807,12 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
            "the sync %.3f ms, of which the ping %.3f, the generation's open after it %.3f "
            "(the same open again at once %.3f), the copies %.3f (%.3f once mapped; one copy "
            "out of memory mapped all along %.3f, out of the same just written by the reader "
-           "%.3f, out of memory just written by another process %.3f)\n", where, m,
+           "%.3f, out of a buffer just written by the publisher %.3f)\n", where, m,
            part_median(parts, rounds, 8),
            part_median(parts, rounds, 0) - part_median(parts, rounds, 8),
            part_median(parts, rounds, 10), part_median(parts, rounds, 1),
            part_median(parts, rounds, 3), own, part_median(parts, rounds, 9),
-           median(raw_fresh, rounds));
+           median(written, rounds));
     return;
   }
   if (whole && !recycled && backend != GPUSHM_BACKEND_HOST)
@@ -840,13 +837,13 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
          part_median(parts, rounds, 2),
          part_median(parts, rounds, 3), fresh, part_median(parts, rounds, 6), m / fresh,
          part_median(parts, rounds, 9));
-  if (kept_raw) {
-    const double cross = median(raw_fresh, rounds);
-    printf("W1 %-8s the same sync against one copy out of memory another process has just "
-           "written, mapped all along (raw CUDA IPC of a cuMemAlloc'd buffer, the publisher's "
-           "write before each): median of %u %.3f ms; the sync %.3f x that | target <= %.2f: "
-           "%s\n", where, rounds, cross, m / cross, TARGET_SYNC_RATIO,
-           m / cross <= TARGET_SYNC_RATIO ? "met" : "NOT met");
+  if (kept) {
+    const double bare = median(written, rounds);
+    printf("W1 %-8s the same sync against its one copy alone: out of a buffer of the "
+           "publisher's (%s, one), mapped by the reader all along, written by the publisher "
+           "before each copy: median of %u %.3f ms; the sync %.3f x that | target <= %.2f: "
+           "%s\n", where, where, rounds, bare, m / bare, TARGET_SYNC_RATIO,
+           m / bare <= TARGET_SYNC_RATIO ? "met" : "NOT met");
   }
   if (raw > 0)
     printf("W1 %-8s raw CUDA IPC of new memory (a cuMemAlloc'd buffer written by the "
