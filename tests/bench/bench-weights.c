@@ -789,6 +789,7 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
   } else {
     drop(&before);
   }
+  CHECK_OK(gpushm_unlink(conn, set)); /* its newest generation, and memory, go */
   m = median(sync, rounds);
   own = part_median(parts, rounds, 4);
   fresh = part_median(parts, rounds, 5);
@@ -880,6 +881,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
             t, 1, line);
   } else {
     drop(&first_gen);
+    CHECK_OK(gpushm_unlink(conn, set));
   }
   snprintf(set, sizeof set, "recycled-%s", where);
   w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
