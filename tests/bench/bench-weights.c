@@ -92,8 +92,13 @@ struct shaped {
   uint64_t in_buffer;     /* and where in it */
 };
 
+/* What layout() puts in one buffer at most: BUCKET, as publish_weights() does (each
+ * buffer of a new generation mapped while the one before is copied); a recycled set's
+ * buffers stay mapped in its reader, and one buffer is one copy. */
+static uint64_t bucket = BUCKET;
+
 /* The set's buffers: the tensors in order, a new buffer where the next would take the
- * one before past BUCKET (a tensor larger than that in one of its own).  Fills each
+ * one before past bucket (a tensor larger than that in one of its own).  Fills each
  * tensor's buffer and in_buffer, start[] with each buffer's offset in the whole set
  * (start[n] its end); returns n. */
 static uint32_t layout(struct shaped *t, unsigned n, uint64_t total, uint64_t *start)
@@ -102,7 +107,7 @@ static uint32_t layout(struct shaped *t, unsigned n, uint64_t total, uint64_t *s
 
   start[0] = 0;
   for (unsigned k = 0; k < n; k++) {
-    if (t[k].offset > start[b] && t[k].offset + t[k].bytes - start[b] > BUCKET)
+    if (t[k].offset > start[b] && t[k].offset + t[k].bytes - start[b] > bucket)
       start[++b] = t[k].offset;
     t[k].buffer = b;
     t[k].in_buffer = t[k].offset - start[b];
@@ -883,6 +888,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
     drop(&first_gen);
     CHECK_OK(gpushm_unlink(conn, set));
   }
+  bucket = UINT64_MAX;
   snprintf(set, sizeof set, "recycled-%s", where);
   w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes, t,
           W1_RECYCLED, line);
@@ -891,6 +897,7 @@ static void rows(gpushm_t *conn, gpushm_backend_t backend, unsigned scale)
     w1_rows(conn, &r, set, publish(conn, set, backend, bytes, t, TENSORS, 1), backend, bytes,
             t, W1_WOKEN, line);
   }
+  bucket = BUCKET;
   if (recycled_only)
     goto done;
   if (device) {
