@@ -275,8 +275,18 @@ static void test_generations(void)
 }
 
 /* A generation of one uint8 tensor over all of buf. */
+static int publish_named(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, uint32_t mode,
+                         const char *tensor, gpushm_weights_t **out);
+
 static int publish_one(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, uint32_t mode,
                        gpushm_weights_t **out)
+{
+  return publish_named(conn, set, buf, mode, "all", out);
+}
+
+/* A generation of one uint8 tensor named tensor over all of buf. */
+static int publish_named(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, uint32_t mode,
+                         const char *tensor, gpushm_weights_t **out)
 {
   const int64_t shape[1] = { (int64_t)gpushm_buffer_size(buf) };
   gpushm_weights_publish_opts_t opts;
@@ -290,7 +300,7 @@ static int publish_one(gpushm_t *conn, const char *set, gpushm_buffer_t *buf, ui
   gpushm_tensor_desc_init(&desc);
   desc.ndim = 1;
   desc.shape = shape;
-  CHECK_OK(gpushm_weights_builder_add_tensor(b, "all", i, &desc));
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, tensor, i, &desc));
   gpushm_weights_publish_opts_init(&opts);
   opts.mode = mode;
   r = gpushm_weights_publish(conn, set, b, &opts, out);
@@ -1181,9 +1191,42 @@ static void test_recycle_limits(void)
            "generation, or disconnected", GPUSHM_LIMIT_WEIGHT_SETS_KEPT, SETS);
 }
 
+/* A reader's connection decodes a generation's manifest once for the generations it
+ * holds of a set that carry the same bytes over buffers of the same sizes (a recycling
+ * publisher's): shared (one decoding: the same name pointers), never where a byte
+ * differs (a name of the same length). */
+static void test_manifest_shared(void)
+{
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_buffer_t *buf = create_host(writer, "shared-manifest", RECYCLED, 0644,
+                                     GPUSHM_LIFETIME_SESSION);
+  gpushm_weight_tensor_t t[4];
+  gpushm_weights_t *r[4];
+  static const char *const names[4] = { "", "left", "rite", "rite" };
+
+  for (unsigned g = 1; g <= 3; g++) {
+    CHECK_OK(publish_named(writer, "shared", buf, 0644, names[g], NULL));
+    CHECK_OK(gpushm_weights_open(reader, "shared", &r[g]));
+    CHECK(gpushm_weights_find(r[g], names[g]) == 0);
+    CHECK_ERR(gpushm_weights_find(r[g], g == 1 ? "rite" : "left"), GPUSHM_E_NOENT);
+    CHECK_OK(gpushm_weights_tensor(r[g], 0, &t[g]));
+  }
+  CHECK(t[1].name != t[2].name); /* "left" and "rite": each decoded */
+  CHECK(t[2].name == t[3].name); /* the same bytes: one decoding */
+  for (unsigned g = 1; g <= 3; g++)
+    CHECK_OK(gpushm_weights_close(r[g]));
+  CHECK_OK(gpushm_unlink(writer, "shared"));
+  CHECK_OK(gpushm_buffer_close_unlink(buf));
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+  test_log("weights: generations of the same manifest bytes decoded once by their reader; "
+           "one that differs in a byte decoded anew");
+}
+
 int main(void)
 {
   daemon_start(&d, NULL);
+  test_manifest_shared();
   test_recycle();
   test_recycle_limits();
   test_copy();
