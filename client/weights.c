@@ -579,7 +579,8 @@ static struct weights_kept *kept_find(gpushm_t *conn, const char *name, bool mak
     }
     last = link;
   }
-  if (!make || !(k = calloc(1, sizeof *k)))
+  /* after gpushm_disconnect() (generations closed late): nothing kept, nothing to free */
+  if (!make || __atomic_load_n(&conn->user_gone, __ATOMIC_ACQUIRE) || !(k = calloc(1, sizeof *k)))
     return NULL;
   if (n >= GPUSHM_LIMIT_WEIGHT_SETS_KEPT) {
     *dropped = *last;
@@ -714,8 +715,8 @@ static int kept_put(gpushm_weights_t *w)
   int r = 0;
 
   pthread_mutex_lock(&kept_lock);
-  if (ids && pairs && closing)
-    k = kept_find(w->conn, w->name, true, &dropped);
+  if (ids && pairs && closing) /* a publisher's own hold makes no entry */
+    k = kept_find(w->conn, w->name, w->counted, &dropped);
   for (uint32_t i = 0; i < w->n_buffers; i++) {
     gpushm_buffer_t *h = w->buffers[i].open;
     if (ids)

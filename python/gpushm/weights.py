@@ -163,16 +163,21 @@ class WeightSet:
         gpushmd): True then (open the name again to get it), False after ``timeout``
         seconds (None: for ever; 0: only looks).  NotFound if the set's name goes
         instead; ClosedError if this object is closed meanwhile."""
+        return self._wait(timeout, lib.gpushm_weights_wait_newer, "wait_newer")
+
+    def _wait(self, timeout: Optional[float], wait: Any, what: str) -> bool:
+        """wait(handle, ms) in slices of _WAIT_SLICE until it returns 0 (True) or timeout
+        seconds have passed (False; None: for ever)."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             left = _WAIT_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
             gen, w = self._live()
-            r = lib.gpushm_weights_wait_newer(w, timeout_ms(min(left, _WAIT_SLICE)))
+            r = wait(w, timeout_ms(min(left, _WAIT_SLICE)))
             if r == CODES["TIMEOUT"]:
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
                 continue
-            check(r, f"wait_newer {self._name!r}")
+            check(r, f"{what} {self._name!r}")
             return True
 
     @property
@@ -193,18 +198,9 @@ class WeightSet:
         if generation >= self._generation:
             raise ValueError(f"generation {generation} of {self._name!r} is held by this "
                              f"object (generation {self._generation}): wait for older ones")
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        while True:
-            left = _WAIT_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
-            gen, w = self._live()
-            r = lib.gpushm_weights_wait_released(w, generation,
-                                                 timeout_ms(min(left, _WAIT_SLICE)))
-            if r == CODES["TIMEOUT"]:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-                continue
-            check(r, f"wait_released {self._name!r}")
-            return True
+        return self._wait(timeout,
+                          lambda w, ms: lib.gpushm_weights_wait_released(w, generation, ms),
+                          "wait_released")
 
     # --- tensors ------------------------------------------------------------------
     def _entry(self, w: int, index: int) -> _Entry:
