@@ -663,11 +663,13 @@ static void kept_take(gpushm_weights_t *w)
     }
     k->recycles = false;
     for (uint32_t i = 0; i < w->n_buffers; i++) {
-      const uint64_t *at;
-      if (bsearch(&w->buffers[i].id, k->closed_ids, k->n_closed, sizeof *k->closed_ids,
-                  cmp_id))
+      const uint64_t *at = NULL;
+      /* (bsearch() takes no NULL base, even for nothing) */
+      if (k->n_closed && bsearch(&w->buffers[i].id, k->closed_ids, k->n_closed,
+                                 sizeof *k->closed_ids, cmp_id))
         k->recycles = true;
-      at = bsearch(&w->buffers[i].id, k->kept_ids, k->n_kept, sizeof *k->kept_ids, cmp_id);
+      if (k->n_kept)
+        at = bsearch(&w->buffers[i].id, k->kept_ids, k->n_kept, sizeof *k->kept_ids, cmp_id);
       if (at && k->kept[at - k->kept_ids] && !w->buffers[i].open) {
         w->buffers[i].open = k->kept[at - k->kept_ids];
         k->kept[at - k->kept_ids] = NULL;
