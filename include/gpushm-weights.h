@@ -103,10 +103,11 @@ GPUSHM_API int gpushm_weights_open(gpushm_t *conn, const char *name, gpushm_weig
 /* Lets go of the generation and every buffer opened through it (their tensors'
  * pointers go with them; DLPack tensors made of them hold opens of their own).  Where
  * the set's publisher recycles buffers (a generation named buffers of the one this
- * connection closed before), the buffers stay open and mapped, unread, until the next
- * generation opened through this connection names them again (and takes them over: no
- * mapping) or not (closed then), or the connection goes: they keep memory, never a
- * generation, and up to GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets' a connection.  In a
+ * connection closed before) and the connection holds a later generation of the set,
+ * the buffers stay open and mapped, unread, until the next generation opened through it
+ * names them again (and takes them over: no mapping) or not (closed then), or it lets
+ * go of the set's last generation, or disconnects: they keep memory, never a
+ * generation, and of up to GPUSHM_LIMIT_WEIGHT_SETS_KEPT sets a connection.  In a
  * child forked after the open: GPUSHM_E_INVAL, only the child's copy of the memory
  * freed (the generation is the parent's). */
 GPUSHM_API int gpushm_weights_close(gpushm_weights_t *w);
