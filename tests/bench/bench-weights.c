@@ -836,8 +836,9 @@ static void w1_rows(gpushm_t *conn, struct reader *r, const char *set, struct ge
          : m / own <= TARGET_SYNC_RATIO ? "met" : "NOT met");
   printf("W1 %-8s where it goes (medians, ms): open %.3f, buffers opened, mapped and copied "
          "%.3f (the copies queued after %.3f); not in the sync: closing the generation "
-         "before %.3f, the same copies again %.3f; out of new memory of the reader's own mapped afresh %.3f (mapping it %.3f; "
-         "the sync %.3f x that); out of the reader's own memory just written by itself "
+         "before %.3f, the same copies again %.3f; out of new memory of the reader's own "
+         "mapped afresh %.3f (mapping it %.3f; the sync %.3f x that); out of the reader's "
+         "own memory just written by itself "
          "%.3f\n", where, part_median(parts, rounds, 0),
          part_median(parts, rounds, 1), part_median(parts, rounds, 7),
          part_median(parts, rounds, 2),
