@@ -9,7 +9,9 @@ Its tensors are read-only ``Tensor`` views, which keep the generation held as lo
 they (or the NumPy arrays and memoryviews made of them) live, whoever closed the
 ``WeightSet``.  DLPack tensors a framework imported hold the memory itself (an open of
 its buffer, closed by libgpushm's C deleter, no Python code), not the generation: what
-they read stays mapped and unchanged, and the generation may be let go of before them.
+they read stays mapped, and the generation may be let go of before them — unchanged
+unless its publisher recycles buffers (``wait_released()``: docs/weights.md#recycling),
+which may write the next generation into them once the generation is let go of.
 """
 from __future__ import annotations
 
