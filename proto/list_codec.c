@@ -363,25 +363,27 @@ static bool get_info(ProtobufCAllocator *alloc, struct pb_reader r, Gpushm__Buff
       continue;
     case 22:
       EXPECT(PB_WT_LEN);
-      if (!get_len(&r, &s) ||
+      /* a second one of 22, 23, 25 or 26 is merged into the first: protobuf-c's business */
+      if (info->image || !get_len(&r, &s) ||
           !(info->image = gpushm__image_desc__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 23:
       EXPECT(PB_WT_LEN);
-      if (!get_len(&r, &s) || !(info->external = gpushm__external_memory__unpack(
-                                  alloc, (size_t)(s.end - s.p), s.p)))
+      if (info->external || !get_len(&r, &s) ||
+          !(info->external =
+              gpushm__external_memory__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 25:
       EXPECT(PB_WT_LEN);
-      if (!get_len(&r, &s) ||
+      if (info->ring || !get_len(&r, &s) ||
           !(info->ring = gpushm__ring_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
     case 26:
       EXPECT(PB_WT_LEN);
-      if (!get_len(&r, &s) ||
+      if (info->weights || !get_len(&r, &s) ||
           !(info->weights = gpushm__weights_info__unpack(alloc, (size_t)(s.end - s.p), s.p)))
         return false;
       continue;
