@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/* Row 10 of docs/performance.md: a fresh 4 KiB host-memory hand-off, through C and
+ * through the Python package, beside a SOCK_SEQPACKET round trip measured in the same
+ * run.  Everything (gpushmd, producer, consumer, the echo) runs on one CPU: on an idle
+ * VM a wake-up on another CPU costs ~50 us, which would measure the hypervisor, not the
+ * protocol.
+ *
+ * The hand-off, as a producer and a consumer of a fresh tensor do it: the producer
+ * creates a buffer, fills it, sends its name over a socketpair; the consumer opens it
+ * read-only, reads a word, closes it and acks; the producer, on the ack, unlinks and
+ * closes it.  So the floor is three round trips' worth of messages: the producer's
+ * create, the consumer's open, and the hand-over itself.
+ *
+ * Prints one line per figure and "met" / "NOT met" against the targets (issue 41):
+ * C <= 3 x the round trip, Python <= 2 x C.  Exits non-zero only when a hand-off fails
+ * or reads the wrong word.  Not part of `make check`.
+ * Usage: bench-handoff-host [--quick] [--phases] [--no-python]   (PYTHON: the interpreter,
+ *        python3 by default) */
+#define _GNU_SOURCE
+#include "config.h"
+#include "harness.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef GPUSHM_BENCH_SRCDIR
+#define GPUSHM_BENCH_SRCDIR "."
+#endif
+#ifndef GPUSHM_BENCH_BUILDDIR
+#define GPUSHM_BENCH_BUILDDIR "."
+#endif
+
+#define HANDOFF_BYTES 4096u
+#define ROUNDS 5000u
+#define ROUNDS_QUICK 1000u
+#define WARMUP 200u
+#define DEPTH 8u
+#define RTT_ROUNDS 20000u
+#define TARGET_C_VS_RTT 3.0
+#define TARGET_PYTHON_VS_C 2.0
+#define PYTHON_TIMEOUT_S 300
+
+enum { MSG_HANDOFF = 1, MSG_END = 2, MSG_ECHO = 3 };
+
+struct handoff_msg {
+  uint32_t kind;
+  uint32_t value; /* every word of the buffer */
+  char name[48];
+};
+
+struct handoff_ack {
+  int32_t status; /* 0, a gpushm error, or 1 for a wrong word */
+  uint32_t seen;
+};
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, unsigned n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+/* The consumer: answers echoes as they come, and opens, reads, closes what each
+ * hand-off names. */
+static int consumer(int sock)
+{
+  gpushm_t *conn = NULL;
+  struct handoff_msg m;
+
+  while (recv(sock, &m, sizeof m, 0) == (ssize_t)sizeof m && m.kind != MSG_END) {
+    struct handoff_ack ack = { 0, 0 };
+    gpushm_buffer_t *b;
+
+    if (m.kind == MSG_HANDOFF) {
+      if (!conn)
+        CHECK_OK(gpushm_connect(NULL, "handoff-consumer", &conn));
+      ack.status = gpushm_buffer_open(conn, m.name, GPUSHM_OPEN_READONLY, &b);
+      if (ack.status == 0) {
+        ack.seen = *(volatile const uint32_t *)gpushm_buffer_ptr(b);
+        ack.status = gpushm_buffer_close(b);
+        if (ack.status == 0 && ack.seen != m.value)
+          ack.status = 1;
+      }
+    }
+    CHECK(send(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  }
+  if (conn)
+    gpushm_disconnect(conn);
+  return 0;
+}
+
+#define PHASES 4
+static const char *const phase_names[PHASES] = { "create", "fill", "hand-over (consumer "
+                                                 "open+read+close, ack)", "close_unlink" };
+
+struct producer {
+  int sock;
+  gpushm_t *conn;
+  unsigned seq;
+  double *phase[PHASES]; /* per round, when --phases */
+  unsigned round;
+};
+
+struct slot {
+  gpushm_buffer_t *buf;
+  uint32_t value;
+  double t;
+};
+
+static void mark(struct producer *p, unsigned phase, double since)
+{
+  if (p->phase[phase])
+    p->phase[phase][p->round] = now_us() - since;
+}
+
+static void produce(struct producer *p, struct slot *s)
+{
+  struct handoff_msg m = { .kind = MSG_HANDOFF };
+  double t = now_us();
+  uint32_t *words;
+
+  s->value = m.value = ++p->seq;
+  snprintf(m.name, sizeof m.name, "handoff-%u", s->value);
+  CHECK_OK(gpushm_buffer_create(p->conn, m.name, HANDOFF_BYTES, NULL, &s->buf));
+  mark(p, 0, t);
+  t = now_us();
+  words = gpushm_buffer_ptr(s->buf);
+  for (unsigned i = 0; i < HANDOFF_BYTES / sizeof *words; i++)
+    words[i] = s->value;
+  mark(p, 1, t);
+  s->t = now_us();
+  CHECK(send(p->sock, &m, sizeof m, 0) == (ssize_t)sizeof m);
+}
+
+static void finish(struct producer *p, struct slot *s)
+{
+  struct handoff_ack ack;
+  double t;
+
+  CHECK(recv(p->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  mark(p, 2, s->t);
+  if (ack.status != 0) {
+    fprintf(stderr, "bench-handoff-host: hand-off %u failed in the consumer: %s\n", s->value,
+            ack.status == 1 ? "wrong word" : gpushm_strerror(ack.status));
+    exit(1);
+  }
+  t = now_us();
+  CHECK_OK(gpushm_buffer_close_unlink(s->buf));
+  mark(p, 3, t);
+  if (p->phase[0])
+    p->round++;
+}
+
+/* rounds hand-offs with up to depth in flight; per (if not NULL) gets each one's time
+ * from create to release.  Returns the wall time per hand-off. */
+static double handoffs(struct producer *p, unsigned rounds, unsigned depth, double *per)
+{
+  struct slot slots[DEPTH];
+  unsigned sent = 0, done = 0;
+  double start[DEPTH], t0 = now_us();
+
+  while (done < rounds) {
+    while (sent < rounds && sent - done < depth) {
+      start[sent % depth] = now_us();
+      produce(p, &slots[sent % depth]);
+      sent++;
+    }
+    finish(p, &slots[done % depth]);
+    if (per)
+      per[done] = now_us() - start[done % depth];
+    done++;
+  }
+  return (now_us() - t0) / rounds;
+}
+
+/* The floor: one SEQPACKET round trip between this process and the consumer (a
+ * message of the hand-off's size each way), on the same CPU. */
+static double round_trip_us(int sock, unsigned rounds)
+{
+  double *rtt = calloc(rounds, sizeof *rtt), m;
+  struct handoff_msg msg = { .kind = MSG_ECHO };
+  struct handoff_ack ack;
+
+  CHECK(rtt != NULL);
+  for (unsigned i = 0; i < rounds; i++) {
+    double t = now_us();
+    CHECK(send(sock, &msg, sizeof msg, 0) == (ssize_t)sizeof msg);
+    CHECK(recv(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+    rtt[i] = now_us() - t;
+  }
+  m = median(rtt, rounds);
+  free(rtt);
+  return m;
+}
+
+/* The same hand-off through the Python package (tests/bench/python-handoff-host.py);
+ * false, with why, where it could not run. */
+static bool python_figures(const struct test_daemon *d, unsigned rounds, double *serial,
+                           double *inflight, char *why, size_t why_len)
+{
+  char cmd[2048], line[512];
+  bool got_serial = false, got_inflight = false;
+  FILE *p;
+
+  snprintf(cmd, sizeof cmd,
+           "GPUSHM_SOCKET='%s' GPUSHM_LIBRARY='%s/client/.libs/libgpushm.so.1' "
+           "PYTHONPATH='%s/python' timeout %d '%s' '%s/tests/bench/python-handoff-host.py' "
+           "--rounds %u --warmup %u --depth %u 2>&1",
+           d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, PYTHON_TIMEOUT_S,
+           getenv("PYTHON") ? getenv("PYTHON") : "python3", GPUSHM_BENCH_SRCDIR, rounds, WARMUP,
+           DEPTH);
+  snprintf(why, why_len, "python-handoff-host.py printed no figures");
+  if (!(p = popen(cmd, "r"))) {
+    snprintf(why, why_len, "popen: %s", strerror(errno));
+    return false;
+  }
+  while (fgets(line, sizeof line, p)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (sscanf(line, "python-handoff-host: mode=serial rounds=%*u median_us=%lf", serial) == 1)
+      got_serial = true;
+    else if (sscanf(line, "python-handoff-host: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
+                    inflight) == 1)
+      got_inflight = true;
+    else if (*line)
+      snprintf(why, why_len, "%.400s", line);
+  }
+  if (pclose(p) != 0 && !(got_serial && got_inflight))
+    return false;
+  return got_serial && got_inflight;
+}
+
+/* Every process from here on (the daemon, the consumer, Python) inherits this. */
+static int pin_to_one_cpu(void)
+{
+  cpu_set_t set;
+  int cpu = 0;
+
+  CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set))
+    cpu++;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  CHECK(sched_setaffinity(0, sizeof set, &set) == 0);
+  return cpu;
+}
+
+int main(int argc, char **argv)
+{
+  bool quick = false, phases = false, python = true;
+  unsigned rounds;
+  struct test_daemon d = { 0 };
+  struct producer p = { 0 };
+  double rtt_before, rtt_after, rtt, serial, inflight, *per;
+  char daemon_path[4400], why[512];
+  double py_serial = 0, py_inflight = 0;
+  int sv[2], cpu;
+  pid_t pid;
+
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (strcmp(argv[i], "--phases") == 0) {
+      phases = true;
+    } else if (strcmp(argv[i], "--no-python") == 0) {
+      python = false;
+    } else {
+      fprintf(stderr, "usage: %s [--quick] [--phases] [--no-python]\n", argv[0]);
+      return 2;
+    }
+  }
+  rounds = quick ? ROUNDS_QUICK : ROUNDS;
+  snprintf(daemon_path, sizeof daemon_path, "%s/daemon/gpushmd", GPUSHM_BENCH_BUILDDIR);
+  setenv("GPUSHMD", daemon_path, 0);
+  cpu = pin_to_one_cpu();
+  daemon_start(&d, NULL);
+  setenv("GPUSHM_SOCKET", d.socket, 1);
+
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
+  fflush(stdout);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    close(sv[0]);
+    _exit(consumer(sv[1]));
+  }
+  close(sv[1]);
+  p.sock = sv[0];
+  CHECK_OK(gpushm_connect(NULL, "handoff-producer", &p.conn));
+
+  /* The floor on either side of the hand-offs: a drift between them shows. */
+  round_trip_us(p.sock, RTT_ROUNDS / 10);
+  rtt_before = round_trip_us(p.sock, RTT_ROUNDS);
+  handoffs(&p, WARMUP, 1, NULL);
+  CHECK((per = calloc(rounds, sizeof *per)) != NULL);
+  for (unsigned i = 0; phases && i < PHASES; i++)
+    CHECK((p.phase[i] = calloc(rounds, sizeof *p.phase[i])) != NULL);
+  handoffs(&p, rounds, 1, per);
+  serial = median(per, rounds);
+  for (unsigned i = 0; phases && i < PHASES; i++) {
+    printf("bench-handoff-host: [10]   (phase) %s: median %.1f us\n", phase_names[i],
+           median(p.phase[i], rounds));
+    free(p.phase[i]);
+    p.phase[i] = NULL;
+  }
+  inflight = handoffs(&p, rounds, DEPTH, NULL);
+  rtt_after = round_trip_us(p.sock, RTT_ROUNDS);
+  rtt = (rtt_before + rtt_after) / 2;
+  {
+    struct handoff_msg end = { .kind = MSG_END };
+    CHECK(send(p.sock, &end, sizeof end, 0) == (ssize_t)sizeof end);
+  }
+  check_child(pid);
+  close(p.sock);
+  free(per);
+
+  printf("bench-handoff-host: [10] floor: SOCK_SEQPACKET round trip on CPU %d, median %.2f us "
+         "(%.2f before the hand-offs, %.2f after)\n", cpu, rtt, rtt_before, rtt_after);
+  printf("bench-handoff-host: [10] fresh 4 KiB host hand-off through C, serial: median %.1f us "
+         "(%u rounds) | ratio to the round trip %.2f | target <= %.1f: %s\n", serial, rounds,
+         serial / rtt, TARGET_C_VS_RTT, serial <= TARGET_C_VS_RTT * rtt ? "met" : "NOT met");
+  printf("bench-handoff-host: [10] the same, %u in flight: %.1f us per hand-off | ratio to the "
+         "round trip %.2f\n", DEPTH, inflight, inflight / rtt);
+  if (!python) {
+    printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
+  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, why, sizeof why)) {
+    printf("bench-handoff-host: [10] through Python: skipped: %s\n", why);
+  } else {
+    printf("bench-handoff-host: [10] the same through Python, serial: median %.1f us | Python / C "
+           "%.2f | target <= %.1f: %s\n", py_serial, py_serial / serial, TARGET_PYTHON_VS_C,
+           py_serial <= TARGET_PYTHON_VS_C * serial ? "met" : "NOT met");
+    printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
+           "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
+           TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");
+  }
+  gpushm_disconnect(p.conn);
+  daemon_stop(&d);
+  return 0;
+}
