@@ -48,13 +48,18 @@ struct backend {
    * been there since the allocation was zero-filled) and, for host memory, committed, so
    * that running out is an error at create and not a SIGBUS later.
    * discard_range gives a freed slot's memory back while the allocation lives (NULL:
-   * nothing to give back).  granule: what allocation sizes are rounded to. */
+   * nothing to give back).  zero_warm_range zeroes a freed slot that was not given
+   * back (NULL: none is kept so; segment.c keeps them within GPUSHM_LIMIT_WARM_*), and
+   * commits what a holder may have given back meanwhile.  granule: what allocation sizes
+   * are rounded to. */
   int (*alloc_segment)(const struct backend *be, uint64_t size, int device, const char *label,
                        struct backend_mem *mem, uint64_t *allocated, char *err, size_t errlen);
   int (*zero_range)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                     uint64_t len, bool known_zero, char *err, size_t errlen);
   void (*discard_range)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
                         uint64_t len);
+  int (*zero_warm_range)(const struct backend *be, struct backend_mem *mem, uint64_t offset,
+                         uint64_t len, char *err, size_t errlen);
   uint64_t granule;
   /* A sync buffer's fence lives in its allocation, SYNC_DEVICE_FENCE_BYTES past its data
    * (cuda-fd, cuda-fabric; cuda-ipc for creators that know it: kind_buffer.c). */

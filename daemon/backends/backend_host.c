@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* A sealed memfd of size rounded up to pages, its pages committed or (commit false, a
@@ -106,6 +107,40 @@ static void host_discard_range(const struct backend *be, struct backend_mem *mem
   (void)fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)len);
 }
 
+/* A write, not a memset through a mapping: its pages stay where they are (no fault in
+ * any process mapping the segment), and a page a holder punched out meanwhile is
+ * allocated again with an error for an answer, not a SIGBUS in the daemon. */
+static int host_zero_warm_range(const struct backend *be, struct backend_mem *mem,
+                                uint64_t offset, uint64_t len, char *err, size_t errlen)
+{
+  static const uint8_t zeros[4096];
+  struct iovec iov[GPUSHM_LIMIT_WARM_SLOT / sizeof zeros];
+  uint64_t done = 0;
+
+  (void)be;
+  while (done < len) {
+    unsigned n = 0;
+    ssize_t w;
+
+    for (uint64_t at = done; at < len && n < sizeof iov / sizeof *iov; n++) {
+      size_t part = len - at < sizeof zeros ? (size_t)(len - at) : sizeof zeros;
+      iov[n] = (struct iovec){ (void *)zeros, part };
+      at += part;
+    }
+    w = pwritev(mem->fd, iov, (int)n, (off_t)(offset + done));
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      int e = w < 0 ? errno : ENOSPC;
+      snprintf(err, errlen, "clearing %llu bytes of shared memory: %s", (unsigned long long)len,
+               strerror(e));
+      return e == ENOSPC || e == ENOMEM ? PROTO_E_NOMEM : PROTO_E_IO;
+    }
+    done += (uint64_t)w;
+  }
+  return 0;
+}
+
 int backend_host_export_fd(const struct backend_mem *mem, bool read_only, int *fd_out,
                            char *err, size_t errlen)
 {
@@ -161,6 +196,7 @@ const struct backend backend_host = {
   .alloc_segment = host_alloc_segment,
   .zero_range = host_zero_range,
   .discard_range = host_discard_range,
+  .zero_warm_range = host_zero_warm_range,
   .granule = 4096,
   .adopt = host_adopt,
 };

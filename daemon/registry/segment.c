@@ -144,7 +144,7 @@ static int slice(struct seg_class *c, struct segment *seg, uint64_t slot, unsign
   seg->slot = slot;
   seg->bin = bin;
   seg->n_slots = (uint32_t)n;
-  seg->n_used = seg->n_free = seg->n_fresh = 0;
+  seg->n_used = seg->n_free = seg->n_fresh = seg->n_warm = 0;
   list_add_tail(&c->all, &seg->all_link);
   list_add_tail(&c->bins[bin], &seg->bin_link);
   seg->in_bin = true;
@@ -309,7 +309,7 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
   struct seg_class *c;
   struct segment *seg;
   uint32_t index;
-  bool known_zero;
+  bool known_zero, warm;
   unsigned bin;
   int r;
 
@@ -331,12 +331,14 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
   }
   known_zero = seg->n_free == 0 && seg->clean;
   index = seg->n_free ? seg->free_slots[seg->n_free - 1] : seg->n_fresh;
+  warm = seg->n_warm > 0;
   /* Host memory is committed here whoever clears it; a slot of device memory can hold
    * only what a buffer of the same class left there, which the creator clears. */
   *dirty = creator_clears && !is_host(be) && !known_zero;
   if (!(creator_clears && !is_host(be)) &&
-      (r = be->zero_range(be, &seg->mem, (uint64_t)index * slot, slot, known_zero, err,
-                          errlen)) < 0) {
+      (r = warm ? be->zero_warm_range(be, &seg->mem, (uint64_t)index * slot, slot, err, errlen)
+                : be->zero_range(be, &seg->mem, (uint64_t)index * slot, slot, known_zero, err,
+                                 errlen)) < 0) {
     if (seg->n_used == 0 && seg->n_mappers == 0 && seg->n_free == 0 && seg->n_fresh == 0)
       seg_free_slot(t, seg, UINT32_MAX); /* a segment nothing ever held goes back */
     return r;
@@ -345,6 +347,8 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
     seg->n_free--;
   else
     seg->n_fresh++;
+  if (warm)
+    seg->n_warm--;
   seg->n_used++;
   update_bin(seg);
   counters_of(t, key)->carved++;
@@ -353,11 +357,22 @@ int seg_carve(struct seg_table *t, const struct backend *be, const struct seg_ke
   return 0;
 }
 
+/* Gives back the memory of seg's warm slots (they become plain freed ones). */
+static void cool(struct segment *seg)
+{
+  const struct backend *be = seg->cls->backend;
+
+  for (; seg->n_warm; seg->n_warm--)
+    be->discard_range(be, &seg->mem,
+                      (uint64_t)seg->free_slots[seg->n_free - seg->n_warm] * seg->slot, seg->slot);
+}
+
 /* Nothing holds seg any more: pooled for its class within the limit, else released. */
 static void retire(struct seg_table *t, struct segment *seg)
 {
   struct seg_class *c = seg->cls;
 
+  cool(seg); /* nobody is about to create in it: what a pool keeps, it keeps uncommitted */
   seg->slot = 0;
   update_bin(seg);
   list_del(&seg->all_link);
@@ -379,15 +394,31 @@ static bool unheld(const struct segment *seg)
   return seg->n_used == 0 && seg->n_mappers == 0 && seg->n_detached == 0;
 }
 
+/* Whether a slot freed now is kept committed (GPUSHM_LIMIT_WARM_SLOT). */
+static bool keeps_warm(const struct segment *seg)
+{
+  return seg->cls->backend->zero_warm_range && seg->slot <= GPUSHM_LIMIT_WARM_SLOT &&
+         (uint64_t)(seg->n_warm + 1) * seg->slot <= GPUSHM_LIMIT_WARM_BYTES;
+}
+
 void seg_free_slot(struct seg_table *t, struct segment *seg, uint32_t slot)
 {
   const struct backend *be = seg->cls->backend;
 
   if (slot != UINT32_MAX) {
-    if (be->discard_range && carvable(seg))
+    bool warm = be->discard_range && carvable(seg) && keeps_warm(seg);
+    if (be->discard_range && carvable(seg) && !warm)
       be->discard_range(be, &seg->mem, (uint64_t)slot * seg->slot, seg->slot);
     seg->n_used--;
-    seg->free_slots[seg->n_free++] = slot;
+    /* The warm ones stay on top, to be carved first: a cold one goes below them. */
+    if (!warm && seg->n_warm) {
+      seg->free_slots[seg->n_free] = seg->free_slots[seg->n_free - seg->n_warm];
+      seg->free_slots[seg->n_free - seg->n_warm] = slot;
+    } else {
+      seg->free_slots[seg->n_free] = slot;
+    }
+    seg->n_free++;
+    seg->n_warm += warm;
     update_bin(seg);
   }
   if (unheld(seg))
@@ -479,7 +510,9 @@ void seg_undetach(struct seg_table *t, struct segment *seg)
   const struct backend *be = seg->cls->backend;
 
   if (--seg->n_detached == 0 && !seg->retired && seg->slot) {
-    /* What the process could read is its no more: freed slots give their memory back. */
+    /* What the process could read is its no more: freed slots give their memory back
+     * (the warm ones too: simpler than telling which were freed while it lived). */
+    seg->n_warm = 0;
     for (uint32_t i = 0; be->discard_range && i < seg->n_free; i++)
       be->discard_range(be, &seg->mem, (uint64_t)seg->free_slots[i] * seg->slot, seg->slot);
     update_bin(seg);

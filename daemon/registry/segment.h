@@ -54,6 +54,7 @@ struct segment {
   uint32_t n_fresh;  /* slots from here on were never handed out since it was sliced */
   bool clean;        /* fresh slots are known to be zero (a new allocation) */
   uint32_t n_free;   /* freed slots, on the stack below */
+  uint32_t n_warm;   /* the top ones of them, kept committed (GPUSHM_LIMIT_WARM_SLOT) */
   uint32_t *free_slots;
   uint32_t n_mappers;
   struct list mappers;   /* seg_mapping.segment_link */

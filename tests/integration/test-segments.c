@@ -6,7 +6,8 @@
  *  - a consumer keeps reading its buffer while others in its segment are created and
  *    freed, and a reused slot comes back zeroed;
  *  - 2000 host buffers cost the daemon a handful of fds, not 2000;
- *  - the idle-mapping limit and the pool limit are crossed;
+ *  - the idle-mapping limit and the pool limit are crossed, and the warm-slot limits
+ *    (GPUSHM_LIMIT_WARM_*: what of a freed host slot's memory stays committed);
  *  - a segment is freed only once its last mapper has unmapped it (device free memory
  *    back to its baseline after everyone closes, and after a mapper is SIGKILLed), and
  *    a buffer opened in a segment this process maps costs no driver call;
@@ -15,11 +16,13 @@
 #include "gpushm_limits.h"
 #include "harness.h"
 
+#include <dirent.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -214,6 +217,110 @@ static void test_churn(void)
   check_child(pid);
   CHECK(all_are(gpushm_buffer_ptr(keep), 4 * KiB, 0x5a));
   CHECK_OK(gpushm_buffer_close_unlink(keep));
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
+/* Bytes of memory the daemon's segment id holds (its memfd's blocks, seen through
+ * /proc/PID/fd: the suite runs as root). */
+static uint64_t segment_bytes(const struct test_daemon *d, uint64_t id)
+{
+  char dir[64], path[400], link[256], want[64];
+  struct dirent *e;
+  struct stat st;
+  uint64_t bytes = UINT64_MAX;
+  DIR *fds;
+
+  snprintf(dir, sizeof dir, "/proc/%d/fd", (int)d->pid);
+  snprintf(want, sizeof want, "/memfd:gpushm-segment-%llu ", (unsigned long long)id);
+  CHECK((fds = opendir(dir)) != NULL);
+  while ((e = readdir(fds))) {
+    ssize_t n;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if ((n = readlink(path, link, sizeof link - 1)) <= 0)
+      continue;
+    link[n] = '\0';
+    if (strncmp(link, want, strlen(want)) == 0 && stat(path, &st) == 0)
+      bytes = (uint64_t)st.st_blocks * 512;
+  }
+  closedir(fds);
+  CHECK(bytes != UINT64_MAX); /* the daemon holds the segment */
+  return bytes;
+}
+
+/* A freed slot of host memory stays committed within GPUSHM_LIMIT_WARM_SLOT and
+ * GPUSHM_LIMIT_WARM_BYTES of its segment, is zero for its next holder, and the rest is
+ * given back: all of a segment's once it is emptied. */
+static void test_warm_slots(void)
+{
+  enum { MAX_SLOTS = 512 };
+  static gpushm_buffer_t *b[MAX_SLOTS];
+  const uint64_t page = 4 * KiB, warm_max = GPUSHM_LIMIT_WARM_BYTES / page;
+  struct test_daemon d = { 0 };
+  uint64_t seg = 0, big_seg;
+  unsigned n = 0, first = 0, in_seg;
+  gpushm_buffer_t *big;
+  gpushm_t *conn;
+  char name[32];
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  /* Until a segment holds more 4 KiB slots than are kept warm (segments double: 16, 16,
+   * 32, 64, 128 slots; each fills before the next is made) */
+  for (uint64_t last = 0; n - first <= warm_max + 1; n++) {
+    CHECK(n < MAX_SLOTS);
+    snprintf(name, sizeof name, "warm-%u", n);
+    b[n] = create(conn, name, page, GPUSHM_BACKEND_HOST, 0, 0600);
+    fill(b[n], 0xa5);
+    if ((seg = segment_of(conn, name)) != last)
+      first = n;
+    last = seg;
+  }
+  in_seg = n - first;
+  CHECK(in_seg > warm_max + 1);
+  CHECK(segment_bytes(&d, seg) == in_seg * page);
+  /* all but the first freed: one held, warm_max kept, the others given back */
+  for (unsigned i = first + 1; i < n; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+  CHECK_OK(gpushm_ping(conn)); /* after the one-way closes */
+  CHECK(segment_bytes(&d, seg) == (1 + warm_max) * page);
+  /* warm slots come back zeroed, and cost no new page; then a cold one does */
+  for (unsigned i = 0; i < warm_max; i++) {
+    snprintf(name, sizeof name, "again-%u", i);
+    b[first + 1 + i] = create(conn, name, page, GPUSHM_BACKEND_HOST, 0, 0600);
+    CHECK(segment_of(conn, name) == seg);
+    CHECK(all_are(gpushm_buffer_ptr(b[first + 1 + i]), page, 0));
+  }
+  CHECK(segment_bytes(&d, seg) == (1 + warm_max) * page);
+  b[first + 1 + warm_max] = create(conn, "cold", page, GPUSHM_BACKEND_HOST, 0, 0600);
+  CHECK(segment_of(conn, "cold") == seg);
+  CHECK(all_are(gpushm_buffer_ptr(b[first + 1 + warm_max]), page, 0));
+  CHECK(segment_bytes(&d, seg) == (2 + warm_max) * page);
+  test_log("a segment of %u 4 KiB slots, all freed but one: %llu slots kept committed, as many "
+           "reused with no new page", in_seg, (unsigned long long)warm_max);
+
+  /* the slot-size limit: a freed slot of GPUSHM_LIMIT_WARM_SLOT stays, one larger goes */
+  for (int larger = 0; larger < 2; larger++) {
+    uint64_t size = GPUSHM_LIMIT_WARM_SLOT * (larger ? 2 : 1);
+    snprintf(name, sizeof name, "big-%d", larger);
+    big = create(conn, name, size, GPUSHM_BACKEND_HOST, 0, 0600);
+    fill(big, 0x3c);
+    big_seg = segment_of(conn, name);
+    CHECK(segment_bytes(&d, big_seg) >= size);
+    CHECK_OK(gpushm_buffer_close_unlink(big)); /* its segment stays mapped here, idle */
+    CHECK_OK(gpushm_ping(conn));
+    CHECK(segment_bytes(&d, big_seg) == (larger ? 0 : size));
+  }
+
+  /* emptied (everything closed, nothing mapped): the pooled segment holds no memory */
+  for (unsigned i = 0; i <= first + 1 + warm_max; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+  gpushm_disconnect(conn);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_ping(conn));
+  CHECK(segment_bytes(&d, seg) == 0);
+  test_log("past GPUSHM_LIMIT_WARM_SLOT a freed slot is given back; an emptied segment "
+           "keeps nothing");
   gpushm_disconnect(conn);
   daemon_stop(&d);
 }
@@ -587,6 +694,7 @@ int main(void)
     return 0;
   }
   test_churn();
+  test_warm_slots();
   test_host_fds();
   test_idle_limit();
   test_pool_limit();
