@@ -1447,6 +1447,42 @@ const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size)
   return m && m->metadata_len ? m->metadata : NULL;
 }
 
+_Static_assert(sizeof(gpushm_buffer_desc_t) == GPUSHM_BUFFER_DESC_SIZE_V1,
+               "the first published layout, for ever");
+
+int gpushm_buffer_describe(const gpushm_buffer_t *buf, gpushm_buffer_desc_t *desc)
+{
+  const struct client_mapping *m;
+  gpushm_buffer_desc_t d;
+  uint32_t size;
+
+  client_clear_error();
+  if (!buf || !desc)
+    return client_error(GPUSHM_E_INVAL, "buf and desc must not be NULL");
+  size = desc->size;
+  if (size < offsetof(gpushm_buffer_desc_t, bytes))
+    return client_error(GPUSHM_E_INVAL, "desc->size is %u: set it to "
+                        "sizeof(gpushm_buffer_desc_t)", size);
+  m = buf->map;
+  memset(&d, 0, sizeof d);
+  d.size = size < sizeof d ? size : (uint32_t)sizeof d;
+  d.kind = (uint32_t)m->kind;
+  d.id = m->id;
+  d.bytes = m->size;
+  d.ptr = m->ptr;
+  d.name = m->name;
+  d.metadata = m->metadata_len ? m->metadata : NULL;
+  d.metadata_size = m->metadata_len;
+  d.backend = (uint32_t)m->backend;
+  d.device = m->home_device;
+  d.map_device = m->device;
+  d.read_only = m->read_only ? 1 : 0;
+  d.owner_uid = m->owner_uid;
+  d.owner_gid = m->owner_gid;
+  memcpy(desc, &d, d.size);
+  return 0;
+}
+
 void gpushm_disconnect(gpushm_t *conn)
 {
   void (*drop_weights_kept)(gpushm_t *);

@@ -374,6 +374,29 @@ GPUSHM_API int gpushm_buffer_owner(const gpushm_buffer_t *buf, uint32_t *uid, ui
  * is open.  It came with the open: no round trip. */
 GPUSHM_API const void *gpushm_buffer_metadata(const gpushm_buffer_t *buf, size_t *size);
 
+/* All of the above in one call, for bindings that pay per call into C (Python's ctypes:
+ * a dozen calls were a tenth of a host hand-off's Python).  The caller sets size to
+ * sizeof(gpushm_buffer_desc_t) (a smaller, older struct gets the fields it has); the
+ * pointers stay valid while buf is open.  Since 0.8. */
+typedef struct gpushm_buffer_desc {
+  uint32_t size;           /* sizeof(gpushm_buffer_desc_t), set by the caller */
+  uint32_t kind;           /* gpushm_kind_t */
+  uint64_t id;
+  uint64_t bytes;          /* gpushm_buffer_size() */
+  void *ptr;               /* gpushm_buffer_ptr() */
+  const char *name;
+  const void *metadata;    /* NULL if none */
+  uint64_t metadata_size;
+  uint32_t backend;        /* gpushm_backend_t */
+  int32_t device;          /* gpushm_buffer_device() */
+  int32_t map_device;      /* gpushm_buffer_map_device() */
+  uint32_t read_only;      /* 1 for a read-only open */
+  uint32_t owner_uid;
+  uint32_t owner_gid;
+} gpushm_buffer_desc_t;
+#define GPUSHM_BUFFER_DESC_SIZE_V1 80u
+GPUSHM_API int gpushm_buffer_describe(const gpushm_buffer_t *buf, gpushm_buffer_desc_t *desc);
+
 /* Handing memory to another engine (NIXL/UCX registration, Vulkan and GL through the
  * graphics helpers, RDMA): one descriptor for every way, since 0.8 (docs/concepts.md,
  * "Exporting").  The calls below it (dma-buf, fabric handle, and gpushm-graphics.h's

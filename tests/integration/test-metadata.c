@@ -8,13 +8,17 @@
  *  - an event takes none; a NULL pointer with a size is refused;
  *  - a create that joins an existing buffer gets that buffer's metadata;
  *  - list pages of buffers that carry the most metadata split across frames, every
- *    entry whole. */
+ *    entry whole;
+ *  - gpushm_buffer_describe() says in one call what the accessors say one by one (a
+ *    read-only open in another process too), fills no more of an older caller's smaller
+ *    struct than its size, and refuses a size too small to hold the id. */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
 #include "raw.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,6 +113,70 @@ static void test_round_trip(void)
   gpushm_disconnect(conn);
 }
 
+/* desc against the accessors, field by field. */
+static void check_described(const gpushm_buffer_t *b)
+{
+  gpushm_buffer_desc_t desc;
+  uint32_t uid, gid;
+  size_t len;
+  const void *meta = gpushm_buffer_metadata(b, &len);
+
+  memset(&desc, 0xa5, sizeof desc);
+  desc.size = sizeof desc;
+  CHECK_OK(gpushm_buffer_describe(b, &desc));
+  CHECK_OK(gpushm_buffer_owner(b, &uid, &gid));
+  CHECK(desc.size == sizeof desc && desc.kind == (uint32_t)gpushm_buffer_kind(b));
+  CHECK(desc.id == gpushm_buffer_id(b) && desc.bytes == gpushm_buffer_size(b));
+  CHECK(desc.ptr == gpushm_buffer_ptr(b) && desc.name == gpushm_buffer_name(b));
+  CHECK(desc.metadata == meta && desc.metadata_size == len);
+  CHECK(desc.backend == (uint32_t)gpushm_buffer_backend(b));
+  CHECK(desc.device == gpushm_buffer_device(b) && desc.map_device == gpushm_buffer_map_device(b));
+  CHECK(desc.read_only == (uint32_t)gpushm_buffer_is_readonly(b));
+  CHECK(desc.owner_uid == uid && desc.owner_gid == gid);
+}
+
+static void test_describe(void)
+{
+  gpushm_t *conn = daemon_connect(&d);
+  gpushm_buffer_t *b = create_with(conn, "meta-describe", "{}", 2, 0), *none;
+  unsigned char raw[sizeof(gpushm_buffer_desc_t) + 8];
+  gpushm_buffer_desc_t *desc = (gpushm_buffer_desc_t *)raw;
+  pid_t pid;
+
+  CHECK(sizeof(gpushm_buffer_desc_t) == GPUSHM_BUFFER_DESC_SIZE_V1);
+  check_described(b);
+  none = create_with(conn, "meta-describe-none", NULL, 0, 0);
+  check_described(none);
+  if ((pid = fork()) == 0) {
+    gpushm_t *other = daemon_connect(&d);
+    gpushm_buffer_t *o;
+    CHECK_OK(gpushm_buffer_open(other, "meta-describe", GPUSHM_OPEN_READONLY, &o));
+    check_described(o);
+    _exit(0);
+  }
+  check_child(pid);
+  /* an older caller's struct that ends after bytes: nothing written past it */
+  memset(raw, 0x5a, sizeof raw);
+  desc->size = offsetof(gpushm_buffer_desc_t, ptr);
+  CHECK_OK(gpushm_buffer_describe(b, desc));
+  CHECK(desc->size == offsetof(gpushm_buffer_desc_t, ptr) && desc->id == gpushm_buffer_id(b) &&
+        desc->bytes == 4096);
+  for (size_t i = offsetof(gpushm_buffer_desc_t, ptr); i < sizeof raw; i++)
+    CHECK(raw[i] == 0x5a);
+  /* a newer caller's larger one: this library's fields, its size said back */
+  desc->size = sizeof raw;
+  CHECK_OK(gpushm_buffer_describe(b, desc));
+  CHECK(desc->size == sizeof(gpushm_buffer_desc_t) && raw[sizeof raw - 1] == 0x5a);
+  desc->size = offsetof(gpushm_buffer_desc_t, bytes) - 1;
+  CHECK_ERR(gpushm_buffer_describe(b, desc), GPUSHM_E_INVAL);
+  CHECK(strstr(gpushm_last_error_message(), "sizeof(gpushm_buffer_desc_t)") != NULL);
+  CHECK_ERR(gpushm_buffer_describe(NULL, desc), GPUSHM_E_INVAL);
+  CHECK_ERR(gpushm_buffer_describe(b, NULL), GPUSHM_E_INVAL);
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  CHECK_OK(gpushm_buffer_close_unlink(none));
+  gpushm_disconnect(conn);
+}
+
 static void test_refusals(void)
 {
   static uint8_t over[GPUSHM_METADATA_MAX + 1];
@@ -197,6 +265,7 @@ int main(void)
     big[i] = (uint8_t)(i * 31 + 1);
   daemon_start(&d, NULL);
   test_round_trip();
+  test_describe();
   test_refusals();
   test_pages();
   daemon_stop(&d);
