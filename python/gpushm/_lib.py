@@ -42,6 +42,26 @@ class CreateOpts(ctypes.Structure):
     ]
 
 
+class BufferDesc(ctypes.Structure):
+    """gpushm_buffer_desc_t (gpushm 0.8, gpushm.h): what a handle is, in one call."""
+    _fields_ = [
+        ("size", c_uint32),
+        ("kind", c_uint32),
+        ("id", c_uint64),
+        ("bytes", c_uint64),
+        ("ptr", c_void_p),
+        ("name", c_char_p),
+        ("metadata", c_void_p),
+        ("metadata_size", c_uint64),
+        ("backend", c_uint32),
+        ("device", c_int32),
+        ("map_device", c_int32),
+        ("read_only", c_uint32),
+        ("owner_uid", c_uint32),
+        ("owner_gid", c_uint32),
+    ]
+
+
 class SyncState(ctypes.Structure):
     """gpushm_sync_state_t (gpushm 0.8, gpushm.h)."""
     _fields_ = [
@@ -449,6 +469,8 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_weights_newest": (c_uint64, [_P]),
     "gpushm_weights_wait_newer": (c_int, [_P, c_int]),
     "gpushm_weights_oldest": (c_uint64, [_P]),
+    # 0.8: a handle described in one call (Buffer.__init__)
+    "gpushm_buffer_describe": (c_int, [_P, ctypes.POINTER(BufferDesc)]),
     "gpushm_weights_wait_released": (c_int, [_P, c_uint64, c_int]),
     "gpushm_weights_tensor_count": (c_size_t, [_P]),
     # (scratch memory larger than WeightTensor: see its documentation)

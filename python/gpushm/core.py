@@ -28,7 +28,8 @@ from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, CREATE_OPEN_EXISTING,
                    CREATE_STRICT_MODE, CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL,
                    LIST_METADATA, OPEN_READONLY, RING_LATEST, RING_OBSERVER, RING_PRODUCER,
-                   CreateOpts, DLDataType, ImageDesc, RingFrame, SyncState, TensorDesc,
+                   BufferDesc, CreateOpts, DLDataType, ImageDesc, RingFrame, SyncState,
+                   TensorDesc,
                    last_error_errno, last_error_message, lib, map_device_flag, strerror,
                    text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
@@ -243,6 +244,40 @@ def _lifetime_value(lifetime: Union[str, int]) -> int:
         raise ValueError(f"unknown lifetime {lifetime!r}: 'persistent' or 'session'") from None
 
 
+_DESCRIBE = getattr(lib, "gpushm_buffer_describe", None)
+_BUFFER_DESC_SIZE = ctypes.sizeof(BufferDesc)
+
+#: Create options already made, by what they say: a producer making fresh buffers of one
+#: kind reuses one (filling the ctypes structure and copying the metadata was a tenth of
+#: a create's Python).  Never changed once made: the C call only reads them.
+_CREATE_OPTS: Dict[Tuple[int, int, int, int, int, bytes], Any] = {}
+_CREATE_OPTS_MAX = 64
+
+
+def _create_opts(backend: int, device: int, mode: int, lifetime: int, flags: int,
+                 metadata: bytes) -> Any:
+    key = (backend, device, mode, lifetime, flags, metadata)
+    opts = _CREATE_OPTS.get(key)
+    if opts is None:
+        opts = CreateOpts()
+        opts.size = ctypes.sizeof(CreateOpts)
+        opts.backend = backend
+        opts.device = device
+        opts.mode = mode
+        opts.lifetime = lifetime
+        opts.flags = flags
+        if metadata:
+            # (its own copy, kept by the structure: ctypes holds what is assigned to it)
+            meta = ctypes.create_string_buffer(metadata, len(metadata))
+            opts.metadata_size = min(len(metadata), 0xFFFFFFFF)  # past the limit anyway
+            opts.metadata = ctypes.addressof(meta)
+            opts._metadata_copy = meta
+        if len(_CREATE_OPTS) >= _CREATE_OPTS_MAX:
+            _CREATE_OPTS.clear()  # (a process with that many kinds of create starts over)
+        _CREATE_OPTS[key] = opts
+    return opts
+
+
 #: Free-threaded builds count references differently, so close() leaves closing to
 #: the capsule there (sys._is_gil_enabled: Python 3.13 and later).
 _GIL_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -397,24 +432,17 @@ class Connection(_Handle):
         memory, docs/security.md)."""
         cap, c = self._live()
         raw = c_string(name, "name")
-        opts = CreateOpts()
-        opts.size = ctypes.sizeof(CreateOpts)
-        opts.backend = _backend_value(backend)
-        opts.device = non_negative(device, "device")
-        opts.mode = mode
-        opts.lifetime = _lifetime_value(lifetime)
-        opts.flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
-                      | (CREATE_STRICT_MODE if strict_mode else 0)
-                      | (map_device_flag(non_negative(map_device, "map_device"))
-                         if map_device is not None else 0))
-        meta = None
-        if metadata:
-            meta = ctypes.create_string_buffer(bytes(metadata), len(metadata))
-            opts.metadata_size = min(len(metadata), 0xFFFFFFFF)  # past the limit anyway
-            opts.metadata = ctypes.cast(meta, c_void_p)
+        flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
+                 | (CREATE_STRICT_MODE if strict_mode else 0)
+                 | (map_device_flag(non_negative(map_device, "map_device"))
+                    if map_device is not None else 0))
+        opts = _create_opts(_backend_value(backend), non_negative(device, "device"), mode,
+                            _lifetime_value(lifetime), flags,
+                            bytes(metadata) if metadata else b"")
         out = c_void_p()
-        check(lib.gpushm_buffer_create(c, raw, size, byref(opts), byref(out)),
-              f"create {name!r}")
+        r = lib.gpushm_buffer_create(c, raw, size, byref(opts), byref(out))
+        if r < 0:  # (the operation's text only then: it is most of a create's Python)
+            check(r, f"create {name!r}")
         return Buffer(_handle(out, "create"), self)
 
     def create_image(self, name: str, width: int, height: int, *, format: str = "rgba8-unorm",
@@ -457,8 +485,9 @@ class Connection(_Handle):
             check(lib.gpushm_buffer_open_id(c, non_negative(name, "id"), flags, byref(out)),
                   f"open id {name}")
         else:
-            check(lib.gpushm_buffer_open(c, c_string(name, "name"), flags, byref(out)),
-                  f"open {name!r}")
+            r = lib.gpushm_buffer_open(c, c_string(name, "name"), flags, byref(out))
+            if r < 0:
+                check(r, f"open {name!r}")
         return Buffer(_handle(out, "open"), self)
 
     def unlink(self, name: str) -> None:
@@ -652,21 +681,39 @@ class Buffer(_Handle):
         # What the handle is, read once and exposed read-only: size and readonly guard
         # the array interfaces, and the others say which buffer this is.
         self._connection = connection
-        self._name = text(lib.gpushm_buffer_name(pointer))
-        self._id: int = lib.gpushm_buffer_id(pointer)
-        self._size: int = lib.gpushm_buffer_size(pointer)
-        self._backend = BACKEND_NAMES.get(lib.gpushm_buffer_backend(pointer), "host")
-        self._device: int = lib.gpushm_buffer_device(pointer)
-        self._map_device: int = lib.gpushm_buffer_map_device(pointer)
-        self._readonly = bool(lib.gpushm_buffer_is_readonly(pointer))
-        uid, gid = c_uint32(), c_uint32()
-        check(lib.gpushm_buffer_owner(pointer, byref(uid), byref(gid)), "owner")
-        self._owner = (uid.value, gid.value)
-        n = c_size_t()
-        at = lib.gpushm_buffer_metadata(pointer, byref(n))
-        self._metadata = ctypes.string_at(at, n.value) if at else b""
-        self._data = lib.gpushm_buffer_ptr(pointer) or 0
-        self._image = _image_info(pointer)
+        if _DESCRIBE:
+            # one call into C instead of a dozen (libgpushm 0.8)
+            d = BufferDesc()
+            d.size = _BUFFER_DESC_SIZE
+            check(_DESCRIBE(pointer, byref(d)), "describe")
+            self._name = text(d.name)
+            self._id: int = d.id
+            self._size: int = d.bytes
+            self._backend = BACKEND_NAMES.get(d.backend, "host")
+            self._device: int = d.device
+            self._map_device: int = d.map_device
+            self._readonly = bool(d.read_only)
+            self._owner = (d.owner_uid, d.owner_gid)
+            at, n = d.metadata, d.metadata_size
+            self._metadata = ctypes.string_at(at, n) if at else b""
+            self._data = d.ptr or 0
+            self._image = _image_info(pointer) if d.kind == 3 else None
+        else:
+            self._name = text(lib.gpushm_buffer_name(pointer))
+            self._id = lib.gpushm_buffer_id(pointer)
+            self._size = lib.gpushm_buffer_size(pointer)
+            self._backend = BACKEND_NAMES.get(lib.gpushm_buffer_backend(pointer), "host")
+            self._device = lib.gpushm_buffer_device(pointer)
+            self._map_device = lib.gpushm_buffer_map_device(pointer)
+            self._readonly = bool(lib.gpushm_buffer_is_readonly(pointer))
+            uid, gid = c_uint32(), c_uint32()
+            check(lib.gpushm_buffer_owner(pointer, byref(uid), byref(gid)), "owner")
+            self._owner = (uid.value, gid.value)
+            n = c_size_t()
+            at = lib.gpushm_buffer_metadata(pointer, byref(n))
+            self._metadata = ctypes.string_at(at, n.value) if at else b""
+            self._data = lib.gpushm_buffer_ptr(pointer) or 0
+            self._image = _image_info(pointer)
         # the stream of the last acquire() through this handle (CUDA array interface)
         self._acquired_stream: Optional[int] = None
         self._acquired = False
@@ -779,12 +826,21 @@ class Buffer(_Handle):
         """Removes the buffer's name, while it still names this buffer, and closes this
         handle: the producer's end of a hand-off (gpushm_buffer_close_unlink)."""
         cap, b = self._live()
-        # an open of its own for the C call to close, so that this handle's goes the
-        # usual way (its capsule) and views keep theirs
-        check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
+        if _GIL_ENABLED and sys.getrefcount(cap) <= 3:  # here, self._cap, the call's
+            # Nobody else uses the capsule: its open is the one the C call closes, so
+            # the unlink and the close go to gpushmd as one request, not two.
+            self._cap = None
+            _capsule.take(cap, CAPSULE_BUFFER)
+        else:
+            # an open of its own for the C call to close, so that this handle's goes the
+            # usual way (its capsule, when the other thread lets go of it)
+            r = lib.gpushm_buffer_ref(b)
+            if r < 0:
+                check(r, f"ref {self.name!r}")
+            self._cap = None
         r = lib.gpushm_buffer_close_unlink(b)
-        self._cap = None
-        check(r, f"close_unlink {self.name!r}")
+        if r < 0:
+            check(r, f"close_unlink {self.name!r}")
 
     # --- sync ---------------------------------------------------------------------
     @property
@@ -1098,8 +1154,13 @@ class Tensor:
         read-only opens; the offset of element [0, ..., 0] in it; and the spec it is of."""
         cap, b, spec, readonly = self._checked()
         first, end = spec.span()
-        keep = self._buffer._export_ref()
-        self._buffer._sync_for_consumer(None)
+        # Buffer._export_ref() and _sync_for_consumer() inline: every asarray() comes here
+        r = lib.gpushm_buffer_ref(b)
+        if r < 0:
+            check(r, f"ref {self._buffer.name!r}")
+        keep = _capsule.own(b, CAPSULE_BUFFER)
+        if lib.gpushm_buffer_sync_method(b, None) != 0:
+            check(lib.gpushm_buffer_acquire(b, None, 0, -1), f"acquire {self._buffer.name!r}")
         raw = (ctypes.c_ubyte * (end - first)).from_address(lib.gpushm_buffer_ptr(b) + first)
         setattr(raw, "_gpushm_open", keep)  # closed by libgpushm when the ctypes array goes
         if self._buffer._keep is not None:

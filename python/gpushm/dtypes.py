@@ -9,6 +9,7 @@ string (``"<f4"``, ``"f4"``), a NumPy, CuPy or PyTorch dtype object (``numpy.flo
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
@@ -29,7 +30,7 @@ class DType:
     def itemsize(self) -> int:
         return self.bits // 8
 
-    @property
+    @functools.cached_property
     def typestr(self) -> str:
         """The array interfaces' type string ("<f4", "|b1", ...)."""
         if self.kind is None:

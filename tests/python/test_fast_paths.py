@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: MIT
+"""What makes a hand-off through Python cheap (issue 41; bench-handoff-host's row 10) keeps
+it right: remembered specs, manifests and create options never pass for what they are not
+and stay within their bounds; a Buffer read in one call says what a dozen calls said; a
+close_unlink() is one request to gpushmd, as in C."""
+from __future__ import annotations
+
+import pytest
+
+import gpushm
+from gpushm import core, manifest
+from gpushm._lib import lib
+
+
+def test_remembered_spec_is_exact():
+    spec = manifest.make_spec("", "uint32", (4, 8))
+    assert manifest.make_spec("", "uint32", (4, 8)) is spec  # remembered
+    assert manifest.make_spec("", "uint32", [4, 8]) == spec  # a list: made, equal
+    # equal keys of other types never hit it: refused as before
+    for shape in ((4.0, 8), (True, 8)):
+        with pytest.raises(gpushm.ManifestError):
+            manifest.make_spec("", "uint32", shape)
+    with pytest.raises(gpushm.ManifestError):
+        manifest.make_spec("", "uint32", (4, 8), offset=1.0)
+    assert spec.contiguous and spec.span() == (0, 128) and spec.nbytes == 128
+
+
+def test_remembered_manifests_are_bounded_and_never_malformed():
+    manifest._decode.cache_clear()
+    for i in range(manifest._CACHED + 50):
+        data = manifest.encode([manifest.make_spec("", "uint8", (i + 1,))])
+        assert manifest.decode(data, 4096)[0].shape == (i + 1,)
+    assert manifest._decode.cache_info().currsize == manifest._CACHED
+    assert manifest._encode.cache_info().currsize <= manifest._CACHED
+    assert manifest._contiguous_spec.cache_info().currsize <= manifest._CACHED
+    # a manifest that fits one buffer and not a smaller one: each size checked
+    data = manifest.encode([manifest.make_spec("", "uint8", (64,))])
+    assert manifest.decode(data, 64)
+    with pytest.raises(gpushm.ManifestError):
+        manifest.decode(data, 63)
+    with pytest.raises(gpushm.ManifestError):
+        manifest.decode(data, 63)  # refused again: a refusal is not remembered
+    # the list decode() returns is the caller's own
+    got = manifest.decode(data, 64)
+    got.clear()
+    assert manifest.decode(data, 64)
+
+
+def test_create_options_remembered_within_bound(conn, name):
+    core._CREATE_OPTS.clear()
+    made = []
+    for i in range(core._CREATE_OPTS_MAX + 6):
+        b = conn.create(f"{name}-{i}", 64, mode=0o600, metadata=b"m%d" % i)
+        assert b.metadata == b"m%d" % i  # each its own metadata, not a remembered one's
+        made.append(b)
+        assert len(core._CREATE_OPTS) <= core._CREATE_OPTS_MAX
+    again = conn.create(f"{name}-again", 64, mode=0o640, metadata=b"m1")
+    assert again.metadata == b"m1" and again.owner == made[1].owner
+    for b in made + [again]:
+        b.close_unlink()
+
+
+def test_described_in_one_call(conn, name):
+    if not hasattr(lib, "gpushm_buffer_describe"):
+        pytest.fail("the libgpushm under test is this tree's: it has gpushm_buffer_describe")
+    b = conn.create(name, 4096, metadata=b"{}")
+    r = conn.open(name, readonly=True)
+    for h in (b, r):
+        raw = core._DESCRIBE
+        try:  # the accessors one by one, as a library before 0.8 is read
+            core._DESCRIBE = None
+            slow = core.Buffer(lib.gpushm_buffer_ref(h._live()[1]) or h._live()[1], conn)
+        finally:
+            core._DESCRIBE = raw
+        for field in ("name", "id", "size", "backend", "device", "map_device", "readonly",
+                      "owner", "metadata", "ptr", "image"):
+            assert getattr(slow, field) == getattr(h, field), field
+        slow.close()
+    assert r.readonly and not b.readonly and b.metadata == b"{}"
+    r.close()
+    b.close_unlink()
+
+
+def test_close_unlink_is_one_request(conn, name):
+    def requests():  # what a close and an unlink are to gpushmd
+        stats = conn.stats()
+        rows = (stats.metric("gpushm_requests_total", type=t) for t in ("close", "unlink"))
+        return sum(row.value for row in rows if row is not None)  # (none counted yet: no row)
+
+    b = conn.create(name, 4096)
+    before = requests()
+    b.close_unlink()
+    conn.ping()  # after the one-way close
+    assert requests() - before == 1
+    with pytest.raises(gpushm.NotFound):
+        conn.open(name)
+    # a view's open keeps the memory; the name goes at once, the rest with the view
+    t = gpushm.empty(name, 4, "uint32", conn=conn)
+    view = t.memoryview()
+    before = requests()
+    t.buffer.close_unlink()
+    conn.ping()
+    assert requests() - before == 1
+    with pytest.raises(gpushm.NotFound):
+        conn.open(name)
+    assert len(view) == 16
+    del view
