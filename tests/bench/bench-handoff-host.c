@@ -69,6 +69,23 @@ static double now_us(void)
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+/* Nanoseconds pid has run on a CPU (/proc/PID/schedstat), 0 if unknown: where one CPU's
+ * time goes, process by process. */
+static uint64_t cpu_ns(pid_t pid)
+{
+  char path[64];
+  unsigned long long ns = 0;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+  if ((f = fopen(path, "r"))) {
+    if (fscanf(f, "%llu", &ns) != 1)
+      ns = 0;
+    fclose(f);
+  }
+  return ns;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
@@ -217,10 +234,11 @@ static double round_trip_us(int sock, unsigned rounds)
 /* The same hand-off through the Python package (tests/bench/python-handoff-host.py);
  * false, with why, where it could not run. */
 static bool python_figures(const struct test_daemon *d, unsigned rounds, double *serial,
-                           double *inflight, char *why, size_t why_len)
+                           double *inflight, double cpu[3], char *why, size_t why_len)
 {
   char cmd[2048], line[512];
   bool got_serial = false, got_inflight = false;
+  uint64_t daemon_before = 0;
   FILE *p;
 
   snprintf(cmd, sizeof cmd,
@@ -239,6 +257,13 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, double 
     line[strcspn(line, "\n")] = '\0';
     if (sscanf(line, "python-handoff-host: mode=serial rounds=%*u median_us=%lf", serial) == 1)
       got_serial = true;
+    else if (sscanf(line, "python-handoff-host: cpu_per_serial_handoff_us producer=%lf "
+                    "consumer=%lf", &cpu[0], &cpu[1]) == 2)
+      continue;
+    else if (strcmp(line, "python-handoff-host: serial starts") == 0)
+      daemon_before = cpu_ns(d->pid);
+    else if (strcmp(line, "python-handoff-host: serial ends") == 0)
+      cpu[2] = (cpu_ns(d->pid) - daemon_before) / 1e3 / rounds;
     else if (sscanf(line, "python-handoff-host: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
                     inflight) == 1)
       got_inflight = true;
@@ -271,9 +296,9 @@ int main(int argc, char **argv)
   unsigned rounds;
   struct test_daemon d = { 0 };
   struct producer p = { 0 };
-  double rtt_before, rtt_after, rtt, serial, inflight, *per;
+  double rtt_before, rtt_after, rtt, serial, inflight, *per, cpu_us[3];
   char daemon_path[4400], why[512];
-  double py_serial = 0, py_inflight = 0;
+  double py_serial = 0, py_inflight = 0, py_cpu[3] = { 0, 0, 0 };
   int sv[2], cpu;
   pid_t pid;
 
@@ -314,7 +339,13 @@ int main(int argc, char **argv)
   CHECK((per = calloc(rounds, sizeof *per)) != NULL);
   for (unsigned i = 0; phases && i < PHASES; i++)
     CHECK((p.phase[i] = calloc(rounds, sizeof *p.phase[i])) != NULL);
-  handoffs(&p, rounds, 1, per);
+  {
+    uint64_t before[3] = { cpu_ns(getpid()), cpu_ns(pid), cpu_ns(d.pid) }, after[3];
+    handoffs(&p, rounds, 1, per);
+    after[0] = cpu_ns(getpid()), after[1] = cpu_ns(pid), after[2] = cpu_ns(d.pid);
+    for (int i = 0; i < 3; i++)
+      cpu_us[i] = (after[i] - before[i]) / 1e3 / rounds;
+  }
   serial = median(per, rounds);
   for (unsigned i = 0; phases && i < PHASES; i++) {
     printf("bench-handoff-host: [10]   (phase) %s: median %.1f us\n", phase_names[i],
@@ -338,16 +369,20 @@ int main(int argc, char **argv)
   printf("bench-handoff-host: [10] fresh 4 KiB host hand-off through C, serial: median %.1f us "
          "(%u rounds) | ratio to the round trip %.2f | target <= %.1f: %s\n", serial, rounds,
          serial / rtt, TARGET_C_VS_RTT, serial <= TARGET_C_VS_RTT * rtt ? "met" : "NOT met");
+  printf("bench-handoff-host: [10]   (CPU per serial hand-off) producer %.1f us, consumer %.1f "
+         "us, gpushmd %.1f us\n", cpu_us[0], cpu_us[1], cpu_us[2]);
   printf("bench-handoff-host: [10] the same, %u in flight: %.1f us per hand-off | ratio to the "
          "round trip %.2f\n", DEPTH, inflight, inflight / rtt);
   if (!python) {
     printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
-  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, why, sizeof why)) {
+  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, py_cpu, why, sizeof why)) {
     printf("bench-handoff-host: [10] through Python: skipped: %s\n", why);
   } else {
     printf("bench-handoff-host: [10] the same through Python, serial: median %.1f us | Python / C "
            "%.2f | target <= %.1f: %s\n", py_serial, py_serial / serial, TARGET_PYTHON_VS_C,
            py_serial <= TARGET_PYTHON_VS_C * serial ? "met" : "NOT met");
+    printf("bench-handoff-host: [10]   (CPU per serial hand-off through Python) producer %.1f "
+           "us, consumer %.1f us, gpushmd %.1f us\n", py_cpu[0], py_cpu[1], py_cpu[2]);
     printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
            "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
            TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");

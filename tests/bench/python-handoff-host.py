@@ -71,6 +71,15 @@ def run(sock, rounds, depth, value, per_us, tag):
     return value, (time.perf_counter() - t0) * 1e6 / rounds
 
 
+def cpu_ns(pid):
+    """Nanoseconds pid has run on a CPU (0 if unknown)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5000)
@@ -95,7 +104,12 @@ def main():
     theirs.close()
     value, _ = run(mine, args.warmup, 1, 0, None, "w")
     serial = []
+    # bench-handoff-host reads gpushmd's CPU time at these two lines
+    print("python-handoff-host: serial starts", flush=True)
+    before = cpu_ns(os.getpid()), cpu_ns(pid)
     value, _ = run(mine, args.rounds, 1, value, serial, "s")
+    after = cpu_ns(os.getpid()), cpu_ns(pid)
+    print("python-handoff-host: serial ends", flush=True)
     value, per = run(mine, args.rounds, args.depth, value, None, "p")
     mine.send(MSG.pack(0, b""))
     _, status = os.waitpid(pid, 0)
@@ -105,6 +119,9 @@ def main():
     n = len(serial)
     print(f"python-handoff-host: mode=serial rounds={n} median_us={serial[n // 2]:.1f} "
           f"p99_us={serial[min(n - 1, n * 99 // 100)]:.1f}")
+    print(f"python-handoff-host: cpu_per_serial_handoff_us "
+          f"producer={(after[0] - before[0]) / 1e3 / args.rounds:.1f} "
+          f"consumer={(after[1] - before[1]) / 1e3 / args.rounds:.1f}")
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
     print(f"python-handoff-host: gpushm {gpushm.__version__} through Python "
