@@ -102,6 +102,21 @@ def close_now(capsule: object, kind: int) -> None:
     _release(p, kind)
 
 
+def close_owned(capsule: object, pointer: int, kind: int) -> None:
+    """close_now() for a capsule the caller knows still owns pointer (a handle's own,
+    never handed to a consumer): one call fewer into Python's C API than asking it."""
+    if _set_name(capsule, None) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+    _release(pointer, kind)
+
+
+def disarm(capsule: object) -> None:
+    """take() for a capsule the caller knows still owns its pointer: its destructor will
+    close nothing; the caller closes what it held."""
+    if _set_name(capsule, None) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+
+
 def take(capsule: object, kind: int) -> int:
     """What capsule owns, taken out of its hands (its name set to NULL: the destructor
     closes nothing); the caller closes it.  The caller holds the only other reference."""

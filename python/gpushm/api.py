@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
+from . import core as _core
 from . import dtypes
 from . import manifest as _manifest
 from ._copy import describe
@@ -53,7 +54,7 @@ def default_connection() -> Connection:
     """The process's shared connection, made on first use (and anew after fork())."""
     global _default
     with _default_lock:
-        if _default is None or _default.closed or _default._pid != os.getpid():
+        if _default is None or _default.closed or _default._pid != _core._PID:
             _default = connect()
         return _default
 
@@ -102,7 +103,7 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
     manifest, and returns it open read-write.  ``device``: "cpu" (host memory) or
     "cuda:N"; ``create``: Connection.create()'s options (mode, lifetime, sync, ...)."""
     spec = _manifest.make_spec("", dtype, shape)
-    buf = _create_tensors(name, [spec], spec.nbytes, device, conn, backend, create)
+    buf = _create_tensors(name, (spec,), spec.nbytes, device, conn, backend, create)
     return Tensor(buf, spec)
 
 

@@ -204,7 +204,7 @@ def stream_handle(stream: StreamLike) -> Optional[int]:
 def parse_device(device: DeviceLike) -> Tuple[str, int]:
     """("cpu", 0) or ("cuda", ordinal) for "cpu", "cuda", "cuda:N", N, a torch.device
     or a cupy.cuda.Device."""
-    if device is None:
+    if device is None or (type(device) is str and device == "cpu"):
         return "cpu", 0
     if isinstance(device, bool):
         raise TypeError("a device is not a bool")
@@ -278,6 +278,18 @@ def _create_opts(backend: int, device: int, mode: int, lifetime: int, flags: int
     return opts
 
 
+#: This process, for the handles' fork check: os.getpid() is a system call, and a handle
+#: checks it in every method (a tenth of a Python hand-off's calls into the kernel).
+_PID = os.getpid()
+
+
+def _forked() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
 #: Free-threaded builds count references differently, so close() leaves closing to
 #: the capsule there (sys._is_gil_enabled: Python 3.13 and later).
 _GIL_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -291,7 +303,7 @@ class _Handle:
     _what = "handle"
 
     def __init__(self, pointer: int, kind: int) -> None:
-        self._pid = os.getpid()
+        self._pid = _PID
         self._ptr = pointer
         self._kind = kind
         self._cap: Optional[object] = _capsule.own(pointer, kind)
@@ -300,7 +312,7 @@ class _Handle:
         cap = self._cap
         if cap is None:
             raise ClosedError(f"the {self._what} is closed")
-        if self._pid != os.getpid():
+        if self._pid != _PID:
             raise ClosedError(f"the {self._what} belongs to the parent of this process "
                               f"(opened before fork()): open it again here")
         return cap, self._ptr
@@ -318,9 +330,10 @@ class _Handle:
         # Only where no other thread holds the capsule (a method's local: then its
         # reference is counted here too) is it taken out of the capsule's hands; else
         # the last of them to drop it closes it, in the destructor, with the GIL.
-        if (cap is not None and self._pid == os.getpid() and _GIL_ENABLED
+        if (cap is not None and self._pid == _PID and _GIL_ENABLED
                 and sys.getrefcount(cap) <= 2):
-            _capsule.close_now(cap, self._kind)
+            # a handle's capsule is never handed to anyone: it still owns the pointer
+            _capsule.close_owned(cap, self._ptr, self._kind)
 
     def __enter__(self):
         return self
@@ -714,6 +727,7 @@ class Buffer(_Handle):
             self._metadata = ctypes.string_at(at, n.value) if at else b""
             self._data = lib.gpushm_buffer_ptr(pointer) or 0
             self._image = _image_info(pointer)
+        self._sync: Optional[bool] = None  # a sync buffer's? (_is_sync: asked once)
         # the stream of the last acquire() through this handle (CUDA array interface)
         self._acquired_stream: Optional[int] = None
         self._acquired = False
@@ -811,7 +825,7 @@ class Buffer(_Handle):
         check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
         other = Buffer.__new__(Buffer)
         other.__dict__.update(self.__dict__)
-        other._pid = os.getpid()
+        other._pid = _PID
         other._cap = _capsule.own(b, CAPSULE_BUFFER)
         other._acquired_stream, other._acquired = None, False
         return other
@@ -830,7 +844,7 @@ class Buffer(_Handle):
             # Nobody else uses the capsule: its open is the one the C call closes, so
             # the unlink and the close go to gpushmd as one request, not two.
             self._cap = None
-            _capsule.take(cap, CAPSULE_BUFFER)
+            _capsule.disarm(cap)
         else:
             # an open of its own for the C call to close, so that this handle's goes the
             # usual way (its capsule, when the other thread lets go of it)
@@ -923,6 +937,13 @@ class Buffer(_Handle):
         r = lib.gpushm_buffer_value_lost(b, non_negative(value, "value"))
         check(min(r, 0), f"value_lost {self.name!r}")
         return r == 1
+
+    def _is_sync(self) -> bool:
+        """Whether the buffer is a sync buffer (fixed at its creation: asked once)."""
+        if self._sync is None:
+            _, b = self._live()
+            self._sync = lib.gpushm_buffer_sync_method(b, None) != 0
+        return self._sync
 
     def _sync_for_consumer(self, stream: Optional[int]) -> None:
         """A consumer is about to use the memory on stream (None: the legacy default
@@ -1159,7 +1180,7 @@ class Tensor:
         if r < 0:
             check(r, f"ref {self._buffer.name!r}")
         keep = _capsule.own(b, CAPSULE_BUFFER)
-        if lib.gpushm_buffer_sync_method(b, None) != 0:
+        if self._buffer._is_sync():
             check(lib.gpushm_buffer_acquire(b, None, 0, -1), f"acquire {self._buffer.name!r}")
         raw = (ctypes.c_ubyte * (end - first)).from_address(lib.gpushm_buffer_ptr(b) + first)
         setattr(raw, "_gpushm_open", keep)  # closed by libgpushm when the ctypes array goes
