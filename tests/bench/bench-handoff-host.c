@@ -128,8 +128,12 @@ static int consumer(int sock)
 }
 
 #define PHASES 4
-static const char *const phase_names[PHASES] = { "create", "fill", "hand-over (consumer "
-                                                 "open+read+close, ack)", "close_unlink" };
+static const char *const phase_names[PHASES] = {
+  "create",
+  "fill",
+  "hand-over (consumer open+read+close, ack)",
+  "close_unlink",
+};
 
 struct producer {
   int sock;
