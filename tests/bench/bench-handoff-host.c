@@ -15,7 +15,7 @@
  * C <= 3 x the round trip, Python <= 2 x C.  Exits non-zero only when a hand-off fails
  * or reads the wrong word.  Not part of `make check`.
  * Usage: bench-handoff-host [--quick] [--phases] [--no-python]   (PYTHON: the interpreter,
- *        python3 by default) */
+ *        else /usr/bin/python3, else python3) */
 #define _GNU_SOURCE
 #include "config.h"
 #include "harness.h"
@@ -235,6 +235,15 @@ static double round_trip_us(int sock, unsigned rounds)
   return m;
 }
 
+/* $PYTHON, else Debian's python3 (where scripts/setup-debian put NumPy, as the tests
+ * look for it), else python3. */
+static const char *python_interpreter(void)
+{
+  if (getenv("PYTHON"))
+    return getenv("PYTHON");
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
 /* The same hand-off through the Python package (tests/bench/python-handoff-host.py);
  * false, with why, where it could not run. */
 static bool python_figures(const struct test_daemon *d, unsigned rounds, double *serial,
@@ -250,8 +259,7 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, double 
            "PYTHONPATH='%s/python' timeout %d '%s' '%s/tests/bench/python-handoff-host.py' "
            "--rounds %u --warmup %u --depth %u 2>&1",
            d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, PYTHON_TIMEOUT_S,
-           getenv("PYTHON") ? getenv("PYTHON") : "python3", GPUSHM_BENCH_SRCDIR, rounds, WARMUP,
-           DEPTH);
+           python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH);
   snprintf(why, why_len, "python-handoff-host.py printed no figures");
   if (!(p = popen(cmd, "r"))) {
     snprintf(why, why_len, "popen: %s", strerror(errno));
