@@ -79,6 +79,8 @@
  * written; docs/performance.md says where each stands). */
 #define TARGET_HANDOFF_US 120.0
 #define TARGET_VS_TORCH 0.5
+/* Rows 1 and 2 through the Python package against the same run's C (issue 41) */
+#define TARGET_PYTHON_VS_C 1.3
 #define TARGET_OPEN_CLOSE_VS_ECHO 0.7
 /* 64 clients opening one buffer against each opening its own, in the same run: the
  * number of holders must not make an open dearer (0.6.0 ran at 0.76-0.89 of it). */
@@ -418,6 +420,43 @@ static bool run_torch(unsigned rounds, struct torch_figures *tf)
   return serial && inflight;
 }
 
+/* Rows 1 and 2's hand-off through the Python package (tests/bench/python-handoff-host.py
+ * --device cuda:0: PyTorch fills, the consumer reads 4 bytes back, over a socketpair as
+ * here): false, with why, where it could not run. */
+static bool run_python(const struct test_daemon *d, unsigned rounds, double *serial,
+                       double *inflight, char *why, size_t why_len)
+{
+  char cmd[2048], line[512];
+  bool got_serial = false, got_inflight = false;
+  FILE *p;
+
+  snprintf(cmd, sizeof cmd,
+           "GPUSHM_SOCKET='%s' GPUSHM_LIBRARY='%s/client/.libs/libgpushm.so.1' "
+           "PYTHONPATH='%s/python' timeout %d python3 '%s/tests/bench/python-handoff-host.py' "
+           "--device cuda:0 --rounds %u --warmup %d --depth %d 2>&1",
+           d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, TORCH_TIMEOUT_S,
+           GPUSHM_BENCH_SRCDIR, rounds, HANDOFF_WARMUP, HANDOFF_DEPTH);
+  snprintf(why, why_len, "python-handoff-host.py printed no figures");
+  if (!(p = popen(cmd, "r"))) {
+    snprintf(why, why_len, "popen: %s", strerror(errno));
+    return false;
+  }
+  while (fgets(line, sizeof line, p)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (sscanf(line, "python-handoff-host: mode=serial rounds=%*u median_us=%lf", serial) == 1)
+      got_serial = true;
+    else if (sscanf(line, "python-handoff-host: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
+                    inflight) == 1)
+      got_inflight = true;
+    else if (strncmp(line, "python-handoff-host: skipped: ", 30) == 0)
+      snprintf(why, why_len, "%s", line + 30);
+    else if (*line && strncmp(line, "python-handoff-host: ", 21) != 0)
+      snprintf(why, why_len, "python-handoff-host.py: %.400s", line);
+  }
+  pclose(p);
+  return got_serial && got_inflight;
+}
+
 static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
 {
   unsigned rounds = quick ? HANDOFF_ROUNDS_QUICK : HANDOFF_ROUNDS;
@@ -425,7 +464,8 @@ static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
   double g_med, g_p99, r_med, r_p99, g_pipe, r_pipe;
   struct handoff h = { 0 };
   struct torch_figures tf;
-  char fd_text[16];
+  double py_serial = 0, py_inflight = 0;
+  char fd_text[16], why[512];
   int sv[2];
   pid_t pid;
 
@@ -504,6 +544,17 @@ static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
         "%.1f us per hand-off (%s) | peer PyTorch %.1f us (floor raw IPC %.1f us) | ratio %.2f "
         "| target <= %.1f x PyTorch", g_pipe, backend_name(h.got), tf.inflight_per, r_pipe,
         g_pipe / tf.inflight_per, TARGET_VS_TORCH);
+  }
+  /* Python within TARGET_PYTHON_VS_C of C, the same hand-off (issue 41) */
+  if (!run_python(d, rounds, &py_serial, &py_inflight, why, sizeof why)) {
+    skipped("1", "  through Python", why);
+  } else {
+    row("1", "  through Python, serial", py_serial <= TARGET_PYTHON_VS_C * g_med,
+        "median %.1f us (python-handoff-host.py, PyTorch) | C %.1f us | Python / C %.2f | "
+        "target <= %.1f", py_serial, g_med, py_serial / g_med, TARGET_PYTHON_VS_C);
+    row("2", "  through Python, 8 in flight", py_inflight <= TARGET_PYTHON_VS_C * g_pipe,
+        "%.1f us per hand-off | C %.1f us | Python / C %.2f | target <= %.1f", py_inflight,
+        g_pipe, py_inflight / g_pipe, TARGET_PYTHON_VS_C);
   }
   free(gp);
   free(raw);

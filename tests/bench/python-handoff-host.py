@@ -3,12 +3,16 @@
 """Row 10's Python figure (run by bench-handoff-host, which prints it beside the same hand-off
 through C): a fresh 4 KiB host tensor handed from a producer process to a consumer process
 through the public package, the way bench-handoff-host does it in C, over the same kind of
-socketpair, so that the two differ only in the language.
+socketpair, so that the two differ only in the language.  With --device cuda:N, rows 1 and
+2's hand-off the same way (gpushm-bench runs it beside its C figures): a fresh 1 MiB tensor
+of device memory filled through PyTorch, read back 4 bytes by the consumer.
 
 Producer, per hand-off: gpushm.empty(name, 1024, "uint32") (host memory), fill it through
 NumPy, send its name.  Consumer: numpy.asarray(gpushm.open(name, readonly=True)), read the
-first word, check it, close, ack.  Producer, on the ack: close_unlink().  Runs in the CPU
-affinity it inherits (bench-handoff-host pins everything to one CPU).  Prints
+first word, check it, close, ack.  (Device memory: torch.from_dlpack() of each, fill_() and
+a stream synchronize; the consumer reads element 0 with .item().)  Producer, on the ack:
+close_unlink().  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
+one CPU).  The two processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
   python-handoff-host: mode=inflightD rounds=N per_handoff_us=Z
 Exits non-zero on a wrong word or a failure."""
@@ -21,14 +25,30 @@ import sys
 import time
 
 WORDS = 1024  # 4 KiB of uint32
+DEVICE_WORDS = 262144  # 1 MiB of int32, as gpushm-bench's rows 1 and 2
 MSG = struct.Struct("=I48s")  # value, name
 ACK = struct.Struct("=iI")  # status, word seen
 
 
-def consumer(sock):
-    import numpy
-
+def consumer(sock, device):
     import gpushm
+    if device == "cpu":
+        import numpy
+
+        def read(name):
+            t = gpushm.open(name, readonly=True)
+            seen = int(numpy.asarray(t)[0])
+            t.close()
+            return seen
+    else:
+        import torch
+        torch.cuda.init()
+
+        def read(name):
+            t = gpushm.open(name, device=device)
+            seen = int(torch.from_dlpack(t)[0].item())
+            t.close()
+            return seen
     while True:
         msg = sock.recv(MSG.size)
         if len(msg) != MSG.size:
@@ -36,16 +56,32 @@ def consumer(sock):
         value, raw = MSG.unpack(msg)
         if value == 0:
             return 0
-        t = gpushm.open(raw.rstrip(b"\0").decode(), readonly=True)
-        seen = int(numpy.asarray(t)[0])
-        t.close()
-        sock.send(ACK.pack(0 if seen == value else 1, seen))
+        seen = read(raw.rstrip(b"\0").decode())
+        sock.send(ACK.pack(0 if seen == value else 1, seen & 0xFFFFFFFF))
 
 
-def run(sock, rounds, depth, value, per_us, tag):
-    import numpy
-
+def producer(device):
+    """make(name, value): a fresh tensor holding value everywhere, written and visible."""
     import gpushm
+    if device == "cpu":
+        import numpy
+
+        def make(name, value):
+            t = gpushm.empty(name, WORDS, "uint32")
+            numpy.asarray(t).fill(value)
+            return t
+    else:
+        import torch
+
+        def make(name, value):
+            t = gpushm.empty(name, DEVICE_WORDS, "int32", device=device)
+            torch.from_dlpack(t).fill_(value)
+            torch.cuda.current_stream().synchronize()
+            return t
+    return make
+
+
+def run(sock, make, rounds, depth, value, per_us, tag):
     outstanding = collections.deque()
     sent = done = 0
     t0 = time.perf_counter()
@@ -54,8 +90,7 @@ def run(sock, rounds, depth, value, per_us, tag):
             start = time.perf_counter()
             value += 1
             name = f"handoff.{tag}.{value}"
-            t = gpushm.empty(name, WORDS, "uint32")
-            numpy.asarray(t).fill(value)
+            t = make(name, value)
             sock.send(MSG.pack(value, name.encode()))
             outstanding.append((start, value, t))
             sent += 1
@@ -85,11 +120,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu (host memory) or cuda:N")
     args = parser.parse_args()
     try:
-        import numpy  # noqa: F401
-    except ImportError:
-        print("python-handoff-host: skipped: no NumPy for this python3")
+        if args.device == "cpu":
+            import numpy  # noqa: F401
+        else:
+            import torch  # noqa: F401
+    except ImportError as e:
+        print(f"python-handoff-host: skipped: no {e.name} for this python3")
         return 0
     import gpushm
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -98,19 +137,20 @@ def main():
         mine.close()
         code = 1
         try:
-            code = consumer(theirs)
+            code = consumer(theirs, args.device)
         finally:
             os._exit(code)
     theirs.close()
-    value, _ = run(mine, args.warmup, 1, 0, None, "w")
+    make = producer(args.device)
+    value, _ = run(mine, make, args.warmup, 1, 0, None, "w")
     serial = []
     # bench-handoff-host reads gpushmd's CPU time at these two lines
     print("python-handoff-host: serial starts", flush=True)
     before = cpu_ns(os.getpid()), cpu_ns(pid)
-    value, _ = run(mine, args.rounds, 1, value, serial, "s")
+    value, _ = run(mine, make, args.rounds, 1, value, serial, "s")
     after = cpu_ns(os.getpid()), cpu_ns(pid)
     print("python-handoff-host: serial ends", flush=True)
-    value, per = run(mine, args.rounds, args.depth, value, None, "p")
+    value, per = run(mine, make, args.rounds, args.depth, value, None, "p")
     mine.send(MSG.pack(0, b""))
     _, status = os.waitpid(pid, 0)
     if status != 0:
