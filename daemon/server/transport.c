@@ -32,14 +32,11 @@ struct transport {
   uint32_t out_frames;
   size_t out_bytes;
   /* read_on(): how the reads after a frame that waits for its reply have gone lately
-   * (a found frame +1, an empty read -1, within [-READ_ON_SCORE, READ_ON_SCORE]), and
+   * (a found frame +1, an empty read -1, within [-TRANSPORT_READ_ON_SCORE, TRANSPORT_READ_ON_SCORE]), and
    * frames since the last such read while the score said no */
   int8_t read_on_score;
   uint8_t read_on_skipped;
 };
-
-#define READ_ON_SCORE 4
-#define READ_ON_SAMPLE 16
 
 /* One is enough: the loop is single-threaded and a frame is handled whole before the
  * next is read. */
@@ -192,12 +189,12 @@ void transport_send_last(struct transport *t, const uint8_t *data, size_t len)
  * found one at 64 ping threads on the CI machine, where the loop then polled once per
  * 116 requests, and served 14% more pings than reading once a readiness.  So each
  * connection keeps score, and while the score says no, reads again one frame in
- * READ_ON_SAMPLE to see whether that changed. */
+ * TRANSPORT_READ_ON_SAMPLE to see whether that changed. */
 static bool read_on(struct transport *t)
 {
   if (t->read_on_score > 0)
     return true;
-  if (++t->read_on_skipped < READ_ON_SAMPLE)
+  if (++t->read_on_skipped < TRANSPORT_READ_ON_SAMPLE)
     return false;
   t->read_on_skipped = 0;
   return true;
@@ -205,9 +202,9 @@ static bool read_on(struct transport *t)
 
 static void score_read_on(struct transport *t, bool found)
 {
-  if (found && t->read_on_score < READ_ON_SCORE)
+  if (found && t->read_on_score < TRANSPORT_READ_ON_SCORE)
     t->read_on_score++;
-  else if (!found && t->read_on_score > -READ_ON_SCORE)
+  else if (!found && t->read_on_score > -TRANSPORT_READ_ON_SCORE)
     t->read_on_score--;
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's transport alone, on a socketpair and a libuv loop, without registry or
- * server: frames reach on_frame, bad frames and hang-ups reach on_close, replies
+ * server: frames reach on_frame (read on by score after frames that wait for their reply),
+ * bad frames and hang-ups reach on_close, replies
  * queued while the peer's buffer is full go out in order with their fds once it
  * drains, and the queue's frame and byte caps drop a peer that stops reading. */
 #include "config.h"
@@ -164,6 +165,54 @@ static void test_read_budget(void)
   }
 }
 
+/* A peer whose next request is queued by the time its last is handled (a thread of
+ * many, on another CPU) gets read on, once a sampled read has found one; one whose reads
+ * then find nothing stops being read on after a few, and gets one frame a wakeup again. */
+static void test_read_on_by_score(void)
+{
+  const struct transport_limits limits = { 16, 1 << 20 };
+  struct seen seen = { .more_likely = false };
+  struct transport *t;
+  unsigned before;
+  int sv[2];
+
+  pair(sv);
+  CHECK((t = transport_new(&loop, sv[0], WIRE_TYPE_REQUEST, &limits, &ops, &seen)));
+  for (uint64_t id = 1; id <= 40; id++) {
+    size_t len = encode_request(id);
+    CHECK(send(sv[1], tx, len, 0) == (ssize_t)len);
+  }
+  /* no score yet: one frame a wakeup, until the sampled read */
+  for (unsigned i = 1; i < TRANSPORT_READ_ON_SAMPLE; i++) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(seen.frames == i);
+  }
+  /* it finds the next, and the rest follow in the same wakeup */
+  uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(seen.frames == 40);
+  for (unsigned i = 0; i < 40; i++)
+    CHECK(seen.ids[i] == i + 1);
+  /* a lone client: each read after its frame finds nothing, and the score runs out */
+  for (uint64_t id = 41; id < 41 + TRANSPORT_READ_ON_SCORE; id++) {
+    size_t len = encode_request(id);
+    CHECK(send(sv[1], tx, len, 0) == (ssize_t)len);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(seen.frames == id);
+  }
+  for (uint64_t id = 100; id < 105; id++) {
+    size_t len = encode_request(id);
+    CHECK(send(sv[1], tx, len, 0) == (ssize_t)len);
+  }
+  before = seen.frames;
+  uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(seen.frames == before + 1); /* not read on */
+  for (int i = 0; i < 10 && seen.frames < before + 5; i++)
+    uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(seen.frames == before + 5 && !seen.closed);
+  close_transport(t);
+  close(sv[1]);
+}
+
 static void test_hangup(void)
 {
   const struct transport_limits limits = { 16, 1 << 20 };
@@ -315,6 +364,7 @@ int main(void)
   CHECK(uv_loop_init(&loop) == 0);
   test_frames_reach_on_frame();
   test_read_budget();
+  test_read_on_by_score();
   test_hangup();
   test_queue_drains_in_order_with_fds();
   test_caps_drop_a_peer_that_stops_reading();
