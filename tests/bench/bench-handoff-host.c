@@ -2,8 +2,9 @@
 /* Row 10 of docs/performance.md: a fresh 4 KiB host-memory hand-off, through C and
  * through the Python package, beside a SOCK_SEQPACKET round trip measured in the same
  * run.  Everything (gpushmd, producer, consumer, the echo) runs on one CPU: on an idle
- * VM a wake-up on another CPU costs ~50 us, which would measure the hypervisor, not the
- * protocol.
+ * VM a wake-up on another CPU costs tens of microseconds (a round trip between the two
+ * idle CPUs of the CI machine: 71 us, against 2.7 us on one), which would measure the
+ * hypervisor, not the protocol.
  *
  * The hand-off, as a producer and a consumer of a fresh tensor do it: the producer
  * creates a buffer, fills it, sends its name over a socketpair; the consumer opens it
@@ -15,11 +16,9 @@
  * C <= 3 x the round trip, Python <= 2 x C.  Exits non-zero only when a hand-off fails
  * or reads the wrong word.  Not part of `make check`.
  * --spread leaves every process where the scheduler puts it: the round trip and the
- * hand-offs then pay for cross-CPU wake-ups (71 us a round trip between the two idle CPUs
- * of the CI machine, against 2.7 us on one).
+ * hand-offs then pay for those wake-ups.
  * Usage: bench-handoff-host [--quick] [--phases] [--no-python] [--spread]
  *        (PYTHON: the interpreter, else /usr/bin/python3, else python3) */
-#define _GNU_SOURCE
 #include "config.h"
 #include "harness.h"
 
