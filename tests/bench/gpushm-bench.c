@@ -17,7 +17,8 @@
  * only for real failures: a crash, a daemon that died, data that came back wrong.
  * Not part of `make check` (no timed assertions there): scripts/gpu-host-test runs
  * it on the GPU host, .ci/run runs `--quick` (host rows) on CI.
- * Usage: gpushm-bench [--quick] [--device-backend=cuda-fd|cuda-ipc] */
+ * Usage: gpushm-bench [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc]
+ * (--handoff-rows: rows 1-3 alone, the hand-off rows a device call can repeat) */
 #include "config.h"
 #include "cuda-test.h"
 
@@ -110,6 +111,7 @@
 #define TARGET_HANDLES_RATIO 1.2
 
 static bool quick;
+static bool handoff_only;
 static char self[4096];
 static gpushm_backend_t device_backend = GPUSHM_BACKEND_CUDA_FD;
 static int failures;
@@ -1496,11 +1498,14 @@ static void rows_device(void)
   daemon_start(&d, "--default-backend", "auto", "--max-buffers-per-uid", "1000000", NULL);
   conn = daemon_connect(&d);
   rows_handoff(&d, conn);
-  row_copy(conn);
-  row_range_import();
+  if (!handoff_only) {
+    row_copy(conn);
+    row_range_import();
+  }
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  row_device_many();
+  if (!handoff_only)
+    row_device_many();
 }
 
 static void rows_host(void)
@@ -1513,11 +1518,13 @@ static void rows_host(void)
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(conn, "reopen", HOST_BUFFER_BYTES, NULL, &b));
   CHECK_OK(gpushm_buffer_close(b));
-  row_reopen("cached reopen, host buffer", conn, "reopen");
+  if (!handoff_only)
+    row_reopen("cached reopen, host buffer", conn, "reopen");
   rows_clients(&d, conn);
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  row_host_many();
+  if (!handoff_only)
+    row_host_many();
 }
 
 int main(int argc, char **argv)
@@ -1531,12 +1538,15 @@ int main(int argc, char **argv)
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (strcmp(argv[i], "--handoff-rows") == 0) {
+      handoff_only = true;
     } else if (strcmp(argv[i], "--device-backend=cuda-ipc") == 0) {
       device_backend = GPUSHM_BACKEND_CUDA_IPC;
     } else if (strcmp(argv[i], "--device-backend=cuda-fd") == 0) {
       device_backend = GPUSHM_BACKEND_CUDA_FD;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--device-backend=cuda-fd|cuda-ipc]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc]\n",
+              argv[0]);
       return 2;
     }
   }
