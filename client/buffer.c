@@ -152,6 +152,7 @@ struct map_want {
   int map_request;
   int current_device;
   bool write_discard; /* the open promises GPUSHM_OPEN_WRITE_DISCARD */
+  bool uninitialized; /* a create with GPUSHM_CREATE_UNINITIALIZED: no clear */
 };
 
 /* Host buffers, events and timelines are the same for every device; a device buffer's
@@ -630,7 +631,7 @@ static void release_locked(gpushm_t *conn, uint64_t id, bool unlink)
 static struct gpushm_buffer *join_handle(gpushm_t *conn, struct client_mapping *m,
                                          uint64_t generation, bool write_discard, bool *extra)
 {
-  struct map_want mapped = { m->device, -1, false };
+  struct map_want mapped = { m->device, -1, false, false };
   struct gpushm_buffer *h = handle_find_id(conn, m->id, m->read_only, kind_of(m), &mapped);
 
   *extra = h != NULL;
@@ -684,7 +685,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   struct gpushm_buffer *h;
   struct client_segment *seg;
   struct map_want mapped;
-  bool extra, last;
+  bool extra, last, clear;
   uint64_t id;
   void *ptr;
   int r;
@@ -709,14 +710,16 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   m->home_device = devices.home;
   m->device = devices.map;
   /* A new buffer reads as zeros: a reused slot of device memory is cleared here, in this
-   * process's context, before the create returns.  (An opener quicker than that could
-   * read what the slot held: a buffer of the same owner and mode, which it may read.) */
-  if (open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST &&
-      m->device == GPUSHM_DEVICE_NONE)
+   * process's context, before the create returns, unless its creator overwrites it
+   * (GPUSHM_CREATE_UNINITIALIZED).  (An opener quicker than that could read what the
+   * slot held: a buffer of the same owner and mode, which it may read.) */
+  clear = open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST &&
+          !want->uninitialized;
+  if (clear && m->device == GPUSHM_DEVICE_NONE)
     r = client_error(GPUSHM_E_UNSUPPORTED, "'%s' takes a reused slot of device memory, which "
                      "its creator clears through CUDA: create it with a CUDA map device (or "
                      "larger than the carve limit, docs/segments.md)", m->name);
-  else if (open->created && open->clear && m->backend != GPUSHM_BACKEND_HOST)
+  else if (clear)
     r = client_cuda_clear(ptr, open->info->allocated, m->device);
   if (r < 0) {
     client_segment_unuse(seg);
@@ -725,7 +728,7 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
     return r;
   }
 
-  mapped = (struct map_want){ m->device, -1, false };
+  mapped = (struct map_want){ m->device, -1, false, false };
   pthread_mutex_lock(&cache_lock);
   if ((existing = mapping_find(m->instance_id, m->id, m->read_only, false, &mapped))) {
     /* mapped already, through another handle: that mapping holds the segment too */
@@ -790,7 +793,7 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, enum clien
     }
     /* Whatever was asked, this mapping is for m->device: another thread may have
      * mapped the same one meanwhile. */
-    mapped = (struct map_want){ m->device, -1, false };
+    mapped = (struct map_want){ m->device, -1, false, false };
     pthread_mutex_lock(&cache_lock);
     existing = mapping_find(m->instance_id, m->id, m->read_only, kind_of(m), &mapped);
     if (existing) {
@@ -901,7 +904,7 @@ int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
-  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false, false };
 
   *done = NULL;
   body.key_case = GPUSHM__OPEN_REQUEST__KEY_ID;
@@ -915,7 +918,7 @@ int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done)
 
 int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_buffer_t **out)
 {
-  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false, false };
 
   pthread_once(&atfork_once, register_atfork);
   *out = NULL;
@@ -947,13 +950,14 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                                          GPUSHM_CREATE_OPTS_SIZE_V1, "gpushm_create_opts_t")) < 0)
     return r;
   if (opts.flags & ~(GPUSHM_CREATE_OPEN_EXISTING | GPUSHM_CREATE_SYNC | GPUSHM_CREATE_STRICT_MODE |
-                     GPUSHM_MAP_DEVICE_MASK))
+                     GPUSHM_CREATE_UNINITIALIZED | GPUSHM_MAP_DEVICE_MASK))
     return client_error(GPUSHM_E_INVAL, "unknown create flags 0x%x", opts.flags);
   /* An older daemon would drop the field and keep the mode it cannot keep. */
   if ((opts.flags & GPUSHM_CREATE_STRICT_MODE) && !(conn->features & GPUSHM_FEATURE_STRICT_MODE))
     return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s cannot be asked to refuse modes its "
                         "backends do not keep (GPUSHM_FEATURE_STRICT_MODE)", conn->daemon_version);
-  want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN, false };
+  want = (struct map_want){ map_request_of(opts.flags), CURRENT_UNKNOWN, false,
+                            (opts.flags & GPUSHM_CREATE_UNINITIALIZED) != 0 };
   if (opts.open) {
     gpushm_open_opts_t open_opts;
 
@@ -1077,7 +1081,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
                 enum client_kind ck, gpushm_buffer_t **out)
 {
   struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN,
-                           (flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
+                           (flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
 
   client_clear_error();
   if (flags & ~(GPUSHM_OPEN_READONLY |
@@ -1094,7 +1098,7 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
 int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,
                          gpushm_buffer_t **out)
 {
-  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false };
+  struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false, false };
 
   return open_for(conn, name, 0, 0, read_only, &want, ck, out);
 }
@@ -1110,14 +1114,14 @@ int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
   if ((r = read_open_opts(user_opts, &opts)) < 0)
     return r;
   want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
-                            (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0 };
+                            (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
   return open_for(conn, name, id, 0, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
                   CLIENT_BUFFER, out);
 }
 
 int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out)
 {
-  struct map_want want = { -1, CURRENT_UNKNOWN, false };
+  struct map_want want = { -1, CURRENT_UNKNOWN, false, false };
 
   return open_for(conn, NULL, id, via, true, &want, CLIENT_BUFFER, out);
 }

@@ -99,9 +99,10 @@ def _create_tensors(name: str, specs: Sequence[_manifest.TensorSpec], size: int,
 def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *,
           device: DeviceLike = "cpu", conn: Optional[Connection] = None,
           backend: Optional[Union[str, int]] = None, **create: Any) -> Tensor:
-    """Creates a buffer holding one C-contiguous tensor (it reads as zeros) with its
-    manifest, and returns it open read-write.  ``device``: "cpu" (host memory) or
-    "cuda:N"; ``create``: Connection.create()'s options (mode, lifetime, sync, ...)."""
+    """Creates a buffer holding one C-contiguous tensor (it reads as zeros unless
+    ``uninitialized=True``) with its manifest, and returns it open read-write.
+    ``device``: "cpu" (host memory) or "cuda:N"; ``create``: Connection.create()'s
+    options (mode, lifetime, sync, uninitialized, ...)."""
     spec = _manifest.make_spec("", dtype, shape)
     buf = _create_tensors(name, (spec,), spec.nbytes, device, conn, backend, create)
     return Tensor(buf, spec)
@@ -122,6 +123,7 @@ def share(name: str, array: Any, *, device: DeviceLike = None, conn: Optional[Co
     shape, dt, where = describe(array)
     spec = _manifest.make_spec("", dt, shape)
     target = device if device is not None else (where[0] if where[0] == "cpu" else f"cuda:{where[1]}")
+    create.setdefault("uninitialized", True)  # the copy writes every byte
     buf = _create_tensors(name, [spec], spec.nbytes, target, conn, backend, create)
     tensor = Tensor(buf, spec)
     try:

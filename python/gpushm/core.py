@@ -26,9 +26,9 @@ from . import _capsule, dtypes
 from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, CREATE_OPEN_EXISTING,
-                   CREATE_STRICT_MODE, CREATE_SYNC, DLPACK_LEGACY, LIBRARY_VERSION, LIST_ALL,
-                   LIST_METADATA, OPEN_READONLY, RING_LATEST, RING_OBSERVER, RING_PRODUCER,
-                   BufferDesc, CreateOpts, DLDataType, ImageDesc, RingFrame, SyncState,
+                   CREATE_STRICT_MODE, CREATE_SYNC, CREATE_UNINITIALIZED, DLPACK_LEGACY,
+                   LIBRARY_VERSION, LIST_ALL, LIST_METADATA, OPEN_READONLY, RING_LATEST,
+                   RING_OBSERVER, RING_PRODUCER, BufferDesc, CreateOpts, DLDataType, ImageDesc, RingFrame, SyncState,
                    TensorDesc,
                    last_error_errno, last_error_message, lib, map_device_flag, strerror,
                    text)
@@ -438,15 +438,18 @@ class Connection(_Handle):
                device: int = 0, mode: int = 0o600, lifetime: Union[str, int] = "persistent",
                sync: bool = False, open_existing: bool = False,
                metadata: Optional[bytes] = None, map_device: Optional[int] = None,
-               strict_mode: bool = False) -> "Buffer":
+               strict_mode: bool = False, uninitialized: bool = False) -> "Buffer":
         """Creates a buffer and opens it read-write (gpushm_buffer_create).  ``metadata``:
         up to 4096 immutable bytes every opener gets (LimitExceeded above).  ``strict_mode``:
         refuse a mode the backend cannot keep (read-only for group or others on device
-        memory, docs/security.md)."""
+        memory, docs/security.md).  ``uninitialized``: the caller writes all of it before
+        anyone reads, so device memory is not zeroed (it may hold what a buffer of the
+        same owner, group and mode left; docs/segments.md#zeroing)."""
         cap, c = self._live()
         raw = c_string(name, "name")
         flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
                  | (CREATE_STRICT_MODE if strict_mode else 0)
+                 | (CREATE_UNINITIALIZED if uninitialized else 0)
                  | (map_device_flag(non_negative(map_device, "map_device"))
                     if map_device is not None else 0))
         opts = _create_opts(_backend_value(backend), non_negative(device, "device"), mode,

@@ -9,9 +9,10 @@ of device memory filled through PyTorch, read back 4 bytes by the consumer.
 
 Producer, per hand-off: gpushm.empty(name, 1024, "uint32") (host memory), fill it through
 NumPy, send its name.  Consumer: numpy.asarray(gpushm.open(name, readonly=True)), read the
-first word, check it, close, ack.  (Device memory: torch.from_dlpack() of each, fill_() and
-a stream synchronize; the consumer reads element 0 with .item().)  Producer, on the ack:
-close_unlink().  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
+first word, check it, close, ack.  (Device memory: created uninitialized=True, as
+gpushm-bench's producer does, since fill_() writes all of it; torch.from_dlpack() of
+each, fill_() and a stream synchronize; the consumer reads element 0 with .item().)
+Producer, on the ack: close_unlink().  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
 one CPU).  The two processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
   python-handoff-host: mode=inflightD rounds=N per_handoff_us=Z
@@ -74,7 +75,7 @@ def producer(device):
         import torch
 
         def make(name, value):
-            t = gpushm.empty(name, DEVICE_WORDS, "int32", device=device)
+            t = gpushm.empty(name, DEVICE_WORDS, "int32", device=device, uninitialized=True)
             torch.from_dlpack(t).fill_(value)
             torch.cuda.current_stream().synchronize()
             return t

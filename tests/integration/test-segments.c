@@ -46,6 +46,27 @@ static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
   return b;
 }
 
+static gpushm_buffer_t *create_flags_mode(gpushm_t *conn, const char *name, uint64_t size,
+                                          gpushm_backend_t backend, uint32_t flags,
+                                          uint32_t mode)
+{
+  gpushm_create_opts_t opts;
+  gpushm_buffer_t *b;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.flags = flags;
+  opts.mode = mode;
+  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
+  return b;
+}
+
+static gpushm_buffer_t *create_flags(gpushm_t *conn, const char *name, uint64_t size,
+                                     gpushm_backend_t backend, uint32_t flags)
+{
+  return create_flags_mode(conn, name, size, backend, flags, 0600);
+}
+
 static uint64_t segment_of(gpushm_t *conn, const char *name)
 {
   const gpushm_buffer_info_t *info = find_buffer(conn, name);
@@ -634,9 +655,60 @@ static void test_device_slot_cleared(void)
   b = create(conn, "clean", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0600);
   CHECK(gpushm_buffer_ptr(b) == first); /* the same slot, mapped once */
   CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0));
+  memset(first, 0xcd, 64 * KiB);
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  /* a creator that overwrites it anyway skips the clear, and sees what the slot held */
+  b = create_flags(conn, "overwritten", 64 * KiB, GPUSHM_BACKEND_CUDA_FD,
+                   GPUSHM_CREATE_UNINITIALIZED);
+  CHECK(gpushm_buffer_ptr(b) == first);
+  CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0xcd));
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  b = create(conn, "clean-again", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0600);
+  CHECK(gpushm_buffer_ptr(b) == first && all_are(first, 64 * KiB, 0));
   CHECK_OK(gpushm_buffer_close_unlink(b));
   gpushm_disconnect(conn);
   daemon_stop(&d);
+}
+
+/* GPUSHM_CREATE_UNINITIALIZED as uid 65534, after root left a secret in a freed slot of
+ * the same size, backend and device: the attacker's create gets a slot of its own class,
+ * never root's, so it reads zeros. */
+static void test_uninitialized_attack(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_buffer_t *b;
+  gpushm_t *conn;
+  pid_t pid;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  b = create(conn, "root-secret", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
+  memset(gpushm_buffer_ptr(b), 0x5e, 64 * KiB);
+  CHECK_OK(gpushm_buffer_close_unlink(b));
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    gpushm_local_device_list_t *devices;
+    gpushm_t *mine;
+
+    CHECK_OK(gpushm_local_devices(&devices)); /* the fake driver loads as root */
+    gpushm_local_device_list_free(devices);
+    CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
+    mine = daemon_connect(&d);
+    for (int mode = 0600; mode <= 0644; mode += 0044) { /* 0600, 0644 */
+      char name[32];
+      snprintf(name, sizeof name, "attacker-%o", (unsigned)mode);
+      gpushm_buffer_t *a = create_flags_mode(mine, name, 64 * KiB, GPUSHM_BACKEND_CUDA_FD,
+                                             GPUSHM_CREATE_UNINITIALIZED, (uint32_t)mode);
+      CHECK(all_are(gpushm_buffer_ptr(a), 64 * KiB, 0));
+      CHECK_OK(gpushm_buffer_close_unlink(a));
+    }
+    gpushm_disconnect(mine);
+    _exit(0);
+  }
+  check_child(pid);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+  test_log("uid 65534's uninitialized creates after root freed a slot of 0x5e: zeros");
 }
 
 static void test_oom_with_warm_pool(void)
@@ -716,6 +788,7 @@ int main(void)
   CHECK(pid >= 0);
   if (pid == 0) {
     test_device_slot_cleared();
+    test_uninitialized_attack();
     test_oom_with_warm_pool();
     _exit(0);
   }

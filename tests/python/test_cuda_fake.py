@@ -155,3 +155,18 @@ def test_strict_mode(conn, name):
                         strict_mode=True)
         conn.create(name, 4096, backend="cuda-fd", mode=0o644, open_existing=True).close()
     conn.unlink(name)
+
+
+def test_uninitialized_skips_the_clear(name):
+    """A reused slot of device memory is zeroed for gpushm.empty(), not with
+    uninitialized=True, whose caller writes it all (the same slot comes back: one class)."""
+    t = gpushm.empty(name, 1024, "uint32", device="cuda:0")
+    ptr = t.ptr
+    ctypes.memset(ptr, 0xcd, 4096)
+    t.buffer.close_unlink()
+    u = gpushm.empty(name, 1024, "uint32", device="cuda:0", uninitialized=True)
+    assert u.ptr == ptr and ctypes.string_at(ptr, 4096) == b"\xcd" * 4096
+    u.buffer.close_unlink()
+    z = gpushm.empty(name, 1024, "uint32", device="cuda:0")
+    assert z.ptr == ptr and ctypes.string_at(ptr, 4096) == bytes(4096)
+    z.buffer.close_unlink()
