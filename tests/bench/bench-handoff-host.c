@@ -249,7 +249,8 @@ static const char *python_interpreter(void)
 /* The same hand-off through the Python package (tests/bench/python-handoff-host.py);
  * false, with why, where it could not run. */
 static bool python_figures(const struct test_daemon *d, unsigned rounds, double *serial,
-                           double *inflight, double cpu[3], char *why, size_t why_len)
+                           double *inflight, double cpu[3], double *phases, char *why,
+                           size_t why_len)
 {
   char cmd[2048], line[512];
   bool got_serial = false, got_inflight = false;
@@ -259,19 +260,27 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, double 
   snprintf(cmd, sizeof cmd,
            "GPUSHM_SOCKET='%s' GPUSHM_LIBRARY='%s/client/.libs/libgpushm.so.1' "
            "PYTHONPATH='%s/python' timeout %d '%s' '%s/tests/bench/python-handoff-host.py' "
-           "--rounds %u --warmup %u --depth %u 2>&1",
+           "--rounds %u --warmup %u --depth %u%s 2>&1",
            d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, PYTHON_TIMEOUT_S,
-           python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH);
+           python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH,
+           phases ? " --phases" : "");
   snprintf(why, why_len, "python-handoff-host.py printed no figures");
   if (!(p = popen(cmd, "r"))) {
     snprintf(why, why_len, "popen: %s", strerror(errno));
     return false;
   }
   while (fgets(line, sizeof line, p)) {
+    char step[64];
+    double us;
+
     line[strcspn(line, "\n")] = '\0';
     if (sscanf(line, "python-handoff-host: mode=serial rounds=%*u median_us=%lf", serial) == 1)
       got_serial = true;
-    else if (sscanf(line, "python-handoff-host: cpu_per_serial_handoff_us producer=%lf "
+    else if (sscanf(line, "python-handoff-host: phase=%63s median_us=%lf", step, &us) == 2) {
+      for (unsigned i = 0; phases && i < PHASES; i++)
+        if (strncmp(phase_names[i], step, strlen(step)) == 0)
+          phases[i] = us;
+    } else if (sscanf(line, "python-handoff-host: cpu_per_serial_handoff_us producer=%lf "
                     "consumer=%lf", &cpu[0], &cpu[1]) == 2)
       continue;
     else if (strcmp(line, "python-handoff-host: serial starts") == 0)
@@ -313,6 +322,7 @@ int main(int argc, char **argv)
   double rtt_before, rtt_after, rtt, serial, inflight, *per, cpu_us[3];
   char daemon_path[4400], why[512];
   double py_serial = 0, py_inflight = 0, py_cpu[3] = { 0, 0, 0 };
+  double c_phase[PHASES], py_phase[PHASES] = { -1, -1, -1, -1 };
   int sv[2], cpu;
   pid_t pid;
 
@@ -364,8 +374,9 @@ int main(int argc, char **argv)
   }
   serial = median(per, rounds);
   for (unsigned i = 0; phases && i < PHASES; i++) {
+    c_phase[i] = median(p.phase[i], rounds);
     printf("bench-handoff-host: [10]   (phase) %s: median %.1f us\n", phase_names[i],
-           median(p.phase[i], rounds));
+           c_phase[i]);
     free(p.phase[i]);
     p.phase[i] = NULL;
   }
@@ -396,7 +407,8 @@ int main(int argc, char **argv)
          "round trip %.2f\n", DEPTH, inflight, inflight / rtt);
   if (!python) {
     printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
-  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, py_cpu, why, sizeof why)) {
+  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, py_cpu,
+                             phases ? py_phase : NULL, why, sizeof why)) {
     printf("bench-handoff-host: [10] through Python: skipped: %s\n", why);
   } else {
     printf("bench-handoff-host: [10] the same through Python, serial: median %.1f us | Python / C "
@@ -404,6 +416,12 @@ int main(int argc, char **argv)
            py_serial <= TARGET_PYTHON_VS_C * serial ? "met" : "NOT met");
     printf("bench-handoff-host: [10]   (CPU per serial hand-off through Python) producer %.1f "
            "us, consumer %.1f us, gpushmd %.1f us\n", py_cpu[0], py_cpu[1], py_cpu[2]);
+    /* where Python's time goes, step by step (issue 41) */
+    for (unsigned i = 0; phases && i < PHASES; i++)
+      if (py_phase[i] >= 0)
+        printf("bench-handoff-host: [10]   (phase through Python) %s: median %.1f us | C %.1f "
+               "us | Python - C %+.1f us\n", phase_names[i], py_phase[i], c_phase[i],
+               py_phase[i] - c_phase[i]);
     printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
            "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
            TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");

@@ -12,9 +12,11 @@ NumPy, send its name.  Consumer: numpy.asarray(gpushm.open(name, readonly=True))
 first word, check it, close, ack.  (Device memory: created uninitialized=True, as
 gpushm-bench's producer does, since fill_() writes all of it; torch.from_dlpack() of
 each, fill_() and a stream synchronize; the consumer reads element 0 with .item().)
-Producer, on the ack: close_unlink().  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
+Producer, on the ack: close_unlink().  --phases: also the serial hand-off's steps
+(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
 one CPU).  The two processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
+  python-handoff-host: phase=STEP median_us=X      (with --phases)
   python-handoff-host: mode=inflightD rounds=N per_handoff_us=Z
 Exits non-zero on a wrong word or a failure."""
 import argparse
@@ -62,49 +64,67 @@ def consumer(sock, device):
 
 
 def producer(device):
-    """make(name, value): a fresh tensor holding value everywhere, written and visible."""
+    """(create(name), fill(tensor, value)): a fresh tensor, then value everywhere in it,
+    written and visible."""
     import gpushm
     if device == "cpu":
         import numpy
 
-        def make(name, value):
-            t = gpushm.empty(name, WORDS, "uint32")
+        def create(name):
+            return gpushm.empty(name, WORDS, "uint32")
+
+        def fill(t, value):
             numpy.asarray(t).fill(value)
-            return t
     else:
         import torch
 
-        def make(name, value):
-            t = gpushm.empty(name, DEVICE_WORDS, "int32", device=device, uninitialized=True)
+        def create(name):
+            return gpushm.empty(name, DEVICE_WORDS, "int32", device=device, uninitialized=True)
+
+        def fill(t, value):
             torch.from_dlpack(t).fill_(value)
             torch.cuda.current_stream().synchronize()
-            return t
-    return make
+    return create, fill
 
 
-def run(sock, make, rounds, depth, value, per_us, tag):
+# --phases: the serial hand-off's steps as bench-handoff-host --phases splits C's
+PHASES = ("create", "fill", "hand-over", "close_unlink")
+
+
+def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
+    create, fill = make
+    clock = time.perf_counter
     outstanding = collections.deque()
     sent = done = 0
-    t0 = time.perf_counter()
+    t0 = clock()
     while done < rounds:
         while sent < rounds and sent - done < depth:
-            start = time.perf_counter()
+            start = clock()
             value += 1
             name = f"handoff.{tag}.{value}"
-            t = make(name, value)
+            t = create(name)
+            filling = clock()
+            fill(t, value)
+            handing = clock()
             sock.send(MSG.pack(value, name.encode()))
-            outstanding.append((start, value, t))
+            outstanding.append((start, value, t, filling, handing))
             sent += 1
         status, seen = ACK.unpack(sock.recv(ACK.size))
-        start, want, t = outstanding.popleft()
+        acked = clock()
+        start, want, t, filling, handing = outstanding.popleft()
         if status != 0:
             sys.exit(f"python-handoff-host: hand-off {want} failed (status {status}, "
                      f"word {seen:#x})")
         t.buffer.close_unlink()
+        end = clock()
         if per_us is not None:
-            per_us.append((time.perf_counter() - start) * 1e6)
+            per_us.append((end - start) * 1e6)
+        if phases is not None:
+            for i, us in enumerate((filling - start, handing - filling, acked - handing,
+                                    end - acked)):
+                phases[i].append(us * 1e6)
         done += 1
-    return value, (time.perf_counter() - t0) * 1e6 / rounds
+    return value, (clock() - t0) * 1e6 / rounds
 
 
 def cpu_ns(pid):
@@ -122,6 +142,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu (host memory) or cuda:N")
+    parser.add_argument("--phases", action="store_true",
+                        help="also each step of the serial hand-off, as medians")
     args = parser.parse_args()
     try:
         if args.device == "cpu":
@@ -148,7 +170,8 @@ def main():
     # bench-handoff-host reads gpushmd's CPU time at these two lines
     print("python-handoff-host: serial starts", flush=True)
     before = cpu_ns(os.getpid()), cpu_ns(pid)
-    value, _ = run(mine, make, args.rounds, 1, value, serial, "s")
+    phases = [[] for _ in PHASES] if args.phases else None
+    value, _ = run(mine, make, args.rounds, 1, value, serial, "s", phases)
     after = cpu_ns(os.getpid()), cpu_ns(pid)
     print("python-handoff-host: serial ends", flush=True)
     value, per = run(mine, make, args.rounds, args.depth, value, None, "p")
@@ -163,6 +186,9 @@ def main():
     print(f"python-handoff-host: cpu_per_serial_handoff_us "
           f"producer={(after[0] - before[0]) / 1e3 / args.rounds:.1f} "
           f"consumer={(after[1] - before[1]) / 1e3 / args.rounds:.1f}")
+    for label, us in zip(PHASES, phases or ()):
+        us.sort()
+        print(f"python-handoff-host: phase={label} median_us={us[len(us) // 2]:.1f}")
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
     print(f"python-handoff-host: gpushm {gpushm.__version__} through Python "
