@@ -32,8 +32,9 @@
 static const char *fake_lib;
 static bool real_gpu; /* one device, the driver's own */
 
-static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
-                               gpushm_backend_t backend, int device, uint32_t mode)
+static gpushm_buffer_t *create_flags(gpushm_t *conn, const char *name, uint64_t size,
+                                     gpushm_backend_t backend, int device, uint32_t mode,
+                                     uint32_t flags)
 {
   gpushm_create_opts_t opts;
   gpushm_buffer_t *b;
@@ -42,29 +43,15 @@ static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
   opts.backend = backend;
   opts.device = device;
   opts.mode = mode;
-  CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
-  return b;
-}
-
-static gpushm_buffer_t *create_flags_mode(gpushm_t *conn, const char *name, uint64_t size,
-                                          gpushm_backend_t backend, uint32_t flags,
-                                          uint32_t mode)
-{
-  gpushm_create_opts_t opts;
-  gpushm_buffer_t *b;
-
-  gpushm_create_opts_init(&opts);
-  opts.backend = backend;
   opts.flags = flags;
-  opts.mode = mode;
   CHECK_OK(gpushm_buffer_create(conn, name, size, &opts, &b));
   return b;
 }
 
-static gpushm_buffer_t *create_flags(gpushm_t *conn, const char *name, uint64_t size,
-                                     gpushm_backend_t backend, uint32_t flags)
+static gpushm_buffer_t *create(gpushm_t *conn, const char *name, uint64_t size,
+                               gpushm_backend_t backend, int device, uint32_t mode)
 {
-  return create_flags_mode(conn, name, size, backend, flags, 0600);
+  return create_flags(conn, name, size, backend, device, mode, 0);
 }
 
 static uint64_t segment_of(gpushm_t *conn, const char *name)
@@ -658,7 +645,7 @@ static void test_device_slot_cleared(void)
   memset(first, 0xcd, 64 * KiB);
   CHECK_OK(gpushm_buffer_close_unlink(b));
   /* a creator that overwrites it anyway skips the clear, and sees what the slot held */
-  b = create_flags(conn, "overwritten", 64 * KiB, GPUSHM_BACKEND_CUDA_FD,
+  b = create_flags(conn, "overwritten", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0600,
                    GPUSHM_CREATE_UNINITIALIZED);
   CHECK(gpushm_buffer_ptr(b) == first);
   CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0xcd));
@@ -697,8 +684,8 @@ static void test_uninitialized_attack(void)
     for (int mode = 0600; mode <= 0644; mode += 0044) { /* 0600, 0644 */
       char name[32];
       snprintf(name, sizeof name, "attacker-%o", (unsigned)mode);
-      gpushm_buffer_t *a = create_flags_mode(mine, name, 64 * KiB, GPUSHM_BACKEND_CUDA_FD,
-                                             GPUSHM_CREATE_UNINITIALIZED, (uint32_t)mode);
+      gpushm_buffer_t *a = create_flags(mine, name, 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0,
+                                        (uint32_t)mode, GPUSHM_CREATE_UNINITIALIZED);
       CHECK(all_are(gpushm_buffer_ptr(a), 64 * KiB, 0));
       CHECK_OK(gpushm_buffer_close_unlink(a));
     }
