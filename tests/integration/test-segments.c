@@ -658,10 +658,12 @@ static void test_device_slot_cleared(void)
 }
 
 /* GPUSHM_CREATE_UNINITIALIZED as uid 65534, after root left a secret in a freed slot of
- * the same size, backend and device: the attacker's create gets a slot of its own class,
- * never root's, so it reads zeros. */
+ * the same size, backend and device (a warm slot, for host memory): the attacker's create
+ * gets a slot of its own class, never root's, so it reads zeros.  And in root's own
+ * class, host memory is zeroed whatever the flag says. */
 static void test_uninitialized_attack(void)
 {
+  static const gpushm_backend_t backends[] = { GPUSHM_BACKEND_HOST, GPUSHM_BACKEND_CUDA_FD };
   struct test_daemon d = { 0 };
   gpushm_buffer_t *b;
   gpushm_t *conn;
@@ -669,9 +671,11 @@ static void test_uninitialized_attack(void)
 
   daemon_start(&d, NULL);
   conn = daemon_connect(&d);
-  b = create(conn, "root-secret", 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0, 0644);
-  memset(gpushm_buffer_ptr(b), 0x5e, 64 * KiB);
-  CHECK_OK(gpushm_buffer_close_unlink(b));
+  for (unsigned i = 0; i < 2; i++) {
+    b = create(conn, "root-secret", 64 * KiB, backends[i], 0, 0644);
+    memset(gpushm_buffer_ptr(b), 0x5e, 64 * KiB);
+    CHECK_OK(gpushm_buffer_close_unlink(b));
+  }
   CHECK((pid = fork()) >= 0);
   if (pid == 0) {
     gpushm_local_device_list_t *devices;
@@ -681,21 +685,27 @@ static void test_uninitialized_attack(void)
     gpushm_local_device_list_free(devices);
     CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
     mine = daemon_connect(&d);
-    for (int mode = 0600; mode <= 0644; mode += 0044) { /* 0600, 0644 */
-      char name[32];
-      snprintf(name, sizeof name, "attacker-%o", (unsigned)mode);
-      gpushm_buffer_t *a = create_flags(mine, name, 64 * KiB, GPUSHM_BACKEND_CUDA_FD, 0,
-                                        (uint32_t)mode, GPUSHM_CREATE_UNINITIALIZED);
-      CHECK(all_are(gpushm_buffer_ptr(a), 64 * KiB, 0));
-      CHECK_OK(gpushm_buffer_close_unlink(a));
-    }
+    for (unsigned i = 0; i < 2; i++)
+      for (int mode = 0600; mode <= 0644; mode += 0044) { /* 0600, 0644 */
+        char name[32];
+        snprintf(name, sizeof name, "attacker-%u-%o", i, (unsigned)mode);
+        gpushm_buffer_t *a = create_flags(mine, name, 64 * KiB, backends[i], 0, (uint32_t)mode,
+                                          GPUSHM_CREATE_UNINITIALIZED);
+        CHECK(all_are(gpushm_buffer_ptr(a), 64 * KiB, 0));
+        CHECK_OK(gpushm_buffer_close_unlink(a));
+      }
     gpushm_disconnect(mine);
     _exit(0);
   }
   check_child(pid);
+  b = create_flags(conn, "root-again", 64 * KiB, GPUSHM_BACKEND_HOST, 0, 0644,
+                   GPUSHM_CREATE_UNINITIALIZED);
+  CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0));
+  CHECK_OK(gpushm_buffer_close_unlink(b));
   gpushm_disconnect(conn);
   daemon_stop(&d);
-  test_log("uid 65534's uninitialized creates after root freed a slot of 0x5e: zeros");
+  test_log("uid 65534's uninitialized creates after root freed host and device slots of "
+           "0x5e: zeros; root's own uninitialized host create: zeros");
 }
 
 static void test_oom_with_warm_pool(void)
