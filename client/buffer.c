@@ -974,6 +974,13 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   }
   if (event && (opts.flags & GPUSHM_CREATE_SYNC))
     return client_error(GPUSHM_E_INVAL, "an event has no sync of its own");
+  if ((opts.flags & GPUSHM_CREATE_UNINITIALIZED) && (event || timeline || ring || image))
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_CREATE_UNINITIALIZED is for buffers, whose "
+                        "creator writes every byte; %s starts from state gpushm sets",
+                        event      ? "an event"
+                        : timeline ? "a timeline"
+                        : ring     ? "a ring"
+                                   : "an image");
   if (timeline && (opts.flags & GPUSHM_MAP_DEVICE_MASK || opts.open))
     return client_error(GPUSHM_E_INVAL, "a timeline is mapped for no device: no map device "
                         "and no open options");

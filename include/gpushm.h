@@ -133,7 +133,8 @@ typedef enum gpushm_lifetime {
  * the same owner, group, mode, backend and device left there (docs/segments.md), which
  * the new buffer's readers could read anyway.  Saves the create a memset and a
  * synchronize (about 10 us on an H200), and needs no CUDA in the creator.  Host memory
- * is zeroed all the same.  Since 0.8. */
+ * is zeroed all the same.  Buffers only: events, timelines, rings and images refuse it
+ * (GPUSHM_E_INVAL).  Since 0.8. */
 #define GPUSHM_CREATE_UNINITIALIZED 0x8u
 /* gpushm_buffer_open() flags: the access an open asks for, as the CUDA driver's map
  * flags say it (docs/graphics.md has what each backend and API enforces). */

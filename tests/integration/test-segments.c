@@ -702,10 +702,25 @@ static void test_uninitialized_attack(void)
                    GPUSHM_CREATE_UNINITIALIZED);
   CHECK(all_are(gpushm_buffer_ptr(b), 64 * KiB, 0));
   CHECK_OK(gpushm_buffer_close_unlink(b));
+  { /* only a buffer's bytes are its creator's to write: other kinds refuse the flag */
+    gpushm_create_opts_t opts;
+    gpushm_timeline_t *tl;
+    gpushm_event_t *ev;
+    gpushm_ring_t *ring;
+
+    gpushm_create_opts_init(&opts);
+    opts.flags = GPUSHM_CREATE_UNINITIALIZED;
+    CHECK_ERR(gpushm_timeline_create(conn, "tl", &opts, &tl), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "a timeline starts from state") != NULL);
+    CHECK_ERR(gpushm_event_create(conn, "ev", &opts, &ev), GPUSHM_E_INVAL);
+    CHECK_ERR(gpushm_ring_create(conn, "ring", 4, 4096, &opts, &ring), GPUSHM_E_INVAL);
+    CHECK(strstr(gpushm_last_error_message(), "a ring starts from state") != NULL);
+  }
   gpushm_disconnect(conn);
   daemon_stop(&d);
   test_log("uid 65534's uninitialized creates after root freed host and device slots of "
-           "0x5e: zeros; root's own uninitialized host create: zeros");
+           "0x5e: zeros; root's own uninitialized host create: zeros; events, timelines and "
+           "rings refuse the flag");
 }
 
 static void test_oom_with_warm_pool(void)
