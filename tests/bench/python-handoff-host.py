@@ -13,8 +13,9 @@ first word, check it, close, ack.  (Device memory: created uninitialized=True, a
 gpushm-bench's producer does, since fill_() writes all of it; torch.from_dlpack() of
 each, fill_() and a stream synchronize; the consumer reads element 0 with .item().)
 Producer, on the ack: close_unlink().  --phases: also the serial hand-off's steps
-(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.  Runs in the CPU affinity it inherits (bench-handoff-host pins everything to
-one CPU).  The two processes fork before either touches CUDA.  Prints
+(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.  Runs
+in the CPU affinity it inherits (bench-handoff-host pins everything to one CPU).  The two
+processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
   python-handoff-host: phase=STEP median_us=X      (with --phases)
   python-handoff-host: mode=inflightD rounds=N per_handoff_us=Z
