@@ -32,8 +32,8 @@ struct transport {
   uint32_t out_frames;
   size_t out_bytes;
   /* read_on(): how the reads after a frame that waits for its reply have gone lately
-   * (a found frame +1, an empty read -1, within [-TRANSPORT_READ_ON_SCORE, TRANSPORT_READ_ON_SCORE]), and
-   * frames since the last such read while the score said no */
+   * (a found frame +1, an empty read -1, within +-TRANSPORT_READ_ON_SCORE), and frames
+   * since the last such read while the score said no */
   int8_t read_on_score;
   uint8_t read_on_skipped;
 };

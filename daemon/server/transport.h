@@ -13,12 +13,12 @@
 
 #include "wire.h"
 
-/* A pointer to these is kept, so that a settings reload reaches open connections. */
 /* Reads after a frame whose sender waits for its reply (transport.c, read_on()): the
  * score's bound, and one frame in how many such a read is tried while it says no. */
 #define TRANSPORT_READ_ON_SCORE 4
 #define TRANSPORT_READ_ON_SAMPLE 16
 
+/* A pointer to these is kept, so that a settings reload reaches open connections. */
 struct transport_limits {
   uint32_t max_queued_frames;
   uint32_t max_queued_bytes;
