@@ -100,6 +100,25 @@ class ImageDesc(ctypes.Structure):
     ]
 
 
+class ExportDesc(ctypes.Structure):
+    """gpushm_export_desc_t (gpushm 0.8, gpushm.h): one way to hand memory to an engine."""
+    _fields_ = [
+        ("size", c_uint32),
+        ("type", c_uint32),
+        ("fd", c_int32),
+        ("flags", c_uint32),
+        ("ptr", c_void_p),
+        ("offset", c_uint64),
+        ("length", c_uint64),
+        ("allocation_size", c_uint64),
+        ("device", c_int32),
+        ("access", c_uint32),
+        ("device_uuid", c_uint8 * 16),
+        ("fabric_handle", c_uint8 * 64),
+        ("reserved", c_uint32 * 8),
+    ]
+
+
 class DLDataType(ctypes.Structure):
     _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
 
@@ -371,6 +390,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
 #: Declared where the library has them (newer than the package's minimum); callers
 #: check with hasattr(lib, name).
 OPTIONAL_PROTOTYPES = {
+    # 0.8: the one export descriptor (Buffer.export)
+    "gpushm_buffer_export": (c_int, [_P, c_uint32, c_uint64, c_uint64, POINTER(ExportDesc)]),
     # 0.7: the system error behind a failure (a connect's ENOENT, ECONNREFUSED, EACCES)
     "gpushm_last_error_errno": (c_int, []),
     # 0.7: images (gpushm-graphics.h)

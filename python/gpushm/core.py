@@ -27,10 +27,9 @@ from . import manifest as _manifest
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, CREATE_OPEN_EXISTING,
                    CREATE_STRICT_MODE, CREATE_SYNC, CREATE_UNINITIALIZED, DLPACK_LEGACY,
-                   LIBRARY_VERSION, LIST_ALL, LIST_METADATA, OPEN_READONLY, RING_LATEST,
-                   RING_OBSERVER, RING_PRODUCER, BufferDesc, CreateOpts, DLDataType, ImageDesc,
-                   RingFrame, SyncState,
-                   TensorDesc,
+                   LIBRARY_PATH, LIBRARY_VERSION, LIST_ALL, LIST_METADATA, OPEN_READONLY,
+                   RING_LATEST, RING_OBSERVER, RING_PRODUCER, BufferDesc, CreateOpts, DLDataType,
+                   ExportDesc, ImageDesc, RingFrame, SyncState, TensorDesc,
                    last_error_errno, last_error_message, lib, map_device_flag, strerror,
                    text)
 from .errors import CODES, ClosedError, InvalidArgument, Unsupported, make_error
@@ -78,6 +77,34 @@ class ImageInfo:
     tiling: str          #: "linear" (rows row_pitch bytes apart) or "optimal" (the device's)
     usage: int           #: GPUSHM_IMAGE_USAGE_* bits
     row_pitch: int       #: linear images: bytes from one row to the next
+
+
+#: GPUSHM_EXPORT_* (gpushm.h), by the names Buffer.export() takes
+EXPORT_TYPES = {"dmabuf": 1, "opaque-fd": 2, "host-pointer": 3, "fabric": 4, "cuda-va": 5}
+EXPORT_TYPE_NAMES = {v: k for k, v in EXPORT_TYPES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """One way to hand a buffer's memory to another engine (gpushm_export_desc_t): NIXL,
+    UCX or an RDMA NIC registering it, Vulkan or GL importing it (docs/concepts.md,
+    "Exporting")."""
+    type: str             #: a key of EXPORT_TYPES
+    fd: int               #: dmabuf, opaque-fd: a new close-on-exec fd, the caller's; else -1
+    ptr: int              #: host-pointer, cuda-va: the address fd or ptr reaches from; else 0
+    offset: int           #: where the range starts in what fd or ptr reaches
+    length: int           #: the range's bytes
+    allocation_size: int  #: what fd or ptr reaches: an engine registers or imports it whole
+    device: int           #: cuda-va, dmabuf: this process's ordinal; else -1
+    readonly: bool        #: the open is read-only
+    dedicated: bool       #: the allocation is this buffer's alone (not a segment's slot)
+    device_uuid: bytes    #: where the memory lives; zeros for host memory
+    fabric_handle: bytes  #: fabric: the 64-byte handle; else zeros
+
+    @property
+    def address(self) -> int:
+        """The range's first byte (ptr + offset): what NIXL and UCX register."""
+        return self.ptr + self.offset
 
 
 LIFETIMES = {"persistent": 0, "session": 1}
@@ -821,6 +848,26 @@ class Buffer(_Handle):
 
     def dlpack_device(self) -> Tuple[int, int]:
         return (DL_CUDA, self.map_device) if self.is_device else (DL_CPU, 0)
+
+    def export(self, kind: str, offset: int = 0, length: int = 0) -> Export:
+        """[offset, offset + length) of the buffer (length 0: to its end) as kind says:
+        "cuda-va" (its device address here), "host-pointer", "dmabuf", "opaque-fd" or
+        "fabric" (gpushm_buffer_export).  An fd in the result is the caller's to close."""
+        code = EXPORT_TYPES.get(kind)
+        if code is None:
+            raise InvalidArgument(f"export type {kind!r}: one of {', '.join(EXPORT_TYPES)}")
+        fn = getattr(lib, "gpushm_buffer_export", None)
+        if fn is None:
+            raise Unsupported(f"{LIBRARY_PATH} predates gpushm_buffer_export (gpushm 0.8)")
+        cap, b = self._live()
+        d = ExportDesc()
+        d.size = ctypes.sizeof(ExportDesc)
+        check(fn(b, code, offset, length, byref(d)), f"export {self.name!r} as {kind}")
+        return Export(type=EXPORT_TYPE_NAMES.get(d.type, kind), fd=d.fd, ptr=d.ptr or 0,
+                      offset=d.offset, length=d.length, allocation_size=d.allocation_size,
+                      device=d.device, readonly=bool(d.access & OPEN_READONLY),
+                      dedicated=bool(d.flags & 0x1), device_uuid=bytes(d.device_uuid),
+                      fabric_handle=bytes(d.fabric_handle))
 
     def dup(self) -> "Buffer":
         """Another handle of the same buffer, with an open of its own (gpushm_buffer_ref):

@@ -248,6 +248,12 @@ class WeightSet:
             made.close()  # another thread made it first
         return b
 
+    def buffers(self) -> List[Buffer]:
+        """The buffers this generation's tensors lie in, each open read-only through this
+        set (closed with it): what an engine that moves the set whole registers."""
+        _, w = self._live()
+        return [self._buffer(w, i) for i in range(lib.gpushm_weights_buffer_count(w))]
+
     def _view(self, gen: _Generation, w: int, index: int) -> Tensor:
         spec, buffer_index = self._spec(w, index)
         handle = self._buffer(w, buffer_index).dup()

@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+"""gpushm buffers moved by NIXL's UCX backend between agents in separate processes
+(tests/nixl/worker.py each), on one gpushmd ($GPUSHM_SOCKET).  --memory device: cuda-fd
+buffers on the GPU (PyTorch checks the data there); --memory host: host buffers (CI).
+
+1. Each of two agents registers a buffer of its own; B READs A's and WRITEs into it,
+   the data checked on both sides, the transports UCX took printed; A is told by a
+   NIXL notification.
+2. A third process opens A's buffer (imported from its fd, as every opener does),
+   registers it and is written through by B: A sees the bytes (one pool, many holders).
+3. What gpushm.nixl refuses, with the reason: a read-only open; on the GPU a cuda-ipc
+   buffer (and what NIXL does with it when the refusal is bypassed, printed).
+4. A weight set of --tensors tensors in one buffer: registered as one descriptor, pulled
+   whole by B, every byte checked.
+5. A pair whose UCX may use only TCP (UCX_TLS): the transfer is refused after the fact
+   with TransportError naming tcp, not passed as if it were fast.
+"""
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+class Worker:
+    def __init__(self, name, env=None):
+        self.name = name
+        self.p = subprocess.Popen([sys.executable, os.path.join(here, "worker.py")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, **(env or {})})
+        self.pid = self.p.pid
+        self.start = self.ok({"op": "agent", "name": name})
+
+    def call(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise SystemExit(f"FAIL: worker {self.name} died (exit {self.p.wait()}) on {cmd}")
+        return json.loads(line)
+
+    def ok(self, cmd=None, **kw):
+        r = self.call(**(cmd or kw))
+        if "error" in r:
+            raise SystemExit(f"FAIL: {self.name}: {cmd or kw}: {r['error']}: {r['message']}\n"
+                             f"{r.get('trace', '')}")
+        return r["ok"]
+
+    def exit(self):
+        try:
+            self.call(op="exit")
+        finally:
+            self.p.stdin.close()
+            self.p.wait(timeout=60)
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"FAIL: {what}")
+    print(f"ok: {what}", flush=True)
+
+
+def connect(a, b):
+    """Each loads the other's metadata: out of band, as bytes (NIXL's
+    get_agent_metadata/add_remote_agent), after both have registered."""
+    b.ok(op="add_peer", md=a.ok(op="metadata")["md"])
+    a.ok(op="add_peer", md=b.ok(op="metadata")["md"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memory", choices=("host", "device"), required=True)
+    ap.add_argument("--tensors", type=int, default=100000)
+    ap.add_argument("--tensor-bytes", type=int, default=1024)
+    args = ap.parse_args()
+    device = args.memory == "device"
+    backend = "cuda-fd" if device else "host"
+    size = (1 << 20) + 4096  # not a power of two: a transfer of the wrong length shows
+    want = ("cuda_ipc", "cuda_copy") if device else ("cma", "knem", "xpmem", "sysv", "posix")
+
+    a, b = Worker("A"), Worker("B")
+    print(f"# agents started in {a.start['seconds'] * 1e3:.1f} / {b.start['seconds'] * 1e3:.1f} ms")
+    a.ok(op="create", name="nx.a", size=size, backend=backend)
+    b.ok(op="create", name="nx.b", size=size, backend=backend)
+    a.ok(op="fill", name="nx.a", seed=1)
+    b.ok(op="fill", name="nx.b", seed=2)
+    ra = a.ok(op="register", names=["nx.a"], **{"as": "a"})
+    b.ok(op="register", names=["nx.b"], **{"as": "b"})
+    check(ra["descs"] == 1, f"A registered nx.a as one descriptor in {ra['seconds'] * 1e3:.2f} ms")
+    connect(a, b)
+    remote_a = a.ok(op="describe", names=["nx.a"])["desc"]
+    check(remote_a["mem_type"] == ("VRAM" if device else "DRAM"),
+          f"nx.a described as {remote_a['mem_type']}")
+
+    # 1. READ and WRITE, each side checked
+    x = b.ok(op="transfer", kind="READ", local=["nx.b"], remote=remote_a, peer="A")
+    print(f"# READ {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+    check(any(t in want for t in x["transports"]), f"READ went over {x['transports']}")
+    check(b.ok(op="check", name="nx.b", seed=1)["bad"] == 0, "B read A's bytes")
+    check(a.ok(op="check", name="nx.a", seed=1)["bad"] == 0, "A's buffer unchanged by the READ")
+    b.ok(op="fill", name="nx.b", seed=3)
+    x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_a, peer="A",
+             notify="written")
+    print(f"# WRITE {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+    check(any(t in want for t in x["transports"]), f"WRITE went over {x['transports']}")
+    check("written" in a.ok(op="notifs", want="written")["notifs"], "A was notified")
+    check(a.ok(op="check", name="nx.a", seed=3)["bad"] == 0, "A holds what B wrote")
+
+    # 2. a second holder of nx.a registers it too: one pool, written through either
+    c = Worker("C")
+    c.ok(op="open", name="nx.a")
+    rc = c.ok(op="register", names=["nx.a"], **{"as": "a"})
+    check(rc["descs"] == 1, f"C registered its open of nx.a in {rc['seconds'] * 1e3:.2f} ms")
+    connect(c, b)
+    b.ok(op="fill", name="nx.b", seed=4)
+    remote_c = c.ok(op="describe", names=["nx.a"])["desc"]
+    b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_c, peer="C")
+    check(a.ok(op="check", name="nx.a", seed=4)["bad"] == 0,
+          "B wrote through C's registration into the memory A holds")
+    c.exit()
+
+    # 3. refusals
+    d = Worker("D")
+    d.ok(op="open", name="nx.a", readonly=True)
+    r = d.call(op="register", names=["nx.a"], **{"as": "ro"})
+    check(r.get("error") == "PermissionDenied" and "read-only" in r["message"],
+          f"a read-only open is refused: {r.get('message', r)}")
+    if device:
+        d.ok(op="create", name="nx.ipc", size=size, backend="cuda-ipc")
+        r = d.call(op="register", names=["nx.ipc"], **{"as": "ipc"})
+        check(r.get("error") == "Unsupported" and "legacy CUDA IPC" in r["message"],
+              f"a cuda-ipc buffer is refused: {r.get('message', r)}")
+        # past the refusal: what NIXL and UCX themselves do with it (printed)
+        raw = d.call(op="register", names=["nx.ipc"], raw=True, **{"as": "raw"})
+        print(f"# cuda-ipc memory registered with NIXL directly: {json.dumps(raw)}")
+        if "ok" in raw:
+            connect(d, b)
+            d.ok(op="fill", name="nx.ipc", seed=5)
+            desc = d.ok(op="describe", names=["nx.ipc"], raw=True)["desc"]
+            t = b.call(op="transfer", kind="READ", local=["nx.b"], remote=desc, peer="D")
+            print(f"# B's READ of that registration: {json.dumps(t)[:600]}")
+            if "ok" in t:
+                print(f"# B read the bytes back: {b.ok(op='check', name='nx.b', seed=5)}")
+    d.exit()
+
+    # 4. a weight set of many tensors, one descriptor, pulled whole
+    total = args.tensors * args.tensor_bytes
+    p = a.ok(op="publish", name="nx.weights", count=args.tensors,
+             tensor_bytes=args.tensor_bytes, seed=6, backend=backend)
+    print(f"# published {args.tensors} tensors ({total} bytes) in {p['seconds'] * 1e3:.0f} ms")
+    w = a.ok(op="open_weights", name="nx.weights")
+    check(w["tensors"] == args.tensors and len(w["buffers"]) == 1,
+          f"the set has {w['tensors']} tensors in {len(w['buffers'])} buffer(s)")
+    rw = a.ok(op="register_weights", name="nx.weights", **{"as": "w"})
+    check(rw["descs"] == 1, f"the set of {args.tensors} tensors registered as {rw['descs']} "
+          f"descriptor(s) in {rw['seconds'] * 1e3:.2f} ms")
+    b.ok(op="create", name="nx.pulled", size=total, backend=backend)
+    b.ok(op="register", names=["nx.pulled"], **{"as": "pulled"})
+    connect(a, b)
+    desc = a.ok(op="describe_weights", name="nx.weights")["desc"]
+    x = b.ok(op="transfer", kind="READ", local=["nx.pulled"], remote=desc, peer="A")
+    print(f"# pulled the set whole: {x['bytes']} bytes in {x['seconds'][0] * 1e3:.2f} ms "
+          f"over {x['lanes']}")
+    check(b.ok(op="check", name="nx.pulled", seed=6)["bad"] == 0, "every byte of the set arrived")
+    a.exit()
+    b.exit()
+
+    # 5. TCP only: refused after the fact, by name
+    tcp = {"UCX_TLS": "tcp,self,cuda_copy" if device else "tcp,self"}
+    e, f = Worker("E", tcp), Worker("F", tcp)
+    e.ok(op="create", name="nx.e", size=size, backend=backend)
+    f.ok(op="create", name="nx.f", size=size, backend=backend)
+    e.ok(op="register", names=["nx.e"], **{"as": "e"})
+    f.ok(op="register", names=["nx.f"], **{"as": "f"})
+    connect(e, f)
+    e.ok(op="fill", name="nx.e", seed=7)
+    r = f.call(op="transfer", kind="READ", local=["nx.f"],
+               remote=e.ok(op="describe", names=["nx.e"])["desc"], peer="E")
+    check(r.get("error") == "TransportError" and "tcp" in r["message"],
+          f"a READ over TCP is refused: {r.get('message', r)}")
+    e.exit()
+    f.exit()
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
