@@ -57,6 +57,8 @@ class TransportError(Error):
         super().__init__(message)
         self.detail = message
         self.lanes = tuple(lanes)
+        #: the transfer, done, that took the refused path (Agent.transfer())
+        self.transfer: Optional["Transfer"] = None
 
 
 # --- what UCX chose ----------------------------------------------------------------------
@@ -85,8 +87,10 @@ class Lane:
         return self.low <= length and (self.high is None or length <= self.high)
 
 
+# "remote memory read by ucp_get*(multi) into host memory from host", "... into
+# cuda/GPU0 from cuda", "remote memory write by ucp_put* from host memory to cuda/dev[1]"
 _TITLE = re.compile(r"remote memory (read|write) by ucp_(get|put)\*(?:\([^)]*\))? "
-                    r"(?:into|from) ([\w-]+) memory (?:from|to) ([\w-]+)")
+                    r"(?:into|from) ([\w-]+)(?:/\S+)?(?: memory)? (?:from|to) ([\w-]+)")
 _SCOPE = re.compile(r"\b(self|intra-node|inter-node)\b")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -390,8 +394,13 @@ class Agent:
                 raise Error(f"{op} with {peer!r} failed (NIXL state {state})")
         finally:
             n.release_xfer_handle(handle)
-        lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine))
-        return Transfer(op, sum(d.length for d in mine), seconds, tuple(lanes))
+        total = sum(d.length for d in mine)
+        try:
+            lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine))
+        except TransportError as e:
+            e.transfer = Transfer(op, total, seconds, e.lanes)
+            raise
+        return Transfer(op, total, seconds, tuple(lanes))
 
     def lanes_for(self, op: str, local: str, remote: str, length: int) -> List[Lane]:
         """The lanes UCX chose for op of length bytes between local and remote memory

@@ -16,58 +16,12 @@ buffers on the GPU (PyTorch checks the data there); --memory host: host buffers 
    with TransportError naming tcp, not passed as if it were fast.
 """
 import argparse
-import base64
 import json
 import os
-import subprocess
 import sys
 
-here = os.path.dirname(os.path.abspath(__file__))
-
-
-class Worker:
-    def __init__(self, name, env=None):
-        self.name = name
-        self.p = subprocess.Popen([sys.executable, os.path.join(here, "worker.py")],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env={**os.environ, **(env or {})})
-        self.pid = self.p.pid
-        self.start = self.ok({"op": "agent", "name": name})
-
-    def call(self, **cmd):
-        self.p.stdin.write(json.dumps(cmd) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        if not line:
-            raise SystemExit(f"FAIL: worker {self.name} died (exit {self.p.wait()}) on {cmd}")
-        return json.loads(line)
-
-    def ok(self, cmd=None, **kw):
-        r = self.call(**(cmd or kw))
-        if "error" in r:
-            raise SystemExit(f"FAIL: {self.name}: {cmd or kw}: {r['error']}: {r['message']}\n"
-                             f"{r.get('trace', '')}")
-        return r["ok"]
-
-    def exit(self):
-        try:
-            self.call(op="exit")
-        finally:
-            self.p.stdin.close()
-            self.p.wait(timeout=60)
-
-
-def check(cond, what):
-    if not cond:
-        raise SystemExit(f"FAIL: {what}")
-    print(f"ok: {what}", flush=True)
-
-
-def connect(a, b):
-    """Each loads the other's metadata: out of band, as bytes (NIXL's
-    get_agent_metadata/add_remote_agent), after both have registered."""
-    b.ok(op="add_peer", md=a.ok(op="metadata")["md"])
-    a.ok(op="add_peer", md=b.ok(op="metadata")["md"])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from driver import Worker, check, connect  # noqa: E402
 
 
 def main():
@@ -96,18 +50,48 @@ def main():
           f"nx.a described as {remote_a['mem_type']}")
 
     # 1. READ and WRITE, each side checked
-    x = b.ok(op="transfer", kind="READ", local=["nx.b"], remote=remote_a, peer="A")
+    def judged(x, what):
+        """A transfer between gpushm buffers: over a fast transport, or refused by
+        gpushm.nixl naming the slow one it took (device memory with a UCX that cannot
+        share it within the host: docs/multinode.md)."""
+        if x["refused"]:
+            check("tcp" in x["transports"] and "tcp" in x["refused"],
+                  f"{what} went over {x['transports']}: refused by gpushm.nixl")
+            print(f"# {what}: {x['refused']}")
+        else:
+            check(any(t in want for t in x["transports"]), f"{what} went over {x['transports']}")
+
+    x = b.ok(op="transfer", kind="READ", local=["nx.b"], remote=remote_a, peer="A",
+             report_refusal=device)
     print(f"# READ {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-    check(any(t in want for t in x["transports"]), f"READ went over {x['transports']}")
+    judged(x, "B's READ of A's gpushm buffer")
     check(b.ok(op="check", name="nx.b", seed=1)["bad"] == 0, "B read A's bytes")
     check(a.ok(op="check", name="nx.a", seed=1)["bad"] == 0, "A's buffer unchanged by the READ")
     b.ok(op="fill", name="nx.b", seed=3)
     x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_a, peer="A",
-             notify="written")
+             notify="written", report_refusal=device)
     print(f"# WRITE {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-    check(any(t in want for t in x["transports"]), f"WRITE went over {x['transports']}")
+    judged(x, "B's WRITE into A's gpushm buffer")
     check("written" in a.ok(op="notifs", want="written")["notifs"], "A was notified")
     check(a.ok(op="check", name="nx.a", seed=3)["bad"] == 0, "A holds what B wrote")
+    if device:
+        # gpushm memory as the local end, PyTorch's cudaMalloc memory (which UCX shares
+        # through legacy CUDA IPC) the remote one: CUDA's own path, both ways
+        b.ok(op="torch", name="t.b", size=size)
+        b.ok(op="fill", name="t.b", seed=8)
+        b.ok(op="register", names=["t.b"], **{"as": "t"})
+        connect(a, b)
+        remote_t = b.ok(op="describe", names=["t.b"])["desc"]
+        x = a.ok(op="transfer", kind="READ", local=["nx.a"], remote=remote_t, peer="B")
+        print(f"# A's READ into gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+        check(any(t in want for t in x["transports"]), f"that READ went over {x['transports']}")
+        check(a.ok(op="check", name="nx.a", seed=8)["bad"] == 0, "A's gpushm buffer got B's bytes")
+        a.ok(op="fill", name="nx.a", seed=9)
+        x = a.ok(op="transfer", kind="WRITE", local=["nx.a"], remote=remote_t, peer="B")
+        print(f"# A's WRITE from gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+        check(any(t in want for t in x["transports"]), f"that WRITE went over {x['transports']}")
+        check(b.ok(op="check", name="t.b", seed=9)["bad"] == 0, "B's tensor got A's bytes")
+        a.ok(op="fill", name="nx.a", seed=3)
 
     # 2. a second holder of nx.a registers it too: one pool, written through either
     c = Worker("C")
@@ -117,7 +101,9 @@ def main():
     connect(c, b)
     b.ok(op="fill", name="nx.b", seed=4)
     remote_c = c.ok(op="describe", names=["nx.a"])["desc"]
-    b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_c, peer="C")
+    x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_c, peer="C",
+             report_refusal=device)
+    judged(x, "B's WRITE through C's registration")
     check(a.ok(op="check", name="nx.a", seed=4)["bad"] == 0,
           "B wrote through C's registration into the memory A holds")
     c.exit()
@@ -161,9 +147,11 @@ def main():
     b.ok(op="register", names=["nx.pulled"], **{"as": "pulled"})
     connect(a, b)
     desc = a.ok(op="describe_weights", name="nx.weights")["desc"]
-    x = b.ok(op="transfer", kind="READ", local=["nx.pulled"], remote=desc, peer="A")
+    x = b.ok(op="transfer", kind="READ", local=["nx.pulled"], remote=desc, peer="A",
+             report_refusal=device)
     print(f"# pulled the set whole: {x['bytes']} bytes in {x['seconds'][0] * 1e3:.2f} ms "
           f"over {x['lanes']}")
+    judged(x, "B's pull of the set")
     check(b.ok(op="check", name="nx.pulled", seed=6)["bad"] == 0, "every byte of the set arrived")
     a.exit()
     b.exit()

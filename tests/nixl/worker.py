@@ -109,7 +109,7 @@ def do(cmd):
         if any(isinstance(b, tuple) for b in items):
             handle = agent.nixl.register_memory([b[1] for b in items])
             regs[cmd["as"]] = ("torch", handle)
-            return {"seconds": time.perf_counter() - t0, "descs": len(t)}
+            return {"seconds": time.perf_counter() - t0, "descs": len(items)}
         r = agent.register(*items)
         regs[cmd["as"]] = r
         return {"seconds": r.seconds, "descs": len(r.descriptors)}
@@ -170,15 +170,24 @@ def do(cmd):
         local = [buffers[n] for n in cmd["local"]]
         times, lanes = [], []
         for _ in range(cmd.get("repeat", 1)):
-            if cmd.get("raw") or any(isinstance(b, tuple) for b in local):
-                x = transfer_raw(cmd, local)
+            try:
+                if cmd.get("raw") or any(isinstance(b, tuple) for b in local):
+                    x = transfer_raw(cmd, local)
+                else:
+                    x = agent.transfer(cmd["kind"], local, cmd["remote"], cmd["peer"],
+                                       notify=cmd.get("notify", "").encode())
+            except gnixl.TransportError as e:
+                if not cmd.get("report_refusal") or e.transfer is None:
+                    raise
+                # the data moved, over a path gpushm.nixl refuses: say which, and how fast
+                x = e.transfer
+                refused = str(e)
             else:
-                x = agent.transfer(cmd["kind"], local, cmd["remote"], cmd["peer"],
-                                   notify=cmd.get("notify", "").encode())
+                refused = None
             times.append(x.seconds)
             lanes = [f"{lane.config} ({lane.description}, {lane.scope})" for lane in x.lanes]
         return {"seconds": times, "bytes": x.bytes, "lanes": lanes,
-                "transports": list(x.transports)}
+                "transports": list(x.transports), "refused": refused}
     if op == "notifs":
         deadline = time.time() + cmd.get("timeout", 10)
         got = []
@@ -225,7 +234,12 @@ def transfer_raw(cmd, local):
     if state != "DONE":
         raise RuntimeError(f"NIXL state {state}")
     size = sum(d[1] for d in descs)
-    lanes = agent.lanes_for(cmd["kind"], mem, cmd["remote"]["mem_type"], max(d[1] for d in descs))
+    try:
+        lanes = agent.lanes_for(cmd["kind"], mem, cmd["remote"]["mem_type"],
+                                max(d[1] for d in descs))
+    except gnixl.TransportError as e:
+        e.transfer = gnixl.Transfer(cmd["kind"], size, seconds, e.lanes)
+        raise
     return gnixl.Transfer(cmd["kind"], size, seconds, tuple(lanes))
 
 

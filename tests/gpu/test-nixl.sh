@@ -1,0 +1,57 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# NIXL (its UCX backend) moving gpushm cuda-fd buffers and a weight set between agents in
+# separate processes on the real GPU (tests/nixl/nixl-check.py --memory device), and the
+# KV pool example (examples/nixl: the pool outlives its engine, many engines register
+# it).  NIXL comes from $GPUSHM_TEST_NIXL_PATH (an unpacked scripts/slim-nixl tree: what
+# scripts/gpu-host-test gives it) or the Python's own packages.  Exit 77 without a GPU,
+# or without NIXL (saying so: scripts/gpu-host-test counts that skip as a failure).
+[ -e /dev/nvidiactl ] || { echo "no NVIDIA GPU here"; exit 77; }
+set -eu
+b=${GPUSHM_TEST_BUILDDIR:?}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+py=
+for candidate in ${GPUSHM_TEST_PYTHON:-} python3 /usr/bin/python3; do
+  command -v "$candidate" >/dev/null 2>&1 || continue
+  if "$candidate" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    py=$(command -v "$candidate"); break
+  fi
+done
+[ -n "$py" ] || fail "no Python here imports torch with CUDA (set GPUSHM_TEST_PYTHON)"
+export PYTHONPATH="${GPUSHM_TEST_NIXL_PATH:+$GPUSHM_TEST_NIXL_PATH:}$src/python"
+if ! nixl=$("$py" -c 'import nixl_cu13 as n; print(n.__file__)' 2>&1); then
+  echo "NIXL is not importable here (pip install nixl-cu13, or GPUSHM_TEST_NIXL_PATH): $nixl" | tail -n 1
+  exit 77
+fi
+echo "# python: $py; nixl: $nixl"
+
+dir=$(mktemp -d /tmp/gpushm-nixl.XXXXXX)
+chmod 755 "$dir"
+daemon=""
+cleanup() {
+  [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; }
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+export GPUSHM_SOCKET="$dir/gpushmd.sock"
+export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
+"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 \
+  --log-level warn --default-backend cuda-fd &
+daemon=$!
+i=0
+until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
+  i=$((i + 1)); [ $i -lt 500 ] || fail "gpushmd did not start"; sleep 0.02
+done
+
+# UCX's logs (its protocol tables: gpushm.nixl reads them) where a failure can show them
+export UCX_LOG_FILE="$dir/ucx.%p.log"
+ucx_tables() { grep -h -E '^\[.*\|' "$dir"/ucx.*.log 2>/dev/null | sed 's/^\[[^]]*\] \[[^]]*\] *//' | head -n 400; }
+"$py" "$src/tests/nixl/nixl-check.py" --memory device 2>"$dir/stderr" ||
+  { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; ucx_tables; fail "nixl-check.py --memory device"; }
+if [ -f "$src/examples/nixl/kv_pool.py" ]; then
+  "$py" "$src/examples/nixl/kv_pool.py" --check 2>"$dir/stderr" ||
+    { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; ucx_tables; fail "examples/nixl/kv_pool.py --check"; }
+fi
+echo "PASS"
