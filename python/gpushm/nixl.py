@@ -288,15 +288,23 @@ class Agent:
     UCX reads its settings once per process, when its first agent starts: make this one
     the process's first (``UCX_PROTO_INFO`` and ``UCX_LOG_FILE`` are set here unless
     the environment sets them), or set ``UCX_PROTO_INFO=y`` and ``UCX_LOG_FILE`` for the
-    process yourself."""
+    process yourself.  cuda_ipc_get: let READs of device memory use cuda_ipc
+    (``UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y`` unless the environment sets it), which UCX turns
+    off by itself on hosts without NVLink, leaving READs to TCP."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
-                 log_dir: Optional[str] = None, **config: Any) -> None:
+                 log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
+                 **config: Any) -> None:
         nixl = _nixl()
         if os.environ.get("UCX_PROTO_INFO", "y").lower() not in ("y", "yes", "1", "on"):
             raise InvalidArgument("UCX_PROTO_INFO is set off in the environment: without its "
                                   "tables no transfer's transport can be checked")
         os.environ["UCX_PROTO_INFO"] = "y"
+        # UCX turns cuda_ipc's GET off ("auto") on hosts without NVLink, and READ then
+        # falls back to TCP (vllm #52607, nixl #1754; measured on an H200 alone: WRITE
+        # over cuda_ipc, READ over tcp/lo): a copy by the GPU is faster than any socket
+        if cuda_ipc_get:
+            os.environ.setdefault("UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "y")
         log = os.environ.get("UCX_LOG_FILE")
         if not log:
             where = log_dir or tempfile.mkdtemp(prefix="gpushm-nixl-")

@@ -35,6 +35,33 @@ def main():
     size = (1 << 20) + 4096  # not a power of two: a transfer of the wrong length shows
     want = ("cuda_ipc", "cuda_copy") if device else ("cma", "knem", "xpmem", "sysv", "posix")
 
+    if device:
+        # 0. gpushm memory as the local end, PyTorch's cudaMalloc memory (which UCX shares
+        # through legacy CUDA IPC) the remote one: CUDA's own path, both ways.  A pair of
+        # its own: gpushm.nixl judges every protocol UCX chose for an operation on an
+        # agent's endpoints, and UCX chooses per remote registration, when it loads a
+        # peer's metadata (a peer that registered memory UCX reaches only over TCP makes
+        # that agent's transfers of that kind suspect).
+        g, t = Worker("G"), Worker("T")
+        g.ok(op="create", name="nx.g", size=size, backend=backend)
+        g.ok(op="register", names=["nx.g"], **{"as": "g"})
+        t.ok(op="torch", name="t.t", size=size)
+        t.ok(op="fill", name="t.t", seed=8)
+        t.ok(op="register", names=["t.t"], **{"as": "t"})
+        connect(g, t)
+        remote_t = t.ok(op="describe", names=["t.t"])["desc"]
+        x = g.ok(op="transfer", kind="READ", local=["nx.g"], remote=remote_t, peer="T")
+        print(f"# G's READ into gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+        check(any(t_ in want for t_ in x["transports"]), f"that READ went over {x['transports']}")
+        check(g.ok(op="check", name="nx.g", seed=8)["bad"] == 0, "G's gpushm buffer got T's bytes")
+        g.ok(op="fill", name="nx.g", seed=9)
+        x = g.ok(op="transfer", kind="WRITE", local=["nx.g"], remote=remote_t, peer="T")
+        print(f"# G's WRITE from gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
+        check(any(t_ in want for t_ in x["transports"]), f"that WRITE went over {x['transports']}")
+        check(t.ok(op="check", name="t.t", seed=9)["bad"] == 0, "T's tensor got G's bytes")
+        g.exit()
+        t.exit()
+
     a, b = Worker("A"), Worker("B")
     print(f"# agents started in {a.start['seconds'] * 1e3:.1f} / {b.start['seconds'] * 1e3:.1f} ms")
     a.ok(op="create", name="nx.a", size=size, backend=backend)
@@ -74,25 +101,6 @@ def main():
     judged(x, "B's WRITE into A's gpushm buffer")
     check("written" in a.ok(op="notifs", want="written")["notifs"], "A was notified")
     check(a.ok(op="check", name="nx.a", seed=3)["bad"] == 0, "A holds what B wrote")
-    if device:
-        # gpushm memory as the local end, PyTorch's cudaMalloc memory (which UCX shares
-        # through legacy CUDA IPC) the remote one: CUDA's own path, both ways
-        b.ok(op="torch", name="t.b", size=size)
-        b.ok(op="fill", name="t.b", seed=8)
-        b.ok(op="register", names=["t.b"], **{"as": "t"})
-        connect(a, b)
-        remote_t = b.ok(op="describe", names=["t.b"])["desc"]
-        x = a.ok(op="transfer", kind="READ", local=["nx.a"], remote=remote_t, peer="B")
-        print(f"# A's READ into gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-        check(any(t in want for t in x["transports"]), f"that READ went over {x['transports']}")
-        check(a.ok(op="check", name="nx.a", seed=8)["bad"] == 0, "A's gpushm buffer got B's bytes")
-        a.ok(op="fill", name="nx.a", seed=9)
-        x = a.ok(op="transfer", kind="WRITE", local=["nx.a"], remote=remote_t, peer="B")
-        print(f"# A's WRITE from gpushm memory: {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-        check(any(t in want for t in x["transports"]), f"that WRITE went over {x['transports']}")
-        check(b.ok(op="check", name="t.b", seed=9)["bad"] == 0, "B's tensor got A's bytes")
-        a.ok(op="fill", name="nx.a", seed=3)
-
     # 2. a second holder of nx.a registers it too: one pool, written through either
     c = Worker("C")
     c.ok(op="open", name="nx.a")
