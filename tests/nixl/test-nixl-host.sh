@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # NIXL (its UCX backend) moving gpushm host buffers and a weight set between agents in
 # separate processes (tests/nixl/nixl-check.py --memory host): what .ci/run runs without
-# a GPU, with nixl-cu13 from PyPI in a virtualenv of its own.  PYTHON: a Python that
-# imports nixl_cu13 and numpy.  Usage: test-nixl-host.sh BUILDDIR
+# a GPU, with the nixl-cu13 wheel scripts/fetch-nixl unpacked.  PYTHON: a Python with
+# NumPy; NIXL from $GPUSHM_TEST_NIXL_PATH or its own packages.
+# Usage: test-nixl-host.sh BUILDDIR
 set -eu
 b=$(cd "${1:?BUILDDIR}" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
 export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
-export PYTHONPATH="$src/python"
+export PYTHONPATH="${GPUSHM_TEST_NIXL_PATH:+$GPUSHM_TEST_NIXL_PATH:}$src/python"
 "$b/daemon/gpushmd" --socket "$GPUSHM_SOCKET" --socket-group none --log-level warn &
 daemon=$!
 i=0
