@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # NIXL (its UCX backend) moving gpushm cuda-fd buffers and a weight set between agents in
-# separate processes on the real GPU (tests/nixl/nixl-check.py --memory device).  NIXL comes from $GPUSHM_TEST_NIXL_PATH (an unpacked scripts/slim-nixl tree: what
+# separate processes on the real GPU (tests/nixl/nixl-check.py --memory device).  NIXL
+# comes from $GPUSHM_TEST_NIXL_PATH (an unpacked scripts/slim-wheel tree: what
 # scripts/gpu-host-test gives it) or the Python's own packages.  Exit 77 without a GPU,
 # or without NIXL (saying so: scripts/gpu-host-test counts that skip as a failure).
 [ -e /dev/nvidiactl ] || { echo "no NVIDIA GPU here"; exit 77; }

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # NIXL (its UCX backend) moving gpushm host buffers and a weight set between agents in
 # separate processes (tests/nixl/nixl-check.py --memory host): what .ci/run runs without
-# a GPU, with the nixl-cu13 wheel scripts/fetch-nixl unpacked.  PYTHON: a Python with
+# a GPU, with the nixl-cu13 wheel scripts/fetch-wheel unpacked.  PYTHON: a Python with
 # NumPy; NIXL from $GPUSHM_TEST_NIXL_PATH or its own packages.
 # Usage: test-nixl-host.sh BUILDDIR
 set -eu

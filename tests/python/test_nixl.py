@@ -31,7 +31,7 @@ LOG = """\
 [1795961048.97] [vm:15893:0]   | remote memory write by ucp_put* from host memory to cuda/dev[1] |
 [1795961048.97] [vm:15893:0]   |   Range    |    Description     |    Config     |
 [1795961048.97] [vm:15893:0]   |   0..8K    | short              | cuda_ipc/cuda |
-[1795961048.97] [vm:15893:0]   |   8K..inf  | zero-copy          | 50% on rc_mlx5/mlx5_0:1 and 50% on rc_mlx5/mlx5_1:1 |
+|   8K..inf  | zero-copy          | 50% on rc_mlx5/mlx5_0:1 and 50% on rc_mlx5/mlx5_1:1 |
 [1795961048.98] [vm:15893:0]   | B intra-node cfg#2                                    |
 [1795961048.98] [vm:15893:0]   | active message by ucp_am_send* from host memory       |
 [1795961048.98] [vm:15893:0]   |          0 | short              | tcp/lo        |
