@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # NIXL (its UCX backend) moving gpushm host buffers and a weight set between agents in
-# separate processes (tests/nixl/nixl-check.py --memory host): what .ci/run runs without
+# separate processes (tests/nixl/nixl-check.py --memory host), and the KV pool example
+# (examples/nixl/kv_pool.py check): what .ci/run runs without
 # a GPU, with the nixl-cu13 wheel scripts/fetch-wheel unpacked.  PYTHON: a Python with
 # NumPy; NIXL from $GPUSHM_TEST_NIXL_PATH or its own packages.
 # Usage: test-nixl-host.sh BUILDDIR
@@ -27,3 +28,6 @@ until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
 done
 "$py" "$src/tests/nixl/nixl-check.py" --memory host --tensors 100000 --tensor-bytes 64 \
   2>"$dir/stderr" || { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; exit 1; }
+# the KV pool example: the pool outlives its engine, many engines register it
+"$py" "$src/examples/nixl/kv_pool.py" check 2>"$dir/stderr" ||
+  { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; exit 1; }
