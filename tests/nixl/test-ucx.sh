@@ -12,26 +12,11 @@ memory=${3:?host or device}
 size=${4:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 py=${PYTHON:-python3}
-dir=$(mktemp -d /tmp/gpushm-ucx.XXXXXX)
-chmod 755 "$dir"
-daemon=""
-cleanup() {
-  [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; }
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$src/tests/nixl/daemon.sh"
+export PYTHONPATH="$src/python"
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror -O2 -I"$src/include" -isystem "$ucx/include" \
   "$src/tests/nixl/ucx-rma.c" -o "$dir/ucx-rma" -L"$b/client/.libs" -lgpushm \
   -L"$ucx/lib" -lucp -lucs -ldl -Wl,-rpath,"$b/client/.libs" -Wl,-rpath,"$ucx/lib"
-export GPUSHM_SOCKET="$dir/gpushmd.sock"
-export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
-export PYTHONPATH="$src/python"
-"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none --log-level warn &
-daemon=$!
-i=0
-until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
-  i=$((i + 1)); [ $i -lt 500 ] || { echo "FAIL: gpushmd did not start"; exit 1; }; sleep 0.02
-done
 "$py" "$src/tests/nixl/ucx-check.py" --binary "$dir/ucx-rma" --memory "$memory" \
   ${size:+--size "$size"}
 tls=tcp,self
