@@ -19,7 +19,10 @@ blocks back through it; then starts --engines engines at once and has the peer w
 through one and read through each other.  Prints the figures; exits 0 when every byte
 checked out.  The pool is host memory (a CPU tier of KV cache, moved between processes
 by UCX's cma): with the UCX inside nixl-cu13, a cuda-fd pool would be moved over TCP,
-which gpushm.nixl refuses (docs/multinode.md, "NIXL").
+which gpushm.nixl refuses (docs/multinode.md, "NIXL").  The peer here goes through the
+engines' registrations as one on another node must (its descriptors carry no gpushm
+ids); a peer of the same gpushmd may skip the engine: gpushm.nixl's "gpushm" route opens
+the pool itself, device memory included.
 """
 import argparse
 import base64

@@ -31,15 +31,16 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .core import Buffer
-from .errors import Error, InvalidArgument, PermissionDenied, Unsupported
+from .errors import Error, InvalidArgument, NotFound, PermissionDenied, Unsupported
 from .weights import WeightSet
 
 #: UCX transports that move device memory without staging it through the host: CUDA's
 #: own (same host) and RDMA NICs' (GPUDirect; any host).
 CUDA_TRANSPORTS = frozenset({"cuda_ipc", "cuda_copy", "gdr_copy"})
 RDMA_TRANSPORTS = frozenset({"rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5", "srd"})
-#: Transports that move host memory between processes of one host without a socket.
-SHM_TRANSPORTS = frozenset({"cma", "knem", "xpmem", "sysv", "posix"})
+#: Transports that move host memory between processes of one host without a socket
+#: ("self": within one process, a loopback transfer's memcpy).
+SHM_TRANSPORTS = frozenset({"cma", "knem", "xpmem", "sysv", "posix", "self"})
 
 #: NIXL's names for the memory types gpushm buffers have.
 VRAM, DRAM = "VRAM", "DRAM"
@@ -169,6 +170,11 @@ class Descriptor:
     device: int
     mem_type: str
     allocation_size: int
+    #: where the range lies in gpushm: the buffer's id at its daemon (instance), and the
+    #: range's first byte in the buffer; what a peer of the same daemon opens itself
+    buffer_id: int = 0
+    offset: int = 0
+    instance: int = 0
 
     def tuple(self) -> Tuple[int, int, int]:
         return (self.address, self.length, self.device)
@@ -207,8 +213,10 @@ def descriptor(buf: Buffer, offset: int = 0, length: int = 0, *,
             f"{buf.name!r} lives on device {buf.device} but is mapped here for device "
             f"{buf.map_device}: register it in a process that maps it on its own device")
     e = buf.export("cuda-va" if buf.is_device else "host-pointer", offset, length)
+    conn = buf.connection
     return Descriptor(buf.name, e.address, e.length, e.device if buf.is_device else 0,
-                      VRAM if buf.is_device else DRAM, e.allocation_size)
+                      VRAM if buf.is_device else DRAM, e.allocation_size, buf.id, offset,
+                      conn.instance_id if conn is not None and not conn.closed else 0)
 
 
 def _descriptors(items: Iterable[BufferRange], serve_read_only: bool = False) -> List[Descriptor]:
@@ -230,8 +238,15 @@ def describe(items: Iterable[BufferRange], *, serve_read_only: bool = False) -> 
     (after it has the metadata of the agent that registered them): plain numbers,
     JSON-ready."""
     descs = _descriptors(items, serve_read_only)
-    return {"mem_type": descs[0].mem_type, "descs": [list(d.tuple()) for d in descs],
-            "names": [d.name for d in descs]}
+    out: Dict[str, Any] = {"mem_type": descs[0].mem_type,
+                           "descs": [list(d.tuple()) for d in descs],
+                           "names": [d.name for d in descs]}
+    instances = {d.instance for d in descs}
+    if len(instances) == 1 and 0 not in instances:
+        # a peer of the same gpushmd opens these itself (Agent.transfer, route)
+        out["gpushm"] = {"instance": descs[0].instance,
+                         "ranges": [[d.buffer_id, d.offset] for d in descs]}
+    return out
 
 
 def describe_weights(ws: WeightSet) -> Dict[str, Any]:
@@ -269,12 +284,16 @@ class Registration:
 
 @dataclasses.dataclass(frozen=True)
 class Transfer:
-    """A finished transfer: bytes moved, seconds from post to done, and the UCX lanes
-    that carried it."""
+    """A finished transfer: bytes moved, seconds from post to done, the UCX lanes that
+    carried it, and its route: "nixl" (to the peer's registration) or "gpushm" (the
+    peer's buffers opened here, through this process's own gpushmd connection, and moved
+    as a loopback transfer; setup_seconds: their opens and registrations)."""
     op: str
     bytes: int
     seconds: float
     lanes: Tuple[Lane, ...]
+    route: str = "nixl"
+    setup_seconds: float = 0.0
 
     @property
     def transports(self) -> Tuple[str, ...]:
@@ -290,11 +309,22 @@ class Agent:
     the environment sets them), or set ``UCX_PROTO_INFO=y`` and ``UCX_LOG_FILE`` for the
     process yourself.  cuda_ipc_get: let READs of device memory use cuda_ipc
     (``UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y`` unless the environment sets it), which UCX turns
-    off by itself on hosts without NVLink, leaving READs to TCP."""
+    off by itself on hosts without NVLink, leaving READs to TCP.
+
+    route: "auto" lets transfer() move data between buffers of one gpushmd as a loopback
+    transfer of this agent, the peer's buffers opened here ("gpushm" route); "nixl" always
+    goes to the peer's registration.  Why: a gpushm cuda-fd buffer is VMM memory that its
+    process imported from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13, also
+    libucx-cu13) cannot hand such memory to another process (built without
+    pidfd_getfd), so a peer reaches it over TCP or a host copy; in this process, as a
+    gpushm open, it is device memory like any other (docs/multinode.md)."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
                  log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
-                 **config: Any) -> None:
+                 route: str = "auto", **config: Any) -> None:
+        if route not in ("auto", "nixl"):
+            raise InvalidArgument(f"route {route!r}: 'auto' or 'nixl'")
+        self.route = route
         nixl = _nixl()
         if os.environ.get("UCX_PROTO_INFO", "y").lower() not in ("y", "yes", "1", "on"):
             raise InvalidArgument("UCX_PROTO_INFO is set off in the environment: without its "
@@ -369,11 +399,20 @@ class Agent:
                  *, notify: bytes = b"", timeout: float = 60.0) -> Transfer:
         """op ("READ": remote into local, "WRITE": local into remote) between local
         ranges and a peer's remote ones (what its describe() gave), descriptor by
-        descriptor; returns when done.  TransportError, after the transfer, if UCX took
-        a path judge() refuses: the data moved, but not as it must."""
+        descriptor; returns when done, the peer notified (notify) when it is.
+        TransportError, after the transfer, if UCX took a path judge() refuses: the data
+        moved, but not as it must.
+
+        Where the remote ranges are buffers of this process's gpushmd and this process
+        may open them as op needs (read-only for READ, read-write for WRITE: gpushmd's
+        permissions, which NIXL's registrations do not have), the route is "gpushm"
+        (class doc): opened, registered, moved, deregistered and closed within this
+        call, so no peer learns of them from this agent's metadata and no reference
+        outlives it.  Otherwise the peer's registration ("nixl")."""
         if op not in _OPS:
             raise InvalidArgument(f"op {op!r}: READ or WRITE")
-        mine = _descriptors(local)
+        items = list(local)
+        mine = _descriptors(items)
         theirs = [tuple(int(x) for x in d) for d in remote.get("descs", ())]
         if len(theirs) != len(mine) or any(len(d) != 3 for d in theirs):
             raise InvalidArgument(f"{len(mine)} local ranges and {len(theirs)} remote ones: "
@@ -384,42 +423,106 @@ class Agent:
         kind = remote.get("mem_type")
         if kind not in (VRAM, DRAM):
             raise InvalidArgument(f"remote memory type {kind!r}: {VRAM} or {DRAM}")
+        first = items[0][0] if isinstance(items[0], tuple) else items[0]
+        t_setup = time.perf_counter()
+        opened = self._open_route(op, remote, first, mine, kind)
+        try:
+            if opened is None:
+                seconds = self._move(op, mine, theirs, kind, peer, notify, timeout)
+                setup = 0.0
+            else:
+                route_descs = [descriptor(b, off, d.length, serve_read_only=True)
+                               for (b, off), d in zip(opened, mine)]
+                reg = self._register([descriptor(b, serve_read_only=True) for b, _ in opened],
+                                     [b for b, _ in opened])
+                setup = time.perf_counter() - t_setup
+                try:
+                    seconds = self._move(op, mine, [d.tuple() for d in route_descs], kind,
+                                         self.name, b"", timeout)
+                finally:
+                    self.deregister(reg)
+                if notify:
+                    self.nixl.send_notif(peer, notify)
+        finally:
+            for b, _ in opened or ():
+                b.close()
+        total = sum(d.length for d in mine)
+        route = "nixl" if opened is None else "gpushm"
+        try:
+            lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine),
+                                   loopback=opened is not None)
+        except TransportError as e:
+            e.transfer = Transfer(op, total, seconds, e.lanes, route, setup)
+            raise
+        return Transfer(op, total, seconds, tuple(lanes), route, setup)
+
+    def _open_route(self, op: str, remote: Dict[str, Any], first: Buffer,
+                    mine: List[Descriptor], kind: str) -> Optional[List[Tuple[Buffer, int]]]:
+        """The remote ranges' buffers opened here, each with the range's offset, where
+        the route may be "gpushm"; None where it may not."""
+        g = remote.get("gpushm")
+        conn = first.connection
+        if self.route != "auto" or not isinstance(g, dict) or conn is None or conn.closed:
+            return None
+        if g.get("instance") != conn.instance_id:
+            return None                     # another gpushmd: another host, or container
+        ranges = g.get("ranges")
+        if (not isinstance(ranges, list) or len(ranges) != len(mine) or
+                any(not isinstance(r, list) or len(r) != 2 or
+                    not all(isinstance(x, int) and x >= 0 for x in r) for r in ranges)):
+            raise InvalidArgument(f"remote gpushm ranges {ranges!r}: one [buffer id, offset] "
+                                  f"per descriptor")
+        opened: List[Tuple[Buffer, int]] = []
+        try:
+            for buffer_id, offset in ranges:
+                b = conn.open(buffer_id, readonly=op == "READ")
+                opened.append((b, offset))
+                wanted = VRAM if b.is_device else DRAM
+                if (wanted != kind or b.backend == "cuda-ipc" or
+                        (b.is_device and b.map_device != b.device)):
+                    raise Unsupported(f"{b.name!r} cannot take the gpushm route")
+        except (NotFound, PermissionDenied, Unsupported):
+            # not this process's to open as op needs: the peer's registration decides
+            for b, _ in opened:
+                b.close()
+            return None
+        return opened
+
+    def _move(self, op: str, mine: List[Descriptor], theirs: List[Tuple[int, int, int]],
+              kind: str, target: str, notify: bytes, timeout: float) -> float:
+        """Posts op between the lists, with target's registrations (this agent's own
+        name: a loopback transfer); seconds from post to done."""
         n = self.nixl
         local_list = n.get_xfer_descs([d.tuple() for d in mine], mine[0].mem_type)
         remote_list = n.get_xfer_descs(theirs, kind)
-        handle = n.initialize_xfer(op, local_list, remote_list, peer, notify)
+        handle = n.initialize_xfer(op, local_list, remote_list, target, notify)
         try:
             t0 = time.perf_counter()
             state = n.transfer(handle)
             deadline = t0 + timeout
             while state == "PROC":
                 if time.perf_counter() > deadline:
-                    raise Error(f"{op} of {sum(d.length for d in mine)} bytes with {peer!r} "
+                    raise Error(f"{op} of {sum(d.length for d in mine)} bytes with {target!r} "
                                 f"not done after {timeout} s")
                 state = n.check_xfer_state(handle)
-            seconds = time.perf_counter() - t0
             if state != "DONE":
-                raise Error(f"{op} with {peer!r} failed (NIXL state {state})")
+                raise Error(f"{op} with {target!r} failed (NIXL state {state})")
+            return time.perf_counter() - t0
         finally:
             n.release_xfer_handle(handle)
-        total = sum(d.length for d in mine)
-        try:
-            lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine))
-        except TransportError as e:
-            e.transfer = Transfer(op, total, seconds, e.lanes)
-            raise
-        return Transfer(op, total, seconds, tuple(lanes))
 
-    def lanes_for(self, op: str, local: str, remote: str, length: int) -> List[Lane]:
+    def lanes_for(self, op: str, local: str, remote: str, length: int, *,
+                  loopback: bool = False) -> List[Lane]:
         """The lanes UCX chose for op of length bytes between local and remote memory
-        (NIXL's types), as its log says now; TransportError if there are none, or one
-        judge() refuses."""
+        (NIXL's types), as its log says now, on endpoints to peers (loopback: on this
+        agent's endpoint to itself); TransportError if there are none, or one judge()
+        refuses."""
         self._read_log()
         mem = {VRAM: "cuda", DRAM: "host"}
         want_local, want_remote = mem[local], mem[remote]
         found = [lane for lane in self.lanes
                  if lane.op == op and lane.local == want_local and lane.remote == want_remote
-                 and lane.covers(length) and lane.scope != "self"]
+                 and lane.covers(length) and (lane.scope == "self") == loopback]
         if not found:
             raise TransportError(
                 f"UCX reported no protocol for {op} of {length} bytes into {want_local} memory "

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # UCX's own RMA API between two processes' gpushm cuda-fd buffers on the real GPU
-# (tests/nixl/test-ucx.sh, 1 GiB): with libucx-cu13, whose cuda_ipc shares VMM memory
-# by POSIX fd, where the UCX inside nixl-cu13 moves such buffers over TCP
+# (tests/nixl/test-ucx.sh, 1 GiB): fast where the UCX's cuda_ipc has its POSIX-fd path;
+# with one built without it (libucx-cu13 1.22.0 from PyPI, like the UCX inside
+# nixl-cu13), the bytes moved through the host and the check refusing that path by name
 # (docs/multinode.md).  UCX comes from $GPUSHM_TEST_UCX_DIR (an unpacked libucx/ of
 # scripts/slim-wheel: what scripts/gpu-host-test gives it).  Exit 77 without a GPU, or
 # without that UCX (scripts/gpu-host-test counts that skip as a failure).

@@ -13,13 +13,13 @@ class Worker:
     """A worker process; call() sends one command and returns its reply, ok() its
     result or exits with the failure."""
 
-    def __init__(self, name, env=None):
+    def __init__(self, name, env=None, route="auto"):
         self.name = name
         self.p = subprocess.Popen([sys.executable, os.path.join(here, "worker.py")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env={**os.environ, **(env or {})})
         self.pid = self.p.pid
-        self.start = self.ok({"op": "agent", "name": name})
+        self.start = self.ok({"op": "agent", "name": name, "route": route})
 
     def call(self, **cmd):
         self.p.stdin.write(json.dumps(cmd) + "\n")

@@ -5,15 +5,17 @@ buffers on the GPU (PyTorch checks the data there); --memory host: host buffers 
 
 1. Each of two agents registers a buffer of its own; B READs A's and WRITEs into it,
    the data checked on both sides, the transports UCX took printed; A is told by a
-   NIXL notification.
+   NIXL notification.  Both routes (gpushm.nixl.Agent): "gpushm" (one gpushmd: B opens
+   A's buffer itself; a fast transport required) and "nixl" (A's descriptor as a peer
+   of another gpushmd would send it: to A's registration, fast or refused by name).
 2. A third process opens A's buffer (imported from its fd, as every opener does),
    registers it and is written through by B: A sees the bytes (one pool, many holders).
 3. What gpushm.nixl refuses, with the reason: a read-only open; on the GPU a cuda-ipc
    buffer (and what NIXL does with it when the refusal is bypassed, printed).
 4. A weight set of --tensors tensors in one buffer: registered as one descriptor, pulled
    whole by B, every byte checked.
-5. A pair whose UCX may use only TCP (UCX_TLS): the transfer is refused after the fact
-   with TransportError naming tcp, not passed as if it were fast.
+5. A pair whose UCX may use only TCP (UCX_TLS), route "nixl": the transfer is refused
+   after the fact with TransportError naming tcp, not passed as if it were fast.
 """
 import argparse
 import json
@@ -33,7 +35,8 @@ def main():
     device = args.memory == "device"
     backend = "cuda-fd" if device else "host"
     size = (1 << 20) + 4096  # not a power of two: a transfer of the wrong length shows
-    want = ("cuda_ipc", "cuda_copy") if device else ("cma", "knem", "xpmem", "sysv", "posix")
+    want = (("cuda_ipc", "cuda_copy") if device else
+            ("cma", "knem", "xpmem", "sysv", "posix", "self"))
 
     if device:
         # 0. gpushm memory as the local end, PyTorch's cudaMalloc memory (which UCX shares
@@ -77,10 +80,18 @@ def main():
           f"nx.a described as {remote_a['mem_type']}")
 
     # 1. READ and WRITE, each side checked
+    def fast(x, what):
+        """A transfer between buffers of one gpushmd: the gpushm route, over a fast
+        transport (gpushm.nixl would have refused a slow one)."""
+        check(x["route"] == "gpushm" and not x["refused"] and
+              any(t in want for t in x["transports"]),
+              f"{what} took the {x['route']} route over {x['transports']}")
+
     def judged(x, what):
-        """A transfer between gpushm buffers: over a fast transport, or refused by
+        """A transfer to a peer's registration: over a fast transport, or refused by
         gpushm.nixl naming the slow one it took (device memory with a UCX that cannot
         share it within the host: docs/multinode.md)."""
+        check(x["route"] == "nixl", f"{what} took the {x['route']} route")
         if x["refused"]:
             check("tcp" in x["transports"] and "tcp" in x["refused"],
                   f"{what} went over {x['transports']}: refused by gpushm.nixl")
@@ -88,19 +99,31 @@ def main():
         else:
             check(any(t in want for t in x["transports"]), f"{what} went over {x['transports']}")
 
-    x = b.ok(op="transfer", kind="READ", local=["nx.b"], remote=remote_a, peer="A",
-             report_refusal=device)
-    print(f"# READ {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-    judged(x, "B's READ of A's gpushm buffer")
-    check(b.ok(op="check", name="nx.b", seed=1)["bad"] == 0, "B read A's bytes")
-    check(a.ok(op="check", name="nx.a", seed=1)["bad"] == 0, "A's buffer unchanged by the READ")
-    b.ok(op="fill", name="nx.b", seed=3)
-    x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_a, peer="A",
-             notify="written", report_refusal=device)
-    print(f"# WRITE {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us over {x['lanes']}")
-    judged(x, "B's WRITE into A's gpushm buffer")
-    check("written" in a.ok(op="notifs", want="written")["notifs"], "A was notified")
-    check(a.ok(op="check", name="nx.a", seed=3)["bad"] == 0, "A holds what B wrote")
+    check("gpushm" in remote_a, "nx.a described with its gpushm id and daemon")
+    # as a peer of another gpushmd (another host) would describe it: NIXL's own path
+    elsewhere = dict(remote_a, gpushm=dict(remote_a["gpushm"],
+                                           instance=remote_a["gpushm"]["instance"] ^ 1))
+    for route, desc, seeds in (("gpushm", remote_a, (1, 3)), ("nixl", elsewhere, (11, 13))):
+        a.ok(op="fill", name="nx.a", seed=seeds[0])
+        x = b.ok(op="transfer", kind="READ", local=["nx.b"], remote=desc, peer="A",
+                 report_refusal=device)
+        print(f"# READ {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us "
+              f"(+{x['setup_seconds'][0] * 1e6:.0f} us setup), route {x['route']}, "
+              f"over {x['lanes']}")
+        (fast if route == "gpushm" else judged)(x, f"B's READ of A's gpushm buffer ({route})")
+        check(b.ok(op="check", name="nx.b", seed=seeds[0])["bad"] == 0, "B read A's bytes")
+        check(a.ok(op="check", name="nx.a", seed=seeds[0])["bad"] == 0,
+              "A's buffer unchanged by the READ")
+        b.ok(op="fill", name="nx.b", seed=seeds[1])
+        x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=desc, peer="A",
+                 notify=f"written-{route}", report_refusal=device)
+        print(f"# WRITE {x['bytes']} bytes in {x['seconds'][0] * 1e6:.0f} us "
+              f"(+{x['setup_seconds'][0] * 1e6:.0f} us setup), route {x['route']}, "
+              f"over {x['lanes']}")
+        (fast if route == "gpushm" else judged)(x, f"B's WRITE into A's gpushm buffer ({route})")
+        check(f"written-{route}" in a.ok(op="notifs", want=f"written-{route}")["notifs"],
+              "A was notified")
+        check(a.ok(op="check", name="nx.a", seed=seeds[1])["bad"] == 0, "A holds what B wrote")
     # 2. a second holder of nx.a registers it too: one pool, written through either
     c = Worker("C")
     c.ok(op="open", name="nx.a")
@@ -111,7 +134,7 @@ def main():
     remote_c = c.ok(op="describe", names=["nx.a"])["desc"]
     x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_c, peer="C",
              report_refusal=device)
-    judged(x, "B's WRITE through C's registration")
+    fast(x, "B's WRITE into the buffer C described")
     check(a.ok(op="check", name="nx.a", seed=4)["bad"] == 0,
           "B wrote through C's registration into the memory A holds")
     c.exit()
@@ -159,14 +182,14 @@ def main():
              report_refusal=device)
     print(f"# pulled the set whole: {x['bytes']} bytes in {x['seconds'][0] * 1e3:.2f} ms "
           f"over {x['lanes']}")
-    judged(x, "B's pull of the set")
+    fast(x, "B's pull of the set")
     check(b.ok(op="check", name="nx.pulled", seed=6)["bad"] == 0, "every byte of the set arrived")
     a.exit()
     b.exit()
 
     # 5. TCP only: refused after the fact, by name
     tcp = {"UCX_TLS": "tcp,self,cuda_copy" if device else "tcp,self"}
-    e, f = Worker("E", tcp), Worker("F", tcp)
+    e, f = Worker("E", tcp, route="nixl"), Worker("F", tcp, route="nixl")
     e.ok(op="create", name="nx.e", size=size, backend=backend)
     f.ok(op="create", name="nx.f", size=size, backend=backend)
     e.ok(op="register", names=["nx.e"], **{"as": "e"})

@@ -223,7 +223,12 @@ int main(int argc, char **argv)
   ucp_config_release(config);
   check_ucs(ucp_worker_create(ctx, &wparams, &worker), "ucp_worker_create");
   double t0 = now();
-  check_ucs(ucp_mem_map(ctx, &mparams, &memh), "ucp_mem_map");
+  ucs_status_t mapped = ucp_mem_map(ctx, &mparams, &memh);
+  if (mapped != UCS_OK) {
+    /* which memory domains this UCX loaded says whether its CUDA ones were there at all */
+    ucp_context_print_info(ctx, stderr);
+    check_ucs(mapped, "ucp_mem_map");
+  }
   printf("ucx-rma: %s: ucp_mem_map of %llu bytes of %s memory: %.3f ms\n", argv[1],
          (unsigned long long)size, argv[5], (now() - t0) * 1e3);
 

@@ -66,7 +66,7 @@ def do(cmd):
     global agent
     op = cmd["op"]
     if op == "agent":
-        agent = gnixl.Agent(cmd["name"])
+        agent = gnixl.Agent(cmd["name"], route=cmd.get("route", "auto"))
         return {"seconds": agent.start_seconds, "pid": os.getpid()}
     if op == "create":
         b = conn.create(cmd["name"], cmd["size"], backend=cmd.get("backend", "default"),
@@ -168,7 +168,7 @@ def do(cmd):
         return {"desc": gnixl.describe_weights(sets[cmd["name"]])}
     if op == "transfer":
         local = [buffers[n] for n in cmd["local"]]
-        times, lanes = [], []
+        times, setups, lanes = [], [], []
         for _ in range(cmd.get("repeat", 1)):
             try:
                 if cmd.get("raw") or any(isinstance(b, tuple) for b in local):
@@ -185,9 +185,10 @@ def do(cmd):
             else:
                 refused = None
             times.append(x.seconds)
+            setups.append(x.setup_seconds)
             lanes = [f"{lane.config} ({lane.description}, {lane.scope})" for lane in x.lanes]
-        return {"seconds": times, "bytes": x.bytes, "lanes": lanes,
-                "transports": list(x.transports), "refused": refused}
+        return {"seconds": times, "setup_seconds": setups, "bytes": x.bytes, "lanes": lanes,
+                "transports": list(x.transports), "refused": refused, "route": x.route}
     if op == "notifs":
         deadline = time.time() + cmd.get("timeout", 10)
         got = []

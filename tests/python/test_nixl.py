@@ -7,7 +7,7 @@ import pytest
 
 import gpushm
 import gpushm.nixl as gnixl
-from conftest import FAKE_CUDA, FAKE_CUDA_EXPECTED, require_built
+from conftest import FAKE_CUDA, FAKE_CUDA_EXPECTED, other_user_env, require_built, run_python
 
 LOG = """\
 [1795961048.72] [vm:15893:0]   +--------+-------------+-----------------------------------+
@@ -73,7 +73,9 @@ def test_host_descriptor_from_export(conn, name):
     assert (d.address, d.length, d.device, d.mem_type) == (b.ptr, 10000, 0, "DRAM")
     desc = gnixl.describe([b, (b, 4096, 100)])
     assert desc == {"mem_type": "DRAM", "descs": [[b.ptr, 10000, 0], [b.ptr + 4096, 100, 0]],
-                    "names": [name, name]}
+                    "names": [name, name],
+                    "gpushm": {"instance": conn.instance_id,
+                               "ranges": [[b.id, 0], [b.id, 4096]]}}
     with pytest.raises(gpushm.InvalidArgument, match="export type"):
         b.export("pointer")
     with pytest.raises(gpushm.Unsupported, match="host memory"):
@@ -106,6 +108,51 @@ def test_device_buffers(conn, name):
         gnixl.describe([b, conn.create(name + ".h", 4096, backend="host")])
     ipc.close()
     b.close()
+
+
+def test_route_opens_only_what_this_uid_may(conn, name):
+    """The "gpushm" route opens a peer's buffers through the initiator's own connection:
+    what a peer describes is a request, gpushmd's permissions decide.  As uid 65534,
+    given root's buffers' descriptions: a 0644 buffer opens read-only for a READ and not
+    at all for a WRITE, a 0600 one never; another daemon's, a route turned off, or
+    malformed ranges leave the route alone (None) or are refused."""
+    env = other_user_env(65534)
+    shared = conn.create(name, 4096, backend="host", mode=0o644)
+    private = conn.create(name + "-private", 4096, backend="host")
+    try:
+        run_python(f"""
+import gpushm, gpushm.nixl as gnixl
+agent = gnixl.Agent.__new__(gnixl.Agent)   # the route needs no NIXL: nothing moved here
+agent.route = "auto"
+mine = gpushm.connect().create({name + "-nobody"!r}, 4096, backend="host", lifetime="session")
+descs = gnixl._descriptors([mine])
+shared, private = {gnixl.describe([shared])!r}, {gnixl.describe([private])!r}
+
+def route(op, remote):
+    return agent._open_route(op, remote, mine, descs, "DRAM")
+
+got = route("READ", shared)
+assert got is not None and got[0][0].readonly and got[0][0].id == shared["gpushm"]["ranges"][0][0]
+got[0][0].close()
+assert route("WRITE", shared) is None, "a 0644 buffer opened for writing"
+assert route("READ", private) is None and route("WRITE", private) is None, "a 0600 buffer opened"
+elsewhere = dict(shared, gpushm=dict(shared["gpushm"], instance=shared["gpushm"]["instance"] ^ 1))
+assert route("READ", elsewhere) is None, "another daemon's id opened here"
+agent.route = "nixl"
+assert route("READ", shared) is None, "route='nixl' took the gpushm route"
+agent.route = "auto"
+for bad in ([[1]], [["1", 0]], [[1, -1]], [[1, 0], [1, 0]], "1"):
+    try:
+        route("READ", dict(shared, gpushm=dict(shared["gpushm"], ranges=bad)))
+        raise SystemExit(f"ranges {{bad!r}} taken")
+    except gpushm.InvalidArgument:
+        pass
+print("ok")
+""", user=65534, env=env)
+    finally:
+        private.close()
+        shared.close()
+        conn.unlink(name + "-private")
 
 
 def test_agent_without_nixl(monkeypatch):
