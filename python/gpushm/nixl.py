@@ -38,9 +38,8 @@ from .weights import WeightSet
 #: own (same host) and RDMA NICs' (GPUDirect; any host).
 CUDA_TRANSPORTS = frozenset({"cuda_ipc", "cuda_copy", "gdr_copy"})
 RDMA_TRANSPORTS = frozenset({"rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5", "srd"})
-#: Transports that move host memory between processes of one host without a socket
-#: ("self": within one process, a loopback transfer's memcpy).
-SHM_TRANSPORTS = frozenset({"cma", "knem", "xpmem", "sysv", "posix", "self"})
+#: Transports that move host memory between processes of one host without a socket.
+SHM_TRANSPORTS = frozenset({"cma", "knem", "xpmem", "sysv", "posix"})
 
 #: NIXL's names for the memory types gpushm buffers have.
 VRAM, DRAM = "VRAM", "DRAM"
@@ -255,6 +254,49 @@ def describe_weights(ws: WeightSet) -> Dict[str, Any]:
     return describe(ws.buffers(), serve_read_only=True)
 
 
+# --- the gpushm route's copies ---------------------------------------------------------------
+
+def _device_copier() -> Any:
+    """PyTorch (which NIXL's wheels require), else CuPy: whichever can be imported; None
+    where neither can (the package has no CUDA runtime of its own)."""
+    for name in ("torch", "cupy"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+def _copy(op: str, local: List[Tuple[Buffer, int, int]], opened: List[Tuple[Buffer, int]]) -> str:
+    """Copies each range (READ: the opened buffer's into the local one; WRITE: the other
+    way), waits for the copies; says what copied them."""
+    pairs = [((rb, roff, lb, loff) if op == "READ" else (lb, loff, rb, roff)) + (n,)
+             for (lb, loff, n), (rb, roff) in zip(local, opened)]
+    if not local[0][0].is_device:
+        for src, soff, dst, doff, n in pairs:
+            ctypes.memmove(dst.ptr + doff, src.ptr + soff, n)
+        return "memmove (host memory)"
+    fw = _device_copier()
+    views = [(src.view("uint8", n, soff), dst.view("uint8", n, doff))
+             for src, soff, dst, doff, n in pairs]
+    try:
+        if fw.__name__ == "torch":
+            with fw.cuda.device(local[0][0].map_device):
+                for s, d in views:
+                    fw.from_dlpack(d).copy_(fw.from_dlpack(s))
+                fw.cuda.current_stream().synchronize()
+            return "device-to-device copy (PyTorch copy_)"
+        with fw.cuda.Device(local[0][0].map_device):
+            for s, d in views:
+                fw.from_dlpack(d)[...] = fw.from_dlpack(s)
+            fw.cuda.get_current_stream().synchronize()
+        return "device-to-device copy (CuPy)"
+    finally:
+        for s, d in views:
+            s.close()
+            d.close()
+
+
 # --- the agent ------------------------------------------------------------------------------
 
 def _nixl() -> Any:
@@ -286,14 +328,16 @@ class Registration:
 class Transfer:
     """A finished transfer: bytes moved, seconds from post to done, the UCX lanes that
     carried it, and its route: "nixl" (to the peer's registration) or "gpushm" (the
-    peer's buffers opened here, through this process's own gpushmd connection, and moved
-    as a loopback transfer; setup_seconds: their opens and registrations)."""
+    peer's buffers opened here, through this process's own gpushmd connection, and
+    copied by this process: path says how, setup_seconds how long the opens took)."""
     op: str
     bytes: int
     seconds: float
     lanes: Tuple[Lane, ...]
     route: str = "nixl"
     setup_seconds: float = 0.0
+    #: the gpushm route: what copied the bytes
+    path: str = ""
 
     @property
     def transports(self) -> Tuple[str, ...]:
@@ -311,13 +355,13 @@ class Agent:
     (``UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y`` unless the environment sets it), which UCX turns
     off by itself on hosts without NVLink, leaving READs to TCP.
 
-    route: "auto" lets transfer() move data between buffers of one gpushmd as a loopback
-    transfer of this agent, the peer's buffers opened here ("gpushm" route); "nixl" always
-    goes to the peer's registration.  Why: a gpushm cuda-fd buffer is VMM memory that its
-    process imported from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13, also
-    libucx-cu13) cannot hand such memory to another process (built without
-    pidfd_getfd), so a peer reaches it over TCP or a host copy; in this process, as a
-    gpushm open, it is device memory like any other (docs/multinode.md)."""
+    route: "auto" lets transfer() copy data between buffers of one gpushmd itself, the
+    peer's buffers opened here ("gpushm" route); "nixl" always goes to the peer's
+    registration.  Why: a gpushm cuda-fd buffer is VMM memory that its process imported
+    from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13; libucx-cu13 too) cannot
+    hand such memory to another process (built without pidfd_getfd): a peer reaches it
+    over TCP or a host copy, and a loopback transfer of this agent over TCP as well
+    (measured, docs/multinode.md).  Opened here it is device memory like any other."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
                  log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
@@ -406,12 +450,12 @@ class Agent:
         Where the remote ranges are buffers of this process's gpushmd and this process
         may open them as op needs (read-only for READ, read-write for WRITE: gpushmd's
         permissions, which NIXL's registrations do not have), the route is "gpushm"
-        (class doc): opened, registered, moved, deregistered and closed within this
-        call, so no peer learns of them from this agent's metadata and no reference
-        outlives it.  Otherwise the peer's registration ("nixl")."""
+        (class doc): opened here and copied by this process (memmove for host memory,
+        PyTorch, else CuPy, for device memory), closed before this returns, and the peer
+        notified through NIXL.  Otherwise the peer's registration ("nixl")."""
         if op not in _OPS:
             raise InvalidArgument(f"op {op!r}: READ or WRITE")
-        items = list(local)
+        items = [i if isinstance(i, tuple) else (i, 0, 0) for i in local]
         mine = _descriptors(items)
         theirs = [tuple(int(x) for x in d) for d in remote.get("descs", ())]
         if len(theirs) != len(mine) or any(len(d) != 3 for d in theirs):
@@ -423,38 +467,29 @@ class Agent:
         kind = remote.get("mem_type")
         if kind not in (VRAM, DRAM):
             raise InvalidArgument(f"remote memory type {kind!r}: {VRAM} or {DRAM}")
-        first = items[0][0] if isinstance(items[0], tuple) else items[0]
-        t_setup = time.perf_counter()
-        opened = self._open_route(op, remote, first, mine, kind)
-        try:
-            if opened is None:
-                seconds = self._move(op, mine, theirs, kind, peer, notify, timeout)
-                setup = 0.0
-            else:
-                route_descs = [descriptor(b, off, d.length, serve_read_only=True)
-                               for (b, off), d in zip(opened, mine)]
-                reg = self._register([descriptor(b, serve_read_only=True) for b, _ in opened],
-                                     [b for b, _ in opened])
-                setup = time.perf_counter() - t_setup
-                try:
-                    seconds = self._move(op, mine, [d.tuple() for d in route_descs], kind,
-                                         self.name, b"", timeout)
-                finally:
-                    self.deregister(reg)
-                if notify:
-                    self.nixl.send_notif(peer, notify)
-        finally:
-            for b, _ in opened or ():
-                b.close()
         total = sum(d.length for d in mine)
-        route = "nixl" if opened is None else "gpushm"
+        t_setup = time.perf_counter()
+        opened = self._open_route(op, remote, items[0][0], mine, kind)
+        if opened is not None:
+            try:
+                setup = time.perf_counter() - t_setup
+                ranges = [(b, off, d.length) for (b, off, _), d in zip(items, mine)]
+                t0 = time.perf_counter()
+                path = _copy(op, ranges, opened)
+                seconds = time.perf_counter() - t0
+            finally:
+                for b, _ in opened:
+                    b.close()
+            if notify:
+                self.nixl.send_notif(peer, notify)
+            return Transfer(op, total, seconds, (), "gpushm", setup, path)
+        seconds = self._move(op, mine, theirs, kind, peer, notify, timeout)
         try:
-            lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine),
-                                   loopback=opened is not None)
+            lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine))
         except TransportError as e:
-            e.transfer = Transfer(op, total, seconds, e.lanes, route, setup)
+            e.transfer = Transfer(op, total, seconds, e.lanes)
             raise
-        return Transfer(op, total, seconds, tuple(lanes), route, setup)
+        return Transfer(op, total, seconds, tuple(lanes))
 
     def _open_route(self, op: str, remote: Dict[str, Any], first: Buffer,
                     mine: List[Descriptor], kind: str) -> Optional[List[Tuple[Buffer, int]]]:
@@ -469,16 +504,17 @@ class Agent:
         ranges = g.get("ranges")
         if (not isinstance(ranges, list) or len(ranges) != len(mine) or
                 any(not isinstance(r, list) or len(r) != 2 or
-                    not all(isinstance(x, int) and x >= 0 for x in r) for r in ranges)):
+                    not all(type(x) is int and x >= 0 for x in r) for r in ranges)):
             raise InvalidArgument(f"remote gpushm ranges {ranges!r}: one [buffer id, offset] "
                                   f"per descriptor")
+        if kind == VRAM and _device_copier() is None:
+            return None
         opened: List[Tuple[Buffer, int]] = []
         try:
-            for buffer_id, offset in ranges:
+            for (buffer_id, offset), d in zip(ranges, mine):
                 b = conn.open(buffer_id, readonly=op == "READ")
                 opened.append((b, offset))
-                wanted = VRAM if b.is_device else DRAM
-                if (wanted != kind or b.backend == "cuda-ipc" or
+                if ((VRAM if b.is_device else DRAM) != kind or offset + d.length > b.size or
                         (b.is_device and b.map_device != b.device)):
                     raise Unsupported(f"{b.name!r} cannot take the gpushm route")
         except (NotFound, PermissionDenied, Unsupported):
@@ -490,8 +526,8 @@ class Agent:
 
     def _move(self, op: str, mine: List[Descriptor], theirs: List[Tuple[int, int, int]],
               kind: str, target: str, notify: bytes, timeout: float) -> float:
-        """Posts op between the lists, with target's registrations (this agent's own
-        name: a loopback transfer); seconds from post to done."""
+        """Posts op between the lists, with target's registrations; seconds from post to
+        done."""
         n = self.nixl
         local_list = n.get_xfer_descs([d.tuple() for d in mine], mine[0].mem_type)
         remote_list = n.get_xfer_descs(theirs, kind)
@@ -511,18 +547,16 @@ class Agent:
         finally:
             n.release_xfer_handle(handle)
 
-    def lanes_for(self, op: str, local: str, remote: str, length: int, *,
-                  loopback: bool = False) -> List[Lane]:
+    def lanes_for(self, op: str, local: str, remote: str, length: int) -> List[Lane]:
         """The lanes UCX chose for op of length bytes between local and remote memory
-        (NIXL's types), as its log says now, on endpoints to peers (loopback: on this
-        agent's endpoint to itself); TransportError if there are none, or one judge()
-        refuses."""
+        (NIXL's types), as its log says now; TransportError if there are none, or one
+        judge() refuses."""
         self._read_log()
         mem = {VRAM: "cuda", DRAM: "host"}
         want_local, want_remote = mem[local], mem[remote]
         found = [lane for lane in self.lanes
                  if lane.op == op and lane.local == want_local and lane.remote == want_remote
-                 and lane.covers(length) and (lane.scope == "self") == loopback]
+                 and lane.covers(length) and lane.scope != "self"]
         if not found:
             raise TransportError(
                 f"UCX reported no protocol for {op} of {length} bytes into {want_local} memory "

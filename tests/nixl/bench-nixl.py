@@ -4,9 +4,9 @@ buffers, beside the same between PyTorch cudaMalloc tensors registered with NIXL
 same run (issue 40's target: gpushm >= 0.95 x cudaMalloc, for WRITE and for READ), each
 transfer's transports read from UCX.  Medians of --runs transfers after one warm-up.
 gpushm <-> gpushm goes both of gpushm.nixl's routes: "gpushm" (the peer's buffer opened
-and registered by the initiator for the transfer: its setup, the open and registration,
-shown beside the transfer, and in a second ratio) and "nixl" (to the peer's own
-registration, as from another host: one run, refused where UCX takes TCP).
+by the initiator and copied by it: its setup, the open, shown beside the transfer and in
+a second ratio) and "nixl" (to the peer's own registration, as from another host: one
+run, refused where UCX takes TCP).
 Also the agents' start, a buffer's registration, and, for a weight-set-shaped buffer,
 how long registration takes.  Prints; asserts nothing but that the transfers ran."""
 import argparse
@@ -71,9 +71,9 @@ def main():
         whole = gib / (gib / both + setup)
         ratio = both / floors[kind]
         print(f"nixl {args.size >> 20} MiB {kind}, gpushm <-> gpushm, route {bx['route']}: "
-              f"{both:.1f} GiB/s over {', '.join(bx['lanes'])}: {ratio:.3f} x the floor "
-              f"(target >= {TARGET}: {'met' if ratio >= TARGET else 'NOT met'}); with its "
-              f"setup ({setup * 1e3:.2f} ms: open + register) {whole:.1f} GiB/s, "
+              f"{both:.1f} GiB/s, {bx['path'] or ', '.join(bx['lanes'])}: {ratio:.3f} x the "
+              f"floor (target >= {TARGET}: {'met' if ratio >= TARGET else 'NOT met'}); with "
+              f"its setup ({setup * 1e3:.2f} ms: the open) {whole:.1f} GiB/s, "
               f"{whole / floors[kind]:.3f} x")
     for kind in ("WRITE", "READ"):
         both, bx = rate(kind, "bench.b", g, "bench.g", 1, refusal=True, elsewhere=True)

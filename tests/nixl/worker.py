@@ -188,7 +188,8 @@ def do(cmd):
             setups.append(x.setup_seconds)
             lanes = [f"{lane.config} ({lane.description}, {lane.scope})" for lane in x.lanes]
         return {"seconds": times, "setup_seconds": setups, "bytes": x.bytes, "lanes": lanes,
-                "transports": list(x.transports), "refused": refused, "route": x.route}
+                "transports": list(x.transports), "refused": refused, "route": x.route,
+                "path": x.path}
     if op == "notifs":
         deadline = time.time() + cmd.get("timeout", 10)
         got = []
