@@ -361,7 +361,10 @@ class Agent:
     from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13; libucx-cu13 too) cannot
     hand such memory to another process (built without pidfd_getfd): a peer reaches it
     over TCP or a host copy, and a loopback transfer of this agent over TCP as well
-    (measured, docs/multinode.md).  Opened here it is device memory like any other."""
+    (measured, docs/multinode.md).  Opened here it is device memory like any other.
+    A peer's description names buffers by id, unchecked against what the peer holds: it
+    may point this process at any buffer this process may open so; serving peers that
+    must not choose among this process's writable buffers, take route="nixl"."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
                  log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
