@@ -242,9 +242,11 @@ def describe(items: Iterable[BufferRange], *, serve_read_only: bool = False) -> 
                            "names": [d.name for d in descs]}
     instances = {d.instance for d in descs}
     if len(instances) == 1 and 0 not in instances:
-        # a peer of the same gpushmd opens these itself (Agent.transfer, route)
+        # a peer of the same gpushmd may open these itself (Agent.transfer's gpushm
+        # route): each range as buffer id and offset, and the descriptor it goes with
         out["gpushm"] = {"instance": descs[0].instance,
-                         "ranges": [[d.buffer_id, d.offset] for d in descs]}
+                         "ranges": [[d.buffer_id, d.offset, d.address, d.length]
+                                    for d in descs]}
     return out
 
 
@@ -257,13 +259,15 @@ def describe_weights(ws: WeightSet) -> Dict[str, Any]:
 # --- the gpushm route's copies ---------------------------------------------------------------
 
 def _device_copier() -> Any:
-    """PyTorch (which NIXL's wheels require), else CuPy: whichever can be imported; None
-    where neither can (the package has no CUDA runtime of its own)."""
+    """PyTorch with CUDA (which NIXL's wheels require), else CuPy: whichever can be
+    imported; None where neither can (the package has no CUDA runtime of its own)."""
     for name in ("torch", "cupy"):
         try:
-            return importlib.import_module(name)
+            fw = importlib.import_module(name)
         except ImportError:
             continue
+        if name == "cupy" or fw.cuda.is_available():
+            return fw
     return None
 
 
@@ -277,9 +281,15 @@ def _copy(op: str, local: List[Tuple[Buffer, int, int]], opened: List[Tuple[Buff
             ctypes.memmove(dst.ptr + doff, src.ptr + soff, n)
         return "memmove (host memory)"
     fw = _device_copier()
-    views = [(src.view("uint8", n, soff), dst.view("uint8", n, doff))
-             for src, soff, dst, doff, n in pairs]
+    views: List[Tuple[Any, Any]] = []
     try:
+        for src, soff, dst, doff, n in pairs:
+            s = src.view("uint8", n, soff)
+            try:
+                views.append((s, dst.view("uint8", n, doff)))
+            except BaseException:
+                s.close()
+                raise
         if fw.__name__ == "torch":
             with fw.cuda.device(local[0][0].map_device):
                 for s, d in views:
@@ -329,7 +339,8 @@ class Transfer:
     """A finished transfer: bytes moved, seconds from post to done, the UCX lanes that
     carried it, and its route: "nixl" (to the peer's registration) or "gpushm" (the
     peer's buffers opened here, through this process's own gpushmd connection, and
-    copied by this process: path says how, setup_seconds how long the opens took)."""
+    copied by this process: path says how; setup_seconds, how long the opens took, and
+    the first time importing the device copier)."""
     op: str
     bytes: int
     seconds: float
@@ -355,20 +366,21 @@ class Agent:
     (``UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y`` unless the environment sets it), which UCX turns
     off by itself on hosts without NVLink, leaving READs to TCP.
 
-    route: "auto" lets transfer() copy data between buffers of one gpushmd itself, the
-    peer's buffers opened here ("gpushm" route); "nixl" always goes to the peer's
-    registration.  Why: a gpushm cuda-fd buffer is VMM memory that its process imported
+    route: "nixl" (the default) always goes to the peer's registration; "auto" lets
+    transfer() copy data between buffers of one gpushmd itself, the peer's buffers
+    opened here ("gpushm" route).  Why: a gpushm cuda-fd buffer is VMM memory that its process imported
     from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13; libucx-cu13 too) cannot
     hand such memory to another process (built without pidfd_getfd): a peer reaches it
     over TCP or a host copy, and a loopback transfer of this agent over TCP as well
     (measured, docs/multinode.md).  Opened here it is device memory like any other.
-    A peer's description names buffers by id, unchecked against what the peer holds: it
-    may point this process at any buffer this process may open so; serving peers that
-    must not choose among this process's writable buffers, take route="nixl"."""
+    Opt in only with peers trusted to name buffers: a description names them by id,
+    unchecked against what the peer holds, so under "auto" a peer may point this
+    process's READ or WRITE at any buffer this process may open so, its own private
+    ones included (NIXL lets a peer name only memory it registered)."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
                  log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
-                 route: str = "auto", **config: Any) -> None:
+                 route: str = "nixl", **config: Any) -> None:
         if route not in ("auto", "nixl"):
             raise InvalidArgument(f"route {route!r}: 'auto' or 'nixl'")
         self.route = route
@@ -450,11 +462,12 @@ class Agent:
         TransportError, after the transfer, if UCX took a path judge() refuses: the data
         moved, but not as it must.
 
-        Where the remote ranges are buffers of this process's gpushmd and this process
-        may open them as op needs (read-only for READ, read-write for WRITE: gpushmd's
-        permissions, which NIXL's registrations do not have), the route is "gpushm"
-        (class doc): opened here and copied by this process (memmove for host memory,
-        PyTorch, else CuPy, for device memory), closed before this returns, and the peer
+        With route="auto" (class doc), where the remote ranges are buffers of this
+        process's gpushmd of the local ranges' memory type, within what the peer
+        described, and this process may open them as op needs (read-only for READ,
+        read-write for WRITE: gpushmd's permissions), the route is "gpushm": opened
+        here and copied by this process (memmove for host memory, PyTorch, else CuPy, for
+        device memory; timeout not applied), closed before this returns, and the peer
         notified through NIXL.  Otherwise the peer's registration ("nixl")."""
         if op not in _OPS:
             raise InvalidArgument(f"op {op!r}: READ or WRITE")
@@ -472,7 +485,7 @@ class Agent:
             raise InvalidArgument(f"remote memory type {kind!r}: {VRAM} or {DRAM}")
         total = sum(d.length for d in mine)
         t_setup = time.perf_counter()
-        opened = self._open_route(op, remote, items[0][0], mine, kind)
+        opened = self._open_route(op, remote, items[0][0], mine, kind, theirs)
         if opened is not None:
             try:
                 setup = time.perf_counter() - t_setup
@@ -495,26 +508,35 @@ class Agent:
         return Transfer(op, total, seconds, tuple(lanes))
 
     def _open_route(self, op: str, remote: Dict[str, Any], first: Buffer,
-                    mine: List[Descriptor], kind: str) -> Optional[List[Tuple[Buffer, int]]]:
+                    mine: List[Descriptor], kind: str,
+                    theirs: List[Tuple[int, int, int]]) -> Optional[List[Tuple[Buffer, int]]]:
         """The remote ranges' buffers opened here, each with the range's offset, where
         the route may be "gpushm"; None where it may not."""
         g = remote.get("gpushm")
         conn = first.connection
-        if self.route != "auto" or not isinstance(g, dict) or conn is None or conn.closed:
+        if (self.route != "auto" or not isinstance(g, dict) or conn is None or conn.closed
+                or mine[0].mem_type != kind):
             return None
         if g.get("instance") != conn.instance_id:
             return None                     # another gpushmd: another host, or container
         ranges = g.get("ranges")
         if (not isinstance(ranges, list) or len(ranges) != len(mine) or
-                any(not isinstance(r, list) or len(r) != 2 or
+                any(not isinstance(r, list) or len(r) != 4 or
                     not all(type(x) is int and x >= 0 for x in r) for r in ranges)):
-            raise InvalidArgument(f"remote gpushm ranges {ranges!r}: one [buffer id, offset] "
-                                  f"per descriptor")
+            raise InvalidArgument(f"remote gpushm ranges {ranges!r}: one [buffer id, offset, "
+                                  f"address, length] per descriptor")
+        # a caller may narrow a description's descriptors (a block of a pool): the
+        # route follows, within what was described; anything else is NIXL's to judge
+        offsets = []
+        for (_, offset, address, length), (where, n, _) in zip(ranges, theirs):
+            if not (address <= where and where + n <= address + length):
+                return None
+            offsets.append(offset + where - address)
         if kind == VRAM and _device_copier() is None:
             return None
         opened: List[Tuple[Buffer, int]] = []
         try:
-            for (buffer_id, offset), d in zip(ranges, mine):
+            for (buffer_id, _, _, _), offset, d in zip(ranges, offsets, mine):
                 b = conn.open(buffer_id, readonly=op == "READ")
                 opened.append((b, offset))
                 if ((VRAM if b.is_device else DRAM) != kind or offset + d.length > b.size or
@@ -525,6 +547,10 @@ class Agent:
             for b, _ in opened:
                 b.close()
             return None
+        except BaseException:
+            for b, _ in opened:
+                b.close()
+            raise
         return opened
 
     def _move(self, op: str, mine: List[Descriptor], theirs: List[Tuple[int, int, int]],

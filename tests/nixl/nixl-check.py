@@ -131,9 +131,11 @@ def main():
     connect(c, b)
     b.ok(op="fill", name="nx.b", seed=4)
     remote_c = c.ok(op="describe", names=["nx.a"])["desc"]
+    # through C's own registration (as from another gpushmd): NIXL's path, not B's open
+    remote_c["gpushm"]["instance"] ^= 1
     x = b.ok(op="transfer", kind="WRITE", local=["nx.b"], remote=remote_c, peer="C",
              report_refusal=device)
-    fast(x, "B's WRITE into the buffer C described")
+    judged(x, "B's WRITE through C's registration")
     check(a.ok(op="check", name="nx.a", seed=4)["bad"] == 0,
           "B wrote through C's registration into the memory A holds")
     c.exit()

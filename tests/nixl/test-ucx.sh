@@ -17,8 +17,11 @@ export PYTHONPATH="$src/python"
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror -O2 -I"$src/include" -isystem "$ucx/include" \
   "$src/tests/nixl/ucx-rma.c" -o "$dir/ucx-rma" -L"$b/client/.libs" -lgpushm \
   -L"$ucx/lib" -lucp -lucs -ldl -Wl,-rpath,"$b/client/.libs" -Wl,-rpath,"$ucx/lib"
+if [ "$memory" = device ]; then
+  [ -e "$ucx/lib/ucx/libuct_cuda.so" ] || { echo "FAIL: $ucx has no libuct_cuda.so"; exit 1; }
+fi
 if [ "$memory" = device ] && ! grep -qa "unable to export POSIX FD handle" \
-    "$ucx"/lib/ucx/libuct_cuda.so*; then
+    "$ucx"/lib/ucx/libuct_cuda.so; then
   # This UCX's cuda_ipc was built without pidfd_getfd (the PyPI wheels' are): a peer
   # cannot reach VMM memory shared by POSIX fd, so UCX moves it through the host.  The
   # bytes must still arrive, and the check must refuse the path by name (64 MiB, once:

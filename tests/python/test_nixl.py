@@ -3,6 +3,8 @@
 them on the H200 and on a CPU host), which lanes it refuses, the descriptors it builds
 from Buffer.export() and what it refuses to register.  NIXL moving the memory:
 tests/nixl/nixl-check.py (tests/gpu/test-nixl.sh on the GPU, .ci/run on host memory)."""
+import ctypes
+
 import pytest
 
 import gpushm
@@ -75,7 +77,8 @@ def test_host_descriptor_from_export(conn, name):
     assert desc == {"mem_type": "DRAM", "descs": [[b.ptr, 10000, 0], [b.ptr + 4096, 100, 0]],
                     "names": [name, name],
                     "gpushm": {"instance": conn.instance_id,
-                               "ranges": [[b.id, 0], [b.id, 4096]]}}
+                               "ranges": [[b.id, 0, b.ptr, 10000],
+                                          [b.id, 4096, b.ptr + 4096, 100]]}}
     with pytest.raises(gpushm.InvalidArgument, match="export type"):
         b.export("pointer")
     with pytest.raises(gpushm.Unsupported, match="host memory"):
@@ -123,13 +126,14 @@ def test_route_opens_only_what_this_uid_may(conn, name):
         run_python(f"""
 import gpushm, gpushm.nixl as gnixl
 agent = gnixl.Agent.__new__(gnixl.Agent)   # the route needs no NIXL: nothing moved here
-agent.route = "auto"
+agent.route = "auto"                       # opted in (the default is "nixl")
 mine = gpushm.connect().create({name + "-nobody"!r}, 4096, backend="host", lifetime="session")
 descs = gnixl._descriptors([mine])
 shared, private = {gnixl.describe([shared])!r}, {gnixl.describe([private])!r}
 
 def route(op, remote):
-    return agent._open_route(op, remote, mine, descs, "DRAM")
+    return agent._open_route(op, remote, mine, descs, "DRAM",
+                             [tuple(d) for d in remote["descs"]])
 
 got = route("READ", shared)
 assert got is not None and got[0][0].readonly and got[0][0].id == shared["gpushm"]["ranges"][0][0]
@@ -141,7 +145,9 @@ assert route("READ", elsewhere) is None, "another daemon's id opened here"
 agent.route = "nixl"
 assert route("READ", shared) is None, "route='nixl' took the gpushm route"
 agent.route = "auto"
-for bad in ([[1]], [["1", 0]], [[1, -1]], [[1, 0], [1, 0]], "1"):
+r = shared["gpushm"]["ranges"][0]
+for bad in ([[1]], [r[:2]], [["1"] + r[1:]], [[True] + r[1:]], [r[:1] + [-1] + r[2:]],
+            [r, r], "1"):
     try:
         route("READ", dict(shared, gpushm=dict(shared["gpushm"], ranges=bad)))
         raise SystemExit(f"ranges {{bad!r}} taken")
@@ -153,6 +159,73 @@ print("ok")
         private.close()
         shared.close()
         conn.unlink(name + "-private")
+
+
+class _StubNixl:
+    """What transfer() asks of NIXL on the gpushm route: the peer's notification."""
+
+    def __init__(self):
+        self.notified = []
+
+    def send_notif(self, peer, msg):
+        self.notified.append((peer, msg))
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the gpushm route called NIXL's {name}")
+
+
+def _stub_agent(route):
+    agent = gnixl.Agent.__new__(gnixl.Agent)
+    agent.route, agent.nixl, agent.name = route, _StubNixl(), "me"
+    return agent
+
+
+def test_gpushm_route_copies_the_described_range(conn, name):
+    """transfer() on the gpushm route, host memory, no NIXL: a READ and a WRITE of a
+    block a caller narrowed a description to (as examples/nixl/kv_pool.py does) move
+    exactly that block, each way, and notify the peer; what falls outside the
+    description, or mixes memory types, or has the route off, is not taken."""
+    pool = conn.create(name, 1 << 16, backend="host")
+    mine = conn.create(name + "-mine", 4096, backend="host", lifetime="session")
+    ctypes_pool = (ctypes.c_uint8 * pool.size).from_address(pool.ptr)
+    ctypes_mine = (ctypes.c_uint8 * mine.size).from_address(mine.ptr)
+    for i in range(pool.size):
+        ctypes_pool[i] = (i * 7 + 3) % 251
+    whole = gnixl.describe([pool])
+    block = dict(whole, descs=[[whole["descs"][0][0] + 3 * 4096, 4096, 0]])
+    agent = _stub_agent("auto")
+    x = agent.transfer("READ", [mine], block, "peer", notify=b"read")
+    assert (x.route, x.path, x.bytes) == ("gpushm", "memmove (host memory)", 4096)
+    assert bytes(ctypes_mine) == bytes(ctypes_pool[3 * 4096:4 * 4096])
+    for i in range(4096):
+        ctypes_mine[i] = 0xAB
+    before = bytes(ctypes_pool)
+    x = agent.transfer("WRITE", [mine], block, "peer", notify=b"written")
+    after = bytes(ctypes_pool)
+    assert after[3 * 4096:4 * 4096] == b"\xab" * 4096
+    assert after[:3 * 4096] == before[:3 * 4096] and after[4 * 4096:] == before[4 * 4096:]
+    assert agent.nixl.notified == [("peer", b"read"), ("peer", b"written")]
+    # past the described range: not the gpushm route (NIXL's, here the stub's refusal)
+    outside = dict(whole, descs=[[whole["descs"][0][0] + pool.size - 100, 4096, 0]])
+    with pytest.raises(AssertionError, match="called NIXL"):
+        agent.transfer("READ", [mine], outside, "peer")
+    with pytest.raises(AssertionError, match="called NIXL"):
+        _stub_agent("nixl").transfer("READ", [mine], block, "peer")
+    mine.close()
+    pool.close()
+
+
+def test_gpushm_route_never_mixes_memory_types(conn, name):
+    require_built(FAKE_CUDA or "", "the fake CUDA driver", FAKE_CUDA_EXPECTED)
+    dev = conn.create(name, 1 << 20, backend="cuda-fd")
+    host = conn.create(name + "-host", 1 << 20, backend="host", lifetime="session")
+    agent = _stub_agent("auto")
+    with pytest.raises(AssertionError, match="called NIXL"):
+        agent.transfer("READ", [host], gnixl.describe([dev]), "peer")
+    assert agent._open_route("READ", gnixl.describe([host]), dev, gnixl._descriptors([dev]),
+                             "DRAM", [tuple(gnixl.describe([host])["descs"][0])]) is None
+    host.close()
+    dev.close()
 
 
 def test_agent_without_nixl(monkeypatch):
