@@ -21,6 +21,7 @@ imports it when an ``Agent`` is made.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import importlib
@@ -45,6 +46,9 @@ SHM_TRANSPORTS = frozenset({"cma", "knem", "xpmem", "sysv", "posix"})
 VRAM, DRAM = "VRAM", "DRAM"
 
 _OPS = {"READ": "get", "WRITE": "put"}
+#: how many of peers' buffers an Agent keeps open for its gpushm route (least recently
+#: used closed first): each open holds the peer's memory alive until closed
+ROUTE_OPENS_MAX = 64
 _libc = ctypes.CDLL(None)
 _libc.fflush.argtypes = [ctypes.c_void_p]
 
@@ -376,14 +380,18 @@ class Agent:
     Opt in only with peers trusted to name buffers: a description names them by id,
     unchecked against what the peer holds, so under "auto" a peer may point this
     process's READ or WRITE at any buffer this process may open so, its own private
-    ones included (NIXL lets a peer name only memory it registered)."""
+    ones included (NIXL lets a peer name only memory it registered).
+
+    The route keeps what it opened (route_opens_max, ROUTE_OPENS_MAX by default, least
+    recently used closed first) so that a transfer after the first costs the copy alone:
+    until remove_peer() or close() this process holds those buffers, their memory alive
+    after the peer closes or unlinks them."""
 
     def __init__(self, name: str, *, backends: Sequence[str] = ("UCX",),
                  log_dir: Optional[str] = None, cuda_ipc_get: bool = True,
-                 route: str = "nixl", **config: Any) -> None:
-        if route not in ("auto", "nixl"):
-            raise InvalidArgument(f"route {route!r}: 'auto' or 'nixl'")
-        self.route = route
+                 route: str = "nixl", route_opens_max: int = ROUTE_OPENS_MAX,
+                 **config: Any) -> None:
+        self._init_route(route, route_opens_max)
         nixl = _nixl()
         if os.environ.get("UCX_PROTO_INFO", "y").lower() not in ("y", "yes", "1", "on"):
             raise InvalidArgument("UCX_PROTO_INFO is set off in the environment: without its "
@@ -409,6 +417,17 @@ class Agent:
         #: seconds the agent (and UCX, if this is the process's first) took to start
         self.start_seconds = time.perf_counter() - t0
         self._registrations: List[Registration] = []
+
+    def _init_route(self, route: str, route_opens_max: int) -> None:
+        if route not in ("auto", "nixl"):
+            raise InvalidArgument(f"route {route!r}: 'auto' or 'nixl'")
+        if type(route_opens_max) is not int or route_opens_max < 0:
+            raise InvalidArgument(f"route_opens_max {route_opens_max!r}: a count >= 0")
+        self.route = route
+        self.route_opens_max = route_opens_max
+        # (peer, buffer id, read-only) -> the peer's buffer, opened here by the route
+        self._route_opens: "collections.OrderedDict[Tuple[str, int, bool], Buffer]" = (
+            collections.OrderedDict())
 
     # --- memory -------------------------------------------------------------------------
     def register(self, *items: BufferRange) -> Registration:
@@ -451,6 +470,8 @@ class Agent:
         return name.decode() if isinstance(name, bytes) else str(name)
 
     def remove_peer(self, name: str) -> None:
+        """Forgets a peer: its metadata, and its buffers the gpushm route opened."""
+        self._close_route_opens(lambda key: key[0] == name)
         self.nixl.remove_remote_agent(name)
 
     # --- transfers ----------------------------------------------------------------------
@@ -467,8 +488,8 @@ class Agent:
         described, and this process may open them as op needs (read-only for READ,
         read-write for WRITE: gpushmd's permissions), the route is "gpushm": opened
         here and copied by this process (memmove for host memory, PyTorch, else CuPy, for
-        device memory; timeout not applied), closed before this returns, and the peer
-        notified through NIXL.  Otherwise the peer's registration ("nixl")."""
+        device memory; timeout not applied), kept open for the next transfer (class doc),
+        and the peer notified through NIXL.  Otherwise the peer's registration ("nixl")."""
         if op not in _OPS:
             raise InvalidArgument(f"op {op!r}: READ or WRITE")
         items = [i if isinstance(i, tuple) else (i, 0, 0) for i in local]
@@ -485,17 +506,18 @@ class Agent:
             raise InvalidArgument(f"remote memory type {kind!r}: {VRAM} or {DRAM}")
         total = sum(d.length for d in mine)
         t_setup = time.perf_counter()
-        opened = self._open_route(op, remote, items[0][0], mine, kind, theirs)
-        if opened is not None:
+        opened = self._open_route(op, remote, items[0][0], mine, kind, theirs, peer)
+        if opened is None:
+            self._trim_route_opens()        # what a partly taken route opened
+        else:
+            setup = time.perf_counter() - t_setup
+            ranges = [(b, off, d.length) for (b, off, _), d in zip(items, mine)]
+            t0 = time.perf_counter()
             try:
-                setup = time.perf_counter() - t_setup
-                ranges = [(b, off, d.length) for (b, off, _), d in zip(items, mine)]
-                t0 = time.perf_counter()
                 path = _copy(op, ranges, opened)
-                seconds = time.perf_counter() - t0
             finally:
-                for b, _ in opened:
-                    b.close()
+                self._trim_route_opens()
+            seconds = time.perf_counter() - t0
             if notify:
                 self.nixl.send_notif(peer, notify)
             return Transfer(op, total, seconds, (), "gpushm", setup, path)
@@ -508,9 +530,9 @@ class Agent:
         return Transfer(op, total, seconds, tuple(lanes))
 
     def _open_route(self, op: str, remote: Dict[str, Any], first: Buffer,
-                    mine: List[Descriptor], kind: str,
-                    theirs: List[Tuple[int, int, int]]) -> Optional[List[Tuple[Buffer, int]]]:
-        """The remote ranges' buffers opened here, each with the range's offset, where
+                    mine: List[Descriptor], kind: str, theirs: List[Tuple[int, int, int]],
+                    peer: str) -> Optional[List[Tuple[Buffer, int]]]:
+        """The remote ranges' buffers open here, each with the range's offset, where
         the route may be "gpushm"; None where it may not."""
         g = remote.get("gpushm")
         conn = first.connection
@@ -534,24 +556,41 @@ class Agent:
             offsets.append(offset + where - address)
         if kind == VRAM and _device_copier() is None:
             return None
+        readonly = op == "READ"
         opened: List[Tuple[Buffer, int]] = []
-        try:
-            for (buffer_id, _, _, _), offset, d in zip(ranges, offsets, mine):
-                b = conn.open(buffer_id, readonly=op == "READ")
-                opened.append((b, offset))
-                if ((VRAM if b.is_device else DRAM) != kind or offset + d.length > b.size or
+        for (buffer_id, _, _, _), offset, d in zip(ranges, offsets, mine):
+            key = (peer, buffer_id, readonly)
+            b = self._route_opens.get(key)
+            if b is not None and (b.closed or b.connection is not conn):
+                self._close_route_opens(lambda k: k == key)
+                b = None
+            if b is None:
+                try:
+                    b = conn.open(buffer_id, readonly=readonly)
+                except (NotFound, PermissionDenied, Unsupported):
+                    # not this process's to open as op needs: the peer's registration
+                    return None
+                if ((VRAM if b.is_device else DRAM) != kind or
                         (b.is_device and b.map_device != b.device)):
-                    raise Unsupported(f"{b.name!r} cannot take the gpushm route")
-        except (NotFound, PermissionDenied, Unsupported):
-            # not this process's to open as op needs: the peer's registration decides
-            for b, _ in opened:
-                b.close()
-            return None
-        except BaseException:
-            for b, _ in opened:
-                b.close()
-            raise
+                    b.close()
+                    return None
+                self._route_opens[key] = b
+            else:
+                self._route_opens.move_to_end(key)
+            if offset + d.length > b.size:
+                return None
+            opened.append((b, offset))
         return opened
+
+    def _close_route_opens(self, which: Any) -> None:
+        for key in [k for k in self._route_opens if which(k)]:
+            self._route_opens.pop(key).close()
+
+    def _trim_route_opens(self) -> None:
+        """Closes the least recently used opens past route_opens_max: after a copy, as
+        it may need more than the maximum (0: keep none)."""
+        while len(self._route_opens) > self.route_opens_max:
+            self._route_opens.popitem(last=False)[1].close()
 
     def _move(self, op: str, mine: List[Descriptor], theirs: List[Tuple[int, int, int]],
               kind: str, target: str, notify: bytes, timeout: float) -> float:
@@ -617,7 +656,8 @@ class Agent:
         self.lanes.extend(parse_proto_info(raw.decode("utf-8", "replace")))
 
     def close(self) -> None:
-        """Deregisters what this agent registered."""
+        """Deregisters what this agent registered, closes what its route opened."""
+        self._close_route_opens(lambda key: True)
         for reg in list(self._registrations):
             self.deregister(reg)
 

@@ -168,8 +168,9 @@ def do(cmd):
         return {"desc": gnixl.describe_weights(sets[cmd["name"]])}
     if op == "transfer":
         local = [buffers[n] for n in cmd["local"]]
-        times, setups, lanes = [], [], []
+        times, setups, walls, lanes = [], [], [], []
         for _ in range(cmd.get("repeat", 1)):
+            t0 = time.perf_counter()
             try:
                 if cmd.get("raw") or any(isinstance(b, tuple) for b in local):
                     x = transfer_raw(cmd, local)
@@ -184,10 +185,12 @@ def do(cmd):
                 refused = str(e)
             else:
                 refused = None
+            walls.append(time.perf_counter() - t0)
             times.append(x.seconds)
             setups.append(x.setup_seconds)
             lanes = [f"{lane.config} ({lane.description}, {lane.scope})" for lane in x.lanes]
-        return {"seconds": times, "setup_seconds": setups, "bytes": x.bytes, "lanes": lanes,
+        return {"seconds": times, "setup_seconds": setups, "wall_seconds": walls,
+                "bytes": x.bytes, "lanes": lanes,
                 "transports": list(x.transports), "refused": refused, "route": x.route,
                 "path": x.path}
     if op == "notifs":

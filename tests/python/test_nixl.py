@@ -126,19 +126,20 @@ def test_route_opens_only_what_this_uid_may(conn, name):
         run_python(f"""
 import gpushm, gpushm.nixl as gnixl
 agent = gnixl.Agent.__new__(gnixl.Agent)   # the route needs no NIXL: nothing moved here
-agent.route = "auto"                       # opted in (the default is "nixl")
+agent._init_route("auto", gnixl.ROUTE_OPENS_MAX)   # opted in (the default is "nixl")
 mine = gpushm.connect().create({name + "-nobody"!r}, 4096, backend="host", lifetime="session")
 descs = gnixl._descriptors([mine])
 shared, private = {gnixl.describe([shared])!r}, {gnixl.describe([private])!r}
 
 def route(op, remote):
     return agent._open_route(op, remote, mine, descs, "DRAM",
-                             [tuple(d) for d in remote["descs"]])
+                             [tuple(d) for d in remote["descs"]], "peer")
 
 got = route("READ", shared)
 assert got is not None and got[0][0].readonly and got[0][0].id == shared["gpushm"]["ranges"][0][0]
-got[0][0].close()
+# the read-only open the READ keeps is not one a WRITE may use
 assert route("WRITE", shared) is None, "a 0644 buffer opened for writing"
+assert not got[0][0].closed and len(agent._route_opens) == 1
 assert route("READ", private) is None and route("WRITE", private) is None, "a 0600 buffer opened"
 elsewhere = dict(shared, gpushm=dict(shared["gpushm"], instance=shared["gpushm"]["instance"] ^ 1))
 assert route("READ", elsewhere) is None, "another daemon's id opened here"
@@ -170,13 +171,17 @@ class _StubNixl:
     def send_notif(self, peer, msg):
         self.notified.append((peer, msg))
 
+    def remove_remote_agent(self, peer):
+        self.notified.append((peer, "removed"))
+
     def __getattr__(self, name):
         raise AssertionError(f"the gpushm route called NIXL's {name}")
 
 
-def _stub_agent(route):
+def _stub_agent(route, opens_max=gnixl.ROUTE_OPENS_MAX):
     agent = gnixl.Agent.__new__(gnixl.Agent)
-    agent.route, agent.nixl, agent.name = route, _StubNixl(), "me"
+    agent._init_route(route, opens_max)
+    agent.nixl, agent.name, agent._registrations = _StubNixl(), "me", []
     return agent
 
 
@@ -215,6 +220,65 @@ def test_gpushm_route_copies_the_described_range(conn, name):
     pool.close()
 
 
+def test_gpushm_route_keeps_its_opens_within_the_limit(conn, name):
+    """The gpushm route pays an open once per peer buffer: a second READ of the same
+    buffer reuses the first's read-only open, a WRITE takes its own read-write one;
+    past route_opens_max the least recently used is closed (the peer's memory let go),
+    0 keeps none; remove_peer() and close() close what is kept."""
+    pools = [conn.create(f"{name}-{i}", 4096, backend="host") for i in range(3)]
+    mine = conn.create(name + "-mine", 4096, backend="host", lifetime="session")
+    descs = [gnixl.describe([p]) for p in pools]
+    ids = [p.id for p in pools]
+    agent = _stub_agent("auto", opens_max=2)
+    opens = []
+    real_open = type(conn).open
+
+    def counting_open(self, what, **kw):
+        opens.append((what, kw.get("readonly")))
+        return real_open(self, what, **kw)
+
+    type(conn).open = counting_open
+    try:
+        agent.transfer("READ", [mine], descs[0], "p")
+        agent.transfer("READ", [mine], descs[0], "p")
+        assert opens == [(ids[0], True)], opens
+        kept = agent._route_opens[("p", ids[0], True)]
+        agent.transfer("WRITE", [mine], descs[0], "p")
+        assert opens[1:] == [(ids[0], False)] and len(agent._route_opens) == 2
+        agent.transfer("READ", [mine], descs[1], "p")     # a third: the oldest goes
+        assert kept.closed and len(agent._route_opens) == 2
+        assert ("p", ids[0], True) not in agent._route_opens
+        agent.transfer("READ", [mine], descs[0], "p")     # opened again when needed
+        assert opens[-1] == (ids[0], True) and len(opens) == 4
+        # a peer removed: its opens closed, another peer's kept
+        agent.transfer("READ", [mine], descs[2], "q")
+        held = dict(agent._route_opens)
+        agent.remove_peer("p")
+        assert [k[0] for k in agent._route_opens] == ["q"]
+        assert all(b.closed for k, b in held.items() if k[0] == "p")
+        agent.close()
+        assert not agent._route_opens and held[("q", ids[2], True)].closed
+        none_kept = _stub_agent("auto", opens_max=0)
+        x = none_kept.transfer("READ", [mine], descs[1], "p")
+        assert x.route == "gpushm" and not none_kept._route_opens
+    finally:
+        type(conn).open = real_open
+    with pytest.raises(gpushm.InvalidArgument, match="route_opens_max"):
+        _stub_agent("auto", opens_max=-1)
+    # a kept open holds the peer's memory: unlinked and closed by its creator, the
+    # buffer is still there for the agent that kept it, and gone after remove_peer
+    peer = _stub_agent("auto")
+    peer.transfer("READ", [mine], descs[0], "p")
+    conn.unlink(f"{name}-0")
+    pools[0].close()
+    assert any(b.id == ids[0] for b in conn.list(all=True)), "a kept open let go"
+    peer.remove_peer("p")
+    assert not any(b.id == ids[0] for b in conn.list(all=True)), "kept after remove_peer"
+    for p in pools[1:]:
+        p.close()
+    mine.close()
+
+
 def test_gpushm_route_never_mixes_memory_types(conn, name):
     require_built(FAKE_CUDA or "", "the fake CUDA driver", FAKE_CUDA_EXPECTED)
     dev = conn.create(name, 1 << 20, backend="cuda-fd")
@@ -223,7 +287,8 @@ def test_gpushm_route_never_mixes_memory_types(conn, name):
     with pytest.raises(AssertionError, match="called NIXL"):
         agent.transfer("READ", [host], gnixl.describe([dev]), "peer")
     assert agent._open_route("READ", gnixl.describe([host]), dev, gnixl._descriptors([dev]),
-                             "DRAM", [tuple(gnixl.describe([host])["descs"][0])]) is None
+                             "DRAM", [tuple(gnixl.describe([host])["descs"][0])],
+                             "peer") is None
     host.close()
     dev.close()
 
