@@ -52,11 +52,12 @@ struct reg_kind_ops {
   void (*release)(struct registry *reg, struct reg_object *obj);
   void (*describe)(const struct reg_object *obj, struct reg_description *out);
   /* A sync buffer whose releaser died (releaser: its id in the control block): raises
-   * its fence to that releaser's last published release if its GPU never wrote it.
-   * 1 raised (*seq: to what, *was: what it held), 0 nothing to raise, or a negative
-   * PROTO_E_* with err set.  NULL: the kind has no fence. */
+   * its fence to that releaser's last published release if its GPU never wrote it,
+   * once the fence holds the release published before it (unless force).
+   * 1 raised, 0 nothing to raise, 2 not yet, or a negative PROTO_E_* with err set
+   * (out: struct reg_raised_fence).  NULL: the kind has no fence. */
   int (*raise_fence)(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                     uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+                     bool force, struct reg_raised_fence *out, char *err, size_t errlen);
   /* Promises (docs/sync.md; NULL: the kind takes none).  promise: client_id (signing
    * as releaser) promises every value up to upto; 0 or a negative PROTO_E_* with err
    * set.  break_promise: client_id's promise not kept: raises the counter (and the

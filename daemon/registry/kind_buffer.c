@@ -235,20 +235,34 @@ static int fence_raise(struct reg_buffer *b, uint64_t value, uint64_t *was, char
                                      err, errlen);
 }
 
+/* Fence writes are plain stores, each queued behind a wait for the release before it:
+ * they land in release order, unless the daemon raises one out of turn.  Raised past
+ * another releaser's release still queued (a live one's, or a dead one's not yet
+ * repaired), the fence would be lowered again when that write lands, below the dead
+ * releaser's number, and its waiters would wait for ever: the raise waits for that
+ * release (force: not).  The dead releaser's own earlier writes died with it. */
 int reg_buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                           uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+                           bool force, struct reg_raised_fence *out, char *err, size_t errlen)
 {
   struct reg_buffer *b = reg_buffer_of(obj);
   int r;
 
   (void)reg;
+  memset(out, 0, sizeof *out);
   if (!has_fence(b))
     return 0;
-  if ((r = sync_signed_release(&b->sync_state, releaser, seq, err, errlen)) < 0)
+  if ((r = sync_signed_release(&b->sync_state, releaser, &out->seq, &out->before, err,
+                               errlen)) < 0)
     return r;
-  if (*seq == 0)
+  if (out->seq == 0)
     return 0; /* none of the latest releases is its */
-  return fence_raise(b, *seq, was, err, errlen);
+  if (!force) {
+    if ((r = fence_raise(b, 0, &out->was, err, errlen)) < 0) /* value 0: a read */
+      return r;
+    if (out->was < out->seq && out->was < out->before)
+      return 2;
+  }
+  return fence_raise(b, out->seq, &out->was, err, errlen);
 }
 
 int reg_buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,

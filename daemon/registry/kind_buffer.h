@@ -33,7 +33,7 @@ static inline const struct reg_buffer *reg_buffer_of_const(const struct reg_obje
 /* What the buffer kind does for every kind with a control block and a fence (sync
  * buffers and timelines): the ops of the same names in kind.h. */
 int reg_buffer_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                           uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+                           bool force, struct reg_raised_fence *out, char *err, size_t errlen);
 int reg_buffer_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,
                        uint32_t releaser, uint64_t upto, char *err, size_t errlen);
 int reg_buffer_break_promise(struct registry *reg, struct reg_object *obj, uint32_t client_id,

@@ -225,11 +225,11 @@ static uint64_t frames_owed(const struct reg_ring *ring)
 }
 
 static int ring_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                            uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+                            bool force, struct reg_raised_fence *out, char *err, size_t errlen)
 {
-  int r = reg_buffer_raise_fence(reg, obj, releaser, seq, was, err, errlen);
+  int r = reg_buffer_raise_fence(reg, obj, releaser, force, out, err, errlen);
 
-  if (r >= 0 && *seq)
+  if ((r == 0 || r == 1) && out->seq)
     planes_repair(obj);
   return r;
 }

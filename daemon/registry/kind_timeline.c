@@ -155,13 +155,13 @@ static int timeline_semaphore(struct registry *reg, struct reg_object *obj,
 }
 
 static int timeline_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                                uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+                                bool force, struct reg_raised_fence *out, char *err, size_t errlen)
 {
-  int r = reg_buffer_raise_fence(reg, obj, releaser, seq, was, err, errlen);
+  int r = reg_buffer_raise_fence(reg, obj, releaser, force, out, err, errlen);
 
   /* also where the fence was at the value already: the dead signaller's semaphore
    * signal, queued behind its fence write, may have died with it */
-  if (r >= 0 && *seq)
+  if ((r == 0 || r == 1) && out->seq)
     plane_repair(obj);
   return r;
 }

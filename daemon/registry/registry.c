@@ -1371,12 +1371,12 @@ int registry_adopt_record(struct registry *reg, const char *record, int fd,
 }
 
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                         uint64_t *seq, uint64_t *was, char *err, size_t errlen)
+                         bool force, struct reg_raised_fence *out, char *err, size_t errlen)
 {
-  *seq = *was = 0;
+  memset(out, 0, sizeof *out);
   if (!obj->ops->raise_fence)
     return 0;
-  return obj->ops->raise_fence(reg, obj, releaser, seq, was, err, errlen);
+  return obj->ops->raise_fence(reg, obj, releaser, force, out, err, errlen);
 }
 
 int registry_promise(struct registry *reg, struct reg_client *client, uint64_t id,

@@ -110,10 +110,11 @@ int registry_adopt_record(struct registry *reg, const char *record, int fd,
                           const struct reg_store *store, unsigned *records, char *err,
                           size_t errlen);
 /* A sync buffer whose releaser died: raises its fence to that releaser's last published
- * release where its GPU never wrote it.  1 raised (*seq, *was: to what, from what), 0
- * nothing to raise, or a negative PROTO_E_* with err set. */
+ * release where its GPU never wrote it, once the release before has landed (force: at
+ * once).  1 raised, 0 nothing to raise, 2 not yet, or a negative PROTO_E_* with err set
+ * (out: struct reg_raised_fence). */
 int registry_raise_fence(struct registry *reg, struct reg_object *obj, uint32_t releaser,
-                         uint64_t *seq, uint64_t *was, char *err, size_t errlen);
+                         bool force, struct reg_raised_fence *out, char *err, size_t errlen);
 /* client's promise to release every value of buffer id up to upto, signing as releaser
  * (a read-write holding of it is needed): see struct reg_kind_ops.promise. */
 int registry_promise(struct registry *reg, struct reg_client *client, uint64_t id,

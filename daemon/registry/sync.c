@@ -125,14 +125,16 @@ static int map_error(void)
  * only as far as raising a fence to a published number goes, which such a holder can
  * do itself. */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
-                        char *err, size_t errlen)
+                        uint64_t *before, char *err, size_t errlen)
 {
   const size_t need = offsetof(struct sync_control, released_by) +
                       sizeof ((struct sync_control *)NULL)->released_by;
+  uint64_t numbers[GPUSHM_LIMIT_RELEASERS_KEPT];
+  unsigned n_numbers = 0;
   struct sync_control *ctl;
   uint64_t last;
 
-  *seq = 0;
+  *seq = *before = 0;
   if (!(ctl = map_checked(s, PROT_READ, need, err, errlen)))
     return map_error();
   last = __atomic_load_n(&ctl->release_seq, __ATOMIC_ACQUIRE);
@@ -141,7 +143,7 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
     uint64_t whole = ctl->layout_size >= sizeof *ctl
                        ? __atomic_load_n(&ctl->released_value[i], __ATOMIC_RELAXED) : 0;
 
-    if ((uint32_t)(sig >> 32) != releaser_id)
+    if (!sig)
       continue;
     /* The whole number where a 0.8 library wrote it beside its signature (the same low
      * bits, and published); else the latest published one with those low bits. */
@@ -149,10 +151,15 @@ int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64
       n = whole;
     else if (!(n = sync_signed_number(sig, last)))
       continue;
-    if (n > *seq)
+    if ((uint32_t)(sig >> 32) != releaser_id)
+      numbers[n_numbers++] = n;
+    else if (n > *seq)
       *seq = n;
   }
   munmap(ctl, SYNC_CONTROL_SIZE);
+  for (unsigned i = 0; i < n_numbers && *seq; i++)
+    if (numbers[i] < *seq && numbers[i] > *before)
+      *before = numbers[i];
   return 0;
 }
 

@@ -45,11 +45,13 @@ int sync_adopt(struct sync_state *s, const struct backend_mem *control, const ch
 void sync_release(struct sync_state *s);
 /* The latest published release signed by releaser_id (sync_releaser_id(),
  * proto/shm_layout.h) among the GPUSHM_LIMIT_RELEASERS_KEPT signatures the block keeps,
- * in *seq, 0 if none.  Returns 0,
+ * in *seq, 0 if none; in *before, the latest release before it by another releaser
+ * (whose fence write may still be queued: the dead one's own never land) where the
+ * signatures still show it, else 0.  Returns 0,
  * or a negative PROTO_E_* with err set (the block cannot be mapped, or its header was
  * overwritten and its signatures are not believed). */
 int sync_signed_release(const struct sync_state *s, uint32_t releaser_id, uint64_t *seq,
-                        char *err, size_t errlen);
+                        uint64_t *before, char *err, size_t errlen);
 /* Records client_id's promise to release every value up to upto (releaser: the id it
  * signs with) and writes it into the block: a new promise starts at the counter, the
  * client's own live one grows.  0, or a negative PROTO_E_* with err set: PROTO_E_INVAL

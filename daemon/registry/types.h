@@ -151,6 +151,14 @@ struct reg_broken_promise {
   uint64_t lost_from, upto, fence_was;
 };
 
+/* A dead releaser's fence repair (registry_raise_fence()). */
+struct reg_raised_fence {
+  uint64_t seq;    /* its latest published release (0: none of the kept ones) */
+  uint64_t was;    /* the fence before the raise, or as it stands when not yet */
+  uint64_t before; /* the latest release before seq by another releaser, waited for (0: none
+                    * the control block still shows) */
+};
+
 /* A semaphore plane, as a holder receives it (registry_semaphore()). */
 /* A holder's request for a semaphore plane (SemaphoreRequest). */
 struct reg_semaphore_args {

@@ -8,14 +8,18 @@
 
 #include <stdlib.h>
 
+/* A dead releaser's fence to raise, or a promise to break, waiting for the releases
+ * published before to land: one per buffer and client. */
 struct pending_break {
   uint64_t id;
   uint32_t client_id;
   pid_t pid;
   uid_t uid;
-  uint64_t deadline_ms; /* uv_now(): break regardless from then */
+  uint64_t deadline_ms; /* uv_now(): go on regardless from then */
   uint64_t next_ms;     /* the next look */
   uint64_t interval_ms; /* after it */
+  bool raise;           /* the fence its releases left short is still to raise */
+  bool brk;             /* its promise is still to break */
   bool closed;          /* its promiser closed it (else exited) */
 };
 
@@ -29,15 +33,17 @@ void fence_repair_init(struct fence_repair *fr, uv_loop_t *loop, struct registry
   fr->retry.data = fr;
 }
 
-/* Returns whether it said the control block's header was overwritten. */
-static bool raise_signed(struct fence_repair *fr, struct reg_object *b, uint32_t releaser,
-                         uint32_t client_id, pid_t pid)
+/* Returns 2 where the raise must be tried again (the release before is still queued),
+ * else 1 where it said the control block's header was overwritten, else 0. */
+static int raise_signed(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
+                        pid_t pid, bool force)
 {
-  uint64_t seq, was;
+  const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
+  struct reg_raised_fence out;
   char err[256];
-  int r = registry_raise_fence(fr->reg, b, releaser, &seq, &was, err, sizeof err);
+  int r = registry_raise_fence(fr->reg, b, releaser, force, &out, err, sizeof err);
 
-  if (r < 0 && seq == 0) {
+  if (r < 0 && out.seq == 0) {
     /* A scribbled header is a holder's doing, not the daemon's failing. */
     log_msg(r == PROTO_E_PROTO ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
             "'%s' (id %llu): client %u (pid %d) has exited, and its fence cannot be "
@@ -45,18 +51,27 @@ static bool raise_signed(struct fence_repair *fr, struct reg_object *b, uint32_t
   } else if (r < 0) {
     log_error("'%s' (id %llu): release %llu by client %u (pid %d), which has exited: raising "
               "its fence failed, streams that acquire it may wait for ever: %s", b->name,
-              (unsigned long long)b->id, (unsigned long long)seq, client_id, (int)pid, err);
+              (unsigned long long)b->id, (unsigned long long)out.seq, client_id, (int)pid,
+              err);
+  } else if (r == 2) {
+    log_debug("'%s': release %llu by client %u (pid %d, exited) waits for release %llu "
+              "(fence at %llu) before its fence is raised", b->name,
+              (unsigned long long)out.seq, client_id, (int)pid,
+              (unsigned long long)out.before, (unsigned long long)out.was);
+    return 2;
   } else if (r > 0) {
     (*fr->fences_raised)++;
     log_warn("'%s' (id %llu): release %llu by client %u (pid %d) was published, but its "
-             "process exited before its GPU wrote the fence (it held %llu); fence raised: "
+             "process exited before its GPU wrote the fence (it held %llu); fence raised%s: "
              "waiters go on with what its work left", b->name, (unsigned long long)b->id,
-             (unsigned long long)seq, client_id, (int)pid, (unsigned long long)was);
-  } else if (seq) {
+             (unsigned long long)out.seq, client_id, (int)pid, (unsigned long long)out.was,
+             force && out.before > out.was ? " without waiting longer for the releases "
+                                             "before it to land" : "");
+  } else if (out.seq) {
     log_debug("'%s': release %llu by client %u (pid %d, exited) had its fence written",
-              b->name, (unsigned long long)seq, client_id, (int)pid);
+              b->name, (unsigned long long)out.seq, client_id, (int)pid);
   }
-  return r == PROTO_E_PROTO && seq == 0;
+  return r == PROTO_E_PROTO && out.seq == 0;
 }
 
 /* Returns whether the break must be tried again (the fence is not yet at the
@@ -115,44 +130,68 @@ static void schedule(struct fence_repair *fr)
     uv_timer_start(&fr->retry, on_retry, next > now ? next - now : 0, 0);
 }
 
-static void keep_pending(struct fence_repair *fr, struct reg_object *b, uint32_t client_id,
-                         pid_t pid, uid_t uid, bool closed)
+/* Does what is left of p (its raise, then its break: the break waits for every
+ * release, the raised one too) at once, as far as it can; returns whether some is left. */
+static bool repair(struct fence_repair *fr, struct reg_object *b, struct pending_break *p,
+                   bool force, bool said_scribbled)
+{
+  if (p->raise) {
+    int r = raise_signed(fr, b, p->client_id, p->pid, force);
+    if (r == 2)
+      return true;
+    p->raise = false;
+    said_scribbled = said_scribbled || r == 1;
+  }
+  if (p->brk && break_promise(fr, b, p->client_id, p->pid, force, said_scribbled, p->closed))
+    return true;
+  p->brk = false;
+  return false;
+}
+
+/* Tries p now; what cannot be done yet waits, up to the limits. */
+static void start_repair(struct fence_repair *fr, struct reg_object *b, struct pending_break p)
 {
   uint64_t now = uv_now(fr->retry.loop);
   const char *why = NULL;
   unsigned of_uid = 0;
 
+  if (!repair(fr, b, &p, false, false))
+    return;
   for (size_t i = 0; i < fr->n_pending; i++) {
-    if (fr->pending[i].id == b->id)
-      return; /* one promise a buffer, and its break is waiting already */
-    of_uid += fr->pending[i].uid == uid;
+    struct pending_break *q = &fr->pending[i];
+    if (q->id == p.id && q->client_id == p.client_id) {
+      q->raise = q->raise || p.raise; /* its exit after its close: one wait */
+      q->brk = q->brk || p.brk;
+      return;
+    }
+    of_uid += q->uid == p.uid;
   }
   if (fr->n_pending >= GPUSHM_LIMIT_PENDING_BREAKS || of_uid >= GPUSHM_LIMIT_PENDING_BREAKS_PER_UID)
-    why = of_uid >= GPUSHM_LIMIT_PENDING_BREAKS_PER_UID ? "too many breaks of its uid waiting"
-                                                        : "too many breaks waiting";
+    why = of_uid >= GPUSHM_LIMIT_PENDING_BREAKS_PER_UID ? "too many repairs of its uid waiting"
+                                                        : "too many repairs waiting";
   else if (fr->n_pending == fr->cap) {
     size_t cap = fr->cap ? 2 * fr->cap : 8;
-    struct pending_break *p = realloc(fr->pending, cap * sizeof *p);
-    if (p) {
-      fr->pending = p;
+    struct pending_break *grown = realloc(fr->pending, cap * sizeof *grown);
+    if (grown) {
+      fr->pending = grown;
       fr->cap = cap;
     } else {
       why = "out of memory";
     }
   }
   if (why) {
-    log_error("%s: the promise on '%s' (id %llu) of client %u (pid %d) is broken without "
-              "waiting for the releases before it to land", why, b->name,
-              (unsigned long long)b->id, client_id, (int)pid);
-    break_promise(fr, b, client_id, pid, true, false, closed);
+    log_error("%s: the %s on '%s' (id %llu) of client %u (pid %d) %s without waiting for "
+              "the releases before it to land", why,
+              p.raise ? "fence its release left short" : "promise", b->name,
+              (unsigned long long)b->id, p.client_id, (int)p.pid,
+              p.raise ? "is raised" : "is broken");
+    repair(fr, b, &p, true, false);
     return;
   }
-  fr->pending[fr->n_pending++] = (struct pending_break){
-    .id = b->id, .client_id = client_id, .pid = pid, .uid = uid,
-    .deadline_ms = now + GPUSHM_PROMISE_BREAK_WAIT_MS,
-    .next_ms = now + GPUSHM_PROMISE_BREAK_RETRY_MS,
-    .interval_ms = GPUSHM_PROMISE_BREAK_RETRY_MS, .closed = closed,
-  };
+  p.deadline_ms = now + GPUSHM_PROMISE_BREAK_WAIT_MS;
+  p.next_ms = now + GPUSHM_PROMISE_BREAK_RETRY_MS;
+  p.interval_ms = GPUSHM_PROMISE_BREAK_RETRY_MS;
+  fr->pending[fr->n_pending++] = p;
   schedule(fr);
 }
 
@@ -170,7 +209,7 @@ static void on_retry(uv_timer_t *timer)
     if (!b)
       continue;
     if (now >= p.next_ms) {
-      if (!break_promise(fr, b, p.client_id, p.pid, now >= p.deadline_ms, false, p.closed))
+      if (!repair(fr, b, &p, now >= p.deadline_ms, false))
         continue;
       p.interval_ms = 2 * p.interval_ms < GPUSHM_PROMISE_BREAK_RETRY_MAX_MS
                         ? 2 * p.interval_ms : GPUSHM_PROMISE_BREAK_RETRY_MAX_MS;
@@ -187,18 +226,14 @@ static void on_retry(uv_timer_t *timer)
 void fence_repair_exited(struct fence_repair *fr, uint32_t client_id, pid_t pid, uid_t uid,
                          const uint64_t *ids, size_t n)
 {
-  const uint32_t releaser = sync_releaser_id(fr->instance_id, client_id);
-
   for (size_t i = 0; i < n; i++) {
     struct reg_object *b = registry_find_id(fr->reg, ids[i]);
-    bool scribbled;
 
-    if (!b)
-      continue;
-    /* pid 0: a process gpushmd cannot see, perhaps alive: its writes may still land */
-    scribbled = pid > 0 && raise_signed(fr, b, releaser, client_id, pid);
-    if (break_promise(fr, b, client_id, pid, false, scribbled, false))
-      keep_pending(fr, b, client_id, pid, uid, false);
+    if (b)
+      /* pid 0: a process gpushmd cannot see, perhaps alive: its writes may still land */
+      start_repair(fr, b, (struct pending_break){ .id = b->id, .client_id = client_id,
+                                                  .pid = pid, .uid = uid, .raise = pid > 0,
+                                                  .brk = true });
   }
 }
 
@@ -207,8 +242,9 @@ void fence_repair_closed(struct fence_repair *fr, uint64_t id, uint32_t client_i
 {
   struct reg_object *b = registry_find_id(fr->reg, id);
 
-  if (b && break_promise(fr, b, client_id, pid, false, false, true))
-    keep_pending(fr, b, client_id, pid, uid, true);
+  if (b)
+    start_repair(fr, b, (struct pending_break){ .id = id, .client_id = client_id, .pid = pid,
+                                                .uid = uid, .brk = true, .closed = true });
 }
 
 void fence_repair_shutdown(struct fence_repair *fr)
@@ -217,8 +253,7 @@ void fence_repair_shutdown(struct fence_repair *fr)
   for (size_t i = 0; i < fr->n_pending; i++) {
     struct reg_object *b = registry_find_id(fr->reg, fr->pending[i].id);
     if (b)
-      break_promise(fr, b, fr->pending[i].client_id, fr->pending[i].pid, true, false,
-                    fr->pending[i].closed);
+      repair(fr, b, &fr->pending[i], true, false);
   }
   free(fr->pending);
   fr->pending = NULL;

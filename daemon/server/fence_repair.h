@@ -6,8 +6,10 @@
  *    process dies before its GPU runs that write (SIGKILL, a crash) takes the write with
  *    it, and every stream that acquires N would wait for ever.  The daemon raises the
  *    fence to the latest release the process signed, if the fence is below it, and
- *    never higher (a later releaser's own write is not overtaken).  Waiters go on with
- *    whatever the dead releaser's work left in the buffer.
+ *    never higher (a later releaser's own write is not overtaken), once the fence holds
+ *    the latest release before it by another releaser (whose write, still queued, would
+ *    lower it again), tried again and done regardless as a promise's break below.
+ *    Waiters go on with whatever the dead releaser's work left in the buffer.
  *  - Promises a promiser did not keep (docs/sync.md), once its process has exited or it
  *    closed its last handle of the buffer: the counter and the fence go to the promised
  *    value and the values count as lost.  The fence is raised only once it holds the

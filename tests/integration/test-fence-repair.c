@@ -10,6 +10,8 @@
  *    has exited;
  *  - a later release by a live client: the dead one's number is raised, never the live
  *    one's; one pushed out of the last GPUSHM_LIMIT_RELEASERS_KEPT releases is not;
+ *  - an earlier release by a live client, its write still queued: the dead one's number
+ *    is raised only once that write has landed, so that it cannot lower the fence after;
  *  - forged signatures in the control block: one naming a live client raises nothing
  *    until that client's process is gone (then only a published number), one naming a
  *    read-only holder (uid 65534 where the test is root) never; under a scribbled
@@ -142,6 +144,9 @@ struct holder {
   int report, go;
 };
 
+/* GPUSHM_FAKE_CUDA_WRITE_DELAY_MS for the holders started next ("-1": never land) */
+static const char *holder_write_delay = "-1";
+
 static uint64_t holder_report(const struct holder *h)
 {
   uint64_t seq;
@@ -166,7 +171,7 @@ static struct holder holder_start(const struct test_daemon *t, gpushm_t *admin, 
 
     close(report[0]);
     close(go[1]);
-    setenv("GPUSHM_FAKE_CUDA_WRITE_DELAY_MS", "-1", 1);
+    setenv("GPUSHM_FAKE_CUDA_WRITE_DELAY_MS", holder_write_delay, 1);
     CHECK_OK(gpushm_buffer_open(conn, name, ro ? GPUSHM_OPEN_READONLY : 0, &b));
     for (unsigned i = 0; i < before; i++)
       CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
@@ -367,6 +372,39 @@ static void test_later_live_release(struct logged_daemon *ld, gpushm_t *conn)
            GPUSHM_LIMIT_RELEASERS_KEPT);
 }
 
+/* (e) A live client's release 1, its write behind 3 s of work, then a dead one's 2: a
+ * raise to 2 at once would be undone when 1 lands (a plain store), and acquirers of 2
+ * would wait for ever.  The daemon waits for 1, then raises; the fence stays at 2. */
+static void test_earlier_release_queued(struct logged_daemon *ld, gpushm_t *conn)
+{
+  gpushm_buffer_t *b = create(conn, "earlier-queued", 0600);
+  uint64_t before = fences_raised(&ld->t);
+  struct holder dead, live;
+  char who[96];
+  double t;
+
+  holder_write_delay = "3000";
+  live = holder_start(&ld->t, conn, "earlier-queued", false, 1, 0);
+  t = now_ms();
+  holder_write_delay = "-1";
+  dead = holder_start(&ld->t, conn, "earlier-queued", false, 1, 0);
+  CHECK(gpushm_buffer_release_seq(b) == 2);
+  holder_kill(&ld->t, &dead);
+  CHECK(now_ms() - t < 2500); /* else 1 may have landed: the test proves nothing */
+  CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
+  wait_fence(&ld->t, conn, b, 2);
+  test_log("a dead releaser's fence raised %.0f ms after the live release before it was "
+           "queued (its write lands at 3000 ms)", now_ms() - t);
+  CHECK(now_ms() - t >= 3000);
+  usleep(200 * 1000);
+  CHECK(fake_fence_of(conn, b) == 2 && fences_raised(&ld->t) == before + 1);
+  snprintf(who, sizeof who, "release 2 by client %u (pid %d)", dead.client_id, (int)dead.pid);
+  CHECK(log_lines(ld, "'earlier-queued'", who, "fence raised: waiters") == 1);
+  holder_kill(&ld->t, &live);
+  CHECK(fake_fence_of(conn, b) == 2 && fences_raised(&ld->t) == before + 1);
+  finish(conn, b, NULL);
+}
+
 /* (d) A read-write holder forges signatures: the dead releaser's release signed by a
  * live client, and an unpublished number signed by the dead one.  The death raises
  * nothing; the forgery takes effect once the client it names has exited, and then
@@ -544,16 +582,17 @@ int main(void)
   test_killed_releaser(&ld, conn);
   test_disconnected_releaser(&ld, conn);
   test_later_live_release(&ld, conn);
+  test_earlier_release_queued(&ld, conn);
   test_forged_signatures(&ld, conn);
   test_read_only_holder(&ld, conn);
   test_past_the_limits(&ld, conn);
   st = daemon_stats(&ld.t);
   CHECK(gpushm_stats_buffers(st) == 0 && gpushm_stats_bytes_allocated(st) == 0);
-  CHECK(gpushm_stats_fences_raised(st) == 7);
+  CHECK(gpushm_stats_fences_raised(st) == 8);
   gpushm_stats_free(st);
-  ctl_shows(&ld.t, "", "fences raised:  7 (releasers died before their GPU wrote the fence");
-  ctl_shows(&ld.t, " --json", "\"fences_raised\":7,");
-  ctl_shows(&ld.t, " --prometheus", "\ngpushm_fences_raised_total 7\n");
+  ctl_shows(&ld.t, "", "fences raised:  8 (releasers died before their GPU wrote the fence");
+  ctl_shows(&ld.t, " --json", "\"fences_raised\":8,");
+  ctl_shows(&ld.t, " --prometheus", "\ngpushm_fences_raised_total 8\n");
   gpushm_disconnect(conn);
   logged_stop(&ld);
   test_faults();

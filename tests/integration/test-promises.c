@@ -594,7 +594,7 @@ static void test_promises_fenced(gpushm_t *conn)
       }
     }
     CHECK(went == 1 && waiting == N - 1);
-    CHECK(log_lines("too many breaks of its uid waiting", "without waiting") == 1);
+    CHECK(log_lines("too many repairs of its uid waiting", "without waiting") == 1);
     promiser_kill(&stuck);
     for (int i = 0; i < N; i++)
       finish(conn, bufs[i]); /* freed: their waiting breaks are dropped */
