@@ -372,11 +372,13 @@ class Agent:
 
     route: "nixl" (the default) always goes to the peer's registration; "auto" lets
     transfer() copy data between buffers of one gpushmd itself, the peer's buffers
-    opened here ("gpushm" route).  Why: a gpushm cuda-fd buffer is VMM memory that its process imported
-    from a POSIX fd, and the UCX builds NIXL ships (nixl-cu13; libucx-cu13 too) cannot
-    hand such memory to another process (built without pidfd_getfd): a peer reaches it
-    over TCP or a host copy, and a loopback transfer of this agent over TCP as well
-    (measured, docs/multinode.md).  Opened here it is device memory like any other.
+    opened here ("gpushm" route).  Why: a gpushm cuda-fd buffer is VMM memory that its
+    process imported from a POSIX fd, and the driver lets no importer export it again,
+    so UCX (any build: it exports from the registering process) cannot hand it to
+    another process: a peer reaches it over TCP or a host copy, and a loopback transfer
+    of this agent over TCP as well (measured, docs/multinode.md).  gpushmd, which
+    created it, hands its fd to whoever may open it: opened here it is device memory
+    like any other.
     Opt in only with peers trusted to name buffers: a description names them by id,
     unchecked against what the peer holds, so under "auto" a peer may point this
     process's READ or WRITE at any buffer this process may open so, its own private

@@ -10,6 +10,8 @@ buffers on the GPU (PyTorch checks the data there); --memory host: host buffers 
    gpushmd would send it: to A's registration, fast or refused by name).
 2. A third process opens A's buffer (imported from its fd, as every opener does),
    registers it and is written through by B: A sees the bytes (one pool, many holders).
+   On the GPU: the driver lets A export no handle of the buffer it imported, which is
+   why UCX (any build) has no CUDA IPC for it and the nixl route goes through the host.
 3. What gpushm.nixl refuses, with the reason: a read-only open; on the GPU a cuda-ipc
    buffer (and what NIXL does with it when the refusal is bypassed, printed).
 4. A weight set of --tensors tensors in one buffer: registered as one descriptor, pulled
@@ -77,6 +79,19 @@ def main():
     remote_a = a.ok(op="describe", names=["nx.a"])["desc"]
     check(remote_a["mem_type"] == ("VRAM" if device else "DRAM"),
           f"nx.a described as {remote_a['mem_type']}")
+    if device:
+        # Why NIXL's route cannot reach a gpushm buffer of another process, whatever UCX
+        # is built with: UCX exports memory it registers from the registering process,
+        # and the driver lets no process export an allocation it imported (measured on
+        # the H200 with a UCX built with pidfd_getfd: still tcp/lo).  Should a driver
+        # allow it, this fails, and the nixl route deserves another look.
+        e = a.ok(op="exportable", name="nx.a")
+        print(f"# the driver on A's imported cuda-fd buffer: {e}")
+        check(e["allowed_rc"] == 0 and e["allowed"] == 0 and e["legacy"] == 0,
+              "the driver allows no handle type for an imported allocation "
+              "(CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES 0, not legacy-IPC capable)")
+        check(e["retain_rc"] == 0 and e["export_rc"] not in (None, 0),
+              f"cuMemExportToShareableHandle(POSIX fd) of it is refused ({e['export_rc']})")
 
     # 1. READ and WRITE, each side checked
     def fast(x, what):

@@ -10,6 +10,7 @@ is written and checked by a seeded pattern ("fill", "check"), on the GPU for dev
 memory (PyTorch), with NumPy for host memory.
 """
 import base64
+import ctypes
 import json
 import os
 import sys
@@ -62,6 +63,32 @@ def is_gpu(name):
     return isinstance(b, tuple) or b.is_device
 
 
+def exportable(b):
+    """What UCX's cuda_ipc asks the driver of memory it registers
+    (uct_cuda_ipc_mem_add_reg): the handle types the allocation allows, and whether a
+    POSIX fd of it can be exported here, as UCX's pidfd_getfd path would."""
+    cu = ctypes.CDLL("libcuda.so.1")
+    ctx, dev = ctypes.c_void_p(), ctypes.c_int()
+    assert cu.cuDeviceGet(ctypes.byref(dev), b.device) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    ptr = ctypes.c_uint64(b.ptr)
+    allowed, legacy = ctypes.c_uint64(0), ctypes.c_uint64(0)
+    r_allowed = cu.cuPointerGetAttribute(ctypes.byref(allowed), 14, ptr)  # ALLOWED_HANDLE_TYPES
+    r_legacy = cu.cuPointerGetAttribute(ctypes.byref(legacy), 10, ptr)   # IS_LEGACY_..._CAPABLE
+    handle, fd = ctypes.c_uint64(0), ctypes.c_int(-1)
+    r_retain = cu.cuMemRetainAllocationHandle(ctypes.byref(handle), ctypes.c_void_p(b.ptr))
+    r_export = None
+    if r_retain == 0:
+        r_export = cu.cuMemExportToShareableHandle(ctypes.byref(fd), handle, 1,  # POSIX fd
+                                                   ctypes.c_ulonglong(0))
+        cu.cuMemRelease(handle)
+        if fd.value >= 0:
+            os.close(fd.value)
+    return {"allowed_rc": r_allowed, "allowed": allowed.value, "legacy_rc": r_legacy,
+            "legacy": legacy.value, "retain_rc": r_retain, "export_rc": r_export}
+
+
 def do(cmd):
     global agent
     op = cmd["op"]
@@ -78,6 +105,8 @@ def do(cmd):
         b = conn.open(cmd["name"], readonly=cmd.get("readonly", False))
         buffers[cmd["name"]] = b
         return {"backend": b.backend, "seconds": time.perf_counter() - t0}
+    if op == "exportable":
+        return exportable(buffers[cmd["name"]])
     if op == "torch":
         t = torch()
         buffers[cmd["name"]] = ("torch", t.empty(cmd["size"], dtype=t.uint8, device="cuda"))
