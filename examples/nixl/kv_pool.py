@@ -18,8 +18,9 @@ starts another engine and times how long from its pool open until the peer has r
 blocks back through it; then starts --engines engines at once and has the peer write
 through one and read through each other.  Prints the figures; exits 0 when every byte
 checked out.  The pool is host memory (a CPU tier of KV cache, moved between processes
-by UCX's cma): with the UCX inside nixl-cu13, a cuda-fd pool would be moved over TCP,
-which gpushm.nixl refuses (docs/multinode.md, "NIXL").  The peer here goes through the
+by UCX's cma): between processes of one host UCX moves a cuda-fd pool over TCP (the
+driver lets no process export memory it imported, so UCX has no CUDA IPC for it), which
+gpushm.nixl refuses (docs/multinode.md, "NIXL").  The peer here goes through the
 engines' registrations as one on another node must (its descriptors carry no gpushm
 ids); a peer of the same gpushmd may skip the engine: gpushm.nixl's "gpushm" route opens
 the pool itself, device memory included.

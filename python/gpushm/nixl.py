@@ -21,12 +21,14 @@ imports it when an ``Agent`` is made.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import dataclasses
 import importlib
 import os
 import re
+import shutil
 import tempfile
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -406,7 +408,12 @@ class Agent:
             os.environ.setdefault("UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "y")
         log = os.environ.get("UCX_LOG_FILE")
         if not log:
-            where = log_dir or tempfile.mkdtemp(prefix="gpushm-nixl-")
+            where = log_dir
+            if where is None:
+                # UCX writes there for the rest of the process, and later agents read
+                # it too: removed as the process exits, not when this agent closes
+                where = tempfile.mkdtemp(prefix="gpushm-nixl-")
+                atexit.register(shutil.rmtree, where, ignore_errors=True)
             log = os.path.join(where, "ucx.%p.log")
             os.environ["UCX_LOG_FILE"] = log
         self._log_path = log.replace("%p", str(os.getpid())).replace("%h", os.uname().nodename)
@@ -527,8 +534,15 @@ class Agent:
         try:
             lanes = self.lanes_for(op, mine[0].mem_type, kind, max(d.length for d in mine))
         except TransportError as e:
+            if kind == VRAM and isinstance(remote.get("gpushm"), dict):
+                e = TransportError(
+                    f"{e.detail}. The remote end is gpushm device memory: its holder "
+                    f"imported it, and the driver lets no process export memory it "
+                    f"imported, so no UCX has CUDA IPC for it within one host; between "
+                    f"processes of one gpushmd, Agent(route='auto') copies it itself "
+                    f"(docs/multinode.md)", e.lanes)
             e.transfer = Transfer(op, total, seconds, e.lanes)
-            raise
+            raise e from None
         return Transfer(op, total, seconds, tuple(lanes))
 
     def _open_route(self, op: str, remote: Dict[str, Any], first: Buffer,

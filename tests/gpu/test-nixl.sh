@@ -49,4 +49,7 @@ export UCX_LOG_FILE="$dir/ucx.%p.log"
 ucx_tables() { grep -h -E '^\[.*\|' "$dir"/ucx.*.log 2>/dev/null | sed 's/^\[[^]]*\] \[[^]]*\] *//' | head -n 400; }
 "$py" "$src/tests/nixl/nixl-check.py" --memory device 2>"$dir/stderr" ||
   { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; ucx_tables; fail "nixl-check.py --memory device"; }
+# the pool that outlives its engine, with this host's NIXL (a host-memory pool: above)
+"$py" "$src/examples/nixl/kv_pool.py" check 2>"$dir/stderr" ||
+  { grep -v ' NIXL INFO ' "$dir/stderr" | tail -n 40; fail "kv_pool.py check"; }
 echo "PASS"

@@ -103,12 +103,15 @@ def main():
 
     def judged(x, what):
         """A transfer to a peer's registration: over a fast transport, or refused by
-        gpushm.nixl naming the slow one it took (device memory with a UCX that cannot
-        share it within the host: docs/multinode.md)."""
+        gpushm.nixl naming the slow one it took, and for gpushm device memory why
+        (no UCX can share it within the host: docs/multinode.md)."""
         check(x["route"] == "nixl", f"{what} took the {x['route']} route")
         if x["refused"]:
             check("tcp" in x["transports"] and "tcp" in x["refused"],
                   f"{what} went over {x['transports']}: refused by gpushm.nixl")
+            if device:
+                check("export memory it imported" in x["refused"] and
+                      "route='auto'" in x["refused"], f"{what}: the refusal says why")
             print(f"# {what}: {x['refused']}")
         else:
             check(any(t in want for t in x["transports"]), f"{what} went over {x['transports']}")
