@@ -26,23 +26,9 @@ if ! nixl=$("$py" -c 'import nixl_cu13 as n; print(n.__file__)' 2>&1); then
 fi
 echo "# python: $py; nixl: $nixl"
 
-dir=$(mktemp -d /tmp/gpushm-nixl.XXXXXX)
-chmod 755 "$dir"
-daemon=""
-cleanup() {
-  [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; }
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-export GPUSHM_SOCKET="$dir/gpushmd.sock"
-export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
-"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none --socket-mode 0666 \
-  --log-level warn --default-backend cuda-fd --allow-legacy-ipc=yes &
-daemon=$!
-i=0
-until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
-  i=$((i + 1)); [ $i -lt 500 ] || fail "gpushmd did not start"; sleep 0.02
-done
+# cuda-fd unless a buffer says otherwise; section 3's cuda-ipc buffer needs legacy IPC
+gpushmd_options="--default-backend cuda-fd --allow-legacy-ipc=yes"
+. "$src/tests/nixl/daemon.sh"
 
 # UCX's logs (its protocol tables: gpushm.nixl reads them) where a failure can show them
 export UCX_LOG_FILE="$dir/ucx.%p.log"

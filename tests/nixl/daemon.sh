@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/nixl/test-*.sh: a scratch directory ($dir, removed at exit) and a
-# gpushmd of its own on $dir/gpushmd.sock ($GPUSHM_SOCKET, $GPUSHM_LIBRARY set), from
-# build directory $b; the trap stops it.
+# Sourced by tests/nixl/test-*.sh and tests/gpu/test-nixl.sh: a scratch directory ($dir,
+# removed at exit) and a gpushmd of its own on $dir/gpushmd.sock ($GPUSHM_SOCKET,
+# $GPUSHM_LIBRARY set), from build directory $b, with $gpushmd_options too; the trap
+# stops it.
 dir=$(mktemp -d /tmp/gpushm-nixl.XXXXXX)
 chmod 755 "$dir"
 daemon=""
@@ -12,8 +13,9 @@ cleanup() {
 trap cleanup EXIT
 export GPUSHM_SOCKET="$dir/gpushmd.sock"
 export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
+# shellcheck disable=SC2086 # options, split on purpose
 "${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none \
-  --log-level warn &
+  --log-level warn ${gpushmd_options:-} &
 daemon=$!
 i=0
 until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do

@@ -3,7 +3,10 @@
 them on the H200 and on a CPU host), which lanes it refuses, the descriptors it builds
 from Buffer.export() and what it refuses to register.  NIXL moving the memory:
 tests/nixl/nixl-check.py (tests/gpu/test-nixl.sh on the GPU, .ci/run on host memory)."""
+import contextlib
 import ctypes
+import time
+import types
 
 import pytest
 
@@ -291,6 +294,41 @@ def test_gpushm_route_never_mixes_memory_types(conn, name):
                              "peer") is None
     host.close()
     dev.close()
+
+
+class _StuckEvent:
+    def record(self):
+        pass
+
+    def query(self):
+        return False
+
+
+def _stuck_torch():
+    """PyTorch as the gpushm route uses it, with copies that never finish."""
+    fw = types.ModuleType("torch")
+    fw.cuda = types.SimpleNamespace(device=lambda index: contextlib.nullcontext(),
+                                    Event=_StuckEvent)
+    fw.from_dlpack = lambda view: types.SimpleNamespace(copy_=lambda other: None)
+    return fw
+
+
+def test_gpushm_route_copy_times_out(conn, name, monkeypatch):
+    """A device copy on the gpushm route is waited for up to transfer()'s timeout, then
+    an Error says so (a stuck copy does not hang the caller)."""
+    require_built(FAKE_CUDA or "", "the fake CUDA driver", FAKE_CUDA_EXPECTED)
+    pool = conn.create(name, 1 << 20, backend="cuda-fd")
+    mine = conn.create(name + "-mine", 1 << 20, backend="cuda-fd", lifetime="session")
+    monkeypatch.setattr(gnixl, "_device_copier", _stuck_torch)
+    agent = _stub_agent("auto")
+    t0 = time.monotonic()
+    with pytest.raises(gpushm.Error, match=r"READ of 1048576 bytes \(gpushm route\) not done "
+                                           r"after 0.2 s"):
+        agent.transfer("READ", [mine], gnixl.describe([pool]), "peer", timeout=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 5
+    agent.close()
+    mine.close()
+    pool.close()
 
 
 def test_agent_without_nixl(monkeypatch):
