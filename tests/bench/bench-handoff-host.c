@@ -246,11 +246,12 @@ static const char *python_interpreter(void)
   return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }
 
-/* The same hand-off through the Python package (tests/bench/python-handoff-host.py);
- * false, with why, where it could not run. */
-static bool python_figures(const struct test_daemon *d, unsigned rounds, double *serial,
-                           double *inflight, double cpu[3], double *phases, char *why,
-                           size_t why_len)
+/* The same hand-off through Python (tests/bench/python-handoff-host.py), binding
+ * "package" (the public package) or "floor" (the thinnest binding of the same calls,
+ * tests/bench/python-binding-floor.c); false, with why, where it could not run. */
+static bool python_figures(const struct test_daemon *d, unsigned rounds, const char *binding,
+                           double *serial, double *inflight, double cpu[3], double *phases,
+                           char *why, size_t why_len)
 {
   char cmd[2048], line[512];
   bool got_serial = false, got_inflight = false;
@@ -260,9 +261,9 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, double 
   snprintf(cmd, sizeof cmd,
            "GPUSHM_SOCKET='%s' GPUSHM_LIBRARY='%s/client/.libs/libgpushm.so.1' "
            "PYTHONPATH='%s/python' timeout %d '%s' '%s/tests/bench/python-handoff-host.py' "
-           "--rounds %u --warmup %u --depth %u%s 2>&1",
+           "--rounds %u --warmup %u --depth %u --binding %s%s 2>&1",
            d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, PYTHON_TIMEOUT_S,
-           python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH,
+           python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH, binding,
            phases ? " --phases" : "");
   snprintf(why, why_len, "python-handoff-host.py printed no figures");
   if (!(p = popen(cmd, "r"))) {
@@ -407,7 +408,7 @@ int main(int argc, char **argv)
          "round trip %.2f\n", DEPTH, inflight, inflight / rtt);
   if (!python) {
     printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
-  } else if (!python_figures(&d, rounds, &py_serial, &py_inflight, py_cpu,
+  } else if (!python_figures(&d, rounds, "package", &py_serial, &py_inflight, py_cpu,
                              phases ? py_phase : NULL, why, sizeof why)) {
     printf("bench-handoff-host: [10] through Python: skipped: %s\n", why);
   } else {
@@ -425,6 +426,21 @@ int main(int argc, char **argv)
     printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
            "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
            TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");
+  }
+  /* Python's floor: what is the interpreter's, and so what the package adds (issue 41) */
+  if (python) {
+    double floor_serial, floor_inflight, floor_cpu[3];
+
+    if (!python_figures(&d, rounds, "floor", &floor_serial, &floor_inflight, floor_cpu, NULL,
+                        why, sizeof why))
+      printf("bench-handoff-host: [10] Python's floor (python-binding-floor.c): skipped: %s\n",
+             why);
+    else
+      printf("bench-handoff-host: [10] Python's floor (the same calls through the thinnest "
+             "CPython binding, python-binding-floor.c): serial %.1f us, %.2f x C; %u in flight "
+             "%.1f us, %.2f x C | the package / the floor: %.2f serial, %.2f in flight\n",
+             floor_serial, floor_serial / serial, DEPTH, floor_inflight,
+             floor_inflight / inflight, py_serial / floor_serial, py_inflight / floor_inflight);
   }
   gpushm_disconnect(p.conn);
   daemon_stop(&d);

@@ -12,7 +12,10 @@ NumPy, send its name.  Consumer: numpy.asarray(gpushm.open(name, readonly=True))
 first word, check it, close, ack.  (Device memory: created uninitialized=True, as
 gpushm-bench's producer does, since fill_() writes all of it; torch.from_dlpack() of
 each, fill_() and a stream synchronize; the consumer reads element 0 with .item().)
-Producer, on the ack: close_unlink().  --phases: also the serial hand-off's steps
+Producer, on the ack: close_unlink().  --binding floor: the same calls through
+tests/bench/python-binding-floor.c (built here, for this interpreter, against
+$GPUSHM_LIBRARY) instead of the package: the Python figure's floor, host memory only.
+--phases: also the serial hand-off's steps
 (create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.  Runs
 in the CPU affinity it inherits (bench-handoff-host pins everything to one CPU).  The two
 processes fork before either touches CUDA.  Prints
@@ -34,9 +37,52 @@ MSG = struct.Struct("=I48s")  # value, name
 ACK = struct.Struct("=iI")  # status, word seen
 
 
-def consumer(sock, device):
+def build_floor():
+    """tests/bench/python-binding-floor.c built for this interpreter against
+    $GPUSHM_LIBRARY, imported; or a string saying why it cannot be."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+    import tempfile
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return f"no Python.h in {include} (python3-dev)"
+    lib = os.environ.get("GPUSHM_LIBRARY", "")
+    if not os.path.exists(lib):
+        return "GPUSHM_LIBRARY names no libgpushm"
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = tempfile.mkdtemp(prefix="gpushm-binding-floor-")
+    try:
+        so = os.path.join(out, "python_binding_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+        cc = subprocess.run(
+            [os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-I", include,
+             "-I", os.path.join(here, "..", "..", "include"), "-o", so,
+             os.path.join(here, "python-binding-floor.c"), lib,
+             "-Wl,-rpath," + os.path.dirname(os.path.abspath(lib))],
+            capture_output=True, text=True)
+        if cc.returncode != 0:
+            return f"building python-binding-floor.c failed: {cc.stderr.strip()[-300:]}"
+        spec = importlib.util.spec_from_file_location("python_binding_floor", so)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def consumer(sock, device, floor):
     import gpushm
-    if device == "cpu":
+    if floor is not None:
+        import numpy
+        floor.connect()
+
+        def read(name):
+            t = floor.open(name)
+            seen = int(numpy.asarray(t)[0])
+            t.close()
+            return seen
+    elif device == "cpu":
         import numpy
 
         def read(name):
@@ -64,10 +110,20 @@ def consumer(sock, device):
         sock.send(ACK.pack(0 if seen == value else 1, seen & 0xFFFFFFFF))
 
 
-def producer(device):
-    """(create(name), fill(tensor, value)): a fresh tensor, then value everywhere in it,
-    written and visible."""
+def producer(device, floor):
+    """(create(name), fill(tensor, value), unlink(tensor)): a fresh tensor, then value
+    everywhere in it, written and visible; then its close_unlink()."""
     import gpushm
+    if floor is not None:
+        import numpy
+        floor.connect()
+
+        def create(name):
+            return floor.create(name, WORDS * 4)
+
+        def fill(t, value):
+            numpy.asarray(t).fill(value)
+        return create, fill, lambda t: t.close_unlink()
     if device == "cpu":
         import numpy
 
@@ -85,7 +141,7 @@ def producer(device):
         def fill(t, value):
             torch.from_dlpack(t).fill_(value)
             torch.cuda.current_stream().synchronize()
-    return create, fill
+    return create, fill, lambda t: t.buffer.close_unlink()
 
 
 # --phases: the serial hand-off's steps as bench-handoff-host --phases splits C's
@@ -93,7 +149,7 @@ PHASES = ("create", "fill", "hand-over", "close_unlink")
 
 
 def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
-    create, fill = make
+    create, fill, unlink = make
     clock = time.perf_counter
     outstanding = collections.deque()
     sent = done = 0
@@ -116,7 +172,7 @@ def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
         if status != 0:
             sys.exit(f"python-handoff-host: hand-off {want} failed (status {status}, "
                      f"word {seen:#x})")
-        t.buffer.close_unlink()
+        unlink(t)
         end = clock()
         if per_us is not None:
             per_us.append((end - start) * 1e6)
@@ -143,6 +199,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu (host memory) or cuda:N")
+    parser.add_argument("--binding", choices=("package", "floor"), default="package",
+                        help="the package, or the thinnest binding of its calls (host memory)")
     parser.add_argument("--phases", action="store_true",
                         help="also each step of the serial hand-off, as medians")
     args = parser.parse_args()
@@ -155,17 +213,25 @@ def main():
         print(f"python-handoff-host: skipped: no {e.name} for this python3")
         return 0
     import gpushm
+    floor = None
+    if args.binding == "floor":
+        if args.device != "cpu":
+            sys.exit("python-handoff-host: --binding floor hands off host memory only")
+        floor = build_floor()
+        if isinstance(floor, str):
+            print(f"python-handoff-host: skipped: {floor}")
+            return 0
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         mine.close()
         code = 1
         try:
-            code = consumer(theirs, args.device)
+            code = consumer(theirs, args.device, floor)
         finally:
             os._exit(code)
     theirs.close()
-    make = producer(args.device)
+    make = producer(args.device, floor)
     value, _ = run(mine, make, args.warmup, 1, 0, None, "w")
     serial = []
     # bench-handoff-host reads gpushmd's CPU time at these two lines
