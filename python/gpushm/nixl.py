@@ -542,10 +542,10 @@ class Agent:
             setup = time.perf_counter() - t_setup
             ranges = [(b, off, d.length) for (b, off, _), d in zip(items, mine)]
             t0 = time.perf_counter()
-            try:
-                path = _copy(op, ranges, opened, timeout)
-            finally:
-                self._trim_route_opens()
+            # a copy that failed or timed out may still run on the GPU: what it uses
+            # stays open (until remove_peer() or close())
+            path = _copy(op, ranges, opened, timeout)
+            self._trim_route_opens()
             seconds = time.perf_counter() - t0
             if notify:
                 self.nixl.send_notif(peer, notify)

@@ -315,18 +315,22 @@ def _stuck_torch():
 
 def test_gpushm_route_copy_times_out(conn, name, monkeypatch):
     """A device copy on the gpushm route is waited for up to transfer()'s timeout, then
-    an Error says so (a stuck copy does not hang the caller)."""
+    an Error says so (a stuck copy does not hang the caller); what the copy may still
+    use stays open, past route_opens_max, until close()."""
     require_built(FAKE_CUDA or "", "the fake CUDA driver", FAKE_CUDA_EXPECTED)
     pool = conn.create(name, 1 << 20, backend="cuda-fd")
     mine = conn.create(name + "-mine", 1 << 20, backend="cuda-fd", lifetime="session")
     monkeypatch.setattr(gnixl, "_device_copier", _stuck_torch)
-    agent = _stub_agent("auto")
+    agent = _stub_agent("auto", opens_max=0)
     t0 = time.monotonic()
     with pytest.raises(gpushm.Error, match=r"READ of 1048576 bytes \(gpushm route\) not done "
                                            r"after 0.2 s"):
         agent.transfer("READ", [mine], gnixl.describe([pool]), "peer", timeout=0.2)
     assert 0.2 <= time.monotonic() - t0 < 5
+    kept = list(agent._route_opens.values())
+    assert len(kept) == 1 and not kept[0].closed, "a buffer a copy may still use was closed"
     agent.close()
+    assert kept[0].closed
     mine.close()
     pool.close()
 
