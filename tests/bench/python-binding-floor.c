@@ -56,26 +56,27 @@ static void handle_dealloc(Handle *h)
   PyObject_Free(h);
 }
 
+/* Ends h's handle with end (named what in an error); the handle is gone either way. */
+static PyObject *handle_end(Handle *h, int (*end)(gpushm_buffer_t *), const char *what)
+{
+  gpushm_buffer_t *buf = h->buf;
+
+  h->buf = NULL;
+  if (buf && end(buf) < 0)
+    return gpushm_error(what);
+  Py_RETURN_NONE;
+}
+
 static PyObject *handle_close(Handle *h, PyObject *unused)
 {
   (void)unused;
-  if (h->buf && gpushm_buffer_close(h->buf) < 0) {
-    h->buf = NULL;
-    return gpushm_error("close");
-  }
-  h->buf = NULL;
-  Py_RETURN_NONE;
+  return handle_end(h, gpushm_buffer_close, "close");
 }
 
 static PyObject *handle_close_unlink(Handle *h, PyObject *unused)
 {
   (void)unused;
-  if (h->buf && gpushm_buffer_close_unlink(h->buf) < 0) {
-    h->buf = NULL;
-    return gpushm_error("close_unlink");
-  }
-  h->buf = NULL;
-  Py_RETURN_NONE;
+  return handle_end(h, gpushm_buffer_close_unlink, "close_unlink");
 }
 
 static PyObject *handle_interface(Handle *h, void *closure)
