@@ -18,7 +18,9 @@
  * Not part of `make check` (no timed assertions there): scripts/gpu-host-test runs
  * it on the GPU host, .ci/run runs `--quick` (host rows) on CI.
  * Usage: gpushm-bench [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc]
- * (--handoff-rows: rows 1-3 alone, the hand-off rows a device call can repeat) */
+ * (--handoff-rows: rows 1-3 alone, the hand-off rows a device call can repeat).
+ * GPUSHM_BENCH_PYTHON_ARGS: more arguments for rows 1 and 2's python-handoff-host.py
+ * ("--phases --profile DIR": its serial steps printed here, its cProfile tables in DIR). */
 #include "config.h"
 #include "cuda-test.h"
 
@@ -559,7 +561,7 @@ static bool run_python(const struct test_daemon *d, unsigned rounds, double *ser
   snprintf(cmd, sizeof cmd,
            "GPUSHM_SOCKET='%s' GPUSHM_LIBRARY='%s/client/.libs/libgpushm.so.1' "
            "PYTHONPATH='%s/python' timeout %d python3 '%s/tests/bench/python-handoff-host.py' "
-           "--device cuda:0 --rounds %u --warmup %d --depth %d 2>&1",
+           "--device cuda:0 --rounds %u --warmup %d --depth %d ${GPUSHM_BENCH_PYTHON_ARGS:-} 2>&1",
            d->socket, GPUSHM_BENCH_BUILDDIR, GPUSHM_BENCH_SRCDIR, TORCH_TIMEOUT_S,
            GPUSHM_BENCH_SRCDIR, rounds, HANDOFF_WARMUP, HANDOFF_DEPTH);
   snprintf(why, why_len, "python-handoff-host.py printed no figures");
@@ -576,6 +578,8 @@ static bool run_python(const struct test_daemon *d, unsigned rounds, double *ser
       got_inflight = true;
     else if (strncmp(line, "python-handoff-host: skipped: ", 30) == 0)
       snprintf(why, why_len, "%s", line + 30);
+    else if (strncmp(line, "python-handoff-host: phase=", 27) == 0)
+      printf("# python-handoff-host.py's serial step %s\n", line + 27);
     else if (*line && strncmp(line, "python-handoff-host: ", 21) != 0)
       snprintf(why, why_len, "python-handoff-host.py: %.400s", line);
   }

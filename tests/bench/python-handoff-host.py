@@ -16,7 +16,11 @@ Producer, on the ack: close_unlink().  --binding floor: the same calls through
 tests/bench/python-binding-floor.c (built here, for this interpreter, against
 $GPUSHM_LIBRARY) instead of the package: the Python figure's floor, host memory only.
 --phases: also the serial hand-off's steps
-(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.  Runs
+(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.
+--profile DIR: where the Python time goes: cProfile's table (by own time, which holds the
+C calls made through ctypes) of the producer's serial run and of the consumer's whole run,
+in DIR/python-handoff-{producer,consumer}.txt (the profiler slows both: the figures printed
+are from a run without it only when --profile is not given).  Runs
 in the CPU affinity it inherits (bench-handoff-host pins everything to one CPU).  The two
 processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
@@ -69,6 +73,18 @@ def build_floor():
         return module
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def profiled(path, function, *args):
+    """function(*args) under cProfile, its table written to path; returns its value."""
+    import cProfile
+    import pstats
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(function, *args)
+    finally:
+        with open(path, "w") as f:
+            pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(40)
 
 
 def consumer(sock, device, floor):
@@ -203,6 +219,8 @@ def main():
                         help="the package, or the thinnest binding of its calls (host memory)")
     parser.add_argument("--phases", action="store_true",
                         help="also each step of the serial hand-off, as medians")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="cProfile tables of the producer and the consumer into DIR")
     args = parser.parse_args()
     try:
         if args.device == "cpu":
@@ -227,7 +245,11 @@ def main():
         mine.close()
         code = 1
         try:
-            code = consumer(theirs, args.device, floor)
+            if args.profile:
+                code = profiled(os.path.join(args.profile, "python-handoff-consumer.txt"),
+                                consumer, theirs, args.device, floor)
+            else:
+                code = consumer(theirs, args.device, floor)
         finally:
             os._exit(code)
     theirs.close()
@@ -238,7 +260,11 @@ def main():
     print("python-handoff-host: serial starts", flush=True)
     before = cpu_ns(os.getpid()), cpu_ns(pid)
     phases = [[] for _ in PHASES] if args.phases else None
-    value, _ = run(mine, make, args.rounds, 1, value, serial, "s", phases)
+    if args.profile:
+        value, _ = profiled(os.path.join(args.profile, "python-handoff-producer.txt"),
+                            run, mine, make, args.rounds, 1, value, serial, "s", phases)
+    else:
+        value, _ = run(mine, make, args.rounds, 1, value, serial, "s", phases)
     after = cpu_ns(os.getpid()), cpu_ns(pid)
     print("python-handoff-host: serial ends", flush=True)
     value, per = run(mine, make, args.rounds, args.depth, value, None, "p")
