@@ -1053,6 +1053,11 @@ class Buffer(_Handle):
                 f"{'read-only' if self.readonly else 'read-write'}, {state}>")
 
 
+#: Tensor._desc()'s C descriptions by spec, and how many it keeps.
+_DESCS: Dict[_manifest.TensorSpec, Tuple[TensorDesc, object]] = {}
+_DESCS_MAX = 256
+
+
 class Tensor:
     """A tensor in a gpushm buffer: an array of one dtype and shape at an offset.  It
     converts without a copy through the standard protocols:
@@ -1180,12 +1185,13 @@ class Tensor:
         if device[0] == DL_CPU:
             if stream is not None and stream != -1:
                 raise BufferError(f"stream {stream!r} for host memory: pass none")
-            self._buffer._sync_for_consumer(None)
+            if self._buffer._is_sync():
+                self._buffer._sync_for_consumer(None)
         else:
             if stream == 0:
                 raise ValueError("stream 0 is ambiguous in DLPack: pass 1 for the legacy "
                                  "default stream")
-            if stream != -1:
+            if stream != -1 and self._buffer._is_sync():
                 self._buffer._sync_for_consumer(None if stream in (None, 1) else int(stream))
         desc, keep = self._desc()
         out = c_void_p()
@@ -1196,17 +1202,26 @@ class Tensor:
                             CAPSULE_DLTENSOR_VERSIONED if versioned else CAPSULE_DLTENSOR)
 
     def _desc(self) -> Tuple[TensorDesc, object]:
+        """The C description of this tensor's spec, and what must live while C reads it.
+        Remembered per spec (a spec is immutable, and C only reads the description): a
+        consumer of a fresh tensor of the same shape each step builds it once."""
         spec = self._spec
-        arrays = (ctypes.c_int64 * max(spec.ndim, 1))(*spec.shape), \
-            (ctypes.c_int64 * max(spec.ndim, 1))(*spec.strides)
-        desc = TensorDesc()
-        desc.size = ctypes.sizeof(TensorDesc)
-        desc.ndim = spec.ndim
-        desc.offset = spec.offset
-        desc.dtype = DLDataType(spec.dtype.code, spec.dtype.bits, 1)
-        desc.shape = ctypes.cast(arrays[0], ctypes.POINTER(ctypes.c_int64))
-        desc.strides = ctypes.cast(arrays[1], ctypes.POINTER(ctypes.c_int64))
-        return desc, arrays
+        made = _DESCS.get(spec)
+        if made is None:
+            arrays = (ctypes.c_int64 * max(spec.ndim, 1))(*spec.shape), \
+                (ctypes.c_int64 * max(spec.ndim, 1))(*spec.strides)
+            desc = TensorDesc()
+            desc.size = ctypes.sizeof(TensorDesc)
+            desc.ndim = spec.ndim
+            desc.offset = spec.offset
+            desc.dtype = DLDataType(spec.dtype.code, spec.dtype.bits, 1)
+            desc.shape = ctypes.cast(arrays[0], ctypes.POINTER(ctypes.c_int64))
+            desc.strides = ctypes.cast(arrays[1], ctypes.POINTER(ctypes.c_int64))
+            made = desc, arrays
+            if len(_DESCS) >= _DESCS_MAX:
+                _DESCS.clear()  # (a process with that many shapes starts over)
+            _DESCS[spec] = made
+        return made
 
     # --- array interfaces ---------------------------------------------------------
     def _checked(self) -> Tuple[object, int, _manifest.TensorSpec, bool]:

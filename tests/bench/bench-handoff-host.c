@@ -246,6 +246,14 @@ static const char *python_interpreter(void)
   return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }
 
+/* What python-handoff-host.py --phases prints: its four phases (C's, in phase_names'
+ * order), then the finer steps of its producer and its consumer. */
+#define PY_STEPS (PHASES + 6)
+static const char *const py_step_names[PY_STEPS] = {
+  "create", "fill", "hand-over", "close_unlink", "producer-view", "producer-write",
+  "consumer-open", "consumer-view", "consumer-read", "consumer-close",
+};
+
 /* The same hand-off through Python (tests/bench/python-handoff-host.py), binding
  * "package" (the public package) or "floor" (the thinnest binding of the same calls,
  * tests/bench/python-binding-floor.c); false, with why, where it could not run. */
@@ -277,9 +285,10 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, const c
     line[strcspn(line, "\n")] = '\0';
     if (sscanf(line, "python-handoff-host: mode=serial rounds=%*u median_us=%lf", serial) == 1)
       got_serial = true;
-    else if (sscanf(line, "python-handoff-host: phase=%63s median_us=%lf", step, &us) == 2) {
-      for (unsigned i = 0; phases && i < PHASES; i++)
-        if (strncmp(phase_names[i], step, strlen(step)) == 0)
+    else if (sscanf(line, "python-handoff-host: phase=%63s median_us=%lf", step, &us) == 2 ||
+             sscanf(line, "python-handoff-host: step=%63s median_us=%lf", step, &us) == 2) {
+      for (unsigned i = 0; phases && i < PY_STEPS; i++)
+        if (strcmp(py_step_names[i], step) == 0)
           phases[i] = us;
     } else if (sscanf(line, "python-handoff-host: cpu_per_serial_handoff_us producer=%lf "
                     "consumer=%lf", &cpu[0], &cpu[1]) == 2)
@@ -323,10 +332,12 @@ int main(int argc, char **argv)
   double rtt_before, rtt_after, rtt, serial, inflight, *per, cpu_us[3];
   char daemon_path[4400], why[512];
   double py_serial = 0, py_inflight = 0, py_cpu[3] = { 0, 0, 0 };
-  double c_phase[PHASES], py_phase[PHASES] = { -1, -1, -1, -1 };
+  double c_phase[PHASES], py_phase[PY_STEPS], floor_phase[PY_STEPS];
   int sv[2], cpu;
   pid_t pid;
 
+  for (unsigned i = 0; i < PY_STEPS; i++)
+    py_phase[i] = floor_phase[i] = -1; /* (a step not printed stays unknown) */
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -431,16 +442,23 @@ int main(int argc, char **argv)
   if (python) {
     double floor_serial, floor_inflight, floor_cpu[3];
 
-    if (!python_figures(&d, rounds, "floor", &floor_serial, &floor_inflight, floor_cpu, NULL,
-                        why, sizeof why))
+    if (!python_figures(&d, rounds, "floor", &floor_serial, &floor_inflight, floor_cpu,
+                        phases ? floor_phase : NULL, why, sizeof why)) {
       printf("bench-handoff-host: [10] Python's floor (python-binding-floor.c): skipped: %s\n",
              why);
-    else
+    } else {
       printf("bench-handoff-host: [10] Python's floor (the same calls through the thinnest "
              "CPython binding, python-binding-floor.c): serial %.1f us, %.2f x C; %u in flight "
              "%.1f us, %.2f x C | the package / the floor: %.2f serial, %.2f in flight\n",
              floor_serial, floor_serial / serial, DEPTH, floor_inflight,
              floor_inflight / inflight, py_serial / floor_serial, py_inflight / floor_inflight);
+      /* each step, each in its own process: what the package's layers cost where */
+      for (unsigned i = 0; phases && i < PY_STEPS; i++)
+        if (py_phase[i] >= 0 && floor_phase[i] >= 0)
+          printf("bench-handoff-host: [10]   (step, the package vs the floor) %s: median %.1f us "
+                 "| floor %.1f us | package - floor %+.1f us\n", py_step_names[i], py_phase[i],
+                 floor_phase[i], py_phase[i] - floor_phase[i]);
+    }
   }
   gpushm_disconnect(p.conn);
   daemon_stop(&d);

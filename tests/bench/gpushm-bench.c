@@ -578,8 +578,9 @@ static bool run_python(const struct test_daemon *d, unsigned rounds, double *ser
       got_inflight = true;
     else if (strncmp(line, "python-handoff-host: skipped: ", 30) == 0)
       snprintf(why, why_len, "%s", line + 30);
-    else if (strncmp(line, "python-handoff-host: phase=", 27) == 0)
-      printf("# python-handoff-host.py's serial step %s\n", line + 27);
+    else if (strncmp(line, "python-handoff-host: phase=", 27) == 0 ||
+             strncmp(line, "python-handoff-host: step=", 26) == 0)
+      printf("# python-handoff-host.py's serial %s\n", line + 21);
     else if (*line && strncmp(line, "python-handoff-host: ", 21) != 0)
       snprintf(why, why_len, "python-handoff-host.py: %.400s", line);
   }

@@ -16,7 +16,9 @@ Producer, on the ack: close_unlink().  --binding floor: the same calls through
 tests/bench/python-binding-floor.c (built here, for this interpreter, against
 $GPUSHM_LIBRARY) instead of the package: the Python figure's floor, host memory only.
 --phases: also the serial hand-off's steps
-(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's.
+(create, fill, hand-over, close_unlink), as bench-handoff-host --phases splits C's, and
+finer: fill's view (numpy.asarray / torch.from_dlpack) and write, and the consumer's open,
+view, read and close (each timed in its own process).
 --profile DIR: where the Python time goes: cProfile's table (by own time, which holds the
 C calls made through ctypes) of the producer's serial run and of the consumer's whole run,
 in DIR/python-handoff-{producer,consumer}.txt (the profiler slows both: the figures printed
@@ -25,6 +27,7 @@ in the CPU affinity it inherits (bench-handoff-host pins everything to one CPU).
 processes fork before either touches CUDA.  Prints
   python-handoff-host: mode=serial rounds=N median_us=X p99_us=Y
   python-handoff-host: phase=STEP median_us=X      (with --phases)
+  python-handoff-host: step=STEP median_us=X       (with --phases: the finer steps)
   python-handoff-host: mode=inflightD rounds=N per_handoff_us=Z
 Exits non-zero on a wrong word or a failure."""
 import argparse
@@ -87,85 +90,101 @@ def profiled(path, function, *args):
             pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(40)
 
 
-def consumer(sock, device, floor):
+def consumer(sock, device, floor, steps):
+    """Opens, views, reads and closes each tensor it is sent, and acks; with steps (a
+    list), each serial hand-off's four steps are timed and their medians printed."""
     import gpushm
-    if floor is not None:
+    if device == "cpu":
         import numpy
-        floor.connect()
+        view = numpy.asarray
 
-        def read(name):
-            t = floor.open(name)
-            seen = int(numpy.asarray(t)[0])
-            t.close()
-            return seen
-    elif device == "cpu":
-        import numpy
+        def read(v):
+            return int(v[0])
+        if floor is not None:
+            floor.connect()
 
-        def read(name):
-            t = gpushm.open(name, readonly=True)
-            seen = int(numpy.asarray(t)[0])
-            t.close()
-            return seen
+            def open_(name):
+                return floor.open(name)
+        else:
+            def open_(name):
+                return gpushm.open(name, readonly=True)
     else:
         import torch
         torch.cuda.init()
+        view = torch.from_dlpack
 
-        def read(name):
-            t = gpushm.open(name, device=device)
-            seen = int(torch.from_dlpack(t)[0].item())
-            t.close()
-            return seen
+        def open_(name):
+            return gpushm.open(name, device=device)
+
+        def read(v):
+            return int(v[0].item())
+    clock = time.perf_counter
+    timed = [] if steps is not None else None
     while True:
         msg = sock.recv(MSG.size)
         if len(msg) != MSG.size:
-            return 0
+            break
         value, raw = MSG.unpack(msg)
         if value == 0:
-            return 0
-        seen = read(raw.rstrip(b"\0").decode())
+            break
+        name = raw.rstrip(b"\0").decode()
+        a = clock()
+        t = open_(name)
+        b = clock()
+        v = view(t)
+        c = clock()
+        seen = read(v)
+        d = clock()
+        del v
+        t.close()
+        e = clock()
+        if timed is not None and name.startswith("handoff.s."):
+            timed.append((b - a, c - b, d - c, e - d))
         sock.send(ACK.pack(0 if seen == value else 1, seen & 0xFFFFFFFF))
+    if timed:
+        for i, label in enumerate(CONSUMER_STEPS):
+            us = sorted(row[i] * 1e6 for row in timed)
+            print(f"python-handoff-host: step={label} median_us={us[len(us) // 2]:.1f}",
+                  flush=True)
+    return 0
 
 
 def producer(device, floor):
-    """(create(name), fill(tensor, value), unlink(tensor)): a fresh tensor, then value
-    everywhere in it, written and visible; then its close_unlink()."""
+    """(create(name), view(tensor), write(view, value), unlink(tensor)): a fresh tensor,
+    its array (NumPy) or tensor (PyTorch), value written everywhere in it and visible;
+    then its close_unlink()."""
     import gpushm
-    if floor is not None:
-        import numpy
-        floor.connect()
-
-        def create(name):
-            return floor.create(name, WORDS * 4)
-
-        def fill(t, value):
-            numpy.asarray(t).fill(value)
-        return create, fill, lambda t: t.close_unlink()
     if device == "cpu":
         import numpy
 
-        def create(name):
-            return gpushm.empty(name, WORDS, "uint32")
+        def write(v, value):
+            v.fill(value)
+        if floor is not None:
+            floor.connect()
+            return (lambda name: floor.create(name, WORDS * 4), numpy.asarray, write,
+                    lambda t: t.close_unlink())
+        return (lambda name: gpushm.empty(name, WORDS, "uint32"), numpy.asarray, write,
+                lambda t: t.buffer.close_unlink())
+    import torch
 
-        def fill(t, value):
-            numpy.asarray(t).fill(value)
-    else:
-        import torch
+    def create(name):
+        return gpushm.empty(name, DEVICE_WORDS, "int32", device=device, uninitialized=True)
 
-        def create(name):
-            return gpushm.empty(name, DEVICE_WORDS, "int32", device=device, uninitialized=True)
-
-        def fill(t, value):
-            torch.from_dlpack(t).fill_(value)
-            torch.cuda.current_stream().synchronize()
-    return create, fill, lambda t: t.buffer.close_unlink()
+    def write(v, value):
+        v.fill_(value)
+        torch.cuda.current_stream().synchronize()
+    return create, torch.from_dlpack, write, lambda t: t.buffer.close_unlink()
 
 
 # --phases: the serial hand-off's steps as bench-handoff-host --phases splits C's
 PHASES = ("create", "fill", "hand-over", "close_unlink")
+# ... and finer (printed as step=NAME): fill's two, and the consumer's four
+PRODUCER_STEPS = ("producer-view", "producer-write")
+CONSUMER_STEPS = ("consumer-open", "consumer-view", "consumer-read", "consumer-close")
 
 
 def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
-    create, fill, unlink = make
+    create, view, write, unlink = make
     clock = time.perf_counter
     outstanding = collections.deque()
     sent = done = 0
@@ -176,15 +195,18 @@ def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
             value += 1
             name = f"handoff.{tag}.{value}"
             t = create(name)
-            filling = clock()
-            fill(t, value)
+            viewing = clock()
+            v = view(t)
+            writing = clock()
+            write(v, value)
+            del v
             handing = clock()
             sock.send(MSG.pack(value, name.encode()))
-            outstanding.append((start, value, t, filling, handing))
+            outstanding.append((start, value, t, viewing, writing, handing))
             sent += 1
         status, seen = ACK.unpack(sock.recv(ACK.size))
         acked = clock()
-        start, want, t, filling, handing = outstanding.popleft()
+        start, want, t, viewing, writing, handing = outstanding.popleft()
         if status != 0:
             sys.exit(f"python-handoff-host: hand-off {want} failed (status {status}, "
                      f"word {seen:#x})")
@@ -193,8 +215,8 @@ def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
         if per_us is not None:
             per_us.append((end - start) * 1e6)
         if phases is not None:
-            for i, us in enumerate((filling - start, handing - filling, acked - handing,
-                                    end - acked)):
+            for i, us in enumerate((viewing - start, handing - viewing, acked - handing,
+                                    end - acked, writing - viewing, handing - writing)):
                 phases[i].append(us * 1e6)
         done += 1
     return value, (clock() - t0) * 1e6 / rounds
@@ -245,11 +267,12 @@ def main():
         mine.close()
         code = 1
         try:
+            steps = [] if args.phases else None
             if args.profile:
                 code = profiled(os.path.join(args.profile, "python-handoff-consumer.txt"),
-                                consumer, theirs, args.device, floor)
+                                consumer, theirs, args.device, floor, steps)
             else:
-                code = consumer(theirs, args.device, floor)
+                code = consumer(theirs, args.device, floor, steps)
         finally:
             os._exit(code)
     theirs.close()
@@ -259,7 +282,7 @@ def main():
     # bench-handoff-host reads gpushmd's CPU time at these two lines
     print("python-handoff-host: serial starts", flush=True)
     before = cpu_ns(os.getpid()), cpu_ns(pid)
-    phases = [[] for _ in PHASES] if args.phases else None
+    phases = [[] for _ in PHASES + PRODUCER_STEPS] if args.phases else None
     if args.profile:
         value, _ = profiled(os.path.join(args.profile, "python-handoff-producer.txt"),
                             run, mine, make, args.rounds, 1, value, serial, "s", phases)
@@ -279,9 +302,10 @@ def main():
     print(f"python-handoff-host: cpu_per_serial_handoff_us "
           f"producer={(after[0] - before[0]) / 1e3 / args.rounds:.1f} "
           f"consumer={(after[1] - before[1]) / 1e3 / args.rounds:.1f}")
-    for label, us in zip(PHASES, phases or ()):
+    for i, us in enumerate(phases or ()):
         us.sort()
-        print(f"python-handoff-host: phase={label} median_us={us[len(us) // 2]:.1f}")
+        what = f"phase={PHASES[i]}" if i < len(PHASES) else f"step={PRODUCER_STEPS[i - len(PHASES)]}"
+        print(f"python-handoff-host: {what} median_us={us[len(us) // 2]:.1f}")
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
     print(f"python-handoff-host: gpushm {gpushm.__version__} through Python "
