@@ -30,6 +30,15 @@ from .weights import WeightSet
 
 __version__ = "0.8.0"
 
+
+def speedups() -> "tuple[bool, str]":
+    """Whether this process calls libgpushm's hot paths (open, create, close, views,
+    DLPack) through the package's C extension, and which file or why not (no compiler or
+    Python headers where it was installed, GPUSHM_PURE_PYTHON; docs/python.md)."""
+    from . import _accel
+    return _accel.speedups is not None, _accel.WHY
+
+
 #: GPUSHM_FEATURE_* bits (Connection.has_feature)
 FEATURE_DISCONNECT = 0x1
 FEATURE_FDSTORE = 0x2
@@ -53,6 +62,6 @@ __all__ = [
     "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "WeightSet", "WeightsInfo", "clients", "connect",
     "default_connection", "create_image", "dtype", "empty", "list_buffers", "open_bundle",
-    "open_weights", "publish_weights", "publish_weights_from", "share", "share_bundle", "stats",
-    "stream_handle", "unlink",
+    "open_weights", "publish_weights", "publish_weights_from", "share", "share_bundle", "speedups",
+    "stats", "stream_handle", "unlink",
 ]

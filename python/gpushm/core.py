@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from . import _capsule, dtypes
 from . import manifest as _manifest
+from ._accel import speedups as _SP
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, CAPSULE_RING, CREATE_OPEN_EXISTING,
                    CREATE_STRICT_MODE, CREATE_SYNC, CREATE_UNINITIALIZED, DLPACK_LEGACY,
@@ -180,6 +181,9 @@ def _need_timelines() -> None:
     if not hasattr(lib, "gpushm_timeline_create"):
         raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no timelines "
                           f"(0.8 does)")
+
+
+_U64_MAX = 2**64 - 1
 
 
 def non_negative(value: int, what: str) -> int:
@@ -361,7 +365,10 @@ class _Handle:
         if (cap is not None and self._pid == _PID and _GIL_ENABLED
                 and sys.getrefcount(cap) <= 2):
             # a handle's capsule is never handed to anyone: it still owns the pointer
-            _capsule.close_owned(cap, self._ptr, self._kind)
+            if _SP is not None and self._kind == CAPSULE_BUFFER:
+                _SP.close(cap, self._ptr)
+            else:
+                _capsule.close_owned(cap, self._ptr, self._kind)
 
     def __enter__(self):
         return self
@@ -475,6 +482,9 @@ class Connection(_Handle):
         same owner, group and mode left; docs/segments.md#zeroing)."""
         cap, c = self._live()
         raw = c_string(name, "name")
+        size = non_negative(size, "size")
+        if size > _U64_MAX:
+            size = _U64_MAX  # (not wrapped to a small size: refused, with the size limit)
         flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
                  | (CREATE_STRICT_MODE if strict_mode else 0)
                  | (CREATE_UNINITIALIZED if uninitialized else 0)
@@ -483,6 +493,11 @@ class Connection(_Handle):
         opts = _create_opts(_backend_value(backend), non_negative(device, "device"), mode,
                             _lifetime_value(lifetime), flags,
                             bytes(metadata) if metadata else b"")
+        if _SP is not None:
+            made = _SP.create(c, raw, size, ctypes.addressof(opts))
+            if type(made) is int:
+                check(made, f"create {name!r}")
+            return Buffer._described(made, self)
         out = c_void_p()
         r = lib.gpushm_buffer_create(c, raw, size, byref(opts), byref(out))
         if r < 0:  # (the operation's text only then: it is most of a create's Python)
@@ -528,6 +543,11 @@ class Connection(_Handle):
         if isinstance(name, int) and not isinstance(name, bool):
             check(lib.gpushm_buffer_open_id(c, non_negative(name, "id"), flags, byref(out)),
                   f"open id {name}")
+        elif _SP is not None:
+            made = _SP.open(c, c_string(name, "name"), flags)
+            if type(made) is int:
+                check(made, f"open {name!r}")
+            return Buffer._described(made, self)
         else:
             r = lib.gpushm_buffer_open(c, c_string(name, "name"), flags, byref(out))
             if r < 0:
@@ -766,6 +786,25 @@ class Buffer(_Handle):
         # which pins the buffer in the daemon); dup() passes it on.
         self._keep: Optional[object] = None
 
+    @classmethod
+    def _described(cls, d: Tuple[Any, ...], connection: Optional[Connection]) -> "Buffer":
+        """A Buffer of what gpushm._speedups' open() or create() returned: the handle, the
+        capsule that owns it, and what __init__ reads through gpushm_buffer_describe()."""
+        self = cls.__new__(cls)
+        (self._ptr, self._cap, self._name, self._id, self._size, backend, self._device,
+         self._map_device, self._readonly, uid, gid, self._metadata, self._data, kind) = d
+        self._pid = _PID
+        self._kind = CAPSULE_BUFFER
+        self._backend = BACKEND_NAMES.get(backend, "host")
+        self._owner = (uid, gid)
+        self._connection = connection
+        self._image = _image_info(self._ptr) if kind == 3 else None
+        self._sync = None
+        self._acquired_stream = None
+        self._acquired = False
+        self._keep = None
+        return self
+
     @property
     def connection(self) -> Optional[Connection]:
         return self._connection
@@ -895,6 +934,11 @@ class Buffer(_Handle):
             # Nobody else uses the capsule: its open is the one the C call closes, so
             # the unlink and the close go to gpushmd as one request, not two.
             self._cap = None
+            if _SP is not None:
+                r = _SP.close_unlink(cap, b)
+                if r < 0:
+                    check(r, f"close_unlink {self.name!r}")
+                return
             _capsule.disarm(cap)
         else:
             # an open of its own for the C call to close, so that this handle's goes the
@@ -1194,6 +1238,11 @@ class Tensor:
             if stream != -1 and self._buffer._is_sync():
                 self._buffer._sync_for_consumer(None if stream in (None, 1) else int(stream))
         desc, keep = self._desc()
+        if _SP is not None:
+            made = _SP.dlpack(b, ctypes.addressof(desc), 0 if versioned else DLPACK_LEGACY)
+            if type(made) is int:
+                check(made, f"DLPack export of {self._buffer.name!r}")
+            return made
         out = c_void_p()
         check(lib.gpushm_buffer_dlpack(b, byref(desc), 0 if versioned else DLPACK_LEGACY,
                                        byref(out)), f"DLPack export of {self._buffer.name!r}")
@@ -1239,6 +1288,22 @@ class Tensor:
         """A flat memoryview of the bytes the tensor's elements span, holding an open of
         its own for as long as it (or an array made from it) lives, read-only on
         read-only opens; the offset of element [0, ..., 0] in it; and the spec it is of."""
+        if _SP is not None:
+            # the bounds and the read-only flag from the live C handle, in C
+            cap, b = self._buffer._live()
+            spec = self._spec
+            first, end = spec.span()
+            if self._buffer._is_sync():
+                check(lib.gpushm_buffer_acquire(b, None, 0, -1),
+                      f"acquire {self._buffer.name!r}")
+            try:
+                view = _SP.host_view(b, first, end - first, self._buffer._keep)
+            except ValueError:
+                _manifest.check_bounds(spec, lib.gpushm_buffer_size(b))  # says which
+                raise
+            if type(view) is int:
+                check(view, f"ref {self._buffer.name!r}")
+            return view, spec.offset - first, spec
         cap, b, spec, readonly = self._checked()
         first, end = spec.span()
         # Buffer._export_ref() and _sync_for_consumer() inline: every asarray() comes here

@@ -254,8 +254,13 @@ static const char *const py_step_names[PY_STEPS] = {
   "consumer-open", "consumer-view", "consumer-read", "consumer-close",
 };
 
+/* What the last python_figures() run said of itself (gpushm's version, Python's, and
+ * whether the package took its C speedups). */
+static char python_said[512];
+
 /* The same hand-off through Python (tests/bench/python-handoff-host.py), binding
- * "package" (the public package) or "floor" (the thinnest binding of the same calls,
+ * "package" (the public package, with its C speedups where they build), "ctypes" (the
+ * package without them) or "floor" (the thinnest binding of the same calls,
  * tests/bench/python-binding-floor.c); false, with why, where it could not run. */
 static bool python_figures(const struct test_daemon *d, unsigned rounds, const char *binding,
                            double *serial, double *inflight, double cpu[3], double *phases,
@@ -293,6 +298,8 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, const c
     } else if (sscanf(line, "python-handoff-host: cpu_per_serial_handoff_us producer=%lf "
                     "consumer=%lf", &cpu[0], &cpu[1]) == 2)
       continue;
+    else if (strncmp(line, "python-handoff-host: gpushm ", 28) == 0)
+      snprintf(python_said, sizeof python_said, "%.490s", line + 21);
     else if (strcmp(line, "python-handoff-host: serial starts") == 0)
       daemon_before = cpu_ns(d->pid);
     else if (strcmp(line, "python-handoff-host: serial ends") == 0)
@@ -426,6 +433,7 @@ int main(int argc, char **argv)
     printf("bench-handoff-host: [10] the same through Python, serial: median %.1f us | Python / C "
            "%.2f | target <= %.1f: %s\n", py_serial, py_serial / serial, TARGET_PYTHON_VS_C,
            py_serial <= TARGET_PYTHON_VS_C * serial ? "met" : "NOT met");
+    printf("bench-handoff-host: [10]   (how) %s\n", python_said);
     printf("bench-handoff-host: [10]   (CPU per serial hand-off through Python) producer %.1f "
            "us, consumer %.1f us, gpushmd %.1f us\n", py_cpu[0], py_cpu[1], py_cpu[2]);
     /* where Python's time goes, step by step (issue 41) */
@@ -437,6 +445,21 @@ int main(int argc, char **argv)
     printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
            "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
            TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");
+  }
+  /* The package without its C speedups: what an install without a compiler gets */
+  if (python) {
+    double pure_serial, pure_inflight, pure_cpu[3];
+
+    if (!python_figures(&d, rounds, "ctypes", &pure_serial, &pure_inflight, pure_cpu, NULL, why,
+                        sizeof why))
+      printf("bench-handoff-host: [10] through Python without the C speedups: skipped: %s\n",
+             why);
+    else
+      printf("bench-handoff-host: [10] through Python without its C speedups (the ctypes path, "
+             "GPUSHM_PURE_PYTHON=1): serial %.1f us, %.2f x C; %u in flight %.1f us, %.2f x C "
+             "| with them / without: %.2f serial, %.2f in flight\n", pure_serial,
+             pure_serial / serial, DEPTH, pure_inflight, pure_inflight / inflight,
+             py_serial / pure_serial, py_inflight / pure_inflight);
   }
   /* Python's floor: what is the interpreter's, and so what the package adds (issue 41) */
   if (python) {

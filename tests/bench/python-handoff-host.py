@@ -12,7 +12,9 @@ NumPy, send its name.  Consumer: numpy.asarray(gpushm.open(name, readonly=True))
 first word, check it, close, ack.  (Device memory: created uninitialized=True, as
 gpushm-bench's producer does, since fill_() writes all of it; torch.from_dlpack() of
 each, fill_() and a stream synchronize; the consumer reads element 0 with .item().)
-Producer, on the ack: close_unlink().  --binding floor: the same calls through
+Producer, on the ack: close_unlink().  The package is measured with its C speedups
+(gpushm/_speedups.c, built here as pip builds them; --binding ctypes: without them).
+--binding floor: the same calls through
 tests/bench/python-binding-floor.c (built here, for this interpreter, against
 $GPUSHM_LIBRARY) instead of the package: the Python figure's floor, host memory only.
 --phases: also the serial hand-off's steps
@@ -88,6 +90,28 @@ def profiled(path, function, *args):
     finally:
         with open(path, "w") as f:
             pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(40)
+
+
+def build_speedups():
+    """The package's C speedups compiled for this interpreter, as pip's build compiles
+    them, and named in GPUSHM_SPEEDUPS for the package to load (a source tree holds no
+    built module); where they cannot be, the package takes its ctypes path and says why."""
+    import atexit
+    import shutil
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "python", "_build_backend"))
+    try:
+        import gpushm_build
+    finally:
+        sys.path.pop(0)
+    out = tempfile.mkdtemp(prefix="gpushm-speedups-")
+    atexit.register(shutil.rmtree, out, True)
+    name, why = gpushm_build.compile_speedups(out)
+    if name is None:
+        print(f"python-handoff-host: the package's C speedups could not be built: {why}")
+    else:
+        os.environ["GPUSHM_SPEEDUPS"] = os.path.join(out, name)
 
 
 def consumer(sock, device, floor, steps):
@@ -237,8 +261,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu (host memory) or cuda:N")
-    parser.add_argument("--binding", choices=("package", "floor"), default="package",
-                        help="the package, or the thinnest binding of its calls (host memory)")
+    parser.add_argument("--binding", choices=("package", "ctypes", "floor"), default="package",
+                        help="the package (with its C speedups, built here where they can "
+                             "be), the package without them, or the thinnest binding of its "
+                             "calls (host memory)")
     parser.add_argument("--phases", action="store_true",
                         help="also each step of the serial hand-off, as medians")
     parser.add_argument("--profile", metavar="DIR",
@@ -252,7 +278,12 @@ def main():
     except ImportError as e:
         print(f"python-handoff-host: skipped: no {e.name} for this python3")
         return 0
+    if args.binding == "ctypes":
+        os.environ["GPUSHM_PURE_PYTHON"] = "1"
+    elif args.binding == "package" and not os.environ.get("GPUSHM_SPEEDUPS"):
+        build_speedups()
     import gpushm
+    from gpushm import _accel
     floor = None
     if args.binding == "floor":
         if args.device != "cpu":
@@ -309,7 +340,8 @@ def main():
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
     print(f"python-handoff-host: gpushm {gpushm.__version__} through Python "
-          f"{sys.version.split()[0]}")
+          f"{sys.version.split()[0]}, {'with' if _accel.speedups else 'without'} its C "
+          f"speedups ({_accel.WHY})")
     return 0
 
 

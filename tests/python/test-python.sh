@@ -40,5 +40,33 @@ if nm -D --undefined-only "$lib" 2>/dev/null | grep -q ' __asan_'; then
   export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 fi
 
-exec "$py" -m pytest -q -rs -p no:cacheprovider -o console_output_style=classic \
-  --rootdir "$src/tests/python" "$src/tests/python"
+# The package's C speedups (python/gpushm/_speedups.c), compiled as pip's build compiles
+# them (with the sanitizers, where libgpushm has them): the suite runs with them, then
+# without (the ctypes path, which installs without a compiler take).  Where they cannot be
+# built here (no Python.h), once, without, saying why.  GPUSHM_TEST_PYTHON_CTYPES=0 runs
+# only the first (CI's repeats of the suite under sanitizers and from tarballs).
+sp=$(mktemp -d /tmp/gpushm-speedups.XXXXXX)
+trap 'rm -rf "$sp"' EXIT
+chmod 0755 "$sp"  # (the tests' uid-65534 processes load it too)
+cflags=
+[ -z "${GPUSHM_TEST_PYTHON_PRELOAD:-}" ] || cflags="-fsanitize=address,undefined"
+built=$(CC="${GPUSHM_TEST_CC:-${CC:-}}" CFLAGS="$cflags" "$py" -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import gpushm_build
+name, why = gpushm_build.compile_speedups(sys.argv[2])
+print(name or "-", why)' "$src/python/_build_backend" "$sp")
+pytest() {
+  "$py" -m pytest -q -rs -p no:cacheprovider -o console_output_style=classic \
+    --rootdir "$src/tests/python" "$src/tests/python"
+}
+if [ "${built%% *}" = - ]; then
+  echo "# the Python package without its C speedups only: ${built#* }"
+  GPUSHM_PURE_PYTHON=1 pytest
+  exit
+fi
+echo "# the Python package with its C speedups ($sp/${built%% *})"
+GPUSHM_SPEEDUPS="$sp/${built%% *}" GPUSHM_TEST_SPEEDUPS=1 pytest
+[ "${GPUSHM_TEST_PYTHON_CTYPES:-1}" != 0 ] || exit 0
+echo "# the Python package without them (GPUSHM_PURE_PYTHON=1: the ctypes path)"
+GPUSHM_PURE_PYTHON=1 pytest

@@ -118,6 +118,10 @@ def test_integer_arguments_do_not_wrap(daemon, conn, name, monkeypatch):
     with pytest.raises(ValueError, match="negative"):
         gpushm.empty(name + ".2", 4, device=-1)
     with pytest.raises(ValueError, match="negative"):
+        conn.create(name + ".2", -1)
+    with pytest.raises(gpushm.InvalidArgument, match="size must be"):
+        conn.create(name + ".2", 2**64 + 64)  # not a 64-byte buffer
+    with pytest.raises(ValueError, match="negative"):
         conn.disconnect_client(-1)
     # the connection's request timeout: what reaches the C call
     seen = []

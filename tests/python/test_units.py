@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Pieces that need no daemon: dtypes, streams and devices as frameworks spell them, the
 manifest codec, the admin dataclasses (with a daemon), and the package's own build."""
+import os
+import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -129,25 +132,86 @@ def test_admin_dataclasses(conn, name):
         assert s.metric("gpushm_backend_buffers", backend="host", device="-1").value >= 1
 
 
-def test_package_builds_offline(tmp_path):
-    """What `pip install --no-index ./python` runs: the in-tree backend, no index."""
+def _backend():
     sys.path.insert(0, str(ROOT / "python" / "_build_backend"))
     try:
         import gpushm_build
     finally:
         sys.path.pop(0)
+    return gpushm_build
+
+
+def test_package_builds_offline(tmp_path, monkeypatch):
+    """What `pip install --no-index ./python` runs: the in-tree backend, no index; a pure
+    wheel where the C speedups are not to be built (GPUSHM_PURE_PYTHON, or no compiler)."""
+    gpushm_build = _backend()
     assert gpushm_build.get_requires_for_build_wheel() == []
+    monkeypatch.setenv("GPUSHM_PURE_PYTHON", "1")
     wheel = gpushm_build.build_wheel(str(tmp_path))
     assert wheel == f"gpushm-{gpushm.__version__}-py3-none-any.whl"
     with zipfile.ZipFile(tmp_path / wheel) as z:
         names = set(z.namelist())
         record = z.read(f"gpushm-{gpushm.__version__}.dist-info/RECORD").decode()
+        assert b"Root-Is-Purelib: true" in z.read(f"gpushm-{gpushm.__version__}.dist-info/WHEEL")
     sources = {f"gpushm/{p.name}" for p in (ROOT / "python" / "gpushm").iterdir()
                if p.suffix == ".py" or p.name == "py.typed"}
     assert sources <= names and "gpushm/py.typed" in names
     assert all(n in record for n in sources)
+    assert not any("_speedups" in n for n in names)
+    monkeypatch.delenv("GPUSHM_PURE_PYTHON")
+    monkeypatch.setenv("CC", "false")  # a compiler that fails: still a (pure) wheel
+    (tmp_path / "failed").mkdir()
+    assert gpushm_build.build_wheel(str(tmp_path / "failed")).endswith("-py3-none-any.whl")
     sdist = gpushm_build.build_sdist(str(tmp_path))
     assert sdist.endswith(".tar.gz")
+    with tarfile.open(tmp_path / sdist) as t:
+        names = t.getnames()
+    base = f"gpushm-{gpushm.__version__}"
+    assert f"{base}/gpushm/_speedups.c" in names
+    assert {f"{base}/_include/gpushm.h", f"{base}/_include/gpushm-dlpack.h"} <= set(names)
+
+
+def test_package_builds_its_speedups(tmp_path, name):
+    """Where a compiler and Python's headers are, the wheel carries gpushm._speedups and is
+    this interpreter's; installed, the package takes the C path, and without the
+    extension (GPUSHM_PURE_PYTHON) the ctypes path."""
+    gpushm_build = _backend()
+    if os.environ.get("GPUSHM_TEST_SPEEDUPS") != "1":
+        pytest.skip("test-python.sh built no speedups here (see its first line)")
+    wheel = gpushm_build.build_wheel(str(tmp_path))
+    assert wheel == f"gpushm-{gpushm.__version__}-{gpushm_build._platform_tag()}.whl"
+    site = tmp_path / "site"
+    with zipfile.ZipFile(tmp_path / wheel) as z:
+        assert b"Root-Is-Purelib: false" in z.read(f"gpushm-{gpushm.__version__}.dist-info/WHEEL")
+        assert any(n.startswith("gpushm/_speedups.") and n.endswith(".so") for n in z.namelist())
+        z.extractall(site)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    env.pop("GPUSHM_SPEEDUPS", None)
+    probe = ("import gpushm, gpushm._accel as a; print(a.speedups is not None, a.WHY); "
+             f"t = gpushm.empty({name!r}, 4, 'int32'); import numpy; "
+             f"numpy.asarray(t)[:] = 7; print(int(numpy.asarray(gpushm.open({name!r}))[3])); "
+             "t.buffer.close_unlink()")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    first, value = out.stdout.split("\n")[:2]
+    assert first.startswith("True gpushm._speedups") and str(site) in first and value == "7"
+    env["GPUSHM_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("False GPUSHM_PURE_PYTHON is set")
+
+
+def test_the_path_this_suite_takes():
+    """test-python.sh runs the suite with the speedups it built, then without: each run
+    takes the path it says (a fast path that failed to load would fall back silently)."""
+    from gpushm import _accel
+    used, why = gpushm.speedups()
+    assert used == (_accel.speedups is not None) and why == _accel.WHY
+    if os.environ.get("GPUSHM_PURE_PYTHON") == "1":
+        assert not used and "GPUSHM_PURE_PYTHON" in why
+    elif os.environ.get("GPUSHM_TEST_SPEEDUPS") == "1":
+        assert used, why
+        assert _accel.speedups.__file__ == os.environ["GPUSHM_SPEEDUPS"] in why
 
 
 def test_star_import_shadows_no_builtin():

@@ -221,7 +221,11 @@ ok "examples' gpushm-producer and gpushm-consumer: 8 MiB of host memory verified
 # Python: the installed package, reading the C client's bytes; with NumPy, a round trip.
 /usr/bin/python3 - <<'EOF' || die "python3-gpushm failed"
 import gpushm
+from gpushm import _accel
 assert gpushm.__file__.startswith("/usr/lib/python3/dist-packages/gpushm/"), gpushm.__file__
+# the package's C speedups, built by the package's build with the distribution's flags
+assert _accel.speedups is not None, _accel.WHY
+assert _accel.speedups.__file__.startswith("/usr/lib/python3/dist-packages/gpushm/"), _accel.WHY
 data = bytes(gpushm.open("deb-c", dtype="uint8").memoryview())
 assert data == bytes((i * 7 + 3) & 0xFF for i in range(4096)), "deb-c's bytes differ"
 try:
@@ -235,7 +239,7 @@ else:
     assert b.dtype == numpy.float32 and (b == a).all(), "deb-py differs"
 print("python3-gpushm", gpushm.__version__, "from", gpushm.__file__)
 EOF
-ok "python3-gpushm: the C client's buffer read back$(/usr/bin/python3 -c 'import numpy' 2>/dev/null && echo ', NumPy round trip')"
+ok "python3-gpushm (with its C speedups): the C client's buffer read back$(/usr/bin/python3 -c 'import numpy' 2>/dev/null && echo ', NumPy round trip')"
 listing=$(gpushmctl list) || die "gpushmctl list failed"
 for name in deb-ctl deb-c; do
   printf '%s\n' "$listing" | grep -q "$name" || { say "$listing"; die "gpushmctl list lacks $name"; }
