@@ -21,7 +21,7 @@ from ._lib import CAPSULE_BUFFER, CAPSULE_DLTENSOR, CAPSULE_DLTENSOR_VERSIONED, 
 #: The libgpushm functions the module calls (gpushm_buffer_describe: 0.8).
 FUNCTIONS = ("gpushm_buffer_open", "gpushm_buffer_create", "gpushm_buffer_close",
              "gpushm_buffer_close_unlink", "gpushm_buffer_describe", "gpushm_buffer_ref",
-             "gpushm_buffer_dlpack", "gpushm_capsule_destructor")
+             "gpushm_buffer_dlpack", "gpushm_buffer_sync_method", "gpushm_capsule_destructor")
 
 
 def _load() -> Tuple[Optional[Any], str]:

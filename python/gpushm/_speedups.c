@@ -19,6 +19,7 @@
 #include <gpushm-dlpack.h>
 
 #include <stdint.h>
+#include <string.h>
 
 static struct {
   __typeof__(gpushm_buffer_open) *open;
@@ -28,6 +29,7 @@ static struct {
   __typeof__(gpushm_buffer_describe) *describe;
   __typeof__(gpushm_buffer_ref) *ref;
   __typeof__(gpushm_buffer_dlpack) *dlpack;
+  __typeof__(gpushm_buffer_sync_method) *sync_method;
   __typeof__(gpushm_capsule_destructor) *destructor;
   const char *buffer_capsule, *dltensor_capsule, *dltensor_versioned_capsule;
 } lib;
@@ -44,6 +46,7 @@ static const struct binding {
   { "gpushm_buffer_describe", (void **)&lib.describe },
   { "gpushm_buffer_ref", (void **)&lib.ref },
   { "gpushm_buffer_dlpack", (void **)&lib.dlpack },
+  { "gpushm_buffer_sync_method", (void **)&lib.sync_method },
   { "gpushm_capsule_destructor", (void **)&lib.destructor },
   { "capsule_buffer", (void **)&lib.buffer_capsule },
   { "capsule_dltensor", (void **)&lib.dltensor_capsule },
@@ -51,7 +54,22 @@ static const struct binding {
 };
 #define BINDINGS (sizeof bindings / sizeof bindings[0])
 
+#if PY_VERSION_HEX < 0x030A0000 /* (Python 3.8 and 3.9) */
+static inline PyObject *Py_NewRef(PyObject *o)
+{
+  Py_INCREF(o);
+  return o;
+}
+#endif
+#if PY_VERSION_HEX < 0x03090000
+static inline PyObject *PyObject_CallOneArg(PyObject *f, PyObject *arg)
+{
+  return PyObject_CallFunctionObjArgs(f, arg, NULL);
+}
+#endif
+
 static int bound;
+static PyObject *empty_args; /* () for tp_new */
 
 /* bind({name: address}): every entry of bindings[], non-zero, or ValueError. */
 static PyObject *sp_bind(PyObject *self, PyObject *table)
@@ -272,6 +290,37 @@ static PyTypeObject view_type = {
   .tp_doc = "Bytes of a gpushm buffer's host mapping, holding an open of the buffer.",
 };
 
+/* A memoryview of bytes [first, first + length) of buf's host mapping (d: its
+ * description, the span checked against it), holding an open of its own and keep (None
+ * or what must outlive it); or libgpushm's negative code. */
+static PyObject *view_of(gpushm_buffer_t *buf, const gpushm_buffer_desc_t *d, uint64_t first,
+                         uint64_t length, PyObject *keep)
+{
+  PyObject *mv;
+  View *v;
+  int r;
+
+  if ((r = lib.ref(buf)) < 0)
+    return PyLong_FromLong(r);
+  if (!(v = PyObject_New(View, &view_type))) {
+    lib.close(buf);
+    return NULL;
+  }
+  v->keep = NULL;
+  v->ptr = (char *)d->ptr + first;
+  v->len = (Py_ssize_t)length;
+  v->readonly = d->read_only != 0;
+  if (!(v->open = own(buf))) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  if (keep != Py_None)
+    v->keep = Py_NewRef(keep);
+  mv = PyMemoryView_FromObject((PyObject *)v);
+  Py_DECREF(v);
+  return mv;
+}
+
 /* host_view(pointer, first, length, keep): a memoryview of bytes [first, first + length)
  * of the buffer's host mapping, read-only where the handle is, holding an open of its own
  * and keep (None or what must outlive it); ValueError past the buffer's end. */
@@ -280,9 +329,6 @@ static PyObject *sp_host_view(PyObject *self, PyObject *const *args, Py_ssize_t 
   gpushm_buffer_desc_t d = { .size = sizeof d };
   void *buf;
   uint64_t first, length;
-  View *v;
-  PyObject *mv;
-  int r;
 
   (void)self;
   if (nargs != 4)
@@ -298,27 +344,7 @@ static PyObject *sp_host_view(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyErr_Format(PyExc_ValueError, "bytes [%llu, +%llu) lie past the buffer's %llu",
                         (unsigned long long)first, (unsigned long long)length,
                         (unsigned long long)d.bytes);
-  if ((r = lib.ref(buf)) < 0)
-    return PyLong_FromLong(r);
-  if (!(v = PyObject_New(View, &view_type))) {
-    lib.close(buf);
-    return NULL;
-  }
-  v->keep = NULL;
-  v->ptr = (char *)d.ptr + first;
-  v->len = (Py_ssize_t)length;
-  v->readonly = d.read_only != 0;
-  if (!(v->open = own(buf))) {
-    Py_DECREF(v);
-    return NULL;
-  }
-  if (args[3] != Py_None) {
-    Py_INCREF(args[3]);
-    v->keep = args[3];
-  }
-  mv = PyMemoryView_FromObject((PyObject *)v);
-  Py_DECREF(v);
-  return mv;
+  return view_of(buf, &d, first, length, args[3]);
 }
 
 /* dlpack(pointer, desc, flags): a DLPack capsule (versioned unless flags has
@@ -359,6 +385,335 @@ static PyObject *sp_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
   return cap;
 }
 
+/* ---- whole calls of the public API: gpushm.open() and gpushm.empty() -------------------
+ * What core.py's Buffer._described() and Tensor() make, made here without a Python frame
+ * between the call and its result: the package's classes and its manifest decoder are
+ * bound by bind_classes().  Anything off the common path (a closed or inherited
+ * connection, a name with a NUL, an image, a buffer without exactly one tensor in its
+ * manifest) goes back to the Python path, which says what is wrong as it always has. */
+
+static struct {
+  PyObject *buffer, *tensor; /* gpushm.core.Buffer, Tensor */
+  PyObject *decode;          /* gpushm.manifest._decode(metadata, size) -> specs */
+  PyObject *core;            /* gpushm.core's namespace: _PID, BACKEND_NAMES */
+  PyObject *capsule_kind;    /* CAPSULE_BUFFER, as Buffer._kind says it */
+} py;
+
+/* Interned attribute names, in the order of the values described_buffer() sets. */
+enum {
+  A_PTR, A_CAP, A_NAME, A_ID, A_SIZE, A_BACKEND, A_DEVICE, A_MAP_DEVICE, A_READONLY, A_OWNER,
+  A_METADATA, A_DATA, A_PID, A_KIND, A_CONNECTION, A_IMAGE, A_SYNC, A_ACQUIRED_STREAM,
+  A_ACQUIRED, A_KEEP, A_BUFFER, A_SPEC, A_VIEW_OPEN, A_TEMPLATE, A_COUNT
+};
+static const char *const attr_names[A_COUNT] = {
+  "_ptr", "_cap", "_name", "_id", "_size", "_backend", "_device", "_map_device", "_readonly",
+  "_owner", "_metadata", "_data", "_pid", "_kind", "_connection", "_image", "_sync",
+  "_acquired_stream", "_acquired", "_keep", "_buffer", "_spec", "_view_open",
+  "_array_template",
+};
+static PyObject *attr[A_COUNT];
+
+/* bind_classes(Buffer, Tensor, decode, core namespace, CAPSULE_BUFFER) */
+static PyObject *sp_bind_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  (void)self;
+  if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyDict_Check(args[3]))
+    return PyErr_Format(PyExc_TypeError,
+                        "bind_classes(Buffer, Tensor, decode, core namespace, kind)");
+  for (int i = 0; i < A_COUNT; i++)
+    if (!attr[i] && !(attr[i] = PyUnicode_InternFromString(attr_names[i])))
+      return NULL;
+  Py_XSETREF(py.buffer, Py_NewRef(args[0]));
+  Py_XSETREF(py.tensor, Py_NewRef(args[1]));
+  Py_XSETREF(py.decode, Py_NewRef(args[2]));
+  Py_XSETREF(py.core, Py_NewRef(args[3]));
+  Py_XSETREF(py.capsule_kind, Py_NewRef(args[4]));
+  Py_RETURN_NONE;
+}
+
+/* An instance of cls with no __init__ run, and the attributes in names/values set. */
+static PyObject *instance(PyObject *cls, const int *names, PyObject *const *values, int n)
+{
+  PyObject *obj = ((PyTypeObject *)cls)->tp_new((PyTypeObject *)cls, empty_args, NULL);
+
+  for (int i = 0; obj && i < n; i++)
+    if (PyObject_SetAttr(obj, attr[names[i]], values[i]) < 0)
+      Py_CLEAR(obj);
+  return obj;
+}
+
+/* A Buffer of a handle just opened or created through connection, as
+ * Buffer._described() makes it; the handle is closed on error. */
+static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, PyObject *pid)
+{
+  static const int names[] = {
+    A_PTR, A_CAP, A_NAME, A_ID, A_SIZE, A_BACKEND, A_DEVICE, A_MAP_DEVICE, A_READONLY, A_OWNER,
+    A_METADATA, A_DATA, A_PID, A_KIND, A_CONNECTION, A_IMAGE, A_SYNC, A_ACQUIRED_STREAM,
+    A_ACQUIRED, A_KEEP,
+  };
+  gpushm_buffer_desc_t d = { .size = sizeof d };
+  PyObject *v[sizeof names / sizeof names[0]] = { NULL }, *backends, *obj = NULL;
+  const int n = (int)(sizeof names / sizeof names[0]);
+
+  if (lib.describe(buf, &d) < 0) {
+    lib.close(buf);
+    return PyErr_Format(PyExc_RuntimeError, "gpushm_buffer_describe failed on a handle "
+                        "just made");
+  }
+  if (!(v[1] = own(buf)))
+    return NULL;
+  /* from here the capsule owns the handle: dropping it closes the handle */
+  backends = PyDict_GetItemString(py.core, "BACKEND_NAMES");
+  v[0] = PyLong_FromVoidPtr(buf);
+  v[2] = PyUnicode_DecodeUTF8(d.name ? d.name : "", d.name ? (Py_ssize_t)strlen(d.name) : 0,
+                              "replace");
+  v[3] = PyLong_FromUnsignedLongLong(d.id);
+  v[4] = PyLong_FromUnsignedLongLong(d.bytes);
+  v[6] = PyLong_FromLong(d.device);
+  v[7] = PyLong_FromLong(d.map_device);
+  v[8] = Py_NewRef(d.read_only ? Py_True : Py_False);
+  v[9] = Py_BuildValue("(II)", d.owner_uid, d.owner_gid);
+  v[10] = PyBytes_FromStringAndSize(d.metadata ? d.metadata : "",
+                                    d.metadata ? (Py_ssize_t)d.metadata_size : 0);
+  v[11] = PyLong_FromVoidPtr(d.ptr);
+  v[12] = Py_NewRef(pid);
+  v[13] = Py_NewRef(py.capsule_kind);
+  v[14] = Py_NewRef(connection);
+  if (d.kind == GPUSHM_KIND_IMAGE) { /* (what it is: core._image_info(), as _described()) */
+    PyObject *info = PyDict_GetItemString(py.core, "_image_info");
+
+    v[15] = info && v[0] ? PyObject_CallOneArg(info, v[0]) : NULL;
+  } else {
+    v[15] = Py_NewRef(Py_None);
+  }
+  v[16] = Py_NewRef(Py_None);
+  v[17] = Py_NewRef(Py_None);
+  v[18] = Py_NewRef(Py_False);
+  v[19] = Py_NewRef(Py_None);
+  {
+    PyObject *key = PyLong_FromUnsignedLong(d.backend);
+    PyObject *found = key && backends ? PyDict_GetItemWithError(backends, key) : NULL;
+
+    Py_XDECREF(key);
+    v[5] = found ? Py_NewRef(found)
+                 : PyErr_Occurred() ? NULL : PyUnicode_InternFromString("host");
+  }
+  for (int i = 0; i < n; i++)
+    if (!v[i])
+      goto out;
+  obj = instance(py.buffer, names, v, n);
+out:
+  for (int i = 0; i < n; i++)
+    Py_XDECREF(v[i]);
+  return obj;
+}
+
+/* A Tensor of buffer with spec (Tensor.__init__'s check of spec against the buffer is
+ * the decoder's, which had its size). */
+static PyObject *tensor_of(PyObject *buffer, PyObject *spec)
+{
+  static const int names[] = { A_BUFFER, A_SPEC, A_VIEW_OPEN };
+  PyObject *const v[] = { buffer, spec, Py_None };
+
+  return instance(py.tensor, names, v, 3);
+}
+
+/* The connection's handle, where it may be used here and now (open, and this process's:
+ * Connection._live()'s conditions); NULL without an error where not. *cap: the capsule,
+ * held while its handle is used (a close() elsewhere then leaves the closing to it). */
+static void *live_connection(PyObject *conn, PyObject **cap, PyObject **pid)
+{
+  PyObject *theirs = NULL, *ptr = NULL;
+  void *out = NULL;
+
+  *cap = *pid = NULL;
+  if (!(*cap = PyObject_GetAttr(conn, attr[A_CAP])) || *cap == Py_None ||
+      !(theirs = PyObject_GetAttr(conn, attr[A_PID])) ||
+      !(*pid = PyDict_GetItemString(py.core, "_PID")) ||
+      PyObject_RichCompareBool(theirs, *pid, Py_EQ) != 1 ||
+      !(ptr = PyObject_GetAttr(conn, attr[A_PTR])))
+    goto out;
+  out = PyLong_AsVoidPtr(ptr);
+out:
+  Py_XDECREF(theirs);
+  Py_XDECREF(ptr);
+  if (!out) {
+    Py_CLEAR(*cap);
+    *pid = NULL;
+    PyErr_Clear();
+  }
+  return out;
+}
+
+/* A name as libgpushm takes it, or NULL without an error (a NUL in it: the Python
+ * path refuses it with its message). */
+static const char *c_name(PyObject *name)
+{
+  Py_ssize_t n;
+  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+
+  if (!s || strlen(s) != (size_t)n) {
+    PyErr_Clear();
+    return NULL;
+  }
+  return s;
+}
+
+/* open_tensor(connection, name, flags): gpushm.open(name)'s Tensor where the buffer's
+ * manifest names one tensor; else the Buffer (the Python path goes on from it), a
+ * negative libgpushm code, or NotImplemented (the Python path from the start). */
+static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  gpushm_buffer_t *buf = NULL;
+  PyObject *cap, *pid, *buffer, *specs, *out;
+  const char *name;
+  unsigned long flags;
+  void *conn;
+  int r;
+
+  (void)self;
+  if (nargs != 3)
+    return PyErr_Format(PyExc_TypeError, "open_tensor(connection, name, flags)");
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  flags = PyLong_AsUnsignedLong(args[2]);
+  if (flags == (unsigned long)-1 && PyErr_Occurred())
+    return NULL;
+  if (!(name = c_name(args[1])) || !(conn = live_connection(args[0], &cap, &pid)))
+    Py_RETURN_NOTIMPLEMENTED;
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.open(conn, name, (uint32_t)flags, &buf);
+  Py_END_ALLOW_THREADS
+  if (r < 0) {
+    Py_DECREF(cap);
+    return PyLong_FromLong(r);
+  }
+  buffer = described_buffer(buf, args[0], pid);
+  Py_DECREF(cap);
+  if (!buffer)
+    return NULL;
+  {
+    gpushm_buffer_desc_t d = { .size = sizeof d };
+
+    if (lib.describe(buf, &d) < 0 || d.kind == GPUSHM_KIND_IMAGE || !d.metadata ||
+        !d.metadata_size)
+      return buffer; /* (images and bytes: the Python path) */
+  }
+  {
+    PyObject *meta = PyObject_GetAttr(buffer, attr[A_METADATA]);
+    PyObject *size = meta ? PyObject_GetAttr(buffer, attr[A_SIZE]) : NULL;
+
+    specs = size ? PyObject_CallFunctionObjArgs(py.decode, meta, size, NULL) : NULL;
+    Py_XDECREF(meta);
+    Py_XDECREF(size);
+  }
+  if (!specs) {
+    Py_DECREF(buffer); /* (its capsule closes the open) */
+    return NULL;
+  }
+  if (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != 1) {
+    Py_DECREF(specs);
+    return buffer; /* (a bundle: the Python path says what to do) */
+  }
+  out = tensor_of(buffer, PyTuple_GET_ITEM(specs, 0));
+  Py_DECREF(specs);
+  Py_DECREF(buffer);
+  return out;
+}
+
+/* create_tensor(connection, name, size, opts, spec): gpushm.empty()'s Tensor, spec
+ * already checked to fit size; else a negative libgpushm code, or NotImplemented. */
+static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  gpushm_buffer_t *buf = NULL;
+  PyObject *cap, *pid, *buffer, *out;
+  const char *name;
+  uint64_t size;
+  void *conn, *opts;
+  int r;
+
+  (void)self;
+  if (nargs != 5)
+    return PyErr_Format(PyExc_TypeError, "create_tensor(connection, name, size, opts, spec)");
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (arg_u64(args[2], &size) < 0 || arg_pointer(args[3], &opts, "opts") < 0)
+    return NULL;
+  if (!(name = c_name(args[1])) || !(conn = live_connection(args[0], &cap, &pid)))
+    Py_RETURN_NOTIMPLEMENTED;
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.create(conn, name, size, opts, &buf);
+  Py_END_ALLOW_THREADS
+  if (r < 0) {
+    Py_DECREF(cap);
+    return PyLong_FromLong(r);
+  }
+  buffer = described_buffer(buf, args[0], pid);
+  Py_DECREF(cap);
+  if (!buffer)
+    return NULL;
+  out = tensor_of(buffer, args[4]);
+  Py_DECREF(buffer);
+  return out;
+}
+
+/* array_interface(tensor): Tensor.__array_interface__ of a host tensor of this process's
+ * open (no sync buffer), its span checked against the live C handle; else a negative
+ * libgpushm code, or NotImplemented (the Python path, which says what is wrong). */
+static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
+{
+  gpushm_buffer_desc_t d = { .size = sizeof d };
+  PyObject *buffer = NULL, *cap = NULL, *theirs = NULL, *ptr = NULL, *spec = NULL;
+  PyObject *tmpl = NULL, *keep = NULL, *view = NULL, *out = NULL, *pid;
+  unsigned long long first, length;
+  void *buf;
+
+  (void)self;
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (!(buffer = PyObject_GetAttr(tensor, attr[A_BUFFER])) ||
+      !(cap = PyObject_GetAttr(buffer, attr[A_CAP])) || cap == Py_None ||
+      !(theirs = PyObject_GetAttr(buffer, attr[A_PID])) ||
+      !(pid = PyDict_GetItemString(py.core, "_PID")) ||
+      PyObject_RichCompareBool(theirs, pid, Py_EQ) != 1 ||
+      !(ptr = PyObject_GetAttr(buffer, attr[A_PTR])) || !(buf = PyLong_AsVoidPtr(ptr)) ||
+      lib.describe(buf, &d) < 0 || d.backend != GPUSHM_BACKEND_HOST || !d.ptr ||
+      lib.sync_method(buf, NULL) != 0 || !(spec = PyObject_GetAttr(tensor, attr[A_SPEC])) ||
+      !(tmpl = PyObject_GetAttr(spec, attr[A_TEMPLATE])) || !PyTuple_Check(tmpl) ||
+      PyTuple_GET_SIZE(tmpl) != 6 || !(keep = PyObject_GetAttr(buffer, attr[A_KEEP])))
+    goto fallback;
+  first = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tmpl, 3));
+  length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tmpl, 4));
+  if (PyErr_Occurred() || first > d.bytes || length > d.bytes - first ||
+      length > PY_SSIZE_T_MAX)
+    goto fallback; /* (the Python path says which element lies outside) */
+  if (!(view = view_of(buf, &d, first, length, keep)))
+    goto out;
+  if (PyLong_Check(view)) { /* libgpushm's error */
+    out = view;
+    view = NULL;
+    goto out;
+  }
+  out = Py_BuildValue("{s:i,s:O,s:O,s:O,s:O,s:O}", "version", 3, "shape",
+                      PyTuple_GET_ITEM(tmpl, 0), "typestr", PyTuple_GET_ITEM(tmpl, 1), "data",
+                      view, "offset", PyTuple_GET_ITEM(tmpl, 5), "strides",
+                      PyTuple_GET_ITEM(tmpl, 2));
+  goto out;
+fallback:
+  PyErr_Clear();
+  out = Py_NewRef(Py_NotImplemented);
+out:
+  Py_XDECREF(buffer);
+  Py_XDECREF(cap);
+  Py_XDECREF(theirs);
+  Py_XDECREF(ptr);
+  Py_XDECREF(spec);
+  Py_XDECREF(tmpl);
+  Py_XDECREF(keep);
+  Py_XDECREF(view);
+  return out;
+}
+
 static PyMethodDef methods[] = {
   { "bind", sp_bind, METH_O, "Binds to the libgpushm functions at these addresses." },
   { "open", (PyCFunction)(void (*)(void))sp_open, METH_FASTCALL, NULL },
@@ -367,6 +722,10 @@ static PyMethodDef methods[] = {
   { "close_unlink", (PyCFunction)(void (*)(void))sp_close_unlink, METH_FASTCALL, NULL },
   { "host_view", (PyCFunction)(void (*)(void))sp_host_view, METH_FASTCALL, NULL },
   { "dlpack", (PyCFunction)(void (*)(void))sp_dlpack, METH_FASTCALL, NULL },
+  { "bind_classes", (PyCFunction)(void (*)(void))sp_bind_classes, METH_FASTCALL, NULL },
+  { "open_tensor", (PyCFunction)(void (*)(void))sp_open_tensor, METH_FASTCALL, NULL },
+  { "create_tensor", (PyCFunction)(void (*)(void))sp_create_tensor, METH_FASTCALL, NULL },
+  { "array_interface", sp_array_interface, METH_O, NULL },
   { NULL, NULL, 0, NULL },
 };
 
@@ -378,7 +737,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-  if (PyType_Ready(&view_type) < 0)
+  if (PyType_Ready(&view_type) < 0 || !(empty_args = PyTuple_New(0)))
     return NULL;
   return PyModule_Create(&module);
 }

@@ -17,7 +17,9 @@ from . import dtypes
 from . import manifest as _manifest
 from ._copy import describe
 from ._lib import strerror
-from .core import BUNDLE_ALIGN, Buffer, Connection, DeviceLike, Tensor, parse_device
+from ._accel import speedups as _SP
+from ._lib import OPEN_READONLY, map_device_flag
+from .core import BUNDLE_ALIGN, Buffer, Connection, DeviceLike, Tensor, check, parse_device
 from .errors import CODES, make_error
 
 if TYPE_CHECKING:
@@ -96,6 +98,10 @@ def _create_tensors(name: str, specs: Sequence[_manifest.TensorSpec], size: int,
     return buf
 
 
+#: Plans a connection keeps (api._empty_plan), at most.
+_EMPTY_PLANS_MAX = 64
+
+
 def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *,
           device: DeviceLike = "cpu", conn: Optional[Connection] = None,
           backend: Optional[Union[str, int]] = None, **create: Any) -> Tensor:
@@ -103,9 +109,46 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
     ``uninitialized=True``) with its manifest, and returns it open read-write.
     ``device``: "cpu" (host memory) or "cuda:N"; ``create``: Connection.create()'s
     options (mode, lifetime, sync, uninitialized, ...)."""
+    c = conn if conn is not None else default_connection()
+    if _SP is not None:
+        # a producer's fresh tensor of the same kind each step: the plan made the first
+        # time (the spec, its manifest and the create options), the create and the
+        # objects in C
+        try:
+            key = (shape, dtype, device, backend, *create.items())
+            plan = c._empty_plans.get(key)
+        except (TypeError, AttributeError):  # an unhashable shape or option; not ours
+            key = plan = None
+        if plan is not None:
+            made = _SP.create_tensor(c, name, plan[0], plan[1], plan[2])
+            if type(made) is int:
+                check(made, f"create {name!r}")
+            if made is not NotImplemented:
+                return made
     spec = _manifest.make_spec("", dtype, shape)
-    buf = _create_tensors(name, (spec,), spec.nbytes, device, conn, backend, create)
+    buf = _create_tensors(name, (spec,), spec.nbytes, device, c, backend, create)
+    if _SP is not None and key is not None and not create.get("open_existing"):
+        _empty_plan(c, key, spec, device, backend, create)
     return Tensor(buf, spec)
+
+
+def _empty_plan(c: Connection, key: Any, spec: _manifest.TensorSpec, device: DeviceLike,
+                backend: Optional[Union[str, int]], create: Dict[str, Any]) -> None:
+    """Remembers on c what empty() with these arguments asks gpushm_buffer_create() for,
+    the way _create_tensors() and Connection.create() work it out (an open_existing
+    create is never planned: it must compare the manifest it joins)."""
+    kind, index = parse_device(device)
+    options = dict(create)
+    options.update(backend=_device_backend(c, kind, backend),
+                   device=index if kind == "cuda" else 0,
+                   map_device=index if kind == "cuda" else None,
+                   metadata=_manifest.encode((spec,)))
+    size, opts = c._create_plan(max(spec.nbytes, 1), **options)
+    plans = c._empty_plans
+    if len(plans) >= _EMPTY_PLANS_MAX:
+        plans.clear()
+    # (opts held by the plan: the address stays valid as long as it is in use)
+    plans[key] = (size, _core.ctypes.addressof(opts), spec, opts)
 
 
 def _sync_after_copy(tensor: Tensor, source: Any) -> None:
@@ -196,7 +239,22 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
     if device is not None:
         kind, index = parse_device(device)
         map_device = index if kind == "cuda" else None
-    buf = c.open(name, readonly=readonly, map_device=map_device)
+    if (_SP is not None and dtype is None and shape is None and strides is None
+            and tensor is None):
+        # the common open in C: the Tensor of a buffer with one tensor in its manifest;
+        # anything else comes back as the Buffer, or NotImplemented, for the path below
+        flags = (OPEN_READONLY if readonly else 0) | (
+            map_device_flag(_core.non_negative(map_device, "map_device"))
+            if map_device is not None else 0)
+        made = _SP.open_tensor(c, name, flags)
+        if type(made) is Tensor:
+            return made
+        if type(made) is int:
+            check(made, f"open {name!r}")
+        buf = made if type(made) is Buffer else c.open(name, readonly=readonly,
+                                                      map_device=map_device)
+    else:
+        buf = c.open(name, readonly=readonly, map_device=map_device)
     try:
         if buf.image is not None and dtype is None and shape is None and strides is None:
             # a linear image is (height, width, channels) of its format, rows apart by its

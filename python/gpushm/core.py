@@ -416,6 +416,8 @@ class Connection(_Handle):
         out = c_void_p()
         check(lib.gpushm_connect(path, client, byref(out)), "connect")
         super().__init__(_handle(out, "connect"), CAPSULE_CONNECTION)
+        # gpushm.empty()'s work for one kind of tensor, done once (api._empty_plan)
+        self._empty_plans: Dict[Any, Any] = {}
         if timeout is not None:
             self.set_timeout(timeout)
 
@@ -482,17 +484,11 @@ class Connection(_Handle):
         same owner, group and mode left; docs/segments.md#zeroing)."""
         cap, c = self._live()
         raw = c_string(name, "name")
-        size = non_negative(size, "size")
-        if size > _U64_MAX:
-            size = _U64_MAX  # (not wrapped to a small size: refused, with the size limit)
-        flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
-                 | (CREATE_STRICT_MODE if strict_mode else 0)
-                 | (CREATE_UNINITIALIZED if uninitialized else 0)
-                 | (map_device_flag(non_negative(map_device, "map_device"))
-                    if map_device is not None else 0))
-        opts = _create_opts(_backend_value(backend), non_negative(device, "device"), mode,
-                            _lifetime_value(lifetime), flags,
-                            bytes(metadata) if metadata else b"")
+        size, opts = self._create_plan(size, backend=backend, device=device, mode=mode,
+                                       lifetime=lifetime, sync=sync,
+                                       open_existing=open_existing, metadata=metadata,
+                                       map_device=map_device, strict_mode=strict_mode,
+                                       uninitialized=uninitialized)
         if _SP is not None:
             made = _SP.create(c, raw, size, ctypes.addressof(opts))
             if type(made) is int:
@@ -503,6 +499,27 @@ class Connection(_Handle):
         if r < 0:  # (the operation's text only then: it is most of a create's Python)
             check(r, f"create {name!r}")
         return Buffer(_handle(out, "create"), self)
+
+    @staticmethod
+    def _create_plan(size: int, *, backend: Union[str, int] = "default", device: int = 0,
+                     mode: int = 0o600, lifetime: Union[str, int] = "persistent",
+                     sync: bool = False, open_existing: bool = False,
+                     metadata: Optional[bytes] = None, map_device: Optional[int] = None,
+                     strict_mode: bool = False,
+                     uninitialized: bool = False) -> Tuple[int, CreateOpts]:
+        """What create() hands gpushm_buffer_create() besides the name: the size and
+        the options, checked (gpushm.empty() remembers them per kind of tensor)."""
+        size = non_negative(size, "size")
+        if size > _U64_MAX:
+            size = _U64_MAX  # (not wrapped to a small size: refused, with the size limit)
+        flags = ((CREATE_SYNC if sync else 0) | (CREATE_OPEN_EXISTING if open_existing else 0)
+                 | (CREATE_STRICT_MODE if strict_mode else 0)
+                 | (CREATE_UNINITIALIZED if uninitialized else 0)
+                 | (map_device_flag(non_negative(map_device, "map_device"))
+                    if map_device is not None else 0))
+        return size, _create_opts(_backend_value(backend), non_negative(device, "device"), mode,
+                                  _lifetime_value(lifetime), flags,
+                                  bytes(metadata) if metadata else b"")
 
     def create_image(self, name: str, width: int, height: int, *, format: str = "rgba8-unorm",
                      backend: Union[str, int] = "default", device: int = 0, mode: int = 0o600,
@@ -1325,6 +1342,12 @@ class Tensor:
         """NumPy's array interface (v3), for host memory.  Its data is a memoryview that
         holds an open of its own: NumPy keeps that, not this Tensor, so close() here is
         final for this handle while the arrays keep the memory."""
+        if _SP is not None:
+            made = _SP.array_interface(self)
+            if type(made) is dict:
+                return made
+            if type(made) is int:
+                check(made, f"ref {self._buffer.name!r}")
         if self._buffer.is_device:
             raise AttributeError(f"{self!r} is device memory: no __array_interface__ "
                                  f"(use torch.from_dlpack or cupy.from_dlpack)")
@@ -1686,3 +1709,8 @@ class Ring(_Named):
 
 def _ms(timeout: Optional[float]) -> int:
     return -1 if timeout is None else max(0, timeout_ms(timeout))
+
+
+if _SP is not None:
+    # gpushm.open() and gpushm.empty() build these classes in C on their common path
+    _SP.bind_classes(Buffer, Tensor, _manifest._decode, globals(), CAPSULE_BUFFER)

@@ -85,6 +85,16 @@ class TensorSpec:
         size = self.dtype.itemsize
         return self.offset + lowest * size, self.offset + (highest + 1) * size
 
+    @functools.cached_property
+    def _array_template(self) -> Tuple[Any, ...]:
+        """What NumPy's array interface of this tensor says besides its data: shape,
+        typestr, strides in bytes (None: C-contiguous), then the span's first byte, its
+        length, and element [0, ...]'s offset in it (gpushm._speedups builds the dict)."""
+        first, end = self._span
+        strides = None if self.contiguous else tuple(
+            s * self.dtype.itemsize for s in self.strides)
+        return self.shape, self.dtype.typestr, strides, first, end - first, self.offset - first
+
     def span(self) -> Tuple[int, int]:
         """Bytes [first, end) of the buffer its elements occupy; (offset, offset) if none."""
         return self._span
