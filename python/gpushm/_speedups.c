@@ -508,6 +508,26 @@ out:
   return obj;
 }
 
+/* Closes buffer's open (buf) without the GIL, as Buffer.close() does where nobody else
+ * holds its capsule, keeping the exception being raised. */
+static void close_now(PyObject *buffer, gpushm_buffer_t *buf)
+{
+  PyObject *type, *value, *tb, *cap;
+
+  PyErr_Fetch(&type, &value, &tb);
+  cap = PyObject_GetAttr(buffer, attr[A_CAP]);
+  if (cap && PyCapsule_GetPointer(cap, lib.buffer_capsule) == buf &&
+      PyCapsule_SetName(cap, NULL) == 0) {
+    PyObject_SetAttr(buffer, attr[A_CAP], Py_None); /* (closed: the handle says so) */
+    Py_BEGIN_ALLOW_THREADS
+    lib.close(buf);
+    Py_END_ALLOW_THREADS
+  }
+  Py_XDECREF(cap);
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
+
 /* A Tensor of buffer with spec (Tensor.__init__'s check of spec against the buffer is
  * the decoder's, which had its size). */
 static PyObject *tensor_of(PyObject *buffer, PyObject *spec)
@@ -541,6 +561,8 @@ out:
     Py_CLEAR(*cap);
     *pid = NULL;
     PyErr_Clear();
+  } else {
+    Py_INCREF(*pid); /* (the caller's, as *cap is) */
   }
   return out;
 }
@@ -586,10 +608,12 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
   Py_END_ALLOW_THREADS
   if (r < 0) {
     Py_DECREF(cap);
+    Py_DECREF(pid);
     return PyLong_FromLong(r);
   }
   buffer = described_buffer(buf, args[0], pid);
   Py_DECREF(cap);
+  Py_DECREF(pid);
   if (!buffer)
     return NULL;
   {
@@ -608,7 +632,8 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
     Py_XDECREF(size);
   }
   if (!specs) {
-    Py_DECREF(buffer); /* (its capsule closes the open) */
+    close_now(buffer, buf); /* as the Python path's buf.close(): without the GIL */
+    Py_DECREF(buffer);
     return NULL;
   }
   if (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != 1) {
@@ -646,10 +671,12 @@ static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssiz
   Py_END_ALLOW_THREADS
   if (r < 0) {
     Py_DECREF(cap);
+    Py_DECREF(pid);
     return PyLong_FromLong(r);
   }
   buffer = described_buffer(buf, args[0], pid);
   Py_DECREF(cap);
+  Py_DECREF(pid);
   if (!buffer)
     return NULL;
   out = tensor_of(buffer, args[4]);

@@ -5,7 +5,9 @@ and stay within their bounds; a Buffer read in one call says what a dozen calls 
 close_unlink() is one request to gpushmd, as in C."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from conftest import daemon_refs
 
 import gpushm
 from gpushm import core, manifest
@@ -105,3 +107,68 @@ def test_close_unlink_is_one_request(conn, name):
         conn.open(name)
     assert len(view) == 16
     del view
+
+
+def test_empty_plans_are_exact_and_bounded(conn, name):
+    """gpushm.empty() with the C speedups plans each kind of tensor once per connection:
+    every tensor still gets its own buffer, size and manifest; a plan is per connection
+    and per argument, bounded; an open_existing create is never planned (it compares the
+    manifest it joins); arguments that cannot key a plan go the Python way."""
+    from gpushm import _accel, api
+    conn._empty_plans.clear()
+    made = [gpushm.empty(f"{name}.{i}", (2, 3), "float32", conn=conn) for i in range(3)]
+    other = gpushm.empty(f"{name}.u8", 5, "uint8", conn=conn)
+    listed = gpushm.empty(f"{name}.list", [4], "int16", conn=conn)  # a list: no plan key
+    planned = len(conn._empty_plans)
+    assert planned == (2 if _accel.speedups is not None else 0)
+    for i, t in enumerate(made):
+        assert t.buffer.name == f"{name}.{i}" and t.shape == (2, 3) and t.buffer.size == 24
+        assert t.buffer.metadata == made[0].buffer.metadata and t.dtype.name == "float32"
+        with gpushm.open(f"{name}.{i}", conn=conn) as again:
+            assert again.shape == (2, 3) and again.dtype.name == "float32"
+    assert other.buffer.size == 5 and other.dtype.name == "uint8"
+    assert listed.shape == (4,) and listed.dtype.name == "int16"
+    assert len({t.buffer.id for t in made + [other, listed]}) == 5
+    # open_existing: never planned, and a join of another manifest still refused
+    with pytest.raises(gpushm.Exists, match="another manifest"):
+        gpushm.empty(f"{name}.u8", 5, "int8", conn=conn, open_existing=True)
+    joined = gpushm.empty(f"{name}.u8", 5, "uint8", conn=conn, open_existing=True)
+    assert joined.buffer.id == other.buffer.id
+    assert len(conn._empty_plans) == planned
+    # another connection plans its own
+    c2 = gpushm.connect()
+    t2 = gpushm.empty(f"{name}.c2", (2, 3), "float32", conn=c2)
+    assert t2.buffer.connection is c2
+    assert len(c2._empty_plans) == (1 if _accel.speedups is not None else 0)
+    # bounded
+    if _accel.speedups is not None:
+        for i in range(api._EMPTY_PLANS_MAX + 5):
+            gpushm.empty(f"{name}.b{i}", i + 1, "uint8", conn=conn).buffer.close_unlink()
+        assert 0 < len(conn._empty_plans) <= api._EMPTY_PLANS_MAX
+    joined.close()
+    for t in made + [other, listed, t2]:
+        t.buffer.close_unlink()
+    c2.close()
+
+
+def test_open_in_c_falls_back_where_it_should(conn, name):
+    """gpushm.open()'s C path hands back what it does not make (a bundle, bytes without a
+    manifest, a closed connection, a name with a NUL) to the Python path, which answers as
+    it always did."""
+    for t in gpushm.share_bundle(name, {"a": np.zeros(2, np.uint8),
+                                        "b": np.ones(3, np.int32)}, conn=conn).values():
+        t.close()
+    with pytest.raises(gpushm.ManifestError, match="holds 2 tensors"):
+        gpushm.open(name, conn=conn)
+    conn.create(name + ".raw", 7).close()
+    with gpushm.open(name + ".raw", conn=conn) as raw:
+        assert raw.dtype.name == "uint8" and raw.shape == (7,)
+    with pytest.raises(gpushm.InvalidName):
+        gpushm.open(name + "\0x", conn=conn)
+    closed = gpushm.connect()
+    closed.close()
+    with pytest.raises(gpushm.ClosedError):
+        gpushm.open(name + ".raw", conn=closed)
+    with pytest.raises(gpushm.ClosedError):
+        gpushm.empty(name + ".new", 4, conn=closed)
+    assert daemon_refs(name, conn) == 0 and daemon_refs(name + ".raw", conn) == 0
