@@ -397,6 +397,7 @@ static struct {
   PyObject *decode;          /* gpushm.manifest._decode(metadata, size) -> specs */
   PyObject *core;            /* gpushm.core's namespace: _PID, BACKEND_NAMES */
   PyObject *capsule_kind;    /* CAPSULE_BUFFER, as Buffer._kind says it */
+  PyObject *array_interface; /* Tensor's own __array_interface__ getter (the Python path) */
 } py;
 
 /* Interned attribute names, in the order of the values described_buffer() sets. */
@@ -413,13 +414,14 @@ static const char *const attr_names[A_COUNT] = {
 };
 static PyObject *attr[A_COUNT];
 
-/* bind_classes(Buffer, Tensor, decode, core namespace, CAPSULE_BUFFER) */
+/* bind_classes(Buffer, Tensor, decode, core namespace, CAPSULE_BUFFER, the Python
+ * __array_interface__ getter) */
 static PyObject *sp_bind_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
   (void)self;
-  if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyDict_Check(args[3]))
-    return PyErr_Format(PyExc_TypeError,
-                        "bind_classes(Buffer, Tensor, decode, core namespace, kind)");
+  if (nargs != 6 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyDict_Check(args[3]))
+    return PyErr_Format(PyExc_TypeError, "bind_classes(Buffer, Tensor, decode, core "
+                        "namespace, kind, array interface)");
   for (int i = 0; i < A_COUNT; i++)
     if (!attr[i] && !(attr[i] = PyUnicode_InternFromString(attr_names[i])))
       return NULL;
@@ -428,6 +430,7 @@ static PyObject *sp_bind_classes(PyObject *self, PyObject *const *args, Py_ssize
   Py_XSETREF(py.decode, Py_NewRef(args[2]));
   Py_XSETREF(py.core, Py_NewRef(args[3]));
   Py_XSETREF(py.capsule_kind, Py_NewRef(args[4]));
+  Py_XSETREF(py.array_interface, Py_NewRef(args[5]));
   Py_RETURN_NONE;
 }
 
@@ -646,8 +649,10 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
   return out;
 }
 
-/* create_tensor(connection, name, size, opts, spec): gpushm.empty()'s Tensor, spec
- * already checked to fit size; else a negative libgpushm code, or NotImplemented. */
+/* create_tensor(connection, name, plan): gpushm.empty()'s Tensor, plan its (size, the
+ * address of the create options, the spec, the options object that keeps the address
+ * valid), the spec already checked to fit the size; else a negative libgpushm code, or
+ * NotImplemented. */
 static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
   gpushm_buffer_t *buf = NULL;
@@ -658,11 +663,12 @@ static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssiz
   int r;
 
   (void)self;
-  if (nargs != 5)
-    return PyErr_Format(PyExc_TypeError, "create_tensor(connection, name, size, opts, spec)");
+  if (nargs != 3 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != 4)
+    return PyErr_Format(PyExc_TypeError, "create_tensor(connection, name, plan)");
   if (need_bound() < 0 || !py.buffer)
     return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
-  if (arg_u64(args[2], &size) < 0 || arg_pointer(args[3], &opts, "opts") < 0)
+  if (arg_u64(PyTuple_GET_ITEM(args[2], 0), &size) < 0 ||
+      arg_pointer(PyTuple_GET_ITEM(args[2], 1), &opts, "opts") < 0)
     return NULL;
   if (!(name = c_name(args[1])) || !(conn = live_connection(args[0], &cap, &pid)))
     Py_RETURN_NOTIMPLEMENTED;
@@ -679,14 +685,14 @@ static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssiz
   Py_DECREF(pid);
   if (!buffer)
     return NULL;
-  out = tensor_of(buffer, args[4]);
+  out = tensor_of(buffer, PyTuple_GET_ITEM(args[2], 2));
   Py_DECREF(buffer);
   return out;
 }
 
-/* array_interface(tensor): Tensor.__array_interface__ of a host tensor of this process's
- * open (no sync buffer), its span checked against the live C handle; else a negative
- * libgpushm code, or NotImplemented (the Python path, which says what is wrong). */
+/* array_interface(tensor): Tensor.__array_interface__ (the property's getter) of a
+ * host tensor of this process's open (no sync buffer), its span checked against the live
+ * C handle; anything else the Python getter answers (and says what is wrong). */
 static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
 {
   gpushm_buffer_desc_t d = { .size = sizeof d };
@@ -716,10 +722,9 @@ static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
     goto fallback; /* (the Python path says which element lies outside) */
   if (!(view = view_of(buf, &d, first, length, keep)))
     goto out;
-  if (PyLong_Check(view)) { /* libgpushm's error */
-    out = view;
-    view = NULL;
-    goto out;
+  if (PyLong_Check(view)) { /* libgpushm's error: the Python path raises it */
+    Py_CLEAR(view);
+    goto fallback;
   }
   out = Py_BuildValue("{s:i,s:O,s:O,s:O,s:O,s:O}", "version", 3, "shape",
                       PyTuple_GET_ITEM(tmpl, 0), "typestr", PyTuple_GET_ITEM(tmpl, 1), "data",
@@ -728,7 +733,7 @@ static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
   goto out;
 fallback:
   PyErr_Clear();
-  out = Py_NewRef(Py_NotImplemented);
+  out = PyObject_CallOneArg(py.array_interface, tensor);
 out:
   Py_XDECREF(buffer);
   Py_XDECREF(cap);
@@ -739,6 +744,87 @@ out:
   Py_XDECREF(keep);
   Py_XDECREF(view);
   return out;
+}
+
+/* The handle's capsule, taken out of handle (its _cap set to None) where it is a live
+ * open of this process's that nobody else holds (Buffer.close()'s and close_unlink()'s
+ * conditions, on a build with the GIL); else NULL, without an error, and handle as it
+ * was.  *buf: the open. */
+static PyObject *take_sole_capsule(PyObject *handle, void **buf)
+{
+#ifdef Py_GIL_DISABLED
+  (void)handle;
+  (void)buf;
+  return NULL; /* (references count differently there: the Python path decides) */
+#else
+  PyObject *cap, *theirs = NULL, *ptr = NULL, *pid;
+  int ok;
+
+  if (!(cap = PyObject_GetAttr(handle, attr[A_CAP])) || cap == Py_None)
+    goto no;
+  ok = (theirs = PyObject_GetAttr(handle, attr[A_PID])) &&
+       (pid = PyDict_GetItemString(py.core, "_PID")) &&
+       PyObject_RichCompareBool(theirs, pid, Py_EQ) == 1 &&
+       (ptr = PyObject_GetAttr(handle, attr[A_PTR])) && (*buf = PyLong_AsVoidPtr(ptr)) &&
+       PyCapsule_GetPointer(cap, lib.buffer_capsule) == *buf;
+  Py_XDECREF(theirs);
+  Py_XDECREF(ptr);
+  /* ours and the attribute's: nobody else's (a view, a call on another thread) */
+  if (!ok || Py_REFCNT(cap) != 2 || PyObject_SetAttr(handle, attr[A_CAP], Py_None) < 0)
+    goto no;
+  return cap;
+no:
+  Py_XDECREF(cap);
+  PyErr_Clear();
+  return NULL;
+#endif
+}
+
+/* close_handle(buffer): Buffer.close() where the open is this process's and nobody else
+ * holds its capsule: closed here, without the GIL; None.  NotImplemented otherwise (the
+ * Python path: already closed, another thread's, a forked child's). */
+static PyObject *sp_close_handle(PyObject *self, PyObject *handle)
+{
+  PyObject *cap;
+  void *buf = NULL;
+
+  (void)self;
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (!(cap = take_sole_capsule(handle, &buf)))
+    Py_RETURN_NOTIMPLEMENTED;
+  if (PyCapsule_SetName(cap, NULL) == 0) {
+    Py_BEGIN_ALLOW_THREADS
+    lib.close(buf);
+    Py_END_ALLOW_THREADS
+  }
+  Py_DECREF(cap);
+  PyErr_Clear();
+  Py_RETURN_NONE;
+}
+
+/* close_unlink_handle(buffer): Buffer.close_unlink() under the same conditions, as one
+ * request; its result (a negative libgpushm code on error), or NotImplemented. */
+static PyObject *sp_close_unlink_handle(PyObject *self, PyObject *handle)
+{
+  PyObject *cap;
+  void *buf = NULL;
+  int r;
+
+  (void)self;
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (!(cap = take_sole_capsule(handle, &buf)))
+    Py_RETURN_NOTIMPLEMENTED;
+  if (PyCapsule_SetName(cap, NULL) != 0) {
+    Py_DECREF(cap);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.close_unlink(buf);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(cap);
+  return PyLong_FromLong(r);
 }
 
 static PyMethodDef methods[] = {
@@ -753,6 +839,8 @@ static PyMethodDef methods[] = {
   { "open_tensor", (PyCFunction)(void (*)(void))sp_open_tensor, METH_FASTCALL, NULL },
   { "create_tensor", (PyCFunction)(void (*)(void))sp_create_tensor, METH_FASTCALL, NULL },
   { "array_interface", sp_array_interface, METH_O, NULL },
+  { "close_handle", sp_close_handle, METH_O, NULL },
+  { "close_unlink_handle", sp_close_unlink_handle, METH_O, NULL },
   { NULL, NULL, 0, NULL },
 };
 

@@ -55,6 +55,9 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def default_connection() -> Connection:
     """The process's shared connection, made on first use (and anew after fork())."""
     global _default
+    made = _default
+    if made is not None and made._cap is not None and made._pid == _core._PID:
+        return made  # (the common case, without the lock)
     with _default_lock:
         if _default is None or _default.closed or _default._pid != _core._PID:
             _default = connect()
@@ -120,7 +123,7 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
         except (TypeError, AttributeError):  # an unhashable shape or option; not ours
             key = plan = None
         if plan is not None:
-            made = _SP.create_tensor(c, name, plan[0], plan[1], plan[2])
+            made = _SP.create_tensor(c, name, plan)
             if type(made) is int:
                 check(made, f"create {name!r}")
             if made is not NotImplemented:
@@ -148,7 +151,7 @@ def _empty_plan(c: Connection, key: Any, spec: _manifest.TensorSpec, device: Dev
     if len(plans) >= _EMPTY_PLANS_MAX:
         plans.clear()
     # (opts held by the plan: the address stays valid as long as it is in use)
-    plans[key] = (size, _core.ctypes.addressof(opts), spec, opts)
+    plans[key] = (size, _core.ctypes.addressof(opts), spec, opts)  # create_tensor's
 
 
 def _sync_after_copy(tensor: Tensor, source: Any) -> None:
@@ -234,7 +237,7 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
     of that name in a bundle), or what ``dtype``/``shape``/``offset``/``strides`` say (for
     buffers of C producers without a manifest).  A buffer with neither opens as its bytes
     (uint8).  ``device``: the CUDA device whose streams will use it (its map device)."""
-    c = _conn(conn)
+    c = conn if conn is not None else default_connection()
     map_device = None
     if device is not None:
         kind, index = parse_device(device)

@@ -943,9 +943,20 @@ class Buffer(_Handle):
         check(lib.gpushm_buffer_ref(b), f"ref {self.name!r}")
         return _capsule.own(b, CAPSULE_BUFFER)
 
+    def close(self) -> None:
+        """Drops this handle's open (see _Handle.close); idempotent."""
+        if _SP is None or _SP.close_handle(self) is NotImplemented:
+            _Handle.close(self)
+
     def close_unlink(self) -> None:
         """Removes the buffer's name, while it still names this buffer, and closes this
         handle: the producer's end of a hand-off (gpushm_buffer_close_unlink)."""
+        if _SP is not None:
+            r = _SP.close_unlink_handle(self)
+            if r is not NotImplemented:
+                if r < 0:
+                    check(r, f"close_unlink {self.name!r}")
+                return
         cap, b = self._live()
         if _GIL_ENABLED and sys.getrefcount(cap) <= 3:  # here, self._cap, the call's
             # Nobody else uses the capsule: its open is the one the C call closes, so
@@ -1199,7 +1210,9 @@ class Tensor:
 
     def close(self) -> None:
         """Drops this object's handle; views made from it keep the memory."""
-        self._buffer.close()
+        b = self._buffer
+        if _SP is None or _SP.close_handle(b) is NotImplemented:
+            b.close()
 
     def __enter__(self) -> "Tensor":
         return self
@@ -1342,12 +1355,6 @@ class Tensor:
         """NumPy's array interface (v3), for host memory.  Its data is a memoryview that
         holds an open of its own: NumPy keeps that, not this Tensor, so close() here is
         final for this handle while the arrays keep the memory."""
-        if _SP is not None:
-            made = _SP.array_interface(self)
-            if type(made) is dict:
-                return made
-            if type(made) is int:
-                check(made, f"ref {self._buffer.name!r}")
         if self._buffer.is_device:
             raise AttributeError(f"{self!r} is device memory: no __array_interface__ "
                                  f"(use torch.from_dlpack or cupy.from_dlpack)")
@@ -1712,5 +1719,9 @@ def _ms(timeout: Optional[float]) -> int:
 
 
 if _SP is not None:
-    # gpushm.open() and gpushm.empty() build these classes in C on their common path
-    _SP.bind_classes(Buffer, Tensor, _manifest._decode, globals(), CAPSULE_BUFFER)
+    # gpushm.open() and gpushm.empty() build these classes in C on their common path, and
+    # a host tensor's NumPy interface is made there (the getter below, where it cannot)
+    _SP.bind_classes(Buffer, Tensor, _manifest._decode, globals(), CAPSULE_BUFFER,
+                     Tensor.__array_interface__.fget)
+    Tensor.__array_interface__ = property(_SP.array_interface,
+                                          doc=Tensor.__array_interface__.__doc__)

@@ -475,6 +475,9 @@ int main(int argc, char **argv)
              "%.1f us, %.2f x C | the package / the floor: %.2f serial, %.2f in flight\n",
              floor_serial, floor_serial / serial, DEPTH, floor_inflight,
              floor_inflight / inflight, py_serial / floor_serial, py_inflight / floor_inflight);
+      printf("bench-handoff-host: [10]   (CPU per serial hand-off through the floor binding) "
+             "producer %.1f us, consumer %.1f us, gpushmd %.1f us\n", floor_cpu[0], floor_cpu[1],
+             floor_cpu[2]);
       /* each step, each in its own process: what the package's layers cost where */
       for (unsigned i = 0; phases && i < PY_STEPS; i++)
         if (py_phase[i] >= 0 && floor_phase[i] >= 0)
