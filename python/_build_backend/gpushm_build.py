@@ -108,6 +108,8 @@ def compile_speedups(directory: str) -> "tuple[str | None, str]":
         return None, "GPUSHM_PURE_PYTHON is set"
     if sys.implementation.name != "cpython":
         return None, f"{sys.implementation.name} is not CPython"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None, "a free-threaded Python (the extension is for builds with the GIL)"
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         return None, f"no Python.h in {include} (Debian: apt-get install python3-dev)"
@@ -122,7 +124,7 @@ def compile_speedups(directory: str) -> "tuple[str | None, str]":
     name = "_speedups" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
     out = os.path.join(directory, name)
     flags = [f for var in ("CPPFLAGS", "CFLAGS") for f in shlex.split(os.environ.get(var, ""))]
-    command = cc + ["-O2", "-shared", "-fPIC"] + flags + [
+    command = cc + ["-O2", "-DNDEBUG", "-shared", "-fPIC"] + flags + [
         "-I", include, "-I", headers, "-o", out, os.path.join(ROOT, PACKAGE, SPEEDUPS)] + \
         shlex.split(os.environ.get("LDFLAGS", ""))
     try:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sysconfig
 from typing import Any, Optional, Tuple
 
-from ._lib import CAPSULE_BUFFER, CAPSULE_DLTENSOR, CAPSULE_DLTENSOR_VERSIONED, lib
+from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
+                   CAPSULE_DLTENSOR_VERSIONED, lib)
 
 #: The libgpushm functions the module calls (gpushm_buffer_describe: 0.8).
 FUNCTIONS = ("gpushm_buffer_open", "gpushm_buffer_create", "gpushm_buffer_close",
@@ -27,6 +29,10 @@ FUNCTIONS = ("gpushm_buffer_open", "gpushm_buffer_create", "gpushm_buffer_close"
 def _load() -> Tuple[Optional[Any], str]:
     if os.environ.get("GPUSHM_PURE_PYTHON", "") not in ("", "0"):
         return None, "GPUSHM_PURE_PYTHON is set"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # (importing it would turn the GIL back on for the whole process; its closes are
+        # the Python path's there anyway)
+        return None, "a free-threaded Python: the extension is for builds with the GIL"
     path = os.environ.get("GPUSHM_SPEEDUPS")
     try:
         if path:
@@ -42,11 +48,14 @@ def _load() -> Tuple[Optional[Any], str]:
             return None, f"GPUSHM_SPEEDUPS={path}: {e}"
         return None, f"no gpushm._speedups ({e}): this install was built without a C " \
                      f"compiler or Python's headers"
+    except Exception as e:  # (a warning made an error, a broken file: the ctypes path)
+        return None, f"gpushm._speedups did not load: {type(e).__name__}: {e}"
     missing = [name for name in FUNCTIONS if not hasattr(lib, name)]
     if missing:
         return None, f"the libgpushm loaded has no {missing[0]} (gpushm 0.8 has)"
     table = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in FUNCTIONS}
     table.update(capsule_buffer=lib.gpushm_capsule_name(CAPSULE_BUFFER),
+                 capsule_connection=lib.gpushm_capsule_name(CAPSULE_CONNECTION),
                  capsule_dltensor=lib.gpushm_capsule_name(CAPSULE_DLTENSOR),
                  capsule_dltensor_versioned=lib.gpushm_capsule_name(CAPSULE_DLTENSOR_VERSIONED))
     module.bind(table)

@@ -31,7 +31,8 @@ static struct {
   __typeof__(gpushm_buffer_dlpack) *dlpack;
   __typeof__(gpushm_buffer_sync_method) *sync_method;
   __typeof__(gpushm_capsule_destructor) *destructor;
-  const char *buffer_capsule, *dltensor_capsule, *dltensor_versioned_capsule;
+  const char *buffer_capsule, *connection_capsule, *dltensor_capsule,
+    *dltensor_versioned_capsule;
 } lib;
 
 /* The names bind() takes, and where each goes. */
@@ -49,6 +50,7 @@ static const struct binding {
   { "gpushm_buffer_sync_method", (void **)&lib.sync_method },
   { "gpushm_capsule_destructor", (void **)&lib.destructor },
   { "capsule_buffer", (void **)&lib.buffer_capsule },
+  { "capsule_connection", (void **)&lib.connection_capsule },
   { "capsule_dltensor", (void **)&lib.dltensor_capsule },
   { "capsule_dltensor_versioned", (void **)&lib.dltensor_versioned_capsule },
 };
@@ -447,7 +449,8 @@ static PyObject *instance(PyObject *cls, const int *names, PyObject *const *valu
 
 /* A Buffer of a handle just opened or created through connection, as
  * Buffer._described() makes it; the handle is closed on error. */
-static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, PyObject *pid)
+static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, PyObject *pid,
+                                  gpushm_buffer_desc_t *described)
 {
   static const int names[] = {
     A_PTR, A_CAP, A_NAME, A_ID, A_SIZE, A_BACKEND, A_DEVICE, A_MAP_DEVICE, A_READONLY, A_OWNER,
@@ -466,7 +469,17 @@ static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, Py
   if (!(v[1] = own(buf)))
     return NULL;
   /* from here the capsule owns the handle: dropping it closes the handle */
+  if (described)
+    *described = d;
   backends = PyDict_GetItemString(py.core, "BACKEND_NAMES");
+  {
+    PyObject *key = PyLong_FromUnsignedLong(d.backend);
+    PyObject *found = key && backends ? PyDict_GetItemWithError(backends, key) : NULL;
+
+    Py_XDECREF(key);
+    v[5] = found ? Py_NewRef(found)
+                 : PyErr_Occurred() ? NULL : PyUnicode_InternFromString("host");
+  }
   v[0] = PyLong_FromVoidPtr(buf);
   v[2] = PyUnicode_DecodeUTF8(d.name ? d.name : "", d.name ? (Py_ssize_t)strlen(d.name) : 0,
                               "replace");
@@ -485,7 +498,9 @@ static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, Py
   if (d.kind == GPUSHM_KIND_IMAGE) { /* (what it is: core._image_info(), as _described()) */
     PyObject *info = PyDict_GetItemString(py.core, "_image_info");
 
-    v[15] = info && v[0] ? PyObject_CallOneArg(info, v[0]) : NULL;
+    if (!info)
+      PyErr_SetString(PyExc_RuntimeError, "gpushm.core has no _image_info");
+    v[15] = info && v[0] && !PyErr_Occurred() ? PyObject_CallOneArg(info, v[0]) : NULL;
   } else {
     v[15] = Py_NewRef(Py_None);
   }
@@ -493,14 +508,6 @@ static PyObject *described_buffer(gpushm_buffer_t *buf, PyObject *connection, Py
   v[17] = Py_NewRef(Py_None);
   v[18] = Py_NewRef(Py_False);
   v[19] = Py_NewRef(Py_None);
-  {
-    PyObject *key = PyLong_FromUnsignedLong(d.backend);
-    PyObject *found = key && backends ? PyDict_GetItemWithError(backends, key) : NULL;
-
-    Py_XDECREF(key);
-    v[5] = found ? Py_NewRef(found)
-                 : PyErr_Occurred() ? NULL : PyUnicode_InternFromString("host");
-  }
   for (int i = 0; i < n; i++)
     if (!v[i])
       goto out;
@@ -550,22 +557,24 @@ static void *live_connection(PyObject *conn, PyObject **cap, PyObject **pid)
   void *out = NULL;
 
   *cap = *pid = NULL;
-  if (!(*cap = PyObject_GetAttr(conn, attr[A_CAP])) || *cap == Py_None ||
+  if ((*pid = PyDict_GetItemString(py.core, "_PID")))
+    Py_INCREF(*pid); /* (the caller's, as *cap is) */
+  if (!*pid || !(*cap = PyObject_GetAttr(conn, attr[A_CAP])) || *cap == Py_None ||
       !(theirs = PyObject_GetAttr(conn, attr[A_PID])) ||
-      !(*pid = PyDict_GetItemString(py.core, "_PID")) ||
       PyObject_RichCompareBool(theirs, *pid, Py_EQ) != 1 ||
       !(ptr = PyObject_GetAttr(conn, attr[A_PTR])))
     goto out;
   out = PyLong_AsVoidPtr(ptr);
+  /* a connection's handle, owned by that capsule (not another kind of handle) */
+  if (out && PyCapsule_GetPointer(*cap, lib.connection_capsule) != out)
+    out = NULL;
 out:
   Py_XDECREF(theirs);
   Py_XDECREF(ptr);
   if (!out) {
     Py_CLEAR(*cap);
-    *pid = NULL;
+    Py_CLEAR(*pid);
     PyErr_Clear();
-  } else {
-    Py_INCREF(*pid); /* (the caller's, as *cap is) */
   }
   return out;
 }
@@ -575,7 +584,8 @@ out:
 static const char *c_name(PyObject *name)
 {
   Py_ssize_t n;
-  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+  /* (exactly a str: a subclass is whatever str() makes of it, on the Python path) */
+  const char *s = PyUnicode_CheckExact(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
 
   if (!s || strlen(s) != (size_t)n) {
     PyErr_Clear();
@@ -589,6 +599,7 @@ static const char *c_name(PyObject *name)
  * negative libgpushm code, or NotImplemented (the Python path from the start). */
 static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+  gpushm_buffer_desc_t d = { .size = sizeof d };
   gpushm_buffer_t *buf = NULL;
   PyObject *cap, *pid, *buffer, *specs, *out;
   const char *name;
@@ -614,18 +625,13 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
     Py_DECREF(pid);
     return PyLong_FromLong(r);
   }
-  buffer = described_buffer(buf, args[0], pid);
+  buffer = described_buffer(buf, args[0], pid, &d);
   Py_DECREF(cap);
   Py_DECREF(pid);
   if (!buffer)
     return NULL;
-  {
-    gpushm_buffer_desc_t d = { .size = sizeof d };
-
-    if (lib.describe(buf, &d) < 0 || d.kind == GPUSHM_KIND_IMAGE || !d.metadata ||
-        !d.metadata_size)
-      return buffer; /* (images and bytes: the Python path) */
-  }
+  if (d.kind == GPUSHM_KIND_IMAGE || !d.metadata || !d.metadata_size)
+    return buffer; /* (images and bytes: the Python path) */
   {
     PyObject *meta = PyObject_GetAttr(buffer, attr[A_METADATA]);
     PyObject *size = meta ? PyObject_GetAttr(buffer, attr[A_SIZE]) : NULL;
@@ -680,7 +686,7 @@ static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssiz
     Py_DECREF(pid);
     return PyLong_FromLong(r);
   }
-  buffer = described_buffer(buf, args[0], pid);
+  buffer = described_buffer(buf, args[0], pid, NULL);
   Py_DECREF(cap);
   Py_DECREF(pid);
   if (!buffer)
@@ -716,6 +722,8 @@ static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
       PyTuple_GET_SIZE(tmpl) != 6 || !(keep = PyObject_GetAttr(buffer, attr[A_KEEP])))
     goto fallback;
   first = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tmpl, 3));
+  if (PyErr_Occurred())
+    goto fallback;
   length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tmpl, 4));
   if (PyErr_Occurred() || first > d.bytes || length > d.bytes - first ||
       length > PY_SSIZE_T_MAX)
@@ -732,6 +740,11 @@ static PyObject *sp_array_interface(PyObject *self, PyObject *tensor)
                       PyTuple_GET_ITEM(tmpl, 2));
   goto out;
 fallback:
+  /* what the Python getter would meet again it reports; what it would not (an
+   * interrupt, memory running out) goes up as it is */
+  if (PyErr_Occurred() && (!PyErr_ExceptionMatches(PyExc_Exception) ||
+                           PyErr_ExceptionMatches(PyExc_MemoryError)))
+    goto out;
   PyErr_Clear();
   out = PyObject_CallOneArg(py.array_interface, tensor);
 out:

@@ -112,15 +112,20 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
     ``uninitialized=True``) with its manifest, and returns it open read-write.
     ``device``: "cpu" (host memory) or "cuda:N"; ``create``: Connection.create()'s
     options (mode, lifetime, sync, uninitialized, ...)."""
+    spec = _manifest.make_spec("", dtype, shape)  # (checked, and remembered by exact type)
     c = conn if conn is not None else default_connection()
+    key = None
     if _SP is not None:
         # a producer's fresh tensor of the same kind each step: the plan made the first
-        # time (the spec, its manifest and the create options), the create and the
-        # objects in C
+        # time (its manifest and create options) and the create and the objects in C.
+        # The key holds the arguments' types too: 0 and False, 1 and 1.0 are equal keys,
+        # and what the first would pass, the second must still be refused for.
         try:
-            key = (shape, dtype, device, backend, *create.items())
+            key = (spec, device, type(device), backend, type(backend))
+            if create:
+                key += tuple((k, v, type(v)) for k, v in create.items())
             plan = c._empty_plans.get(key)
-        except (TypeError, AttributeError):  # an unhashable shape or option; not ours
+        except (TypeError, AttributeError):  # an unhashable option; not our connection
             key = plan = None
         if plan is not None:
             made = _SP.create_tensor(c, name, plan)
@@ -128,9 +133,8 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
                 check(made, f"create {name!r}")
             if made is not NotImplemented:
                 return made
-    spec = _manifest.make_spec("", dtype, shape)
     buf = _create_tensors(name, (spec,), spec.nbytes, device, c, backend, create)
-    if _SP is not None and key is not None and not create.get("open_existing"):
+    if key is not None and not create.get("open_existing"):
         _empty_plan(c, key, spec, device, backend, create)
     return Tensor(buf, spec)
 

@@ -1212,7 +1212,7 @@ class Tensor:
         """Drops this object's handle; views made from it keep the memory."""
         b = self._buffer
         if _SP is None or _SP.close_handle(b) is NotImplemented:
-            b.close()
+            _Handle.close(b)
 
     def __enter__(self) -> "Tensor":
         return self

@@ -118,9 +118,20 @@ def test_empty_plans_are_exact_and_bounded(conn, name):
     conn._empty_plans.clear()
     made = [gpushm.empty(f"{name}.{i}", (2, 3), "float32", conn=conn) for i in range(3)]
     other = gpushm.empty(f"{name}.u8", 5, "uint8", conn=conn)
-    listed = gpushm.empty(f"{name}.list", [4], "int16", conn=conn)  # a list: no plan key
+    listed = gpushm.empty(f"{name}.list", [4], "int16", conn=conn)  # planned by its spec
     planned = len(conn._empty_plans)
-    assert planned == (2 if _accel.speedups is not None else 0)
+    assert planned == (3 if _accel.speedups is not None else 0)
+    # an argument equal to a planned one, of a type the Python path refuses, is refused
+    with pytest.raises(gpushm.ManifestError, match="not an integer"):
+        gpushm.empty(f"{name}.f", (2.0, 3.0), "float32", conn=conn)
+    for mode in (0o600, 0o640, 0o600):  # each mode its own plan, and the mode it asked
+        t = gpushm.empty(f"{name}.m", 5, "uint8", conn=conn, mode=mode)
+        info = [b for b in gpushm.list_buffers(conn=conn) if b.name == f"{name}.m"][0]
+        assert info.mode & 0o777 == mode
+        t.buffer.close_unlink()
+    with pytest.raises(TypeError, match="bool"):
+        gpushm.empty(f"{name}.d", 5, "uint8", conn=conn, device=False)
+    planned = len(conn._empty_plans)
     for i, t in enumerate(made):
         assert t.buffer.name == f"{name}.{i}" and t.shape == (2, 3) and t.buffer.size == 24
         assert t.buffer.metadata == made[0].buffer.metadata and t.dtype.name == "float32"
@@ -165,6 +176,19 @@ def test_open_in_c_falls_back_where_it_should(conn, name):
         assert raw.dtype.name == "uint8" and raw.shape == (7,)
     with pytest.raises(gpushm.InvalidName):
         gpushm.open(name + "\0x", conn=conn)
+    # a str subclass is what str() makes of it, as on the Python path
+    class Named(str):
+        def __str__(self):
+            return "other-" + super().__str__()
+    with pytest.raises(gpushm.NotFound, match="other-"):
+        gpushm.open(Named(name + ".raw"), conn=conn)
+    # another kind of handle passed as the connection is refused, never used as one
+    with conn.create(name + ".h", 8) as handle:
+        with pytest.raises(AttributeError):
+            gpushm.open(name + ".raw", conn=handle)
+        with pytest.raises(AttributeError):
+            gpushm.empty(name + ".x", 4, conn=handle)
+    conn.unlink(name + ".h")
     closed = gpushm.connect()
     closed.close()
     with pytest.raises(gpushm.ClosedError):
