@@ -335,7 +335,8 @@ def main():
           f"consumer={(after[1] - before[1]) / 1e3 / args.rounds:.1f}")
     for i, us in enumerate(phases or ()):
         us.sort()
-        what = f"phase={PHASES[i]}" if i < len(PHASES) else f"step={PRODUCER_STEPS[i - len(PHASES)]}"
+        what = (f"phase={PHASES[i]}" if i < len(PHASES)
+                else f"step={PRODUCER_STEPS[i - len(PHASES)]}")
         print(f"python-handoff-host: {what} median_us={us[len(us) // 2]:.1f}")
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
