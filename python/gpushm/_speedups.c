@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* gpushm._speedups: the hand-off's hot calls (open, create, close, close_unlink, a host
- * view, a DLPack export) in C, for the package's classes to call instead of ctypes.
+ * view, a DLPack export) in C, for the package's classes to call instead of ctypes, and
+ * on their common path the Buffer and Tensor objects gpushm.open() and gpushm.empty()
+ * return, built here without a Python frame between the call and its result.
  * Optional: the package works without it (the ctypes path), and uses it where its build
  * backend could compile it (a C compiler and Python's headers; docs/python.md).
  *
