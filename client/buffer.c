@@ -137,11 +137,12 @@ struct map_want;
 static int release_on_daemon(gpushm_t *conn, uint64_t id);
 static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
-                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out);
+                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out,
+                    gpushm_pending_t **pending);
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                        const gpushm_create_opts_t *user_opts, enum client_kind ck,
                        const Gpushm__ImageDesc *image, uint32_t ring_slots,
-                       gpushm_buffer_t **out);
+                       gpushm_buffer_t **out, gpushm_pending_t **pending);
 
 /* Where an open wants its mapping: map_request, a device (GPUSHM_MAP_DEVICE), or -1
  * for the device of the caller's current context (current_device: -1 none, or
@@ -823,6 +824,35 @@ static int adopt_reply(gpushm_t *conn, const Gpushm__OpenReply *open, enum clien
   return 0;
 }
 
+/* An open or create reply, with conn->lock held: 1 where it is done with (a carved
+ * buffer's handle made in *out, which must be before anyone can unmap its segment);
+ * 0 where the reply is for adopt_reply() after the lock; < 0 on a refusal or a
+ * malformed reply (freed, what it brought released). */
+static int take_open_reply_locked(gpushm_t *conn, Gpushm__Reply *reply, struct client_fds *fds,
+                                  enum client_kind ck, struct map_want *want,
+                                  uint64_t generation, gpushm_buffer_t **out)
+{
+  int r = 0;
+
+  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN ||
+      (r = check_open_reply(reply->open, ck)) < 0) {
+    Gpushm__OpenReply *open = reply->body_case == GPUSHM__REPLY__BODY_OPEN ? reply->open : NULL;
+    client_close_fds(fds);
+    if (open && open->info) {
+      if (open->info->segment_id && open->segment_attached)
+        client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
+      release_locked(conn, open->info->id, false);
+    }
+    gpushm__reply__free_unpacked(reply, NULL);
+    return r < 0 ? r : client_error(GPUSHM_E_PROTO, "malformed open reply");
+  }
+  if (!reply->open->info->segment_id)
+    return 0;
+  r = adopt_carved(conn, reply->open, want, fds, generation, out);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r < 0 ? r : 1;
+}
+
 static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, enum client_kind ck,
                            struct map_want *want, gpushm_buffer_t **out)
 {
@@ -833,31 +863,122 @@ static int open_round_trip(gpushm_t *conn, Gpushm__Request *req, int send_fd, en
   int r;
 
   pthread_mutex_lock(&conn->lock);
-  if ((r = client_call_locked_fd(conn, req, send_fd, &reply, &fds)) < 0) {
-    pthread_mutex_unlock(&conn->lock);
+  if ((r = client_call_locked_fd(conn, req, send_fd, &reply, &fds)) == 0)
+    r = take_open_reply_locked(conn, reply, &fds, ck, want, generation, out);
+  pthread_mutex_unlock(&conn->lock);
+  if (r != 0)
+    return r < 0 ? r : 0;
+  r = adopt_reply(conn, reply->open, ck, want, &fds, generation, out);
+  gpushm__reply__free_unpacked(reply, NULL);
+  return r;
+}
+
+/* A pipelined open or create (gpushm_buffer_open_start(), gpushm_buffer_create_start()):
+ * its request is out; its reply, taken by whichever call on the connection reads it,
+ * becomes what open_round_trip() would have returned. */
+struct gpushm_pending {
+  struct client_pending_reply reply; /* first: what the connection queues */
+  gpushm_t *conn;                    /* referenced until finished */
+  enum client_kind ck;
+  struct map_want want;
+  uint64_t generation;
+  /* The outcome: r < 0 and why; or buf (a carved buffer's handle, made as the reply
+   * came, or an open of a handle this connection had); or the reply and its fds, for
+   * adopt_reply() in gpushm_pending_finish(), outside the connection's lock. */
+  int r;
+  char *why;
+  gpushm_buffer_t *buf;
+  Gpushm__Reply *kept;
+  struct client_fds fds;
+};
+
+static void pending_arrived(struct client_pending_reply *reply_of, gpushm_t *conn, int r,
+                            Gpushm__Reply *reply, struct client_fds *fds)
+{
+  struct gpushm_pending *p = (struct gpushm_pending *)reply_of;
+
+  if (r == 0)
+    r = take_open_reply_locked(conn, reply, fds, p->ck, &p->want, p->generation, &p->buf);
+  if (r == 0) {
+    p->kept = reply;
+    p->fds = *fds;
+  } else if (r < 0) {
+    /* (the reading thread's last error, which may be another call's: kept here) */
+    p->r = r;
+    p->why = strdup(gpushm_last_error_message());
+  }
+}
+
+static int pending_start(gpushm_t *conn, Gpushm__Request *req, enum client_kind ck,
+                         const struct map_want *want, gpushm_buffer_t *done,
+                         gpushm_pending_t **out)
+{
+  struct gpushm_pending *p = calloc(1, sizeof *p);
+  int r = 0;
+
+  if (!p) {
+    if (done)
+      gpushm_buffer_close(done);
+    return client_error(GPUSHM_E_NOMEM, "out of memory");
+  }
+  p->reply.arrived = pending_arrived;
+  p->conn = conn;
+  p->ck = ck;
+  p->want = *want;
+  p->buf = done;
+  p->reply.answered = done != NULL; /* (an open of a handle this connection has) */
+  p->generation = client_unlink_generation(conn);
+  pthread_mutex_lock(&conn->lock);
+  if (!done)
+    r = client_send_pending_locked(conn, req, &p->reply);
+  if (r == 0)
+    client_conn_ref(conn);
+  pthread_mutex_unlock(&conn->lock);
+  if (r < 0) {
+    free(p);
     return r;
   }
-  if (reply->body_case != GPUSHM__REPLY__BODY_OPEN ||
-      (r = check_open_reply(reply->open, ck)) < 0) {
-    Gpushm__OpenReply *open = reply->body_case == GPUSHM__REPLY__BODY_OPEN ? reply->open : NULL;
-    client_close_fds(&fds);
-    if (open && open->info) {
-      if (open->info->segment_id && open->segment_attached)
-        client_segment_attach_refused(conn, open->info->segment_id, open->read_only);
-      release_locked(conn, open->info->id, false);
-    }
-    pthread_mutex_unlock(&conn->lock);
-    gpushm__reply__free_unpacked(reply, NULL);
-    return r < 0 ? r : client_error(GPUSHM_E_PROTO, "malformed open reply");
-  }
-  if (reply->open->info->segment_id) {
-    r = adopt_carved(conn, reply->open, want, &fds, generation, out);
-    pthread_mutex_unlock(&conn->lock);
+  *out = p;
+  return 0;
+}
+
+int gpushm_pending_finish(gpushm_pending_t *p, gpushm_buffer_t **out)
+{
+  gpushm_buffer_t *buf = NULL;
+  gpushm_t *conn;
+  bool idle;
+  int r;
+
+  client_clear_error();
+  if (out)
+    *out = NULL;
+  if (!p)
+    return client_error(GPUSHM_E_INVAL, "pending is NULL");
+  conn = p->conn;
+  pthread_mutex_lock(&conn->lock);
+  client_pending_settle_locked(conn, &p->reply);
+  idle = conn->pending_n == 0;
+  pthread_mutex_unlock(&conn->lock);
+  if (p->kept) {
+    r = adopt_reply(conn, p->kept->open, p->ck, &p->want, &p->fds, p->generation, &buf);
+    gpushm__reply__free_unpacked(p->kept, NULL);
+  } else if (p->r < 0) {
+    r = client_error(p->r, "%s", p->why ? p->why : "the request failed (out of memory "
+                     "keeping why)");
   } else {
-    pthread_mutex_unlock(&conn->lock);
-    r = adopt_reply(conn, reply->open, ck, want, &fds, generation, out);
+    buf = p->buf;
+    r = 0;
   }
-  gpushm__reply__free_unpacked(reply, NULL);
+  /* segments a disconnect kept mapped for replies then on their way (segment.c) */
+  if (idle && __atomic_load_n(&conn->user_gone, __ATOMIC_ACQUIRE))
+    client_segment_disconnect(conn);
+  free(p->why);
+  free(p);
+  if (r == 0 && out)
+    *out = buf;
+  else if (r == 0)
+    r = gpushm_buffer_close(buf);
+  client_conn_unref(conn);
   return r;
 }
 
@@ -865,6 +986,7 @@ _Static_assert(GPUSHM_CREATE_OPTS_SIZE_V1 == offsetof(gpushm_create_opts_t, flag
                sizeof(uint32_t), "the first published layout ends after flags, for ever");
 
 _Static_assert(GPUSHM_METADATA_MAX == GPUSHM_LIMIT_METADATA, "one limit, two spellings");
+_Static_assert(GPUSHM_PENDING_MAX == GPUSHM_LIMIT_PENDING_PER_CONN, "one limit, two spellings");
 
 void gpushm_create_opts_init(gpushm_create_opts_t *opts)
 {
@@ -884,20 +1006,20 @@ int client_create(gpushm_t *conn, const char *name, uint64_t size,
                   const gpushm_create_opts_t *user_opts, enum client_kind ck,
                   gpushm_buffer_t **out)
 {
-  return create_with(conn, name, size, user_opts, ck, NULL, 0, out);
+  return create_with(conn, name, size, user_opts, ck, NULL, 0, out, NULL);
 }
 
 int client_create_image(gpushm_t *conn, const char *name, const Gpushm__ImageDesc *desc,
                         const gpushm_create_opts_t *opts, gpushm_buffer_t **out)
 {
-  return create_with(conn, name, 0, opts, CLIENT_BUFFER, desc, 0, out);
+  return create_with(conn, name, 0, opts, CLIENT_BUFFER, desc, 0, out, NULL);
 }
 
 int client_create_ring(gpushm_t *conn, const char *name, uint64_t slot_size, uint32_t slots,
                        const Gpushm__ImageDesc *image, const gpushm_create_opts_t *opts,
                        gpushm_buffer_t **out)
 {
-  return create_with(conn, name, slot_size, opts, CLIENT_RING, image, slots, out);
+  return create_with(conn, name, slot_size, opts, CLIENT_RING, image, slots, out, NULL);
 }
 
 int client_ring_attach(gpushm_t *conn, uint64_t ring_id, gpushm_buffer_t **done)
@@ -928,7 +1050,7 @@ int client_register(gpushm_t *conn, Gpushm__Request *req, int send_fd, gpushm_bu
 static int create_with(gpushm_t *conn, const char *name, uint64_t size,
                        const gpushm_create_opts_t *user_opts, enum client_kind ck,
                        const Gpushm__ImageDesc *image, uint32_t ring_slots,
-                       gpushm_buffer_t **out)
+                       gpushm_buffer_t **out, gpushm_pending_t **pending)
 {
   const bool event = ck == CLIENT_EVENT, timeline = ck == CLIENT_TIMELINE, ring = ck == CLIENT_RING;
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
@@ -939,9 +1061,9 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
 
   client_clear_error();
   pthread_once(&atfork_once, register_atfork);
-  if (!conn || !out)
+  if (!conn || !(pending ? (void *)pending : (void *)out))
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
-  *out = NULL;
+  *(pending ? (void **)pending : (void **)out) = NULL;
   if (!wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name: use 1-%u characters of "
                         "[A-Za-z0-9._-], not starting with '.' or '-'", GPUSHM_LIMIT_NAME_LEN);
@@ -1050,6 +1172,8 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   }
   req.body_case = GPUSHM__REQUEST__BODY_CREATE;
   req.create = &body;
+  if (pending)
+    return pending_start(conn, &req, ck, &want, NULL, pending);
   return open_round_trip(conn, &req, -1, ck, &want, out);
 }
 
@@ -1084,8 +1208,8 @@ static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *op
   return 0;
 }
 
-int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
-                enum client_kind ck, gpushm_buffer_t **out)
+static int open_flags(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
+                      enum client_kind ck, gpushm_buffer_t **out, gpushm_pending_t **pending)
 {
   struct map_want want = { map_request_of(flags), CURRENT_UNKNOWN,
                            (flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
@@ -1099,7 +1223,29 @@ int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
   if ((flags & GPUSHM_OPEN_READONLY) && (flags & GPUSHM_OPEN_WRITE_DISCARD))
     return client_error(GPUSHM_E_INVAL, "GPUSHM_OPEN_WRITE_DISCARD promises writes: not with "
                         "GPUSHM_OPEN_READONLY");
-  return open_for(conn, name, id, 0, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out);
+  return open_for(conn, name, id, 0, (flags & GPUSHM_OPEN_READONLY) != 0, &want, ck, out,
+                  pending);
+}
+
+int client_open(gpushm_t *conn, const char *name, uint64_t id, unsigned flags,
+                enum client_kind ck, gpushm_buffer_t **out)
+{
+  return open_flags(conn, name, id, flags, ck, out, NULL);
+}
+
+int gpushm_buffer_open_start(gpushm_t *conn, const char *name, unsigned flags,
+                             gpushm_pending_t **out)
+{
+  client_clear_error();
+  if (!name)
+    return client_error(GPUSHM_E_NAME, "name is NULL");
+  return open_flags(conn, name, 0, flags, CLIENT_BUFFER, NULL, out);
+}
+
+int gpushm_buffer_create_start(gpushm_t *conn, const char *name, uint64_t size,
+                               const gpushm_create_opts_t *opts, gpushm_pending_t **out)
+{
+  return create_with(conn, name, size, opts, CLIENT_BUFFER, NULL, 0, NULL, out);
 }
 
 int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum client_kind ck,
@@ -1107,7 +1253,7 @@ int client_open_unmapped(gpushm_t *conn, const char *name, bool read_only, enum 
 {
   struct map_want want = { GPUSHM_DEVICE_NONE, CURRENT_UNKNOWN, false, false };
 
-  return open_for(conn, name, 0, 0, read_only, &want, ck, out);
+  return open_for(conn, name, 0, 0, read_only, &want, ck, out, NULL);
 }
 
 int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
@@ -1123,30 +1269,31 @@ int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
   want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
                             (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
   return open_for(conn, name, id, 0, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
-                  CLIENT_BUFFER, out);
+                  CLIENT_BUFFER, out, NULL);
 }
 
 int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out)
 {
   struct map_want want = { -1, CURRENT_UNKNOWN, false, false };
 
-  return open_for(conn, NULL, id, via, true, &want, CLIENT_BUFFER, out);
+  return open_for(conn, NULL, id, via, true, &want, CLIENT_BUFFER, out, NULL);
 }
 
 /* An open of a buffer (or event) by name, or by id where name is NULL (as one of
  * weight-set generation via's buffers, via nonzero), for that access and want (its map
  * device, -1 for the default rule). */
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
-                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out)
+                    struct map_want *want, enum client_kind ck, gpushm_buffer_t **out,
+                    gpushm_pending_t **pending)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
   struct gpushm_buffer *hit;
 
   pthread_once(&atfork_once, register_atfork);
-  if (!conn || !out)
+  if (!conn || !(pending ? (void *)pending : (void *)out))
     return client_error(GPUSHM_E_INVAL, "conn and out must not be NULL");
-  *out = NULL;
+  *(pending ? (void **)pending : (void **)out) = NULL;
   if (name && !wire_name_valid(name))
     return client_error(GPUSHM_E_NAME, "invalid buffer name");
 
@@ -1158,6 +1305,8 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via,
     hit->write_discard = hit->write_discard && want->write_discard;
   }
   pthread_mutex_unlock(&cache_lock);
+  if (hit && pending)
+    return pending_start(conn, NULL, ck, want, hit, pending);
   if (hit) {
     *out = hit;
     return 0;
@@ -1179,6 +1328,8 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via,
                                     : GPUSHM__KIND__KIND_UNSPECIFIED;
   req.body_case = GPUSHM__REQUEST__BODY_OPEN;
   req.open = &body;
+  if (pending)
+    return pending_start(conn, &req, ck, want, NULL, pending);
   return open_round_trip(conn, &req, -1, ck, want, out);
 }
 

@@ -330,6 +330,7 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
     return client_error(GPUSHM_E_NOMEM, "out of memory");
   pthread_mutex_init(&conn->lock, NULL);
   conn->refs = 1;
+  conn->pending_tail = &conn->pending_head;
   conn->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (conn->fd < 0) {
     r = client_error(GPUSHM_E_IO, "socket: %s", strerror(errno));
@@ -516,6 +517,54 @@ static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm_
   return 0;
 }
 
+int client_send_pending_locked(gpushm_t *conn, Gpushm__Request *req,
+                               struct client_pending_reply *p)
+{
+  int r, sent;
+
+  if (conn->broken)
+    return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
+  if (conn->pending_n >= GPUSHM_LIMIT_PENDING_PER_CONN)
+    return client_error(GPUSHM_E_LIMIT, "%u requests are out on this connection already "
+                        "(GPUSHM_PENDING_MAX): finish one first", conn->pending_n);
+  if ((r = send_locked(conn, req, -1, &sent)) < 0)
+    return r;
+  if (sent == -EAGAIN) {
+    conn->broken = true; /* (as a call's: a request half sent is no conversation) */
+    return client_error(GPUSHM_E_TIMEOUT, "no room to send a request to gpushmd within %d ms",
+                        conn->timeout_ms);
+  }
+  if (sent < 0)
+    return wire_error(conn, sent, "");
+  p->next = NULL;
+  p->request_id = req->request_id;
+  p->answered = false;
+  *conn->pending_tail = p;
+  conn->pending_tail = &p->next;
+  conn->pending_n++;
+  return 0;
+}
+
+void client_pending_settle_locked(gpushm_t *conn, struct client_pending_reply *p)
+{
+  while (conn->pending_head && !(p && p->answered)) {
+    struct client_pending_reply *head = conn->pending_head;
+    Gpushm__Reply *reply = NULL;
+    struct client_fds fds = { .n = 0 };
+    int r;
+
+    if (!(conn->pending_head = head->next))
+      conn->pending_tail = &conn->pending_head;
+    conn->pending_n--;
+    /* a connection lost before (or while) this reply came: none will */
+    r = conn->broken ? client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost")
+                     : receive_locked(conn, head->request_id, 0, &reply, &fds, NULL,
+                                      gpushm__reply__unpack, NULL);
+    head->arrived(head, conn, r, r < 0 ? NULL : reply, &fds);
+    head->answered = true;
+  }
+}
+
 static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm__Reply **out,
                        struct client_fds *fds, ProtobufCAllocator *alloc, reply_unpack_fn *unpack)
 {
@@ -523,6 +572,8 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm
 
   if (fds)
     fds->n = 0;
+  /* what arrives first answers the requests still out */
+  client_pending_settle_locked(conn, NULL);
   if (conn->broken)
     return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   if ((r = send_locked(conn, req, send_fd, &sent)) < 0)
@@ -582,6 +633,7 @@ int client_call_list_walk(gpushm_t *conn, Gpushm__Request *req, ProtobufCAllocat
   int r, sent;
 
   pthread_mutex_lock(&conn->lock);
+  client_pending_settle_locked(conn, NULL);
   if (conn->broken)
     r = client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   else

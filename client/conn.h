@@ -49,6 +49,11 @@ struct gpushm {
    * layer that disconnects lies beneath. */
   struct weights_kept *weights_kept;
   void (*drop_weights_kept)(gpushm_t *conn);
+  /* Requests sent and not yet answered (pipelined opens and creates, buffer.c), oldest
+   * first: the daemon answers in the order requests came, so whichever call reads next
+   * takes theirs first. */
+  struct client_pending_reply *pending_head, **pending_tail;
+  unsigned pending_n;
   uint8_t rx[WIRE_RECV_BUF];
   uint8_t tx[WIRE_FRAME_MAX];
 };
@@ -110,6 +115,26 @@ int client_call(gpushm_t *conn, Gpushm__Request *req, Gpushm__Reply **reply,
  * with send_fd (-1: none), which stays the caller's. */
 int client_call_locked_fd(gpushm_t *conn, Gpushm__Request *req, int send_fd,
                           Gpushm__Reply **out, struct client_fds *fds);
+/* A request whose reply is taken later (gpushm_buffer_open_start() and
+ * gpushm_buffer_create_start()): by client_pending_settle_locked(), or by the next call
+ * on the connection, which reads past it. */
+struct client_pending_reply {
+  struct client_pending_reply *next;
+  uint64_t request_id;
+  bool answered; /* arrived() has run */
+  /* Called once, with conn->lock held (by whichever thread reads the reply): r < 0 where
+   * no reply came or the daemon refused (the reason is the calling thread's last error);
+   * otherwise reply and fds, which it takes. */
+  void (*arrived)(struct client_pending_reply *p, gpushm_t *conn, int r, Gpushm__Reply *reply,
+                  struct client_fds *fds);
+};
+/* Sends req with conn->lock held, its reply left to p.  GPUSHM_E_LIMIT where
+ * GPUSHM_LIMIT_PENDING_PER_CONN requests are out already. */
+int client_send_pending_locked(gpushm_t *conn, Gpushm__Request *req,
+                               struct client_pending_reply *p);
+/* Reads replies, with conn->lock held, until p (NULL: every pending request) is
+ * answered. */
+void client_pending_settle_locked(gpushm_t *conn, struct client_pending_reply *p);
 /* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */
 int client_send_oneway(gpushm_t *conn, Gpushm__Request *req);
 int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);

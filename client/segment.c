@@ -189,6 +189,12 @@ static void evict(struct client_segment *seg)
 
   pthread_mutex_lock(&conn->lock);
   pthread_mutex_lock(&seg_lock);
+  if (seg->evicting && !seg->users && conn->pending_n) {
+    /* A reply on its way may say "you map it already" (the daemon counted it before the
+     * unmap would reach it): kept idle until the next put, past the limit meanwhile. */
+    seg->evicting = false;
+    idle_push(seg);
+  }
   if (!seg->evicting || seg->users) {
     pthread_mutex_unlock(&seg_lock);
     pthread_mutex_unlock(&conn->lock);

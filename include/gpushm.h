@@ -337,6 +337,31 @@ GPUSHM_API void gpushm_open_opts_init(gpushm_open_opts_t *opts);
  * opts NULL: defaults.  Since 0.7. */
 GPUSHM_API int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
                                      const gpushm_open_opts_t *opts, gpushm_buffer_t **out);
+/* Pipelined opens and creates (since 0.8): the request goes out now and the call
+ * returns; gpushm_pending_finish() takes its reply, and makes of it what
+ * gpushm_buffer_open() or gpushm_buffer_create() would have returned.  Between the two
+ * the caller does other work (writes the last buffer, reads the next) while the daemon
+ * answers: a stream of hand-offs pays the round trips side by side, not one after the
+ * other.  The daemon answers a connection's requests in the order they came; any later
+ * call on the connection reads past the replies still out (keeping them for their
+ * finish), so finishing out of order, or from another thread, is fine.  At most
+ * GPUSHM_PENDING_MAX started and not finished on a connection at once (GPUSHM_E_LIMIT
+ * past it).  Every start is finished, exactly once: it holds a reference to the
+ * connection (and, once answered, to the buffer) until then.  An open of a name this
+ * connection has open (same access) is answered at once, without a request.  A start
+ * fails only for what it checks before sending (the arguments, the limit, a lost
+ * connection); the daemon's answer, a refusal included, comes from the finish. */
+typedef struct gpushm_pending gpushm_pending_t;
+#define GPUSHM_PENDING_MAX 16u /* GPUSHM_LIMIT_PENDING_PER_CONN */
+GPUSHM_API int gpushm_buffer_open_start(gpushm_t *conn, const char *name, unsigned flags,
+                                        gpushm_pending_t **out);
+GPUSHM_API int gpushm_buffer_create_start(gpushm_t *conn, const char *name, uint64_t size,
+                                          const gpushm_create_opts_t *opts,
+                                          gpushm_pending_t **out);
+/* Waits for pending's reply unless it came already, frees pending, and returns what the
+ * open or create returns, the handle in *out; out NULL: the handle is closed at once
+ * (a start given up on). */
+GPUSHM_API int gpushm_pending_finish(gpushm_pending_t *pending, gpushm_buffer_t **out);
 /* Drops one open.  The last close in the process unmaps (a carved buffer's segment stays
  * mapped while idle, see GPUSHM_FEATURE_SEGMENTS), then releases the daemon's reference
  * without waiting for its reply where the daemon offers GPUSHM_FEATURE_ONEWAY (a failure

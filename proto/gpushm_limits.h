@@ -17,6 +17,13 @@
  * peer that sends too many be told so instead of having its fds silently dropped. */
 #define GPUSHM_LIMIT_FDS_PER_FRAME     4u
 
+/* Pipelined opens and creates a connection may have out, unanswered, at once
+ * (gpushm_buffer_open_start(), GPUSHM_PENDING_MAX): enough to cover a round trip with
+ * the work of the hand-offs in flight; few enough that their replies always fit the
+ * socket's buffer, and the daemon's queue for a client that stopped reading
+ * (GPUSHM_DEFAULT_MAX_QUEUED_FRAMES) is never what holds them. */
+#define GPUSHM_LIMIT_PENDING_PER_CONN  16u
+
 /* Names: 1..127 bytes of [A-Za-z0-9._-], not starting with '.' or '-'. */
 #define GPUSHM_LIMIT_NAME_LEN          127u
 /* Free-form client name sent in Hello (shown by admin tools). */
