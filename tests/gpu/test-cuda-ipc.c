@@ -56,6 +56,35 @@ static int role_consumer(char **argv)
   return 0;
 }
 
+/* Pipelined: opens pipe-0 .. pipe-(N-1) all started before the first is finished,
+ * finished last first, each checked to hold seed + i, then answered with seed + 100 + i. */
+static int role_pipelined_consumer(char **argv)
+{
+  unsigned n = (unsigned)strtoul(argv[2], NULL, 0);
+  uint32_t seed = (uint32_t)strtoul(argv[3], NULL, 0);
+  gpushm_pending_t *p[GPUSHM_PENDING_MAX];
+  gpushm_t *conn;
+
+  CHECK(n <= GPUSHM_PENDING_MAX);
+  cuda_test_setup(0);
+  conn = daemon_connect(&d);
+  for (unsigned i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "pipe-%u", i);
+    CHECK_OK(gpushm_buffer_open_start(conn, name, 0, &p[i]));
+  }
+  for (unsigned i = n; i-- > 0;) {
+    gpushm_buffer_t *b;
+    CHECK_OK(gpushm_pending_finish(p[i], &b));
+    CHECK(gpushm_buffer_backend(b) == backend && gpushm_buffer_device(b) == 0);
+    CHECK(cuda_test_verify(cuda_test_dptr(b), gpushm_buffer_size(b), seed + i));
+    cuda_test_fill(cuda_test_dptr(b), gpushm_buffer_size(b), seed + 100 + i);
+    CHECK_OK(gpushm_buffer_close(b));
+  }
+  gpushm_disconnect(conn);
+  return 0;
+}
+
 /* Becomes uid 65534 after exec, where the test binary's directory need not be open to
  * it (a mktemp -d); what must be loaded first (the driver, from a path that may be as
  * closed) is loaded before. */
@@ -254,6 +283,43 @@ static void test_producer_consumer(gpushm_t *conn)
   CHECK_OK(gpushm_unlink(conn, "frames"));
   CHECK_OK(gpushm_buffer_close(b));
   test_log("%s: 64 MiB producer -> consumer -> producer round trip verified",
+           backend_name(backend));
+}
+
+/* Pipelined creates (a ping between start and finish, which reads past their replies)
+ * and a consumer's pipelined opens, of carved buffers (1 MiB, in segments) and whole
+ * ones (40 MiB, past the carve limit): the two ways a reply becomes a mapping. */
+static void test_pipelined(gpushm_t *conn)
+{
+  enum { N = 8 };
+  const uint32_t seed = 0x7100;
+  gpushm_create_opts_t opts;
+  gpushm_pending_t *p[N];
+  gpushm_buffer_t *b[N];
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = backend;
+  opts.device = 0;
+  opts.mode = 0600;
+  for (unsigned i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "pipe-%u", i);
+    CHECK_OK(gpushm_buffer_create_start(conn, name, i % 2 ? 40 * MiB : MiB, &opts, &p[i]));
+  }
+  CHECK_OK(gpushm_ping(conn));
+  for (unsigned i = 0; i < N; i++) {
+    CHECK_OK(gpushm_pending_finish(p[i], &b[i]));
+    CHECK(gpushm_buffer_backend(b[i]) == backend);
+    CHECK(gpushm_buffer_size(b[i]) == (i % 2 ? 40 * MiB : MiB));
+    CHECK(all_zero(cuda_test_dptr(b[i]), gpushm_buffer_size(b[i])));
+    cuda_test_fill(cuda_test_dptr(b[i]), gpushm_buffer_size(b[i]), seed + i);
+  }
+  check_child(spawn("pipelined-consumer", "8", "0x7100", NULL, NULL));
+  for (unsigned i = 0; i < N; i++) {
+    CHECK(cuda_test_verify(cuda_test_dptr(b[i]), gpushm_buffer_size(b[i]), seed + 100 + i));
+    CHECK_OK(gpushm_buffer_close_unlink(b[i]));
+  }
+  test_log("%s: 8 pipelined creates and opens (carved and whole) verified",
            backend_name(backend));
 }
 
@@ -636,6 +702,8 @@ int main(int argc, char **argv)
       backend = (gpushm_backend_t)atoi(getenv("GPUSHM_TEST_BACKEND"));
     if (strcmp(argv[1], "consumer") == 0)
       return role_consumer(argv);
+    if (strcmp(argv[1], "pipelined-consumer") == 0)
+      return role_pipelined_consumer(argv);
     if (strcmp(argv[1], "holder") == 0)
       return role_holder(argv);
     if (strcmp(argv[1], "open-fails") == 0)
@@ -674,6 +742,7 @@ int main(int argc, char **argv)
     test_new_memory_is_zero(conn);
     test_producer_consumer(conn);
     test_eight_consumers(conn);
+    test_pipelined(conn);
     test_same_process_twice(conn);
     test_freed_after_last_release(conn);
     test_big_buffer(conn);
