@@ -71,6 +71,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--depth", type=int, default=8)
     args = parser.parse_args()
+    import gpushm
     import torch
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")  # CUDA in a forked child is not supported
@@ -91,8 +92,9 @@ def main():
     print(f"python-handoff: mode=serial rounds={n} median_us={serial[n // 2]:.1f} "
           f"p99_us={serial[min(n - 1, n * 99 // 100)]:.1f}")
     print(f"python-handoff: mode=inflight{args.depth} rounds={args.rounds} per_handoff_us={per:.1f}")
-    print(f"python-handoff: gpushm through Python (ctypes), torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(0)}")
+    on, how = gpushm.speedups()
+    print(f"python-handoff: gpushm through Python ({how if on else 'ctypes: ' + how}), "
+          f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     return 0
 
 

@@ -73,6 +73,15 @@ fi
 INSTALLED="$dir" "$py" -c 'import gpushm, os; assert gpushm.__file__.startswith(os.environ["INSTALLED"]), gpushm.__file__' ||
   fail "the installed gpushm is not the one imported"
 echo "# pip install --no-index ./python into $where: ok"
+# pip compiled the C speedups where it could (a compiler and Python.h): where it could,
+# the installed package must take them, not fall back to ctypes unnoticed
+"$py" - <<'EOF' || fail "the installed package's C speedups"
+import os, sys, sysconfig, gpushm
+on, how = gpushm.speedups()
+if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) and not on:
+    sys.exit(f"Python.h is here, but the installed package takes the ctypes path: {how}")
+print(f"# the installed package's C speedups: {'on' if on else 'off'} ({how})")
+EOF
 
 ex=$b/examples/python
 n=1048576
