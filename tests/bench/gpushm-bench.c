@@ -91,7 +91,8 @@
  * number of holders must not make an open dearer (0.6.0 ran at 0.76-0.89 of it). */
 #define TARGET_SHARED_VS_OWN 0.95
 #define SHARED_BUFFER "client-shared"
-#define TARGET_PING_VS_ECHO 0.85
+/* issue 12 asked 0.85; issue 41 raised it to 0.9 */
+#define TARGET_PING_VS_ECHO 0.9
 #define TARGET_CREATE_PER_S 50000.0
 #define TARGET_LIST_MS 50.0
 #define TARGET_CTL_LIST_MS 150.0
