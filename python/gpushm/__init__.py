@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from ._lib import LIBRARY_PATH, LIBRARY_VERSION, LibraryError
 from .admin import BufferInfo, ClientInfo, DeviceStats, Holder, Metric, Stats, Usage, WeightsInfo
-from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connection, empty, open,
-                  open_bundle, open_weights, publish_weights, publish_weights_from, share,
-                  share_bundle, stats, unlink)
+from .api import (BUNDLE_ALIGN, clients, connect, create_image, default_connection, empty,
+                  empty_start, open, open_bundle, open_start, open_weights, publish_weights,
+                  publish_weights_from, share, share_bundle, stats, unlink)
 from .api import list_buffers
 from .api import list_buffers as list  # gpushm.list(); not in __all__: it would shadow list()
-from .core import (Buffer, Connection, Event, Frame, ImageInfo, Ring, Tensor, Timeline,
+from .core import (Buffer, Connection, Event, Frame, ImageInfo, Pending, Ring, Tensor, Timeline,
                    stream_handle)
 from .dtypes import DType, dtype
 from .errors import (CODES, ClosedError, ConnectFailed, CudaError, Disconnected, Error, Exists,
@@ -61,7 +61,8 @@ __all__ = [
     "ProtocolError", "Ring", "Frame", "SignallerLost", "Stats", "SystemCallFailed", "Tensor", "TensorSpec", "Timeline",
     "Timeout",
     "Unsupported", "Usage", "VersionMismatch", "WeightSet", "WeightsInfo", "clients", "connect",
-    "default_connection", "create_image", "dtype", "empty", "list_buffers", "open_bundle",
+    "default_connection", "create_image", "dtype", "empty", "empty_start", "list_buffers",
+    "open_bundle", "open_start", "Pending",
     "open_weights", "publish_weights", "publish_weights_from", "share", "share_bundle", "speedups",
     "stats", "stream_handle", "unlink",
 ]

@@ -20,10 +20,12 @@ from typing import Any, Optional, Tuple
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
                    CAPSULE_DLTENSOR_VERSIONED, lib)
 
-#: The libgpushm functions the module calls (gpushm_buffer_describe: 0.8).
+#: The libgpushm functions the module calls (gpushm_buffer_describe and the pipelined
+#: ones: 0.8).
 FUNCTIONS = ("gpushm_buffer_open", "gpushm_buffer_create", "gpushm_buffer_close",
              "gpushm_buffer_close_unlink", "gpushm_buffer_describe", "gpushm_buffer_ref",
-             "gpushm_buffer_dlpack", "gpushm_buffer_sync_method", "gpushm_capsule_destructor")
+             "gpushm_buffer_dlpack", "gpushm_buffer_sync_method", "gpushm_capsule_destructor",
+             "gpushm_buffer_open_start", "gpushm_buffer_create_start", "gpushm_pending_finish")
 
 
 def _load() -> Tuple[Optional[Any], str]:

@@ -390,6 +390,11 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
 #: Declared where the library has them (newer than the package's minimum); callers
 #: check with hasattr(lib, name).
 OPTIONAL_PROTOTYPES = {
+    # 0.8: pipelined opens and creates (Connection.open_start, create_start)
+    "gpushm_buffer_open_start": (c_int, [_P, c_char_p, c_uint, POINTER(c_void_p)]),
+    "gpushm_buffer_create_start": (c_int, [_P, c_char_p, c_uint64, POINTER(CreateOpts),
+                                           POINTER(c_void_p)]),
+    "gpushm_pending_finish": (c_int, [_P, POINTER(c_void_p)]),
     # 0.8: the one export descriptor (Buffer.export)
     "gpushm_buffer_export": (c_int, [_P, c_uint32, c_uint64, c_uint64, POINTER(ExportDesc)]),
     # 0.7: the system error behind a failure (a connect's ENOENT, ECONNREFUSED, EACCES)

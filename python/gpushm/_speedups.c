@@ -33,6 +33,9 @@ static struct {
   __typeof__(gpushm_buffer_dlpack) *dlpack;
   __typeof__(gpushm_buffer_sync_method) *sync_method;
   __typeof__(gpushm_capsule_destructor) *destructor;
+  __typeof__(gpushm_buffer_open_start) *open_start;
+  __typeof__(gpushm_buffer_create_start) *create_start;
+  __typeof__(gpushm_pending_finish) *pending_finish;
   const char *buffer_capsule, *connection_capsule, *dltensor_capsule,
     *dltensor_versioned_capsule;
 } lib;
@@ -51,6 +54,9 @@ static const struct binding {
   { "gpushm_buffer_dlpack", (void **)&lib.dlpack },
   { "gpushm_buffer_sync_method", (void **)&lib.sync_method },
   { "gpushm_capsule_destructor", (void **)&lib.destructor },
+  { "gpushm_buffer_open_start", (void **)&lib.open_start },
+  { "gpushm_buffer_create_start", (void **)&lib.create_start },
+  { "gpushm_pending_finish", (void **)&lib.pending_finish },
   { "capsule_buffer", (void **)&lib.buffer_capsule },
   { "capsule_connection", (void **)&lib.connection_capsule },
   { "capsule_dltensor", (void **)&lib.dltensor_capsule },
@@ -550,6 +556,38 @@ static PyObject *tensor_of(PyObject *buffer, PyObject *spec)
   return instance(py.tensor, names, v, 3);
 }
 
+/* The Tensor of an open's buffer (buf, described by d) whose manifest names one
+ * tensor; else the Buffer (the Python path goes on from it).  Takes buffer. */
+static PyObject *tensor_of_manifest(PyObject *buffer, gpushm_buffer_t *buf,
+                                    const gpushm_buffer_desc_t *d)
+{
+  PyObject *specs, *out;
+
+  if (d->kind == GPUSHM_KIND_IMAGE || !d->metadata || !d->metadata_size)
+    return buffer; /* (images and bytes: the Python path) */
+  {
+    PyObject *meta = PyObject_GetAttr(buffer, attr[A_METADATA]);
+    PyObject *size = meta ? PyObject_GetAttr(buffer, attr[A_SIZE]) : NULL;
+
+    specs = size ? PyObject_CallFunctionObjArgs(py.decode, meta, size, NULL) : NULL;
+    Py_XDECREF(meta);
+    Py_XDECREF(size);
+  }
+  if (!specs) {
+    close_now(buffer, buf); /* as the Python path's buf.close(): without the GIL */
+    Py_DECREF(buffer);
+    return NULL;
+  }
+  if (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != 1) {
+    Py_DECREF(specs);
+    return buffer; /* (a bundle: the Python path says what to do) */
+  }
+  out = tensor_of(buffer, PyTuple_GET_ITEM(specs, 0));
+  Py_DECREF(specs);
+  Py_DECREF(buffer);
+  return out;
+}
+
 /* The connection's handle, where it may be used here and now (open, and this process's:
  * Connection._live()'s conditions); NULL without an error where not. *cap: the capsule,
  * held while its handle is used (a close() elsewhere then leaves the closing to it). */
@@ -603,7 +641,7 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
 {
   gpushm_buffer_desc_t d = { .size = sizeof d };
   gpushm_buffer_t *buf = NULL;
-  PyObject *cap, *pid, *buffer, *specs, *out;
+  PyObject *cap, *pid, *buffer;
   const char *name;
   unsigned long flags;
   void *conn;
@@ -630,31 +668,7 @@ static PyObject *sp_open_tensor(PyObject *self, PyObject *const *args, Py_ssize_
   buffer = described_buffer(buf, args[0], pid, &d);
   Py_DECREF(cap);
   Py_DECREF(pid);
-  if (!buffer)
-    return NULL;
-  if (d.kind == GPUSHM_KIND_IMAGE || !d.metadata || !d.metadata_size)
-    return buffer; /* (images and bytes: the Python path) */
-  {
-    PyObject *meta = PyObject_GetAttr(buffer, attr[A_METADATA]);
-    PyObject *size = meta ? PyObject_GetAttr(buffer, attr[A_SIZE]) : NULL;
-
-    specs = size ? PyObject_CallFunctionObjArgs(py.decode, meta, size, NULL) : NULL;
-    Py_XDECREF(meta);
-    Py_XDECREF(size);
-  }
-  if (!specs) {
-    close_now(buffer, buf); /* as the Python path's buf.close(): without the GIL */
-    Py_DECREF(buffer);
-    return NULL;
-  }
-  if (!PyTuple_Check(specs) || PyTuple_GET_SIZE(specs) != 1) {
-    Py_DECREF(specs);
-    return buffer; /* (a bundle: the Python path says what to do) */
-  }
-  out = tensor_of(buffer, PyTuple_GET_ITEM(specs, 0));
-  Py_DECREF(specs);
-  Py_DECREF(buffer);
-  return out;
+  return buffer ? tensor_of_manifest(buffer, buf, &d) : NULL;
 }
 
 /* create_tensor(connection, name, plan): gpushm.empty()'s Tensor, plan its (size, the
@@ -694,6 +708,105 @@ static PyObject *sp_create_tensor(PyObject *self, PyObject *const *args, Py_ssiz
   if (!buffer)
     return NULL;
   out = tensor_of(buffer, PyTuple_GET_ITEM(args[2], 2));
+  Py_DECREF(buffer);
+  return out;
+}
+
+/* open_start(connection, name, flags): gpushm_buffer_open_start()'s pending (its
+ * address), a negative libgpushm code, or NotImplemented (the Python path). */
+static PyObject *sp_open_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  gpushm_pending_t *pending = NULL;
+  PyObject *cap, *pid;
+  const char *name;
+  unsigned long flags;
+  void *conn;
+  int r;
+
+  (void)self;
+  if (nargs != 3)
+    return PyErr_Format(PyExc_TypeError, "open_start(connection, name, flags)");
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  flags = PyLong_AsUnsignedLong(args[2]);
+  if (flags == (unsigned long)-1 && PyErr_Occurred())
+    return NULL;
+  if (!(name = c_name(args[1])) || !(conn = live_connection(args[0], &cap, &pid)))
+    Py_RETURN_NOTIMPLEMENTED;
+  /* (it waits for no reply, but may for the connection, another thread's call on it) */
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.open_start(conn, name, (uint32_t)flags, &pending);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(cap);
+  Py_DECREF(pid);
+  return r < 0 ? PyLong_FromLong(r) : PyLong_FromVoidPtr(pending);
+}
+
+/* create_start(connection, name, plan): gpushm_buffer_create_start() as create_tensor()
+ * creates; the pending's address, a negative libgpushm code, or NotImplemented. */
+static PyObject *sp_create_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  gpushm_pending_t *pending = NULL;
+  PyObject *cap, *pid;
+  const char *name;
+  uint64_t size;
+  void *conn, *opts;
+  int r;
+
+  (void)self;
+  if (nargs != 3 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != 4)
+    return PyErr_Format(PyExc_TypeError, "create_start(connection, name, plan)");
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (arg_u64(PyTuple_GET_ITEM(args[2], 0), &size) < 0 ||
+      arg_pointer(PyTuple_GET_ITEM(args[2], 1), &opts, "opts") < 0)
+    return NULL;
+  if (!(name = c_name(args[1])) || !(conn = live_connection(args[0], &cap, &pid)))
+    Py_RETURN_NOTIMPLEMENTED;
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.create_start(conn, name, size, opts, &pending);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(cap);
+  Py_DECREF(pid);
+  return r < 0 ? PyLong_FromLong(r) : PyLong_FromVoidPtr(pending);
+}
+
+/* finish(connection, pending, how): gpushm_pending_finish() without the GIL, and of the
+ * handle: the Buffer (how None), the Tensor of that spec (how a spec: a create's), or
+ * open_tensor()'s answer (how True: the Tensor, or the Buffer for the Python path); a
+ * negative libgpushm code where it failed.  pending is freed whatever the outcome. */
+static PyObject *sp_finish(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  gpushm_buffer_desc_t d = { .size = sizeof d };
+  gpushm_buffer_t *buf = NULL;
+  PyObject *buffer, *pid, *out;
+  void *pending;
+  int r;
+
+  (void)self;
+  if (nargs != 3)
+    return PyErr_Format(PyExc_TypeError, "finish(connection, pending, how)");
+  if (need_bound() < 0 || !py.buffer)
+    return PyErr_Format(PyExc_RuntimeError, "gpushm._speedups: bind_classes() first");
+  if (arg_pointer(args[1], &pending, "pending") < 0)
+    return NULL;
+  if (!(pid = PyDict_GetItemString(py.core, "_PID")))
+    return PyErr_Format(PyExc_RuntimeError, "gpushm.core has no _PID");
+  Py_INCREF(pid);
+  Py_BEGIN_ALLOW_THREADS
+  r = lib.pending_finish(pending, &buf);
+  Py_END_ALLOW_THREADS
+  if (r < 0) {
+    Py_DECREF(pid);
+    return PyLong_FromLong(r);
+  }
+  buffer = described_buffer(buf, args[0], pid, &d);
+  Py_DECREF(pid);
+  if (!buffer || args[2] == Py_None)
+    return buffer;
+  if (args[2] == Py_True)
+    return tensor_of_manifest(buffer, buf, &d);
+  out = tensor_of(buffer, args[2]);
   Py_DECREF(buffer);
   return out;
 }
@@ -853,6 +966,9 @@ static PyMethodDef methods[] = {
   { "bind_classes", (PyCFunction)(void (*)(void))sp_bind_classes, METH_FASTCALL, NULL },
   { "open_tensor", (PyCFunction)(void (*)(void))sp_open_tensor, METH_FASTCALL, NULL },
   { "create_tensor", (PyCFunction)(void (*)(void))sp_create_tensor, METH_FASTCALL, NULL },
+  { "open_start", (PyCFunction)(void (*)(void))sp_open_start, METH_FASTCALL, NULL },
+  { "create_start", (PyCFunction)(void (*)(void))sp_create_start, METH_FASTCALL, NULL },
+  { "finish", (PyCFunction)(void (*)(void))sp_finish, METH_FASTCALL, NULL },
   { "array_interface", sp_array_interface, METH_O, NULL },
   { "close_handle", sp_close_handle, METH_O, NULL },
   { "close_unlink_handle", sp_close_unlink_handle, METH_O, NULL },

@@ -139,6 +139,57 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
     return Tensor(buf, spec)
 
 
+def empty_start(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *,
+                device: DeviceLike = "cpu", conn: Optional[Connection] = None,
+                backend: Optional[Union[str, int]] = None, **create: Any) -> _core.Pending:
+    """empty()'s create sent, without waiting for the reply: finish() on what it returns
+    gives the Tensor empty() would have, or raises what empty() raises.  A producer starts
+    the next tensor's create before it fills this one, and the round trip overlaps the
+    fill (docs/python.md#pipelined-opens-and-creates)."""
+    spec = _manifest.make_spec("", dtype, shape)
+    c = _conn(conn)
+    if _SP is not None:
+        # empty()'s plan of this kind of tensor (the same key), made here if it is not
+        # yet: the create and the Tensor in C
+        try:
+            key = (spec, device, type(device), backend, type(backend))
+            if create:
+                key += tuple((k, v, type(v)) for k, v in create.items())
+            plan = c._empty_plans.get(key)
+        except (TypeError, AttributeError):
+            key = plan = None
+        if plan is None and key is not None and not create.get("open_existing"):
+            _empty_plan(c, key, spec, device, backend, create)
+            plan = c._empty_plans.get(key)
+        if plan is not None:
+            made = _SP.create_start(c, name, plan)
+            if made is not NotImplemented:
+                if made < 0:
+                    check(made, f"create {name!r}")
+                pending = _core.Pending(made, c, f"create {name!r}")
+                pending._how = spec
+                return pending
+    kind, index = parse_device(device)
+    if kind != "cpu" and kind != "cuda":
+        raise ValueError(f"gpushm shares CPU and CUDA memory, not {kind}")
+    meta = _manifest.encode((spec,))
+    pending = c.create_start(name, max(spec.nbytes, 1),
+                             backend=_device_backend(c, kind, backend),
+                             device=index if kind == "cuda" else 0,
+                             map_device=index if kind == "cuda" else None, metadata=meta,
+                             **create)
+
+    def tensor(buf: Buffer) -> Tensor:
+        theirs = buf.metadata
+        if theirs != meta:  # (as _create_tensors(): open_existing joined another manifest)
+            code = CODES["EXIST"]
+            raise make_error(code, f"the existing buffer has another manifest: "
+                             f"{theirs[:200]!r}", f"create {name!r}", strerror(code))
+        return Tensor(buf, spec)
+    pending._then = tensor
+    return pending
+
+
 def _empty_plan(c: Connection, key: Any, spec: _manifest.TensorSpec, device: DeviceLike,
                 backend: Optional[Union[str, int]], create: Dict[str, Any]) -> None:
     """Remembers on c what empty() with these arguments asks gpushm_buffer_create() for,
@@ -262,6 +313,29 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
                                                       map_device=map_device)
     else:
         buf = c.open(name, readonly=readonly, map_device=map_device)
+    return _tensor_of(buf, name, dtype, shape, offset, strides, tensor)
+
+
+def open_start(name: str, *, readonly: bool = False, device: DeviceLike = None,
+               conn: Optional[Connection] = None) -> _core.Pending:
+    """open()'s request sent, without waiting for the reply: finish() on what it returns
+    gives the Tensor open() would have (its manifest's), or raises what open() raises.
+    Start the opens of the next buffers before finishing (and reading) this one, and their
+    round trips overlap (docs/python.md#pipelined-opens-and-creates)."""
+    c = conn if conn is not None else default_connection()
+    map_device = None
+    if device is not None:
+        kind, index = parse_device(device)
+        map_device = index if kind == "cuda" else None
+    pending = c.open_start(name, readonly=readonly, map_device=map_device)
+    pending._how = True  # (the speedups make the manifest's Tensor, as open_tensor() does)
+    pending._then = lambda buf: _tensor_of(buf, name, None, None, 0, None, None)
+    return pending
+
+
+def _tensor_of(buf: Buffer, name: str, dtype: Any, shape: Optional[Union[int, Sequence[int]]],
+               offset: int, strides: Optional[Sequence[int]], tensor: Optional[str]) -> Tensor:
+    """open()'s Tensor of the buffer it opened (closed on error)."""
     try:
         if buf.image is not None and dtype is None and shape is None and strides is None:
             # a linear image is (height, width, channels) of its format, rows apart by its

@@ -20,7 +20,8 @@ import operator
 import os
 import sys
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from . import _capsule, dtypes
 from . import manifest as _manifest
@@ -550,6 +551,39 @@ class Connection(_Handle):
               f"create image {name!r}")
         return Buffer(_handle(out, "create image"), self)
 
+    def open_start(self, name: str, *, readonly: bool = False,
+                   map_device: Optional[int] = None) -> "Pending":
+        """Sends the open of a buffer by name and returns without waiting for the reply
+        (gpushm_buffer_open_start): Pending.finish() returns what open() would have.
+        Work done in between overlaps the round trip (docs/python.md#pipelined-opens-and-creates)."""
+        cap, c = self._live()
+        flags = (OPEN_READONLY if readonly else 0) | (
+            map_device_flag(non_negative(map_device, "map_device")) if map_device is not None else 0)
+        _need_pipelining()
+        if _SP is not None:
+            made = _SP.open_start(self, name, flags)
+            if made is not NotImplemented:
+                if made < 0:
+                    check(made, f"open {name!r}")
+                return Pending(made, self, f"open {name!r}")
+        out = c_void_p()
+        check(lib.gpushm_buffer_open_start(c, c_string(name, "name"), flags, byref(out)),
+              f"open {name!r}")
+        return Pending(out.value, self, f"open {name!r}")
+
+    def create_start(self, name: str, size: int, **options: Any) -> "Pending":
+        """Sends a create, with create()'s options, and returns without waiting for the
+        reply (gpushm_buffer_create_start): Pending.finish() returns what create() would
+        have."""
+        cap, c = self._live()
+        raw = c_string(name, "name")
+        size, opts = self._create_plan(size, **options)
+        _need_pipelining()
+        out = c_void_p()
+        check(lib.gpushm_buffer_create_start(c, raw, size, byref(opts), byref(out)),
+              f"create {name!r}")
+        return Pending(out.value, self, f"create {name!r}")
+
     def open(self, name: Union[str, int], *, readonly: bool = False,
              map_device: Optional[int] = None) -> "Buffer":
         """Opens a buffer by name (str) or id (int) (gpushm_buffer_open)."""
@@ -749,6 +783,75 @@ def _image_info(pointer: int) -> Optional[ImageInfo]:
     return ImageInfo(text(name) if name else f"format-{d.format}", d.width, d.height, d.depth,
                      d.mip_levels, d.array_layers, "linear" if d.tiling == 0 else "optimal",
                      d.usage, d.row_pitch)
+
+
+def _need_pipelining() -> None:
+    if not hasattr(lib, "gpushm_pending_finish"):
+        raise Unsupported(f"libgpushm {'.'.join(map(str, LIBRARY_VERSION))} has no pipelined "
+                          f"opens and creates (0.8 does)")
+
+
+class Pending:
+    """A pipelined open or create (Connection.open_start(), create_start(),
+    gpushm.open_start(), gpushm.empty_start()): the request is out; finish() waits for
+    the reply unless it came already and returns what the open or create returns, or
+    raises what it raises.  Finish each once.  One garbage collected unfinished is
+    finished then, and what it opened closed."""
+
+    __slots__ = ("_ptr", "_connection", "_pid", "_what", "_how", "_then")
+
+    def __init__(self, pointer: int, connection: "Connection", what: str) -> None:
+        self._ptr = pointer
+        self._connection = connection
+        self._pid = _PID
+        self._what = what
+        # What the finish makes of the buffer: in C (the speedups' finish(): None, the
+        # Buffer; a TensorSpec, its Tensor; True, the manifest's), then in Python (_then,
+        # given the Buffer wherever C left one).
+        self._how: Any = None
+        self._then: Optional[Callable[["Buffer"], Any]] = None
+
+    @property
+    def finished(self) -> bool:
+        return self._ptr is None
+
+    def finish(self) -> Any:
+        p, self._ptr = self._ptr, None
+        if p is None:
+            raise ClosedError(f"{self._what}: finished already")
+        if self._pid != _PID:
+            raise ClosedError(f"{self._what}: started before fork(), in the parent")
+        if _SP is not None:
+            buf = _SP.finish(self._connection, p, self._how)
+            if type(buf) is int:
+                check(buf, self._what)
+            if type(buf) is Tensor:
+                return buf
+        else:
+            out = c_void_p()
+            r = lib.gpushm_pending_finish(p, byref(out))
+            if r < 0:
+                check(r, self._what)
+            buf = Buffer(_handle(out, self._what), self._connection)
+        if self._then is None:
+            return buf
+        try:
+            return self._then(buf)
+        except BaseException:
+            buf.close()
+            raise
+
+    def __del__(self) -> None:
+        p = getattr(self, "_ptr", None)
+        if p is not None and self._pid == _PID:
+            self._ptr = None
+            try:
+                lib.gpushm_pending_finish(p, None)
+            except Exception:  # (at interpreter exit the library may be gone)
+                pass
+
+    def __repr__(self) -> str:
+        return f"<gpushm.Pending {self._what}{' (finished)' if self._ptr is None else ''}>"
 
 
 class Buffer(_Handle):

@@ -51,7 +51,9 @@
 #define TARGET_PYTHON_VS_C 2.0
 #define PYTHON_TIMEOUT_S 300
 
-enum { MSG_HANDOFF = 1, MSG_END = 2, MSG_ECHO = 3 };
+/* MSG_PIPELINED: a hand-off whose open the consumer starts as the message comes
+ * (gpushm_buffer_open_start()), before it reads the one before. */
+enum { MSG_HANDOFF = 1, MSG_END = 2, MSG_ECHO = 3, MSG_PIPELINED = 4 };
 
 struct handoff_msg {
   uint32_t kind;
@@ -100,27 +102,61 @@ static double median(double *v, unsigned n)
   return v[n / 2];
 }
 
+/* The consumer's open (or the finish of one started), read and close of a hand-off. */
+static void consume(gpushm_t *conn, const struct handoff_msg *m, gpushm_pending_t *started,
+                    struct handoff_ack *ack)
+{
+  gpushm_buffer_t *b;
+
+  ack->status = started ? gpushm_pending_finish(started, &b)
+                        : gpushm_buffer_open(conn, m->name, GPUSHM_OPEN_READONLY, &b);
+  if (ack->status == 0) {
+    ack->seen = *(volatile const uint32_t *)gpushm_buffer_ptr(b);
+    ack->status = gpushm_buffer_close(b);
+    if (ack->status == 0 && ack->seen != m->value)
+      ack->status = 1;
+  }
+}
+
 /* The consumer: answers echoes as they come, and opens, reads, closes what each
- * hand-off names. */
+ * hand-off names; pipelined ones have their opens started as they come, up to DEPTH
+ * ahead of the one being read. */
 static int consumer(int sock)
 {
   gpushm_t *conn = NULL;
-  struct handoff_msg m;
+  struct handoff_msg m, ahead[DEPTH];
+  gpushm_pending_t *opening[DEPTH];
+  unsigned first = 0, queued = 0;
 
-  while (recv(sock, &m, sizeof m, 0) == (ssize_t)sizeof m && m.kind != MSG_END) {
+  for (;;) {
     struct handoff_ack ack = { 0, 0 };
-    gpushm_buffer_t *b;
+    bool got = false;
 
-    if (m.kind == MSG_HANDOFF) {
+    while (queued < DEPTH) {
+      if (recv(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0) != (ssize_t)sizeof m)
+        break; /* (none more now; or, with none queued, the producer is gone) */
+      if (m.kind != MSG_PIPELINED) {
+        CHECK(queued == 0); /* the producer waits for every ack before it changes kind */
+        got = true;
+        break;
+      }
       if (!conn)
         CHECK_OK(gpushm_connect(NULL, "handoff-consumer", &conn));
-      ack.status = gpushm_buffer_open(conn, m.name, GPUSHM_OPEN_READONLY, &b);
-      if (ack.status == 0) {
-        ack.seen = *(volatile const uint32_t *)gpushm_buffer_ptr(b);
-        ack.status = gpushm_buffer_close(b);
-        if (ack.status == 0 && ack.seen != m.value)
-          ack.status = 1;
-      }
+      ahead[(first + queued) % DEPTH] = m;
+      CHECK_OK(gpushm_buffer_open_start(conn, m.name, GPUSHM_OPEN_READONLY,
+                                        &opening[(first + queued) % DEPTH]));
+      queued++;
+    }
+    if (queued) {
+      consume(conn, &ahead[first], opening[first], &ack);
+      first = (first + 1) % DEPTH;
+      queued--;
+    } else if (!got || m.kind == MSG_END) {
+      break;
+    } else if (m.kind == MSG_HANDOFF) {
+      if (!conn)
+        CHECK_OK(gpushm_connect(NULL, "handoff-consumer", &conn));
+      consume(conn, &m, NULL, &ack);
     }
     CHECK(send(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
   }
@@ -141,6 +177,11 @@ struct producer {
   int sock;
   gpushm_t *conn;
   unsigned seq;
+  /* Pipelined: each create started as the one before is finished (the next name is
+   * known), made by gpushmd while this one is filled and handed over. */
+  bool pipelined;
+  gpushm_pending_t *next;
+  uint32_t next_value;
   double *phase[PHASES]; /* per round, when --phases */
   unsigned round;
 };
@@ -157,15 +198,32 @@ static void mark(struct producer *p, unsigned phase, double since)
     p->phase[phase][p->round] = now_us() - since;
 }
 
+static void start_create(struct producer *p, uint32_t value)
+{
+  char name[64];
+
+  snprintf(name, sizeof name, "handoff-%u", value);
+  CHECK_OK(gpushm_buffer_create_start(p->conn, name, HANDOFF_BYTES, NULL, &p->next));
+  p->next_value = value;
+}
+
 static void produce(struct producer *p, struct slot *s)
 {
-  struct handoff_msg m = { .kind = MSG_HANDOFF };
+  struct handoff_msg m = { .kind = p->pipelined ? MSG_PIPELINED : MSG_HANDOFF };
   double t = now_us();
   uint32_t *words;
 
   s->value = m.value = ++p->seq;
   snprintf(m.name, sizeof m.name, "handoff-%u", s->value);
-  CHECK_OK(gpushm_buffer_create(p->conn, m.name, HANDOFF_BYTES, NULL, &s->buf));
+  if (p->pipelined) {
+    if (!p->next)
+      start_create(p, s->value);
+    CHECK(p->next_value == s->value);
+    CHECK_OK(gpushm_pending_finish(p->next, &s->buf));
+    start_create(p, s->value + 1);
+  } else {
+    CHECK_OK(gpushm_buffer_create(p->conn, m.name, HANDOFF_BYTES, NULL, &s->buf));
+  }
   mark(p, 0, t);
   t = now_us();
   words = gpushm_buffer_ptr(s->buf);
@@ -214,7 +272,15 @@ static double handoffs(struct producer *p, unsigned rounds, unsigned depth, doub
       per[done] = now_us() - start[done % depth];
     done++;
   }
-  return (now_us() - t0) / rounds;
+  t0 = (now_us() - t0) / rounds;
+  if (p->next) { /* the create started for a hand-off that is not coming */
+    gpushm_buffer_t *unused;
+    CHECK_OK(gpushm_pending_finish(p->next, &unused));
+    CHECK_OK(gpushm_buffer_close_unlink(unused));
+    p->next = NULL;
+    p->seq++;
+  }
+  return t0;
 }
 
 /* The floor: one SEQPACKET round trip between this process and the consumer (a
@@ -262,6 +328,9 @@ static char python_said[512];
  * "package" (the public package, with its C speedups where they build), "ctypes" (the
  * package without them) or "floor" (the thinnest binding of the same calls,
  * tests/bench/python-binding-floor.c); false, with why, where it could not run. */
+/* The last run's pipelined figure (its creates and opens started ahead); < 0: none. */
+static double python_pipelined = -1;
+
 static bool python_figures(const struct test_daemon *d, unsigned rounds, const char *binding,
                            double *serial, double *inflight, double cpu[3], double *phases,
                            char *why, size_t why_len)
@@ -279,6 +348,7 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, const c
            python_interpreter(), GPUSHM_BENCH_SRCDIR, rounds, WARMUP, DEPTH, binding,
            phases ? " --phases" : "");
   snprintf(why, why_len, "python-handoff-host.py printed no figures");
+  python_pipelined = -1;
   if (!(p = popen(cmd, "r"))) {
     snprintf(why, why_len, "popen: %s", strerror(errno));
     return false;
@@ -307,6 +377,9 @@ static bool python_figures(const struct test_daemon *d, unsigned rounds, const c
     else if (sscanf(line, "python-handoff-host: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
                     inflight) == 1)
       got_inflight = true;
+    else if (sscanf(line, "python-handoff-host: mode=pipelined%*u rounds=%*u per_handoff_us=%lf",
+                    &python_pipelined) == 1)
+      continue;
     else if (*line)
       snprintf(why, why_len, "%.400s", line);
   }
@@ -336,7 +409,7 @@ int main(int argc, char **argv)
   unsigned rounds;
   struct test_daemon d = { 0 };
   struct producer p = { 0 };
-  double rtt_before, rtt_after, rtt, serial, inflight, *per, cpu_us[3];
+  double rtt_before, rtt_after, rtt, serial, inflight, piped, *per, cpu_us[3];
   char daemon_path[4400], why[512];
   double py_serial = 0, py_inflight = 0, py_cpu[3] = { 0, 0, 0 };
   double c_phase[PHASES], py_phase[PY_STEPS], floor_phase[PY_STEPS];
@@ -400,6 +473,10 @@ int main(int argc, char **argv)
     p.phase[i] = NULL;
   }
   inflight = handoffs(&p, rounds, DEPTH, NULL);
+  p.pipelined = true;
+  handoffs(&p, WARMUP, DEPTH, NULL);
+  piped = handoffs(&p, rounds, DEPTH, NULL);
+  p.pipelined = false;
   rtt_after = round_trip_us(p.sock, RTT_ROUNDS);
   rtt = (rtt_before + rtt_after) / 2;
   {
@@ -424,6 +501,9 @@ int main(int argc, char **argv)
          "us, gpushmd %.1f us\n", cpu_us[0], cpu_us[1], cpu_us[2]);
   printf("bench-handoff-host: [10] the same, %u in flight: %.1f us per hand-off | ratio to the "
          "round trip %.2f\n", DEPTH, inflight, inflight / rtt);
+  printf("bench-handoff-host: [10] the same, %u in flight, pipelined (creates and opens started "
+         "ahead): %.1f us per hand-off | not pipelined %.1f us | ratio %.2f\n", DEPTH, piped,
+         inflight, piped / inflight);
   if (!python) {
     printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
   } else if (!python_figures(&d, rounds, "package", &py_serial, &py_inflight, py_cpu,
@@ -445,6 +525,11 @@ int main(int argc, char **argv)
     printf("bench-handoff-host: [10] through Python, %u in flight: %.1f us per hand-off | "
            "Python / C %.2f | target <= %.1f: %s\n", DEPTH, py_inflight, py_inflight / inflight,
            TARGET_PYTHON_VS_C, py_inflight <= TARGET_PYTHON_VS_C * inflight ? "met" : "NOT met");
+    if (python_pipelined >= 0)
+      printf("bench-handoff-host: [10] through Python, %u in flight, pipelined "
+             "(gpushm.empty_start(), gpushm.open_start()): %.1f us per hand-off | C pipelined "
+             "%.1f us | Python / C %.2f\n", DEPTH, python_pipelined, piped,
+             python_pipelined / piped);
   }
   /* The package without its C speedups: what an install without a compiler gets */
   if (python) {

@@ -41,6 +41,7 @@ import sys
 import time
 
 WORDS = 1024  # 4 KiB of uint32
+PIPELINE_DEPTH = 8  # pipelined hand-offs the consumer starts opens for, at most
 DEVICE_WORDS = 262144  # 1 MiB of int32, as gpushm-bench's rows 1 and 2
 MSG = struct.Struct("=I48s")  # value, name
 ACK = struct.Struct("=iI")  # status, word seen
@@ -142,18 +143,30 @@ def consumer(sock, device, floor, steps):
 
         def read(v):
             return int(v[0].item())
+    readonly, where = (True, None) if device == "cpu" else (False, device)
     clock = time.perf_counter
     timed = [] if steps is not None else None
+    ahead = collections.deque()  # pipelined hand-offs: (value, name, its open started)
     while True:
-        msg = sock.recv(MSG.size)
-        if len(msg) != MSG.size:
+        # every pipelined message already here has its open started before one is read
+        while len(ahead) < PIPELINE_DEPTH:
+            try:
+                msg = sock.recv(MSG.size, socket.MSG_DONTWAIT if ahead else 0)
+            except BlockingIOError:
+                break
+            value, raw = MSG.unpack(msg) if len(msg) == MSG.size else (0, b"")
+            name = raw.rstrip(b"\0").decode()
+            if not name.startswith("handoff.q."):
+                assert not ahead, "a message of another kind while pipelined ones are out"
+                break
+            ahead.append((value, name, gpushm.open_start(name, readonly=readonly,
+                                                         device=where)))
+        if ahead:
+            value, name, pending = ahead.popleft()
+        elif value == 0:
             break
-        value, raw = MSG.unpack(msg)
-        if value == 0:
-            break
-        name = raw.rstrip(b"\0").decode()
         a = clock()
-        t = open_(name)
+        t = pending.finish() if name.startswith("handoff.q.") else open_(name)
         b = clock()
         v = view(t)
         c = clock()
@@ -198,6 +211,34 @@ def producer(device, floor):
         v.fill_(value)
         torch.cuda.current_stream().synchronize()
     return create, torch.from_dlpack, write, lambda t: t.buffer.close_unlink()
+
+
+def pipelined(device, make):
+    """make with its create pipelined: each hand-off's create finished where make's
+    would have been made, the next one's started at once (its name is known), so that
+    gpushmd makes it while this one is written and handed over.  Returns it, and what
+    finishes the create left started after the last hand-off."""
+    import gpushm
+    started = {}
+
+    def start(value):
+        name = f"handoff.q.{value}"
+        if device == "cpu":
+            return gpushm.empty_start(name, WORDS, "uint32")
+        return gpushm.empty_start(name, DEVICE_WORDS, "int32", device=device,
+                                  uninitialized=True)
+
+    def create(name):
+        value = int(name.rsplit(".", 1)[1])
+        pending = started.pop(value, None) or start(value)
+        started[value + 1] = start(value + 1)
+        return pending.finish()
+
+    def leftover():
+        for pending in started.values():
+            pending.finish().buffer.close_unlink()
+        started.clear()
+    return (create,) + tuple(make[1:]), leftover
 
 
 # --phases: the serial hand-off's steps as bench-handoff-host --phases splits C's
@@ -322,6 +363,14 @@ def main():
     after = cpu_ns(os.getpid()), cpu_ns(pid)
     print("python-handoff-host: serial ends", flush=True)
     value, per = run(mine, make, args.rounds, args.depth, value, None, "p")
+    piped = None
+    if floor is None and hasattr(gpushm, "empty_start"):
+        # the consumer starts each open as its message comes (names handoff.q.*)
+        make_q, leftover = pipelined(args.device, make)
+        value, _ = run(mine, make_q, args.warmup, args.depth, value, None, "q")
+        value, piped = run(mine, make_q, args.rounds, args.depth, value, None, "q")
+        leftover()
+        value += 1  # (the leftover's)
     mine.send(MSG.pack(0, b""))
     _, status = os.waitpid(pid, 0)
     if status != 0:
@@ -340,6 +389,9 @@ def main():
         print(f"python-handoff-host: {what} median_us={us[len(us) // 2]:.1f}")
     print(f"python-handoff-host: mode=inflight{args.depth} rounds={args.rounds} "
           f"per_handoff_us={per:.1f}")
+    if piped is not None:
+        print(f"python-handoff-host: mode=pipelined{args.depth} rounds={args.rounds} "
+              f"per_handoff_us={piped:.1f}")
     print(f"python-handoff-host: gpushm {gpushm.__version__} through Python "
           f"{sys.version.split()[0]}, {'with' if _accel.speedups else 'without'} its C "
           f"speedups ({_accel.WHY})")
