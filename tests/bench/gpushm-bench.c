@@ -621,6 +621,10 @@ static bool run_torch(unsigned rounds, struct torch_figures *tf)
 /* Rows 1 and 2's hand-off through the Python package (tests/bench/python-handoff-host.py
  * --device cuda:0: PyTorch fills, the consumer reads 4 bytes back, over a socketpair as
  * here): false, with why, where it could not run. */
+/* The last run_python()'s pipelined figure (gpushm.empty_start(), open_start()); < 0:
+ * none. */
+static double python_pipelined = -1;
+
 static bool run_python(const struct test_daemon *d, unsigned rounds, double *serial,
                        double *inflight, char *why, size_t why_len)
 {
@@ -646,6 +650,9 @@ static bool run_python(const struct test_daemon *d, unsigned rounds, double *ser
     else if (sscanf(line, "python-handoff-host: mode=inflight%*u rounds=%*u per_handoff_us=%lf",
                     inflight) == 1)
       got_inflight = true;
+    else if (sscanf(line, "python-handoff-host: mode=pipelined%*u rounds=%*u per_handoff_us=%lf",
+                    &python_pipelined) == 1)
+      continue;
     else if (strncmp(line, "python-handoff-host: skipped: ", 30) == 0)
       snprintf(why, why_len, "%s", line + 30);
     else if (strncmp(line, "python-handoff-host: phase=", 27) == 0 ||
@@ -772,6 +779,11 @@ static void rows_handoff(const struct test_daemon *d, gpushm_t *conn)
     row("2", "  through Python, 8 in flight", py_inflight <= TARGET_PYTHON_VS_C * g_pipe,
         "%.1f us per hand-off | C %.1f us | Python / C %.2f | target <= %.1f", py_inflight,
         g_pipe, py_inflight / g_pipe, TARGET_PYTHON_VS_C);
+    if (python_pipelined >= 0)
+      row("2", "  through Python, 8 in flight, pipelined", -1,
+          "%.1f us per hand-off (gpushm.empty_start(), gpushm.open_start()) | C pipelined "
+          "%.1f us | Python / C %.2f | not pipelined %.1f us", python_pipelined, g_overlap,
+          python_pipelined / g_overlap, py_inflight);
   }
   free(gp);
   free(raw);
