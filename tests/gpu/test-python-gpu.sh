@@ -317,6 +317,26 @@ print(f"weight sets: a {len(expected)}-tensor bf16 state dict published on the G
       f"whole for its holder after 2; copy_into() of 2, in buckets, on two streams")
 EOF
 
+# --- pipelined creates and opens of device memory, read through PyTorch
+"$py" - <<'EOF' || fail "pipelined creates and opens"
+import torch, gpushm
+starts = [gpushm.empty_start(f"py-pipe-{i}", (256, 4), "float32", device="cuda") for i in range(8)]
+made = [p.finish() for p in reversed(starts)][::-1]
+for i, t in enumerate(made):
+    assert t.device == "cuda:0" and t.shape == (256, 4)
+    torch.from_dlpack(t).fill_(i)
+torch.cuda.synchronize()
+opens = [gpushm.open_start(f"py-pipe-{i}", device="cuda") for i in range(8)]
+for i in reversed(range(8)):
+    t = opens[i].finish()
+    assert bool((torch.from_dlpack(t) == i).all()), i
+    t.close()
+for t in made:
+    t.buffer.close_unlink()
+print(f"pipelined: 8 device tensors created and opened ahead, checked through PyTorch "
+      f"({'C speedups' if gpushm.speedups()[0] else 'ctypes'})")
+EOF
+
 # --- hand-off latency, beside torch.multiprocessing in the same run (printed)
 "$py" "$src/tests/bench/python-handoff.py" || fail "python-handoff"
 "$py" "$src/tests/bench/torch-handoff.py" --rounds 1000 || fail "torch-handoff"
