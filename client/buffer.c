@@ -47,6 +47,9 @@ static gpushm_t *conns_with_handles;
 static struct gpushm_buffer *inherited_handles;
 static struct client_mapping *inherited_mappings;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+/* Forks this process came through as the child: a pipelined start made before one is
+ * the parent's (its reply would come on the parent's socket). */
+static unsigned forks_here;
 
 #define HANDLE_OF_ID(l) ((struct gpushm_buffer *)((char *)(l) - offsetof(struct gpushm_buffer, by_id)))
 #define HANDLE_OF_NAME(l) \
@@ -99,6 +102,7 @@ static void cache_postfork_child(void)
     c->handles_listed = false;
   }
   conns_with_handles = NULL;
+  forks_here++;
   for (struct hash_link *l = drain_table(&mappings), *n; l; l = n) {
     struct client_mapping *m = MAPPING_OF(l);
     n = l->next;
@@ -745,8 +749,10 @@ static int adopt_carved(gpushm_t *conn, const Gpushm__OpenReply *open, struct ma
   last = (!h || extra) && unuse_mapping(m);
   pthread_mutex_unlock(&cache_lock);
   if (!h || extra) {
-    if (last)
-      end_mapping(m);
+    if (last) { /* (conn->lock is held: an eviction, which takes it, waits for a put) */
+      client_segment_unuse(m->segment);
+      free(m);
+    }
     release_locked(conn, id, false);
   }
   if (!h)
@@ -882,6 +888,7 @@ struct gpushm_pending {
   enum client_kind ck;
   struct map_want want;
   uint64_t generation;
+  unsigned forks; /* forks_here at the start */
   /* The outcome: r < 0 and why; or buf (a carved buffer's handle, made as the reply
    * came, or an open of a handle this connection had); or the reply and its fds, for
    * adopt_reply() in gpushm_pending_finish(), outside the connection's lock. */
@@ -897,8 +904,11 @@ static void pending_arrived(struct client_pending_reply *reply_of, gpushm_t *con
 {
   struct gpushm_pending *p = (struct gpushm_pending *)reply_of;
 
-  if (r == 0)
+  if (r == 0) {
+    int prev = client_cuda_assume_current(p->want.current_device);
     r = take_open_reply_locked(conn, reply, fds, p->ck, &p->want, p->generation, &p->buf);
+    client_cuda_assume_current(prev);
+  }
   if (r == 0) {
     p->kept = reply;
     p->fds = *fds;
@@ -928,6 +938,10 @@ static int pending_start(gpushm_t *conn, Gpushm__Request *req, enum client_kind 
   p->buf = done;
   p->reply.answered = done != NULL; /* (an open of a handle this connection has) */
   p->generation = client_unlink_generation(conn);
+  p->forks = __atomic_load_n(&forks_here, __ATOMIC_RELAXED);
+  /* the default map device is the starting thread's, whoever takes the reply */
+  if (p->want.map_request == -1 && p->want.current_device == CURRENT_UNKNOWN)
+    p->want.current_device = client_cuda_current_device();
   pthread_mutex_lock(&conn->lock);
   if (!done)
     r = client_send_pending_locked(conn, req, &p->reply);
@@ -954,13 +968,19 @@ int gpushm_pending_finish(gpushm_pending_t *p, gpushm_buffer_t **out)
     *out = NULL;
   if (!p)
     return client_error(GPUSHM_E_INVAL, "pending is NULL");
+  if (p->forks != __atomic_load_n(&forks_here, __ATOMIC_RELAXED))
+    return client_error(GPUSHM_E_INVAL, "this open or create was started before fork(), "
+                        "in the parent: the child leaves it alone (its reply is the "
+                        "parent's)");
   conn = p->conn;
   pthread_mutex_lock(&conn->lock);
   client_pending_settle_locked(conn, &p->reply);
   idle = conn->pending_n == 0;
   pthread_mutex_unlock(&conn->lock);
   if (p->kept) {
+    int prev = client_cuda_assume_current(p->want.current_device);
     r = adopt_reply(conn, p->kept->open, p->ck, &p->want, &p->fds, p->generation, &buf);
+    client_cuda_assume_current(prev);
     gpushm__reply__free_unpacked(p->kept, NULL);
   } else if (p->r < 0) {
     r = client_error(p->r, "%s", p->why ? p->why : "the request failed (out of memory "
@@ -969,9 +989,9 @@ int gpushm_pending_finish(gpushm_pending_t *p, gpushm_buffer_t **out)
     buf = p->buf;
     r = 0;
   }
-  /* segments a disconnect kept mapped for replies then on their way (segment.c) */
-  if (idle && __atomic_load_n(&conn->user_gone, __ATOMIC_ACQUIRE))
-    client_segment_disconnect(conn);
+  /* segments kept mapped for replies then on their way (segment.c) */
+  if (idle && !__atomic_load_n(&client_pending_in_process, __ATOMIC_ACQUIRE))
+    client_segment_trim();
   free(p->why);
   free(p);
   if (r == 0 && out)

@@ -517,6 +517,8 @@ static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm_
   return 0;
 }
 
+unsigned client_pending_in_process;
+
 int client_send_pending_locked(gpushm_t *conn, Gpushm__Request *req,
                                struct client_pending_reply *p)
 {
@@ -542,11 +544,18 @@ int client_send_pending_locked(gpushm_t *conn, Gpushm__Request *req,
   *conn->pending_tail = p;
   conn->pending_tail = &p->next;
   conn->pending_n++;
+  __atomic_add_fetch(&client_pending_in_process, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
 void client_pending_settle_locked(gpushm_t *conn, struct client_pending_reply *p)
 {
+  struct client_saved_error saved;
+
+  if (!conn->pending_head || (p && p->answered))
+    return;
+  /* a refusal read here is its start's (arrived() keeps it), not this thread's */
+  client_save_error(&saved);
   while (conn->pending_head && !(p && p->answered)) {
     struct client_pending_reply *head = conn->pending_head;
     Gpushm__Reply *reply = NULL;
@@ -562,7 +571,10 @@ void client_pending_settle_locked(gpushm_t *conn, struct client_pending_reply *p
                                       gpushm__reply__unpack, NULL);
     head->arrived(head, conn, r, r < 0 ? NULL : reply, &fds);
     head->answered = true;
+    /* after arrived(): its segment is in the table (or never will be) by now */
+    __atomic_sub_fetch(&client_pending_in_process, 1, __ATOMIC_RELEASE);
   }
+  client_restore_error(&saved);
 }
 
 static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm__Reply **out,

@@ -135,6 +135,9 @@ int client_send_pending_locked(gpushm_t *conn, Gpushm__Request *req,
 /* Reads replies, with conn->lock held, until p (NULL: every pending request) is
  * answered. */
 void client_pending_settle_locked(gpushm_t *conn, struct client_pending_reply *p);
+/* Pending requests out on all of this process's connections (atomic): a reply on any
+ * of them may name a segment the process maps through another. */
+extern unsigned client_pending_in_process;
 /* A request the daemon does not answer (GPUSHM_FEATURE_ONEWAY): sent, not waited for. */
 int client_send_oneway(gpushm_t *conn, Gpushm__Request *req);
 int client_send_oneway_locked(gpushm_t *conn, Gpushm__Request *req);

@@ -177,10 +177,22 @@ static int device_of_context(CUcontext ctx)
   return client_error(GPUSHM_E_UNSUPPORTED, "the stream's device is not one this process sees");
 }
 
+/* While a pipelined reply is taken: its start's current device (-2: ask the driver). */
+static __thread int assumed_current = -2;
+
+int client_cuda_assume_current(int device)
+{
+  int prev = assumed_current;
+  assumed_current = device;
+  return prev;
+}
+
 int client_cuda_current_device(void)
 {
   CUcontext ctx = NULL;
 
+  if (assumed_current != -2)
+    return assumed_current;
   if (!__atomic_load_n(&cl.loaded, __ATOMIC_ACQUIRE) ||
       CU_CALL(&cl.drv, cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx)
     return -1;

@@ -20,6 +20,9 @@ struct client_devices {
 /* The device of the calling thread's current context; -1 when none is current or
  * CUDA was never needed by this process (the driver is not loaded for this). */
 int client_cuda_current_device(void);
+/* Until undone (with what it returns): client_cuda_current_device() answers device, as
+ * the thread that started a pipelined open would have (-2: the driver again). */
+int client_cuda_assume_current(int device);
 /* Legacy IPC: maps a daemon-exported handle of the device with that UUID (or ordinal,
  * when no UUID is given), and unmaps it. */
 int client_cuda_import_ipc(const uint8_t *handle, size_t handle_len, const uint8_t *uuid,

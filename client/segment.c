@@ -82,6 +82,7 @@ static void seg_postfork_child(void)
   }
   idle_head = idle_tail = NULL;
   n_idle = 0;
+  client_pending_in_process = 0; /* the parent's: never answered here */
   pthread_mutex_unlock(&seg_lock);
 }
 
@@ -189,7 +190,8 @@ static void evict(struct client_segment *seg)
 
   pthread_mutex_lock(&conn->lock);
   pthread_mutex_lock(&seg_lock);
-  if (seg->evicting && !seg->users && conn->pending_n) {
+  if (seg->evicting && !seg->users &&
+      __atomic_load_n(&client_pending_in_process, __ATOMIC_ACQUIRE)) {
     /* A reply on its way may say "you map it already" (the daemon counted it before the
      * unmap would reach it): kept idle until the next put, past the limit meanwhile. */
     seg->evicting = false;
@@ -217,7 +219,9 @@ static struct client_segment *choose_victims(const gpushm_t *conn)
 
   for (struct client_segment *s = idle_tail, *prev; s; s = prev) {
     prev = s->lru_prev;
-    if (!(conn ? s->conn == conn : n_idle > GPUSHM_LIMIT_IDLE_SEGMENTS))
+    if (!(conn ? s->conn == conn
+               : n_idle > GPUSHM_LIMIT_IDLE_SEGMENTS ||
+                   __atomic_load_n(&s->conn->user_gone, __ATOMIC_ACQUIRE)))
       continue;
     idle_remove(s);
     s->evicting = true;
@@ -252,6 +256,16 @@ void client_segment_put(struct client_segment *seg)
       victims = choose_victims(NULL);
     }
   }
+  pthread_mutex_unlock(&seg_lock);
+  evict_all(victims);
+}
+
+void client_segment_trim(void)
+{
+  struct client_segment *victims;
+
+  pthread_mutex_lock(&seg_lock);
+  victims = choose_victims(NULL);
   pthread_mutex_unlock(&seg_lock);
   evict_all(victims);
 }

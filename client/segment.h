@@ -26,6 +26,9 @@ uint64_t client_segment_size(const struct client_segment *seg);
 void *client_segment_host(const struct client_segment *seg);
 /* Unmaps the idle segments conn brought (gpushm_disconnect). */
 void client_segment_disconnect(gpushm_t *conn);
+/* What evict() kept while replies were out: idle segments past the limit, and those of
+ * connections the user dropped, unmapped (no lock held). */
+void client_segment_trim(void);
 /* With conn->lock held, where evicting could take it again: drops a use without
  * unmapping anything (the next client_segment_put trims the idle list). */
 void client_segment_unuse(struct client_segment *seg);

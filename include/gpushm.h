@@ -349,8 +349,13 @@ GPUSHM_API int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t 
  * past it).  Every start is finished, exactly once: it holds a reference to the
  * connection (and, once answered, to the buffer) until then.  An open of a name this
  * connection has open (same access) is answered at once, without a request.  A start
- * fails only for what it checks before sending (the arguments, the limit, a lost
- * connection); the daemon's answer, a refusal included, comes from the finish. */
+ * fails for what it checks (the arguments, the limit, a lost connection) and where the
+ * request cannot be sent (GPUSHM_E_TIMEOUT, as a call's send); the daemon's answer, a
+ * refusal included, comes from the finish.  The default map device is the starting
+ * thread's current one, whichever thread takes the reply.  A start made before fork()
+ * is the parent's: its finish in the child fails with GPUSHM_E_INVAL.  While any is out
+ * in the process, idle segments are kept mapped past their limit (a reply on its way
+ * may name one), and trimmed once none is. */
 typedef struct gpushm_pending gpushm_pending_t;
 #define GPUSHM_PENDING_MAX 16u /* GPUSHM_LIMIT_PENDING_PER_CONN */
 GPUSHM_API int gpushm_buffer_open_start(gpushm_t *conn, const char *name, unsigned flags,

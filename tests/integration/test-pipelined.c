@@ -12,11 +12,15 @@
  *  - threads sharing a connection, each pipelining;
  *  - the daemon killed with starts out: each finish says so;
  *  - a segment that a reply on its way names is not unmapped meanwhile (the idle limit
- *    crossed with a create out). */
+ *    crossed with a create out; another connection's last user of it gone);
+ *  - a start before fork() is refused in the child; a default map device is the
+ *    starting thread's, whichever thread reads the reply; a call that read another
+ *    start's refusal on the way still succeeds with no error of its own. */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -174,6 +178,24 @@ static void test_refusals_and_limit(void)
     CHECK_OK(gpushm_buffer_close_unlink(x));
   }
   CHECK_OK(gpushm_buffer_close_unlink(again));
+
+  /* a start made before fork() is the parent's: refused in the child, which leaves it
+   * alone; the parent finishes it */
+  {
+    gpushm_pending_t *before_fork;
+    pid_t pid;
+
+    CHECK_OK(gpushm_buffer_open_start(conn, "taken-by-parent", 0, &before_fork));
+    CHECK((pid = fork()) >= 0);
+    if (pid == 0) {
+      CHECK_ERR(gpushm_pending_finish(before_fork, &again), GPUSHM_E_INVAL);
+      CHECK(strstr(gpushm_last_error_message(), "fork()") != NULL);
+      _exit(0);
+    }
+    check_child(pid);
+    CHECK_ERR(gpushm_pending_finish(before_fork, &again), GPUSHM_E_NOENT);
+    CHECK(strstr(gpushm_last_error_message(), "taken-by-parent") != NULL);
+  }
 
   /* a start given up on: the finish without out closes what it opened */
   CHECK_OK(gpushm_buffer_create_start(conn, "given-up", 4 * KiB, &o, &given_up));
@@ -371,22 +393,132 @@ static void test_segment_named_by_a_reply(void)
   daemon_stop(&d);
 }
 
+
+/* A reply on connection b may say "b maps this segment already" where the process
+ * maps it through a (seg->conn == a): the first reply on b attached it, the library
+ * told b to unmap it, and the second open on b was answered before that reached the
+ * daemon.  a has nothing out, so evict() unmaps the segment meanwhile. */
+static void test_reply_names_another_connections_segment(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t o = opts_of(0600);
+  gpushm_buffer_t *x, *h1, *h2 = NULL;
+  gpushm_pending_t *p1, *p2;
+  gpushm_t *a, *b;
+
+  daemon_start(&d, NULL);
+  a = daemon_connect(&d);
+  b = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(a, "x", 4 * KiB, &o, &x)); /* its segment: a's */
+  fill(x, 9);
+  CHECK_OK(gpushm_buffer_open_start(b, "x", 0, &p1)); /* attaches the segment to b */
+  CHECK_OK(gpushm_buffer_open_start(b, "x", 0, &p2)); /* "b maps it already" */
+  CHECK_OK(gpushm_pending_finish(p1, &h1));           /* b told to unmap it */
+  CHECK_OK(gpushm_buffer_close(h1));
+  gpushm_disconnect(a);
+  CHECK_OK(gpushm_buffer_close(x)); /* the segment's last user: unmapped (a is gone) */
+  CHECK_OK(gpushm_pending_finish(p2, &h2));
+  CHECK(first_word(h2) == 9);
+  CHECK_OK(gpushm_buffer_close_unlink(h2));
+  gpushm_disconnect(b);
+  daemon_stop(&d);
+}
+
+/* The fake driver's contexts are 0x1000 + device, current per thread. */
+static void make_current(int device)
+{
+  typedef int (*gpa_fn)(const char *, void **, int, unsigned long long, void *);
+  void *lib = dlopen(getenv("GPUSHM_FAKE_CUDA_LIB"), RTLD_NOW);
+  gpa_fn gpa = lib ? (gpa_fn)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  int (*set)(void *) = NULL;
+  int status;
+
+  CHECK(gpa && gpa("cuCtxSetCurrent", (void **)&set, 12000, 0, &status) == 0 && set);
+  CHECK(set(device < 0 ? NULL : (void *)(uintptr_t)(0x1000 + device)) == 0);
+}
+
+static void *ping_conn(void *arg)
+{
+  CHECK_OK(gpushm_ping(arg)); /* a thread with no context current reads the reply */
+  return NULL;
+}
+
+/* An open started on a thread whose current context is device 1's maps for device 1,
+ * as gpushm_buffer_open() there would, whoever reads its reply. */
+static void test_map_device_of_the_start(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_create_opts_t o = opts_of(0600);
+  gpushm_buffer_t *made, *sync, *piped;
+  gpushm_pending_t *p;
+  gpushm_t *producer, *consumer;
+  pthread_t t;
+
+  daemon_start(&d, NULL);
+  producer = daemon_connect(&d);
+  consumer = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_create(producer, "on-0", 4 * KiB, &o, &made));
+  CHECK(gpushm_buffer_map_device(made) == 0);
+  make_current(1);
+  CHECK_OK(gpushm_buffer_open(consumer, "on-0", GPUSHM_OPEN_READONLY, &sync));
+  test_log("synchronous open, device 1 current: mapped for device %d",
+           gpushm_buffer_map_device(sync));
+  CHECK_OK(gpushm_buffer_close(sync));
+  CHECK_OK(gpushm_ping(consumer));
+  CHECK_OK(gpushm_buffer_open_start(consumer, "on-0", GPUSHM_OPEN_READONLY, &p));
+  CHECK(pthread_create(&t, NULL, ping_conn, consumer) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK_OK(gpushm_pending_finish(p, &piped));
+  test_log("pipelined open, device 1 current, reply read by another thread: mapped for "
+           "device %d", gpushm_buffer_map_device(piped));
+  CHECK(gpushm_buffer_map_device(piped) == 1);
+  CHECK_OK(gpushm_buffer_close(piped));
+  make_current(-1);
+  CHECK_OK(gpushm_buffer_close_unlink(made));
+  gpushm_disconnect(producer);
+  gpushm_disconnect(consumer);
+  daemon_stop(&d);
+}
+
+/* A call that succeeds leaves "" as the last error, though it read a refusal that was
+ * another start's. */
+static void test_error_left_by_a_success(void)
+{
+  struct test_daemon d = { 0 };
+  gpushm_pending_t *p;
+  gpushm_t *conn;
+
+  daemon_start(&d, NULL);
+  conn = daemon_connect(&d);
+  CHECK_OK(gpushm_buffer_open_start(conn, "nobody-made-this", 0, &p));
+  CHECK_OK(gpushm_ping(conn));
+  test_log("after a successful ping: '%s'", gpushm_last_error_message());
+  CHECK(gpushm_last_error_message()[0] == '\0');
+  CHECK_ERR(gpushm_pending_finish(p, NULL), GPUSHM_E_NOENT);
+  gpushm_disconnect(conn);
+  daemon_stop(&d);
+}
+
 int main(void)
 {
   const char *fake_lib = getenv("GPUSHM_FAKE_CUDA_LIB");
 
+  test_error_left_by_a_success();
   test_stream();
   test_refusals_and_limit();
   test_attack();
   test_threads();
   test_daemon_killed();
   test_segment_named_by_a_reply();
+  test_reply_names_another_connections_segment();
   if (!fake_lib || access(fake_lib, R_OK) != 0) {
     test_log("no fake CUDA driver: cuda-fd not tested");
     return 0;
   }
   setenv("GPUSHM_CUDA_LIBRARY", fake_lib, 1);
+  setenv("GPUSHM_FAKE_CUDA_DEVICES", "2", 1);
   backend = GPUSHM_BACKEND_CUDA_FD;
+  test_map_device_of_the_start();
   test_stream();
   test_refusals_and_limit();
   test_segment_named_by_a_reply();
