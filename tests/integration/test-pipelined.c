@@ -266,7 +266,7 @@ static void *pipeline(void *arg)
   const struct worker *w = arg;
   gpushm_create_opts_t o = opts_of(0600);
 
-  for (unsigned round = 0; round < 300; round++) {
+  for (unsigned round = 0; round < 100; round++) {
     gpushm_pending_t *c[3], *op;
     gpushm_buffer_t *b[3], *again;
     char name[3][48];
