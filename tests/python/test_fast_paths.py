@@ -196,3 +196,21 @@ def test_open_in_c_falls_back_where_it_should(conn, name):
     with pytest.raises(gpushm.ClosedError):
         gpushm.empty(name + ".new", 4, conn=closed)
     assert daemon_refs(name, conn) == 0 and daemon_refs(name + ".raw", conn) == 0
+
+
+def test_dlpack_descriptions_remembered_within_bound(conn, name):
+    """core._DESCS_MAX crossed: each DLPack export still describes its own spec, and what
+    is remembered stays within the bound."""
+    core._DESCS.clear()
+    with conn.create(name, 4096) as b:
+        np.asarray(b.view("uint8", (4096,)))[:] = np.arange(4096) % 251
+    for i in range(core._DESCS_MAX + 10):
+        n = i + 1
+        t = gpushm.open(name, dtype="uint8", shape=(n,), conn=conn)
+        a = np.from_dlpack(t)
+        assert a.shape == (n,) and int(a[-1]) == (n - 1) % 251, (i, a.shape)
+        assert len(core._DESCS) <= core._DESCS_MAX
+        del a
+        t.close()
+    assert 0 < len(core._DESCS) <= 10  # (started over once the bound was reached)
+    conn.unlink(name)
