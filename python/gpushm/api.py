@@ -147,6 +147,9 @@ def empty_start(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float
     the next tensor's create before it fills this one, and the round trip overlaps the
     fill (docs/python.md#pipelined-opens-and-creates)."""
     spec = _manifest.make_spec("", dtype, shape)
+    kind, index = parse_device(device)
+    if kind != "cpu" and kind != "cuda":  # (before a plan is made for it)
+        raise ValueError(f"gpushm shares CPU and CUDA memory, not {kind}")
     c = _conn(conn)
     if _SP is not None:
         # empty()'s plan of this kind of tensor (the same key), made here if it is not
@@ -169,9 +172,6 @@ def empty_start(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float
                 pending = _core.Pending(made, c, f"create {name!r}")
                 pending._how = spec
                 return pending
-    kind, index = parse_device(device)
-    if kind != "cpu" and kind != "cuda":
-        raise ValueError(f"gpushm shares CPU and CUDA memory, not {kind}")
     meta = _manifest.encode((spec,))
     pending = c.create_start(name, max(spec.nbytes, 1),
                              backend=_device_backend(c, kind, backend),

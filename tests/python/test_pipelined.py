@@ -66,6 +66,13 @@ def test_refusals_come_from_the_finish(conn, name):
         gpushm.open_start("-bad", conn=conn)
     with pytest.raises(gpushm.ManifestError):
         gpushm.empty_start(name, (-1,), "int32", conn=conn)
+
+    class Mps:  # (a torch.device of another kind: refused as empty() refuses it)
+        type, index = "mps", 0
+    for call in (gpushm.empty, gpushm.empty_start):
+        with pytest.raises(ValueError, match="not mps"):
+            call(f"{name}-mps", (4,), "int32", device=Mps(), conn=conn)
+    assert daemon_refs(f"{name}-mps", conn) is None  # nothing made
     conn.unlink(name)
 
 
