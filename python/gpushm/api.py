@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from . import core as _core
 from . import dtypes
@@ -117,16 +117,8 @@ def empty(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float32", *
     key = None
     if _SP is not None:
         # a producer's fresh tensor of the same kind each step: the plan made the first
-        # time (its manifest and create options) and the create and the objects in C.
-        # The key holds the arguments' types too: 0 and False, 1 and 1.0 are equal keys,
-        # and what the first would pass, the second must still be refused for.
-        try:
-            key = (spec, device, type(device), backend, type(backend))
-            if create:
-                key += tuple((k, v, type(v)) for k, v in create.items())
-            plan = c._empty_plans.get(key)
-        except (TypeError, AttributeError):  # an unhashable option; not our connection
-            key = plan = None
+        # time (its manifest and create options) and the create and the objects in C
+        key, plan = _plan_of(c, spec, device, backend, create)
         if plan is not None:
             made = _SP.create_tensor(c, name, plan)
             if type(made) is int:
@@ -152,15 +144,9 @@ def empty_start(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float
         raise ValueError(f"gpushm shares CPU and CUDA memory, not {kind}")
     c = _conn(conn)
     if _SP is not None:
-        # empty()'s plan of this kind of tensor (the same key), made here if it is not
-        # yet: the create and the Tensor in C
-        try:
-            key = (spec, device, type(device), backend, type(backend))
-            if create:
-                key += tuple((k, v, type(v)) for k, v in create.items())
-            plan = c._empty_plans.get(key)
-        except (TypeError, AttributeError):
-            key = plan = None
+        # empty()'s plan of this kind of tensor, made here if it is not yet: the create
+        # and the Tensor in C
+        key, plan = _plan_of(c, spec, device, backend, create)
         if plan is None and key is not None and not create.get("open_existing"):
             _empty_plan(c, key, spec, device, backend, create)
             plan = c._empty_plans.get(key)
@@ -188,6 +174,21 @@ def empty_start(name: str, shape: Union[int, Sequence[int]], dtype: Any = "float
         return Tensor(buf, spec)
     pending._then = tensor
     return pending
+
+
+def _plan_of(c: Connection, spec: _manifest.TensorSpec, device: DeviceLike,
+             backend: Optional[Union[str, int]], create: Dict[str, Any]) -> Tuple[Any, Any]:
+    """(key, plan) of empty()'s arguments on c: the plan None where none is made yet,
+    both None where there can be none (an unhashable option; not our connection).  The
+    key holds the arguments' types too: 0 and False, 1 and 1.0 are equal keys, and what
+    the first would pass, the second must still be refused for."""
+    try:
+        key = (spec, device, type(device), backend, type(backend))
+        if create:
+            key += tuple((k, v, type(v)) for k, v in create.items())
+        return key, c._empty_plans.get(key)
+    except (TypeError, AttributeError):
+        return None, None
 
 
 def _empty_plan(c: Connection, key: Any, spec: _manifest.TensorSpec, device: DeviceLike,
