@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 bool client_fd_sealed(int fd)
@@ -272,6 +274,26 @@ static int env_timeout_ms(void)
   return ms < 0 ? 0 : (int)ms; /* negative: for ever, which the socket spells 0 */
 }
 
+/* $GPUSHM_POLL_US: 0 (the default) sleeps at once.  A bad value fails the connect, which
+ * says so: whoever set it is tuning for latency and would not see it ignored. */
+static int env_poll_us(unsigned *us)
+{
+  const char *v = secure_getenv("GPUSHM_POLL_US");
+  char *end;
+  unsigned long n;
+
+  *us = 0;
+  if (!v || !*v)
+    return 0;
+  errno = 0;
+  n = strtoul(v, &end, 10);
+  if (*end || errno || *v == '-' || n > GPUSHM_LIMIT_POLL_US)
+    return client_error(GPUSHM_E_INVAL, "GPUSHM_POLL_US=%s: expected microseconds, 0 to %u",
+                        v, GPUSHM_LIMIT_POLL_US);
+  *us = (unsigned)n;
+  return 0;
+}
+
 static int apply_timeout(int fd, int ms)
 {
   struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
@@ -331,6 +353,9 @@ int gpushm_connect(const char *socket_path, const char *client_name, gpushm_t **
   pthread_mutex_init(&conn->lock, NULL);
   conn->refs = 1;
   conn->pending_tail = &conn->pending_head;
+  conn->fd = -1;
+  if ((r = env_poll_us(&conn->poll_us)) < 0)
+    goto fail;
   conn->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (conn->fd < 0) {
     r = client_error(GPUSHM_E_IO, "socket: %s", strerror(errno));
@@ -455,6 +480,32 @@ struct reply_hook {
   void (*received)(struct reply_hook *hook, const struct wire_frame *frame);
 };
 
+static uint64_t monotonic_us(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* With poll_us, looks for the reply without sleeping for that long first: one that
+ * comes within it costs no wake-up, which is a few microseconds of a round trip of ten
+ * or twenty where the CPU went idle.  Then sleeps as always (flags 0: until the
+ * timeout). */
+static int recv_reply(gpushm_t *conn, int flags, struct wire_frame *frame, const char **why)
+{
+  if (conn->poll_us && !(flags & MSG_DONTWAIT)) {
+    uint64_t deadline = monotonic_us() + conn->poll_us;
+    do {
+      int r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, MSG_DONTWAIT, frame, why);
+      if (r != -EAGAIN)
+        return r;
+      sched_yield(); /* to whoever shares this CPU: perhaps the one to answer */
+    } while (monotonic_us() < deadline);
+  }
+  return wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, flags, frame, why);
+}
+
 /* The reply to request request_id, whose send gave sent. */
 static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm__Reply **out,
                           struct client_fds *fds, ProtobufCAllocator *alloc,
@@ -467,8 +518,7 @@ static int receive_locked(gpushm_t *conn, uint64_t request_id, int sent, Gpushm_
 
   /* A daemon that hung up (too many clients, say) may have left its reason queued:
    * read it rather than report a bare disconnect. */
-  r = wire_recv_frame(conn->fd, conn->rx, WIRE_TYPE_REPLY, sent < 0 ? MSG_DONTWAIT : 0, &frame,
-                      &why);
+  r = recv_reply(conn, sent < 0 ? MSG_DONTWAIT : 0, &frame, &why);
   /* A peer that closed with our request unread makes the kernel report a reset,
    * possibly before the reply it queued first: look once more. */
   if (r == -ECONNRESET)

@@ -23,6 +23,7 @@ struct gpushm {
   bool broken;          /* the daemon hung up or misbehaved: every call fails */
   bool user_gone;       /* gpushm_disconnect() was called; atomic */
   int timeout_ms;       /* per request (send and reply); 0: wait for ever */
+  unsigned poll_us;     /* spin this long for a reply before sleeping ($GPUSHM_POLL_US) */
   uint64_t instance_id;
   uint32_t client_id;
   unsigned protocol_version; /* negotiated at Hello */

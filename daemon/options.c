@@ -172,6 +172,11 @@ static int set_max_queued(struct settings *s, const char *v)
   return u32(v, 10, 1, 1u << 20, &s->cfg.max_queued_frames);
 }
 
+static int set_busy_poll(struct settings *s, const char *v)
+{
+  return u32(v, 10, 0, GPUSHM_LIMIT_POLL_US, &s->cfg.busy_poll_us);
+}
+
 static int set_default_backend(struct settings *s, const char *v)
 {
   int backend = wire_backend_value(v);
@@ -269,6 +274,10 @@ static const struct setting {
     "0 = none)", "bytes, with an optional K, M, G or T (either case)" },
   { "max-queued-replies", 0, set_max_queued, "N",
     "drop a client with more unsent replies (64)", "a number from 1 to 1048576" },
+  { "busy-poll", 0, set_busy_poll, "US",
+    "after each request keep polling, a CPU busy, for US microseconds before sleeping: "
+    "spares a request that comes within it a wake-up (0, the default: sleep at once)",
+    "microseconds, 0 to 10000" },
   { "default-backend", 0, set_default_backend, "BACKEND",
     "what clients get when they name no backend: host (default), cuda-fd, cuda-ipc, "
     "cuda-fabric or auto (cuda-fd where the first GPU can share fd memory, else host)",

@@ -246,10 +246,13 @@ GPUSHM_API const char *gpushm_last_error_message(void);
 GPUSHM_API int gpushm_last_error_errno(void);
 
 /* Connect and every request time out after this long unless $GPUSHM_TIMEOUT_MS (a
- * negative number: never) or gpushm_set_timeout() say otherwise.  The library reads
+ * negative number: never) or gpushm_set_timeout() say otherwise.  $GPUSHM_POLL_US
+ * (0 to 10000, default 0; read at connect, another value fails it) has a connection
+ * look for each reply that long without sleeping first: a reply within it costs no
+ * wake-up, a CPU kept busy meanwhile (gpushmd's side: --busy-poll).  The library reads
  * its environment ($GPUSHM_SOCKET, $GPUSHM_DAEMON_UID, $GPUSHM_TIMEOUT_MS,
- * $GPUSHM_CUDA_LIBRARY) with secure_getenv(): a setuid or setgid program, or one that
- * gained capabilities, ignores them and uses the defaults. */
+ * $GPUSHM_POLL_US, $GPUSHM_CUDA_LIBRARY) with secure_getenv(): a setuid or setgid
+ * program, or one that gained capabilities, ignores them and uses the defaults. */
 #define GPUSHM_DEFAULT_TIMEOUT_MS 10000
 
 /* socket_path NULL: $GPUSHM_SOCKET, else GPUSHM_DEFAULT_SOCKET.  client_name (may be

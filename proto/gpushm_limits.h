@@ -24,6 +24,12 @@
  * (GPUSHM_DEFAULT_MAX_QUEUED_FRAMES) is never what holds them. */
 #define GPUSHM_LIMIT_PENDING_PER_CONN  16u
 
+/* How long a client may spin on its socket for a reply ($GPUSHM_POLL_US), and gpushmd
+ * on its loop after a request (--busy-poll), before sleeping: a window that covers a
+ * request's round trip many times over; past it a wake-up's few microseconds no longer
+ * matter, and a busy CPU held longer only takes from the work. */
+#define GPUSHM_LIMIT_POLL_US           10000u
+
 /* Names: 1..127 bytes of [A-Za-z0-9._-], not starting with '.' or '-'. */
 #define GPUSHM_LIMIT_NAME_LEN          127u
 /* Free-form client name sent in Hello (shown by admin tools). */

@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -453,4 +455,25 @@ const char *test_log_file(const char *tag)
   close(fd);
   atexit(dump_log_file);
   return log_file;
+}
+
+ssize_t test_recv_polling(int fd, void *buf, size_t len, int flags, unsigned poll_us)
+{
+  if (poll_us && !(flags & MSG_DONTWAIT)) {
+    struct timespec now, until;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)(poll_us % 1000000u) * 1000L;
+    until.tv_sec += poll_us / 1000000u + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    do {
+      ssize_t n = recv(fd, buf, len, flags | MSG_DONTWAIT);
+      if (n >= 0 || errno != EAGAIN)
+        return n;
+      sched_yield();
+      clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec < until.tv_sec ||
+             (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+  }
+  return recv(fd, buf, len, flags);
 }

@@ -128,5 +128,8 @@ bool test_raise_nofile(unsigned long need, char *why, size_t why_len);
  * from its schedstat; fails the test where no such thread runs. */
 double test_thread_cpu_ms(const char *name);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* recv() that first looks for the message for poll_us without sleeping, as libgpushm
+ * waits for a reply with $GPUSHM_POLL_US (the benchmarks' --poll); 0: plain recv(). */
+ssize_t test_recv_polling(int fd, void *buf, size_t len, int flags, unsigned poll_us);
 
 #endif

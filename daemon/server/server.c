@@ -4,6 +4,7 @@
 #include "backends/cuda_warmup.h"
 #include "protocol.h"
 #include "registry/registry.h"
+#include "server/busy_poll.h"
 #include "server/detached.h"
 #include "server/fence_repair.h"
 #include "server/handlers.h"
@@ -34,6 +35,7 @@ struct server {
   bool shut; /* server_shutdown() ran */
   uv_timer_t hello_sweep; /* closes connections that never said Hello */
   struct costly_share costly;
+  struct busy_poll busy_poll;
   uint32_t open_fds;          /* as counted at open_fds_at_ms (uv_now) */
   uint64_t open_fds_at_ms;
   bool open_fds_counted;
@@ -310,9 +312,11 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .device_ready = cuda_warmup_ready,
     .warm_device = warm_device,
     .costly = &srv->costly,
+    .busy_poll = &srv->busy_poll,
     .ctx = srv,
   };
   costly_share_init(&srv->costly, loop, session_costly_turn);
+  busy_poll_init(&srv->busy_poll, loop, cfg->busy_poll_us);
   uv_timer_init(loop, &srv->hello_sweep);
   srv->hello_sweep.data = srv;
   return srv;
@@ -354,6 +358,7 @@ void server_reload(struct server *srv, const struct server_config *cfg)
   listener_set_limits(&srv->listener, next.max_clients, next.max_clients_per_uid);
   srv->transport_limits.max_queued_frames = next.max_queued_frames;
   srv->transport_limits.max_queued_bytes = next.max_queued_bytes;
+  busy_poll_set(&srv->busy_poll, next.busy_poll_us);
   if (srv->serving)
     uv_timer_start(&srv->hello_sweep, on_hello_sweep, sweep_ms, sweep_ms);
 }
@@ -369,6 +374,7 @@ void server_shutdown(struct server *srv)
   if (!uv_is_closing((uv_handle_t *)&srv->hello_sweep))
     uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
   costly_share_close(&srv->costly);
+  busy_poll_close(&srv->busy_poll);
   listener_stop(&srv->listener);
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);

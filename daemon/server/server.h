@@ -28,6 +28,7 @@ struct server_config {
   uint32_t hello_timeout_ms;
   uint32_t max_queued_frames;
   uint32_t max_queued_bytes;
+  uint32_t busy_poll_us; /* 0: the loop sleeps as soon as it has nothing to do */
   bool has_admin_group;
   gid_t admin_gid; /* members may list and unlink every user's buffers */
 };

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 #include "server/session.h"
+#include "server/busy_poll.h"
 #include "protocol.h"
 #include "gpushm.pb-c.h"
 #include "list_codec.h"
@@ -441,6 +442,7 @@ static bool on_frame(void *ctx, const struct wire_frame *frame)
   bool oneway;
   const uint64_t since_ns = monotonic_ns();
 
+  busy_poll_request(s->env->busy_poll, since_ns);
   if (wire_check_strings(&gpushm__request__descriptor, frame->body, frame->header.body_len,
                          &why) < 0) {
     session_close(s, PROTO_E_PROTO, why);

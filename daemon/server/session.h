@@ -36,6 +36,7 @@ struct session_env {
   /* Non-admins' costly requests wait here past their share; its resume callback is
    * session_costly_turn. */
   struct costly_share *costly;
+  struct busy_poll *busy_poll; /* told of every request */
   void *ctx;
 };
 

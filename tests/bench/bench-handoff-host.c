@@ -16,10 +16,14 @@
  * C <= 3 x the round trip, Python <= 2 x C.  Exits non-zero only when a hand-off fails
  * or reads the wrong word.  Not part of `make check`.
  * --spread leaves every process where the scheduler puts it: the round trip and the
- * hand-offs then pay for those wake-ups.
- * Usage: bench-handoff-host [--quick] [--phases] [--no-python] [--spread]
+ * hand-offs then pay for those wake-ups.  --poll=US spins instead of sleeping for that
+ * long at every wait (gpushmd --busy-poll, $GPUSHM_POLL_US, the bench's own messages):
+ * with --spread, what a host that gives latency a CPU gets; on one CPU, what spinning
+ * costs where the other side needs that CPU to answer.
+ * Usage: bench-handoff-host [--quick] [--phases] [--no-python] [--spread] [--poll=US]
  *        (PYTHON: the interpreter, else /usr/bin/python3, else python3) */
 #include "config.h"
+#include "gpushm_limits.h"
 #include "harness.h"
 
 #include <errno.h>
@@ -65,6 +69,9 @@ struct handoff_ack {
   int32_t status; /* 0, a gpushm error, or 1 for a wrong word */
   uint32_t seen;
 };
+
+/* --poll: 0, sleep on every receive */
+static unsigned poll_us;
 
 static double now_us(void)
 {
@@ -133,7 +140,7 @@ static int consumer(int sock)
     bool got = false;
 
     while (queued < DEPTH) {
-      if (recv(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0) != (ssize_t)sizeof m)
+      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) != (ssize_t)sizeof m)
         break; /* (none more now; or, with none queued, the producer is gone) */
       if (m.kind != MSG_PIPELINED) {
         CHECK(queued == 0); /* the producer waits for every ack before it changes kind */
@@ -239,7 +246,7 @@ static void finish(struct producer *p, struct slot *s)
   struct handoff_ack ack;
   double t;
 
-  CHECK(recv(p->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  CHECK(test_recv_polling(p->sock, &ack, sizeof ack, 0, poll_us) == (ssize_t)sizeof ack);
   mark(p, 2, s->t);
   if (ack.status != 0) {
     fprintf(stderr, "bench-handoff-host: hand-off %u failed in the consumer: %s\n", s->value,
@@ -295,7 +302,7 @@ static double round_trip_us(int sock, unsigned rounds)
   for (unsigned i = 0; i < rounds; i++) {
     double t = now_us();
     CHECK(send(sock, &msg, sizeof msg, 0) == (ssize_t)sizeof msg);
-    CHECK(recv(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+    CHECK(test_recv_polling(sock, &ack, sizeof ack, 0, poll_us) == (ssize_t)sizeof ack);
     rtt[i] = now_us() - t;
   }
   m = median(rtt, rounds);
@@ -427,8 +434,11 @@ int main(int argc, char **argv)
       python = false;
     } else if (strcmp(argv[i], "--spread") == 0) {
       spread = true;
+    } else if (sscanf(argv[i], "--poll=%u", &poll_us) == 1 && poll_us <= GPUSHM_LIMIT_POLL_US) {
+      continue;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--phases] [--no-python] [--spread]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--phases] [--no-python] [--spread] [--poll=US]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -436,7 +446,16 @@ int main(int argc, char **argv)
   snprintf(daemon_path, sizeof daemon_path, "%s/daemon/gpushmd", GPUSHM_BENCH_BUILDDIR);
   setenv("GPUSHMD", daemon_path, 0);
   cpu = spread ? -1 : pin_to_one_cpu();
-  daemon_start(&d, NULL);
+  {
+    char text[16];
+    snprintf(text, sizeof text, "%u", poll_us);
+    daemon_start(&d, "--busy-poll", text, NULL);
+    if (poll_us) {
+      setenv("GPUSHM_POLL_US", text, 1); /* the producer's, the consumer's, Python's */
+      printf("bench-handoff-host: [10] (--poll) gpushmd --busy-poll=%u, GPUSHM_POLL_US=%u, the "
+             "bench's messages polled as long\n", poll_us, poll_us);
+    }
+  }
   setenv("GPUSHM_SOCKET", d.socket, 1);
 
   CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);

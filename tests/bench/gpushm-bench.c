@@ -18,11 +18,16 @@
  * Not part of `make check` (no timed assertions there): scripts/gpu-host-test runs
  * it on the GPU host, .ci/run runs `--quick` (host rows) on CI.
  * Usage: gpushm-bench [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc]
- * (--handoff-rows: rows 1-3 alone, the hand-off rows a device call can repeat).
+ *                    [--poll=US]
+ * (--handoff-rows: rows 1-3 alone, the hand-off rows a device call can repeat;
+ * --poll=US: the device rows with gpushmd --busy-poll=US, GPUSHM_POLL_US=US in both
+ * processes, and the bench's own messages waited for so too: what a host that gives
+ * latency a CPU gets.)
  * GPUSHM_BENCH_PYTHON_ARGS: more arguments for rows 1 and 2's python-handoff-host.py
  * ("--phases --profile DIR": its serial steps printed here, its cProfile tables in DIR). */
 #include "config.h"
 #include "cuda-test.h"
+#include "gpushm_limits.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -121,6 +126,8 @@ static bool device_backend_named;
 static char self[4096];
 static gpushm_backend_t device_backend = GPUSHM_BACKEND_CUDA_FD;
 static int failures;
+/* --poll (the consumer takes it from $GPUSHM_POLL_US): 0, sleep on every receive */
+static unsigned poll_us;
 
 /* ---- output ---------------------------------------------------------------------- */
 
@@ -275,7 +282,9 @@ static int consumer(char **argv)
   struct handoff_msg m, ahead[HANDOFF_DEPTH];
   gpushm_pending_t *opening[HANDOFF_DEPTH];
   unsigned first = 0, queued = 0;
+  const char *poll_env = getenv("GPUSHM_POLL_US");
 
+  poll_us = poll_env ? (unsigned)atoi(poll_env) : 0;
   cuda_test_setup(0);
   for (;;) {
     struct handoff_ack ack = { 0, 0, 0, 0 };
@@ -283,7 +292,7 @@ static int consumer(char **argv)
     bool got = false; /* m: a message of another kind, to handle below */
     /* every pipelined message already here has its open started before one is read */
     while (queued < HANDOFF_DEPTH) {
-      if (recv(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0) != (ssize_t)sizeof m)
+      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) != (ssize_t)sizeof m)
         break; /* (none more now; or, with none queued, the producer is gone) */
       if (m.kind != MSG_PIPELINED) {
         CHECK(queued == 0); /* the producer waits for every ack before it changes kind */
@@ -438,7 +447,7 @@ static void finish(struct handoff *h, struct slot *s)
 
   double t;
 
-  CHECK(recv(h->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  CHECK(test_recv_polling(h->sock, &ack, sizeof ack, 0, poll_us) == (ssize_t)sizeof ack);
   if (!h->raw) {
     phase_mark(2, s->t_sent);
     if (phase_us[4]) {
@@ -480,7 +489,7 @@ static double rtt_us(int sock)
   for (unsigned i = 0; i < FLOOR_ROUNDS; i++) {
     double t = now_us();
     CHECK(send(sock, &m, sizeof m, 0) == (ssize_t)sizeof m);
-    CHECK(recv(sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+    CHECK(test_recv_polling(sock, &ack, sizeof ack, 0, poll_us) == (ssize_t)sizeof ack);
     us[i] = now_us() - t;
   }
   median = percentile(us, FLOOR_ROUNDS, 50);
@@ -513,7 +522,7 @@ static void floors_measure(struct handoff *h, struct floors *fl)
   CU_CHECK(CU_CALL(&drv, cuMemFree, p));
   fl->write = percentile(us, FLOOR_ROUNDS, 50);
   CHECK(send(h->sock, &m, sizeof m, 0) == (ssize_t)sizeof m);
-  CHECK(recv(h->sock, &ack, sizeof ack, 0) == (ssize_t)sizeof ack);
+  CHECK(test_recv_polling(h->sock, &ack, sizeof ack, 0, poll_us) == (ssize_t)sizeof ack);
   fl->read = ack.read_us;
   free(us);
 }
@@ -1721,8 +1730,18 @@ static void rows_device(void)
     skipped("6", "copy out of an imported buffer", why);
     return;
   }
+  char poll_text[16];
+
+  snprintf(poll_text, sizeof poll_text, "%u", poll_us);
+  if (poll_us) {
+    setenv("GPUSHM_POLL_US", poll_text, 1); /* this process's connection, the consumer's */
+    row("1", "  (--poll)", -1, "gpushmd --busy-poll=%u, GPUSHM_POLL_US=%u in the producer and "
+        "the consumer, the bench's messages polled as long: a CPU busy on each side while "
+        "hand-offs flow", poll_us, poll_us);
+  }
   /* auto, as gpushmd.conf ships: cuda-fd where the GPU can share fds */
-  daemon_start(&d, "--default-backend", "auto", "--max-buffers-per-uid", "1000000", NULL);
+  daemon_start(&d, "--default-backend", "auto", "--max-buffers-per-uid", "1000000",
+               "--busy-poll", poll_text, NULL);
   conn = daemon_connect(&d);
   rows_handoff(&d, conn);
   if (!handoff_only) {
@@ -1731,6 +1750,7 @@ static void rows_device(void)
   }
   gpushm_disconnect(conn);
   daemon_stop(&d);
+  unsetenv("GPUSHM_POLL_US");
   if (!handoff_only)
     row_device_many();
 }
@@ -1773,9 +1793,11 @@ int main(int argc, char **argv)
     } else if (strcmp(argv[i], "--device-backend=cuda-fd") == 0) {
       device_backend = GPUSHM_BACKEND_CUDA_FD;
       device_backend_named = true;
+    } else if (sscanf(argv[i], "--poll=%u", &poll_us) == 1 && poll_us <= GPUSHM_LIMIT_POLL_US) {
+      continue;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc]\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--handoff-rows] [--device-backend=cuda-fd|cuda-ipc] "
+              "[--poll=US]\n", argv[0]);
       return 2;
     }
   }
