@@ -45,6 +45,22 @@ PIPELINE_DEPTH = 8  # pipelined hand-offs the consumer starts opens for, at most
 DEVICE_WORDS = 262144  # 1 MiB of int32, as gpushm-bench's rows 1 and 2
 MSG = struct.Struct("=I48s")  # value, name
 ACK = struct.Struct("=iI")  # status, word seen
+# $GPUSHM_POLL_US (the benches' --poll): the hand-over's messages are looked for that
+# long before sleeping, as libgpushm looks for its replies
+POLL_S = int(os.environ.get("GPUSHM_POLL_US") or 0) / 1e6
+
+
+def recv(sock, size, flags=0):
+    if POLL_S and not flags & socket.MSG_DONTWAIT:
+        until = time.perf_counter() + POLL_S
+        while True:
+            try:
+                return sock.recv(size, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                os.sched_yield()
+                if time.perf_counter() >= until:
+                    break
+    return sock.recv(size, flags)
 
 
 def build_floor():
@@ -151,7 +167,7 @@ def consumer(sock, device, floor, steps):
         # every pipelined message already here has its open started before one is read
         while len(ahead) < PIPELINE_DEPTH:
             try:
-                msg = sock.recv(MSG.size, socket.MSG_DONTWAIT if ahead else 0)
+                msg = recv(sock, MSG.size, socket.MSG_DONTWAIT if ahead else 0)
             except BlockingIOError:
                 break
             value, raw = MSG.unpack(msg) if len(msg) == MSG.size else (0, b"")
@@ -269,7 +285,7 @@ def run(sock, make, rounds, depth, value, per_us, tag, phases=None):
             sock.send(MSG.pack(value, name.encode()))
             outstanding.append((start, value, t, viewing, writing, handing))
             sent += 1
-        status, seen = ACK.unpack(sock.recv(ACK.size))
+        status, seen = ACK.unpack(recv(sock, ACK.size))
         acked = clock()
         start, want, t, viewing, writing, handing = outstanding.popleft()
         if status != 0:
