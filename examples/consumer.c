@@ -3,6 +3,7 @@
  * its own pattern.  Usage: gpushm-consumer [NAME] */
 #include <gpushm.h>
 
+#include "args.h"
 #include "pattern.h"
 
 #include <stdlib.h>
@@ -15,8 +16,16 @@ static void die(const char *what, int r)
   exit(1);
 }
 
+static const char usage[] =
+  "usage: gpushm-consumer [NAME]\n"
+  "  Opens the buffer NAME (default demo) that gpushm-producer NAME made, waits for it\n"
+  "  to be written, checks every word and answers with a pattern of its own, which the\n"
+  "  producer checks.  Start the producer first.  Success prints\n"
+  "  'consumer: 'NAME': N words of host|device memory verified, answering', exit 0.\n";
+
 int main(int argc, char **argv)
 {
+  example_args("gpushm-consumer", argc, argv, 1, usage);
   const char *name = argc > 1 ? argv[1] : "demo";
   struct timespec pause = { 0, 10000000 };
   char state_name[160];

@@ -4,6 +4,16 @@
 # buffer, and a consumer in another process that verifies it and answers; the
 # producer verifies the answer.  Usage: examples/demo.sh [BUILD_DIR]
 set -eu
+usage="usage: examples/demo.sh [BUILD_DIR]
+  Starts the gpushmd of BUILD_DIR (default _build) on a private socket, runs
+  gpushm-producer and gpushm-consumer on a 64 MiB buffer (device memory with a GPU,
+  else host memory) and stops gpushmd.  Success ends with
+  'demo: OK (gpushmd stopped cleanly)', exit 0."
+case "${1:-}" in
+  -h | --help) echo "$usage"; exit 0 ;;
+  -*) printf 'demo.sh: unknown option %s\n%s\n' "'$1'" "$usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { printf 'demo.sh: at most one argument\n%s\n' "$usage" >&2; exit 2; }
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/_build}
 dir=$(mktemp -d /tmp/gpushm-demo.XXXXXX)

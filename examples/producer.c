@@ -9,6 +9,7 @@
  * another uid answer (it opens them read-write). */
 #include <gpushm.h>
 
+#include "args.h"
 #include "pattern.h"
 
 #include <stdlib.h>
@@ -20,8 +21,18 @@ static void die(const char *what, int r)
   exit(1);
 }
 
+static const char usage[] =
+  "usage: gpushm-producer [NAME [SIZE_MIB [auto|host|cuda-fd|cuda-ipc [MODE]]]]\n"
+  "  Creates the buffer NAME (default demo) of SIZE_MIB MiB (default 64) through gpushmd\n"
+  "  ($GPUSHM_SOCKET, else /run/gpushm/gpushmd.sock), fills it and waits up to 60 s for\n"
+  "  gpushm-consumer NAME in another process to check it and answer; then checks the\n"
+  "  answer.  BACKEND auto takes gpushmd's default (host memory where it has no GPU);\n"
+  "  MODE is the octal permission bits (default 0644; 0666 lets another uid answer).\n"
+  "  Success ends with 'producer: consumer's answer verified (N words)', exit 0.\n";
+
 int main(int argc, char **argv)
 {
+  example_args("gpushm-producer", argc, argv, 4, usage);
   const char *name = argc > 1 ? argv[1] : "demo";
   uint64_t size = (argc > 2 ? strtoull(argv[2], NULL, 10) : 64) << 20;
   const char *backend = argc > 3 ? argv[3] : "auto";

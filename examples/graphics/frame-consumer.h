@@ -59,8 +59,9 @@ static inline int consumer_args(const char *prog, int argc, char **argv)
               "  Takes frames FRAME... (default 10 30 50) from the frame ring '%s' that\n"
               "  frame-producer presents, checks each is whole and writes DIR/*-frame-NNN.png;\n"
               "  where one has gone by, a later one.  Start frame-producer beside it\n"
-              "  (examples/README.md).\n",
-              help ? "" : prog, help ? "" : ": unknown argument\n", prog, FRAME_RING);
+              "  (examples/README.md).  Success ends with '%s: N frames, each identical\n"
+              "  to what the producer rendered', exit 0.\n",
+              help ? "" : prog, help ? "" : ": unknown argument\n", prog, FRAME_RING, prog);
       return help ? 0 : 2;
     }
   }

@@ -23,13 +23,15 @@ static int fail(const char *what, int r)
   return 1;
 }
 
+/* why NULL: --help, on stdout; else what was wrong, on stderr. */
 static int usage(const char *why)
 {
-  fprintf(stderr, "%s%susage: frame-producer [FRAMES [FPS]]\n"
+  fprintf(why ? stderr : stdout, "%s%susage: frame-producer [FRAMES [FPS]]\n"
           "  Presents FRAMES frames (default 60) at FPS a second (default 30) in the frame\n"
           "  ring '%s' (%u slots of %ux%u RGBA8: device memory where gpushmd has cuda-fd,\n"
           "  else host memory).  Run frame-vk-consumer or frame-gl-consumer beside it\n"
-          "  (examples/README.md); it waits for every consumer attached to let go of a slot.\n",
+          "  (examples/README.md); it waits for every consumer attached to let go of a slot.\n"
+          "  Success ends with 'frame-producer: FRAMES frames presented', exit 0.\n",
           why ? why : "", why ? "\n" : "", FRAME_RING, FRAME_SLOTS, FRAME_WIDTH, FRAME_HEIGHT);
   return why ? 2 : 0;
 }
@@ -50,6 +52,8 @@ int main(int argc, char **argv)
     unsigned long v = strtoul(argv[i], &end, 10);
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
       return usage(NULL);
+    if (argv[i][0] == '-')
+      return usage("frame-producer: unknown option");
     if (i > 2 || !*argv[i] || *end || v == 0 || v > 1000000)
       return usage("frame-producer: FRAMES and FPS are numbers from 1");
     *(i == 1 ? &frames : &fps) = (unsigned)v;

@@ -9,6 +9,19 @@
 #   DIR: gpushm's build directory, or the examples directory built with its Makefile
 #   ("make graphics": the installed libgpushm-dev's copy of examples/)
 set -eu
+usage="usage: run-examples.sh DIR [OUT_DIR]
+  Runs frame-producer with frame-vk-consumer and frame-gl-consumer beside it (DIR: gpushm's
+  build directory, or the examples directory built with 'make graphics'), on
+  \$GPUSHM_SOCKET's gpushmd, else on one of its own; the consumers take frames 10, 30
+  and 50, check each against what the producer rendered and write them as PNGs in
+  OUT_DIR (default ./frames).  Success ends with 'graphics examples: 3 Vulkan and 3 GL
+  frames in OUT_DIR, each identical to what the producer rendered', exit 0."
+case "${1:-}" in
+  -h | --help) echo "$usage"; exit 0 ;;
+  -*) printf 'run-examples.sh: unknown option %s\n%s\n' "'$1'" "$usage" >&2; exit 2 ;;
+  "") printf 'run-examples.sh: which directory?\n%s\n' "$usage" >&2; exit 2 ;;
+esac
+[ $# -le 2 ] || { printf 'run-examples.sh: at most two arguments\n%s\n' "$usage" >&2; exit 2; }
 b=$(cd "$1" && pwd)
 out=${2:-$PWD/frames}
 if [ -x "$b/examples/graphics/frame-producer" ]; then g=$b/examples/graphics; else g=$b/graphics; fi

@@ -8,6 +8,8 @@
  * Usage: dmabuf-export BUFFER_NAME [SOCKET] */
 #include <gpushm.h>
 
+#include "../args.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,13 @@ static const char *backend_name(gpushm_backend_t backend)
   }
 }
 
+static const char usage[] =
+  "usage: dmabuf-export BUFFER_NAME [SOCKET]\n"
+  "  Opens the cuda-fd or cuda-fabric buffer BUFFER_NAME read-write through gpushmd\n"
+  "  (SOCKET, else $GPUSHM_SOCKET, else /run/gpushm/gpushmd.sock), exports it whole as\n"
+  "  a dma-buf and prints what an RDMA registration of it takes (docs/multinode.md);\n"
+  "  a cuda-fabric buffer's fabric handle too.  Registers nothing; exits 0.\n";
+
 int main(int argc, char **argv)
 {
   uint8_t handle[GPUSHM_FABRIC_HANDLE_BYTES];
@@ -38,8 +47,9 @@ int main(int argc, char **argv)
   gpushm_t *conn;
   int fd, r;
 
-  if (argc < 2 || argc > 3) {
-    fprintf(stderr, "usage: dmabuf-export BUFFER_NAME [SOCKET]\n");
+  example_args("dmabuf-export", argc, argv, 2, usage);
+  if (argc < 2) {
+    fprintf(stderr, "dmabuf-export: which buffer?\n%s", usage);
     return 2;
   }
   if ((r = gpushm_connect(argc > 2 ? argv[2] : NULL, "dmabuf-export", &conn)) < 0)

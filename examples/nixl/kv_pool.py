@@ -35,10 +35,9 @@ import sys
 import tempfile
 import time
 
-import numpy
-
-import gpushm
-import gpushm.nixl as gnixl
+# numpy, gpushm and gpushm.nixl: imported by main() once the arguments are read, so
+# that --help needs none of them
+numpy = gpushm = gnixl = None
 
 BLOCK = 64 << 10
 
@@ -212,6 +211,10 @@ def main():
     c.add_argument("--size", type=int, default=64 << 20)
     c.add_argument("--engines", type=int, default=3)
     args = ap.parse_args()
+    global numpy, gpushm, gnixl
+    import numpy
+    import gpushm
+    import gpushm.nixl as gnixl
     engine(args) if args.role == "engine" else check(args)
 
 

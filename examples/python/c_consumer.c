@@ -6,6 +6,7 @@
  * gpushm-specific lines: connect, open, metadata, size, close_unlink. */
 #include <gpushm.h>
 
+#include "../args.h"
 #include "../devmem.h"
 
 #include <stdio.h>
@@ -17,8 +18,15 @@ static int fail(const char *what, int r)
   return 1;
 }
 
+static const char usage[] =
+  "usage: c-consumer [NAME]\n"
+  "  Opens the buffer NAME (default py-demo) that torch_producer.py NAME shared, prints\n"
+  "  its manifest, checks x[i] = i / 2 over all of it and removes the name.  Success\n"
+  "  prints 'c-consumer: N floats verified', exit 0.\n";
+
 int main(int argc, char **argv)
 {
+  example_args("c-consumer", argc, argv, 1, usage);
   const char *name = argc > 1 ? argv[1] : "py-demo";
   const char *manifest;
   gpushm_buffer_t *buf;

@@ -7,6 +7,7 @@
  * gpushm-specific lines: connect, options with the manifest, create, disconnect. */
 #include <gpushm.h>
 
+#include "../args.h"
 #include "../devmem.h"
 
 #include <stdio.h>
@@ -19,8 +20,16 @@ static int fail(const char *what, int r)
   return 1;
 }
 
+static const char usage[] =
+  "usage: c-producer [NAME [N]]\n"
+  "  Creates the buffer NAME (default py-demo) holding float32[N] (default 1048576)\n"
+  "  with the Python package's manifest, writes x[i] = i / 2 and exits; the buffer\n"
+  "  stays for torch_consumer.py NAME N.  Success prints\n"
+  "  'c-producer: 'NAME': N floats written to host|device memory', exit 0.\n";
+
 int main(int argc, char **argv)
 {
+  example_args("c-producer", argc, argv, 2, usage);
   const char *name = argc > 1 ? argv[1] : "py-demo";
   uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 1u << 20;
   char manifest[256];
