@@ -4,11 +4,14 @@
  * buffer (gpushm_buffer_ref), which its deleter closes. */
 #include "config.h"
 #include "error.h"
+#include "buffer.h"
+#include "segment.h"
 #include "gpushm.h"
 #include "gpushm-dlpack.h"
 #include "gpushm_limits.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -16,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Consumers read these structs at DLPack's offsets, not ours: pin them (LP64, the
  * platforms gpushm runs on). */
@@ -52,6 +57,8 @@ struct dlpack_tensor {
     gpushm_dlpack_managed_versioned_t versioned;
   } managed;
   gpushm_buffer_t *buf;
+  void *view; /* read-only host memory: the private view data points into; NULL: none */
+  size_t view_len;
   int64_t dims[]; /* shape[ndim], then strides[ndim] */
 };
 
@@ -67,6 +74,8 @@ static void delete_tensor(struct dlpack_tensor *t)
   struct client_saved_error saved;
 
   client_save_error(&saved);
+  if (t->view)
+    munmap(t->view, t->view_len);
   free(t);
   gpushm_buffer_close(buf);
   client_restore_error(&saved);
@@ -162,6 +171,34 @@ static int check_extent(const gpushm_tensor_desc_t *desc, uint64_t elem_size, ui
   return 0;
 }
 
+/* Read-only host memory as a consumer gets it: a private (copy-on-write) mapping of the
+ * buffer, from the read-only fd the open keeps.  Reads see the shared memory, as the
+ * open's own mapping does, page by page until the consumer writes one; a consumer that
+ * writes despite the read-only flag (PyTorch has no read-only tensors) writes its own
+ * copy of that page instead of faulting, and nobody else sees it.  *delta: where the
+ * buffer starts in *view. */
+static int private_view(const gpushm_buffer_t *buf, void **view, size_t *len, size_t *delta)
+{
+  const struct client_mapping *m = buf->map;
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t start =
+    m->segment ? (uint64_t)((char *)m->ptr - (char *)client_segment_host(m->segment)) : 0;
+  int fd = m->segment ? client_segment_fd(m->segment) : m->memory_fd;
+  void *p;
+
+  if (fd < 0)
+    return client_error(GPUSHM_E_UNSUPPORTED, "'%s' keeps no fd for a private view (opened by "
+                        "a library before 0.8, or by the parent of this process)", m->name);
+  *delta = (size_t)(start % page);
+  *len = (size_t)((*delta + m->size + page - 1) / page * page);
+  p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)(start - *delta));
+  if (p == MAP_FAILED)
+    return client_error(errno == ENOMEM ? GPUSHM_E_NOMEM : GPUSHM_E_IO, "a private view of "
+                        "'%s': %s", m->name, strerror(errno));
+  *view = p;
+  return 0;
+}
+
 int gpushm_buffer_dlpack(gpushm_buffer_t *buf, const gpushm_tensor_desc_t *user_desc,
                          unsigned flags, void **out)
 {
@@ -196,6 +233,12 @@ int gpushm_buffer_dlpack(gpushm_buffer_t *buf, const gpushm_tensor_desc_t *user_
     return client_error(GPUSHM_E_PERM, "'%s' is read-only here, and a legacy DLPack tensor "
                         "(DLManagedTensor) cannot say so: its consumer would write to it; "
                         "ask for a versioned one (DLPack 1.0)", gpushm_buffer_name(buf));
+  /* Legacy IPC maps read-write whatever the open: a read-only tensor of it would be one
+   * in name only, which a consumer that ignores the flag writes through to everyone. */
+  if (read_only && gpushm_buffer_backend(buf) == GPUSHM_BACKEND_CUDA_IPC)
+    return client_error(GPUSHM_E_PERM, "'%s' is legacy CUDA IPC memory, which CUDA maps "
+                        "read-write whatever the open, so no read-only tensor of it can be "
+                        "held to that: open it read-write, or copy it", gpushm_buffer_name(buf));
   if ((r = check_extent(&desc, elem_size, gpushm_buffer_size(buf), shape, strides)) < 0)
     return r;
   data = (uintptr_t)gpushm_buffer_ptr(buf) + desc.offset;
@@ -205,7 +248,19 @@ int gpushm_buffer_dlpack(gpushm_buffer_t *buf, const gpushm_tensor_desc_t *user_
 
   if (!(t = malloc(sizeof *t + 2 * (size_t)desc.ndim * sizeof(int64_t))))
     return client_error(GPUSHM_E_NOMEM, "out of memory");
+  t->view = NULL;
+  if (gpushm_buffer_is_readonly(buf) && gpushm_buffer_backend(buf) == GPUSHM_BACKEND_HOST &&
+      buf->map && buf->map->ptr) {
+    size_t delta = 0;
+    if ((r = private_view(buf, &t->view, &t->view_len, &delta)) < 0) {
+      free(t);
+      return r;
+    }
+    data = (uintptr_t)t->view + delta + desc.offset;
+  }
   if ((r = gpushm_buffer_ref(buf)) < 0) {
+    if (t->view)
+      munmap(t->view, t->view_len);
     free(t);
     return r;
   }

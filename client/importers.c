@@ -12,6 +12,7 @@
 #include "formats.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,9 +38,20 @@ static int map_host_fd(struct client_mapping *buf, int fd)
   return 0;
 }
 
+/* A read-only open keeps its fd (a read-only one), from which a DLPack export makes a
+ * private view for consumers that write whatever the flag says (dlpack.c). */
 static int host_map(struct client_mapping *buf, const struct client_import *in)
 {
-  return map_host_fd(buf, in->fds->fd[0]);
+  int r = map_host_fd(buf, in->fds->fd[0]);
+
+  if (r == 0 && buf->read_only &&
+      (buf->memory_fd = fcntl(in->fds->fd[0], F_DUPFD_CLOEXEC, 3)) < 0) {
+    r = client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "keeping the fd of %s: %s",
+                     buf->name, strerror(errno));
+    munmap(buf->ptr, buf->map_len);
+    buf->ptr = NULL;
+  }
+  return r;
 }
 
 static int host_unmap(struct client_mapping *buf)

@@ -45,7 +45,9 @@ struct client_segment {
   void *host;
   int home;            /* device memory: this process's ordinal of its device */
   uint64_t import;     /* cuda-fd: the imported allocation handle */
-  int fd;              /* cuda-fd: the segment's fd, kept for graphics importers; -1 */
+  /* cuda-fd: the segment's fd, kept for graphics importers; read-only host memory: kept
+   * for private views of it (gpushm_buffer_dlpack()); else -1 */
+  int fd;
   uint8_t handle[64];  /* cuda-ipc: the handle bytes */
   size_t handle_len;
   void *dev[GPUSHM_LIMIT_DEVICES]; /* by map device */
@@ -435,6 +437,9 @@ int client_segment_attach(gpushm_t *conn, const Gpushm__OpenReply *open, bool re
       r = fds->n == 1 ? map_host_segment(seg, fds->fd[0])
                       : client_error(GPUSHM_E_PROTO, "daemon sent %u fds for a host segment",
                                      fds->n);
+      if (r == 0 && read_only && (seg->fd = fcntl(fds->fd[0], F_DUPFD_CLOEXEC, 3)) < 0)
+        r = client_error(errno == EMFILE ? GPUSHM_E_LIMIT : GPUSHM_E_IO, "keeping a segment's "
+                         "fd: %s", strerror(errno));
     } else if (backend == GPUSHM_BACKEND_CUDA_FD) {
       /* Kept whoever opens first: a later graphics open of another slot in it gets no fd
        * of its own (this process maps the segment already, as the daemon counts it). */

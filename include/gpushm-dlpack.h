@@ -139,7 +139,15 @@ GPUSHM_API void gpushm_tensor_desc_init(gpushm_tensor_desc_t *desc);
  * or no lanes; elements not aligned to their size (up to 16 bytes: a GPU faults on a
  * misaligned load, and the fault is sticky); any element, for any strides, outside the
  * buffer.  GPUSHM_E_PERM for a legacy tensor of read-only memory (GPUSHM_DLPACK_LEGACY),
- * GPUSHM_E_LIMIT as for gpushm_buffer_ref(), GPUSHM_E_NOMEM. */
+ * and for a read-only tensor of legacy CUDA IPC memory, which CUDA maps read-write
+ * whatever the open; GPUSHM_E_LIMIT as for gpushm_buffer_ref(), GPUSHM_E_NOMEM.
+ *
+ * A read-only open's host memory comes as a private (copy-on-write) mapping of the
+ * buffer, made for the tensor and unmapped by its deleter (since 0.8): it reads what
+ * the buffer holds, and a consumer that writes despite the read-only flag (PyTorch has
+ * no read-only tensors) writes its own copy of each page it writes instead of faulting;
+ * nobody else sees those writes.  For it, such an open keeps a read-only fd of its
+ * memory (of its segment, for carved buffers). */
 GPUSHM_API int gpushm_buffer_dlpack(gpushm_buffer_t *buf, const gpushm_tensor_desc_t *desc,
                                     unsigned flags, void **out);
 

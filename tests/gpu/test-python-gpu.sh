@@ -157,6 +157,57 @@ except Exception as e:
 gpushm.unlink("ro")
 EOF
 
+# --- writes to read-only tensors never take the interpreter down (issue 42): each
+# consumer in a process of its own (a GPU fault spoils that process's CUDA context), and
+# the buffer checked unchanged afterwards from this one.  "NOT refused" would be a write
+# to read-only device memory that went through.
+"$py" - > "$dir/read-only.txt" 2>&1 <<'EOF' || { cat "$dir/read-only.txt"; fail "writes to read-only tensors"; }
+import subprocess, sys, numpy, torch, gpushm
+
+def consumer(code):
+    p = subprocess.run([sys.executable, "-c", "import numpy, torch, cupy, gpushm\n" + code],
+                       capture_output=True, text=True, timeout=120)
+    said = (p.stdout + p.stderr).strip().splitlines()
+    assert p.returncode == 0, f"exit {p.returncode} (a signal if negative): {said[-3:]}"
+    return said[-1] if said else ""
+
+# host memory: PyTorch ignores the read-only flag; its writes land in a private copy
+gpushm.share("ro-host", numpy.full(1 << 20, 7, dtype=numpy.int32), mode=0o644).close()
+print("# torch, host:", consumer(
+    "r = torch.from_dlpack(gpushm.open('ro-host', readonly=True))\n"
+    "r.add_(1)\n"
+    "assert int(r[0]) == 8 and int(r[-1]) == 8\n"
+    "assert int(numpy.asarray(gpushm.open('ro-host', readonly=True))[0]) == 7\n"
+    "print('its writes stayed its own')"))
+print("# numpy, host:", consumer(
+    "a = numpy.asarray(gpushm.open('ro-host', readonly=True))\n"
+    "try:\n    a[0] = 1\nexcept ValueError as e:\n    print(f'raised ValueError: {e}')"))
+h = numpy.asarray(gpushm.open("ro-host", readonly=True))
+assert (h == 7).all(), "a consumer's write to a read-only open reached the buffer"
+del h
+gpushm.unlink("ro-host")
+
+# device memory (cuda-fd, mapped read-only): a write faults and raises
+gpushm.share("ro-dev", torch.full((1 << 20,), 7, dtype=torch.int32, device="cuda"),
+             mode=0o644).close()
+for who, write in [("torch", "r = torch.from_dlpack(t)\n    r.add_(1)\n    torch.cuda.synchronize()"),
+                   ("cupy", "c = cupy.from_dlpack(t)\n    c += 1\n"
+                            "    cupy.cuda.runtime.deviceSynchronize()")]:
+    print(f"# {who}, cuda-fd:", consumer(
+        "t = gpushm.open('ro-dev', readonly=True)\n"
+        "try:\n"
+        f"    {write}\n"
+        "    print('NOT refused')\n"
+        "except Exception as e:\n"
+        "    print(f'raised {type(e).__name__}: {str(e).splitlines()[0]}')"))
+d = torch.from_dlpack(gpushm.open("ro-dev"))
+assert bool((d == 7).all()), "a consumer's write to a read-only open reached the buffer"
+del d
+gpushm.unlink("ro-dev")
+EOF
+cat "$dir/read-only.txt"
+grep -q "NOT refused" "$dir/read-only.txt" && fail "a write to read-only device memory went through"
+
 # --- acquire/release across processes on torch streams, with a control run; and the
 # same ordering through a timeline (mode "timeline": signal_stream/wait_stream)
 cat > "$dir/sync.py" <<'EOF'

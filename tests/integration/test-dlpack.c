@@ -148,6 +148,47 @@ static void test_tensor_outlives_handle(gpushm_t *conn)
   CHECK_OK(gpushm_unlink(conn, "dl-life"));
 }
 
+/* A read-only tensor of a bytes host buffer, written through as PyTorch would: no fault,
+ * the writes stay in this tensor, and what the producer writes later shows through in
+ * the pages the tensor did not write. */
+static void written_privately(gpushm_t *conn, uint64_t size)
+{
+  const int64_t shape[1] = { (int64_t)size };
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  gpushm_tensor_desc_t desc = desc_of(GPUSHM_DLPACK_UINT, 8, 1, shape, NULL, 0);
+  gpushm_dlpack_managed_versioned_t *v;
+  gpushm_buffer_t *rw, *ro, *fresh;
+  gpushm_create_opts_t opts;
+  gpushm_t *other;
+  uint8_t *shared, *view;
+
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST;
+  opts.mode = 0644;
+  CHECK_OK(gpushm_buffer_create(conn, "dl-private", size, &opts, &rw));
+  shared = gpushm_buffer_ptr(rw);
+  memset(shared, 0x11, size);
+  CHECK_OK(gpushm_buffer_open(conn, "dl-private", GPUSHM_OPEN_READONLY, &ro));
+  CHECK_OK(gpushm_buffer_dlpack(ro, &desc, 0, (void **)&v));
+  CHECK(v->flags == GPUSHM_DLPACK_FLAG_READ_ONLY);
+  view = v->dl_tensor.data;
+  CHECK(view[0] == 0x11 && view[size - 1] == 0x11);
+  memset(view, 0x22, page); /* the first page, as a consumer ignoring the flag */
+  CHECK(view[0] == 0x22 && shared[0] == 0x11);
+  CHECK(((uint8_t *)gpushm_buffer_ptr(ro))[0] == 0x11);
+  shared[0] = 0x33;          /* a page the view wrote: it keeps its own */
+  shared[size - 1] = 0x44;   /* one it did not: the producer's write shows */
+  CHECK(view[0] == 0x22 && view[size - 1] == 0x44);
+  other = daemon_connect(&d); /* another connection's open: what everyone else sees */
+  CHECK_OK(gpushm_buffer_open(other, "dl-private", GPUSHM_OPEN_READONLY, &fresh));
+  CHECK(((uint8_t *)gpushm_buffer_ptr(fresh))[1] == 0x11);
+  CHECK_OK(gpushm_buffer_close(fresh));
+  gpushm_disconnect(other);
+  v->deleter(v);
+  CHECK_OK(gpushm_buffer_close(ro));
+  CHECK_OK(gpushm_buffer_close_unlink(rw));
+}
+
 static void test_read_only(gpushm_t *conn)
 {
   static const int64_t shape[1] = { SIZE };
@@ -160,9 +201,15 @@ static void test_read_only(gpushm_t *conn)
   CHECK(ro != rw);
   CHECK_OK(gpushm_buffer_dlpack(ro, &desc, 0, (void **)&v));
   CHECK(v->flags == GPUSHM_DLPACK_FLAG_READ_ONLY && v->manager_ctx == ro);
-  /* really read-only memory: the flag is not a formality */
-  CHECK(mprotect(v->dl_tensor.data, SIZE, PROT_READ | PROT_WRITE) < 0 && errno == EACCES);
+  /* the open's own mapping stays read-only for the kernel; the tensor is a private view */
+  CHECK(mprotect(gpushm_buffer_ptr(ro), SIZE, PROT_READ) == 0);
+  CHECK(mprotect(gpushm_buffer_ptr(ro), SIZE, PROT_READ | PROT_WRITE) < 0 && errno == EACCES);
+  CHECK(v->dl_tensor.data != gpushm_buffer_ptr(ro));
   v->deleter(v);
+  /* a consumer that writes despite the flag (PyTorch) writes its own copy, in both kinds
+   * of host memory: a slot of a shared segment, and an allocation of its own */
+  written_privately(conn, 2 * SIZE);
+  written_privately(conn, 2u << 20);
   CHECK_ERR(gpushm_buffer_dlpack(ro, &desc, GPUSHM_DLPACK_LEGACY, &out), GPUSHM_E_PERM);
   CHECK(out == NULL && strstr(gpushm_last_error_message(), "legacy") != NULL);
 
@@ -434,8 +481,26 @@ static void test_device(void)
   }
   setenv("GPUSHM_CUDA_LIBRARY", fake, 1);
   setenv("GPUSHM_FAKE_CUDA_DEVICES", "2", 1);
-  daemon_start(&d, NULL);
+  daemon_start(&d, "--allow-legacy-ipc", "yes", NULL);
   conn = daemon_connect(&d);
+  {
+    /* legacy IPC maps read-write whatever the open: no read-only tensor of it */
+    gpushm_buffer_t *rw, *ro;
+    gpushm_create_opts_t opts;
+    void *out = &out;
+    gpushm_create_opts_init(&opts);
+    opts.backend = GPUSHM_BACKEND_CUDA_IPC;
+    opts.mode = 0644;
+    CHECK_OK(gpushm_buffer_create(conn, "dl-ipc", SIZE, &opts, &rw));
+    CHECK_OK(gpushm_buffer_open(conn, "dl-ipc", GPUSHM_OPEN_READONLY, &ro));
+    CHECK_ERR(gpushm_buffer_dlpack(ro, &desc, 0, &out), GPUSHM_E_PERM);
+    CHECK(out == NULL && strstr(gpushm_last_error_message(), "legacy CUDA IPC") != NULL);
+    CHECK_ERR(gpushm_buffer_dlpack(rw, &desc, GPUSHM_DLPACK_READ_ONLY, &out), GPUSHM_E_PERM);
+    CHECK_OK(gpushm_buffer_dlpack(rw, &desc, 0, &out)); /* read-write: as before */
+    ((gpushm_dlpack_managed_versioned_t *)out)->deleter(out);
+    CHECK_OK(gpushm_buffer_close(ro));
+    CHECK_OK(gpushm_buffer_close_unlink(rw));
+  }
   for (int map = 0; map < 2; map++) {
     gpushm_create_opts_t opts;
     gpushm_create_opts_init(&opts);

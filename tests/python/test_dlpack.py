@@ -110,6 +110,31 @@ def test_read_only_views(name):
     del cap, a, mv, t
 
 
+@pytest.mark.parametrize("size", [8 << 10, 2 << 20])  # a segment's slot; memory of its own
+def test_read_only_written_anyway_stays_private(name, size):
+    """A consumer that ignores DLPack's read-only flag (PyTorch: torch.from_dlpack(t) and
+    a write) writes a private copy of what it writes: no SIGSEGV, and the producer and
+    everyone else see the buffer unchanged; the producer's later writes show through the
+    pages the consumer did not write."""
+    producer = gpushm.share(name, np.full(size, 0x11, dtype=np.uint8), mode=0o644)
+    t = gpushm.open(name, readonly=True)
+    m = managed(cap := t.__dlpack__(max_version=(1, 0)), True)
+    assert m.flags & L.DLPACK_FLAG_READ_ONLY
+    view = (ctypes.c_uint8 * size).from_address(m.dl_tensor.data)
+    assert view[0] == view[size - 1] == 0x11
+    ctypes.memset(m.dl_tensor.data, 0x22, 4096)  # what torch's add_() would do
+    assert view[0] == 0x22
+    assert np.asarray(t)[0] == 0x11 and np.asarray(producer)[0] == 0x11
+    np.asarray(producer)[size - 1] = 0x44
+    assert view[size - 1] == 0x44
+    with gpushm.Connection() as other:
+        seen = gpushm.open(name, readonly=True, conn=other)
+        assert bytes(seen.memoryview()[:2]) == b"\x11\x11"
+        seen.close()
+    del view, m, cap, t
+    producer.close()
+
+
 HOSTILE = {
     "past the end": {"dtype": "float32", "shape": [17], "offset": 0},
     "offset past the end": {"dtype": "uint8", "shape": [0], "offset": 65},
