@@ -2,8 +2,8 @@
 /* Spinning instead of sleeping: a client's $GPUSHM_POLL_US and gpushmd's --busy-poll.
  * Each must keep every guarantee of the sleeping path (replies that come late, the
  * timeout of a daemon that stopped), refuse values past GPUSHM_LIMIT_POLL_US, and
- * spin only while asked: gpushmd goes back to sleep once requests stop, and a reload
- * to 0 stops it. */
+ * spin only while asked: gpushmd does not sleep between requests within its window,
+ * takes no CPU once requests stop, and sleeps again after a reload to 0. */
 #include "config.h"
 #include "gpushm_limits.h"
 #include "harness.h"
@@ -51,16 +51,35 @@ static double cpu_ms(pid_t pid)
   return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* gpushmd's CPU time over PINGS pings PING_GAP_MS apart. */
-static double cpu_while_pinging(const struct test_daemon *d, gpushm_t *conn)
+/* How often the process has gone to sleep (/proc/PID/status): a spinning loop that
+ * yields is switched out runnable, which counts as involuntary; one that waits in
+ * epoll_wait, as voluntary.  Unlike CPU time, this does not depend on how busy the
+ * machine is. */
+static unsigned long sleeps(pid_t pid)
 {
-  double before = cpu_ms(d->pid);
+  char path[64], line[256];
+  unsigned long n = 0;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  CHECK((f = fopen(path, "r")) != NULL);
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "voluntary_ctxt_switches: %lu", &n) == 1)
+      break;
+  fclose(f);
+  return n;
+}
+
+/* How often gpushmd slept over PINGS pings PING_GAP_MS apart. */
+static unsigned long sleeps_while_pinging(const struct test_daemon *d, gpushm_t *conn)
+{
+  unsigned long before = sleeps(d->pid);
 
   for (int i = 0; i < PINGS; i++) {
     CHECK_OK(gpushm_ping(conn));
     sleep_ms(PING_GAP_MS);
   }
-  return cpu_ms(d->pid) - before;
+  return sleeps(d->pid) - before;
 }
 
 static double cpu_while_idle(const struct test_daemon *d, unsigned ms)
@@ -86,7 +105,8 @@ static void test_daemon_busy_poll(void)
 {
   char conf[] = "/tmp/gpushm-test-poll.XXXXXX", arg[64], line[64];
   struct test_daemon d = { 0 };
-  double busy, idle, reloaded;
+  unsigned long busy, reloaded;
+  double idle;
   gpushm_t *conn;
   int fd = mkstemp(conf);
 
@@ -97,21 +117,23 @@ static void test_daemon_busy_poll(void)
   snprintf(arg, sizeof arg, "--config=%s", conf);
   daemon_start(&d, arg, NULL);
   conn = daemon_connect(&d);
-  busy = cpu_while_pinging(&d, conn);
+  busy = sleeps_while_pinging(&d, conn);
   sleep_ms(GPUSHM_LIMIT_POLL_US / 1000 * 5); /* the window, passed */
   idle = cpu_while_idle(&d, 300);
   write_config(conf, "busy-poll = 0\n");
   CHECK(kill(d.pid, SIGHUP) == 0);
   CHECK_OK(gpushm_ping(conn)); /* (the reload is done before the next request is read) */
   sleep_ms(100);
-  reloaded = cpu_while_pinging(&d, conn);
-  test_log("gpushmd's CPU over %d pings %d ms apart: %.0f ms polling, %.0f ms after a reload "
-           "to 0; %.0f ms in 300 ms idle after the window", PINGS, PING_GAP_MS, busy, reloaded,
-           idle);
-  /* a third of the wall time at least, with a CI machine's other tests beside it */
-  CHECK(busy >= PINGS * PING_GAP_MS / 3.0);
+  reloaded = sleeps_while_pinging(&d, conn);
+  test_log("gpushmd over %d pings %d ms apart slept %lu times polling, %lu after a reload to "
+           "0; took %.0f ms of CPU in 300 ms idle after the window", PINGS, PING_GAP_MS, busy,
+           reloaded, idle);
+  /* Polling, the 10 ms window outlasts each gap: it sleeps only where this process's
+   * 5 ms sleep took twice as long (a loaded machine), which a few may.  Sleeping, it
+   * sleeps at least once a ping.  Once the window has passed, it takes no CPU. */
+  CHECK(busy <= PINGS / 4);
+  CHECK(reloaded >= PINGS);
   CHECK(idle <= 60);
-  CHECK(reloaded <= busy / 2);
   gpushm_disconnect(conn);
   daemon_stop(&d);
   CHECK(unlink(conf) == 0);
