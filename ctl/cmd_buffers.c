@@ -603,9 +603,12 @@ int cmd_show(struct ctl *ctl, int argc, char **argv)
   } else {
     char size[32], alloc[32], user[64], age[32];
     uint32_t owner_uid = gpushm_buffer_info_owner_uid(b);
-    printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %d\n",
+    char device[16] = "-"; /* host memory, as list prints it */
+    if (gpushm_buffer_info_device(b) >= 0)
+      snprintf(device, sizeof device, "%d", gpushm_buffer_info_device(b));
+    printf("name:       %s\nid:         %" PRIu64 "\nbackend:    %s\ndevice:     %s\n",
            text(gpushm_buffer_info_name(b), 0), gpushm_buffer_info_id(b), info_backend_name(b),
-           gpushm_buffer_info_device(b));
+           device);
     printf("size:       %s (%s allocated)\n",
            format_size(gpushm_buffer_info_size(b), ctl->bytes, size, sizeof size),
            format_size(gpushm_buffer_info_allocated(b), ctl->bytes, alloc, sizeof alloc));
