@@ -65,7 +65,15 @@ trap 'exit 143' TERM
 
 # --- build (scripts/build-debs: from a clean copy of the tree) ----------------------
 t_build=$(date +%s)
-"$src/scripts/build-debs" "$work" "$src" || die "building the packages failed"
+"$src/scripts/build-debs" "$work" "$src" > "$work/build-debs.out" ||
+  { cat "$work/build-debs.out"; die "building the packages failed"; }
+cat "$work/build-debs.out"
+# it says what it builds and where the packages went, each by name
+grep -q "^build-debs: building gpushm " "$work/build-debs.out" || die "build-debs did not say what it builds"
+for deb in "$work"/*.deb; do
+  grep -qF "  ${deb##*/} (" "$work/build-debs.out" || die "build-debs did not name ${deb##*/}"
+done
+grep -qF "packages in $work:" "$work/build-debs.out" || die "build-debs did not say where the packages are"
 say "# dpkg-buildpackage: $(( $(date +%s) - t_build )) s"
 changes=$(ls "$work"/gpushm_*.changes)
 debs=
