@@ -99,10 +99,17 @@ grep -v '^running with root privileges' "$work/lintian.log" | sed 's/^/#   /' ||
 [ "$rc" -eq 0 ] || die "lintian reported errors (exit $rc)"
 ok "lintian: no errors"
 
-# --- install -----------------------------------------------------------------------
+# --- install, with the README's own line (as root, no sudo: a minimal Debian has none),
+# run where its debs/ are this build's packages ------------------------------------------
+readme_install=$(awk '/^## Install \(Debian packages\)/ { s = 1 } s && /^## / && !/Install/ { exit }
+                      s && /^apt-get install / { sub(/ +#.*/, ""); print; exit }' "$src/README.md")
+[ -n "$readme_install" ] || die "no 'apt-get install' line in the README's Install section"
+awk '/^## Install \(Debian packages\)/ { s = 1; next } s && /^## / { exit } s' "$src/README.md" |
+  grep -qE '^sudo ' && die "the README's Install section runs sudo, which a minimal Debian lacks"
+mkdir "$work/readme" && ln -s "$work" "$work/readme/debs"
 installed=yes
-(cd "$work" && apt_get install -y -qq $(for d in $debs; do printf ' ./%s' "${d##*/}"; done)) \
-  > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "apt-get install failed"; }
+(cd "$work/readme" && yes | DEBIAN_FRONTEND=noninteractive sh -c "$readme_install") \
+  > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "the README's '$readme_install' failed"; }
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" | grep -q 'install ok installed' || die "$p is not installed"
   dpkg -L "$p" > "$work/files.$p"
