@@ -20,7 +20,7 @@ from ._lib import strerror
 from ._accel import speedups as _SP
 from ._lib import OPEN_READONLY, map_device_flag
 from .core import BUNDLE_ALIGN, Buffer, Connection, DeviceLike, Tensor, check, parse_device
-from .errors import CODES, make_error
+from .errors import CODES, NotFound, make_error
 
 if TYPE_CHECKING:
     from .weights import WeightSet
@@ -298,6 +298,32 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
     if device is not None:
         kind, index = parse_device(device)
         map_device = index if kind == "cuda" else None
+    try:
+        t = _open(c, name, dtype, shape, offset, strides, tensor, readonly, map_device)
+    except NotFound as e:
+        e._hint = lambda: _did_you_mean(c, name)
+        raise
+    if map_device is not None and not t.buffer.is_device:
+        where = t.device
+        t.close()
+        raise make_error(CODES["INVAL"], f"{name!r} is host memory, not device memory: open it "
+                         f"without device= for a tensor on the CPU ({where}), and copy it to "
+                         f"the GPU there if it must be", f"open {name!r}", strerror(CODES["INVAL"]))
+    return t
+
+
+def _did_you_mean(conn: Connection, name: str) -> str:
+    """" (did you mean 'weights'?)" for a name this uid may see that is close to name; ""
+    for none."""
+    import difflib
+    names = [b.name for b in conn.list()]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _open(c: Connection, name: str, dtype: Any, shape: Optional[Union[int, Sequence[int]]],
+          offset: int, strides: Optional[Sequence[int]], tensor: Optional[str], readonly: bool,
+          map_device: Optional[int]) -> Tensor:
     if (_SP is not None and dtype is None and shape is None and strides is None
             and tensor is None):
         # the common open in C: the Tensor of a buffer with one tensor in its manifest;

@@ -10,7 +10,7 @@ code (``code``, negative, as C returns it) and the detail the library or the dae
 from __future__ import annotations
 
 import errno as _errno
-from typing import Dict, Optional, Type
+from typing import Callable, Dict, Optional, Type
 
 
 class Error(Exception):
@@ -20,6 +20,23 @@ class Error(Exception):
     code: int = 0
     detail: str = ""
     operation: str = ""
+    # what to add when the message is read: NotFound's "did you mean" asks gpushmd for
+    # the names there are, which a caller that polls for a name never needs
+    _hint: Optional[Callable[[], str]] = None
+
+    def __str__(self) -> str:
+        # one text, as built by make_error(): not OSError's "[Errno N] ..." form
+        text = str(self.args[0]) if self.args else ""
+        hint, self._hint = self._hint, None
+        if hint is not None:
+            try:
+                extra = hint()
+            except Exception:  # (the hint is a courtesy: never an error of its own)
+                extra = ""
+            if extra:
+                text += extra
+                self.args = (text,) + tuple(self.args[1:])
+        return text
 
 
 class InvalidArgument(Error, ValueError):
@@ -130,6 +147,23 @@ _CLASS_BY_CODE: Dict[int, Type[Error]] = {-num: cls for num, cls, _ in _BY_NAME.
 _ERRNO_BY_CODE: Dict[int, Optional[int]] = {-num: e for num, _, e in _BY_NAME.values()}
 
 
+def _says_its_error(code: int, what: str, detail: str) -> bool:
+    """Whether the library's detail already says what strerror would ("invalid buffer
+    name: use ...", "unsupported: ...", "no buffer named 'x'"): printing both says it
+    twice (as gpushmctl decides, ctl/fail.c)."""
+    if detail.lower().startswith(what.lower()):
+        return True
+    if code == CODES["NOENT"]:
+        return detail.startswith("no ")
+    if code == CODES["EXIST"]:
+        return "already exists" in detail
+    if code == CODES["LIMIT"]:
+        return "limit" in detail or "quota" in detail
+    if code == CODES["UNSUPPORTED"]:
+        return detail.startswith("unsupported")
+    return False
+
+
 def make_error(code: int, detail: str, operation: str = "",
                strerror: Optional[str] = None, os_errno: int = 0) -> Error:
     """The exception for a GPUSHM_E_* code (an unknown code: plain Error).  ``os_errno``:
@@ -137,9 +171,13 @@ def make_error(code: int, detail: str, operation: str = "",
     ECONNREFUSED, EACCES), kept as the OSError's errno instead of the code's usual one."""
     cls = _CLASS_BY_CODE.get(code, Error)
     what = strerror or "error %d" % code
-    text = f"{operation}: {what}" if operation else what
-    if detail and detail != what:
-        text += f": {detail}"
+    if detail and _says_its_error(code, what, detail):
+        body = detail
+    elif detail:
+        body = f"{what}: {detail}"
+    else:
+        body = what
+    text = f"{operation}: {body}" if operation else body
     err = cls(text)
     err.code = code
     err.detail = detail

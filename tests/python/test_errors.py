@@ -27,6 +27,54 @@ def test_not_found(conn):
         gpushm.open("py-never-created")
 
 
+def test_messages_say_it_once(conn, name):
+    """Issue 42: each message names the failure once, without OSError's "[Errno N]"
+    (the errno stays on the exception), and a near miss of a name this uid may see is
+    offered."""
+    conn.create(name, 16).close()
+    with pytest.raises(gpushm.NotFound) as e:
+        gpushm.open(name[:-1] + "X" + name[-1])  # a typo: one letter off
+    text = str(e.value)
+    assert e.value.errno == errno.ENOENT and "[Errno" not in text, text
+    assert "no such buffer" not in text and f"(did you mean {name!r}?)" in text, text
+    with pytest.raises(gpushm.NotFound) as e:
+        gpushm.open("py-nothing-like-it")
+    assert "did you mean" not in str(e.value)
+    with pytest.raises(gpushm.Exists) as e:
+        conn.create(name, 16)
+    assert str(e.value) == f"create {name!r}: {name!r} already exists", str(e.value)
+    with pytest.raises(gpushm.InvalidName) as e:
+        conn.create("bad name!", 16)
+    assert str(e.value).lower().count("invalid buffer name") == 1, str(e.value)
+    with pytest.raises(gpushm.Unsupported) as e:
+        conn.create("py-no-gpu", 16, backend="cuda-ipc")
+    assert str(e.value).lower().count("unsupported") + str(e.value).count("not supported") == 1, \
+        str(e.value)
+
+
+def test_no_suggestion_of_what_this_uid_cannot_see(conn, name):
+    """The near miss is looked for among what this uid may list: a buffer of root's that
+    uid 65534 may not read is not offered, nor said to exist."""
+    conn.create(name, 16, mode=0o600).close()
+    run_python(f"""
+import gpushm
+try:
+    gpushm.open({(name[:-1] + "X" + name[-1])!r})
+    raise SystemExit("opened")
+except gpushm.NotFound as e:
+    assert "did you mean" not in str(e), str(e)
+""", user=65534, env=other_user_env(65534))
+
+
+def test_device_open_of_host_memory_says_so(conn, name):
+    gpushm.share(name, np.arange(4, dtype=np.int32)).close()
+    with pytest.raises(gpushm.InvalidArgument, match="host memory"):
+        gpushm.open(name, device="cuda")
+    assert daemon_refs(name) == 0  # what it opened, closed
+    with gpushm.open(name, device="cpu") as t:
+        assert t.device == "cpu"
+
+
 def test_exists(conn, name):
     conn.create(name, 16).close()
     with pytest.raises(gpushm.Exists) as e:
