@@ -140,6 +140,11 @@ static int map_request_of(unsigned flags)
 struct map_want;
 static int release_on_daemon(gpushm_t *conn, uint64_t id);
 static int read_open_opts(const gpushm_open_opts_t *user, gpushm_open_opts_t *opts);
+static int open_with_wait(gpushm_t *conn, const char *name, uint64_t id, uint64_t via,
+                          bool read_only, struct map_want *want, enum client_kind ck,
+                          unsigned wait_ms, gpushm_buffer_t **out, gpushm_pending_t **pending);
+static int open_waiting(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+                        struct map_want *want, unsigned wait_ms, gpushm_buffer_t **out);
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
                     struct map_want *want, enum client_kind ck, gpushm_buffer_t **out,
                     gpushm_pending_t **pending);
@@ -1286,10 +1291,21 @@ int gpushm_buffer_open_ex(gpushm_t *conn, const char *name, uint64_t id,
   client_clear_error();
   if ((r = read_open_opts(user_opts, &opts)) < 0)
     return r;
-  want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
-                            (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
-  return open_for(conn, name, id, 0, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
-                  CLIENT_BUFFER, out, NULL);
+  if (opts.wait_ms && !name)
+    return client_error(GPUSHM_E_INVAL, "wait_ms is for an open by name, not by id");
+  if (opts.wait_ms > (int32_t)GPUSHM_LIMIT_OPEN_WAIT_MS)
+    return client_error(GPUSHM_E_INVAL, "wait_ms %d is past the %u ms an open may wait "
+                        "(GPUSHM_LIMIT_OPEN_WAIT_MS; a negative value waits for ever)",
+                        opts.wait_ms, GPUSHM_LIMIT_OPEN_WAIT_MS);
+  /* For ever: waits of the longest kind gpushmd grants, one after the other. */
+  do {
+    want = (struct map_want){ opts.map_device, CURRENT_UNKNOWN,
+                              (opts.flags & GPUSHM_OPEN_WRITE_DISCARD) != 0, false };
+    r = open_waiting(conn, name, id, (opts.flags & GPUSHM_OPEN_READONLY) != 0, &want,
+                     opts.wait_ms < 0 ? GPUSHM_LIMIT_OPEN_WAIT_MS : (unsigned)opts.wait_ms,
+                     out);
+  } while (opts.wait_ms < 0 && r == GPUSHM_E_NOENT);
+  return r;
 }
 
 int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t **out)
@@ -1305,6 +1321,20 @@ int client_open_via(gpushm_t *conn, uint64_t id, uint64_t via, gpushm_buffer_t *
 static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via, bool read_only,
                     struct map_want *want, enum client_kind ck, gpushm_buffer_t **out,
                     gpushm_pending_t **pending)
+{
+  return open_with_wait(conn, name, id, via, read_only, want, ck, 0, out, pending);
+}
+
+/* open_for() of a buffer by name that gpushmd waits wait_ms for. */
+static int open_waiting(gpushm_t *conn, const char *name, uint64_t id, bool read_only,
+                        struct map_want *want, unsigned wait_ms, gpushm_buffer_t **out)
+{
+  return open_with_wait(conn, name, id, 0, read_only, want, CLIENT_BUFFER, wait_ms, out, NULL);
+}
+
+static int open_with_wait(gpushm_t *conn, const char *name, uint64_t id, uint64_t via,
+                          bool read_only, struct map_want *want, enum client_kind ck,
+                          unsigned wait_ms, gpushm_buffer_t **out, gpushm_pending_t **pending)
 {
   Gpushm__Request req = GPUSHM__REQUEST__INIT;
   Gpushm__OpenRequest body = GPUSHM__OPEN_REQUEST__INIT;
@@ -1342,6 +1372,11 @@ static int open_for(gpushm_t *conn, const char *name, uint64_t id, uint64_t via,
   body.read_only = read_only;
   body.via_weights = via;
   body.event = ck == CLIENT_EVENT;
+  body.wait_ms = wait_ms;
+  if (wait_ms && !gpushm_daemon_has(conn, GPUSHM_FEATURE_OPEN_WAIT))
+    return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s does not wait for names "
+                        "(GPUSHM_FEATURE_OPEN_WAIT, 0.8): open again until it is there",
+                        conn->daemon_version);
   /* Daemons before 0.8 know no kind in an open, nor timelines. */
   body.kind = ck == CLIENT_TIMELINE ? GPUSHM__KIND__KIND_TIMELINE
               : ck == CLIENT_RING   ? GPUSHM__KIND__KIND_RING

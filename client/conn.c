@@ -640,6 +640,14 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm
     return client_error(GPUSHM_E_DISCONNECTED, "connection to gpushmd was lost");
   if ((r = send_locked(conn, req, send_fd, &sent)) < 0)
     return r;
+  /* An open that waits for its name is answered after the wait: the timeout runs from
+   * there. */
+  if (req->body_case == GPUSHM__REQUEST__BODY_OPEN && req->open->wait_ms && conn->timeout_ms > 0) {
+    apply_timeout(conn->fd, conn->timeout_ms + (int)req->open->wait_ms);
+    r = receive_locked(conn, req->request_id, sent, out, fds, alloc, unpack, NULL);
+    apply_timeout(conn->fd, conn->timeout_ms);
+    return r;
+  }
   return receive_locked(conn, req->request_id, sent, out, fds, alloc, unpack, NULL);
 }
 

@@ -216,6 +216,14 @@ typedef struct gpushm_open_opts {
    * (what init sets) for the default rule; GPUSHM_DEVICE_NONE for a graphics importer.
    * Ignored for host buffers. */
   int32_t map_device;
+  /* Since 0.8 (GPUSHM_FEATURE_OPEN_WAIT; GPUSHM_E_UNSUPPORTED from an older gpushmd):
+   * an open by name that finds nothing this process may open by that name waits up to
+   * wait_ms milliseconds for it to be made (at most GPUSHM_LIMIT_OPEN_WAIT_MS, an hour;
+   * GPUSHM_TIMEOUT_INFINITE or another negative value: for ever), then fails with
+   * GPUSHM_E_NOENT.  gpushmd counts such a wait, and one that ends without the name,
+   * apart from failed requests (gpushm_open_waits_total, _timeouts_total).  The
+   * connection's other requests wait behind it; its timeout starts after the wait. */
+  int32_t wait_ms;
   /* New fields go here, zero meaning what this version does. */
 } gpushm_open_opts_t;
 
@@ -293,6 +301,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_SEMAPHORES 0x800ull
 /* Weight sets (0.8): gpushm-weights.h. */
 #define GPUSHM_FEATURE_WEIGHTS 0x1000ull
+/* Opens that wait for their name to be made (0.8, gpushm_open_opts_t.wait_ms). */
+#define GPUSHM_FEATURE_OPEN_WAIT 0x2000ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend

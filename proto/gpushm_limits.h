@@ -30,6 +30,11 @@
  * matter, and a busy CPU held longer only takes from the work. */
 #define GPUSHM_LIMIT_POLL_US           10000u
 
+/* How long an open may wait for its name to be made (gpushm_open_opts_t.wait_ms,
+ * OpenRequest.wait_ms): an hour, past which a consumer should say what it waits for
+ * again (and a wait that long is a bug more often than a plan). */
+#define GPUSHM_LIMIT_OPEN_WAIT_MS      3600000u
+
 /* Names: 1..127 bytes of [A-Za-z0-9._-], not starting with '.' or '-'. */
 #define GPUSHM_LIMIT_NAME_LEN          127u
 /* Free-form client name sent in Hello (shown by admin tools). */

@@ -68,6 +68,7 @@ enum proto_lifetime {
 #define PROTO_FEATURE_RINGS 0x400ull
 #define PROTO_FEATURE_SEMAPHORES 0x800ull
 #define PROTO_FEATURE_WEIGHTS 0x1000ull
+#define PROTO_FEATURE_OPEN_WAIT 0x2000ull
 
 /* Where the daemon listens unless told otherwise, and the NVIDIA driver's IMEX channels
  * (a process makes or imports fabric memory only if it can open one). */

@@ -25,6 +25,8 @@ struct request_counters {
   uint64_t promises_broken; /* for promisers that died owing values */
   uint64_t oneway_errors;  /* one-way requests that failed: nobody was told */
   uint64_t costly_deferred; /* non-admins' costly requests that waited their turn */
+  uint64_t open_waits;      /* opens that waited for their name to be made */
+  uint64_t open_wait_timeouts; /* of those, the ones whose wait ended without it */
   /* Per request type, how long handling took: requests per bucket (not cumulative:
    * stats adds them up), the last past every bound; and their sum. */
   uint64_t latency[HANDLER_REQUEST_TYPES][GPUSHM_LATENCY_BOUNDS + 1];

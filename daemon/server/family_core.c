@@ -245,6 +245,14 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
     id = o->id;
   else
     return reply_fail(ctx, PROTO_E_INVAL, "open needs a name or an id");
+  /* (the wait itself is the session's: it parks a request this answers NOENT) */
+  if (o->wait_ms && (!name || o->ring_attach || o->via_weights))
+    return reply_fail(ctx, PROTO_E_INVAL, "only an open by name waits for its name");
+  if (o->wait_ms > GPUSHM_LIMIT_OPEN_WAIT_MS) {
+    snprintf(ctx->msg, sizeof ctx->msg, "an open waits at most %u ms for its name, not %u "
+             "(GPUSHM_LIMIT_OPEN_WAIT_MS)", GPUSHM_LIMIT_OPEN_WAIT_MS, o->wait_ms);
+    return PROTO_E_INVAL;
+  }
   switch (o->kind) {
   case GPUSHM__KIND__KIND_UNSPECIFIED:
   case GPUSHM__KIND__KIND_BUFFER:

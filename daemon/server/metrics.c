@@ -397,6 +397,11 @@ static const struct metric_family families[] = {
   COUNTER_FIELD("gpushm_clients_dropped_total", "Clients refused or dropped (limits, not "
                 "reading).", clients_dropped),
   GAUGE("gpushm_open_fds", "File descriptors gpushmd has open.", open_fds),
+  COUNTER_FIELD("gpushm_open_waits_total", "Opens that waited for their name to be made "
+                "(a wait that ended without it is counted below, not as a failed request).",
+                open_waits),
+  COUNTER_FIELD("gpushm_open_wait_timeouts_total", "Opens whose wait for their name ended "
+                "without it.", open_wait_timeouts),
   COUNTER("gpushm_requests_deferred_total", "Requests whose cost grows with what gpushmd "
           "holds (stats, list, clients) that non-admins sent past their share of the loop, "
           "answered in turn.", costly_deferred),

@@ -36,6 +36,7 @@ struct server {
   uv_timer_t hello_sweep; /* closes connections that never said Hello */
   struct costly_share costly;
   struct busy_poll busy_poll;
+  struct name_waits name_waits;
   uint32_t open_fds;          /* as counted at open_fds_at_ms (uv_now) */
   uint64_t open_fds_at_ms;
   bool open_fds_counted;
@@ -246,6 +247,8 @@ static void on_created(void *ctx, struct reg_object *obj)
 
   if (srv->persist)
     persist_created(srv->persist, srv->reg, obj);
+  if (obj->key.linked)
+    name_waits_made(&srv->name_waits, obj->name);
 }
 
 struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, struct registry *reg,
@@ -291,6 +294,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
                 PROTO_FEATURE_METADATA | PROTO_FEATURE_GRAPHICS | PROTO_FEATURE_STRICT_MODE |
                 PROTO_FEATURE_IPC_FENCES | PROTO_FEATURE_PROMISES | PROTO_FEATURE_TIMELINES |
                 PROTO_FEATURE_RINGS | PROTO_FEATURE_SEMAPHORES | PROTO_FEATURE_WEIGHTS |
+                PROTO_FEATURE_OPEN_WAIT |
                 (persist && persist_enabled(persist) ? PROTO_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,
@@ -313,10 +317,12 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
     .warm_device = warm_device,
     .costly = &srv->costly,
     .busy_poll = &srv->busy_poll,
+    .name_waits = &srv->name_waits,
     .ctx = srv,
   };
   costly_share_init(&srv->costly, loop, session_costly_turn);
   busy_poll_init(&srv->busy_poll, loop, cfg->busy_poll_us);
+  name_waits_init(&srv->name_waits, loop, session_name_made, session_name_expired);
   uv_timer_init(loop, &srv->hello_sweep);
   srv->hello_sweep.data = srv;
   return srv;
@@ -375,6 +381,7 @@ void server_shutdown(struct server *srv)
     uv_close((uv_handle_t *)&srv->hello_sweep, NULL);
   costly_share_close(&srv->costly);
   busy_poll_close(&srv->busy_poll);
+  name_waits_close(&srv->name_waits);
   listener_stop(&srv->listener);
   while (!list_empty(&srv->sessions))
     session_close(list_entry(srv->sessions.next, struct session, link), 0, NULL);

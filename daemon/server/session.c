@@ -119,6 +119,7 @@ static void end_session(struct session *s)
             s->client.id, (int)s->client.pid);
   s->env->gone(s->env->ctx, s);
   list_del(&s->costly_link); /* no more waiting for a turn */
+  name_waits_remove(s->env->name_waits, &s->name_wait); /* nor for a name */
   if (s->parked)
     gpushm__request__free_unpacked(s->parked, NULL);
   s->parked = NULL;
@@ -224,7 +225,10 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
   struct request_counters *counters = s->env->counters;
   const char *what = handler_name((unsigned)req->body_case);
 
-  if (status < 0) {
+  if (status < 0 && s->wait_expired) {
+    s->wait_expired = false; /* counted as open_wait_timeouts: a wait's end, not a fault */
+    handler_reply_error(reply, status);
+  } else if (status < 0) {
     counters->request_errors++;
     counters->errors_by_type[slot]++;
     /* Refusals tell operators about quotas and permissions set too tight (or a client
@@ -288,6 +292,12 @@ static bool park(struct session *s, const Gpushm__Request *req, bool again, uint
   s->parked_since_ns = since_ns;
   transport_pause(s->transport, true);
   return true;
+}
+
+static bool waits_for_name(const Gpushm__Request *req)
+{
+  return req->body_case == GPUSHM__REQUEST__BODY_OPEN && req->open->wait_ms &&
+         req->open->key_case == GPUSHM__OPEN_REQUEST__KEY_NAME;
 }
 
 /* Checks the request against its table entry, makes sure the device it needs is warm
@@ -354,6 +364,18 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
   }
   if (status == 0)
     status = h->fn(&call, req, reply);
+  if (status == PROTO_E_NOENT && waits_for_name(req) && s->env->name_waits) {
+    /* Not there, or not for this client (which cannot tell the two apart: it waits out
+     * its time either way): parked until an object of that name is made. */
+    uint64_t deadline = since_ns + (uint64_t)req->open->wait_ms * 1000000u;
+    if (monotonic_ns() < deadline && park(s, req, again, since_ns)) {
+      if (!again)
+        s->env->counters->open_waits++;
+      name_waits_add(s->env->name_waits, &s->name_wait, s->parked->open->name, deadline);
+      handler_reply_free(reply);
+      return true;
+    }
+  }
   if (status == PROTO_E_PROTO) {
     handler_reply_error(reply, status);
     session_close(s, PROTO_E_PROTO, reply->msg);
@@ -424,6 +446,25 @@ void session_resume(struct session *s, int status, const char *why)
   if (!s->closing && !parked_again)
     transport_pause(s->transport, false);
   session_unref(s);
+}
+
+void session_name_made(struct name_wait *w)
+{
+  session_resume(list_entry(w, struct session, name_wait), 0, NULL);
+}
+
+void session_name_expired(struct name_wait *w)
+{
+  struct session *s = list_entry(w, struct session, name_wait);
+  char why[GPUSHM_LIMIT_NAME_LEN + 96];
+
+  if (!s->parked)
+    return;
+  snprintf(why, sizeof why, "no buffer named '%s' was made within %u ms", w->name,
+           s->parked->open->wait_ms);
+  s->env->counters->open_wait_timeouts++;
+  s->wait_expired = true;
+  session_resume(s, PROTO_E_NOENT, why);
 }
 
 void session_costly_turn(struct list *costly_link)

@@ -16,6 +16,7 @@
 #include "util/log.h"
 #include "registry/registry.h"
 #include "server/transport.h"
+#include "server/name_waits.h"
 
 struct session;
 
@@ -37,6 +38,9 @@ struct session_env {
    * session_costly_turn. */
   struct costly_share *costly;
   struct busy_poll *busy_poll; /* told of every request */
+  /* Opens waiting for their name; their made and expired callbacks are
+   * session_name_made and session_name_expired. */
+  struct name_waits *name_waits;
   void *ctx;
 };
 
@@ -71,6 +75,9 @@ struct session {
    * it), and a parked request's own copy of its fd. */
   int request_fd;
   int parked_fd;
+  /* The parked request is an open waiting for its name (OpenRequest.wait_ms) */
+  struct name_wait name_wait;
+  bool wait_expired; /* its answer, NOENT, is a wait's end, not counted as a failure */
 };
 
 /* Takes ownership of fd (an accepted, non-blocking socket) and reads the peer's
@@ -84,6 +91,10 @@ void session_resume(struct session *s, int status, const char *why);
 /* The costly share's resume callback: the parked costly request of the session whose
  * costly_link this is runs now. */
 void session_costly_turn(struct list *costly_link);
+/* name_waits' callbacks: the parked open's name was made (it runs again), or its wait
+ * ended without it (it is answered NOENT). */
+void session_name_made(struct name_wait *w);
+void session_name_expired(struct name_wait *w);
 void session_ref(struct session *s);
 void session_unref(struct session *s);
 /* Ends the session: status 0 quietly, otherwise with a connection-level error (request
