@@ -15,7 +15,7 @@ _gpushmctl_buffers()
 _gpushmctl()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local commands="list show clients stats create create-image unlink destroy disconnect events dump ping version doctor"
+    local commands="list show clients stats create create-image unlink destroy disconnect events dump wait ping version doctor"
     local backends="host cuda-ipc cuda-fd cuda-fabric"
     local formats="r8-unorm rg8-unorm rgba8-unorm rgba8-srgb bgra8-unorm r16-unorm rgba16-unorm r16-sfloat rg16-sfloat rgba16-sfloat r32-sfloat rg32-sfloat rgba32-sfloat r32-uint rgba32-uint rgb10a2-unorm d32-sfloat"
     local cmd="" socket="" opts="" word i args=0
@@ -34,7 +34,7 @@ _gpushmctl()
                 fi
                 # an option's value is not an argument
                 case ${COMP_WORDS[i-1]} in
-                    --device|--mode|--backend|--metadata|--format|--textfile|--offset|--length) ;;
+                    --device|--mode|--backend|--metadata|--format|--textfile|--offset|--length|--timeout) ;;
                     *) ((args++)) ;;
                 esac
                 ;;
@@ -56,7 +56,7 @@ _gpushmctl()
                 COMPREPLY=($(compgen -W "$formats" -- "$cur"))
             fi
             return ;;
-        --device|--mode|--metadata|--offset|--length)
+        --device|--mode|--metadata|--offset|--length|--timeout)
             return ;;
     esac
 
@@ -74,6 +74,7 @@ _gpushmctl()
         disconnect) opts="" ;;
         events) opts="--all --json" ;;
         dump) opts="--offset --length --format" ;;
+        wait) opts="--timeout" ;;
         ping) opts="" ;;
         version) opts="" ;;
         doctor) opts="--backend" ;;

@@ -22,6 +22,7 @@ struct ctl {
   const char *metadata; /* create --metadata */
   uint32_t format;      /* create-image --format */
   const char *textfile; /* stats --textfile */
+  int32_t wait_ms;      /* wait --timeout; GPUSHM_TIMEOUT_INFINITE: none */
   struct dump_request dump;
   gpushm_t *conn;
 };

@@ -11,6 +11,7 @@
 #include "textfile.h"
 #include "gpushm-admin.h"
 #include "gpushm-graphics.h"
+#include "gpushm_limits.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -41,6 +42,30 @@ static int cmd_ping(struct ctl *ctl, int argc, char **argv)
   if (r < 0)
     return ctl_fail("ping", r);
   printf("gpushmd answered in %.1f us\n", (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3);
+  return 0;
+}
+
+/* Waits for NAME to be made (an open that gpushmd holds until then, unmapped: no GPU
+ * driver needed here), then says so; with --timeout, gives up after that long. */
+static int cmd_wait(struct ctl *ctl, int argc, char **argv)
+{
+  gpushm_open_opts_t opts;
+  gpushm_buffer_t *b;
+  struct timespec a, c;
+  int r;
+
+  (void)argc;
+  gpushm_open_opts_init(&opts);
+  opts.flags = GPUSHM_OPEN_READONLY;
+  opts.map_device = GPUSHM_DEVICE_NONE;
+  opts.wait_ms = ctl->wait_ms;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  if ((r = gpushm_buffer_open_ex(ctl->conn, argv[0], 0, &opts, &b)) < 0)
+    return ctl_fail("wait", r);
+  clock_gettime(CLOCK_MONOTONIC, &c);
+  printf("%s (id %" PRIu64 ") is there, after %.3f s\n", text(argv[0], 0),
+         gpushm_buffer_id(b), (double)(c.tv_sec - a.tv_sec) + (c.tv_nsec - a.tv_nsec) / 1e9);
+  gpushm_buffer_close(b);
   return 0;
 }
 
@@ -132,6 +157,8 @@ static const struct cmd_entry commands[] = {
   { "events", NULL, "", "list inter-process events", "all,json", 0, 0, cmd_events, NULL, false },
   { "dump", NULL, "NAME|ID", "print a buffer's bytes (hex as xxd -a, or raw), read-only",
     "offset,length,format", 1, 1, cmd_dump, check_dump, false },
+  { "wait", NULL, "NAME", "wait until a buffer (or image, ring, ...) named NAME is made",
+    "timeout", 1, 1, cmd_wait, NULL, false },
   { "ping", NULL, "", "check that gpushmd answers", "", 0, 0, cmd_ping, NULL, false },
   { "version", NULL, "", "versions of gpushmctl, libgpushm and gpushmd", "", 0, 0, cmd_version,
     NULL, true },
@@ -157,6 +184,7 @@ static const struct option long_options[] = {
   { "textfile", required_argument, NULL, 'T' },
   { "offset", required_argument, NULL, 'O' },
   { "length", required_argument, NULL, 'L' },
+  { "timeout", required_argument, NULL, 't' },
   { "help", no_argument, NULL, 'h' },
   { "version", no_argument, NULL, 'V' },
   { NULL, 0, NULL, 0 },
@@ -184,6 +212,8 @@ static const struct option_help {
     "collector; links in its directory are not followed)" },
   { "offset", "N", "start N bytes in (K, M, G, T suffixes), default 0" },
   { "length", "N", "that many bytes (K, M, G, T suffixes), default to the end" },
+  { "timeout", "SECONDS", "give up after that long (exit 1; default: wait for ever); at most "
+    "3600 at a time" },
 };
 
 /* --format is an image format to create-image and an output form to dump. */
@@ -372,6 +402,17 @@ static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts,
       else
         ctl->dump.length = size, ctl->dump.has_length = true;
       break;
+    case 't': {
+      double s = strtod(optarg, &end);
+      name = "timeout";
+      if (*end || !*optarg || !(s >= 0) || s * 1000 > GPUSHM_LIMIT_OPEN_WAIT_MS) {
+        fprintf(stderr, "gpushmctl: bad timeout '%s' (seconds, 0 to %u)\n", optarg,
+                GPUSHM_LIMIT_OPEN_WAIT_MS / 1000);
+        return EXIT_USAGE;
+      }
+      ctl->wait_ms = (int32_t)(s * 1000 + 0.5);
+      break;
+    }
     case 'd':
       name = "device";
       ctl->device = (int)strtol(optarg, &end, 10);
@@ -427,7 +468,7 @@ static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts,
 
 int main(int argc, char **argv)
 {
-  struct ctl ctl = { .mode = 0 };
+  struct ctl ctl = { .mode = 0, .wait_ms = GPUSHM_TIMEOUT_INFINITE };
   const struct cmd_entry *cmd = NULL;
   char **opts, **args;
   int opt, r, n_opts, n_args;

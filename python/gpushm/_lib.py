@@ -42,6 +42,22 @@ class CreateOpts(ctypes.Structure):
     ]
 
 
+class OpenOpts(ctypes.Structure):
+    """gpushm_open_opts_t as gpushm 0.8 lays it out (wait_ms: 0.8), sized by ``size`` as
+    CreateOpts is."""
+    _fields_ = [
+        ("size", c_uint32),
+        ("flags", c_uint32),
+        ("map_device", c_int32),
+        ("wait_ms", c_int32),
+    ]
+
+
+DEVICE_AUTO = -1
+FEATURE_OPEN_WAIT = 0x2000
+LIMIT_OPEN_WAIT_MS = 3600000
+
+
 class BufferDesc(ctypes.Structure):
     """gpushm_buffer_desc_t (gpushm 0.8, gpushm.h): what a handle is, in one call."""
     _fields_ = [
@@ -395,6 +411,9 @@ OPTIONAL_PROTOTYPES = {
     "gpushm_buffer_create_start": (c_int, [_P, c_char_p, c_uint64, POINTER(CreateOpts),
                                            POINTER(c_void_p)]),
     "gpushm_pending_finish": (c_int, [_P, POINTER(c_void_p)]),
+    # 0.8: opens that wait for their name (Connection.open(wait=))
+    "gpushm_buffer_open_ex": (c_int, [_P, c_char_p, c_uint64, POINTER(OpenOpts),
+                                      POINTER(c_void_p)]),
     # 0.8: the one export descriptor (Buffer.export)
     "gpushm_buffer_export": (c_int, [_P, c_uint32, c_uint64, c_uint64, POINTER(ExportDesc)]),
     # 0.7: the system error behind a failure (a connect's ENOENT, ECONNREFUSED, EACCES)

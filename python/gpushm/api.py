@@ -287,19 +287,25 @@ def share_bundle(name: str, arrays: Mapping[str, Any], *, device: DeviceLike = N
 
 def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[int]]] = None,
          offset: int = 0, strides: Optional[Sequence[int]] = None, tensor: Optional[str] = None,
-         readonly: bool = False, device: DeviceLike = None,
+         readonly: bool = False, device: DeviceLike = None, wait: Optional[float] = None,
          conn: Optional[Connection] = None) -> Tensor:
     """Opens a buffer as a tensor: the one its manifest describes (``tensor=``: the one
     of that name in a bundle), or what ``dtype``/``shape``/``offset``/``strides`` say (for
     buffers of C producers without a manifest).  A buffer with neither opens as its bytes
-    (uint8).  ``device``: the CUDA device whose streams will use it (its map device)."""
+    (uint8).  ``device``: the CUDA device whose streams will use it (its map device).
+    ``wait``: seconds to wait for a name not there yet to be made (math.inf: for ever),
+    then NotFound; gpushmd counts such waits apart from failed opens."""
     c = conn if conn is not None else default_connection()
     map_device = None
     if device is not None:
         kind, index = parse_device(device)
         map_device = index if kind == "cuda" else None
     try:
-        t = _open(c, name, dtype, shape, offset, strides, tensor, readonly, map_device)
+        if wait is not None:
+            buf = c.open(name, readonly=readonly, map_device=map_device, wait=wait)
+            t = _tensor_of(buf, name, dtype, shape, offset, strides, tensor)
+        else:
+            t = _open(c, name, dtype, shape, offset, strides, tensor, readonly, map_device)
     except NotFound as e:
         e._hint = lambda: _did_you_mean(c, name)
         raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import operator
 import os
 import sys
@@ -23,7 +24,7 @@ from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-from . import _capsule, dtypes
+from . import _capsule, _lib, dtypes
 from . import manifest as _manifest
 from ._accel import speedups as _SP
 from ._lib import (CAPSULE_BUFFER, CAPSULE_CONNECTION, CAPSULE_DLTENSOR,
@@ -585,9 +586,13 @@ class Connection(_Handle):
         return Pending(out.value, self, f"create {name!r}")
 
     def open(self, name: Union[str, int], *, readonly: bool = False,
-             map_device: Optional[int] = None) -> "Buffer":
-        """Opens a buffer by name (str) or id (int) (gpushm_buffer_open)."""
+             map_device: Optional[int] = None, wait: Optional[float] = None) -> "Buffer":
+        """Opens a buffer by name (str) or id (int) (gpushm_buffer_open).  ``wait``:
+        seconds gpushmd waits for a name that is not there (yet) to be made before the
+        open raises NotFound (``math.inf``: for ever; gpushm_open_opts_t.wait_ms)."""
         cap, c = self._live()
+        if wait is not None:
+            return self._open_waiting(c, name, readonly, map_device, wait)
         flags = (OPEN_READONLY if readonly else 0) | (
             map_device_flag(non_negative(map_device, "map_device")) if map_device is not None else 0)
         out = c_void_p()
@@ -603,6 +608,36 @@ class Connection(_Handle):
             r = lib.gpushm_buffer_open(c, c_string(name, "name"), flags, byref(out))
             if r < 0:
                 check(r, f"open {name!r}")
+        return Buffer(_handle(out, "open"), self)
+
+    def _open_waiting(self, c: int, name: Union[str, int], readonly: bool,
+                      map_device: Optional[int], wait: float) -> "Buffer":
+        if not isinstance(name, str):
+            raise make_error(CODES["INVAL"], "only an open by name waits for its name",
+                             f"open {name!r}", strerror(CODES["INVAL"]))
+        if not (wait >= 0):  # (NaN too)
+            raise make_error(CODES["INVAL"], f"wait={wait!r}: seconds, 0 or more (math.inf: "
+                             f"for ever)", f"open {name!r}", strerror(CODES["INVAL"]))
+        if not hasattr(lib, "gpushm_buffer_open_ex") or not lib.gpushm_daemon_has(
+                c, _lib.FEATURE_OPEN_WAIT):
+            raise make_error(CODES["UNSUPPORTED"], "this libgpushm or gpushmd does not wait for "
+                             "names (0.8, GPUSHM_FEATURE_OPEN_WAIT): open again until it is "
+                             "there", f"open {name!r}", strerror(CODES["UNSUPPORTED"]))
+        opts = _lib.OpenOpts()
+        opts.size = ctypes.sizeof(_lib.OpenOpts)
+        opts.flags = OPEN_READONLY if readonly else 0
+        opts.map_device = (non_negative(map_device, "map_device") if map_device is not None
+                           else _lib.DEVICE_AUTO)
+        ms = wait * 1000
+        if ms > _lib.LIMIT_OPEN_WAIT_MS and ms != float("inf"):
+            raise make_error(CODES["INVAL"], f"wait={wait!r}: an open waits at most "
+                             f"{_lib.LIMIT_OPEN_WAIT_MS // 1000} s at a time "
+                             f"(GPUSHM_LIMIT_OPEN_WAIT_MS; math.inf: for ever)",
+                             f"open {name!r}", strerror(CODES["INVAL"]))
+        opts.wait_ms = -1 if ms == float("inf") else max(1, int(math.ceil(ms))) if ms else 0
+        out = c_void_p()
+        check(lib.gpushm_buffer_open_ex(c, c_string(name, "name"), 0, byref(opts), byref(out)),
+              f"open {name!r}")
         return Buffer(_handle(out, "open"), self)
 
     def unlink(self, name: str) -> None:

@@ -321,4 +321,18 @@ if [ -r "${GPUSHM_FAKE_CUDA_LIB:-}" ]; then
   stop_daemon
   unset GPUSHM_CUDA_LIBRARY
 fi
+start_daemon
+# --- wait: for a name made meanwhile; a timeout exits 1 and says so; bad timeouts are
+# usage errors
+expect 2 "$ctl" wait x --timeout -1; contains "bad timeout '-1'"
+expect 2 "$ctl" wait x --timeout 3601; contains "bad timeout '3601' (seconds, 0 to 3600)"
+expect 2 "$ctl" wait x --timeout soon; contains "bad timeout 'soon'"
+expect 1 "$ctl" wait waited --timeout 0.2; contains "no buffer named 'waited' was made within 200 ms"
+( sleep 0.3; "$ctl" create waited 4096 >/dev/null ) &
+maker=$!
+expect 0 "$ctl" wait waited --timeout 30; contains "waited (id "; contains ") is there, after 0."
+wait "$maker"
+expect 0 "$ctl" wait waited --timeout 0; contains "is there, after 0.0"
+expect 0 "$ctl" unlink waited
+stop_daemon
 echo "gpushmctl tests passed"
