@@ -1019,6 +1019,7 @@ void gpushm_create_opts_init(gpushm_create_opts_t *opts)
   opts->size = sizeof *opts;
   opts->backend = GPUSHM_BACKEND_DEFAULT;
   opts->lifetime = GPUSHM_LIFETIME_PERSISTENT;
+  opts->group = GPUSHM_GROUP_OF_CREATOR;
 }
 
 int gpushm_buffer_create(gpushm_t *conn, const char *name, uint64_t size,
@@ -1160,6 +1161,17 @@ static int create_with(gpushm_t *conn, const char *name, uint64_t size,
   body.open_existing = (opts.flags & GPUSHM_CREATE_OPEN_EXISTING) != 0;
   body.sync = (opts.flags & GPUSHM_CREATE_SYNC) != 0 && !timeline;
   body.strict_mode = (opts.flags & GPUSHM_CREATE_STRICT_MODE) != 0;
+  if (opts.group != GPUSHM_GROUP_OF_CREATOR) {
+    if (opts.group < 0 || opts.group >= (int64_t)UINT32_MAX)
+      return client_error(GPUSHM_E_INVAL, "group %lld is no group id (GPUSHM_GROUP_OF_CREATOR: "
+                          "the creator's primary group)", (long long)opts.group);
+    if (!(conn->features & GPUSHM_FEATURE_CREATE_GROUP))
+      return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s gives every buffer its creator's "
+                          "primary group (no GPUSHM_FEATURE_CREATE_GROUP): run the creator "
+                          "with that group (sg GROUP)", conn->daemon_version);
+    body.set_group = true;
+    body.group = (uint32_t)opts.group;
+  }
   if (ring) {
     if (!(conn->features & GPUSHM_FEATURE_RINGS))
       return client_error(GPUSHM_E_UNSUPPORTED, "gpushmd %s makes no rings "

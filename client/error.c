@@ -38,7 +38,8 @@ _Static_assert(GPUSHM_FEATURE_DISCONNECT == PROTO_FEATURE_DISCONNECT &&
                GPUSHM_FEATURE_RINGS == PROTO_FEATURE_RINGS &&
                GPUSHM_FEATURE_SEMAPHORES == PROTO_FEATURE_SEMAPHORES &&
                GPUSHM_FEATURE_WEIGHTS == PROTO_FEATURE_WEIGHTS &&
-               GPUSHM_FEATURE_OPEN_WAIT == PROTO_FEATURE_OPEN_WAIT, "one set of features");
+               GPUSHM_FEATURE_OPEN_WAIT == PROTO_FEATURE_OPEN_WAIT &&
+               GPUSHM_FEATURE_CREATE_GROUP == PROTO_FEATURE_CREATE_GROUP, "one set of features");
 
 /* Room for a driver's words and what to do about them. */
 static __thread char last_error[512];

@@ -34,7 +34,7 @@ _gpushmctl()
                 fi
                 # an option's value is not an argument
                 case ${COMP_WORDS[i-1]} in
-                    --device|--mode|--backend|--metadata|--format|--textfile|--offset|--length|--timeout) ;;
+                    --device|--mode|--group|--backend|--metadata|--format|--textfile|--offset|--length|--timeout) ;;
                     *) ((args++)) ;;
                 esac
                 ;;
@@ -56,6 +56,9 @@ _gpushmctl()
                 COMPREPLY=($(compgen -W "$formats" -- "$cur"))
             fi
             return ;;
+        --group)
+            COMPREPLY=($(compgen -g -- "$cur"))
+            return ;;
         --device|--mode|--metadata|--offset|--length|--timeout)
             return ;;
     esac
@@ -68,7 +71,7 @@ _gpushmctl()
         show) opts="--all --json --bytes" ;;
         clients) opts="--json --bytes" ;;
         stats) opts="--json --prometheus --bytes --textfile" ;;
-        create) opts="--device --mode --session --backend --sync --metadata --strict-mode" ;;
+        create) opts="--device --mode --group --session --backend --sync --metadata --strict-mode" ;;
         create-image) opts="--device --mode --session --backend --format" ;;
         unlink|destroy) opts="" ;;
         disconnect) opts="" ;;

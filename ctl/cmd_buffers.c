@@ -723,6 +723,7 @@ int cmd_create(struct ctl *ctl, int argc, char **argv)
   opts.lifetime = ctl->session ? GPUSHM_LIFETIME_SESSION : GPUSHM_LIFETIME_PERSISTENT;
   opts.flags = (ctl->sync ? GPUSHM_CREATE_SYNC : 0) |
                (ctl->strict_mode ? GPUSHM_CREATE_STRICT_MODE : 0);
+  opts.group = ctl->group;
   if (ctl->metadata) {
     opts.metadata = ctl->metadata;
     opts.metadata_size = (uint32_t)strnlen(ctl->metadata, GPUSHM_METADATA_MAX + 1);

@@ -23,6 +23,7 @@ struct ctl {
   uint32_t format;      /* create-image --format */
   const char *textfile; /* stats --textfile */
   int32_t wait_ms;      /* wait --timeout; GPUSHM_TIMEOUT_INFINITE: none */
+  int64_t group;        /* create --group; GPUSHM_GROUP_OF_CREATOR: none */
   struct dump_request dump;
   gpushm_t *conn;
 };

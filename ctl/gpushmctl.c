@@ -16,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <langinfo.h>
 #include <locale.h>
@@ -146,7 +147,8 @@ static const struct cmd_entry commands[] = {
   { "stats", NULL, "", "daemon counters, memory by backend and device", "json,prometheus,bytes,textfile", 0, 0,
     cmd_stats, NULL, false },
   { "create", NULL, "NAME SIZE", "create a buffer (it stays until unlinked)",
-    "device,mode,session,backend,sync,metadata,strict-mode", 2, 2, cmd_create, check_create, false },
+    "device,mode,group,session,backend,sync,metadata,strict-mode", 2, 2, cmd_create, check_create,
+    false },
   { "create-image", NULL, "NAME WIDTHxHEIGHT",
     "create a linear image (prints its name, id and row pitch)",
     "device,mode,session,backend,format", 2, 2, cmd_create_image, check_create_image, false },
@@ -185,6 +187,7 @@ static const struct option long_options[] = {
   { "offset", required_argument, NULL, 'O' },
   { "length", required_argument, NULL, 'L' },
   { "timeout", required_argument, NULL, 't' },
+  { "group", required_argument, NULL, 'g' },
   { "help", no_argument, NULL, 'h' },
   { "version", no_argument, NULL, 'V' },
   { NULL, 0, NULL, 0 },
@@ -201,6 +204,8 @@ static const struct option_help {
   { "prometheus", NULL, "Prometheus text exposition format" },
   { "device", "N", "CUDA device (daemon's ordinal), default 0" },
   { "mode", "MODE", "permission bits, octal, default 0600" },
+  { "group", "GROUP", "the buffer's group (a name or gid you belong to), whose members "
+    "the mode's group bits are for; default your primary group" },
   { "session", NULL, "unlinked when gpushmctl disconnects (for tests)" },
   { "backend", "B", "host, cuda-ipc, cuda-fd or cuda-fabric (default: gpushmd's default)" },
   { "sync", NULL, "with acquire/release ordering" },
@@ -413,6 +418,20 @@ static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts,
       ctl->wait_ms = (int32_t)(s * 1000 + 0.5);
       break;
     }
+    case 'g': {
+      struct group *g = getgrnam(optarg);
+      unsigned long gid = strtoul(optarg, &end, 10);
+      name = "group";
+      if (g)
+        ctl->group = g->gr_gid;
+      else if (*optarg && !*end && gid < UINT32_MAX)
+        ctl->group = (int64_t)gid;
+      else {
+        fprintf(stderr, "gpushmctl: no group '%s' here (a group name or gid)\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    }
     case 'd':
       name = "device";
       ctl->device = (int)strtol(optarg, &end, 10);
@@ -468,7 +487,8 @@ static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts,
 
 int main(int argc, char **argv)
 {
-  struct ctl ctl = { .mode = 0, .wait_ms = GPUSHM_TIMEOUT_INFINITE };
+  struct ctl ctl = { .mode = 0, .wait_ms = GPUSHM_TIMEOUT_INFINITE,
+                     .group = GPUSHM_GROUP_OF_CREATOR };
   const struct cmd_entry *cmd = NULL;
   char **opts, **args;
   int opt, r, n_opts, n_args;

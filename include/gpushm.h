@@ -190,8 +190,15 @@ typedef struct gpushm_create_opts {
    * spelling; naming both is GPUSHM_E_INVAL).  Its flags must be 0: a creator opens
    * read-write.  Since 0.7. */
   const struct gpushm_open_opts *open;
+  /* The buffer's group, whose members its mode's group bits are for: a group id the
+   * creator belongs to (root: any; GPUSHM_E_PERM otherwise), or GPUSHM_GROUP_OF_CREATOR
+   * (what init sets) for the creator's primary group.  Since 0.8
+   * (GPUSHM_FEATURE_CREATE_GROUP; GPUSHM_E_UNSUPPORTED from an older gpushmd). */
+  int64_t group;
   /* New fields go here, zero meaning what older libraries do. */
 } gpushm_create_opts_t;
+
+#define GPUSHM_GROUP_OF_CREATOR (-1)
 
 /* Metadata a buffer may carry, in bytes. */
 #define GPUSHM_METADATA_MAX 4096u
@@ -303,6 +310,8 @@ GPUSHM_API int gpushm_connect(const char *socket_path, const char *client_name, 
 #define GPUSHM_FEATURE_WEIGHTS 0x1000ull
 /* Opens that wait for their name to be made (0.8, gpushm_open_opts_t.wait_ms). */
 #define GPUSHM_FEATURE_OPEN_WAIT 0x2000ull
+/* Creates that name the new object's group (0.8, gpushm_create_opts_t.group). */
+#define GPUSHM_FEATURE_CREATE_GROUP 0x4000ull
 GPUSHM_API int gpushm_daemon_has(const gpushm_t *conn, uint64_t feature);
 /* Backends the daemon can use now (bit 1 << gpushm_backend_t); creating with another
  * is answered by the daemon with the reason it lacks it.  Bit 4, the reserved backend

@@ -69,6 +69,7 @@ enum proto_lifetime {
 #define PROTO_FEATURE_SEMAPHORES 0x800ull
 #define PROTO_FEATURE_WEIGHTS 0x1000ull
 #define PROTO_FEATURE_OPEN_WAIT 0x2000ull
+#define PROTO_FEATURE_CREATE_GROUP 0x4000ull
 
 /* Where the daemon listens unless told otherwise, and the NVIDIA driver's IMEX channels
  * (a process makes or imports fabric memory only if it can open one). */

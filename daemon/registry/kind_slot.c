@@ -46,7 +46,10 @@ static int slot_alloc(struct registry *reg, struct reg_object *obj,
   struct reg_slot *s = slot_of(obj);
   int device = be->kind == PROTO_BACKEND_HOST ? -1 : args->device;
   struct seg_key key = {
-    .backend = be->kind, .device = device, .uid = client->uid, .gid = client->gid,
+    /* the object's group: a segment is shared by one permission class alone, so that
+     * whoever may map it may read every slot in it */
+    .backend = be->kind, .device = device, .uid = client->uid,
+    .gid = args->has_group ? args->group : client->gid,
     .mode = args->mode ? args->mode : reg->limits.default_mode,
   };
   int r;

@@ -678,7 +678,7 @@ static int resolve_publish(struct registry *reg, struct reg_client *client,
   struct reg_object *prev = found ? object_of(found) : NULL;
   const uint32_t set_mode = prev ? prev->mode : args->mode ? args->mode
                                                             : reg->limits.default_mode;
-  const gid_t set_gid = prev ? prev->owner_gid : client->gid;
+  const gid_t set_gid = prev ? prev->owner_gid : args->has_group ? args->group : client->gid;
 
   /* of a name it may not see, a caller learns that it is taken, as a create would */
   if (prev && !registry_may_see(client, prev) && !client->admin) {
@@ -786,6 +786,14 @@ int registry_create(struct registry *reg, struct reg_client *client,
   memset(out, 0, sizeof *out);
   if ((r = check_common(args, err, errlen)) < 0)
     return r;
+  /* A group the creator is in: one that it could chgrp a file of its own to.  Root may
+   * name any. */
+  if (args->has_group && client->uid != 0 && !registry_client_in_group(client, args->group)) {
+    snprintf(err, errlen, "uid %u is not in group %u: a buffer's group is one its creator "
+             "belongs to (id -G lists them; a group joined since login needs a new login)",
+             (unsigned)client->uid, (unsigned)args->group);
+    return PROTO_E_PERM;
+  }
   ops = reg_kind_for(args);
   found = names_lookup(&reg->names, args->name);
   if (args->kind == REG_WEIGHTS) {
@@ -849,7 +857,7 @@ int registry_create(struct registry *reg, struct reg_client *client,
   if (!obj->size) /* a kind may say (a ring's is all its slots') */
     obj->size = args->size;
   obj->owner_uid = client->uid;
-  obj->owner_gid = client->gid;
+  obj->owner_gid = args->has_group ? args->group : client->gid;
   obj->mode = args->mode ? args->mode : reg->limits.default_mode;
   obj->lifetime = args->lifetime;
   obj->creator = args->lifetime == PROTO_LIFETIME_SESSION ? client : NULL;

@@ -48,6 +48,8 @@ struct reg_create_args {
   bool open_existing;
   bool sync;
   bool strict_mode; /* refuse mode bits the backend cannot keep (check_mode_kept) */
+  bool has_group;   /* the object's group is group (one the creator belongs to) */
+  gid_t group;
   /* A cuda-ipc sync buffer gets a fence, not an IPC event (reg_policy.ipc_fences). */
   bool ipc_fence;
   const uint8_t *metadata; /* copied; GPUSHM_LIMIT_METADATA bytes at most */

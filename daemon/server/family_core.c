@@ -177,6 +177,8 @@ static int handle_create(struct handler_call *call, const Gpushm__Request *req, 
     .sync = cr->sync || kind == REG_TIMELINE, /* a timeline is all sync */
     .ring_slots = kind == REG_RING ? cr->ring_slots : 0,
     .strict_mode = cr->strict_mode,
+    .has_group = cr->set_group,
+    .group = (gid_t)cr->group,
     .ipc_fence = call->policy->ipc_fences,
     .metadata = cr->metadata.data,
     .metadata_len = cr->metadata.len,
@@ -293,6 +295,12 @@ static int handle_open(struct handler_call *call, const Gpushm__Request *req, st
                       reg_kind_of_wire(o->kind, o->event), &ctx->export, ctx->msg,
                       sizeof ctx->msg);
   }
+  /* One who may not see every buffer is told that it may not see every buffer: in the
+   * same words whether there is one or not, which gives nothing away. */
+  if (r == PROTO_E_NOENT && name && call->client->uid != 0 && !call->client->admin)
+    snprintf(ctx->msg, sizeof ctx->msg, "no buffer named '%s' that uid %u may open (one "
+             "whose owner and mode keep it from uid %u is not shown either)", name,
+             (unsigned)call->client->uid, (unsigned)call->client->uid);
   if (r < 0)
     return r;
   return reply_open(call, ctx);

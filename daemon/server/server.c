@@ -294,7 +294,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, stru
                 PROTO_FEATURE_METADATA | PROTO_FEATURE_GRAPHICS | PROTO_FEATURE_STRICT_MODE |
                 PROTO_FEATURE_IPC_FENCES | PROTO_FEATURE_PROMISES | PROTO_FEATURE_TIMELINES |
                 PROTO_FEATURE_RINGS | PROTO_FEATURE_SEMAPHORES | PROTO_FEATURE_WEIGHTS |
-                PROTO_FEATURE_OPEN_WAIT |
+                PROTO_FEATURE_OPEN_WAIT | PROTO_FEATURE_CREATE_GROUP |
                 (persist && persist_enabled(persist) ? PROTO_FEATURE_FDSTORE : 0),
     .status = &srv->status,
     .counters = &srv->counters,

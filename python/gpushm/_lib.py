@@ -42,6 +42,19 @@ class CreateOpts(ctypes.Structure):
     ]
 
 
+class CreateOptsGroup(CreateOpts):
+    """gpushm_create_opts_t with 0.8's group (and the open options before it, NULL here):
+    used only for a create that names a group, so that every other create keeps the
+    layout an older library reads."""
+    _fields_ = [
+        ("open", c_void_p),
+        ("group", ctypes.c_int64),
+    ]
+
+
+FEATURE_CREATE_GROUP = 0x4000
+
+
 class OpenOpts(ctypes.Structure):
     """gpushm_open_opts_t as gpushm 0.8 lays it out (wait_ms: 0.8), sized by ``size`` as
     CreateOpts is."""

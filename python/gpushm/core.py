@@ -288,13 +288,30 @@ _CREATE_OPTS: Dict[Tuple[int, int, int, int, int, bytes], Any] = {}
 _CREATE_OPTS_MAX = 64
 
 
+def _group_id(group: Optional[Union[int, str]]) -> Optional[int]:
+    """A group name or id as the gid a create names (None: the creator's primary)."""
+    if group is None:
+        return None
+    if isinstance(group, str):
+        import grp
+        try:
+            return grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise make_error(CODES["INVAL"], f"no group named {group!r} here",
+                             "create", strerror(CODES["INVAL"])) from None
+    return non_negative(group, "group")
+
+
 def _create_opts(backend: int, device: int, mode: int, lifetime: int, flags: int,
-                 metadata: bytes) -> Any:
-    key = (backend, device, mode, lifetime, flags, metadata)
+                 metadata: bytes, group: Optional[int] = None) -> Any:
+    key = (backend, device, mode, lifetime, flags, metadata, group)
     opts = _CREATE_OPTS.get(key)
     if opts is None:
-        opts = CreateOpts()
-        opts.size = ctypes.sizeof(CreateOpts)
+        kind = CreateOpts if group is None else _lib.CreateOptsGroup
+        opts = kind()
+        opts.size = ctypes.sizeof(kind)
+        if group is not None:
+            opts.group = group
         opts.backend = backend
         opts.device = device
         opts.mode = mode
@@ -477,20 +494,28 @@ class Connection(_Handle):
                device: int = 0, mode: int = 0o600, lifetime: Union[str, int] = "persistent",
                sync: bool = False, open_existing: bool = False,
                metadata: Optional[bytes] = None, map_device: Optional[int] = None,
-               strict_mode: bool = False, uninitialized: bool = False) -> "Buffer":
+               strict_mode: bool = False, uninitialized: bool = False,
+               group: Optional[Union[int, str]] = None) -> "Buffer":
         """Creates a buffer and opens it read-write (gpushm_buffer_create).  ``metadata``:
         up to 4096 immutable bytes every opener gets (LimitExceeded above).  ``strict_mode``:
         refuse a mode the backend cannot keep (read-only for group or others on device
         memory, docs/security.md).  ``uninitialized``: the caller writes all of it before
         anyone reads, so device memory is not zeroed (it may hold what a buffer of the
-        same owner, group and mode left; docs/segments.md#zeroing)."""
+        same owner, group and mode left; docs/segments.md#zeroing).  ``group``: the
+        buffer's group (a name or gid the caller belongs to; default its primary group),
+        whose members ``mode``'s group bits are for."""
         cap, c = self._live()
         raw = c_string(name, "name")
+        if group is not None and not lib.gpushm_daemon_has(c, _lib.FEATURE_CREATE_GROUP):
+            raise make_error(CODES["UNSUPPORTED"], "this gpushmd gives every buffer its "
+                             "creator's primary group (no GPUSHM_FEATURE_CREATE_GROUP): run the "
+                             "creator with that group (sg GROUP)", f"create {name!r}",
+                             strerror(CODES["UNSUPPORTED"]))
         size, opts = self._create_plan(size, backend=backend, device=device, mode=mode,
                                        lifetime=lifetime, sync=sync,
                                        open_existing=open_existing, metadata=metadata,
                                        map_device=map_device, strict_mode=strict_mode,
-                                       uninitialized=uninitialized)
+                                       uninitialized=uninitialized, group=group)
         if _SP is not None:
             made = _SP.create(c, raw, size, ctypes.addressof(opts))
             if type(made) is int:
@@ -507,8 +532,8 @@ class Connection(_Handle):
                      mode: int = 0o600, lifetime: Union[str, int] = "persistent",
                      sync: bool = False, open_existing: bool = False,
                      metadata: Optional[bytes] = None, map_device: Optional[int] = None,
-                     strict_mode: bool = False,
-                     uninitialized: bool = False) -> Tuple[int, CreateOpts]:
+                     strict_mode: bool = False, uninitialized: bool = False,
+                     group: Optional[Union[int, str]] = None) -> Tuple[int, CreateOpts]:
         """What create() hands gpushm_buffer_create() besides the name: the size and
         the options, checked (gpushm.empty() remembers them per kind of tensor)."""
         size = non_negative(size, "size")
@@ -521,7 +546,7 @@ class Connection(_Handle):
                     if map_device is not None else 0))
         return size, _create_opts(_backend_value(backend), non_negative(device, "device"), mode,
                                   _lifetime_value(lifetime), flags,
-                                  bytes(metadata) if metadata else b"")
+                                  bytes(metadata) if metadata else b"", _group_id(group))
 
     def create_image(self, name: str, width: int, height: int, *, format: str = "rgba8-unorm",
                      backend: Union[str, int] = "default", device: int = 0, mode: int = 0o600,
