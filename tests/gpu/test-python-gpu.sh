@@ -157,6 +157,30 @@ except Exception as e:
 gpushm.unlink("ro")
 EOF
 
+# --- the docs' Python blocks that need PyTorch or a GPU, as printed (issue 42; the
+# others run everywhere: tests/python/test_doc_blocks.py)
+"$py" - "$src" <<'EOF' || fail "the docs' GPU Python blocks"
+import pathlib, re, subprocess, sys
+import gpushm
+src = pathlib.Path(sys.argv[1])
+pages = [src / "README.md"] + sorted((src / "docs").glob("*.md"))
+ran = 0
+for page in pages:
+    text = page.read_text()
+    for m in re.finditer(r"^```python (needs-gpu|needs-torch)\n(.*?)^```", text, re.S | re.M):
+        line = text.count("\n", 0, m.start()) + 1
+        before = {b.name for b in gpushm.list()}
+        p = subprocess.run([sys.executable, "-c", m.group(2)], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, f"{page.name}:{line} failed:\n{p.stdout}{p.stderr}"
+        for b in gpushm.list():  # (each block as on a daemon of its own: names reused)
+            if b.name not in before:
+                gpushm.unlink(b.name)
+        ran += 1
+assert ran >= 3, ran
+print(f"docs' Python blocks that need PyTorch or a GPU: {ran} ran as printed")
+EOF
+
 # --- writes to read-only tensors never take the interpreter down (issue 42): each
 # consumer in a process of its own (a GPU fault spoils that process's CUDA context), and
 # the buffer checked unchanged afterwards from this one.  "NOT refused" would be a write
