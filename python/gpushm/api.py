@@ -20,7 +20,7 @@ from ._lib import strerror
 from ._accel import speedups as _SP
 from ._lib import OPEN_READONLY, map_device_flag
 from .core import BUNDLE_ALIGN, Buffer, Connection, DeviceLike, Tensor, check, parse_device
-from .errors import CODES, NotFound, make_error
+from .errors import CODES, NotFound, Unsupported, make_error
 
 if TYPE_CHECKING:
     from .weights import WeightSet
@@ -309,6 +309,10 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
     except NotFound as e:
         e._hint = lambda: _did_you_mean(c, name)
         raise
+    except Unsupported as e:
+        if "no CUDA driver" not in e.detail:
+            raise
+        raise _no_driver(c, name, e) from e
     if map_device is not None and not t.buffer.is_device:
         where = t.device
         t.close()
@@ -316,6 +320,21 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
                          f"without device= for a tensor on the CPU ({where}), and copy it to "
                          f"the GPU there if it must be", f"open {name!r}", strerror(CODES["INVAL"]))
     return t
+
+
+def _no_driver(conn: Connection, name: str, err: Unsupported) -> Unsupported:
+    """err, saying what the buffer is and what to do: an open of device memory in a
+    process with no CUDA driver (a machine without the GPU, a container without its
+    driver)."""
+    info = next((b for b in conn.list() if b.name == name), None)
+    what = (f"{name!r} is {info.backend} memory on GPU {info.device} of gpushmd's host"
+            if info is not None else f"{name!r} is device memory")
+    return make_error(err.code, f"{what}, and this process has no CUDA driver to map it "
+                      f"({err.detail.split('no CUDA driver', 1)[1].strip(' ()') or 'none'}): "
+                      f"run it where that GPU and its driver are (in a container: with the "
+                      f"NVIDIA runtime), or take the memory unmapped in C "
+                      f"(gpushm_open_opts_t.map_device = GPUSHM_DEVICE_NONE, for an engine of "
+                      f"its own)", f"open {name!r}")
 
 
 def _did_you_mean(conn: Connection, name: str) -> str:

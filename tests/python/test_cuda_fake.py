@@ -170,3 +170,19 @@ def test_uninitialized_skips_the_clear(name):
     z = gpushm.empty(name, 1024, "uint32", device="cuda:0")
     assert z.ptr == ptr and ctypes.string_at(ptr, 4096) == bytes(4096)
     z.buffer.close_unlink()
+
+
+def test_device_memory_without_a_driver_says_what_to_do(name):
+    """Issue 42: a process with no CUDA driver opening device memory is told what the
+    buffer is (backend, GPU) and what to do, not only that CUDA is missing."""
+    gpushm.empty(name, 16, "float32", device="cuda:0", mode=0o644).close()
+    run_python(f"""
+import gpushm
+try:
+    gpushm.open({name!r}, readonly=True)
+    raise SystemExit("opened device memory without a driver")
+except gpushm.Unsupported as e:
+    text = str(e)
+    assert "is cuda-fd memory on GPU 0" in text and "run it where that GPU" in text, text
+    assert "no CUDA driver to map it" in text and "no-such-libcuda" in text, text
+""", env={"GPUSHM_CUDA_LIBRARY": "/nonexistent/no-such-libcuda.so"})
