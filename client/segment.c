@@ -140,6 +140,9 @@ static int unmap_all(struct client_segment *seg)
     if (seg->host)
       munmap(seg->host, seg->size);
     seg->host = NULL;
+    if (seg->fd >= 0) /* (a read-only one's, kept for private views) */
+      close(seg->fd);
+    seg->fd = -1;
     return 0;
   }
   for (int d = 0; d < (int)GPUSHM_LIMIT_DEVICES; d++) {

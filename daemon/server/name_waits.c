@@ -66,7 +66,8 @@ static void on_timer(uv_timer_t *timer)
   }
   while (!list_empty(&due)) {
     struct name_wait *w = list_entry(due.next, struct name_wait, link);
-    bool made = w->made;
+    /* past its deadline it has expired, made or not: a wait ends as it would have */
+    bool made = w->made && w->deadline_ns > now;
     end_wait(w);
     if (made)
       nw->made(w);

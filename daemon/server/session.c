@@ -375,6 +375,12 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
       handler_reply_free(reply);
       return true;
     }
+    if (again) { /* run again as its wait ran out: answered as the wait's end */
+      s->env->counters->open_wait_timeouts++;
+      s->wait_expired = true;
+      snprintf(reply->msg, sizeof reply->msg, "no buffer named '%s' was made within %u ms",
+               req->open->name, req->open->wait_ms);
+    }
   }
   if (status == PROTO_E_PROTO) {
     handler_reply_error(reply, status);

@@ -19,6 +19,9 @@
 #define STRANGER 65534 /* not */
 
 static struct test_daemon d;
+/* Root's connection, made before the forks: reachable from the children, which inherit
+ * it and leave it alone. */
+static gpushm_t *root;
 
 /* A child of uid and primary gid uid, in the supplementary groups given (n of them). */
 static pid_t fork_in(uid_t uid, const gid_t *groups, size_t n)
@@ -55,7 +58,6 @@ static const gpushm_buffer_info_t *info_of(gpushm_t *conn, const char *name)
 int main(void)
 {
   static const gid_t team[] = { TEAM };
-  gpushm_t *root;
   pid_t pid;
   int r;
 
@@ -76,16 +78,19 @@ int main(void)
     CHECK_OK(r);
     strcpy(gpushm_buffer_ptr(b), "for the team");
     CHECK(gpushm_buffer_info_owner_gid(info_of(conn, "team-weights")) == TEAM);
+    CHECK_OK(gpushm_buffer_close(b)); /* (persistent: it stays) */
     b = create_in(conn, "creators-own", GPUSHM_GROUP_OF_CREATOR, 0640, &r);
     CHECK_OK(r);
     strcpy(gpushm_buffer_ptr(b), "not for the team");
+    CHECK_OK(gpushm_buffer_close(b));
     CHECK(gpushm_buffer_info_owner_gid(info_of(conn, "creators-own")) == CREATOR);
     /* a group it is not in: refused, saying why */
     CHECK(create_in(conn, "roots-group", 0, 0640, &r) == NULL && r == GPUSHM_E_PERM);
     CHECK(strstr(gpushm_last_error_message(), "is not in group 0") != NULL);
     CHECK(create_in(conn, "bad-group", (int64_t)UINT32_MAX, 0640, &r) == NULL &&
           r == GPUSHM_E_INVAL);
-    _exit(0); /* (persistent: they stay) */
+    gpushm_disconnect(conn);
+    _exit(0);
   }
   check_child(pid);
   CHECK(gpushm_buffer_info_segment_id(info_of(root, "team-weights")) !=
@@ -95,12 +100,14 @@ int main(void)
   pid = fork_in(MEMBER, team, 1);
   if (pid == 0) {
     gpushm_t *conn = daemon_connect(&d);
-    gpushm_buffer_t *b;
-    CHECK_OK(gpushm_buffer_open(conn, "team-weights", GPUSHM_OPEN_READONLY, &b));
-    CHECK(strcmp(gpushm_buffer_ptr(b), "for the team") == 0);
+    gpushm_buffer_t *ro, *b;
+    CHECK_OK(gpushm_buffer_open(conn, "team-weights", GPUSHM_OPEN_READONLY, &ro));
+    CHECK(strcmp(gpushm_buffer_ptr(ro), "for the team") == 0);
     CHECK_ERR(gpushm_buffer_open(conn, "team-weights", 0, &b), GPUSHM_E_PERM);
     CHECK_ERR(gpushm_buffer_open(conn, "creators-own", GPUSHM_OPEN_READONLY, &b),
               GPUSHM_E_NOENT);
+    CHECK_OK(gpushm_buffer_close(ro));
+    gpushm_disconnect(conn);
     _exit(0);
   }
   check_child(pid);
@@ -114,6 +121,7 @@ int main(void)
     CHECK(create_in(conn, "steal-team", TEAM, 0660, &r) == NULL && r == GPUSHM_E_PERM);
     CHECK_ERR(gpushm_buffer_open(conn, "team-weights", GPUSHM_OPEN_READONLY, &b),
               GPUSHM_E_NOENT);
+    gpushm_disconnect(conn);
     _exit(0);
   }
   check_child(pid);

@@ -17,6 +17,8 @@
 #include "gpushm-dlpack.h"
 #include "harness.h"
 
+#include <dirent.h>
+
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
@@ -148,6 +150,18 @@ static void test_tensor_outlives_handle(gpushm_t *conn)
   CHECK_OK(gpushm_unlink(conn, "dl-life"));
 }
 
+static unsigned count_fds(void)
+{
+  DIR *dir = opendir("/proc/self/fd");
+  unsigned n = 0;
+
+  CHECK(dir != NULL);
+  while (readdir(dir))
+    n++;
+  closedir(dir);
+  return n;
+}
+
 /* A read-only tensor of a bytes host buffer, written through as PyTorch would: no fault,
  * the writes stay in this tensor, and what the producer writes later shows through in
  * the pages the tensor did not write. */
@@ -210,6 +224,44 @@ static void test_read_only(gpushm_t *conn)
    * of host memory: a slot of a shared segment, and an allocation of its own */
   written_privately(conn, 2 * SIZE);
   written_privately(conn, 2u << 20);
+  /* the fds kept for such views go with the mappings that keep them: a reader (a
+   * process of its own, as readers are) that opened both kinds read-only and viewed
+   * them leaves none behind */
+  {
+    static const uint64_t sizes[2] = { 2 * SIZE, 2u << 20 };
+    gpushm_buffer_t *made[2];
+    gpushm_create_opts_t opts;
+    pid_t pid;
+    gpushm_create_opts_init(&opts);
+    opts.mode = 0644;
+    CHECK_OK(gpushm_buffer_create(conn, "dl-fds-0", sizes[0], &opts, &made[0]));
+    CHECK_OK(gpushm_buffer_create(conn, "dl-fds-1", sizes[1], &opts, &made[1]));
+    CHECK((pid = fork()) >= 0);
+    if (pid == 0) {
+      unsigned before = count_fds();
+      gpushm_t *reader = daemon_connect(&d);
+      gpushm_buffer_t *seen;
+      for (int i = 0; i < 2; i++) {
+        const int64_t n[1] = { (int64_t)sizes[i] };
+        gpushm_tensor_desc_t bytes = desc_of(GPUSHM_DLPACK_UINT, 8, 1, n, NULL, 0);
+        CHECK_OK(gpushm_buffer_open(reader, i ? "dl-fds-1" : "dl-fds-0",
+                                    GPUSHM_OPEN_READONLY, &seen));
+        CHECK_OK(gpushm_buffer_dlpack(seen, &bytes, 0, (void **)&v));
+        v->deleter(v);
+        CHECK_OK(gpushm_buffer_close(seen));
+      }
+      gpushm_disconnect(reader);
+      if (count_fds() != before) {
+        fprintf(stderr, "the reader had %u fds open before and %u after\n", before,
+                count_fds());
+        _exit(1);
+      }
+      _exit(0);
+    }
+    check_child(pid);
+    CHECK_OK(gpushm_buffer_close_unlink(made[0]));
+    CHECK_OK(gpushm_buffer_close_unlink(made[1]));
+  }
   CHECK_ERR(gpushm_buffer_dlpack(ro, &desc, GPUSHM_DLPACK_LEGACY, &out), GPUSHM_E_PERM);
   CHECK(out == NULL && strstr(gpushm_last_error_message(), "legacy") != NULL);
 
