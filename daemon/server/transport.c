@@ -50,9 +50,12 @@ static void close_fds(const int *fds, unsigned n)
 
 static void on_poll(uv_poll_t *handle, int status, int events);
 
+/* Paused, a peer's hangup is still watched for (EPOLLRDHUP): a client that dies while
+ * its request waits (for a name, for an hour) lets go of what it holds now, not when
+ * the wait ends. */
 static void update_poll(struct transport *t)
 {
-  int events = (t->paused ? 0 : UV_READABLE) | (t->out_head ? UV_WRITABLE : 0);
+  int events = (t->paused ? UV_DISCONNECT : UV_READABLE) | (t->out_head ? UV_WRITABLE : 0);
   if (events)
     uv_poll_start(&t->poll, events, on_poll);
   else
@@ -253,6 +256,10 @@ static void on_poll(uv_poll_t *handle, int status, int events)
   }
   if (events & UV_WRITABLE)
     flush(t);
+  if (!t->ended && t->paused && (events & UV_DISCONNECT)) {
+    end(t, TRANSPORT_CLOSE_EOF, "the peer hung up");
+    return;
+  }
   if (!t->ended && (events & UV_READABLE))
     read_frames(t);
 }

@@ -197,8 +197,23 @@ static void test_limits(gpushm_t *conn)
 
 /* A waiter killed mid-wait: gpushmd lets its wait go, and the name's making later tells
  * nobody who is gone. */
+static uint32_t metric_clients(void)
+{
+  gpushm_stats_t *st = daemon_stats(&d);
+  uint32_t n = gpushm_stats_clients(st);
+  gpushm_stats_free(st);
+  return n;
+}
+
+static int clients_are(const struct test_daemon *dd, void *expected)
+{
+  (void)dd;
+  return metric_clients() == *(uint32_t *)expected;
+}
+
 static void test_waiter_killed(void)
 {
+  uint32_t clients, expected;
   gpushm_t *conn;
   gpushm_buffer_t *b;
   pid_t pid = fork();
@@ -211,8 +226,12 @@ static void test_waiter_killed(void)
     _exit(3);
   }
   sleep_ms(200);
+  clients = metric_clients();
   CHECK(kill(pid, SIGKILL) == 0);
   CHECK(waitpid(pid, NULL, 0) == pid);
+  /* its connection ends now, while its wait has 30 s to go: what it held goes */
+  expected = clients - 1;
+  CHECK(wait_until(clients_are, &d, &expected));
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(conn, "wait-killed", 4096, NULL, &b));
   CHECK_OK(gpushm_ping(conn));
