@@ -140,7 +140,8 @@ static int consumer(int sock)
     bool got = false;
 
     while (queued < DEPTH) {
-      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) != (ssize_t)sizeof m)
+      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) !=
+          (ssize_t)sizeof m)
         break; /* (none more now; or, with none queued, the producer is gone) */
       if (m.kind != MSG_PIPELINED) {
         CHECK(queued == 0); /* the producer waits for every ack before it changes kind */

@@ -292,7 +292,8 @@ static int consumer(char **argv)
     bool got = false; /* m: a message of another kind, to handle below */
     /* every pipelined message already here has its open started before one is read */
     while (queued < HANDOFF_DEPTH) {
-      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) != (ssize_t)sizeof m)
+      if (test_recv_polling(sock, &m, sizeof m, queued ? MSG_DONTWAIT : 0, poll_us) !=
+          (ssize_t)sizeof m)
         break; /* (none more now; or, with none queued, the producer is gone) */
       if (m.kind != MSG_PIPELINED) {
         CHECK(queued == 0); /* the producer waits for every ack before it changes kind */

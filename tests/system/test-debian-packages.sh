@@ -108,7 +108,8 @@ awk '/^## Install \(Debian packages\)/ { s = 1; next } s && /^## / { exit } s' "
   grep -qE '^sudo ' && die "the README's Install section runs sudo, which a minimal Debian lacks"
 mkdir "$work/readme" && ln -s "$work" "$work/readme/debs"
 installed=yes
-(cd "$work/readme" && yes | DEBIAN_FRONTEND=noninteractive sh -c "$readme_install") \
+# (one 'y' for its question: yes(1) would die of SIGPIPE, which pipefail counts)
+(cd "$work/readme" && printf 'y\n' | DEBIAN_FRONTEND=noninteractive sh -c "$readme_install") \
   > "$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; die "the README's '$readme_install' failed"; }
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" | grep -q 'install ok installed' || die "$p is not installed"
