@@ -245,6 +245,25 @@ gpushm_stats_t *daemon_stats(const struct test_daemon *d)
   return s;
 }
 
+uint64_t daemon_metric(const struct test_daemon *d, const char *name)
+{
+  gpushm_stats_t *st = daemon_stats(d);
+  uint64_t value = 0;
+  bool found = false;
+
+  for (size_t i = 0; i < gpushm_stats_metric_count(st) && !found; i++) {
+    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
+    if ((found = strcmp(gpushm_metric_name(m), name) == 0))
+      value = gpushm_metric_value(m);
+  }
+  gpushm_stats_free(st);
+  if (!found) {
+    fprintf(stderr, "gpushmd has no metric row %s\n", name);
+    exit(1);
+  }
+  return value;
+}
+
 /* The list find_buffer() last answered from (a test's process is single-threaded). */
 static gpushm_buffer_list_t *found_in;
 

@@ -93,6 +93,9 @@ gpushm_buffer_t *create_sync_buffer(gpushm_t *conn, const char *name, gpushm_bac
  * memory is this process's memory, and the daemon puts the fence in the allocation's
  * last 8 bytes. */
 uint64_t fake_fence_of(gpushm_t *conn, gpushm_buffer_t *b);
+/* The value of the daemon's metric row name (its first series); fails the test where
+ * the daemon has no such row. */
+uint64_t daemon_metric(const struct test_daemon *d, const char *name);
 /* Polls until pred(d) is true, up to about 10 s; false if it never was. */
 int wait_until(int (*pred)(const struct test_daemon *, void *), const struct test_daemon *d,
                void *arg);

@@ -34,19 +34,6 @@ struct flooder {
   int error;
 };
 
-static uint64_t metric(const char *name)
-{
-  gpushm_stats_t *st = daemon_stats(&d);
-  uint64_t value = UINT64_MAX;
-
-  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++)
-    if (strcmp(gpushm_metric_name(gpushm_stats_metric(st, i)), name) == 0)
-      value = gpushm_metric_value(gpushm_stats_metric(st, i));
-  gpushm_stats_free(st);
-  CHECK(value != UINT64_MAX);
-  return value;
-}
-
 /* stats, a list of all it may see, the clients it may see: in turn, until told */
 static void *flood(void *arg)
 {
@@ -104,7 +91,7 @@ static unsigned long flood_for(unsigned ms)
 /* uid 65534 past its share: its requests wait, all are answered, root's go on. */
 static void test_nonadmin_waits(gpushm_t *conn)
 {
-  uint64_t before = metric("gpushm_requests_deferred_total");
+  uint64_t before = daemon_metric(&d, "gpushm_requests_deferred_total");
   unsigned long root_pings = 0;
   int status, out[2];
   unsigned long answered;
@@ -135,20 +122,21 @@ static void test_nonadmin_waits(gpushm_t *conn)
   CHECK(read(out[0], &answered, sizeof answered) == (ssize_t)sizeof answered);
   close(out[0]);
   CHECK(answered > 0 && root_pings > 0);
-  CHECK(metric("gpushm_requests_deferred_total") > before);
+  CHECK(daemon_metric(&d, "gpushm_requests_deferred_total") > before);
   test_log("uid 65534's flood from %d connections: %lu requests answered, %llu waited their "
            "turn; root's %lu pings and stats answered meanwhile", FLOODERS, answered,
-           (unsigned long long)(metric("gpushm_requests_deferred_total") - before), root_pings);
+           (unsigned long long)(daemon_metric(&d, "gpushm_requests_deferred_total") - before),
+           root_pings);
 }
 
 /* Admins never wait: the same flood from root defers nothing. */
 static void test_admin_exempt(void)
 {
-  uint64_t before = metric("gpushm_requests_deferred_total");
+  uint64_t before = daemon_metric(&d, "gpushm_requests_deferred_total");
   unsigned long answered = flood_for(FLOOD_MS / 3);
 
   CHECK(answered > 0);
-  CHECK(metric("gpushm_requests_deferred_total") == before);
+  CHECK(daemon_metric(&d, "gpushm_requests_deferred_total") == before);
   test_log("root's flood: %lu requests answered, none deferred", answered);
 }
 

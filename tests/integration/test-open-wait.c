@@ -34,19 +34,6 @@ static void sleep_ms(unsigned ms)
   nanosleep(&ts, NULL);
 }
 
-static uint64_t metric(const char *name)
-{
-  gpushm_stats_t *st = daemon_stats(&d);
-  uint64_t value = UINT64_MAX;
-
-  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++)
-    if (strcmp(gpushm_metric_name(gpushm_stats_metric(st, i)), name) == 0)
-      value = gpushm_metric_value(gpushm_stats_metric(st, i));
-  gpushm_stats_free(st);
-  CHECK(value != UINT64_MAX);
-  return value;
-}
-
 static uint64_t request_errors(void)
 {
   gpushm_stats_t *st = daemon_stats(&d);
@@ -101,8 +88,8 @@ static void test_made_during_the_wait(gpushm_t *conn)
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(gpushm_buffer_size(b) == 4096);
   CHECK_OK(gpushm_buffer_close(b));
-  CHECK(metric("gpushm_open_waits_total") == 1);
-  CHECK(metric("gpushm_open_wait_timeouts_total") == 0);
+  CHECK(daemon_metric(&d, "gpushm_open_waits_total") == 1);
+  CHECK(daemon_metric(&d, "gpushm_open_wait_timeouts_total") == 0);
   CHECK(request_errors() == errors);
   /* a name that is there is opened at once, waiting or not */
   start = now_ms();
@@ -110,7 +97,7 @@ static void test_made_during_the_wait(gpushm_t *conn)
   CHECK(now_ms() - start < 1000);
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_unlink(conn, "wait-made"));
-  CHECK(metric("gpushm_open_waits_total") == 1);
+  CHECK(daemon_metric(&d, "gpushm_open_waits_total") == 1);
 }
 
 static void test_never_made(gpushm_t *conn)
@@ -122,7 +109,7 @@ static void test_never_made(gpushm_t *conn)
   CHECK(now_ms() - start >= 290 && now_ms() - start < 3000);
   CHECK(strstr(gpushm_last_error_message(), "no buffer named 'wait-never' was made within "
                "300 ms") != NULL);
-  CHECK(metric("gpushm_open_wait_timeouts_total") == 1);
+  CHECK(daemon_metric(&d, "gpushm_open_wait_timeouts_total") == 1);
   CHECK(request_errors() == errors); /* a wait's end, not a failure */
   CHECK_OK(gpushm_ping(conn));       /* and the connection serves on */
 }

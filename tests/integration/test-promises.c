@@ -62,20 +62,6 @@ static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_
   return create_sync_buffer(conn, name, backend, 1 << 16, mode);
 }
 
-static uint64_t metric(const char *name)
-{
-  gpushm_stats_t *st = daemon_stats(&d);
-  uint64_t v = 0;
-
-  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++) {
-    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
-    if (strcmp(gpushm_metric_name(m), name) == 0)
-      v = gpushm_metric_value(m);
-  }
-  gpushm_stats_free(st);
-  return v;
-}
-
 static unsigned log_lines(const char *a, const char *b)
 {
   FILE *f = fopen(log_path, "r");
@@ -244,7 +230,7 @@ static void *wait_thread(void *arg)
 static void test_promises_host(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create(conn, "promised", GPUSHM_BACKEND_HOST, 0666), *ro;
-  uint64_t broken = metric("gpushm_promises_broken_total");
+  uint64_t broken = daemon_metric(&d, "gpushm_promises_broken_total");
   struct promiser p = promiser_start("promised", 2, 10, NULL);
   struct waiter w = { .b = b, .value = 8 };
   uint32_t promiser_client;
@@ -295,7 +281,7 @@ static void test_promises_host(gpushm_t *conn)
   CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 9, 0), GPUSHM_E_LOST);
   CHECK(strstr(gpushm_last_error_message(), "value 9 was reached because the connection that "
                                             "promised it"));
-  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 1);
   CHECK(log_lines("warn: 'promised'", "has exited owing values 3 to 10 it promised") == 1);
   {
     char text[96];
@@ -332,7 +318,7 @@ static void wait_seq(gpushm_buffer_t *b, uint64_t want)
 static void test_close_breaks(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create(conn, "closed-owing", GPUSHM_BACKEND_HOST, 0600), *h1, *h2;
-  uint64_t broken = metric("gpushm_promises_broken_total");
+  uint64_t broken = daemon_metric(&d, "gpushm_promises_broken_total");
   gpushm_t *other = daemon_connect(&d);
   struct promiser p;
 
@@ -348,14 +334,14 @@ static void test_close_breaks(gpushm_t *conn)
   wait_seq(b, 4);
   CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 4, 0), GPUSHM_E_LOST);
   CHECK(gpushm_buffer_value_lost(b, 1) == 1);
-  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 1);
   gpushm_disconnect(other);
   /* a promiser in a process of its own closing: the same */
   p = promiser_start("closed-owing", 0, 8, NULL);
   promiser_close(&p);
   wait_seq(b, 8);
   CHECK(gpushm_buffer_value_lost(b, 5) == 1);
-  CHECK(metric("gpushm_promises_broken_total") == broken + 2);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 2);
   finish(conn, b);
   test_log("a promiser's last close owing values broke its promise; the first of two did not");
 }
@@ -467,7 +453,7 @@ static void test_scribbled(gpushm_t *conn)
 static void test_promises_fenced(gpushm_t *conn)
 {
   gpushm_buffer_t *b = create(conn, "fenced", GPUSHM_BACKEND_CUDA_FD, 0600);
-  uint64_t broken = metric("gpushm_promises_broken_total");
+  uint64_t broken = daemon_metric(&d, "gpushm_promises_broken_total");
   unsigned long queued;
   struct promiser p;
   double t0;
@@ -489,7 +475,7 @@ static void test_promises_fenced(gpushm_t *conn)
     usleep(5000);
   CHECK(fake_fence_of(conn, b) == 6 && gpushm_buffer_release_seq(b) == 6);
   CHECK(gpushm_buffer_value_lost(b, 6) == 1);
-  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 1);
   finish(conn, b);
 
   /* a release published before the promise by another process, its write queued

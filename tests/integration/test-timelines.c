@@ -75,20 +75,6 @@ static void finish(gpushm_t *conn, gpushm_timeline_t *tl)
   CHECK_OK(gpushm_timeline_close(tl));
 }
 
-static uint64_t metric(const char *name)
-{
-  gpushm_stats_t *st = daemon_stats(&d);
-  uint64_t v = 0;
-
-  for (size_t i = 0; i < gpushm_stats_metric_count(st); i++) {
-    const gpushm_metric_t *m = gpushm_stats_metric(st, i);
-    if (strcmp(gpushm_metric_name(m), name) == 0)
-      v = gpushm_metric_value(m);
-  }
-  gpushm_stats_free(st);
-  return v;
-}
-
 static unsigned long fake_count(const char *symbol)
 {
   void *lib = dlopen(getenv("GPUSHM_FAKE_CUDA_LIB"), RTLD_NOW | RTLD_NOLOAD);
@@ -384,7 +370,7 @@ static double promiser_kill(struct promiser *p)
 static void test_promises(gpushm_t *conn)
 {
   gpushm_timeline_t *tl = create(conn, "promised", 0600);
-  uint64_t broken = metric("gpushm_promises_broken_total");
+  uint64_t broken = daemon_metric(&d, "gpushm_promises_broken_total");
   struct promiser p = promiser_start("promised", 2, 10);
   struct waiter w = { .tl = tl, .value = 8 };
   double killed;
@@ -418,7 +404,7 @@ static void test_promises(gpushm_t *conn)
         gpushm_timeline_value_lost(tl, 10) == 1 && gpushm_timeline_value_lost(tl, 11) == 0);
   CHECK_ERR(gpushm_timeline_wait(tl, 9, 0), GPUSHM_E_LOST);
   CHECK(strstr(gpushm_last_error_message(), "signaller lost"));
-  CHECK(metric("gpushm_promises_broken_total") == broken + 1);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 1);
   /* the place is free: this connection signals on */
   CHECK_OK(gpushm_timeline_signal(tl, 11));
   /* a promiser that closes owing values */
@@ -433,7 +419,7 @@ static void test_promises(gpushm_t *conn)
     close(p.report);
     close(p.go);
   }
-  CHECK(metric("gpushm_promises_broken_total") == broken + 2);
+  CHECK(daemon_metric(&d, "gpushm_promises_broken_total") == broken + 2);
   finish(conn, tl);
   test_log("promises: a killed promiser and one that closed owing values were broken");
 }

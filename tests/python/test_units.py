@@ -221,3 +221,24 @@ def test_star_import_shadows_no_builtin():
     assert shadowing == [], shadowing
     assert all(hasattr(gpushm, n) for n in gpushm.__all__)
     assert gpushm.open and gpushm.list is gpushm.list_buffers
+
+
+def test_constants_match_the_headers():
+    """The package spells a few of libgpushm's numbers itself (features it asks the
+    daemon for, the open-wait limit, the default map device): they are the headers'."""
+    import pathlib
+    import re
+    src = pathlib.Path(__file__).resolve().parents[2]
+    text = ((src / "include" / "gpushm.h").read_text()
+            + (src / "proto" / "gpushm_limits.h").read_text())
+
+    def define(name):
+        m = re.search(rf"#define {name}\s+\(?(-?(?:0x)?[0-9a-fA-F]+)", text)
+        assert m, name
+        return int(m.group(1).rstrip("uUlL"), 0)
+
+    L = gpushm._lib
+    assert L.FEATURE_OPEN_WAIT == define("GPUSHM_FEATURE_OPEN_WAIT")
+    assert L.FEATURE_CREATE_GROUP == define("GPUSHM_FEATURE_CREATE_GROUP")
+    assert L.LIMIT_OPEN_WAIT_MS == define("GPUSHM_LIMIT_OPEN_WAIT_MS")
+    assert L.DEVICE_AUTO == define("GPUSHM_DEVICE_AUTO")
