@@ -78,24 +78,68 @@ static inline unsigned consumer_frame_number(const uint8_t *rgba)
   return n;
 }
 
+/* What a frame that is not whole holds, in words: the number its bars say, how many of
+ * its pixels differ from that frame's picture and in which rows, whether it is blank, and
+ * whether it is frame `taken`'s picture after all (a torn or stale read tells itself
+ * apart from a wrong number this way). */
+static inline void consumer_diagnose(const uint8_t *rgba, const uint8_t *want, unsigned number,
+                                     unsigned taken, char *why, size_t len)
+{
+  static uint8_t taken_picture[FRAME_WIDTH * FRAME_HEIGHT * 4];
+  unsigned differ = 0, first_row = FRAME_HEIGHT, last_row = 0, blank = 1;
+
+  for (unsigned i = 0; i < FRAME_WIDTH * FRAME_HEIGHT; i++) {
+    if (memcmp(rgba + i * 4, want + i * 4, 4) != 0) {
+      unsigned row = i / FRAME_WIDTH;
+      differ++;
+      first_row = row < first_row ? row : first_row;
+      last_row = row > last_row ? row : last_row;
+    }
+    if (rgba[i * 4] | rgba[i * 4 + 1] | rgba[i * 4 + 2] | rgba[i * 4 + 3])
+      blank = 0;
+  }
+  frame_render(taken_picture, FRAME_WIDTH * 4, taken);
+  snprintf(why, len, "its bars say frame %u, %u of its %u pixels differ from that frame's "
+           "(rows %u to %u)%s%s", number, differ, FRAME_WIDTH * FRAME_HEIGHT, first_row,
+           last_row, blank ? "; every byte is zero" : "",
+           memcmp(taken_picture, rgba, sizeof taken_picture) == 0 ? "; it is the frame taken"
+                                                                  : "");
+}
+
 /* Checks a frame read back against what the producer renders for its number, and writes
  * it as PREFIX-frame-NNN.png in dir: 1 whole, 0 torn (never, while the ring holds the
- * slot for the consumer), -1 could not write. */
+ * slot for the consumer: then what it holds is said on stderr, and it is written as
+ * PREFIX-frame-NNN-torn.png for a look), -1 could not write.  taken: the ring's number
+ * for the frame. */
 static inline int consumer_keep(const char *dir, const char *prefix, const uint8_t *rgba,
-                                unsigned *number)
+                                unsigned taken, unsigned *number)
 {
   static uint8_t want[FRAME_WIDTH * FRAME_HEIGHT * 4];
-  char path[512];
+  char path[512], why[256];
+  int whole;
 
   *number = consumer_frame_number(rgba);
   frame_render(want, FRAME_WIDTH * 4, *number);
-  if (memcmp(want, rgba, sizeof want) != 0)
-    return 0;
-  snprintf(path, sizeof path, "%s/%s-frame-%03u.png", dir, prefix, *number);
+  whole = memcmp(want, rgba, sizeof want) == 0;
+  if (!whole) {
+    consumer_diagnose(rgba, want, *number, taken, why, sizeof why);
+    fprintf(stderr, "%s: frame %u: %s\n", prefix, taken, why);
+  }
+  snprintf(path, sizeof path, "%s/%s-frame-%03u%s.png", dir, prefix, whole ? *number : taken,
+           whole ? "" : "-torn");
   if (png_write(path, rgba, FRAME_WIDTH, FRAME_HEIGHT, FRAME_WIDTH * 4) < 0)
     return -1;
-  printf("%s\n", path);
-  return 1;
+  if (whole)
+    printf("%s\n", path);
+  return whole;
+}
+
+/* Seconds on a monotonic clock: how long a step took, where one took too long. */
+static inline double consumer_now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 #endif

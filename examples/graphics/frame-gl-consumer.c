@@ -83,6 +83,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < wanted; i++) {
     unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
     gpushm_ring_frame_t f;
+    double took;
     GLenum error;
     /* A consumer that started late finds later frames than it asked for: it keeps the
      * next one it has not kept instead of the same one twice. */
@@ -93,6 +94,7 @@ int main(int argc, char **argv)
               gpushm_last_error_message());
       return 1;
     }
+    took = consumer_now();
     /* the slot's rows: from the imported buffer object at its offset, or from host memory */
     if (rows)
       gl.BindBuffer(GPUSHM_GL_PIXEL_UNPACK_BUFFER, rows);
@@ -112,7 +114,11 @@ int main(int argc, char **argv)
     }
     if ((r = gpushm_ring_release(ring, &f)) < 0)
       return fail("release", r);
-    if ((r = consumer_keep(dir, "gl", rgba, &got)) <= 0) {
+    /* a slot held this long keeps the producer waiting: said, to tell a slow read from
+     * a slow producer */
+    if ((took = consumer_now() - took) > 1.0)
+      fprintf(stderr, "frame-gl-consumer: frame %u held %.1f s\n", (unsigned)f.frame, took);
+    if ((r = consumer_keep(dir, "gl", rgba, (unsigned)f.frame, &got)) <= 0) {
       fprintf(stderr, "frame-gl-consumer: frame %u: %s\n", (unsigned)f.frame,
               r < 0 ? "cannot write it" : "not what the producer rendered");
       return 1;

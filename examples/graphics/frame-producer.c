@@ -16,6 +16,13 @@
 #include <string.h>
 #include <time.h>
 
+static double now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 static int fail(const char *what, int r)
 {
   fprintf(stderr, "frame-producer: %s: %s: %s\n", what, gpushm_strerror(r),
@@ -86,14 +93,20 @@ int main(int argc, char **argv)
   for (unsigned f = 1; f <= frames; f++) {
     struct timespec pause = { fps > 1 ? 0 : 1, fps > 1 ? (long)(1000000000L / fps) : 0 };
     gpushm_ring_frame_t slot;
+    double start = now(), acquired;
     /* a slot every consumer let go of: none reads it while it is written */
     if ((r = gpushm_ring_acquire_slot(ring, 30000, &slot)) < 0)
       return fail("acquire slot", r);
+    acquired = now();
     frame_render(rows, desc.row_pitch, (unsigned)slot.frame);
     if (devmem_write(memory, slot.offset, rows, desc.row_pitch * desc.height) < 0) {
       fprintf(stderr, "frame-producer: frame %u not written\n", f);
       return 1;
     }
+    /* A consumer's frame that does not come: here is where the producer was. */
+    if (now() - start > 1.0)
+      fprintf(stderr, "frame-producer: frame %llu: %.1f s waiting for its slot, %.1f s "
+              "writing it\n", (unsigned long long)slot.frame, acquired - start, now() - acquired);
     /* written, and landed (devmem_write waits for the copy): the frame is ready */
     if ((r = gpushm_ring_present(ring, &slot)) < 0)
       return fail("present", r);

@@ -98,6 +98,7 @@ int main(int argc, char **argv)
     unsigned want = argc > 2 ? (unsigned)atoi(argv[i + 2]) : defaults[i], got;
     VkDeviceSize offset = 0;
     gpushm_ring_frame_t f;
+    double took;
     VkCommandBuffer cb;
     /* A consumer that started late finds later frames than it asked for: it keeps the
      * next one it has not kept instead of the same one twice. */
@@ -108,6 +109,7 @@ int main(int argc, char **argv)
               gpushm_last_error_message());
       return 1;
     }
+    took = consumer_now();
     if (staging.map)
       memcpy(staging.map, gpushm_ring_slot_ptr(ring, f.slot), desc.row_pitch * desc.height);
     else
@@ -129,7 +131,11 @@ int main(int argc, char **argv)
     /* the submit is done (vkc_submit waits): the slot is the producer's again */
     if ((r = gpushm_ring_release(ring, &f)) < 0)
       return fail("release", r);
-    if ((r = consumer_keep(dir, "vk", out.map, &got)) <= 0) {
+    /* a slot held this long keeps the producer waiting: said, to tell a slow read from
+     * a slow producer */
+    if ((took = consumer_now() - took) > 1.0)
+      fprintf(stderr, "frame-vk-consumer: frame %u held %.1f s\n", (unsigned)f.frame, took);
+    if ((r = consumer_keep(dir, "vk", out.map, (unsigned)f.frame, &got)) <= 0) {
       fprintf(stderr, "frame-vk-consumer: frame %u: %s\n", (unsigned)f.frame,
               r < 0 ? "cannot write it" : "not what the producer rendered");
       return 1;
