@@ -181,10 +181,9 @@ assert ran >= 3, ran
 print(f"docs' Python blocks that need PyTorch or a GPU: {ran} ran as printed")
 EOF
 
-# --- writes to read-only tensors never take the interpreter down (issue 42): each
-# consumer in a process of its own (a GPU fault spoils that process's CUDA context), and
-# the buffer checked unchanged afterwards from this one.  "NOT refused" would be a write
-# to read-only device memory that went through.
+# --- writes to read-only host tensors never take the interpreter down (issue 42): each
+# consumer in a process of its own, and the buffer checked unchanged afterwards from this
+# one.  Device memory's writes fault the GPU: tests/gpu/gpu-faults.sh, run last.
 "$py" - > "$dir/read-only.txt" 2>&1 <<'EOF' || { cat "$dir/read-only.txt"; fail "writes to read-only tensors"; }
 import subprocess, sys, numpy, torch, gpushm
 
@@ -211,26 +210,8 @@ assert (h == 7).all(), "a consumer's write to a read-only open reached the buffe
 del h
 gpushm.unlink("ro-host")
 
-# device memory (cuda-fd, mapped read-only): a write faults and raises
-gpushm.share("ro-dev", torch.full((1 << 20,), 7, dtype=torch.int32, device="cuda"),
-             mode=0o644).close()
-for who, write in [("torch", "r = torch.from_dlpack(t)\n    r.add_(1)\n    torch.cuda.synchronize()"),
-                   ("cupy", "c = cupy.from_dlpack(t)\n    c += 1\n"
-                            "    cupy.cuda.runtime.deviceSynchronize()")]:
-    print(f"# {who}, cuda-fd:", consumer(
-        "t = gpushm.open('ro-dev', readonly=True)\n"
-        "try:\n"
-        f"    {write}\n"
-        "    print('NOT refused')\n"
-        "except Exception as e:\n"
-        "    print(f'raised {type(e).__name__}: {str(e).splitlines()[0]}')"))
-d = torch.from_dlpack(gpushm.open("ro-dev"))
-assert bool((d == 7).all()), "a consumer's write to a read-only open reached the buffer"
-del d
-gpushm.unlink("ro-dev")
 EOF
 cat "$dir/read-only.txt"
-grep -q "NOT refused" "$dir/read-only.txt" && fail "a write to read-only device memory went through"
 
 # --- acquire/release across processes on torch streams, with a control run; and the
 # same ordering through a timeline (mode "timeline": signal_stream/wait_stream)
