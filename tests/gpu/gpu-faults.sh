@@ -27,24 +27,9 @@ for candidate in ${GPUSHM_TEST_PYTHON:-} python3 /usr/bin/python3; do
 done
 [ -n "$py" ] || fail "no Python here imports torch and cupy with CUDA (set GPUSHM_TEST_PYTHON)"
 
-dir=$(mktemp -d /tmp/gpushm-faults.XXXXXX)
-chmod 755 "$dir"
-daemon=""
-cleanup() {
-  [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; }
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-export GPUSHM_SOCKET="$dir/gpushmd.sock"
-export GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1"
+gpushmd_options="--default-backend cuda-fd"
+. "$src/tests/nixl/daemon.sh"
 export PYTHONPATH="$src/python${PYTHONPATH:+:$PYTHONPATH}"
-"${GPUSHMD:-$b/daemon/gpushmd}" --socket "$GPUSHM_SOCKET" --socket-group none \
-  --socket-mode 0666 --log-level warn --default-backend cuda-fd &
-daemon=$!
-i=0
-until "$b/ctl/gpushmctl" ping >/dev/null 2>&1; do
-  i=$((i + 1)); [ $i -lt 500 ] || fail "gpushmd did not start"; sleep 0.02
-done
 xids_before=$(dmesg 2>/dev/null | grep -c 'NVRM: Xid' || true)
 
 said=$dir/read-only.txt

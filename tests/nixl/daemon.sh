@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/nixl/test-*.sh and tests/gpu/test-nixl.sh: a scratch directory ($dir,
-# removed at exit) and a gpushmd of its own on $dir/gpushmd.sock ($GPUSHM_SOCKET,
-# $GPUSHM_LIBRARY set), from build directory $b, with $gpushmd_options too; the trap
-# stops it.
+# Sourced by tests/nixl/test-*.sh, tests/gpu/test-nixl.sh and tests/gpu/gpu-faults.sh: a
+# scratch directory ($dir, removed at exit) and a gpushmd of its own on
+# $dir/gpushmd.sock ($GPUSHM_SOCKET, $GPUSHM_LIBRARY set), from build directory $b, with
+# $gpushmd_options too; the trap stops it.
 dir=$(mktemp -d /tmp/gpushm-nixl.XXXXXX)
 chmod 755 "$dir"
 daemon=""
