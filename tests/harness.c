@@ -17,10 +17,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static void sleep_ms(unsigned ms)
+void test_sleep_ms(unsigned ms)
 {
   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
   nanosleep(&ts, NULL);
+}
+
+uint64_t test_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* A failed CHECK exits the test; the daemons it started must not outlive it (they would
@@ -130,7 +137,7 @@ static void spawn(struct test_daemon *d, void (*in_child)(void *), void *arg, va
       fprintf(stderr, "gpushmd exited during start-up (status 0x%x)\n", status);
       exit(1);
     }
-    sleep_ms(10);
+    test_sleep_ms(10);
   }
   fprintf(stderr, "gpushmd did not answer on %s\n", d->socket);
   kill(d->pid, SIGKILL);
@@ -206,7 +213,7 @@ int daemon_wait_exit(struct test_daemon *d)
       rmdir(d->dir);
       return WEXITSTATUS(status);
     }
-    sleep_ms(10);
+    test_sleep_ms(10);
   }
   fprintf(stderr, "gpushmd did not exit\n");
   kill(d->pid, SIGKILL);
@@ -331,7 +338,7 @@ int wait_until(int (*pred)(const struct test_daemon *, void *), const struct tes
   for (int i = 0; i < 1000; i++) {
     if (pred(d, arg))
       return 1;
-    sleep_ms(10);
+    test_sleep_ms(10);
   }
   return 0;
 }

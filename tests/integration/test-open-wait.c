@@ -21,19 +21,6 @@
 
 static struct test_daemon d;
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
-
 static uint64_t request_errors(void)
 {
   gpushm_stats_t *st = daemon_stats(&d);
@@ -65,7 +52,7 @@ static void *create_later(void *arg)
   gpushm_t *conn = daemon_connect(&d);
   gpushm_buffer_t *b;
 
-  sleep_ms(c->after_ms);
+  test_sleep_ms(c->after_ms);
   gpushm_create_opts_init(&opts);
   opts.mode = c->mode;
   CHECK_OK(gpushm_buffer_create(conn, c->name, 4096, &opts, &b));
@@ -82,9 +69,9 @@ static void test_made_during_the_wait(gpushm_t *conn)
   pthread_t t;
 
   CHECK(pthread_create(&t, NULL, create_later, &c) == 0);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_OK(open_waiting(conn, "wait-made", 10000, &b));
-  CHECK(now_ms() - start >= 250 && now_ms() - start < 5000);
+  CHECK(test_now_ms() - start >= 250 && test_now_ms() - start < 5000);
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(gpushm_buffer_size(b) == 4096);
   CHECK_OK(gpushm_buffer_close(b));
@@ -92,9 +79,9 @@ static void test_made_during_the_wait(gpushm_t *conn)
   CHECK(daemon_metric(&d, "gpushm_open_wait_timeouts_total") == 0);
   CHECK(request_errors() == errors);
   /* a name that is there is opened at once, waiting or not */
-  start = now_ms();
+  start = test_now_ms();
   CHECK_OK(open_waiting(conn, "wait-made", 10000, &b));
-  CHECK(now_ms() - start < 1000);
+  CHECK(test_now_ms() - start < 1000);
   CHECK_OK(gpushm_buffer_close(b));
   CHECK_OK(gpushm_unlink(conn, "wait-made"));
   CHECK(daemon_metric(&d, "gpushm_open_waits_total") == 1);
@@ -102,11 +89,11 @@ static void test_made_during_the_wait(gpushm_t *conn)
 
 static void test_never_made(gpushm_t *conn)
 {
-  uint64_t errors = request_errors(), start = now_ms();
+  uint64_t errors = request_errors(), start = test_now_ms();
   gpushm_buffer_t *b;
 
   CHECK_ERR(open_waiting(conn, "wait-never", 300, &b), GPUSHM_E_NOENT);
-  CHECK(now_ms() - start >= 290 && now_ms() - start < 3000);
+  CHECK(test_now_ms() - start >= 290 && test_now_ms() - start < 3000);
   CHECK(strstr(gpushm_last_error_message(), "no buffer named 'wait-never' was made within "
                "300 ms") != NULL);
   CHECK(daemon_metric(&d, "gpushm_open_wait_timeouts_total") == 1);
@@ -131,9 +118,9 @@ static void test_not_for_this_uid(void)
     uint64_t start;
     int r, took;
     CHECK_OK(gpushm_connect(d.socket, "waiter", &conn));
-    start = now_ms();
+    start = test_now_ms();
     r = open_waiting(conn, "wait-roots", 1000, &b);
-    took = (int)(now_ms() - start);
+    took = (int)(test_now_ms() - start);
     CHECK(write(report[1], &r, sizeof r) == sizeof r);
     CHECK(write(report[1], &took, sizeof took) == sizeof took);
     _exit(0);
@@ -212,7 +199,7 @@ static void test_waiter_killed(void)
     open_waiting(c, "wait-killed", 30000, &b);
     _exit(3);
   }
-  sleep_ms(200);
+  test_sleep_ms(200);
   clients = metric_clients();
   CHECK(kill(pid, SIGKILL) == 0);
   CHECK(waitpid(pid, NULL, 0) == pid);

@@ -19,19 +19,6 @@
 #define PING_GAP_MS 5
 #define PINGS 60
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
-
 /* The process's CPU time so far (user + system). */
 static double cpu_ms(pid_t pid)
 {
@@ -77,7 +64,7 @@ static unsigned long sleeps_while_pinging(const struct test_daemon *d, gpushm_t 
 
   for (int i = 0; i < PINGS; i++) {
     CHECK_OK(gpushm_ping(conn));
-    sleep_ms(PING_GAP_MS);
+    test_sleep_ms(PING_GAP_MS);
   }
   return sleeps(d->pid) - before;
 }
@@ -86,7 +73,7 @@ static double cpu_while_idle(const struct test_daemon *d, unsigned ms)
 {
   double before = cpu_ms(d->pid);
 
-  sleep_ms(ms);
+  test_sleep_ms(ms);
   return cpu_ms(d->pid) - before;
 }
 
@@ -118,12 +105,12 @@ static void test_daemon_busy_poll(void)
   daemon_start(&d, arg, NULL);
   conn = daemon_connect(&d);
   busy = sleeps_while_pinging(&d, conn);
-  sleep_ms(GPUSHM_LIMIT_POLL_US / 1000 * 5); /* the window, passed */
+  test_sleep_ms(GPUSHM_LIMIT_POLL_US / 1000 * 5); /* the window, passed */
   idle = cpu_while_idle(&d, 300);
   write_config(conf, "busy-poll = 0\n");
   CHECK(kill(d.pid, SIGHUP) == 0);
   CHECK_OK(gpushm_ping(conn)); /* (the reload is done before the next request is read) */
-  sleep_ms(100);
+  test_sleep_ms(100);
   reloaded = sleeps_while_pinging(&d, conn);
   test_log("gpushmd over %d pings %d ms apart slept %lu times polling, %lu after a reload to "
            "0; took %.0f ms of CPU in 300 ms idle after the window", PINGS, PING_GAP_MS, busy,
@@ -151,7 +138,7 @@ static void *resume_later(void *arg)
 {
   const struct test_daemon *d = arg;
 
-  sleep_ms(100);
+  test_sleep_ms(100);
   CHECK(kill(d->pid, SIGCONT) == 0);
   return NULL;
 }
@@ -191,9 +178,9 @@ static void test_client_poll(void)
   conn = daemon_connect(&d);
   CHECK(kill(d.pid, SIGSTOP) == 0);
   CHECK(pthread_create(&resumer, NULL, resume_later, &d) == 0);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_OK(gpushm_ping(conn));
-  CHECK(now_ms() - start >= 80);
+  CHECK(test_now_ms() - start >= 80);
   CHECK(pthread_join(resumer, NULL) == 0);
 
   /* nor does polling outlast the timeout */
@@ -202,9 +189,9 @@ static void test_client_poll(void)
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_set_timeout(conn, 300));
   CHECK(kill(d.pid, SIGSTOP) == 0);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_ERR(gpushm_ping(conn), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - start >= 250 && now_ms() - start < 3000);
+  CHECK(test_now_ms() - start >= 250 && test_now_ms() - start < 3000);
   CHECK(kill(d.pid, SIGCONT) == 0);
   gpushm_disconnect(conn);
   unsetenv("GPUSHM_POLL_US");
