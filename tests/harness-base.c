@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* What every test program may use without libgpushm: its own path, logging, the
- * open-file limit, a thread's CPU time, and a crash report (the objects of libharness are linked one by one,
- * so a unit test that links no client library pulls in this file alone). */
+ * open-file limit, a thread's CPU time, the clock, and a crash report (the objects of
+ * libharness are linked one by one, so a unit test that links no client library pulls in
+ * this file alone). */
 #include "config.h"
 #include "harness.h"
 
@@ -13,7 +14,28 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
+
+void test_sleep_ms(unsigned ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+uint64_t test_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+double test_clock_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 const char *test_self_path(void)
 {

@@ -17,19 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-void test_sleep_ms(unsigned ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
-
-uint64_t test_now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* A failed CHECK exits the test; the daemons it started must not outlive it (they would
  * hold the test's output pipe open, and pile up). */
 static pid_t started[16];

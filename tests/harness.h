@@ -130,8 +130,10 @@ bool test_raise_nofile(unsigned long need, char *why, size_t why_len);
 /* The CPU time, in ms, of the thread of this process named name (prctl PR_SET_NAME),
  * from its schedstat; fails the test where no such thread runs. */
 double test_thread_cpu_ms(const char *name);
-/* A monotonic clock in milliseconds, and a sleep of that many. */
+/* A monotonic clock in milliseconds (whole, and with their fraction for what takes less
+ * than one), and a sleep of that many. */
 uint64_t test_now_ms(void);
+double test_clock_ms(void);
 void test_sleep_ms(unsigned ms);
 void test_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* recv() that first looks for the message for poll_us without sleeping, as libgpushm

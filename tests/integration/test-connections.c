@@ -24,13 +24,6 @@
 
 static struct test_daemon d;
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Asked over a connection held from the start: a new one might not get a slot. */
 static gpushm_t *watcher;
 
@@ -164,7 +157,7 @@ static void test_hello_deadline(void)
   int sock, status_fd;
 
   daemon_start(&d, "--hello-timeout", "300", NULL);
-  start = now_ms();
+  start = test_now_ms();
   sock = raw_connect(d.socket);
   /* silence: told why, then hung up on, after about the deadline */
   CHECK(wire_recv_frame(sock, buf, WIRE_TYPE_REPLY, 0, &frame, &why) == 0);
@@ -173,7 +166,7 @@ static void test_hello_deadline(void)
   CHECK(strstr(reply->message, "no hello within 300 ms") != NULL);
   gpushm__reply__free_unpacked(reply, NULL);
   CHECK(recv(sock, buf, sizeof buf, 0) == 0);
-  CHECK(now_ms() - start >= 300 && now_ms() - start < 3000);
+  CHECK(test_now_ms() - start >= 300 && test_now_ms() - start < 3000);
   close(sock);
   /* a client that says hello in time stays, however quiet it is later */
   sock = raw_connect(d.socket);
@@ -195,17 +188,17 @@ static void test_client_timeouts(void)
   conn = daemon_connect(&d);
   CHECK_OK(gpushm_set_timeout(conn, 300));
   CHECK(kill(d.pid, SIGSTOP) == 0);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_ERR(gpushm_ping(conn), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - start >= 250 && now_ms() - start < 3000);
+  CHECK(test_now_ms() - start >= 250 && test_now_ms() - start < 3000);
   CHECK(strstr(gpushm_last_error_message(), "no reply from gpushmd within 300 ms") != NULL);
   /* a reply could still come and answer the wrong request: the connection is done */
   CHECK_ERR(gpushm_ping(conn), GPUSHM_E_DISCONNECTED);
   /* connecting waits for the hello reply only as long as $GPUSHM_TIMEOUT_MS */
   setenv("GPUSHM_TIMEOUT_MS", "300", 1);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_ERR(gpushm_connect(d.socket, "late", &late), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - start < 3000);
+  CHECK(test_now_ms() - start < 3000);
   unsetenv("GPUSHM_TIMEOUT_MS");
   CHECK(kill(d.pid, SIGCONT) == 0);
   late = daemon_connect(&d);
@@ -240,9 +233,9 @@ static void test_connect_timeout(void)
   }
   CHECK(n >= 1 && n < 8);
   setenv("GPUSHM_TIMEOUT_MS", "300", 1);
-  start = now_ms();
+  start = test_now_ms();
   CHECK_ERR(gpushm_connect(path, "queued", &conn), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - start >= 250 && now_ms() - start < 3000);
+  CHECK(test_now_ms() - start >= 250 && test_now_ms() - start < 3000);
   CHECK(strstr(gpushm_last_error_message(), "did not accept the connection") != NULL);
   unsetenv("GPUSHM_TIMEOUT_MS");
   while (n)

@@ -34,13 +34,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* A daemon whose log goes to a file of its own, for the lines the repair writes. */
 struct logged_daemon {
   struct test_daemon t;
@@ -284,9 +277,10 @@ static void test_killed_releaser(struct logged_daemon *ld, gpushm_t *conn)
   CHECK(strstr(gpushm_last_error_message(), "published but not done") != NULL);
   CHECK_ERR(gpushm_buffer_acquire(b, NULL, 1, 0), GPUSHM_E_CUDA);
   holder_kill_only(&h);
-  t = now_ms();
+  t = test_clock_ms();
   CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 1, 10000));
-  test_log("the releaser killed, the consumer's acquire returned %.0f ms after", now_ms() - t);
+  test_log("the releaser killed, the consumer's acquire returned %.0f ms after",
+           test_clock_ms() - t);
   CHECK(wait_until(holder_gone, &ld->t, &h));
   CHECK(fake_fence_of(conn, b) == 1);
   CHECK_OK(gpushm_buffer_acquire(b, NULL, 1, 0));
@@ -385,17 +379,17 @@ static void test_earlier_release_queued(struct logged_daemon *ld, gpushm_t *conn
 
   holder_write_delay = "3000";
   live = holder_start(&ld->t, conn, "earlier-queued", false, 1, 0);
-  t = now_ms();
+  t = test_clock_ms();
   holder_write_delay = "-1";
   dead = holder_start(&ld->t, conn, "earlier-queued", false, 1, 0);
   CHECK(gpushm_buffer_release_seq(b) == 2);
   holder_kill(&ld->t, &dead);
-  CHECK(now_ms() - t < 2500); /* else 1 may have landed: the test proves nothing */
+  CHECK(test_clock_ms() - t < 2500); /* else 1 may have landed: the test proves nothing */
   CHECK(fake_fence_of(conn, b) == 0 && fences_raised(&ld->t) == before);
   wait_fence(&ld->t, conn, b, 2);
   test_log("a dead releaser's fence raised %.0f ms after the live release before it was "
-           "queued (its write lands at 3000 ms)", now_ms() - t);
-  CHECK(now_ms() - t >= 3000);
+           "queued (its write lands at 3000 ms)", test_clock_ms() - t);
+  CHECK(test_clock_ms() - t >= 3000);
   usleep(200 * 1000);
   CHECK(fake_fence_of(conn, b) == 2 && fences_raised(&ld->t) == before + 1);
   snprintf(who, sizeof who, "release 2 by client %u (pid %d)", dead.client_id, (int)dead.pid);
@@ -484,10 +478,10 @@ static void test_past_the_limits(struct logged_daemon *ld, gpushm_t *conn)
   CHECK_ERR(gpushm_buffer_acquire(cpu, NULL, 1, 2 * GPUSHM_DETACHED_SWEEP_MS), GPUSHM_E_TIMEOUT);
   CHECK(fences_raised(&ld->t) == before);
   holder_kill_only(&h);
-  t = now_ms();
+  t = test_clock_ms();
   CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 1, 10000));
   test_log("a releaser past the detached limits: raised by the sweep %.0f ms after it was "
-           "killed", now_ms() - t);
+           "killed", test_clock_ms() - t);
   CHECK(fake_fence_of(conn, b) == 1 && fences_raised(&ld->t) == before + 1);
   for (unsigned i = 0; i < FILL; i++)
     holder_kill_only(&fill[i]);

@@ -28,13 +28,6 @@
 static struct test_daemon d;
 static char self[4096];
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_t backend,
                                unsigned flags, uint32_t mode)
 {
@@ -200,9 +193,9 @@ static int role_slow_producer(void)
 
   CHECK_OK(gpushm_buffer_open(conn, "slow", 0, &b));
   CHECK_OK(gpushm_buffer_release(b, NULL, &seq));
-  t = now_ms();
+  t = test_clock_ms();
   CHECK_OK(gpushm_buffer_close(b));
-  t = now_ms() - t;
+  t = test_clock_ms() - t;
   test_log("close waited %.0f ms for the queued fence write", t);
   CHECK(t >= 250);
   gpushm_disconnect(conn);
@@ -233,9 +226,9 @@ static void test_cpu_fallback_waits_for_the_fence(gpushm_t *conn)
       _exit(run_role("slow-producer", "GPUSHM_FAKE_CUDA_WRITE_DELAY_MS=300"));
     while (gpushm_buffer_release_seq(cpu) < 3)
       usleep(1000);
-    t = now_ms();
+    t = test_clock_ms();
     CHECK_OK(gpushm_buffer_acquire(cpu, NULL, 3, 5000));
-    t = now_ms() - t;
+    t = test_clock_ms() - t;
     check_child(pid);
   }
   test_log("the CPU-fence consumer waited %.0f ms after release 3 was published", t);
@@ -255,11 +248,11 @@ static int role_stuck_producer(void)
 
   CHECK_OK(gpushm_buffer_open(conn, "stuck", 0, &b));
   CHECK_OK(gpushm_buffer_release(b, NULL, NULL));
-  t = now_ms();
+  t = test_clock_ms();
   /* the mapping stays (unmapping under the queued write would fault the process) */
   CHECK_ERR(gpushm_buffer_close(b), GPUSHM_E_TIMEOUT);
   CHECK(strstr(gpushm_last_error_message(), "stays mapped") != NULL);
-  t = now_ms() - t;
+  t = test_clock_ms() - t;
   test_log("close gave up on a fence write that never landed after %.0f ms (limit %u)", t,
            GPUSHM_FENCE_DRAIN_TIMEOUT_MS);
   CHECK(t >= GPUSHM_FENCE_DRAIN_TIMEOUT_MS && t < GPUSHM_FENCE_DRAIN_TIMEOUT_MS + 5000);

@@ -49,13 +49,6 @@ static struct test_daemon d;
 static const char *log_path; /* gpushmd's (test_log_file()) */
 static bool have_fake_cuda;
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static gpushm_buffer_t *create(gpushm_t *conn, const char *name, gpushm_backend_t backend,
                                uint32_t mode)
 {
@@ -151,7 +144,7 @@ static struct promiser promiser_start(const char *name, uint64_t released, uint6
 static double promiser_kill(struct promiser *p)
 {
   int status;
-  double at = now_ms();
+  double at = test_clock_ms();
 
   CHECK(kill(p->pid, SIGKILL) == 0);
   CHECK(waitpid(p->pid, &status, 0) == p->pid && WIFSIGNALED(status));
@@ -195,9 +188,9 @@ static void test_values(gpushm_t *conn)
   CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 0, 0), GPUSHM_E_INVAL);
   CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 3, 0));
   CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 5, 0));
-  t0 = now_ms();
+  t0 = test_clock_ms();
   CHECK_ERR(gpushm_buffer_acquire_value(b, NULL, 6, 50), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - t0 >= 49);
+  CHECK(test_clock_ms() - t0 >= 49);
   CHECK(strstr(gpushm_last_error_message(), "value 6 of 'values' neither released nor promised "
                                             "within 50 ms (its counter is at 5)"));
   /* a numbered release takes the next number after a caller's; and the other way */
@@ -223,7 +216,7 @@ static void *wait_thread(void *arg)
 {
   struct waiter *w = arg;
   w->result = gpushm_buffer_acquire_value(w->b, NULL, w->value, 20000);
-  w->returned_ms = now_ms();
+  w->returned_ms = test_clock_ms();
   return NULL;
 }
 
@@ -465,9 +458,9 @@ static void test_promises_fenced(gpushm_t *conn)
   /* promised: the stream's wait is queued at once, with nothing released */
   setenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS", "1", 1);
   queued = waits_queued();
-  t0 = now_ms();
+  t0 = test_clock_ms();
   CHECK_OK(gpushm_buffer_acquire_value(b, NULL, 6, -1));
-  CHECK(now_ms() - t0 < 5000 && waits_queued() == queued + 1);
+  CHECK(test_clock_ms() - t0 < 5000 && waits_queued() == queued + 1);
   unsetenv("GPUSHM_FAKE_CUDA_QUEUE_WAITS");
   CHECK(gpushm_buffer_release_seq(b) == 0 && fake_fence_of(conn, b) == 0);
   promiser_kill(&p);
@@ -489,7 +482,7 @@ static void test_promises_fenced(gpushm_t *conn)
     for (int i = 0; i < 1000 && gpushm_buffer_release_seq(b) < 5; i++)
       usleep(1000);
     test_log("the break waited %.0f ms for the write published before the promise "
-             "(queued 300 ms behind)", now_ms() - t0);
+             "(queued 300 ms behind)", test_clock_ms() - t0);
     CHECK(fake_fence_of(conn, b) == 5 && gpushm_buffer_release_seq(b) == 5);
     usleep(400000); /* past the delayed write, had it come after */
     CHECK(fake_fence_of(conn, b) == 5);
@@ -548,8 +541,8 @@ static void test_promises_fenced(gpushm_t *conn)
       usleep(10000);
     CHECK(gpushm_buffer_release_seq(b) == 3 && fake_fence_of(conn, b) == 3);
     test_log("a break whose earlier release never landed waited %.1f s, then went ahead",
-             (now_ms() - t0) / 1e3);
-    CHECK(now_ms() - t0 >= GPUSHM_PROMISE_BREAK_WAIT_MS - 100);
+             (test_clock_ms() - t0) / 1e3);
+    CHECK(test_clock_ms() - t0 >= GPUSHM_PROMISE_BREAK_WAIT_MS - 100);
     CHECK(log_lines("warn: 'fenced-stuck'", "without waiting longer") == 1);
     promiser_kill(&stuck);
   }
@@ -627,7 +620,7 @@ static void test_restart(void)
   fdstore_drain();
   CHECK(kill(r.pid, SIGKILL) == 0);
   CHECK(waitpid(r.pid, &status, 0) == r.pid);
-  t0 = now_ms();
+  t0 = test_clock_ms();
   daemon_respawn_with(&r, fdstore_pass, NULL, NULL);
   CHECK(gpushm_buffer_release_seq(b) == 9); /* the old mapping sees the break */
   CHECK(gpushm_buffer_value_lost(b, 3) == 1 && gpushm_buffer_value_lost(b, 2) == 0);
@@ -636,13 +629,13 @@ static void test_restart(void)
   {
     gpushm_t *fresh = daemon_connect(&r); /* the old connection's daemon is gone */
     if (have_fake_cuda) {
-      CHECK(now_ms() - t0 >= GPUSHM_PROMISE_ADOPT_WAIT_MS);
+      CHECK(test_clock_ms() - t0 >= GPUSHM_PROMISE_ADOPT_WAIT_MS);
       CHECK(gpushm_buffer_release_seq(fenced) == 4 && fake_fence_of(fresh, fenced) == 4);
       CHECK(log_lines("warn: persistent sync buffer 'kept-fenced'",
                       "had not landed in time") == 1);
       promiser_kill(&stuck);
       test_log("a fenced one whose earlier release never landed: broken after %.1f s of "
-               "start-up", (now_ms() - t0) / 1e3);
+               "start-up", (test_clock_ms() - t0) / 1e3);
     }
     gpushm_disconnect(conn);
     conn = fresh;

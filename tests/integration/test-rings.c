@@ -52,13 +52,6 @@ static struct test_daemon d;
 static const char *log_path; /* gpushmd's (test_log_file()) */
 static bool have_fake_cuda;
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static gpushm_ring_t *create(gpushm_t *conn, const char *name, uint32_t slots, uint32_t mode)
 {
   gpushm_create_opts_t opts;
@@ -211,9 +204,9 @@ static void test_frames(gpushm_t *conn)
     produce(ring, i);
   CHECK(gpushm_ring_presented(ring) == 3 && gpushm_ring_presented(cons) == 3);
   /* a lap ahead of the consumer, which holds frame 1: the producer waits */
-  t0 = now_ms();
+  t0 = test_clock_ms();
   CHECK_ERR(gpushm_ring_acquire_slot(ring, 50, &f), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - t0 >= 49);
+  CHECK(test_clock_ms() - t0 >= 49);
   CHECK(strstr(gpushm_last_error_message(), "slot 0 (frame 4) still held by consumer "));
   CHECK_OK(gpushm_ring_acquire_frame(cons, 0, 0, &held));
   CHECK(held.frame == 1 && held.slot == 0);
@@ -498,7 +491,7 @@ static pid_t child(const char *name, bool producer, uint64_t frames, int *report
 
 static double kill_child(pid_t pid, int report)
 {
-  double at = now_ms();
+  double at = test_clock_ms();
   int status;
 
   CHECK(kill(pid, SIGKILL) == 0);
@@ -521,7 +514,7 @@ static void *acquire_thread(void *arg)
   struct acquirer *a = arg;
   a->result = a->producer ? gpushm_ring_acquire_slot(a->ring, 20000, &a->f)
                           : gpushm_ring_acquire_frame(a->ring, 0, 20000, &a->f);
-  a->returned_ms = now_ms();
+  a->returned_ms = test_clock_ms();
   return NULL;
 }
 

@@ -223,13 +223,6 @@ static void test_host_ping_pong(void)
 
 /* A device sync buffer through the fake driver: the event and the control block
  * travel with the buffer, and releases are numbered across processes. */
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Whether process pid's only thread is blocked in a futex wait now (/proc says which
  * system call a blocked task is in). */
 static bool blocked_in_futex(pid_t pid)
@@ -291,10 +284,10 @@ static void test_acquire_sleeps(void)
     CHECK(i < 10000); /* 10 s */
     usleep(1000);
   }
-  released_at = now_ms();
+  released_at = test_now_ms();
   CHECK_OK(gpushm_buffer_release(buf, NULL, NULL));
   CHECK(wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  woke_at = now_ms();
+  woke_at = test_now_ms();
   test_log("woken %llu ms after the release", (unsigned long long)(woke_at - released_at));
   CHECK(woke_at - released_at < 100);
   CHECK_OK(gpushm_unlink(conn, "sleeper"));

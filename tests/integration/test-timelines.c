@@ -51,13 +51,6 @@ static struct test_daemon d;
 static const char *log_path; /* gpushmd's (test_log_file()) */
 static bool have_fake_cuda;
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static gpushm_timeline_t *create(gpushm_t *conn, const char *name, uint32_t mode)
 {
   gpushm_create_opts_t opts;
@@ -101,7 +94,7 @@ static void *wait_thread(void *arg)
 {
   struct waiter *w = arg;
   w->result = gpushm_timeline_wait(w->tl, w->value, 20000);
-  w->returned_ms = now_ms();
+  w->returned_ms = test_clock_ms();
   return NULL;
 }
 
@@ -111,7 +104,7 @@ static void *wait_signalled_thread(void *arg)
 {
   struct waiter *w = arg;
   w->result = gpushm_timeline_wait_signalled(w->tl, w->value, 20000);
-  w->returned_ms = now_ms();
+  w->returned_ms = test_clock_ms();
   return NULL;
 }
 
@@ -135,9 +128,9 @@ static void test_values(gpushm_t *conn)
   CHECK_ERR(gpushm_timeline_wait(tl, 0, 0), GPUSHM_E_INVAL);
   CHECK_OK(gpushm_timeline_wait(tl, 3, 0));
   CHECK_OK(gpushm_timeline_wait(tl, 5, 0));
-  t0 = now_ms();
+  t0 = test_clock_ms();
   CHECK_ERR(gpushm_timeline_wait(tl, 6, 50), GPUSHM_E_TIMEOUT);
-  CHECK(now_ms() - t0 >= 49);
+  CHECK(test_clock_ms() - t0 >= 49);
   CHECK(strstr(gpushm_last_error_message(), "value 6 of 'frames' not reached within 50 ms "
                                             "(signalled up to 5, reached 5)"));
   /* another connection (the same process: one mapping, two handles) waits, this one
@@ -147,7 +140,7 @@ static void test_values(gpushm_t *conn)
   w = (struct waiter){ .tl = other, .value = 9 };
   CHECK(pthread_create(&w.thread, NULL, wait_thread, &w) == 0);
   usleep(20000);
-  signalled = now_ms();
+  signalled = test_clock_ms();
   CHECK_OK(gpushm_timeline_signal(tl, 9));
   CHECK(pthread_join(w.thread, NULL) == 0);
   CHECK_OK(w.result);
@@ -156,7 +149,7 @@ static void test_values(gpushm_t *conn)
   w = (struct waiter){ .tl = other, .value = 10 };
   CHECK(pthread_create(&w.thread, NULL, wait_signalled_thread, &w) == 0);
   usleep(50000); /* past its spins: asleep */
-  signalled = now_ms();
+  signalled = test_clock_ms();
   CHECK_OK(gpushm_timeline_signal(tl, 10));
   CHECK(pthread_join(w.thread, NULL) == 0);
   CHECK_OK(w.result);
@@ -358,7 +351,7 @@ static struct promiser promiser_start(const char *name, uint64_t signalled, uint
 static double promiser_kill(struct promiser *p)
 {
   int status;
-  double at = now_ms();
+  double at = test_clock_ms();
 
   CHECK(kill(p->pid, SIGKILL) == 0);
   CHECK(waitpid(p->pid, &status, 0) == p->pid && WIFSIGNALED(status));
@@ -502,7 +495,7 @@ static void test_many(void)
   }
   daemon_start(&big, "--max-clients", "2000", "--max-clients-per-uid", "2000",
                "--max-buffers-per-uid", "20000", NULL);
-  t0 = now_ms();
+  t0 = test_clock_ms();
   for (int c = 0; c < MANY_CLIENTS; c++) {
     conns[c] = daemon_connect(&big);
     for (int i = 0; i < PER_CLIENT; i++) {
@@ -515,7 +508,7 @@ static void test_many(void)
     }
   }
   test_log("10,000 timelines from 1,000 clients created and signalled in %.0f ms",
-           now_ms() - t0);
+           test_clock_ms() - t0);
   reader = daemon_connect(&big);
   for (int c = 0; c < MANY_CLIENTS; c += 37)
     for (int i = 0; i < PER_CLIENT; i++) {

@@ -63,13 +63,6 @@ static struct test_daemon d;
 #define COLS 32
 #define TENSORS 3 /* per generation: "w0", "w1" (one buffer), "bias" (another) */
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static gpushm_buffer_t *create_host(gpushm_t *conn, const char *name, uint64_t size,
                                     uint32_t mode, gpushm_lifetime_t lifetime)
 {
@@ -215,7 +208,7 @@ static void *wait_newer_thread(void *arg)
 {
   struct waiter *wt = arg;
   wt->result = gpushm_weights_wait_newer(wt->w, 10000);
-  wt->woke_ms = now_ms();
+  wt->woke_ms = test_clock_ms();
   return NULL;
 }
 
@@ -252,7 +245,7 @@ static void test_generations(void)
   wt.w = r2;
   CHECK(pthread_create(&th, NULL, wait_newer_thread, &wt) == 0);
   usleep(50000);
-  published = now_ms();
+  published = test_clock_ms();
   CHECK_OK(publish_generation(writer, "model", 3, 0644, GPUSHM_LIFETIME_PERSISTENT, 2, &g3,
                               NULL));
   CHECK(pthread_join(th, NULL) == 0);
@@ -809,7 +802,7 @@ static void test_churn(void)
     if (g == WARMUP + 1) { /* allocators warm, the daemon's tables grown */
       daemon_footprint(&fds0, &rss0);
       objects0 = objects();
-      t0 = now_ms();
+      t0 = test_clock_ms();
     }
     CHECK_OK(publish_generation(writer, "churn", g, 0644, GPUSHM_LIFETIME_SESSION,
                                 g > 1 ? g - 1 : 0, &gen, NULL));
@@ -825,7 +818,7 @@ static void test_churn(void)
   daemon_footprint(&fds1, &rss1);
   test_log("weights: %u generations published, followed and dropped in %.0f ms: gpushmd's "
            "fds %u -> %u, resident %lu -> %lu kB, objects %zu -> %zu", generations,
-           now_ms() - t0, fds0, fds1, rss0, rss1, objects0, objects());
+           test_clock_ms() - t0, fds0, fds1, rss0, rss1, objects0, objects());
   /* a segment or two more or less kept warm (its memfd), not one a generation */
   CHECK(fds1 <= fds0 + 2);
   CHECK_OBJECTS(objects0);
@@ -1007,7 +1000,7 @@ static void *wait_released_thread(void *arg)
 {
   struct released_waiter *rw = arg;
   rw->result = gpushm_weights_wait_released(rw->w, rw->generation, 10000);
-  rw->woke_ms = now_ms();
+  rw->woke_ms = test_clock_ms();
   return NULL;
 }
 
@@ -1053,7 +1046,7 @@ static void test_recycle(void)
   r[2] = open_recycled(reader, "recycled", 2, &opens);
   CHECK(opens == 1);
   usleep(50000);
-  closed = now_ms();
+  closed = test_clock_ms();
   CHECK_OK(gpushm_weights_close(r[1]));
   CHECK(pthread_join(th, NULL) == 0);
   CHECK_OK(rw.result);

@@ -35,13 +35,6 @@ static uint64_t next(void)
   return rng;
 }
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* ---- bytes by hand --------------------------------------------------------------- */
 
 struct bytes {
@@ -974,9 +967,9 @@ static uint64_t many_sizes[MANY_BUFFERS];
 
 static double timed_decode(const struct manifest_writer *w, struct manifest *m)
 {
-  double start = now_ms();
+  double start = test_clock_ms();
   decode_ok(w->data, w->len, many_sizes, MANY_BUFFERS, m);
-  return now_ms() - start;
+  return test_clock_ms() - start;
 }
 
 static void test_100k(void)
@@ -990,19 +983,19 @@ static void test_100k(void)
   write_model(&w, N);
   ms = timed_decode(&w, &m);
   CHECK(m.n_tensors == N);
-  find_ms = now_ms();
+  find_ms = test_clock_ms();
   for (size_t i = 0; i < N; i++) {
     size_t len = model_name(name, sizeof name, i);
     CHECK(manifest_find(&m, name, len) == (long)i);
     CHECK(manifest_find(&m, name, len - 1) == -1); /* "...weigh" */
   }
-  find_ms = now_ms() - find_ms;
+  find_ms = test_clock_ms() - find_ms;
   CHECK(manifest_find(&m, "model.layers.99999999.mlp.up_proj.weight", 40) == -1);
   CHECK(manifest_find(&m, "", 0) == -1);
   CHECK(strcmp(m.tensors[12350].name, "model.layers.1543.mlp.down_proj.weight") == 0);
-  overlaps_ms = now_ms();
+  overlaps_ms = test_clock_ms();
   CHECK(manifest_check_overlaps(&m, err, sizeof err) == 0);
-  overlaps_ms = now_ms() - overlaps_ms;
+  overlaps_ms = test_clock_ms() - overlaps_ms;
   test_log("decode of %d tensors (%.1f MB): %.2f ms; %d finds twice: %.2f ms; "
            "overlap check: %.2f ms", N, (double)w.len / 1e6, ms, N, find_ms, overlaps_ms);
   manifest_free(&m);
