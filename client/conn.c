@@ -643,7 +643,8 @@ static int call_locked(gpushm_t *conn, Gpushm__Request *req, int send_fd, Gpushm
   /* An open that waits for its name is answered after the wait: the timeout runs from
    * there. */
   if (req->body_case == GPUSHM__REQUEST__BODY_OPEN && req->open->wait_ms && conn->timeout_ms > 0) {
-    apply_timeout(conn->fd, conn->timeout_ms + (int)req->open->wait_ms);
+    int64_t ms = (int64_t)conn->timeout_ms + req->open->wait_ms; /* (no int overflow) */
+    apply_timeout(conn->fd, ms > INT_MAX ? INT_MAX : (int)ms);
     r = receive_locked(conn, req->request_id, sent, out, fds, alloc, unpack, NULL);
     apply_timeout(conn->fd, conn->timeout_ms);
     return r;

@@ -46,13 +46,49 @@ static int cmd_ping(struct ctl *ctl, int argc, char **argv)
   return 0;
 }
 
+/* What an object of kind is, for a sentence ("NAME (id 7, a ring) is there"). */
+static const char *kind_noun(gpushm_kind_t kind)
+{
+  switch (kind) {
+  case GPUSHM_KIND_EVENT: return "an event";
+  case GPUSHM_KIND_TIMELINE: return "a timeline";
+  case GPUSHM_KIND_RING: return "a ring";
+  case GPUSHM_KIND_WEIGHTS: return "a weight set";
+  case GPUSHM_KIND_IMAGE: return "an image";
+  default: return "a buffer";
+  }
+}
+
+/* The kind of what name made visible to this user, where the wait's open (a buffer's)
+ * was refused for it being of another kind (GPUSHM_E_INVAL, only for an object the user
+ * may see: the list shows no more); 0 where the list has no such name. */
+static gpushm_kind_t made_as_another_kind(struct ctl *ctl, const char *name, uint64_t *id)
+{
+  gpushm_buffer_list_t *list;
+  const gpushm_buffer_info_t *b;
+  gpushm_kind_t kind = 0;
+
+  if (gpushm_list(ctl->conn, 0, &list) < 0)
+    return 0;
+  if ((b = find_listed(list, name, false, 0)) && gpushm_buffer_info_kind(b) != GPUSHM_KIND_BUFFER) {
+    kind = gpushm_buffer_info_kind(b);
+    *id = gpushm_buffer_info_id(b);
+  }
+  gpushm_buffer_list_free(list);
+  return kind;
+}
+
 /* Waits for NAME to be made (an open that gpushmd holds until then, unmapped: no GPU
- * driver needed here), then says so; with --timeout, gives up after that long. */
+ * driver needed here), then says so; with --timeout, gives up after that long.  The open
+ * is a buffer's, and a ring, timeline, weight set or event that NAME names ends it with
+ * GPUSHM_E_INVAL: then the list says what is there. */
 static int cmd_wait(struct ctl *ctl, int argc, char **argv)
 {
   gpushm_open_opts_t opts;
-  gpushm_buffer_t *b;
+  gpushm_buffer_t *b = NULL;
+  gpushm_kind_t kind = GPUSHM_KIND_BUFFER;
   struct timespec a, c;
+  uint64_t id;
   int r;
 
   (void)argc;
@@ -61,12 +97,21 @@ static int cmd_wait(struct ctl *ctl, int argc, char **argv)
   opts.map_device = GPUSHM_DEVICE_NONE;
   opts.wait_ms = ctl->wait_ms;
   clock_gettime(CLOCK_MONOTONIC, &a);
-  if ((r = gpushm_buffer_open_ex(ctl->conn, argv[0], 0, &opts, &b)) < 0)
-    return ctl_fail("wait", r);
+  if ((r = gpushm_buffer_open_ex(ctl->conn, argv[0], 0, &opts, &b)) < 0) {
+    char why[1024], line[1100];
+    snprintf(why, sizeof why, "%s", gpushm_last_error_message());
+    if (r != GPUSHM_E_INVAL || !(kind = made_as_another_kind(ctl, argv[0], &id))) {
+      fprintf(stderr, "gpushmctl: wait: %s\n", text(ctl_error_text(r, why, line, sizeof line), 0));
+      return EXIT_FAILED;
+    }
+  } else {
+    id = gpushm_buffer_id(b);
+    kind = gpushm_buffer_kind(b);
+    gpushm_buffer_close(b);
+  }
   clock_gettime(CLOCK_MONOTONIC, &c);
-  printf("%s (id %" PRIu64 ") is there, after %.3f s\n", text(argv[0], 0),
-         gpushm_buffer_id(b), (double)(c.tv_sec - a.tv_sec) + (c.tv_nsec - a.tv_nsec) / 1e9);
-  gpushm_buffer_close(b);
+  printf("%s (id %" PRIu64 ", %s) is there, after %.3f s\n", text(argv[0], 0), id, kind_noun(kind),
+         (double)(c.tv_sec - a.tv_sec) + (c.tv_nsec - a.tv_nsec) / 1e9);
   return 0;
 }
 
@@ -424,7 +469,7 @@ static int run_command(struct ctl *ctl, const struct cmd_entry *cmd, int n_opts,
       name = "group";
       if (g)
         ctl->group = g->gr_gid;
-      else if (*optarg && !*end && gid < UINT32_MAX)
+      else if (isdigit((unsigned char)*optarg) && !*end && gid < UINT32_MAX) /* (not "-1") */
         ctl->group = (int64_t)gid;
       else {
         fprintf(stderr, "gpushmctl: no group '%s' here (a group name or gid)\n", optarg);

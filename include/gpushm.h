@@ -224,10 +224,12 @@ typedef struct gpushm_open_opts {
    * Ignored for host buffers. */
   int32_t map_device;
   /* Since 0.8 (GPUSHM_FEATURE_OPEN_WAIT; GPUSHM_E_UNSUPPORTED from an older gpushmd):
-   * an open by name that finds nothing this process may open by that name waits up to
+   * an open by name that finds nothing this process may see by that name waits up to
    * wait_ms milliseconds for it to be made (at most GPUSHM_LIMIT_OPEN_WAIT_MS, an hour;
    * GPUSHM_TIMEOUT_INFINITE or another negative value: for ever), then fails with
-   * GPUSHM_E_NOENT.  gpushmd counts such a wait, and one that ends without the name,
+   * GPUSHM_E_NOENT.  What it may see but not open as asked ends the wait as it fails a
+   * plain open: GPUSHM_E_PERM where its mode denies the access, GPUSHM_E_INVAL where it
+   * is another kind (a ring, a timeline, an event, a weight set).  gpushmd counts such a wait, and one that ends without the name,
    * apart from failed requests (gpushm_open_waits_total, _timeouts_total).  The
    * connection's other requests wait behind it; its timeout starts after the wait. */
   int32_t wait_ms;

@@ -294,7 +294,9 @@ def open(name: str, *, dtype: Any = None, shape: Optional[Union[int, Sequence[in
     buffers of C producers without a manifest).  A buffer with neither opens as its bytes
     (uint8).  ``device``: the CUDA device whose streams will use it (its map device).
     ``wait``: seconds to wait for a name not there yet to be made (math.inf: for ever),
-    then NotFound; gpushmd counts such waits apart from failed opens."""
+    then NotFound; gpushmd counts such waits apart from failed opens.  Other calls on the
+    same connection (other threads' too) wait behind it: give a waiting thread a
+    Connection of its own (``conn=``)."""
     c = conn if conn is not None else default_connection()
     map_device = None
     if device is not None:

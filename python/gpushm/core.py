@@ -289,14 +289,20 @@ _CREATE_OPTS_MAX = 64
 
 
 def _group_id(group: Optional[Union[int, str]]) -> Optional[int]:
-    """A group name or id as the gid a create names (None: the creator's primary)."""
+    """A group name or id as the gid a create names (None: the creator's primary).  A
+    string of digits that names no group is a gid, as gpushmctl --group and chgrp take
+    it; True and False are no gids (group=False would have been group 0)."""
     if group is None:
         return None
+    if isinstance(group, bool):
+        raise TypeError(f"group={group!r}: a group name or gid")
     if isinstance(group, str):
         import grp
         try:
             return grp.getgrnam(group).gr_gid
         except KeyError:
+            if group.isascii() and group.isdigit() and int(group) < 2**32 - 1:
+                return int(group)
             raise make_error(CODES["INVAL"], f"no group named {group!r} here",
                              "create", strerror(CODES["INVAL"])) from None
     return non_negative(group, "group")
@@ -614,7 +620,8 @@ class Connection(_Handle):
              map_device: Optional[int] = None, wait: Optional[float] = None) -> "Buffer":
         """Opens a buffer by name (str) or id (int) (gpushm_buffer_open).  ``wait``:
         seconds gpushmd waits for a name that is not there (yet) to be made before the
-        open raises NotFound (``math.inf``: for ever; gpushm_open_opts_t.wait_ms)."""
+        open raises NotFound (``math.inf``: for ever; gpushm_open_opts_t.wait_ms).  This
+        connection's other calls wait behind it."""
         cap, c = self._live()
         if wait is not None:
             return self._open_waiting(c, name, readonly, map_device, wait)

@@ -249,6 +249,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && getent group nogroup >
     while read -r lib; do cp -L "$lib" "$dir/"; done
   chmod 644 "$dir"/lib*.so*
   as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env LD_LIBRARY_PATH="$dir" "$dir/gpushmctl" "$@"; }
+  nobody_ok=1
   expect 0 "$ctl" create public 1 --mode 0644
   expect 1 as_nobody list --all; contains "needs root or the admin group"
   expect 0 as_nobody list; contains "public"
@@ -333,7 +334,33 @@ expect 1 "$ctl" wait waited --timeout 0.2; contains "no buffer named 'waited' wa
 maker=$!
 expect 0 "$ctl" wait waited --timeout 30; contains "waited (id "; contains ") is there, after 0."
 wait "$maker"
-expect 0 "$ctl" wait waited --timeout 0; contains "is there, after 0.0"
+expect 0 "$ctl" wait waited --timeout 0; contains "is there, after 0.0"; contains ", a buffer)"
 expect 0 "$ctl" unlink waited
+# a ring or a timeline made under the name ends the wait too (the wait's open is a
+# buffer's, which they refuse: the list then says what is there); one that uid 65534 may
+# not see does not, and its kind is not named
+py() { GPUSHM_LIBRARY="$b/client/.libs/libgpushm.so.1" PYTHONPATH="$src/python" python3 -c "$@"; }
+if py 'import gpushm' 2> "$dir/py.err"; then
+  ( sleep 0.3
+    py 'import gpushm; gpushm.Connection().create_ring("waitring", 2, 4096, backend="host").close()'
+  ) &
+  maker=$!
+  expect 0 "$ctl" wait waitring --timeout 30
+  contains "waitring (id "; contains ", a ring) is there, after 0."
+  wait "$maker"
+  py 'import gpushm; gpushm.Connection().create_timeline("waittl").close()'
+  expect 0 "$ctl" wait waittl --timeout 0; contains "waittl (id "; contains ", a timeline) is there"
+  if [ "${nobody_ok:-0}" = 1 ]; then
+    expect 1 as_nobody wait waittl --timeout 0.2
+    contains "no buffer named 'waittl' was made within 200 ms"
+    case "$out" in *timeline*) fail "uid 65534 is told of root's 0600 timeline: $out" ;; esac
+  fi
+else
+  echo "# no ring or timeline made (the Python package: $(cat "$dir/py.err")):" \
+    "waits for them untested"
+fi
+# --group takes a group name or a gid, not a negative number that strtoul would wrap
+expect 2 "$ctl" create negwrap 4096 --group -18446744073709551615
+contains "no group '-18446744073709551615'"
 stop_daemon
 echo "gpushmctl tests passed"

@@ -9,6 +9,8 @@
 #include "gpushm_limits.h"
 #include "harness.h"
 
+#include <limits.h>
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -225,6 +227,21 @@ static void test_for_ever(gpushm_t *conn)
   CHECK_OK(gpushm_buffer_close_unlink(b));
 }
 
+/* The longest request timeout a connection takes, and a wait on top: the reply's deadline
+ * is their sum, which an int does not hold (UBSan's build fails a test that overflows). */
+static void test_wait_past_a_long_timeout(void)
+{
+  gpushm_t *conn = daemon_connect(&d);
+  uint64_t start = test_now_ms();
+  gpushm_buffer_t *b;
+
+  CHECK_OK(gpushm_set_timeout(conn, INT_MAX - 100));
+  CHECK_ERR(open_waiting(conn, "wait-long-timeout", 200, &b), GPUSHM_E_NOENT);
+  CHECK(test_now_ms() - start >= 190 && test_now_ms() - start < 3000);
+  CHECK_OK(gpushm_ping(conn)); /* the connection's own timeout back in place */
+  gpushm_disconnect(conn);
+}
+
 int main(void)
 {
   gpushm_t *conn;
@@ -241,6 +258,7 @@ int main(void)
   test_limits(conn);
   test_waiter_killed();
   test_for_ever(conn);
+  test_wait_past_a_long_timeout();
   gpushm_disconnect(conn);
   daemon_stop(&d);
   return 0;

@@ -19,7 +19,7 @@ def owner_gid(conn, name):
 
 
 @needs_root
-@pytest.mark.parametrize("group", [65534, "nogroup"])
+@pytest.mark.parametrize("group", [65534, "nogroup", "65534"])
 def test_named_group(conn, name, group):
     conn.create(name, 64, mode=0o640, group=group).close()
     assert owner_gid(conn, name) == 65534
@@ -33,6 +33,15 @@ def test_no_such_group(conn, name):
         conn.create(name, 64, group="no-such-group")
     with pytest.raises(ValueError):
         conn.create(name, 64, group=-2)
+    # a gid by its digits, as gpushmctl --group takes it; not a sign, nor one past gid_t
+    for bad in ("-2", "+0", " 0", "4294967295"):
+        with pytest.raises(gpushm.InvalidArgument, match="no group named"):
+            conn.create(name, 64, group=bad)
+    # False and True are no gids: group=False was group 0
+    for bad in (False, True):
+        with pytest.raises(TypeError, match="a group name or gid"):
+            conn.create(name, 64, group=bad)
+    assert all(b.name != name for b in conn.list())
 
 
 @needs_root
