@@ -271,6 +271,20 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
   observe(counters, slot, since_ns);
 }
 
+/* What a wait that ran out answers: to one who may not see every buffer, in the words of
+ * a plain open's NOENT (family_core.c), which are the same whether a name it may not
+ * see was made meanwhile or not. */
+static void wait_expired_text(const struct session *s, const char *name, uint32_t wait_ms,
+                              char *buf, size_t len)
+{
+  if (s->client.uid != 0 && !s->client.admin)
+    snprintf(buf, len, "no buffer named '%s' that uid %u may open was made within %u ms (one "
+             "whose owner and mode keep it from uid %u is not shown either)", name,
+             (unsigned)s->client.uid, wait_ms, (unsigned)s->client.uid);
+  else
+    snprintf(buf, len, "no buffer named '%s' was made within %u ms", name, wait_ms);
+}
+
 /* Parks req until it can run (device warm: the server calls session_resume; its turn
  * in the costly share: session_costly_turn); this client's later requests wait in its
  * socket meanwhile, so replies keep their order.  Returns false if it could not be
@@ -378,8 +392,8 @@ static bool run_request(struct session *s, Gpushm__Request *req, bool again, uin
     if (again) { /* run again as its wait ran out: answered as the wait's end */
       s->env->counters->open_wait_timeouts++;
       s->wait_expired = true;
-      snprintf(reply->msg, sizeof reply->msg, "no buffer named '%s' was made within %u ms",
-               req->open->name, req->open->wait_ms);
+      wait_expired_text(s, req->open->name, req->open->wait_ms, reply->msg,
+                        sizeof reply->msg);
     }
   }
   if (status == PROTO_E_PROTO) {
@@ -462,12 +476,11 @@ void session_name_made(struct name_wait *w)
 void session_name_expired(struct name_wait *w)
 {
   struct session *s = list_entry(w, struct session, name_wait);
-  char why[GPUSHM_LIMIT_NAME_LEN + 96];
+  char why[GPUSHM_LIMIT_NAME_LEN + 192];
 
   if (!s->parked)
     return;
-  snprintf(why, sizeof why, "no buffer named '%s' was made within %u ms", w->name,
-           s->parked->open->wait_ms);
+  wait_expired_text(s, w->name, s->parked->open->wait_ms, why, sizeof why);
   s->env->counters->open_wait_timeouts++;
   s->wait_expired = true;
   session_resume(s, PROTO_E_NOENT, why);
