@@ -61,20 +61,26 @@ static const char *kind_noun(gpushm_kind_t kind)
 
 /* The kind of what name made visible to this user, where the wait's open (a buffer's)
  * was refused for it being of another kind (GPUSHM_E_INVAL, only for an object the user
- * may see: the list shows no more); 0 where the list has no such name. */
+ * may see, or any for an admin: the lists show no more); 0 where neither list has such a
+ * name, linked, and of a kind a buffer's open refuses. */
 static gpushm_kind_t made_as_another_kind(struct ctl *ctl, const char *name, uint64_t *id)
 {
-  gpushm_buffer_list_t *list;
-  const gpushm_buffer_info_t *b;
   gpushm_kind_t kind = 0;
 
-  if (gpushm_list(ctl->conn, 0, &list) < 0)
-    return 0;
-  if ((b = find_listed(list, name, false, 0)) && gpushm_buffer_info_kind(b) != GPUSHM_KIND_BUFFER) {
-    kind = gpushm_buffer_info_kind(b);
-    *id = gpushm_buffer_info_id(b);
+  for (unsigned flags = 0; !kind && flags <= GPUSHM_LIST_ALL; flags += GPUSHM_LIST_ALL) {
+    gpushm_buffer_list_t *list;
+    const gpushm_buffer_info_t *b;
+
+    if (gpushm_list(ctl->conn, flags, &list) < 0)
+      break; /* (every user's: root and the admin group only) */
+    if ((b = find_listed(list, name, false, 0)) && gpushm_buffer_info_linked(b) &&
+        gpushm_buffer_info_kind(b) != GPUSHM_KIND_BUFFER &&
+        gpushm_buffer_info_kind(b) != GPUSHM_KIND_IMAGE) {
+      kind = gpushm_buffer_info_kind(b);
+      *id = gpushm_buffer_info_id(b);
+    }
+    gpushm_buffer_list_free(list);
   }
-  gpushm_buffer_list_free(list);
   return kind;
 }
 
@@ -88,7 +94,7 @@ static int cmd_wait(struct ctl *ctl, int argc, char **argv)
   gpushm_buffer_t *b = NULL;
   gpushm_kind_t kind = GPUSHM_KIND_BUFFER;
   struct timespec a, c;
-  uint64_t id;
+  uint64_t id = 0;
   int r;
 
   (void)argc;

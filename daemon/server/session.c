@@ -273,14 +273,15 @@ static void finish(struct session *s, const Gpushm__Request *req, int status,
 
 /* What a wait that ran out answers: to one who may not see every buffer, in the words of
  * a plain open's NOENT (family_core.c), which are the same whether a name it may not
- * see was made meanwhile or not. */
+ * see was made meanwhile or not; short enough for a reply's message with the longest
+ * name. */
 static void wait_expired_text(const struct session *s, const char *name, uint32_t wait_ms,
                               char *buf, size_t len)
 {
   if (s->client.uid != 0 && !s->client.admin)
-    snprintf(buf, len, "no buffer named '%s' that uid %u may open was made within %u ms (one "
-             "whose owner and mode keep it from uid %u is not shown either)", name,
-             (unsigned)s->client.uid, wait_ms, (unsigned)s->client.uid);
+    snprintf(buf, len, "no buffer named '%s' that uid %u may open was made within %u ms "
+             "(one it may not open is not shown either)", name, (unsigned)s->client.uid,
+             wait_ms);
   else
     snprintf(buf, len, "no buffer named '%s' was made within %u ms", name, wait_ms);
 }
@@ -476,7 +477,7 @@ void session_name_made(struct name_wait *w)
 void session_name_expired(struct name_wait *w)
 {
   struct session *s = list_entry(w, struct session, name_wait);
-  char why[GPUSHM_LIMIT_NAME_LEN + 192];
+  char why[sizeof ((struct handler_reply *)0)->msg];
 
   if (!s->parked)
     return;

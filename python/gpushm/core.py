@@ -301,7 +301,8 @@ def _group_id(group: Optional[Union[int, str]]) -> Optional[int]:
         try:
             return grp.getgrnam(group).gr_gid
         except KeyError:
-            if group.isascii() and group.isdigit() and int(group) < 2**32 - 1:
+            digits = group.isascii() and group.isdigit() and len(group) <= 10
+            if digits and int(group) < 2**32 - 1:
                 return int(group)
             raise make_error(CODES["INVAL"], f"no group named {group!r} here",
                              "create", strerror(CODES["INVAL"])) from None
