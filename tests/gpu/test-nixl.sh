@@ -11,14 +11,8 @@ b=${GPUSHM_TEST_BUILDDIR:?}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-py=
-for candidate in ${GPUSHM_TEST_PYTHON:-} python3 /usr/bin/python3; do
-  command -v "$candidate" >/dev/null 2>&1 || continue
-  if "$candidate" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    py=$(command -v "$candidate"); break
-  fi
-done
-[ -n "$py" ] || fail "no Python here imports torch with CUDA (set GPUSHM_TEST_PYTHON)"
+. "$src/tests/gpu/find-python.sh"
+find_gpu_python "torch"
 export PYTHONPATH="${GPUSHM_TEST_NIXL_PATH:+$GPUSHM_TEST_NIXL_PATH:}$src/python"
 if ! nixl=$("$py" -c 'import nixl_cu13 as n; print(n.__file__)' 2>&1); then
   echo "NIXL is not importable here (pip install nixl-cu13, or GPUSHM_TEST_NIXL_PATH): $nixl" | tail -n 1

@@ -24,14 +24,8 @@ b=${GPUSHM_TEST_BUILDDIR:?}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }  # stderr: also from inside $(...)
 
-py=
-for candidate in ${GPUSHM_TEST_PYTHON:-} python3 /usr/bin/python3; do
-  command -v "$candidate" >/dev/null 2>&1 || continue
-  if "$candidate" -c 'import torch, cupy; assert torch.cuda.is_available()' 2>/dev/null; then
-    py=$(command -v "$candidate"); break
-  fi
-done
-[ -n "$py" ] || fail "no Python here imports torch and cupy with CUDA (set GPUSHM_TEST_PYTHON)"
+. "$src/tests/gpu/find-python.sh"
+find_gpu_python "torch, cupy"
 echo "# python: $py, $("$py" -c 'import sys, torch, cupy; print(sys.version.split()[0], "torch", torch.__version__, "cupy", cupy.__version__)')"
 
 dir=$(mktemp -d /tmp/gpushm-pygpu.XXXXXX)
