@@ -203,7 +203,7 @@ static int read_table(const struct sync_control *ctl, uint64_t ids[], uint32_t *
                           "of a change (another producer scribbled on it?)");
     g = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE);
     if (g & 1u) {
-      cpu_relax();
+      spin_wait_step((unsigned)tries);
       continue;
     }
     n = __atomic_load_n(&t->consumers, __ATOMIC_RELAXED);

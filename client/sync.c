@@ -433,7 +433,7 @@ int gpushm_buffer_acquire(gpushm_buffer_t *handle, void *stream, uint64_t seq, i
     struct timespec ts;
 
     if (spins < ACQUIRE_SPINS) {
-      cpu_relax();
+      spin_wait_step(spins);
       continue;
     }
     now = client_sync_now_ns();
@@ -514,7 +514,7 @@ int client_sync_wait_published(struct client_mapping *buf, uint64_t value, bool 
                           sync_promise_covering(ctl, value, last, 0)))
       return 0;
     if (spins < ACQUIRE_SPINS) {
-      cpu_relax();
+      spin_wait_step(spins);
       continue;
     }
     now = client_sync_now_ns();

@@ -7,6 +7,8 @@
 #include "buffer.h"
 #include "device.h"
 
+#include <sched.h>
+
 /* Queues (or makes) the completion marker of value v behind s's work (s NULL: the
  * CPU's, done now); 0 or a GPUSHM_E_*. */
 typedef int (*client_sync_mark_fn)(struct client_mapping *buf, const struct client_stream *s,
@@ -43,6 +45,25 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
   __asm__ volatile("yield");
 #endif
+}
+
+/* A waiter spins before it sleeps: a signaller on another CPU answers within a
+ * microsecond or two, sooner than a futex wake-up. A signaller waiting for this CPU
+ * cannot answer while it spins, though: with a ring's producer and consumer on one CPU,
+ * each wait spun its whole 50 us away (57-60 us a 4 KiB frame, 9-14 socket round trips,
+ * on the 2-core CI machine: bench-handoff-host's ring line). So every
+ * SPIN_YIELD_EVERY-th step yields: a signaller runnable here gets the CPU (1.3 round
+ * trips a frame since), and with nobody else runnable here the yield returns at once.
+ * Not sooner than 64: yielding every 32 steps cost a cross-CPU ring 12% a frame.
+ * step counts from 0 in each wait. */
+#define SPIN_YIELD_EVERY 64u
+
+static inline void spin_wait_step(unsigned step)
+{
+  if (step % SPIN_YIELD_EVERY == SPIN_YIELD_EVERY - 1)
+    sched_yield();
+  else
+    cpu_relax();
 }
 
 #endif

@@ -148,7 +148,7 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
   struct sync_control *ctl = buf->control;
   uint64_t start = client_sync_now_ns(), slice = FENCE_SLICE_MIN_NS;
 
-  for (;;) {
+  for (unsigned spins = 0;; spins++) {
     uint32_t w = __atomic_load_n(&ctl->wake, __ATOMIC_SEQ_CST);
     uint64_t last = __atomic_load_n(&ctl->release_seq, __ATOMIC_SEQ_CST), now, nap;
 
@@ -166,7 +166,7 @@ static int wait_fence_on_cpu(struct client_mapping *buf, uint64_t value, int tim
                           (unsigned long long)__atomic_load_n(&ctl->fence, __ATOMIC_ACQUIRE));
     }
     if (now - start < FENCE_SPIN_NS) {
-      cpu_relax();
+      spin_wait_step(spins);
       continue;
     }
     nap = slice;

@@ -12,6 +12,9 @@
  * closes it.  So the floor is three round trips' worth of messages: the producer's
  * create, the consumer's open, and the hand-over itself.
  *
+ * Beside them, the same 4 KiB through a frame ring (docs/rings.md), where nothing is
+ * created or opened per frame: the floor under the fresh hand-off.
+ *
  * Prints one line per figure and "met" / "NOT met" against the targets (issue 41):
  * C <= 3 x the round trip, Python <= 2 x C.  Exits non-zero only when a hand-off fails
  * or reads the wrong word.  Not part of `make check`.
@@ -311,6 +314,70 @@ static double round_trip_us(int sock, unsigned rounds)
   return m;
 }
 
+/* The same 4 KiB from a producer to a consumer through a frame ring of `slots` slots of
+ * host memory (docs/rings.md): memory both map already, no request to gpushmd per
+ * frame, each side waiting for the other in the ring's timelines.  What a stream of
+ * hand-offs costs once nothing is created or opened per frame: the floor the fresh
+ * hand-off's create and open stand above.  Returns microseconds per frame. */
+static double ring_frames(uint32_t slots, unsigned frames)
+{
+  char name[64];
+  gpushm_t *conn;
+  gpushm_ring_t *ring;
+  gpushm_create_opts_t opts;
+  double t0, per;
+  int ready[2];
+  pid_t pid;
+
+  snprintf(name, sizeof name, "handoff-ring-%u", slots);
+  gpushm_create_opts_init(&opts);
+  opts.backend = GPUSHM_BACKEND_HOST;
+  CHECK_OK(gpushm_connect(NULL, "handoff-ring-producer", &conn));
+  CHECK_OK(gpushm_ring_create(conn, name, slots, HANDOFF_BYTES, &opts, &ring));
+  CHECK(pipe(ready) == 0);
+  fflush(stdout);
+  CHECK((pid = fork()) >= 0);
+  if (pid == 0) {
+    gpushm_t *c;
+    gpushm_ring_t *r;
+
+    close(ready[0]);
+    CHECK_OK(gpushm_connect(NULL, "handoff-ring-consumer", &c));
+    CHECK_OK(gpushm_ring_open(c, name, 0, &r));
+    CHECK(write(ready[1], "", 1) == 1); /* attached: every frame from here on is its */
+    for (unsigned i = 0; i < frames + WARMUP; i++) {
+      gpushm_ring_frame_t f;
+      CHECK_OK(gpushm_ring_acquire_frame(r, 0, 10000, &f));
+      CHECK(*(volatile const uint32_t *)gpushm_ring_slot_ptr(r, f.slot) == (uint32_t)f.frame);
+      CHECK_OK(gpushm_ring_release(r, &f));
+    }
+    CHECK_OK(gpushm_ring_close(r));
+    gpushm_disconnect(c);
+    _exit(0);
+  }
+  close(ready[1]);
+  CHECK(read(ready[0], &(char){ 0 }, 1) == 1);
+  close(ready[0]);
+  t0 = now_us();
+  for (unsigned i = 0; i < frames + WARMUP; i++) {
+    gpushm_ring_frame_t f;
+    uint32_t *words;
+
+    if (i == WARMUP)
+      t0 = now_us();
+    CHECK_OK(gpushm_ring_acquire_slot(ring, 10000, &f));
+    words = gpushm_ring_slot_ptr(ring, f.slot);
+    for (unsigned w = 0; w < HANDOFF_BYTES / sizeof *words; w++)
+      words[w] = (uint32_t)f.frame;
+    CHECK_OK(gpushm_ring_present(ring, &f));
+  }
+  check_child(pid); /* (it has taken every frame) */
+  per = (now_us() - t0) / frames;
+  CHECK_OK(gpushm_ring_close_unlink(ring));
+  gpushm_disconnect(conn);
+  return per;
+}
+
 /* $PYTHON, else Debian's python3 (where scripts/setup-debian put NumPy, as the tests
  * look for it), else python3. */
 static const char *python_interpreter(void)
@@ -524,6 +591,14 @@ int main(int argc, char **argv)
   printf("bench-handoff-host: [10] the same, %u in flight, pipelined (creates and opens started "
          "ahead): %.1f us per hand-off | not pipelined %.1f us | ratio %.2f\n", DEPTH, piped,
          inflight, piped / inflight);
+  {
+    /* after the socketpair's consumer is gone: this CPU's only other process now */
+    double ring2 = ring_frames(2, rounds), ring_deep = ring_frames(DEPTH, rounds);
+    printf("bench-handoff-host: [10] the same 4 KiB through a frame ring (no create or open "
+           "per frame): %.1f us a frame with 2 slots, %.1f us with %u | ratio to the round "
+           "trip %.2f, %.2f (no target: the floor under the fresh hand-off)\n", ring2,
+           ring_deep, DEPTH, ring2 / rtt, ring_deep / rtt);
+  }
   if (!python) {
     printf("bench-handoff-host: [10] through Python: skipped: --no-python\n");
   } else if (!python_figures(&d, rounds, "package", &py_serial, &py_inflight, py_cpu,
