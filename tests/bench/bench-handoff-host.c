@@ -592,7 +592,8 @@ int main(int argc, char **argv)
          "ahead): %.1f us per hand-off | not pipelined %.1f us | ratio %.2f\n", DEPTH, piped,
          inflight, piped / inflight);
   {
-    /* after the socketpair's consumer is gone: this CPU's only other process now */
+    /* the socketpair's consumer is gone: the ring's two ends and an idle gpushmd share
+     * the CPU */
     double ring2 = ring_frames(2, rounds), ring_deep = ring_frames(DEPTH, rounds);
     printf("bench-handoff-host: [10] the same 4 KiB through a frame ring (no create or open "
            "per frame): %.1f us a frame with 2 slots, %.1f us with %u | ratio to the round "
