@@ -327,6 +327,10 @@ static int handle_unlink(struct handler_call *call, const Gpushm__Request *req, 
     /* The name of a buffer the client holds, which someone may have unlinked and
      * created again since: only while it still names that buffer. */
     const struct reg_object *b = registry_find_id(call->reg, u->id);
+    /* The reason quotes the name and a failed one-way unlink is logged with it: only a
+     * valid name may be quoted (any other bytes would reach the log unchecked). */
+    if (!wire_name_valid(u->name))
+      return reply_fail(ctx, PROTO_E_NAME, "invalid name");
     if (!b || !b->linked || strcmp(b->name, u->name) != 0) {
       snprintf(ctx->msg, sizeof ctx->msg, "'%s' does not name buffer %llu (any more)", u->name,
                (unsigned long long)u->id);

@@ -183,6 +183,7 @@ int main(void)
   unsigned fatal = 0;
   int fd, pipefd[2];
 
+  d.log_path = test_log_file("malformed");
   daemon_start(&d, "--max-queued-replies", "8", NULL);
   good = daemon_connect(&d);
   CHECK_OK(gpushm_buffer_create(good, "kept", 4096, NULL, &kept));
@@ -358,6 +359,28 @@ int main(void)
     r = hello_with(fd, GPUSHM_PROTOCOL_VERSION, "trainer-\xc3\xbc"); /* UTF-8 is fine */
     CHECK(r->status == 0);
     gpushm__reply__free_unpacked(r, NULL);
+    close(fd);
+  }
+
+  /* A one-way unlink's failure is logged with its reason, which may quote the name it
+   * was sent: C1 controls (U+009B is CSI), bidi overrides and ill-formed UTF-8 there
+   * must not reach the log an admin reads in a terminal. */
+  fd = raw_hello();
+  {
+    Gpushm__Request req = GPUSHM__REQUEST__INIT;
+    Gpushm__UnlinkRequest unlink = GPUSHM__UNLINK_REQUEST__INIT;
+    unlink.name = "\xc2\x9b" "2J\xe2\x80\xae" "evil\xff";
+    unlink.id = UINT64_MAX; /* names no buffer: refused, and the refusal logged */
+    req.request_id = 3;
+    req.oneway = true;
+    req.body_case = GPUSHM__REQUEST__BODY_UNLINK;
+    req.unlink = &unlink;
+    raw_send(fd, tx, encode(&req), NULL, 0);
+    raw_send(fd, tx, ping_frame(4), NULL, 0);
+    expect_status(fd, 4, GPUSHM_OK); /* answered after the unlink was handled */
+    CHECK(file_contains(d.log_path, "one-way unlink failed"));
+    CHECK(!file_contains(d.log_path, "\xc2\x9b") && !file_contains(d.log_path, "\xe2\x80\xae") &&
+          !file_contains(d.log_path, "\xff"));
     close(fd);
   }
 
