@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +56,63 @@ static bool stderr_is_journal(void)
   return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
+/* The length (2-4) of the well-formed UTF-8 character at p, its code point in *cp; 0 if
+ * the bytes there are not one (overlong, surrogate, past U+10FFFF, cut short). */
+static size_t utf8_char(const unsigned char *p, uint32_t *cp)
+{
+  size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+  uint32_t c;
+
+  if (len == 0 || p[0] > 0xf4)
+    return 0;
+  c = p[0] & (0x7fu >> len);
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) /* (a NUL ends the string here too) */
+      return 0;
+    c = c << 6 | (p[i] & 0x3fu);
+  }
+  if ((len == 2 && c < 0x80) || (len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
+      (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+    return 0;
+  *cp = c;
+  return len;
+}
+
+/* Characters a terminal acts on or that reorder or break what follows: C1 controls
+ * (U+009B is CSI), bidi embeddings, overrides, isolates and marks, line and paragraph
+ * separators. */
+static bool unsafe_char(uint32_t c)
+{
+  return (c >= 0x80 && c <= 0x9f) || c == 0x061c || c == 0x200e || c == 0x200f ||
+         (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+}
+
 /* Client names are checked at Hello, buffer names at create, but reasons may quote what
- * a client sent: a newline there would forge a second log line. */
+ * a client sent, and one check missed is enough: a newline there would forge a second
+ * log line, and control or bidi characters rewrite what an admin's terminal shows.  So
+ * the line is escaped here, whatever its callers checked: C0 and DEL, every byte that
+ * is not well-formed UTF-8, and the characters unsafe_char() names, as \xNN per byte;
+ * and the backslash, so that an escape in the log is always one of these. */
 static void write_stderr_line(const char *prefix, const char *text)
 {
   char out[4 * 1024 + 64];
   size_t n = 0;
 
-  for (const unsigned char *p = (const unsigned char *)text; *p && n < sizeof out - 5; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      n += (size_t)snprintf(out + n, sizeof out - n, "\\x%02x", *p);
-    else
-      out[n++] = (char)*p;
+  for (const unsigned char *p = (const unsigned char *)text; *p;) {
+    uint32_t c = 0;
+    size_t len = *p < 0x80 ? 1 : utf8_char(p, &c);
+    bool escape = len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f || *p == '\\')) ||
+                  (len > 1 && unsafe_char(c));
+    size_t take = len ? len : 1, room = escape ? 4 * take : take;
+
+    if (n + room >= sizeof out) /* cut between characters, never inside one */
+      break;
+    for (size_t i = 0; i < take; i++)
+      if (escape)
+        n += (size_t)snprintf(out + n, sizeof out - n, "\\x%02x", p[i]);
+      else
+        out[n++] = (char)p[i];
+    p += take;
   }
   out[n] = '\0';
   fprintf(stderr, "%s%s\n", prefix, out);
