@@ -90,12 +90,12 @@ static bool unsafe_char(uint32_t c)
 /* Client names are checked at Hello, buffer names at create, but reasons may quote what
  * a client sent, and one check missed is enough: a newline there would forge a second
  * log line, and control or bidi characters rewrite what an admin's terminal shows.  So
- * the line is escaped here, whatever its callers checked: C0 and DEL, every byte that
- * is not well-formed UTF-8, and the characters unsafe_char() names, as \xNN per byte;
- * and the backslash, so that an escape in the log is always one of these. */
-static void write_stderr_line(const char *prefix, const char *text)
+ * text is escaped here, whatever its callers checked: C0 and DEL, every byte that is
+ * not well-formed UTF-8, and the characters unsafe_char() names, as \xNN per byte;
+ * and the backslash, so that an escape in the log is always one of these.  Cut to fit
+ * size between characters, never inside one or inside an escape. */
+static void escape_text(const char *text, char *out, size_t size)
 {
-  char out[4 * 1024 + 64];
   size_t n = 0;
 
   for (const unsigned char *p = (const unsigned char *)text; *p;) {
@@ -105,16 +105,26 @@ static void write_stderr_line(const char *prefix, const char *text)
                   (len > 1 && unsafe_char(c));
     size_t take = len ? len : 1, room = escape ? 4 * take : take;
 
-    if (n + room >= sizeof out) /* cut between characters, never inside one */
+    if (n + room >= size)
       break;
     for (size_t i = 0; i < take; i++)
       if (escape)
-        n += (size_t)snprintf(out + n, sizeof out - n, "\\x%02x", p[i]);
+        n += (size_t)snprintf(out + n, size - n, "\\x%02x", p[i]);
       else
         out[n++] = (char)p[i];
     p += take;
   }
   out[n] = '\0';
+}
+
+/* A message (at most 1023 bytes) escaped whole: four bytes for each of its own. */
+#define ESCAPED_MAX (4 * 1024)
+
+static void write_stderr_line(const char *prefix, const char *text)
+{
+  char out[ESCAPED_MAX];
+
+  escape_text(text, out, sizeof out);
   fprintf(stderr, "%s%s\n", prefix, out);
 }
 
@@ -151,9 +161,12 @@ static int send_to_journal(const char *file, int line, const char *func, enum lo
 {
   struct journal_entry e;
   char code_file[300], code_line[32];
+  /* the text fields that may quote a client, escaped as the text log is */
+  char shown[sizeof e.text[0] - sizeof "GPUSHM_REASON="];
 
+  escape_text(message, shown, sizeof shown);
   e.n = 0;
-  add(&e, "MESSAGE=%s", message);
+  add(&e, "MESSAGE=%s", shown);
   add(&e, "PRIORITY=%d", level_priorities[level]);
   add(&e, "SYSLOG_IDENTIFIER=gpushmd");
   if (f && f->client) {
@@ -173,8 +186,10 @@ static int send_to_journal(const char *file, int line, const char *func, enum lo
     add(&e, "GPUSHM_BACKEND=%s", f->backend);
   if (f && f->has_device)
     add(&e, "GPUSHM_DEVICE=%d", f->device);
-  if (f && f->reason)
-    add(&e, "GPUSHM_REASON=%s", f->reason);
+  if (f && f->reason) {
+    escape_text(f->reason, shown, sizeof shown);
+    add(&e, "GPUSHM_REASON=%s", shown);
+  }
   if (f && f->cuda_error)
     add(&e, "GPUSHM_CUDA_ERROR=%s", f->cuda_error);
   if (f && f->suppressed)
