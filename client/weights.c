@@ -1100,35 +1100,102 @@ static int copy_span(uintptr_t dst, uintptr_t src, uint64_t len, const struct cl
   return client_cuda_copy((void *)dst, (const void *)src, len, s);
 }
 
+/* The copy being built: spans adjacent in both memories go as one. */
+struct copy_run {
+  uintptr_t dst, src;
+  uint64_t len;
+};
+
+/* len bytes from src to dst added to run, which is queued first where they do not
+ * follow it in both memories. */
+static int run_add(struct copy_run *run, uintptr_t dst, uintptr_t src, uint64_t len,
+                   const struct client_stream *s)
+{
+  int r;
+
+  if (run->len && run->src + run->len == src && run->dst + run->len == dst) {
+    run->len += len;
+    return 0;
+  }
+  if (run->len && (r = copy_span(run->dst, run->src, run->len, s)) < 0)
+    return r;
+  *run = (struct copy_run){ dst, src, len };
+  return 0;
+}
+
+/* Tensor i of w out of base to dst (where its element [0, ..., 0] goes).  Only its
+ * elements: the bytes between them at dst are the caller's (a fused weight's other
+ * parts), not the publisher's to write.  So its span goes whole only where its
+ * innermost dimensions (by stride) fill it; else one block of those that do for each
+ * index of the others. */
+static int copy_tensor(const gpushm_weights_t *w, size_t i, uintptr_t base, uintptr_t dst,
+                       struct copy_run *run, const struct client_stream *s)
+{
+  const struct manifest_tensor *t = &w->manifest->tensors[i];
+  const int64_t size = (int64_t)(t->dtype_bits / 8) * t->dtype_lanes;
+  uint32_t order[GPUSHM_LIMIT_TENSOR_NDIM], n = 0, inner = 0, k;
+  int64_t at[GPUSHM_LIMIT_TENSOR_NDIM] = { 0 }, reach = 0, low = 0, blocks = 1;
+  uint64_t first, end;
+
+  if (!manifest_tensor_span(t, &first, &end))
+    return 0;
+  /* dimensions of more than one element, by |stride| (decode kept every product of a
+   * stride and an extent inside the span: no overflow below) */
+  for (k = 0; k < t->ndim; k++) {
+    uint32_t j;
+    if (t->shape[k] < 2)
+      continue;
+    for (j = n++; j > 0 && llabs(t->strides[order[j - 1]]) > llabs(t->strides[k]); j--)
+      order[j] = order[j - 1];
+    order[j] = k;
+  }
+  /* each next one's stride no more than one past what those before reach: no gap */
+  for (; inner < n && llabs(t->strides[order[inner]]) <= reach + 1; inner++) {
+    reach += (t->shape[order[inner]] - 1) * llabs(t->strides[order[inner]]);
+    if (t->strides[order[inner]] < 0)
+      low += (t->shape[order[inner]] - 1) * t->strides[order[inner]];
+  }
+  if (inner == n)
+    return run_add(run, dst - (uintptr_t)(t->offset - first), base + (uintptr_t)first,
+                   end - first, s);
+  /* blocks that overlap (a stride of the outer dimensions repeating one of the inner
+   * ones) could outnumber the elements of its span many times over */
+  for (k = inner; k < n; k++)
+    if (__builtin_mul_overflow(blocks, t->shape[order[k]], &blocks))
+      blocks = INT64_MAX;
+  if (blocks > (int64_t)((end - first) / (uint64_t)size) / (reach + 1))
+    return client_error(GPUSHM_E_UNSUPPORTED, "tensor %zu \"%s\" of weight set '%s' has "
+                        "elements both apart and overlapping: copy it element by element",
+                        i, t->name, w->name);
+  for (;;) {
+    int64_t from = low; /* elements from [0, ..., 0] */
+    int r;
+    for (k = inner; k < n; k++)
+      from += at[k] * t->strides[order[k]];
+    if ((r = run_add(run, dst + (uintptr_t)(from * size),
+                     base + (uintptr_t)t->offset + (uintptr_t)(from * size),
+                     (uint64_t)(reach + 1) * (uint64_t)size, s)) < 0)
+      return r;
+    for (k = inner; k < n && ++at[k] == t->shape[order[k]]; k++)
+      at[k] = 0;
+    if (k == n)
+      return 0;
+  }
+}
+
 /* Buffer b's tensors that have a destination, copied out of base, neighbours merged. */
 static int copy_buffer(gpushm_weights_t *w, uint32_t b, uintptr_t base, void *const dst[],
                        const struct client_stream *s)
 {
-  uintptr_t run_dst = 0, run_src = 0;
-  uint64_t run_len = 0;
+  struct copy_run run = { 0, 0, 0 };
   int r;
 
   for (uint32_t k = w->copy_start[b]; k < w->copy_start[b + 1]; k++) {
-    const struct manifest_tensor *t = &w->manifest->tensors[w->copy_order[k]];
-    uint64_t first, end;
-    uintptr_t to, from;
-
-    if (!dst[w->copy_order[k]] || !manifest_tensor_span(t, &first, &end))
-      continue;
-    /* element [0, ..., 0] goes to dst: a negative stride's elements lie before it */
-    to = (uintptr_t)dst[w->copy_order[k]] - (uintptr_t)(t->offset - first);
-    from = base + (uintptr_t)first;
-    if (run_len && run_src + run_len == from && run_dst + run_len == to) {
-      run_len += end - first;
-      continue;
-    }
-    if (run_len && (r = copy_span(run_dst, run_src, run_len, s)) < 0)
+    const uint32_t i = w->copy_order[k];
+    if (dst[i] && (r = copy_tensor(w, i, base, (uintptr_t)dst[i], &run, s)) < 0)
       return r;
-    run_dst = to;
-    run_src = from;
-    run_len = end - first;
   }
-  return run_len ? copy_span(run_dst, run_src, run_len, s) : 0;
+  return run.len ? copy_span(run.dst, run.src, run.len, s) : 0;
 }
 
 int gpushm_weights_copy(gpushm_weights_t *w, void *const dst[], size_t n, void *stream)

@@ -22,7 +22,8 @@
  *  - lying manifests, published raw past the library: an element past its buffer, a
  *    misaligned one, a name twice, a buffer index past the generation's: published (the
  *    daemon never parses a manifest), refused at every open, naming the tensor; a memfd
- *    not sealed, and an fd that is no memfd, refused at publish;
+ *    not sealed, an fd that is no memfd, and a tensor count past
+ *    GPUSHM_LIMIT_WEIGHT_TENSORS, refused at publish;
  *  - limits: GPUSHM_LIMIT_WEIGHT_GENERATIONS generations alive, then a refusal; more
  *    than GPUSHM_LIMIT_WEIGHT_BUFFERS buffers; a manifest past
  *    GPUSHM_LIMIT_WEIGHT_MANIFEST bytes;
@@ -31,7 +32,8 @@
  *    it was; a session set's creator gone (after another connection published its
  *    second generation): the set's name goes, and a waiter for a newer generation hears
  *    so;
- *  - copies into the reader's own memory (gpushm_weights_copy()): see test_copy();
+ *  - copies into the reader's own memory (gpushm_weights_copy()): see test_copy() and
+ *    test_copy_strided();
  *  - 1,000 generations published, followed by a reader and dropped: gpushmd's objects
  *    back where they were, its fds within 2 (segments kept warm), its resident memory
  *    within 2 MiB (printed; not checked under ASan or valgrind, whose quarantines keep
@@ -608,6 +610,13 @@ static void test_lies(void)
     CHECK_ERR(gpushm_weights_open(reader, "lie-count", &w), GPUSHM_E_INVAL);
     CHECK(strstr(gpushm_last_error_message(), "lie-count") &&
           strstr(gpushm_last_error_message(), "declared 1000000 tensors, its manifest names 1"));
+    /* a count past the limit: gpushmd's own check, before it keeps anything */
+    fd = packed_manifest("t", 32, 4, 0, 0, false, true);
+    declared_tensors = GPUSHM_LIMIT_WEIGHT_TENSORS + 1;
+    CHECK(raw_publish(sock, "lie-too-many", &id, 1, fd, why, sizeof why) == -GPUSHM_E_LIMIT);
+    declared_tensors = 1;
+    close(fd);
+    CHECK(strstr(why, "GPUSHM_LIMIT_WEIGHT_TENSORS"));
   }
   /* manifests that could change, or are no memfd, or too large */
   fd = packed_manifest("t", 32, 4, 0, 0, false, false);
@@ -636,8 +645,9 @@ static void test_lies(void)
   test_log("weights: manifests that lie (an element past its buffer, misaligned, a name "
            "twice, a buffer not in the generation, a false tensor count) published raw and "
            "refused at open, naming the set and why; unsealed, non-memfd and oversized "
-           "manifests and more than %u "
-           "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_BUFFERS);
+           "manifests, more than %u tensors and more than %u "
+           "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_TENSORS,
+           GPUSHM_LIMIT_WEIGHT_BUFFERS);
 }
 
 static void test_generation_limit(void)
@@ -959,6 +969,84 @@ static void test_copy(void)
   gpushm_disconnect(writer);
 }
 
+/* gpushm_weights_copy() of tensors whose elements do not fill the bytes they span: a
+ * column of a matrix laid out backwards (stride -COLS), every other element of every other
+ * row (strides 2 * COLS, 2).  Only their elements are written: what lies between them in
+ * the destination (the engine's other data, a fused weight's other parts) stays.  One
+ * whose elements are both apart and repeated (strides 2, 2), which block by block would
+ * take more copies than its memory has elements, is refused. */
+static void test_copy_strided(void)
+{
+  const int64_t col_shape[1] = { ROWS }, col_strides[1] = { -COLS };
+  const int64_t sub_shape[2] = { ROWS / 2, COLS / 2 }, sub_strides[2] = { 2 * COLS, 2 };
+  const int64_t rep_shape[2] = { ROWS, ROWS }, rep_strides[2] = { 2, 2 };
+  const uint64_t matrix = ROWS * COLS * 4;
+  gpushm_t *writer = daemon_connect(&d), *reader = daemon_connect(&d);
+  gpushm_buffer_t *bufs[3] = {
+    create_host(writer, "strided-col", matrix, 0644, GPUSHM_LIFETIME_PERSISTENT),
+    create_host(writer, "strided-sub", matrix, 0644, GPUSHM_LIFETIME_PERSISTENT),
+    create_host(writer, "strided-rep", matrix, 0644, GPUSHM_LIFETIME_PERSISTENT),
+  };
+  uint32_t *col, *sub, index[3];
+  gpushm_weights_builder_t *b;
+  gpushm_tensor_desc_t desc;
+  gpushm_weights_t *w;
+  void *dst[3];
+
+  for (unsigned k = 0; k < 3; k++) {
+    for (size_t i = 0; i < ROWS * COLS; i++)
+      ((uint32_t *)gpushm_buffer_ptr(bufs[k]))[i] = word(11, k, i);
+  }
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, bufs[0], &index[0]));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, bufs[1], &index[1]));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, bufs[2], &index[2]));
+  gpushm_tensor_desc_init(&desc);
+  desc.dtype = (gpushm_dlpack_dtype_t){ GPUSHM_DLPACK_FLOAT, 32, 1 };
+  desc.ndim = 1;
+  desc.shape = col_shape;
+  desc.strides = col_strides;
+  desc.offset = ((ROWS - 1) * COLS + 1) * 4; /* column 1, element 0 in the last row */
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "col", index[0], &desc));
+  desc.ndim = 2;
+  desc.shape = sub_shape;
+  desc.strides = sub_strides;
+  desc.offset = 0;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "sub", index[1], &desc));
+  desc.shape = rep_shape;
+  desc.strides = rep_strides;
+  CHECK_OK(gpushm_weights_builder_add_tensor(b, "rep", index[2], &desc));
+  CHECK_OK(gpushm_weights_publish(writer, "strided", b, NULL, NULL));
+  gpushm_weights_builder_free(b);
+  CHECK_OK(gpushm_buffer_close_unlink(bufs[0]));
+  CHECK_OK(gpushm_buffer_close_unlink(bufs[1]));
+  CHECK_OK(gpushm_buffer_close_unlink(bufs[2]));
+
+  CHECK_OK(gpushm_weights_open(reader, "strided", &w));
+  CHECK((col = malloc(matrix)) != NULL && (sub = malloc(matrix)) != NULL);
+  memset(col, 0xee, matrix);
+  memset(sub, 0xee, matrix);
+  dst[gpushm_weights_find(w, "col")] = &col[(ROWS - 1) * COLS + 1];
+  dst[gpushm_weights_find(w, "sub")] = sub;
+  dst[gpushm_weights_find(w, "rep")] = NULL;
+  CHECK_OK(gpushm_weights_copy(w, dst, 3, NULL));
+  for (size_t i = 0; i < ROWS * COLS; i++) {
+    const size_t r = i / COLS, c = i % COLS;
+    CHECK(col[i] == (c == 1 ? word(11, 0, i) : 0xeeeeeeeeu));
+    CHECK(sub[i] == (r % 2 == 0 && c % 2 == 0 ? word(11, 1, i) : 0xeeeeeeeeu));
+  }
+  dst[gpushm_weights_find(w, "rep")] = sub;
+  CHECK_ERR(gpushm_weights_copy(w, dst, 3, NULL), GPUSHM_E_UNSUPPORTED);
+  CHECK(strstr(gpushm_last_error_message(), "both apart and overlapping"));
+  CHECK_OK(gpushm_weights_close(w));
+  free(col);
+  free(sub);
+  test_log("weights: strided tensors copied block by block, what lies between their "
+           "elements in the destination left alone; one both apart and repeated refused");
+  gpushm_disconnect(reader);
+  gpushm_disconnect(writer);
+}
+
 /* ---- recycling ------------------------------------------------------------------------ */
 
 #define RECYCLED 4096u
@@ -1239,6 +1327,7 @@ int main(void)
   test_recycle();
   test_recycle_limits();
   test_copy();
+  test_copy_strided();
   test_generations();
   test_writers();
   test_permissions();
