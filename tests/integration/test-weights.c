@@ -25,8 +25,8 @@
  *    not sealed, an fd that is no memfd, and a tensor count past
  *    GPUSHM_LIMIT_WEIGHT_TENSORS, refused at publish;
  *  - limits: GPUSHM_LIMIT_WEIGHT_GENERATIONS generations alive, then a refusal; more
- *    than GPUSHM_LIMIT_WEIGHT_BUFFERS buffers; a manifest past
- *    GPUSHM_LIMIT_WEIGHT_MANIFEST bytes;
+ *    than GPUSHM_LIMIT_WEIGHT_BUFFERS buffers (in a builder, and published raw); a
+ *    manifest past GPUSHM_LIMIT_WEIGHT_MANIFEST bytes;
  *  - a publisher SIGKILLed after its publish (its session buffers unlinked with it):
  *    readers read its generation whole; one SIGKILLed before it: the set stays where
  *    it was; a session set's creator gone (after another connection published its
@@ -648,6 +648,39 @@ static void test_lies(void)
            "manifests, more than %u tensors and more than %u "
            "buffers refused at publish", GPUSHM_LIMIT_WEIGHT_TENSORS,
            GPUSHM_LIMIT_WEIGHT_BUFFERS);
+}
+
+/* The builder's own limit: GPUSHM_LIMIT_WEIGHT_BUFFERS distinct buffers, then a refusal
+ * (gpushmd's is crossed in test_lies, past the library); the same buffer again is its
+ * index, not a new one. */
+static void test_builder_buffer_limit(void)
+{
+  gpushm_t *writer = daemon_connect(&d);
+  gpushm_buffer_t *bufs[GPUSHM_LIMIT_WEIGHT_BUFFERS + 1];
+  gpushm_weights_builder_t *b;
+  uint32_t index;
+  char name[64];
+
+  CHECK_OK(gpushm_weights_builder_new(&b));
+  for (unsigned i = 0; i <= GPUSHM_LIMIT_WEIGHT_BUFFERS; i++) {
+    snprintf(name, sizeof name, "builder-limit-%u", i);
+    bufs[i] = create_host(writer, name, 4096, 0600, GPUSHM_LIFETIME_SESSION);
+    if (i < GPUSHM_LIMIT_WEIGHT_BUFFERS) {
+      CHECK_OK(gpushm_weights_builder_add_buffer(b, bufs[i], &index));
+      CHECK(index == i);
+    }
+  }
+  CHECK_ERR(gpushm_weights_builder_add_buffer(b, bufs[GPUSHM_LIMIT_WEIGHT_BUFFERS], &index),
+            GPUSHM_E_LIMIT);
+  CHECK(strstr(gpushm_last_error_message(), "at most"));
+  CHECK_OK(gpushm_weights_builder_add_buffer(b, bufs[7], &index));
+  CHECK(index == 7);
+  gpushm_weights_builder_free(b);
+  for (unsigned i = 0; i <= GPUSHM_LIMIT_WEIGHT_BUFFERS; i++)
+    CHECK_OK(gpushm_buffer_close_unlink(bufs[i]));
+  test_log("weights: a builder takes %u buffers and refuses one more",
+           GPUSHM_LIMIT_WEIGHT_BUFFERS);
+  gpushm_disconnect(writer);
 }
 
 static void test_generation_limit(void)
@@ -1332,6 +1365,7 @@ int main(void)
   test_writers();
   test_permissions();
   test_lies();
+  test_builder_buffer_limit();
   test_generation_limit();
   test_killed();
   test_forked_child();
