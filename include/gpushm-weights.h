@@ -159,15 +159,15 @@ GPUSHM_API int gpushm_weights_tensor_ptr(gpushm_weights_t *w, size_t index, void
 
 /* Copies w's tensors into memory of the caller's (an engine that keeps parameters of its
  * own): tensor i to dst[i], where its element [0, ..., 0] goes, the rest laid out with the
- * tensor's strides (NULL: not copied; bytes between its elements are left alone there);
- * n: gpushm_weights_tensor_count(w).  Buffer after
- * buffer, each opened and mapped as gpushm_weights_buffer() does just before its copies
- * are queued, so that mapping one overlaps the copies out of the one before; tensors
- * adjacent in both memories go as one copy.  Device memory, and host memory given a
- * stream, is copied with cuMemcpyAsync on stream (a CUstream; NULL: the legacy default
- * stream of the buffer's map device), into any memory CUDA can address: done when the
- * stream has passed the copies, which gpushm_weights_close() waits for before it unmaps
- * anything.  Host memory without a stream is copied by the CPU, done on return.
+ * tensor's strides (NULL: not copied; bytes between its elements are left alone there); n:
+ * gpushm_weights_tensor_count(w).  Buffer after buffer, each opened and mapped as
+ * gpushm_weights_buffer() does just before its copies are queued, so that mapping one
+ * overlaps the copies out of the one before; tensors adjacent in both memories go as one
+ * copy, and a tensor whose elements lie apart as one copy a block.  Device memory, and host
+ * memory given a stream, is copied with cuMemcpyAsync on stream (a CUstream; NULL: the
+ * legacy default stream of the buffer's map device), into any memory CUDA can address: done
+ * when the stream has passed the copies, which gpushm_weights_close() waits for before it
+ * unmaps anything.  Host memory without a stream is copied by the CPU, done on return.
  * GPUSHM_E_INVAL for n not the tensor count; GPUSHM_E_UNSUPPORTED for a tensor whose
  * elements are both apart and repeated (strides 2 and 2); where a buffer cannot be opened
  * or mapped, its error, the copies queued before it left queued. */
