@@ -260,45 +260,43 @@ int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *bo
   return -EPROTO;
 }
 
-int wire_text_valid(const char *s, size_t max_len)
+size_t wire_utf8_char(const char *s, uint32_t *cp)
 {
   const unsigned char *p = (const unsigned char *)s;
-  size_t len = strlen(s);
+  size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+  uint32_t c;
 
-  if (len > max_len)
+  if (len <= 1 || p[0] > 0xf4) {
+    *cp = p[0];
+    return len == 1;
+  }
+  c = p[0] & (0x7fu >> len);
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) /* (a NUL ends the string here too) */
+      return 0;
+    c = c << 6 | (p[i] & 0x3fu);
+  }
+  if ((len == 2 && c < 0x80) || (len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
+      (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
     return 0;
-  while (*p) {
+  *cp = c;
+  return len;
+}
+
+bool wire_char_disguising(uint32_t cp)
+{
+  return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+int wire_text_valid(const char *s, size_t max_len)
+{
+  if (strlen(s) > max_len)
+    return 0;
+  for (size_t n; *s; s += n) {
     uint32_t cp;
-    unsigned extra;
-    if (*p < 0x80) {
-      if (*p < 0x20 || *p == 0x7f)
-        return 0;
-      p++;
-      continue;
-    }
-    if ((*p & 0xe0) == 0xc0) {
-      cp = *p & 0x1f;
-      extra = 1;
-    } else if ((*p & 0xf0) == 0xe0) {
-      cp = *p & 0x0f;
-      extra = 2;
-    } else if ((*p & 0xf8) == 0xf0) {
-      cp = *p & 0x07;
-      extra = 3;
-    } else {
+    if (!(n = wire_utf8_char(s, &cp)) || wire_char_disguising(cp))
       return 0;
-    }
-    for (unsigned i = 1; i <= extra; i++) {
-      if ((p[i] & 0xc0) != 0x80)
-        return 0;
-      cp = cp << 6 | (p[i] & 0x3f);
-    }
-    /* overlong forms, surrogates, beyond Unicode, C1 controls, bidi overrides */
-    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff || (cp >= 0x80 && cp <= 0x9f) ||
-        (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
-      return 0;
-    p += extra + 1;
   }
   return 1;
 }

@@ -69,6 +69,13 @@ int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *bo
  * control characters (C0, DEL, C1) and no bidirectional overrides, so that it cannot
  * drive a terminal or disguise itself. */
 int wire_text_valid(const char *s, size_t max_len);
+/* The length (1-4) of the well-formed UTF-8 character at s, its code point in *cp; 0 if
+ * the bytes there are not one (a stray or cut-short sequence, an overlong form, a
+ * surrogate, past U+10FFFF).  A NUL is a character of length 1. */
+size_t wire_utf8_char(const char *s, uint32_t *cp);
+/* What wire_text_valid() refuses in text: C0, DEL and C1 controls, bidi embeddings,
+ * overrides and isolates. */
+bool wire_char_disguising(uint32_t cp);
 
 /* Buffer names: 1..GPUSHM_LIMIT_NAME_LEN bytes of [A-Za-z0-9._-], not starting with
  * '.' or '-' (no hidden-file or option look-alikes). */

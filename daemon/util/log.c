@@ -3,6 +3,7 @@
 #include "protocol.h"
 #include "gpushm_limits.h"
 #include "util/log.h"
+#include "wire.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -56,42 +57,20 @@ static bool stderr_is_journal(void)
   return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
-/* The length (2-4) of the well-formed UTF-8 character at p, its code point in *cp; 0 if
- * the bytes there are not one (overlong, surrogate, past U+10FFFF, cut short). */
-static size_t utf8_char(const unsigned char *p, uint32_t *cp)
-{
-  size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
-  uint32_t c;
-
-  if (len == 0 || p[0] > 0xf4)
-    return 0;
-  c = p[0] & (0x7fu >> len);
-  for (size_t i = 1; i < len; i++) {
-    if ((p[i] & 0xc0) != 0x80) /* (a NUL ends the string here too) */
-      return 0;
-    c = c << 6 | (p[i] & 0x3fu);
-  }
-  if ((len == 2 && c < 0x80) || (len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
-      (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
-    return 0;
-  *cp = c;
-  return len;
-}
-
-/* Characters a terminal acts on or that reorder or break what follows: C1 controls
- * (U+009B is CSI), bidi embeddings, overrides, isolates and marks, line and paragraph
- * separators. */
+/* What a log line may not show as it is: what text from a client may not hold
+ * (wire_char_disguising()), and the bidi marks and the line and paragraph separators,
+ * which client names may hold but which reorder or break a line. */
 static bool unsafe_char(uint32_t c)
 {
-  return (c >= 0x80 && c <= 0x9f) || c == 0x061c || c == 0x200e || c == 0x200f ||
-         (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+  return wire_char_disguising(c) || c == 0x061c || c == 0x200e || c == 0x200f ||
+         c == 0x2028 || c == 0x2029;
 }
 
 /* Client names are checked at Hello, buffer names at create, but reasons may quote what
  * a client sent, and one check missed is enough: a newline there would forge a second
  * log line, and control or bidi characters rewrite what an admin's terminal shows.  So
- * text is escaped here, whatever its callers checked: C0 and DEL, every byte that is
- * not well-formed UTF-8, and the characters unsafe_char() names, as \xNN per byte;
+ * text is escaped here, whatever its callers checked: every byte that is not
+ * well-formed UTF-8, and the characters unsafe_char() names, as \xNN per byte;
  * and the backslash, so that an escape in the log is always one of these.  Cut to fit
  * size between characters, never inside one or inside an escape. */
 static void escape_text(const char *text, char *out, size_t size)
@@ -100,9 +79,8 @@ static void escape_text(const char *text, char *out, size_t size)
 
   for (const unsigned char *p = (const unsigned char *)text; *p;) {
     uint32_t c = 0;
-    size_t len = *p < 0x80 ? 1 : utf8_char(p, &c);
-    bool escape = len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f || *p == '\\')) ||
-                  (len > 1 && unsafe_char(c));
+    size_t len = wire_utf8_char((const char *)p, &c);
+    bool escape = len == 0 || c == '\\' || unsafe_char(c);
     size_t take = len ? len : 1, room = escape ? 4 * take : take;
 
     if (n + room >= size)

@@ -184,6 +184,32 @@ static void test_names(void)
   CHECK(!wire_name_valid(name));
 }
 
+/* Client names (wire_text_valid()) and the decoder under it (wire_utf8_char(), which
+ * the daemon's log escaping shares): printable UTF-8 passes, anything that can drive a
+ * terminal or is not UTF-8 at all does not. */
+static void test_text(void)
+{
+  uint32_t cp = 1;
+
+  CHECK(wire_text_valid("trainer caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80", 64));
+  CHECK(wire_text_valid("line\xe2\x80\xa8sep", 64)); /* (the log escapes it; names may hold it) */
+  CHECK(!wire_text_valid("abcdef", 5));
+  for (const char *const *bad = (const char *const[]){
+         "tab\t", "esc\x1b[2J", "del\x7f", "c1 \xc2\x9b", "bidi \xe2\x80\xae", "iso \xe2\x81\xa6",
+         "stray \x80", "cut \xe2\x80", "overlong \xc0\xaf", "overlong \xe0\x80\xaf",
+         "surrogate \xed\xa0\x80", "past \xf4\x90\x80\x80", "lead \xf5\x80\x80\x80", "\xff",
+         NULL };
+       *bad; bad++)
+    CHECK(!wire_text_valid(*bad, 64));
+  CHECK(wire_utf8_char("a", &cp) == 1 && cp == 'a');
+  CHECK(wire_utf8_char("", &cp) == 1 && cp == 0);
+  CHECK(wire_utf8_char("\xc3\xa9", &cp) == 2 && cp == 0xe9);
+  CHECK(wire_utf8_char("\xe2\x80\xae", &cp) == 3 && cp == 0x202e);
+  CHECK(wire_utf8_char("\xf4\x8f\xbf\xbf", &cp) == 4 && cp == 0x10ffff);
+  CHECK(wire_utf8_char("\xe2\x80", &cp) == 0 && wire_utf8_char("\xbf", &cp) == 0);
+  CHECK(wire_char_disguising(0x9b) && wire_char_disguising(0x202e) && !wire_char_disguising(0xe9));
+}
+
 /* The daemon's vocabulary (proto/protocol.h) and the public header's spell the same
  * things: the numbers are asserted where the library is built (client/error.c), the
  * words here. */
@@ -202,5 +228,6 @@ int main(void)
   test_header_checks();
   test_round_trip();
   test_names();
+  test_text();
   return 0;
 }
