@@ -130,7 +130,7 @@ in_nspawn() {
   # (nspawn itself may end with a complaint about its propagation directory, which a
   # host without systemd as PID 1 never cleans up: not the command's last word)
   say "# $command under systemd-nspawn --pipe: passed in ${elapsed} s:" \
-    "$(grep -v '^Attempted to remove disk file system' "$run/nspawn-$name.log" | tail -n 1)"
+    "$(grep -v '^Attempted to remove disk file system' "$run/nspawn-$name.log" | grep . | tail -n 1)"
   grep '^skipped ' "$run/nspawn-$name.log" | sed 's/^/#   /' || true
 }
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn missing (apt-get install systemd-container)"
